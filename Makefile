@@ -1,0 +1,34 @@
+# Everything runs from a project-local virtualenv that each target creates when missing.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench e2e image clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+## Dry run on the embedded example: works on a temporary copy, prints the diff, changes nothing in the repo.
+demo: $(STAMP)
+	@tmp=$$(mktemp -d) && cp -r examples/. $$tmp/ && \
+	echo "== scheduler-patcher plan (dry run on a copy of examples/ in $$tmp)" && \
+	$(BIN)/scheduler-patcher plan --host-root $$tmp/node --manifest-dir /etc/kubernetes/manifests \
+	  --source $$tmp/scheduler-config; rc=$$?; rm -rf $$tmp; \
+	if [ $$rc -eq 2 ]; then echo "== exit 2: changes pending (nothing was written)"; exit 0; else exit $$rc; fi
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check patcher tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

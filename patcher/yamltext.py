@@ -1,0 +1,595 @@
+"""Surgical edits of YAML text: ruamel.yaml tells where every node sits, we splice lines in and out.
+
+Re-dumping a parsed document loses bytes that kubeadm, RKE2 and people wrote (bare ``-`` items, mixed
+indentation, trailing spaces, multi-line scalars, an indented root), so this module never dumps a document.
+It composes the text once to learn node positions, turns data-level operations into text edits in the style
+of the neighbouring lines, and lets the caller verify the result by parsing it again: the text edit must give
+exactly the data edit, or nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+Path: TypeAlias = tuple[str | int, ...]
+
+
+class YamlTextError(Exception):
+    """A problem with the YAML text itself; the caller adds the file name."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parsing
+
+
+@dataclass(frozen=True)
+class Document:
+    """One parsed YAML document: its text, its node tree (with positions) and its plain data."""
+
+    text: str
+    root: Node
+    data: Any
+
+
+def _loader() -> YAML:
+    # The pure-Python parser in safe mode: plain data, duplicate keys refused (as the API server refuses them).
+    y = YAML(typ="safe", pure=True)
+    y.allow_duplicate_keys = False
+    return y
+
+
+def _describe(exc: YAMLError) -> str:
+    if isinstance(exc, MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        if mark is not None:
+            return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        return f"invalid YAML: {problem}"
+    first = str(exc).strip().splitlines()
+    return "invalid YAML: " + (first[0] if first else type(exc).__name__)
+
+
+def parse(text: str) -> Document:
+    """Parse exactly one YAML document, keeping positions. Raises YamlTextError with a one-line reason."""
+    y = _loader()
+    try:
+        nodes = list(y.compose_all(text))
+        nodes = [n for n in nodes if n is not None]
+        if len(nodes) > 1:
+            raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
+        if not nodes:
+            raise YamlTextError("holds no YAML document")
+        data = y.load(text)
+    except YamlTextError:
+        raise
+    except YAMLError as exc:
+        raise YamlTextError(_describe(exc)) from None
+    return Document(text=text, root=nodes[0], data=data)
+
+
+def load_data(text: str) -> Any:
+    """Plain data of a single-document text (used to verify an edit)."""
+    return parse(text).data
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Navigation
+
+
+def map_lookup(node: Node, key: str) -> tuple[ScalarNode, Node] | None:
+    if not isinstance(node, MappingNode):
+        return None
+    for k, v in node.value:
+        if isinstance(k, ScalarNode) and k.value == key:
+            return k, v
+    return None
+
+
+def node_at(root: Node, path: Path) -> Node | None:
+    node: Node | None = root
+    for step in path:
+        if node is None:
+            return None
+        if isinstance(step, int):
+            if not isinstance(node, SequenceNode) or not 0 <= step < len(node.value):
+                return None
+            node = node.value[step]
+        else:
+            found = map_lookup(node, step)
+            node = found[1] if found else None
+    return node
+
+
+def _is_empty_scalar(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.value == "" and node.style is None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Positions in the text
+
+
+def eol(text: str, pos: int) -> int:
+    """Index of the line break that ends the line holding ``pos`` (``len(text)`` on a last line without one)."""
+    nl = text.find("\n", pos)
+    if nl < 0:
+        return len(text)
+    return nl - 1 if nl > 0 and text[nl - 1] == "\r" else nl
+
+
+def line_start(text: str, pos: int) -> int:
+    return text.rfind("\n", 0, pos) + 1
+
+
+def column(text: str, pos: int) -> int:
+    return pos - line_start(text, pos)
+
+
+def newline_at(text: str, pos: int) -> str:
+    """The line break used where a new line is inserted at ``pos`` (a line end), or the file's dominant one."""
+    if text.startswith("\r\n", pos):
+        return "\r\n"
+    if text.startswith("\n", pos):
+        return "\n"
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf * 2 >= text.count("\n") else "\n"
+
+
+def newline_before(text: str, pos: int) -> int:
+    """Length of the line break just before ``pos`` (a line start)."""
+    if pos >= 2 and text[pos - 2 : pos] == "\r\n":
+        return 2
+    return 1 if pos >= 1 and text[pos - 1] == "\n" else 0
+
+
+def content_end(text: str, node: Node) -> int:
+    """Index just past the last character that belongs to ``node`` (not past trailing comments or blanks)."""
+    if isinstance(node, ScalarNode):
+        end = int(node.end_mark.index)
+        if node.style in ("|", ">"):
+            start = int(node.start_mark.index)
+            while end > start and text[end - 1] in " \t\r\n":
+                end -= 1
+        return end
+    if getattr(node, "flow_style", False):
+        return int(node.end_mark.index)
+    if isinstance(node, MappingNode):
+        if not node.value:
+            return int(node.end_mark.index)
+        key, value = node.value[-1]
+        if _is_empty_scalar(value):
+            return content_end(text, key)
+        return content_end(text, value)
+    if isinstance(node, SequenceNode):
+        if not node.value:
+            return int(node.end_mark.index)
+        last = node.value[-1]
+        if _is_empty_scalar(last):
+            return dash_pos(text, last) + 1
+        return content_end(text, last)
+    raise YamlTextError(f"unexpected node {type(node).__name__}")
+
+
+_DASH_PREFIX = re.compile(r"^[ \t]*-[ \t]+$")
+_BARE_DASH = re.compile(r"^[ \t]*-[ \t]*(#.*)?$")
+
+
+def dash_pos(text: str, item: Node) -> int:
+    """Index of the ``-`` that introduces a block sequence item (on its line, or alone on an earlier line)."""
+    start = int(item.start_mark.index)
+    ls = line_start(text, start)
+    prefix = text[ls:start]
+    if _DASH_PREFIX.match(prefix):
+        return ls + prefix.rindex("-")
+    if prefix.strip() == "-" and _is_empty_scalar(item):
+        return ls + prefix.rindex("-")
+    if prefix.strip():
+        raise YamlTextError(f"line {item.start_mark.line + 1}: unsupported sequence item layout")
+    pos = ls
+    while pos > 0:
+        prev = line_start(text, pos - 1)
+        line = text[prev : eol(text, prev)]
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            if _BARE_DASH.match(line):
+                return prev + line.index("-")
+            break
+        pos = prev
+    raise YamlTextError(f"line {item.start_mark.line + 1}: cannot find the dash of a sequence item")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rendering scalars and collections in the style of their neighbours
+
+_PLAIN_SAFE = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=\S))[A-Za-z0-9_./=:@+,-]*$")
+_AMBIGUOUS = re.compile(
+    r"^(?:[-+]?[0-9][0-9_.:eExXoObB+-]*|\.(?:inf|nan|Inf|NaN|INF|NAN)|~|null|Null|NULL|"
+    r"y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$"
+)
+
+
+def render_scalar(value: Any, style: str | None = None) -> str:
+    """A scalar as YAML flow text; ``style`` is the quote style of a sibling ('"', "'" or None for plain)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if value is None:
+        return "null"
+    s = str(value)
+    if style == '"':
+        return json.dumps(s, ensure_ascii=False)
+    plain_ok = bool(_PLAIN_SAFE.match(s)) and not _AMBIGUOUS.match(s) and ": " not in s and not s.endswith(":")
+    if style is None and plain_ok:
+        return s
+    return "'" + s.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class Hints:
+    """Style learnt from a sibling: key order and quote style per key path, nested mapping indentation."""
+
+    key_order: dict[Path, list[str]]
+    quotes: dict[Path, str | None]
+    nested_indent: int = 2
+    flow: bool = False
+
+    @staticmethod
+    def empty() -> Hints:
+        return Hints(key_order={}, quotes={})
+
+
+def learn_hints(text: str, node: Node | None) -> Hints:
+    if node is None:
+        return Hints.empty()
+    order: dict[Path, list[str]] = {}
+    quotes: dict[Path, str | None] = {}
+    indents: list[int] = []
+
+    def walk(n: Node, path: Path) -> None:
+        if isinstance(n, MappingNode):
+            order[path] = [str(k.value) for k, _ in n.value if isinstance(k, ScalarNode)]
+            for k, v in n.value:
+                if not isinstance(k, ScalarNode):
+                    continue
+                sub = (*path, str(k.value))
+                if isinstance(v, ScalarNode):
+                    quotes[sub] = v.style if v.style in ('"', "'") else None
+                elif isinstance(v, MappingNode) and not v.flow_style and v.value:
+                    indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
+                    walk(v, sub)
+                else:
+                    walk(v, sub)
+        elif isinstance(n, ScalarNode):
+            quotes[path] = n.style if n.style in ('"', "'") else None
+
+    walk(node, ())
+    nested = indents[0] if indents and indents[0] > 0 else 2
+    return Hints(key_order=order, quotes=quotes, nested_indent=nested, flow=bool(getattr(node, "flow_style", False)))
+
+
+def _ordered_keys(mapping: dict[str, Any], hint: list[str] | None) -> list[str]:
+    keys = list(mapping)
+    if not hint:
+        return keys
+    rank = {k: i for i, k in enumerate(hint)}
+    return sorted(keys, key=lambda k: (rank.get(k, len(rank)), keys.index(k)))
+
+
+def render_flow(value: Any, hints: Hints, path: Path = ()) -> str:
+    if isinstance(value, dict):
+        keys = _ordered_keys(value, hints.key_order.get(path))
+        inner = ", ".join(f"{render_scalar(k)}: {render_flow(value[k], hints, (*path, k))}" for k in keys)
+        return "{" + inner + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(render_flow(v, hints, path) for v in value) + "]"
+    return render_scalar(value, hints.quotes.get(path))
+
+
+def render_block_map(value: dict[str, Any], col: int, hints: Hints, path: Path = ()) -> list[str]:
+    """Lines of a block mapping whose keys start at ``col``."""
+    lines: list[str] = []
+    for k in _ordered_keys(value, hints.key_order.get(path)):
+        v = value[k]
+        sub = (*path, k)
+        if isinstance(v, dict) and v:
+            lines.append(" " * col + f"{render_scalar(k)}:")
+            lines.extend(render_block_map(v, col + hints.nested_indent, hints, sub))
+        else:
+            lines.append(" " * col + f"{render_scalar(k)}: {render_flow(v, hints, sub)}")
+    return lines
+
+
+@dataclass(frozen=True)
+class SeqStyle:
+    """How a block sequence is laid out: dash column offset from its key, gap after the dash, bare dashes."""
+
+    offset: int = 0
+    gap: int = 2
+    bare: bool = False
+
+
+def learn_seq_style(text: str, key: ScalarNode | None, seq: Node | None) -> SeqStyle | None:
+    if key is None or not isinstance(seq, SequenceNode) or seq.flow_style or not seq.value:
+        return None
+    dash_col, style = _item_layout(text, seq.value[0])
+    return SeqStyle(offset=dash_col - int(key.start_mark.column), gap=style.gap, bare=style.bare)
+
+
+def render_block_item(value: Any, dash_col: int, style: SeqStyle, hints: Hints) -> list[str]:
+    """Lines of one block sequence item whose dash sits at ``dash_col``."""
+    dash = " " * dash_col + "-"
+    content_col = dash_col + style.gap
+    if isinstance(value, dict) and value and not hints.flow:
+        body = render_block_map(value, content_col, hints)
+        if style.bare:
+            return [dash, *body]
+        return [dash + " " * (style.gap - 1) + body[0][content_col:], *body[1:]]
+    return [dash + " " * (style.gap - 1) + render_flow(value, hints)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Operations: the same change expressed on data (for verification) and on text (for the write)
+
+
+@dataclass(frozen=True)
+class Append:
+    """Append ``value`` to the sequence at ``path``; create it as ``path[-1]`` in its parent when absent."""
+
+    path: Path
+    value: Any
+    hints: Hints | None = None  # style of a sibling item, when the sequence is new or empty
+    seq_style: SeqStyle | None = None
+
+
+@dataclass(frozen=True)
+class SetKey:
+    """Add ``key: value`` to the mapping at ``path``; create the mapping as ``path[-1]`` when absent."""
+
+    path: Path
+    key: str
+    value: Any
+    hints: Hints | None = None
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Replace the scalar at ``path`` by ``raw`` (YAML flow text) whose value is ``value``."""
+
+    path: Path
+    value: Any
+    raw: str
+
+
+@dataclass(frozen=True)
+class Remove:
+    """Remove the sequence item or mapping key that ``path`` names."""
+
+    path: Path
+
+
+Op: TypeAlias = Append | SetKey | Replace | Remove
+
+
+def apply_data(data: Any, ops: Sequence[Op]) -> Any:
+    """The intended result of ``ops`` on plain data; the text edit must parse to exactly this."""
+    out = copy.deepcopy(data)
+
+    def at(path: Path) -> Any:
+        cur = out
+        for step in path:
+            cur = cur[step]
+        return cur
+
+    removals = [op for op in ops if isinstance(op, Remove)]
+    for op in ops:
+        if isinstance(op, Append):
+            parent = at(op.path[:-1])
+            parent.setdefault(op.path[-1], [])
+            if parent[op.path[-1]] is None:
+                parent[op.path[-1]] = []
+            parent[op.path[-1]].append(copy.deepcopy(op.value))
+        elif isinstance(op, SetKey):
+            parent = at(op.path[:-1])
+            if parent.get(op.path[-1]) is None:
+                parent[op.path[-1]] = {}
+            parent[op.path[-1]][op.key] = copy.deepcopy(op.value)
+        elif isinstance(op, Replace):
+            at(op.path[:-1])[op.path[-1]] = copy.deepcopy(op.value)
+    # Remove from the end so that earlier indices stay valid.
+    def order(op: Remove) -> tuple[tuple[int, int, str], ...]:
+        return tuple((1, s, "") if isinstance(s, int) else (0, 0, s) for s in op.path)
+
+    for op in sorted(removals, key=order, reverse=True):
+        del at(op.path[:-1])[op.path[-1]]
+    return out
+
+
+@dataclass(frozen=True)
+class _Edit:
+    start: int
+    end: int
+    new: str
+    depth: int  # at one position, deeper edits come first in the text
+
+
+def _insert_block_lines(text: str, after: int, lines: list[str], depth: int) -> _Edit:
+    pos = eol(text, after)
+    nl = newline_at(text, pos)
+    return _Edit(pos, pos, "".join(nl + line for line in lines), depth)
+
+
+def _flow_insert(text: str, coll: Node, rendered: str, depth: int) -> _Edit:
+    items: list[Node] = [k for k, _ in coll.value] if isinstance(coll, MappingNode) else list(coll.value)
+    close = int(coll.end_mark.index) - 1
+    if text[close] not in "]}":
+        raise YamlTextError(f"line {coll.start_mark.line + 1}: cannot find the end of a flow collection")
+    if not coll.value:
+        opening = int(coll.start_mark.index)
+        return _Edit(opening + 1, opening + 1, rendered, depth)
+    last_end = content_end(text, coll.value[-1][1] if isinstance(coll, MappingNode) else coll.value[-1])
+    sep = ", "
+    if len(items) >= 2:
+        prev_end = content_end(text, coll.value[-2][1] if isinstance(coll, MappingNode) else coll.value[-2])
+        between = text[prev_end : int(items[-1].start_mark.index)]
+        if "," in between and "#" not in between:
+            sep = between
+    return _Edit(last_end, last_end, sep + rendered, depth)
+
+
+def _item_layout(text: str, item: Node) -> tuple[int, SeqStyle]:
+    """Dash column and layout of an existing block sequence item, to copy for a new sibling."""
+    dash = dash_pos(text, item)
+    bare = line_start(text, dash) != line_start(text, int(item.start_mark.index))
+    gap = 2 if bare else int(item.start_mark.column) - column(text, dash)
+    return column(text, dash), SeqStyle(gap=max(gap, 1), bare=bare)
+
+
+def _seq_append(text: str, seq: SequenceNode, op: Append, depth: int) -> _Edit:
+    hints = op.hints or learn_hints(text, seq.value[-1] if seq.value else None)
+    if seq.flow_style:
+        return _flow_insert(text, seq, render_flow(op.value, hints), depth)
+    ref = seq.value[-1]
+    dash_col, style = _item_layout(text, ref)
+    if isinstance(ref, MappingNode) and ref.flow_style:
+        hints = Hints(hints.key_order, hints.quotes, hints.nested_indent, flow=True)
+    lines = render_block_item(op.value, dash_col, style, hints)
+    return _insert_block_lines(text, content_end(text, seq), lines, depth)
+
+
+def _map_add(text: str, mapping: MappingNode, key: str, value: Any, lines_for_value: list[str] | None,
+             hints: Hints, depth: int) -> _Edit:
+    """Add ``key`` to an existing mapping; ``lines_for_value`` renders a block value (without the key line)."""
+    if mapping.flow_style:
+        rendered = f"{render_scalar(key)}: {render_flow(value, hints)}"
+        return _flow_insert(text, mapping, rendered, depth)
+    if not mapping.value:
+        raise YamlTextError(f"line {mapping.start_mark.line + 1}: empty block mapping")
+    col = int(mapping.value[0][0].start_mark.column)
+    if lines_for_value is None:
+        lines = [" " * col + f"{render_scalar(key)}: {render_flow(value, hints)}"]
+    else:
+        lines = [" " * col + f"{render_scalar(key)}:", *lines_for_value]
+    return _insert_block_lines(text, content_end(text, mapping), lines, depth)
+
+
+def _nested_indent(text: str, mapping: MappingNode) -> int:
+    for k, v in mapping.value:
+        if isinstance(v, MappingNode) and not v.flow_style and v.value:
+            return int(v.value[0][0].start_mark.column) - int(k.start_mark.column)
+    return 2
+
+
+def _removal(text: str, root: Node, path: Path) -> _Edit:
+    parent = node_at(root, path[:-1])
+    step = path[-1]
+    if isinstance(parent, SequenceNode) and isinstance(step, int):
+        items = parent.value
+        item = items[step]
+        if parent.flow_style:
+            if step > 0:
+                return _Edit(content_end(text, items[step - 1]), content_end(text, item), "", len(path))
+            if len(items) > 1:
+                return _Edit(int(item.start_mark.index), int(items[1].start_mark.index), "", len(path))
+            return _Edit(int(item.start_mark.index), content_end(text, item), "", len(path))
+        start = line_start(text, dash_pos(text, item))
+        return _Edit(start - newline_before(text, start), eol(text, content_end(text, item)), "", len(path))
+    if isinstance(parent, MappingNode) and isinstance(step, str):
+        pairs = parent.value
+        idx = next(i for i, (k, _) in enumerate(pairs) if isinstance(k, ScalarNode) and k.value == step)
+        key, value = pairs[idx]
+        end = content_end(text, key) if _is_empty_scalar(value) else content_end(text, value)
+        if parent.flow_style:
+            if idx > 0:
+                return _Edit(content_end(text, pairs[idx - 1][1]), end, "", len(path))
+            if len(pairs) > 1:
+                return _Edit(int(key.start_mark.index), int(pairs[1][0].start_mark.index), "", len(path))
+            return _Edit(int(key.start_mark.index), end, "", len(path))
+        start = line_start(text, int(key.start_mark.index))
+        if text[start : int(key.start_mark.index)].strip():
+            raise YamlTextError(f"line {key.start_mark.line + 1}: key {step!r} does not start its line")
+        return _Edit(start - newline_before(text, start), eol(text, end), "", len(path))
+    raise YamlTextError(f"nothing to remove at {format_path(path)}")
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else (f".{step}" if out else str(step))
+    return out or "<root>"
+
+
+def _text_edit(doc: Document, op: Op) -> _Edit:
+    text, root = doc.text, doc.root
+    depth = len(op.path)
+    if isinstance(op, Remove):
+        return _removal(text, root, op.path)
+    if isinstance(op, Replace):
+        node = node_at(root, op.path)
+        if not isinstance(node, ScalarNode):
+            raise YamlTextError(f"{format_path(op.path)} is not a scalar")
+        return _Edit(int(node.start_mark.index), int(node.end_mark.index), op.raw, depth)
+    parent = node_at(root, op.path[:-1])
+    if not isinstance(parent, MappingNode):
+        raise YamlTextError(f"{format_path(op.path[:-1])} is not a mapping")
+    found = map_lookup(parent, str(op.path[-1]))
+    if isinstance(op, Append):
+        if found and isinstance(found[1], SequenceNode) and (found[1].value or found[1].flow_style):
+            return _seq_append(text, found[1], op, depth)
+        if found:
+            raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
+        hints = op.hints or Hints.empty()
+        style = op.seq_style or SeqStyle()
+        col = int(parent.value[0][0].start_mark.column) if not parent.flow_style and parent.value else 0
+        item_lines = render_block_item(op.value, col + style.offset, style, hints)
+        if parent.flow_style:
+            return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
+        return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
+    # SetKey
+    hints = op.hints or Hints.empty()
+    if found:
+        mapping = found[1]
+        if not isinstance(mapping, MappingNode):
+            raise YamlTextError(f"{format_path(op.path)} is not a mapping")
+        return _map_add(text, mapping, op.key, op.value, None, hints, depth)
+    if parent.flow_style:
+        return _map_add(text, parent, str(op.path[-1]), {op.key: op.value}, None, hints, depth - 1)
+    col = int(parent.value[0][0].start_mark.column) + _nested_indent(text, parent)
+    value_lines = [" " * col + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
+    return _map_add(text, parent, str(op.path[-1]), None, value_lines, hints, depth - 1)
+
+
+def apply_text(doc: Document, ops: Sequence[Op]) -> str:
+    """Splice ``ops`` into the text; positions come from the original parse, so edits must not overlap."""
+    edits = sorted((_text_edit(doc, op) for op in ops), key=lambda e: (e.start, -e.depth))
+    out: list[str] = []
+    pos = 0
+    for e in edits:
+        if e.start < pos:
+            raise YamlTextError("overlapping edits")
+        out.append(doc.text[pos : e.start])
+        out.append(e.new)
+        pos = e.end
+    out.append(doc.text[pos:])
+    return "".join(out)
+
+
+def edit(doc: Document, ops: Sequence[Op]) -> tuple[str, Any]:
+    """Apply ``ops`` to text and data, and prove they agree by parsing the new text."""
+    new_text = apply_text(doc, ops)
+    intended = apply_data(doc.data, ops)
+    try:
+        actual = load_data(new_text)
+    except YamlTextError as exc:
+        raise YamlTextError(f"the edited text would not parse ({exc}); refusing to write") from None
+    if actual != intended:
+        raise YamlTextError("the edited text does not parse to the intended object; refusing to write")
+    return new_text, actual
