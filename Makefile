@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 ## Dry run on the embedded example: works on a temporary copy, prints the diff, changes nothing in the repo.
 demo: $(STAMP)
-	@tmp=$$(mktemp -d) && cp -r examples/. $$tmp/ && \
+	@tmp=$$(mktemp -d) && mkdir -p $$tmp/node/etc/kubernetes && \
+	cp -r examples/manifests $$tmp/node/etc/kubernetes/manifests && cp -r examples/scheduler-config $$tmp/ && \
 	echo "== scheduler-patcher plan (dry run on a copy of examples/ in $$tmp)" && \
 	$(BIN)/scheduler-patcher plan --host-root $$tmp/node --manifest-dir /etc/kubernetes/manifests \
 	  --source $$tmp/scheduler-config; rc=$$?; rm -rf $$tmp; \

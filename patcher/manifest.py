@@ -235,7 +235,7 @@ class PatchResult:
     scheduler: Scheduler
 
 
-def _parse(text: str, where: str) -> yt.Document:
+def parse_manifest(text: str, where: str) -> yt.Document:
     try:
         return yt.parse(text)
     except yt.YamlTextError as exc:
@@ -271,13 +271,13 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
 
 def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
     """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified."""
-    doc = _parse(text, where)
+    doc = parse_manifest(text, where)
     sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
             return PatchResult(text, False, sched.marker, sched)
         base = restore(text, where, prefix=spec.prefix, container_name=spec.container_name)
-        doc = _parse(base, where)
+        doc = parse_manifest(base, where)
         sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
     if sched.foreign_config is not None and spec.on_foreign == "fail":
         raise ManifestError(where, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
@@ -362,7 +362,7 @@ def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | 
 
 def restore(text: str, where: str, *, prefix: str, container_name: str | None = None) -> str:
     """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
-    doc = _parse(text, where)
+    doc = parse_manifest(text, where)
     sched = inspect(doc, where, prefix=prefix, container_name=container_name)
     m = sched.marker
     if m is None:

@@ -1,0 +1,45 @@
+"""Capped exponential backoff with jitter, shared by the annotation publisher and the mirror-pod watch.
+
+The API server is expected to be unreachable for seconds to minutes while control-plane pods restart; many
+agents retrying in lock-step would hit it together the moment it returns, hence the jitter.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Backoff:
+    """Delays ``initial * factor**n`` capped at ``maximum``, each reduced by a random share up to ``jitter``."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+    factor: float = 2.0
+    jitter: float = 0.5
+    rng: random.Random = field(default_factory=random.Random, repr=False)
+    _attempt: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.initial <= 0 or self.maximum < self.initial or self.factor < 1 or not 0 <= self.jitter < 1:
+            raise ValueError(f"invalid backoff settings: {self!r}")
+
+    def next_delay(self) -> float:
+        """The delay before the next attempt; each call counts one more failure."""
+        base = min(self.maximum, self.initial * self.factor ** min(self._attempt, 64))
+        self._attempt += 1
+        return base * (1.0 - self.jitter * self.rng.random())
+
+    def reset(self) -> None:
+        """Forget past failures (call after a success)."""
+        self._attempt = 0
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failures counted since the last reset."""
+        return self._attempt
+
+    def fresh(self) -> Backoff:
+        """An independent copy with the same settings and no failures (one per retry loop)."""
+        return Backoff(self.initial, self.maximum, self.factor, self.jitter)

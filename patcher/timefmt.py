@@ -1,0 +1,30 @@
+"""Timestamps for the operator contract.
+
+File mtimes are nanoseconds; the API's ``startedAt`` is whole seconds. The annotation keeps every digit so
+an operator can compare either way, in the one format both sides parse: RFC 3339, UTC, ``Z`` suffix.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+
+def rfc3339_ns(ns: int) -> str:
+    secs, frac = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+
+
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_rfc3339_ns(value: str) -> int:
+    """Nanoseconds since the epoch; accepts whole seconds (API) and up to nine fractional digits."""
+    m = _RFC3339.match(value.strip())
+    if not m:
+        raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
+    base, frac, zone = m.groups()
+    dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
+    secs = int(dt.astimezone(UTC).timestamp())
+    return secs * 1_000_000_000 + int((frac or "").ljust(9, "0"))
