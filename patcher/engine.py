@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -171,8 +172,6 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
 
 def _check_writable(opts: Options, plan: Plan) -> None:
     """Refuse before writing anything when a target folder is missing or read-only."""
-    import os
-
     folders = {c.local.parent for c in plan.changes if c.kind == "manifest"}
     for folder in folders:
         if not os.access(folder, os.W_OK | os.X_OK):
@@ -296,7 +295,7 @@ def restore(opts: Options, plan: RestorePlan) -> list[str]:
 
 def status(opts: Options) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
-    node_path, local, data, text = _read_manifest(opts)
+    node_path, local, _, text = _read_manifest(opts)
     doc = manifest.parse_manifest(text, node_path)
     sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
     state = opts.store().load()

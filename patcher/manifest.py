@@ -248,7 +248,7 @@ def _name_first(sched: Scheduler, doc: yt.Document) -> bool:
         if items:
             return next(iter(items[0])) == "name"
     container = doc.data["spec"]["containers"][sched.container_index]
-    return next(iter(container)) == "name"
+    return bool(next(iter(container)) == "name")
 
 
 def _doc_nested_indent(doc: yt.Document) -> int:

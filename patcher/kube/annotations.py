@@ -189,9 +189,12 @@ class NodeReporter:
                 desired = self._desired
                 need_patch = desired is not None and desired != self._published
                 self._busy = True
+            ok = False
             try:
                 ok = self._send_annotations(desired) if need_patch and desired is not None else True
                 ok = ok and self._send_events()
+            except Exception:  # a bug here must not silently end publishing for the agent's lifetime
+                log.exception("node %s: unexpected error while publishing; retrying with backoff", self._node)
             finally:
                 with self._cond:
                     self._busy = False
@@ -206,7 +209,7 @@ class NodeReporter:
 
     def _send_annotations(self, annotations: dict[str, str | None]) -> bool:
         try:
-            resp = self._core.patch_node(
+            resp: Any = self._core.patch_node(  # the raw urllib3 response, given _preload_content
                 self._node, merge_patch(annotations), _content_type=MERGE_PATCH, _preload_content=False
             )
             node = json.loads(resp.data)
@@ -233,12 +236,17 @@ class NodeReporter:
                 component=self._component,
             )
             try:
-                self._core.create_namespaced_event(self._event_namespace, body, _preload_content=False)
+                self._core.create_namespaced_event(
+                    self._event_namespace, k8s.CoreV1Event.model_validate(body), _preload_content=False
+                )
             except _API_ERRORS as exc:
                 status = error_status(exc)
+                permanent = status in _PERMANENT_EVENT_ERRORS or (
+                    status is None and isinstance(exc, ValueError)  # the client refused the body itself
+                )
                 if status == 409:
                     log.debug("node %s: event %s was already delivered", self._node, spec.reason)
-                elif status in _PERMANENT_EVENT_ERRORS:
+                elif permanent:
                     self._failed("event", exc)
                     log.error("node %s: event %s rejected for good (%s); dropped",
                               self._node, spec.reason, describe_error(exc))

@@ -46,7 +46,7 @@ class ClientSettings:
     ca_file: str = SERVICE_CERT_FILENAME
 
 
-class TimeoutApiClient(k8s.ApiClient):  # type: ignore[misc]  # the kubernetes client ships no type stubs
+class TimeoutApiClient(k8s.ApiClient):
     """An ``ApiClient`` that applies a default ``_request_timeout`` to every call that does not set one.
 
     ``call_api`` is the single funnel of every generated API method, so overriding it covers calls made by
@@ -75,14 +75,15 @@ def load_configuration(
     path = settings.kubeconfig or env.get("KUBECONFIG") or None
     try:
         if path:
-            k8s_config.load_kube_config(
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, context=settings.context, client_configuration=cfg, persist_config=False
             )
             source = f"kubeconfig {path}"
         else:
-            InClusterConfigLoader(
+            loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
                 token_filename=settings.token_file, cert_filename=settings.ca_file, environ=env
-            ).load_and_set(cfg)
+            )
+            loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
             source = "in-cluster service account"
     except (k8s_config.ConfigException, OSError, ValueError, TypeError) as exc:
         where = f"kubeconfig {path}" if path else "in-cluster configuration"

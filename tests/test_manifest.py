@@ -1,0 +1,236 @@
+"""The pure manifest engine: patch, restore, idempotence, fidelity and refusals."""
+
+from __future__ import annotations
+
+import difflib
+
+import pytest
+
+from patcher import manifest as m
+from patcher.errors import ManifestError
+from tests.conftest import fixture_manifests
+
+PREFIX = "scheduler-patcher.io"
+SPEC = m.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
+                   config_hash="0123456789ab" + "0" * 52)
+SPEC2 = m.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-fedcba987654.yaml",
+                    config_hash="fedcba987654" + "0" * 52)
+REPLACE = m.PatchSpec(host_config_dir=SPEC.host_config_dir, config_file=SPEC.config_file,
+                      config_hash=SPEC.config_hash, on_foreign="replace")
+FIXTURES = fixture_manifests()
+PATCHABLE = {k: v for k, v in FIXTURES.items() if "foreign" not in k}
+
+
+def added_only(old: str, new: str) -> list[str]:
+    """The lines a diff adds, asserting that it removes none."""
+    diff = list(difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)))
+    removed = [line for line in diff if line.startswith("- ")]
+    assert removed == [], removed
+    return [line[2:] for line in diff if line.startswith("+ ")]
+
+
+@pytest.mark.parametrize("name", sorted(PATCHABLE))
+def test_patch_adds_lines_and_restore_gives_original_bytes(name: str) -> None:
+    text = PATCHABLE[name]
+    result = m.patch(text, SPEC, name)
+    assert result.changed
+    if "flow-style" not in name and "quoted-long" not in name:
+        added = added_only(text.replace("\r\n", "\n").rstrip("\n") + "\n",
+                           result.text.replace("\r\n", "\n").rstrip("\n") + "\n")
+        assert any("--config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml" in a for a in added)
+    assert m.restore(result.text, name, prefix=PREFIX) == text
+    again = m.patch(result.text, SPEC, name)
+    assert not again.changed and again.text == result.text
+
+
+@pytest.mark.parametrize("name", sorted(PATCHABLE))
+def test_patched_object_has_exactly_our_items(name: str) -> None:
+    result = m.patch(PATCHABLE[name], SPEC, name)
+    doc = m.parse_manifest(result.text, name)
+    sched = m.inspect(doc, name, prefix=PREFIX)
+    assert sched.marker is not None and sched.marker.hash == "0123456789ab"
+    assert sched.flags[-1] == "--config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml"
+    assert sched.mounts[-1] == {"mountPath": "/etc/kubernetes/scheduler-patcher", "name": m.VOLUME_NAME,
+                                "readOnly": True}
+    assert sched.volumes[-1] == {"name": m.VOLUME_NAME, "hostPath": {"path": "/etc/kubernetes/scheduler-patcher",
+                                                                     "type": "DirectoryOrCreate"}}
+    assert sched.container_name == "kube-scheduler"
+
+
+def test_crlf_and_missing_final_newline_survive() -> None:
+    text = FIXTURES["crlf-kubeadm.yaml"]
+    patched = m.patch(text, SPEC, "x").text
+    assert "\n" not in patched.replace("\r\n", "")
+    no_eol = FIXTURES["no-eol-kubeadm.yaml"]
+    patched = m.patch(no_eol, SPEC, "x").text
+    assert not patched.endswith("\n")
+
+
+def test_styles_follow_the_siblings() -> None:
+    text = FIXTURES["quoted-long-trailing.yaml"]
+    patched = m.patch(text, SPEC, "x").text
+    assert "    - '--config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml'\n" in patched
+    assert '      path: "/etc/kubernetes/scheduler-patcher"\n' in patched
+    assert "  annotations: {scheduler-patcher.io/patch: '{" in patched
+    flow = m.patch(FIXTURES["flow-style.yaml"], SPEC, "x").text
+    assert '"--leader-elect=true", "--config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml"]' in flow
+    assert "readOnly: true}, {name: scheduler-patcher-config, mountPath:" in flow
+    indented = m.patch(FIXTURES["indented-commented.yaml"], SPEC, "x").text
+    assert "                - --config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml\n" \
+           "                # - --v=4\n" in indented
+    assert "        -   name: scheduler-patcher-config\n            hostPath:\n" \
+           "                path: /etc/kubernetes/scheduler-patcher\n" in indented
+
+
+def test_missing_keys_are_created_at_the_end_of_their_parent() -> None:
+    text = FIXTURES["no-volumes.yaml"]
+    patched = m.patch(text, SPEC, "x").text
+    assert patched.endswith(
+        "    - --config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml\n"
+        "    volumeMounts:\n"
+        "    - name: scheduler-patcher-config\n"
+        "      mountPath: /etc/kubernetes/scheduler-patcher\n"
+        "      readOnly: true\n"
+        "  volumes:\n"
+        "  - name: scheduler-patcher-config\n"
+        "    hostPath:\n"
+        "      path: /etc/kubernetes/scheduler-patcher\n"
+        "      type: DirectoryOrCreate\n")  # name first, like the container this file starts with
+    assert "  namespace: kube-system\n  annotations:\n    scheduler-patcher.io/patch: '{" in patched
+    assert m.restore(patched, "x", prefix=PREFIX) == text
+
+
+def test_sidecar_before_scheduler_is_left_alone() -> None:
+    text = FIXTURES["sidecar-first.yaml"]
+    patched = m.patch(text, SPEC, "x").text
+    sidecar = text[text.index("  containers:\n"):text.index("  - command:")]
+    assert sidecar in patched
+
+
+def test_args_list_is_used_when_the_manifest_uses_args() -> None:
+    patched = m.patch(FIXTURES["args-rke2.yaml"], SPEC, "x").text
+    assert "    - --secure-port=10259\n    - --config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml\n" \
+           "    command:\n" in patched
+
+
+def test_config_change_rewrites_only_our_lines(kubeadm_text: str) -> None:
+    first = m.patch(kubeadm_text, SPEC, "x").text
+    second = m.patch(first, SPEC2, "x")
+    assert second.changed
+    diff = [d for d in difflib.ndiff(first.splitlines(), second.text.splitlines()) if d[:1] in "+-"]
+    assert len(diff) == 4  # the --config line and the marker line, each replaced
+    assert m.restore(second.text, "x", prefix=PREFIX) == kubeadm_text
+
+
+def test_foreign_config_is_refused_by_default() -> None:
+    with pytest.raises(ManifestError, match="already runs with --config=/etc/kubernetes/custom/scheduler-config"):
+        m.patch(FIXTURES["foreign-config.yaml"], SPEC, "f.yaml")
+
+
+def test_foreign_config_replace_and_restore_puts_it_back() -> None:
+    text = FIXTURES["foreign-config.yaml"]
+    result = m.patch(text, REPLACE, "f.yaml")
+    assert "    - --config=/etc/kubernetes/custom/scheduler-config.yaml" not in result.text
+    assert result.marker.replaced == "--config=/etc/kubernetes/custom/scheduler-config.yaml"
+    sched = m.inspect(m.parse_manifest(result.text, "f"), "f", prefix=PREFIX)
+    assert sched.foreign_config == "/etc/kubernetes/custom/scheduler-config.yaml"
+    assert m.patch(result.text, REPLACE, "f").changed is False
+    assert m.restore(result.text, "f", prefix=PREFIX) == text
+
+
+def test_split_config_flag_is_replaced_in_place() -> None:
+    text = FIXTURES["foreign-config.yaml"].replace(
+        "    - --config=/etc/kubernetes/custom/scheduler-config.yaml\n",
+        "    - --config\n    - \"/etc/kubernetes/custom/scheduler-config.yaml\"\n")
+    result = m.patch(text, REPLACE, "f")
+    assert '    - --config\n    - "/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml"\n' in result.text
+    assert m.restore(result.text, "f", prefix=PREFIX) == text
+
+
+def test_restore_works_on_an_upgraded_manifest(kubeadm_text: str) -> None:
+    patched = m.patch(kubeadm_text, SPEC, "x").text
+    upgraded = patched.replace("v1.31.2", "v1.32.0").replace("    - --leader-elect=true\n",
+                                                             "    - --leader-elect=true\n    - --v=2\n")
+    expected = kubeadm_text.replace("v1.31.2", "v1.32.0").replace("    - --leader-elect=true\n",
+                                                                  "    - --leader-elect=true\n    - --v=2\n")
+    assert m.restore(upgraded, "x", prefix=PREFIX) == expected
+
+
+def test_restore_without_marker_is_a_no_op(kubeadm_text: str) -> None:
+    assert m.restore(kubeadm_text, "x", prefix=PREFIX) == kubeadm_text
+
+
+def test_restore_when_someone_removed_some_of_our_items(kubeadm_text: str) -> None:
+    patched = m.patch(kubeadm_text, SPEC, "x").text
+    without_flag = patched.replace(
+        "    - --config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml\n", "")
+    assert m.restore(without_flag, "x", prefix=PREFIX) == kubeadm_text
+
+
+def test_a_partially_removed_patch_is_redone(kubeadm_text: str) -> None:
+    patched = m.patch(kubeadm_text, SPEC, "x").text
+    damaged = patched.replace("    - --config=/etc/kubernetes/scheduler-patcher/config-0123456789ab.yaml\n", "")
+    redone = m.patch(damaged, SPEC, "x")
+    assert redone.changed and redone.text == patched
+
+
+BAD = {
+    "tabs": ("apiVersion: v1\nkind: Pod\nmetadata:\n\tname: x\n", "invalid YAML at line 4"),
+    "bad indentation": ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n    namespace: y\n", "invalid YAML"),
+    "duplicate keys": ("apiVersion: v1\nkind: Pod\nkind: Pod\n", "invalid YAML"),
+    "two documents": ("kind: Pod\n---\nkind: Pod\n", "2 YAML documents"),
+    "empty": ("# nothing\n", "no YAML document"),
+    "not a mapping": ("- a\n- b\n", "not a YAML mapping"),
+    "deployment": ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {}\n", "expected Pod"),
+    "no scheduler": ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: web\n"
+                     "    image: nginx\n    command: [nginx]\n", "no kube-scheduler container"),
+    "shell": ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: kube-scheduler\n"
+              "    image: k\n    command:\n    - /bin/sh\n    - -c\n    - kube-scheduler --leader-elect=true\n",
+              "shell string"),
+    "shell, unnamed": ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: s\n"
+                       "    image: k\n    command: [/bin/sh, -c, exec /usr/local/bin/kube-scheduler --v=2]\n",
+                       "shell string"),
+    "no flags": ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers:\n  - name: kube-scheduler\n"
+                 "    image: k\n", "no command or args"),
+    "foreign volume name": (FIXTURES["kubeadm.yaml"].replace("name: kubeconfig\nstatus",
+                                                             "name: scheduler-patcher-config\nstatus"),
+                            "exists but carries no scheduler-patcher marker"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_refused_with_the_file_name(case: str) -> None:
+    text, message = BAD[case]
+    with pytest.raises(ManifestError) as info:
+        m.patch(text, SPEC, "/etc/kubernetes/manifests/kube-scheduler.yaml")
+    assert info.value.path == "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    assert message in info.value.problem
+    assert str(info.value).startswith("/etc/kubernetes/manifests/kube-scheduler.yaml: ")
+
+
+def test_container_name_override_and_ambiguity() -> None:
+    text = FIXTURES["sidecar-first.yaml"].replace("name: kube-scheduler\n    volumeMounts",
+                                                  "name: scheduler\n    volumeMounts")
+    assert m.patch(text, SPEC, "x").scheduler.container_name == "scheduler"
+    with pytest.raises(ManifestError, match="no container named 'nope'"):
+        m.patch(text, m.PatchSpec(SPEC.host_config_dir, SPEC.config_file, SPEC.config_hash,
+                                  container_name="nope"), "x")
+
+
+def test_scheduler_flags_skip_a_go_runner_prefix() -> None:
+    text = FIXTURES["args-rke2.yaml"]
+    sched = m.inspect(m.parse_manifest(text, "x"), "x", prefix=PREFIX)
+    assert sched.scheduler_flags()[0] == "--permit-port-sharing=true"
+    wrapped = text.replace("    - --permit-port-sharing=true\n",
+                           "    - --log-file=/var/log/s.log\n    - /usr/local/bin/kube-scheduler\n"
+                           "    - --permit-port-sharing=true\n")
+    sched = m.inspect(m.parse_manifest(wrapped, "x"), "x", prefix=PREFIX)
+    assert sched.scheduler_flags()[0] == "--permit-port-sharing=true"
+
+
+def test_marker_round_trips() -> None:
+    marker = m.Marker(hash="0123456789ab", flag="--config=/a", volume="v", mount="/m", container="c",
+                      replaced="'--config=/x'", created=("volumes",))
+    assert m.Marker.from_json(marker.to_json()) == marker
+    with pytest.raises(ValueError):
+        m.Marker.from_json('{"v": 99}')
