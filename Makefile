@@ -33,3 +33,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+IMAGE ?= scheduler-patcher:dev
+## Container image (needs Docker; none runs on the CI machine).
+image:
+	docker build -t $(IMAGE) .

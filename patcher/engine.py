@@ -193,6 +193,7 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
     config = plan.config
     assert config is not None
     _check_writable(opts, plan)
+    checkpoint = store.checkpoint()
     try:
         if any(c.kind == "config" for c in plan.changes):
             fsio.ensure_dir(opts.fs.local(opts.host_config_dir))
@@ -224,6 +225,7 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
     except PatcherError:
         for change in created:
             fsio.remove(change.local)
+        store.rewind(checkpoint)
         raise
     lines.extend(prune(opts, new_state))
     store.save(new_state)

@@ -73,6 +73,23 @@ class StateStore:
         except FileNotFoundError:
             return None
 
+    def checkpoint(self) -> dict[str, bytes | None]:
+        """The record's files as they are now, to rewind to when a write fails half-way."""
+        out: dict[str, bytes | None] = {}
+        for name in (STATE_FILE, ORIGINAL_FILE):
+            try:
+                out[name] = self._path(name).read_bytes()
+            except FileNotFoundError:
+                out[name] = None
+        return out
+
+    def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
+        for name, data in checkpoint.items():
+            if data is None:
+                fsio.remove(self._path(name))
+            elif not self._path(name).exists() or self._path(name).read_bytes() != data:
+                fsio.atomic_write(self._path(name), data, mode=0o600)
+
     def clear(self) -> None:
         for name in (STATE_FILE, ORIGINAL_FILE):
             fsio.remove(self._path(name))

@@ -236,6 +236,7 @@ class NodeReporter:
                 component=self._component,
             )
             try:
+                # (client 37 sends no Content-Type on create; the API server then assumes JSON)
                 self._core.create_namespaced_event(
                     self._event_namespace, k8s.CoreV1Event.model_validate(body), _preload_content=False
                 )

@@ -8,6 +8,7 @@ kubeconfig says: the agent edits a control-plane manifest as root and must know 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -111,11 +112,13 @@ def server_version(api: k8s.ApiClient) -> str | None:
     restart, so failures are logged and answered with ``None`` rather than raised.
     """
     try:
-        info = k8s.VersionApi(api).get_code()
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        # Raw JSON: the generated model insists on every field (goVersion, compiler, …) being present.
+        resp: Any = k8s.VersionApi(api).get_code(_preload_content=False)
+        info = json.loads(resp.data)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
         log.info("cannot read the API server version: %s", describe_error(exc))
         return None
-    version = getattr(info, "git_version", None)
+    version = info.get("gitVersion") if isinstance(info, dict) else None
     return version if isinstance(version, str) and version else None
 
 

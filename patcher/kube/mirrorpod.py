@@ -22,7 +22,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import describe_error, error_status
+from patcher.kube.client import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ class MirrorPodWatcher:
         self._lock = threading.Lock()
         self._watch: k8s_watch.Watch | None = None
         self._thread: threading.Thread | None = None
+        #: The resourceVersion to resume the watch from; ``None`` means "list first".
+        self._resume_rv: str | None = None
         self._synced = threading.Event()
 
     def start(self) -> None:
@@ -150,32 +152,28 @@ class MirrorPodWatcher:
     # -- loop --------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        rv: str | None = None
         while not self._stop.is_set():
             try:
-                if rv is None:
-                    rv = self._list()
+                if self._resume_rv is None:
+                    self._resume_rv = self._list()
                 started = time.monotonic()
-                rv, events = self._stream(rv)
-                healthy = events > 0 or time.monotonic() - started >= 1.0
-                if healthy:
+                events = self._stream(self._resume_rv)
+                if events > 0 or time.monotonic() - started >= 1.0:
                     self._backoff.reset()
                     continue
                 delay = self._backoff.next_delay()
-                log.debug("watch of pod %s/%s ended at once; again in %.1fs", self.namespace, self.pod_name, delay)
+                log.debug("watch of pod %s/%s ended at once; again in %.2fs", self.namespace, self.pod_name, delay)
             except _Gone:
                 log.info("watch of pod %s/%s: resourceVersion %s expired; listing again",
-                         self.namespace, self.pod_name, rv)
-                rv = None
+                         self.namespace, self.pod_name, self._resume_rv)
+                self._resume_rv = None
                 delay = self._backoff.next_delay()
             except _ERRORS as exc:
                 if self._stop.is_set():
                     break
-                if error_status(exc) == 410:
-                    rv = None
                 delay = self._backoff.next_delay()
                 log.log(logging.WARNING if self._backoff.failures == 1 else logging.DEBUG,
-                        "watch of pod %s/%s failed (%s); retrying in %.1fs",
+                        "watch of pod %s/%s failed (%s); retrying in %.2fs",
                         self.namespace, self.pod_name, describe_error(exc), delay)
             except Exception:  # never let a bug end the watch for the agent's lifetime
                 log.exception("watch of pod %s/%s: unexpected error", self.namespace, self.pod_name)
@@ -196,12 +194,16 @@ class MirrorPodWatcher:
             raise ValueError("pod list without metadata.resourceVersion")
         return rv
 
-    def _stream(self, rv: str) -> tuple[str, int]:
-        """Follow one watch request until it ends; return the newest resourceVersion and the events seen."""
+    def _stream(self, rv: str) -> int:
+        """Follow one watch request from ``rv`` until it ends; return the number of events seen.
+
+        Every event's resourceVersion is kept in ``_resume_rv`` as it arrives, so a stream that breaks
+        half-way resumes after the last event it delivered rather than replaying it.
+        """
         w = k8s_watch.Watch()  # type: ignore[no-untyped-call]
         with self._lock:
             if self._stop.is_set():
-                return rv, 0
+                return 0
             self._watch = w
         events = 0
         try:
@@ -222,7 +224,7 @@ class MirrorPodWatcher:
                     raise ValueError(f"watch error event: {obj}")
                 new_rv = _resource_version(obj)
                 if new_rv is not None:
-                    rv = new_rv
+                    self._resume_rv = new_rv
                 events += 1
                 ours = isinstance(obj, dict) and obj.get("metadata", {}).get("name") == self.pod_name
                 if ours and kind in ("ADDED", "MODIFIED"):
@@ -238,7 +240,7 @@ class MirrorPodWatcher:
         finally:
             with self._lock:
                 self._watch = None
-        return rv, events
+        return events
 
     def _deliver(self, pod: Pod | None) -> None:
         current = self.holder.get()

@@ -170,3 +170,9 @@ def policy_schema() -> Schema:
     schema = find_schema("v1", POLICY_KIND)
     assert schema is not None, "policy-v1.json is missing from the package"
     return schema
+
+
+def canonical_schema() -> Schema:
+    """The newest config apiVersion with inline extenders: its field names are the version-neutral spelling."""
+    inline = [s for s in all_schemas() if s.kind == CONFIG_KIND and s.render and s.extenders == "inline"]
+    return max(inline, key=lambda s: s.served_from)

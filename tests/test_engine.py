@@ -1,0 +1,211 @@
+"""The engine on a fake node file system (pyfakefs): what apply/restore write, and what they never touch."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
+
+from patcher import engine
+from patcher.errors import PatcherError
+from tests.conftest import FIXTURES
+
+MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
+FOREIGN = (FIXTURES / "manifests" / "foreign-config.yaml").read_text()
+CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+extenders:
+- urlPrefix: http://127.0.0.1:8889
+  filterVerb: filter
+"""
+
+
+@pytest.fixture
+def node(fs: FakeFilesystem) -> Iterator[FakeFilesystem]:
+    fs.create_file(MANIFEST, contents=KUBEADM)
+    fs.create_file("/src/config.yaml", contents=CONFIG)
+    yield fs
+    set_uid(0)
+
+
+OPTS = engine.Options(source=Path("/src"))
+
+
+def snapshot(root: str = "/") -> dict[str, bytes | None]:
+    out: dict[str, bytes | None] = {}
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            out[os.path.join(folder, d) + "/"] = None
+        for f in files:
+            p = os.path.join(folder, f)
+            out[p] = Path(p).read_bytes()
+    return out
+
+
+def apply(opts: engine.Options = OPTS) -> list[str]:
+    plan = engine.plan_apply(opts)
+    return engine.apply(opts, plan)[0] if plan.pending else []
+
+
+def test_apply_writes_config_then_manifest_and_nothing_else_in_the_manifest_folder(node: FakeFilesystem) -> None:
+    lines = apply()
+    cfg = [p for p in os.listdir("/etc/kubernetes/scheduler-patcher")]
+    assert len(cfg) == 1 and cfg[0].startswith("config-") and cfg[0].endswith(".yaml")
+    assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{cfg[0]}", f"wrote {MANIFEST}"]
+    assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+    assert Path("/etc/kubernetes/scheduler-patcher", cfg[0]).read_text() == CONFIG
+    assert os.stat(f"/etc/kubernetes/scheduler-patcher/{cfg[0]}").st_mode & 0o777 == 0o644
+    assert f"--config=/etc/kubernetes/scheduler-patcher/{cfg[0]}" in Path(MANIFEST).read_text()
+    assert sorted(os.listdir("/var/lib/scheduler-patcher")) == ["original-manifest.yaml", "state.json"]
+    assert Path("/var/lib/scheduler-patcher/original-manifest.yaml").read_text() == KUBEADM
+
+
+def test_second_apply_does_not_touch_the_manifest(node: FakeFilesystem) -> None:
+    apply()
+    os.utime(MANIFEST, ns=(1_000_000_000, 1_000_000_123))
+    before = snapshot()
+    assert apply() == []
+    assert os.stat(MANIFEST).st_mtime_ns == 1_000_000_123
+    assert snapshot() == before
+
+
+def test_config_change_keeps_current_and_previous_files(node: FakeFilesystem) -> None:
+    names = []
+    for n in range(3):
+        Path("/src/config.yaml").write_text(CONFIG + f"percentageOfNodesToScore: {10 + n}\n")
+        apply()
+        names.append(json.loads(Path("/var/lib/scheduler-patcher/state.json").read_text())["config_file"])
+    assert sorted(os.listdir("/etc/kubernetes/scheduler-patcher")) == sorted(names[1:])
+    assert f"--config=/etc/kubernetes/scheduler-patcher/{names[2]}" in Path(MANIFEST).read_text()
+    assert Path("/var/lib/scheduler-patcher/original-manifest.yaml").read_text() == KUBEADM
+
+
+def test_restore_gives_back_the_original_and_removes_our_files(node: FakeFilesystem) -> None:
+    before = snapshot()
+    apply()
+    plan = engine.plan_restore(OPTS)
+    lines = engine.restore(OPTS, plan)
+    assert lines[0] == f"wrote {MANIFEST}" and lines[1].startswith("removed /etc/kubernetes/scheduler-patcher/")
+    assert Path(MANIFEST).read_text() == KUBEADM
+    after = snapshot()
+    created_dirs = {k for k in after if k not in before}
+    assert created_dirs == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/", "/var/lib/scheduler-patcher/"}
+    assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_restore_keeps_an_upgrade_made_since(node: FakeFilesystem) -> None:
+    apply()
+    upgraded = Path(MANIFEST).read_text().replace("v1.31.2", "v1.32.0")
+    Path(MANIFEST).write_text(upgraded)
+    engine.restore(OPTS, engine.plan_restore(OPTS))
+    assert Path(MANIFEST).read_text() == KUBEADM.replace("v1.31.2", "v1.32.0")
+
+
+def test_restore_falls_back_to_the_saved_original_when_the_manifest_is_broken(node: FakeFilesystem) -> None:
+    apply()
+    Path(MANIFEST).write_text("apiVersion: v1\nkind: Pod\n\tbroken")
+    plan = engine.plan_restore(OPTS)
+    assert "cannot be parsed" in plan.notes[0]
+    engine.restore(OPTS, plan)
+    assert Path(MANIFEST).read_text() == KUBEADM
+
+
+def test_restore_of_an_unparsable_manifest_we_never_patched_is_refused(node: FakeFilesystem) -> None:
+    Path(MANIFEST).write_text("kind: Pod\n\tbroken")
+    with pytest.raises(PatcherError, match="invalid YAML"):
+        engine.plan_restore(OPTS)
+
+
+def test_symlinked_manifest_is_edited_at_its_target(node: FakeFilesystem) -> None:
+    os.remove(MANIFEST)
+    node.create_file("/etc/kubernetes/real/kube-scheduler.yaml", contents=KUBEADM)
+    os.symlink("/etc/kubernetes/real/kube-scheduler.yaml", MANIFEST)
+    apply()
+    assert os.path.islink(MANIFEST)
+    assert "--config=" in Path("/etc/kubernetes/real/kube-scheduler.yaml").read_text()
+    assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+
+
+def test_host_root_maps_every_node_path(fs: FakeFilesystem) -> None:
+    fs.create_file("/host" + MANIFEST, contents=KUBEADM)
+    fs.create_file("/src/config.yaml", contents=CONFIG)
+    opts = engine.Options(source=Path("/src"), host_root=Path("/host"))
+    lines = apply(opts)
+    assert lines[-1] == f"wrote {MANIFEST}"
+    text = Path("/host" + MANIFEST).read_text()
+    assert "path: /etc/kubernetes/scheduler-patcher\n" in text and "/host" not in text
+    assert os.path.isdir("/host/etc/kubernetes/scheduler-patcher") and os.path.isdir("/host/var/lib/scheduler-patcher")
+    assert not os.path.exists("/etc/kubernetes/scheduler-patcher")
+
+
+def test_status_reports_the_contract_fields(node: FakeFilesystem) -> None:
+    assert engine.status(OPTS)["patched"] is False
+    apply()
+    info = engine.status(OPTS)
+    state = json.loads(Path("/var/lib/scheduler-patcher/state.json").read_text())
+    assert info["patched"] is True and info["up_to_date"] is True
+    assert info["config_hash"] == state["config_hash"] and len(info["config_hash"]) == 64
+    assert info["foreign_config"] is None
+    assert info["manifest_mtime"].endswith("Z") and len(info["manifest_mtime"].split(".")[1]) == 10
+
+
+BAD_CASES = {
+    "missing manifest": (lambda fs: os.remove(MANIFEST), f"{MANIFEST}: manifest not found"),
+    "missing folder": (lambda fs: fs.remove_object("/etc/kubernetes/manifests"), "manifest folder not found"),
+    "missing source": (lambda fs: os.remove("/src/config.yaml"), "/src/config.yaml: "),
+    "source not a config": (lambda fs: Path("/src/config.yaml").write_text("kind: Policy\n"),
+                            "not a KubeSchedulerConfiguration"),
+    "not utf-8": (lambda fs: Path(MANIFEST).write_bytes(KUBEADM.encode("utf-16")), "not UTF-8"),
+    "invalid yaml": (lambda fs: Path(MANIFEST).write_text(KUBEADM.replace("  name: kube-scheduler\n",
+                                                                          "\tname: kube-scheduler\n")),
+                     "invalid YAML"),
+    "foreign config": (lambda fs: Path(MANIFEST).write_text(FOREIGN), "already runs with --config"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_input_changes_nothing_on_disk(node: FakeFilesystem, case: str) -> None:
+    breaker, message = BAD_CASES[case]
+    breaker(node)
+    before = snapshot()
+    with pytest.raises(PatcherError) as info:
+        apply()
+    assert message in str(info.value)
+    assert snapshot() == before
+
+
+def test_unwritable_manifest_folder_is_refused_before_any_write(node: FakeFilesystem) -> None:
+    os.chmod("/etc/kubernetes/manifests", 0o555)
+    before = snapshot()
+    set_uid(1000)
+    with pytest.raises(PatcherError, match="not writable"):
+        apply()
+    set_uid(0)
+    assert snapshot() == before
+
+
+def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFilesystem) -> None:
+    plan = engine.plan_apply(OPTS)
+    before = snapshot()
+    os.remove(MANIFEST)
+    os.mkdir(MANIFEST)  # os.replace onto a directory fails
+    with pytest.raises(PatcherError, match="write failed"):
+        engine.apply(OPTS, plan)
+    assert not os.listdir("/etc/kubernetes/scheduler-patcher")
+    assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+    assert set(snapshot()) - set(before) == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/",
+                                             "/var/lib/scheduler-patcher/", MANIFEST + "/"}
+
+
+def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
+    from patcher import manifest as m
+
+    sched = m.inspect(m.parse_manifest(FOREIGN, "x"), "x", prefix="scheduler-patcher.io")
+    assert engine.container_to_node_path(sched, "/etc/kubernetes/custom/scheduler-config.yaml") == \
+        "/srv/scheduler/scheduler-config.yaml"
+    assert engine.container_to_node_path(sched, "/elsewhere/x.yaml") is None

@@ -1,0 +1,76 @@
+"""Atomic writes and symlink resolution on a real file system (tmp_path)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from patcher import fsio
+from patcher.errors import PatcherError
+
+
+def test_atomic_write_keeps_mode_and_owner_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "kube-scheduler.yaml"
+    target.write_text("old")
+    os.chmod(target, 0o600)
+    if os.geteuid() == 0:
+        os.chown(target, 1234, 2345)
+    inode = target.stat().st_ino
+    fsio.atomic_write(target, b"new")
+    st = target.stat()
+    assert target.read_bytes() == b"new"
+    assert st.st_mode & 0o7777 == 0o600
+    assert st.st_ino != inode  # replaced, not rewritten in place: a reader sees old or new, never half
+    if os.geteuid() == 0:
+        assert (st.st_uid, st.st_gid) == (1234, 2345)
+    assert os.listdir(tmp_path) == ["kube-scheduler.yaml"]
+
+
+def test_new_file_gets_the_requested_mode(tmp_path: Path) -> None:
+    target = tmp_path / "config-0123456789ab.yaml"
+    fsio.atomic_write(target, b"x", mode=0o644)
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_failed_replace_leaves_the_old_file_and_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "kube-scheduler.yaml"
+    target.write_text("old")
+    seen: list[str] = []
+
+    def failing_replace(src: str, dst: object) -> None:
+        seen.append(os.path.basename(src))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(PatcherError, match="write failed: No space left on device"):
+        fsio.atomic_write(target, b"new")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["kube-scheduler.yaml"]
+    assert seen and seen[0].startswith(".kube-scheduler.yaml.")  # the kubelet ignores dot-files
+
+
+def test_write_into_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(PatcherError, match="folder does not exist"):
+        fsio.atomic_write(tmp_path / "nope" / "x", b"x")
+
+
+def test_resolve_follows_absolute_links_inside_the_host_root(tmp_path: Path) -> None:
+    fs = fsio.HostFS(tmp_path)
+    real = tmp_path / "etc/kubernetes/real/ks.yaml"
+    real.parent.mkdir(parents=True)
+    real.write_text("x")
+    manifests = tmp_path / "etc/kubernetes/manifests"
+    manifests.mkdir()
+    (manifests / "hop.yaml").symlink_to("/etc/kubernetes/real/ks.yaml")  # absolute: a node path
+    (manifests / "kube-scheduler.yaml").symlink_to("hop.yaml")  # relative
+    assert fs.resolve("/etc/kubernetes/manifests/kube-scheduler.yaml") == "/etc/kubernetes/real/ks.yaml"
+    assert fs.local("/etc/../etc/kubernetes") == tmp_path / "etc/kubernetes"
+
+
+def test_symlink_loop_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(PatcherError, match="too many levels"):
+        fsio.HostFS(tmp_path).resolve("/a")

@@ -1,0 +1,118 @@
+"""Pure helpers of the Kubernetes adapters: timestamps, annotation values, event bodies, backoff."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from patcher.kube.backoff import Backoff
+from patcher.kube.status import (
+    NodeState,
+    NodeStatus,
+    desired_annotations,
+    event_body,
+    merge_patch,
+    normalize_prefix,
+    transition_event,
+)
+from patcher.kube.timefmt import format_rfc3339_ns, format_rfc3339_s, parse_rfc3339_ns
+
+NS = 1_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000000000Z"),
+        (1795304401 * NS + 123456789, "2026-11-21T23:40:01.123456789Z"),
+        (1795304401 * NS + 5, "2026-11-21T23:40:01.000000005Z"),
+        (1795304401 * NS + 999_999_999, "2026-11-21T23:40:01.999999999Z"),
+    ],
+)
+def test_format_keeps_every_nanosecond(ns: int, text: str) -> None:
+    assert format_rfc3339_ns(ns) == text
+    assert parse_rfc3339_ns(text) == ns
+
+
+def test_format_seconds_floors() -> None:
+    assert format_rfc3339_s(1795304401 * NS + 999_999_999) == "2026-11-21T23:40:01Z"
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("2026-11-21T23:40:01Z", 1795304401 * NS),
+        ("2026-11-21T23:40:01.5Z", 1795304401 * NS + 500_000_000),
+        ("2026-11-22T01:40:01+02:00", 1795304401 * NS),
+        ("2026-11-21T22:40:01.25-01:00", 1795304401 * NS + 250_000_000),
+        ("2026-11-21t23:40:01.1234567891234z", 1795304401 * NS + 123_456_789),  # truncated, never rounded up
+    ],
+)
+def test_parse_accepts_rfc3339_forms(text: str, ns: int) -> None:
+    assert parse_rfc3339_ns(text) == ns
+
+
+@pytest.mark.parametrize(
+    "text", ["", "2026-11-21", "2026-11-21T23:40:01", "2026-13-01T00:00:00Z", "2026-11-21T24:00:00Z", "yesterday"]
+)
+def test_parse_rejects_garbage(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_rfc3339_ns(text)
+
+
+def test_prefix_is_normalized() -> None:
+    assert normalize_prefix("scheduler-patcher.io") == "scheduler-patcher.io/"
+    assert normalize_prefix("example.com/") == "example.com/"
+    with pytest.raises(ValueError):
+        normalize_prefix("/")
+
+
+def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None:
+    ready = NodeStatus(NodeState.READY, "ab" * 32, 1795304401 * NS + 1, 1795304405 * NS, message="stale")
+    assert desired_annotations(ready, "example.com") == {
+        "example.com/state": "Ready",
+        "example.com/config-hash": "ab" * 32,
+        "example.com/manifest-mtime": "2026-11-21T23:40:01.000000001Z",
+        "example.com/restarted-at": "2026-11-21T23:40:05.000000000Z",
+        "example.com/message": None,
+    }
+    failed = NodeStatus(NodeState.ROLLED_BACK, None, None, message="config abc crash-looped")
+    values = desired_annotations(failed)
+    assert values["scheduler-patcher.io/message"] == "config abc crash-looped"
+    assert values["scheduler-patcher.io/config-hash"] is None
+    assert merge_patch(values) == {"metadata": {"annotations": values}}
+
+
+def test_transition_events_have_camelcase_reasons_and_warning_types() -> None:
+    status = NodeStatus(NodeState.WAITING_FOR_RESTART, "0123456789abcdef")
+    spec = transition_event(status, 5)
+    assert (spec.reason, spec.type) == ("SchedulerPatched", "Normal")
+    assert "0123456789ab" in spec.message and "0123456789abc" not in spec.message
+    rolled = transition_event(NodeStatus(NodeState.ROLLED_BACK, message="bad config"), 5)
+    assert (rolled.reason, rolled.type, rolled.message) == ("PatchRolledBack", "Warning", "bad config")
+    custom = transition_event(NodeStatus(NodeState.READY), 5, reason="SchedulerAdopted", message="m" * 5000)
+    assert custom.reason == "SchedulerAdopted" and len(custom.message) == 1024
+
+
+def test_event_body_stands_in_node_name_for_unknown_uid() -> None:
+    spec = transition_event(NodeStatus(NodeState.RESTORED), 1795304401 * NS + 42)
+    body = event_body(spec, node_name="cp-1", node_uid=None)
+    assert body["metadata"] == {"name": f"cp-1.{1795304401 * NS + 42:x}", "namespace": "default"}
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "cp-1", "uid": "cp-1"}
+    assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-11-21T23:40:01Z"
+    assert body["reason"] == "SchedulerRestored"
+    assert event_body(spec, node_name="cp-1", node_uid="u-1")["involvedObject"]["uid"] == "u-1"
+
+
+def test_backoff_grows_caps_and_jitters() -> None:
+    b = Backoff(initial=1.0, maximum=8.0, factor=2.0, jitter=0.5, rng=random.Random(1))
+    delays = [b.next_delay() for _ in range(8)]
+    ceilings = [1, 2, 4, 8, 8, 8, 8, 8]
+    assert all(c * 0.5 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    assert len(set(delays)) == len(delays)  # jittered
+    assert b.failures == 8
+    b.reset()
+    assert b.failures == 0 and b.next_delay() <= 1.0
+    with pytest.raises(ValueError):
+        Backoff(initial=0)
