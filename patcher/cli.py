@@ -118,6 +118,46 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _seconds(value: str) -> float:
+    """``300``, ``300s``, ``5m``, ``1h``: the DaemonSet's env vars read better with units."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for suffix in ("ms", "s", "m", "h"):
+        if value.endswith(suffix):
+            return float(value[: -len(suffix)]) * units[suffix]
+    return float(value)
+
+
+def _bool(value: str) -> bool:
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r}")
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    f = _Flags(p)
+    f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
+    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=_bool, nargs="?", const=True)
+    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=_seconds)
+    f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=_seconds)
+    f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=_bool)
+    f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
+    f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
+          type=_bool, nargs="?", const=True)
+    f.add("--listen", ":9808", "address of /healthz, /readyz and /metrics")
+    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=_seconds)
+    f.add("--log-format", "text", "log format", choices=["text", "json"])
+    f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from patcher import runner
+
+    return runner.run(_options(args), args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scheduler-patcher",
@@ -129,12 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("apply", "patch the manifest and copy the config (idempotent)", cmd_apply),
         ("restore", "remove exactly our changes from the current manifest", cmd_restore),
         ("status", "report what is on disk", cmd_status),
+        ("run", "the node agent: keep the node patched, report, restore on SIGTERM", cmd_run),
     ]
     for name, help_text, func in commands:
         p = sub.add_parser(name, help=help_text, description=help_text)
         _common(p)
         if name == "status":
             _Flags(p).add("--output", "text", "output format", choices=["text", "json"])
+        if name == "run":
+            _run_flags(p)
         p.set_defaults(func=func)
     return parser
 

@@ -128,8 +128,11 @@ def _foreign(opts: Options, sched: manifest.Scheduler, where: str) -> ForeignCon
 
 
 def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes: frozenset[str] = frozenset(),
-               ) -> Plan:
-    """Everything an apply would write, computed without writing. Raises PatcherError on any refusal."""
+               config: RenderedConfig | None = None) -> Plan:
+    """Everything an apply would write, computed without writing. Raises PatcherError on any refusal.
+
+    ``config`` skips rendering from the source folder: a rollback re-applies the last config that was Ready.
+    """
     node_path, local, data, text = _read_manifest(opts)
     unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
     doc = manifest.parse_manifest(unpatched_text, node_path)
@@ -137,12 +140,13 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     if sched.foreign_config is not None and opts.on_foreign == "fail":
         raise ManifestError(node_path, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
                             "scheduler-patcher did not add; use --on-foreign-config=merge or replace")
-    req = ConfigRequest(
-        source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
-        kube_version=opts.kube_version, fallback_version=fallback_version,
-        scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
-    )
-    config = schedconfig.build_config(req)
+    if config is None:
+        req = ConfigRequest(
+            source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
+            kube_version=opts.kube_version, fallback_version=fallback_version,
+            scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
+        )
+        config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise ConfigError(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
@@ -248,6 +252,24 @@ def prune(opts: Options, state: State, keep_previous: bool = True) -> list[str]:
     return lines
 
 
+def saved_config(opts: Options, record: dict[str, Any]) -> RenderedConfig | None:
+    """The config a state record names (e.g. the last one that was Ready), read back from the host folder."""
+    main, files = record.get("config_file"), record.get("files") or []
+    if not main or main not in files:
+        return None
+    contents: dict[str, bytes] = {}
+    for name in files:
+        try:
+            contents[name] = opts.fs.local(posixpath.join(opts.host_config_dir, name)).read_bytes()
+        except OSError:
+            return None
+    digest = sha256(contents[main])
+    if digest != record.get("config_hash"):
+        return None  # changed on disk since: not the config that was Ready
+    return RenderedConfig(files=contents, main=main, config_hash=digest, form="last-good",
+                          api_version=str(record.get("api_version", "")))
+
+
 @dataclass
 class RestorePlan:
     manifest_path: str
@@ -281,13 +303,19 @@ def plan_restore(opts: Options) -> RestorePlan:
     return RestorePlan(node_path, local, changes, notes)
 
 
-def restore(opts: Options, plan: RestorePlan) -> list[str]:
-    """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up."""
+def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
+    """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
+
+    ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
+    must still remember which config failed).
+    """
     lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path)
             lines.append(f"wrote {change.node_path}")
+    if keep_files:
+        return lines
     for change in plan.changes:
         if change.kind == "config" and fsio.remove(change.local):
             lines.append(f"removed {change.node_path}")

@@ -1,0 +1,374 @@
+"""The node agent's reactor: one thread that owns every decision, fed by watchers, timers and signals.
+
+Like kubeadm's static-pod upgrade it writes, waits for the kubelet to restart the scheduler onto the new
+manifest, and rolls back when that does not happen; like kured it speaks to the cluster only through its
+Node's annotations and events. The API adapters run in their own threads and never block this loop: a
+control plane that is restarting (which is what we cause) must not stop the file-level work.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Literal, Protocol
+
+from patcher import engine, fsio, manifest, restart
+from patcher.errors import ConfigError, PatcherError
+from patcher.health import Health, Metrics
+from patcher.kube.status import NodeState, NodeStatus
+from patcher.proc import LocalRestartTracker
+from patcher.state import State
+from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+
+log = logging.getLogger("patcher.agent")
+
+Event = str  # "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "stop"
+
+
+class Reporter(Protocol):
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None: ...
+    def flush(self, timeout: float) -> bool: ...
+
+
+class PodSource(Protocol):
+    def latest(self) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    files: engine.Options
+    node_name: str = ""
+    resync_interval: float = 300.0
+    restart_timeout: float = 600.0
+    rollback_on_failure: bool = True
+    restore_on_exit: Literal["always", "never"] = "always"
+    local_check: bool = False  # psutil on the node's process table (needs hostPID)
+    debounce: float = 0.3
+    crash_restarts: int = 2  # restarts after our write that make a crash loop
+    grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
+    local_poll: float = 1.0
+
+
+@dataclass
+class Waiting:
+    """The write we are waiting on: the kubelet must restart the scheduler onto it."""
+
+    config_hash: str
+    config_path: str
+    written_ns: int  # manifest mtime after our write
+    deadline: float  # monotonic
+    baseline: restart.Baseline = field(default_factory=restart.Baseline)
+    tracker: LocalRestartTracker | None = None
+
+
+class Agent:
+    def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
+                 health: Health | None = None, metrics: Metrics | None = None,
+                 fallback_version: Callable[[], str | None] = lambda: None) -> None:
+        self.opts = opts
+        self.files = opts.files
+        self.reporter = reporter
+        self.pods = pods
+        self.health = health or Health()
+        self.metrics = metrics or Metrics()
+        self.fallback_version = fallback_version
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.store = self.files.store()
+        self.state = State()
+        self.phase: NodeState | None = None
+        self.waiting: Waiting | None = None
+        self.message: str | None = None
+        self.restarted_at_ns: int | None = None
+        self.watcher: FolderWatcher | None = None
+        self._stopping = threading.Event()
+        self._next_resync = 0.0
+        self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+
+    def notify(self, event: Event) -> None:
+        self.events.put(event)
+
+    def request_stop(self) -> None:
+        if self._stopping.is_set():
+            log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
+            return
+        self._stopping.set()
+        self.events.put("stop")
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
+            self.request_stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def start_watching(self) -> None:
+        fs = self.files.fs
+        manifest_local = fs.local(self.files.manifest_path)
+        watcher = FolderWatcher(self.notify, debounce=self.opts.debounce)
+        targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
+                   ("manifest", fs.local(self.files.manifest_dir), lambda: file_fingerprint(manifest_local))]
+        for name, folder, fingerprint in targets:
+            try:
+                watcher.add(name, folder, fingerprint)
+            except PatcherError as exc:  # keep running: the periodic resync still covers it
+                self.metrics.error("watch")
+                log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=self._log_extra)
+        watcher.start()
+        self.watcher = watcher
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code."""
+        try:
+            self.state = self.store.load()
+        except PatcherError as exc:
+            log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
+            self.state = State()
+        self._resume()
+        self.reconcile("start")
+        if self.reporter is not None and self.phase is not None:
+            self.reporter.publish(self._status())  # a restarted agent re-asserts what it found
+        self._next_resync = time.monotonic() + self.opts.resync_interval
+        while not self._stopping.is_set():
+            self.health.beat()
+            try:
+                event = self.events.get(timeout=self._timeout())
+            except queue.Empty:
+                event = None
+            if event == "stop" or self._stopping.is_set():
+                break
+            if event in ("source", "manifest"):
+                self.reconcile(f"{event} changed")
+            elif time.monotonic() >= self._next_resync:
+                self.reconcile("resync")
+            if time.monotonic() >= self._next_resync:
+                self._next_resync = time.monotonic() + self.opts.resync_interval
+            self.check_restart()
+        return self.shutdown()
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        wake = [self._next_resync - now, 5.0]  # 5 s: the liveness heartbeat
+        if self.waiting is not None:
+            wake.append(self.waiting.deadline - now)
+            if self.waiting.tracker is not None:
+                wake.append(self.opts.local_poll)
+        return max(0.05, min(wake))
+
+    # -- decisions ------------------------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        """After a crash or restart of the agent: pick up a write that was still waiting for the scheduler."""
+        if self.state.phase == NodeState.WAITING_FOR_RESTART and self.state.patched:
+            self._wait_for(self.state.config_hash, self.state.manifest_mtime_ns, adopted=True)
+        elif self.state.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
+            self.phase = NodeState(self.state.phase)
+            self.message = self.state.extra.get("message")
+            self.restarted_at_ns = self.state.extra.get("restarted_at_ns")
+
+    def reconcile(self, why: str) -> None:
+        self.metrics.reconciled()
+        try:
+            plan = engine.plan_apply(self.files, fallback_version=self.fallback_version(),
+                                     bad_hashes=frozenset(self.state.bad_hashes))
+        except ConfigError as exc:
+            if "failed before" in exc.problem:
+                log.info("not retrying a config that was rolled back: %s", exc, extra=self._log_extra)
+                return
+            self._fail(exc, "config")
+            return
+        except PatcherError as exc:
+            self._fail(exc, "manifest")
+            return
+        config = plan.config
+        assert config is not None
+        if not plan.pending:
+            if self.phase in (None, NodeState.FAILED, NodeState.PENDING) and self.waiting is None:
+                # Adopt: the manifest already carries our current patch (e.g. the agent was restarted).
+                log.info("manifest already patched with config %s; adopting it without a write",
+                         config.short_hash, extra=self._log_extra)
+                mtime = fsio.mtime_ns(plan.manifest_local) or 0
+                self.state.config_hash, self.state.config_file = config.config_hash, config.main
+                self.state.files = sorted(config.files)
+                self.state.patched_sha256 = engine.sha256(plan.current)
+                self._wait_for(config.config_hash, self.state.manifest_mtime_ns or mtime, adopted=True)
+            return
+        if plan.manifest_change() is not None:
+            self._set_phase(NodeState.PENDING, None)
+        pod_before = self.pods.latest() if self.pods else None
+        try:
+            lines, new_state = engine.apply(self.files, plan, self.state)
+        except PatcherError as exc:
+            self._fail(exc, "write")
+            return
+        if self.watcher:
+            self.watcher.expect("manifest")
+        self.metrics.wrote()
+        self.state = new_state
+        for note in plan.notes:
+            log.info("%s", note, extra=self._log_extra)
+        for line in lines:
+            log.info("%s (%s)", line, why, extra={**self._log_extra, "hash": config.short_hash})
+        if plan.manifest_change() is None:
+            return  # only config files were rewritten (same content hash): nothing restarts
+        self.restarted_at_ns = None
+        self._wait_for(config.config_hash, new_state.manifest_mtime_ns,
+                       baseline=restart.Baseline.of(pod_before, self._container()))
+
+    def _container(self) -> str:
+        return self.files.container_name or "kube-scheduler"
+
+    def _wait_for(self, config_hash: str, written_ns: int, *, adopted: bool = False,
+                  baseline: restart.Baseline | None = None) -> None:
+        config_path = f"{self.files.host_config_dir}/{self.state.config_file}"
+        tracker = LocalRestartTracker(config_path, written_ns) if self.opts.local_check else None
+        elapsed = max(0.0, (time.time_ns() - written_ns) / 1e9) if adopted else 0.0
+        self.waiting = Waiting(config_hash, config_path, written_ns,
+                               time.monotonic() + max(0.0, self.opts.restart_timeout - elapsed),
+                               baseline or restart.Baseline(), tracker)
+        self.state.manifest_mtime_ns = written_ns
+        self._set_phase(NodeState.WAITING_FOR_RESTART, None,
+                        reason="SchedulerAdopted" if adopted else None)
+        self.check_restart()
+
+    def check_restart(self) -> None:
+        w = self.waiting
+        if w is None:
+            return
+        verdict: restart.Verdict
+        reason: str
+        if self.pods is not None:
+            decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      expected_hash=w.config_hash, manifest_mtime_ns=w.written_ns,
+                                      baseline=w.baseline, container_name=self._container())
+            verdict, reason = decision.verdict, decision.reason
+        elif w.tracker is not None:
+            check = w.tracker.poll()
+            if check.starts > self.opts.crash_restarts:
+                verdict, reason = restart.Verdict.CRASH_LOOPING, (
+                    f"kube-scheduler started {check.starts} times since our write: it is crash-looping")
+            else:
+                verdict = restart.Verdict.READY if check.ready else restart.Verdict.WAITING
+                reason = check.reason
+        else:
+            verdict, reason = restart.Verdict.READY, "restart not verified (no API and no local process check)"
+        if verdict == restart.Verdict.READY:
+            self._ready(w, reason)
+        elif verdict == restart.Verdict.CRASH_LOOPING:
+            self._rollback(w, reason)
+        elif time.monotonic() >= w.deadline:
+            self._rollback(w, f"kube-scheduler did not come back Ready with config {w.config_hash[:12]} within "
+                              f"{self.opts.restart_timeout:.0f}s ({reason})")
+
+    def _ready(self, w: Waiting, reason: str) -> None:
+        now = time.time_ns()
+        self.waiting = None
+        self.restarted_at_ns = now
+        self.metrics.restart_seen(max(0.0, (now - w.written_ns) / 1e9))
+        self.state.last_good = {"config_hash": self.state.config_hash, "config_file": self.state.config_file,
+                                "files": list(self.state.files)}
+        for line in engine.prune(self.files, self.state, keep_previous=False):
+            log.info("%s (config %s is live)", line, w.config_hash[:12], extra=self._log_extra)
+        log.info("kube-scheduler runs config %s: %s", w.config_hash[:12], reason, extra=self._log_extra)
+        self._set_phase(NodeState.READY, None)
+
+    def _rollback(self, w: Waiting, reason: str) -> None:
+        self.waiting = None
+        self.metrics.rolled_back()
+        if w.config_hash not in self.state.bad_hashes:
+            self.state.bad_hashes.append(w.config_hash)
+        if not self.opts.rollback_on_failure:
+            log.error("%s; rollback disabled", reason, extra=self._log_extra)
+            self._set_phase(NodeState.FAILED, reason)
+            return
+        good = engine.saved_config(self.files, self.state.last_good) if self.state.last_good else None
+        try:
+            if good is not None and good.config_hash != w.config_hash:
+                plan = engine.plan_apply(self.files, config=good)
+                if plan.pending:
+                    _, self.state = engine.apply(self.files, plan, self.state)
+                target = f"the last Ready config {good.short_hash}"
+            else:
+                rplan = engine.plan_restore(self.files)
+                engine.restore(self.files, rplan, keep_files=True)
+                self.state.patched_sha256 = ""
+                self.state.config_hash = ""
+                target = "the original manifest"
+        except PatcherError as exc:
+            self.metrics.error("rollback")
+            log.error("rollback failed: %s", exc, extra=self._log_extra)
+            self._set_phase(NodeState.FAILED, f"{reason}; rollback failed: {exc}")
+            return
+        if self.watcher:
+            self.watcher.expect("manifest")
+        message = f"{reason}; rolled back to {target}"
+        log.error("%s", message, extra=self._log_extra)
+        self._set_phase(NodeState.ROLLED_BACK, message)
+
+    def _fail(self, exc: PatcherError, kind: str) -> None:
+        self.metrics.error(kind)
+        log.error("%s", exc, extra={**self._log_extra, "file": exc.path or "-"})
+        if self.waiting is None:
+            self._set_phase(NodeState.FAILED, f"{exc}; nothing was changed")
+
+    def _set_phase(self, phase: NodeState, message: str | None, reason: str | None = None) -> None:
+        changed = phase != self.phase or message != self.message
+        self.phase, self.message = phase, message
+        self.health.set_state(phase.value)
+        self.metrics.set_state(phase.value)
+        self.state.phase = phase.value
+        self.state.extra = {**self.state.extra, "message": message, "restarted_at_ns": self.restarted_at_ns}
+        try:
+            self.store.save(self.state)
+        except PatcherError as exc:
+            log.error("cannot save the state record: %s", exc, extra=self._log_extra)
+        if self.reporter is not None and (changed or phase == NodeState.READY):
+            self.reporter.publish(self._status(), reason=reason)
+
+    def _status(self) -> NodeStatus:
+        assert self.phase is not None
+        return NodeStatus(state=self.phase, config_hash=self.state.config_hash or None,
+                          manifest_mtime_ns=self.state.manifest_mtime_ns or None,
+                          restarted_at_ns=self.restarted_at_ns if self.phase == NodeState.READY else None,
+                          message=self.message)
+
+    # -- stopping -------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> int:
+        started = time.monotonic()
+        if self.watcher:
+            self.watcher.stop()
+        code = 0
+        if self.opts.restore_on_exit == "always":
+            try:
+                plan = engine.plan_restore(self.files)
+                for line in engine.restore(self.files, plan):
+                    log.info("%s (stopping)", line, extra=self._log_extra)
+                self.metrics.restored()
+                self.waiting = None
+                self.state = State()
+                self.phase = NodeState.RESTORED
+                self.message = None
+                self.restarted_at_ns = None
+                self.health.set_state(NodeState.RESTORED.value)
+                if self.reporter is not None:
+                    self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
+            except PatcherError as exc:
+                self.metrics.error("restore")
+                log.error("restore on exit failed: %s", exc, extra=self._log_extra)
+                code = 1
+        if self.reporter is not None:
+            left = self.opts.grace_period - (time.monotonic() - started)
+            if not self.reporter.flush(max(0.5, left)):
+                log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
+        return code

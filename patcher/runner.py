@@ -1,0 +1,110 @@
+"""Wiring for ``scheduler-patcher run``: builds the adapters around the agent loop and tears them down.
+
+Kept out of the agent so that the loop can be driven in tests with in-process fakes of nothing but the
+network: the same objects this module builds, pointed at a local API emulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+
+from kubernetes.client import ApiClient
+
+from patcher import engine, logs, manifest, yamltext
+from patcher.agent import Agent, AgentOptions
+from patcher.errors import PatcherError
+from patcher.health import Health, HealthServer, Metrics
+from patcher.kube.annotations import NodeReporter
+from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, server_version
+from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+
+log = logging.getLogger("patcher.runner")
+
+
+def static_pod_identity(files: engine.Options) -> tuple[str, str]:
+    """(name, namespace) of the static pod, from the manifest; kubeadm's defaults when it cannot be read."""
+    try:
+        node_path = files.fs.resolve(files.manifest_path)
+        text = files.fs.local(node_path).read_text("utf-8")
+        doc = yamltext.parse(text)
+        sched = manifest.inspect(doc, node_path, prefix=files.prefix, container_name=files.container_name)
+        return sched.pod_name or "kube-scheduler", sched.namespace or "kube-system"
+    except (OSError, UnicodeDecodeError, yamltext.YamlTextError, PatcherError) as exc:
+        log.warning("cannot read the static pod's name (%s); assuming kube-scheduler in kube-system", exc)
+        return "kube-scheduler", "kube-system"
+
+
+class _VersionCache:
+    """The API server's version, asked once it answers (it may be down while the control plane restarts)."""
+
+    def __init__(self, api: ApiClient | None) -> None:
+        self.api = api
+        self.value: str | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self) -> str | None:
+        with self.lock:
+            if self.value is None and self.api is not None:
+                self.value = server_version(self.api)
+            return self.value
+
+
+def run(files: engine.Options, args: argparse.Namespace) -> int:
+    logs.setup(args.log_format, args.log_level)
+    metrics = Metrics()
+    health = Health(metrics=metrics)
+    opts = AgentOptions(
+        files=files, node_name=args.node_name or "", resync_interval=args.resync_interval,
+        restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
+        restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
+    )
+    api = None
+    agents: list[Agent] = []  # the watcher thread may call back before the agent exists
+    reporter: NodeReporter | None = None
+    pods: MirrorPodWatcher | None = None
+    if not args.no_api:
+        if not args.node_name:
+            log.error("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
+                      "downward API (spec.nodeName), or pass --no-api for a run without a cluster")
+            return 1
+        try:
+            api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
+        except ApiConfigError as exc:
+            log.error("%s", exc)
+            return 1
+        reporter = NodeReporter(api, args.node_name, prefix=files.prefix + "/",
+                                on_error=lambda kind, exc: metrics.error(f"api-{kind}"))
+        name, namespace = static_pod_identity(files)
+        pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, args.node_name),
+                                on_update=lambda pod: agents[0].notify("pod") if agents else None)
+    agent = Agent(opts, reporter=reporter, pods=pods, health=health, metrics=metrics,
+                  fallback_version=_VersionCache(api))
+    agents.append(agent)
+    try:
+        server: HealthServer | None = HealthServer(health, metrics, args.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s; running without probes", args.listen, exc)
+        server = None
+    agent.install_signal_handlers()
+    if server:
+        server.start()
+    if reporter:
+        reporter.start()
+    if pods:
+        pods.start()
+    agent.start_watching()
+    log.info("agent started", extra={"node": args.node_name or "-", "manifest": files.manifest_path,
+                                     "api": "off" if api is None else "on"})
+    try:
+        return agent.run()
+    finally:
+        if pods:
+            pods.stop()
+        if reporter:
+            reporter.close()
+        if server:
+            server.stop()
+        if api is not None:
+            api.close()  # type: ignore[no-untyped-call]
