@@ -255,8 +255,7 @@ class Agent:
         elif w.tracker is not None:
             check = w.tracker.poll()
             if check.starts > self.opts.crash_restarts:
-                verdict, reason = restart.Verdict.CRASH_LOOPING, (
-                    f"kube-scheduler started {check.starts} times since our write: it is crash-looping")
+                verdict, reason = restart.Verdict.CRASH_LOOPING, f"started {check.starts} times since our write"
             else:
                 verdict = restart.Verdict.READY if check.ready else restart.Verdict.WAITING
                 reason = check.reason
@@ -265,7 +264,7 @@ class Agent:
         if verdict == restart.Verdict.READY:
             self._ready(w, reason)
         elif verdict == restart.Verdict.CRASH_LOOPING:
-            self._rollback(w, reason)
+            self._rollback(w, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({reason})")
         elif time.monotonic() >= w.deadline:
             self._rollback(w, f"kube-scheduler did not come back Ready with config {w.config_hash[:12]} within "
                               f"{self.opts.restart_timeout:.0f}s ({reason})")

@@ -1,0 +1,123 @@
+"""A simulated kubelet for one node: it follows the kubelet's static-pod file rules.
+
+* every non-dot file in the manifest folder is a pod (a stray backup would be run as a second pod: the test
+  fails on it);
+* a static pod is restarted only when its file's content changes; the mirror pod ``<name>-<node>`` then gets
+  the static pod's annotations plus ``kubernetes.io/config.hash``, a new uid, and a container ``startedAt``
+  in whole seconds, like the API's ``metav1.Time``;
+* a scheduler config that contains ``reject-me`` makes the scheduler exit at start: the pod crash-loops
+  (restartCount rising, waiting CrashLoopBackOff), like a real scheduler with an invalid config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from tests.kubeemu import KubeEmulator, make_mirror_pod
+
+
+def _stamp(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
+
+
+@dataclass
+class Restart:
+    at_ns: int
+    file: str
+    content_hash: str
+    crashed: bool
+
+
+@dataclass
+class SimKubelet:
+    emu: KubeEmulator
+    node: str
+    host_root: Path  # the node's file system
+    manifest_dir: str = "/etc/kubernetes/manifests"
+    interval: float = 0.05
+    restarts: list[Restart] = field(default_factory=list)
+    stray_files: list[str] = field(default_factory=list)
+    _seen: dict[str, str] = field(default_factory=dict)
+    _crashing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> SimKubelet:
+        self.sync()
+        self._thread = threading.Thread(target=self._loop, name=f"kubelet-{self.node}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(2)
+
+    def _loop(self) -> None:
+        last_crash = time.monotonic()
+        while not self._stop.wait(self.interval):
+            try:
+                self.sync()
+                if time.monotonic() - last_crash > 0.3:
+                    last_crash = time.monotonic()
+                    self._crash_again()
+            except OSError:
+                pass  # the API server is down: the kubelet retries on its next pass
+
+    def sync(self) -> None:
+        folder = self.host_root / self.manifest_dir.lstrip("/")
+        for path in sorted(folder.iterdir()):
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            if self._seen.get(path.name) == digest:
+                continue
+            if path.name != "kube-scheduler.yaml":
+                self.stray_files.append(path.name)
+            self._start_pod(path.name, data, digest)
+            self._seen[path.name] = digest  # only once the API took the mirror pod: otherwise retry
+
+    def _start_pod(self, name: str, data: bytes, digest: str) -> None:
+        manifest = YAML(typ="safe").load(data.decode())
+        meta = manifest.get("metadata") or {}
+        container = next(c for c in manifest["spec"]["containers"] if c.get("name") == "kube-scheduler")
+        annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": digest[:32],
+                       "kubernetes.io/config.mirror": digest[:32], "kubernetes.io/config.source": "file"}
+        now = time.time_ns()
+        crashed = self._rejects(container)
+        pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),
+                              namespace=meta.get("namespace", "kube-system"), annotations=annotations,
+                              started_at=_stamp(now), waiting_reason="CrashLoopBackOff" if crashed else None,
+                              restart_count=1 if crashed else 0, ready=not crashed)
+        pod["metadata"]["uid"] = str(uuid.uuid4())
+        self.emu.set_pod(pod)
+        self.restarts.append(Restart(now, name, digest, crashed))
+        if crashed:
+            self._crashing[name] = pod
+        else:
+            self._crashing.pop(name, None)
+
+    def _crash_again(self) -> None:
+        for pod in list(self._crashing.values()):
+            status = pod["status"]["containerStatuses"][0]
+            status["restartCount"] += 1
+            self.emu.set_pod(pod)
+
+    def _rejects(self, container: dict[str, Any]) -> bool:
+        for item in [*(container.get("command") or []), *(container.get("args") or [])]:
+            if isinstance(item, str) and item.startswith("--config="):
+                config = self.host_root / item.split("=", 1)[1].lstrip("/")
+                try:
+                    return "reject-me" in config.read_text()
+                except OSError:
+                    return True  # a scheduler whose --config file is missing exits at once
+        return False

@@ -1,0 +1,281 @@
+"""The node agent against a local Kubernetes API emulator and a simulated kubelet.
+
+Everything real but the network peer: the official client over HTTP, inotify on tmp_path, the agent loop in a
+thread (a subprocess for the signal tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from patcher import engine
+from patcher.agent import Agent, AgentOptions
+from patcher.health import Health, Metrics
+from patcher.kube.annotations import NodeReporter
+from patcher.kube.backoff import Backoff
+from patcher.kube.client import ClientSettings, build_api_client
+from patcher.kube.mirrorpod import MirrorPodWatcher
+from tests.conftest import FIXTURES
+from tests.kubeemu import KubeEmulator, wait_until
+from tests.kubeletsim import SimKubelet
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE = "cp-1"
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
+EXTENDERS = """extenders:
+- urlPrefix: http://127.0.0.1:8889
+  filterVerb: filter
+  weight: 1
+"""
+# Valid for our validation, rejected by the simulated scheduler (the kubelet sim looks for "reject-me").
+REJECTED = EXTENDERS.replace("127.0.0.1:8889", "reject-me.example:8889")
+P = "scheduler-patcher.io/"
+
+
+@dataclass
+class Node:
+    root: Path
+    src: Path
+    emu: KubeEmulator
+    kubelet: SimKubelet
+    kubeconfig: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    def annotations(self) -> dict[str, str]:
+        return {k[len(P):]: v for k, v in self.emu.node_annotations(NODE).items() if k.startswith(P)}
+
+    def state(self) -> str | None:
+        return self.annotations().get("state")
+
+    def set_source(self, text: str) -> None:
+        """A ConfigMap update: new data dir, ..data symlink swapped by rename."""
+        gen = self.src / f"..{time.monotonic_ns()}"
+        gen.mkdir()
+        (gen / "extenders.yaml").write_text(text)
+        tmp = self.src / "..data_tmp"
+        tmp.symlink_to(gen.name)
+        os.replace(tmp, self.src / "..data")
+        link = self.src / "extenders.yaml"
+        if not link.is_symlink():
+            link.symlink_to("..data/extenders.yaml")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    root = tmp_path / "node"
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (root / MANIFEST).write_bytes(KUBEADM)
+    src = tmp_path / "src"
+    src.mkdir()
+    emu = KubeEmulator().start()
+    emu.add_node(NODE)
+    kubelet = SimKubelet(emu, NODE, root).start()
+    n = Node(root, src, emu, kubelet, emu.write_kubeconfig(tmp_path / "kubeconfig"))
+    n.set_source(EXTENDERS)
+    yield n
+    kubelet.stop()
+    emu.stop()
+
+
+class Running:
+    """An agent in a thread, wired like ``runner.run`` but with fast retries."""
+
+    def __init__(self, node: Node, **overrides: object) -> None:
+        files = engine.Options(source=node.src, host_root=node.root)
+        opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
+        self.api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
+        fast = Backoff(initial=0.05, maximum=0.5)
+        self.metrics = Metrics()
+        self.health = Health(metrics=self.metrics)
+        self.reporter = NodeReporter(self.api, NODE, backoff=fast)
+        self.agent: Agent | None = None
+        self.pods = MirrorPodWatcher(self.api, "kube-system", f"kube-scheduler-{NODE}", backoff=fast,
+                                     on_update=lambda pod: self.agent.notify("pod") if self.agent else None)
+        self.agent = Agent(opts, reporter=self.reporter, pods=self.pods, health=self.health, metrics=self.metrics)
+        self.reporter.start()
+        self.pods.start()
+        self.agent.start_watching()
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        assert self.agent is not None
+        self.code = self.agent.run()
+
+    def stop(self) -> int | None:
+        assert self.agent is not None
+        self.agent.request_stop()
+        self.thread.join(10)
+        self.pods.stop()
+        self.reporter.close()
+        return self.code
+
+
+def test_first_patch_then_config_change_then_restore(node: Node) -> None:
+    agent = Running(node)
+    assert wait_until(lambda: node.state() == "Ready", 10), node.annotations()
+    first = node.annotations()
+    assert len(first["config-hash"]) == 64 and first["manifest-mtime"].endswith("Z")
+    assert first["manifest-mtime"] == engine.timefmt.rfc3339_ns(node.manifest.stat().st_mtime_ns)
+    assert "restarted-at" in first and "message" not in first
+    assert [r.crashed for r in node.kubelet.restarts] == [False, False]  # the original, then ours
+
+    node.set_source(EXTENDERS.replace("weight: 1", "weight: 5"))
+    assert wait_until(lambda: node.annotations().get("config-hash") not in (None, first["config-hash"])
+                      and node.state() == "Ready", 10)
+    assert len(node.kubelet.restarts) == 3
+    reasons = [e["reason"] for e in node.emu.events()]
+    assert reasons.count("SchedulerRestarted") == 2 and "SchedulerPatched" in reasons
+    files = os.listdir(node.root / "etc/kubernetes/scheduler-patcher")
+    assert len(files) == 1  # the previous config is removed once the new one is Ready
+
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
+    assert node.state() == "Restored"
+    assert node.kubelet.stray_files == []
+
+
+def test_manifest_rewritten_by_someone_else_is_repatched_and_becomes_the_new_original(node: Node) -> None:
+    agent = Running(node)
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
+    t0 = time.monotonic()
+    node.manifest.write_bytes(upgraded)  # kubeadm upgrade: a fresh manifest without our items
+    assert wait_until(lambda: b"--config=" in node.manifest.read_bytes(), 5)
+    assert time.monotonic() - t0 < 1.0
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == upgraded
+
+
+def test_api_down_for_30_seconds_does_not_stop_the_file_work(node: Node) -> None:
+    agent = Running(node)
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    before = node.annotations()["config-hash"]
+    node.emu.go_down("refuse")
+    node.set_source(EXTENDERS.replace("weight: 1", "weight: 7"))
+    assert wait_until(lambda: b"weight: 7" in b"".join(
+        p.read_bytes() for p in (node.root / "etc/kubernetes/scheduler-patcher").iterdir()), 5)
+    assert b"--config=" in node.manifest.read_bytes()
+    time.sleep(30)
+    assert agent.thread.is_alive() and agent.health.alive()
+    node.emu.come_up()
+    assert wait_until(lambda: node.state() == "Ready" and node.annotations()["config-hash"] != before, 20)
+    assert agent.metrics.render().count(b"scheduler_patcher_errors_total") >= 1
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_crash_looping_scheduler_is_rolled_back_to_the_last_ready_config(node: Node) -> None:
+    agent = Running(node, restart_timeout=30.0)
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    good = node.annotations()["config-hash"]
+    good_manifest = node.manifest.read_bytes()
+    node.set_source(REJECTED)
+    assert wait_until(lambda: node.state() == "RolledBack", 15), node.annotations()
+    ann = node.annotations()
+    assert "crash" in ann["message"] and "rolled back to the last Ready config" in ann["message"]
+    assert node.manifest.read_bytes() == good_manifest
+    assert "PatchRolledBack" in [e["reason"] for e in node.emu.events()]
+    good_digest = hashlib.sha256(good_manifest).hexdigest()
+    assert wait_until(lambda: node.kubelet.restarts[-1].content_hash == good_digest, 5)
+    assert not node.kubelet.restarts[-1].crashed  # the scheduler runs again
+    writes = len(node.kubelet.restarts)
+    time.sleep(1.0)  # the same bad config is not tried again
+    assert len(node.kubelet.restarts) == writes and node.state() == "RolledBack"
+    node.set_source(EXTENDERS.replace("weight: 1", "weight: 3"))  # a new config is tried
+    assert wait_until(lambda: node.state() == "Ready" and node.annotations()["config-hash"] != good, 10)
+    assert agent.stop() == 0
+
+
+def test_first_config_rejected_rolls_back_to_the_original_manifest(node: Node) -> None:
+    node.set_source(REJECTED)
+    agent = Running(node, restart_timeout=30.0)
+    assert wait_until(lambda: node.state() == "RolledBack", 15), node.annotations()
+    assert node.manifest.read_bytes() == KUBEADM
+    assert "the original manifest" in node.annotations()["message"]
+    assert agent.stop() == 0
+
+
+def test_timeout_without_restart_rolls_back(node: Node) -> None:
+    node.kubelet.stop()  # nobody restarts the scheduler
+    agent = Running(node, restart_timeout=1.5)
+    assert wait_until(lambda: node.state() == "RolledBack", 10), node.annotations()
+    assert "did not come back Ready" in node.annotations()["message"]
+    assert node.manifest.read_bytes() == KUBEADM
+    assert agent.stop() == 0
+
+
+def _spawn(node: Node, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": NODE, "KUBECONFIG": str(node.kubeconfig)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "patcher", "run", "--host-root", str(node.root), "--source", str(node.src),
+         "--listen", "127.0.0.1:0", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_sigterm_restores_byte_exactly_and_kill_9_restart_adopts(node: Node) -> None:
+    proc = _spawn(node)
+    assert wait_until(lambda: node.state() == "Ready", 15)
+    patched = node.manifest.read_bytes()
+    mtime = node.manifest.stat().st_mtime_ns
+    restarts = len(node.kubelet.restarts)
+    proc.kill()  # kill -9: no restore
+    proc.wait(5)
+    assert node.manifest.read_bytes() == patched
+
+    proc = _spawn(node)
+    time.sleep(2.0)
+    assert node.state() == "Ready"
+    assert node.manifest.stat().st_mtime_ns == mtime  # adopted: no second write
+    assert len(node.kubelet.restarts) == restarts  # and no second scheduler restart
+
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert time.monotonic() - t0 < 10
+    assert node.manifest.read_bytes() == KUBEADM
+    assert node.state() == "Restored"
+    assert not os.listdir(node.root / "etc/kubernetes/scheduler-patcher")
+
+
+def test_run_refuses_to_start_in_cluster_without_node_name(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "KUBECONFIG")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "patcher", "run", "--host-root", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 1
+    assert "NODE_NAME is not set" in proc.stderr
+
+
+def test_no_api_run_patches_and_restores(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (root / MANIFEST).write_bytes(KUBEADM)
+    shutil.copytree(ROOT / "examples/scheduler-config", tmp_path / "src")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "patcher", "run", "--no-api", "--host-root", str(root),
+                             "--source", str(tmp_path / "src"), "--listen", "127.0.0.1:0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert wait_until(lambda: b"--config=" in (root / MANIFEST).read_bytes(), 10)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert (root / MANIFEST).read_bytes() == KUBEADM
