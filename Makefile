@@ -38,3 +38,7 @@ IMAGE ?= scheduler-patcher:dev
 ## Container image (needs Docker; none runs on the CI machine).
 image:
 	docker build -t $(IMAGE) .
+
+## Whole-lifecycle simulation: three nodes, real agent processes, API emulator, simulated kubelets (prints a timeline).
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q -s tests/e2e

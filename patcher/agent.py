@@ -40,6 +40,18 @@ class PodSource(Protocol):
     def latest(self) -> dict[str, Any] | None: ...
 
 
+class Coordinator(Protocol):
+    """One manifest change at a time across the control plane (see ``patcher.rollout``)."""
+
+    held: bool
+    current_holder: str | None
+
+    def acquire(self) -> bool: ...
+    def renew_if_due(self) -> None: ...
+    def release(self, *, bad_hash: str | None = None) -> None: ...
+    def bad_hashes(self) -> set[str]: ...
+
+
 @dataclass(frozen=True)
 class AgentOptions:
     files: engine.Options
@@ -53,6 +65,7 @@ class AgentOptions:
     crash_restarts: int = 2  # restarts after our write that make a crash loop
     grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
     local_poll: float = 1.0
+    lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
 
 
 @dataclass
@@ -65,12 +78,14 @@ class Waiting:
     deadline: float  # monotonic
     baseline: restart.Baseline = field(default_factory=restart.Baseline)
     tracker: LocalRestartTracker | None = None
+    source_hash: str = ""  # the ConfigMap content behind it: what other nodes compare, as they render their own
 
 
 class Agent:
     def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
                  health: Health | None = None, metrics: Metrics | None = None,
-                 fallback_version: Callable[[], str | None] = lambda: None) -> None:
+                 fallback_version: Callable[[], str | None] = lambda: None,
+                 coordinator: Coordinator | None = None) -> None:
         self.opts = opts
         self.files = opts.files
         self.reporter = reporter
@@ -78,6 +93,8 @@ class Agent:
         self.health = health or Health()
         self.metrics = metrics or Metrics()
         self.fallback_version = fallback_version
+        self.coordinator = coordinator
+        self._lease_retry_at: float | None = None
         self.events: queue.Queue[Event] = queue.Queue()
         self.store = self.files.store()
         self.state = State()
@@ -151,6 +168,10 @@ class Agent:
                 self.reconcile(f"{event} changed")
             elif time.monotonic() >= self._next_resync:
                 self.reconcile("resync")
+            elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
+                self.reconcile("rollout lease retry")
+            if self.coordinator is not None and self.waiting is not None:
+                self.coordinator.renew_if_due()
             if time.monotonic() >= self._next_resync:
                 self._next_resync = time.monotonic() + self.opts.resync_interval
             self.check_restart()
@@ -159,6 +180,8 @@ class Agent:
     def _timeout(self) -> float:
         now = time.monotonic()
         wake = [self._next_resync - now, 5.0]  # 5 s: the liveness heartbeat
+        if self._lease_retry_at is not None:
+            wake.append(self._lease_retry_at - now)
         if self.waiting is not None:
             wake.append(self.waiting.deadline - now)
             if self.waiting.tracker is not None:
@@ -170,6 +193,8 @@ class Agent:
     def _resume(self) -> None:
         """After a crash or restart of the agent: pick up a write that was still waiting for the scheduler."""
         if self.state.phase == NodeState.WAITING_FOR_RESTART and self.state.patched:
+            if self.coordinator is not None:
+                self.coordinator.acquire()  # still ours after a crash: keep the others waiting
             self._wait_for(self.state.config_hash, self.state.manifest_mtime_ns, adopted=True)
         elif self.state.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
             self.phase = NodeState(self.state.phase)
@@ -204,12 +229,15 @@ class Agent:
                 self._wait_for(config.config_hash, self.state.manifest_mtime_ns or mtime, adopted=True)
             return
         if plan.manifest_change() is not None:
+            if not self._take_turn(config.config_hash, plan.source_hash):
+                return
             self._set_phase(NodeState.PENDING, None)
         pod_before = self.pods.latest() if self.pods else None
         try:
             lines, new_state = engine.apply(self.files, plan, self.state)
         except PatcherError as exc:
             self._fail(exc, "write")
+            self._end_turn()
             return
         if self.watcher:
             self.watcher.expect("manifest")
@@ -223,19 +251,46 @@ class Agent:
             return  # only config files were rewritten (same content hash): nothing restarts
         self.restarted_at_ns = None
         self._wait_for(config.config_hash, new_state.manifest_mtime_ns,
-                       baseline=restart.Baseline.of(pod_before, self._container()))
+                       baseline=restart.Baseline.of(pod_before, self._container()), source_hash=plan.source_hash)
+
+    def _take_turn(self, config_hash: str, source_hash: str) -> bool:
+        """Coordinated rollout: hold the Lease before a manifest change; skip configs that failed elsewhere."""
+        self._lease_retry_at = None
+        c = self.coordinator
+        if c is None or c.held or config_hash == self.state.last_good.get("config_hash"):
+            return True  # independent mode, our turn already, or re-applying what was Ready here
+        if source_hash and source_hash in c.bad_hashes():
+            log.warning("this source (%s) was rolled back on another node; not trying config %s here",
+                        source_hash[:12], config_hash[:12], extra=self._log_extra)
+            if config_hash not in self.state.bad_hashes:
+                self.state.bad_hashes.append(config_hash)
+                self.store.save(self.state)
+            return False
+        if c.acquire():
+            log.info("rollout lease acquired for config %s", config_hash[:12], extra=self._log_extra)
+            return True
+        log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
+        if self.phase is None:
+            self._set_phase(NodeState.PENDING, None)
+        self._lease_retry_at = time.monotonic() + self.opts.lease_retry
+        return False
+
+    def _end_turn(self, bad_hash: str | None = None) -> None:
+        if self.coordinator is not None and self.coordinator.held:
+            self.coordinator.release(bad_hash=bad_hash)
+            log.info("rollout lease released", extra=self._log_extra)
 
     def _container(self) -> str:
         return self.files.container_name or "kube-scheduler"
 
     def _wait_for(self, config_hash: str, written_ns: int, *, adopted: bool = False,
-                  baseline: restart.Baseline | None = None) -> None:
+                  baseline: restart.Baseline | None = None, source_hash: str = "") -> None:
         config_path = f"{self.files.host_config_dir}/{self.state.config_file}"
         tracker = LocalRestartTracker(config_path, written_ns) if self.opts.local_check else None
         elapsed = max(0.0, (time.time_ns() - written_ns) / 1e9) if adopted else 0.0
         self.waiting = Waiting(config_hash, config_path, written_ns,
                                time.monotonic() + max(0.0, self.opts.restart_timeout - elapsed),
-                               baseline or restart.Baseline(), tracker)
+                               baseline or restart.Baseline(), tracker, source_hash)
         self.state.manifest_mtime_ns = written_ns
         self._set_phase(NodeState.WAITING_FOR_RESTART, None,
                         reason="SchedulerAdopted" if adopted else None)
@@ -280,6 +335,7 @@ class Agent:
             log.info("%s (config %s is live)", line, w.config_hash[:12], extra=self._log_extra)
         log.info("kube-scheduler runs config %s: %s", w.config_hash[:12], reason, extra=self._log_extra)
         self._set_phase(NodeState.READY, None)
+        self._end_turn()
 
     def _rollback(self, w: Waiting, reason: str) -> None:
         self.waiting = None
@@ -289,6 +345,7 @@ class Agent:
         if not self.opts.rollback_on_failure:
             log.error("%s; rollback disabled", reason, extra=self._log_extra)
             self._set_phase(NodeState.FAILED, reason)
+            self._end_turn(bad_hash=w.source_hash or None)
             return
         good = engine.saved_config(self.files, self.state.last_good) if self.state.last_good else None
         try:
@@ -307,12 +364,14 @@ class Agent:
             self.metrics.error("rollback")
             log.error("rollback failed: %s", exc, extra=self._log_extra)
             self._set_phase(NodeState.FAILED, f"{reason}; rollback failed: {exc}")
+            self._end_turn(bad_hash=w.source_hash or None)
             return
         if self.watcher:
             self.watcher.expect("manifest")
         message = f"{reason}; rolled back to {target}"
         log.error("%s", message, extra=self._log_extra)
         self._set_phase(NodeState.ROLLED_BACK, message)
+        self._end_turn(bad_hash=w.source_hash or None)
 
     def _fail(self, exc: PatcherError, kind: str) -> None:
         self.metrics.error(kind)
@@ -366,6 +425,7 @@ class Agent:
                 self.metrics.error("restore")
                 log.error("restore on exit failed: %s", exc, extra=self._log_extra)
                 code = 1
+        self._end_turn()
         if self.reporter is not None:
             left = self.opts.grace_period - (time.monotonic() - started)
             if not self.reporter.flush(max(0.5, left)):

@@ -148,6 +148,12 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
           type=_bool, nargs="?", const=True)
     f.add("--listen", ":9808", "address of /healthz, /readyz and /metrics")
     f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=_seconds)
+    f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
+          choices=["coordinated", "independent"])
+    f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
+    f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=_seconds)
+    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
+          "the agent's namespace (rollout Lease, status ConfigMaps)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 

@@ -77,6 +77,7 @@ class Plan:
     config: RenderedConfig | None = None
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    source_hash: str = ""  # fingerprint of the source folder: the same on every node for one ConfigMap
 
     @property
     def pending(self) -> bool:
@@ -154,7 +155,8 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
                               config_hash=config.config_hash, prefix=opts.prefix,
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifest.patch(text, spec, node_path)
-    plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), sched, config, notes=list(config.notes))
+    plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), sched, config, notes=list(config.notes),
+                source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
     if sched.policy_config_file is not None:
         plan.notes.append(f"the manifest carries --policy-config-file={sched.policy_config_file}; kube-scheduler "
                           "ignores it once --config is set")

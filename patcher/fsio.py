@@ -9,6 +9,7 @@ read and written below that root, while the paths written into the manifest stay
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import posixpath
 import stat
@@ -126,3 +127,26 @@ def mtime_ns(path: Path) -> int | None:
         return path.stat().st_mtime_ns
     except FileNotFoundError:
         return None
+
+
+def file_fingerprint(path: Path) -> str:
+    """Content hash of one file (symlinks followed); ``missing`` when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """Content hash of the visible files of a folder (ConfigMap style: names not starting with a dot)."""
+    h = hashlib.sha256()
+    try:
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    except OSError:
+        return "missing"
+    for name in names:
+        path = folder / name
+        if path.is_dir():
+            continue
+        h.update(name.encode() + b"\0" + file_fingerprint(path).encode() + b"\n")
+    return h.hexdigest()

@@ -193,7 +193,9 @@ class HealthServer:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._server.serve_forever, name="health-server", daemon=True)
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="health-server", daemon=True
+            )
             self._thread.start()
             log.info("health server on %s", self.url)
 

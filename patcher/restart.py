@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from patcher.kube.timefmt import format_rfc3339_ns, parse_rfc3339_ns
+from patcher.timefmt import parse_rfc3339_ns, rfc3339_ns
 
 _NS_PER_S = 1_000_000_000
 #: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
@@ -161,7 +161,7 @@ def decide(
 
     count = status.get("restartCount") if isinstance(status.get("restartCount"), int) else None
     write_s = manifest_mtime_ns // _NS_PER_S
-    written = format_rfc3339_ns(write_s * _NS_PER_S)
+    written = rfc3339_ns(write_s * _NS_PER_S)
     state = status.get("state") if isinstance(status.get("state"), Mapping) else {}
     running, wait, term = (_dig(state, k) for k in ("running", "waiting", "terminated"))
     base = (baseline or Baseline()).restarts_for(_str(_dig(pod, "metadata", "uid")))

@@ -19,6 +19,7 @@ from patcher.health import Health, HealthServer, Metrics
 from patcher.kube.annotations import NodeReporter
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, server_version
 from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+from patcher.rollout import RolloutLease
 
 log = logging.getLogger("patcher.runner")
 
@@ -79,8 +80,12 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         name, namespace = static_pod_identity(files)
         pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, args.node_name),
                                 on_update=lambda pod: agents[0].notify("pod") if agents else None)
+    coordinator = None
+    if api is not None and args.rollout == "coordinated":
+        coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
+                                   duration=int(args.rollout_lease_duration), prefix=files.prefix)
     agent = Agent(opts, reporter=reporter, pods=pods, health=health, metrics=metrics,
-                  fallback_version=_VersionCache(api))
+                  fallback_version=_VersionCache(api), coordinator=coordinator)
     agents.append(agent)
     try:
         server: HealthServer | None = HealthServer(health, metrics, args.listen)
@@ -107,4 +112,4 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         if server:
             server.stop()
         if api is not None:
-            api.close()  # type: ignore[no-untyped-call]
+            api.close()

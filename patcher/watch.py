@@ -9,7 +9,6 @@ the agent tells the watcher what it wrote (``expect``), and the resulting events
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Callable
@@ -20,31 +19,11 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from patcher.errors import PatcherError
+from patcher.fsio import file_fingerprint, folder_fingerprint
+
+__all__ = ["FolderWatcher", "file_fingerprint", "folder_fingerprint"]
 
 log = logging.getLogger(__name__)
-
-
-def file_fingerprint(path: Path) -> str:
-    """Content hash of one file (symlinks followed); ``missing`` when it cannot be read."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return "missing"
-
-
-def folder_fingerprint(folder: Path) -> str:
-    """Content hash of the visible files of a folder (ConfigMap style: names not starting with a dot)."""
-    h = hashlib.sha256()
-    try:
-        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    except OSError:
-        return "missing"
-    for name in names:
-        path = folder / name
-        if path.is_dir():
-            continue
-        h.update(name.encode() + b"\0" + file_fingerprint(path).encode() + b"\n")
-    return h.hexdigest()
 
 
 @dataclass

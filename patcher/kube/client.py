@@ -63,6 +63,10 @@ class TimeoutApiClient(k8s.ApiClient):
             kwargs["_request_timeout"] = self.default_timeout
         return super().call_api(*args, **kwargs)
 
+    def close(self) -> None:
+        """Close the connection pool (typed here: the generated base class is not)."""
+        super().close()  # type: ignore[no-untyped-call]
+
 
 def load_configuration(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 UpdateHook = Callable[[Pod | None], None]
+#: Consecutive failed watch attempts after which the watcher lists again instead of resuming.
+_RELIST_AFTER_FAILURES = 5
 _ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError, KeyError, TypeError)
 
 
@@ -115,6 +117,8 @@ class MirrorPodWatcher:
         self._thread: threading.Thread | None = None
         #: The resourceVersion to resume the watch from; ``None`` means "list first".
         self._resume_rv: str | None = None
+        self._opened_at: float | None = None
+        self._events_seen = 0
         self._synced = threading.Event()
 
     def start(self) -> None:
@@ -153,31 +157,38 @@ class MirrorPodWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._opened_at = None
+            self._events_seen = 0
+            problem: str | None = None
             try:
                 if self._resume_rv is None:
                     self._resume_rv = self._list()
-                started = time.monotonic()
-                events = self._stream(self._resume_rv)
-                if events > 0 or time.monotonic() - started >= 1.0:
-                    self._backoff.reset()
-                    continue
-                delay = self._backoff.next_delay()
-                log.debug("watch of pod %s/%s ended at once; again in %.2fs", self.namespace, self.pod_name, delay)
+                self._stream(self._resume_rv)
             except _Gone:
                 log.info("watch of pod %s/%s: resourceVersion %s expired; listing again",
                          self.namespace, self.pod_name, self._resume_rv)
                 self._resume_rv = None
-                delay = self._backoff.next_delay()
+                problem = "410 Gone"
             except _ERRORS as exc:
-                if self._stop.is_set():
-                    break
-                delay = self._backoff.next_delay()
-                log.log(logging.WARNING if self._backoff.failures == 1 else logging.DEBUG,
-                        "watch of pod %s/%s failed (%s); retrying in %.2fs",
-                        self.namespace, self.pod_name, describe_error(exc), delay)
+                problem = describe_error(exc)
             except Exception:  # never let a bug end the watch for the agent's lifetime
                 log.exception("watch of pod %s/%s: unexpected error", self.namespace, self.pod_name)
-                delay = self._backoff.next_delay()
+                problem = "unexpected error"
+            if self._stop.is_set():
+                break
+            # A stream that delivered events, or stayed open for a while, proves the API works: whatever
+            # ended it (the server's timeout, a proxy cutting idle streams), reconnect without backing off.
+            opened = self._opened_at
+            if self._events_seen or (opened is not None and time.monotonic() - opened >= 1.0):
+                self._backoff.reset()
+                if problem is None:
+                    continue
+            delay = self._backoff.next_delay()
+            if self._backoff.failures >= _RELIST_AFTER_FAILURES:
+                self._resume_rv = None  # whatever keeps failing, a fresh list is the way out
+            log.log(logging.WARNING if self._backoff.failures == 1 and problem else logging.DEBUG,
+                    "watch of pod %s/%s ended (%s); again in %.2fs",
+                    self.namespace, self.pod_name, problem or "at once, without events", delay)
             self._stop.wait(delay)
 
     def _list(self) -> str:
@@ -194,8 +205,8 @@ class MirrorPodWatcher:
             raise ValueError("pod list without metadata.resourceVersion")
         return rv
 
-    def _stream(self, rv: str) -> int:
-        """Follow one watch request from ``rv`` until it ends; return the number of events seen.
+    def _stream(self, rv: str) -> None:
+        """Follow one watch request from ``rv`` until it ends (counting events in ``_events_seen``).
 
         Every event's resourceVersion is kept in ``_resume_rv`` as it arrives, so a stream that breaks
         half-way resumes after the last event it delivered rather than replaying it.
@@ -203,19 +214,17 @@ class MirrorPodWatcher:
         w = k8s_watch.Watch()  # type: ignore[no-untyped-call]
         with self._lock:
             if self._stop.is_set():
-                return 0
+                return
             self._watch = w
-        events = 0
         try:
             for event in w.stream(  # type: ignore[no-untyped-call]
-                self._core.list_namespaced_pod,
+                self._list_pods_raw,
                 self.namespace,
                 field_selector=self._selector,
                 resource_version=rv,
                 allow_watch_bookmarks=True,
                 timeout_seconds=self._watch_timeout,
                 _request_timeout=(self._connect_timeout, float(self._watch_timeout + 30)),
-                deserialize=False,
             ):
                 kind, obj = event.get("type"), event.get("object")
                 if kind == "ERROR":  # the client raises for these itself; kept in case a version does not
@@ -225,7 +234,7 @@ class MirrorPodWatcher:
                 new_rv = _resource_version(obj)
                 if new_rv is not None:
                     self._resume_rv = new_rv
-                events += 1
+                self._events_seen += 1
                 ours = isinstance(obj, dict) and obj.get("metadata", {}).get("name") == self.pod_name
                 if ours and kind in ("ADDED", "MODIFIED"):
                     self._deliver(obj)
@@ -240,7 +249,17 @@ class MirrorPodWatcher:
         finally:
             with self._lock:
                 self._watch = None
-        return events
+
+    def _list_pods_raw(self, *args: Any, **kwargs: Any) -> Any:
+        """``list_namespaced_pod`` without its type information, so ``Watch`` hands out plain dicts.
+
+        ``Watch`` picks the model to deserialize into from the function's annotations and docstring; this
+        wrapper has neither. (Its ``deserialize=False`` switch is no way out: with it the client fails on
+        ``ERROR`` events, the very ones that carry 410 Gone, with a ``KeyError``.)
+        """
+        resp = self._core.list_namespaced_pod(*args, **kwargs)
+        self._opened_at = time.monotonic()  # the server accepted the watch
+        return resp
 
     def _deliver(self, pod: Pod | None) -> None:
         current = self.holder.get()

@@ -7,10 +7,11 @@ gets) are testable without a server and reusable by a readiness command that rea
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from patcher.kube.timefmt import format_rfc3339_ns, format_rfc3339_s
+from patcher.timefmt import rfc3339_ns
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
 COMPONENT: Final = "scheduler-patcher"
@@ -70,6 +71,11 @@ class EventSpec:
     at_ns: int
 
 
+def rfc3339_s(ns: int) -> str:
+    """``ns`` floored to whole seconds in RFC 3339 UTC: the precision of Kubernetes ``metav1.Time`` fields."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
+
+
 def normalize_prefix(prefix: str) -> str:
     """Accept ``scheduler-patcher.io`` or ``scheduler-patcher.io/`` and return the form ending in ``/``."""
     stripped = prefix.strip().rstrip("/")
@@ -89,10 +95,10 @@ def desired_annotations(status: NodeStatus, prefix: str = DEFAULT_PREFIX) -> dic
         p + "state": str(status.state),
         p + "config-hash": status.config_hash or None,
         p + "manifest-mtime": (
-            format_rfc3339_ns(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
+            rfc3339_ns(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
         ),
         p + "restarted-at": (
-            format_rfc3339_ns(status.restarted_at_ns) if status.restarted_at_ns is not None else None
+            rfc3339_ns(status.restarted_at_ns) if status.restarted_at_ns is not None else None
         ),
         p + "message": status.message if keep_message else None,
     }
@@ -146,7 +152,7 @@ def event_body(
     after a lost response collides (409) instead of duplicating the event. Without the node's real uid the
     node name stands in for it, again like the kubelet: ``kubectl describe node`` searches for both.
     """
-    stamp = format_rfc3339_s(spec.at_ns)
+    stamp = rfc3339_s(spec.at_ns)
     return {
         "apiVersion": "v1",
         "kind": "Event",

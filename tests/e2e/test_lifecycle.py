@@ -1,0 +1,201 @@
+"""Whole lifecycle: three control-plane nodes, each with its own folders, simulated kubelet and a real
+``scheduler-patcher run`` process, against one local Kubernetes API emulator.
+
+install -> all Ready; ConfigMap update -> re-patched one node at a time; kubeadm upgrade on one node ->
+re-patched; a config the scheduler rejects -> rolled back on the first node only; SIGTERM -> every manifest
+byte-identical to its original (or to its upgraded version). Prints a timeline (``make e2e`` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.kubeemu import KubeEmulator, wait_until
+from tests.kubeletsim import SimKubelet
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+P = "scheduler-patcher.io/"
+EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: {w}\n"
+REJECTED = "extenders:\n- urlPrefix: http://reject-me.example:8889\n  filterVerb: filter\n  weight: 1\n"
+# Same scheduler version and flags on every node (so one rendered config hash), different file layouts.
+ORIGINALS = {"cp-1": "kubeadm.yaml", "cp-2": "kubeadm.yaml", "cp-3": "kubeadm.yaml (CRLF)"}
+
+
+@dataclass
+class Sim:
+    name: str
+    root: Path
+    src: Path
+    original: bytes
+    kubelet: SimKubelet
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    def configmap(self, text: str) -> None:
+        gen = self.src / f"..{time.monotonic_ns()}"
+        gen.mkdir()
+        (gen / "extenders.yaml").write_text(text)
+        tmp = self.src / "..data_tmp"
+        tmp.symlink_to(gen.name)
+        os.replace(tmp, self.src / "..data")
+        if not (self.src / "extenders.yaml").is_symlink():
+            (self.src / "extenders.yaml").symlink_to("..data/extenders.yaml")
+
+
+@dataclass
+class Timeline:
+    emu: KubeEmulator
+    names: list[str]
+    t0: float = field(default_factory=time.monotonic)
+    rows: list[tuple[float, str, str, str]] = field(default_factory=list)
+    last: dict[str, tuple[str, str]] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def ann(self, node: str) -> dict[str, str]:
+        return {k[len(P):]: v for k, v in self.emu.node_annotations(node).items() if k.startswith(P)}
+
+    def poll(self) -> None:
+        for n in self.names:
+            a = self.ann(n)
+            now = (a.get("state", "-"), a.get("config-hash", "")[:12])
+            if self.last.get(n) != now:
+                self.last[n] = now
+                self.rows.append((time.monotonic() - self.t0, n, *now))
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            self.poll()
+
+    def mark(self, what: str) -> None:
+        self.rows.append((time.monotonic() - self.t0, "--", what, ""))
+
+    def all(self, state: str, config_hash: str | None = None) -> bool:
+        self.poll()
+        return all(self.last.get(n, ("", ""))[0] == state and (config_hash is None or
+                   self.ann(n).get("config-hash") == config_hash) for n in self.names)
+
+    def overlaps(self, since: float) -> list[str]:
+        """Moments when two nodes were WaitingForRestart at once (must never happen in coordinated mode)."""
+        waiting: set[str] = set()
+        bad = []
+        for t, node, state, _ in self.rows:
+            if node == "--" or t < since:
+                continue
+            (waiting.add if state == "WaitingForRestart" else waiting.discard)(node)
+            if len(waiting) > 1:
+                bad.append(f"{t:.2f}s {sorted(waiting)}")
+        return bad
+
+    def print(self) -> None:
+        print("\n  time   node  state              config")
+        for t, node, state, h in self.rows:
+            print(f"{t:6.2f}s  {node:<5} {state:<18} {h}")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]]:
+    emu = KubeEmulator().start()
+    kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    sims = []
+    for name, fixture in ORIGINALS.items():
+        emu.add_node(name, labels={"node-role.kubernetes.io/control-plane": ""})
+        root = tmp_path / name
+        (root / "etc/kubernetes/manifests").mkdir(parents=True)
+        original = (FIXTURES / "manifests" / fixture.split()[0]).read_bytes()
+        if "CRLF" in fixture:
+            original = original.replace(b"\n", b"\r\n")
+        (root / MANIFEST).write_bytes(original)
+        src = tmp_path / f"{name}-src"
+        src.mkdir()
+        sim = Sim(name, root, src, original, SimKubelet(emu, name, root).start())
+        sim.configmap(EXTENDERS.format(w=1))
+        sims.append(sim)
+    timeline = Timeline(emu, list(ORIGINALS))
+    watcher = threading.Thread(target=timeline.run, daemon=True)
+    watcher.start()
+    for sim in sims:
+        sim.log = tmp_path / f"{sim.name}.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": sim.name, "KUBECONFIG": str(kubeconfig),
+               "POD_NAMESPACE": "scheduler-patcher"}
+        sim.proc = subprocess.Popen(
+            [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
+             "--listen", "127.0.0.1:0", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
+             "--log-format", "json"], env=env, stdout=sim.log.open("wb"), stderr=subprocess.STDOUT)
+    yield emu, sims, timeline
+    timeline.stop.set()
+    for sim in sims:
+        if sim.proc and sim.proc.poll() is None:
+            sim.proc.kill()
+        sim.kubelet.stop()
+    emu.stop()
+
+
+def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> None:
+    emu, sims, tl = cluster
+    by = {s.name: s for s in sims}
+
+    tl.mark("install")
+    assert wait_until(lambda: tl.all("Ready"), 40), tl.last
+    first = tl.ann("cp-1")["config-hash"]
+    assert tl.all("Ready", first)
+    assert tl.overlaps(0) == []
+
+    tl.mark("ConfigMap update")
+    since = time.monotonic() - tl.t0
+    for sim in sims:
+        sim.configmap(EXTENDERS.format(w=5))
+    assert wait_until(lambda: tl.all("Ready") and tl.ann("cp-1")["config-hash"] != first
+                      and len({tl.ann(n)["config-hash"] for n in by}) == 1, 40), tl.last
+    assert tl.overlaps(since) == []
+
+    tl.mark("kubeadm upgrade on cp-2")
+    upgraded = by["cp-2"].original.replace(b"v1.31.2", b"v1.32.0")
+    by["cp-2"].manifest.write_bytes(upgraded)
+    assert wait_until(lambda: b"--config=" in by["cp-2"].manifest.read_bytes(), 5)
+    assert wait_until(lambda: tl.all("Ready") and b"v1.32.0" in by["cp-2"].manifest.read_bytes(), 20), tl.last
+    live = {n: tl.ann(n)["config-hash"] for n in by}  # cp-2 now renders for its new version
+
+    tl.mark("rejected config")
+    restarts = {s.name: len(s.kubelet.restarts) for s in sims}
+    for sim in sims:
+        sim.configmap(REJECTED)
+    assert wait_until(lambda: sum(tl.last[n][0] == "RolledBack" for n in by) == 1, 40), tl.last
+    time.sleep(3)  # the others had their turn by now, and must have skipped the bad config
+    rolled = [n for n in by if tl.last[n][0] == "RolledBack"]
+    assert len(rolled) == 1, tl.last
+    for name, sim in by.items():
+        if name in rolled:
+            assert len(sim.kubelet.restarts) == restarts[name] + 2  # the bad one, then the rollback
+        else:
+            assert len(sim.kubelet.restarts) == restarts[name]  # never wrote the bad config
+            assert tl.last[name] == ("Ready", live[name][:12])
+
+    tl.mark("SIGTERM to all")
+    for sim in sims:
+        assert sim.proc is not None
+        sim.proc.send_signal(signal.SIGTERM)
+    for sim in sims:
+        assert sim.proc is not None
+        assert sim.proc.wait(30) == 0, sim.log.read_text() if sim.log else ""
+    assert wait_until(lambda: tl.all("Restored"), 10), tl.last
+    for name, sim in by.items():
+        expected = upgraded if name == "cp-2" else sim.original
+        assert sim.manifest.read_bytes() == expected, name
+        assert sim.kubelet.stray_files == []
+    tl.print()

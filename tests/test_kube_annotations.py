@@ -1,0 +1,205 @@
+"""NodeReporter against the emulator: one merge patch per change, outages absorbed, latest state wins, events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from patcher.kube.annotations import NodeReporter, annotation_snapshot
+from patcher.kube.backoff import Backoff
+from patcher.kube.client import ClientSettings, build_api_client
+from patcher.kube.status import NodeState, NodeStatus
+from tests.kubeemu import KubeEmulator, wait_until
+
+NODE = "cp-1"
+NS = 1_000_000_000
+HASH = "0123456789ab" + "cd" * 26
+MTIME = 1795304401 * NS + 123456789
+P = "scheduler-patcher.io/"
+NODE_PATH = f"/api/v1/nodes/{NODE}"
+
+
+def fast() -> Backoff:
+    return Backoff(initial=0.05, maximum=0.3)
+
+
+@pytest.fixture
+def emu() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as e:
+        e.add_node(NODE, annotations={"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock",
+                                      P + "message": "left over from an earlier run"})
+        yield e
+
+
+@pytest.fixture
+def api(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.ApiClient]:
+    client = build_api_client(
+        ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), timeout=(0.5, 1.0))
+    )
+    yield client
+    client.close()
+
+
+def ours(emu: KubeEmulator) -> dict[str, str]:
+    return {k: v for k, v in emu.node_annotations(NODE).items() if k.startswith(P)}
+
+
+def successful_patches(emu: KubeEmulator) -> list[dict[str, str | None]]:
+    return [r.json()["metadata"]["annotations"] for r in emu.requests("PATCH", NODE_PATH) if r.status == 200]
+
+
+def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    with NodeReporter(api, NODE, backoff=fast()) as rep:
+        waiting = NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME)
+        rep.publish(waiting)
+        assert rep.flush(5)
+        for _ in range(3):
+            rep.publish(waiting)
+        assert rep.flush(5)
+        time.sleep(0.2)
+        patches = emu.requests("PATCH", NODE_PATH)
+        assert len(patches) == 1
+        assert patches[0].headers["content-type"] == "application/merge-patch+json"
+        assert patches[0].json() == {"metadata": {"annotations": {
+            P + "state": "WaitingForRestart",
+            P + "config-hash": HASH,
+            P + "manifest-mtime": "2026-11-21T23:40:01.123456789Z",
+            P + "restarted-at": None,
+            P + "message": None,  # clears the leftover
+        }}}
+        assert ours(emu) == {P + "state": "WaitingForRestart", P + "config-hash": HASH,
+                             P + "manifest-mtime": "2026-11-21T23:40:01.123456789Z"}
+        assert "kubeadm.alpha.kubernetes.io/cri-socket" in emu.node_annotations(NODE)  # others untouched
+
+        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + 3 * NS))
+        assert rep.flush(5)
+        assert len(emu.requests("PATCH", NODE_PATH)) == 2
+        assert ours(emu)[P + "restarted-at"] == "2026-11-21T23:40:04.123456789Z"
+        assert rep.published == successful_patches(emu)[-1]
+        assert annotation_snapshot(emu.get("nodes", NODE) or {})["state"] == "Ready"
+
+
+def test_message_only_while_failed_or_rolled_back(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    with NodeReporter(api, NODE, backoff=fast()) as rep:
+        rep.publish(NodeStatus(NodeState.ROLLED_BACK, None, MTIME, message="config 0123456789ab crash-looped"))
+        assert rep.flush(5)
+        assert ours(emu)[P + "message"] == "config 0123456789ab crash-looped"
+        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, message="ignored outside failures"))
+        assert rep.flush(5)
+        assert P + "message" not in ours(emu)
+        assert successful_patches(emu)[-1][P + "message"] is None
+
+
+def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    errors: list[str] = []
+    with NodeReporter(api, NODE, backoff=fast(), on_error=lambda kind, exc: errors.append(kind)) as rep:
+        rep.publish(NodeStatus(NodeState.PENDING, HASH))
+        assert rep.flush(5)
+        with emu.outage("refuse"):
+            states = [
+                NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME),
+                NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + NS),
+                NodeStatus(NodeState.WAITING_FOR_RESTART, "fe" * 32, MTIME + 60 * NS),
+            ]
+            started = time.monotonic()
+            for status in states:
+                rep.publish(status)
+            assert time.monotonic() - started < 0.05  # publishing is a hand-over, not a request
+            assert wait_until(lambda: len(errors) >= 3, 5)
+            assert not rep.flush(0.3)  # the deadline is honoured while the API is down
+            time.sleep(1.5)
+        assert rep.flush(5)
+        # Only the newest state was sent after the outage; the intermediate ones never reached the server.
+        after = successful_patches(emu)
+        assert len(after) == 2
+        assert after[-1][P + "config-hash"] == "fe" * 32
+        assert ours(emu)[P + "state"] == "WaitingForRestart"
+        assert ours(emu)[P + "manifest-mtime"] == "2026-11-21T23:41:01.123456789Z"
+        assert P + "restarted-at" not in ours(emu)
+        # ... while every transition still became an event, in order.
+        assert [e["reason"] for e in emu.events("default")] == [
+            "PatchPending", "SchedulerPatched", "SchedulerRestarted", "SchedulerPatched"]
+        assert set(errors) == {"annotations"}
+
+
+def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    rep = NodeReporter(api, NODE, backoff=fast())
+    with emu.outage("503"):
+        rep.start()
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
+        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) >= 2, 5)
+        assert rep.published is None  # nothing is claimed as published while the API refuses it
+        assert all(r.status == 503 for r in emu.requests("PATCH", NODE_PATH))
+    assert rep.flush(5)
+    rep.close()
+    assert ours(emu)[P + "state"] == "WaitingForRestart"
+
+
+def test_an_event_per_transition_about_the_node(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    uid = (emu.get("nodes", NODE) or {})["metadata"]["uid"]
+    with NodeReporter(api, NODE, backoff=fast()) as rep:
+        rep.publish(NodeStatus(NodeState.PENDING, HASH))
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))  # no transition, no event
+        rep.publish(NodeStatus(NodeState.ROLLED_BACK, None, MTIME, message="kube-scheduler crash-looped"))
+        rep.publish(NodeStatus(NodeState.RESTORED), reason="SchedulerRestored", message="Agent stopped.")
+        assert rep.flush(5)
+    events = emu.events("default")
+    assert [(e["reason"], e["type"]) for e in events] == [
+        ("PatchPending", "Normal"), ("SchedulerPatched", "Normal"),
+        ("PatchRolledBack", "Warning"), ("SchedulerRestored", "Normal")]
+    assert events[2]["message"] == "kube-scheduler crash-looped"
+    assert events[3]["message"] == "Agent stopped."
+    for event in events:
+        assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == NODE
+        assert event["metadata"]["namespace"] == "default"
+        assert event["source"] == {"component": "scheduler-patcher", "host": NODE}
+    # The uid is learned from the first patch's answer, which comes before any event is sent.
+    assert {e["involvedObject"]["uid"] for e in events} == {uid}
+    assert all(r.path == "/api/v1/namespaces/default/events" for r in emu.requests("POST"))
+
+
+def test_a_retried_event_that_already_exists_is_not_duplicated(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    at = MTIME
+    # As if an earlier attempt had been stored but its answer lost.
+    emu.create({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": f"{NODE}.{at:x}", "namespace": "default"}, "reason": "SchedulerPatched"})
+    with NodeReporter(api, NODE, backoff=fast(), clock_ns=lambda: at) as rep:
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
+        assert rep.flush(5)
+        assert rep.pending_events == 0
+    assert [r.status for r in emu.requests("POST")] == [409]
+    assert len(emu.events("default")) == 1
+
+
+def test_flush_delivers_the_final_state_within_its_deadline(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    slow = Backoff(initial=5.0, maximum=20.0)  # after one failure the next regular retry is seconds away
+    with NodeReporter(api, NODE, backoff=slow) as rep:
+        with emu.outage("refuse"):
+            rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
+            assert wait_until(lambda: slow.failures >= 1, 5)
+        rep.publish(NodeStatus(NodeState.RESTORED))
+        started = time.monotonic()
+        assert rep.flush(2.0)  # retries at once instead of waiting out the backoff
+        assert time.monotonic() - started < 1.0
+        assert ours(emu)[P + "state"] == "Restored"
+        assert [e["reason"] for e in emu.events("default")] == ["SchedulerRestarted", "SchedulerRestored"]
+
+
+def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    rep = NodeReporter(api, NODE, backoff=fast())
+    rep.start()
+    emu.go_down("refuse")
+    try:
+        rep.publish(NodeStatus(NodeState.RESTORED))
+        started = time.monotonic()
+        assert rep.flush(0.5) is False
+        assert 0.4 < time.monotonic() - started < 1.5
+        rep.close(timeout=2.0)
+    finally:
+        emu.come_up()
+    assert rep.pending_events == 1

@@ -1,0 +1,128 @@
+"""The API emulator itself (tests/kubeemu.py), through the official client: the semantics other tests rely on."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from patcher.kube.client import ClientSettings, build_api_client
+from tests.kubeemu import KubeEmulator, json_patch, make_mirror_pod, merge_patch
+
+
+@pytest.fixture
+def emu() -> Iterator[KubeEmulator]:
+    with KubeEmulator(token="tok", bookmark_interval=0.1) as e:
+        yield e
+
+
+@pytest.fixture
+def core(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.CoreV1Api]:
+    api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+    yield k8s.CoreV1Api(api)
+    api.close()
+
+
+def raw(resp: Any) -> Any:
+    return json.loads(resp.data)
+
+
+def test_patch_types(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    emu.set_pod(make_mirror_pod(node_name="n1", started_at="2026-11-21T23:40:02Z"))
+    name = "kube-scheduler-n1"
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/nodeName", "value": "n1"},
+                                 {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+    core.patch_namespaced_pod(name, "kube-system", ops, _preload_content=False)  # json-patch for a list
+    assert (emu.get("pods", name, "kube-system") or {})["metadata"]["labels"] == {"a": "b"}
+    with pytest.raises(ApiException) as failed:
+        core.patch_namespaced_pod(name, "kube-system", [{"op": "test", "path": "/spec/nodeName", "value": "x"}])
+    assert failed.value.status == 422
+    with pytest.raises(ApiException) as strategic:  # the client's default for an object body
+        core.patch_namespaced_pod(name, "kube-system", {"metadata": {"labels": {"c": "d"}}})
+    assert strategic.value.status == 415
+    core.patch_namespaced_pod(name, "kube-system", {"metadata": {"labels": {"a": None, "c": "d"}}},
+                              _content_type="application/merge-patch+json", _preload_content=False)
+    assert (emu.get("pods", name, "kube-system") or {})["metadata"]["labels"] == {"c": "d"}
+
+
+def test_create_replace_conflicts(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    body = k8s.V1ConfigMap.model_validate(
+        {"metadata": {"generateName": "cfg-", "namespace": "kube-system"}, "data": {"k": "v"}}
+    )
+    created = raw(core.create_namespaced_config_map("kube-system", body, _preload_content=False))
+    assert created["metadata"]["name"].startswith("cfg-") and created["metadata"]["resourceVersion"]
+    with pytest.raises(ApiException) as wrong_ns:
+        core.create_namespaced_config_map("default", body)
+    assert wrong_ns.value.status == 400
+    stale = k8s.V1ConfigMap.model_validate(dict(created, data={"k": "w"}))
+    emu.mutate("configmaps", created["metadata"]["name"], lambda o: o["data"].update(k="x"), "kube-system")
+    with pytest.raises(ApiException) as conflict:
+        core.replace_namespaced_config_map(created["metadata"]["name"], "kube-system", stale)
+    assert conflict.value.status == 409
+
+
+def test_selectors_and_auth(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    for node in ("n1", "n2"):
+        pod = make_mirror_pod(node_name=node, started_at="2026-11-21T23:40:02Z")
+        pod["metadata"]["labels"] = {"tier": "control-plane", "node": node}
+        emu.set_pod(pod)
+
+    def names(namespace: str, fields: str | None = None, labels: str | None = None) -> list[str]:
+        resp = core.list_namespaced_pod(namespace, field_selector=fields, label_selector=labels,
+                                        _preload_content=False)
+        return [p["metadata"]["name"] for p in raw(resp)["items"]]
+
+    assert names("kube-system", fields="spec.nodeName=n2") == ["kube-scheduler-n2"]
+    assert names("kube-system", labels="tier=control-plane,node!=n1") == ["kube-scheduler-n2"]
+    assert names("default") == []
+    emu.token = "rotated"
+    with pytest.raises(ApiException) as unauthorized:
+        core.list_namespaced_pod("kube-system")
+    assert unauthorized.value.status == 401
+
+
+def test_watch_stream_semantics(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    pod = make_mirror_pod(node_name="n1", started_at="2026-11-21T23:40:02Z")
+    pod["metadata"]["labels"] = {"watched": "yes"}
+    emu.set_pod(pod)
+    rv = raw(core.list_namespaced_pod("kube-system", _preload_content=False))["metadata"]["resourceVersion"]
+    emu.mutate("pods", "kube-scheduler-n1", lambda p: p["metadata"]["labels"].update(watched="no"), "kube-system")
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return core.list_namespaced_pod(*args, **kwargs)
+
+    watch = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+    stream = watch.stream(  # type: ignore[no-untyped-call]
+        wrapper, "kube-system", label_selector="watched=yes", resource_version=rv,
+        allow_watch_bookmarks=True, timeout_seconds=1,
+    )
+    events = list(stream)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "DELETED"  # it left the selector: a watcher of that selector sees it go
+    assert "BOOKMARK" in kinds[1:] and set(kinds[1:]) == {"BOOKMARK"}
+
+
+def test_outage_refuses_connections_and_keeps_the_port(emu: KubeEmulator) -> None:
+    port = emu.port
+    with emu.outage("refuse"), pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)
+    with socket.create_connection(("127.0.0.1", emu.port), timeout=1):
+        assert emu.port == port
+
+
+def test_patch_helpers() -> None:
+    assert merge_patch({"a": {"b": 1, "c": 2}}, {"a": {"b": None, "d": 3}}) == {"a": {"c": 2, "d": 3}}
+    doc = {"spec": {"schedulingGates": [{"name": "a"}, {"name": "ours"}, {"name": "b"}]}}
+    out = json_patch(doc, [{"op": "test", "path": "/spec/schedulingGates/1/name", "value": "ours"},
+                           {"op": "remove", "path": "/spec/schedulingGates/1"}])
+    assert out == {"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}
+    moved = json_patch({"a": {"x": 1}}, [{"op": "move", "from": "/a/x", "path": "/b"},
+                                         {"op": "copy", "from": "/b", "path": "/c"}])
+    assert moved == {"a": {}, "b": 1, "c": 1}

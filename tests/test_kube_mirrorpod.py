@@ -1,0 +1,181 @@
+"""MirrorPodWatcher against the emulator: field-selected list+watch, resume, 410, outages, deletion, stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from patcher.kube.backoff import Backoff
+from patcher.kube.client import ClientSettings, build_api_client
+from patcher.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
+from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
+
+NODE = "cp-1"
+NAME = mirror_pod_name("kube-scheduler", NODE)
+PODS = "/api/v1/namespaces/kube-system/pods"
+
+
+@pytest.fixture(params=["http", "https"])
+def emu(request: pytest.FixtureRequest) -> Iterator[KubeEmulator]:
+    if request.param == "https" and not tls_available():
+        pytest.skip("the openssl tool is needed to make certificates")
+    with KubeEmulator(tls=request.param == "https") as e:
+        yield e
+
+
+@pytest.fixture
+def api(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.ApiClient]:
+    client = build_api_client(
+        ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), timeout=(0.5, 1.0))
+    )
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def watcher(api: k8s.ApiClient) -> Iterator[MirrorPodWatcher]:
+    w = MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), watch_timeout_s=30)
+    yield w
+    w.stop()
+
+
+def annotation(w: MirrorPodWatcher, key: str = "x") -> Any:
+    return ((w.latest() or {}).get("metadata", {}).get("annotations") or {}).get(key)
+
+
+def bump(emu: KubeEmulator, value: str, name: str = NAME) -> None:
+    emu.mutate("pods", name, lambda p: p["metadata"]["annotations"].update(x=value), namespace="kube-system")
+
+
+def watches(emu: KubeEmulator) -> list[dict[str, str]]:
+    return [r.query for r in emu.requests("GET", PODS) if r.query.get("watch") == "true"]
+
+
+def lists(emu: KubeEmulator) -> list[dict[str, str]]:
+    return [r.query for r in emu.requests("GET", PODS) if "watch" not in r.query]
+
+
+def test_sees_creation_and_updates_of_that_one_pod_only(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    emu.set_pod(make_mirror_pod(node_name="cp-2", started_at="2026-11-21T23:40:02Z"))  # another node's
+    seen: list[Any] = []
+    watcher = MirrorPodWatcher(api, "kube-system", NAME, on_update=seen.append, backoff=Backoff(0.05, 0.2))
+    watcher.start()
+    assert watcher.wait_synced(5)
+    assert watcher.latest() is None
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    assert wait_until(lambda: watcher.latest() is not None, 5)
+    bump(emu, "1")
+    assert wait_until(lambda: annotation(watcher) == "1", 5)
+    bump(emu, "1", name="kube-scheduler-cp-2")
+    time.sleep(0.2)
+    # The first list reports the pod absent; then its creation and one update. Nothing of the other pod.
+    assert [p and p["metadata"]["name"] for p in seen] == [None, NAME, NAME]
+    # Every read is field-selected on the pod's name: nothing ever lists the namespace.
+    reads = emu.requests("GET", PODS)
+    assert reads and all(r.query["fieldSelector"] == f"metadata.name={NAME}" for r in reads)
+    assert emu.requests("GET", f"{PODS}/{NAME}") == []
+    assert len(lists(emu)) == 1
+    assert watches(emu)[0]["resourceVersion"] and watches(emu)[0]["allowWatchBookmarks"] == "true"
+    watcher.stop()
+
+
+def test_resumes_after_a_dropped_stream_without_listing_again(
+    emu: KubeEmulator, watcher: MirrorPodWatcher
+) -> None:
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    watcher.start()
+    assert wait_until(lambda: watcher.latest() is not None and emu.open_watches == 1, 5)
+    bump(emu, "1")
+    assert wait_until(lambda: annotation(watcher) == "1", 5)
+    last_rv = (watcher.latest() or {})["metadata"]["resourceVersion"]
+    emu.drop_watches()
+    assert wait_until(lambda: len(watches(emu)) == 2 and emu.open_watches == 1, 5)
+    bump(emu, "2")
+    assert wait_until(lambda: annotation(watcher) == "2", 5)
+    assert watches(emu)[1]["resourceVersion"] == last_rv  # resumed after the last event delivered
+    assert len(lists(emu)) == 1
+
+
+def test_lists_again_after_410_gone(emu: KubeEmulator, watcher: MirrorPodWatcher) -> None:
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    watcher.start()
+    assert wait_until(lambda: watcher.latest() is not None and emu.open_watches == 1, 5)
+    with emu.outage("refuse"):
+        bump(emu, "while-away")
+        emu.compact()  # the version the watcher holds is now older than the server remembers
+    assert wait_until(lambda: annotation(watcher) == "while-away", 5)
+    assert len(lists(emu)) == 2  # the resume got 410 Gone, so it listed again
+    assert wait_until(lambda: emu.open_watches == 1, 5)
+    bump(emu, "watching-again")
+    assert wait_until(lambda: annotation(watcher) == "watching-again", 5)
+    assert len(lists(emu)) == 2
+
+
+def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPodWatcher) -> None:
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    watcher.start()
+    assert wait_until(lambda: emu.open_watches == 1, 5)
+    with emu.outage("refuse"):
+        bump(emu, "during-outage")
+        time.sleep(0.6)
+    assert wait_until(lambda: annotation(watcher) == "during-outage", 5)
+    with emu.outage("503"):
+        bump(emu, "during-503")
+        time.sleep(0.3)
+    assert wait_until(lambda: annotation(watcher) == "during-503", 5)
+
+
+def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+    holder = PodHolder()
+    seen: list[str | None] = []
+
+    def record(pod: dict[str, Any] | None) -> None:
+        seen.append(pod["metadata"]["uid"] if pod else None)
+
+    w = MirrorPodWatcher(api, "kube-system", NAME, holder=holder, backoff=Backoff(0.05, 0.2), on_update=record)
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    with w:
+        assert wait_until(lambda: holder.get() is not None and emu.open_watches == 1, 5)
+        version = holder.version
+        first_uid = (holder.get() or {})["metadata"]["uid"]
+        emu.delete("pods", NAME, namespace="kube-system")
+        new_version, pod = holder.wait_newer(version, 5)
+        assert new_version > version and pod is None
+        emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:41:00Z"))
+        assert wait_until(lambda: holder.get() is not None, 5)
+    assert seen[0] == first_uid and seen[1] is None and seen[2] not in (None, first_uid)
+
+
+def test_stop_is_prompt_with_a_stream_open(emu: KubeEmulator, watcher: MirrorPodWatcher) -> None:
+    watcher.start()
+    assert wait_until(lambda: emu.open_watches == 1, 5)
+    started = time.monotonic()
+    watcher.stop(timeout=3)
+    assert time.monotonic() - started < 1.0
+    assert not any(t.name == f"mirror-pod-{NAME}" for t in threading.enumerate())
+
+
+def test_holder_wait_times_out() -> None:
+    holder = PodHolder()
+    started = time.monotonic()
+    assert holder.wait_newer(0, 0.1) == (0, None)
+    assert time.monotonic() - started >= 0.1
+
+
+def test_server_side_timeout_resumes_without_listing_again(tmp_path: Path) -> None:
+    with KubeEmulator() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+        with MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), watch_timeout_s=1) as w:
+            assert wait_until(lambda: len(watches(emu)) >= 2 and emu.open_watches == 1, 5)
+            bump(emu, "after-timeout")
+            assert wait_until(lambda: annotation(w) == "after-timeout", 5)
+        assert watches(emu)[0]["timeoutSeconds"] == "1"
+        assert len(lists(emu)) == 1  # a clean end of the stream is resumed from its resourceVersion
+        api.close()
