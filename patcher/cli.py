@@ -51,7 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     f.add("--host-root", "/", "where the node's file system is mounted (/host in the container)")
     f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of our annotations")
     f.add("--container-name", None, "kube-scheduler container name (default: detected)")
-    f.add("--on-foreign-config", "fail", "what to do with a --config we did not add",
+    f.add("--on-foreign-config", "merge", "what to do with a --config we did not add",
           choices=["fail", "replace", "merge"])
     f.add("--kube-version", None, "kube-scheduler version, when the image tag does not tell")
 

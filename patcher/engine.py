@@ -35,7 +35,7 @@ class Options:
     host_root: Path = Path("/")
     prefix: str = "scheduler-patcher.io"
     container_name: str | None = None
-    on_foreign: manifest.ForeignMode = "fail"
+    on_foreign: manifest.ForeignMode = "merge"
     kube_version: str | None = None
 
     @property
@@ -146,6 +146,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
             source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
             kube_version=opts.kube_version, fallback_version=fallback_version,
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
+            manifest=node_path,
         )
         config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
@@ -157,9 +158,6 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     result = manifest.patch(text, spec, node_path)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), sched, config, notes=list(config.notes),
                 source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
-    if sched.policy_config_file is not None:
-        plan.notes.append(f"the manifest carries --policy-config-file={sched.policy_config_file}; kube-scheduler "
-                          "ignores it once --config is set")
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)

@@ -78,12 +78,16 @@ class Scheduler:
         return ("spec", "containers", self.container_index, self.flags_key)
 
     def scheduler_flags(self) -> list[str]:
-        """Flags meant for kube-scheduler itself (after the binary when a wrapper such as go-runner runs it)."""
+        """Flags meant for kube-scheduler itself, as written (after the binary when a wrapper such as go-runner
+        runs it); split values (``--kubeconfig /x``) stay in place."""
         items = [str(x) for x in self.flags]
         for i, item in enumerate(items):
             if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-"):
                 return items[i + 1:]
-        return [x for x in items if x.startswith("-")] if self.flags_key == "command" else items
+        if self.flags_key == "command":
+            while items and not items[0].startswith("-"):
+                items = items[1:]  # the binary (and a wrapper's words) before the first flag
+        return items
 
 
 def marker_key(prefix: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
-from patcher import engine
+from patcher import engine, schedconfig
 from patcher.errors import PatcherError
 from tests.conftest import FIXTURES
 
@@ -25,8 +25,18 @@ extenders:
 """
 
 
+SCHEMAS = Path(schedconfig.__file__).parent / "schemas"
+
+
 @pytest.fixture
-def node(fs: FakeFilesystem) -> Iterator[FakeFilesystem]:
+def fs_with_schemas(fs: FakeFilesystem) -> FakeFilesystem:
+    fs.add_real_directory(SCHEMAS, read_only=True)  # package data the validator reads
+    return fs
+
+
+@pytest.fixture
+def node(fs_with_schemas: FakeFilesystem) -> Iterator[FakeFilesystem]:
+    fs = fs_with_schemas
     fs.create_file(MANIFEST, contents=KUBEADM)
     fs.create_file("/src/config.yaml", contents=CONFIG)
     yield fs
@@ -58,7 +68,9 @@ def test_apply_writes_config_then_manifest_and_nothing_else_in_the_manifest_fold
     assert len(cfg) == 1 and cfg[0].startswith("config-") and cfg[0].endswith(".yaml")
     assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{cfg[0]}", f"wrote {MANIFEST}"]
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
-    assert Path("/etc/kubernetes/scheduler-patcher", cfg[0]).read_text() == CONFIG
+    written = Path("/etc/kubernetes/scheduler-patcher", cfg[0]).read_text()
+    assert written.startswith("# Rendered by scheduler-patcher from config.yaml")
+    assert "- urlPrefix: http://127.0.0.1:8889\n" in written
     assert os.stat(f"/etc/kubernetes/scheduler-patcher/{cfg[0]}").st_mode & 0o777 == 0o644
     assert f"--config=/etc/kubernetes/scheduler-patcher/{cfg[0]}" in Path(MANIFEST).read_text()
     assert sorted(os.listdir("/var/lib/scheduler-patcher")) == ["original-manifest.yaml", "state.json"]
@@ -131,7 +143,8 @@ def test_symlinked_manifest_is_edited_at_its_target(node: FakeFilesystem) -> Non
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
 
 
-def test_host_root_maps_every_node_path(fs: FakeFilesystem) -> None:
+def test_host_root_maps_every_node_path(fs_with_schemas: FakeFilesystem) -> None:
+    fs = fs_with_schemas
     fs.create_file("/host" + MANIFEST, contents=KUBEADM)
     fs.create_file("/src/config.yaml", contents=CONFIG)
     opts = engine.Options(source=Path("/src"), host_root=Path("/host"))
@@ -157,14 +170,15 @@ def test_status_reports_the_contract_fields(node: FakeFilesystem) -> None:
 BAD_CASES = {
     "missing manifest": (lambda fs: os.remove(MANIFEST), f"{MANIFEST}: manifest not found"),
     "missing folder": (lambda fs: fs.remove_object("/etc/kubernetes/manifests"), "manifest folder not found"),
-    "missing source": (lambda fs: os.remove("/src/config.yaml"), "/src/config.yaml: "),
+    "missing source": (lambda fs: os.remove("/src/config.yaml"), "/src: no source config"),
     "source not a config": (lambda fs: Path("/src/config.yaml").write_text("kind: Policy\n"),
                             "not a KubeSchedulerConfiguration"),
     "not utf-8": (lambda fs: Path(MANIFEST).write_bytes(KUBEADM.encode("utf-16")), "not UTF-8"),
     "invalid yaml": (lambda fs: Path(MANIFEST).write_text(KUBEADM.replace("  name: kube-scheduler\n",
                                                                           "\tname: kube-scheduler\n")),
                      "invalid YAML"),
-    "foreign config": (lambda fs: Path(MANIFEST).write_text(FOREIGN), "already runs with --config"),
+    "foreign config missing": (lambda fs: Path(MANIFEST).write_text(FOREIGN),
+                               "/srv/scheduler/scheduler-config.yaml: foreign scheduler config not found"),
 }
 
 
@@ -209,3 +223,42 @@ def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
     assert engine.container_to_node_path(sched, "/etc/kubernetes/custom/scheduler-config.yaml") == \
         "/srv/scheduler/scheduler-config.yaml"
     assert engine.container_to_node_path(sched, "/elsewhere/x.yaml") is None
+
+
+FOREIGN_CONFIG = """# the platform team's own scheduler config
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+profiles:
+- schedulerName: default-scheduler
+extenders:
+- urlPrefix: http://127.0.0.1:7777  # gpu extender
+  filterVerb: filter
+"""
+
+
+def test_foreign_config_fail_mode_refuses(node: FakeFilesystem) -> None:
+    Path(MANIFEST).write_text(FOREIGN)
+    opts = engine.Options(source=Path("/src"), on_foreign="fail")
+    before = snapshot()
+    with pytest.raises(PatcherError, match="already runs with --config=/etc/kubernetes/custom/scheduler-config"):
+        apply(opts)
+    assert snapshot() == before
+
+
+def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: FakeFilesystem) -> None:
+    Path(MANIFEST).write_text(FOREIGN)
+    node.create_file("/srv/scheduler/scheduler-config.yaml", contents=FOREIGN_CONFIG)
+    apply()
+    text = Path(MANIFEST).read_text()
+    assert "--config=/etc/kubernetes/custom/scheduler-config.yaml" not in text.split("annotations")[-1]
+    name = json.loads(Path("/var/lib/scheduler-patcher/state.json").read_text())["config_file"]
+    merged = Path("/etc/kubernetes/scheduler-patcher", name).read_text()
+    assert "http://127.0.0.1:7777  # gpu extender" in merged and "http://127.0.0.1:8889" in merged
+    assert merged.index("7777") < merged.index("8889")  # theirs first, ours appended
+    assert Path("/srv/scheduler/scheduler-config.yaml").read_text() == FOREIGN_CONFIG  # never modified
+    info = engine.status(OPTS)
+    assert info["foreign_config"] == "/etc/kubernetes/custom/scheduler-config.yaml"
+    engine.restore(OPTS, engine.plan_restore(OPTS))
+    assert Path(MANIFEST).read_text() == FOREIGN

@@ -156,9 +156,9 @@ def test_stop_is_prompt_with_a_stream_open(emu: KubeEmulator, watcher: MirrorPod
     watcher.start()
     assert wait_until(lambda: emu.open_watches == 1, 5)
     started = time.monotonic()
-    watcher.stop(timeout=3)
-    assert time.monotonic() - started < 1.0
-    assert not any(t.name == f"mirror-pod-{NAME}" for t in threading.enumerate())
+    watcher.stop(timeout=5)
+    assert time.monotonic() - started < 2.5  # prompt even on a loaded 2-core CI machine; a hang would be 240 s
+    assert wait_until(lambda: not any(t.name == f"mirror-pod-{NAME}" for t in threading.enumerate()), 3)
 
 
 def test_holder_wait_times_out() -> None:

@@ -24,7 +24,7 @@ from patcher.schedconfig.extenders import Extender, to_canonical
 from patcher.schedconfig.flags import Carried, carried_settings, parse_flags
 from patcher.schedconfig.merge import merge_foreign
 from patcher.schedconfig.render import Output, render_complete, render_extenders
-from patcher.schedconfig.schema import CONFIG_KIND, POLICY_KIND, Schema, target_schema
+from patcher.schedconfig.schema import Schema, target_schema
 from patcher.schedconfig.source import (
     CONFIG_FILE,
     EXTENDERS_FILE,
@@ -33,6 +33,7 @@ from patcher.schedconfig.source import (
     FORM_EXTENDERS,
     POLICY_FILE,
     SourceFile,
+    SourceForm,
     csi_pick,
     detect_form,
     read_source_file,
@@ -104,6 +105,7 @@ class _Source:
     complete: SourceFile | None = None
     policy: SourceFile | None = None  # csi layout on 1.18 and older
     api_version: str | None = None  # of the complete config (for the merge's mismatch check)
+    notes: list[str] = field(default_factory=list)
 
 
 def _parsed(source: SourceFile, *, allow_policy: bool = False) -> tuple[Any, Schema]:
@@ -116,16 +118,16 @@ def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
     return [to_canonical(item, schema) for item in items or []]
 
 
-def _read_source(source_dir: Path, form: str, version: KubeVersion, merge: bool) -> _Source:
-    if form == FORM_EXTENDERS:
+def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:
+    if form.form == FORM_EXTENDERS:
         file = read_source_file(source_dir, EXTENDERS_FILE)
         data = load_single(file.text, file.path)
         schema = validate_extenders_file(data, file.path)
         return _Source(files=[file], extenders=_extenders_of(data, schema))
-    name = CONFIG_FILE if form == FORM_CONFIG else csi_pick(version.minor)
+    name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
     complete = read_source_file(source_dir, name)
     policy = None
-    if form == FORM_CSI and version.minor <= 18 and (source_dir / POLICY_FILE).exists():
+    if form.form == FORM_CSI and version.minor <= 18 and POLICY_FILE in form.present:
         policy = read_source_file(source_dir, POLICY_FILE)
     found = _Source(files=[complete] + ([policy] if policy else []), complete=complete, policy=policy)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
@@ -139,6 +141,9 @@ def _read_source(source_dir: Path, form: str, version: KubeVersion, merge: bool)
             found.extenders = _extenders_of(data, schema)
         if not found.extenders:
             raise ConfigError(complete.path, "extenders: nothing to merge, the source config lists no extenders")
+        unused = [str(key) for key in data if key not in ("apiVersion", "kind", "extenders")]
+        if unused:
+            found.notes.append(f"merge takes only the extenders of {complete.name}; not merged: {', '.join(unused)}")
     return found
 
 
@@ -155,14 +160,15 @@ def build_config(req: ConfigRequest) -> RenderedConfig:
     """Read the source folder and produce the host files for this node's scheduler."""
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
-    version = resolve_version(req.image, req.kube_version, req.fallback_version)
+    version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
-    source = _read_source(req.source_dir, form.form, version, merge=foreign is not None)
+    source = _read_source(req.source_dir, form, version, merge=foreign is not None)
     notes = [f"kube-scheduler {version} from {version.source}", f"source form: {form.form}"]
     if form.ignored:
         notes.append(f"ignored in the source folder: {', '.join(form.ignored)}")
     names = tuple(file.name for file in source.files)
+    notes += source.notes
     out: Output
     if foreign is not None:
         assert foreign.text is not None and source.extenders is not None
@@ -214,6 +220,3 @@ def build_config(req: ConfigRequest) -> RenderedConfig:
         sources=names,
         merged_from=foreign.node_path or foreign.container_path if foreign is not None else None,
     )
-
-
-__all__ += ["CONFIG_KIND", "POLICY_KIND", "KubeVersion"]

@@ -69,7 +69,12 @@ _CARRIED: dict[str, tuple[str, str]] = {
     "failure-domains": ("failureDomains", "string"),
 }
 # Newer spellings win over the deprecated ones when both are given.
-_PRECEDENCE = ("lock-object-name", "lock-object-namespace", "leader-elect-resource-name", "leader-elect-resource-namespace")
+_PRECEDENCE = (
+    "lock-object-name",
+    "lock-object-namespace",
+    "leader-elect-resource-name",
+    "leader-elect-resource-namespace",
+)
 _ALGORITHM_SOURCE = ("policy-config-file", "policy-configmap", "use-legacy-policy-config", "algorithm-provider")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})

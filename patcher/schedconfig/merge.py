@@ -17,10 +17,46 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from patcher.errors import ConfigError
 from patcher.schedconfig.extenders import Extender, from_canonical, url_of
 from patcher.schedconfig.render import Output, finish, header, node_path, render_policy
+from patcher.schedconfig.rules import rule_problems
 from patcher.schedconfig.schema import Schema
-from patcher.schedconfig.validate import check_served, rule_problems, validate_document
+from patcher.schedconfig.validate import check_served, validate_document
 from patcher.schedconfig.version import KubeVersion
-from patcher.schedconfig.yamlio import dump, load_single, sequence_style, strip_header, to_block_style, to_commented
+from patcher.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
+
+
+def _last_slot(node: Any) -> tuple[Any, Any] | None:
+    """The innermost last (container, key) of a node: where ruamel keeps the comment lines that follow it."""
+    slot = None
+    while isinstance(node, CommentedMap | CommentedSeq) and len(node) > 0:
+        key = list(node.keys())[-1] if isinstance(node, CommentedMap) else len(node) - 1
+        slot = (node, key)
+        node = node[key]
+    return slot
+
+
+def _comment_position(container: Any) -> int:
+    return 2 if isinstance(container, CommentedMap) else 0
+
+
+def _move_trailing_comment(dropped: Any, onto: Any) -> None:
+    """Keep the comment lines that followed a dropped entry: they now follow ``onto``."""
+    source, target = _last_slot(dropped), _last_slot(onto)
+    if source is None or target is None:
+        return
+    container, key = source
+    slot = container.ca.items.get(key)
+    position = _comment_position(container)
+    if not slot or len(slot) <= position or slot[position] is None:
+        return
+    token = slot[position]
+    slot[position] = None
+    t_container, t_key = target
+    t_position = _comment_position(t_container)
+    t_slot = t_container.ca.items.setdefault(t_key, [None, None, None, None])
+    if t_slot[t_position] is None:
+        t_slot[t_position] = token
+    else:
+        t_slot[t_position].value += token.value.lstrip(" ")
 
 
 def _merged_extenders(
@@ -43,6 +79,7 @@ def _merged_extenders(
                 merged.extend(our_nodes)
                 origins.extend("ours" for _ in our_nodes)
                 inserted = True
+            _move_trailing_comment(item, merged[-1])
             continue
         if isinstance(existing, CommentedSeq) and index in existing.ca.items:
             merged.ca.items[len(merged)] = existing.ca.items[index]
@@ -127,9 +164,7 @@ def merge_foreign(
         data["extenders"] = merged
         if replaced:
             notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
-    if text.lstrip().startswith("{"):
-        to_block_style(data)
-    body = dump(data, sequence=sequence_style(text))
+    body = dump(from_json(data) if is_json(text) else data, style=layout(text))
     label = f"{source} merged into {foreign_path}"
     return finish(header(label, version, schema.api_version) + body, version, extra, notes)
 

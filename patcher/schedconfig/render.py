@@ -27,11 +27,12 @@ from patcher.schedconfig.version import KubeVersion
 from patcher.schedconfig.yamlio import (
     HEADER_PREFIX,
     dump,
+    from_json,
+    is_json,
+    layout,
     load_single,
     safe_scalar,
-    sequence_style,
     strip_header,
-    to_block_style,
     to_commented,
     to_plain,
 )
@@ -53,9 +54,7 @@ def short_hash(data: bytes) -> str:
 
 def header(source: str, version: KubeVersion, api_version: str) -> str:
     """The first line of every file we render: where it came from and for which scheduler."""
-    return (
-        f"{HEADER_PREFIX} from {source} for kube-scheduler {version.short} ({api_version}); do not edit.\n"
-    )
+    return f"{HEADER_PREFIX} from {source} for kube-scheduler {version.short} ({api_version}); do not edit.\n"
 
 
 def policy_bytes(policy: dict[str, Any]) -> bytes:
@@ -86,10 +85,9 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
             continue
         current = node.get(part)
         if isinstance(following, int):
-            if current:  # an existing list (profiles) is the user's: never reshape it
-                if fill_only:
-                    notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
-                    return False
+            if current and fill_only:  # an existing list (profiles) is the user's: never reshape it
+                notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
+                return False
             node[part] = CommentedSeq([CommentedMap()])
         elif current is None:
             node[part] = CommentedMap()
@@ -157,8 +155,7 @@ def render_extenders(
         name, data = render_policy(extenders, host_config_dir)
         extra[name] = data
         doc["algorithmSource"] = to_commented({"policy": {"file": {"path": node_path(host_config_dir, name)}}})
-        notes.append(f"extenders go to the legacy Policy {name} (kube-scheduler {version.short} has no inline "
-                     "extenders)")
+        notes.append(f"extenders go to the legacy Policy {name}, referenced from {schema.api_version} algorithmSource")
     for item in carried:
         if item.path[0] != "schedulerName":
             set_path(doc, item, fill_only=False, notes=notes, source=source)
@@ -213,12 +210,9 @@ def render_complete(
         notes.append(f"{policy.name} is not used: {source.name} has no algorithmSource.policy.file")
     for item in carried:
         changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name)
+    body = text  # nothing to add: the user's bytes, untouched
     if changed:
-        if text.lstrip().startswith("{"):
-            to_block_style(data)
-        body = dump(data, sequence=sequence_style(text))
-    else:
-        body = text
+        body = dump(from_json(data) if is_json(text) else data, style=layout(text))
     newline = "\r\n" if "\r\n" in body else "\n"
     out = header(source.name, version, schema.api_version).replace("\n", newline) + body
     return finish(out, version, extra, notes)

@@ -50,12 +50,6 @@ class TypeSpec:
     def to_canonical(self, name: str) -> str:
         return self.canonical.get(name, name)
 
-    def from_canonical(self, canonical: str) -> str | None:
-        for name in self.fields:
-            if self.to_canonical(name) == canonical:
-                return name
-        return None
-
 
 @dataclass(frozen=True)
 class Schema:

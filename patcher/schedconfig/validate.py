@@ -2,23 +2,22 @@
 
 kube-scheduler decodes its config strictly (an unknown or misspelt field is fatal) and then validates it; either
 failure makes it exit at start-up, and a static pod that exits is a cluster without a scheduler. Everything we
-write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and the rules below.
-Each problem names the field path and the rule, and all problems of a file are reported at once.
+write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and the rules that
+schema names (``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
+at once.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import posixpath
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from difflib import get_close_matches
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeGuard
 
 from patcher.errors import ConfigError
 from patcher.schedconfig.duration import parse_duration_ns
+from patcher.schedconfig.rules import extender_problems, is_int, rule_problems
 from patcher.schedconfig.schema import (
     CONFIG_KIND,
     POLICY_KIND,
@@ -32,9 +31,6 @@ from patcher.schedconfig.schema import (
 from patcher.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _MAX_REPORTED = 8
 
 
@@ -42,12 +38,8 @@ def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _is_bool(value: Any) -> bool:
+def _is_bool(value: Any) -> TypeGuard[bool]:
     return isinstance(value, bool)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _describe(value: Any) -> str:
@@ -136,7 +128,7 @@ def _int_checker(kind: str) -> Callable[[Any], str | None]:
     low, high = _INT_RANGES[kind]
 
     def check(value: Any) -> str | None:
-        if not _is_int(value):
+        if not is_int(value):
             return f"must be an integer, got {_describe(value)}"
         if not low <= value <= high:
             return f"{value} does not fit in {kind}"
@@ -162,7 +154,7 @@ def _check_duration(value: Any) -> str | None:
 
 
 def _check_nanoseconds(value: Any) -> str | None:
-    if not _is_int(value):
+    if not is_int(value):
         return f"must be an integer number of nanoseconds (e.g. 15000000000 for 15s), got {_describe(value)}"
     return "must not be negative" if value < 0 else None
 
@@ -188,195 +180,6 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
     "bytes": _check_bytes,
     "any": lambda value: None,
 }
-
-
-# ---- rules -------------------------------------------------------------------------------------------------
-
-
-def is_qualified_name(name: str) -> bool:
-    """Kubernetes ``IsQualifiedName``: an optional DNS subdomain prefix, ``/``, and a 63-character name."""
-    prefix, _, local = name.rpartition("/")
-    if "/" in name and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
-        return False
-    return len(local) <= 63 and bool(_QUALIFIED_NAME.fullmatch(local))
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
-    """The scheduler's extender validation, plus a URL check: problems as ``extenders[i].field: rule`` lines."""
-    problems: list[str] = []
-    binders: list[int] = []
-    owners: dict[str, int] = {}
-
-    def field(extender: Mapping[str, Any], canonical: str) -> Any:
-        for key, item in extender.items():
-            name = spec.lookup(str(key))
-            if name is not None and spec.to_canonical(name) == canonical:
-                return item
-        return None
-
-    for index, extender in enumerate(extenders):
-        if not isinstance(extender, dict):
-            continue
-        path = f"extenders[{index}]"
-        url = _text(field(extender, "urlPrefix"))
-        if url:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                problems.append(f"{path}.urlPrefix: must be an http:// or https:// URL with a host, got {url!r}")
-        weight = field(extender, "weight")
-        if _text(field(extender, "prioritizeVerb")) and not (_is_int(weight) and weight > 0):
-            problems.append(f"{path}.weight: must be > 0 when prioritizeVerb is set (got {weight})")
-        if _text(field(extender, "bindVerb")):
-            binders.append(index)
-        tls = field(extender, "tlsConfig")
-        if isinstance(tls, dict):
-            problems += _tls_problems(tls, f"{path}.tlsConfig")
-        resources = field(extender, "managedResources")
-        for r_index, resource in enumerate(resources if isinstance(resources, list) else []):
-            name = _text(resource.get("name")) if isinstance(resource, dict) else ""
-            r_path = f"{path}.managedResources[{r_index}].name"
-            if not name:
-                continue
-            if not is_qualified_name(name) or name.count("/") != 1:
-                problems.append(
-                    f"{r_path}: {name!r} must be a qualified extended resource name such as example.com/gpu"
-                )
-            if name in owners:
-                problems.append(
-                    f"{r_path}: duplicate extender managed resource {name!r} (also managed by "
-                    f"extenders[{owners[name]}])"
-                )
-            else:
-                owners[name] = index
-    if len(binders) > 1:
-        which = ", ".join(f"extenders[{i}]" for i in binders)
-        problems.append(f"extenders: at most one extender may set bindVerb, found {len(binders)} ({which})")
-    return problems
-
-
-def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
-    """A client certificate needs its key and vice versa, else the extender's transport cannot be built."""
-    lowered = {str(key).casefold(): value for key, value in tls.items()}
-    has_cert = bool(lowered.get("certfile") or lowered.get("certdata"))
-    has_key = bool(lowered.get("keyfile") or lowered.get("keydata"))
-    if has_cert != has_key:
-        missing = "keyFile/keyData" if has_cert else "certFile/certData"
-        return [f"{path}: a client certificate needs both cert and key; {missing} is missing"]
-    return []
-
-
-def _profile_problems(data: Mapping[str, Any]) -> list[str]:
-    problems: list[str] = []
-    profiles = data.get("profiles")
-    seen: dict[str, int] = {}
-    for index, profile in enumerate(profiles if isinstance(profiles, list) else []):
-        if not isinstance(profile, dict):
-            continue
-        name = profile.get("schedulerName", "default-scheduler")
-        if name == "":
-            problems.append(f"profiles[{index}].schedulerName: must not be empty")
-            continue
-        name = name if isinstance(name, str) else "default-scheduler"
-        if name in seen:
-            problems.append(
-                f"profiles[{index}].schedulerName: {name!r} is already used by profiles[{seen[name]}]; "
-                "schedulerName must be unique"
-            )
-        else:
-            seen[name] = index
-    return problems
-
-
-def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
-    client = data.get("clientConnection")
-    kubeconfig = _text(client.get("kubeconfig")) if isinstance(client, dict) else ""
-    if kubeconfig and not posixpath.isabs(kubeconfig):
-        return [
-            f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
-            f"{kubeconfig!r} (kube-scheduler exits when it cannot read it)"
-        ]
-    return []
-
-
-def _leader_election_problems(data: Mapping[str, Any]) -> list[str]:
-    election = data.get("leaderElection")
-    if not isinstance(election, dict) or election.get("leaderElect") is False:
-        return []
-    durations = {}
-    for key in ("leaseDuration", "renewDeadline", "retryPeriod"):
-        value = election.get(key)
-        if isinstance(value, str):
-            durations[key] = parse_duration_ns(value)
-    problems = []
-    if "leaseDuration" in durations and "renewDeadline" in durations:
-        if durations["leaseDuration"] <= durations["renewDeadline"]:
-            problems.append("leaderElection.leaseDuration: must be greater than renewDeadline")
-    if "renewDeadline" in durations and "retryPeriod" in durations:
-        if durations["renewDeadline"] * 5 <= durations["retryPeriod"] * 6:  # renewDeadline > 1.2 * retryPeriod
-            problems.append("leaderElection.renewDeadline: must be greater than retryPeriod*1.2")
-    return problems
-
-
-def _range_problems(data: Mapping[str, Any]) -> list[str]:
-    problems = []
-
-    def number(key: str) -> int | None:
-        value = data.get(key)
-        return value if _is_int(value) else None
-
-    parallelism = number("parallelism")
-    if parallelism is not None and parallelism <= 0:
-        problems.append("parallelism: must be > 0")
-    percentage = number("percentageOfNodesToScore")
-    if percentage is not None and not 0 <= percentage <= 100:
-        problems.append("percentageOfNodesToScore: must be between 0 and 100")
-    initial = number("podInitialBackoffSeconds")
-    if initial is not None and initial <= 0:
-        problems.append("podInitialBackoffSeconds: must be > 0")
-    maximum = number("podMaxBackoffSeconds")
-    if maximum is not None and maximum < (initial or 1):
-        problems.append("podMaxBackoffSeconds: must be >= podInitialBackoffSeconds")
-    weight = number("hardPodAffinitySymmetricWeight")
-    if weight is not None and not 0 <= weight <= 100:
-        problems.append("hardPodAffinitySymmetricWeight: must be between 0 and 100")
-    return problems
-
-
-def _policy_problems(data: Mapping[str, Any]) -> list[str]:
-    problems = []
-    priorities = data.get("priorities")
-    for index, priority in enumerate(priorities if isinstance(priorities, list) else []):
-        weight = priority.get("weight") if isinstance(priority, dict) else None
-        if not (_is_int(weight) and weight > 0):
-            problems.append(f"priorities[{index}].weight: must be > 0 (got {weight})")
-    return problems + _range_problems(data)
-
-
-def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    """Apply the rules the schema names (``rules`` in its JSON)."""
-    problems: list[str] = []
-    for rule in schema.rules:
-        if rule == "extenders":
-            extenders = data.get("extenders")
-            if isinstance(extenders, list) and "Extender" in schema.types:
-                problems += extender_problems(extenders, schema.extender_type)
-        elif rule == "profiles":
-            problems += _profile_problems(data)
-        elif rule == "kubeconfig":
-            problems += _kubeconfig_problems(data)
-        elif rule == "leaderElection":
-            problems += _leader_election_problems(data)
-        elif rule == "ranges":
-            problems += _range_problems(data)
-        elif rule == "policy":
-            problems += _policy_problems(data)
-        else:  # pragma: no cover - a schema naming a rule we do not have is a packaging bug
-            raise ValueError(f"{schema.file}: unknown rule {rule!r}")
-    return problems
 
 
 # ---- entry points ------------------------------------------------------------------------------------------

@@ -86,33 +86,38 @@ def version_from_image(image: str) -> KubeVersion | None:
     return version
 
 
-def resolve_version(image: str | None, override: str | None, fallback: str | None) -> KubeVersion:
-    """Pick the scheduler version: ``--kube-version``, else the image tag, else the API server's version."""
+def resolve_version(
+    image: str | None, override: str | None, fallback: str | None, *, where: str | None = None
+) -> KubeVersion:
+    """Pick the scheduler version: ``--kube-version``, else the image tag, else the API server's version.
+
+    ``where`` (the manifest) is named in errors about the image.
+    """
     if override:
         version = parse_version(override, source="--kube-version")
         if version is None or version.major != 1:
             raise ConfigError(
                 None, f"--kube-version {override!r}: not a Kubernetes version (expected e.g. 1.29 or v1.29.3)"
             )
-        return _supported(version)
+        return _supported(version, where)
     if image:
         version = version_from_image(image)
         if version is not None:
-            return _supported(version)
+            return _supported(version, where)
     if fallback:
         version = parse_version(fallback, source="API server /version")
         if version is not None and version.major == 1:
-            return _supported(version)
+            return _supported(version, where)
     seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
     if fallback:
         seen += f", API server version {fallback!r} is not a Kubernetes version"
-    raise ConfigError(None, f"cannot tell the kube-scheduler version: {seen}; {_FIX_HINT}")
+    raise ConfigError(where, f"cannot tell the kube-scheduler version: {seen}; {_FIX_HINT}")
 
 
-def _supported(version: KubeVersion) -> KubeVersion:
+def _supported(version: KubeVersion, where: str | None) -> KubeVersion:
     if version.minor < MIN_MINOR:
         raise ConfigError(
-            None,
+            where,
             f"kube-scheduler {version} ({version.source}) is too old: --config with a scheduler policy needs "
             f"1.{MIN_MINOR} or newer",
         )

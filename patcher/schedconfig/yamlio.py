@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from itertools import pairwise
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -22,7 +23,7 @@ HEADER_PREFIX = "# Rendered by scheduler-patcher"
 # Strings that YAML 1.1 (the go-yaml behind kube-scheduler) reads as booleans or null; ruamel (YAML 1.2) would
 # write them unquoted, so a string we emit could reach the scheduler as a bool.
 _YAML11_SPECIAL = re.compile(r"(?i)(y|yes|n|no|true|false|on|off|null|~)")
-_SEQ_UNDER_KEY = re.compile(r"^(?P<key> *)[^\s#-][^:#]*:[ \t]*(?:#.*)?\r?\n(?P<dash> *)- ", re.MULTILINE)
+_KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
 
 
 def _yaml() -> YAML:
@@ -67,38 +68,60 @@ def strip_header(text: str) -> str:
     return "".join(lines[index:])
 
 
-def sequence_style(text: str) -> tuple[int, int]:
-    """(sequence indent, dash offset) of the first block list under a key: kubeadm style (2, 0) or (4, 2).
+def layout(text: str) -> tuple[int, int, int]:
+    """(mapping indent, sequence indent, dash offset) as the author wrote the file, for ruamel to follow.
 
-    ruamel writes one style for the whole file; picking the one the author used first keeps a merged file
-    looking like the original.
+    ruamel writes one style for the whole file; taking the first nested mapping and the first block list
+    under a key keeps a merged file looking like the original (kubeadm's ``2, 2, 0`` when nothing says else).
     """
-    match = _SEQ_UNDER_KEY.search(text)
-    if match and len(match.group("dash")) > len(match.group("key")):
-        offset = len(match.group("dash")) - len(match.group("key"))
-        return (offset + 2, offset)
-    return (2, 0)
+    mapping: int | None = None
+    offset: int | None = None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, following in pairwise(lines):
+        key = _KEY_ONLY.match(line)
+        if key is None:
+            continue
+        indent = len(key.group("indent"))
+        deeper = len(following) - len(following.lstrip(" "))
+        if following.lstrip().startswith("- "):
+            offset = deeper - indent if offset is None and deeper >= indent else offset
+        elif mapping is None and deeper > indent:
+            mapping = deeper - indent
+        if mapping is not None and offset is not None:
+            break
+    mapping = mapping or 2
+    offset = offset or 0
+    return mapping, max(mapping, offset + 2), offset
 
 
-def dump(data: Any, *, sequence: tuple[int, int] = (2, 0)) -> str:
-    """Serialize one document in block style with LF line ends."""
+def dump(data: Any, *, style: tuple[int, int, int] = (2, 2, 0)) -> str:
+    """Serialize one document in block style with LF line ends; ``style`` is what ``layout`` returns."""
     yaml = _yaml()
-    yaml.indent(mapping=2, sequence=sequence[0], offset=sequence[1])
+    yaml.indent(mapping=style[0], sequence=style[1], offset=style[2])
     buffer = io.StringIO()
     yaml.dump(data, buffer)
     return buffer.getvalue()
 
 
-def to_block_style(node: Any) -> None:
-    """Turn flow collections (a JSON file read as YAML) into block style, recursively."""
-    if isinstance(node, CommentedMap):
-        node.fa.set_block_style()
-        for value in node.values():
-            to_block_style(value)
-    elif isinstance(node, CommentedSeq):
-        node.fa.set_block_style()
-        for item in node:
-            to_block_style(item)
+def from_json(node: Any) -> Any:
+    """A JSON document read as YAML, rebuilt in block style without JSON's quotes on every key and string.
+
+    JSON has no comments, so rebuilding loses nothing; strings that YAML would misread keep their quotes.
+    """
+    if isinstance(node, dict):
+        block = CommentedMap()
+        for key, value in node.items():
+            block[str(key)] = from_json(value)
+        return block
+    if isinstance(node, list):
+        return CommentedSeq(from_json(item) for item in node)
+    if isinstance(node, str):
+        return safe_scalar(str(node))
+    return node
+
+
+def is_json(text: str) -> bool:
+    return text.lstrip().startswith("{")
 
 
 def safe_scalar(value: Any) -> Any:

@@ -1,0 +1,207 @@
+"""Agent benchmarks (issue figures in the README come from here; run with ``make bench``).
+
+* config change -> manifest rewritten: an in-process agent, the source folder changed N times;
+* mirror-pod update -> /readyz 200: the agent against the local API emulator, the mirror pod updated by hand;
+* SIGTERM -> manifest restored: a real ``scheduler-patcher run`` process;
+* idle CPU over 60 s and RSS of a real ``run --no-api`` process (psutil).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from patcher import engine  # noqa: E402
+from patcher.agent import Agent, AgentOptions  # noqa: E402
+from patcher.health import Health, HealthServer, Metrics  # noqa: E402
+from patcher.kube.annotations import NodeReporter  # noqa: E402
+from patcher.kube.backoff import Backoff  # noqa: E402
+from patcher.kube.client import ClientSettings, build_api_client  # noqa: E402
+from patcher.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+
+KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+CONFIG = (ROOT / "examples/scheduler-config/config.yaml").read_text()
+
+
+def node_tree(tmp: Path) -> tuple[Path, Path]:
+    root = tmp / "node"
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    shutil.copy(KUBEADM, root / MANIFEST)
+    src = tmp / "src"
+    src.mkdir()
+    (src / "config.yaml").write_text(CONFIG)
+    return root, src
+
+
+def wait(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.001) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError
+        time.sleep(step)
+
+
+def summary(name: str, ms: list[float]) -> None:
+    ms = sorted(ms)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    print(f"{name:<52} n={len(ms):<4} median {statistics.median(ms):8.1f} ms   p99 {p99:8.1f} ms")
+
+
+def bench_change_to_write(n: int) -> None:
+    with tempfile.TemporaryDirectory() as t:
+        root, src = node_tree(Path(t))
+        files = engine.Options(source=src, host_root=root)
+        agent = Agent(AgentOptions(files=files, resync_interval=3600))
+        agent.start_watching()
+        th = threading.Thread(target=agent.run, daemon=True)
+        th.start()
+        manifest = root / MANIFEST
+        wait(lambda: b"--config=" in manifest.read_bytes())
+        out = []
+        for i in range(n):
+            (src / "config.yaml").write_text(CONFIG + f"percentageOfNodesToScore: {i + 1}\n")
+            t0 = time.perf_counter()
+            before = manifest.read_bytes()
+            wait(lambda b=before: manifest.read_bytes() != b)  # type: ignore[misc]
+            out.append((time.perf_counter() - t0) * 1000)
+        agent.request_stop()
+        th.join(10)
+    summary(f"config change -> manifest rewritten (debounce {agent.opts.debounce}s)", out)
+
+
+def bench_pod_to_readyz(n: int) -> None:
+    with tempfile.TemporaryDirectory() as t, KubeEmulator() as emu:
+        root, src = node_tree(Path(t))
+        emu.add_node("cp-1")
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(Path(t) / "kc"))))
+        fast = Backoff(initial=0.05, maximum=0.5)
+        metrics = Metrics()
+        health = Health(metrics=metrics)
+        server = HealthServer(health, metrics, "127.0.0.1:0")
+        server.start()
+        reporter = NodeReporter(api, "cp-1", backoff=fast)
+        holder: list[Agent] = []
+        pods = MirrorPodWatcher(api, "kube-system", "kube-scheduler-cp-1", backoff=fast,
+                                on_update=lambda pod: holder[0].notify("pod") if holder else None)
+        files = engine.Options(source=src, host_root=root)
+        agent = Agent(AgentOptions(files=files, node_name="cp-1", resync_interval=3600), reporter=reporter,
+                      pods=pods, health=health, metrics=metrics)
+        holder.append(agent)
+        reporter.start()
+        pods.start()
+        agent.start_watching()
+        th = threading.Thread(target=agent.run, daemon=True)
+        th.start()
+        manifest = root / MANIFEST
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(server.url + "/readyz", timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        out = []
+        for i in range(n):
+            if i:
+                before = manifest.read_bytes()
+                (src / "config.yaml").write_text(CONFIG + f"percentageOfNodesToScore: {i}\n")
+                wait(lambda b=before: manifest.read_bytes() != b)  # type: ignore[misc]
+            else:
+                wait(lambda: b"--config=" in manifest.read_bytes())
+            wait(lambda: not ready())
+            from ruamel.yaml import YAML
+
+            static = YAML(typ="safe").load(manifest.read_text())
+            time.sleep(1.1)  # startedAt has whole seconds: the restart happens after the write's second
+            pod = make_mirror_pod(node_name="cp-1", annotations=static["metadata"]["annotations"],
+                                  started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            pod["metadata"]["uid"] = f"uid-{i}"
+            t0 = time.perf_counter()
+            emu.set_pod(pod)
+            wait(ready)
+            out.append((time.perf_counter() - t0) * 1000)
+        agent.request_stop()
+        th.join(10)
+        pods.stop()
+        reporter.close()
+        server.stop()
+    summary("mirror pod updated -> /readyz 200", out)
+
+
+def spawn(root: Path, src: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "patcher", "run", "--no-api", "--host-root", str(root),
+                             "--source", str(src), "--listen", "127.0.0.1:0"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def bench_sigterm(n: int) -> None:
+    out = []
+    original = KUBEADM.read_bytes()
+    for _ in range(n):
+        with tempfile.TemporaryDirectory() as t:
+            root, src = node_tree(Path(t))
+            proc = spawn(root, src)
+            wait(lambda: b"--config=" in (root / MANIFEST).read_bytes(), 20)
+            time.sleep(0.3)
+            t0 = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            wait(lambda: (root / MANIFEST).read_bytes() == original, 20)
+            out.append((time.perf_counter() - t0) * 1000)
+            proc.wait(20)
+    summary("SIGTERM -> manifest restored (real process)", out)
+
+
+def bench_idle(seconds: float) -> None:
+    with tempfile.TemporaryDirectory() as t:
+        root, src = node_tree(Path(t))
+        proc = spawn(root, src)
+        wait(lambda: b"--config=" in (root / MANIFEST).read_bytes(), 20)
+        time.sleep(2)
+        p = psutil.Process(proc.pid)
+        c0 = p.cpu_times()
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        c1 = p.cpu_times()
+        rss = p.memory_info().rss
+        elapsed = time.monotonic() - t0
+        cpu = (c1.user + c1.system - c0.user - c0.system) / elapsed * 100
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+    print(f"{'idle agent (run --no-api)':<52} over {elapsed:.0f}s: CPU {cpu:.3f}%   RSS {rss / 2**20:.1f} MiB")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--changes", type=int, default=100)
+    ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--sigterms", type=int, default=5)
+    ap.add_argument("--idle-seconds", type=float, default=60)
+    args = ap.parse_args()
+    bench_change_to_write(args.changes)
+    bench_pod_to_readyz(args.pods)
+    bench_sigterm(args.sigterms)
+    bench_idle(args.idle_seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The schemas are data: every file must be self-consistent, so that adding an apiVersion is a data change."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from patcher.schedconfig.rules import RULES
+from patcher.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, policy_schema
+
+SCALARS = {"string", "bool", "int32", "int64", "float", "duration", "nanoseconds", "bytes", "any"}
+
+
+@pytest.mark.parametrize("schema", all_schemas(), ids=lambda s: s.file)
+def test_schema_is_consistent(schema: Schema) -> None:
+    assert schema.root in schema.types
+    for spec in schema.types.values():
+        for field, type_expr in spec.fields.items():
+            base = type_expr.removeprefix("[]")
+            assert base in SCALARS or base in schema.types, (spec.name, field, type_expr)
+        assert set(spec.required) <= set(spec.fields), spec.name
+        assert set(spec.canonical) <= set(spec.fields), spec.name
+    assert set(schema.rules) <= set(RULES)
+    assert schema.extenders in ("inline", "policy")
+    assert schema.kind != CONFIG_KIND or schema.leader_election_names in ("resource", "lockObject")
+    if schema.extenders == "inline":
+        assert "Extender" in schema.types
+    group, _, version = schema.api_version.rpartition("/")
+    expected = f"policy-{version}.json" if schema.kind == "Policy" else f"{group}-{version}.json"
+    assert schema.file == expected
+    assert re.fullmatch(r"v\d+((alpha|beta)\d+)?", version)
+
+
+def test_one_schema_per_api_version_and_kind() -> None:
+    keys = [(s.api_version, s.kind) for s in all_schemas()]
+    assert len(keys) == len(set(keys))
+
+
+def test_canonical_spelling_is_v1_and_policy_is_legacy() -> None:
+    assert canonical_schema().api_version == "kubescheduler.config.k8s.io/v1"
+    legacy = policy_schema().extender_type
+    assert legacy.case_insensitive and legacy.fields["httpTimeout"] == "nanoseconds"
+    assert legacy.to_canonical("enableHttps") == "enableHTTPS"
+    assert canonical_schema().extender_type.fields["httpTimeout"] == "duration"

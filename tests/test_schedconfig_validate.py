@@ -1,0 +1,187 @@
+"""Strict validation: one failing example per rule, and the messages name the file, field path and rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from patcher.errors import ConfigError
+from patcher.schedconfig.rules import is_qualified_name
+from patcher.schedconfig.validate import check_served, validate_document, validate_extenders_file
+from patcher.schedconfig.version import KubeVersion
+from patcher.schedconfig.yamlio import load_single
+
+V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+POLICY = "apiVersion: v1\nkind: Policy\n"
+GOOD_EXTENDER = "- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
+
+
+def problem(text: str, *, path: str = "/src/config.yaml", policy: bool = False) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate_document(load_single(text, path), path, allow_policy=policy)
+    assert err.value.path == path
+    return err.value.problem
+
+
+def test_valid_v1_config_passes() -> None:
+    text = V1 + (
+        "clientConnection:\n  kubeconfig: /etc/kubernetes/scheduler.conf\n  qps: 50.5\n"
+        "leaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 10s\n  retryPeriod: 2s\n"
+        "profiles:\n- schedulerName: default-scheduler\n- schedulerName: other\n"
+        "extenders:\n" + GOOD_EXTENDER + "  prioritizeVerb: prioritize\n  weight: 2\n  httpTimeout: 1m30s\n"
+        "  tlsConfig:\n    certData: " + "QUJD" + "\n    keyData: REVG\n"
+    )
+    schema = validate_document(load_single(text, "c.yaml"), "c.yaml")
+    assert schema.api_version == "kubescheduler.config.k8s.io/v1"
+
+
+def test_unknown_top_level_field() -> None:
+    assert problem(V1 + "algorithmSource:\n  provider: DefaultProvider\n").startswith(
+        "algorithmSource: unknown field (strict decoding: kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration"
+    )
+
+
+def test_unknown_extender_field_suggests_the_right_one() -> None:
+    text = V1 + "extenders:\n- urlPrefix: http://a\n  enableHttps: true\n"
+    assert "extenders[0].enableHttps: unknown field" in (found := problem(text))
+    assert "did you mean 'enableHTTPS'?" in found
+
+
+def test_field_types() -> None:
+    text = V1 + "clientConnection:\n  qps: fast\nleaderElection:\n  leaderElect: \"yes\"\nextenders:\n" + (
+        GOOD_EXTENDER + "  weight: \"1\"\n"
+    )
+    found = problem(text)
+    assert "clientConnection.qps: must be a number, got string 'fast'" in found
+    assert "leaderElection.leaderElect: must be true or false" in found
+    assert "extenders[0].weight: must be an integer" in found
+
+
+def test_url_prefix_must_be_a_url() -> None:
+    found = problem(V1 + "extenders:\n- urlPrefix: 127.0.0.1:8889\n  filterVerb: filter\n")
+    assert found.startswith("extenders[0].urlPrefix: must be an http:// or https:// URL with a host")
+
+
+def test_url_prefix_is_required() -> None:
+    assert "extenders[0].urlPrefix: required field is missing or empty" in problem(V1 + "extenders:\n- weight: 1\n")
+
+
+def test_weight_must_be_positive_when_prioritize_is_set() -> None:
+    text = V1 + "extenders:\n- urlPrefix: http://a\n  prioritizeVerb: prioritize\n  weight: 0\n"
+    assert problem(text) == "extenders[0].weight: must be > 0 when prioritizeVerb is set (got 0)"
+
+
+def test_at_most_one_binder() -> None:
+    text = V1 + "extenders:\n- urlPrefix: http://a\n  bindVerb: bind\n- urlPrefix: http://b\n  bindVerb: bind\n"
+    assert "extenders: at most one extender may set bindVerb, found 2 (extenders[0], extenders[1])" in problem(text)
+
+
+def test_http_timeout_must_be_a_duration() -> None:
+    assert "extenders[0].httpTimeout: must be a duration" in problem(
+        V1 + "extenders:\n- urlPrefix: http://a\n  httpTimeout: 15 seconds\n")
+    assert "must be a duration string such as 15s, got int 15000000000" in problem(
+        V1 + "extenders:\n- urlPrefix: http://a\n  httpTimeout: 15000000000\n")
+
+
+def test_policy_http_timeout_is_integer_nanoseconds() -> None:
+    text = POLICY + "extenders:\n- urlPrefix: http://a\n  httpTimeout: 15s\n"
+    assert "extenders[0].httpTimeout: must be an integer number of nanoseconds" in problem(text, policy=True)
+
+
+def test_managed_resource_names_are_qualified() -> None:
+    text = V1 + "extenders:\n- urlPrefix: http://a\n  managedResources:\n  - name: gpu\n"
+    assert "extenders[0].managedResources[0].name: 'gpu' must be a qualified extended resource name" in problem(text)
+    assert not is_qualified_name("Example.com/gpu") and is_qualified_name("example.com/gpu-mem_2")
+
+
+def test_managed_resources_are_unique_across_extenders() -> None:
+    text = V1 + (
+        "extenders:\n- urlPrefix: http://a\n  managedResources:\n  - name: example.com/gpu\n"
+        "- urlPrefix: http://b\n  managedResources:\n  - name: example.com/gpu\n"
+    )
+    assert "extenders[1].managedResources[0].name: duplicate extender managed resource 'example.com/gpu' " \
+        "(also managed by extenders[0])" in problem(text)
+
+
+def test_tls_config_fields() -> None:
+    assert "extenders[0].tlsConfig.certFiel: unknown field" in problem(
+        V1 + "extenders:\n- urlPrefix: https://a\n  tlsConfig:\n    certFiel: /c\n")
+    missing_key = "extenders[0].tlsConfig: a client certificate needs both cert and key; keyFile/keyData is missing"
+    assert missing_key in problem(V1 + "extenders:\n- urlPrefix: https://a\n  tlsConfig:\n    certFile: /c\n")
+    assert "extenders[0].tlsConfig.caData: must be base64 text" in problem(
+        V1 + "extenders:\n- urlPrefix: https://a\n  tlsConfig:\n    caData: '-----BEGIN CERTIFICATE-----'\n")
+
+
+def test_profiles_have_unique_scheduler_names() -> None:
+    text = V1 + "profiles:\n- plugins: {}\n- schedulerName: default-scheduler\n"
+    assert problem(text) == (
+        "profiles[1].schedulerName: 'default-scheduler' is already used by profiles[0]; schedulerName must be unique"
+    )
+    assert "profiles[0].schedulerName: must not be empty" in problem(V1 + "profiles:\n- schedulerName: ''\n")
+
+
+def test_unknown_plugin_extension_point() -> None:
+    text = V1 + "profiles:\n- plugins:\n    unreserve:\n      enabled:\n      - name: X\n"
+    assert problem(text).startswith("profiles[0].plugins.unreserve: unknown field")
+
+
+def test_kubeconfig_must_be_absolute() -> None:
+    found = problem(V1 + "clientConnection:\n  kubeconfig: REPLACE_ME_WITH_KUBE_CONFIG_PATH\n")
+    assert found.startswith("clientConnection.kubeconfig: must be an absolute path")
+
+
+def test_leader_election_periods() -> None:
+    found = problem(V1 + "leaderElection:\n  leaseDuration: 10s\n  renewDeadline: 15s\n")
+    assert found == "leaderElection.leaseDuration: must be greater than renewDeadline"
+
+
+def test_ranges() -> None:
+    found = problem(V1 + "parallelism: 0\npercentageOfNodesToScore: 101\n")
+    assert "parallelism: must be > 0" in found and "percentageOfNodesToScore: must be between 0 and 100" in found
+
+
+def test_policy_priorities_need_a_positive_weight() -> None:
+    text = POLICY + "priorities:\n- name: LeastRequestedPriority\n  weight: 0\n"
+    assert problem(text, policy=True) == "priorities[0].weight: must be > 0 (got 0)"
+
+
+def test_legacy_policy_extenders_match_field_names_ignoring_case() -> None:
+    text = POLICY + "extenders:\n- URLPrefix: http://a\n  EnableHTTPS: true\n  filterverb: filter\n"
+    assert validate_document(load_single(text, "p.yaml"), "p.yaml", allow_policy=True).kind == "Policy"
+    dup = POLICY + "extenders:\n- urlPrefix: http://a\n  URLPREFIX: http://b\n"
+    assert "extenders[0].URLPREFIX: duplicate of field 'urlPrefix'" in problem(dup, policy=True)
+    unknown = POLICY + "extenders:\n- urlPrefix: http://a\n  apiVersion: v1beta1\n"
+    assert "the legacy decoder would silently ignore it" in problem(unknown, policy=True)
+
+
+def test_document_shape() -> None:
+    assert "2 YAML documents" in problem(V1 + "---\n" + V1)
+    assert problem("- a\n") == "not a KubeSchedulerConfiguration: the document is a list"
+    assert problem("apiVersion: v1\nkind: Pod\n") == "not a KubeSchedulerConfiguration (kind is 'Pod')"
+    assert "apiVersion: 'kubescheduler.config.k8s.io/v2' is not a known" in problem(
+        "apiVersion: kubescheduler.config.k8s.io/v2\nkind: KubeSchedulerConfiguration\n")
+    assert "invalid YAML" in problem(V1 + "extenders: [\n")
+    assert "invalid YAML" in problem(V1 + "kind: KubeSchedulerConfiguration\n")  # duplicate key
+
+
+def test_served_check_names_both_versions() -> None:
+    schema = validate_document(load_single(V1.replace("/v1", "/v1beta3"), "c.yaml"), "c.yaml")
+    with pytest.raises(ConfigError) as err:
+        check_served(schema, KubeVersion(1, 29, 4, source="image tag v1.29.4"), "/src/config.yaml")
+    assert err.value.problem.startswith(
+        "apiVersion: kubescheduler.config.k8s.io/v1beta3 is not served by kube-scheduler 1.29.4 (image tag v1.29.4); "
+        "it is served by 1.23–1.28; kube-scheduler 1.29 serves kubescheduler.config.k8s.io/v1"
+    )
+    check_served(schema, KubeVersion(1, 28), "/src/config.yaml")
+
+
+def test_extenders_file() -> None:
+    good = load_single("extenders:\n" + GOOD_EXTENDER, "e.yaml")
+    assert validate_extenders_file(good, "e.yaml").api_version == "kubescheduler.config.k8s.io/v1"
+    for text, message in [
+        ("extenders: []\n", "extenders: must list at least one extender"),
+        ("extenders:\n" + GOOD_EXTENDER + "profiles: []\n", "profiles: unknown field"),
+        ("apiVersion: v1\n", "extenders: required field is missing or empty"),
+        ("extenders:\n- urlPrefix: http://a\n  httpTimeout: 15000000000\n", "extenders[0].httpTimeout: must be"),
+    ]:
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            validate_extenders_file(load_single(text, "/src/extenders.yaml"), "/src/extenders.yaml")

@@ -1,0 +1,117 @@
+"""Version detection (image tag, --kube-version, API server fallback) and the version table it feeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from patcher.errors import ConfigError
+from patcher.schedconfig.schema import served_config_schemas, target_schema
+from patcher.schedconfig.version import KubeVersion, image_tag, resolve_version, version_from_image
+
+G = "kubescheduler.config.k8s.io"
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("registry.k8s.io/kube-scheduler:v1.29.4", "1.29.4"),
+        ("k8s.gcr.io/kube-scheduler-amd64:v1.11.2", "1.11.2"),
+        ("docker.io/rancher/hardened-kubernetes:v1.30.2-rke2r1-build20240717", "1.30.2"),
+        ("registry.k8s.io/kube-scheduler:v1.28.0@sha256:" + "a" * 64, "1.28.0"),
+        ("quay.io/coreos/hyperkube:v1.10.4_coreos.0", "1.10.4"),
+        ("localhost:5000/kube-scheduler:v1.27.1", "1.27.1"),
+        ("registry.aliyuncs.com/google_containers/kube-scheduler:v1.18.16", "1.18.16"),
+    ],
+)
+def test_version_from_image(image: str, expected: str) -> None:
+    version = version_from_image(image)
+    assert version is not None and str(version) == expected
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "registry.k8s.io/kube-scheduler@sha256:" + "b" * 64,  # digest only
+        "localhost:5000/kube-scheduler",  # a registry port is not a tag
+        "kube-scheduler",
+        "${hyperkube_image}",
+        "{{ .Image }}",
+        "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.25.7",  # scheduler-plugins tag, not a k8s version
+        "registry.k8s.io/kube-scheduler:latest",
+    ],
+)
+def test_images_without_a_kubernetes_version(image: str) -> None:
+    assert version_from_image(image) is None
+
+
+def test_image_tag_ignores_registry_port_and_digest() -> None:
+    assert image_tag("localhost:5000/a/b:v1@sha256:00") == "v1"
+    assert image_tag("localhost:5000/a/b") is None
+
+
+def test_override_wins_over_image_and_fallback() -> None:
+    version = resolve_version("registry.k8s.io/kube-scheduler:v1.29.4", "1.22", "v1.30.0")
+    assert version.key == (1, 22) and version.source == "--kube-version"
+    assert str(resolve_version(None, "v1.29.3", None)) == "1.29.3"
+
+
+def test_image_wins_over_fallback() -> None:
+    assert resolve_version("registry.k8s.io/kube-scheduler:v1.27.2", None, "v1.28.0").key == (1, 27)
+
+
+def test_fallback_is_the_api_server_version() -> None:
+    version = resolve_version("registry.k8s.io/kube-scheduler@sha256:" + "c" * 64, None, "v1.29.3+rke2r1")
+    assert version.key == (1, 29) and version.source == "API server /version"
+
+
+def test_unknown_version_says_how_to_fix() -> None:
+    manifest = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    with pytest.raises(ConfigError) as err:
+        resolve_version("registry.k8s.io/kube-scheduler@sha256:" + "d" * 64, None, None, where=manifest)
+    assert err.value.path == manifest
+    assert "--kube-version" in err.value.problem and "has no Kubernetes version tag" in err.value.problem
+
+
+def test_bad_override_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--kube-version 'latest': not a Kubernetes version"):
+        resolve_version(None, "latest", None)
+
+
+def test_too_old_scheduler_is_refused() -> None:
+    with pytest.raises(ConfigError, match="too old"):
+        resolve_version("quay.io/coreos/hyperkube:v1.8.5_coreos.0", None, None)
+
+
+# The table from the issue, plus componentconfig/v1alpha1 for 1.10-1.11 (kubescheduler.config.k8s.io exists
+# since 1.12 only).
+TABLE = {
+    **{m: "componentconfig/v1alpha1" for m in (10, 11)},
+    **{m: f"{G}/v1alpha1" for m in range(12, 19)},
+    **{m: f"{G}/v1beta1" for m in (19, 20, 21)},
+    22: f"{G}/v1beta2",
+    23: f"{G}/v1beta3",
+    24: f"{G}/v1beta3",
+    **{m: f"{G}/v1" for m in range(25, 36)},
+}
+
+
+@pytest.mark.parametrize("minor", sorted(TABLE))
+def test_version_table(minor: int) -> None:
+    assert target_schema(KubeVersion(1, minor)).api_version == TABLE[minor]
+
+
+@pytest.mark.parametrize(
+    ("api", "first", "last"),
+    [
+        ("v1alpha1", 12, 18),
+        ("v1alpha2", 18, 18),
+        ("v1beta1", 19, 22),
+        ("v1beta2", 22, 27),
+        ("v1beta3", 23, 28),
+        ("v1", 25, 40),
+    ],
+)
+def test_served_ranges(api: str, first: int, last: int) -> None:
+    for minor in range(10, 41):
+        served = {s.api_version for s in served_config_schemas(KubeVersion(1, minor))}
+        assert (f"{G}/{api}" in served) == (first <= minor <= last), (api, minor)
