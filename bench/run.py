@@ -42,13 +42,13 @@ def bench_apply(n: int) -> None:
         src = Path(tmp) / "src"
         src.mkdir()
         opts = engine.Options(source=src, host_root=node)
-        configs = [(ROOT / "examples/scheduler-config/config.yaml").read_text() + f"percentageOfNodesToScore: {i}\n"
+        configs = [(ROOT / "examples/scheduler-config/extenders.yaml").read_text().replace("weight: 1", f"weight: {i}")
                    for i in (10, 20)]
         i = 0
 
         def apply_changed() -> None:
             nonlocal i
-            (src / "config.yaml").write_text(configs[i % 2])
+            (src / "extenders.yaml").write_text(configs[i % 2])
             i += 1
             yamltext.parse.cache_clear()
             plan = engine.plan_apply(opts)

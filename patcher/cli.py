@@ -73,7 +73,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if config is not None:
         out.write(f"# source form: {config.form}, apiVersion {config.api_version}, config {config.short_hash}\n")
     for note in plan.notes:
-        out.write(f"# note: {note}\n")
+        if not note.startswith("source form"):
+            out.write(f"# note: {note}\n")
     if not plan.pending:
         out.write(f"# {plan.manifest_path}: up to date, nothing to do\n")
         return EXIT_OK
