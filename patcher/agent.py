@@ -226,6 +226,7 @@ class Agent:
                 self.state.config_hash, self.state.config_file = config.config_hash, config.main
                 self.state.files = sorted(config.files)
                 self.state.patched_sha256 = engine.sha256(plan.current)
+                self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
                 self._wait_for(config.config_hash, self.state.manifest_mtime_ns or mtime, adopted=True)
             return
         if plan.manifest_change() is not None:
@@ -243,6 +244,7 @@ class Agent:
             self.watcher.expect("manifest")
         self.metrics.wrote()
         self.state = new_state
+        self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
         for note in plan.notes:
             log.info("%s", note, extra=self._log_extra)
         for line in lines:
@@ -330,7 +332,7 @@ class Agent:
         self.restarted_at_ns = now
         self.metrics.restart_seen(max(0.0, (now - w.written_ns) / 1e9))
         self.state.last_good = {"config_hash": self.state.config_hash, "config_file": self.state.config_file,
-                                "files": list(self.state.files)}
+                                "files": list(self.state.files), "source_hash": w.source_hash}
         for line in engine.prune(self.files, self.state, keep_previous=False):
             log.info("%s (config %s is live)", line, w.config_hash[:12], extra=self._log_extra)
         log.info("kube-scheduler runs config %s: %s", w.config_hash[:12], reason, extra=self._log_extra)
@@ -354,11 +356,13 @@ class Agent:
                 if plan.pending:
                     _, self.state = engine.apply(self.files, plan, self.state)
                 target = f"the last Ready config {good.short_hash}"
+                self.state.extra = {**self.state.extra, "source_hash": self.state.last_good.get("source_hash", "")}
             else:
                 rplan = engine.plan_restore(self.files)
                 engine.restore(self.files, rplan, keep_files=True)
                 self.state.patched_sha256 = ""
                 self.state.config_hash = ""
+                self.state.extra = {**self.state.extra, "source_hash": ""}
                 target = "the original manifest"
         except PatcherError as exc:
             self.metrics.error("rollback")
@@ -396,6 +400,7 @@ class Agent:
     def _status(self) -> NodeStatus:
         assert self.phase is not None
         return NodeStatus(state=self.phase, config_hash=self.state.config_hash or None,
+                          source_hash=self.state.extra.get("source_hash") or None,
                           manifest_mtime_ns=self.state.manifest_mtime_ns or None,
                           restarted_at_ns=self.restarted_at_ns if self.phase == NodeState.READY else None,
                           message=self.message)

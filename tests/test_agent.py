@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from patcher import engine
+from patcher import engine, fsio
 from patcher.agent import Agent, AgentOptions
 from patcher.health import Health, Metrics
 from patcher.kube.annotations import NodeReporter
@@ -135,6 +135,7 @@ def test_first_patch_then_config_change_then_restore(node: Node) -> None:
     assert len(first["config-hash"]) == 64 and first["manifest-mtime"].endswith("Z")
     assert first["manifest-mtime"] == engine.timefmt.rfc3339_ns(node.manifest.stat().st_mtime_ns)
     assert "restarted-at" in first and "message" not in first
+    assert first["source-hash"] == fsio.folder_fingerprint(node.src)
     assert [r.crashed for r in node.kubelet.restarts] == [False, False]  # the original, then ours
 
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 5"))

@@ -67,6 +67,7 @@ def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, a
         assert patches[0].json() == {"metadata": {"annotations": {
             P + "state": "WaitingForRestart",
             P + "config-hash": HASH,
+            P + "source-hash": None,
             P + "manifest-mtime": "2026-11-21T23:40:01.123456789Z",
             P + "restarted-at": None,
             P + "message": None,  # clears the leftover

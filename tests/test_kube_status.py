@@ -50,6 +50,7 @@ def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None
     assert desired_annotations(ready, "example.com") == {
         "example.com/state": "Ready",
         "example.com/config-hash": "ab" * 32,
+        "example.com/source-hash": None,
         "example.com/manifest-mtime": "2026-11-21T23:40:01.000000001Z",
         "example.com/restarted-at": "2026-11-21T23:40:05.000000000Z",
         "example.com/message": None,
@@ -58,6 +59,8 @@ def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None
     values = desired_annotations(failed)
     assert values["scheduler-patcher.io/message"] == "config abc crash-looped"
     assert values["scheduler-patcher.io/config-hash"] is None
+    with_source = desired_annotations(NodeStatus(NodeState.READY, "ab" * 32, source_hash="cd" * 32))
+    assert with_source["scheduler-patcher.io/source-hash"] == "cd" * 32
     assert merge_patch(values) == {"metadata": {"annotations": values}}
 
 

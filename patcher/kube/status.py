@@ -59,6 +59,9 @@ class NodeStatus:
     manifest_mtime_ns: int | None = None
     restarted_at_ns: int | None = None
     message: str | None = None
+    #: Fingerprint of the source folder (the ConfigMap's data). One ConfigMap renders to different files on
+    #: nodes that run different scheduler versions (mid-upgrade), so this is what nodes have in common.
+    source_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def normalize_prefix(prefix: str) -> str:
 
 
 def desired_annotations(status: NodeStatus, prefix: str = DEFAULT_PREFIX) -> dict[str, str | None]:
-    """The five annotations for ``status``; ``None`` means "remove" (``null`` in a JSON merge patch).
+    """The six annotations for ``status``; ``None`` means "remove" (``null`` in a JSON merge patch).
 
     Every key is always present so one patch also clears values left behind by an earlier run.
     """
@@ -94,6 +97,7 @@ def desired_annotations(status: NodeStatus, prefix: str = DEFAULT_PREFIX) -> dic
     return {
         p + "state": str(status.state),
         p + "config-hash": status.config_hash or None,
+        p + "source-hash": status.source_hash or None,
         p + "manifest-mtime": (
             rfc3339_ns(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
         ),

@@ -170,6 +170,8 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     assert wait_until(lambda: b"--config=" in by["cp-2"].manifest.read_bytes(), 5)
     assert wait_until(lambda: tl.all("Ready") and b"v1.32.0" in by["cp-2"].manifest.read_bytes(), 20), tl.last
     live = {n: tl.ann(n)["config-hash"] for n in by}  # cp-2 now renders for its new version
+    assert live["cp-2"] != live["cp-1"] == live["cp-3"]
+    assert len({tl.ann(n)["source-hash"] for n in by}) == 1  # but all run the same ConfigMap
 
     tl.mark("rejected config")
     restarts = {s.name: len(s.kubelet.restarts) for s in sims}
