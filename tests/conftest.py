@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,21 @@ def fixture_manifests() -> dict[str, str]:
 def corpus_manifests() -> list[Path]:
     folder = CORPUS / "manifests"
     return sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def write_configmap(folder: Path, files: dict[str, str]) -> None:
+    """What the kubelet does on a ConfigMap update: a new timestamped folder, the ``..data`` symlink swapped
+    by rename, and the visible names as symlinks through ``..data`` (no event on the visible files)."""
+    gen = folder / f"..{time.monotonic_ns()}"
+    gen.mkdir()
+    for name, text in files.items():
+        (gen / name).write_text(text)
+    tmp = folder / "..data_tmp"
+    tmp.symlink_to(gen.name)
+    os.replace(tmp, folder / "..data")
+    for name in files:
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from patcher.kube.annotations import NodeReporter
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ClientSettings, build_api_client
 from patcher.kube.mirrorpod import MirrorPodWatcher
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
@@ -64,16 +64,7 @@ class Node:
         return self.annotations().get("state")
 
     def set_source(self, text: str) -> None:
-        """A ConfigMap update: new data dir, ..data symlink swapped by rename."""
-        gen = self.src / f"..{time.monotonic_ns()}"
-        gen.mkdir()
-        (gen / "extenders.yaml").write_text(text)
-        tmp = self.src / "..data_tmp"
-        tmp.symlink_to(gen.name)
-        os.replace(tmp, self.src / "..data")
-        link = self.src / "extenders.yaml"
-        if not link.is_symlink():
-            link.symlink_to("..data/extenders.yaml")
+        write_configmap(self.src, {"extenders.yaml": text})
 
 
 @pytest.fixture

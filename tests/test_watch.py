@@ -12,6 +12,7 @@ import pytest
 
 from patcher import fsio
 from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from tests.conftest import write_configmap
 
 
 @pytest.fixture
@@ -26,18 +27,6 @@ def watcher(seen: queue.Queue[str]) -> Iterator[FolderWatcher]:
     w.stop()
 
 
-def configmap(folder: Path, content: str, generation: int) -> None:
-    """What the kubelet does on a ConfigMap update: new timestamped dir, ..data symlink swapped by rename."""
-    data = folder / f"..2026_11_21_{generation}"
-    data.mkdir()
-    (data / "extenders.yaml").write_text(content)
-    tmp = folder / "..data_tmp"
-    tmp.symlink_to(data.name)
-    os.replace(tmp, folder / "..data")
-    if not (folder / "extenders.yaml").is_symlink():
-        (folder / "extenders.yaml").symlink_to("..data/extenders.yaml")
-
-
 def quiet(seen: queue.Queue[str], seconds: float = 0.5) -> bool:
     try:
         seen.get(timeout=seconds)
@@ -47,10 +36,10 @@ def quiet(seen: queue.Queue[str], seconds: float = 0.5) -> bool:
 
 
 def test_configmap_symlink_swap_is_seen(tmp_path: Path, watcher: FolderWatcher, seen: queue.Queue[str]) -> None:
-    configmap(tmp_path, "a: 1\n", 1)
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
     watcher.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
     watcher.start()
-    configmap(tmp_path, "a: 2\n", 2)
+    write_configmap(tmp_path, {"extenders.yaml": "a: 2\n"})
     assert seen.get(timeout=3) == "source"
     assert quiet(seen)
 

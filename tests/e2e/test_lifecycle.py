@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
@@ -48,14 +48,7 @@ class Sim:
         return self.root / MANIFEST
 
     def configmap(self, text: str) -> None:
-        gen = self.src / f"..{time.monotonic_ns()}"
-        gen.mkdir()
-        (gen / "extenders.yaml").write_text(text)
-        tmp = self.src / "..data_tmp"
-        tmp.symlink_to(gen.name)
-        os.replace(tmp, self.src / "..data")
-        if not (self.src / "extenders.yaml").is_symlink():
-            (self.src / "extenders.yaml").symlink_to("..data/extenders.yaml")
+        write_configmap(self.src, {"extenders.yaml": text})
 
 
 @dataclass
@@ -147,7 +140,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]
 
 
 def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> None:
-    emu, sims, tl = cluster
+    _, sims, tl = cluster
     by = {s.name: s for s in sims}
 
     tl.mark("install")
