@@ -234,3 +234,23 @@ def test_marker_round_trips() -> None:
     assert m.Marker.from_json(marker.to_json()) == marker
     with pytest.raises(ValueError):
         m.Marker.from_json('{"v": 99}')
+
+
+def test_empty_flow_collections_get_our_items_and_lose_them_again(kubeadm_text: str) -> None:
+    text = kubeadm_text.replace("  volumes:\n  - hostPath:\n      path: /etc/kubernetes/scheduler.conf\n"
+                                "      type: FileOrCreate\n    name: kubeconfig\n", "  volumes: []\n")
+    text = text.replace("  namespace: kube-system\n", "  namespace: kube-system\n  annotations: {}\n")
+    text = text.replace("    volumeMounts:\n    - mountPath: /etc/kubernetes/scheduler.conf\n"
+                        "      name: kubeconfig\n      readOnly: true\n", "")
+    patched = m.patch(text, SPEC, "x").text
+    assert "  volumes: [{hostPath: {path: /etc/kubernetes/scheduler-patcher, type: DirectoryOrCreate}, " \
+           "name: scheduler-patcher-config}]\n" in patched
+    assert "  annotations: {scheduler-patcher.io/patch: '{" in patched
+    assert m.restore(patched, "x", prefix=PREFIX) == text
+
+
+def test_a_null_volume_list_is_refused_not_guessed(kubeadm_text: str) -> None:
+    text = kubeadm_text.replace("    volumeMounts:\n    - mountPath: /etc/kubernetes/scheduler.conf\n"
+                                "      name: kubeconfig\n      readOnly: true\n", "    volumeMounts:\n")
+    with pytest.raises(ManifestError, match="volumeMounts is not a non-empty sequence"):
+        m.patch(text, SPEC, "x")
