@@ -153,8 +153,9 @@ class Agent:
             self.state = State()
         self._resume()
         self.reconcile("start")
-        if self.reporter is not None and self.phase is not None:
-            self.reporter.publish(self._status())  # a restarted agent re-asserts what it found
+        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
+            self.reporter.publish(self._status(), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
         self._next_resync = time.monotonic() + self.opts.resync_interval
         while not self._stopping.is_set():
             self.health.beat()
@@ -302,22 +303,24 @@ class Agent:
         w = self.waiting
         if w is None:
             return
-        verdict: restart.Verdict
-        reason: str
+        verdicts: list[tuple[restart.Verdict, str]] = []
         if self.pods is not None:
             decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
                                       expected_hash=w.config_hash, manifest_mtime_ns=w.written_ns,
                                       baseline=w.baseline, container_name=self._container())
-            verdict, reason = decision.verdict, decision.reason
-        elif w.tracker is not None:
+            verdicts.append((decision.verdict, decision.reason))
+        if w.tracker is not None:  # the process table answers even while the API server is down
             check = w.tracker.poll()
             if check.starts > self.opts.crash_restarts:
-                verdict, reason = restart.Verdict.CRASH_LOOPING, f"started {check.starts} times since our write"
+                verdicts.append((restart.Verdict.CRASH_LOOPING, f"started {check.starts} times since our write"))
             else:
-                verdict = restart.Verdict.READY if check.ready else restart.Verdict.WAITING
-                reason = check.reason
-        else:
-            verdict, reason = restart.Verdict.READY, "restart not verified (no API and no local process check)"
+                verdicts.append((restart.Verdict.READY if check.ready else restart.Verdict.WAITING,
+                                 f"local process: {check.reason}"))
+        if not verdicts:
+            verdicts.append((restart.Verdict.READY, "restart not verified (no API and no local process check)"))
+        # A crash loop seen by either check wins; otherwise either check proving the restart is enough.
+        order = (restart.Verdict.CRASH_LOOPING, restart.Verdict.READY, restart.Verdict.WAITING)
+        verdict, reason = min(verdicts, key=lambda v: order.index(v[0]))
         if verdict == restart.Verdict.READY:
             self._ready(w, reason)
         elif verdict == restart.Verdict.CRASH_LOOPING:
@@ -372,6 +375,8 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
+        self.state.manifest_mtime_ns = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(
+            self.files.manifest_path))) or self.state.manifest_mtime_ns
         message = f"{reason}; rolled back to {target}"
         log.error("%s", message, extra=self._log_extra)
         self._set_phase(NodeState.ROLLED_BACK, message)
@@ -419,7 +424,9 @@ class Agent:
                     log.info("%s (stopping)", line, extra=self._log_extra)
                 self.metrics.restored()
                 self.waiting = None
-                self.state = State()
+                self.state = State(bad_hashes=self.state.bad_hashes)  # a failed config stays failed
+                if self.state.bad_hashes:
+                    self.store.save(self.state)
                 self.phase = NodeState.RESTORED
                 self.message = None
                 self.restarted_at_ns = None

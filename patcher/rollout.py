@@ -26,7 +26,7 @@ from patcher.kube.client import describe_error
 
 log = logging.getLogger("patcher.rollout")
 
-BAD_HASHES_SUFFIX = "bad-config-hashes"
+BAD_HASHES_SUFFIX = "bad-source-hashes"  # source fingerprints: comparable across scheduler versions
 MAX_BAD = 20  # the annotation keeps the most recent ones: enough for any real history, bounded in size
 
 
