@@ -85,7 +85,8 @@ class Agent:
     def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
                  health: Health | None = None, metrics: Metrics | None = None,
                  fallback_version: Callable[[], str | None] = lambda: None,
-                 coordinator: Coordinator | None = None) -> None:
+                 coordinator: Coordinator | None = None,
+                 on_phase: Callable[[NodeState], None] | None = None) -> None:
         self.opts = opts
         self.files = opts.files
         self.reporter = reporter
@@ -94,6 +95,7 @@ class Agent:
         self.metrics = metrics or Metrics()
         self.fallback_version = fallback_version
         self.coordinator = coordinator
+        self.on_phase = on_phase  # e.g. republish the cluster verdict
         self._lease_retry_at: float | None = None
         self.events: queue.Queue[Event] = queue.Queue()
         self.store = self.files.store()
@@ -401,6 +403,8 @@ class Agent:
             log.error("cannot save the state record: %s", exc, extra=self._log_extra)
         if self.reporter is not None and (changed or phase == NodeState.READY):
             self.reporter.publish(self._status(), reason=reason)
+        if changed and self.on_phase is not None:
+            self.on_phase(phase)
 
     def _status(self) -> NodeStatus:
         assert self.phase is not None

@@ -8,6 +8,7 @@ through its environment.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -155,6 +156,11 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=_seconds)
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
           "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
+          type=_bool)
+    f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
+          "ConfigMap", type=_bool)
+    f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
@@ -165,7 +171,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return runner.run(_options(args), args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+CLUSTER_COMMANDS = {
+    "readiness": ("patcher.readiness", "cluster verdict: is every control-plane scheduler Ready with the config?"),
+    "gatekeeper": ("patcher.gatekeeper", "release scheduling gates once every scheduler runs the extender"),
+}
+
+
+def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scheduler-patcher",
         description="Plug a scheduler extender into a static-pod kube-scheduler, reversibly.")
@@ -186,12 +198,20 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             _run_flags(p)
         p.set_defaults(func=func)
+    for name, (module_name, help_text) in CLUSTER_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name in load:  # importing them loads the Kubernetes client: only for the command that runs
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(func=module.main)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(load=[command] if command in CLUSTER_COMMANDS else [])
+    args = parser.parse_args(words)
     try:
         return int(args.func(args))
     except PatcherError as exc:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Final
+from typing import Final, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -129,10 +129,17 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class Renderable(Protocol):
+    """Anything that renders Prometheus text: the agent's Metrics, the gatekeeper's GateMetrics."""
+
+    def render(self) -> bytes: ...
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     health: Health
-    metrics: Metrics
+    metrics: Renderable
+    ready: Callable[[], bool]
 
 
 class _Server6(_Server):
@@ -150,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200 if alive else 503, b"ok\n" if alive else b"agent loop stalled\n")
         elif path == "/readyz":
             health = self.server.health
-            ready = health.ready()
+            ready = self.server.ready()
             body = b"ok\n" if ready else f"state {health.state}\n".encode()
             self._reply(200 if ready else 503, body)
         elif path == "/metrics":
@@ -170,14 +177,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HealthServer:
-    """Serves ``/healthz``, ``/readyz`` and ``/metrics`` from a daemon thread."""
+    """Serves ``/healthz``, ``/readyz`` and ``/metrics`` from a daemon thread.
 
-    def __init__(self, health: Health, metrics: Metrics, listen: str = DEFAULT_LISTEN) -> None:
+    ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
+    because a standby replica is as ready as its leader.
+    """
+
+    def __init__(self, health: Health, metrics: Renderable, listen: str = DEFAULT_LISTEN,
+                 ready: Callable[[], bool] | None = None) -> None:
         host, port = parse_listen(listen)
         server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), _Handler)
         self._server.health = health
         self._server.metrics = metrics
+        self._server.ready = ready or health.ready
         self._thread: threading.Thread | None = None
 
     @property

@@ -20,6 +20,7 @@ from patcher.kube.annotations import NodeReporter
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, server_version
 from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
 from patcher.rollout import RolloutLease
+from patcher.statuspub import StatusPublisher, StatusTarget
 
 log = logging.getLogger("patcher.runner")
 
@@ -84,8 +85,15 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
     if api is not None and args.rollout == "coordinated":
         coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
                                    duration=int(args.rollout_lease_duration), prefix=files.prefix)
+    publisher = None
+    if api is not None and args.publish_status:
+        name, namespace = static_pod_identity(files)
+        publisher = StatusPublisher(api, StatusTarget(
+            namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name, mirror_namespace=namespace,
+            compat_csi_baremetal=args.compat_csi_baremetal, compat_namespace=args.compat_namespace))
     agent = Agent(opts, reporter=reporter, pods=pods, health=health, metrics=metrics,
-                  fallback_version=_VersionCache(api), coordinator=coordinator)
+                  fallback_version=_VersionCache(api), coordinator=coordinator,
+                  on_phase=(lambda phase: publisher.kick()) if publisher else None)
     agents.append(agent)
     try:
         server: HealthServer | None = HealthServer(health, metrics, args.listen)
@@ -99,12 +107,16 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         reporter.start()
     if pods:
         pods.start()
+    if publisher:
+        publisher.start()
     agent.start_watching()
     log.info("agent started", extra={"node": args.node_name or "-", "manifest": files.manifest_path,
                                      "api": "off" if api is None else "on"})
     try:
         return agent.run()
     finally:
+        if publisher:
+            publisher.stop()
         if pods:
             pods.stop()
         if reporter:

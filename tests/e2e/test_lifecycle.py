@@ -129,7 +129,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
              "--listen", "127.0.0.1:0", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
-             "--log-format", "json"], env=env, stdout=sim.log.open("wb"), stderr=subprocess.STDOUT)
+             "--compat-csi-baremetal=true", "--log-format", "json"],
+            env=env, stdout=sim.log.open("wb"), stderr=subprocess.STDOUT)
     yield emu, sims, timeline
     timeline.stop.set()
     for sim in sims:
@@ -148,6 +149,13 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     first = tl.ann("cp-1")["config-hash"]
     assert tl.all("Ready", first)
     assert tl.overlaps(0) == []
+
+    def published(name: str, key: str) -> str:
+        cm = tl.emu.get("configmaps", name, "scheduler-patcher") or {}
+        return str((cm.get("data") or {}).get(key, ""))
+
+    assert wait_until(lambda: published("scheduler-patcher-status", "ready") == "true", 10)
+    assert wait_until(lambda: published("extender-readiness", "nodes.yaml").count("restarted: true") == 3, 10)
 
     tl.mark("ConfigMap update")
     since = time.monotonic() - tl.t0

@@ -1,0 +1,376 @@
+"""The gatekeeper against the API emulator: three control-plane nodes, gated pods, two replicas.
+
+The nodes' annotations and mirror pods are set directly, as the agents and kubelets would; pods are created
+as the API server stores them (``status.phase: Pending``). Everything else goes through the official client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from patcher import gatekeeper
+from patcher.gatekeeper import DEFAULT_GATE, Gatekeeper, GateMetrics, LeaderElector, release_patch, waits_on
+from patcher.kube.backoff import Backoff
+from patcher.kube.client import ClientSettings, TimeoutApiClient, build_api_client
+from patcher.readiness import collect
+from tests.kubeemu import KubeEmulator, make_mirror_pod, wait_until
+from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
+
+CP = "node-role.kubernetes.io/control-plane"
+NODES = ("cp-1", "cp-2", "cp-3")
+GATE = DEFAULT_GATE
+NS = "scheduler-patcher"
+CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
+METRIC = "scheduler_patcher_gatekeeper_"
+
+
+@pytest.fixture
+def emu() -> Iterator[KubeEmulatorExt]:
+    with KubeEmulatorExt() as e:
+        yield e
+
+
+@pytest.fixture
+def kubeconfig(emu: KubeEmulatorExt, tmp_path: Path) -> Path:
+    return emu.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> TimeoutApiClient:
+    api = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
+    api.user_agent = agent  # tells the replicas' requests apart in the emulator's log
+    return api
+
+
+@pytest.fixture
+def api(kubeconfig: Path) -> Iterator[TimeoutApiClient]:
+    c = client(kubeconfig)
+    yield c
+    c.close()
+
+
+def node_state(emu: KubeEmulator, node: str, ready: bool) -> None:
+    """Play kubelet and agent: a ready node has the restarted mirror pod and says Ready."""
+    emu.set_pod(make_mirror_pod(node_name=node, annotations=marker(), started_at=STARTED if ready else BEFORE))
+    emu.upsert({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {CP: ""},
+                             "annotations": node_annotations_for("Ready" if ready else "WaitingForRestart")}})
+
+
+def cluster(emu: KubeEmulator, *ready: str) -> None:
+    for n in NODES:
+        node_state(emu, n, n in ready)
+
+
+def gates(emu: KubeEmulator, name: str, namespace: str = "default") -> list[str] | None:
+    pod = emu.get("pods", name, namespace)
+    assert pod is not None
+    value = pod["spec"].get("schedulingGates")
+    return None if value is None else [g["name"] for g in value]
+
+
+def patches(emu: KubeEmulator) -> list[Any]:
+    return [r for r in emu.requests("PATCH") if "/pods/" in r.path]
+
+
+@contextmanager
+def running(api: k8s.ApiClient, **kw: Any) -> Iterator[Gatekeeper]:
+    """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
+    gk = Gatekeeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
+        "resync_interval", 60.0), **kw)
+    stop = threading.Event()
+    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
+    gk.start()
+    assert gk.wait_synced(5)
+    thread.start()
+    try:
+        yield gk
+    finally:
+        stop.set()
+        gk.wake()
+        thread.join(5)
+        gk.stop()
+        assert not thread.is_alive()
+
+
+def metric(gk: Gatekeeper, name: str) -> float:
+    return gk.metrics.value(METRIC + name)
+
+
+# --- pure parts ---------------------------------------------------------------------------------------
+
+
+def test_the_patch_tests_the_whole_array_and_keeps_other_gates_in_order() -> None:
+    pod = make_pod("p", gates=["a", GATE, "b"])
+    assert release_patch(pod, GATE) == [
+        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": GATE}, {"name": "b"}]},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": "b"}]},
+    ]
+    assert waits_on(pod, GATE)
+    assert not waits_on(make_pod("p", gates=["a"]), GATE)
+    assert not waits_on(make_pod("p", gates=[GATE], phase="Running"), GATE)
+    deleting = make_pod("p", gates=[GATE])
+    deleting["metadata"]["deletionTimestamp"] = CREATED
+    assert not waits_on(deleting, GATE)
+
+
+# --- releasing ----------------------------------------------------------------------------------------
+
+
+def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    cluster(emu, "cp-1", "cp-2")
+    emu.create(make_pod("multi", gates=["example.com/a", GATE, "example.com/b"], created=CREATED))
+    emu.create(make_pod("only", "team-a", gates=[GATE], created=CREATED))
+    emu.create(make_pod("foreign", gates=["example.com/a"]))
+    emu.create(make_pod("plain"))
+    with running(api) as gk:
+        assert wait_until(lambda: metric(gk, "gated_pods") == 2, 5)
+        time.sleep(0.3)
+        assert gk.verdict is not None and not gk.verdict.ready
+        assert patches(emu) == []
+        assert metric(gk, "verdict_ready") == 0
+        # The pod watch is one cluster-wide, Pending-only watch: gates cannot be selected on by the API server.
+        watches = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") == "true"]
+        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending"}
+
+        emu.clear_requests()
+        node_state(emu, "cp-3", True)  # the last scheduler comes back with the config
+        assert wait_until(lambda: gates(emu, "multi") == ["example.com/a", "example.com/b"]
+                          and gates(emu, "only", "team-a") == [], 5)
+        assert wait_until(lambda: metric(gk, "gated_pods") == 0, 5)
+        assert metric(gk, "pods_released_total") == 2
+        assert metric(gk, "wait_seconds_count") == 2
+        assert metric(gk, "wait_seconds_sum") >= 2 * 119  # from the pods' creation, two minutes ago
+        assert metric(gk, "verdict_ready") == 1
+    assert gates(emu, "foreign") == ["example.com/a"]
+    assert gates(emu, "plain") is None
+    sent = patches(emu)
+    assert sorted(r.path for r in sent) == ["/api/v1/namespaces/default/pods/multi",
+                                            "/api/v1/namespaces/team-a/pods/only"]
+    assert {r.headers["content-type"] for r in sent} == {"application/json-patch+json"}
+    multi = next(r for r in sent if r.path.endswith("/multi")).json()
+    assert [op["op"] for op in multi] == ["test", "replace"]
+
+
+def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_ready(
+        emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    with running(api) as gk:
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        emu.create(make_pod("late", gates=[GATE, "example.com/b"]))
+        assert wait_until(lambda: gates(emu, "late") == ["example.com/b"], 5)
+
+        node_state(emu, "cp-2", False)  # a node rolls over to a new config (or back)
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+        emu.create(make_pod("later", gates=[GATE]))
+        assert wait_until(lambda: metric(gk, "gated_pods") == 1, 5)
+        time.sleep(0.3)
+        assert gates(emu, "later") == [GATE]
+        assert gates(emu, "late") == ["example.com/b"]  # released pods stay released: gates cannot be added
+
+        node_state(emu, "cp-2", True)
+        assert wait_until(lambda: gates(emu, "later") == [], 5)
+        emu.delete("pods", "later", "default")
+        emu.create(make_pod("gone", gates=[GATE]))
+        assert wait_until(lambda: gates(emu, "gone") == [], 5)
+        assert metric(gk, "pods_released_total") == 3
+
+
+def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEmulatorExt,
+                                                                     api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    with running(api) as gk:
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        time.sleep(0.1)
+        emu.clear_requests()
+
+        def heartbeat(node: dict[str, Any]) -> None:
+            node.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True",
+                                                            "lastHeartbeatTime": time.strftime("%H:%M:%S")}]
+
+        for n in NODES:
+            emu.mutate("nodes", n, heartbeat)
+        time.sleep(0.3)
+        reads = [r for r in emu.requests("GET") if r.query.get("watch") != "true"]
+        assert reads == []  # no verdict was re-evaluated
+        node_state(emu, "cp-1", False)
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+
+
+def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: KubeEmulatorExt,
+                                                                       api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    emu.create(make_pod("raced", gates=["example.com/a", GATE, "example.com/b"]))
+    emu.create(make_pod("conflict", gates=[GATE, "example.com/c"]))
+    raced = "/api/v1/namespaces/default/pods/raced"
+    conflict = "/api/v1/namespaces/default/pods/conflict"
+
+    def other_controller(e: KubeEmulator) -> None:  # removes its own gate between our read and our patch
+        e.mutate("pods", "raced", lambda p: p["spec"].update(
+            schedulingGates=[g for g in p["spec"]["schedulingGates"] if g["name"] != "example.com/a"]),
+            namespace="default")
+
+    emu.before("PATCH", raced, other_controller)
+    emu.fail("PATCH", conflict, 409)
+    with running(api) as gk:
+        assert wait_until(lambda: gates(emu, "raced") == ["example.com/b"] and gates(emu, "conflict") ==
+                          ["example.com/c"], 5)
+        assert metric(gk, "patch_conflicts_total") == 2
+        assert metric(gk, "pods_released_total") == 2
+    assert [r.status for r in emu.requests("PATCH", raced)] == [422, 200]
+    assert [r.status for r in emu.requests("PATCH", conflict)] == [409, 200]
+    second = emu.requests("PATCH", raced)[1].json()
+    assert second[0]["value"] == [{"name": GATE}, {"name": "example.com/b"}]  # rebuilt from the pod read again
+    assert len(emu.requests("GET", raced)) == 1 and len(emu.requests("GET", conflict)) == 1  # read again, once
+
+
+def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 503, times=2)
+    with running(api):
+        assert wait_until(lambda: gates(emu, "p") == [], 5)
+    assert [r.status for r in emu.requests("PATCH", path)] == [503, 503, 200]
+
+
+# --- the command, namespaces, leader election ---------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metrics(
+        emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+    cluster(emu, *NODES)
+    for ns in ("a", "b", "c"):
+        emu.create(make_pod("p", ns, gates=[GATE]))
+    parser = argparse.ArgumentParser()
+    gatekeeper.add_arguments(parser)
+    port = free_port()
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--namespaces", "a, b", "--namespace", NS,
+                              "--identity", "gk-0", "--listen", f"127.0.0.1:{port}", "--retry-period", "0.2s"])
+    stop = threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(gatekeeper.run(args, stop)), daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: gates(emu, "p", "a") == [] and gates(emu, "p", "b") == [], 10)
+        time.sleep(0.2)
+        assert gates(emu, "p", "c") == [GATE]
+        lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == "gk-0"
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        url = f"http://127.0.0.1:{port}"
+        body = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        assert f"{METRIC}pods_released_total 2.0" in body and f"{METRIC}leader 1.0" in body
+        assert urllib.request.urlopen(url + "/healthz", timeout=2).status == 200
+    finally:
+        stop.set()
+        thread.join(5)
+    assert result == [0]
+    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path}
+    assert watched == {"/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods"}
+    lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
+    assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
+
+
+def elector(api: k8s.ApiClient, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
+    return LeaderElector(api, namespace=NS, identity=identity, lease_duration=1.5, renew_deadline=1.0,
+                         retry_period=0.1, on_change=on_change)
+
+
+def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+    cluster(emu, *NODES)
+    for i in range(4):
+        emu.create(make_pod(f"p{i}", gates=[GATE]))
+    apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
+    gks: list[Gatekeeper] = []
+
+    def waker(i: int) -> Callable[[bool], None]:
+        def wake(_leading: bool) -> None:
+            if len(gks) > i:
+                gks[i].wake()
+        return wake
+
+    electors = [elector(a, name, waker(i)) for i, (a, name) in enumerate(zip(apis, ("gk-a", "gk-b"), strict=True))]
+    try:
+        with running(apis[0], elector=electors[0]) as gk_a, running(apis[1], elector=electors[1]) as gk_b:
+            gks += [gk_a, gk_b]
+            for e in electors:
+                e.start()
+            assert wait_until(lambda: all(gates(emu, f"p{i}") == [] for i in range(4)), 5)
+            leaders = [e for e in electors if e.is_leader()]
+            assert len(leaders) == 1
+            leader = leaders[0]
+            standby = next(e for e in electors if e is not leader)
+            assert {r.headers["user-agent"] for r in patches(emu)} == {leader.identity}
+            assert wait_until(lambda: standby.holder == leader.identity, 2)  # it saw who leads
+
+            leader.stop(release=True)  # a rolling update: the old replica hands the Lease over
+            assert wait_until(standby.is_leader, 3)
+            emu.create(make_pod("after", gates=[GATE]))
+            assert wait_until(lambda: gates(emu, "after") == [], 5)
+            after = [r for r in patches(emu) if r.path.endswith("/after")]
+            assert {r.headers["user-agent"] for r in after} == {standby.identity}
+            assert metric(gks[electors.index(leader)], "leader") == 0
+    finally:
+        for e in electors:
+            e.stop(release=False)
+        for a in apis:
+            a.close()
+
+
+def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,
+                                                                        api: k8s.ApiClient) -> None:
+    # The dead holder's renewTime lies in the future (a skewed clock): only our own clock counts.
+    emu.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "scheduler-patcher-gatekeeper", "namespace": NS},
+                "spec": {"holderIdentity": "dead", "leaseDurationSeconds": 1, "leaseTransitions": 4,
+                         "renewTime": "2099-01-01T00:00:00.000000Z"}})
+    e = elector(api, "gk-new")
+    started = time.monotonic()
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 5)
+        assert time.monotonic() - started >= 0.9
+        spec = (emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io") or {})["spec"]
+        assert spec["holderIdentity"] == "gk-new" and spec["leaseTransitions"] == 5
+        assert spec["leaseDurationSeconds"] == 2  # 1.5 s, rounded up
+    finally:
+        e.stop()
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_expires(emu: KubeEmulatorExt,
+                                                                         api: k8s.ApiClient) -> None:
+    e = elector(api, "gk-1")
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.go_down("503")
+        lost_at = time.monotonic()
+        assert wait_until(lambda: not e.is_leader(), 3)
+        assert time.monotonic() - lost_at <= 1.2  # renew deadline 1.0 s < lease duration 1.5 s
+    finally:
+        emu.come_up()
+        e.stop()
+
+
+def test_metrics_registry_is_private() -> None:
+    a, b = GateMetrics(), GateMetrics()
+    a.released(3.0)
+    assert a.value(METRIC + "pods_released_total") == 1 and b.value(METRIC + "pods_released_total") == 0
+    assert b"scheduler_patcher_gatekeeper_wait_seconds_bucket" in a.render()
