@@ -803,3 +803,55 @@ def test_the_agent_runs_and_restores_on_sigterm_without_capabilities(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+# -- the gatekeeper -------------------------------------------------------------------------------------------
+
+
+def test_gatekeeper_objects_validate_and_carry_only_its_own_permissions() -> None:
+    objs = objects("gatekeeper")
+    for obj in objs:
+        kubernetes_validate.validate(obj, K8S_SCHEMA, strict=True)
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "gatekeeper"
+    rules = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o["rules"]
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    assert rules == {
+        ("ClusterRole", None, "scheduler-patcher-gatekeeper"): [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}],
+        ("Role", "scheduler-patcher", "scheduler-patcher-gatekeeper-lease"): [
+            {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "resourceNames": ["scheduler-patcher-gatekeeper"],
+             "verbs": ["get", "update"]}],
+    }
+    for b in (o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "scheduler-patcher-gatekeeper",
+                                  "namespace": "scheduler-patcher"}]
+    # The node agent never gets to patch pods.
+    for name in INSTALL:
+        for o in objects(name):
+            for rule in o.get("rules", []) if o["kind"] in ("Role", "ClusterRole") else []:
+                assert not ("pods" in rule["resources"] and "patch" in rule["verbs"]), name
+
+
+def test_gatekeeper_deployment_runs_the_gatekeeper_with_real_flags(clean_env: pytest.MonkeyPatch) -> None:
+    deploy = one("gatekeeper", "Deployment")
+    spec = pod_spec(deploy)
+    container = spec["containers"][0]
+    assert container["args"] == ["gatekeeper"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    for name, value in env.items():
+        if name.startswith("PATCHER_") and value is not None:
+            clean_env.setenv(name, value)
+    args = build_parser().parse_args(["gatekeeper"])
+    assert args.gate_name == "scheduler-patcher.io/extender-ready"
+    port = parse_listen(args.listen)[1]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["ports"][0]["containerPort"] == port
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["serviceAccountName"] == "scheduler-patcher-gatekeeper"
+    assert "volumes" not in spec
