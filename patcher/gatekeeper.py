@@ -50,8 +50,8 @@ from patcher.health import Health, HealthServer
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client
+from patcher.kube.listwatch import ListWatcher
 from patcher.readiness import (
-    ListWatcher,
     Obj,
     ReadinessError,
     Verdict,
