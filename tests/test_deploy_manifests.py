@@ -327,7 +327,7 @@ def api_calls_in_agent() -> set[tuple[str, str, str]]:
                 if hasattr(cls, method):  # else not an API call (e.g. fsio.read_bytes)
                     plural = resource.replace("_", "") + "s"
                     calls.add((API_GROUPS[owner], plural, verbs[verb]))
-                    if verb == "list" and "Watch(" in text:
+                    if verb == "list" and ("Watch(" in text or "ListWatcher(" in text):  # list-then-watch
                         calls.add((API_GROUPS[owner], plural, "watch"))
     return calls
 
