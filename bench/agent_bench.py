@@ -38,7 +38,8 @@ from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-CONFIG = (ROOT / "examples/scheduler-config/config.yaml").read_text()
+CONFIG = (ROOT / "examples/scheduler-config/extenders.yaml").read_text()
+SOURCE = "extenders.yaml"
 
 
 def node_tree(tmp: Path) -> tuple[Path, Path]:
@@ -47,7 +48,7 @@ def node_tree(tmp: Path) -> tuple[Path, Path]:
     shutil.copy(KUBEADM, root / MANIFEST)
     src = tmp / "src"
     src.mkdir()
-    (src / "config.yaml").write_text(CONFIG)
+    (src / SOURCE).write_text(CONFIG)
     return root, src
 
 
@@ -77,7 +78,7 @@ def bench_change_to_write(n: int) -> None:
         wait(lambda: b"--config=" in manifest.read_bytes())
         out = []
         for i in range(n):
-            (src / "config.yaml").write_text(CONFIG + f"percentageOfNodesToScore: {i + 1}\n")
+            (src / SOURCE).write_text(CONFIG.replace("weight: 1", f"weight: {i + 2}"))
             t0 = time.perf_counter()
             before = manifest.read_bytes()
             wait(lambda b=before: manifest.read_bytes() != b)  # type: ignore[misc]
@@ -123,7 +124,7 @@ def bench_pod_to_readyz(n: int) -> None:
         for i in range(n):
             if i:
                 before = manifest.read_bytes()
-                (src / "config.yaml").write_text(CONFIG + f"percentageOfNodesToScore: {i}\n")
+                (src / SOURCE).write_text(CONFIG.replace("weight: 1", f"weight: {i + 2}"))
                 wait(lambda b=before: manifest.read_bytes() != b)  # type: ignore[misc]
             else:
                 wait(lambda: b"--config=" in manifest.read_bytes())
