@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from patcher import fsio, manifest, schedconfig, timefmt
+from patcher import fsio, manifest, schedconfig, timefmt, yamltext
 from patcher.errors import ConfigError, ManifestError, PatcherError
 from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.state import State, StateStore
@@ -91,7 +91,18 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _check_folders(opts: Options) -> None:
+    """Our folders must not be (or be inside) the kubelet's manifest folder: it runs every file there."""
+    manifests = posixpath.normpath(opts.manifest_dir)
+    for flag, folder in (("--state-dir", opts.state_dir), ("--host-config-dir", opts.host_config_dir)):
+        norm = posixpath.normpath(folder)
+        if norm == manifests or norm.startswith(manifests.rstrip("/") + "/"):
+            raise PatcherError(folder, f"{flag} is inside the manifest folder {manifests}; the kubelet would run "
+                               "every file there as a pod")
+
+
 def _read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+    _check_folders(opts)
     fs = opts.fs
     if not fs.local(opts.manifest_dir).is_dir():
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
@@ -220,7 +231,7 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
             new_state.original_sha256 = sha256(plan.unpatched)
             store.save_original(plan.unpatched)
             store.save(new_state)  # before the manifest: a crash right after the write must find the record
-            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path)
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current)
             new_state.patched_sha256 = sha256(mchange.new)
             lines.append(f"wrote {mchange.node_path}")
         else:
@@ -286,10 +297,14 @@ def plan_restore(opts: Options) -> RestorePlan:
     try:
         new_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
-    except ManifestError:
+    except ManifestError as exc:
         saved = store.load_original()
-        if saved is None or not state.patched:
-            raise
+        # The saved original is the last resort, for a file that no longer parses *and* still is the one we
+        # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
+        # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
+        ours = manifest.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
+        if saved is None or not state.patched or not ours or not _unparsable(text):
+            raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
         new = saved
     changes = []
@@ -303,6 +318,14 @@ def plan_restore(opts: Options) -> RestorePlan:
     return RestorePlan(node_path, local, changes, notes)
 
 
+def _unparsable(text: str) -> bool:
+    try:
+        yamltext.parse(text)
+    except yamltext.YamlTextError:
+        return True
+    return False
+
+
 def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
     """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
 
@@ -312,7 +335,7 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
-            fsio.atomic_write(change.local, change.new, shown=change.node_path)
+            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
     if keep_files:
         return lines

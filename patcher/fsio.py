@@ -73,8 +73,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept."""
+class ChangedUnderneath(PatcherError):
+    """The file is no longer what the caller planned from: someone else wrote it in between."""
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None,
+                 expect: bytes | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept.
+
+    ``expect``: the content the caller planned from. It is compared right before the rename, so a write
+    by someone else in the meantime (a ``kubeadm upgrade``) is not overwritten with a stale base.
+    """
     name = shown or str(path)
     folder = path.parent
     try:
@@ -97,12 +106,39 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
                 with contextlib.suppress(PermissionError):
                     os.fchown(fh.fileno(), uid, gid)
             os.fsync(fh.fileno())
+        if expect is not None and _current(path) != expect:
+            raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         os.replace(tmp, path)
+    except ChangedUnderneath:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
     fsync_dir(folder)
+
+
+def _current(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:
+    """Remove ``.<name>.*.tmp`` left by a writer that was killed between create and rename (ours only)."""
+    removed: list[Path] = []
+    try:
+        candidates = list(folder.glob(f".{name}.*.tmp"))
+    except OSError:
+        return removed
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def remove(path: Path) -> bool:

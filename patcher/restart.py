@@ -141,8 +141,13 @@ def decide(
     manifest_mtime_ns: int,
     baseline: Baseline | None = None,
     container_name: str = DEFAULT_CONTAINER,
+    min_restarts: int = 1,
 ) -> RestartDecision:
-    """Ready, CrashLooping or Waiting (with the reason) for the mirror pod ``pod`` after our write."""
+    """Ready, CrashLooping or Waiting (with the reason) for the mirror pod ``pod`` after our write.
+
+    ``min_restarts``: how many restarts since ``baseline`` make a crash loop. kube-scheduler also exits
+    normally (a lost leader election), so the agent asks for more than one; CrashLoopBackOff counts at once.
+    """
     waiting = Verdict.WAITING
     if pod is None:
         return RestartDecision(waiting, "the mirror pod does not exist (yet)")
@@ -166,7 +171,7 @@ def decide(
     running, wait, term = (_dig(state, k) for k in ("running", "waiting", "terminated"))
     base = (baseline or Baseline()).restarts_for(_str(_dig(pod, "metadata", "uid")))
 
-    if count is not None and count > base:
+    if count is not None and count - base >= max(1, min_restarts):
         return RestartDecision(
             Verdict.CRASH_LOOPING, f"container {container_name} restarted {count - base} time(s) after our write",
             restart_count=count,

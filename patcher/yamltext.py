@@ -392,9 +392,21 @@ class Remove:
 Op: TypeAlias = Append | SetKey | Replace | Remove
 
 
+def _unshared(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshared(v) for v in value]
+    return value
+
+
 def apply_data(data: Any, ops: Sequence[Op]) -> Any:
-    """The intended result of ``ops`` on plain data; the text edit must parse to exactly this."""
-    out = copy.deepcopy(data)
+    """The intended result of ``ops`` on plain data; the text edit must parse to exactly this.
+
+    The copy shares nothing, unlike ``deepcopy``: with YAML aliases (``*ref``) one list can stand in two
+    places, and an item appended through one of them must show up as a difference, not in both.
+    """
+    out = _unshared(data)
 
     def at(path: Path) -> Any:
         cur = out

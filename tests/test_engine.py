@@ -120,11 +120,51 @@ def test_restore_keeps_an_upgrade_made_since(node: FakeFilesystem) -> None:
 
 def test_restore_falls_back_to_the_saved_original_when_the_manifest_is_broken(node: FakeFilesystem) -> None:
     apply()
-    Path(MANIFEST).write_text("apiVersion: v1\nkind: Pod\n\tbroken")
+    ours = Path(MANIFEST).read_text()
+    Path(MANIFEST).write_text(ours.replace("spec:\n", "spec:\n\tbroken: [\n"))  # still ours, no longer YAML
     plan = engine.plan_restore(OPTS)
     assert "cannot be parsed" in plan.notes[0]
     engine.restore(OPTS, plan)
     assert Path(MANIFEST).read_text() == KUBEADM
+
+
+def test_restore_never_writes_the_saved_original_over_a_manifest_that_is_not_ours(node: FakeFilesystem) -> None:
+    apply()
+    upgraded = KUBEADM.replace("v1.31.2", "v1.32.0")
+    Path(MANIFEST).write_text(upgraded)  # rewritten by someone else: nothing of ours left to remove
+    assert [c.kind for c in engine.plan_restore(OPTS).changes] == ["config"]
+    odd = upgraded.replace("    - kube-scheduler\n", "    - /usr/local/bin/scheduler-wrapper\n").replace(
+        "name: kube-scheduler\n    resources", "name: sched\n    resources")
+    Path(MANIFEST).write_text(odd)  # valid YAML, but we cannot find the scheduler in it: refuse, no fallback
+    before = snapshot()
+    with pytest.raises(PatcherError, match="no kube-scheduler container"):
+        engine.plan_restore(OPTS)
+    Path(MANIFEST).write_text("kind: Pod\n\tbroken by an admin, not by us")
+    with pytest.raises(PatcherError, match="invalid YAML"):
+        engine.plan_restore(OPTS)
+    Path(MANIFEST).write_text(odd)
+    assert snapshot() == before
+
+
+def test_apply_does_not_overwrite_a_manifest_rewritten_after_the_plan(node: FakeFilesystem) -> None:
+    plan = engine.plan_apply(OPTS)
+    upgraded = KUBEADM.replace("v1.31.2", "v1.32.0")
+    Path(MANIFEST).write_text(upgraded)  # kubeadm upgrade lands between plan and write
+    with pytest.raises(PatcherError, match="changed by someone else"):
+        engine.apply(OPTS, plan)
+    assert Path(MANIFEST).read_text() == upgraded
+    assert not os.listdir("/etc/kubernetes/scheduler-patcher")  # the config files of that plan are gone again
+    lines = apply()  # a new plan from the new file works
+    assert lines[-1] == f"wrote {MANIFEST}" and "v1.32.0" in Path(MANIFEST).read_text()
+
+
+@pytest.mark.parametrize("flag", ["state_dir", "host_config_dir"])
+def test_our_folders_inside_the_manifest_folder_are_refused(node: FakeFilesystem, flag: str) -> None:
+    opts = engine.Options(source=Path("/src"), **{flag: "/etc/kubernetes/manifests/backup"})  # type: ignore[arg-type]
+    before = snapshot()
+    with pytest.raises(PatcherError, match="inside the manifest folder"):
+        apply(opts)
+    assert snapshot() == before
 
 
 def test_restore_of_an_unparsable_manifest_we_never_patched_is_refused(node: FakeFilesystem) -> None:

@@ -254,3 +254,14 @@ def test_a_null_volume_list_is_refused_not_guessed(kubeadm_text: str) -> None:
                                 "      name: kubeconfig\n      readOnly: true\n", "    volumeMounts:\n")
     with pytest.raises(ManifestError, match="volumeMounts is not a non-empty sequence"):
         m.patch(text, SPEC, "x")
+
+
+def test_an_aliased_list_is_refused_rather_than_patched_in_two_places() -> None:
+    text = FIXTURES["sidecar-first.yaml"]
+    text = text.replace("    volumeMounts:\n    - mountPath: /var/log\n", "    volumeMounts: &mounts\n"
+                        "    - mountPath: /var/log\n")
+    text = text.replace("    volumeMounts:\n    - mountPath: /etc/kubernetes/scheduler.conf\n      name: kubeconfig\n"
+                        "      readOnly: true\n", "    volumeMounts: *mounts\n")
+    assert "*mounts" in text
+    with pytest.raises(ManifestError, match="does not parse to the intended object"):
+        m.patch(text, SPEC, "x")
