@@ -23,6 +23,7 @@ from patcher.errors import ConfigError, PatcherError
 from patcher.health import Health, Metrics
 from patcher.kube.status import NodeState, NodeStatus
 from patcher.proc import LocalRestartTracker
+from patcher.schedconfig import RenderedConfig
 from patcher.state import State
 from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 
@@ -44,12 +45,12 @@ class Coordinator(Protocol):
     """One manifest change at a time across the control plane (see ``patcher.rollout``)."""
 
     held: bool
+    refused_bad: bool
     current_holder: str | None
 
-    def acquire(self) -> bool: ...
+    def acquire(self, source_hash: str = "") -> bool: ...
     def renew_if_due(self) -> None: ...
     def release(self, *, bad_hash: str | None = None) -> None: ...
-    def bad_hashes(self) -> set[str]: ...
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class Agent:
         except PatcherError as exc:
             log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
             self.state = State()
+        for leftover in engine.remove_stale_temp_files(self.files):
+            log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
         self._resume()
         self.reconcile("start")
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
@@ -198,7 +201,8 @@ class Agent:
         if self.state.phase == NodeState.WAITING_FOR_RESTART and self.state.patched:
             if self.coordinator is not None:
                 self.coordinator.acquire()  # still ours after a crash: keep the others waiting
-            self._wait_for(self.state.config_hash, self.state.manifest_mtime_ns, adopted=True)
+            self._wait_for(self.state.config_hash, self.state.manifest_mtime_ns, adopted=True,
+                           baseline=self._baseline_now(), source_hash=self.state.extra.get("source_hash", ""))
         elif self.state.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
             self.phase = NodeState(self.state.phase)
             self.message = self.state.extra.get("message")
@@ -222,15 +226,7 @@ class Agent:
         assert config is not None
         if not plan.pending:
             if self.phase in (None, NodeState.FAILED, NodeState.PENDING) and self.waiting is None:
-                # Adopt: the manifest already carries our current patch (e.g. the agent was restarted).
-                log.info("manifest already patched with config %s; adopting it without a write",
-                         config.short_hash, extra=self._log_extra)
-                mtime = fsio.mtime_ns(plan.manifest_local) or 0
-                self.state.config_hash, self.state.config_file = config.config_hash, config.main
-                self.state.files = sorted(config.files)
-                self.state.patched_sha256 = engine.sha256(plan.current)
-                self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
-                self._wait_for(config.config_hash, self.state.manifest_mtime_ns or mtime, adopted=True)
+                self._adopt(plan, config)
             return
         if plan.manifest_change() is not None:
             if not self._take_turn(config.config_hash, plan.source_hash):
@@ -239,6 +235,11 @@ class Agent:
         pod_before = self.pods.latest() if self.pods else None
         try:
             lines, new_state = engine.apply(self.files, plan, self.state)
+        except fsio.ChangedUnderneath as exc:
+            log.info("%s; planning again", exc, extra=self._log_extra)
+            self._end_turn()
+            self.notify("manifest")
+            return
         except PatcherError as exc:
             self._fail(exc, "write")
             self._end_turn()
@@ -258,22 +259,46 @@ class Agent:
         self._wait_for(config.config_hash, new_state.manifest_mtime_ns,
                        baseline=restart.Baseline.of(pod_before, self._container()), source_hash=plan.source_hash)
 
+    def _adopt(self, plan: engine.Plan, config: RenderedConfig) -> None:
+        """The manifest already carries our current patch (a restarted agent, or a source fixed after Failed)."""
+        self.state.config_hash, self.state.config_file = config.config_hash, config.main
+        self.state.files = sorted(config.files)
+        self.state.patched_sha256 = engine.sha256(plan.current)
+        self.state.original_sha256 = engine.sha256(plan.unpatched)
+        self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
+        if self.state.last_good.get("config_hash") == config.config_hash:
+            # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
+            # was refused without touching anything): the scheduler still runs it, nothing to wait for.
+            log.info("manifest carries config %s, which was Ready before; back to Ready", config.short_hash,
+                     extra=self._log_extra)
+            self._set_phase(NodeState.READY, None)
+            return
+        log.info("manifest already patched with config %s; adopting it without a write", config.short_hash,
+                 extra=self._log_extra)
+        mtime = fsio.mtime_ns(plan.manifest_local) or self.state.manifest_mtime_ns
+        self._wait_for(config.config_hash, mtime, adopted=True, baseline=self._baseline_now(),
+                       source_hash=plan.source_hash)
+
+    def _baseline_now(self) -> restart.Baseline:
+        """Restarts that happened before we looked are not ours to judge (a lost leader election, say)."""
+        return restart.Baseline.of(self.pods.latest() if self.pods else None, self._container())
+
     def _take_turn(self, config_hash: str, source_hash: str) -> bool:
         """Coordinated rollout: hold the Lease before a manifest change; skip configs that failed elsewhere."""
         self._lease_retry_at = None
         c = self.coordinator
         if c is None or c.held or config_hash == self.state.last_good.get("config_hash"):
             return True  # independent mode, our turn already, or re-applying what was Ready here
-        if source_hash and source_hash in c.bad_hashes():
+        if c.acquire(source_hash):
+            log.info("rollout lease acquired for config %s", config_hash[:12], extra=self._log_extra)
+            return True
+        if c.refused_bad:
             log.warning("this source (%s) was rolled back on another node; not trying config %s here",
                         source_hash[:12], config_hash[:12], extra=self._log_extra)
             if config_hash not in self.state.bad_hashes:
                 self.state.bad_hashes.append(config_hash)
                 self.store.save(self.state)
             return False
-        if c.acquire():
-            log.info("rollout lease acquired for config %s", config_hash[:12], extra=self._log_extra)
-            return True
         log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
         if self.phase is None:
             self._set_phase(NodeState.PENDING, None)
@@ -292,9 +317,9 @@ class Agent:
                   baseline: restart.Baseline | None = None, source_hash: str = "") -> None:
         config_path = f"{self.files.host_config_dir}/{self.state.config_file}"
         tracker = LocalRestartTracker(config_path, written_ns) if self.opts.local_check else None
-        elapsed = max(0.0, (time.time_ns() - written_ns) / 1e9) if adopted else 0.0
-        self.waiting = Waiting(config_hash, config_path, written_ns,
-                               time.monotonic() + max(0.0, self.opts.restart_timeout - elapsed),
+        # An adopted write gets the full timeout from now: time spent while the agent was down (a reboot, an
+        # eviction) says nothing about the scheduler, and the pod watch may not have caught up yet.
+        self.waiting = Waiting(config_hash, config_path, written_ns, time.monotonic() + self.opts.restart_timeout,
                                baseline or restart.Baseline(), tracker, source_hash)
         self.state.manifest_mtime_ns = written_ns
         self._set_phase(NodeState.WAITING_FOR_RESTART, None,
@@ -309,7 +334,8 @@ class Agent:
         if self.pods is not None:
             decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
                                       expected_hash=w.config_hash, manifest_mtime_ns=w.written_ns,
-                                      baseline=w.baseline, container_name=self._container())
+                                      baseline=w.baseline, container_name=self._container(),
+                                      min_restarts=self.opts.crash_restarts)
             verdicts.append((decision.verdict, decision.reason))
         if w.tracker is not None:  # the process table answers even while the API server is down
             check = w.tracker.poll()
@@ -337,7 +363,8 @@ class Agent:
         self.restarted_at_ns = now
         self.metrics.restart_seen(max(0.0, (now - w.written_ns) / 1e9))
         self.state.last_good = {"config_hash": self.state.config_hash, "config_file": self.state.config_file,
-                                "files": list(self.state.files), "source_hash": w.source_hash}
+                                "files": list(self.state.files), "source_hash": w.source_hash,
+                                "original_sha256": self.state.original_sha256}
         for line in engine.prune(self.files, self.state, keep_previous=False):
             log.info("%s (config %s is live)", line, w.config_hash[:12], extra=self._log_extra)
         log.info("kube-scheduler runs config %s: %s", w.config_hash[:12], reason, extra=self._log_extra)
@@ -356,8 +383,14 @@ class Agent:
             return
         good = engine.saved_config(self.files, self.state.last_good) if self.state.last_good else None
         try:
-            if good is not None and good.config_hash != w.config_hash:
-                plan = engine.plan_apply(self.files, config=good)
+            plan = engine.plan_apply(self.files, config=good) if good and good.config_hash != w.config_hash else None
+            # The last Ready config was rendered for the manifest it ran with (version, flags). After an
+            # upgrade it may be an apiVersion the new scheduler does not serve: then only the original is safe.
+            if plan is not None and engine.sha256(plan.unpatched) != self.state.last_good.get("original_sha256"):
+                log.warning("the manifest changed since config %s was Ready; rolling back to the original",
+                            self.state.last_good.get("config_hash", "")[:12], extra=self._log_extra)
+                plan = None
+            if plan is not None and good is not None:
                 if plan.pending:
                     _, self.state = engine.apply(self.files, plan, self.state)
                 target = f"the last Ready config {good.short_hash}"

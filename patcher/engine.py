@@ -318,6 +318,19 @@ def plan_restore(opts: Options) -> RestorePlan:
     return RestorePlan(node_path, local, changes, notes)
 
 
+def remove_stale_temp_files(opts: Options) -> list[str]:
+    """Dot-named temp files of ours that a killed writer left between create and rename (node paths)."""
+    fs = opts.fs
+    removed = []
+    manifest_path = fs.resolve(opts.manifest_path)
+    targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
+               (opts.host_config_dir, "*"), (opts.state_dir, "*")]
+    for folder, name in targets:
+        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
+            removed.append(posixpath.join(folder, path.name))
+    return removed
+
+
 def _unparsable(text: str) -> bool:
     try:
         yamltext.parse(text)

@@ -55,6 +55,7 @@ class RolloutLease:
         self.bad_key = f"{prefix.rstrip('/')}/{BAD_HASHES_SUFFIX}"
         self.clock = clock
         self.held = False
+        self.refused_bad = False
         self.last_renew = 0.0
         self.current_holder: str | None = None
 
@@ -79,23 +80,27 @@ class RolloutLease:
         duration = spec.lease_duration_seconds or self.duration
         return _now_micro(self.clock) > renewed + dt.timedelta(seconds=duration)
 
-    def bad_hashes(self) -> set[str]:
-        """Config hashes that rolled back on some node; empty when the API cannot be asked."""
-        try:
-            lease = self._get()
-        except (ApiException, HTTPError, OSError) as exc:
-            log.info("cannot read the rollout lease: %s", describe_error(exc))
-            return set()
-        annotations = (lease.metadata.annotations or {}) if lease is not None and lease.metadata else {}
+    def _bad_of(self, lease: k8s.V1Lease) -> set[str]:
+        annotations = (lease.metadata.annotations or {}) if lease.metadata else {}
         return {h for h in str(annotations.get(self.bad_key, "")).split(",") if h}
 
     # -- holding ---------------------------------------------------------------------------------------
 
-    def acquire(self) -> bool:
-        """Take the Lease if it is free, expired or already ours. False (never raises) otherwise."""
+    def acquire(self, source_hash: str = "") -> bool:
+        """Take the Lease if it is free, expired or already ours. False (never raises) otherwise.
+
+        ``source_hash``: the source about to be rolled out. When the Lease read here lists it as bad, the
+        Lease is not taken and ``refused_bad`` is set: checking the list on the very object we replace (the
+        resourceVersion guards the replace) closes the gap between "is it bad?" and "take the Lease".
+        """
         now = _now_micro(self.clock)
+        self.refused_bad = False
         try:
             lease = self._get()
+            if source_hash and lease is not None and source_hash in self._bad_of(lease):
+                self.refused_bad = True
+                self.held = False
+                return False
             if lease is None:
                 body = k8s.V1Lease(
                     metadata=k8s.V1ObjectMeta(name=self.name, namespace=self.namespace),
@@ -107,6 +112,7 @@ class RolloutLease:
                 mine = spec.holder_identity == self.holder
                 if not mine and not self._expired(lease):
                     self.current_holder = spec.holder_identity
+                    self.held = False  # it was taken over while we thought we held it
                     return False
                 if not mine:
                     spec.lease_transitions = (spec.lease_transitions or 0) + 1
@@ -120,6 +126,8 @@ class RolloutLease:
                 self.api.replace_namespaced_lease(self.name, self.namespace, lease)  # resourceVersion: CAS
         except (ApiException, HTTPError, OSError) as exc:
             log.info("rollout lease not acquired: %s", describe_error(exc))
+            if isinstance(exc, ApiException) and exc.status == 409:
+                self.held = False  # someone replaced it between our read and our write
             return False
         self.held = True
         self.current_holder = self.holder

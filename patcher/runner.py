@@ -17,6 +17,7 @@ from patcher.agent import Agent, AgentOptions
 from patcher.errors import PatcherError
 from patcher.health import Health, HealthServer, Metrics
 from patcher.kube.annotations import NodeReporter
+from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, server_version
 from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
 from patcher.rollout import RolloutLease
@@ -39,18 +40,33 @@ def static_pod_identity(files: engine.Options) -> tuple[str, str]:
 
 
 class _VersionCache:
-    """The API server's version, asked once it answers (it may be down while the control plane restarts)."""
+    """The API server's version, fetched in the background: asking inline would block the loop for a connect
+    timeout on every reconcile while the API server is down (which is when we restart it). Refreshed now and
+    then, since an upgrade changes it."""
 
-    def __init__(self, api: ApiClient | None) -> None:
+    def __init__(self, api: ApiClient | None, refresh: float = 600.0) -> None:
         self.api = api
         self.value: str | None = None
-        self.lock = threading.Lock()
+        self.refresh = refresh
+        self._stop = threading.Event()
+        if api is not None:
+            threading.Thread(target=self._run, name="api-version", daemon=True).start()
+
+    def _run(self) -> None:
+        backoff = Backoff(2.0, 120.0)
+        while not self._stop.is_set():
+            assert self.api is not None
+            found = server_version(self.api)
+            if found:
+                self.value = found
+                backoff.reset()
+            self._stop.wait(self.refresh if found else backoff.next_delay())
 
     def __call__(self) -> str | None:
-        with self.lock:
-            if self.value is None and self.api is not None:
-                self.value = server_version(self.api)
-            return self.value
+        return self.value
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def run(files: engine.Options, args: argparse.Namespace) -> int:
@@ -91,8 +107,9 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         publisher = StatusPublisher(api, StatusTarget(
             namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name, mirror_namespace=namespace,
             compat_csi_baremetal=args.compat_csi_baremetal, compat_namespace=args.compat_namespace))
+    versions = _VersionCache(api)
     agent = Agent(opts, reporter=reporter, pods=pods, health=health, metrics=metrics,
-                  fallback_version=_VersionCache(api), coordinator=coordinator,
+                  fallback_version=versions, coordinator=coordinator,
                   on_phase=(lambda phase: publisher.kick()) if publisher else None)
     agents.append(agent)
     try:
@@ -107,6 +124,8 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         reporter.start()
     if pods:
         pods.start()
+        if not pods.wait_synced(10):  # a resumed wait must see the pod before it can judge the restart
+            log.warning("the mirror pod watch has not synced yet (API unreachable?); continuing")
     if publisher:
         publisher.start()
     agent.start_watching()
@@ -115,6 +134,7 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
     try:
         return agent.run()
     finally:
+        versions.stop()
         if publisher:
             publisher.stop()
         if pods:

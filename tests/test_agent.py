@@ -7,6 +7,7 @@ thread (a subprocess for the signal tests).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,3 +273,40 @@ def test_no_api_run_patches_and_restores(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert (root / MANIFEST).read_bytes() == KUBEADM
+
+
+def test_a_fixed_typo_brings_the_node_back_to_ready_without_a_rollback(node: Node) -> None:
+    agent = Running(node, restart_timeout=5.0)
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    good = node.manifest.read_bytes()
+
+    def restarted_once(pod: dict[str, Any]) -> dict[str, Any]:
+        pod["status"]["containerStatuses"][0]["restartCount"] = 1  # a lost leader election, say
+        return pod
+
+    node.emu.mutate("pods", f"kube-scheduler-{NODE}", restarted_once, "kube-system")
+    node.set_source(EXTENDERS.replace("http://127.0.0.1:8889", "not a url"))
+    assert wait_until(lambda: node.state() == "Failed", 5), node.annotations()
+    assert "urlPrefix" in node.annotations()["message"]
+    node.set_source(EXTENDERS)
+    assert wait_until(lambda: node.state() == "Ready", 5), node.annotations()
+    time.sleep(1.0)
+    assert node.state() == "Ready" and node.manifest.read_bytes() == good
+    assert agent.stop() == 0
+
+
+def test_a_wait_resumed_after_long_downtime_is_not_rolled_back_at_once(node: Node) -> None:
+    agent = Running(node, restore_on_exit="never")
+    assert wait_until(lambda: node.state() == "Ready", 10)
+    assert agent.stop() == 0
+    patched = node.manifest.read_bytes()
+    state_file = node.root / "var/lib/scheduler-patcher/state.json"
+    state = json.loads(state_file.read_text())
+    state["phase"] = "WaitingForRestart"  # killed while waiting, and down for longer than the timeout
+    state["manifest_mtime_ns"] = node.manifest.stat().st_mtime_ns - 900 * 10**9
+    state_file.write_text(json.dumps(state))
+    agent = Running(node, restart_timeout=3.0)
+    assert wait_until(lambda: node.state() == "Ready", 10), node.annotations()
+    assert node.manifest.read_bytes() == patched
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
