@@ -32,13 +32,27 @@ class YamlTextError(Exception):
 # Parsing
 
 
-@dataclass(frozen=True)
 class Document:
-    """One parsed YAML document: its text, its node tree (with positions) and its plain data."""
+    """One parsed YAML document: its text, its plain data and (composed on first use) its node tree.
 
-    text: str
-    root: Node
-    data: Any
+    Most reads need only the data (the C parser, fast); node positions come from the pure-Python composer,
+    several times slower, and are needed only when the text is edited.
+    """
+
+    def __init__(self, text: str, data: Any) -> None:
+        self.text = text
+        self.data = data
+
+    @functools.cached_property
+    def root(self) -> Node:
+        try:
+            nodes = [n for n in _composer().compose_all(self.text) if n is not None]
+        except YAMLError as exc:  # the C parser accepted it: a disagreement between parsers, refuse to edit
+            raise YamlTextError(_describe(exc)) from None
+        if len(nodes) != 1:
+            raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
+        root: Node = nodes[0]
+        return root
 
 
 def _composer() -> YAML:
@@ -67,23 +81,20 @@ def _describe(exc: YAMLError) -> str:
 
 @functools.lru_cache(maxsize=16)
 def parse(text: str) -> Document:
-    """Parse exactly one YAML document, keeping positions. Raises YamlTextError with a one-line reason.
+    """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
 
     Cached by text: a plan parses the same manifest several times (restore, inspect, patch). Callers must
     treat the returned data as read-only.
     """
     try:
-        nodes = [n for n in _composer().compose_all(text) if n is not None]
-        if len(nodes) > 1:
-            raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
-        if not nodes:
-            raise YamlTextError("holds no YAML document")
-        data = load_data(text)
-    except YamlTextError:
-        raise
+        docs = [d for d in _data_loader().load_all(text) if d is not None]
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
-    return Document(text=text, root=nodes[0], data=data)
+    if len(docs) > 1:
+        raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
+    if not docs:
+        raise YamlTextError("holds no YAML document")
+    return Document(text=text, data=docs[0])
 
 
 def load_data(text: str) -> Any:
