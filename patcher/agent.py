@@ -9,6 +9,7 @@ control plane that is restarting (which is what we cause) must not stop the file
 from __future__ import annotations
 
 import logging
+import posixpath
 import queue
 import signal
 import threading
@@ -136,6 +137,10 @@ class Agent:
         watcher = FolderWatcher(self.notify, debounce=self.opts.debounce)
         targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
                    ("manifest", fs.local(self.files.manifest_dir), lambda: file_fingerprint(manifest_local))]
+        target_dir = posixpath.dirname(fs.resolve(self.files.manifest_path))
+        if posixpath.normpath(target_dir) != posixpath.normpath(self.files.manifest_dir):
+            # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
+            targets.append(("manifest-target", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
         for name, folder, fingerprint in targets:
             try:
                 watcher.add(name, folder, fingerprint)
@@ -170,8 +175,8 @@ class Agent:
                 event = None
             if event == "stop" or self._stopping.is_set():
                 break
-            if event in ("source", "manifest"):
-                self.reconcile(f"{event} changed")
+            if event in ("source", "manifest", "manifest-target"):
+                self.reconcile(f"{event.split('-')[0]} changed")
             elif time.monotonic() >= self._next_resync:
                 self.reconcile("resync")
             elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
@@ -246,6 +251,7 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
+            self.watcher.expect("manifest-target")
         self.metrics.wrote()
         self.state = new_state
         self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
@@ -410,6 +416,7 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
+            self.watcher.expect("manifest-target")
         self.state.manifest_mtime_ns = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(
             self.files.manifest_path))) or self.state.manifest_mtime_ns
         message = f"{reason}; rolled back to {target}"

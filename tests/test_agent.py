@@ -310,3 +310,21 @@ def test_a_wait_resumed_after_long_downtime_is_not_rolled_back_at_once(node: Nod
     assert node.manifest.read_bytes() == patched
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_a_symlinked_manifest_is_watched_at_its_target(node: Node) -> None:
+    target = node.root / "etc/kubernetes/real/kube-scheduler.yaml"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(KUBEADM)
+    node.manifest.unlink()
+    node.manifest.symlink_to("../real/kube-scheduler.yaml")
+    agent = Running(node)
+    assert wait_until(lambda: node.state() == "Ready", 10), node.annotations()
+    assert node.manifest.is_symlink() and b"--config=" in target.read_bytes()
+    upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
+    t0 = time.monotonic()
+    target.write_bytes(upgraded)  # no event in the kubelet's folder: only the target's folder sees it
+    assert wait_until(lambda: b"--config=" in target.read_bytes(), 5)
+    assert time.monotonic() - t0 < 1.0
+    assert agent.stop() == 0
+    assert target.read_bytes() == upgraded and node.manifest.is_symlink()
