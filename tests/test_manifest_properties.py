@@ -32,6 +32,8 @@ class Layout:
     trailing: str
     crlf: bool
     final_newline: bool
+    bom: bool
+    block_note: bool  # a literal block scalar as the last annotation (where our marker is added after it)
 
 
 flag_value = st.from_regex(r"--[a-z][a-z-]{0,20}(=[A-Za-z0-9/._:-]{1,30})?", fullmatch=True)
@@ -51,6 +53,8 @@ layouts = st.builds(
     trailing=st.sampled_from(["", " ", "   "]),
     crlf=st.booleans(),
     final_newline=st.booleans(),
+    bom=st.booleans(),
+    block_note=st.booleans(),
 )
 
 
@@ -73,6 +77,8 @@ def render(lay: Layout) -> str:
     lines = ["apiVersion: v1", "kind: Pod", "metadata:"]
     if lay.with_annotations:
         lines += [f"{i}annotations:", f"{i}{i}example.com/owner: platform{lay.comment}"]
+        if lay.block_note:
+            lines += [f"{i}{i}example.com/note: |", f"{i}{i}{i}first line", "", f"{i}{i}{i}third line"]
     lines += [f"{i}name: kube-scheduler{lay.trailing}", f"{i}namespace: kube-system", "spec:", f"{i}containers:"]
     flags = [q("kube-scheduler")] if lay.flags_key == "command" else []
     flags += [q(f) for f in lay.flags] or [q("--leader-elect=true")]
@@ -92,7 +98,7 @@ def render(lay: Layout) -> str:
         volume = ["hostPath:", f"{i}path: /etc/kubernetes/scheduler.conf", f"{i}type: FileOrCreate", "name: kubeconfig"]
         lines += [f"{i}volumes:", *seq(lay.indent, [volume])]
     nl = "\r\n" if lay.crlf else "\n"
-    return nl.join(lines) + (nl if lay.final_newline else "")
+    return ("\ufeff" if lay.bom else "") + nl.join(lines) + (nl if lay.final_newline else "")
 
 
 @settings(max_examples=150, deadline=None)
