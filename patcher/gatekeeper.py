@@ -50,7 +50,7 @@ from patcher.health import Health, HealthServer
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client
-from patcher.kube.listwatch import ListWatcher
+from patcher.kube.listwatch import ListWatcher, dig
 from patcher.readiness import (
     Obj,
     ReadinessError,
@@ -59,7 +59,6 @@ from patcher.readiness import (
     api_json,
     check_expected_hash,
     collect,
-    dig,
     node_selectors,
     verdict_kwargs,
 )

@@ -44,7 +44,7 @@ from patcher import manifest, restart
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, describe_error, error_status
-from patcher.kube.listwatch import ListWatcher
+from patcher.kube.listwatch import ListWatcher, dig
 from patcher.kube.mirrorpod import mirror_pod_name
 from patcher.kube.status import DEFAULT_PREFIX, NodeState, normalize_prefix
 from patcher.timefmt import parse_rfc3339_ns
@@ -148,14 +148,6 @@ class Verdict:
             "ready": self.ready, "expectedHash": self.expected_hash, "summary": self.summary(),
             "problems": list(self.problems), "nodes": [r.to_dict() for r in self.rows],
         }
-
-
-def dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _started_at(pod: Mapping[str, Any] | None, container: str) -> str | None:
