@@ -456,6 +456,35 @@ class Agent:
 
     # -- stopping -------------------------------------------------------------------------------------------
 
+    def _turn_for_restore(self, started: float) -> None:
+        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
+        scheduler at a time. Never past 40 % of the grace period: the restore itself must happen."""
+        c = self.coordinator
+        if c is None or c.held:
+            return
+        deadline = started + 0.4 * self.opts.grace_period
+        while time.monotonic() < deadline:
+            if c.acquire():
+                return
+            time.sleep(0.5)
+        log.warning("restoring without the rollout lease (held by %s)", c.current_holder or "?",
+                    extra=self._log_extra)
+
+    def _wait_restored(self, started: float) -> None:
+        """While holding the Lease, wait (bounded) until the scheduler runs the restored manifest."""
+        if self.pods is None or self.coordinator is None or not self.coordinator.held:
+            return
+        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        written = fsio.mtime_ns(local) or 0
+        deadline = started + 0.7 * self.opts.grace_period
+        while time.monotonic() < deadline:
+            if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      manifest_mtime_ns=written, container_name=self._container()):
+                return
+            time.sleep(0.1)
+        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
+                    extra=self._log_extra)
+
     def shutdown(self) -> int:
         started = time.monotonic()
         if self.watcher:
@@ -464,8 +493,13 @@ class Agent:
         if self.opts.restore_on_exit == "always":
             try:
                 plan = engine.plan_restore(self.files)
+                writes = any(c.kind == "manifest" for c in plan.changes)
+                if writes:
+                    self._turn_for_restore(started)
                 for line in engine.restore(self.files, plan):
                     log.info("%s (stopping)", line, extra=self._log_extra)
+                if writes:
+                    self._wait_restored(started)
                 self.metrics.restored()
                 self.waiting = None
                 self.state = State(bad_hashes=self.state.bad_hashes)  # a failed config stays failed

@@ -215,3 +215,14 @@ def decide(
         Verdict.READY, f"container {container_name} runs config {found} since {started_text}",
         restart_count=count, started_at=started_text,
     )
+
+
+def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_mtime_ns: int,
+                   container_name: str = DEFAULT_CONTAINER) -> bool:
+    """After a restore: the mirror pod carries no marker and its scheduler runs, started since the write."""
+    if pod is None or marker_hash(pod, marker_key) is not None or not _pod_ready(pod):
+        return False
+    status = container_status(pod, container_name)
+    running = _dig(status, "state", "running") if status else None
+    started = _seconds(running.get("startedAt")) if isinstance(running, Mapping) else None
+    return started is not None and started >= manifest_mtime_ns // _NS_PER_S

@@ -8,6 +8,7 @@ byte-identical to its original (or to its upgraded version). Prints a timeline (
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -201,4 +202,7 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
         expected = upgraded if name == "cp-2" else sim.original
         assert sim.manifest.read_bytes() == expected, name
         assert sim.kubelet.stray_files == []
+    # Uninstall takes turns too: each restore waited for the previous node's scheduler (rollout Lease).
+    restores = sorted(sim.kubelet.restarts[-1].at_ns for sim in sims)
+    assert all(b - a > 200_000_000 for a, b in itertools.pairwise(restores)), restores
     tl.print()
