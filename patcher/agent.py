@@ -35,6 +35,7 @@ Event = str  # "source", "manifest" (a watched folder changed), "pod" (mirror po
 
 class Reporter(Protocol):
     def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None: ...
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None: ...
     def flush(self, timeout: float) -> bool: ...
 
 
@@ -304,6 +305,10 @@ class Agent:
             if config_hash not in self.state.bad_hashes:
                 self.state.bad_hashes.append(config_hash)
                 self.store.save(self.state)
+                if self.reporter is not None:  # once per config: say why this node keeps its current one
+                    self.reporter.note("PatchSkipped", f"config {config_hash[:12]} (source {source_hash[:12]}) was "
+                                       "rolled back on another node; this node keeps its current config",
+                                       warning=True)
             return False
         log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
         if self.phase is None:

@@ -26,6 +26,7 @@ from patcher.kube.client import describe_error, error_status
 from patcher.kube.status import (
     COMPONENT,
     DEFAULT_PREFIX,
+    MAX_EVENT_MESSAGE,
     NODE_EVENT_NAMESPACE,
     EventSpec,
     NodeState,
@@ -111,6 +112,14 @@ class NodeReporter:
                     log.warning("node %s: too many undelivered events; dropping the oldest", self._node)
                 self._events.append(transition_event(status, self._clock_ns(), reason=reason, message=message))
                 self._last_state = status.state
+            self._cond.notify_all()
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event that is not a state transition (e.g. a config skipped because it failed elsewhere)."""
+        spec = EventSpec(reason=reason, message=message[:MAX_EVENT_MESSAGE], type="Warning" if warning else "Normal",
+                         at_ns=self._clock_ns())
+        with self._cond:
+            self._events.append(spec)
             self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:

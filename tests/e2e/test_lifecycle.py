@@ -183,6 +183,8 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     time.sleep(3)  # the others had their turn by now, and must have skipped the bad config
     rolled = [n for n in by if tl.last[n][0] == "RolledBack"]
     assert len(rolled) == 1, tl.last
+    skipped = sorted(e["involvedObject"]["name"] for e in tl.emu.events("default") if e["reason"] == "PatchSkipped")
+    assert skipped == sorted(n for n in by if n not in rolled)  # the others say why they keep their config
     for name, sim in by.items():
         if name in rolled:
             assert len(sim.kubelet.restarts) == restarts[name] + 2  # the bad one, then the rollback
