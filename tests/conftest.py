@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +41,25 @@ def write_configmap(folder: Path, files: dict[str, str]) -> None:
     for name in files:
         if not (folder / name).is_symlink():
             (folder / name).symlink_to(f"..data/{name}")
+
+
+# API fixtures: each test module defines its own ``emu`` (a tests.kubeemu.KubeEmulator set up for it).
+
+
+@pytest.fixture
+def kubeconfig(emu: Any, tmp_path: Path) -> Path:
+    path: Path = emu.write_kubeconfig(tmp_path / "kubeconfig")
+    return path
+
+
+@pytest.fixture
+def api(emu: Any, tmp_path: Path) -> Iterator[Any]:
+    from patcher.kube.client import ClientSettings, build_api_client
+
+    client = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")),
+                                             timeout=(0.5, 1.0)))
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -41,11 +41,6 @@ def emu() -> Iterator[KubeEmulatorExt]:
         yield e
 
 
-@pytest.fixture
-def kubeconfig(emu: KubeEmulatorExt, tmp_path: Path) -> Path:
-    return emu.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> TimeoutApiClient:
     api = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
     api.user_agent = agent  # tells the replicas' requests apart in the emulator's log

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 
 from patcher.kube.annotations import NodeReporter, annotation_snapshot
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import ClientSettings, build_api_client
 from patcher.kube.status import NodeState, NodeStatus
 from tests.kubeemu import KubeEmulator, wait_until
 
@@ -33,15 +31,6 @@ def emu() -> Iterator[KubeEmulator]:
         e.add_node(NODE, annotations={"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock",
                                       P + "message": "left over from an earlier run"})
         yield e
-
-
-@pytest.fixture
-def api(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.ApiClient]:
-    client = build_api_client(
-        ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), timeout=(0.5, 1.0))
-    )
-    yield client
-    client.close()
 
 
 def ours(emu: KubeEmulator) -> dict[str, str]:

@@ -30,15 +30,6 @@ def emu(request: pytest.FixtureRequest) -> Iterator[KubeEmulator]:
 
 
 @pytest.fixture
-def api(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.ApiClient]:
-    client = build_api_client(
-        ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")), timeout=(0.5, 1.0))
-    )
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def watcher(api: k8s.ApiClient) -> Iterator[MirrorPodWatcher]:
     w = MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), watch_timeout_s=30)
     yield w

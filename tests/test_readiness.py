@@ -49,11 +49,6 @@ def emu() -> Iterator[KubeEmulatorExt]:
 
 
 @pytest.fixture
-def kubeconfig(emu: KubeEmulatorExt, tmp_path: Path) -> Path:
-    return emu.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def api(kubeconfig: Path) -> Iterator[k8s.ApiClient]:
     client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
     yield client
