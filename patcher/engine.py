@@ -9,7 +9,6 @@ run created, so a refused or failed apply leaves the disk as it was.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import os
 import posixpath
 import re
@@ -73,7 +72,6 @@ class Plan:
     manifest_local: Path
     current: bytes
     unpatched: bytes  # the manifest without our items: what restore would give
-    scheduler: manifest.Scheduler
     config: RenderedConfig | None = None
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -87,8 +85,7 @@ class Plan:
         return next((c for c in self.changes if c.kind == "manifest"), None)
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+sha256 = schedconfig.sha256_hex
 
 
 def _check_folders(opts: Options) -> None:
@@ -167,7 +164,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
                               config_hash=config.config_hash, prefix=opts.prefix,
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifest.patch(text, spec, node_path)
-    plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), sched, config, notes=list(config.notes),
+    plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)

@@ -69,7 +69,6 @@ class Scheduler:
     marker: Marker | None
     foreign_config: str | None  # a --config value that is not ours (ours replaced it, or it is still there)
     foreign_index: int | None  # index in ``flags`` of the item that carries the foreign value, if present
-    policy_config_file: str | None = None
     mounts: list[dict[str, Any]] = field(default_factory=list)
     volumes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -180,15 +179,12 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         except (ValueError, KeyError, TypeError) as exc:
             raise ManifestError(where, f"annotation {marker_key(prefix)} is not a scheduler-patcher marker "
                                 f"({exc})") from None
-    foreign, foreign_index, policy = None, None, None
+    foreign, foreign_index = None, None
     for i, item in enumerate(flags):
         value = _config_value(flags, i)
-        if value is not None and not (marker and item in (marker.flag,)) and not (
-            marker and item == "--config" and i + 1 < len(flags) and flags[i + 1] == marker.flag
-        ):
+        # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
+        if value is not None and not (marker and marker.flag in (item, value)):
             foreign, foreign_index = value, i
-        if isinstance(item, str) and item.startswith("--policy-config-file="):
-            policy = item.split("=", 1)[1]
     if marker and marker.replaced is not None and foreign is None:
         try:
             replaced_value = yt.load_data(marker.replaced)
@@ -205,7 +201,7 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         pod_name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "") or "kube-system"),
         container_index=idx, container_name=str(container.get("name", "")), flags_key=flags_key, flags=flags,
         image=container.get("image") if isinstance(container.get("image"), str) else None, marker=marker,
-        foreign_config=foreign, foreign_index=foreign_index, policy_config_file=policy,
+        foreign_config=foreign, foreign_index=foreign_index,
         mounts=[m for m in container.get("volumeMounts") or [] if isinstance(m, dict)],
         volumes=[v for v in spec.get("volumes") or [] if isinstance(v, dict)],
     )

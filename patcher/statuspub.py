@@ -40,7 +40,6 @@ class StatusPublisher:
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
-        self.published = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -61,7 +60,6 @@ class StatusPublisher:
             lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
                             mirror_namespace=t.mirror_namespace),
             namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal, compat_namespace=t.compat_namespace)
-        self.published += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,41 +31,28 @@ def mirror_pod_name(static_pod_name: str, node_name: str) -> str:
 
 
 class PodHolder:
-    """The latest mirror pod seen (``None``: absent or unknown), with a version to wait for changes."""
+    """The latest mirror pod seen (``None``: absent or unknown) and how many times it was set."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._pod: Pod | None = None
         self._version = 0
 
     def set(self, pod: Pod | None) -> None:
-        """Replace the pod and wake every waiter."""
-        with self._cond:
+        with self._lock:
             self._pod = pod
             self._version += 1
-            self._cond.notify_all()
 
     def get(self) -> Pod | None:
         """The latest pod (the same dict the watcher stored: treat it as read-only)."""
-        with self._cond:
+        with self._lock:
             return self._pod
 
     @property
     def version(self) -> int:
-        """Increases by one on every ``set``."""
-        with self._cond:
+        """Increases by one on every ``set`` (0: nothing read yet)."""
+        with self._lock:
             return self._version
-
-    def wait_newer(self, version: int, timeout: float) -> tuple[int, Pod | None]:
-        """Block until the version exceeds ``version`` or ``timeout`` passes; return (version, pod)."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._version <= version:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._cond.wait(remaining)
-            return self._version, self._pod
 
 
 def _resource_version(obj: Any) -> str | None:
