@@ -141,7 +141,7 @@ class Agent:
         target_dir = posixpath.dirname(fs.resolve(self.files.manifest_path))
         if posixpath.normpath(target_dir) != posixpath.normpath(self.files.manifest_dir):
             # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
-            targets.append(("manifest-target", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
+            targets.append(("manifest", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
         for name, folder, fingerprint in targets:
             try:
                 watcher.add(name, folder, fingerprint)
@@ -176,8 +176,8 @@ class Agent:
                 event = None
             if event == "stop" or self._stopping.is_set():
                 break
-            if event in ("source", "manifest", "manifest-target"):
-                self.reconcile(f"{event.split('-')[0]} changed")
+            if event in ("source", "manifest"):
+                self.reconcile(f"{event} changed")
             elif time.monotonic() >= self._next_resync:
                 self.reconcile("resync")
             elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
@@ -252,7 +252,6 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
-            self.watcher.expect("manifest-target")
         self.metrics.wrote()
         self.state = new_state
         self.state.extra = {**self.state.extra, "source_hash": plan.source_hash}
@@ -421,7 +420,6 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
-            self.watcher.expect("manifest-target")
         self.state.manifest_mtime_ns = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(
             self.files.manifest_path))) or self.state.manifest_mtime_ns
         message = f"{reason}; rolled back to {target}"

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 @dataclass
 class Target:
     name: str  # "source" or "manifest": what the callback receives
-    folder: Path
     fingerprint: Callable[[], str]
     last: str = ""
     timer: threading.Timer | None = None
@@ -58,10 +57,13 @@ class FolderWatcher:
         self._started = False
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str]) -> None:
+        """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
+        symlinked manifest changes in its target's folder)."""
         if not folder.is_dir():
             raise PatcherError(str(folder), "folder to watch does not exist")
-        target = Target(name, folder, fingerprint, last=fingerprint())
-        self.targets[name] = target
+        target = self.targets.get(name)
+        if target is None:
+            target = self.targets[name] = Target(name, fingerprint, last=fingerprint())
         self._observer.schedule(_Handler(self, target), str(folder), recursive=False)
 
     def start(self) -> None:
