@@ -82,6 +82,8 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
     agents: list[Agent] = []  # the watcher thread may call back before the agent exists
     reporter: NodeReporter | None = None
     pods: MirrorPodWatcher | None = None
+    coordinator: RolloutLease | None = None
+    publisher: StatusPublisher | None = None
     if not args.no_api:
         if not args.node_name:
             log.error("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
@@ -97,16 +99,14 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         name, namespace = static_pod_identity(files)
         pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, args.node_name),
                                 on_update=lambda pod: agents[0].notify("pod") if agents else None)
-    coordinator = None
-    if api is not None and args.rollout == "coordinated":
-        coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
-                                   duration=int(args.rollout_lease_duration), prefix=files.prefix)
-    publisher = None
-    if api is not None and args.publish_status:
-        name, namespace = static_pod_identity(files)
-        publisher = StatusPublisher(api, StatusTarget(
-            namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name, mirror_namespace=namespace,
-            compat_csi_baremetal=args.compat_csi_baremetal, compat_namespace=args.compat_namespace))
+        if args.rollout == "coordinated":
+            coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
+                                       duration=int(args.rollout_lease_duration), prefix=files.prefix)
+        if args.publish_status:
+            publisher = StatusPublisher(api, StatusTarget(
+                namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name,
+                mirror_namespace=namespace, compat_csi_baremetal=args.compat_csi_baremetal,
+                compat_namespace=args.compat_namespace))
     versions = _VersionCache(api)
     agent = Agent(opts, reporter=reporter, pods=pods, health=health, metrics=metrics,
                   fallback_version=versions, coordinator=coordinator,
