@@ -167,7 +167,6 @@ class Agent:
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
             self.reporter.publish(self._status(), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {self.phase.value}")
-        self._next_resync = time.monotonic() + self.opts.resync_interval
         while not self._stopping.is_set():
             self.health.beat()
             try:
@@ -184,8 +183,6 @@ class Agent:
                 self.reconcile("rollout lease retry")
             if self.coordinator is not None and self.waiting is not None:
                 self.coordinator.renew_if_due()
-            if time.monotonic() >= self._next_resync:
-                self._next_resync = time.monotonic() + self.opts.resync_interval
             self.check_restart()
         return self.shutdown()
 
@@ -216,13 +213,14 @@ class Agent:
 
     def reconcile(self, why: str) -> None:
         self.metrics.reconciled()
+        self._next_resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
         try:
             plan = engine.plan_apply(self.files, fallback_version=self.fallback_version(),
                                      bad_hashes=frozenset(self.state.bad_hashes))
+        except engine.KnownBadConfig as exc:
+            log.info("not retrying a config that was rolled back: %s", exc, extra=self._log_extra)
+            return
         except ConfigError as exc:
-            if "failed before" in exc.problem:
-                log.info("not retrying a config that was rolled back: %s", exc, extra=self._log_extra)
-                return
             self._fail(exc, "config")
             return
         except PatcherError as exc:

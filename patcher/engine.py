@@ -21,6 +21,11 @@ from patcher.errors import ConfigError, ManifestError, PatcherError
 from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.state import State, StateStore
 
+
+class KnownBadConfig(ConfigError):
+    """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
+
+
 OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
 
 
@@ -158,7 +163,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
         )
         config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
-        raise ConfigError(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
+        raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
     spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
                               config_hash=config.config_hash, prefix=opts.prefix,
