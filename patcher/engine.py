@@ -151,9 +151,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
     doc = manifest.parse_manifest(unpatched_text, node_path)
     sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
-    if sched.foreign_config is not None and opts.on_foreign == "fail":
-        raise ManifestError(node_path, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
-                            "scheduler-patcher did not add; use --on-foreign-config=merge or replace")
+    manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     if config is None:
         req = ConfigRequest(
             source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,

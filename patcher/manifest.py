@@ -235,6 +235,13 @@ class PatchResult:
     scheduler: Scheduler
 
 
+def check_foreign(sched: Scheduler, mode: ForeignMode, where: str) -> None:
+    """In ``fail`` mode, a ``--config`` we did not add is a refusal."""
+    if sched.foreign_config is not None and mode == "fail":
+        raise ManifestError(where, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
+                            "scheduler-patcher did not add; use --on-foreign-config=merge or replace")
+
+
 def parse_manifest(text: str, where: str) -> yt.Document:
     try:
         return yt.parse(text)
@@ -279,9 +286,7 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
         base = restore(text, where, prefix=spec.prefix, container_name=spec.container_name)
         doc = parse_manifest(base, where)
         sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
-    if sched.foreign_config is not None and spec.on_foreign == "fail":
-        raise ManifestError(where, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
-                            "scheduler-patcher did not add; use --on-foreign-config=merge or replace")
+    check_foreign(sched, spec.on_foreign, where)
     if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
         raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
     if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
