@@ -13,7 +13,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
+from ruamel.yaml.nodes import Node, ScalarNode
 
 from patcher import yamltext as yt
 from patcher.errors import ManifestError
@@ -258,13 +258,6 @@ def _name_first(sched: Scheduler, doc: yt.Document) -> bool:
     return bool(next(iter(container)) == "name")
 
 
-def _doc_nested_indent(doc: yt.Document) -> int:
-    meta = yt.map_lookup(doc.root, "metadata")
-    if meta and isinstance(meta[1], MappingNode) and not meta[1].flow_style and meta[1].value:
-        return int(meta[1].value[0][0].start_mark.column) - int(meta[0].start_mark.column)
-    return 2
-
-
 def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     m = sched.marker
     if m is None or m.hash != spec.short_hash:
@@ -294,7 +287,7 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
 
     root = doc.root
     cpath: yt.Path = ("spec", "containers", sched.container_index)
-    nested = _doc_nested_indent(doc)
+    nested = yt.nested_indent(doc.root)
     name_first = _name_first(sched, doc)
     ops: list[yt.Op] = []
     created: list[str] = []

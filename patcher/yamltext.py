@@ -517,7 +517,10 @@ def _map_add(text: str, mapping: MappingNode, key: str, value: Any, lines_for_va
     return _insert_block_lines(text, content_end(text, mapping), lines, depth)
 
 
-def _nested_indent(text: str, mapping: MappingNode) -> int:
+def nested_indent(mapping: Node) -> int:
+    """How far this file indents a block mapping below its key (the first one found; 2 if none)."""
+    if not isinstance(mapping, MappingNode):
+        return 2
     for k, v in mapping.value:
         if isinstance(v, MappingNode) and not v.flow_style and v.value:
             return int(v.value[0][0].start_mark.column) - int(k.start_mark.column)
@@ -598,7 +601,7 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
         return _map_add(text, mapping, op.key, op.value, None, hints, depth)
     if parent.flow_style:
         return _map_add(text, parent, str(op.path[-1]), {op.key: op.value}, None, hints, depth - 1)
-    col = int(parent.value[0][0].start_mark.column) + _nested_indent(text, parent)
+    col = int(parent.value[0][0].start_mark.column) + nested_indent(parent)
     value_lines = [" " * col + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
     return _map_add(text, parent, str(op.path[-1]), None, value_lines, hints, depth - 1)
 
