@@ -287,7 +287,7 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
 
     root = doc.root
     cpath: yt.Path = ("spec", "containers", sched.container_index)
-    nested = yt.nested_indent(doc.root)
+    nested = yt.nested_indent(root)
     name_first = _name_first(sched, doc)
     ops: list[yt.Op] = []
     created: list[str] = []
@@ -313,7 +313,7 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
     # 2. the volume for the whole config folder (never a single file: a file bind mount pins the old inode).
     volume = {"hostPath": {"path": spec.host_config_dir, "type": "DirectoryOrCreate"}, "name": VOLUME_NAME}
     mount = {"mountPath": spec.host_config_dir, "name": VOLUME_NAME, "readOnly": True}
-    order = Hints(
+    order = yt.Hints(
         key_order={(): ["name", "hostPath", "mountPath", "readOnly"] if name_first else
                    ["hostPath", "mountPath", "name", "readOnly"], ("hostPath",): ["path", "type"]},
         quotes={}, nested_indent=nested)
@@ -335,15 +335,13 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
     marker = Marker(hash=spec.short_hash, flag=flag, volume=VOLUME_NAME, mount=spec.host_config_dir,
                     container=sched.container_name, replaced=replaced, created=tuple(created))
     ops.append(yt.SetKey(("metadata", "annotations"), marker_key(spec.prefix), marker.to_json(),
-                         Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
+                         yt.Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
     try:
         new_text, _ = yt.edit(doc, ops)
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot patch: {exc}") from None
     return PatchResult(new_text, True, marker, sched)
 
-
-Hints = yt.Hints
 
 
 def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | None:
