@@ -50,6 +50,8 @@ K8S_SCHEMA = "1.31"
 
 INSTALL = ["base", "overlays/kubeadm", "overlays/rke2", "overlays/master-label", "overlays/local-check"]
 UNINSTALL = ["uninstall/base", "uninstall/kubeadm", "uninstall/rke2"]
+#: Overlays that add permissions of their own (checked by their own tests, not the exact-RBAC one).
+COMPAT = ["overlays/csi-baremetal"]
 #: The restore Job that undoes each installation's files (same node paths).
 UNINSTALL_FOR = {"base": "uninstall/base", "overlays/kubeadm": "uninstall/kubeadm", "overlays/rke2": "uninstall/rke2",
                  "overlays/master-label": "uninstall/kubeadm", "overlays/local-check": "uninstall/kubeadm"}
@@ -195,10 +197,10 @@ def quantity(value: str) -> float:
 
 def test_every_kustomization_is_covered() -> None:
     found = sorted(str(p.parent.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("kustomization.yaml"))
-    assert found == sorted([*INSTALL, *UNINSTALL, "gatekeeper"])
+    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper"])
 
 
-@pytest.mark.parametrize("name", INSTALL + UNINSTALL)
+@pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT)
 def test_objects_validate_against_the_openapi_schema_strictly(name: str) -> None:
     assert K8S_SCHEMA in {kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()}
     for obj in objects(name):
@@ -541,6 +543,44 @@ def test_overlays_change_only_what_they_say(name: str, changes: set[str]) -> Non
     if name == "overlays/local-check":
         base_env, env = env_of(b["containers"][0]), env_of(o["containers"][0])
         assert {k for k in set(base_env) | set(env) if base_env.get(k) != env.get(k)} == {"PATCHER_LOCAL_CHECK"}
+
+
+def test_the_csi_baremetal_overlay_publishes_extender_readiness_where_csi_reads_it(
+        clean_env: pytest.MonkeyPatch) -> None:
+    name = "overlays/csi-baremetal"
+    args = parsed(clean_env, agent_container(name), "run")
+    assert args.compat_csi_baremetal is True
+    csi_namespace = args.compat_namespace
+    assert csi_namespace and csi_namespace != args.namespace
+    added = [o for o in objects(name) if o not in objects("overlays/kubeadm")]
+    assert sorted(o["kind"] for o in added) == ["DaemonSet", "Role", "RoleBinding"]
+    role = next(o for o in added if o["kind"] == "Role")
+    binding = next(o for o in added if o["kind"] == "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == csi_namespace
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["extender-readiness"],
+         "verbs": ["get", "update"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA[1], "namespace": SA[0]}]
+    b, o = agent_container("overlays/kubeadm"), agent_container(name)
+    base_env, env = env_of(b), env_of(o)
+    assert {k for k in set(base_env) | set(env) if base_env.get(k) != env.get(k)} == {
+        "PATCHER_COMPAT_CSI_BAREMETAL", "PATCHER_COMPAT_NAMESPACE"}
+
+
+def test_the_documented_restore_job_overlay_sets_the_node_count(tmp_path: Path) -> None:
+    """The uninstall README's heredoc, as written there, renders a Job with N pods: no sed on rendered YAML."""
+    text = (MANIFESTS / "uninstall/README.md").read_text()
+    found = re.search(r"cat > restore-job/kustomization.yaml <<EOF\n(.*?)\nEOF\n", text, re.S)
+    assert found, "the restore-job overlay is no longer in manifests/uninstall/README.md"
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    (tmp_path / "restore-job").mkdir()
+    (tmp_path / "restore-job/kustomization.yaml").write_text(found.group(1).replace("$N", "5") + "\n")
+    (job,) = [o for o in render(tmp_path / "restore-job") if o["kind"] == "Job"]
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 5
+    assert restore_container("uninstall/kubeadm")["args"] == ["restore"]
 
 
 # -- the example ConfigMap ----------------------------------------------------------------------------------
