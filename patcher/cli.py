@@ -128,17 +128,20 @@ def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
     of being created under by the agent.
     """
     problems: list[str] = []
+    typed: dict[str, tuple[str, str]] = {}  # flag -> (what the user typed, what it resolved to)
+    args.typed_paths = typed
     for name in LOCAL_PATH_FLAGS:
         value = getattr(args, name, None)
         if value and os.pathsep not in value:  # KUBECONFIG may be a list: the client resolves those itself
             setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
+            if getattr(args, name) != value:
+                typed["--" + name] = (value, getattr(args, name))
     host_root = getattr(args, "host_root", None)
     if host_root is None:
         return problems
-    typed = host_root
     args.host_root = os.path.normpath(os.path.join(cwd, host_root))
     if not os.path.isdir(args.host_root):
-        shown = typed if typed == args.host_root else f"{typed} (resolved to {args.host_root})"
+        shown = host_root if host_root == args.host_root else f"{host_root} (resolved to {args.host_root})"
         problems.append(f"--host-root {shown}: no such folder")
     for name in NODE_PATH_FLAGS:
         value = getattr(args, name)
@@ -146,6 +149,7 @@ def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
             continue
         if args.host_root == "/":
             setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
+            typed["--" + name.replace("_", "-")] = (value, getattr(args, name))
         else:
             flag = "--" + name.replace("_", "-")
             problems.append(f"{flag} {value}: a node path must be absolute when --host-root is given "
@@ -162,11 +166,14 @@ def explain(exc: PatcherError, args: argparse.Namespace) -> str:
     under_node_folder = any(f and (path == f or path.startswith(f.rstrip("/") + "/")) for f in node_folders)
     if host_root != "/" and under_node_folder and "not found" in exc.problem:
         text += f" (node path, looked for at {os.path.join(host_root, path.lstrip('/'))})"
+    for flag, (value, resolved) in getattr(args, "typed_paths", {}).items():
+        if path == resolved or path.startswith(resolved.rstrip("/") + "/"):
+            text += f" ({flag} {value} resolved to {resolved})"
+            break
     if exc.problem == "manifest folder not found":
-        hints = ["--host-root for a copy of a node's files" if host_root == "/" else
-                 f"--host-root {host_root} is where the node's / should be",
-                 f"--manifest-dir (RKE2: {RKE2_MANIFEST_DIR})"]
-        text += "; check " + " and ".join(hints)
+        where = ("for a copy of a node's files, point --host-root at its root" if host_root == "/" else
+                 f"is --host-root {host_root} a copy of the node's /?")
+        text += f"; {where} Else set --manifest-dir (RKE2: {RKE2_MANIFEST_DIR})"
     return text
 
 
@@ -381,7 +388,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(words)
     problems = resolve_paths(args, os.getcwd())
     if problems:
-        parser.print_usage(sys.stderr)
         for problem in problems:
             print(f"scheduler-patcher {args.command}: error: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -112,6 +112,14 @@ def test_relative_paths_resolve_against_the_working_directory(node: Path, monkey
     assert "+++ /etc/kubernetes/manifests/kube-scheduler.yaml" in capsys.readouterr().out
 
 
+def test_an_error_about_a_relative_path_names_what_was_typed(node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(node)
+    assert main(["plan", "--host-root", "node", "--source", "srcx"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"(--source srcx resolved to {node}/srcx)" in line, line
+
+
 def test_a_relative_node_path_under_a_host_root_is_a_usage_error(node: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(node)
@@ -136,7 +144,8 @@ def test_a_missing_manifest_folder_names_where_it_looked_and_what_to_try(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("scheduler-patcher: error: /etc/kubernetes/manifests: manifest folder not found")
     assert f"looked for at {tmp_path}/nodee/etc/kubernetes/manifests" in line
-    assert "--manifest-dir (RKE2: /var/lib/rancher/rke2/agent/pod-manifests)" in line
+    assert f"is --host-root {tmp_path}/nodee a copy of the node's /?" in line
+    assert "set --manifest-dir (RKE2: /var/lib/rancher/rke2/agent/pod-manifests)" in line
 
 
 @pytest.mark.parametrize("argv", [
