@@ -51,6 +51,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/agent_bench.py
+	$(BIN)/python bench/probe_burst.py
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
