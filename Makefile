@@ -3,17 +3,28 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The runtime dependencies only: what `make demo` needs (no test or lint tools).
+RUNTIME := $(VENV)/.runtime
+# A second venv with every runtime dependency at the lower bound pyproject.toml declares.
+MIN_VENV := .venv-min
+VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' patcher/__init__.py)
 
-.PHONY: demo test lint bench e2e image clean
+.PHONY: demo test test-min lint bench e2e image clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUNTIME): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUNTIME)
 
 ## Dry run on the embedded example: works on a temporary copy, prints the diff, changes nothing in the repo.
-demo: $(STAMP)
+demo: $(RUNTIME)
 	@tmp=$$(mktemp -d) && mkdir -p $$tmp/node/etc/kubernetes && \
 	cp -r examples/manifests $$tmp/node/etc/kubernetes/manifests && cp -r examples/scheduler-config $$tmp/ && \
 	echo "== scheduler-patcher plan (dry run on a copy of examples/ in $$tmp)" && \
@@ -24,18 +35,28 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml).
+test-min:
+	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
+	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider
+
 lint: $(STAMP)
-	$(BIN)/ruff check patcher tests bench
+	$(BIN)/ruff check patcher tests bench tools
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/agent_bench.py
+	$(BIN)/python bench/probe_burst.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-IMAGE ?= scheduler-patcher:dev
+IMAGE ?= scheduler-patcher:$(VERSION)
 ## Container image (needs Docker; none runs on the CI machine).
 image:
 	docker build -t $(IMAGE) .

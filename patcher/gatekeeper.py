@@ -46,7 +46,7 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from patcher import logs
-from patcher.health import Health, HealthServer
+from patcher.health import Health, HealthServer, add_process_info
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client
@@ -118,6 +118,7 @@ class GateMetrics:
                                   **kw)
         self._leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
         self._ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
+        add_process_info(self.registry)
 
     def released(self, waited_s: float | None) -> None:
         self._released.inc()

@@ -1,7 +1,10 @@
 """Structured logs: one line per decision, with the node, file and hash as fields.
 
-``text`` for people tailing ``kubectl logs``; ``json`` for log pipelines. Fields are passed with
-``extra={...}`` so both formats carry the same facts.
+``text`` for people tailing ``kubectl logs``; ``json`` for log pipelines, in the Kubernetes structured-logging
+shape: ``{"ts": <unix seconds>, "v": <verbosity>, "msg": <constant>, <key>: <value>, ...}``. The message is the
+call site's template, never the values interpolated into it, so a pipeline can group and alert on ``msg``;
+the values are the ``args`` list and the ``extra={...}`` keys (``node``, ``path``, ``hash``, ...), and an
+exception is ``err``. Both formats carry the same facts.
 """
 
 from __future__ import annotations
@@ -19,17 +22,26 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
+#: klog's verbosity for each level: errors, warnings and info are 0 (always shown), debug is 4.
+_VERBOSITY = {logging.DEBUG: 4}
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": round(record.created, 6),
+            "v": _VERBOSITY.get(record.levelno, 0),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": str(record.msg),
         }
-        out.update(_fields(record))
+        if record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            out["args"] = [a if isinstance(a, int | float | bool) or a is None else str(a) for a in args]
+        for key, value in _fields(record).items():
+            out.setdefault(key, value)
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            out["err"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
 
 

@@ -573,7 +573,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_verdict_arguments(p)
     f = _Flags(p)
-    f.add("--output", "text", "output format", choices=["text", "json"])
+    f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
     f.add("--wait", "false", "block until the cluster is Ready or --timeout passes", type=_bool, nargs="?",
           const=True)
     f.add("--timeout", "10m", "how long --wait waits", type=_seconds)
@@ -626,7 +626,12 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
         api.close()
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)
-    out.write(render_json(verdict) if args.output == "json" else render_table(verdict))
+    if args.output == "yaml":
+        from patcher.cli import emit
+
+        emit(json.loads(render_json(verdict)), "yaml", out)
+    else:
+        out.write(render_json(verdict) if args.output == "json" else render_table(verdict))
     if verdict.ready:
         return EXIT_READY
     if args.wait:

