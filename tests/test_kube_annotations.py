@@ -95,10 +95,8 @@ def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api:
                 NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + NS),
                 NodeStatus(NodeState.WAITING_FOR_RESTART, "fe" * 32, MTIME + 60 * NS),
             ]
-            started = time.monotonic()
             for status in states:
                 rep.publish(status)
-            assert time.monotonic() - started < 0.05  # publishing is a hand-over, not a request
             assert wait_until(lambda: len(errors) >= 3, 5)
             assert not rep.flush(0.3)  # the deadline is honoured while the API is down
             time.sleep(1.5)
@@ -114,6 +112,20 @@ def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api:
         assert [e["reason"] for e in emu.events("default")] == [
             "PatchPending", "SchedulerPatched", "SchedulerRestarted", "SchedulerPatched"]
         assert set(errors) == {"annotations"}
+
+
+def test_publish_is_a_hand_over_that_sends_nothing_on_the_callers_thread(emu: KubeEmulator,
+                                                                           api: k8s.ApiClient) -> None:
+    rep = NodeReporter(api, NODE, backoff=fast())  # not started: no worker thread to send anything
+    before = len(emu.requests())
+    rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
+    rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + NS))
+    assert len(emu.requests()) == before
+    assert rep.pending_events == 2 and rep.published is None
+    rep.start()
+    assert rep.flush(30)
+    rep.close()
+    assert ours(emu)[P + "state"] == "Ready"
 
 
 def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: k8s.ApiClient) -> None:
@@ -167,15 +179,13 @@ def test_a_retried_event_that_already_exists_is_not_duplicated(emu: KubeEmulator
 
 
 def test_flush_delivers_the_final_state_within_its_deadline(emu: KubeEmulator, api: k8s.ApiClient) -> None:
-    slow = Backoff(initial=5.0, maximum=20.0)  # after one failure the next regular retry is seconds away
+    slow = Backoff(initial=60.0, maximum=120.0)  # after one failure the next regular retry is a minute away
     with NodeReporter(api, NODE, backoff=slow) as rep:
         with emu.outage("refuse"):
             rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
             assert wait_until(lambda: slow.failures >= 1, 5)
         rep.publish(NodeStatus(NodeState.RESTORED))
-        started = time.monotonic()
-        assert rep.flush(2.0)  # retries at once instead of waiting out the backoff
-        assert time.monotonic() - started < 1.0
+        assert rep.flush(20.0)  # retries at once: the regular retry (>= 30 s away) would miss this deadline
         assert ours(emu)[P + "state"] == "Restored"
         assert [e["reason"] for e in emu.events("default")] == ["SchedulerRestarted", "SchedulerRestored"]
 
@@ -188,7 +198,7 @@ def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api
         rep.publish(NodeStatus(NodeState.RESTORED))
         started = time.monotonic()
         assert rep.flush(0.5) is False
-        assert 0.4 < time.monotonic() - started < 1.5
+        assert time.monotonic() - started >= 0.5  # it waited for its deadline (a slow machine only adds)
         rep.close(timeout=2.0)
     finally:
         emu.come_up()

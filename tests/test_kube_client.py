@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,11 +100,25 @@ def test_missing_configuration_is_one_clear_error(tmp_path: Path) -> None:
         load_configuration(ClientSettings(kubeconfig=str(tmp_path / "missing")), {})
 
 
-def test_requests_time_out_quickly_against_a_hung_server(tmp_path: Path) -> None:
-    # A socket that accepts connections (the kernel's backlog) but never answers.
+def test_requests_time_out_against_a_hung_server_with_one_retry_at_most(tmp_path: Path) -> None:
+    # A server that accepts connections but never answers: every attempt ends in the read timeout, so the
+    # number of connections it saw is the number of attempts (the time taken is the bench's business).
+    accepted: list[socket.socket] = []
     with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))
         hung.listen(8)
+        stop = threading.Event()
+
+        def accept() -> None:
+            hung.settimeout(0.05)
+            while not stop.is_set():
+                try:
+                    accepted.append(hung.accept()[0])
+                except TimeoutError:
+                    continue
+
+        acceptor = threading.Thread(target=accept, daemon=True)
+        acceptor.start()
         kc = tmp_path / "kc"
         kc.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "c",
@@ -113,7 +127,12 @@ def test_requests_time_out_quickly_against_a_hung_server(tmp_path: Path) -> None
             "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         }))
         api = build_api_client(ClientSettings(kubeconfig=str(kc), timeout=(0.3, 0.3)))
-        started = time.monotonic()
-        assert server_version(api) is None
-        assert time.monotonic() - started < 2.0  # one read timeout plus one urllib3 retry
-        api.close()
+        try:
+            assert server_version(api) is None  # answered, not raised: the caller never blocks on retries
+        finally:
+            stop.set()
+            acceptor.join(5)
+            api.close()
+            for conn in accepted:
+                conn.close()
+    assert 1 <= len(accepted) <= 2  # one attempt plus at most one urllib3 retry
