@@ -125,6 +125,13 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
         schema = validate_extenders_file(data, file.path)
         return _Source(files=[file], extenders=_extenders_of(data, schema))
     name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
+    if form.form == FORM_CSI and name not in form.present:
+        has = ", ".join(sorted(form.present)) or "none of its files"
+        raise ConfigError(
+            str(source_dir / name),
+            f"source file not found: the csi-baremetal-operator layout uses {name} for kube-scheduler {version} "
+            f"({version.source}); the folder has {has}",
+        )
     complete = read_source_file(source_dir, name)
     policy = None
     if form.form == FORM_CSI and version.minor <= 18 and POLICY_FILE in form.present:
@@ -157,7 +164,27 @@ def _complete_schema(source: SourceFile) -> Schema:
 
 
 def build_config(req: ConfigRequest) -> RenderedConfig:
-    """Read the source folder and produce the host files for this node's scheduler."""
+    """Read the source folder and produce the host files for this node's scheduler.
+
+    Every failure is a ``ConfigError`` naming a file and the problem: the agent turns it into ``Failed`` and
+    keeps running. The specific checks (limits before parsing, strict types, upstream's rules) give the useful
+    messages; the net below exists because a source is written by people and one unforeseen input must never
+    crash-loop the agent on every control-plane node at once.
+    """
+    try:
+        return _build(req)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise ConfigError(
+            str(req.source_dir),
+            f"cannot use this source ({type(exc).__name__}: {reason}); nothing was changed — please report this "
+            "input to the scheduler-patcher maintainers",
+        ) from exc
+
+
+def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)

@@ -11,9 +11,9 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
-from urllib.parse import urlsplit
 
 from patcher.schedconfig.duration import parse_duration_ns
+from patcher.schedconfig.gourl import url_problem
 from patcher.schedconfig.schema import Schema, TypeSpec
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -56,10 +56,9 @@ def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
             continue
         path = f"extenders[{index}]"
         url = _text(field(extender, "urlPrefix"))
-        if url:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                problems.append(f"{path}.urlPrefix: must be an http:// or https:// URL with a host, got {url!r}")
+        problem = url_problem(url) if url else None
+        if problem:
+            problems.append(f"{path}.urlPrefix: {problem}, got {url!r}")
         weight = field(extender, "weight")
         if _text(field(extender, "prioritizeVerb")) and not (is_int(weight) and weight > 0):
             problems.append(f"{path}.weight: must be > 0 when prioritizeVerb is set (got {weight})")
@@ -143,7 +142,10 @@ def _leader_election_problems(data: Mapping[str, Any]) -> list[str]:
     for key in ("leaseDuration", "renewDeadline", "retryPeriod"):
         value = election.get(key)
         if isinstance(value, str):
-            durations[key] = parse_duration_ns(value)
+            try:
+                durations[key] = parse_duration_ns(value)
+            except ValueError:
+                continue  # the type check reports it
     problems = []
     lease, renew, retry = (durations.get(k) for k in ("leaseDuration", "renewDeadline", "retryPeriod"))
     if lease is not None and renew is not None and lease <= renew:

@@ -50,8 +50,13 @@ def _describe(value: Any) -> str:
     if _is_bool(value):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
-        return f"string {value!r}"
-    return f"{type(value).__name__} {value!r}"
+        return f"string {_clip(repr(value))}"
+    return f"{type(value).__name__} {_clip(repr(value))}"
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """Values are quoted in one-line errors; a 100 KB string must not make the line 100 KB."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _Walker:
@@ -85,8 +90,8 @@ class _Walker:
             return
         seen: dict[str, str] = {}
         for key, item in value.items():
-            key_text = str(key)
-            name = spec.lookup(key_text)
+            key_text = key if isinstance(key, str) and key.isprintable() else _clip(repr(key), 40)
+            name = spec.lookup(key_text) if isinstance(key, str) else None
             if name is None:
                 self.errors.append(self._unknown(spec, key_text, path))
                 continue
@@ -186,12 +191,14 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
 
 
 def problems_for(data: Any, schema: Schema) -> list[str]:
-    """Every problem of ``data`` against ``schema``: types first, then (only if the types are right) the rules."""
+    """Every problem of ``data`` against ``schema``: the type errors, then the rules' findings.
+
+    The rules run even when some types are wrong (they skip values of the wrong type), so that one misspelt
+    field does not hide a bad URL elsewhere: the operator fixes everything in one round.
+    """
     walker = _Walker(schema)
     walker.check_struct(data, schema.types[schema.root], "")
-    if walker.errors:
-        return walker.errors
-    return rule_problems(data, schema)
+    return walker.errors + [p for p in rule_problems(data, schema) if p not in walker.errors]
 
 
 def raise_problems(path: str, problems: list[str]) -> None:
@@ -248,9 +255,10 @@ def validate_extenders_file(data: Any, path: str) -> Schema:
     walker = _Walker(schema)
     walker.check_struct(data, TypeSpec("extenders.yaml", {"extenders": "[]Extender"}, ("extenders",)), "")
     problems = walker.errors
-    if not problems and not data["extenders"]:
-        problems = ["extenders: must list at least one extender"]
-    if not problems:
-        problems = extender_problems(data["extenders"], schema.extender_type)
+    extenders = data.get("extenders") if isinstance(data, dict) else None
+    if isinstance(extenders, list) and not extenders:
+        problems.append("extenders: must list at least one extender")
+    if isinstance(extenders, list):
+        problems += [p for p in extender_problems(extenders, schema.extender_type) if p not in problems]
     raise_problems(path, problems)
     return schema
