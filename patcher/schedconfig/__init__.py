@@ -108,9 +108,11 @@ class _Source:
     notes: list[str] = field(default_factory=list)
 
 
-def _parsed(source: SourceFile, *, allow_policy: bool = False) -> tuple[Any, Schema]:
+def _parsed(
+    source: SourceFile, *, allow_policy: bool = False, version: KubeVersion | None = None
+) -> tuple[Any, Schema]:
     data = load_single(strip_header(source.text), source.path)
-    return data, validate_document(data, source.path, allow_policy=allow_policy)
+    return data, validate_document(data, source.path, allow_policy=allow_policy, version=version)
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
@@ -138,7 +140,7 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
         policy = read_source_file(source_dir, POLICY_FILE)
     found = _Source(files=[complete] + ([policy] if policy else []), complete=complete, policy=policy)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
-        data, schema = _parsed(complete)
+        data, schema = _parsed(complete, version=version)
         check_served(schema, version, complete.path)
         found.api_version = schema.api_version
         if policy is not None and schema.extenders == "policy":

@@ -111,7 +111,7 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
 def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
     """Validate our own bytes once more, as the scheduler will read them."""
     data = load_single(text, name)
-    schema = validate_document(data, name)
+    schema = validate_document(data, name, version=version)
     check_served(schema, version, name)
     return schema
 
@@ -183,7 +183,7 @@ def render_complete(
     """
     text = strip_header(source.text)
     data = load_single(text, source.path)
-    schema = validate_document(data, source.path)
+    schema = validate_document(data, source.path, version=version)
     check_served(schema, version, source.path)
     notes: list[str] = []
     extra: dict[str, bytes] = {}
