@@ -177,3 +177,9 @@ def test_extender_edge_cases_stay_refused_on_purpose() -> None:
     assert missing is not None and "extenders[0].urlPrefix: required field is missing or empty" in missing
     negative = problem(V1 + "extenders:\n- urlPrefix: http://a/\n  httpTimeout: -1s\n")
     assert negative == "extenders[0].httpTimeout: must not be negative"
+
+
+def test_minor_dependent_rules_follow_the_node_without_generated_types() -> None:
+    """1.22 serves v1beta2 but has no generated types: the leases-only rule (1.27+) must still not apply."""
+    assert problem(V1BETA2 + "leaderElection:\n  resourceLock: endpointsleases\n", "1.22") is None
+    assert problem(V1 + "leaderElection:\n  resourceLock: endpointsleases\n", "1.37") is not None

@@ -76,6 +76,7 @@ class Schema:
     file: str
     plugin_args: dict[str, str] = field(default_factory=dict)  # plugin name -> its registered args type
     minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
+    node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
@@ -195,8 +196,15 @@ def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
     found = generated().get(minor) if minor is not None else None
     entry = found.get(schema.api_version) if found is not None else None
     if entry is None:
-        return schema
-    return replace(schema, types=entry.types, plugin_args=entry.plugin_args, minor=entry.minor, file=entry.file)
+        return replace(schema, node_minor=version.key)
+    return replace(
+        schema,
+        types=entry.types,
+        plugin_args=entry.plugin_args,
+        minor=entry.minor,
+        file=entry.file,
+        node_minor=version.key,
+    )
 
 
 def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int, int]) -> tuple[int, int] | None:

@@ -7,8 +7,9 @@ than the default 10 s renew deadline, a lone ``podInitialBackoffSeconds: 20`` is
 so every rule here reads the value the scheduler will see: the one written, else upstream's default.
 
 Each check names the upstream function it mirrors in ``UPSTREAM`` (the docs table and the tests are built from
-it). Applies to the apiVersions that have it in their ``rules`` (``upstream``: v1beta2, v1beta3, v1); ``schema.minor``
-selects what changed between minors. Values of the wrong type are skipped: the type check reports them.
+it). Applies to the apiVersions that have it in their ``rules`` (``upstream``: v1beta2, v1beta3, v1);
+``schema.node_minor`` selects what changed between minors (unknown: the newest behaviour). Values of the wrong
+type are skipped: the type check reports them.
 Pure functions of (document, schema) returning ``field.path: problem`` lines.
 """
 
@@ -143,7 +144,7 @@ def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
         return []
     problems = []
     lock = election.get("resourceLock")
-    leases_only = schema.minor is None or schema.minor >= (1, 27)  # kubernetes#114055, in 1.27
+    leases_only = schema.node_minor is None or schema.node_minor >= (1, 27)  # kubernetes#114055, in 1.27
     if leases_only and isinstance(lock, str) and lock and lock != _DEFAULT_RESOURCE_LOCK:
         problems.append(f'leaderElection.resourceLock: must be "leases", got {lock!r}')
     lease = _duration(election.get("leaseDuration"), _DEFAULT_LEASE)
@@ -226,7 +227,7 @@ def _removed(name: str, schema: Schema) -> str | None:
     """isPluginInvalid: the apiVersion in which ``name`` became invalid, for this config's apiVersion."""
     if name in _REMOVED_IN_V1BETA2:
         return schema.api_version.rsplit("/", 1)[0] + "/v1beta2"
-    recent = schema.minor is None or schema.minor >= (1, 32)
+    recent = schema.node_minor is None or schema.node_minor >= (1, 32)
     if schema.api_version.endswith("/v1") and name in _REMOVED_IN_V1_FROM_1_32 and recent:
         return schema.api_version
     return None
