@@ -8,7 +8,7 @@ from patcher.schedconfig.schema import generated_minor, served_config_schemas, t
 from patcher.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.schedconfig.upstream import UPSTREAM
 from patcher.schedconfig.version import MIN_MINOR, KubeVersion
-from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS
+from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "scheduler-config.md").read_text(encoding="utf-8")
 
@@ -42,6 +42,7 @@ def test_the_version_table_matches_the_code() -> None:
 
 def test_the_limits_match_the_code() -> None:
     assert f"| source file size | {MAX_SOURCE_BYTES // 1024} KiB |" in DOC
+    assert f"| {MAX_DOCUMENT_CHARS // 1024} Ki characters |" in DOC
     assert f"| nesting depth | {MAX_DEPTH} |" in DOC
     assert f"count as what they repeat) | {MAX_NODES} |" in DOC
     assert f"| unquoted number length | {MAX_NUMBER_CHARS} characters |" in DOC

@@ -330,24 +330,60 @@ def test_an_apiversion_the_node_does_not_serve_is_refused_before_the_types() -> 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 
 
-@pytest.mark.parametrize(
-    ("version", "body", "problem"),
-    [
-        ("1.25", PRE_ENQUEUE, "profiles[0].plugins.preEnqueue: not known to kube-scheduler 1.25 (added in 1.26)"),
-        ("1.27", "delayCacheUntilActive: true\n", "delayCacheUntilActive: not known to kube-scheduler 1.27 "
-         "(added in 1.28)"),
-        ("1.30", "profiles:\n- pluginConfig:\n  - name: X\n    args: str\n", "args: must be a mapping"),
-    ],
-)
+V1BETA3_BODY = "__v1beta3__"
+PLAN_CASES = [
+    ("1.25", PRE_ENQUEUE, "profiles[0].plugins.preEnqueue: not known to kube-scheduler 1.25 (added in 1.26)"),
+    ("1.24", V1BETA3_BODY + PRE_ENQUEUE, "profiles[0].plugins.preEnqueue: not known to kube-scheduler 1.24 "
+     "(added in 1.26)"),
+    ("1.27", "delayCacheUntilActive: true\n",
+     "delayCacheUntilActive: not known to kube-scheduler 1.27 (added in 1.28)"),
+    ("1.35", "profiles:\n- plugins:\n    placementGenerate: {}\n", "profiles[0].plugins.placementGenerate: not known "
+     "to kube-scheduler 1.35 (added in 1.36)"),
+    ("1.36", PRE_ENQUEUE.replace("preEnqueue", "podGroupPostFilter"),
+     "profiles[0].plugins.podGroupPostFilter: unknown"),
+    ("1.36", "percentageOfPlacementsToScore: 5\n", "percentageOfPlacementsToScore: unknown field"),
+    ("1.30", "profiles:\n- pluginConfig:\n  - name: X\n    args: str\n", "args: must be a mapping"),
+    ("1.30", "leaderElection:\n  resourceLock: endpointsleases\n", 'resourceLock: must be "leases"'),
+    ("1.30", "leaderElection:\n  leaseDuration: 5s\n", "leaseDuration: must be greater than renewDeadline"),
+    ("1.30", "podInitialBackoffSeconds: 11\n", "podMaxBackoffSeconds: must be greater than or equal to"),
+    ("1.30", "profiles:\n- percentageOfNodesToScore: 101\n", "profiles[0].percentageOfNodesToScore: not in valid"),
+    ("1.30", "profiles:\n- schedulerName: a\n- {}\n", "profiles[1].schedulerName: required"),
+    ("1.30", "profiles:\n- schedulerName: a\n  plugins:\n    queueSort:\n      enabled: [{name: A}]\n"
+     "- schedulerName: b\n", "profiles[1].plugins.queueSort: must be the same for all profiles"),
+    ("1.30", "profiles:\n- pluginConfig:\n  - name: A\n  - name: A\n", "duplicate pluginConfig for A"),
+    ("1.32", "profiles:\n- plugins:\n    filter:\n      enabled: [{name: AzureDiskLimits}]\n",
+     "AzureDiskLimits was invalid in version"),
+    ("1.30", "clientConnection:\n  burst: -5\n", "clientConnection.burst: must be non-negative"),
+    ("1.30", "extenders:\n- urlPrefix: http://a/\n  managedResources: [{name: kubernetes.io/x}]\n",
+     "must be a qualified extended resource name"),
+    ("1.30", "profiles:\n- pluginConfig:\n  - name: InterPodAffinity\n    args: {hardPodAffinityWeight: 200}\n",
+     "hardPodAffinityWeight: not in valid range"),
+    ("1.30", "extenders:\n- urlPrefix: \"http://a\\nb/\"\n", "invalid control character"),
+]
+
+
+@pytest.mark.parametrize(("version", "body", "problem"), PLAN_CASES)
 def test_plan_refuses_with_one_line_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, body: str, problem: str
 ) -> None:
     (tmp_path / "node/etc/kubernetes/manifests").mkdir(parents=True)
     shutil.copy(FIXTURES / "manifests/kubeadm.yaml", tmp_path / "node" / MANIFEST)
     (tmp_path / "src").mkdir()
-    (tmp_path / "src/config.yaml").write_text(V1 + body)
+    head = V1BETA3 if body.startswith(V1BETA3_BODY) else V1
+    (tmp_path / "src/config.yaml").write_text(head + body.removeprefix(V1BETA3_BODY))
     argv = ["plan", "--host-root", str(tmp_path / "node"), "--source", str(tmp_path / "src"), "--kube-version", version]
     assert main(argv) == 1
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1 and problem in lines[0] and str(tmp_path / "src/config.yaml") in lines[0]
+
+
+def test_plan_accepts_the_same_fields_on_the_minor_that_has_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "node/etc/kubernetes/manifests").mkdir(parents=True)
+    shutil.copy(FIXTURES / "manifests/kubeadm.yaml", tmp_path / "node" / MANIFEST)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/config.yaml").write_text(V1 + "delayCacheUntilActive: true\n" + PRE_ENQUEUE)
+    argv = ["plan", "--host-root", str(tmp_path / "node"), "--source", str(tmp_path / "src"), "--kube-version", "1.28"]
+    assert main(argv) == 2  # changes pending: the patch would go ahead

@@ -17,7 +17,7 @@ from patcher.schedconfig.gourl import url_problem
 from patcher.schedconfig.schema import all_schemas
 from patcher.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.schedconfig.validate import problems_for
-from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_NODES, check_limits, load_single
+from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, check_limits, load_single
 from tests.test_schedconfig_source import make_configmap
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -68,7 +68,8 @@ def test_the_2kb_nesting_costs_nothing(tmp_path: Path) -> None:
 
 
 def test_node_count_limit_stops_the_200k_item_list() -> None:
-    text = "extenders:\n" + "- {}\n" * 200_000  # the 1 MiB source of issue 13 item 3
+    text = "extenders:\n" + "- {}\n" * 200_000  # the 1 MiB source of issue 13 item 3 …
+    text = text[:MAX_SOURCE_BYTES]  # … as much of it as a source file may hold
     with pytest.raises(ConfigError, match=rf"more than {MAX_NODES} YAML nodes") as err:
         check_limits(text, "/src/extenders.yaml")
     # root mapping, key and list are 3 nodes, each "- {}" one more: it stopped where the limit was crossed
@@ -96,6 +97,12 @@ def test_a_document_at_the_limits_is_accepted() -> None:
 def test_a_source_file_over_the_size_limit_is_refused_before_reading(tmp_path: Path) -> None:
     err = refusal(tmp_path, {"extenders.yaml": EXT + "#" * MAX_SOURCE_BYTES})
     assert err.problem.startswith("too large (")
+
+
+def test_a_foreign_config_over_the_document_limit_is_refused_before_parsing() -> None:
+    """The foreign --config of a merge is read from the node, not through the source size check."""
+    with pytest.raises(ConfigError, match=rf"too large \({MAX_DOCUMENT_CHARS + 1} characters"):
+        load_single("#" * (MAX_DOCUMENT_CHARS + 1), "/etc/kubernetes/their-config.yaml")
 
 
 def test_one_level_more_is_refused() -> None:

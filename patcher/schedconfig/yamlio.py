@@ -39,6 +39,9 @@ _KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
 MAX_DEPTH = 32  # nested mappings/lists; NodeAffinity args, the deepest upstream type, need 9
 MAX_NODES = 5_000  # scalars + collections, aliases counted as the nodes they stand for (largest real: ~300)
 MAX_NUMBER_CHARS = 64  # an unquoted number longer than this cannot fit any int64/float64 field
+# Any text parsed here: a source file is capped at 256 KiB when read (source.py); this also bounds a foreign
+# --config read from the node for a merge, and leaves room for the header and carried flags of our output.
+MAX_DOCUMENT_CHARS = 512 * 1024
 # The tags a Kubernetes YAML decoder knows (sigs.k8s.io/yaml turns YAML into JSON); ruamel would construct
 # anything else (!!set, !!omap, !!timestamp, application tags) into objects that JSON has no form for.
 _ALLOWED_TAGS = frozenset(
@@ -70,6 +73,9 @@ def check_limits(text: str, path: str) -> None:
     Runs on the event stream (no recursion, no document built) and stops at the first excess, so that the
     recursive composer, our validator and the scheduler itself only ever see bounded input.
     """
+    if len(text) > MAX_DOCUMENT_CHARS:
+        limit = f"the limit for a YAML document is {MAX_DOCUMENT_CHARS}"
+        raise ConfigError(path, f"too large ({len(text)} characters; {limit})")
     depth = 0
     nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
