@@ -164,6 +164,7 @@ def test_type_errors_and_rule_errors_together() -> None:
         ("http://a/%zz", "invalid URL escape '%zz'"),
         ("http://a/x%4", "invalid URL escape '%4'"),
         ("http://a%/", "invalid URL escape '%'"),
+        ("http://a%41/", "invalid URL escape '%41'"),
         ("127.0.0.1:8888", "must be an http:// or https:// URL with a host (missing protocol scheme)"),
         ("://a/", "must be an http:// or https:// URL with a host (missing protocol scheme)"),
         ("http:/a/", "must be an http:// or https:// URL with a host (no '//' after the scheme)"),
@@ -192,6 +193,7 @@ def test_url_prefix_refused_as_go_would(url: str, problem: str) -> None:
         "http://user:pa%20ss@a:1/x/y%2F",
         "http://a:/",  # Go accepts an empty port and dials the scheme's default
         "http://\u00e9xample.com/",  # non-ASCII hosts are left to the resolver, as Go does
+        "http://%C3%A9xample.com/",  # an escaped non-ASCII byte is allowed in a host
     ],
 )
 def test_url_prefix_that_go_accepts(url: str) -> None:

@@ -160,11 +160,6 @@ def _carry(req: ConfigRequest, schema: Schema) -> tuple[list[Carried], list[str]
     return carried_settings(parse_flags(req.scheduler_flags), schema, where=req.manifest)
 
 
-def _complete_schema(source: SourceFile) -> Schema:
-    """The schema of a complete config, so that carried flags use its field names (it is not re-rendered)."""
-    return _parsed(source)[1]
-
-
 def build_config(req: ConfigRequest) -> RenderedConfig:
     """Read the source folder and produce the host files for this node's scheduler.
 
@@ -226,12 +221,10 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         )
     else:
         assert source.complete is not None
-        carried, skipped = _carry(req, _complete_schema(source.complete))
-        notes += skipped
         out = render_complete(
             source.complete,
             version=version,
-            carried=carried,
+            carry=lambda schema: _carry(req, schema),
             host_config_dir=req.host_config_dir,
             policy=source.policy,
             policy_required=form.form == FORM_CSI,

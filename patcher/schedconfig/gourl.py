@@ -46,6 +46,18 @@ def _bad_escape(text: str) -> str | None:
     return None
 
 
+def _ascii_escape_in_host(name: str) -> str | None:
+    """Go allows ``%XX`` in a host name only for non-ASCII bytes (and ``%25``): an escaped ASCII character is an
+    error there, so ``http://a%41/`` fails although the escape itself is well formed."""
+    index = name.find("%")
+    while index >= 0:
+        escape = name[index : index + 3]
+        if escape != "%25" and int(escape[1], 16) < 8:
+            return escape
+        index = name.find("%", index + 3)
+    return None
+
+
 def _port_problem(port: str) -> str | None:
     """validOptionalPort (digits only), then what the dialler needs (1–65535)."""
     if not port:
@@ -80,6 +92,8 @@ def _host_problem(host: str) -> str | None:
         if problem:
             return problem
     escape = _bad_escape(host)
+    if escape is None and not host.startswith("["):
+        escape = _ascii_escape_in_host(name)  # unescape(host, encodeHost): %XX of an ASCII byte, except %25
     if escape is not None:
         return f"invalid URL escape {escape!r}"
     for char in name:
