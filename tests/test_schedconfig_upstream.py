@@ -3,9 +3,12 @@ function it mirrors (``UPSTREAM`` in patcher/schedconfig/upstream.py); configs t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from patcher.errors import ConfigError
+from patcher.schedconfig import ConfigRequest, build_config
 from patcher.schedconfig.upstream import UPSTREAM
 from patcher.schedconfig.validate import validate_document
 from patcher.schedconfig.version import KubeVersion
@@ -183,3 +186,46 @@ def test_minor_dependent_rules_follow_the_node_without_generated_types() -> None
     """1.22 serves v1beta2 but has no generated types: the leases-only rule (1.27+) must still not apply."""
     assert problem(V1BETA2 + "leaderElection:\n  resourceLock: endpointsleases\n", "1.22") is None
     assert problem(V1 + "leaderElection:\n  resourceLock: endpointsleases\n", "1.37") is not None
+
+
+SHAPE = args("VolumeBinding", "shape:\n- {utilization: 0, score: 0}\n- {utilization: 100, score: 10}\n")
+
+
+def gated(text: str, version: str, *gates: str) -> str | None:
+    major, minor = version.split(".")
+    target = KubeVersion(int(major), int(minor), feature_gates=frozenset(gates))
+    try:
+        validate_document(load_single(text, "/src/c.yaml"), "/src/c.yaml", version=target)
+    except ConfigError as err:
+        return err.problem
+    return None
+
+
+def test_volume_binding_shape_needs_its_feature_gate() -> None:
+    """ValidateVolumeBindingArgs: shape is refused unless the alpha gate is on (VolumeCapacityPriority, renamed
+    StorageCapacityScoring in 1.33); with the gate on, validateFunctionShape applies."""
+    assert gated(SHAPE, "1.30") == (
+        "profiles[0].pluginConfig[0].args.shape: unexpected field `shape`, remove it or turn on the feature gate "
+        "VolumeCapacityPriority (--feature-gates in the scheduler's manifest)"
+    )
+    assert gated(SHAPE, "1.30", "VolumeCapacityPriority") is None
+    assert gated(SHAPE, "1.33", "VolumeCapacityPriority") is not None
+    assert gated(SHAPE, "1.33", "StorageCapacityScoring") is None
+    bad = SHAPE.replace("score: 10", "score: 11")
+    assert gated(bad, "1.33", "StorageCapacityScoring") == (
+        "profiles[0].pluginConfig[0].args.shape[1].score: not in valid range [0, 10]"
+    )
+
+
+def test_the_manifest_feature_gates_reach_the_rules(tmp_path: Path) -> None:
+    source = tmp_path / "cm"
+    source.mkdir()
+    (source / "config.yaml").write_text(SHAPE)
+
+    def build(*flags: str) -> None:
+        build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version="1.30",
+                                   scheduler_flags=("kube-scheduler", *flags)))
+
+    with pytest.raises(ConfigError, match="turn on the feature gate VolumeCapacityPriority"):
+        build("--feature-gates=VolumeCapacityPriority=false")
+    build("--feature-gates=SomethingElse=true,VolumeCapacityPriority=true")

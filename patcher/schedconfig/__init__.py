@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from patcher.errors import ConfigError
 from patcher.schedconfig.extenders import Extender, to_canonical
-from patcher.schedconfig.flags import Carried, carried_settings, parse_flags
+from patcher.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
 from patcher.schedconfig.merge import merge_foreign
 from patcher.schedconfig.render import Output, render_complete, render_extenders
 from patcher.schedconfig.schema import Schema, target_schema
@@ -185,6 +185,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
+    version = replace(version, feature_gates=enabled_feature_gates(parse_flags(req.scheduler_flags)))
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
     source = _read_source(req.source_dir, form, version, merge=foreign is not None)

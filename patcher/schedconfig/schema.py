@@ -77,6 +77,7 @@ class Schema:
     plugin_args: dict[str, str] = field(default_factory=dict)  # plugin name -> its registered args type
     minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
     node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
+    node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
@@ -196,7 +197,7 @@ def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
     found = generated().get(minor) if minor is not None else None
     entry = found.get(schema.api_version) if found is not None else None
     if entry is None:
-        return replace(schema, node_minor=version.key)
+        return replace(schema, node_minor=version.key, node_gates=version.feature_gates)
     return replace(
         schema,
         types=entry.types,
@@ -204,6 +205,7 @@ def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
         minor=entry.minor,
         file=entry.file,
         node_minor=version.key,
+        node_gates=version.feature_gates,
     )
 
 

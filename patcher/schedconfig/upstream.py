@@ -45,7 +45,7 @@ UPSTREAM: dict[str, str] = {
     "PodTopologySpread": f"{_ARGS} ValidatePodTopologySpreadArgs",
     "NodeResourcesFit": f"{_ARGS} ValidateNodeResourcesFitArgs",
     "NodeResourcesBalancedAllocation": f"{_ARGS} ValidateNodeResourcesBalancedAllocationArgs",
-    "VolumeBinding": f"{_ARGS} ValidateVolumeBindingArgsWithOptions",
+    "VolumeBinding": f"{_ARGS} ValidateVolumeBindingArgs, ValidateVolumeBindingArgsWithOptions",
 }
 
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
@@ -262,7 +262,7 @@ def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> lis
         check = PLUGIN_ARGS.get(name)
         args = _map(config).get("args")
         if check is not None and isinstance(args, Mapping):
-            problems += check(args, f"{where}.args")
+            problems += check(args, f"{where}.args", schema)
     return problems
 
 
@@ -322,7 +322,7 @@ def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
 # ---- per-plugin args (after SetDefaults_<Plugin>Args) -------------------------------------------------------------
 
 
-def _default_preemption(args: Mapping[Any, Any], path: str) -> list[str]:
+def _default_preemption(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     percentage = _int(args.get("minCandidateNodesPercentage"))
     absolute = _int(args.get("minCandidateNodesAbsolute"))
     percentage = 10 if args.get("minCandidateNodesPercentage") is None else percentage
@@ -339,7 +339,7 @@ def _default_preemption(args: Mapping[Any, Any], path: str) -> list[str]:
     return problems
 
 
-def _inter_pod_affinity(args: Mapping[Any, Any], path: str) -> list[str]:
+def _inter_pod_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     weight = _int(args.get("hardPodAffinityWeight"))
     if weight is not None and not 0 <= weight <= 100:
         return [f"{path}.hardPodAffinityWeight: not in valid range [0, 100]"]
@@ -390,7 +390,7 @@ def _term(term: Mapping[Any, Any], path: str) -> list[str]:
     return problems
 
 
-def _node_affinity(args: Mapping[Any, Any], path: str) -> list[str]:
+def _node_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     affinity = _map(args.get("addedAffinity"))
     base = f"{path}.addedAffinity"
     problems = []
@@ -404,7 +404,7 @@ def _node_affinity(args: Mapping[Any, Any], path: str) -> list[str]:
     return problems
 
 
-def _pod_topology_spread(args: Mapping[Any, Any], path: str) -> list[str]:
+def _pod_topology_spread(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     constraints = _list(args.get("defaultConstraints"))
     defaulting = args.get("defaultingType") or "System"
     problems = []
@@ -460,7 +460,7 @@ def _shape(shape: list[Any], path: str) -> list[str]:
     return problems
 
 
-def _node_resources_fit(args: Mapping[Any, Any], path: str) -> list[str]:
+def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
     for index, name in enumerate(_list(args.get("ignoredResources"))):
         reason = qualified_name_problem(_str(name))
@@ -502,7 +502,7 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str) -> list[str]:
     return problems
 
 
-def _balanced_allocation(args: Mapping[Any, Any], path: str) -> list[str]:
+def _balanced_allocation(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
     seen: set[str] = set()
     for index, resource in enumerate(_list(args.get("resources"))):
@@ -517,18 +517,32 @@ def _balanced_allocation(args: Mapping[Any, Any], path: str) -> list[str]:
     return problems
 
 
-def _volume_binding(args: Mapping[Any, Any], path: str) -> list[str]:
+def _volume_binding(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
     timeout = _int(args.get("bindTimeoutSeconds"))
     if timeout is not None and timeout < 0:
         problems.append(f"{path}.bindTimeoutSeconds: invalid BindTimeoutSeconds, should not be a negative value")
     shape = args.get("shape")
-    if shape is not None:  # only with the StorageCapacityScoring/VolumeCapacityPriority gate: validated as if on
+    if shape is None:
+        return problems
+    gate = _shape_gate(schema)
+    if schema.node_gates is None or gate in schema.node_gates:  # gates unknown (no manifest): check the shape
         problems += _shape(_list(shape), f"{path}.shape")
+    else:
+        problems.append(
+            f"{path}.shape: unexpected field `shape`, remove it or turn on the feature gate {gate} "
+            "(--feature-gates in the scheduler's manifest)"
+        )
     return problems
 
 
-PLUGIN_ARGS: dict[str, Callable[[Mapping[Any, Any], str], list[str]]] = {
+def _shape_gate(schema: Schema) -> str:
+    """The alpha gate behind VolumeBinding's ``shape``: VolumeCapacityPriority, StorageCapacityScoring from 1.33."""
+    recent = schema.node_minor is None or schema.node_minor >= (1, 33)
+    return "StorageCapacityScoring" if recent else "VolumeCapacityPriority"
+
+
+PLUGIN_ARGS: dict[str, Callable[[Mapping[Any, Any], str, Schema], list[str]]] = {
     "DefaultPreemption": _default_preemption,
     "InterPodAffinity": _inter_pod_affinity,
     "NodeAffinity": _node_affinity,
