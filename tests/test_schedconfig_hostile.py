@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from patcher.errors import ConfigError
 from patcher.schedconfig import ConfigRequest, build_config
 from patcher.schedconfig.gourl import url_problem
-from patcher.schedconfig.schema import all_schemas
+from patcher.schedconfig.schema import all_schemas, for_version
 from patcher.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.schedconfig.validate import problems_for
+from patcher.schedconfig.version import KubeVersion
 from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, check_limits, load_single
 from tests.test_schedconfig_source import make_configmap
 
@@ -214,10 +215,17 @@ _values = st.recursive(
 _keys = st.sampled_from(
     ["apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "profiles", "extenders",
      "percentageOfNodesToScore", "podInitialBackoffSeconds", "podMaxBackoffSeconds", "urlPrefix", "weight",
-     "schedulerName", "plugins", "pluginConfig", "name", "args", "managedResources", "tlsConfig", "leaseDuration"]
+     "schedulerName", "plugins", "pluginConfig", "name", "args", "managedResources", "tlsConfig", "leaseDuration",
+     "queueSort", "enabled", "disabled", "weight", "addedAffinity", "scoringStrategy", "shape", "resources",
+     "defaultConstraints", "minCandidateNodesPercentage", "requiredDuringSchedulingIgnoredDuringExecution",
+     "nodeSelectorTerms", "matchExpressions", "operator", "values", "type", "requestedToCapacityRatio"]
+)
+_plugin_names = st.sampled_from(
+    ["NodeAffinity", "PodTopologySpread", "NodeResourcesFit", "InterPodAffinity", "VolumeBinding",
+     "DefaultPreemption", "NodeResourcesBalancedAllocation", "PrioritySort", "EBSLimits"]
 )
 _shaped = st.recursive(
-    _scalars,
+    _scalars | _plugin_names,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=5),
     max_leaves=40,
 )
@@ -229,8 +237,11 @@ def test_validation_never_raises_on_any_shape(body: Any) -> None:
     for schema in all_schemas():
         data = dict(body) if isinstance(body, dict) else {"extenders": body}
         data.update({"apiVersion": schema.api_version, "kind": schema.kind})
-        found = problems_for(data, schema)
-        assert all(isinstance(line, str) and "\n" not in line for line in found)
+        for version in (None, KubeVersion(1, 25), KubeVersion(1, 36)):
+            served = version is None or schema.serves(version)
+            target = for_version(schema, version) if served else schema
+            found = problems_for(data, target, version)
+            assert all(isinstance(line, str) and "\n" not in line for line in found)
 
 
 @settings(max_examples=60, deadline=None)
