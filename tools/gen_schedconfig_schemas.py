@@ -37,18 +37,20 @@ FACTS = ROOT / "tools" / "schedconfig-upstream.json"
 OUT_DIR = ROOT / "patcher" / "schedconfig" / "schemas"
 OUT_PREFIX = "kube-scheduler-"  # beside the hand-written per-apiVersion files, which never start with it
 
-MINORS = [f"1.{minor}" for minor in range(23, 37)]
+MINORS = [f"1.{minor}" for minor in range(19, 37)]
 GROUP = "kubescheduler.config.k8s.io"
 ROOT_TYPE = "KubeSchedulerConfiguration"
 
 # Go import path -> (mirror repository, folder with the Go files) for the packages the config types use.
 PACKAGES = {
+    "k8s.io/kube-scheduler/config/v1": ("kubernetes+kube-scheduler", "config/v1"),  # 1.19-1.22: the Policy API
     "k8s.io/component-base/config/v1alpha1": ("kubernetes+component-base", "config/v1alpha1"),
     "k8s.io/api/core/v1": ("kubernetes+api", "core/v1"),
     "k8s.io/apimachinery/pkg/apis/meta/v1": ("kubernetes+apimachinery", "pkg/apis/meta/v1"),
 }
 # Files to read per package: upstream spreads types over several files; these hold the ones we reach.
 PACKAGE_FILES = {
+    "k8s.io/kube-scheduler/config/v1": ["types.go"],
     "k8s.io/component-base/config/v1alpha1": ["types.go"],
     "k8s.io/api/core/v1": ["types.go"],
     "k8s.io/apimachinery/pkg/apis/meta/v1": ["types.go", "duration.go"],

@@ -5,7 +5,7 @@ Each file says which kube-scheduler versions serve the apiVersion, whether we ma
 spelled, and the strict field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
 therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
 
-From 1.23 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
+From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
 written by ``tools/gen_schedconfig_schemas.py`` from the upstream Go types of ``release-1.N``): kube-scheduler
 decodes strictly, so a field that its minor does not have is fatal even when a later minor added it to the same
 apiVersion. The hand-written file of the apiVersion still says when it is served and how to render it;
