@@ -254,6 +254,10 @@ def _v(text: str) -> KubeVersion:
          "profiles[0].plugins.placementScore: not known to kube-scheduler {v} (added in 1.36)"),
         (V1 + "profiles:\n- percentageOfNodesToScore: 50\n", ["1.25"], ["1.26"],
          "profiles[0].percentageOfNodesToScore: not known to kube-scheduler {v} (added in 1.26)"),
+        (V1BETA3.replace("v1beta3", "v1beta1") + "parallelism: 8\n", ["1.19"], ["1.20", "1.22"],
+         "parallelism: not known to kube-scheduler {v} (added in 1.20)"),
+        (V1BETA3.replace("v1beta3", "v1beta2") + "profiles:\n- plugins:\n    multiPoint: {}\n", ["1.22"], ["1.23"],
+         "profiles[0].plugins.multiPoint: not known to kube-scheduler {v} (added in 1.23)"),
     ],
 )
 def test_a_field_newer_than_the_node_names_the_version_that_added_it(
