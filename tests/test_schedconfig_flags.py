@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patcher.errors import ConfigError
-from patcher.schedconfig.flags import carried_settings, parse_flags
+from patcher.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
 from patcher.schedconfig.schema import Schema, find_schema
 
 G = "kubescheduler.config.k8s.io"
@@ -146,3 +146,9 @@ def test_legacy_policy_flags_are_refused(flag: str) -> None:
 )
 def test_harmless_legacy_policy_flags_pass(flag: str) -> None:
     assert carried_settings(parse_flags([flag]), schema(f"{G}/v1beta1")) == ([], [])
+
+
+def test_enabled_feature_gates() -> None:
+    flags = parse_flags(["kube-scheduler", "--feature-gates=A=true, B=false,C=TRUE,AllAlpha=false,D", "--v=2"])
+    assert enabled_feature_gates(flags) == frozenset({"A", "C"})
+    assert enabled_feature_gates(parse_flags(["kube-scheduler"])) == frozenset()

@@ -112,11 +112,13 @@ def test_tls_config_fields() -> None:
 
 
 def test_profiles_have_unique_scheduler_names() -> None:
-    text = V1 + "profiles:\n- plugins: {}\n- schedulerName: default-scheduler\n"
+    # Upstream fills the default name only for a single profile (SetDefaults_KubeSchedulerConfiguration), so the
+    # old expectation here (an unnamed profile counted as default-scheduler beside another one) was wrong.
+    text = V1 + "profiles:\n- schedulerName: default-scheduler\n- schedulerName: default-scheduler\n"
     assert problem(text) == (
         "profiles[1].schedulerName: 'default-scheduler' is already used by profiles[0]; schedulerName must be unique"
     )
-    assert "profiles[0].schedulerName: must not be empty" in problem(V1 + "profiles:\n- schedulerName: ''\n")
+    assert "profiles[0].schedulerName: required" in problem(V1 + "profiles:\n- schedulerName: ''\n")
 
 
 def test_unknown_plugin_extension_point() -> None:
@@ -131,12 +133,13 @@ def test_kubeconfig_must_be_absolute() -> None:
 
 def test_leader_election_periods() -> None:
     found = problem(V1 + "leaderElection:\n  leaseDuration: 10s\n  renewDeadline: 15s\n")
-    assert found == "leaderElection.leaseDuration: must be greater than renewDeadline"
+    assert found == "leaderElection.leaseDuration: must be greater than renewDeadline (10s <= 15s)"
 
 
 def test_ranges() -> None:
     found = problem(V1 + "parallelism: 0\npercentageOfNodesToScore: 101\n")
-    assert "parallelism: must be > 0" in found and "percentageOfNodesToScore: must be between 0 and 100" in found
+    assert "parallelism: should be an integer value greater than zero" in found  # upstream's wording
+    assert "percentageOfNodesToScore: not in valid range [0-100]" in found
 
 
 def test_policy_priorities_need_a_positive_weight() -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from patcher.errors import ConfigError
 from patcher.schedconfig.extenders import Extender, to_canonical
-from patcher.schedconfig.flags import Carried, carried_settings, parse_flags
+from patcher.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
 from patcher.schedconfig.merge import merge_foreign
 from patcher.schedconfig.render import Output, render_complete, render_extenders
 from patcher.schedconfig.schema import Schema, target_schema
@@ -108,9 +108,11 @@ class _Source:
     notes: list[str] = field(default_factory=list)
 
 
-def _parsed(source: SourceFile, *, allow_policy: bool = False) -> tuple[Any, Schema]:
+def _parsed(
+    source: SourceFile, *, allow_policy: bool = False, version: KubeVersion | None = None
+) -> tuple[Any, Schema]:
     data = load_single(strip_header(source.text), source.path)
-    return data, validate_document(data, source.path, allow_policy=allow_policy)
+    return data, validate_document(data, source.path, allow_policy=allow_policy, version=version)
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
@@ -125,13 +127,20 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
         schema = validate_extenders_file(data, file.path)
         return _Source(files=[file], extenders=_extenders_of(data, schema))
     name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
+    if form.form == FORM_CSI and name not in form.present:
+        has = ", ".join(sorted(form.present)) or "none of its files"
+        raise ConfigError(
+            str(source_dir / name),
+            f"source file not found: the csi-baremetal-operator layout uses {name} for kube-scheduler {version} "
+            f"({version.source}); the folder has {has}",
+        )
     complete = read_source_file(source_dir, name)
     policy = None
     if form.form == FORM_CSI and version.minor <= 18 and POLICY_FILE in form.present:
         policy = read_source_file(source_dir, POLICY_FILE)
     found = _Source(files=[complete] + ([policy] if policy else []), complete=complete, policy=policy)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
-        data, schema = _parsed(complete)
+        data, schema = _parsed(complete, version=version)
         check_served(schema, version, complete.path)
         found.api_version = schema.api_version
         if policy is not None and schema.extenders == "policy":
@@ -151,16 +160,32 @@ def _carry(req: ConfigRequest, schema: Schema) -> tuple[list[Carried], list[str]
     return carried_settings(parse_flags(req.scheduler_flags), schema, where=req.manifest)
 
 
-def _complete_schema(source: SourceFile) -> Schema:
-    """The schema of a complete config, so that carried flags use its field names (it is not re-rendered)."""
-    return _parsed(source)[1]
-
-
 def build_config(req: ConfigRequest) -> RenderedConfig:
-    """Read the source folder and produce the host files for this node's scheduler."""
+    """Read the source folder and produce the host files for this node's scheduler.
+
+    Every failure is a ``ConfigError`` naming a file and the problem: the agent turns it into ``Failed`` and
+    keeps running. The specific checks (limits before parsing, strict types, upstream's rules) give the useful
+    messages; the net below exists because a source is written by people and one unforeseen input must never
+    crash-loop the agent on every control-plane node at once.
+    """
+    try:
+        return _build(req)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise ConfigError(
+            str(req.source_dir),
+            f"cannot use this source ({type(exc).__name__}: {reason}); nothing was changed — please report this "
+            "input to the scheduler-patcher maintainers",
+        ) from exc
+
+
+def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
+    version = replace(version, feature_gates=enabled_feature_gates(parse_flags(req.scheduler_flags)))
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
     source = _read_source(req.source_dir, form, version, merge=foreign is not None)
@@ -197,12 +222,10 @@ def build_config(req: ConfigRequest) -> RenderedConfig:
         )
     else:
         assert source.complete is not None
-        carried, skipped = _carry(req, _complete_schema(source.complete))
-        notes += skipped
         out = render_complete(
             source.complete,
             version=version,
-            carried=carried,
+            carry=lambda schema: _carry(req, schema),
             host_config_dir=req.host_config_dir,
             policy=source.policy,
             policy_required=form.form == FORM_CSI,

@@ -132,6 +132,17 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
     return flags
 
 
+def enabled_feature_gates(flags: dict[str, str | None]) -> frozenset[str]:
+    """Gates that ``--feature-gates=A=true,B=false`` switches on (component-base's syntax; ``AllAlpha``/``AllBeta``
+    name no single gate and are ignored, which keeps gated rules on the safe side)."""
+    enabled = set()
+    for item in (flags.get("feature-gates") or "").split(","):
+        name, _, value = item.strip().partition("=")
+        if name and value.strip().lower() == "true":
+            enabled.add(name)
+    return frozenset(enabled)
+
+
 def _convert(flag: str, kind: str, raw: str | None, where: str | None) -> Any:
     shown = f"--{flag}" if raw is None else f"--{flag}={raw}"
     if kind == "bool":

@@ -140,7 +140,7 @@ def merge_foreign(
     """Our own config file: the foreign config plus our extenders (and a Policy file on 1.18 and older)."""
     text = strip_header(foreign_text)
     data = load_single(text, foreign_path)
-    schema = validate_document(data, foreign_path)
+    schema = validate_document(data, foreign_path, version=version)
     check_served(schema, version, foreign_path)
     if source_api_version is not None and source_api_version != schema.api_version:
         raise ConfigError(

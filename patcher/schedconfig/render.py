@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +112,7 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
 def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
     """Validate our own bytes once more, as the scheduler will read them."""
     data = load_single(text, name)
-    schema = validate_document(data, name)
+    schema = validate_document(data, name, version=version)
     check_served(schema, version, name)
     return schema
 
@@ -169,23 +170,25 @@ def render_complete(
     source: SourceFile,
     *,
     version: KubeVersion,
-    carried: list[Carried],
+    carry: Callable[[Schema], tuple[list[Carried], list[str]]],
     host_config_dir: str,
     policy: SourceFile | None = None,
     policy_required: bool = False,
 ) -> Output:
     """A user-written KubeSchedulerConfiguration, used as is once validated and served-checked.
 
-    Flag settings fill only the fields it leaves unset. When ``policy`` is given (the csi-baremetal layout on
-    1.18 and older), the config's ``algorithmSource.policy.file.path`` is pointed at our copy of it; with
-    ``policy_required`` a config that references a Policy file we were not given is refused, since the path
-    in it names a file on some other node layout.
+    Flag settings (``carry``: the carried values for the config's own schema, and notes on what was skipped)
+    fill only the fields it leaves unset; the config is parsed once for both. When ``policy`` is given (the
+    csi-baremetal layout on 1.18 and older), the config's ``algorithmSource.policy.file.path`` is pointed at
+    our copy of it; with ``policy_required`` a config that references a Policy file we were not given is
+    refused, since the path in it names a file on some other node layout.
     """
     text = strip_header(source.text)
     data = load_single(text, source.path)
-    schema = validate_document(data, source.path)
+    schema = validate_document(data, source.path, version=version)
     check_served(schema, version, source.path)
-    notes: list[str] = []
+    carried, notes = carry(schema)
+    notes = list(notes)
     extra: dict[str, bytes] = {}
     changed = False
     reference = policy_file_source(data)

@@ -11,10 +11,11 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
-from urllib.parse import urlsplit
 
 from patcher.schedconfig.duration import parse_duration_ns
+from patcher.schedconfig.gourl import url_problem
 from patcher.schedconfig.schema import Schema, TypeSpec
+from patcher.schedconfig.upstream import upstream_problems
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
@@ -32,6 +33,17 @@ def is_qualified_name(name: str) -> bool:
     if "/" in name and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return False
     return len(local) <= 63 and bool(_QUALIFIED_NAME.fullmatch(local))
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """Upstream ``validateExtendedResourceName``: ``IsQualifiedName``, then v1helper ``IsExtendedResourceName`` (a
+    domain prefix that is not a native ``kubernetes.io/`` one, not ``requests.``-prefixed, and still a
+    qualified name as the quota resource ``requests.<name>``)."""
+    if not is_qualified_name(name) or "/" not in name:
+        return False
+    if "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return is_qualified_name("requests." + name)
 
 
 def _text(value: Any) -> str:
@@ -56,10 +68,9 @@ def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
             continue
         path = f"extenders[{index}]"
         url = _text(field(extender, "urlPrefix"))
-        if url:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                problems.append(f"{path}.urlPrefix: must be an http:// or https:// URL with a host, got {url!r}")
+        problem = url_problem(url) if url else None
+        if problem:
+            problems.append(f"{path}.urlPrefix: {problem}, got {url!r}")
         weight = field(extender, "weight")
         if _text(field(extender, "prioritizeVerb")) and not (is_int(weight) and weight > 0):
             problems.append(f"{path}.weight: must be > 0 when prioritizeVerb is set (got {weight})")
@@ -74,9 +85,10 @@ def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
             r_path = f"{path}.managedResources[{r_index}].name"
             if not name:
                 continue
-            if not is_qualified_name(name) or name.count("/") != 1:
+            if not is_extended_resource_name(name):
                 problems.append(
-                    f"{r_path}: {name!r} must be a qualified extended resource name such as example.com/gpu"
+                    f"{r_path}: {name!r} must be a qualified extended resource name such as example.com/gpu "
+                    "(not in kubernetes.io/, not starting with requests.)"
                 )
             if name in owners:
                 problems.append(
@@ -143,7 +155,10 @@ def _leader_election_problems(data: Mapping[str, Any]) -> list[str]:
     for key in ("leaseDuration", "renewDeadline", "retryPeriod"):
         value = election.get(key)
         if isinstance(value, str):
-            durations[key] = parse_duration_ns(value)
+            try:
+                durations[key] = parse_duration_ns(value)
+            except ValueError:
+                continue  # the type check reports it
     problems = []
     lease, renew, retry = (durations.get(k) for k in ("leaseDuration", "renewDeadline", "retryPeriod"))
     if lease is not None and renew is not None and lease <= renew:
@@ -203,6 +218,7 @@ RULES: dict[str, Callable[[Mapping[str, Any], Schema], list[str]]] = {
     "leaderElection": lambda data, schema: _leader_election_problems(data),
     "ranges": lambda data, schema: _range_problems(data),
     "policy": lambda data, schema: _policy_problems(data),
+    "upstream": upstream_problems,
 }
 
 

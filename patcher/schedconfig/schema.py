@@ -5,8 +5,15 @@ Each file says which kube-scheduler versions serve the apiVersion, whether we ma
 spelled, and the strict field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
 therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
 
-Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``, ``duration`` (Go duration
-string), ``nanoseconds`` (integer), ``bytes`` (base64 string), ``any``, ``[]T``, or the name of another type.
+From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
+written by ``tools/gen_schedconfig_schemas.py`` from the upstream Go types of ``release-1.N``): kube-scheduler
+decodes strictly, so a field that its minor does not have is fatal even when a later minor added it to the same
+apiVersion. The hand-written file of the apiVersion still says when it is served and how to render it;
+``for_version`` swaps in the types of the node's minor.
+
+Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``,
+``duration`` (Go duration string), ``nanoseconds`` (integer), ``bytes`` (base64 string), ``any``, ``object``
+(a mapping, any content), ``[]T``, ``map[string]T``, or the name of another type.
 A type may set ``required`` (fields that must be present and non-empty), ``caseInsensitive`` (the legacy
 extender decoder matches field names ignoring case) and ``canonical`` (its field name → the v1 field name, for
 converting extenders between the legacy and the v1 spelling).
@@ -15,7 +22,7 @@ converting extenders between the legacy and the v1 spelling).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -67,6 +74,10 @@ class Schema:
     root: str
     types: dict[str, TypeSpec]
     file: str
+    plugin_args: dict[str, str] = field(default_factory=dict)  # plugin name -> its registered args type
+    minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
+    node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
+    node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
@@ -95,8 +106,8 @@ def _minor(text: str | None) -> tuple[int, int] | None:
     return (int(major), int(minor))
 
 
-def _parse(name: str, raw: dict[str, Any]) -> Schema:
-    types = {
+def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
+    return {
         type_name: TypeSpec(
             name=type_name,
             fields=dict(spec["fields"]),
@@ -104,8 +115,12 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
             case_insensitive=bool(spec.get("caseInsensitive", False)),
             canonical=dict(spec.get("canonical", {})),
         )
-        for type_name, spec in raw["types"].items()
+        for type_name, spec in raw.items()
     }
+
+
+def _parse(name: str, raw: dict[str, Any]) -> Schema:
+    types = _types(raw["types"])
     served_from = _minor(raw["served"]["from"])
     assert served_from is not None, f"{name}: served.from is required"
     return Schema(
@@ -130,10 +145,77 @@ def all_schemas() -> tuple[Schema, ...]:
     folder = resources.files("patcher.schedconfig").joinpath("schemas")
     found = []
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".json"):
+        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX):
             found.append(_parse(entry.name, json.loads(entry.read_text(encoding="utf-8"))))
     return tuple(found)
 
+
+GENERATED_PREFIX = "kube-scheduler-"
+
+
+@dataclass(frozen=True)
+class MinorTypes:
+    """The generated types of one apiVersion in one kube-scheduler minor."""
+
+    minor: tuple[int, int]
+    file: str
+    types: dict[str, TypeSpec]
+    plugin_args: dict[str, str]
+
+
+@cache
+def generated() -> dict[tuple[int, int], dict[str, MinorTypes]]:
+    """minor -> apiVersion -> types, from the ``kube-scheduler-1.N.json`` files, read once."""
+    folder = resources.files("patcher.schedconfig").joinpath("schemas")
+    found: dict[tuple[int, int], dict[str, MinorTypes]] = {}
+    for entry in folder.iterdir():
+        if not (entry.name.startswith(GENERATED_PREFIX) and entry.name.endswith(".json")):
+            continue
+        raw = json.loads(entry.read_text(encoding="utf-8"))
+        minor = _minor(raw["kubeScheduler"])
+        assert minor is not None
+        found[minor] = {
+            api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
+            for api_version, content in raw["apiVersions"].items()
+        }
+    return dict(sorted(found.items()))
+
+
+def generated_minor(version: KubeVersion) -> tuple[int, int] | None:
+    """Which generated minor describes ``version``: its own, the newest one for a newer scheduler, else None."""
+    minors = list(generated())
+    if not minors or version.key < minors[0]:
+        return None
+    return version.key if version.key in generated() else max(m for m in minors if m <= version.key)
+
+
+def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
+    """``schema`` with the types that kube-scheduler ``version`` decodes, when generated types exist for it."""
+    if version is None or schema.kind != CONFIG_KIND:
+        return schema
+    minor = generated_minor(version)
+    found = generated().get(minor) if minor is not None else None
+    entry = found.get(schema.api_version) if found is not None else None
+    if entry is None:
+        return replace(schema, node_minor=version.key, node_gates=version.feature_gates)
+    return replace(
+        schema,
+        types=entry.types,
+        plugin_args=entry.plugin_args,
+        minor=entry.minor,
+        file=entry.file,
+        node_minor=version.key,
+        node_gates=version.feature_gates,
+    )
+
+
+def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int, int]) -> tuple[int, int] | None:
+    """The first minor after ``after`` whose ``api_version`` has ``type_name.field_name``, if any."""
+    for minor, api_versions in generated().items():
+        entry = api_versions.get(api_version)
+        if minor > after and entry is not None and field_name in entry.types.get(type_name, TypeSpec("", {})).fields:
+            return minor
+    return None
 
 def find_schema(api_version: str, kind: str) -> Schema | None:
     for schema in all_schemas():

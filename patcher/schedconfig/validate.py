@@ -23,14 +23,17 @@ from patcher.schedconfig.schema import (
     POLICY_KIND,
     Schema,
     TypeSpec,
+    added_in,
     canonical_schema,
     config_api_versions,
     find_schema,
+    for_version,
     served_config_schemas,
 )
 from patcher.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
 _MAX_REPORTED = 8
 
 
@@ -50,20 +53,33 @@ def _describe(value: Any) -> str:
     if _is_bool(value):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
-        return f"string {value!r}"
-    return f"{type(value).__name__} {value!r}"
+        return f"string {_clip(repr(value))}"
+    return f"{type(value).__name__} {_clip(repr(value))}"
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """Values are quoted in one-line errors; a 100 KB string must not make the line 100 KB."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _Walker:
     """Checks a document against the type tree of one schema, collecting ``field.path: problem`` lines."""
 
-    def __init__(self, schema: Schema) -> None:
+    def __init__(self, schema: Schema, version: KubeVersion | None = None) -> None:
         self.schema = schema
+        self.version = version
         self.errors: list[str] = []
 
     def check(self, value: Any, type_expr: str, path: str) -> None:
         if value is None:
             return  # the decoder leaves a null field at its zero value
+        if type_expr.startswith("map[string]"):
+            if not isinstance(value, dict):
+                self.errors.append(f"{path}: must be a mapping, got {_describe(value)}")
+                return
+            for key, item in value.items():
+                self.check(item, type_expr.removeprefix("map[string]"), f"{path}[{_clip(repr(key), 40)}]")
+            return
         if type_expr.startswith("[]"):
             if not isinstance(value, list):
                 self.errors.append(f"{path}: must be a list, got {_describe(value)}")
@@ -85,8 +101,8 @@ class _Walker:
             return
         seen: dict[str, str] = {}
         for key, item in value.items():
-            key_text = str(key)
-            name = spec.lookup(key_text)
+            key_text = key if isinstance(key, str) and key.isprintable() else _clip(repr(key), 40)
+            name = spec.lookup(key_text) if isinstance(key, str) else None
             if name is None:
                 self.errors.append(self._unknown(spec, key_text, path))
                 continue
@@ -99,9 +115,38 @@ class _Walker:
             given = seen.get(required)
             if given is None or value.get(given) in (None, ""):
                 self.errors.append(f"{join(path, required)}: required field is missing or empty")
+        if spec.name == "PluginConfig" and self.schema.plugin_args:
+            self.check_args(value, path)
+
+    def check_args(self, config: dict[Any, Any], path: str) -> None:
+        """Args of an in-tree plugin decode strictly into its registered ``<Name>Args`` kind (upstream
+        ``PluginConfig.decodeNestedObjects``); a kind or group given in them must be that one."""
+        name, args = config.get("name"), config.get("args")
+        args_type = self.schema.plugin_args.get(name) if isinstance(name, str) else None
+        if args_type is None or not isinstance(args, dict):
+            return
+        where = join(path, "args")
+        self.check_struct(args, self.schema.types[args_type], where)
+        kind, api_version = args.get("kind"), args.get("apiVersion")
+        if isinstance(kind, str) and kind and kind != args_type:
+            self.errors.append(f"{where}.kind: args for plugin {name} must be of kind {args_type}, got {kind!r}")
+        group = self.schema.api_version.split("/")[0]
+        if isinstance(api_version, str) and api_version and api_version.split("/")[0] != group:
+            self.errors.append(
+                f"{where}.apiVersion: args for plugin {name} must be in group {group}, got {api_version!r}"
+            )
 
     def _unknown(self, spec: TypeSpec, key: str, path: str) -> str:
+        if self.schema.minor is not None and self.version is not None:
+            added = added_in(self.schema.api_version, spec.name, key, self.schema.minor)
+            if added is not None:
+                return (
+                    f"{join(path, key)}: not known to kube-scheduler {self.version.short} "
+                    f"(added in {added[0]}.{added[1]})"
+                )
         where = f"{self.schema.api_version} {spec.name}"
+        if self.schema.minor is not None and self.version is not None:
+            where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
         hint = ""
         close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6)
         if not close:
@@ -143,6 +188,17 @@ def _check_float(value: Any) -> str | None:
     return f"must be a number, got {_describe(value)}"
 
 
+def _check_float32(value: Any) -> str | None:
+    problem = _check_float(value)
+    if problem is None and not -_FLOAT32_MAX <= value <= _FLOAT32_MAX:
+        return f"{value} does not fit in float32"
+    return problem
+
+
+def _check_object(value: Any) -> str | None:
+    return None if isinstance(value, dict) else f"must be a mapping, got {_describe(value)}"
+
+
 def _check_duration(value: Any) -> str | None:
     if not isinstance(value, str):
         return f"must be a duration string such as 15s, got {_describe(value)}"
@@ -175,6 +231,9 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
     "int32": _int_checker("int32"),
     "int64": _int_checker("int64"),
     "float": _check_float,
+    "float64": _check_float,
+    "float32": _check_float32,
+    "object": _check_object,
     "duration": _check_duration,
     "nanoseconds": _check_nanoseconds,
     "bytes": _check_bytes,
@@ -185,13 +244,15 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
 # ---- entry points ------------------------------------------------------------------------------------------
 
 
-def problems_for(data: Any, schema: Schema) -> list[str]:
-    """Every problem of ``data`` against ``schema``: types first, then (only if the types are right) the rules."""
-    walker = _Walker(schema)
+def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) -> list[str]:
+    """Every problem of ``data`` against ``schema``: the type errors, then the rules' findings.
+
+    The rules run even when some types are wrong (they skip values of the wrong type), so that one misspelt
+    field does not hide a bad URL elsewhere: the operator fixes everything in one round.
+    """
+    walker = _Walker(schema, version)
     walker.check_struct(data, schema.types[schema.root], "")
-    if walker.errors:
-        return walker.errors
-    return rule_problems(data, schema)
+    return walker.errors + [p for p in rule_problems(data, schema) if p not in walker.errors]
 
 
 def raise_problems(path: str, problems: list[str]) -> None:
@@ -221,10 +282,19 @@ def identify(data: Any, path: str, *, allow_policy: bool = False) -> Schema:
     return schema
 
 
-def validate_document(data: Any, path: str, *, allow_policy: bool = False) -> Schema:
-    """Identify and strictly validate one document; returns its schema or raises ConfigError."""
+def validate_document(
+    data: Any, path: str, *, allow_policy: bool = False, version: KubeVersion | None = None
+) -> Schema:
+    """Identify and strictly validate one document; returns its schema or raises ConfigError.
+
+    With ``version`` (the node's scheduler), an apiVersion it does not serve is refused first, and the
+    document is checked against the types of that minor (``schema.for_version``) rather than the union of all.
+    """
     schema = identify(data, path, allow_policy=allow_policy)
-    raise_problems(path, problems_for(data, schema))
+    if version is not None and schema.kind == CONFIG_KIND:
+        check_served(schema, version, path)
+        schema = for_version(schema, version)
+    raise_problems(path, problems_for(data, schema, version))
     return schema
 
 
@@ -248,9 +318,10 @@ def validate_extenders_file(data: Any, path: str) -> Schema:
     walker = _Walker(schema)
     walker.check_struct(data, TypeSpec("extenders.yaml", {"extenders": "[]Extender"}, ("extenders",)), "")
     problems = walker.errors
-    if not problems and not data["extenders"]:
-        problems = ["extenders: must list at least one extender"]
-    if not problems:
-        problems = extender_problems(data["extenders"], schema.extender_type)
+    extenders = data.get("extenders") if isinstance(data, dict) else None
+    if isinstance(extenders, list) and not extenders:
+        problems.append("extenders: must list at least one extender")
+    if isinstance(extenders, list):
+        problems += [p for p in extender_problems(extenders, schema.extender_type) if p not in problems]
     raise_problems(path, problems)
     return schema

@@ -29,6 +29,8 @@ class KubeVersion:
     minor: int
     patch: int | None = None
     source: str = ""  # where it came from, for notes: "--kube-version", "image tag", "API server"
+    # gates switched on by the manifest's --feature-gates: some upstream rules depend on them
+    feature_gates: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[int, int]:
