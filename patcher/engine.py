@@ -8,6 +8,7 @@ run created, so a refused or failed apply leaves the disk as it was.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import posixpath
@@ -41,6 +42,7 @@ class Options:
     container_name: str | None = None
     on_foreign: manifest.ForeignMode = "merge"
     kube_version: str | None = None
+    lock_wait: float = 10.0  # seconds a writer waits for another one (the agent, a CLI run) before refusing
 
     @property
     def fs(self) -> fsio.HostFS:
@@ -52,6 +54,10 @@ class Options:
 
     def store(self) -> StateStore:
         return StateStore(self.fs.local(self.state_dir), self.state_dir)
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The node's writer lock (reentrant for the thread that holds it): every write happens under it."""
+        return fsio.writer_lock(self.fs.local(self.state_dir), self.state_dir, wait=self.lock_wait)
 
 
 @dataclass(frozen=True)
@@ -199,15 +205,37 @@ def _check_writable(opts: Options, plan: Plan) -> None:
         raise PatcherError(opts.host_config_dir, "folder is not writable")
 
 
+def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
+    """Under the writer lock: the file must still be what the plan was computed from."""
+    try:
+        now: bytes | None = local.read_bytes()
+    except FileNotFoundError:
+        now = None
+    except OSError as exc:
+        raise PatcherError(shown, f"cannot read: {exc.strerror}") from None
+    if now != planned:
+        raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
+
+
 def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
-    """Write a plan. Returns one line per file changed and the new state record."""
+    """Write a plan under the writer lock, after checking that every file is still what it was planned from.
+    Returns one line per file changed and the new state record."""
+    _check_writable(opts, plan)  # before the lock, which creates the state folder: a refusal writes nothing
+    with opts.lock():
+        _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        for change in plan.changes:
+            if change.kind == "config":
+                _verify_unchanged(change.local, change.old, change.node_path)
+        return _apply_locked(opts, plan, state)
+
+
+def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[str], State]:
     store = opts.store()
     state = state if state is not None else store.load()
     lines: list[str] = []
     created: list[FileChange] = []
     config = plan.config
     assert config is not None
-    _check_writable(opts, plan)
     checkpoint = store.checkpoint()
     try:
         if any(c.kind == "config" for c in plan.changes):
@@ -249,6 +277,11 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
 
 def prune(opts: Options, state: State, keep_previous: bool = True) -> list[str]:
     """Remove host config files we wrote and no longer need; files we did not write are never touched."""
+    with opts.lock():
+        return _prune_locked(opts, state, keep_previous)
+
+
+def _prune_locked(opts: Options, state: State, keep_previous: bool) -> list[str]:
     keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
     keep |= set(state.last_good.get("files", []))
     lines = []
@@ -287,6 +320,8 @@ class RestorePlan:
     manifest_local: Path
     changes: list[FileChange]
     notes: list[str]
+    current: bytes | None = None  # the manifest as planned from (None: not checked again)
+    state: State | None = None  # the state record as planned from (None: not checked again)
 
 
 def plan_restore(opts: Options) -> RestorePlan:
@@ -315,7 +350,7 @@ def plan_restore(opts: Options) -> RestorePlan:
         cfg_local = opts.fs.local(cfg_node)
         if OUR_FILES.match(name) and cfg_local.exists():
             changes.append(FileChange(cfg_node, cfg_local, cfg_local.read_bytes(), None, "config"))
-    return RestorePlan(node_path, local, changes, notes)
+    return RestorePlan(node_path, local, changes, notes, current=data, state=state)
 
 
 def remove_stale_temp_files(opts: Options) -> list[str]:
@@ -345,6 +380,16 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
     must still remember which config failed).
     """
+    with opts.lock():
+        if plan.current is not None:
+            _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        if plan.state is not None and opts.store().load() != plan.state:
+            raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
+                                         "since the restore was planned; nothing written")
+        return _restore_locked(opts, plan, keep_files)
+
+
+def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
     lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:

@@ -9,17 +9,45 @@ read and written below that root, while the paths written into the manifest stay
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
+import functools
 import hashlib
 import os
 import posixpath
 import stat
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from patcher.errors import PatcherError
 
 MAX_LINK_HOPS = 40
+LOCK_NAME = ".lock"
+
+# Test seam: called with a point name and a path at the steps where writers race ("before-rename" right
+# before a checked rename, "lock-busy" when the writer lock is held by someone else). Races are forced
+# through it in tests instead of being left to timing.
+_pause: Callable[[str, Path], None] | None = None
+
+
+@contextlib.contextmanager
+def pause_points(hook: Callable[[str, Path], None]) -> Iterator[None]:
+    global _pause
+    previous, _pause = _pause, hook
+    try:
+        yield
+    finally:
+        _pause = previous
+
+
+def _point(name: str, path: Path) -> None:
+    if _pause is not None:
+        _pause(name, path)
 
 
 @dataclass(frozen=True)
@@ -106,8 +134,16 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
                 with contextlib.suppress(PermissionError):
                     os.fchown(fh.fileno(), uid, gid)
             os.fsync(fh.fileno())
-        if expect is not None and _current(path) != expect:
+        if expect is not None and _renameat2() is not None:
+            _point("before-rename", path)
+            if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
+                _settle_exchange(tmp, path, data, expect, name)
+                fsync_dir(folder)
+                return
+        if expect is not None and _current(path) != expect:  # no RENAME_EXCHANGE: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+        if expect is not None and _renameat2() is None:
+            _point("before-rename", path)  # the window this fallback leaves open
         os.replace(tmp, path)
     except ChangedUnderneath:
         with contextlib.suppress(OSError):
@@ -118,6 +154,47 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
             os.unlink(tmp)
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
     fsync_dir(folder)
+
+
+def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
+    """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
+    from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
+    displaced = _current(Path(tmp))
+    if displaced == expect:
+        os.unlink(tmp)
+        return
+    if not _exchange(tmp, path) or _current(Path(tmp)) != data:
+        # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
+        # is the newest): either way the file at tmp is theirs and goes in place.
+        os.replace(tmp, path)
+    raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    try:
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    return fn
+
+
+def _exchange(a: str | Path, b: str | Path) -> bool:
+    """Swap two paths atomically (``renameat2(RENAME_EXCHANGE)``); False where the kernel, libc or file
+    system cannot (the caller falls back to check-then-rename)."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP, errno.EXDEV):
+        return False  # ENOENT: the target is gone (the fallback check reports it), or a fake file system
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def _current(path: Path) -> bytes | None:
@@ -186,3 +263,93 @@ def folder_fingerprint(folder: Path) -> str:
             continue
         h.update(name.encode() + b"\0" + file_fingerprint(path).encode() + b"\n")
     return h.hexdigest()
+
+
+class LockBusy(PatcherError):
+    """Another writer (the agent, or another CLI run) holds the node's writer lock."""
+
+
+# Locks this process holds: folder -> [fd, holding thread, depth]. Reentrant for the holding thread, so an
+# agent that holds the lock for its whole life still calls apply/restore; other threads wait like other
+# processes do (each acquisition opens its own file description, and flock locks are per description).
+_held: dict[str, list[int]] = {}
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
+    """One writer at a time on the node: ``flock`` on ``<state folder>/.lock``, holder pid written in it.
+
+    Waits up to ``wait`` seconds, then refuses in one line naming the holder.
+    """
+    key = os.path.abspath(folder)
+    me = threading.get_ident()
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is not None and entry[1] == me:
+            entry[2] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[key][2] -= 1
+        return
+    fd = _open_lock(folder, shown)
+    try:
+        _flock(fd, folder, shown, wait, clock, sleep)
+    except BaseException:
+        os.close(fd)
+        raise
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    with _held_guard:
+        _held[key] = [fd, me, 1]
+    try:
+        yield
+    finally:
+        with _held_guard:
+            del _held[key]
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _open_lock(folder: Path, shown: str) -> int:
+    path = folder / LOCK_NAME
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        try:  # a read-only state folder with a lock file in it: locking still works
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            raise PatcherError(shown, f"folder is not writable (cannot create the writer lock {LOCK_NAME}: "
+                               f"{exc.strerror})") from None
+
+
+def _flock(fd: int, folder: Path, shown: str, wait: float, clock: Callable[[], float],
+           sleep: Callable[[float], None]) -> None:
+    deadline = clock() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        _point("lock-busy", folder)
+        left = deadline - clock()
+        if left <= 0:
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            raise LockBusy(posixpath.join(shown, LOCK_NAME), f"another scheduler-patcher writer holds the lock "
+                           f"(pid {holder}); gave up after {wait:g} s")
+        sleep(min(0.05, left))
