@@ -27,6 +27,19 @@ class KnownBadConfig(ConfigError):
     """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
 
 
+# Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
+# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
+MAX_MANIFEST_BYTES = 128 * 1024
+
+
+class PartialWrite(PatcherError):
+    """A step failed after others were already on disk: the message says exactly which were and which not."""
+
+    def __init__(self, path: str | None, problem: str, done: list[str]) -> None:
+        super().__init__(path, problem)
+        self.done = done  # the lines of what was written (``wrote x``, ``removed y``)
+
+
 OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
 
 
@@ -116,9 +129,36 @@ def _read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
     node_path = fs.resolve(opts.manifest_path)
     local = fs.local(node_path)
-    data = fsio.read_bytes(local, "manifest", node_path)
+    data = fsio.read_bytes(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
     text = fsio.decode_utf8(data, node_path)
     return node_path, local, data, text
+
+
+def other_schedulers(opts: Options, node_path: str) -> list[str]:
+    """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
+    left there, a second manifest): two schedulers fight over leader election and only one is patched."""
+    folder = opts.fs.local(opts.manifest_dir)
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        other = posixpath.join(opts.manifest_dir, entry.name)
+        if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
+            continue
+        if opts.fs.resolve(other) == node_path:
+            continue
+        try:
+            data = fsio.read_bytes(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
+            if b"kube-scheduler" not in data:
+                continue
+            manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
+                             prefix=opts.prefix, container_name=opts.container_name)
+        except PatcherError:
+            continue
+        found.append(other)
+    return found
 
 
 def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
@@ -143,7 +183,8 @@ def _foreign(opts: Options, sched: manifest.Scheduler, where: str) -> ForeignCon
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path)
+    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path,
+                           limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
@@ -188,21 +229,30 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
         plan.changes.append(FileChange(node_path, local, data, result.text.encode("utf-8"), "manifest"))
+    plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
+                      f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan
 
 
-def _check_writable(opts: Options, plan: Plan) -> None:
-    """Refuse before writing anything when a target folder is missing or read-only."""
-    folders = {c.local.parent for c in plan.changes if c.kind == "manifest"}
-    for folder in folders:
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise PatcherError(str(folder), "folder is not writable")
-    config_folder = opts.fs.local(opts.host_config_dir)
-    probe = config_folder if config_folder.exists() else config_folder.parent
-    while not probe.exists():
-        probe = probe.parent
-    if any(c.kind == "config" for c in plan.changes) and not os.access(probe, os.W_OK | os.X_OK):
-        raise PatcherError(opts.host_config_dir, "folder is not writable")
+def _nearest_existing(local: Path) -> Path:
+    while not local.exists() and local != local.parent:
+        local = local.parent
+    return local
+
+
+def _check_writable(opts: Options, changes: list[FileChange]) -> None:
+    """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
+    changes), the host config folder (when config files change) and the state folder (always: the lock and
+    the record live there). Missing folders are created later, so their nearest existing parent counts."""
+    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)}
+    for change in changes:
+        if change.kind == "manifest":
+            needed[posixpath.dirname(change.node_path)] = change.local.parent
+        else:
+            needed[opts.host_config_dir] = opts.fs.local(opts.host_config_dir)
+    for shown, local in needed.items():
+        if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
+            raise PatcherError(shown, "folder is not writable; nothing was written")
 
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
@@ -220,19 +270,21 @@ def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
 def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
     """Write a plan under the writer lock, after checking that every file is still what it was planned from.
     Returns one line per file changed and the new state record."""
-    _check_writable(opts, plan)  # before the lock, which creates the state folder: a refusal writes nothing
+    _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
     with opts.lock():
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         for change in plan.changes:
             if change.kind == "config":
                 _verify_unchanged(change.local, change.old, change.node_path)
-        return _apply_locked(opts, plan, state)
+        lines, new_state = _apply_locked(opts, plan, state)
+    return lines, new_state
 
 
 def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[str], State]:
     store = opts.store()
     state = state if state is not None else store.load()
-    lines: list[str] = []
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
     created: list[FileChange] = []
     config = plan.config
     assert config is not None
@@ -267,11 +319,18 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
     except PatcherError:
         for change in created:
-            fsio.remove(change.local)
+            with contextlib.suppress(PatcherError):
+                fsio.remove(change.local)
         store.rewind(checkpoint)
         raise
-    lines.extend(prune(opts, new_state))
-    store.save(new_state)
+    step = "removing config files no longer needed"
+    try:
+        lines.extend(_prune_locked(opts, new_state, keep_previous=True))
+        step = "saving the state record"
+        store.save(new_state)
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run apply again once this is fixed)", lines) from None
     return lines, new_state
 
 
@@ -354,7 +413,19 @@ def plan_restore(opts: Options) -> RestorePlan:
 
 
 def remove_stale_temp_files(opts: Options) -> list[str]:
-    """Dot-named temp files of ours that a killed writer left between create and rename (node paths)."""
+    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
+
+    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
+    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
+    """
+    try:
+        with opts.lock():
+            return _remove_stale_temp_files_locked(opts)
+    except PatcherError:
+        return []
+
+
+def _remove_stale_temp_files_locked(opts: Options) -> list[str]:
     fs = opts.fs
     removed = []
     manifest_path = fs.resolve(opts.manifest_path)
@@ -380,6 +451,7 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
     must still remember which config failed).
     """
+    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files])
     with opts.lock():
         if plan.current is not None:
             _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
@@ -390,17 +462,24 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
 
 
 def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
-    lines = []
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
     if keep_files:
         return lines
-    for change in plan.changes:
-        if change.kind == "config" and fsio.remove(change.local):
-            lines.append(f"removed {change.node_path}")
-    opts.store().clear()
+    step = "removing the config files"
+    try:
+        for change in plan.changes:
+            if change.kind == "config" and fsio.remove(change.local):
+                lines.append(f"removed {change.node_path}")
+        step = "clearing the state record"
+        opts.store().clear()
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run restore again once this is fixed)", lines) from None
     return lines
 
 
@@ -423,6 +502,7 @@ def status(opts: Options) -> dict[str, Any]:
         "container": sched.container_name,
         "image": sched.image,
         "phase": state.phase or None,
+        "other_schedulers": other_schedulers(opts, node_path) or None,
     }
     try:
         plan = plan_apply(opts)

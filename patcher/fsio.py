@@ -72,18 +72,49 @@ class HostFS:
         raise PatcherError(node_path, "too many levels of symbolic links")
 
 
-def read_bytes(path: Path, what: str, shown: str | None = None) -> bytes:
+def read_bytes(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes:
+    """Read a regular file (symlinks followed), at most ``limit`` bytes, refusing anything else in one line.
+
+    Opened with O_NONBLOCK and checked with fstat before reading: a FIFO or a device in place of a manifest
+    would otherwise block ``open()`` or ``read()`` forever, and with it the agent's SIGTERM handling.
+    """
     name = shown or str(path)
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise PatcherError(name, f"{what} not found") from None
-    except IsADirectoryError:
-        raise PatcherError(name, f"{what} is a directory") from None
     except PermissionError:
         raise PatcherError(name, f"{what} is not readable (permission denied)") from None
     except OSError as exc:
         raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise PatcherError(name, f"{what} is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise PatcherError(name, f"{what} is not a regular file ({_kind(st.st_mode)}); refusing to read it")
+        if limit is not None and st.st_size > limit:
+            raise PatcherError(name, f"{what} is {st.st_size} bytes, over the limit of {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, max(65536, st.st_size + 1)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:  # grew after the fstat
+                raise PatcherError(name, f"{what} is over the limit of {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def decode_utf8(data: bytes, name: str) -> str:
@@ -224,6 +255,8 @@ def remove(path: Path) -> bool:
         path.unlink()
     except FileNotFoundError:
         return False
+    except OSError as exc:
+        raise PatcherError(str(path), f"cannot remove: {exc.strerror}") from None
     fsync_dir(path.parent)
     return True
 

@@ -285,7 +285,10 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
     if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
         raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
 
-    root = doc.root
+    try:
+        root = doc.root  # the composer is stricter than the C parser (a tab inside a key): refuse, one line
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"cannot patch: {exc}") from None
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     nested = yt.nested_indent(root)
     name_first = _name_first(sched, doc)

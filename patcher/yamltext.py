@@ -19,6 +19,7 @@ from typing import Any, TypeAlias
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 Path: TypeAlias = tuple[str | int, ...]
@@ -49,6 +50,8 @@ class Document:
             nodes = [n for n in _composer().compose_all(self.text) if n is not None]
         except YAMLError as exc:  # the C parser accepted it: a disagreement between parsers, refuse to edit
             raise YamlTextError(_describe(exc)) from None
+        except RecursionError:
+            raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
         if len(nodes) != 1:
             raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
         root: Node = nodes[0]
@@ -79,6 +82,56 @@ def _describe(exc: YAMLError) -> str:
     return "invalid YAML: " + (first[0] if first else type(exc).__name__)
 
 
+# A kube-scheduler manifest nests about 8 levels and has a few hundred nodes. Larger shapes are refused before
+# they are composed: composing recurses (the C composer without a recursion check: 10^5 levels crash the
+# process) and the pure-Python composer costs ~30 us a node.
+MAX_DEPTH = 64
+MAX_NODES = 5_000
+_SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
+_LEAD = re.compile(r"^( *)((?:[-?][ \t]+)*)", re.MULTILINE)
+
+
+def depth_bound(text: str) -> int:
+    """A cheap upper bound on the nesting depth: a block collection starts at a deeper indentation or after
+    a ``-``/``?`` indicator on its line (a flow one after ``[``/``{``); ``:`` cannot open one on the same line."""
+    worst = 0
+    for m in _LEAD.finditer(text):
+        worst = max(worst, 2 * len(m.group(1)) + m.group(2).count("-") + m.group(2).count("?"))
+    return worst + 2 + text.count("[") + text.count("{")
+
+
+def check_shape(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
+    """Refuse text nested deeper than ``max_depth`` or with more than ``max_nodes`` nodes once aliases are
+    expanded (every later step copies and compares the plain data), without composing it: events come from
+    libyaml's iterative parser. Skipped when cheap bounds already prove the text small."""
+    if len(text) <= _SMALL and "*" not in text and depth_bound(text) <= max_depth:
+        return
+    total = 0
+    open_at: list[tuple[int, str | None]] = []  # node count when each open collection started, its anchor
+    sizes: dict[str, int] = {}  # expanded node count of each anchored node
+    try:
+        for event in _data_loader().parse(text):
+            if isinstance(event, AliasEvent):
+                total += sizes.get(str(event.anchor), 1)
+            elif isinstance(event, ScalarEvent):
+                total += 1
+                if event.anchor is not None:
+                    sizes[str(event.anchor)] = 1
+            elif isinstance(event, CollectionStartEvent):
+                total += 1
+                open_at.append((total - 1, event.anchor))
+                if len(open_at) > max_depth:
+                    raise YamlTextError(f"nested more than {max_depth} levels deep")
+            elif isinstance(event, CollectionEndEvent):
+                start, anchor = open_at.pop()
+                if anchor is not None:
+                    sizes[str(anchor)] = total - start
+            if total > max_nodes:
+                raise YamlTextError(f"more than {max_nodes} YAML nodes (aliases expanded)")
+    except YAMLError as exc:
+        raise YamlTextError(_describe(exc)) from None
+
+
 @functools.lru_cache(maxsize=16)
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
@@ -86,10 +139,13 @@ def parse(text: str) -> Document:
     Cached by text: a plan parses the same manifest several times (restore, inspect, patch). Callers must
     treat the returned data as read-only.
     """
+    check_shape(text)
     try:
         docs = [d for d in _data_loader().load_all(text) if d is not None]
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
+    except RecursionError:
+        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
@@ -99,6 +155,7 @@ def parse(text: str) -> Document:
 
 def load_data(text: str) -> Any:
     """Plain data of a single-document text (also used to verify an edit)."""
+    check_shape(text)
     try:
         return _data_loader().load(text)
     except YAMLError as exc:
