@@ -13,6 +13,7 @@ import difflib
 import os
 import posixpath
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from patcher import fsio, manifest, schedconfig, timefmt, yamltext
 from patcher.errors import ConfigError, ManifestError, PatcherError
 from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
-from patcher.state import State, StateStore
+from patcher.state import ORIGINAL_FILE, State, StateStore
 
 
 class KnownBadConfig(ConfigError):
@@ -309,14 +310,19 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         new_state.written = sorted(set(state.written) | set(config.files))
         if mchange is not None and mchange.new is not None:
             new_state.original_sha256 = sha256(plan.unpatched)
-            store.save_original(plan.unpatched)
-            store.save(new_state)  # before the manifest: a crash right after the write must find the record
-            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current)
+            if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
+                store.save_original(plan.unpatched)
+            # The record is complete before the manifest is written (its mtime is set, not waited for): a
+            # crash right after the write finds it, and one save is enough.
             new_state.patched_sha256 = sha256(mchange.new)
+            new_state.manifest_mtime_ns = time.time_ns()
+            store.save(new_state)
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
+                              mtime_ns=new_state.manifest_mtime_ns)
             lines.append(f"wrote {mchange.node_path}")
         else:
             new_state.patched_sha256 = sha256(plan.current)
-        new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
+            new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
     except PatcherError:
         for change in created:
             with contextlib.suppress(PatcherError):
@@ -324,10 +330,12 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         store.rewind(checkpoint)
         raise
     step = "removing config files no longer needed"
+    saved = (new_state.written, new_state.previous_files) if mchange is not None else None
     try:
         lines.extend(_prune_locked(opts, new_state, keep_previous=True))
         step = "saving the state record"
-        store.save(new_state)
+        if (new_state.written, new_state.previous_files) != saved:
+            store.save(new_state)
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run apply again once this is fixed)", lines) from None

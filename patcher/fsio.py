@@ -137,11 +137,13 @@ class ChangedUnderneath(PatcherError):
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None,
-                 expect: bytes | None = None) -> None:
+                 expect: bytes | None = None, mtime_ns: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept.
 
-    ``expect``: the content the caller planned from. It is compared right before the rename, so a write
-    by someone else in the meantime (a ``kubeadm upgrade``) is not overwritten with a stale base.
+    ``expect``: the content the caller planned from. The new file is swapped in with RENAME_EXCHANGE and
+    the displaced one compared with it, so a write by someone else in the meantime (a ``kubeadm upgrade``) is
+    put back instead of lost (where the exchange is not available: compared right before the rename).
+    ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
     name = shown or str(path)
     folder = path.parent
@@ -164,6 +166,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
             if uid != -1 and (uid, gid) != (os.getuid(), os.getgid()):
                 with contextlib.suppress(PermissionError):
                     os.fchown(fh.fileno(), uid, gid)
+            if mtime_ns is not None:  # the caller records it before the rename
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
             os.fsync(fh.fileno())
         if expect is not None and _renameat2() is not None:
             _point("before-rename", path)
@@ -340,9 +344,11 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
         os.close(fd)
         raise
     with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        mine = f"{os.getpid()}\n".encode()
+        if os.read(fd, 32) != mine:  # the agent re-takes it often: a truncate costs more than the read
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, mine)
     with _held_guard:
         _held[key] = [fd, me, 1]
     try:

@@ -13,14 +13,16 @@ import copy
 import functools
 import json
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.resolver import VersionedResolver
 
 Path: TypeAlias = tuple[str | int, ...]
 
@@ -36,8 +38,7 @@ class YamlTextError(Exception):
 class Document:
     """One parsed YAML document: its text, its plain data and (composed on first use) its node tree.
 
-    Most reads need only the data (the C parser, fast); node positions come from the pure-Python composer,
-    several times slower, and are needed only when the text is edited.
+    Most reads need only the data; node positions are composed on first use, only when the text is edited.
     """
 
     def __init__(self, text: str, data: Any) -> None:
@@ -47,7 +48,7 @@ class Document:
     @functools.cached_property
     def root(self) -> Node:
         try:
-            nodes = [n for n in _composer().compose_all(self.text) if n is not None]
+            nodes = [n for n in _composer(self.text).compose_all(self.text) if n is not None]
         except YAMLError as exc:  # the C parser accepted it: a disagreement between parsers, refuse to edit
             raise YamlTextError(_describe(exc)) from None
         except RecursionError:
@@ -58,16 +59,55 @@ class Document:
         return root
 
 
-def _composer() -> YAML:
-    # Positions come from the pure-Python composer: its marks index the str we splice into.
-    return YAML(typ="safe", pure=True)
+_loaders = threading.local()  # YAML objects cost ~0.3 ms to build; one per thread, as a load is not reentrant
+
+
+def _composer(text: str) -> YAML:
+    """libyaml's composer (5x faster) for ASCII text, the pure-Python one otherwise.
+
+    Their node trees are the same on the whole corpus, marks included (tests/test_yamltext_compose.py), except
+    that libyaml gives plain scalars style "" where the pure one gives None. For ASCII text a mark's index is
+    also the index into the str we splice; for other text only the pure composer is known to count code
+    points, so it is the one used there.
+    """
+    if not text.isascii():
+        return YAML(typ="safe", pure=True)
+    y: YAML | None = getattr(_loaders, "composer", None)
+    if y is None:
+        y = _loaders.composer = YAML(typ="safe")
+        if y.Parser.__name__ == "CParser":
+            y.Resolver = _Resolver12
+    return y
+
+
+class _Resolver12(VersionedResolver):
+    """The resolver the C parser gets anyway, without its cost: with libyaml, ruamel.yaml finds no scanner to
+    ask for a ``%YAML`` directive and resolves by YAML 1.2, but works that out through two caught
+    AttributeErrors for every scalar, and rebuilds its table of implicit resolvers for every load (together a
+third of a manifest's load time). Same tags, same data (tests/test_yamltext_compose.py)."""
+
+    _table: ClassVar[dict[Any, Any]] = {}  # the implicit-resolver table for 1.2, built once instead of per load
+
+    @property
+    def processing_version(self) -> Any:
+        return (1, 2)
+
+    @property
+    def versioned_resolver(self) -> Any:
+        if not _Resolver12._table:
+            _Resolver12._table.update(VersionedResolver.versioned_resolver.fget(self))  # type: ignore[attr-defined]
+        return _Resolver12._table
 
 
 def _data_loader() -> YAML:
     # Plain data from the C parser when ruamel.yaml.clib is there (about 6x faster); duplicate keys refused,
     # as the API server refuses them. Original and edited text always go through this same loader.
-    y = YAML(typ="safe")
-    y.allow_duplicate_keys = False
+    y: YAML | None = getattr(_loaders, "data", None)
+    if y is None:
+        y = _loaders.data = YAML(typ="safe")
+        y.allow_duplicate_keys = False
+        if y.Parser.__name__ == "CParser":  # the pure parser does read %YAML directives: keep its resolver
+            y.Resolver = _Resolver12
     return y
 
 
@@ -191,7 +231,7 @@ def node_at(root: Node, path: Path) -> Node | None:
 
 
 def _is_empty_scalar(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.value == "" and node.style is None
+    return isinstance(node, ScalarNode) and node.value == "" and not node.style  # plain: None or "" (libyaml)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher import engine, fsio, schedconfig, yamltext
 from patcher.errors import ManifestError, PatcherError
+from patcher.state import State
 from tests.conftest import FIXTURES
 
 KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
@@ -163,6 +164,9 @@ def test_restore_with_a_read_only_state_folder_is_refused_before_touching_the_ma
 
 
 def test_apply_that_patched_the_manifest_but_could_not_save_state_says_exactly_that(node: FakeFilesystem) -> None:
+    stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
+    node.create_file(stale, contents="old")
+    OPTS.store().save(State(written=["config-aaaaaaaaaaaa.yaml"]))
     plan = engine.plan_apply(OPTS)
 
     def state_folder_turns_read_only(point: str, path: Path) -> None:
@@ -179,9 +183,9 @@ def test_apply_that_patched_the_manifest_but_could_not_save_state_says_exactly_t
     assert config is not None
     line = refusal(exc)  # type: ignore[arg-type]
     assert line.startswith("/var/lib/scheduler-patcher: cannot write in this folder: Permission denied; ")
-    assert (f"already done: wrote /etc/kubernetes/scheduler-patcher/{config.main}, wrote {MANIFEST}; not done: "
-            "saving the state record") in line
-    assert exc.value.done == [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}"]
+    done = [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
+    assert f"already done: {', '.join(done)}; not done: saving the state record" in line
+    assert exc.value.done == done
     assert Path(MANIFEST).read_text() != KUBEADM  # it did patch: the message is the truth
 
 
@@ -209,8 +213,15 @@ def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exact
 # -- item 9: the smaller ones ----------------------------------------------------------------------------------
 
 
-def test_a_tab_inside_a_manifest_key_is_a_one_line_refusal(node: FakeFilesystem) -> None:
-    Path(MANIFEST).write_text(KUBEADM.replace("  labels:", "  lab\tels:"))
+def test_a_tab_inside_a_manifest_key_is_patched_or_refused_in_one_line(node: FakeFilesystem) -> None:
+    """libyaml (the data loader, and the composer for ASCII text) reads ``lab\tels`` as a key; the pure-Python
+    composer, used for non-ASCII text, refuses it. Either way: a patch that round-trips, or one line."""
+    tabbed = KUBEADM.replace("  labels:", "  lab\tels:")
+    Path(MANIFEST).write_text(tabbed)
+    engine.apply(OPTS, engine.plan_apply(OPTS))
+    engine.restore(OPTS, engine.plan_restore(OPTS))
+    assert Path(MANIFEST).read_text() == tabbed
+    Path(MANIFEST).write_text(tabbed + "# r\u00e9sum\u00e9\n")
     with pytest.raises(ManifestError) as exc:  # a YamlTextError traceback before
         engine.plan_apply(OPTS)
     assert refusal(exc).startswith(f"{MANIFEST}: cannot patch: invalid YAML at line 5, column 6: found character")

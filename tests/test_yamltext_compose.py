@@ -1,0 +1,92 @@
+"""The fast paths of yamltext give exactly what the slow ones gave (issue 12): libyaml's composer has the same
+node tree and marks as the pure-Python one on ASCII text, and the cached 1.2 resolver the same data."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
+
+from patcher import manifest, yamltext
+from tests.conftest import CORPUS, corpus_manifests, fixture_manifests
+
+SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
+                          config_hash="0123456789ab" * 5, on_foreign="replace")
+
+
+def shape(node: Node) -> Any:
+    """Everything the text edits read from a node; plain style is None in one composer and "" in the other."""
+    out: list[Any] = [type(node).__name__, str(node.tag), node.start_mark.index, node.end_mark.index,
+                      node.start_mark.line, node.start_mark.column, getattr(node, "style", None) or None,
+                      getattr(node, "flow_style", None)]
+    if isinstance(node, ScalarNode):
+        out.append(node.value)
+    elif isinstance(node, MappingNode):
+        out.append([(shape(k), shape(v)) for k, v in node.value])
+    else:
+        out.append([shape(x) for x in node.value])
+    return out
+
+
+def texts() -> list[str]:
+    out = list(fixture_manifests().values()) + [p.read_text() for p in corpus_manifests()]
+    for text in list(out):
+        with contextlib.suppress(manifest.ManifestError):  # shell-wrapped schedulers are refused
+            out.append(manifest.patch(text, SPEC, "m").text)
+    return out
+
+
+def configs() -> list[str]:
+    folder = CORPUS / "configs"
+    return [p.read_text() for p in sorted(folder.glob("*"))] if folder.is_dir() else []
+
+
+def pure_root(text: str) -> Node:
+    nodes = [n for n in YAML(typ="safe", pure=True).compose_all(text) if n is not None]
+    assert len(nodes) == 1
+    return nodes[0]
+
+
+@pytest.mark.parametrize("text", [t for t in texts() if t.isascii()])
+def test_libyaml_composes_the_same_tree_and_marks_as_the_pure_composer(text: str) -> None:
+    yamltext.parse.cache_clear()
+    assert shape(yamltext.parse(text).root) == shape(pure_root(text))
+
+
+def test_non_ascii_text_uses_the_pure_composer() -> None:
+    text = "a: b  # r\u00e9sum\u00e9\nc: [d]\n"
+    assert yamltext._composer(text).Parser.__name__ != "CParser"
+    yamltext.parse.cache_clear()
+    assert shape(yamltext.parse(text).root) == shape(pure_root(text))
+
+
+@pytest.mark.parametrize("text", texts() + configs())
+def test_the_cached_resolver_loads_the_same_data_as_ruamel_safe(text: str) -> None:
+    plain = YAML(typ="safe")
+    try:
+        expected = list(plain.load_all(text))
+    except Exception:  # not a text any loader reads; nothing to compare
+        return
+    assert list(yamltext._data_loader().load_all(text)) == expected
+
+
+scalars = st.sampled_from(["1", "0x1F", "0o17", "017", "1_000", "1.5", ".inf", "-.Inf", ".nan", "true", "True",
+                           "yes", "no", "on", "off", "null", "~", "", "2001-12-14", "2001-12-14t21:59:43.10-05:00",
+                           "1:20", "+12", "-0", "a b", "'q'", '"d"', "=", "<<"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.text("abcdef", min_size=1, max_size=3), scalars), min_size=1, max_size=8,
+                unique_by=lambda kv: kv[0]))
+def test_resolution_of_every_kind_of_plain_scalar_is_unchanged(pairs: list[tuple[str, str]]) -> None:
+    text = "".join(f"{k}: {v}\n" for k, v in pairs)
+    try:
+        expected = YAML(typ="safe").load(text)
+    except Exception:
+        return
+    assert yamltext._data_loader().load(text) == expected
