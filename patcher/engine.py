@@ -196,9 +196,16 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     ``config`` skips rendering from the source folder: a rollback re-applies the last config that was Ready.
     """
     node_path, local, data, text = _read_manifest(opts)
-    unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
-    doc = manifest.parse_manifest(unpatched_text, node_path)
-    sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
+    doc = manifest.parse_manifest(text, node_path)
+    current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    unpatched_text, unpatched = text, current
+    if current[1].marker is not None:
+        unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
+                                          inspected=current)
+        udoc = manifest.parse_manifest(unpatched_text, node_path)
+        unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    sched = unpatched[1]
     manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     if config is None:
         req = ConfigRequest(
@@ -214,7 +221,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
                               config_hash=config.config_hash, prefix=opts.prefix,
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
-    result = manifest.patch(text, spec, node_path)
+    result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
     for name, content in sorted(config.files.items()):

@@ -269,16 +269,23 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     return flag_ok and mount_ok and vol_ok
 
 
-def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
-    """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified."""
-    doc = parse_manifest(text, where)
-    sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
+Inspected = tuple[yt.Document, Scheduler]
+
+
+def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None = None,
+          unpatched: Inspected | None = None) -> PatchResult:
+    """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified.
+
+    ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
+    caller that has them (the engine's plan) hands them on instead of having them computed again.
+    """
+    doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
             return PatchResult(text, False, sched.marker, sched)
-        base = restore(text, where, prefix=spec.prefix, container_name=spec.container_name)
-        doc = parse_manifest(base, where)
-        sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
+        doc, sched = unpatched or _inspected(restore(text, where, prefix=spec.prefix,
+                                                     container_name=spec.container_name, inspected=(doc, sched)),
+                                             where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
     if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
         raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
@@ -359,10 +366,15 @@ def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | 
         return None
 
 
-def restore(text: str, where: str, *, prefix: str, container_name: str | None = None) -> str:
-    """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
+def _inspected(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
     doc = parse_manifest(text, where)
-    sched = inspect(doc, where, prefix=prefix, container_name=container_name)
+    return doc, inspect(doc, where, prefix=prefix, container_name=container_name)
+
+
+def restore(text: str, where: str, *, prefix: str, container_name: str | None = None,
+            inspected: Inspected | None = None) -> str:
+    """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
+    doc, sched = inspected or _inspected(text, where, prefix, container_name)
     m = sched.marker
     if m is None:
         return text

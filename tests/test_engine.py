@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
@@ -308,3 +309,25 @@ def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: F
     assert info["foreign_config"] == "/etc/kubernetes/custom/scheduler-config.yaml"
     engine.restore(OPTS, engine.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == FOREIGN
+
+
+def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesystem,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: it inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
+    from patcher import manifest
+
+    seen: list[str] = []
+    real = manifest.inspect
+
+    def counting(doc: Any, where: str, **kw: Any) -> manifest.Scheduler:
+        seen.append(doc.text)
+        return real(doc, where, **kw)
+
+    monkeypatch.setattr(manifest, "inspect", counting)
+    apply()
+    assert seen == [KUBEADM]
+    seen.clear()
+    patched = Path(MANIFEST).read_text()
+    Path("/src/config.yaml").write_text(CONFIG.replace("filterVerb: filter", "filterVerb: filter\n  weight: 2"))
+    assert apply()[-1] == f"wrote {MANIFEST}"
+    assert seen == [patched, KUBEADM]
