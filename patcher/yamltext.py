@@ -180,8 +180,17 @@ def parse(text: str) -> Document:
     treat the returned data as read-only.
     """
     check_shape(text)
+    # For ASCII text libyaml composes the nodes the edits need, so compose once and construct the data from
+    # those nodes instead of parsing twice. Not with merge keys: constructing them rewrites the nodes.
+    together = text.isascii() and "<<" not in text
     try:
-        docs = [d for d in _data_loader().load_all(text) if d is not None]
+        if together:
+            y = _data_loader()
+            pairs = [(n, y.constructor.construct_document(n)) for n in y.compose_all(text) if n is not None]
+            pairs = [(n, d) for n, d in pairs if d is not None]
+            docs = [d for _, d in pairs]
+        else:
+            docs = [d for d in _data_loader().load_all(text) if d is not None]
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
     except RecursionError:
@@ -190,7 +199,10 @@ def parse(text: str) -> Document:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
         raise YamlTextError("holds no YAML document")
-    return Document(text=text, data=docs[0])
+    doc = Document(text=text, data=docs[0])
+    if together:
+        doc.__dict__["root"] = pairs[0][0]  # the cached_property, already known
+    return doc
 
 
 def load_data(text: str) -> Any:

@@ -90,3 +90,17 @@ def test_resolution_of_every_kind_of_plain_scalar_is_unchanged(pairs: list[tuple
     except Exception:
         return
     assert yamltext._data_loader().load(text) == expected
+
+
+@pytest.mark.parametrize("text", texts() + configs())
+def test_parse_composes_once_and_gives_the_data_and_nodes_of_two_separate_parses(text: str) -> None:
+    try:
+        expected = [d for d in YAML(typ="safe").load_all(text) if d is not None]
+    except Exception:  # not a text any loader reads; nothing to compare
+        return
+    if len(expected) != 1:
+        return
+    yamltext.parse.cache_clear()
+    doc = yamltext.parse(text)
+    assert doc.data == expected[0]
+    assert shape(doc.root) == shape(pure_root(text))
