@@ -104,3 +104,37 @@ def test_parse_composes_once_and_gives_the_data_and_nodes_of_two_separate_parses
     doc = yamltext.parse(text)
     assert doc.data == expected[0]
     assert shape(doc.root) == shape(pure_root(text))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.text("abcdef", min_size=1, max_size=3), scalars), min_size=1, max_size=8))
+def test_the_fast_constructor_gives_ruamels_data_or_ruamels_error(pairs: list[tuple[str, str]]) -> None:
+    text = "m:\n" + "".join(f"  {k}: {v}\n" for k, v in pairs) + "l: [" + ", ".join(v or "''" for _, v in pairs) + "]\n"
+    try:
+        expected = YAML(typ="safe").load(text)
+    except Exception:  # duplicate keys among others: the same refusal, in one line
+        with pytest.raises(yamltext.YamlTextError):
+            yamltext.load_data(text)
+        return
+    assert yamltext.load_data(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "a: &x {k: [1, 2]}\nb: *x\n",  # aliases: one shared object, as ruamel gives
+    "s: !!set {a, b}\n",  # another collection tag: ruamel's constructor
+    "t: 2001-12-14t21:59:43.10-05:00\nb: !!binary aGVsbG8=\n",
+    "? [a, b]\n: c\n",  # a key ruamel refuses (unhashable)
+    "a: 1\na: 2\n",  # duplicate key: ruamel's error
+])
+def test_unusual_documents_load_as_ruamel_loads_them(text: str) -> None:
+    try:
+        expected = YAML(typ="safe").load(text)
+    except Exception as exc:  # the same refusal
+        with pytest.raises(yamltext.YamlTextError):
+            yamltext.load_data(text)
+        assert type(exc).__name__.endswith("Error")
+        return
+    got = yamltext.load_data(text)
+    assert got == expected
+    if "*x" in text:
+        assert got["a"] is got["b"]
