@@ -317,13 +317,14 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         new_state.written = sorted(set(state.written) | set(config.files))
         if mchange is not None and mchange.new is not None:
             new_state.original_sha256 = sha256(plan.unpatched)
-            if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
-                store.save_original(plan.unpatched)
             # The record is complete before the manifest is written (its mtime is set, not waited for): a
             # crash right after the write finds it, and one save is enough.
             new_state.patched_sha256 = sha256(mchange.new)
             new_state.manifest_mtime_ns = time.time_ns()
-            store.save(new_state)
+            with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
+                if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
+                    store.save_original(plan.unpatched)
+                store.save(new_state)
             fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
                               mtime_ns=new_state.manifest_mtime_ns)
             lines.append(f"wrote {mchange.node_path}")
@@ -487,11 +488,12 @@ def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[
         return lines
     step = "removing the config files"
     try:
-        for change in plan.changes:
-            if change.kind == "config" and fsio.remove(change.local):
-                lines.append(f"removed {change.node_path}")
-        step = "clearing the state record"
-        opts.store().clear()
+        with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
+            for change in plan.changes:
+                if change.kind == "config" and fsio.remove(change.local):
+                    lines.append(f"removed {change.node_path}")
+            step = "clearing the state record"
+            opts.store().clear()
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None

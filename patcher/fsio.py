@@ -124,7 +124,35 @@ def decode_utf8(data: bytes, name: str) -> str:
         raise PatcherError(name, f"not UTF-8 (byte {exc.start})") from None
 
 
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def one_dir_sync() -> Iterator[None]:
+    """Folder fsyncs asked for inside are done once per folder, on leaving (several removals or writes in one
+    folder need one). Leave it before a step that relies on them being durable."""
+    if getattr(_deferred, "folders", None) is not None:
+        yield  # nested: the outer one syncs
+        return
+    folders: dict[str, Path] = {}
+    _deferred.folders = folders
+    try:
+        yield
+    finally:
+        _deferred.folders = None
+        for folder in folders.values():
+            _fsync_dir_now(folder)
+
+
 def fsync_dir(path: Path) -> None:
+    folders: dict[str, Path] | None = getattr(_deferred, "folders", None)
+    if folders is not None:
+        folders.setdefault(str(path), path)
+        return
+    _fsync_dir_now(path)
+
+
+def _fsync_dir_now(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
