@@ -236,7 +236,11 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
-        plan.changes.append(FileChange(node_path, local, data, result.text.encode("utf-8"), "manifest"))
+        patched = result.text.encode("utf-8")
+        if len(patched) > MAX_MANIFEST_BYTES:  # it could not be read back to restore it
+            raise ManifestError(node_path, f"patched, it would be {len(patched)} bytes, over the limit of "
+                                f"{MAX_MANIFEST_BYTES} bytes")
+        plan.changes.append(FileChange(node_path, local, data, patched, "manifest"))
     plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
                       f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan

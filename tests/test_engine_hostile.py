@@ -65,6 +65,16 @@ def test_an_oversized_manifest_is_refused_before_parsing(node: FakeFilesystem) -
     assert snapshot() == before
 
 
+def test_a_manifest_that_would_outgrow_the_limit_once_patched_is_refused(node: FakeFilesystem) -> None:
+    """Otherwise restore could no longer read what apply wrote."""
+    text = KUBEADM + "#" * (engine.MAX_MANIFEST_BYTES - len(KUBEADM) - 10) + "\n"
+    Path(MANIFEST).write_text(text)
+    with pytest.raises(ManifestError) as exc:
+        engine.plan_apply(OPTS)
+    assert refusal(exc).startswith(f"{MANIFEST}: patched, it would be ")
+    assert refusal(exc).endswith(f"bytes, over the limit of {engine.MAX_MANIFEST_BYTES} bytes")
+
+
 @pytest.mark.parametrize(("body", "problem"), [
     ("[" * 60_000 + "]" * 60_000, f"nested more than {yamltext.MAX_DEPTH} levels deep"),  # crashed the process
     ("- " * 50_000 + "x", f"nested more than {yamltext.MAX_DEPTH} levels deep"),
