@@ -30,6 +30,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/agent_bench.py
 
 clean:
