@@ -92,6 +92,18 @@ third of a manifest's load time). Same tags, same data (tests/test_yamltext_comp
     def processing_version(self) -> Any:
         return (1, 2)
 
+    _plain: ClassVar[dict[str, Any]] = {}  # plain scalar -> its tag: by 1.2 rules it depends on nothing else
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
+            return super().resolve(kind, value, implicit)
+        tag = _Resolver12._plain.get(value)
+        if tag is None:
+            if len(_Resolver12._plain) > 4096:  # bounded: manifests repeat the same keys and words
+                _Resolver12._plain.clear()
+            tag = _Resolver12._plain[value] = super().resolve(kind, value, implicit)
+        return tag
+
     @property
     def versioned_resolver(self) -> Any:
         if not _Resolver12._table:
