@@ -123,7 +123,8 @@ def _check_folders(opts: Options) -> None:
                                "every file there as a pod")
 
 
-def _read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+def read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+    """The manifest as (node path, local path, bytes, text), within every limit and refusal of this module."""
     _check_folders(opts)
     fs = opts.fs
     if not fs.local(opts.manifest_dir).is_dir():
@@ -195,7 +196,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
 
     ``config`` skips rendering from the source folder: a rollback re-applies the last config that was Ready.
     """
-    node_path, local, data, text = _read_manifest(opts)
+    node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
     doc = manifest.parse_manifest(text, node_path)
     current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
@@ -404,7 +405,7 @@ class RestorePlan:
 
 
 def plan_restore(opts: Options) -> RestorePlan:
-    node_path, local, data, text = _read_manifest(opts)
+    node_path, local, data, text = read_manifest(opts)
     store = opts.store()
     state = store.load()
     notes: list[str] = []
@@ -506,7 +507,7 @@ def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[
 
 def status(opts: Options) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
-    node_path, local, _, text = _read_manifest(opts)
+    node_path, local, _, text = read_manifest(opts)
     doc = manifest.parse_manifest(text, node_path)
     sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
     state = opts.store().load()

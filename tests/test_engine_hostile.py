@@ -278,3 +278,14 @@ def test_a_second_scheduler_manifest_in_the_folder_is_reported(node: FakeFilesys
     assert others == ["/etc/kubernetes/manifests/kube-scheduler.yaml.bak is another kube-scheduler static pod in "
                       "/etc/kubernetes/manifests; the kubelet runs it too, unpatched"]
     assert engine.status(OPTS)["other_schedulers"] == ["/etc/kubernetes/manifests/kube-scheduler.yaml.bak"]
+
+
+def test_the_agent_start_does_not_block_on_a_fifo_manifest(tmp_path: Path) -> None:
+    """runner.static_pod_identity read the manifest with a plain open(): the agent hung before its loop."""
+    from patcher import runner
+
+    folder = tmp_path / "etc/kubernetes/manifests"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "kube-scheduler.yaml")
+    opts = engine.Options(source=tmp_path / "src", host_root=tmp_path)
+    assert runner.static_pod_identity(opts) == ("kube-scheduler", "kube-system")
