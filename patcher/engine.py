@@ -228,12 +228,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)
-        try:
-            old: bytes | None = cfg_local.read_bytes()
-        except FileNotFoundError:
-            old = None
-        except OSError as exc:
-            raise PatcherError(cfg_node, f"cannot read: {exc.strerror}") from None
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node)
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
@@ -270,13 +265,7 @@ def _check_writable(opts: Options, changes: list[FileChange]) -> None:
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
     """Under the writer lock: the file must still be what the plan was computed from."""
-    try:
-        now: bytes | None = local.read_bytes()
-    except FileNotFoundError:
-        now = None
-    except OSError as exc:
-        raise PatcherError(shown, f"cannot read: {exc.strerror}") from None
-    if now != planned:
+    if fsio.read_if_exists(local, "file", shown) != planned:
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
@@ -384,9 +373,12 @@ def saved_config(opts: Options, record: dict[str, Any]) -> RenderedConfig | None
     contents: dict[str, bytes] = {}
     for name in files:
         try:
-            contents[name] = opts.fs.local(posixpath.join(opts.host_config_dir, name)).read_bytes()
-        except OSError:
+            data = fsio.read_if_exists(opts.fs.local(posixpath.join(opts.host_config_dir, name)), "config file")
+        except PatcherError:
             return None
+        if data is None:
+            return None
+        contents[name] = data
     digest = sha256(contents[main])
     if digest != record.get("config_hash"):
         return None  # changed on disk since: not the config that was Ready
@@ -428,8 +420,9 @@ def plan_restore(opts: Options) -> RestorePlan:
     for name in sorted(state.written):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)
-        if OUR_FILES.match(name) and cfg_local.exists():
-            changes.append(FileChange(cfg_node, cfg_local, cfg_local.read_bytes(), None, "config"))
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node) if OUR_FILES.match(name) else None
+        if old is not None:
+            changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
 
 

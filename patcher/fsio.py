@@ -109,6 +109,16 @@ def read_bytes(path: Path, what: str, shown: str | None = None, *, limit: int | 
         os.close(fd)
 
 
+def read_if_exists(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes | None:
+    """``read_bytes``, with None for a file that does not exist (a dangling symlink included)."""
+    try:
+        return read_bytes(path, what, shown, limit=limit)
+    except PatcherError:
+        if not os.path.exists(path):
+            return None
+        raise
+
+
 def _kind(mode: int) -> str:
     for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device")):
@@ -208,7 +218,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
         if expect is not None and _renameat2() is None:
             _point("before-rename", path)  # the window this fallback leaves open
         os.replace(tmp, path)
-    except ChangedUnderneath:
+    except PatcherError:  # changed underneath, or not a regular file any more
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
@@ -261,10 +271,7 @@ def _exchange(a: str | Path, b: str | Path) -> bool:
 
 
 def _current(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+    return read_if_exists(path, "file")
 
 
 def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:

@@ -252,9 +252,9 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
     def replace_by_folder(point: str, path: Path) -> None:  # after the re-check under the lock
         if point == "before-rename" and str(path) == MANIFEST:
             os.remove(MANIFEST)
-            os.mkdir(MANIFEST)  # os.replace onto a directory fails
+            os.mkdir(MANIFEST)  # the checked rename refuses a directory in place of the manifest
 
-    with fsio.pause_points(replace_by_folder), pytest.raises(PatcherError, match="write failed"):
+    with fsio.pause_points(replace_by_folder), pytest.raises(PatcherError, match="is a directory"):
         engine.apply(OPTS, plan)
     assert not os.listdir("/etc/kubernetes/scheduler-patcher")
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
