@@ -62,15 +62,23 @@ class Document:
 _loaders = threading.local()  # YAML objects cost ~0.3 ms to build; one per thread, as a load is not reentrant
 
 
-def _composer(text: str) -> YAML:
-    """libyaml's composer (5x faster) for ASCII text, the pure-Python one otherwise.
+# Where libyaml's marks and the pure composer's part: a BOM (libyaml does not count it) and the line breaks
+# YAML 1.1 added (NEL, LS, PS), which libyaml and ruamel's scanner place differently.
+_MARKS_DIFFER = re.compile("[\ufeff\x85\u2028\u2029]")
 
-    Their node trees are the same on the whole corpus, marks included (tests/test_yamltext_compose.py), except
-    that libyaml gives plain scalars style "" where the pure one gives None. For ASCII text a mark's index is
-    also the index into the str we splice; for other text only the pure composer is known to count code
-    points, so it is the one used there.
+
+def _positions_by_libyaml(text: str) -> bool:
+    return text.isascii() or not _MARKS_DIFFER.search(text)
+
+
+def _composer(text: str) -> YAML:
+    """libyaml's composer (5x faster), unless the text holds a character where its marks are known to differ.
+
+    Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
+    characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
+    style "" where the pure one gives None. A mark's index is the code-point index into the str we splice.
     """
-    if not text.isascii():
+    if not _positions_by_libyaml(text):
         return YAML(typ="safe", pure=True)
     y: YAML | None = getattr(_loaders, "composer", None)
     if y is None:
@@ -241,7 +249,7 @@ def parse(text: str) -> Document:
     check_shape(text)
     # For ASCII text libyaml composes the nodes the edits need, so compose once and construct the data from
     # those nodes instead of parsing twice. Not with merge keys: constructing them rewrites the nodes.
-    together = text.isascii() and "<<" not in text
+    together = "<<" not in text and _positions_by_libyaml(text)
     try:
         if together:
             y = _data_loader()

@@ -224,14 +224,15 @@ def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exact
 
 
 def test_a_tab_inside_a_manifest_key_is_patched_or_refused_in_one_line(node: FakeFilesystem) -> None:
-    """libyaml (the data loader, and the composer for ASCII text) reads ``lab\tels`` as a key; the pure-Python
-    composer, used for non-ASCII text, refuses it. Either way: a patch that round-trips, or one line."""
+    """libyaml (the data loader, and the composer for nearly all text) reads ``lab\tels`` as a key; the
+    pure-Python composer, used for text with a BOM, refuses it. Either way: a patch that round-trips, or one
+    line."""
     tabbed = KUBEADM.replace("  labels:", "  lab\tels:")
     Path(MANIFEST).write_text(tabbed)
     engine.apply(OPTS, engine.plan_apply(OPTS))
     engine.restore(OPTS, engine.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == tabbed
-    Path(MANIFEST).write_text(tabbed + "# r\u00e9sum\u00e9\n")
+    Path(MANIFEST).write_text("\ufeff" + tabbed)
     with pytest.raises(ManifestError) as exc:  # a YamlTextError traceback before
         engine.plan_apply(OPTS)
     assert refusal(exc).startswith(f"{MANIFEST}: cannot patch: invalid YAML at line 5, column 6: found character")
