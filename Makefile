@@ -50,6 +50,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/limits.py
 	$(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
 

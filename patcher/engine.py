@@ -8,10 +8,12 @@ run created, so a refused or failed apply leaves the disk as it was.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import posixpath
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,11 +21,24 @@ from typing import Any, Literal
 from patcher import fsio, manifest, schedconfig, timefmt, yamltext
 from patcher.errors import ConfigError, ManifestError, PatcherError
 from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
-from patcher.state import State, StateStore
+from patcher.state import ORIGINAL_FILE, State, StateStore
 
 
 class KnownBadConfig(ConfigError):
     """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
+
+
+# Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
+# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
+MAX_MANIFEST_BYTES = 128 * 1024
+
+
+class PartialWrite(PatcherError):
+    """A step failed after others were already on disk: the message says exactly which were and which not."""
+
+    def __init__(self, path: str | None, problem: str, done: list[str]) -> None:
+        super().__init__(path, problem)
+        self.done = done  # the lines of what was written (``wrote x``, ``removed y``)
 
 
 OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
@@ -41,6 +56,7 @@ class Options:
     container_name: str | None = None
     on_foreign: manifest.ForeignMode = "merge"
     kube_version: str | None = None
+    lock_wait: float = 10.0  # seconds a writer waits for another one (the agent, a CLI run) before refusing
 
     @property
     def fs(self) -> fsio.HostFS:
@@ -52,6 +68,10 @@ class Options:
 
     def store(self) -> StateStore:
         return StateStore(self.fs.local(self.state_dir), self.state_dir)
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The node's writer lock (reentrant for the thread that holds it): every write happens under it."""
+        return fsio.writer_lock(self.fs.local(self.state_dir), self.state_dir, wait=self.lock_wait)
 
 
 @dataclass(frozen=True)
@@ -103,16 +123,44 @@ def _check_folders(opts: Options) -> None:
                                "every file there as a pod")
 
 
-def _read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+def read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+    """The manifest as (node path, local path, bytes, text), within every limit and refusal of this module."""
     _check_folders(opts)
     fs = opts.fs
     if not fs.local(opts.manifest_dir).is_dir():
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
     node_path = fs.resolve(opts.manifest_path)
     local = fs.local(node_path)
-    data = fsio.read_bytes(local, "manifest", node_path)
+    data = fsio.read_bytes(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
     text = fsio.decode_utf8(data, node_path)
     return node_path, local, data, text
+
+
+def other_schedulers(opts: Options, node_path: str) -> list[str]:
+    """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
+    left there, a second manifest): two schedulers fight over leader election and only one is patched."""
+    folder = opts.fs.local(opts.manifest_dir)
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        other = posixpath.join(opts.manifest_dir, entry.name)
+        if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
+            continue
+        if opts.fs.resolve(other) == node_path:
+            continue
+        try:
+            data = fsio.read_bytes(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
+            if b"kube-scheduler" not in data:
+                continue
+            manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
+                             prefix=opts.prefix, container_name=opts.container_name)
+        except PatcherError:
+            continue
+        found.append(other)
+    return found
 
 
 def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
@@ -137,7 +185,8 @@ def _foreign(opts: Options, sched: manifest.Scheduler, where: str) -> ForeignCon
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path)
+    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path,
+                           limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
@@ -147,10 +196,17 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
 
     ``config`` skips rendering from the source folder: a rollback re-applies the last config that was Ready.
     """
-    node_path, local, data, text = _read_manifest(opts)
-    unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
-    doc = manifest.parse_manifest(unpatched_text, node_path)
-    sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    node_path, local, data, text = read_manifest(opts)
+    # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
+    doc = manifest.parse_manifest(text, node_path)
+    current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    unpatched_text, unpatched = text, current
+    if current[1].marker is not None:
+        unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
+                                          inspected=current)
+        udoc = manifest.parse_manifest(unpatched_text, node_path)
+        unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    sched = unpatched[1]
     manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     if config is None:
         req = ConfigRequest(
@@ -166,48 +222,74 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
                               config_hash=config.config_hash, prefix=opts.prefix,
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
-    result = manifest.patch(text, spec, node_path)
+    result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)
-        try:
-            old: bytes | None = cfg_local.read_bytes()
-        except FileNotFoundError:
-            old = None
-        except OSError as exc:
-            raise PatcherError(cfg_node, f"cannot read: {exc.strerror}") from None
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node)
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
-        plan.changes.append(FileChange(node_path, local, data, result.text.encode("utf-8"), "manifest"))
+        patched = result.text.encode("utf-8")
+        if len(patched) > MAX_MANIFEST_BYTES:  # it could not be read back to restore it
+            raise ManifestError(node_path, f"patched, it would be {len(patched)} bytes, over the limit of "
+                                f"{MAX_MANIFEST_BYTES} bytes")
+        plan.changes.append(FileChange(node_path, local, data, patched, "manifest"))
+    plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
+                      f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan
 
 
-def _check_writable(opts: Options, plan: Plan) -> None:
-    """Refuse before writing anything when a target folder is missing or read-only."""
-    folders = {c.local.parent for c in plan.changes if c.kind == "manifest"}
-    for folder in folders:
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise PatcherError(str(folder), "folder is not writable")
-    config_folder = opts.fs.local(opts.host_config_dir)
-    probe = config_folder if config_folder.exists() else config_folder.parent
-    while not probe.exists():
-        probe = probe.parent
-    if any(c.kind == "config" for c in plan.changes) and not os.access(probe, os.W_OK | os.X_OK):
-        raise PatcherError(opts.host_config_dir, "folder is not writable")
+def _nearest_existing(local: Path) -> Path:
+    while not local.exists() and local != local.parent:
+        local = local.parent
+    return local
+
+
+def _check_writable(opts: Options, changes: list[FileChange]) -> None:
+    """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
+    changes), the host config folder (when config files change) and the state folder (always: the lock and
+    the record live there). Missing folders are created later, so their nearest existing parent counts."""
+    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)}
+    for change in changes:
+        if change.kind == "manifest":
+            needed[posixpath.dirname(change.node_path)] = change.local.parent
+        else:
+            needed[opts.host_config_dir] = opts.fs.local(opts.host_config_dir)
+    for shown, local in needed.items():
+        if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
+            raise PatcherError(shown, "folder is not writable; nothing was written")
+
+
+def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
+    """Under the writer lock: the file must still be what the plan was computed from."""
+    if fsio.read_if_exists(local, "file", shown) != planned:
+        raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
 def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
-    """Write a plan. Returns one line per file changed and the new state record."""
+    """Write a plan under the writer lock, after checking that every file is still what it was planned from.
+    Returns one line per file changed and the new state record."""
+    _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
+    with opts.lock():
+        _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        for change in plan.changes:
+            if change.kind == "config":
+                _verify_unchanged(change.local, change.old, change.node_path)
+        lines, new_state = _apply_locked(opts, plan, state)
+    return lines, new_state
+
+
+def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[str], State]:
     store = opts.store()
     state = state if state is not None else store.load()
-    lines: list[str] = []
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
     created: list[FileChange] = []
     config = plan.config
     assert config is not None
-    _check_writable(opts, plan)
     checkpoint = store.checkpoint()
     try:
         if any(c.kind == "config" for c in plan.changes):
@@ -229,26 +311,46 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
         new_state.written = sorted(set(state.written) | set(config.files))
         if mchange is not None and mchange.new is not None:
             new_state.original_sha256 = sha256(plan.unpatched)
-            store.save_original(plan.unpatched)
-            store.save(new_state)  # before the manifest: a crash right after the write must find the record
-            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current)
+            # The record is complete before the manifest is written (its mtime is set, not waited for): a
+            # crash right after the write finds it, and one save is enough.
             new_state.patched_sha256 = sha256(mchange.new)
+            new_state.manifest_mtime_ns = time.time_ns()
+            with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
+                if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
+                    store.save_original(plan.unpatched)
+                store.save(new_state)
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
+                              mtime_ns=new_state.manifest_mtime_ns)
             lines.append(f"wrote {mchange.node_path}")
         else:
             new_state.patched_sha256 = sha256(plan.current)
-        new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
+            new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
     except PatcherError:
         for change in created:
-            fsio.remove(change.local)
+            with contextlib.suppress(PatcherError):
+                fsio.remove(change.local)
         store.rewind(checkpoint)
         raise
-    lines.extend(prune(opts, new_state))
-    store.save(new_state)
+    step = "removing config files no longer needed"
+    saved = (new_state.written, new_state.previous_files) if mchange is not None else None
+    try:
+        lines.extend(_prune_locked(opts, new_state, keep_previous=True))
+        step = "saving the state record"
+        if (new_state.written, new_state.previous_files) != saved:
+            store.save(new_state)
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run apply again once this is fixed)", lines) from None
     return lines, new_state
 
 
 def prune(opts: Options, state: State, keep_previous: bool = True) -> list[str]:
     """Remove host config files we wrote and no longer need; files we did not write are never touched."""
+    with opts.lock():
+        return _prune_locked(opts, state, keep_previous)
+
+
+def _prune_locked(opts: Options, state: State, keep_previous: bool) -> list[str]:
     keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
     keep |= set(state.last_good.get("files", []))
     lines = []
@@ -271,9 +373,12 @@ def saved_config(opts: Options, record: dict[str, Any]) -> RenderedConfig | None
     contents: dict[str, bytes] = {}
     for name in files:
         try:
-            contents[name] = opts.fs.local(posixpath.join(opts.host_config_dir, name)).read_bytes()
-        except OSError:
+            data = fsio.read_if_exists(opts.fs.local(posixpath.join(opts.host_config_dir, name)), "config file")
+        except PatcherError:
             return None
+        if data is None:
+            return None
+        contents[name] = data
     digest = sha256(contents[main])
     if digest != record.get("config_hash"):
         return None  # changed on disk since: not the config that was Ready
@@ -287,10 +392,12 @@ class RestorePlan:
     manifest_local: Path
     changes: list[FileChange]
     notes: list[str]
+    current: bytes | None = None  # the manifest as planned from (None: not checked again)
+    state: State | None = None  # the state record as planned from (None: not checked again)
 
 
 def plan_restore(opts: Options) -> RestorePlan:
-    node_path, local, data, text = _read_manifest(opts)
+    node_path, local, data, text = read_manifest(opts)
     store = opts.store()
     state = store.load()
     notes: list[str] = []
@@ -313,13 +420,26 @@ def plan_restore(opts: Options) -> RestorePlan:
     for name in sorted(state.written):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)
-        if OUR_FILES.match(name) and cfg_local.exists():
-            changes.append(FileChange(cfg_node, cfg_local, cfg_local.read_bytes(), None, "config"))
-    return RestorePlan(node_path, local, changes, notes)
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node) if OUR_FILES.match(name) else None
+        if old is not None:
+            changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
+    return RestorePlan(node_path, local, changes, notes, current=data, state=state)
 
 
 def remove_stale_temp_files(opts: Options) -> list[str]:
-    """Dot-named temp files of ours that a killed writer left between create and rename (node paths)."""
+    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
+
+    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
+    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
+    """
+    try:
+        with opts.lock():
+            return _remove_stale_temp_files_locked(opts)
+    except PatcherError:
+        return []
+
+
+def _remove_stale_temp_files_locked(opts: Options) -> list[str]:
     fs = opts.fs
     removed = []
     manifest_path = fs.resolve(opts.manifest_path)
@@ -345,23 +465,42 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
     must still remember which config failed).
     """
-    lines = []
+    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files])
+    with opts.lock():
+        if plan.current is not None:
+            _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        if plan.state is not None and opts.store().load() != plan.state:
+            raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
+                                         "since the restore was planned; nothing written")
+        return _restore_locked(opts, plan, keep_files)
+
+
+def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
     if keep_files:
         return lines
-    for change in plan.changes:
-        if change.kind == "config" and fsio.remove(change.local):
-            lines.append(f"removed {change.node_path}")
-    opts.store().clear()
+    step = "removing the config files"
+    try:
+        with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
+            for change in plan.changes:
+                if change.kind == "config" and fsio.remove(change.local):
+                    lines.append(f"removed {change.node_path}")
+            step = "clearing the state record"
+            opts.store().clear()
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run restore again once this is fixed)", lines) from None
     return lines
 
 
 def status(opts: Options) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
-    node_path, local, _, text = _read_manifest(opts)
+    node_path, local, _, text = read_manifest(opts)
     doc = manifest.parse_manifest(text, node_path)
     sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
     state = opts.store().load()
@@ -378,6 +517,7 @@ def status(opts: Options) -> dict[str, Any]:
         "container": sched.container_name,
         "image": sched.image,
         "phase": state.phase or None,
+        "other_schedulers": other_schedulers(opts, node_path) or None,
     }
     try:
         plan = plan_apply(opts)

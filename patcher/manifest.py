@@ -142,8 +142,8 @@ def _config_value(flags: list[Any], i: int) -> str | None:
     return None
 
 
-def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
-    """Check the manifest's shape and find the scheduler container, its flag list and our marker."""
+def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
+    """The document as a Pod: the whole mapping, its metadata, its spec and its non-empty container list."""
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestError(where, "not a YAML mapping")
@@ -156,6 +156,47 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError(where, "spec.containers is missing or empty")
+    return data, metadata, spec, containers
+
+
+def _marker(metadata: dict[str, Any], prefix: str, where: str) -> Marker | None:
+    """Our marker annotation, if the manifest carries one; a value that is not ours is a refusal."""
+    annotations = metadata.get("annotations")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise ManifestError(where, "metadata.annotations is not a mapping")
+    raw = (annotations or {}).get(marker_key(prefix))
+    if raw is None:
+        return None
+    try:
+        return Marker.from_json(str(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(where, f"annotation {marker_key(prefix)} is not a scheduler-patcher marker "
+                            f"({exc})") from None
+
+
+def _foreign_config(flags: list[Any], marker: Marker | None) -> tuple[str | None, int | None]:
+    """The ``--config`` value we did not add and the index of its item: still in the flags, or (when ours
+    replaced it) the one the marker keeps to put back."""
+    foreign, foreign_index = None, None
+    for i, item in enumerate(flags):
+        value = _config_value(flags, i)
+        # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
+        if value is not None and not (marker and marker.flag in (item, value)):
+            foreign, foreign_index = value, i
+    if foreign is not None or marker is None or marker.replaced is None:
+        return foreign, foreign_index
+    try:
+        replaced = yt.load_data(marker.replaced)
+    except yt.YamlTextError:
+        return None, None
+    if not isinstance(replaced, str):
+        return None, None
+    return (replaced.split("=", 1)[1] if replaced.startswith("--config=") else replaced), None
+
+
+def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
+    """Check the manifest's shape and find the scheduler container, its flag list and our marker."""
+    data, metadata, spec, containers = _pod(doc, where)
     idx = _container_index(data, containers, container_name, where)
     container = containers[idx]
     if _runs_in_shell(container):
@@ -168,30 +209,8 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         flags_key, flags = "command", command
     else:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
-    annotations = metadata.get("annotations")
-    if annotations is not None and not isinstance(annotations, dict):
-        raise ManifestError(where, "metadata.annotations is not a mapping")
-    marker = None
-    raw_marker = (annotations or {}).get(marker_key(prefix))
-    if raw_marker is not None:
-        try:
-            marker = Marker.from_json(str(raw_marker))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ManifestError(where, f"annotation {marker_key(prefix)} is not a scheduler-patcher marker "
-                                f"({exc})") from None
-    foreign, foreign_index = None, None
-    for i, item in enumerate(flags):
-        value = _config_value(flags, i)
-        # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
-        if value is not None and not (marker and marker.flag in (item, value)):
-            foreign, foreign_index = value, i
-    if marker and marker.replaced is not None and foreign is None:
-        try:
-            replaced_value = yt.load_data(marker.replaced)
-        except yt.YamlTextError:
-            replaced_value = None
-        if isinstance(replaced_value, str):
-            foreign = replaced_value.split("=", 1)[1] if replaced_value.startswith("--config=") else replaced_value
+    marker = _marker(metadata, prefix, where)
+    foreign, foreign_index = _foreign_config(flags, marker)
     for key in ("volumes", "volumeMounts"):
         holder = spec if key == "volumes" else container
         value = holder.get(key)
@@ -269,46 +288,39 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     return flag_ok and mount_ok and vol_ok
 
 
-def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
-    """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified."""
-    doc = parse_manifest(text, where)
-    sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
+Inspected = tuple[yt.Document, Scheduler]
+
+
+def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None = None,
+          unpatched: Inspected | None = None) -> PatchResult:
+    """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified.
+
+    ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
+    caller that has them (the engine's plan) hands them on instead of having them computed again.
+    """
+    doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
             return PatchResult(text, False, sched.marker, sched)
-        base = restore(text, where, prefix=spec.prefix, container_name=spec.container_name)
-        doc = parse_manifest(base, where)
-        sched = inspect(doc, where, prefix=spec.prefix, container_name=spec.container_name)
+        doc, sched = unpatched or _inspected(restore(text, where, prefix=spec.prefix,
+                                                     container_name=spec.container_name, inspected=(doc, sched)),
+                                             where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
-    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
-        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
-    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
-        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
+    _check_room(sched, spec, where)
 
-    root = doc.root
+    try:
+        root = doc.root  # the composer is stricter than the C parser (a tab inside a key): refuse, one line
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"cannot patch: {exc}") from None
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     nested = yt.nested_indent(root)
     name_first = _name_first(sched, doc)
     ops: list[yt.Op] = []
     created: list[str] = []
-    replaced: str | None = None
 
     # 1. --config in the flag list (replacing a foreign one in replace/merge mode).
-    if sched.foreign_index is not None:
-        idx = sched.foreign_index
-        item_node = yt.node_at(root, (*sched.flags_path, idx))
-        split = sched.flags[idx] == "--config"
-        if split:
-            idx += 1
-            item_node = yt.node_at(root, (*sched.flags_path, idx))
-        assert isinstance(item_node, ScalarNode)
-        replaced = doc.text[int(item_node.start_mark.index): int(item_node.end_mark.index)]
-        flag = spec.config_path if split else f"--config={spec.config_path}"
-        style = item_node.style if item_node.style in ('"', "'") else None
-        ops.append(yt.Replace((*sched.flags_path, idx), flag, yt.render_scalar(flag, style)))
-    else:
-        flag = f"--config={spec.config_path}"
-        ops.append(yt.Append(sched.flags_path, flag))
+    flag_op, flag, replaced = _config_flag(doc, sched, spec)
+    ops.append(flag_op)
 
     # 2. the volume for the whole config folder (never a single file: a file bind mount pins the old inode).
     volume = {"hostPath": {"path": spec.host_config_dir, "type": "DirectoryOrCreate"}, "name": VOLUME_NAME}
@@ -344,6 +356,30 @@ def patch(text: str, spec: PatchSpec, where: str) -> PatchResult:
 
 
 
+def _check_room(sched: Scheduler, spec: PatchSpec, where: str) -> None:
+    """Our volume name and our mount path must be free in the unpatched manifest."""
+    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
+        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
+    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
+        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
+
+
+def _config_flag(doc: yt.Document, sched: Scheduler, spec: PatchSpec) -> tuple[yt.Op, str, str | None]:
+    """How our ``--config`` goes into the flags: appended, or in place of a foreign one (in its quoting, and
+    as a bare path after a split ``--config``). Returns the edit, the item written, the source text replaced."""
+    if sched.foreign_index is None:
+        flag = f"--config={spec.config_path}"
+        return yt.Append(sched.flags_path, flag), flag, None
+    split = sched.flags[sched.foreign_index] == "--config"
+    idx = sched.foreign_index + 1 if split else sched.foreign_index
+    item_node = yt.node_at(doc.root, (*sched.flags_path, idx))
+    assert isinstance(item_node, ScalarNode)
+    replaced = doc.text[int(item_node.start_mark.index): int(item_node.end_mark.index)]
+    flag = spec.config_path if split else f"--config={spec.config_path}"
+    style = item_node.style if item_node.style in ('"', "'") else None
+    return yt.Replace((*sched.flags_path, idx), flag, yt.render_scalar(flag, style)), flag, replaced
+
+
 def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | None:
     if parent is None:
         return None
@@ -356,10 +392,15 @@ def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | 
         return None
 
 
-def restore(text: str, where: str, *, prefix: str, container_name: str | None = None) -> str:
-    """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
+def _inspected(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
     doc = parse_manifest(text, where)
-    sched = inspect(doc, where, prefix=prefix, container_name=container_name)
+    return doc, inspect(doc, where, prefix=prefix, container_name=container_name)
+
+
+def restore(text: str, where: str, *, prefix: str, container_name: str | None = None,
+            inspected: Inspected | None = None) -> str:
+    """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
+    doc, sched = inspected or _inspected(text, where, prefix, container_name)
     m = sched.marker
     if m is None:
         return text

@@ -29,8 +29,7 @@ log = logging.getLogger("patcher.runner")
 def static_pod_identity(files: engine.Options) -> tuple[str, str]:
     """(name, namespace) of the static pod, from the manifest; kubeadm's defaults when it cannot be read."""
     try:
-        node_path = files.fs.resolve(files.manifest_path)
-        text = files.fs.local(node_path).read_text("utf-8")
+        node_path, _, _, text = engine.read_manifest(files)  # bounded, and a FIFO does not block the start
         doc = yamltext.parse(text)
         sched = manifest.inspect(doc, node_path, prefix=files.prefix, container_name=files.container_name)
         return sched.pod_name or "kube-scheduler", sched.namespace or "kube-system"

@@ -13,13 +13,16 @@ import copy
 import functools
 import json
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.resolver import VersionedResolver
 
 Path: TypeAlias = tuple[str | int, ...]
 
@@ -35,8 +38,7 @@ class YamlTextError(Exception):
 class Document:
     """One parsed YAML document: its text, its plain data and (composed on first use) its node tree.
 
-    Most reads need only the data (the C parser, fast); node positions come from the pure-Python composer,
-    several times slower, and are needed only when the text is edited.
+    Most reads need only the data; node positions are composed on first use, only when the text is edited.
     """
 
     def __init__(self, text: str, data: Any) -> None:
@@ -46,25 +48,86 @@ class Document:
     @functools.cached_property
     def root(self) -> Node:
         try:
-            nodes = [n for n in _composer().compose_all(self.text) if n is not None]
+            nodes = [n for n in _composer(self.text).compose_all(self.text) if n is not None]
         except YAMLError as exc:  # the C parser accepted it: a disagreement between parsers, refuse to edit
             raise YamlTextError(_describe(exc)) from None
+        except RecursionError:
+            raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
         if len(nodes) != 1:
             raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
         root: Node = nodes[0]
         return root
 
 
-def _composer() -> YAML:
-    # Positions come from the pure-Python composer: its marks index the str we splice into.
-    return YAML(typ="safe", pure=True)
+_loaders = threading.local()  # YAML objects cost ~0.3 ms to build; one per thread, as a load is not reentrant
+
+
+# Where libyaml's marks and the pure composer's part: a BOM (libyaml does not count it) and the line breaks
+# YAML 1.1 added (NEL, LS, PS), which libyaml and ruamel's scanner place differently.
+_MARKS_DIFFER = re.compile("[\ufeff\x85\u2028\u2029]")
+
+
+def _positions_by_libyaml(text: str) -> bool:
+    return text.isascii() or not _MARKS_DIFFER.search(text)
+
+
+def _composer(text: str) -> YAML:
+    """libyaml's composer (5x faster), unless the text holds a character where its marks are known to differ.
+
+    Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
+    characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
+    style "" where the pure one gives None. A mark's index is the code-point index into the str we splice.
+    """
+    if not _positions_by_libyaml(text):
+        return YAML(typ="safe", pure=True)
+    y: YAML | None = getattr(_loaders, "composer", None)
+    if y is None:
+        y = _loaders.composer = YAML(typ="safe")
+        if y.Parser.__name__ == "CParser":
+            y.Resolver = _Resolver12
+    return y
+
+
+class _Resolver12(VersionedResolver):
+    """The resolver the C parser gets anyway, without its cost: with libyaml, ruamel.yaml finds no scanner to
+    ask for a ``%YAML`` directive and resolves by YAML 1.2, but works that out through two caught
+    AttributeErrors for every scalar, and rebuilds its table of implicit resolvers for every load (together a
+third of a manifest's load time). Same tags, same data (tests/test_yamltext_compose.py)."""
+
+    _table: ClassVar[dict[Any, Any]] = {}  # the implicit-resolver table for 1.2, built once instead of per load
+
+    @property
+    def processing_version(self) -> Any:
+        return (1, 2)
+
+    _plain: ClassVar[dict[str, Any]] = {}  # plain scalar -> its tag: by 1.2 rules it depends on nothing else
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
+            return super().resolve(kind, value, implicit)
+        tag = _Resolver12._plain.get(value)
+        if tag is None:
+            if len(_Resolver12._plain) > 4096:  # bounded: manifests repeat the same keys and words
+                _Resolver12._plain.clear()
+            tag = _Resolver12._plain[value] = super().resolve(kind, value, implicit)
+        return tag
+
+    @property
+    def versioned_resolver(self) -> Any:
+        if not _Resolver12._table:
+            _Resolver12._table.update(VersionedResolver.versioned_resolver.fget(self))  # type: ignore[attr-defined]
+        return _Resolver12._table
 
 
 def _data_loader() -> YAML:
     # Plain data from the C parser when ruamel.yaml.clib is there (about 6x faster); duplicate keys refused,
     # as the API server refuses them. Original and edited text always go through this same loader.
-    y = YAML(typ="safe")
-    y.allow_duplicate_keys = False
+    y: YAML | None = getattr(_loaders, "data", None)
+    if y is None:
+        y = _loaders.data = YAML(typ="safe")
+        y.allow_duplicate_keys = False
+        if y.Parser.__name__ == "CParser":  # the pure parser does read %YAML directives: keep its resolver
+            y.Resolver = _Resolver12
     return y
 
 
@@ -79,6 +142,103 @@ def _describe(exc: YAMLError) -> str:
     return "invalid YAML: " + (first[0] if first else type(exc).__name__)
 
 
+# A kube-scheduler manifest nests about 8 levels and has a few hundred nodes. Larger shapes are refused before
+# they are composed: composing recurses (the C composer without a recursion check: 10^5 levels crash the
+# process) and the pure-Python composer costs ~30 us a node.
+MAX_DEPTH = 64
+MAX_NODES = 5_000
+_SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
+_LEAD = re.compile(r"^( *)((?:[-?][ \t]+)*)", re.MULTILINE)
+
+
+def depth_bound(text: str) -> int:
+    """A cheap upper bound on the nesting depth: a block collection starts at a deeper indentation or after
+    a ``-``/``?`` indicator on its line (a flow one after ``[``/``{``); ``:`` cannot open one on the same line."""
+    worst = 0
+    for m in _LEAD.finditer(text):
+        worst = max(worst, 2 * len(m.group(1)) + m.group(2).count("-") + m.group(2).count("?"))
+    return worst + 2 + text.count("[") + text.count("{")
+
+
+def check_shape(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
+    """Refuse text nested deeper than ``max_depth`` or with more than ``max_nodes`` nodes once aliases are
+    expanded (every later step copies and compares the plain data), without composing it: events come from
+    libyaml's iterative parser. Skipped when cheap bounds already prove the text small."""
+    if len(text) <= _SMALL and "*" not in text and depth_bound(text) <= max_depth:
+        return
+    total = 0
+    open_at: list[tuple[int, str | None]] = []  # node count when each open collection started, its anchor
+    sizes: dict[str, int] = {}  # expanded node count of each anchored node
+    try:
+        for event in _data_loader().parse(text):
+            if isinstance(event, AliasEvent):
+                total += sizes.get(str(event.anchor), 1)
+            elif isinstance(event, ScalarEvent):
+                total += 1
+                if event.anchor is not None:
+                    sizes[str(event.anchor)] = 1
+            elif isinstance(event, CollectionStartEvent):
+                total += 1
+                open_at.append((total - 1, event.anchor))
+                if len(open_at) > max_depth:
+                    raise YamlTextError(f"nested more than {max_depth} levels deep")
+            elif isinstance(event, CollectionEndEvent):
+                start, anchor = open_at.pop()
+                if anchor is not None:
+                    sizes[str(anchor)] = total - start
+            if total > max_nodes:
+                raise YamlTextError(f"more than {max_nodes} YAML nodes (aliases expanded)")
+    except YAMLError as exc:
+        raise YamlTextError(_describe(exc)) from None
+
+
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+
+
+class _Unusual(Exception):
+    """A node the fast constructor leaves to ruamel.yaml (another collection tag, a duplicate or odd key)."""
+
+
+def _construct(y: YAML, root: Node) -> Any:
+    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, at a third of its cost.
+
+    Strings, lists and dicts are built here (shared for aliases, as ruamel shares them); every other scalar
+    goes through ruamel's own constructor for its tag. Anything else, and every error, is ruamel's to handle.
+    """
+    constructor = y.constructor
+    scalars = type(constructor).yaml_constructors
+    memo: dict[int, Any] = {}
+
+    def build(node: Node) -> Any:
+        if id(node) in memo:
+            return memo[id(node)]
+        tag = node.ctag.suffix
+        if isinstance(node, ScalarNode):
+            fn = scalars.get(tag)
+            if tag != _STR and fn is None:
+                raise _Unusual
+            value = node.value if tag == _STR else fn(constructor, node)
+        elif isinstance(node, SequenceNode) and tag == _SEQ:
+            value = memo[id(node)] = []
+            value.extend(build(item) for item in node.value)
+        elif isinstance(node, MappingNode) and tag == _MAP:
+            value = memo[id(node)] = {}
+            for k, v in node.value:
+                key = build(k)
+                if isinstance(key, (dict, list)) or key in value:
+                    raise _Unusual
+                value[key] = build(v)
+        else:
+            raise _Unusual
+        memo[id(node)] = value
+        return value
+
+    try:
+        return build(root)
+    except (_Unusual, TypeError):
+        return constructor.construct_document(root)
+
+
 @functools.lru_cache(maxsize=16)
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
@@ -86,21 +246,41 @@ def parse(text: str) -> Document:
     Cached by text: a plan parses the same manifest several times (restore, inspect, patch). Callers must
     treat the returned data as read-only.
     """
+    check_shape(text)
+    # For ASCII text libyaml composes the nodes the edits need, so compose once and construct the data from
+    # those nodes instead of parsing twice. Not with merge keys: constructing them rewrites the nodes.
+    together = "<<" not in text and _positions_by_libyaml(text)
     try:
-        docs = [d for d in _data_loader().load_all(text) if d is not None]
+        if together:
+            y = _data_loader()
+            pairs = [(n, _construct(y, n)) for n in y.compose_all(text) if n is not None]
+            pairs = [(n, d) for n, d in pairs if d is not None]
+            docs = [d for _, d in pairs]
+        else:
+            docs = [d for d in _data_loader().load_all(text) if d is not None]
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
+    except RecursionError:
+        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
         raise YamlTextError("holds no YAML document")
-    return Document(text=text, data=docs[0])
+    doc = Document(text=text, data=docs[0])
+    if together:
+        doc.__dict__["root"] = pairs[0][0]  # the cached_property, already known
+    return doc
 
 
 def load_data(text: str) -> Any:
     """Plain data of a single-document text (also used to verify an edit)."""
+    check_shape(text)
     try:
-        return _data_loader().load(text)
+        y = _data_loader()
+        if "<<" not in text:  # as in parse: merge keys are ruamel's
+            node = y.compose(text)
+            return None if node is None else _construct(y, node)
+        return y.load(text)
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
 
@@ -134,7 +314,7 @@ def node_at(root: Node, path: Path) -> Node | None:
 
 
 def _is_empty_scalar(node: Node) -> bool:
-    return isinstance(node, ScalarNode) and node.value == "" and node.style is None
+    return isinstance(node, ScalarNode) and node.value == "" and not node.style  # plain: None or "" (libyaml)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -27,3 +27,7 @@ def test_agent_bench_runs() -> None:
     out = run("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1")
     for what in ("manifest rewritten", "/readyz 200", "SIGTERM -> manifest restored", "RSS"):
         assert what in out
+
+
+def test_limits_bench_runs() -> None:
+    assert "largest accepted manifest" in run("bench/limits.py")

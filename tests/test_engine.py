@@ -6,11 +6,12 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
-from patcher import engine, schedconfig
+from patcher import engine, fsio, schedconfig
 from patcher.errors import PatcherError
 from tests.conftest import FIXTURES
 
@@ -73,7 +74,7 @@ def test_apply_writes_config_then_manifest_and_nothing_else_in_the_manifest_fold
     assert "- urlPrefix: http://127.0.0.1:8889\n" in written
     assert os.stat(f"/etc/kubernetes/scheduler-patcher/{cfg[0]}").st_mode & 0o777 == 0o644
     assert f"--config=/etc/kubernetes/scheduler-patcher/{cfg[0]}" in Path(MANIFEST).read_text()
-    assert sorted(os.listdir("/var/lib/scheduler-patcher")) == ["original-manifest.yaml", "state.json"]
+    assert sorted(os.listdir("/var/lib/scheduler-patcher")) == [".lock", "original-manifest.yaml", "state.json"]
     assert Path("/var/lib/scheduler-patcher/original-manifest.yaml").read_text() == KUBEADM
 
 
@@ -106,7 +107,8 @@ def test_restore_gives_back_the_original_and_removes_our_files(node: FakeFilesys
     assert Path(MANIFEST).read_text() == KUBEADM
     after = snapshot()
     created_dirs = {k for k in after if k not in before}
-    assert created_dirs == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/", "/var/lib/scheduler-patcher/"}
+    assert created_dirs == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/", "/var/lib/scheduler-patcher/",
+                            "/var/lib/scheduler-patcher/.lock"}  # the writer lock stays (empty of meaning when free)
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -153,7 +155,7 @@ def test_apply_does_not_overwrite_a_manifest_rewritten_after_the_plan(node: Fake
     with pytest.raises(PatcherError, match="changed by someone else"):
         engine.apply(OPTS, plan)
     assert Path(MANIFEST).read_text() == upgraded
-    assert not os.listdir("/etc/kubernetes/scheduler-patcher")  # the config files of that plan are gone again
+    assert not os.path.exists("/etc/kubernetes/scheduler-patcher")  # checked before writing anything
     lines = apply()  # a new plan from the new file works
     assert lines[-1] == f"wrote {MANIFEST}" and "v1.32.0" in Path(MANIFEST).read_text()
 
@@ -246,14 +248,19 @@ def test_unwritable_manifest_folder_is_refused_before_any_write(node: FakeFilesy
 def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFilesystem) -> None:
     plan = engine.plan_apply(OPTS)
     before = snapshot()
-    os.remove(MANIFEST)
-    os.mkdir(MANIFEST)  # os.replace onto a directory fails
-    with pytest.raises(PatcherError, match="write failed"):
+
+    def replace_by_folder(point: str, path: Path) -> None:  # after the re-check under the lock
+        if point == "before-rename" and str(path) == MANIFEST:
+            os.remove(MANIFEST)
+            os.mkdir(MANIFEST)  # the checked rename refuses a directory in place of the manifest
+
+    with fsio.pause_points(replace_by_folder), pytest.raises(PatcherError, match="is a directory"):
         engine.apply(OPTS, plan)
     assert not os.listdir("/etc/kubernetes/scheduler-patcher")
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
     assert set(snapshot()) - set(before) == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/",
-                                             "/var/lib/scheduler-patcher/", MANIFEST + "/"}
+                                             "/var/lib/scheduler-patcher/", "/var/lib/scheduler-patcher/.lock",
+                                             MANIFEST + "/"}
 
 
 def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
@@ -302,3 +309,25 @@ def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: F
     assert info["foreign_config"] == "/etc/kubernetes/custom/scheduler-config.yaml"
     engine.restore(OPTS, engine.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == FOREIGN
+
+
+def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesystem,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 12: it inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
+    from patcher import manifest
+
+    seen: list[str] = []
+    real = manifest.inspect
+
+    def counting(doc: Any, where: str, **kw: Any) -> manifest.Scheduler:
+        seen.append(doc.text)
+        return real(doc, where, **kw)
+
+    monkeypatch.setattr(manifest, "inspect", counting)
+    apply()
+    assert seen == [KUBEADM]
+    seen.clear()
+    patched = Path(MANIFEST).read_text()
+    Path("/src/config.yaml").write_text(CONFIG.replace("filterVerb: filter", "filterVerb: filter\n  weight: 2"))
+    assert apply()[-1] == f"wrote {MANIFEST}"
+    assert seen == [patched, KUBEADM]
