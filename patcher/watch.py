@@ -153,6 +153,9 @@ class Settler:
             for target in self.targets_of(folder):
                 self._touch(target, now)
 
+    def writers(self) -> list[str]:
+        return sorted(f"{folder}/{name}" for folder, names in self._writers.items() for name in names)
+
     def touch_all(self, now: float) -> None:
         self._writers.clear()
         for target in self._folders:
@@ -264,6 +267,7 @@ class FolderWatcher:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.rearms = 0  # how many times the watches were set up again (tests and metrics)
+        self.rounds = 0  # loop rounds done: events read, due looks taken (tests wait on it, never on time)
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str]) -> None:
         """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
@@ -319,6 +323,11 @@ class FolderWatcher:
         if target is not None:
             with self._lock:
                 target.last = target.fingerprint()
+
+    def writers_at_work(self) -> list[str]:
+        """Files seen modified and not yet closed, as ``folder/name`` (their target's look waits for them)."""
+        with self._lock:
+            return self._settler.writers()
 
     def watched_folders(self) -> list[str]:
         """The folders watched right now (not the ancestors): a folder that is gone is missing here."""
@@ -377,6 +386,8 @@ class FolderWatcher:
                 self._look_at_due()
             except Exception:  # a bug in a fingerprint or callback must not end the watch for good
                 log.exception("folder watch: unexpected error")
+            with self._lock:
+                self.rounds += 1
 
     def _handle(self, events: Iterable[RawEvent]) -> None:
         now = self._clock()

@@ -11,10 +11,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from patcher import fsio
-from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from patcher.watch import (
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_MODIFY,
+    IN_MOVED_TO,
+    Action,
+    FolderWatcher,
+    Settler,
+    classify,
+    file_fingerprint,
+    folder_fingerprint,
+)
 from tests.conftest import write_configmap
+from tests.kubeemu import wait_until
 
 
 @pytest.fixture
@@ -195,5 +211,153 @@ def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
         assert looks.wait_for("a: 2\n")
         write_configmap(source, {"extenders.yaml": "a: 3\n"})
         assert looks.wait_for("a: 3\n")
+    finally:
+        w.stop()
+
+
+# -- settling: fast for a swap, patient with writers (issue 12) ---------------------------------------------
+
+F = "/cfg"
+
+
+def settler() -> Settler:
+    s = Settler(quiet=0.02, max_wait=2.0)
+    s.track("source", F)
+    return s
+
+
+def test_a_rename_is_due_after_the_quiet_time_only() -> None:
+    s = settler()
+    s.event(F, classify(IN_MOVED_TO, "..data", ancestor_of=None), "..data", now=10.0)
+    assert s.next_due() == pytest.approx(10.02)
+    assert s.pop_due(10.019) == []
+    assert s.pop_due(10.02) == ["source"]
+    assert s.next_due() is None and s.pop_due(99.0) == []  # settled until the next event
+
+
+def test_an_open_writer_is_waited_for_then_the_quiet_time() -> None:
+    s = settler()
+    s.event(F, classify(IN_MODIFY, "f", ancestor_of=None), "f", now=0.0)  # truncate: empty for now
+    s.event(F, classify(IN_MODIFY, "f", ancestor_of=None), "f", now=0.5)
+    assert s.pop_due(1.0) == [] and s.next_due() == pytest.approx(2.0)  # only the cap while it writes
+    s.event(F, classify(IN_CLOSE_WRITE, "f", ancestor_of=None), "f", now=1.2)
+    assert s.next_due() == pytest.approx(1.22)
+    assert s.pop_due(1.22) == ["source"]
+
+
+def test_a_writer_that_never_closes_is_looked_at_after_max_wait() -> None:
+    s = settler()
+    s.event(F, Action.WRITING, "log", now=0.0)
+    for i in range(1, 100):
+        s.event(F, Action.WRITING, "log", now=i * 0.01)
+    assert s.pop_due(1.99) == [] and s.pop_due(2.0) == ["source"]
+
+
+def test_a_rearm_forgets_writers_it_can_no_longer_see_close() -> None:
+    s = settler()
+    s.event(F, Action.WRITING, "f", now=0.0)
+    s.touch_all(now=0.1)
+    assert s.writers() == [] and s.next_due() == pytest.approx(0.12)
+
+
+def test_events_of_other_folders_and_ancestors_are_sorted_out() -> None:
+    assert classify(IN_CREATE, "manifests", ancestor_of="manifests") is Action.REARM
+    assert classify(IN_CREATE, "other", ancestor_of="manifests") is Action.IGNORE
+    assert classify(IN_DELETE_SELF, "", ancestor_of=None) is Action.REARM
+    assert classify(IN_DELETE, "f", ancestor_of=None) is Action.CLOSED  # a deleted file has no writer left
+    s = settler()
+    s.event("/elsewhere", Action.CHANGE, "x", now=0.0)
+    assert s.next_due() is None
+
+
+@given(st.lists(st.tuples(st.sampled_from([Action.WRITING, Action.CLOSED, Action.CHANGE]),
+                          st.sampled_from(["a", "b", ".tmp"]), st.floats(0.0, 0.5)), min_size=1, max_size=30),
+       st.floats(0.0, 3.0))
+def test_never_due_while_a_writer_is_open_unless_max_wait_passed(
+    steps: list[tuple[Action, str, float]], after: float
+) -> None:
+    s = settler()
+    now = 0.0
+    first = steps[0][2]
+    open_files: set[str] = set()
+    for action, name, gap in steps:
+        now += gap
+        s.event(F, action, name, now)
+        if action is Action.WRITING:
+            open_files.add(name)
+        elif action is Action.CLOSED:
+            open_files.discard(name)
+    due = s.next_due()
+    assert due is not None and due <= first + 2.0  # always looked at by the cap
+    if open_files:
+        assert due == pytest.approx(first + 2.0)
+    else:
+        assert due == pytest.approx(min(first + 2.0, now + 0.02))
+    assert s.pop_due(now + after) == (["source"] if now + after >= due else [])
+
+
+def test_configmap_swap_is_delivered_with_the_new_content(tmp_path: Path) -> None:
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
+    looks = Looks(lambda: read_or_missing(tmp_path / "extenders.yaml"))
+    w = FolderWatcher(looks)
+    try:
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.start()
+        for i in range(2, 6):
+            write_configmap(tmp_path, {"extenders.yaml": f"a: {i}\n"})
+            assert looks.wait_for(f"a: {i}\n")
+        assert looks.seen == [f"a: {i}\n" for i in range(2, 6)]  # one look per swap, never a half state
+    finally:
+        w.stop()
+
+
+def test_a_writer_with_the_file_open_is_waited_for(tmp_path: Path) -> None:
+    f = tmp_path / "kube-scheduler.yaml"
+    f.write_text("old: 1\n")
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks, debounce=0.0, max_wait=600.0)  # no quiet time: only the open writer holds it
+    try:
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.start()
+        with f.open("w") as fh:  # truncate, then write in steps
+            fh.write("new: ")
+            fh.flush()
+            assert wait_until(lambda: w.writers_at_work() == [str(f)], 10)
+            with (tmp_path / ".other").open("w") as other:  # a later event: its round comes after the
+                other.write("x")  # round that saw the first write ended, look included
+                other.flush()
+                assert wait_until(lambda: len(w.writers_at_work()) == 2, 10)
+            assert looks.seen == []  # a half-written file was not looked at
+            fh.write("2\n")
+        assert looks.wait_for("new: 2\n")
+        assert looks.seen == ["new: 2\n"] and w.writers_at_work() == []
+    finally:
+        w.stop()
+
+
+@pytest.mark.parametrize("writer", ["temp-then-rename", "many-appends", "truncate-then-write"])
+def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path, writer: str) -> None:
+    f = tmp_path / "kube-scheduler.yaml"
+    f.write_text("old\n")
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks)
+    final = "".join(f"line {i}\n" for i in range(50))
+    try:
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.start()
+        if writer == "temp-then-rename":
+            tmp = tmp_path / ".kube-scheduler.yaml.swp"
+            tmp.write_text(final)
+            os.replace(tmp, f)
+        elif writer == "many-appends":
+            f.write_text("")
+            for i in range(50):
+                with f.open("a") as fh:
+                    fh.write(f"line {i}\n")
+        else:
+            os.truncate(f, 0)
+            f.write_text(final)
+        assert looks.wait_for(final)
+        assert w.writers_at_work() == []
     finally:
         w.stop()
