@@ -361,3 +361,25 @@ def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path,
         assert w.writers_at_work() == []
     finally:
         w.stop()
+
+
+def test_a_folder_replaced_by_a_rename_over_it_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, _ = tree
+    new = folder.with_name("manifests.new")
+    new.mkdir()
+    (new / "kube-scheduler.yaml").write_text("v2")
+    (folder / "kube-scheduler.yaml").unlink()
+    os.rename(new, folder)  # replaces the (now empty) folder in one step
+    assert looks.wait_for("v2")
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")
+    assert looks.wait_for("v3")
+
+
+def test_a_busy_parent_costs_no_events(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, w = tree
+    for i in range(100):  # a busy /tmp or /etc next to the watched folder
+        (folder.parent / f"sibling-{i}").write_text("x")
+        (folder.parent / f"sibling-{i}").unlink()
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v2")
+    assert looks.wait_for("v2")  # read after every event queued before it
+    assert w.events_read < 10, w.events_read
