@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -383,3 +385,13 @@ def test_a_busy_parent_costs_no_events(tree: tuple[Path, Looks, FolderWatcher]) 
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"v2")
     assert looks.wait_for("v2")  # read after every event queued before it
     assert w.events_read < 10, w.events_read
+
+
+def test_watch_bench_runs() -> None:
+    """bench/watch_bench.py still runs (tiny sizes; the figures come from a full run)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "bench/watch_bench.py", "--quick"], cwd=root, capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for what in ("swap -> watcher callback", "manifest rewritten", "wake-ups/min", "watch requests/s"):
+        assert what in proc.stdout
