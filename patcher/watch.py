@@ -361,10 +361,11 @@ class FolderWatcher:
         i, retries = 0, 0
         while i < len(chain):
             path, child = chain[i]
-            if self._add_locked(path, CONTENT_MASK if child is None else ANCESTOR_MASK, _Role(folder, child)):
-                i += 1
+            added = self._add_locked(path, CONTENT_MASK if child is None else ANCESTOR_MASK, _Role(folder, child))
+            if added is True or (added is None and child is not None):
+                i += 1  # an ancestor we may not watch (EACCES): only its replacement goes unseen
                 continue
-            if i == 0:
+            if i == 0 or added is None:
                 return False
             parent, name = chain[i - 1]
             self._add_locked(parent, CREATION_MASK, _Role(folder, name))
@@ -374,14 +375,17 @@ class FolderWatcher:
             return False
         return True
 
-    def _add_locked(self, path: str, mask: int, role: _Role) -> bool:
+    def _add_locked(self, path: str, mask: int, role: _Role) -> bool | None:
+        """True: watched; False: the path does not exist (or is no folder); None: another error."""
         assert self._inotify is not None
         try:
             wd = self._inotify.add(path, mask | IN_ONLYDIR | IN_MASK_ADD)
         except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                log.warning("cannot watch %s: %s", path, exc.strerror)
-            return False
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return False
+            log.log(logging.WARNING if role.ancestor_of is None else logging.DEBUG,
+                    "cannot watch %s: %s", path, exc.strerror)
+            return None
         roles = self._roles.setdefault(wd, [])
         if role not in roles:
             roles.append(role)

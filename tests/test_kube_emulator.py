@@ -129,8 +129,8 @@ def test_patch_helpers() -> None:
 
 
 def _watch_lines(core: k8s.CoreV1Api, rv: str) -> list[bytes]:
-    resp = core.list_namespaced_pod("kube-system", watch=True, resource_version=rv, allow_watch_bookmarks=True,
-                                    timeout_seconds=5, _preload_content=False)
+    resp: Any = core.list_namespaced_pod("kube-system", watch=True, resource_version=rv,
+                                         allow_watch_bookmarks=True, timeout_seconds=5, _preload_content=False)
     return [line for line in resp.data.split(b"\n") if line]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import shutil
@@ -27,6 +28,7 @@ from patcher.watch import (
     Action,
     FolderWatcher,
     Settler,
+    _Inotify,
     classify,
     file_fingerprint,
     folder_fingerprint,
@@ -395,3 +397,45 @@ def test_watch_bench_runs() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     for what in ("swap -> watcher callback", "manifest rewritten", "wake-ups/min", "watch requests/s"):
         assert what in proc.stdout
+
+
+class _DenyingInotify(_Inotify):
+    """The real adapter, refusing some paths as a kernel would without read permission (tests run as root)."""
+
+    def __init__(self, denied: set[str]) -> None:
+        super().__init__()
+        self.denied = denied
+
+    def add(self, path: str, mask: int) -> int:
+        if path in self.denied:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return super().add(path, mask)
+
+
+def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_path: Path) -> None:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    f = folder / "kube-scheduler.yaml"
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks)
+    w._inotify = _DenyingInotify({str(tmp_path)})
+    try:
+        w.add("manifest", folder, lambda: file_fingerprint(f))
+        w.start()
+        assert w.watched_folders() == [str(folder)]
+        fsio.atomic_write(f, b"v1")
+        assert looks.wait_for("v1")
+    finally:
+        w.stop()
+
+
+def test_a_folder_that_cannot_be_watched_is_one_clear_error(tmp_path: Path) -> None:
+    from patcher.errors import PatcherError
+
+    w = FolderWatcher(lambda name: None)
+    w._inotify = _DenyingInotify({str(tmp_path)})
+    try:
+        with pytest.raises(PatcherError, match="cannot watch"):
+            w.add("manifest", tmp_path, lambda: "")
+    finally:
+        w.stop()
