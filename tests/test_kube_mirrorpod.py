@@ -212,6 +212,8 @@ def test_undecodable_watch_data_lists_again_logs_once_and_marks_the_view_stale(
     assert wait_until(lambda: len(lists(emu)) >= 4, 10)
     assert not watcher.fresh and watcher.stale_since is not None
     assert watcher.latest() is not None  # the last view is kept; it is only not trusted to be current
+    bump(emu, "during-garbage")  # every relist still brings the pod up to date: the restart proof goes on
+    assert wait_until(lambda: annotation(watcher) == "during-garbage", 10)
     kinds = ["watch" if r.query.get("watch") == "true" else "list" for r in emu.requests("GET", PODS)]
     garbage_from = [i for i, k in enumerate(kinds) if k == "watch"][1]  # the resume after the drop
     for i in range(garbage_from, len(kinds) - 1):
