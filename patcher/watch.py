@@ -256,12 +256,10 @@ class FolderWatcher:
     up to ``max_wait``). The callback runs on the watcher's thread: keep it short (queue the work).
     """
 
-    def __init__(self, on_change: Callable[[str], None], debounce: float = 0.02, max_wait: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, on_change: Callable[[str], None], debounce: float = 0.02, max_wait: float = 2.0) -> None:
         self.on_change = on_change
         self.debounce = debounce
         self.targets: dict[str, Target] = {}
-        self._clock = clock
         self._settler = Settler(debounce, max_wait)
         self._lock = threading.Lock()
         self._inotify: _Inotify | None = None
@@ -400,7 +398,7 @@ class FolderWatcher:
         while True:
             with self._lock:
                 due = self._settler.next_due()
-            timeout = None if due is None else max(0, int((due - self._clock()) * 1000) + 1)
+            timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
             ready = {fd for fd, _ in poller.poll(timeout)}
             if self._wake_r in ready:
                 with self._lock:
@@ -416,7 +414,7 @@ class FolderWatcher:
                 self.rounds += 1
 
     def _handle(self, events: list[RawEvent]) -> None:
-        now = self._clock()
+        now = time.monotonic()
         with self._lock:
             rearm = False
             self.events_read += len(events)
@@ -438,7 +436,7 @@ class FolderWatcher:
 
     def _look_at_due(self) -> None:
         with self._lock:
-            due = self._settler.pop_due(self._clock())
+            due = self._settler.pop_due(time.monotonic())
         for name in due:
             target = self.targets[name]
             now = target.fingerprint()
