@@ -64,7 +64,7 @@ class AgentOptions:
     rollback_on_failure: bool = True
     restore_on_exit: Literal["always", "never"] = "always"
     local_check: bool = False  # psutil on the node's process table (needs hostPID)
-    debounce: float = 0.3
+    debounce: float = 0.02  # quiet time after a folder event (open writers are waited for on top: watch.py)
     crash_restarts: int = 2  # restarts after our write that make a crash loop
     grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
     local_poll: float = 1.0

@@ -23,7 +23,9 @@ registered with ``KubeEmulator(resources=...)``.
 Fault injection: ``go_down("refuse")`` closes the listening socket and every open connection (clients get
 "connection refused"), ``go_down("503")`` answers every request with 503, ``come_up()`` restores service on
 the same port; ``drop_watches()`` aborts open watch streams mid-stream (no terminating chunk); ``compact()``
-forgets history so a resume from a ``resourceVersion`` older than the current one gets 410.
+forgets history so a resume from a ``resourceVersion`` older than the current one gets 410;
+``watch_close_after = n`` ends every new watch stream cleanly after n events (0: at once) and
+``watch_garbage = b"..."`` starts every new watch stream with that undecodable line.
 
 TLS: ``KubeEmulator(tls=True)`` serves HTTPS with a throw-away CA and server certificate (SAN 127.0.0.1 and
 localhost) made by the ``openssl`` command line tool (``tls_available()`` says whether it is installed; the
@@ -294,6 +296,13 @@ class _Change:
 _DROP = object()
 
 
+@dataclass(frozen=True)
+class RawLine:
+    """A watch-stream record sent as these bytes, not as JSON: a broken proxy or server (``watch_garbage``)."""
+
+    data: bytes
+
+
 @dataclass(eq=False)
 class _Subscription:
     resource: Resource
@@ -438,7 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
                     with contextlib.suppress(OSError):
                         socket.socket.shutdown(self.request, socket.SHUT_RDWR)
                     return
-                data = json.dumps(event).encode() + b"\n"
+                data = (event.data if isinstance(event, RawLine) else json.dumps(event).encode()) + b"\n"
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
@@ -476,6 +485,11 @@ class KubeEmulator:
         self._requests: list[RecordedRequest] = []
         self._conns: set[socket.socket] = set()
         self._outage: str | None = None
+        #: End every new watch stream cleanly after this many events (0: at once, before any event), as a
+        #: proxy with a short idle timeout or a sick server does; ``None``: streams last as asked.
+        self.watch_close_after: int | None = None
+        #: Start every new watch stream with this line (not a JSON event), then go on normally.
+        self.watch_garbage: bytes | None = None
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -929,7 +943,26 @@ class KubeEmulator:
                         if event is not None:
                             replay.append(event)
             self._subs.append(sub)
-        return self._follow(sub, replay, timeout, bookmarks)
+        return self._misbehave(sub, self._follow(sub, replay, timeout, bookmarks))
+
+    def _misbehave(self, sub: _Subscription, events: Iterator[Obj | object]) -> Iterator[Obj | object]:
+        close_after, garbage = self.watch_close_after, self.watch_garbage
+        try:
+            if garbage is not None:
+                yield RawLine(garbage)
+            if close_after == 0:
+                return
+            for sent, event in enumerate(events, 1):
+                yield event
+                if close_after is not None and sent >= close_after:
+                    return
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            with self._lock:  # also when ``events`` never started (and so never ran its own cleanup)
+                if sub in self._subs:
+                    self._subs.remove(sub)
 
     def _follow(self, sub: _Subscription, replay: list[Obj], timeout: float | None,
                 bookmarks: bool) -> Iterator[Obj | object]:

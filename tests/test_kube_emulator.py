@@ -126,3 +126,26 @@ def test_patch_helpers() -> None:
     moved = json_patch({"a": {"x": 1}}, [{"op": "move", "from": "/a/x", "path": "/b"},
                                          {"op": "copy", "from": "/b", "path": "/c"}])
     assert moved == {"a": {}, "b": 1, "c": 1}
+
+
+def _watch_lines(core: k8s.CoreV1Api, rv: str) -> list[bytes]:
+    resp: Any = core.list_namespaced_pod("kube-system", watch=True, resource_version=rv,
+                                         allow_watch_bookmarks=True, timeout_seconds=5, _preload_content=False)
+    return [line for line in resp.data.split(b"\n") if line]
+
+
+def test_misbehaving_watch_modes(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    emu.set_pod(make_mirror_pod(node_name="n1", started_at="2026-11-21T23:40:02Z"))
+    rv = raw(core.list_namespaced_pod("kube-system", _preload_content=False))["metadata"]["resourceVersion"]
+    emu.watch_close_after = 0
+    assert _watch_lines(core, rv) == []  # ends at once, cleanly (the body is complete)
+    emu.watch_close_after = 1
+    lines = _watch_lines(core, rv)  # the fixture sends a bookmark every 0.1 s: one, then the end
+    assert [json.loads(line)["type"] for line in lines] == ["BOOKMARK"]
+    emu.watch_close_after = None
+    emu.watch_garbage = b"<html>502</html>"
+    emu.mutate("pods", "kube-scheduler-n1", lambda p: p["metadata"].update(labels={"a": "b"}), "kube-system")
+    emu.watch_close_after = 2
+    lines = _watch_lines(core, rv)
+    assert lines[0] == b"<html>502</html>" and json.loads(lines[1])["type"] == "MODIFIED"
+    assert emu.open_watches == 0  # every ended stream unsubscribed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from kubernetes import client as k8s
 
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ClientSettings, build_api_client
+from patcher.kube.listwatch import _Undecodable, decode_event, split_lines
 from patcher.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
 from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 
@@ -162,3 +164,65 @@ def test_server_side_timeout_resumes_without_listing_again(tmp_path: Path) -> No
         assert watches(emu)[0]["timeoutSeconds"] == "1"
         assert len(lists(emu)) == 1  # a clean end of the stream is resumed from its resourceVersion
         api.close()
+
+
+# -- misbehaving watches (issue 13 item 8) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", [b"<html>502 Bad Gateway</html>", b"[1, 2]", b'"ADDED"', b'{"type": "ADDED"}',
+                                  b'{"type": 1, "object": {}}', b'{"type": "ADDED", "object": []}', b"\xff\xfe{",
+                                  b'{"type": "ADDED", "object": {"a": 1}'])
+def test_undecodable_lines_are_refused(line: bytes) -> None:
+    with pytest.raises(_Undecodable):
+        decode_event(line)
+
+
+def test_decoding_events_and_splitting_chunks() -> None:
+    assert decode_event(b"  \r") is None
+    assert decode_event(b'{"type": "BOOKMARK", "object": {"metadata": {}}}') == ("BOOKMARK", {"metadata": {}})
+    chunks = [b'{"a"', b': 1}\n{"b": 2}\n\n{"c"', b": 3}"]
+    assert list(split_lines(chunks)) == [b'{"a": 1}', b'{"b": 2}', b"", b'{"c": 3}']
+
+
+def test_a_stream_that_closes_after_one_event_backs_off(tmp_path: Path) -> None:
+    with KubeEmulator(bookmark_interval=0.01) as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+        emu.watch_close_after = 1  # each watch: one bookmark, then a clean end
+        backoff = Backoff(0.01, 0.05, jitter=0.0)
+        # Any stream counts as short here (min_healthy_s), so a slow machine cannot make one look healthy.
+        with MirrorPodWatcher(api, "kube-system", NAME, backoff=backoff, min_healthy_s=60) as w:
+            assert wait_until(lambda: w.watch_requests >= 5, 10)
+            assert backoff.failures >= 4  # a delivered event did not reset the backoff
+            assert len(lists(emu)) == 1  # a clean end is resumed from its resourceVersion, not listed again
+            assert w.latest() is not None
+        api.close()
+
+
+def test_undecodable_watch_data_lists_again_logs_once_and_marks_the_view_stale(
+    emu: KubeEmulator, watcher: MirrorPodWatcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="patcher.kube.listwatch")
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    watcher.start()
+    assert wait_until(lambda: watcher.fresh and emu.open_watches == 1, 5)
+    assert watcher.stale_since is None
+    emu.watch_garbage = b"<html>502 Bad Gateway</html>"
+    emu.drop_watches()
+    assert wait_until(lambda: len(lists(emu)) >= 4, 10)
+    assert not watcher.fresh and watcher.stale_since is not None
+    assert watcher.latest() is not None  # the last view is kept; it is only not trusted to be current
+    bump(emu, "during-garbage")  # every relist still brings the pod up to date: the restart proof goes on
+    assert wait_until(lambda: annotation(watcher) == "during-garbage", 10)
+    kinds = ["watch" if r.query.get("watch") == "true" else "list" for r in emu.requests("GET", PODS)]
+    garbage_from = [i for i, k in enumerate(kinds) if k == "watch"][1]  # the resume after the drop
+    for i in range(garbage_from, len(kinds) - 1):
+        if kinds[i] == "watch":
+            assert kinds[i + 1] == "list", kinds  # never the same watch again: list first
+    warnings = [r for r in caplog.records if "undecodable" in r.getMessage() and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].exc_info is None
+    assert not [r for r in caplog.records if r.exc_info]
+    emu.watch_garbage = None
+    bump(emu, "after-garbage")
+    assert wait_until(lambda: annotation(watcher) == "after-garbage" and watcher.fresh, 10)
+    assert watcher.stale_since is None

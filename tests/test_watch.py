@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
+import shutil
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from patcher import fsio
-from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from patcher.watch import (
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_MODIFY,
+    IN_MOVED_TO,
+    Action,
+    FolderWatcher,
+    Settler,
+    _Inotify,
+    classify,
+    file_fingerprint,
+    folder_fingerprint,
+)
 from tests.conftest import write_configmap
+from tests.kubeemu import wait_until
 
 
 @pytest.fixture
@@ -87,3 +109,333 @@ def test_missing_folder_is_an_error(tmp_path: Path, watcher: FolderWatcher) -> N
 
     with pytest.raises(PatcherError, match="does not exist"):
         watcher.add("source", tmp_path / "nope", lambda: "")
+
+
+# -- a replaced folder is watched again (issue 13 item 6) --------------------------------------------------
+
+
+class Looks:
+    """Records what each notification saw, so a test can wait for one particular content to be noticed."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self.read = read
+        self.seen: list[str] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, name: str) -> None:
+        with self._cond:
+            self.seen.append(self.read())
+            self._cond.notify_all()
+
+    def wait_for(self, content: str, timeout: float = 10.0) -> bool:
+        """Wait (generously: a busy machine is slow, never wrong) until a notification saw ``content``."""
+        with self._cond:
+            return self._cond.wait_for(lambda: content in self.seen, timeout)
+
+
+def read_or_missing(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return "<missing>"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[tuple[Path, Looks, FolderWatcher]]:
+    folder = tmp_path / "etc/kubernetes/manifests"
+    folder.mkdir(parents=True)
+    manifest = folder / "kube-scheduler.yaml"
+    manifest.write_text("v1")
+    looks = Looks(lambda: read_or_missing(manifest))
+    w = FolderWatcher(looks)
+    w.add("manifest", folder, lambda: file_fingerprint(manifest))
+    w.start()
+    yield folder, looks, w
+    w.stop()
+
+
+def test_deleted_and_recreated_folder_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, w = tree
+    shutil.rmtree(folder)
+    assert looks.wait_for("<missing>")
+    folder.mkdir()
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v2")
+    assert looks.wait_for("v2")
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")  # later kubeadm rewrites too
+    assert looks.wait_for("v3")
+    assert w.watched_folders() == [str(folder)] and w.rearms >= 1
+
+
+def test_folder_renamed_away_and_replaced_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, _ = tree
+    folder.rename(folder.with_name("manifests.old"))
+    folder.mkdir()
+    (folder / "kube-scheduler.yaml").write_text("v2")
+    assert looks.wait_for("v2")
+    (folder.with_name("manifests.old") / "kube-scheduler.yaml").write_text("old inode")  # not ours any more
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")
+    assert looks.wait_for("v3")
+    assert "old inode" not in looks.seen
+
+
+def test_replaced_parent_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, _ = tree
+    parent = folder.parent
+    parent.rename(parent.with_name("kubernetes.old"))
+    folder.mkdir(parents=True)
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v2")
+    assert looks.wait_for("v2")
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")
+    assert looks.wait_for("v3")
+
+
+def test_folder_missing_with_its_parents_then_created_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, w = tree
+    shutil.rmtree(folder.parent.parent)  # .../etc
+    assert looks.wait_for("<missing>")
+    assert w.watched_folders() == []
+    folder.mkdir(parents=True)
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
+    assert looks.wait_for("back")
+    assert w.watched_folders() == [str(folder)]
+
+
+def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    write_configmap(source, {"extenders.yaml": "a: 1\n"})
+    looks = Looks(lambda: read_or_missing(source / "extenders.yaml"))
+    w = FolderWatcher(looks)
+    try:
+        w.add("source", source, lambda: folder_fingerprint(source))
+        w.start()
+        shutil.rmtree(source)
+        source.mkdir()
+        write_configmap(source, {"extenders.yaml": "a: 2\n"})
+        assert looks.wait_for("a: 2\n")
+        write_configmap(source, {"extenders.yaml": "a: 3\n"})
+        assert looks.wait_for("a: 3\n")
+    finally:
+        w.stop()
+
+
+# -- settling: fast for a swap, patient with writers (issue 12) ---------------------------------------------
+
+F = "/cfg"
+
+
+def settler() -> Settler:
+    s = Settler(quiet=0.02, max_wait=2.0)
+    s.track("source", F)
+    return s
+
+
+def test_a_rename_is_due_after_the_quiet_time_only() -> None:
+    s = settler()
+    s.event(F, classify(IN_MOVED_TO, "..data", ancestor_of=None), "..data", now=10.0)
+    assert s.next_due() == pytest.approx(10.02)
+    assert s.pop_due(10.019) == []
+    assert s.pop_due(10.02) == ["source"]
+    assert s.next_due() is None and s.pop_due(99.0) == []  # settled until the next event
+
+
+def test_an_open_writer_is_waited_for_then_the_quiet_time() -> None:
+    s = settler()
+    s.event(F, classify(IN_MODIFY, "f", ancestor_of=None), "f", now=0.0)  # truncate: empty for now
+    s.event(F, classify(IN_MODIFY, "f", ancestor_of=None), "f", now=0.5)
+    assert s.pop_due(1.0) == [] and s.next_due() == pytest.approx(2.0)  # only the cap while it writes
+    s.event(F, classify(IN_CLOSE_WRITE, "f", ancestor_of=None), "f", now=1.2)
+    assert s.next_due() == pytest.approx(1.22)
+    assert s.pop_due(1.22) == ["source"]
+
+
+def test_a_writer_that_never_closes_is_looked_at_after_max_wait() -> None:
+    s = settler()
+    s.event(F, Action.WRITING, "log", now=0.0)
+    for i in range(1, 100):
+        s.event(F, Action.WRITING, "log", now=i * 0.01)
+    assert s.pop_due(1.99) == [] and s.pop_due(2.0) == ["source"]
+
+
+def test_a_rearm_forgets_writers_it_can_no_longer_see_close() -> None:
+    s = settler()
+    s.event(F, Action.WRITING, "f", now=0.0)
+    s.touch_all(now=0.1)
+    assert s.writers() == [] and s.next_due() == pytest.approx(0.12)
+
+
+def test_events_of_other_folders_and_ancestors_are_sorted_out() -> None:
+    assert classify(IN_CREATE, "manifests", ancestor_of="manifests") is Action.REARM
+    assert classify(IN_CREATE, "other", ancestor_of="manifests") is Action.IGNORE
+    assert classify(IN_DELETE_SELF, "", ancestor_of=None) is Action.REARM
+    assert classify(IN_DELETE, "f", ancestor_of=None) is Action.CLOSED  # a deleted file has no writer left
+    s = settler()
+    s.event("/elsewhere", Action.CHANGE, "x", now=0.0)
+    assert s.next_due() is None
+
+
+@given(st.lists(st.tuples(st.sampled_from([Action.WRITING, Action.CLOSED, Action.CHANGE]),
+                          st.sampled_from(["a", "b", ".tmp"]), st.floats(0.0, 0.5)), min_size=1, max_size=30),
+       st.floats(0.0, 3.0))
+def test_never_due_while_a_writer_is_open_unless_max_wait_passed(
+    steps: list[tuple[Action, str, float]], after: float
+) -> None:
+    s = settler()
+    now = 0.0
+    first = steps[0][2]
+    open_files: set[str] = set()
+    for action, name, gap in steps:
+        now += gap
+        s.event(F, action, name, now)
+        if action is Action.WRITING:
+            open_files.add(name)
+        elif action is Action.CLOSED:
+            open_files.discard(name)
+    due = s.next_due()
+    assert due is not None and due <= first + 2.0  # always looked at by the cap
+    if open_files:
+        assert due == pytest.approx(first + 2.0)
+    else:
+        assert due == pytest.approx(min(first + 2.0, now + 0.02))
+    assert s.pop_due(now + after) == (["source"] if now + after >= due else [])
+
+
+def test_configmap_swap_is_delivered_with_the_new_content(tmp_path: Path) -> None:
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
+    looks = Looks(lambda: read_or_missing(tmp_path / "extenders.yaml"))
+    w = FolderWatcher(looks)
+    try:
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.start()
+        for i in range(2, 6):
+            write_configmap(tmp_path, {"extenders.yaml": f"a: {i}\n"})
+            assert looks.wait_for(f"a: {i}\n")
+        assert looks.seen == [f"a: {i}\n" for i in range(2, 6)]  # one look per swap, never a half state
+    finally:
+        w.stop()
+
+
+def test_a_writer_with_the_file_open_is_waited_for(tmp_path: Path) -> None:
+    f = tmp_path / "kube-scheduler.yaml"
+    f.write_text("old: 1\n")
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks, debounce=0.0, max_wait=600.0)  # no quiet time: only the open writer holds it
+    try:
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.start()
+        with f.open("w") as fh:  # truncate, then write in steps
+            fh.write("new: ")
+            fh.flush()
+            assert wait_until(lambda: w.writers_at_work() == [str(f)], 10)
+            with (tmp_path / ".other").open("w") as other:  # a later event: its round comes after the
+                other.write("x")  # round that saw the first write ended, look included
+                other.flush()
+                assert wait_until(lambda: len(w.writers_at_work()) == 2, 10)
+            assert looks.seen == []  # a half-written file was not looked at
+            fh.write("2\n")
+        assert looks.wait_for("new: 2\n")
+        assert looks.seen == ["new: 2\n"] and w.writers_at_work() == []
+    finally:
+        w.stop()
+
+
+@pytest.mark.parametrize("writer", ["temp-then-rename", "many-appends", "truncate-then-write"])
+def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path, writer: str) -> None:
+    f = tmp_path / "kube-scheduler.yaml"
+    f.write_text("old\n")
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks)
+    final = "".join(f"line {i}\n" for i in range(50))
+    try:
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.start()
+        if writer == "temp-then-rename":
+            tmp = tmp_path / ".kube-scheduler.yaml.swp"
+            tmp.write_text(final)
+            os.replace(tmp, f)
+        elif writer == "many-appends":
+            f.write_text("")
+            for i in range(50):
+                with f.open("a") as fh:
+                    fh.write(f"line {i}\n")
+        else:
+            os.truncate(f, 0)
+            f.write_text(final)
+        assert looks.wait_for(final)
+        assert w.writers_at_work() == []
+    finally:
+        w.stop()
+
+
+def test_a_folder_replaced_by_a_rename_over_it_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, _ = tree
+    new = folder.with_name("manifests.new")
+    new.mkdir()
+    (new / "kube-scheduler.yaml").write_text("v2")
+    (folder / "kube-scheduler.yaml").unlink()
+    os.rename(new, folder)  # replaces the (now empty) folder in one step
+    assert looks.wait_for("v2")
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")
+    assert looks.wait_for("v3")
+
+
+def test_a_busy_parent_costs_no_events(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    folder, looks, w = tree
+    for i in range(100):  # a busy /tmp or /etc next to the watched folder
+        (folder.parent / f"sibling-{i}").write_text("x")
+        (folder.parent / f"sibling-{i}").unlink()
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"v2")
+    assert looks.wait_for("v2")  # read after every event queued before it
+    assert w.events_read < 10, w.events_read
+
+
+def test_watch_bench_runs() -> None:
+    """bench/watch_bench.py still runs (tiny sizes; the figures come from a full run)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "bench/watch_bench.py", "--quick"], cwd=root, capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for what in ("swap -> watcher callback", "manifest rewritten", "wake-ups/min", "watch requests/s"):
+        assert what in proc.stdout
+
+
+class _DenyingInotify(_Inotify):
+    """The real adapter, refusing some paths as a kernel would without read permission (tests run as root)."""
+
+    def __init__(self, denied: set[str]) -> None:
+        super().__init__()
+        self.denied = denied
+
+    def add(self, path: str, mask: int) -> int:
+        if path in self.denied:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return super().add(path, mask)
+
+
+def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_path: Path) -> None:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    f = folder / "kube-scheduler.yaml"
+    looks = Looks(lambda: read_or_missing(f))
+    w = FolderWatcher(looks)
+    w._inotify = _DenyingInotify({str(tmp_path)})
+    try:
+        w.add("manifest", folder, lambda: file_fingerprint(f))
+        w.start()
+        assert w.watched_folders() == [str(folder)]
+        fsio.atomic_write(f, b"v1")
+        assert looks.wait_for("v1")
+    finally:
+        w.stop()
+
+
+def test_a_folder_that_cannot_be_watched_is_one_clear_error(tmp_path: Path) -> None:
+    from patcher.errors import PatcherError
+
+    w = FolderWatcher(lambda name: None)
+    w._inotify = _DenyingInotify({str(tmp_path)})
+    try:
+        with pytest.raises(PatcherError, match="cannot watch"):
+            w.add("manifest", tmp_path, lambda: "")
+    finally:
+        w.stop()

@@ -4,7 +4,8 @@ The kubelet publishes a static pod's status through its mirror pod; the agent re
 from it. Only that one pod is read, through a ``metadata.name`` field selector, so the agent needs no right to
 list a namespace's pods and the API server sends it nothing else. The loop is list-then-watch: a list gives the
 current pod and a resourceVersion, the watch resumes from the newest version seen after a dropped stream or an
-error (with capped backoff), and a ``410 Gone`` (version compacted away) means list again.
+error (with capped backoff), and a ``410 Gone`` (version compacted away) or undecodable data means list
+again. ``fresh`` tells whether the view follows the server right now (see ``ListWatcher``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class MirrorPodWatcher:
         backoff: Backoff | None = None,
         watch_timeout_s: int = 240,
         connect_timeout_s: float = 5.0,
+        min_healthy_s: float = 1.0,
     ) -> None:
         self.namespace = namespace
         self.pod_name = pod_name
@@ -89,7 +91,7 @@ class MirrorPodWatcher:
             k8s.CoreV1Api(api).list_namespaced_pod, namespace, field_selector=f"metadata.name={pod_name}",
             on_sync=self._synced_items, on_event=self._event, name=f"mirror-pod-{pod_name}",
             backoff=backoff, watch_timeout_s=watch_timeout_s, connect_timeout_s=connect_timeout_s,
-            failure_level=logging.WARNING,
+            failure_level=logging.WARNING, min_healthy_s=min_healthy_s,
         )
 
     def start(self) -> None:
@@ -114,6 +116,24 @@ class MirrorPodWatcher:
     def wait_synced(self, timeout: float) -> bool:
         """Wait for the first successful list (the holder then reflects the server, even when ``None``)."""
         return self._watcher.wait_synced(timeout)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether ``latest()`` follows the server right now: listed, and a watch from that list is open (or
+        ended normally and is being resumed). False from the first failure, undecodable data or a stream that
+        ended at once until a watch is open again. A restart verdict of "not yet" from a view that is not
+        fresh says nothing about the scheduler: it must not decide a rollback on its own."""
+        return self._watcher.fresh
+
+    @property
+    def stale_since(self) -> float | None:
+        """Since when (``time.monotonic()``) the view has not been fresh; ``None`` while it is."""
+        return self._watcher.stale_since
+
+    @property
+    def watch_requests(self) -> int:
+        """How many watch requests were sent (benchmarks and tests)."""
+        return self._watcher.watch_requests
 
     def _ours(self, obj: Any) -> bool:
         return isinstance(obj, dict) and obj.get("metadata", {}).get("name") == self.pod_name
