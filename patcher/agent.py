@@ -16,10 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any, Literal, Protocol
 
-from patcher import engine, fsio, manifest, restart
+from patcher import engine, fsio, manifest, restart, signals
 from patcher.errors import ConfigError, PatcherError
 from patcher.health import Health, Metrics
 from patcher.kube.status import NodeState, NodeStatus
@@ -103,7 +102,7 @@ class Agent:
         self.events: queue.Queue[Event] = queue.Queue()
         self.store = self.files.store()
         self.state = State()
-        self.phase: NodeState | None = None
+        self._phase: NodeState | None = None
         self.waiting: Waiting | None = None
         self.message: str | None = None
         self.restarted_at_ns: int | None = None
@@ -111,6 +110,20 @@ class Agent:
         self._stopping = threading.Event()
         self._next_resync = 0.0
         self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
+
+    @property
+    def phase(self) -> NodeState | None:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: NodeState | None) -> None:
+        """The one place the node state changes: health (``/readyz``) and the state gauge follow it, so no
+        path (a resumed record, a rollback, the restore on exit) can set one without the other."""
+        self._phase = value
+        if value is not None:
+            self.health.set_state(value.value)  # also the metrics' one-hot gauge when attached
+            if self.health.metrics is not self.metrics:
+                self.metrics.set_state(value.value)
 
     # -- inputs ---------------------------------------------------------------------------------------------
 
@@ -125,12 +138,15 @@ class Agent:
         self.events.put("stop")
 
     def install_signal_handlers(self) -> None:
-        def handler(signum: int, frame: FrameType | None) -> None:
+        """Stop on SIGTERM/SIGINT, including one that came before this call (while the process started)."""
+        if signals.installed_at is None:
+            signals.install()
+
+        def on_signal(signum: int) -> None:
             log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
             self.request_stop()
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        signals.subscribe(on_signal)
 
     def start_watching(self) -> None:
         fs = self.files.fs
@@ -162,6 +178,11 @@ class Agent:
             self.state = State()
         for leftover in engine.remove_stale_temp_files(self.files):
             log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
+        if self._stopping.is_set():
+            # Stopped while starting: the manifest's state is known now (plan_restore reads it), so restore
+            # what carries our marker, and write nothing new.
+            log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
+            return self.shutdown()
         self._resume()
         self.reconcile("start")
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
@@ -434,8 +455,6 @@ class Agent:
     def _set_phase(self, phase: NodeState, message: str | None, reason: str | None = None) -> None:
         changed = phase != self.phase or message != self.message
         self.phase, self.message = phase, message
-        self.health.set_state(phase.value)
-        self.metrics.set_state(phase.value)
         self.state.phase = phase.value
         self.state.extra = {**self.state.extra, "message": message, "restarted_at_ns": self.restarted_at_ns}
         try:
@@ -509,7 +528,6 @@ class Agent:
                 self.phase = NodeState.RESTORED
                 self.message = None
                 self.restarted_at_ns = None
-                self.health.set_state(NodeState.RESTORED.value)
                 if self.reporter is not None:
                     self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
             except PatcherError as exc:

@@ -9,19 +9,21 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from typing import TYPE_CHECKING
 
-from kubernetes.client import ApiClient
-
-from patcher import engine, logs, manifest, yamltext
+from patcher import engine, logs, manifest, signals, yamltext
 from patcher.agent import Agent, AgentOptions
 from patcher.errors import PatcherError
 from patcher.health import Health, HealthServer, Metrics
-from patcher.kube.annotations import NodeReporter
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, server_version
-from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
-from patcher.rollout import RolloutLease
-from patcher.statuspub import StatusPublisher, StatusTarget
+
+if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
+    from kubernetes.client import ApiClient
+
+    from patcher.kube.annotations import NodeReporter
+    from patcher.kube.mirrorpod import MirrorPodWatcher
+    from patcher.rollout import RolloutLease
+    from patcher.statuspub import StatusPublisher
 
 log = logging.getLogger("patcher.runner")
 
@@ -53,6 +55,8 @@ class _VersionCache:
             threading.Thread(target=self._run, name="api-version", daemon=True).start()
 
     def _run(self) -> None:
+        from patcher.kube.client import server_version
+
         backoff = Backoff(2.0, 120.0)
         while not self._stop.is_set():
             assert self.api is not None
@@ -78,6 +82,8 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
         restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
     )
+    stopping = threading.Event()  # a stop signal while starting: cut the waits short, the agent restores
+    signals.subscribe(lambda signum: stopping.set())
     api = None
     agents: list[Agent] = []  # the watcher thread may call back before the agent exists
     reporter: NodeReporter | None = None
@@ -89,6 +95,12 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
             log.error("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                       "downward API (spec.nodeName), or pass --no-api for a run without a cluster")
             return 1
+        from patcher.kube.annotations import NodeReporter
+        from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client
+        from patcher.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+        from patcher.rollout import RolloutLease
+        from patcher.statuspub import StatusPublisher, StatusTarget
+
         try:
             api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
         except ApiConfigError as exc:
@@ -124,7 +136,11 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
         reporter.start()
     if pods:
         pods.start()
-        if not pods.wait_synced(10):  # a resumed wait must see the pod before it can judge the restart
+        synced = False  # a resumed wait must see the pod before it can judge the restart
+        for _ in range(100):  # up to 10 s, but a stop signal must not wait for it
+            if stopping.is_set() or (synced := pods.wait_synced(0.1)):
+                break
+        if not synced and not stopping.is_set():
             log.warning("the mirror pod watch has not synced yet (API unreachable?); continuing")
     if publisher:
         publisher.start()

@@ -29,6 +29,7 @@ from patcher.kube.annotations import NodeReporter
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ClientSettings, build_api_client
 from patcher.kube.mirrorpod import MirrorPodWatcher
+from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
@@ -121,6 +122,21 @@ class Running:
         return self.code
 
 
+def reconciles(agent: Running) -> float:
+    text = agent.metrics.render().decode()
+    return float(next(line.split()[1] for line in text.splitlines()
+                      if line.startswith("scheduler_patcher_reconciles_total ")))
+
+
+def settled(agent: Running) -> None:
+    """Make the agent reconcile twice more and wait for it: whatever it would still do, it has done by then."""
+    assert agent.agent is not None
+    for _ in range(2):
+        before = reconciles(agent)
+        agent.agent.notify("source")
+        assert wait_until(lambda: reconciles(agent) > before, 30)
+
+
 def test_first_patch_then_config_change_then_restore(node: Node) -> None:
     agent = Running(node)
     assert wait_until(lambda: node.state() == "Ready", 10), node.annotations()
@@ -150,10 +166,9 @@ def test_manifest_rewritten_by_someone_else_is_repatched_and_becomes_the_new_ori
     agent = Running(node)
     assert wait_until(lambda: node.state() == "Ready", 10)
     upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
-    t0 = time.monotonic()
     node.manifest.write_bytes(upgraded)  # kubeadm upgrade: a fresh manifest without our items
-    assert wait_until(lambda: b"--config=" in node.manifest.read_bytes(), 5)
-    assert time.monotonic() - t0 < 1.0
+    # Seen by the watch, not by the 5-minute resync (how fast: bench/agent_bench.py).
+    assert wait_until(lambda: b"--config=" in node.manifest.read_bytes(), 30)
     assert wait_until(lambda: node.state() == "Ready", 10)
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == upgraded
@@ -168,7 +183,10 @@ def test_api_down_for_30_seconds_does_not_stop_the_file_work(node: Node) -> None
     assert wait_until(lambda: b"weight: 7" in b"".join(
         p.read_bytes() for p in (node.root / "etc/kubernetes/scheduler-patcher").iterdir()), 5)
     assert b"--config=" in node.manifest.read_bytes()
-    time.sleep(30)
+    # The loop is not stuck behind the API: it keeps taking file events while the API stays down.
+    node.set_source(EXTENDERS.replace("weight: 1", "weight: 8"))
+    assert wait_until(lambda: b"weight: 8" in b"".join(
+        p.read_bytes() for p in (node.root / "etc/kubernetes/scheduler-patcher").iterdir()), 30)
     assert agent.thread.is_alive() and agent.health.alive()
     node.emu.come_up()
     assert wait_until(lambda: node.state() == "Ready" and node.annotations()["config-hash"] != before, 20)
@@ -192,7 +210,7 @@ def test_crash_looping_scheduler_is_rolled_back_to_the_last_ready_config(node: N
     assert wait_until(lambda: node.kubelet.restarts[-1].content_hash == good_digest, 5)
     assert not node.kubelet.restarts[-1].crashed  # the scheduler runs again
     writes = len(node.kubelet.restarts)
-    time.sleep(1.0)  # the same bad config is not tried again
+    settled(agent)  # the same bad config is not tried again
     assert len(node.kubelet.restarts) == writes and node.state() == "RolledBack"
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 3"))  # a new config is tried
     assert wait_until(lambda: node.state() == "Ready" and node.annotations()["config-hash"] != good, 10)
@@ -217,34 +235,30 @@ def test_timeout_without_restart_rolls_back(node: Node) -> None:
     assert agent.stop() == 0
 
 
-def _spawn(node: Node, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": NODE, "KUBECONFIG": str(node.kubeconfig)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "patcher", "run", "--host-root", str(node.root), "--source", str(node.src),
-         "--listen", "127.0.0.1:0", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _spawn(node: Node, *extra: str) -> Child:
+    return Child("run", "--host-root", str(node.root), "--source", str(node.src), "--listen", "127.0.0.1:0",
+                 *extra, env={"NODE_NAME": NODE, "KUBECONFIG": str(node.kubeconfig)})
 
 
 def test_sigterm_restores_byte_exactly_and_kill_9_restart_adopts(node: Node) -> None:
     proc = _spawn(node)
-    assert wait_until(lambda: node.state() == "Ready", 15)
+    assert wait_until(lambda: proc.get("/readyz") == 200, 60), proc.output
+    assert wait_until(lambda: node.state() == "Ready", 30)  # the annotation follows asynchronously
     patched = node.manifest.read_bytes()
     mtime = node.manifest.stat().st_mtime_ns
     restarts = len(node.kubelet.restarts)
     proc.kill()  # kill -9: no restore
-    proc.wait(5)
     assert node.manifest.read_bytes() == patched
 
     proc = _spawn(node)
-    time.sleep(2.0)
-    assert node.state() == "Ready"
+    # The readiness signal of the child itself: a restarted agent on a Ready node is Ready again (issue 9,
+    # defect 1: it used to answer 503 forever), and it got there without a write or a scheduler restart.
+    assert wait_until(lambda: proc.get("/readyz") == 200, 60), proc.output
+    assert wait_until(lambda: node.state() == "Ready", 30)
     assert node.manifest.stat().st_mtime_ns == mtime  # adopted: no second write
     assert len(node.kubelet.restarts) == restarts  # and no second scheduler restart
 
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
-    assert time.monotonic() - t0 < 10
+    assert proc.terminate() == 0, proc.output
     assert node.manifest.read_bytes() == KUBEADM
     assert node.state() == "Restored"
     assert not os.listdir(node.root / "etc/kubernetes/scheduler-patcher")
@@ -290,7 +304,7 @@ def test_a_fixed_typo_brings_the_node_back_to_ready_without_a_rollback(node: Nod
     assert "urlPrefix" in node.annotations()["message"]
     node.set_source(EXTENDERS)
     assert wait_until(lambda: node.state() == "Ready", 5), node.annotations()
-    time.sleep(1.0)
+    settled(agent)
     assert node.state() == "Ready" and node.manifest.read_bytes() == good
     assert agent.stop() == 0
 
@@ -322,9 +336,7 @@ def test_a_symlinked_manifest_is_watched_at_its_target(node: Node) -> None:
     assert wait_until(lambda: node.state() == "Ready", 10), node.annotations()
     assert node.manifest.is_symlink() and b"--config=" in target.read_bytes()
     upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
-    t0 = time.monotonic()
     target.write_bytes(upgraded)  # no event in the kubelet's folder: only the target's folder sees it
-    assert wait_until(lambda: b"--config=" in target.read_bytes(), 5)
-    assert time.monotonic() - t0 < 1.0
+    assert wait_until(lambda: b"--config=" in target.read_bytes(), 30)  # the watch, not the 5-minute resync
     assert agent.stop() == 0
     assert target.read_bytes() == upgraded and node.manifest.is_symlink()
