@@ -50,8 +50,12 @@ class Coordinator(Protocol):
     current_holder: str | None
 
     def acquire(self, source_hash: str = "") -> bool: ...
-    def renew_if_due(self) -> None: ...
     def release(self, *, bad_hash: str | None = None) -> None: ...
+    def settle(self, timeout: float) -> bool: ...
+    def wait_held(self, timeout: float) -> bool: ...
+    def close(self, timeout: float) -> None: ...
+
+    api_answered: bool | None
 
 
 @dataclass(frozen=True)
@@ -198,12 +202,12 @@ class Agent:
                 break
             if event in ("source", "manifest"):
                 self.reconcile(f"{event} changed")
+            elif event == "lease":
+                self.reconcile("rollout lease changed")
             elif time.monotonic() >= self._next_resync:
                 self.reconcile("resync")
             elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
                 self.reconcile("rollout lease retry")
-            if self.coordinator is not None and self.waiting is not None:
-                self.coordinator.renew_if_due()
             self.check_restart()
         return self.shutdown()
 
@@ -478,16 +482,20 @@ class Agent:
 
     def _turn_for_restore(self, started: float) -> None:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
-        scheduler at a time. Never past 40 % of the grace period: the restore itself must happen."""
+        scheduler at a time. The Lease actor answers within its deadline; when the API does not answer at
+        all (the control plane is down) the restore goes ahead at once, and never past 40 % of the grace
+        period: the restore itself must happen."""
         c = self.coordinator
         if c is None or c.held:
             return
-        deadline = started + 0.4 * self.opts.grace_period
-        while time.monotonic() < deadline:
-            if c.acquire():
-                return
-            time.sleep(0.5)
-        log.warning("restoring without the rollout lease (held by %s)", c.current_holder or "?",
+        c.acquire()
+        if c.settle(min(0.5, 0.4 * self.opts.grace_period)):
+            return
+        # Another node restores right now: wait for our turn, bounded.
+        if c.api_answered and c.wait_held(started + 0.4 * self.opts.grace_period - time.monotonic()):
+            return
+        log.warning("restoring without the rollout lease (%s)",
+                    f"held by {c.current_holder or '?'}" if c.api_answered else "the API server does not answer",
                     extra=self._log_extra)
 
     def _wait_restored(self, started: float) -> None:
@@ -535,6 +543,8 @@ class Agent:
                 log.error("restore on exit failed: %s", exc, extra=self._log_extra)
                 code = 1
         self._end_turn()
+        if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
+            self.coordinator.close(max(0.2, 0.5 * (self.opts.grace_period - (time.monotonic() - started))))
         if self.reporter is not None:
             left = self.opts.grace_period - (time.monotonic() - started)
             if not self.reporter.flush(max(0.5, left)):

@@ -113,7 +113,8 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
                                 on_update=lambda pod: agents[0].notify("pod") if agents else None)
         if args.rollout == "coordinated":
             coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
-                                       duration=int(args.rollout_lease_duration), prefix=files.prefix)
+                                       duration=int(args.rollout_lease_duration), prefix=files.prefix,
+                                       on_change=lambda: agents[0].notify("lease") if agents else None)
         if args.publish_status:
             publisher = StatusPublisher(api, StatusTarget(
                 namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name,

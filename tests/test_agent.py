@@ -28,6 +28,8 @@ from patcher.kube.annotations import NodeReporter
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ClientSettings, build_api_client
 from patcher.kube.mirrorpod import MirrorPodWatcher
+from patcher.rollout import RolloutLease
+from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
@@ -89,7 +91,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 class Running:
     """An agent in a thread, wired like ``runner.run`` but with fast retries."""
 
-    def __init__(self, node: Node, **overrides: object) -> None:
+    def __init__(self, node: Node, *, coordinated: bool = False, **overrides: object) -> None:
         files = engine.Options(source=node.src, host_root=node.root)
         opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
         self.api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
@@ -100,7 +102,11 @@ class Running:
         self.agent: Agent | None = None
         self.pods = MirrorPodWatcher(self.api, "kube-system", f"kube-scheduler-{NODE}", backoff=fast,
                                      on_update=lambda pod: self.agent.notify("pod") if self.agent else None)
-        self.agent = Agent(opts, reporter=self.reporter, pods=self.pods, health=self.health, metrics=self.metrics)
+        self.lease = RolloutLease(self.api, "scheduler-patcher", "scheduler-patcher-rollout", NODE, retry=0.2,
+                                  on_change=lambda: self.agent.notify("lease") if self.agent else None
+                                  ) if coordinated else None
+        self.agent = Agent(opts, reporter=self.reporter, pods=self.pods, health=self.health, metrics=self.metrics,
+                           coordinator=self.lease)
         self.reporter.start()
         self.pods.start()
         self.agent.start_watching()
@@ -339,3 +345,37 @@ def test_a_symlinked_manifest_is_watched_at_its_target(node: Node) -> None:
     assert wait_until(lambda: b"--config=" in target.read_bytes(), 30)  # the watch, not the 5-minute resync
     assert agent.stop() == 0
     assert target.read_bytes() == upgraded and node.manifest.is_symlink()
+
+
+def test_coordinated_rollout_takes_and_releases_the_lease(node: Node) -> None:
+    agent = Running(node, coordinated=True)
+    assert wait_until(lambda: node.state() == "Ready", 15), node.annotations()
+    lease = node.emu.get("leases", "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io")
+    assert wait_until(lambda: not (node.emu.get("leases", "scheduler-patcher-rollout", "scheduler-patcher",
+                                                "coordination.k8s.io") or {}).get("spec", {}).get("holderIdentity"))
+    assert lease is not None
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_period(node: Node) -> None:
+    """Issue 9, defect 3: the Lease calls ran on the loop, 20 s each against an API that never answers, and
+    the restore waited behind them. Now the Lease actor's calls have deadlines and the restore goes first."""
+    agent = Running(node, coordinated=True, grace_period=4.0)
+    assert wait_until(lambda: node.state() == "Ready", 15), node.annotations()
+    port = node.emu.port
+    node.emu.go_down("refuse")
+    hole = BlackHole(port)
+    try:
+        node.set_source(EXTENDERS.replace("weight: 1", "weight: 9"))  # wants a turn: the actor hangs on it
+        settled(agent)
+        assert agent.agent is not None
+        agent.agent.request_stop()
+        agent.thread.join(4.0 + 6.0)  # the grace period plus a margin for a loaded machine
+        assert not agent.thread.is_alive()
+        assert agent.code == 0
+        assert node.manifest.read_bytes() == KUBEADM
+    finally:
+        hole.close()
+        agent.pods.stop()
+        agent.reporter.close()
