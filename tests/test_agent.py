@@ -210,7 +210,8 @@ def test_crash_looping_scheduler_is_rolled_back_to_the_last_ready_config(node: N
     ann = node.annotations()
     assert "crash" in ann["message"] and "rolled back to the last Ready config" in ann["message"]
     assert node.manifest.read_bytes() == good_manifest
-    assert "PatchRolledBack" in [e["reason"] for e in node.emu.events()]
+    assert wait_until(lambda: "PatchRolledBack" in [e["reason"] for e in node.emu.events()], 10)  # after the
+    # annotations: the reporter sends events in a request of their own
     good_digest = hashlib.sha256(good_manifest).hexdigest()
     assert wait_until(lambda: node.kubelet.restarts[-1].content_hash == good_digest, 5)
     assert not node.kubelet.restarts[-1].crashed  # the scheduler runs again
