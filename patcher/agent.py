@@ -176,8 +176,9 @@ class Agent:
 
     # -- the loop -------------------------------------------------------------------------------------------
 
-    def run(self) -> int:
-        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code."""
+    def start(self) -> bool:
+        """Load the record, clean up after a killed writer, resume and reconcile once. False: a stop came
+        while starting, and only the restore must follow."""
         try:
             record = self.store.load()
         except PatcherError as exc:
@@ -191,12 +192,18 @@ class Agent:
             # Stopped while starting: the manifest's state is known now (plan_restore reads it), so restore
             # what carries our marker, and write nothing new.
             log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
-            return self.shutdown()
+            return False
         self._feed(lifecycle.Resumed(time.monotonic()))
         self.reconcile("start")
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
             self.reporter.publish(self._status(), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {self.phase.value}")
+        return True
+
+    def run(self) -> int:
+        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code."""
+        if not self.start():
+            return self.shutdown()
         while not self._stopping.is_set():
             self.health.beat()
             try:
