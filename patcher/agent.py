@@ -73,6 +73,7 @@ class AgentOptions:
     grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
     local_poll: float = 1.0
     lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
+    heartbeat: float = 15.0  # idle wake-up for /healthz (max age 60 s): a quarter of it, no more wake-ups
 
 
 class Agent:
@@ -102,6 +103,7 @@ class Agent:
         self._baseline = restart.Baseline()
         self._tracker: LocalRestartTracker | None = None
         self._pod_before: dict[str, Any] | None = None
+        self._prepared: tuple[State, engine.RestorePlan] | None = None  # the restore, planned while patched
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
         self._next_resync = 0.0
@@ -225,7 +227,7 @@ class Agent:
 
     def _timeout(self) -> float:
         now = time.monotonic()
-        wake = [self._next_resync - now, 5.0]  # 5 s: the liveness heartbeat
+        wake = [self._next_resync - now, self.opts.heartbeat]
         if self._lease_retry_at is not None:
             wake.append(self._lease_retry_at - now)
         w = self._node.wait
@@ -253,8 +255,21 @@ class Agent:
                 self._saved = self._node.record
             except PatcherError as exc:
                 log.error("cannot save the state record: %s", exc, extra=self._log_extra)
+            self._prepare_restore()
         if self._node.phase != before and self._node.phase is not None and self.on_phase is not None:
             self.on_phase(self._node.phase)
+
+    def _prepare_restore(self) -> None:
+        """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
+        the write remains (the write still compares the manifest with what this plan read)."""
+        record = self._node.record
+        if self.opts.restore_on_exit != "always" or not record.patched:
+            self._prepared = None
+            return
+        try:
+            self._prepared = (record, engine.plan_restore(self.files))
+        except PatcherError:
+            self._prepared = None  # planned again at exit, where the refusal is reported
 
     def _execute(self, action: lifecycle.Action) -> None:
         match action:
@@ -401,6 +416,7 @@ class Agent:
             self._baseline = restart.Baseline.of(self._pod_before, self._container())
         config_path = f"{self.files.host_config_dir}/{self._node.record.config_file}"
         self._tracker = LocalRestartTracker(config_path, w.written_ns) if self.opts.local_check else None
+        self.check_restart()  # it may be proven already (or, with no check at all, taken as live)
 
     def check_restart(self) -> None:
         w = self._node.wait
@@ -505,16 +521,21 @@ class Agent:
     def shutdown(self) -> int:
         started = time.monotonic()
         self._node, _ = lifecycle.step(self._node, lifecycle.Stop(), self.rules)
-        if self.watcher:
-            self.watcher.stop()
         code = 0
         if self.opts.restore_on_exit == "always":
             try:
-                plan = engine.plan_restore(self.files)
+                prepared = self._prepared
+                plan = prepared[1] if prepared is not None and prepared[0] == self._node.record else None
+                plan = plan or engine.plan_restore(self.files)
                 writes = any(c.kind == "manifest" for c in plan.changes)
                 if writes:
                     self._turn_for_restore(started)
-                for line in engine.restore(self.files, plan):
+                try:
+                    lines = engine.restore(self.files, plan)
+                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
+                    plan = engine.plan_restore(self.files)
+                    lines = engine.restore(self.files, plan)
+                for line in lines:
                     log.info("%s (stopping)", line, extra=self._log_extra)
                 if writes:
                     self._wait_restored(started)
@@ -529,6 +550,8 @@ class Agent:
                 self.metrics.error("restore")
                 log.error("restore on exit failed: %s", exc, extra=self._log_extra)
                 code = 1
+        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
+            self.watcher.stop()
         if self.coordinator is not None and self.coordinator.held:
             self.coordinator.release()
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
