@@ -81,7 +81,10 @@ class Agent:
                  health: Health | None = None, metrics: Metrics | None = None,
                  fallback_version: Callable[[], str | None] = lambda: None,
                  coordinator: Coordinator | None = None,
-                 on_phase: Callable[[NodeState], None] | None = None) -> None:
+                 on_phase: Callable[[NodeState], None] | None = None,
+                 coordinated: bool | None = None, api_pending: bool = False) -> None:
+        """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
+        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given)."""
         self.opts = opts
         self.files = opts.files
         self.reporter = reporter
@@ -93,7 +96,10 @@ class Agent:
         self.on_phase = on_phase  # e.g. republish the cluster verdict
         self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
                                        rollback_on_failure=opts.rollback_on_failure,
-                                       coordinated=coordinator is not None)
+                                       coordinated=coordinator is not None if coordinated is None else coordinated)
+        self._api_pending = api_pending
+        self._attached_event = threading.Event()
+        self._exit_code = 0
         self._lease_retry_at: float | None = None
         self.events: queue.Queue[Event] = queue.Queue()
         self.store = self.files.store()
@@ -139,7 +145,16 @@ class Agent:
     def notify(self, event: Event) -> None:
         self.events.put(event)
 
-    def request_stop(self) -> None:
+    def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None) -> None:
+        """Called from the thread that built the API adapters; the loop picks them up on the next event."""
+        self.reporter, self.pods, self.coordinator = reporter, pods, coordinator
+        self.fallback_version, self.on_phase = fallback_version, on_phase
+        self._attached_event.set()
+        self.notify("attached")
+
+    def request_stop(self, code: int = 0) -> None:
+        self._exit_code = self._exit_code or code
         if self._stopping.is_set():
             log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
             return
@@ -218,12 +233,24 @@ class Agent:
                 self.reconcile(f"{event} changed")
             elif event == "lease":
                 self._turn_changed()
+            elif event == "attached":
+                self._attached()
             elif time.monotonic() >= self._next_resync:
                 self.reconcile("resync")
             elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
                 self.reconcile("rollout lease retry")
             self.check_restart()
         return self.shutdown()
+
+    def _attached(self) -> None:
+        self._api_pending = False
+        log.info("API connected", extra=self._log_extra)
+        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
+            self.reporter.publish(self._status(), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
+        if self._node.turn == "asked":  # asked while the Lease was not there yet
+            self._take_turn("")
+        self.reconcile("API connected")  # a pending write asks for its turn again, with its source
 
     def _timeout(self) -> float:
         now = time.monotonic()
@@ -380,7 +407,7 @@ class Agent:
         """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event."""
         c = self.coordinator
         if c is None:
-            return
+            return  # not attached yet: asked again once it is
         if c.acquire(source_hash):
             self._turn_changed()
             return
@@ -420,8 +447,8 @@ class Agent:
 
     def check_restart(self) -> None:
         w = self._node.wait
-        if w is None:
-            return
+        if w is None or (self.pods is None and self._api_pending):
+            return  # the mirror pod will tell, once the API adapters are attached
         verdicts: list[tuple[restart.Verdict, str]] = []
         if self.pods is not None:
             decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
@@ -521,7 +548,7 @@ class Agent:
     def shutdown(self) -> int:
         started = time.monotonic()
         self._node, _ = lifecycle.step(self._node, lifecycle.Stop(), self.rules)
-        code = 0
+        code = self._exit_code
         if self.opts.restore_on_exit == "always":
             try:
                 prepared = self._prepared
@@ -544,8 +571,6 @@ class Agent:
                 if record.bad_hashes:
                     self.store.save(record)
                 self.node = Node(record=replace(record, phase=NodeState.RESTORED.value), stopping=True)
-                if self.reporter is not None:
-                    self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
             except PatcherError as exc:
                 self.metrics.error("restore")
                 log.error("restore on exit failed: %s", exc, extra=self._log_extra)
@@ -556,6 +581,11 @@ class Agent:
             self.coordinator.release()
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
             self.coordinator.close(max(0.2, 0.5 * (self.opts.grace_period - (time.monotonic() - started))))
+        if self._api_pending and self.reporter is None:  # stopped while the API side was still being built:
+            # the manifest is restored already; give the report a share of what is left of the grace period
+            self._attached_event.wait(max(0.0, 0.5 * (self.opts.grace_period - (time.monotonic() - started))))
+        if self.reporter is not None and self.phase == NodeState.RESTORED:
+            self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
         if self.reporter is not None:
             left = self.opts.grace_period - (time.monotonic() - started)
             if not self.reporter.flush(max(0.5, left)):

@@ -266,7 +266,7 @@ def test_sigterm_restores_byte_exactly_and_kill_9_restart_adopts(node: Node) -> 
 
     assert proc.terminate() == 0, proc.output
     assert node.manifest.read_bytes() == KUBEADM
-    assert node.state() == "Restored"
+    assert node.state() == "Restored", proc.output
     assert not os.listdir(node.root / "etc/kubernetes/scheduler-patcher")
 
 
