@@ -30,7 +30,9 @@ from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 
 log = logging.getLogger("patcher.agent")
 
-Event = str  # "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "stop"
+# "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the Lease actor's
+# snapshot changed), "attached" (the API adapters are there), "stop"
+Event = str
 
 
 class Reporter(Protocol):
@@ -44,19 +46,19 @@ class PodSource(Protocol):
 
 
 class Coordinator(Protocol):
-    """One manifest change at a time across the control plane (see ``patcher.rollout``)."""
+    """One manifest change at a time across the control plane (see ``patcher.rollout``): an actor whose
+    methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
 
     held: bool
     refused_bad: bool
     current_holder: str | None
+    api_answered: bool | None  # did its last round trip get an answer (None: none finished yet)
 
     def acquire(self, source_hash: str = "") -> bool: ...
     def release(self, *, bad_hash: str | None = None) -> None: ...
     def settle(self, timeout: float) -> bool: ...
     def wait_held(self, timeout: float) -> bool: ...
     def close(self, timeout: float) -> None: ...
-
-    api_answered: bool | None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Agent:
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
         self._next_resync = 0.0
+        self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
 
     # -- the one state value --------------------------------------------------------------------------------
@@ -229,18 +232,27 @@ class Agent:
                 event = None
             if event == "stop" or self._stopping.is_set():
                 break
-            if event in ("source", "manifest"):
-                self.reconcile(f"{event} changed")
-            elif event == "lease":
-                self._turn_changed()
-            elif event == "attached":
-                self._attached()
-            elif time.monotonic() >= self._next_resync:
-                self.reconcile("resync")
-            elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
-                self.reconcile("rollout lease retry")
-            self.check_restart()
+            try:
+                self._handle(event)
+            except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
+                self.metrics.error("internal")
+                log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
+                          extra=self._log_extra)
+                log.debug("internal error", exc_info=True)
         return self.shutdown()
+
+    def _handle(self, event: Event | None) -> None:
+        if event in ("source", "manifest"):
+            self.reconcile(f"{event} changed")
+        elif event == "lease":
+            self._turn_changed()
+        elif event == "attached":
+            self._attached()
+        elif time.monotonic() >= self._next_resync:
+            self.reconcile("resync")
+        elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
+            self.reconcile("rollout lease retry")
+        self.check_restart()
 
     def _attached(self) -> None:
         self._api_pending = False
@@ -398,7 +410,7 @@ class Agent:
         for note in plan.notes:
             log.info("%s", note, extra=self._log_extra)
         for line in lines:
-            log.info("%s (%s)", line, getattr(self, "_why", "reconcile"),
+            log.info("%s (%s)", line, self._why,
                      extra={**self._log_extra, "hash": plan.config.short_hash})
         record = replace(record, source_hash=plan.source_hash)
         self._feed(lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None))
