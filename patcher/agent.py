@@ -548,7 +548,7 @@ class Agent:
             return
         local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
         written = fsio.mtime_ns(local) or 0
-        deadline = started + 0.7 * self.opts.grace_period
+        deadline = min(started + 0.7 * self.opts.grace_period, self._budget_end(started) - 2.0)
         while time.monotonic() < deadline:
             if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
                                       manifest_mtime_ns=written, container_name=self._container()):
@@ -556,6 +556,11 @@ class Agent:
             time.sleep(0.1)
         log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
                     extra=self._log_extra)
+
+    def _budget_end(self, started: float) -> float:
+        """When the shutdown's own work must be done: the grace period less a reserve for the teardown of
+        the API adapters (bounded at 2 s by the runner) and the process exit."""
+        return started + self.opts.grace_period - min(3.0, 0.15 * self.opts.grace_period)
 
     def shutdown(self) -> int:
         started = time.monotonic()
@@ -591,15 +596,14 @@ class Agent:
             self.watcher.stop()
         if self.coordinator is not None and self.coordinator.held:
             self.coordinator.release()
+        end = self._budget_end(started)
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.2, 0.5 * (self.opts.grace_period - (time.monotonic() - started))))
+            self.coordinator.close(max(0.2, 0.5 * (end - time.monotonic())))
         if self._api_pending and self.reporter is None:  # stopped while the API side was still being built:
             # the manifest is restored already; give the report a share of what is left of the grace period
-            self._attached_event.wait(max(0.0, 0.5 * (self.opts.grace_period - (time.monotonic() - started))))
+            self._attached_event.wait(max(0.0, 0.5 * (end - time.monotonic())))
         if self.reporter is not None and self.phase == NodeState.RESTORED:
             self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
-        if self.reporter is not None:
-            left = self.opts.grace_period - (time.monotonic() - started)
-            if not self.reporter.flush(max(0.5, left)):
-                log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
+        if self.reporter is not None and not self.reporter.flush(max(0.2, end - time.monotonic())):
+            log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
         return code

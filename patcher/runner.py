@@ -184,7 +184,9 @@ def run(files: engine.Options, args: argparse.Namespace) -> int:
     try:
         return agent.run()
     finally:
-        if connection:
-            connection.close()
+        if connection:  # bounded: with the API black-holed a close can hang, and the process must still exit
+            closer = threading.Thread(target=connection.close, name="api-close", daemon=True)
+            closer.start()
+            closer.join(2.0)
         if server:
             server.stop()
