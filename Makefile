@@ -65,3 +65,12 @@ image:
 ## Whole-lifecycle simulation: three nodes, real agent processes, API emulator, simulated kubelets (prints a timeline).
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q -s tests/e2e
+
+.PHONY: test-stress
+## The suite 10 times in a row with a CPU-bound process beside it (issue 9: a test that fails under load is a bug).
+test-stress: $(STAMP)
+	@$(BIN)/python -c 'while True: pass' & hog=$$!; trap "kill $$hog" EXIT; \
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+	  echo "== run $$i/10, with a CPU hog (pid $$hog)"; \
+	  $(BIN)/python -m pytest -q -x -p no:randomly || exit 1; \
+	done

@@ -3,7 +3,11 @@
 * config change -> manifest rewritten: an in-process agent, the source folder changed N times;
 * mirror-pod update -> /readyz 200: the agent against the local API emulator, the mirror pod updated by hand;
 * SIGTERM -> manifest restored: a real ``scheduler-patcher run`` process;
-* idle CPU over 60 s and RSS of a real ``run --no-api`` process (psutil).
+* exec -> signal-safe (SIGTERM caught, seen in /proc/<pid>/status) and exec -> manifest patched, for
+  ``run --no-api`` and ``run --rollout=independent`` against the emulator;
+* SIGTERM with the API black-holed (accepts, never answers) in coordinated mode: restore and exit times;
+* idle CPU over 120 s, threads, wake-ups per minute (context switches, per thread) and RSS of a real
+  ``run --no-api`` process (psutil).
 """
 
 from __future__ import annotations
@@ -173,6 +177,92 @@ def bench_sigterm(n: int) -> None:
     summary("SIGTERM -> manifest restored (real process)", out)
 
 
+def catches_sigterm(pid: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in text.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught & (1 << (signal.SIGTERM - 1)))
+
+
+def switches(pid: int) -> dict[str, int]:
+    """Context switches per thread (voluntary + not): each wake-up of a sleeping thread is one or more."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue
+        out[tid] = sum(int(line.split()[1]) for line in text.splitlines() if "ctxt_switches" in line)
+    return out
+
+
+def run_args(root: Path, src: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "patcher", "run", "--host-root", str(root), "--source", str(src),
+            "--listen", "127.0.0.1:0", *extra]
+
+
+def bench_start(n: int) -> None:
+    for label, api in (("run --no-api", False), ("run --rollout=independent (API emulator)", True)):
+        safe, patched = [], []
+        for _ in range(n):
+            with tempfile.TemporaryDirectory() as t, KubeEmulator() as emu:
+                root, src = node_tree(Path(t))
+                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                extra = ["--no-api"]
+                if api:
+                    emu.add_node("cp-1")
+                    env.update(NODE_NAME="cp-1", KUBECONFIG=str(emu.write_kubeconfig(Path(t) / "kc")))
+                    extra = ["--rollout", "independent"]
+                t0 = time.perf_counter()
+                proc = subprocess.Popen(run_args(root, src, *extra), env=env, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+                wait(lambda p=proc: catches_sigterm(p.pid), 20, step=0.0002)  # type: ignore[misc]
+                safe.append((time.perf_counter() - t0) * 1000)
+                wait(lambda r=root: b"--config=" in (r / MANIFEST).read_bytes(), 20, step=0.0005)  # type: ignore[misc]
+                patched.append((time.perf_counter() - t0) * 1000)
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+        summary(f"exec -> signal-safe ({label})", safe)
+        summary(f"exec -> manifest patched ({label})", patched)
+
+
+def bench_black_hole(n: int) -> None:
+    """Coordinated mode, Ready, then the API black-holed: SIGTERM -> restored, and -> exit (grace 25 s)."""
+    from tests.blackhole import BlackHole
+
+    if n <= 0:
+        return
+    restored, exited = [], []
+    for _ in range(n):
+        with tempfile.TemporaryDirectory() as t, KubeEmulator() as emu:
+            root, src = node_tree(Path(t))
+            emu.add_node("cp-1")
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1",
+                   "KUBECONFIG": str(emu.write_kubeconfig(Path(t) / "kc"))}
+            proc = subprocess.Popen(run_args(root, src, "--grace-period", "25s"), env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            manifest = root / MANIFEST
+            wait(lambda m=manifest: b"--config=" in m.read_bytes(), 30)  # type: ignore[misc]
+            original = KUBEADM.read_bytes()
+            port = emu.port
+            emu.go_down("refuse")
+            hole = BlackHole(port)
+            try:
+                time.sleep(0.5)
+                t0 = time.perf_counter()
+                proc.send_signal(signal.SIGTERM)
+                wait(lambda m=manifest, o=original: m.read_bytes() == o, 30, step=0.0005)  # type: ignore[misc]
+                restored.append((time.perf_counter() - t0) * 1000)
+                proc.wait(60)
+                exited.append((time.perf_counter() - t0) * 1000)
+            finally:
+                hole.close()
+    summary("SIGTERM -> restored, API black-holed (coordinated)", restored)
+    summary("SIGTERM -> exit, API black-holed (grace 25 s)", exited)
+
+
 def bench_idle(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as t:
         root, src = node_tree(Path(t))
@@ -180,16 +270,20 @@ def bench_idle(seconds: float) -> None:
         wait(lambda: b"--config=" in (root / MANIFEST).read_bytes(), 20)
         time.sleep(2)
         p = psutil.Process(proc.pid)
-        c0 = p.cpu_times()
+        c0, s0 = p.cpu_times(), switches(proc.pid)
         t0 = time.monotonic()
         time.sleep(seconds)
-        c1 = p.cpu_times()
+        c1, s1 = p.cpu_times(), switches(proc.pid)
         rss = p.memory_info().rss
         elapsed = time.monotonic() - t0
+        names = {str(th.id): th for th in p.threads()}
         cpu = (c1.user + c1.system - c0.user - c0.system) / elapsed * 100
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
-    print(f"{'idle agent (run --no-api)':<52} over {elapsed:.0f}s: CPU {cpu:.3f}%   RSS {rss / 2**20:.1f} MiB")
+    per_thread = sorted(((s1[k] - s0.get(k, 0)) * 60 / elapsed for k in s1), reverse=True)
+    print(f"{'idle agent (run --no-api)':<52} over {elapsed:.0f}s: CPU {cpu:.3f}%   RSS {rss / 2**20:.1f} MiB   "
+          f"threads {len(names)}   wake-ups/min {sum(per_thread):.0f} "
+          f"(per thread: {', '.join(f'{w:.0f}' for w in per_thread)})")
 
 
 def main() -> None:
@@ -197,11 +291,15 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=100)
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--sigterms", type=int, default=5)
-    ap.add_argument("--idle-seconds", type=float, default=60)
+    ap.add_argument("--idle-seconds", type=float, default=120)
+    ap.add_argument("--starts", type=int, default=10)
+    ap.add_argument("--black-holes", type=int, default=3)
     args = ap.parse_args()
     bench_change_to_write(args.changes)
     bench_pod_to_readyz(args.pods)
     bench_sigterm(args.sigterms)
+    bench_start(args.starts)
+    bench_black_hole(args.black_holes)
     bench_idle(args.idle_seconds)
 
 

@@ -1,3 +1,3 @@
-from patcher.cli import main
+from patcher.entry import main
 
 raise SystemExit(main())

@@ -14,14 +14,14 @@ import os
 import posixpath
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from patcher import fsio, manifest, schedconfig, timefmt, yamltext
 from patcher.errors import ConfigError, ManifestError, PatcherError
 from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
-from patcher.state import ORIGINAL_FILE, State, StateStore
+from patcher.state import ORIGINAL_FILE, LastGood, State, StateStore
 
 
 class KnownBadConfig(ConfigError):
@@ -301,20 +301,17 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
                     created.append(change)
                 lines.append(f"wrote {change.node_path}")
         mchange = plan.manifest_change()
-        new_state = State(**{**state.__dict__})
-        if config.config_hash != state.config_hash and state.files:
-            new_state.previous_files = [f for f in state.files if f not in config.files]
-        new_state.manifest = plan.manifest_path
-        new_state.config_hash = config.config_hash
-        new_state.config_file = config.main
-        new_state.files = sorted(config.files)
-        new_state.written = sorted(set(state.written) | set(config.files))
+        new_state = replace(
+            state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
+            api_version=config.api_version, files=tuple(sorted(config.files)),
+            written=tuple(sorted(set(state.written) | set(config.files))),
+            previous_files=(tuple(f for f in state.files if f not in config.files)
+                            if config.config_hash != state.config_hash and state.files else state.previous_files))
         if mchange is not None and mchange.new is not None:
-            new_state.original_sha256 = sha256(plan.unpatched)
             # The record is complete before the manifest is written (its mtime is set, not waited for): a
             # crash right after the write finds it, and one save is enough.
-            new_state.patched_sha256 = sha256(mchange.new)
-            new_state.manifest_mtime_ns = time.time_ns()
+            new_state = replace(new_state, original_sha256=sha256(plan.unpatched), patched_sha256=sha256(mchange.new),
+                                manifest_mtime_ns=time.time_ns())
             with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
                 if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
                     store.save_original(plan.unpatched)
@@ -323,8 +320,8 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
                               mtime_ns=new_state.manifest_mtime_ns)
             lines.append(f"wrote {mchange.node_path}")
         else:
-            new_state.patched_sha256 = sha256(plan.current)
-            new_state.manifest_mtime_ns = fsio.mtime_ns(plan.manifest_local) or 0
+            new_state = replace(new_state, patched_sha256=sha256(plan.current),
+                                manifest_mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0)
     except PatcherError:
         for change in created:
             with contextlib.suppress(PatcherError):
@@ -334,7 +331,8 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     step = "removing config files no longer needed"
     saved = (new_state.written, new_state.previous_files) if mchange is not None else None
     try:
-        lines.extend(_prune_locked(opts, new_state, keep_previous=True))
+        pruned, new_state = _prune_locked(opts, new_state, keep_previous=True)
+        lines.extend(pruned)
         step = "saving the state record"
         if (new_state.written, new_state.previous_files) != saved:
             store.save(new_state)
@@ -344,30 +342,28 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     return lines, new_state
 
 
-def prune(opts: Options, state: State, keep_previous: bool = True) -> list[str]:
+def prune(opts: Options, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
     """Remove host config files we wrote and no longer need; files we did not write are never touched."""
     with opts.lock():
         return _prune_locked(opts, state, keep_previous)
 
 
-def _prune_locked(opts: Options, state: State, keep_previous: bool) -> list[str]:
+def _prune_locked(opts: Options, state: State, keep_previous: bool) -> tuple[list[str], State]:
     keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
-    keep |= set(state.last_good.get("files", []))
+    keep |= set(state.last_good.files if state.last_good else ())
     lines = []
     for name in sorted(set(state.written) - keep):
         if OUR_FILES.match(name):
             node = posixpath.join(opts.host_config_dir, name)
             if fsio.remove(opts.fs.local(node)):
                 lines.append(f"removed {node}")
-    state.written = sorted(keep & set(state.written))
-    if not keep_previous:
-        state.previous_files = []
-    return lines
+    return lines, replace(state, written=tuple(sorted(keep & set(state.written))),
+                          previous_files=state.previous_files if keep_previous else ())
 
 
-def saved_config(opts: Options, record: dict[str, Any]) -> RenderedConfig | None:
+def saved_config(opts: Options, record: LastGood) -> RenderedConfig | None:
     """The config a state record names (e.g. the last one that was Ready), read back from the host folder."""
-    main, files = record.get("config_file"), record.get("files") or []
+    main, files = record.config_file, record.files
     if not main or main not in files:
         return None
     contents: dict[str, bytes] = {}
@@ -380,10 +376,10 @@ def saved_config(opts: Options, record: dict[str, Any]) -> RenderedConfig | None
             return None
         contents[name] = data
     digest = sha256(contents[main])
-    if digest != record.get("config_hash"):
+    if digest != record.config_hash:
         return None  # changed on disk since: not the config that was Ready
     return RenderedConfig(files=contents, main=main, config_hash=digest, form="last-good",
-                          api_version=str(record.get("api_version", "")))
+                          api_version=record.api_version)
 
 
 @dataclass

@@ -50,6 +50,7 @@ from patcher.health import Health, HealthServer, add_process_info
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
 from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client
+from patcher.kube.lease import Lease, Outcome
 from patcher.kube.listwatch import ListWatcher, dig
 from patcher.readiness import (
     Obj,
@@ -148,12 +149,6 @@ class GateMetrics:
 # --- leader election ----------------------------------------------------------------------------------
 
 
-def _micro_time(wall: float) -> str:
-    """``metav1.MicroTime`` text for a wall-clock time."""
-    secs = int(wall)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{int((wall - secs) * 1e6):06d}Z"
-
-
 class LeaderElector:
     """Hold a ``coordination.k8s.io/v1`` Lease while alive; ``is_leader()`` says whether to act.
 
@@ -181,7 +176,7 @@ class LeaderElector:
     ) -> None:
         if not 0 < retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
-        self._coord = k8s.CoordinationV1Api(api)
+        self._lease = Lease(api, namespace, name, identity, lease_duration, clock=clock, wall=wall)
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -194,8 +189,6 @@ class LeaderElector:
         self._lock = threading.Lock()
         self._leader = False
         self._renewed = -math.inf
-        self._observed: tuple[Any, ...] | None = None
-        self._observed_at = 0.0
         self.holder: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,70 +233,15 @@ class LeaderElector:
             if self._on_change is not None:
                 self._on_change(value)
 
-    def _spec(self, previous: Obj) -> Obj:
-        now = _micro_time(self._wall())
-        mine = previous.get("holderIdentity") == self.identity
-        return {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, math.ceil(self.lease_duration)),
-            "acquireTime": previous.get("acquireTime") if mine and previous.get("acquireTime") else now,
-            "renewTime": now,
-            "leaseTransitions": int(previous.get("leaseTransitions") or 0)
-            + (1 if previous.get("holderIdentity") and not mine else 0),
-        }
-
     def _try_acquire_or_renew(self) -> str:
         """``held`` (we hold it now), ``other`` (someone else validly does) or ``error``."""
-        where = f"{self.namespace}/{self.name}"
-        try:
-            try:
-                lease: Obj = api_json(f"read Lease {where}", self._coord.read_namespaced_lease, self.name,
-                                      self.namespace)
-            except ReadinessError as exc:
-                if exc.status != 404:
-                    raise
-                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec({})}
-                api_json(f"create Lease {where}", self._coord.create_namespaced_lease, self.namespace,
-                         k8s.V1Lease.model_validate(body))
-                self.holder = self.identity
-                return "held"
-            spec = lease.get("spec") or {}
-            holder = spec.get("holderIdentity") or None
-            record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
-            now = self._clock()
-            if record != self._observed:
-                self._observed, self._observed_at = record, now
-            duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-            self.holder = holder
-            if holder and holder != self.identity and now < self._observed_at + duration:
-                return "other"
-            lease["spec"] = self._spec(spec)
-            api_json(f"update Lease {where}", self._coord.replace_namespaced_lease, self.name, self.namespace,
-                     k8s.V1Lease.model_validate(lease))
-            if holder != self.identity:
-                log.info("gatekeeper lease %s taken over from %s", where, holder or "nobody")
-            self.holder = self.identity
-            return "held"
-        except ReadinessError as exc:
-            # 409: another replica wrote first (we learn who on the next read); else the API is unreachable.
-            log.log(logging.DEBUG if exc.status == 409 else logging.INFO, "gatekeeper lease: %s", exc)
-            return "error"
+        outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
+        self.holder = self._lease.holder
+        return {Outcome.HELD: "held", Outcome.OTHER: "other"}.get(outcome, "error")
 
     def _release(self) -> None:
-        where = f"{self.namespace}/{self.name}"
-        try:
-            lease: Obj = api_json(f"read Lease {where}", self._coord.read_namespaced_lease, self.name, self.namespace)
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != self.identity:
-                return
-            lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
-                             "renewTime": _micro_time(self._wall())}
-            api_json(f"release Lease {where}", self._coord.replace_namespaced_lease, self.name, self.namespace,
-                     k8s.V1Lease.model_validate(lease))
-            log.info("gatekeeper lease %s released by %s", where, self.identity)
-        except ReadinessError as exc:
-            log.info("cannot release the gatekeeper lease (it expires by itself): %s", exc)
+        if self._lease.release(deadline=self._clock() + self.renew_deadline):
+            log.info("gatekeeper lease %s/%s released by %s", self.namespace, self.name, self.identity)
 
 
 # --- the gatekeeper -----------------------------------------------------------------------------------

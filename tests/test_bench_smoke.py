@@ -24,8 +24,9 @@ def test_engine_bench_runs() -> None:
 
 
 def test_agent_bench_runs() -> None:
-    out = run("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1")
-    for what in ("manifest rewritten", "/readyz 200", "SIGTERM -> manifest restored", "RSS"):
+    out = run("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1",
+              "--starts", "1", "--black-holes", "0")
+    for what in ("manifest rewritten", "/readyz 200", "SIGTERM -> manifest restored", "RSS", "signal-safe"):
         assert what in out
 
 

@@ -1,0 +1,79 @@
+"""SIGTERM/SIGINT caught from the first milliseconds of the process, before anything heavy is imported.
+
+The kubelet may send SIGTERM while the agent is still starting (a pod deleted right after a restart): with the
+default handler the process would die mid-start, possibly with the manifest patched and nobody to undo it.
+So the entry point installs these handlers before it imports the rest of the package; a signal that comes
+early is remembered and handed to whoever subscribes later (the agent, once it knows the manifest's state).
+Standard library only, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_lock = threading.Lock()
+_received: list[int] = []
+_listeners: list[Callable[[int], None]] = []
+installed_at: float | None = None  # time.monotonic() when the handlers went in (for the start-up bench)
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    with _lock:
+        _received.append(signum)
+        listeners = list(_listeners)
+    for listener in listeners:
+        listener(signum)
+
+
+def install() -> None:
+    """Catch SIGTERM and SIGINT from now on (main thread only, like ``signal.signal``)."""
+    global installed_at
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _handler)
+    if installed_at is None:
+        installed_at = time.monotonic()
+
+
+def install_for(argv: Sequence[str]) -> bool:
+    """Install for the long-running ``run`` command only: a one-shot ``apply`` keeps the default (die at once).
+
+    The command is the first word that is not a flag, the same rule ``cli.main`` uses to pick it."""
+    command = next((w for w in argv if not w.startswith("-")), None)
+    if command != "run":
+        return False
+    install()
+    return True
+
+
+def subscribe(listener: Callable[[int], None]) -> None:
+    """Call ``listener(signum)`` for every stop signal; at once for one that already came before this call."""
+    with _lock:
+        _listeners.append(listener)
+        early = _received[0] if _received else None
+    if early is not None:
+        listener(early)
+
+
+def unsubscribe(listener: Callable[[int], None]) -> None:
+    with _lock:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+
+def received() -> int | None:
+    """The first stop signal received so far, if any."""
+    with _lock:
+        return _received[0] if _received else None
+
+
+def reset() -> None:
+    """Forget received signals and listeners (tests that run several agents in one process)."""
+    with _lock:
+        _received.clear()
+        _listeners.clear()

@@ -1,0 +1,108 @@
+"""Process-level faults: stop signals at any moment of the start-up, SIGKILL of writers at random moments.
+
+Real ``scheduler-patcher`` processes on a tmp_path node. The tests wait for what the child process shows (its
+signal disposition in /proc, its log lines), never for a fixed delay.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from patcher import engine
+from tests.childproc import ROOT, Child
+from tests.conftest import FIXTURES, write_configmap
+from tests.kubeemu import KubeEmulator, wait_until
+from tests.kubeletsim import SimKubelet
+
+NODE = "cp-1"
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
+EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler installed for ``sig`` (SigCgt in /proc/<pid>/status)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in text.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught & (1 << (sig - 1)))
+
+
+def patched_node(tmp_path: Path) -> tuple[Path, Path]:
+    """A node whose manifest an earlier agent patched (and then died without restoring)."""
+    root = tmp_path / "node"
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (root / MANIFEST).write_bytes(KUBEADM)
+    src = tmp_path / "src"
+    src.mkdir()
+    write_configmap(src, {"extenders.yaml": EXTENDERS})
+    opts = engine.Options(source=src, host_root=root)
+    engine.apply(opts, engine.plan_apply(opts))
+    assert b"--config=" in (root / MANIFEST).read_bytes()
+    return root, src
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize("delay", [0.0, 0.4, 1.5, 3.0])
+def test_sigterm_at_any_moment_of_the_start_restores_what_an_earlier_agent_patched(
+        tmp_path: Path, delay: float) -> None:
+    root, src = patched_node(tmp_path)
+    with KubeEmulator() as emu:
+        emu.add_node(NODE)
+        kubelet = SimKubelet(emu, NODE, root).start()
+        try:
+            child = Child("run", "--host-root", str(root), "--source", str(src), "--listen", "127.0.0.1:0",
+                          env={"NODE_NAME": NODE, "KUBECONFIG": str(emu.write_kubeconfig(tmp_path / "kc"))})
+            # From the moment the handler is in, any signal must be honoured: wait for that moment, then let
+            # the start-up go on for ``delay`` (imports, API client, mirror-pod sync, first reconcile...).
+            assert wait_until(lambda: catches(child.proc.pid, signal.SIGTERM) or child.proc.poll() is not None,
+                              60, interval=0.001)
+            time.sleep(delay)  # where in the start-up the signal lands; every outcome must pass the asserts
+            assert child.terminate() == 0, child.output
+        finally:
+            kubelet.stop()
+    assert (root / MANIFEST).read_bytes() == KUBEADM, child.output
+    assert kubelet.stray_files == []
+    assert not [p for p in os.listdir(root / "etc/kubernetes/manifests") if p != "kube-scheduler.yaml"]
+
+
+ENTRY_PROBE = """
+import signal, sys, types
+stub = types.ModuleType("patcher.cli")  # stands in for the heavy command line: report what is loaded by then
+def main():
+    from patcher import signals
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("kubernetes", "ruamel", "urllib3", "yaml")
+                   or m in ("patcher.engine", "patcher.runner"))
+    print(signal.getsignal(signal.SIGTERM) is signals._handler, heavy)
+    return 0
+stub.main = main
+sys.modules["patcher.cli"] = stub
+sys.argv = ["scheduler-patcher", *sys.argv[1:]]
+from patcher import entry
+raise SystemExit(entry.main())
+"""
+
+
+def _probe(*argv: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", ENTRY_PROBE, *argv], env=env, capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()
+
+
+def test_the_entry_point_catches_stop_signals_before_any_heavy_import() -> None:
+    """exec -> signal-safe must not wait for ruamel, the engine or the Kubernetes client (~0.4-2 s)."""
+    assert _probe("run", "--no-api") == "True []"
+
+
+def test_a_one_shot_command_keeps_the_default_signal_disposition() -> None:
+    """``apply`` killed by SIGTERM dies at once (its writes are atomic); only the agent restores on exit."""
+    assert _probe("apply", "--source", "run") == "False []"

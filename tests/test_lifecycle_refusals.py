@@ -1,0 +1,50 @@
+"""Issue 13 item 2, agent side: whatever a ConfigMap typo makes the parser or renderer raise, the agent
+refuses it in one line with state Failed, changes nothing on disk, and keeps running (a fix brings it back)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from patcher import engine
+from patcher.agent import Agent, AgentOptions
+from patcher.kube.status import NodeState
+from tests.conftest import FIXTURES, write_configmap
+
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
+GOOD = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
+TYPOS = {
+    "unclosed IPv6 bracket": GOOD.replace("http://127.0.0.1:8889", "http://[::1"),
+    "4301-digit integer": GOOD.replace("weight: 1", "weight: " + "9" * 4301),
+    "400 levels of nesting": "extenders: " + "[" * 400 + "]" * 400 + "\n",
+    "!!set key": "extenders:\n- ? !!set {a: null}\n  : 1\n",
+}
+
+
+@pytest.mark.parametrize("typo", sorted(TYPOS))
+def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
+        tmp_path: Path, typo: str, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "node"
+    (root / "etc/kubernetes/manifests").mkdir(parents=True)
+    (root / MANIFEST).write_bytes(KUBEADM)
+    src = tmp_path / "src"
+    src.mkdir()
+    write_configmap(src, {"extenders.yaml": TYPOS[typo]})
+    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root)))
+    with caplog.at_level(logging.INFO, logger="patcher.agent"):
+        assert agent.start()
+    assert agent.phase == NodeState.FAILED and agent.health.state == "Failed"
+    assert (root / MANIFEST).read_bytes() == KUBEADM  # nothing changed
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "\n" not in errors[0].getMessage() and not errors[0].exc_info
+    assert agent.state.message and "nothing was changed" in agent.state.message
+    write_configmap(src, {"extenders.yaml": GOOD})
+    agent.reconcile("source changed")
+    assert b"--config=" in (root / MANIFEST).read_bytes()
+    assert agent.phase == NodeState.READY  # no API, no local check: live at once
+    assert agent.shutdown() == 0
+    assert (root / MANIFEST).read_bytes() == KUBEADM
+
