@@ -35,10 +35,12 @@ ours while (un)scheduling.
 from __future__ import annotations
 
 import errno
+import inspect
 import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -58,7 +60,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers.api import BaseObserver
-from watchdog.observers.inotify import InotifyObserver
+from watchdog.observers.inotify import InotifyFullEmitter, InotifyObserver
 
 from patcher.errors import PatcherError
 from patcher.fsio import file_fingerprint, folder_fingerprint
@@ -70,17 +72,24 @@ log = logging.getLogger(__name__)
 #: The observer's dispatcher wakes up this often when nothing happens (stop() does not wait for it).
 OBSERVER_TIMEOUT = 3600.0
 
-_MOVES_AND_DELETES: tuple[type[FileSystemEvent], ...] = (DirMovedEvent, DirDeletedEvent)
+#: "Full events": an entry moved out of (into) a watched folder is a move with no destination (source) rather
+#: than a deletion (creation), so ancestors need no deletion events, which inotify would raise for every
+#: sibling deleted in a busy /tmp or /etc. watchdog 4.x cannot filter full events: there, a move out of an
+#: ancestor is a deletion, and the ancestors' kernel masks include their entries' deletions.
+FULL_EVENTS = "event_filter" in inspect.signature(InotifyFullEmitter.__init__).parameters
 #: A watched folder: entries created, written, closed after writing, moved, deleted (no reads, no opens; at
 #: watchdog 4.x the closing of a reader also reaches watchdog, which drops it).
 CONTENT_EVENTS: tuple[type[FileSystemEvent], ...] = (
     FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileDeletedEvent, FileMovedEvent,
-    DirCreatedEvent, *_MOVES_AND_DELETES,
+    DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
 )
-#: An ancestor of a watched folder: its next path component moved or deleted (files are dropped by watchdog).
-ANCESTOR_EVENTS = _MOVES_AND_DELETES
+#: An ancestor of a watched folder: its next path component moved away or over (a deletion needs the folder
+#: deleted first, which the folder's own watch sees). Files are dropped by watchdog, never reach us.
+ANCESTOR_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    (DirMovedEvent,) if FULL_EVENTS else (DirMovedEvent, DirDeletedEvent)
+)
 #: The nearest existing ancestor of a folder that is gone: also its next path component appearing.
-CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, *_MOVES_AND_DELETES)
+CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, *ANCESTOR_EVENTS)
 
 #: watchdog >= 7 tells attribute changes apart (``FileAttribEvent``); before, a chmod or touch arrives as a
 #: ``FileModifiedEvent`` and holds the look as an open writer would, up to ``max_wait``.
@@ -265,7 +274,8 @@ class FolderWatcher:
         self.rearms = 0  # how many times the watches were set up again (tests and metrics)
         self.rounds = 0  # loop rounds done: events read, due looks taken (tests wait on it, never on time)
         self.events_read = 0  # events about the watched folders (what an idle node costs shows here)
-        self.events_ignored = 0  # events on ancestors about other entries (dropped, counted apart)
+        #: events on an ancestor about its other entries, by ancestor (dropped; a busy parent shows here)
+        self.events_ignored: Counter[str] = Counter()
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str]) -> None:
         """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
@@ -331,7 +341,7 @@ class FolderWatcher:
 
     @staticmethod
     def _new_observer() -> BaseObserver:
-        observer = InotifyObserver(timeout=OBSERVER_TIMEOUT)
+        observer = InotifyObserver(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
         observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
         return observer
 
@@ -425,7 +435,7 @@ class FolderWatcher:
                     continue  # a watch dropped by a re-arm
                 actions = classify(event, watched=path, ancestor_of=role.ancestor_of)
                 if role.ancestor_of is not None and not actions:
-                    self.events_ignored += 1
+                    self.events_ignored[path] += 1
                     continue
                 self.events_read += 1
                 for action, name in actions:
