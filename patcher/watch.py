@@ -1,4 +1,4 @@
-"""inotify on folders, turned into "this thing really changed" notifications.
+"""Folder watches on the ``watchdog`` library's inotify observer, turned into "this thing really changed".
 
 Folders, not files, are watched: the kubelet's manifest is replaced by rename (a file watch would follow the
 old inode), and a ConfigMap update is an atomic swap of the ``..data`` symlink that raises no event on the
@@ -7,36 +7,60 @@ the last one seen, which also swallows our own writes: after writing, the agent 
 wrote (``expect``), and the resulting events find nothing new.
 
 When to look is the latency/correctness trade: a ConfigMap swap is one rename and should be acted on at
-once, while an editor may write in several steps. inotify says which steps are unfinished: a file that was
-modified and not yet closed has a writer at work (``IN_MODIFY`` without ``IN_CLOSE_WRITE``). So a look waits
-for every writer in the target's folders to close, then for a short quiet time (``debounce``) that covers a
-writer's next syscall (rename after close, a second ``>>``), and never longer than ``max_wait`` for a writer
-that keeps a file open. The timing core (``Settler``) is pure and takes the clock as an argument.
+once, while an editor may write in several steps. The events say which steps are unfinished: a file that was
+modified and not yet closed has a writer at work (``FileModifiedEvent`` without ``FileClosedEvent``). So a
+look waits for every writer in the target's folders to close, then for a short quiet time (``debounce``)
+that covers a writer's next syscall (rename after close, a second ``>>``), and never longer than
+``max_wait`` for a writer that keeps a file open. The timing core (``Settler``) is pure and takes the clock
+as an argument; ``classify`` (what one watchdog event means) is pure too.
 
 A watched folder can be deleted and recreated, renamed away, or have a parent replaced (a host-config
-rebuild, a remounted ConfigMap volume). Each folder's ancestors are watched too, for their own deletion or
-move only; while a folder is gone, its nearest existing ancestor is watched for the next path component to
-appear. Any such event, or the loss of a folder's own watch, re-arms every watch from the paths and looks
-at every target (a change made while unwatched is then seen by its fingerprint).
+rebuild, a remounted ConfigMap volume). Each folder's ancestors are watched too, for the next path component
+being moved or deleted; while a folder is gone, its nearest existing ancestor is watched for the next path
+component to appear. Any such event, or the folder's own deletion, re-arms every watch from the paths and
+looks at every target (a change made while unwatched is then seen by its fingerprint). watchdog reports no
+``IN_MOVE_SELF``, so a folder (or ancestor) renamed away is seen by its parent's watch, as a move of its name.
 
-One thread blocks in ``poll`` with no timeout unless a look is due: an idle watcher never wakes up. The
-inotify calls are a small ctypes adapter (Linux only, like the agent); no third-party library is needed.
+Event filters keep the kernel masks small: no open/read/attribute events on the folders, and on ancestors
+only entries moved or deleted (watchdog cannot ask for "only the ancestor itself", so a sibling's deletion
+reaches watchdog's reader and is dropped there, never reaching this module).
+
+Threads: watchdog's (a reader per watch, a dispatcher; the observer's timeout is an hour, so an idle
+dispatcher wakes once an hour, and stop() still ends it at once with a sentinel), and one of ours that
+sleeps on a condition with no timeout unless a look is due: an idle watcher does not wake up. The
+callbacks watchdog runs never take ``_lock``: watchdog holds its own lock while dispatching, and we hold
+ours while (un)scheduling.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import inspect
 import logging
 import os
-import select
-import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+
+from watchdog import events as wde
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.inotify import InotifyFullEmitter, InotifyObserver
 
 from patcher.errors import PatcherError
 from patcher.fsio import file_fingerprint, folder_fingerprint
@@ -45,54 +69,33 @@ __all__ = ["FolderWatcher", "Settler", "file_fingerprint", "folder_fingerprint"]
 
 log = logging.getLogger(__name__)
 
-# <sys/inotify.h>
-IN_MODIFY = 0x00000002
-IN_ATTRIB = 0x00000004
-IN_CLOSE_WRITE = 0x00000008
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_UNMOUNT = 0x00002000
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_MASK_ADD = 0x20000000
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
+#: The observer's dispatcher wakes up this often when nothing happens (stop() does not wait for it).
+OBSERVER_TIMEOUT = 3600.0
 
-_SELF = IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED
-#: A watched folder: every change of an entry, and writers opening/closing (no reads, no attribute changes).
-CONTENT_MASK = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE \
-    | IN_DELETE_SELF | IN_MOVE_SELF
-#: An ancestor of a watched folder: only the ancestor itself going (so a busy /tmp or /etc costs nothing).
-ANCESTOR_MASK = IN_DELETE_SELF | IN_MOVE_SELF
+#: "Full events": an entry moved out of (into) a watched folder is a move with no destination (source) rather
+#: than a deletion (creation), so ancestors need no deletion events, which inotify would raise for every
+#: sibling deleted in a busy /tmp or /etc. watchdog 4.x cannot filter full events: there, a move out of an
+#: ancestor is a deletion, and the ancestors' kernel masks include their entries' deletions.
+FULL_EVENTS = "event_filter" in inspect.signature(InotifyFullEmitter.__init__).parameters
+#: A watched folder: entries created, written, closed after writing, moved, deleted (no reads, no opens; at
+#: watchdog 4.x the closing of a reader also reaches watchdog, which drops it).
+CONTENT_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileDeletedEvent, FileMovedEvent,
+    DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
+)
+#: An ancestor of a watched folder: its next path component moved away or over (a deletion needs the folder
+#: deleted first, which the folder's own watch sees). Files are dropped by watchdog, never reach us.
+ANCESTOR_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    (DirMovedEvent,) if FULL_EVENTS else (DirMovedEvent, DirDeletedEvent)
+)
 #: The nearest existing ancestor of a folder that is gone: also its next path component appearing.
-CREATION_MASK = ANCESTOR_MASK | IN_CREATE | IN_MOVED_TO
+CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, *ANCESTOR_EVENTS)
 
-_HEADER = struct.Struct("iIII")
-
-
-@dataclass(frozen=True)
-class RawEvent:
-    wd: int
-    mask: int
-    name: str
-
-
-def parse_events(buf: bytes) -> list[RawEvent]:
-    """Split what ``read`` returned from an inotify descriptor into events (names lose their NUL padding)."""
-    out: list[RawEvent] = []
-    offset = 0
-    while offset + _HEADER.size <= len(buf):
-        wd, mask, _cookie, length = _HEADER.unpack_from(buf, offset)
-        offset += _HEADER.size
-        name = buf[offset:offset + length].split(b"\0", 1)[0].decode(errors="surrogateescape")
-        offset += length
-        out.append(RawEvent(wd, mask, name))
-    return out
+#: watchdog >= 7 tells attribute changes apart (``FileAttribEvent``); before, a chmod or touch arrives as a
+#: ``FileModifiedEvent`` and holds the look as an open writer would, up to ``max_wait``.
+_ATTRIB: tuple[type[FileSystemEvent], ...] = tuple(
+    c for c in (getattr(wde, "FileAttribEvent", None), getattr(wde, "DirAttribEvent", None)) if c is not None
+)
 
 
 class Action(Enum):
@@ -103,18 +106,39 @@ class Action(Enum):
     REARM = "rearm"  # the watched path itself changed: watch again from the paths
 
 
-def classify(mask: int, name: str, *, ancestor_of: str | None) -> Action:
-    """What one event means for a folder watch (``ancestor_of``: the next path component, when this watch
-    is on an ancestor of the watched folder rather than on the folder itself)."""
-    if mask & (_SELF | IN_Q_OVERFLOW):
-        return Action.REARM
+def _name(path: bytes | str) -> str:
+    return os.path.basename(os.fsdecode(path)) if path else ""
+
+
+def classify(event: FileSystemEvent, *, watched: str, ancestor_of: str | None) -> list[tuple[Action, str]]:
+    """What one watchdog event means for a folder watch on ``watched``: ``(action, entry name)`` pairs.
+
+    ``ancestor_of``: the next path component, when this watch is on an ancestor of the watched folder rather
+    than on the folder itself. Only names are compared, never folders: a watch that was moved along with its
+    folder still reports paths under the old name until it is re-armed.
+    """
+    src = os.fsdecode(event.src_path)
+    if isinstance(event, (DirDeletedEvent, FileDeletedEvent)) and src == watched:
+        return [(Action.REARM, "")]  # the watched path itself is gone
+    names = [_name(event.src_path)]
+    dest = getattr(event, "dest_path", "")
+    if isinstance(event, (DirMovedEvent, FileMovedEvent)) and dest:
+        names.append(_name(dest))
     if ancestor_of is not None:
-        return Action.REARM if name == ancestor_of else Action.IGNORE
-    if mask & (IN_CLOSE_WRITE | IN_DELETE | IN_MOVED_FROM):
-        return Action.CLOSED
-    if mask & IN_MODIFY:
-        return Action.WRITING
-    return Action.CHANGE
+        return [(Action.REARM, ancestor_of)] if ancestor_of in names else []
+    if _ATTRIB and isinstance(event, _ATTRIB):
+        return []  # a chmod or touch: no content changed (a write raises its own event)
+    if isinstance(event, (FileMovedEvent, DirMovedEvent)):
+        out = [(Action.CLOSED, names[0])] if event.src_path else []  # moved away: no writer left here
+        return out + [(Action.CHANGE, n) for n in names[1:]]
+    if isinstance(event, (FileDeletedEvent, DirDeletedEvent, FileClosedEvent)):
+        return [(Action.CLOSED, names[0])]
+    if isinstance(event, FileModifiedEvent):
+        return [(Action.WRITING, names[0])]
+    if isinstance(event, (FileCreatedEvent, DirCreatedEvent)):
+        return [(Action.CHANGE, names[0])]
+    return []  # directory modified, opened, closed without writing: nothing for us
+
 
 
 @dataclass
@@ -189,44 +213,7 @@ class Settler:
         return due
 
 
-# -- the inotify adapter ------------------------------------------------------------------------------------
-
-
-class _Inotify:
-    """inotify_init1/add_watch/rm_watch through ctypes; ``fd`` is non-blocking, to be polled."""
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-        self.fd: int = fd
-
-    def add(self, path: str, mask: int) -> int:
-        wd = int(self._libc.inotify_add_watch(self.fd, os.fsencode(path), ctypes.c_uint32(mask)))
-        if wd < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), path)
-        return wd
-
-    def rm(self, wd: int) -> None:
-        self._libc.inotify_rm_watch(self.fd, wd)  # EINVAL for a watch the kernel already dropped: fine
-
-    def read(self) -> list[RawEvent]:
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return parse_events(b"".join(chunks))
-
-    def close(self) -> None:
-        os.close(self.fd)
+# -- the watchdog adapter -----------------------------------------------------------------------------------
 
 
 def ancestors(folder: str) -> list[tuple[str, str]]:
@@ -249,6 +236,21 @@ class _Role:
     ancestor_of: str | None  # None: the folder itself
 
 
+class _Handler(FileSystemEventHandler):
+    """Hands each event of one watch to the watcher's inbox; runs on watchdog's dispatcher thread."""
+
+    def __init__(self, inbox: Callable[[int, str, _Role, FileSystemEvent], None], generation: int, path: str,
+                 role: _Role) -> None:
+        super().__init__()
+        self._inbox = inbox
+        self._generation = generation
+        self._path = path
+        self._role = role
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        self._inbox(self._generation, self._path, self._role, event)
+
+
 class FolderWatcher:
     """Calls ``on_change(name)`` once a watched target's fingerprint differs from the last one seen.
 
@@ -261,15 +263,19 @@ class FolderWatcher:
         self.debounce = debounce
         self.targets: dict[str, Target] = {}
         self._settler = Settler(debounce, max_wait)
-        self._lock = threading.Lock()
-        self._inotify: _Inotify | None = None
-        self._roles: dict[int, list[_Role]] = {}
-        self._wake_r = self._wake_w = -1
+        self._lock = threading.Lock()  # targets, settler, watches; never taken on watchdog's threads
+        self._cv = threading.Condition(threading.Lock())  # the inbox, and waking our thread
+        self._inbox: list[tuple[int, str, _Role, FileSystemEvent]] = []
+        self._observer: BaseObserver | None = None
+        self._generation = 0  # events of watches dropped by a re-arm are ignored
+        self._watched: set[str] = set()
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.rearms = 0  # how many times the watches were set up again (tests and metrics)
         self.rounds = 0  # loop rounds done: events read, due looks taken (tests wait on it, never on time)
-        self.events_read = 0  # inotify events read (what an idle node costs shows here)
+        self.events_read = 0  # events about the watched folders (what an idle node costs shows here)
+        #: events on an ancestor about its other entries, by ancestor (dropped; a busy parent shows here)
+        self.events_ignored: Counter[str] = Counter()
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str]) -> None:
         """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
@@ -277,9 +283,9 @@ class FolderWatcher:
         if not folder.is_dir():
             raise PatcherError(str(folder), "folder to watch does not exist")
         with self._lock:
-            if self._inotify is None:
+            if self._observer is None:
                 try:
-                    self._inotify = _Inotify()
+                    self._observer = self._new_observer()
                 except OSError as exc:  # e.g. fs.inotify.max_user_instances reached
                     raise PatcherError(str(folder), f"cannot watch: {exc.strerror or exc}") from exc
             target = self.targets.get(name)
@@ -296,28 +302,23 @@ class FolderWatcher:
         with self._lock:
             if self._thread is not None or self._stopping:
                 return
-            if self._inotify is None:  # nothing added (every add failed): nothing to watch
+            if self._observer is None:  # nothing added (every add failed): nothing to watch
                 return
-            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._thread = threading.Thread(target=self._run, name="folder-watch", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
-            thread = self._thread
-            if thread is not None:
-                os.write(self._wake_w, b"x")
+            thread, observer = self._thread, self._observer
+            self._observer = None
+        with self._cv:
+            self._cv.notify_all()
+        if observer is not None:
+            observer.stop()  # also ends every emitter; the dispatcher gets a sentinel, not a timeout
+            observer.join(timeout=2)
         if thread is not None:
             thread.join(timeout=2)
-        with self._lock:
-            if self._inotify is not None and (thread is None or not thread.is_alive()):
-                self._inotify.close()
-                self._inotify = None
-                for fd in (self._wake_r, self._wake_w):
-                    if fd >= 0:
-                        os.close(fd)
-                self._wake_r = self._wake_w = -1
 
     def expect(self, name: str) -> None:
         """We just wrote this target: take its current content as seen, so our own events stay quiet."""
@@ -334,22 +335,32 @@ class FolderWatcher:
     def watched_folders(self) -> list[str]:
         """The folders watched right now (not the ancestors): a folder that is gone is missing here."""
         with self._lock:
-            return sorted({r.folder for roles in self._roles.values() for r in roles if r.ancestor_of is None})
+            return sorted(self._watched)
 
     # -- internals --------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _new_observer() -> BaseObserver:
+        observer = InotifyObserver(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
+        observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
+        return observer
+
+    def _schedule(self, path: str, events: tuple[type[FileSystemEvent], ...], handler: _Handler) -> None:
+        """One watch (the seam where tests refuse a path as the kernel would)."""
+        assert self._observer is not None
+        self._observer.schedule(handler, path, recursive=False, event_filter=list(events))
+
     def _arm_locked(self) -> str:
         """(Re)create every watch from the paths; returns the first error for a folder that exists."""
-        ino = self._inotify
-        assert ino is not None
-        for wd in self._roles:
-            ino.rm(wd)
-        self._roles = {}
+        assert self._observer is not None
+        self._generation += 1  # before the new watches exist: none of their events is taken for an old one
+        self._observer.unschedule_all()
+        self._watched = set()
         first_error = ""
         folders = sorted({f for t in self.targets.values() for f in t.folders})
         for folder in folders:
             if not self._arm_chain_locked(folder) and os.path.isdir(folder):
-                first_error = first_error or f"inotify_add_watch failed for {folder}"
+                first_error = first_error or f"cannot set up a watch on {folder}"
         return first_error
 
     def _arm_chain_locked(self, folder: str) -> bool:
@@ -359,75 +370,79 @@ class FolderWatcher:
         i, retries = 0, 0
         while i < len(chain):
             path, child = chain[i]
-            added = self._add_locked(path, CONTENT_MASK if child is None else ANCESTOR_MASK, _Role(folder, child))
+            added = self._add_locked(path, CONTENT_EVENTS if child is None else ANCESTOR_EVENTS, _Role(folder, child))
             if added is True or (added is None and child is not None):
                 i += 1  # an ancestor we may not watch (EACCES): only its replacement goes unseen
                 continue
             if i == 0 or added is None:
                 return False
             parent, name = chain[i - 1]
-            self._add_locked(parent, CREATION_MASK, _Role(folder, name))
+            self._add_locked(parent, CREATION_EVENTS, _Role(folder, name))
             if os.path.isdir(path) and retries < 3:
                 retries += 1  # created between the failed add and the creation watch: try again
                 continue
             return False
+        self._watched.add(folder)
         return True
 
-    def _add_locked(self, path: str, mask: int, role: _Role) -> bool | None:
+    def _add_locked(self, path: str, events: tuple[type[FileSystemEvent], ...], role: _Role) -> bool | None:
         """True: watched; False: the path does not exist (or is no folder); None: another error."""
-        assert self._inotify is not None
+        if not os.path.isdir(path):
+            return False  # watchdog would watch a file, or raise ENOENT
         try:
-            wd = self._inotify.add(path, mask | IN_ONLYDIR | IN_MASK_ADD)
+            self._schedule(path, events, _Handler(self._receive, self._generation, path, role))
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                 return False
             log.log(logging.WARNING if role.ancestor_of is None else logging.DEBUG,
-                    "cannot watch %s: %s", path, exc.strerror)
+                    "cannot watch %s: %s", path, exc.strerror or exc)
             return None
-        roles = self._roles.setdefault(wd, [])
-        if role not in roles:
-            roles.append(role)
         return True
 
+    def _receive(self, generation: int, path: str, role: _Role, event: FileSystemEvent) -> None:
+        """On watchdog's dispatcher thread: queue the event and wake our thread (nothing else, no ``_lock``)."""
+        with self._cv:
+            self._inbox.append((generation, path, role, event))
+            self._cv.notify()
+
     def _run(self) -> None:
-        ino = self._inotify
-        assert ino is not None
-        poller = select.poll()
-        poller.register(ino.fd, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
         while True:
             with self._lock:
                 due = self._settler.next_due()
-            timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
-            ready = {fd for fd, _ in poller.poll(timeout)}
-            if self._wake_r in ready:
-                with self._lock:
-                    if self._stopping:
-                        return
+            with self._cv:
+                if not self._inbox and not self._stopping:
+                    self._cv.wait(None if due is None else max(0.0, due - time.monotonic()))
+                if self._stopping:
+                    return
+                batch, self._inbox = self._inbox, []
             try:
-                if ino.fd in ready:
-                    self._handle(ino.read())
+                if batch:
+                    self._handle(batch)
                 self._look_at_due()
             except Exception:  # a bug in a fingerprint or callback must not end the watch for good
                 log.exception("folder watch: unexpected error")
             with self._lock:
                 self.rounds += 1
 
-    def _handle(self, events: list[RawEvent]) -> None:
+    def _handle(self, batch: list[tuple[int, str, _Role, FileSystemEvent]]) -> None:
         now = time.monotonic()
         with self._lock:
+            if self._stopping or self._observer is None:
+                return
             rearm = False
-            self.events_read += len(events)
-            for ev in events:
-                if ev.mask & IN_Q_OVERFLOW:
-                    rearm = True
+            for generation, path, role, event in batch:
+                if generation != self._generation:
+                    continue  # a watch dropped by a re-arm
+                actions = classify(event, watched=path, ancestor_of=role.ancestor_of)
+                if role.ancestor_of is not None and not actions:
+                    self.events_ignored[path] += 1
                     continue
-                for role in self._roles.get(ev.wd, ()):  # unknown: a watch we dropped while re-arming
-                    action = classify(ev.mask, ev.name, ancestor_of=role.ancestor_of)
+                self.events_read += 1
+                for action, name in actions:
                     if action is Action.REARM:
                         rearm = True
                     elif action is not Action.IGNORE:
-                        self._settler.event(role.folder, action, ev.name, now)
+                        self._settler.event(role.folder, action, name, now)
             if rearm:
                 self.rearms += 1
                 log.debug("a watched folder or its parent changed: watching again")
