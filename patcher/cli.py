@@ -11,31 +11,27 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any
 
 from patcher import __version__, engine
 from patcher.errors import PatcherError
-
-EXIT_OK, EXIT_ERROR, EXIT_PENDING = 0, 1, 2
-#: sysexits.h EX_USAGE: a mistyped flag must not look like a result (plan's 2 is "changes pending").
-EXIT_USAGE = 64
-#: What a shell reports for a process killed by SIGPIPE: the reader of our output went away (``plan | head``).
-EXIT_PIPE = 141
-
-EXIT_CODES = f"""\
-exit codes:
-  {EXIT_OK:<4}success; plan: nothing to do
-  {EXIT_ERROR:<4}error (one line on stderr, naming the file and the problem); status: a row reports an error;
-      readiness: the cluster is not Ready
-  {EXIT_PENDING:<4}plan only: changes pending (the diffs are on stdout; nothing was written)
-  {EXIT_USAGE:<4}usage error: unknown flag, invalid flag value, a --host-root that does not exist
-  {EXIT_PIPE:<4}the output pipe was closed early (e.g. `plan | head`)
-"""
+from patcher.flags import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PENDING,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    OUTPUTS,
+    Flags,
+    Parser,
+    boolean,
+    duration,
+    emit,
+)
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
 #: they are ordinary local paths and a relative one resolves against the working directory.
@@ -46,53 +42,8 @@ LOCAL_PATH_FLAGS = ("source", "kubeconfig")
 #: Where RKE2 keeps its static pods: named in the hint when the kubeadm folder is missing.
 RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
 
-OUTPUTS = ("text", "json", "yaml")
-
-
-def _env(flag: str) -> str:
-    return "PATCHER_" + flag.lstrip("-").upper().replace("-", "_")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the project's conventions: no prefix matching, usage errors exit 64, exit codes in help."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)  # `--sour` must not silently mean `--source`
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        kwargs.setdefault("epilog", EXIT_CODES)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-class _Flags:
-    """Adds flags whose default comes from the environment, and says so in --help."""
-
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self.parser = parser
-
-    def add(self, flag: str, default: Any = None, help: str = "", *names: str, **kw: Any) -> None:
-        env = _env(flag)
-        value = os.environ.get(env, default)
-        choices = kw.get("choices")
-        if choices and value is not None and value not in choices:
-            raise SystemExit(f"scheduler-patcher: error: {env}={value!r} is not one of {', '.join(choices)}")
-        if kw.get("type") is _bool:
-            kw.setdefault("metavar", "true|false")
-        elif kw.get("type") is _seconds:
-            kw.setdefault("metavar", "DURATION")
-        elif choices:
-            kw.setdefault("metavar", "|".join(choices))
-        # A help text that explains its own default (e.g. "(default: detected)") keeps it; an empty default
-        # says nothing worth showing.
-        shown = f" (default: {default})" if default not in (None, "") and "(default:" not in help else ""
-        self.parser.add_argument(*names, flag, default=value, help=f"{help}{shown} [env {env}]", **kw)
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    f = _Flags(p)
+    f = Flags(p)
     f.add("--manifest-dir", "/etc/kubernetes/manifests",
           f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
     f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
@@ -109,7 +60,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _output_flag(p: argparse.ArgumentParser) -> None:
-    _Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
+    Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
 
 
 def _options(args: argparse.Namespace) -> engine.Options:
@@ -175,19 +126,6 @@ def explain(exc: PatcherError, args: argparse.Namespace) -> str:
                  f"is --host-root {host_root} a copy of the node's /?")
         text += f"; {where} Else set --manifest-dir (RKE2: {RKE2_MANIFEST_DIR})"
     return text
-
-
-def emit(obj: Any, fmt: str, out: TextIO | None = None) -> None:
-    """Print ``obj`` as JSON or YAML (``text`` is each command's own)."""
-    out = out or sys.stdout
-    if fmt == "json":
-        out.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    else:
-        from ruamel.yaml import YAML
-
-        yaml = YAML(typ="safe", pure=True)
-        yaml.default_flow_style = False
-        yaml.dump(obj, out)
 
 
 def _config_info(config: Any) -> dict[str, Any] | None:
@@ -264,54 +202,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_ERROR if info.get("error") else EXIT_OK
 
 
-def _seconds(value: str) -> float:
-    """``300``, ``300s``, ``5m``, ``1h``: the DaemonSet's env vars read better with units."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    number, factor = value, 1.0
-    for suffix in ("ms", "s", "m", "h"):
-        if value.endswith(suffix):
-            number, factor = value[: -len(suffix)], units[suffix]
-            break
-    try:
-        seconds = float(number) * factor
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {value!r} (examples: 30, 30s, 500ms, 5m, 1h)") from None
-    if seconds < 0 or seconds != seconds:
-        raise argparse.ArgumentTypeError(f"not a duration: {value!r} (must not be negative)")
-    return seconds
-
-
-def _bool(value: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r} (true or false)")
-
-
 def _run_flags(p: argparse.ArgumentParser) -> None:
-    f = _Flags(p)
+    f = Flags(p)
     f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
-    f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=_bool, nargs="?", const=True)
-    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=_seconds)
-    f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=_seconds)
-    f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=_bool)
+    f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
+    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
+    f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
+    f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
     f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
-          type=_bool, nargs="?", const=True)
+          type=boolean, nargs="?", const=True)
     f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics")
-    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=_seconds)
+    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
     f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
-    f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=_seconds)
+    f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=duration)
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
           "the agent's namespace (rollout Lease, status ConfigMaps)")
     f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
-          type=_bool)
+          type=boolean)
     f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
-          "ConfigMap", type=_bool)
+          "ConfigMap", type=boolean)
     f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
@@ -338,7 +251,7 @@ CLUSTER_COMMANDS = {
 
 
 def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="scheduler-patcher",
         description="Plug a scheduler extender into a static-pod kube-scheduler, reversibly.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

@@ -512,22 +512,22 @@ def _waited(pod: Obj, now: float) -> float | None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher gatekeeper``."""
-    from patcher.cli import _bool, _Flags, _seconds
+    from patcher.flags import Flags, boolean, duration
 
     add_verdict_arguments(p)
-    f = _Flags(p)
+    f = Flags(p)
     f.add("--gate-name", DEFAULT_GATE, "the scheduling gate to remove (no other gate is ever touched)")
     f.add("--namespaces", "", "comma-separated namespaces to watch (default: all)")
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"), "namespace of the leader Lease")
-    f.add("--leader-elect", "true", "hold a Lease so that one replica acts at a time", type=_bool)
+    f.add("--leader-elect", "true", "hold a Lease so that one replica acts at a time", type=boolean)
     f.add("--lease-name", DEFAULT_LEASE, "name of the leader Lease")
     f.add("--identity", os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
           "this replica's name in the Lease")
-    f.add("--lease-duration", "15s", "a leader that stopped renewing is replaced after this long", type=_seconds)
-    f.add("--renew-deadline", "10s", "a leader that cannot renew for this long stops acting", type=_seconds)
-    f.add("--retry-period", "2s", "how often the Lease is renewed or tried", type=_seconds)
+    f.add("--lease-duration", "15s", "a leader that stopped renewing is replaced after this long", type=duration)
+    f.add("--renew-deadline", "10s", "a leader that cannot renew for this long stops acting", type=duration)
+    f.add("--retry-period", "2s", "how often the Lease is renewed or tried", type=duration)
     f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (mirror pods are not watched)",
-          type=_seconds)
+          type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])

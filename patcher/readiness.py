@@ -543,13 +543,13 @@ def publish_status(
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``readiness`` and ``gatekeeper``: where the verdict's inputs are."""
-    from patcher.cli import _bool, _Flags
+    from patcher.flags import Flags, boolean
 
-    f = _Flags(p)
+    f = Flags(p)
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
     f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of the agents' Node annotations")
     f.add("--node-selector", DEFAULT_NODE_SELECTOR, "label selector of the control-plane nodes")
-    f.add("--legacy-master-label", "true", f"also count nodes labelled {LEGACY_MASTER_SELECTOR}", type=_bool)
+    f.add("--legacy-master-label", "true", f"also count nodes labelled {LEGACY_MASTER_SELECTOR}", type=boolean)
     f.add("--mirror-namespace", "kube-system", "namespace of the kube-scheduler mirror pods")
     f.add("--static-pod-name", "kube-scheduler", "name of the scheduler static pod (mirror pods: <name>-<node>)")
     f.add("--container-name", restart.DEFAULT_CONTAINER, "the scheduler container in the mirror pod")
@@ -569,16 +569,16 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher readiness``."""
-    from patcher.cli import _bool, _Flags, _seconds
+    from patcher.flags import Flags, boolean, duration
 
     add_verdict_arguments(p)
-    f = _Flags(p)
+    f = Flags(p)
     f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
-    f.add("--wait", "false", "block until the cluster is Ready or --timeout passes", type=_bool, nargs="?",
+    f.add("--wait", "false", "block until the cluster is Ready or --timeout passes", type=boolean, nargs="?",
           const=True)
-    f.add("--timeout", "10m", "how long --wait waits", type=_seconds)
+    f.add("--timeout", "10m", "how long --wait waits", type=duration)
     f.add("--poll-interval", "5s", "with --wait, re-check at least this often (mirror pods are not watched)",
-          type=_seconds)
+          type=duration)
 
 
 def _fail(message: str, err: TextIO) -> int:
@@ -627,7 +627,7 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)
     if args.output == "yaml":
-        from patcher.cli import emit
+        from patcher.flags import emit
 
         emit(json.loads(render_json(verdict)), "yaml", out)
     else:
