@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from typing import Any
+
+from patcher.timefmt import rfc3339
 
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -47,7 +48,7 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        stamp = rfc3339(int(record.created * 1e9), 3)
         extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
         line = f"{stamp} {record.levelname:<7} {record.getMessage()}" + (f"  {extra}" if extra else "")
         if record.exc_info:

@@ -14,9 +14,9 @@ from patcher.kube.status import (
     event_body,
     merge_patch,
     normalize_prefix,
-    rfc3339_s,
     transition_event,
 )
+from patcher.timefmt import parse_rfc3339_ns, rfc3339
 
 NS = 1_000_000_000
 
@@ -34,8 +34,25 @@ def test_mtime_annotation_keeps_every_nanosecond(ns: int, text: str) -> None:
     assert values["scheduler-patcher.io/manifest-mtime"] == text
 
 
+@pytest.mark.parametrize(
+    ("digits", "text"),
+    [
+        (0, "2026-11-21T23:40:01Z"),  # metav1.Time (events): whole seconds, truncated, never rounded up
+        (3, "2026-11-21T23:40:01.999Z"),  # log lines
+        (6, "2026-11-21T23:40:01.999999Z"),  # metav1.MicroTime (Lease renewTime)
+        (9, "2026-11-21T23:40:01.999999999Z"),  # file mtimes
+    ],
+)
+def test_one_formatter_for_every_precision(digits: int, text: str) -> None:
+    ns = 1795304401 * NS + 999_999_999
+    assert rfc3339(ns, digits) == text
+    assert parse_rfc3339_ns(text) == ns - ns % 10 ** (9 - digits)
+
+
 def test_event_times_are_whole_seconds() -> None:
-    assert rfc3339_s(1795304401 * NS + 999_999_999) == "2026-11-21T23:40:01Z"
+    body = event_body(transition_event(NodeStatus(NodeState.READY), 1795304401 * NS + 999_999_999),
+                      node_name="cp-1", node_uid=None)
+    assert body["lastTimestamp"] == "2026-11-21T23:40:01Z"
 
 
 def test_prefix_is_normalized() -> None:

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from patcher.kube.client import describe_error
+from patcher.timefmt import rfc3339
 
 log = logging.getLogger("patcher.lease")
 
@@ -53,8 +54,7 @@ class LeaseError(Exception):
 
 def micro_time(wall: float) -> str:
     """``metav1.MicroTime`` text for a wall-clock time (informational only: expiry never reads it)."""
-    secs = int(wall)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{int((wall - secs) * 1e6):06d}Z"
+    return rfc3339(int(wall * 1e9), 6)
 
 
 def annotations_of(lease: Obj) -> dict[str, str]:

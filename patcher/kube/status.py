@@ -7,11 +7,10 @@ gets) are testable without a server and reusable by a readiness command that rea
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from patcher.timefmt import rfc3339_ns
+from patcher.timefmt import rfc3339, rfc3339_ns
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
 COMPONENT: Final = "scheduler-patcher"
@@ -72,11 +71,6 @@ class EventSpec:
     message: str
     type: str
     at_ns: int
-
-
-def rfc3339_s(ns: int) -> str:
-    """``ns`` floored to whole seconds in RFC 3339 UTC: the precision of Kubernetes ``metav1.Time`` fields."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -156,7 +150,7 @@ def event_body(
     after a lost response collides (409) instead of duplicating the event. Without the node's real uid the
     node name stands in for it, again like the kubelet: ``kubectl describe node`` searches for both.
     """
-    stamp = rfc3339_s(spec.at_ns)
+    stamp = rfc3339(spec.at_ns, 0)  # metav1.Time: whole seconds
     return {
         "apiVersion": "v1",
         "kind": "Event",
