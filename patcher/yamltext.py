@@ -420,6 +420,13 @@ _AMBIGUOUS = re.compile(
 )
 
 
+def yaml11_ambiguous(text: str) -> bool:
+    """True for a string that a YAML 1.1 reader (go-yaml, behind the kubelet and kube-scheduler) would take as a
+    number, bool or null when written plain: such strings must be quoted. The one list, for manifests and
+    rendered configs alike."""
+    return bool(_AMBIGUOUS.match(text))
+
+
 def render_scalar(value: Any, style: str | None = None) -> str:
     """A scalar as YAML flow text; ``style`` is the quote style of a sibling ('"', "'" or None for plain)."""
     if isinstance(value, bool):
@@ -431,7 +438,7 @@ def render_scalar(value: Any, style: str | None = None) -> str:
     s = str(value)
     if style == '"':
         return json.dumps(s, ensure_ascii=False)
-    plain_ok = bool(_PLAIN_SAFE.match(s)) and not _AMBIGUOUS.match(s) and ": " not in s and not s.endswith(":")
+    plain_ok = bool(_PLAIN_SAFE.match(s)) and not yaml11_ambiguous(s) and ": " not in s and not s.endswith(":")
     if style is None and plain_ok:
         return s
     return "'" + s.replace("'", "''") + "'"

@@ -265,3 +265,13 @@ def test_csi_layout_on_1_16_without_policy_is_refused(tmp_path: Path) -> None:
     files = {n: fixture_text(f"csi-baremetal/{n}") for n in ("config.yaml", "config-19.yaml")}
     with pytest.raises(ConfigError, match=r"has no policy\.yaml"):
         build(make_configmap(tmp_path / "cm", files), "1.16.0")
+
+
+@pytest.mark.parametrize("text", ["y", "No", "ON", "off", "null", "~", "0x1F", "1e3", "12:30", ".inf"])
+def test_strings_a_yaml_1_1_reader_would_retype_are_quoted(text: str) -> None:
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    from patcher.schedconfig.yamlio import safe_scalar
+
+    assert isinstance(safe_scalar(text), DoubleQuotedScalarString)
+    assert not isinstance(safe_scalar("scheduler-extender"), DoubleQuotedScalarString)

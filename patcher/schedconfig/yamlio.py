@@ -26,11 +26,9 @@ from ruamel.yaml.events import (
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.errors import ConfigError
+from patcher.yamltext import yaml11_ambiguous
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
-# Strings that YAML 1.1 (the go-yaml behind kube-scheduler) reads as booleans or null; ruamel (YAML 1.2) would
-# write them unquoted, so a string we emit could reach the scheduler as a bool.
-_YAML11_SPECIAL = re.compile(r"(?i)(y|yes|n|no|true|false|on|off|null|~)")
 _KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
 
 # Limits on what a configuration document may be, checked on the parser's event stream before any document is
@@ -225,7 +223,7 @@ def is_json(text: str) -> bool:
 
 def safe_scalar(value: Any) -> Any:
     """Quote strings that an older YAML reader would take for a bool or null."""
-    if isinstance(value, str) and _YAML11_SPECIAL.fullmatch(value):
+    if isinstance(value, str) and yaml11_ambiguous(value):
         return DoubleQuotedScalarString(value)
     return value
 
