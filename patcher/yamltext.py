@@ -415,7 +415,7 @@ def dash_pos(text: str, item: Node) -> int:
 
 _PLAIN_SAFE = re.compile(r"^(?:[A-Za-z0-9_./]|-(?=\S))[A-Za-z0-9_./=:@+,-]*$")
 _AMBIGUOUS = re.compile(
-    r"^(?:[-+]?[0-9][0-9_.:eExXoObB+-]*|\.(?:inf|nan|Inf|NaN|INF|NAN)|~|null|Null|NULL|"
+    r"^(?:[-+]?0x[0-9a-fA-F_]+|[-+]?[0-9][0-9_.:eExXoObB+-]*|\.(?:inf|nan|Inf|NaN|INF|NAN)|~|null|Null|NULL|"
     r"y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$"
 )
 
