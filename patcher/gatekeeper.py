@@ -214,11 +214,13 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # The renew deadline runs from before the request: an answer that arrives late must not extend it.
+            attempted = self._clock()
             outcome = self._try_acquire_or_renew()
             now = self._clock()
             if outcome == "held":
                 with self._lock:
-                    self._renewed = now
+                    self._renewed = attempted
                 self._set_leader(True)
             elif outcome == "other" or now - self._renewed >= self.renew_deadline:
                 self._set_leader(False)

@@ -35,15 +35,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TextIO
 
-import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 from ruamel.yaml import YAML
 
 from patcher import manifest, restart
 from patcher.kube.annotations import annotation_snapshot
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import ApiConfigError, ClientSettings, build_api_client, describe_error, error_status
+from patcher.kube.client import (
+    API_ERRORS,
+    ApiConfigError,
+    ClientSettings,
+    build_api_client,
+    describe_error,
+    error_status,
+)
 from patcher.kube.listwatch import ListWatcher, dig
 from patcher.kube.mirrorpod import mirror_pod_name
 from patcher.kube.status import DEFAULT_PREFIX, NodeState, normalize_prefix
@@ -70,7 +75,6 @@ MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
 
 EXIT_READY, EXIT_NOT_READY = 0, 1
 _HASH = re.compile(rf"[0-9a-fA-F]{{{restart.MIN_HASH_DIGITS},64}}")
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class ReadinessError(Exception):
@@ -255,7 +259,7 @@ def api_json(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     try:
         resp = fn(*args, _preload_content=False, **kwargs)
         return json.loads(resp.data)
-    except _API_ERRORS as exc:
+    except API_ERRORS as exc:
         raise ReadinessError(f"cannot {what}: {describe_error(exc)}", error_status(exc)) from exc
 
 

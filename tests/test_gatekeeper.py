@@ -356,9 +356,11 @@ def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_expires(emu: K
     try:
         assert wait_until(e.is_leader, 3)
         emu.go_down("503")
-        lost_at = time.monotonic()
-        assert wait_until(lambda: not e.is_leader(), 3)
-        assert time.monotonic() - lost_at <= 1.2  # renew deadline 1.0 s < lease duration 1.5 s
+        lost_at = time.monotonic()  # no renewal attempted after this can succeed
+        # Leadership is judged on the clock, not by the renew thread: once the renew deadline (1.0 s, less than
+        # the lease duration 1.5 s) has passed since the outage began, it is over however busy the machine is.
+        assert wait_until(lambda: time.monotonic() >= lost_at + 1.0, 10)
+        assert not e.is_leader()
     finally:
         emu.come_up()
         e.stop()

@@ -17,12 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import describe_error, error_status
+from patcher.kube.client import API_ERRORS, describe_error, error_status
 from patcher.kube.status import (
     COMPONENT,
     DEFAULT_PREFIX,
@@ -43,7 +41,6 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 #: An event rejected with one of these will never be accepted; it is dropped instead of blocking the queue.
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 ErrorHook = Callable[[str, BaseException], None]
 
@@ -222,7 +219,7 @@ class NodeReporter:
                 self._node, merge_patch(annotations), _content_type=MERGE_PATCH, _preload_content=False
             )
             node = json.loads(resp.data)
-        except _API_ERRORS as exc:
+        except API_ERRORS as exc:
             self._failed("annotations", exc)
             return False
         uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
@@ -249,7 +246,7 @@ class NodeReporter:
                 self._core.create_namespaced_event(
                     self._event_namespace, k8s.CoreV1Event.model_validate(body), _preload_content=False
                 )
-            except _API_ERRORS as exc:
+            except API_ERRORS as exc:
                 status = error_status(exc)
                 permanent = status in _PERMANENT_EVENT_ERRORS or (
                     status is None and isinstance(exc, ValueError)  # the client refused the body itself

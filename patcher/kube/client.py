@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 10.0)
 
 
+#: Everything a call to the API server can raise: an HTTP error answer, a transport failure (refused, reset,
+#: timeout, TLS) or an undecodable body. The one tuple every adapter catches, so none lets a kind escape.
+API_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
+
+
 class ApiConfigError(Exception):
     """No usable API configuration (missing in-cluster environment, unreadable kubeconfig, …)."""
 
@@ -119,7 +124,7 @@ def server_version(api: k8s.ApiClient) -> str | None:
         # Raw JSON: the generated model insists on every field (goVersion, compiler, …) being present.
         resp: Any = k8s.VersionApi(api).get_code(_preload_content=False)
         info = json.loads(resp.data)
-    except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+    except API_ERRORS as exc:
         log.info("cannot read the API server version: %s", describe_error(exc))
         return None
     version = info.get("gitVersion") if isinstance(info, dict) else None

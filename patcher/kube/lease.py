@@ -27,9 +27,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
 
-from patcher.kube.client import describe_error
+from patcher.kube.client import API_ERRORS, describe_error
 from patcher.timefmt import rfc3339
 
 log = logging.getLogger("patcher.lease")
@@ -90,7 +89,7 @@ class Lease:
             resp = fn(*args, _preload_content=False, _request_timeout=(timeout, timeout))
             body: Obj = json.loads(resp.data)
             return body
-        except (ApiException, HTTPError, OSError, ValueError) as exc:
+        except API_ERRORS as exc:
             status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
             raise LeaseError(f"cannot {what} Lease {self.namespace}/{self.name}: {describe_error(exc)}",
                              status) from exc

@@ -23,17 +23,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from patcher.kube.backoff import Backoff
-from patcher.kube.client import describe_error
+from patcher.kube.client import API_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
+
+# A watch stream adds its own: an event object without the fields every event has.
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, KeyError, TypeError)
 
 def dig(obj: Any, *keys: str) -> Any:
     for key in keys:
@@ -220,7 +221,7 @@ class ListWatcher:
                                 "watch is healthy again)", self.name, exc)
                 else:
                     log.debug("%s: undecodable watch data again (%s)", self.name, exc)
-            except (*_API_ERRORS, KeyError, TypeError) as exc:
+            except _STREAM_ERRORS as exc:
                 self._set_fresh(False)
                 if self._stop.is_set():
                     break
