@@ -283,7 +283,9 @@ class Agent:
             wake.append(self._lease_retry_at - now)
         w = self._node.wait
         if w is not None:
-            wake.append(w.deadline - now)
+            # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
+            # and the bound itself is the next timer, never a busy 50 ms loop.
+            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.opts.restart_timeout - now)
             if self._tracker is not None:
                 wake.append(self.opts.local_poll)
         return max(0.05, min(wake))
@@ -488,7 +490,8 @@ class Agent:
                 verdicts.append((restart.Verdict.READY if check.ready else restart.Verdict.WAITING,
                                  f"local process: {check.reason}"))
         verdict, reason = lifecycle.combine(verdicts)
-        self._feed(lifecycle.Observed(time.monotonic(), time.time_ns(), verdict, reason))
+        blind = self._tracker is None and self.pods is not None and not getattr(self.pods, "fresh", True)
+        self._feed(lifecycle.Observed(time.monotonic(), time.time_ns(), verdict, reason, blind=blind))
         if self._node.wait is None:
             self._tracker = None
 
