@@ -210,7 +210,8 @@ def test_undecodable_watch_data_lists_again_logs_once_and_marks_the_view_stale(
     emu.watch_garbage = b"<html>502 Bad Gateway</html>"
     emu.drop_watches()
     assert wait_until(lambda: len(lists(emu)) >= 4, 10)
-    assert not watcher.fresh and watcher.stale_since is not None
+    # Each relist opens a watch that is fresh until its garbage arrives: the view is stale between them.
+    assert wait_until(lambda: not watcher.fresh and watcher.stale_since is not None, 10)
     assert watcher.latest() is not None  # the last view is kept; it is only not trusted to be current
     bump(emu, "during-garbage")  # every relist still brings the pod up to date: the restart proof goes on
     assert wait_until(lambda: annotation(watcher) == "during-garbage", 10)

@@ -132,7 +132,7 @@ class Looks:
             self.seen.append(self.read())
             self._cond.notify_all()
 
-    def wait_for(self, content: str, timeout: float = 10.0) -> bool:
+    def wait_for(self, content: str, timeout: float = 30.0) -> bool:
         """Wait (generously: a busy machine is slow, never wrong) until a notification saw ``content``."""
         with self._cond:
             return self._cond.wait_for(lambda: content in self.seen, timeout)
