@@ -6,6 +6,7 @@ thread (a subprocess for the signal tests).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -71,21 +72,30 @@ class Node:
         write_configmap(self.src, {"extenders.yaml": text})
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
+@contextlib.contextmanager
+def kubeadm_node(tmp_path: Path, emulator: type[KubeEmulator] = KubeEmulator) -> Iterator[Node]:
+    """A kubeadm node (manifest, ConfigMap mount, simulated kubelet) against a fresh API emulator."""
     root = tmp_path / "node"
     (root / "etc/kubernetes/manifests").mkdir(parents=True)
     (root / MANIFEST).write_bytes(KUBEADM)
     src = tmp_path / "src"
     src.mkdir()
-    emu = KubeEmulator().start()
+    emu = emulator().start()
     emu.add_node(NODE)
     kubelet = SimKubelet(emu, NODE, root).start()
     n = Node(root, src, emu, kubelet, emu.write_kubeconfig(tmp_path / "kubeconfig"))
     n.set_source(EXTENDERS)
-    yield n
-    kubelet.stop()
-    emu.stop()
+    try:
+        yield n
+    finally:
+        kubelet.stop()
+        emu.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    with kubeadm_node(tmp_path) as n:
+        yield n
 
 
 class Running:

@@ -18,27 +18,15 @@ import pytest
 from tests.childproc import Child
 from tests.kubeemu import wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
-from tests.kubeletsim import SimKubelet
-from tests.test_agent import EXTENDERS, KUBEADM, MANIFEST, NODE, Node, Running, reconciles
+from tests.test_agent import KUBEADM, NODE, Node, Running, kubeadm_node, reconciles
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
 
 
 @pytest.fixture
 def xnode(tmp_path: Path) -> Iterator[Node]:
-    root = tmp_path / "node"
-    (root / "etc/kubernetes/manifests").mkdir(parents=True)
-    (root / MANIFEST).write_bytes(KUBEADM)
-    src = tmp_path / "src"
-    src.mkdir()
-    emu = KubeEmulatorExt().start()
-    emu.add_node(NODE)
-    kubelet = SimKubelet(emu, NODE, root).start()
-    n = Node(root, src, emu, kubelet, emu.write_kubeconfig(tmp_path / "kubeconfig"))
-    n.set_source(EXTENDERS)
-    yield n
-    kubelet.stop()
-    emu.stop()
+    with kubeadm_node(tmp_path, KubeEmulatorExt) as n:
+        yield n
 
 
 def thread_cpu(thread: threading.Thread) -> float:
