@@ -31,13 +31,13 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from patcher import engine  # noqa: E402
-from patcher.agent import Agent, AgentOptions  # noqa: E402
-from patcher.health import Health, HealthServer, Metrics  # noqa: E402
-from patcher.kube.annotations import NodeReporter  # noqa: E402
-from patcher.kube.backoff import Backoff  # noqa: E402
-from patcher.kube.client import ClientSettings, build_api_client  # noqa: E402
-from patcher.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from patcher.adapters.health import Health, HealthServer, Metrics  # noqa: E402
+from patcher.adapters.kube.annotations import NodeReporter  # noqa: E402
+from patcher.adapters.kube.backoff import Backoff  # noqa: E402
+from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from patcher.services import engine  # noqa: E402
+from patcher.services.agent import Agent, AgentOptions  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"

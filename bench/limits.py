@@ -15,7 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from patcher import engine, yamltext  # noqa: E402
+from patcher.core import yamltext  # noqa: E402
+from patcher.services import engine  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 SOURCE = ROOT / "examples/scheduler-config/extenders.yaml"

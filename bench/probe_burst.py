@@ -20,8 +20,8 @@ from tests.loadgen import burst  # noqa: E402
 #: The server runs in a process of its own, as in the agent: client threads here must not share its GIL.
 SERVER = """
 import sys, threading
-from patcher.health import Health, HealthServer, Metrics
-from patcher.kube.status import NodeState
+from patcher.adapters.health import Health, HealthServer, Metrics
+from patcher.core.status import NodeState
 metrics = Metrics()
 health = Health(metrics=metrics)
 health.beat()

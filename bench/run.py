@@ -28,9 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import baselines  # noqa: E402
-from patcher import engine, yamltext  # noqa: E402
-from patcher.errors import PatcherError  # noqa: E402
-from patcher.schedconfig import RenderedConfig  # noqa: E402
+from patcher.core import yamltext  # noqa: E402
+from patcher.core.errors import PatcherError  # noqa: E402
+from patcher.core.schedconfig import RenderedConfig  # noqa: E402
+from patcher.services import engine  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 CORPUS = ROOT.parent / "shared" / "corpus" / "manifests"

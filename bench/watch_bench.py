@@ -33,13 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from patcher import engine, fsio  # noqa: E402
-from patcher.agent import Agent, AgentOptions  # noqa: E402
-from patcher.health import Metrics  # noqa: E402
-from patcher.kube.backoff import Backoff  # noqa: E402
-from patcher.kube.client import ClientSettings, build_api_client  # noqa: E402
-from patcher.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
-from patcher.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
+from patcher.adapters import fsio  # noqa: E402
+from patcher.adapters.health import Metrics  # noqa: E402
+from patcher.adapters.kube.backoff import Backoff  # noqa: E402
+from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
+from patcher.services import engine  # noqa: E402
+from patcher.services.agent import Agent, AgentOptions  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 

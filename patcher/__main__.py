@@ -1,3 +1,3 @@
-from patcher.entry import main
+from patcher.commands.entry import main
 
 raise SystemExit(main())

@@ -54,7 +54,7 @@ def kubeconfig(emu: Any, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def api(emu: Any, tmp_path: Path) -> Iterator[Any]:
-    from patcher.kube.client import ClientSettings, build_api_client
+    from patcher.adapters.kube.client import ClientSettings, build_api_client
 
     client = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")),
                                              timeout=(0.5, 1.0)))

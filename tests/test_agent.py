@@ -22,14 +22,15 @@ from typing import Any
 
 import pytest
 
-from patcher import engine, fsio
-from patcher.agent import Agent, AgentOptions
-from patcher.health import Health, Metrics
-from patcher.kube.annotations import NodeReporter
-from patcher.kube.backoff import Backoff
-from patcher.kube.client import ClientSettings, build_api_client
-from patcher.kube.mirrorpod import MirrorPodWatcher
-from patcher.rollout import RolloutLease
+from patcher.adapters import fsio
+from patcher.adapters.health import Health, Metrics
+from patcher.adapters.kube.annotations import NodeReporter
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
+from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
+from patcher.services.rollout import RolloutLease
 from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from patcher.cli import main
+from patcher.commands.cli import main
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]

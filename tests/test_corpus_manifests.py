@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from patcher import manifest as m
-from patcher.errors import ManifestError
+from patcher.core import manifest as m
+from patcher.core.errors import ManifestError
 from tests.conftest import corpus_manifests
 
 SPEC = m.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",

@@ -37,11 +37,11 @@ import pytest
 import yaml
 
 import patcher
-from patcher import fsio
-from patcher.cli import build_parser
-from patcher.health import parse_listen
-from patcher.kube.status import DEFAULT_PREFIX, NODE_EVENT_NAMESPACE
-from patcher.schedconfig import ConfigRequest, build_config
+from patcher.adapters import fsio
+from patcher.adapters.health import parse_listen
+from patcher.commands.cli import build_parser
+from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.status import DEFAULT_PREFIX, NODE_EVENT_NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -308,8 +308,8 @@ def test_the_lease_role_names_the_lease_the_agent_uses(name: str, clean_env: pyt
 
 
 def agent_modules() -> list[Path]:
-    """The source files of the agent process: patcher/runner.py and every patcher module it imports."""
-    todo, seen = ["patcher.runner"], set()
+    """The source files of the agent process: patcher/services/runner.py and every patcher module it imports."""
+    todo, seen = ["patcher.services.runner"], set()
     while todo:
         module = todo.pop()
         if module in seen:
@@ -366,7 +366,7 @@ def test_rbac_matches_the_api_calls_the_agent_makes() -> None:
 
 
 def test_node_events_go_where_the_role_is() -> None:
-    # patcher/kube/status.py puts Node events in "default"; the Role must live there and nowhere else.
+    # patcher/adapters/kube/status.py puts Node events in "default"; the Role must live there and nowhere else.
     assert NODE_EVENT_NAMESPACE == "default"
     events_roles = [k for k, rules in EXPECTED_RULES.items() if any("events" in r["resources"] for r in rules)]
     assert events_roles == [("Role", NODE_EVENT_NAMESPACE, "scheduler-patcher-node-events")]

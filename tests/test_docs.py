@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patcher.cli import build_parser
+from patcher.commands.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "docs/operator-contract.md", "manifests/README.md", "manifests/uninstall/README.md"]

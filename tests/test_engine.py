@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
-from patcher import engine, fsio, schedconfig
-from patcher.errors import PatcherError
+from patcher.adapters import fsio
+from patcher.core import schedconfig
+from patcher.core.errors import PatcherError
+from patcher.services import engine
 from tests.conftest import FIXTURES
 
 MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -264,7 +266,7 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
 
 
 def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
-    from patcher import manifest as m
+    from patcher.core import manifest as m
 
     sched = m.inspect(m.parse_manifest(FOREIGN, "x"), "x", prefix="scheduler-patcher.io")
     assert engine.container_to_node_path(sched, "/etc/kubernetes/custom/scheduler-config.yaml") == \
@@ -314,7 +316,7 @@ def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: F
 def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesystem,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 12: it inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
-    from patcher import manifest
+    from patcher.core import manifest
 
     seen: list[str] = []
     real = manifest.inspect

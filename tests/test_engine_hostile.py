@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
-from patcher import engine, fsio, schedconfig, yamltext
-from patcher.errors import ManifestError, PatcherError
-from patcher.state import State
+from patcher.adapters import fsio
+from patcher.adapters.state import State
+from patcher.core import schedconfig, yamltext
+from patcher.core.errors import ManifestError, PatcherError
+from patcher.services import engine
 from tests.conftest import FIXTURES
 
 KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
@@ -283,7 +285,7 @@ def test_a_second_scheduler_manifest_in_the_folder_is_reported(node: FakeFilesys
 
 def test_the_agent_start_does_not_block_on_a_fifo_manifest(tmp_path: Path) -> None:
     """runner.static_pod_identity read the manifest with a plain open(): the agent hung before its loop."""
-    from patcher import runner
+    from patcher.services import runner
 
     folder = tmp_path / "etc/kubernetes/manifests"
     folder.mkdir(parents=True)

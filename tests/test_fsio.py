@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from patcher import fsio
-from patcher.errors import PatcherError
+from patcher.adapters import fsio
+from patcher.core.errors import PatcherError
 
 
 def test_atomic_write_keeps_mode_and_owner_and_leaves_no_temp_file(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from patcher import gatekeeper
-from patcher.gatekeeper import DEFAULT_GATE, Gatekeeper, GateMetrics, LeaderElector, release_patch, waits_on
-from patcher.kube.backoff import Backoff
-from patcher.kube.client import ClientSettings, TimeoutApiClient, build_api_client
-from patcher.readiness import collect
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
+from patcher.commands import gatekeeper
+from patcher.commands.gatekeeper import DEFAULT_GATE, Gatekeeper, GateMetrics, LeaderElector, release_patch, waits_on
+from patcher.commands.readiness import collect
 from tests.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
 

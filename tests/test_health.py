@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import patcher
-from patcher.health import Health, HealthServer, Metrics, parse_listen
-from patcher.kube.status import NodeState
+from patcher.adapters.health import Health, HealthServer, Metrics, parse_listen
+from patcher.core.status import NodeState
 from tests.loadgen import burst, get_once
 
 

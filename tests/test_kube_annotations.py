@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from patcher.kube.annotations import NodeReporter, annotation_snapshot
-from patcher.kube.backoff import Backoff
-from patcher.kube.status import NodeState, NodeStatus
+from patcher.adapters.kube.annotations import NodeReporter, annotation_snapshot
+from patcher.adapters.kube.backoff import Backoff
+from patcher.core.status import NodeState, NodeStatus
 from tests.kubeemu import KubeEmulator, wait_until
 
 NODE = "cp-1"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patcher.kube.client import (
+from patcher.adapters.kube.client import (
     ApiConfigError,
     ClientSettings,
     build_api_client,

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from patcher.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.client import ClientSettings, build_api_client
 from tests.kubeemu import KubeEmulator, json_patch, make_mirror_pod, merge_patch
 
 

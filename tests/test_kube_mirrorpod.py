@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from patcher.kube.backoff import Backoff
-from patcher.kube.client import ClientSettings, build_api_client
-from patcher.kube.listwatch import _Undecodable, decode_event, split_lines
-from patcher.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.listwatch import _Undecodable, decode_event, split_lines
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
 from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 
 NODE = "cp-1"
@@ -202,7 +202,7 @@ def test_a_stream_that_closes_after_one_event_backs_off(tmp_path: Path) -> None:
 def test_undecodable_watch_data_lists_again_logs_once_and_marks_the_view_stale(
     emu: KubeEmulator, watcher: MirrorPodWatcher, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="patcher.kube.listwatch")
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
     emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
     watcher.start()
     assert wait_until(lambda: watcher.fresh and emu.open_watches == 1, 5)

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from patcher.kube.backoff import Backoff
-from patcher.kube.status import (
+from patcher.adapters.kube.backoff import Backoff
+from patcher.core.status import (
     NodeState,
     NodeStatus,
     desired_annotations,
@@ -16,7 +16,7 @@ from patcher.kube.status import (
     normalize_prefix,
     transition_event,
 )
-from patcher.timefmt import parse_rfc3339_ns, rfc3339
+from patcher.core.timefmt import parse_rfc3339_ns, rfc3339
 
 NS = 1_000_000_000
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from patcher import lifecycle
-from patcher.kube.status import NodeState
-from patcher.restart import Verdict
-from patcher.state import State
+from patcher.adapters.state import State
+from patcher.core import lifecycle
+from patcher.core.restart import Verdict
+from patcher.core.status import NodeState
 
 HASH = "ab" * 32
 OPTS = lifecycle.Options(restart_timeout=60.0)

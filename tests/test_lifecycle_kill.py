@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from patcher import engine
-from patcher.agent import Agent, AgentOptions
+from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
 from tests.conftest import FIXTURES, write_configmap
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from patcher import engine
+from patcher.services import engine
 from tests.childproc import ROOT, Child
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
@@ -77,17 +77,17 @@ def test_sigterm_at_any_moment_of_the_start_restores_what_an_earlier_agent_patch
 
 ENTRY_PROBE = """
 import signal, sys, types
-stub = types.ModuleType("patcher.cli")  # stands in for the heavy command line: report what is loaded by then
+stub = types.ModuleType("patcher.commands.cli")  # stands in for the heavy command line: report what is loaded by then
 def main():
-    from patcher import signals
+    from patcher.adapters import signals
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("kubernetes", "ruamel", "urllib3", "yaml")
-                   or m in ("patcher.engine", "patcher.runner"))
+                   or m in ("patcher.services.engine", "patcher.services.runner"))
     print(signal.getsignal(signal.SIGTERM) is signals._handler, heavy)
     return 0
 stub.main = main
-sys.modules["patcher.cli"] = stub
+sys.modules["patcher.commands.cli"] = stub
 sys.argv = ["scheduler-patcher", *sys.argv[1:]]
-from patcher import entry
+from patcher.commands import entry
 raise SystemExit(entry.main())
 """
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from patcher import engine
-from patcher.agent import Agent, AgentOptions
-from patcher.kube.status import NodeState
+from patcher.core.status import NodeState
+from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
 from tests.conftest import FIXTURES, write_configmap
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -34,7 +34,7 @@ def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
     src.mkdir()
     write_configmap(src, {"extenders.yaml": TYPOS[typo]})
     agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root)))
-    with caplog.at_level(logging.INFO, logger="patcher.agent"):
+    with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
         assert agent.start()
     assert agent.phase == NodeState.FAILED and agent.health.state == "Failed"
     assert (root / MANIFEST).read_bytes() == KUBEADM  # nothing changed

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import PatcherError
-from patcher.state import FORMAT_VERSION, LastGood, State, StateStore
+from patcher.adapters.state import FORMAT_VERSION, LastGood, State, StateStore
+from patcher.core.errors import PatcherError
 
 V1 = {  # a state.json as the agent wrote it before the typed record
     "manifest": "/etc/kubernetes/manifests/kube-scheduler.yaml", "config_hash": "a" * 64,

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ruamel.yaml import YAML
 
-from patcher import engine, manifest
-from patcher.agent import Agent, AgentOptions
-from patcher.kube.status import NodeState
+from patcher.core import manifest
+from patcher.core.status import NodeState
+from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import make_mirror_pod
 

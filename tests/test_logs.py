@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from patcher.logs import JsonFormatter, TextFormatter
+from patcher.adapters.logs import JsonFormatter, TextFormatter
 
 
 def record(msg: str, *args: object, level: int = logging.INFO, exc: bool = False, **extra: object) -> logging.LogRecord:
@@ -19,7 +19,7 @@ def record(msg: str, *args: object, level: int = logging.INFO, exc: bool = False
             import sys
 
             exc_info = sys.exc_info()
-    rec = logging.LogRecord("patcher.agent", level, __file__, 1, msg, args or None, exc_info)
+    rec = logging.LogRecord("patcher.services.agent", level, __file__, 1, msg, args or None, exc_info)
     rec.__dict__.update(extra)
     return rec
 

@@ -6,8 +6,8 @@ import difflib
 
 import pytest
 
-from patcher import manifest as m
-from patcher.errors import ManifestError
+from patcher.core import manifest as m
+from patcher.core.errors import ManifestError
 from tests.conftest import fixture_manifests
 
 PREFIX = "scheduler-patcher.io"

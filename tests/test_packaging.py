@@ -39,8 +39,8 @@ def test_wheel_carries_the_code_and_the_schemas(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert f"scheduler_patcher-{patcher.__version__}.dist-info/entry_points.txt" in names
     assert "patcher/py.typed" in names
-    schemas = [n for n in names if n.startswith("patcher/schedconfig/schemas/") and n.endswith(".json")]
-    assert len(schemas) == len(list((ROOT / "patcher/schedconfig/schemas").glob("*.json"))) > 5
+    schemas = [n for n in names if n.startswith("patcher/core/schedconfig/schemas/") and n.endswith(".json")]
+    assert len(schemas) == len(list((ROOT / "patcher/core/schedconfig/schemas").glob("*.json"))) > 5
     assert not [n for n in names if n.startswith("tests/")]
 
 

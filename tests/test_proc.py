@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from patcher.proc import (
+from patcher.adapters.proc import (
     CLOCK_TOLERANCE_S,
     LocalRestartTracker,
     SchedulerProcess,

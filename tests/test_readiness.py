@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client as k8s
 from ruamel.yaml import YAML
 
-from patcher import readiness
-from patcher.kube.client import ClientSettings, build_api_client
-from patcher.readiness import ReadinessError, Verdict, collect, evaluate, publish_status
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.commands import readiness
+from patcher.commands.readiness import ReadinessError, Verdict, collect, evaluate, publish_status
 from tests.kubeemu import make_mirror_pod, wait_until
 from tests.kubeemu_ext import (
     BEFORE,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from patcher import readiness
-from patcher.cli import build_parser
+from patcher.commands import readiness
+from patcher.commands.cli import build_parser
 from tests.kubeemu_ext import KubeEmulatorExt
 from tests.test_readiness import ready_cluster
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from patcher.restart import Baseline, Verdict, container_status, decide, hashes_match, marker_hash
+from patcher.core.restart import Baseline, Verdict, container_status, decide, hashes_match, marker_hash
 from tests.kubeemu import make_mirror_pod
 
 NS = 1_000_000_000

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from patcher.kube.client import ClientSettings, build_api_client
-from patcher.rollout import RolloutLease
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.services.rollout import RolloutLease
 from tests.blackhole import BlackHole
 from tests.kubeemu import KubeEmulator
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, ForeignConfig, build_config
-from patcher.schedconfig.validate import validate_document
-from patcher.schedconfig.yamlio import load_single, to_plain
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, ForeignConfig, build_config
+from patcher.core.schedconfig.validate import validate_document
+from patcher.core.schedconfig.yamlio import load_single, to_plain
 from tests.test_schedconfig_source import make_configmap
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "configs"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patcher.schedconfig.schema import generated_minor, served_config_schemas, target_schema
-from patcher.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.schedconfig.upstream import UPSTREAM
-from patcher.schedconfig.version import MIN_MINOR, KubeVersion
-from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
+from patcher.core.schedconfig.schema import generated_minor, served_config_schemas, target_schema
+from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
+from patcher.core.schedconfig.upstream import UPSTREAM
+from patcher.core.schedconfig.version import MIN_MINOR, KubeVersion
+from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "scheduler-config.md").read_text(encoding="utf-8")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patcher.schedconfig.duration import format_duration, is_duration, parse_duration_ns
+from patcher.core.schedconfig.duration import format_duration, is_duration, parse_duration_ns
 
 
 @pytest.mark.parametrize(

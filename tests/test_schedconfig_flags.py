@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
-from patcher.schedconfig.schema import Schema, find_schema
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.schema import Schema, find_schema
 
 G = "kubescheduler.config.k8s.io"
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from patcher.cli import main
-from patcher.errors import ConfigError
-from patcher.schedconfig.schema import CONFIG_KIND, all_schemas, generated
-from patcher.schedconfig.validate import validate_document
-from patcher.schedconfig.version import KubeVersion
-from patcher.schedconfig.yamlio import load_single
+from patcher.commands.cli import main
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.schema import CONFIG_KIND, all_schemas, generated
+from patcher.core.schedconfig.validate import validate_document
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import load_single
 from tests.conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[1]

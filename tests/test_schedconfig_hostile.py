@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, build_config
-from patcher.schedconfig.gourl import url_problem
-from patcher.schedconfig.schema import all_schemas, for_version
-from patcher.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.schedconfig.validate import problems_for
-from patcher.schedconfig.version import KubeVersion
-from patcher.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, check_limits, load_single
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig.gourl import url_problem
+from patcher.core.schedconfig.schema import all_schemas, for_version
+from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
+from patcher.core.schedconfig.validate import problems_for
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, check_limits, load_single
 from tests.test_schedconfig_source import make_configmap
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -259,7 +259,7 @@ def test_build_config_refuses_in_one_line_or_renders(tmp_path_factory: pytest.Te
 
 def test_an_unforeseen_error_still_becomes_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The safety net: a bug of ours on some input must not crash-loop the agent on every node at once."""
-    import patcher.schedconfig as schedconfig
+    import patcher.core.schedconfig as schedconfig
 
     def broken(*args: object, **kwargs: object) -> None:
         raise TypeError("unhashable type: 'CommentedMap'")

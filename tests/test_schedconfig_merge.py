@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig, build_config
-from patcher.schedconfig.yamlio import load_single, to_plain
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig, build_config
+from patcher.core.schedconfig.yamlio import load_single, to_plain
 from tests.test_schedconfig_source import fixture_text, make_configmap
 
 HOST_DIR = "/etc/kubernetes/scheduler-patcher"

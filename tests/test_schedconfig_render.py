@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, RenderedConfig, build_config
-from patcher.schedconfig.yamlio import load_single
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, RenderedConfig, build_config
+from patcher.core.schedconfig.yamlio import load_single
 from tests.test_schedconfig_source import fixture_text, make_configmap
 
 GOLDEN = Path(__file__).parent / "golden" / "schedconfig"
@@ -271,7 +271,7 @@ def test_csi_layout_on_1_16_without_policy_is_refused(tmp_path: Path) -> None:
 def test_strings_a_yaml_1_1_reader_would_retype_are_quoted(text: str) -> None:
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-    from patcher.schedconfig.yamlio import safe_scalar
+    from patcher.core.schedconfig.yamlio import safe_scalar
 
     assert isinstance(safe_scalar(text), DoubleQuotedScalarString)
     assert not isinstance(safe_scalar("scheduler-extender"), DoubleQuotedScalarString)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from patcher.schedconfig.rules import RULES
-from patcher.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, generated, policy_schema
-from patcher.schedconfig.validate import _SCALARS
+from patcher.core.schedconfig.rules import RULES
+from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, generated, policy_schema
+from patcher.core.schedconfig.validate import _SCALARS
 
 SCALARS = {
     "string", "bool", "int32", "int64", "float", "float32", "float64", "duration", "nanoseconds", "bytes", "any",

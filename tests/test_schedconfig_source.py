@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig.source import (
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.source import (
     FORM_CONFIG,
     FORM_CSI,
     FORM_EXTENDERS,

@@ -1,5 +1,5 @@
 """kube-scheduler's validation, ported and applied after its defaulting (issue 14). Each case names the upstream
-function it mirrors (``UPSTREAM`` in patcher/schedconfig/upstream.py); configs that upstream accepts still pass."""
+function it mirrors (``UPSTREAM`` in patcher/core/schedconfig/upstream.py); configs that upstream accepts still pass."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, build_config
-from patcher.schedconfig.upstream import UPSTREAM
-from patcher.schedconfig.validate import validate_document
-from patcher.schedconfig.version import KubeVersion
-from patcher.schedconfig.yamlio import load_single
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig.upstream import UPSTREAM
+from patcher.core.schedconfig.validate import validate_document
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import load_single
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 V1BETA2 = "apiVersion: kubescheduler.config.k8s.io/v1beta2\nkind: KubeSchedulerConfiguration\n"

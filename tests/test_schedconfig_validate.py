@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig.rules import is_qualified_name
-from patcher.schedconfig.validate import check_served, validate_document, validate_extenders_file
-from patcher.schedconfig.version import KubeVersion
-from patcher.schedconfig.yamlio import load_single
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.rules import is_qualified_name
+from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import load_single
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 POLICY = "apiVersion: v1\nkind: Policy\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from patcher.errors import ConfigError
-from patcher.schedconfig.schema import served_config_schemas, target_schema
-from patcher.schedconfig.version import KubeVersion, image_tag, resolve_version, version_from_image
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.schema import served_config_schemas, target_schema
+from patcher.core.schedconfig.version import KubeVersion, image_tag, resolve_version, version_from_image
 
 G = "kubescheduler.config.k8s.io"
 

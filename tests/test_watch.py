@@ -29,8 +29,8 @@ from watchdog.events import (
     FileSystemEvent,
 )
 
-from patcher import fsio
-from patcher.watch import (
+from patcher.adapters import fsio
+from patcher.adapters.watch import (
     FULL_EVENTS,
     Action,
     FolderWatcher,
@@ -110,7 +110,7 @@ def test_bursts_are_debounced_into_one_notification(tmp_path: Path, watcher: Fol
 
 
 def test_missing_folder_is_an_error(tmp_path: Path, watcher: FolderWatcher) -> None:
-    from patcher.errors import PatcherError
+    from patcher.core.errors import PatcherError
 
     with pytest.raises(PatcherError, match="does not exist"):
         watcher.add("source", tmp_path / "nope", lambda: "")
@@ -488,7 +488,7 @@ def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_p
 
 
 def test_a_folder_that_cannot_be_watched_is_one_clear_error(tmp_path: Path) -> None:
-    from patcher.errors import PatcherError
+    from patcher.core.errors import PatcherError
 
     w = _DenyingWatcher(lambda name: None, {str(tmp_path)})
     try:

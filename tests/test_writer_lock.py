@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from patcher import engine, fsio, manifest
+from patcher.adapters import fsio
+from patcher.core import manifest
+from patcher.services import engine
 from tests.conftest import FIXTURES
 
 KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
@@ -170,7 +172,7 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: engine.O
     state = opts.fs.local(opts.state_dir)
     code = (
         "import sys, pathlib\n"
-        "from patcher import fsio\n"
+        "from patcher.adapters import fsio\n"
         f"with fsio.writer_lock(pathlib.Path({str(state)!r}), 'x', wait=0):\n"
         "    print('held', flush=True)\n"
         "    sys.stdin.read()\n"

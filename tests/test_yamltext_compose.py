@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
-from patcher import manifest, yamltext
+from patcher.core import manifest, yamltext
 from tests.conftest import CORPUS, corpus_manifests, fixture_manifests
 
 SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",

@@ -8,14 +8,15 @@ from what *is* committed:
              clones of kubernetes/kube-scheduler, kubernetes/component-base, kubernetes/api and
              kubernetes/apimachinery) and writes the facts we need — for every apiVersion, type and JSON field,
              its type in our vocabulary and the minors that have it — to ``tools/schedconfig-upstream.json``.
-``generate`` turns those facts into one schema per minor, ``patcher/schedconfig/schemas/kube-scheduler-1.N.json``.
+``generate`` turns those facts into one schema per minor,
+``patcher/core/schedconfig/schemas/kube-scheduler-1.N.json``.
 ``check``    regenerates in memory and exits 1 when the committed JSON differs (the test suite does the same).
 
     python tools/gen_schedconfig_schemas.py extract --mirror-root /work/.mirror   # needs the four mirrors
     python tools/gen_schedconfig_schemas.py generate
     python tools/gen_schedconfig_schemas.py check
 
-Type vocabulary (what ``patcher/schedconfig/validate.py`` checks): ``string``, ``bool``, ``int32``, ``int64``,
+Type vocabulary (what ``patcher/core/schedconfig/validate.py`` checks): ``string``, ``bool``, ``int32``, ``int64``,
 ``float32``, ``float64``, ``duration`` (metav1.Duration), ``bytes`` ([]byte, base64), ``object`` (a
 runtime.RawExtension: any mapping), ``[]T``, ``map[string]T`` and the name of another type.
 """
@@ -34,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTS = ROOT / "tools" / "schedconfig-upstream.json"
-OUT_DIR = ROOT / "patcher" / "schedconfig" / "schemas"
+OUT_DIR = ROOT / "patcher" / "core" / "schedconfig" / "schemas"
 OUT_PREFIX = "kube-scheduler-"  # beside the hand-written per-apiVersion files, which never start with it
 
 MINORS = [f"1.{minor}" for minor in range(19, 37)]

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from patcher.errors import ConfigError
-from patcher.schedconfig import ConfigRequest, build_config
-from patcher.schedconfig.source import MAX_SOURCE_BYTES
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 
 HEAD = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 

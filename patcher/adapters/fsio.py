@@ -1,0 +1,429 @@
+"""File I/O on the node: paths under a host root, atomic writes, symlinked manifests.
+
+The kubelet runs every non-hidden file in its manifest folder as a pod and may read the manifest at any
+moment, so a write is a dot-named temp file in the same folder, fsync, ``os.replace``, fsync of the folder,
+with the old mode and owner kept. Paths given to the agent are node paths; under ``--host-root`` they are
+read and written below that root, while the paths written into the manifest stay node paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import functools
+import hashlib
+import os
+import posixpath
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from patcher.core.errors import PatcherError
+
+MAX_LINK_HOPS = 40
+LOCK_NAME = ".lock"
+
+# Test seam: called with a point name and a path at the steps where writers race ("before-rename" right
+# before a checked rename, "lock-busy" when the writer lock is held by someone else). Races are forced
+# through it in tests instead of being left to timing.
+_pause: Callable[[str, Path], None] | None = None
+
+
+@contextlib.contextmanager
+def pause_points(hook: Callable[[str, Path], None]) -> Iterator[None]:
+    global _pause
+    previous, _pause = _pause, hook
+    try:
+        yield
+    finally:
+        _pause = previous
+
+
+def _point(name: str, path: Path) -> None:
+    if _pause is not None:
+        _pause(name, path)
+
+
+@dataclass(frozen=True)
+class HostFS:
+    root: Path
+
+    def local(self, node_path: str) -> Path:
+        """Where a node path lives for this process (below the host root)."""
+        norm = posixpath.normpath("/" + node_path.lstrip("/"))
+        return self.root / norm.lstrip("/") if norm != "/" else self.root
+
+    def resolve(self, node_path: str) -> str:
+        """Follow a symlinked file inside the node's namespace: absolute targets are node paths too."""
+        path = posixpath.normpath(node_path)
+        for _ in range(MAX_LINK_HOPS):
+            local = self.local(path)
+            if not local.is_symlink():
+                return path
+            target = os.readlink(local)
+            path = posixpath.normpath(target if target.startswith("/") else
+                                      posixpath.join(posixpath.dirname(path), target))
+        raise PatcherError(node_path, "too many levels of symbolic links")
+
+
+def read_bytes(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes:
+    """Read a regular file (symlinks followed), at most ``limit`` bytes, refusing anything else in one line.
+
+    Opened with O_NONBLOCK and checked with fstat before reading: a FIFO or a device in place of a manifest
+    would otherwise block ``open()`` or ``read()`` forever, and with it the agent's SIGTERM handling.
+    """
+    name = shown or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise PatcherError(name, f"{what} not found") from None
+    except PermissionError:
+        raise PatcherError(name, f"{what} is not readable (permission denied)") from None
+    except OSError as exc:
+        raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise PatcherError(name, f"{what} is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise PatcherError(name, f"{what} is not a regular file ({_kind(st.st_mode)}); refusing to read it")
+        if limit is not None and st.st_size > limit:
+            raise PatcherError(name, f"{what} is {st.st_size} bytes, over the limit of {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, max(65536, st.st_size + 1)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if limit is not None and size > limit:  # grew after the fstat
+                raise PatcherError(name, f"{what} is over the limit of {limit} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read_if_exists(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes | None:
+    """``read_bytes``, with None for a file that does not exist (a dangling symlink included)."""
+    try:
+        return read_bytes(path, what, shown, limit=limit)
+    except PatcherError:
+        if not os.path.exists(path):
+            return None
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def decode_utf8(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatcherError(name, f"not UTF-8 (byte {exc.start})") from None
+
+
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def one_dir_sync() -> Iterator[None]:
+    """Folder fsyncs asked for inside are done once per folder, on leaving (several removals or writes in one
+    folder need one). Leave it before a step that relies on them being durable."""
+    if getattr(_deferred, "folders", None) is not None:
+        yield  # nested: the outer one syncs
+        return
+    folders: dict[str, Path] = {}
+    _deferred.folders = folders
+    try:
+        yield
+    finally:
+        _deferred.folders = None
+        for folder in folders.values():
+            _fsync_dir_now(folder)
+
+
+def fsync_dir(path: Path) -> None:
+    folders: dict[str, Path] | None = getattr(_deferred, "folders", None)
+    if folders is not None:
+        folders.setdefault(str(path), path)
+        return
+    _fsync_dir_now(path)
+
+
+def _fsync_dir_now(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ChangedUnderneath(PatcherError):
+    """The file is no longer what the caller planned from: someone else wrote it in between."""
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None,
+                 expect: bytes | None = None, mtime_ns: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept.
+
+    ``expect``: the content the caller planned from. The new file is swapped in with RENAME_EXCHANGE and
+    the displaced one compared with it, so a write by someone else in the meantime (a ``kubeadm upgrade``) is
+    put back instead of lost (where the exchange is not available: compared right before the rename).
+    ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
+    """
+    name = shown or str(path)
+    folder = path.parent
+    try:
+        old = path.stat()
+        keep_mode, uid, gid = stat.S_IMODE(old.st_mode), old.st_uid, old.st_gid
+    except FileNotFoundError:
+        keep_mode, uid, gid = (mode if mode is not None else 0o644), -1, -1
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except FileNotFoundError:
+        raise PatcherError(str(folder), "folder does not exist") from None
+    except OSError as exc:
+        raise PatcherError(str(folder), f"cannot write in this folder: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fchmod(fh.fileno(), keep_mode)
+            if uid != -1 and (uid, gid) != (os.getuid(), os.getgid()):
+                with contextlib.suppress(PermissionError):
+                    os.fchown(fh.fileno(), uid, gid)
+            if mtime_ns is not None:  # the caller records it before the rename
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+            os.fsync(fh.fileno())
+        if expect is not None and _renameat2() is not None:
+            _point("before-rename", path)
+            if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
+                _settle_exchange(tmp, path, data, expect, name)
+                fsync_dir(folder)
+                return
+        if expect is not None and _current(path) != expect:  # no RENAME_EXCHANGE: check, then rename
+            raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+        if expect is not None and _renameat2() is None:
+            _point("before-rename", path)  # the window this fallback leaves open
+        os.replace(tmp, path)
+    except PatcherError:  # changed underneath, or not a regular file any more
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+    fsync_dir(folder)
+
+
+def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
+    """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
+    from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
+    displaced = _current(Path(tmp))
+    if displaced == expect:
+        os.unlink(tmp)
+        return
+    if not _exchange(tmp, path) or _current(Path(tmp)) != data:
+        # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
+        # is the newest): either way the file at tmp is theirs and goes in place.
+        os.replace(tmp, path)
+    raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    try:
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    return fn
+
+
+def _exchange(a: str | Path, b: str | Path) -> bool:
+    """Swap two paths atomically (``renameat2(RENAME_EXCHANGE)``); False where the kernel, libc or file
+    system cannot (the caller falls back to check-then-rename)."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP, errno.EXDEV):
+        return False  # ENOENT: the target is gone (the fallback check reports it), or a fake file system
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _current(path: Path) -> bytes | None:
+    return read_if_exists(path, "file")
+
+
+def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:
+    """Remove ``.<name>.*.tmp`` left by a writer that was killed between create and rename (ours only)."""
+    removed: list[Path] = []
+    try:
+        candidates = list(folder.glob(f".{name}.*.tmp"))
+    except OSError:
+        return removed
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def remove(path: Path) -> bool:
+    """Remove a file we own; True when something was removed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PatcherError(str(path), f"cannot remove: {exc.strerror}") from None
+    fsync_dir(path.parent)
+    return True
+
+
+def ensure_dir(path: Path, mode: int = 0o755) -> None:
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PatcherError(str(path), f"cannot create folder: {exc.strerror}") from None
+
+
+def mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def file_fingerprint(path: Path) -> str:
+    """Content hash of one file (symlinks followed); ``missing`` when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """Content hash of the visible files of a folder (ConfigMap style: names not starting with a dot)."""
+    h = hashlib.sha256()
+    try:
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    except OSError:
+        return "missing"
+    for name in names:
+        path = folder / name
+        if path.is_dir():
+            continue
+        h.update(name.encode() + b"\0" + file_fingerprint(path).encode() + b"\n")
+    return h.hexdigest()
+
+
+class LockBusy(PatcherError):
+    """Another writer (the agent, or another CLI run) holds the node's writer lock."""
+
+
+# Locks this process holds: folder -> [fd, holding thread, depth]. Reentrant for the holding thread, so an
+# agent that holds the lock for its whole life still calls apply/restore; other threads wait like other
+# processes do (each acquisition opens its own file description, and flock locks are per description).
+_held: dict[str, list[int]] = {}
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
+                clock: Callable[[], float] = time.monotonic,
+                sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
+    """One writer at a time on the node: ``flock`` on ``<state folder>/.lock``, holder pid written in it.
+
+    Waits up to ``wait`` seconds, then refuses in one line naming the holder.
+    """
+    key = os.path.abspath(folder)
+    me = threading.get_ident()
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is not None and entry[1] == me:
+            entry[2] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[key][2] -= 1
+        return
+    fd = _open_lock(folder, shown)
+    try:
+        _flock(fd, folder, shown, wait, clock, sleep)
+    except BaseException:
+        os.close(fd)
+        raise
+    with contextlib.suppress(OSError):
+        mine = f"{os.getpid()}\n".encode()
+        if os.read(fd, 32) != mine:  # the agent re-takes it often: a truncate costs more than the read
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, mine)
+    with _held_guard:
+        _held[key] = [fd, me, 1]
+    try:
+        yield
+    finally:
+        with _held_guard:
+            del _held[key]
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _open_lock(folder: Path, shown: str) -> int:
+    path = folder / LOCK_NAME
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        try:  # a read-only state folder with a lock file in it: locking still works
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            raise PatcherError(shown, f"folder is not writable (cannot create the writer lock {LOCK_NAME}: "
+                               f"{exc.strerror})") from None
+
+
+def _flock(fd: int, folder: Path, shown: str, wait: float, clock: Callable[[], float],
+           sleep: Callable[[float], None]) -> None:
+    deadline = clock() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        _point("lock-busy", folder)
+        left = deadline - clock()
+        if left <= 0:
+            try:
+                os.lseek(fd, 0, os.SEEK_SET)
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            raise LockBusy(posixpath.join(shown, LOCK_NAME), f"another scheduler-patcher writer holds the lock "
+                           f"(pid {holder}); gave up after {wait:g} s")
+        sleep(min(0.05, left))

@@ -1,0 +1,284 @@
+"""Publish the node's state (annotations + events) in the background, so the API being down never blocks.
+
+``publish()`` only records the desired state and returns. A worker thread sends one JSON merge patch when the
+desired annotations differ from what it last published successfully, then the queued transition events, and
+retries failures with capped exponential backoff. A newer desired state simply replaces a pending one (the
+latest state wins); events are kept in order (bounded) because each transition is worth a line in
+``kubectl describe node``. ``flush()`` is for shutdown: try hard to deliver the final state within a deadline.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import API_ERRORS, describe_error, error_status
+from patcher.core.status import (
+    COMPONENT,
+    DEFAULT_PREFIX,
+    MAX_EVENT_MESSAGE,
+    NODE_EVENT_NAMESPACE,
+    EventSpec,
+    NodeState,
+    NodeStatus,
+    desired_annotations,
+    event_body,
+    merge_patch,
+    normalize_prefix,
+    transition_event,
+)
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+#: An event rejected with one of these will never be accepted; it is dropped instead of blocking the queue.
+_PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
+
+ErrorHook = Callable[[str, BaseException], None]
+
+
+class NodeReporter:
+    """Keeps the Node's annotations and events in line with the agent's state, without ever blocking it.
+
+    Thread-safe. ``on_error(kind, exc)`` is called (from the worker thread) for each failed request, with
+    ``kind`` ``"annotations"`` or ``"event"``, so the agent can count errors by kind.
+    """
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node_name: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        event_namespace: str = NODE_EVENT_NAMESPACE,
+        component: str = COMPONENT,
+        backoff: Backoff | None = None,
+        max_pending_events: int = 64,
+        on_error: ErrorHook | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._core = k8s.CoreV1Api(api)
+        self._node = node_name
+        self._prefix = normalize_prefix(prefix)
+        self._event_namespace = event_namespace
+        self._component = component
+        self._backoff = backoff if backoff is not None else Backoff()
+        self._on_error = on_error
+        self._clock_ns = clock_ns
+
+        self._cond = threading.Condition()
+        self._desired: dict[str, str | None] | None = None
+        self._published: dict[str, str | None] | None = None
+        self._last_state: NodeState | None = None
+        self._events: collections.deque[EventSpec] = collections.deque(maxlen=max_pending_events)
+        self._node_uid: str | None = None
+        self._retry_at = 0.0
+        self._stopping = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    # -- caller side -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background publisher (idempotent)."""
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name=f"node-reporter-{self._node}", daemon=True)
+            self._thread.start()
+
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
+        """Make ``status`` the desired state; returns at once. A state change also queues an Event.
+
+        ``reason``/``message`` override the event's defaults (e.g. ``reason="SchedulerAdopted"`` when a
+        restarted agent finds the node already Ready); they are ignored when the state did not change.
+        """
+        annotations = desired_annotations(status, self._prefix)
+        with self._cond:
+            self._desired = annotations
+            if status.state != self._last_state:
+                if len(self._events) == self._events.maxlen:
+                    log.warning("node %s: too many undelivered events; dropping the oldest", self._node)
+                self._events.append(transition_event(status, self._clock_ns(), reason=reason, message=message))
+                self._last_state = status.state
+            self._cond.notify_all()
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event that is not a state transition (e.g. a config skipped because it failed elsewhere)."""
+        spec = EventSpec(reason=reason, message=message[:MAX_EVENT_MESSAGE], type="Warning" if warning else "Normal",
+                         at_ns=self._clock_ns())
+        with self._cond:
+            self._events.append(spec)
+            self._cond.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything desired so far is delivered, retrying at once; ``False`` at the deadline.
+
+        The backoff restarts from its shortest delay so several attempts fit into a shutdown grace period.
+        Delivery goes on in the background after a ``False`` until ``close()``.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._backoff.reset()
+            self._retry_at = 0.0
+            self._cond.notify_all()
+            while not self._delivered_locked():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._thread is None or self._stopping:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the worker (pending work is abandoned; call ``flush`` first to deliver it)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def __enter__(self) -> NodeReporter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def published(self) -> dict[str, str | None] | None:
+        """The annotation set last accepted by the API server (``None`` before the first success)."""
+        with self._cond:
+            return None if self._published is None else dict(self._published)
+
+    @property
+    def pending_events(self) -> int:
+        """Events not delivered yet."""
+        with self._cond:
+            return len(self._events)
+
+    @property
+    def node_uid(self) -> str | None:
+        """The Node's uid, learned from the first successful patch."""
+        with self._cond:
+            return self._node_uid
+
+    # -- worker side -------------------------------------------------------------------------------------
+
+    def _delivered_locked(self) -> bool:
+        return not self._busy and not self._events and self._desired == self._published
+
+    def _has_work_locked(self) -> bool:
+        return bool(self._events) or self._desired != self._published
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    if not self._has_work_locked():
+                        self._cond.wait()
+                        continue
+                    delay = self._retry_at - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                desired = self._desired
+                need_patch = desired is not None and desired != self._published
+                self._busy = True
+            ok = False
+            try:
+                ok = self._send_annotations(desired) if need_patch and desired is not None else True
+                ok = ok and self._send_events()
+            except Exception:  # a bug here must not silently end publishing for the agent's lifetime
+                log.exception("node %s: unexpected error while publishing; retrying with backoff", self._node)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    if ok:
+                        if self._backoff.failures:
+                            log.info("node %s: API reachable again, state delivered", self._node)
+                        self._backoff.reset()
+                        self._retry_at = 0.0
+                    else:
+                        self._retry_at = time.monotonic() + self._backoff.next_delay()
+                    self._cond.notify_all()
+
+    def _send_annotations(self, annotations: dict[str, str | None]) -> bool:
+        try:
+            resp: Any = self._core.patch_node(  # the raw urllib3 response, given _preload_content
+                self._node, merge_patch(annotations), _content_type=MERGE_PATCH, _preload_content=False
+            )
+            node = json.loads(resp.data)
+        except API_ERRORS as exc:
+            self._failed("annotations", exc)
+            return False
+        uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
+        with self._cond:
+            self._published = annotations
+            if isinstance(uid, str) and uid:
+                self._node_uid = uid
+        log.debug("node %s: annotations published: %s", self._node, annotations)
+        return True
+
+    def _send_events(self) -> bool:
+        while True:
+            with self._cond:
+                if not self._events:
+                    return True
+                spec = self._events[0]
+                uid = self._node_uid
+            body = event_body(
+                spec, node_name=self._node, node_uid=uid, namespace=self._event_namespace,
+                component=self._component,
+            )
+            try:
+                # (client 37 sends no Content-Type on create; the API server then assumes JSON)
+                self._core.create_namespaced_event(
+                    self._event_namespace, k8s.CoreV1Event.model_validate(body), _preload_content=False
+                )
+            except API_ERRORS as exc:
+                status = error_status(exc)
+                permanent = status in _PERMANENT_EVENT_ERRORS or (
+                    status is None and isinstance(exc, ValueError)  # the client refused the body itself
+                )
+                if status == 409:
+                    log.debug("node %s: event %s was already delivered", self._node, spec.reason)
+                elif permanent:
+                    self._failed("event", exc)
+                    log.error("node %s: event %s rejected for good (%s); dropped",
+                              self._node, spec.reason, describe_error(exc))
+                else:
+                    self._failed("event", exc)
+                    return False
+            else:
+                log.debug("node %s: event %s sent", self._node, spec.reason)
+            with self._cond:
+                if self._events and self._events[0] is spec:
+                    self._events.popleft()
+
+    def _failed(self, kind: str, exc: BaseException) -> None:
+        level = logging.WARNING if self._backoff.failures == 0 else logging.DEBUG
+        log.log(level, "node %s: cannot publish %s (%s); retrying with backoff",
+                self._node, kind, describe_error(exc))
+        if self._on_error is not None:
+            try:
+                self._on_error(kind, exc)
+            except Exception:  # a metrics hook must never kill the publisher
+                log.exception("error hook failed")
+
+
+def annotation_snapshot(node: dict[str, Any], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """The annotations under ``prefix`` on a Node object (as a plain dict), keyed without the prefix."""
+    p = normalize_prefix(prefix)
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    return {k[len(p):]: v for k, v in annotations.items() if k.startswith(p) and isinstance(v, str)}

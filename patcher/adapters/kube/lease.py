@@ -1,0 +1,194 @@
+"""The one ``coordination.k8s.io/v1`` Lease primitive under the rollout turn and the gatekeeper election.
+
+client-go's rules, small:
+
+* a Lease held by someone else counts as expired only when its record (holder, renewTime, transitions,
+  duration) has not changed for ``leaseDurationSeconds`` *as measured on the observer's own monotonic clock*
+  since it first saw that record, so skewed wall clocks between control-plane nodes never decide who writes;
+* every write carries the resourceVersion that was read (compare-and-swap): of two writers racing for a free
+  Lease exactly one wins, the other gets 409;
+* every call has a deadline: the caller passes the monotonic instant by which it must be back, and no call
+  starts when that instant has passed. An API server that accepts connections and never answers costs the
+  remaining budget at most, never a client default of minutes.
+
+Pure bookkeeping plus one method per API round trip; no threads here (the callers own theirs).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from patcher.adapters.kube.client import API_ERRORS, describe_error
+from patcher.core.timefmt import rfc3339
+
+log = logging.getLogger("patcher.lease")
+
+Obj = dict[str, Any]
+#: Longest single request: a renewal must never hang for the client's default socket timeout.
+MAX_CALL = 5.0
+
+
+class Outcome(enum.StrEnum):
+    HELD = "held"  # we hold it now (acquired or renewed)
+    OTHER = "other"  # someone else validly holds it
+    REFUSED = "refused"  # the caller's check on the Lease we read said no (e.g. a source known to be bad)
+    ERROR = "error"  # no answer in time or a failure other than a conflict: try again later
+
+
+class LeaseError(Exception):
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def micro_time(wall: float) -> str:
+    """``metav1.MicroTime`` text for a wall-clock time (informational only: expiry never reads it)."""
+    return rfc3339(int(wall * 1e9), 6)
+
+
+def annotations_of(lease: Obj) -> dict[str, str]:
+    return dict((lease.get("metadata") or {}).get("annotations") or {})
+
+
+@dataclass
+class Lease:
+    """One named Lease as seen by one identity."""
+
+    api: k8s.ApiClient
+    namespace: str
+    name: str
+    identity: str
+    duration: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self._coord = k8s.CoordinationV1Api(self.api)
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self.holder: str | None = None  # the holder seen on the last read
+
+    # -- one round trip each -------------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, deadline: float) -> Obj:
+        left = deadline - self.clock()
+        if left <= 0.01:
+            raise LeaseError(f"{what}: no time left", None)
+        timeout = min(left, MAX_CALL)
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=(timeout, timeout))
+            body: Obj = json.loads(resp.data)
+            return body
+        except API_ERRORS as exc:
+            status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
+            raise LeaseError(f"cannot {what} Lease {self.namespace}/{self.name}: {describe_error(exc)}",
+                             status) from exc
+
+    def read(self, *, deadline: float) -> Obj | None:
+        try:
+            return self._call("read", self._coord.read_namespaced_lease, self.name, self.namespace,
+                              deadline=deadline)
+        except LeaseError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _write(self, lease: Obj | None, *, deadline: float) -> Obj:
+        if lease is None or not (lease.get("metadata") or {}).get("resourceVersion"):
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace, **((lease or {}).get("metadata")
+                                                                                   or {})},
+                    "spec": (lease or {}).get("spec") or {}}
+            return self._call("create", self._coord.create_namespaced_lease, self.namespace,
+                              k8s.V1Lease.model_validate(body), deadline=deadline)
+        return self._call("update", self._coord.replace_namespaced_lease, self.name, self.namespace,
+                          k8s.V1Lease.model_validate(lease), deadline=deadline)
+
+    # -- the rules ------------------------------------------------------------------------------------------
+
+    def expired_for_us(self, spec: Obj) -> bool:
+        """Free, ours, or unchanged for its duration on our own clock since we first saw this record."""
+        holder = spec.get("holderIdentity") or None
+        if holder is None or holder == self.identity:
+            return True
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
+        now = self.clock()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        return now >= self._observed_at + duration
+
+    def _spec(self, previous: Obj) -> Obj:
+        now = micro_time(self.wall())
+        mine = previous.get("holderIdentity") == self.identity
+        return {**previous,
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": max(1, math.ceil(self.duration)),
+                "acquireTime": previous.get("acquireTime") if mine and previous.get("acquireTime") else now,
+                "renewTime": now,
+                "leaseTransitions": int(previous.get("leaseTransitions") or 0)
+                + (1 if previous.get("holderIdentity") and not mine else 0)}
+
+    def acquire_or_renew(self, *, deadline: float, refuse: Callable[[Obj], bool] | None = None) -> Outcome:
+        """One read and at most one CAS write. ``refuse(lease)`` is checked on the very object we would
+        replace, so "is it allowed?" and "take it" cannot be split by another writer."""
+        try:
+            lease = self.read(deadline=deadline)
+            if lease is not None and refuse is not None and refuse(lease):
+                return Outcome.REFUSED
+            spec = (lease or {}).get("spec") or {}
+            self.holder = spec.get("holderIdentity") or None
+            if not self.expired_for_us(spec):
+                return Outcome.OTHER
+            if self.holder and self.holder != self.identity:
+                log.warning("taking over Lease %s/%s from %s (unchanged for %.0fs on our clock)", self.namespace,
+                            self.name, self.holder, float(spec.get("leaseDurationSeconds") or self.duration))
+            body = lease or {}
+            self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
+            self.holder = self.identity
+            return Outcome.HELD
+        except LeaseError as exc:
+            if exc.status == 409:  # another writer came first: an answer (the next read tells who)
+                log.debug("%s", exc)
+                return Outcome.OTHER
+            log.info("%s", exc)  # no answer in time, or a failure: try again later
+            return Outcome.ERROR
+
+    def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None,
+                attempts: int = 5) -> bool:
+        """Hand the Lease back (when ours) and/or change its annotations, retrying a 409 with a fresh read."""
+        for _ in range(attempts):
+            try:
+                lease = self.read(deadline=deadline)
+                if lease is None:
+                    return True
+                spec = dict(lease.get("spec") or {})
+                ours = spec.get("holderIdentity") == self.identity
+                if not ours and annotate is None:
+                    return True
+                if ours:
+                    spec.update(holderIdentity=None, renewTime=None, acquireTime=None)
+                    lease["spec"] = spec
+                if annotate is not None:
+                    meta = dict(lease.get("metadata") or {})
+                    meta["annotations"] = annotate(annotations_of(lease))
+                    lease["metadata"] = meta
+                self._write(lease, deadline=deadline)
+                self.holder = None
+                return True
+            except LeaseError as exc:
+                if exc.status == 409:
+                    continue
+                log.info("%s (it expires by itself)", exc)
+                return False
+        return False

@@ -1,0 +1,303 @@
+"""List a collection, then follow it with a watch: the informer pattern in small, shared by every watcher.
+
+The API server is expected to drop streams, time them out, compact old versions (410 Gone) and be away for
+minutes while control-plane pods restart; this loop turns all of that into "the latest full state, then
+every change", with capped backoff and no lost events (it resumes from the newest resourceVersion seen).
+
+Misbehaving servers and proxies are part of that: a stream that ends right after it started (with or
+without an event) counts as a failure for the backoff, so a proxy that closes every watch costs a request
+per backoff period, not a busy loop; data that cannot be decoded means the stream cannot be trusted to have
+delivered every change, so the collection is listed again, and the episode is logged once. Whether the
+view follows the server right now is exposed (``fresh``), so a consumer can tell "the object did not
+change" from "we could not see it change".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import API_ERRORS, describe_error
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+# A watch stream adds its own: an event object without the fields every event has.
+_STREAM_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, KeyError, TypeError)
+
+def dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+class _Gone(Exception):
+    """The resourceVersion we hold was compacted away: list again."""
+
+
+class _Undecodable(Exception):
+    """The watch sent data that is not a watch event: the stream cannot be trusted, list again."""
+
+
+#: Consecutive failed watch attempts after which the watcher lists again instead of resuming.
+_RELIST_AFTER_FAILURES = 5
+
+
+def decode_event(line: bytes) -> tuple[str, Obj] | None:
+    """One line of a watch stream as ``(type, object)``; ``None`` for a keep-alive blank line.
+
+    Raises ``_Undecodable`` for anything else: not UTF-8 JSON, not an object, no string ``type``, or an
+    ``object`` that is not a JSON object.
+    """
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise _Undecodable(f"not JSON ({exc})") from None
+    if not isinstance(event, dict):
+        raise _Undecodable(f"a JSON {type(event).__name__}, not an event")
+    kind, obj = event.get("type"), event.get("object")
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise _Undecodable("an event without a type or an object")
+    return kind, obj
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Newline-delimited records from a chunked body (a record may span chunks; a trailing one is kept)."""
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from lines
+    if buffer:
+        yield buffer
+
+
+class ListWatcher:
+    """List a collection, then follow it with a watch; calls ``on_sync(items)`` and ``on_event(type, obj)``.
+
+    The informer pattern in small, for the readiness wait (Nodes), the gatekeeper (Nodes and Pods) and the
+    mirror pod: a list gives the whole state and a resourceVersion, the watch resumes from the newest version
+    seen after a stream ends or breaks (with capped backoff), and a ``410 Gone``, undecodable data or
+    repeated failures mean "list again" — after which ``on_sync`` delivers the full state again, so a
+    consumer never depends on having seen every event. Callbacks run on the watcher's thread. Objects are
+    plain dicts (the client's models are not used).
+
+    ``fresh`` is true while the view follows the server: the last list succeeded and a watch from it is
+    open, or ended normally and is being resumed. It turns false on any failure, undecodable data or a
+    stream that ended too soon, until a watch is open again (``stale_since`` says since when).
+    """
+
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        *args: Any,
+        on_sync: Callable[[list[Obj]], None],
+        on_event: Callable[[str, Obj], None],
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        name: str = "list-watch",
+        backoff: Backoff | None = None,
+        watch_timeout_s: int = 240,
+        connect_timeout_s: float = 5.0,
+        failure_level: int = logging.INFO,
+        min_healthy_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._list_fn = list_fn
+        self._args = args
+        self._selectors: dict[str, str] = {}
+        if label_selector:
+            self._selectors["label_selector"] = label_selector
+        if field_selector:
+            self._selectors["field_selector"] = field_selector
+        self._on_sync = on_sync
+        self._on_event = on_event
+        self.name = name
+        self._backoff = backoff if backoff is not None else Backoff()
+        self._watch_timeout = watch_timeout_s
+        self._connect_timeout = connect_timeout_s
+        self._failure_level = failure_level
+        self._min_healthy = min_healthy_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._lock = threading.Lock()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+        self._resume_rv: str | None = None
+        self._fresh = False
+        self._stale_since: float | None = clock()
+        self._undecodable_logged = False
+        self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
+        self.lists = 0
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop; an open stream is shut down so this returns promptly."""
+        self._stop.set()
+        with self._lock:
+            resp = self._resp
+            thread = self._thread
+        if resp is not None:
+            _shutdown(resp)
+        if thread is not None:
+            thread.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait for the first successful list."""
+        return self._synced.wait(timeout)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the view follows the server right now (see the class docstring)."""
+        with self._lock:
+            return self._fresh
+
+    @property
+    def stale_since(self) -> float | None:
+        """Since when (the clock's time, ``time.monotonic`` by default) the view has not been fresh;
+        ``None`` while it is."""
+        with self._lock:
+            return self._stale_since
+
+    def _set_fresh(self, fresh: bool) -> None:
+        with self._lock:
+            if fresh:
+                self._stale_since = None
+            elif self._fresh or self._stale_since is None:
+                self._stale_since = self._clock()
+            self._fresh = fresh
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._resume_rv is None:
+                    self._resume_rv = self._list()
+                started = self._clock()
+                self._stream(self._resume_rv)
+                if self._stop.is_set():
+                    break
+                if self._clock() - started >= self._min_healthy:
+                    self._backoff.reset()  # a stream that lived: the server's own timeout, resume at once
+                    self._undecodable_logged = False
+                    continue
+                # Ended as soon as it began, events or not: a proxy or a sick server. Back off like a failure.
+                self._set_fresh(False)
+                delay = self._backoff.next_delay()
+                log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
+                        "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
+            except _Gone:
+                log.debug("%s: resourceVersion expired; listing again", self.name)
+                self._set_fresh(False)
+                self._resume_rv = None
+                delay = self._backoff.next_delay()
+            except _Undecodable as exc:
+                self._set_fresh(False)
+                self._resume_rv = None  # events may have been lost in what could not be read
+                delay = self._backoff.next_delay()
+                if not self._undecodable_logged:
+                    self._undecodable_logged = True
+                    log.warning("%s: undecodable watch data (%s); listing again (logged once until the "
+                                "watch is healthy again)", self.name, exc)
+                else:
+                    log.debug("%s: undecodable watch data again (%s)", self.name, exc)
+            except _STREAM_ERRORS as exc:
+                self._set_fresh(False)
+                if self._stop.is_set():
+                    break
+                delay = self._backoff.next_delay()
+                if self._backoff.failures >= _RELIST_AFTER_FAILURES:
+                    self._resume_rv = None
+                # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
+                # normal during a control-plane restart, and the readiness command reports errors itself).
+                log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
+                        "%s failed (%s); retrying in %.2fs", self.name, describe_error(exc), delay)
+            except Exception:  # a bug in a callback must not end the watch for the process's lifetime
+                self._set_fresh(False)
+                log.exception("%s: unexpected error", self.name)
+                delay = self._backoff.next_delay()
+            self._stop.wait(delay)
+        self._set_fresh(False)
+
+    def _list(self) -> str:
+        self.lists += 1
+        resp: Any = self._list_fn(*self._args, _preload_content=False, **self._selectors)
+        body = json.loads(resp.data)
+        items = [i for i in body.get("items") or [] if isinstance(i, dict)]
+        rv = dig(body, "metadata", "resourceVersion")
+        if not isinstance(rv, str) or not rv:
+            raise ValueError(f"{self.name}: list without metadata.resourceVersion")
+        self._on_sync(items)
+        self._synced.set()
+        return rv
+
+    def _stream(self, rv: str) -> None:
+        """Follow one watch request from ``rv`` until it ends; raises on errors."""
+        self.watch_requests += 1
+        try:
+            resp: Any = self._list_fn(
+                *self._args, watch=True, _preload_content=False, resource_version=rv,
+                allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
+                _request_timeout=(self._connect_timeout, float(self._watch_timeout + 30)), **self._selectors,
+            )  # a status other than 2xx raises ApiException
+        except ApiException as exc:
+            if exc.status == 410:
+                raise _Gone() from exc
+            raise
+        with self._lock:
+            self._resp = resp
+        if self._stop.is_set():
+            _shutdown(resp)
+        try:
+            self._set_fresh(True)  # listed, and the server accepted a watch from that version
+            for line in split_lines(resp.stream(amt=None, decode_content=True)):
+                decoded = decode_event(line)
+                if decoded is None:
+                    continue
+                kind, obj = decoded
+                if kind == "ERROR":
+                    if dig(obj, "code") == 410:
+                        raise _Gone()
+                    raise ValueError(f"watch error event: {dig(obj, 'message') or obj}")
+                new_rv = dig(obj, "metadata", "resourceVersion")
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._on_event(kind, obj)
+                if isinstance(new_rv, str) and new_rv:
+                    self._resume_rv = new_rv  # after delivery: a failed callback sees the event again
+                if self._stop.is_set():
+                    break
+        finally:
+            with self._lock:
+                self._resp = None
+            with contextlib.suppress(Exception):
+                resp.release_conn()
+
+
+def _shutdown(resp: Any) -> None:
+    """Unblock a thread reading ``resp`` (a urllib3 response), then close it."""
+    with contextlib.suppress(Exception):
+        resp.shutdown()  # urllib3 >= 2.3: shuts the socket down under the reader, TLS included
+    with contextlib.suppress(Exception):
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,320 @@
+"""Command line: ``scheduler-patcher plan|apply|restore|status|run|readiness|gatekeeper|completion``.
+
+Exit codes are a contract for scripts and operators (the table is in ``--help`` and in
+docs/operator-contract.md): a usage error never shares a code with a result, so a typo in CI cannot pass for
+"changes pending". Every flag can come from ``PATCHER_<FLAG>`` so the DaemonSet can configure the agent
+through its environment. Paths typed by a user resolve against the working directory, except node paths,
+which are read below ``--host-root`` when one is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from patcher import __version__
+from patcher.commands.flags import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PENDING,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    OUTPUTS,
+    Flags,
+    Parser,
+    boolean,
+    duration,
+    emit,
+)
+from patcher.core.errors import PatcherError
+from patcher.services import engine
+
+#: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
+#: they are ordinary local paths and a relative one resolves against the working directory.
+NODE_PATH_FLAGS = ("manifest_dir", "host_config_dir", "state_dir")
+#: Flags that name a path on the machine the command runs on: a relative one resolves against the working
+#: directory.
+LOCAL_PATH_FLAGS = ("source", "kubeconfig")
+#: Where RKE2 keeps its static pods: named in the hint when the kubeadm folder is missing.
+RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
+
+def _common(p: argparse.ArgumentParser) -> None:
+    f = Flags(p)
+    f.add("--manifest-dir", "/etc/kubernetes/manifests",
+          f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
+    f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
+    f.add("--source", "/etc/scheduler-patcher/source", "source folder with the scheduler config (ConfigMap mount)")
+    f.add("--host-config-dir", "/etc/kubernetes/scheduler-patcher", "node folder for the rendered config (node path)")
+    f.add("--state-dir", "/var/lib/scheduler-patcher", "node folder for the agent's state and backups (node path)")
+    f.add("--host-root", "/", "where the node's file system is mounted (/host in the container); node paths "
+          "are read below it")
+    f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of our annotations")
+    f.add("--container-name", None, "kube-scheduler container name (default: detected)")
+    f.add("--on-foreign-config", "merge", "what to do with a --config we did not add",
+          choices=["fail", "replace", "merge"])
+    f.add("--kube-version", None, "kube-scheduler version, when the image tag does not tell")
+
+
+def _output_flag(p: argparse.ArgumentParser) -> None:
+    Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
+
+
+def _options(args: argparse.Namespace) -> engine.Options:
+    return engine.Options(
+        manifest_dir=args.manifest_dir, manifest_name=args.manifest_name, source=Path(args.source),
+        host_config_dir=args.host_config_dir.rstrip("/") or "/", state_dir=args.state_dir,
+        host_root=Path(args.host_root), prefix=args.annotation_prefix.rstrip("/"),
+        container_name=args.container_name, on_foreign=args.on_foreign_config, kube_version=args.kube_version,
+    )
+
+
+def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
+    """Make the path flags absolute in place; return the usage errors (empty when all is well).
+
+    Pure except for the one ``isdir`` of ``--host-root``: a host root that does not exist is refused instead
+    of being created under by the agent.
+    """
+    problems: list[str] = []
+    typed: dict[str, tuple[str, str]] = {}  # flag -> (what the user typed, what it resolved to)
+    args.typed_paths = typed
+    for name in LOCAL_PATH_FLAGS:
+        value = getattr(args, name, None)
+        if value and os.pathsep not in value:  # KUBECONFIG may be a list: the client resolves those itself
+            setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
+            if getattr(args, name) != value:
+                typed["--" + name] = (value, getattr(args, name))
+    host_root = getattr(args, "host_root", None)
+    if host_root is None:
+        return problems
+    args.host_root = os.path.normpath(os.path.join(cwd, host_root))
+    if not os.path.isdir(args.host_root):
+        shown = host_root if host_root == args.host_root else f"{host_root} (resolved to {args.host_root})"
+        problems.append(f"--host-root {shown}: no such folder")
+    for name in NODE_PATH_FLAGS:
+        value = getattr(args, name)
+        if value.startswith("/"):
+            continue
+        if args.host_root == "/":
+            setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
+            typed["--" + name.replace("_", "-")] = (value, getattr(args, name))
+        else:
+            flag = "--" + name.replace("_", "-")
+            problems.append(f"{flag} {value}: a node path must be absolute when --host-root is given "
+                            f"(it is read below {args.host_root})")
+    return problems
+
+
+def explain(exc: PatcherError, args: argparse.Namespace) -> str:
+    """The error line; for a node path not found, where it was looked for, and hints for a missing manifest folder."""
+    text = str(exc)
+    host_root = getattr(args, "host_root", "/")
+    path = exc.path or ""
+    node_folders = [getattr(args, name, "") for name in NODE_PATH_FLAGS]
+    under_node_folder = any(f and (path == f or path.startswith(f.rstrip("/") + "/")) for f in node_folders)
+    if host_root != "/" and under_node_folder and "not found" in exc.problem:
+        text += f" (node path, looked for at {os.path.join(host_root, path.lstrip('/'))})"
+    for flag, (value, resolved) in getattr(args, "typed_paths", {}).items():
+        if path == resolved or path.startswith(resolved.rstrip("/") + "/"):
+            text += f" ({flag} {value} resolved to {resolved})"
+            break
+    if exc.problem == "manifest folder not found":
+        where = ("for a copy of a node's files, point --host-root at its root" if host_root == "/" else
+                 f"is --host-root {host_root} a copy of the node's /?")
+        text += f"; {where} Else set --manifest-dir (RKE2: {RKE2_MANIFEST_DIR})"
+    return text
+
+
+def _config_info(config: Any) -> dict[str, Any] | None:
+    if config is None:
+        return None
+    return {"form": config.form, "api_version": config.api_version, "hash": config.config_hash,
+            "file": config.main, "kube_version": config.kube_version or None}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    opts = _options(args)
+    plan = engine.plan_apply(opts)
+    config = plan.config
+    notes = [n for n in plan.notes if not n.startswith("source form")]
+    if args.output != "text":
+        changes = [{"path": c.node_path, "kind": c.kind,
+                    "action": "create" if c.old is None else "delete" if c.new is None else "update",
+                    "diff": c.diff()} for c in plan.changes]
+        emit({"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
+              "source_hash": plan.source_hash or None, "notes": notes, "changes": changes}, args.output)
+        return EXIT_PENDING if plan.pending else EXIT_OK
+    out = sys.stdout
+    if config is not None:
+        out.write(f"# source form: {config.form}, apiVersion {config.api_version}, config {config.short_hash}\n")
+    for note in notes:
+        out.write(f"# note: {note}\n")
+    if not plan.pending:
+        out.write(f"# {plan.manifest_path}: up to date, nothing to do\n")
+        return EXIT_OK
+    for change in plan.changes:
+        out.write(change.diff())
+    return EXIT_PENDING
+
+
+def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: list[str]) -> None:
+    """apply/restore output: one line per file written or removed, or one ``unchanged`` line."""
+    if args.output != "text":
+        actions = [{"action": line.split(" ", 1)[0], "path": line.split(" ", 1)[1]} for line in lines]
+        emit({"manifest": manifest, "changed": bool(lines), "actions": actions, "notes": notes}, args.output)
+        return
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    for line in lines:
+        print(line)
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    opts = _options(args)
+    plan = engine.plan_apply(opts)
+    lines = engine.apply(opts, plan)[0] if plan.pending else []
+    _report(args, plan.manifest_path, lines, plan.notes)
+    if not lines and args.output == "text":
+        print(f"{plan.manifest_path}: unchanged")
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    opts = _options(args)
+    plan = engine.plan_restore(opts)
+    _report(args, plan.manifest_path, engine.restore(opts, plan), plan.notes)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = engine.status(_options(args))
+    if args.output != "text":
+        emit(info, args.output)
+    else:
+        width = max(len(k) for k in info)
+        for key in sorted(info):
+            value = info[key]
+            shown = "-" if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
+            print(f"{key.ljust(width)}  {shown}")
+    return EXIT_ERROR if info.get("error") else EXIT_OK
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    f = Flags(p)
+    f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
+    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
+    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
+    f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
+    f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
+    f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
+    f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
+          type=boolean, nargs="?", const=True)
+    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics")
+    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
+    f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
+          choices=["coordinated", "independent"])
+    f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
+    f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=duration)
+    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
+          "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
+          type=boolean)
+    f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
+          "ConfigMap", type=boolean)
+    f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
+    f.add("--log-format", "text", "log format", choices=["text", "json"])
+    f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from patcher.services import runner
+
+    return runner.run(_options(args), args)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """A completion script for bash or zsh, with every command's flags (the cluster commands' too)."""
+    import shtab
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
+CLUSTER_COMMANDS = {
+    "readiness": (
+        "patcher.commands.readiness",
+        "cluster verdict: is every control-plane scheduler Ready with the config?",
+    ),
+    "gatekeeper": ("patcher.commands.gatekeeper", "release scheduling gates once every scheduler runs the extender"),
+}
+
+
+def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="scheduler-patcher",
+        description="Plug a scheduler extender into a static-pod kube-scheduler, reversibly.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands: list[tuple[str, str, Callable[[argparse.Namespace], int]]] = [
+        ("plan", "print the diffs an apply would make (exit 2 when changes are pending)", cmd_plan),
+        ("apply", "patch the manifest and copy the config (idempotent)", cmd_apply),
+        ("restore", "remove exactly our changes from the current manifest", cmd_restore),
+        ("status", "report what is on disk (exit 1 when it shows an error)", cmd_status),
+        ("run", "the node agent: keep the node patched, report, restore on SIGTERM", cmd_run),
+    ]
+    for name, help_text, func in commands:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _common(p)
+        if name != "run":
+            _output_flag(p)
+        if name == "run":
+            _run_flags(p)
+        p.set_defaults(func=func)
+    for name, (module_name, help_text) in CLUSTER_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name in load:  # importing them loads the Kubernetes client: only for the command that runs
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(func=module.main)
+    p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
+                       description="print a shell completion script, e.g. "
+                                   "`source <(scheduler-patcher completion bash)`")
+    p.add_argument("shell", choices=["bash", "zsh"])
+    p.set_defaults(func=cmd_completion)
+    return parser
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot raise BrokenPipeError again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(load=[command] if command in CLUSTER_COMMANDS else [])
+    if not words:
+        parser.print_help()
+        return EXIT_OK
+    args = parser.parse_args(words)
+    problems = resolve_paths(args, os.getcwd())
+    if problems:
+        for problem in problems:
+            print(f"scheduler-patcher {args.command}: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except PatcherError as exc:
+        print(f"scheduler-patcher: error: {explain(exc, args)}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE

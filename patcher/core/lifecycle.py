@@ -1,0 +1,446 @@
+"""The node's patch lifecycle as one pure function: ``step(node, event) -> (node, actions)``.
+
+Read this module to learn the protocol; it reads like kubeadm's static-pod upgrade with a turn taken first:
+
+    take the turn (rollout Lease) -> write the manifest -> wait for the kubelet to restart the scheduler onto
+    it -> Ready, or roll back (to the last Ready config, else the original) -> release the turn
+
+and on SIGTERM: restore exactly our changes. No I/O here, in the style of ``restart.decide``: the agent's
+thread observes the world (plans a write, reads the mirror pod, hears from the Lease actor), feeds what it saw
+in as an event, and executes the actions that come back. Everything the node knows is in the ``Node`` value:
+the phase lives only in ``node.record.phase``, so ``/readyz`` (derived from it) can never disagree with the
+state record or the annotations.
+
+Phases (``NodeState``): Pending (a write waits for its turn), WaitingForRestart (written, the scheduler must
+come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled), RolledBack,
+Restored (on exit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from patcher.adapters.state import LastGood, State
+from patcher.core.restart import Verdict
+from patcher.core.status import NodeState
+
+Level = Literal["info", "warning", "error"]
+
+
+# -- the value -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The write we are waiting on. ``deadline`` is on the monotonic clock of this process (not persisted: an
+    adopted wait gets a full timeout from its adoption, since time the agent was down says nothing)."""
+
+    config_hash: str
+    written_ns: int
+    deadline: float
+    source_hash: str = ""
+    adopted: bool = False
+
+
+@dataclass(frozen=True)
+class Node:
+    record: State = field(default_factory=State)
+    wait: Wait | None = None
+    turn: Literal["none", "asked", "held"] = "none"
+    stopping: bool = False
+
+    @property
+    def phase(self) -> NodeState | None:
+        return NodeState(self.record.phase) if self.record.phase else None
+
+    @property
+    def ready(self) -> bool:
+        """What ``/readyz`` says: derived, never stored on its own."""
+        return self.phase == NodeState.READY
+
+
+@dataclass(frozen=True)
+class Options:
+    restart_timeout: float = 600.0
+    rollback_on_failure: bool = True
+    coordinated: bool = False
+
+
+# -- events (what the agent observed) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The agent (re)started with this record loaded from disk."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a plan of the source against the manifest found (``engine.plan_apply``), reduced to data."""
+
+    now: float
+    kind: Literal["refused", "known-bad", "up-to-date", "pending"]
+    message: str = ""  # the refusal, one line
+    error_kind: str = ""  # metrics label of a refusal: config, manifest
+    config_hash: str = ""
+    config_file: str = ""
+    api_version: str = ""
+    files: tuple[str, ...] = ()
+    source_hash: str = ""
+    manifest_change: bool = False  # pending: the manifest itself changes (else only config files)
+    current_sha256: str = ""  # up-to-date: the manifest as it is (carries our patch)
+    unpatched_sha256: str = ""
+    mtime_ns: int = 0
+
+
+@dataclass(frozen=True)
+class Wrote:
+    """The planned write went through; ``record`` is the engine's new record."""
+
+    now: float
+    record: State
+    manifest_change: bool
+
+
+@dataclass(frozen=True)
+class WriteFailed:
+    message: str
+    changed_underneath: bool  # someone wrote the manifest between our plan and our write: plan again
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The restart checks' combined verdict on the write we wait for (mirror pod and/or local process)."""
+
+    now: float
+    wall_ns: int
+    verdict: Verdict
+    reason: str
+    blind: bool = False  # the only check is a mirror-pod view that does not follow the server right now
+
+
+@dataclass(frozen=True)
+class TurnChanged:
+    """The Lease actor's snapshot: the turn is ours, or the source was rolled back elsewhere."""
+
+    held: bool
+    refused_bad: bool
+    holder: str | None = None
+
+
+@dataclass(frozen=True)
+class RollbackDone:
+    record: State
+    target: str  # "the last Ready config <hash>" or "the original manifest"
+    reason: str
+    bad_source: str
+
+
+@dataclass(frozen=True)
+class RollbackFailed:
+    message: str
+    reason: str
+    bad_source: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """SIGTERM/SIGINT (or a stop request): restore, unless told not to."""
+
+
+Event = Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Stop
+
+
+# -- actions (what the agent must do) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Apply:
+    """Write the plan that was just planned."""
+
+
+@dataclass(frozen=True)
+class TakeTurn:
+    source_hash: str
+
+
+@dataclass(frozen=True)
+class ReleaseTurn:
+    bad_source: str | None = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Start judging the restart onto the current write (a fresh restart baseline, a local tracker)."""
+
+
+@dataclass(frozen=True)
+class RollBack:
+    """Go back to ``last_good`` when it still fits the manifest, else to the original (the executor checks
+    the files); report with ``RollbackDone``/``RollbackFailed``."""
+
+    config_hash: str
+    reason: str
+    bad_source: str
+    last_good: LastGood | None
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Remove config files no longer needed (the previous config, once the new one is Ready)."""
+
+
+@dataclass(frozen=True)
+class Publish:
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Note:
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class Log:
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """A metric: reconciled, wrote, rolled_back, restored, error:<kind>, restart_seen:<seconds>."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Replan:
+    """Plan again now (the manifest changed between our plan and our write)."""
+
+
+@dataclass(frozen=True)
+class RestoreAll:
+    """Restore the manifest and remove our files (the executor reports nothing back: the process ends)."""
+
+
+Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Replan
+          | RestoreAll)
+Step = tuple[Node, list[Action]]
+
+
+# -- transitions ---------------------------------------------------------------------------------------------
+
+
+def _phase(node: Node, phase: NodeState, message: str | None = None, *, reason: str | None = None,
+           record: State | None = None) -> tuple[Node, list[Action]]:
+    """Enter ``phase``: the record changes (the executor saves it once) and the annotations follow."""
+    base = record if record is not None else node.record
+    changed = phase.value != node.record.phase or message != node.record.message
+    new = replace(node, record=replace(base, phase=phase.value, message=message))
+    return new, ([Publish(reason)] if changed or phase == NodeState.READY else [])
+
+
+def _release(node: Node, bad_source: str | None = None) -> Step:
+    if node.turn == "none":
+        return node, []
+    return replace(node, turn="none"), [ReleaseTurn(bad_source or None)]
+
+
+def _start_wait(node: Node, opts: Options, config_hash: str, written_ns: int, source_hash: str, now: float,
+                *, adopted: bool, record: State | None = None) -> Step:
+    wait = Wait(config_hash, written_ns, now + opts.restart_timeout, source_hash, adopted)
+    base = replace(record if record is not None else node.record, manifest_mtime_ns=written_ns)
+    node2, acts = _phase(replace(node, wait=wait), NodeState.WAITING_FOR_RESTART,
+                         reason="SchedulerAdopted" if adopted else None, record=base)
+    return node2, [*acts, Watch()]
+
+
+def resumed(node: Node, ev: Resumed, opts: Options) -> Step:
+    """After a crash or restart of the agent: pick up a write still waiting for the scheduler; a Ready,
+    Failed or RolledBack record stands as it is (and with it /readyz)."""
+    r = node.record
+    if r.phase == NodeState.WAITING_FOR_RESTART and r.patched:
+        acts: list[Action] = []
+        if opts.coordinated:
+            node, acts = replace(node, turn="asked"), [TakeTurn("")]  # still ours after a crash: keep it
+        node, more = _start_wait(node, opts, r.config_hash, r.manifest_mtime_ns, r.source_hash, ev.now,
+                                 adopted=True)
+        return node, [*acts, *more]
+    if r.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
+        return node, []
+    return replace(node, record=replace(r, phase="")), []
+
+
+def planned(node: Node, ev: Planned, opts: Options) -> Step:
+    acts: list[Action] = [Count("reconciled")]
+    r = node.record
+    if ev.kind == "known-bad":
+        return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
+    if ev.kind == "refused":
+        acts += [Count(f"error:{ev.error_kind}"), Log("error", ev.message)]
+        if node.wait is not None:  # the write we wait for stands; the refusal is about the next one
+            return node, acts
+        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
+        return node, [*acts, *more]
+    if ev.kind == "up-to-date":
+        if node.phase not in (None, NodeState.FAILED, NodeState.PENDING) or node.wait is not None:
+            return node, acts
+        # The manifest already carries our current patch: a restarted agent, or a source fixed after Failed.
+        adopted = replace(r, config_hash=ev.config_hash, config_file=ev.config_file, api_version=ev.api_version,
+                          files=ev.files, patched_sha256=ev.current_sha256, original_sha256=ev.unpatched_sha256,
+                          source_hash=ev.source_hash)
+        if r.last_good is not None and r.last_good.config_hash == ev.config_hash:
+            # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
+            # was refused without touching anything): the scheduler still runs it, nothing to wait for.
+            node, more = _phase(node, NodeState.READY, record=adopted)
+            return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
+                                             "before; back to Ready"), *more]
+        node, more = _start_wait(node, opts, ev.config_hash, ev.mtime_ns or r.manifest_mtime_ns, ev.source_hash,
+                                 ev.now, adopted=True, record=adopted)
+        return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
+                                         "it without a write"), *more]
+    # pending
+    if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
+            r.last_good is not None and r.last_good.config_hash == ev.config_hash):
+        acts.append(TakeTurn(ev.source_hash))
+        node = replace(node, turn="asked")
+        if node.phase is None:
+            node, more = _phase(node, NodeState.PENDING)
+            acts += more
+        return node, acts
+    if ev.manifest_change and node.phase != NodeState.PENDING:
+        node, more = _phase(node, NodeState.PENDING)
+        acts += more
+    return node, [*acts, Apply()]
+
+
+def turn_changed(node: Node, ev: TurnChanged, opts: Options, *, config_hash: str = "") -> Step:
+    """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
+    if ev.held:
+        return replace(node, turn="held"), [Replan()]
+    if ev.refused_bad and config_hash:
+        node2 = replace(node, turn="none", record=node.record.with_bad(config_hash))
+        acts: list[Action] = [Log("warning", f"this source was rolled back on another node; not trying config "
+                                             f"{config_hash[:12]} here")]
+        if config_hash not in node.record.bad_hashes:  # once per config: say why this node keeps its config
+            acts.append(Note("PatchSkipped", f"config {config_hash[:12]} was rolled back on another node; this "
+                                             "node keeps its current config", warning=True))
+        return node2, acts
+    return node, []
+
+
+def wrote(node: Node, ev: Wrote, opts: Options) -> Step:
+    acts: list[Action] = [Count("wrote")]
+    record = replace(ev.record, restarted_at_ns=None) if ev.manifest_change else ev.record
+    if not ev.manifest_change:  # only config files were rewritten (same content hash): nothing restarts
+        return replace(node, record=record), acts
+    node, more = _start_wait(node, opts, record.config_hash, record.manifest_mtime_ns, record.source_hash,
+                             ev.now, adopted=False, record=record)
+    return node, [*acts, *more]
+
+
+def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
+    node, acts = _release(node)
+    if ev.changed_underneath:
+        return node, [*acts, Log("info", f"{ev.message}; planning again"), Replan()]
+    acts += [Count("error:write"), Log("error", ev.message)]
+    if node.wait is None:
+        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
+        acts += more
+    return node, acts
+
+
+def observed(node: Node, ev: Observed, opts: Options) -> Step:
+    w = node.wait
+    if w is None:
+        return node, []
+    if ev.verdict == Verdict.READY:
+        r = node.record
+        good = LastGood(config_hash=r.config_hash, config_file=r.config_file, files=r.files,
+                        source_hash=w.source_hash, original_sha256=r.original_sha256, api_version=r.api_version)
+        seconds = max(0.0, (ev.wall_ns - w.written_ns) / 1e9)
+        node = replace(node, wait=None, record=replace(r, last_good=good, restarted_at_ns=ev.wall_ns))
+        node, acts = _phase(node, NodeState.READY)
+        node, rel = _release(node)
+        # A restart nothing could observe has no duration: it must not skew the histogram.
+        timed = [] if ev.reason == UNVERIFIED else [Count(f"restart_seen:{seconds}")]
+        return node, [*timed, Prune(),
+                      Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}"), *acts, *rel]
+    if ev.verdict == Verdict.CRASH_LOOPING:
+        return _fail_wait(node, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
+    if ev.now >= w.deadline and ev.blind and ev.now < w.deadline + opts.restart_timeout:
+        # A broken watch alone never decides a rollback: "not restarted yet" from a stale view says nothing about
+        # the scheduler. One more timeout, bounded, for the view to come back (issue 13 item 8).
+        return node, []
+    if ev.now >= w.deadline:
+        return _fail_wait(node, opts, f"kube-scheduler did not come back Ready with config {w.config_hash[:12]} "
+                                      f"within {opts.restart_timeout:.0f}s ({ev.reason})")
+    return node, []
+
+
+def _fail_wait(node: Node, opts: Options, reason: str) -> Step:
+    w = node.wait
+    assert w is not None
+    node = replace(node, wait=None, record=node.record.with_bad(w.config_hash))
+    acts: list[Action] = [Count("rolled_back")]
+    if not opts.rollback_on_failure:
+        node, more = _phase(node, NodeState.FAILED, reason)
+        node, rel = _release(node, w.source_hash)
+        return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
+    return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, node.record.last_good)]
+
+
+def rollback_done(node: Node, ev: RollbackDone, opts: Options) -> Step:
+    message = f"{ev.reason}; rolled back to {ev.target}"
+    node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
+    node, rel = _release(node, ev.bad_source)
+    return node, [Log("error", message), *acts, *rel]
+
+
+def rollback_failed(node: Node, ev: RollbackFailed, opts: Options) -> Step:
+    node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.message}")
+    node, rel = _release(node, ev.bad_source)
+    return node, [Count("error:rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
+
+
+def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -> Step:
+    """The one transition function. ``pending_config``: the config a turn was asked for (for a refusal)."""
+    if node.stopping and not isinstance(event, Stop):
+        return node, []  # after SIGTERM nothing but the restore happens
+    match event:
+        case Resumed():
+            return resumed(node, event, opts)
+        case Planned():
+            return planned(node, event, opts)
+        case TurnChanged():
+            return turn_changed(node, event, opts, config_hash=pending_config)
+        case Wrote():
+            return wrote(node, event, opts)
+        case WriteFailed():
+            return write_failed(node, event, opts)
+        case Observed():
+            return observed(node, event, opts)
+        case RollbackDone():
+            return rollback_done(node, event, opts)
+        case RollbackFailed():
+            return rollback_failed(node, event, opts)
+        case Stop():
+            return replace(node, stopping=True, wait=None), [RestoreAll()]
+    raise AssertionError(f"unknown event {event!r}")
+
+
+UNVERIFIED = "restart not verified (no API and no local process check)"
+
+
+def combine(verdicts: list[tuple[Verdict, str]]) -> tuple[Verdict, str]:
+    """A crash loop seen by either check wins; otherwise either check proving the restart is enough. With no
+    check at all (no API, no local check) the write is taken as live: nothing could ever prove it."""
+    if not verdicts:
+        return Verdict.READY, UNVERIFIED
+    order = (Verdict.CRASH_LOOPING, Verdict.READY, Verdict.WAITING)
+    return min(verdicts, key=lambda v: order.index(v[0]))

@@ -1,0 +1,449 @@
+"""The kube-scheduler static-pod manifest: find the scheduler, add our three items, take them out again.
+
+Pure functions on text. The marker annotation records what we added, so that restore can remove exactly
+that from whatever the manifest has become since (a ``kubeadm upgrade`` rewrites it), instead of copying
+back an old file. The kubelet copies the static pod's annotations onto the mirror pod, which makes the
+marker visible through the API as proof that the kubelet runs the patched manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ruamel.yaml.nodes import Node, ScalarNode
+
+from patcher.core import yamltext as yt
+from patcher.core.errors import ManifestError
+
+VOLUME_NAME = "scheduler-patcher-config"
+MARKER_VERSION = 1
+SHELLS = {"sh", "bash", "dash", "ash", "zsh", "busybox"}
+ForeignMode = Literal["fail", "replace", "merge"]
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What one patch added; stored as short JSON in ``<prefix>/patch`` on the static pod."""
+
+    hash: str  # first 12 hex digits of the config sha256
+    flag: str  # the flag-list item we wrote (e.g. ``--config=/etc/.../config-<hash>.yaml``)
+    volume: str  # name of our volume and volumeMount
+    mount: str  # mountPath (= hostPath) of our config folder
+    container: str  # the container we edited
+    replaced: str | None = None  # YAML source text of the ``--config`` item we replaced, put back on restore
+    created: tuple[str, ...] = ()  # keys that did not exist before: volumes, volumeMounts, annotations
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"v": MARKER_VERSION, "hash": self.hash, "flag": self.flag, "volume": self.volume,
+                                "mount": self.mount, "container": self.container}
+        if self.replaced is not None:
+            data["replaced"] = self.replaced
+        if self.created:
+            data["created"] = list(self.created)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+    @staticmethod
+    def from_json(raw: str) -> Marker:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("v") != MARKER_VERSION:
+            raise ValueError("unknown marker version")
+        return Marker(hash=str(data["hash"]), flag=str(data["flag"]), volume=str(data["volume"]),
+                      mount=str(data["mount"]), container=str(data["container"]),
+                      replaced=data.get("replaced"), created=tuple(data.get("created", ())))
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Where the kube-scheduler sits in a parsed manifest."""
+
+    pod_name: str
+    namespace: str
+    container_index: int
+    container_name: str
+    flags_key: str  # "command" or "args": the list that carries the flags
+    flags: list[Any]
+    image: str | None
+    marker: Marker | None
+    foreign_config: str | None  # a --config value that is not ours (ours replaced it, or it is still there)
+    foreign_index: int | None  # index in ``flags`` of the item that carries the foreign value, if present
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def flags_path(self) -> yt.Path:
+        return ("spec", "containers", self.container_index, self.flags_key)
+
+    def scheduler_flags(self) -> list[str]:
+        """Flags meant for kube-scheduler itself, as written (after the binary when a wrapper such as go-runner
+        runs it); split values (``--kubeconfig /x``) stay in place."""
+        items = [str(x) for x in self.flags]
+        for i, item in enumerate(items):
+            if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-"):
+                return items[i + 1:]
+        if self.flags_key == "command":
+            while items and not items[0].startswith("-"):
+                items = items[1:]  # the binary (and a wrapper's words) before the first flag
+        return items
+
+
+def marker_key(prefix: str) -> str:
+    return f"{prefix}/patch"
+
+
+def _names_scheduler(container: dict[str, Any]) -> bool:
+    words = [str(x) for key in ("command", "args") for x in (container.get(key) or []) if isinstance(x, str)]
+    bases = [posixpath.basename(w) for w in words]
+    if "kube-scheduler" in bases:
+        return True
+    return any(b == "hyperkube" for b in bases) and "scheduler" in bases
+
+
+def _runs_in_shell(container: dict[str, Any]) -> bool:
+    command = [str(x) for x in (container.get("command") or [])]
+    if not command or posixpath.basename(command[0]) not in SHELLS:
+        return False
+    words = command + [str(x) for x in (container.get("args") or [])]
+    return any("kube-scheduler" in w or "scheduler" in w.split() for w in words[1:])
+
+
+def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | None, where: str) -> int:
+    dicts = [c if isinstance(c, dict) else {} for c in containers]
+    if wanted:
+        hits = [i for i, c in enumerate(dicts) if c.get("name") == wanted]
+        if not hits:
+            raise ManifestError(where, f"no container named {wanted!r}")
+        return hits[0]
+    hits = [i for i, c in enumerate(dicts) if c.get("name") == "kube-scheduler"]
+    if not hits:
+        hits = [i for i, c in enumerate(dicts) if _names_scheduler(c)]
+    if not hits:
+        if any(_runs_in_shell(c) for c in dicts):
+            raise ManifestError(where, "kube-scheduler is started through a shell string (sh -c); "
+                                "refusing to edit inside a shell command")
+        raise ManifestError(where, "no kube-scheduler container (no container named kube-scheduler and none "
+                            "whose command or args run kube-scheduler); use --container-name")
+    if len(hits) > 1:
+        names = ", ".join(str(dicts[i].get("name")) for i in hits)
+        raise ManifestError(where, f"several containers look like kube-scheduler ({names}); use --container-name")
+    return hits[0]
+
+
+def _config_value(flags: list[Any], i: int) -> str | None:
+    item = flags[i]
+    if not isinstance(item, str):
+        return None
+    if item.startswith("--config="):
+        return item[len("--config="):]
+    if item == "--config" and i + 1 < len(flags) and isinstance(flags[i + 1], str):
+        return str(flags[i + 1])
+    return None
+
+
+def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
+    """The document as a Pod: the whole mapping, its metadata, its spec and its non-empty container list."""
+    data = doc.data
+    if not isinstance(data, dict):
+        raise ManifestError(where, "not a YAML mapping")
+    if data.get("kind") != "Pod":
+        raise ManifestError(where, f"kind is {data.get('kind')!r}, expected Pod")
+    metadata = data.get("metadata")
+    spec = data.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        raise ManifestError(where, "a Pod needs metadata and spec mappings")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ManifestError(where, "spec.containers is missing or empty")
+    return data, metadata, spec, containers
+
+
+def _marker(metadata: dict[str, Any], prefix: str, where: str) -> Marker | None:
+    """Our marker annotation, if the manifest carries one; a value that is not ours is a refusal."""
+    annotations = metadata.get("annotations")
+    if annotations is not None and not isinstance(annotations, dict):
+        raise ManifestError(where, "metadata.annotations is not a mapping")
+    raw = (annotations or {}).get(marker_key(prefix))
+    if raw is None:
+        return None
+    try:
+        return Marker.from_json(str(raw))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ManifestError(where, f"annotation {marker_key(prefix)} is not a scheduler-patcher marker "
+                            f"({exc})") from None
+
+
+def _foreign_config(flags: list[Any], marker: Marker | None) -> tuple[str | None, int | None]:
+    """The ``--config`` value we did not add and the index of its item: still in the flags, or (when ours
+    replaced it) the one the marker keeps to put back."""
+    foreign, foreign_index = None, None
+    for i, item in enumerate(flags):
+        value = _config_value(flags, i)
+        # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
+        if value is not None and not (marker and marker.flag in (item, value)):
+            foreign, foreign_index = value, i
+    if foreign is not None or marker is None or marker.replaced is None:
+        return foreign, foreign_index
+    try:
+        replaced = yt.load_data(marker.replaced)
+    except yt.YamlTextError:
+        return None, None
+    if not isinstance(replaced, str):
+        return None, None
+    return (replaced.split("=", 1)[1] if replaced.startswith("--config=") else replaced), None
+
+
+def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
+    """Check the manifest's shape and find the scheduler container, its flag list and our marker."""
+    data, metadata, spec, containers = _pod(doc, where)
+    idx = _container_index(data, containers, container_name, where)
+    container = containers[idx]
+    if _runs_in_shell(container):
+        raise ManifestError(where, "kube-scheduler is started through a shell string (sh -c); "
+                            "refusing to edit inside a shell command")
+    args, command = container.get("args"), container.get("command")
+    if isinstance(args, list) and args:
+        flags_key, flags = "args", args
+    elif isinstance(command, list) and command:
+        flags_key, flags = "command", command
+    else:
+        raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
+    marker = _marker(metadata, prefix, where)
+    foreign, foreign_index = _foreign_config(flags, marker)
+    for key in ("volumes", "volumeMounts"):
+        holder = spec if key == "volumes" else container
+        value = holder.get(key)
+        if value is not None and not isinstance(value, list):
+            raise ManifestError(where, f"{key} is not a list")
+    return Scheduler(
+        pod_name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "") or "kube-system"),
+        container_index=idx, container_name=str(container.get("name", "")), flags_key=flags_key, flags=flags,
+        image=container.get("image") if isinstance(container.get("image"), str) else None, marker=marker,
+        foreign_config=foreign, foreign_index=foreign_index,
+        mounts=[m for m in container.get("volumeMounts") or [] if isinstance(m, dict)],
+        volumes=[v for v in spec.get("volumes") or [] if isinstance(v, dict)],
+    )
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """What to add: the config file path (same path on the node and in the container) and its hash."""
+
+    host_config_dir: str
+    config_file: str  # file name inside host_config_dir
+    config_hash: str  # full or short sha256 hex; the marker keeps 12 digits
+    prefix: str = "scheduler-patcher.io"
+    container_name: str | None = None
+    on_foreign: ForeignMode = "fail"
+
+    @property
+    def config_path(self) -> str:
+        return posixpath.join(self.host_config_dir, self.config_file)
+
+    @property
+    def short_hash(self) -> str:
+        return self.config_hash[:12]
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    text: str
+    changed: bool
+    marker: Marker
+    scheduler: Scheduler
+
+
+def check_foreign(sched: Scheduler, mode: ForeignMode, where: str) -> None:
+    """In ``fail`` mode, a ``--config`` we did not add is a refusal."""
+    if sched.foreign_config is not None and mode == "fail":
+        raise ManifestError(where, f"kube-scheduler already runs with --config={sched.foreign_config}, which "
+                            "scheduler-patcher did not add; use --on-foreign-config=merge or replace")
+
+
+def parse_manifest(text: str, where: str) -> yt.Document:
+    try:
+        return yt.parse(text)
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, str(exc)) from None
+
+
+def _name_first(sched: Scheduler, doc: yt.Document) -> bool:
+    """Hand-written manifests put ``name:`` first in list items; kubeadm sorts keys. Follow the file."""
+    for items in (sched.mounts, sched.volumes):
+        if items:
+            return next(iter(items[0])) == "name"
+    container = doc.data["spec"]["containers"][sched.container_index]
+    return bool(next(iter(container)) == "name")
+
+
+def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
+    m = sched.marker
+    if m is None or m.hash != spec.short_hash:
+        return False
+    flag_ok = m.flag in sched.flags and m.flag in (f"--config={spec.config_path}", spec.config_path)
+    mount_ok = any(x.get("name") == m.volume and x.get("mountPath") == spec.host_config_dir for x in sched.mounts)
+    vol_ok = any(v.get("name") == m.volume and (v.get("hostPath") or {}).get("path") == spec.host_config_dir
+                 for v in sched.volumes)
+    return flag_ok and mount_ok and vol_ok
+
+
+Inspected = tuple[yt.Document, Scheduler]
+
+
+def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None = None,
+          unpatched: Inspected | None = None) -> PatchResult:
+    """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified.
+
+    ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
+    caller that has them (the engine's plan) hands them on instead of having them computed again.
+    """
+    doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
+    if sched.marker is not None:
+        if _is_current(sched, spec):
+            return PatchResult(text, False, sched.marker, sched)
+        doc, sched = unpatched or _inspected(restore(text, where, prefix=spec.prefix,
+                                                     container_name=spec.container_name, inspected=(doc, sched)),
+                                             where, spec.prefix, spec.container_name)
+    check_foreign(sched, spec.on_foreign, where)
+    _check_room(sched, spec, where)
+
+    try:
+        root = doc.root  # the composer is stricter than the C parser (a tab inside a key): refuse, one line
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"cannot patch: {exc}") from None
+    cpath: yt.Path = ("spec", "containers", sched.container_index)
+    nested = yt.nested_indent(root)
+    name_first = _name_first(sched, doc)
+    ops: list[yt.Op] = []
+    created: list[str] = []
+
+    # 1. --config in the flag list (replacing a foreign one in replace/merge mode).
+    flag_op, flag, replaced = _config_flag(doc, sched, spec)
+    ops.append(flag_op)
+
+    # 2. the volume for the whole config folder (never a single file: a file bind mount pins the old inode).
+    volume = {"hostPath": {"path": spec.host_config_dir, "type": "DirectoryOrCreate"}, "name": VOLUME_NAME}
+    mount = {"mountPath": spec.host_config_dir, "name": VOLUME_NAME, "readOnly": True}
+    order = yt.Hints(
+        key_order={(): ["name", "hostPath", "mountPath", "readOnly"] if name_first else
+                   ["hostPath", "mountPath", "name", "readOnly"], ("hostPath",): ["path", "type"]},
+        quotes={}, nested_indent=nested)
+    spec_node = yt.node_at(root, ("spec",))
+    container_node = yt.node_at(root, cpath)
+    if not sched.volumes and yt.node_at(root, ("spec", "volumes")) is None:
+        created.append("volumes")
+    if not sched.mounts and yt.node_at(root, (*cpath, "volumeMounts")) is None:
+        created.append("volumeMounts")
+    containers_style = _style_of(doc, spec_node, "containers")
+    flags_style = _style_of(doc, container_node, sched.flags_key) or containers_style
+    ops.append(yt.Append(("spec", "volumes"), volume, order if "volumes" in created else None, containers_style))
+    ops.append(yt.Append((*cpath, "volumeMounts"), mount, order if "volumeMounts" in created else None,
+                         flags_style))
+
+    # 3. the marker, last: it describes the items above.
+    if yt.node_at(root, ("metadata", "annotations")) is None:
+        created.append("annotations")
+    marker = Marker(hash=spec.short_hash, flag=flag, volume=VOLUME_NAME, mount=spec.host_config_dir,
+                    container=sched.container_name, replaced=replaced, created=tuple(created))
+    ops.append(yt.SetKey(("metadata", "annotations"), marker_key(spec.prefix), marker.to_json(),
+                         yt.Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
+    try:
+        new_text, _ = yt.edit(doc, ops)
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"cannot patch: {exc}") from None
+    return PatchResult(new_text, True, marker, sched)
+
+
+
+def _check_room(sched: Scheduler, spec: PatchSpec, where: str) -> None:
+    """Our volume name and our mount path must be free in the unpatched manifest."""
+    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
+        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
+    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
+        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
+
+
+def _config_flag(doc: yt.Document, sched: Scheduler, spec: PatchSpec) -> tuple[yt.Op, str, str | None]:
+    """How our ``--config`` goes into the flags: appended, or in place of a foreign one (in its quoting, and
+    as a bare path after a split ``--config``). Returns the edit, the item written, the source text replaced."""
+    if sched.foreign_index is None:
+        flag = f"--config={spec.config_path}"
+        return yt.Append(sched.flags_path, flag), flag, None
+    split = sched.flags[sched.foreign_index] == "--config"
+    idx = sched.foreign_index + 1 if split else sched.foreign_index
+    item_node = yt.node_at(doc.root, (*sched.flags_path, idx))
+    assert isinstance(item_node, ScalarNode)
+    replaced = doc.text[int(item_node.start_mark.index): int(item_node.end_mark.index)]
+    flag = spec.config_path if split else f"--config={spec.config_path}"
+    style = item_node.style if item_node.style in ('"', "'") else None
+    return yt.Replace((*sched.flags_path, idx), flag, yt.render_scalar(flag, style)), flag, replaced
+
+
+def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | None:
+    if parent is None:
+        return None
+    found = yt.map_lookup(parent, key)
+    if not found:
+        return None
+    try:
+        return yt.learn_seq_style(doc.text, found[0], found[1])
+    except yt.YamlTextError:
+        return None
+
+
+def _inspected(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
+    doc = parse_manifest(text, where)
+    return doc, inspect(doc, where, prefix=prefix, container_name=container_name)
+
+
+def restore(text: str, where: str, *, prefix: str, container_name: str | None = None,
+            inspected: Inspected | None = None) -> str:
+    """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
+    doc, sched = inspected or _inspected(text, where, prefix, container_name)
+    m = sched.marker
+    if m is None:
+        return text
+    data = doc.data
+    ops: list[yt.Op] = []
+    flags = sched.flags
+    for i, item in enumerate(flags):
+        if item == m.flag:
+            if m.replaced is not None:
+                try:
+                    value = yt.load_data(m.replaced)
+                except yt.YamlTextError as exc:
+                    raise ManifestError(where, f"marker holds an unreadable replaced flag ({exc})") from None
+                ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
+            else:
+                ops.append(yt.Remove((*sched.flags_path, i)))
+            break
+    cpath: yt.Path = ("spec", "containers", sched.container_index)
+    container = data["spec"]["containers"][sched.container_index]
+    _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
+    _remove_item(ops, container, cpath, "volumeMounts",
+                 lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
+    annotations = data["metadata"]["annotations"]
+    if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
+        ops.append(yt.Remove(("metadata", "annotations")))
+    else:
+        ops.append(yt.Remove(("metadata", "annotations", marker_key(prefix))))
+    try:
+        new_text, _ = yt.edit(doc, ops)
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"cannot restore: {exc}") from None
+    return new_text
+
+
+def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: str, ours: Any,
+                 created: bool) -> None:
+    items = holder.get(key)
+    if not isinstance(items, list):
+        return
+    hits = [i for i, v in enumerate(items) if isinstance(v, dict) and ours(v)]
+    if not hits:
+        return
+    if created and len(items) == len(hits) == 1:
+        ops.append(yt.Remove((*path, key)))
+    else:
+        ops.extend(yt.Remove((*path, key, i)) for i in hits[:1])

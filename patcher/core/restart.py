@@ -1,0 +1,228 @@
+"""Decide from the mirror pod whether the scheduler restarted with our manifest. Pure: no I/O, no clock.
+
+Three facts together prove the kubelet runs the manifest we wrote: the mirror pod carries our marker
+annotation with the current config hash (the kubelet copies a static pod's annotations onto its mirror pod),
+the scheduler container started no earlier than our write, and the pod is Ready. ``startedAt`` only has
+whole-second precision while the manifest mtime has nanoseconds, so the comparison floors the mtime to its
+second: a container started in the same second as the write counts as started after it (the marker check
+rules out the old pod, which cannot carry the new hash).
+
+Crash signals count only on the pod that carries the current marker: the old scheduler failing while the
+kubelet has not picked up the change yet is not a verdict on our config.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from patcher.core.timefmt import parse_rfc3339_ns, rfc3339_ns
+
+_NS_PER_S = 1_000_000_000
+#: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
+MIN_HASH_DIGITS = 12
+DEFAULT_CONTAINER = "kube-scheduler"
+
+
+class Verdict(enum.StrEnum):
+    """The outcome of one look at the mirror pod."""
+
+    READY = "Ready"
+    WAITING = "Waiting"
+    CRASH_LOOPING = "CrashLooping"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the mirror pod looked like when we wrote the manifest: its uid and the scheduler's restarts.
+
+    The kubelet replaces a static pod whose manifest changed (new uid, restart count back to 0), so the count
+    is a baseline only for the same pod; a different uid starts from 0.
+    """
+
+    pod_uid: str | None = None
+    restart_count: int | None = None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any] | None, container_name: str = DEFAULT_CONTAINER) -> Baseline:
+        """Record the baseline from the mirror pod seen at write time (``None``: no pod seen)."""
+        if pod is None:
+            return cls()
+        status = container_status(pod, container_name)
+        count = status.get("restartCount") if status else None
+        return cls(pod_uid=_str(_dig(pod, "metadata", "uid")), restart_count=count if isinstance(count, int) else None)
+
+    def restarts_for(self, pod_uid: str | None) -> int:
+        """The restart count to compare against for the pod with ``pod_uid``."""
+        if self.restart_count is None:
+            return 0
+        if self.pod_uid is not None and pod_uid is not None and pod_uid != self.pod_uid:
+            return 0
+        return self.restart_count
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    """A verdict, one human sentence why, and the facts behind it (for logs and annotations)."""
+
+    verdict: Verdict
+    reason: str
+    restart_count: int | None = None
+    started_at: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.verdict is Verdict.READY
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def container_status(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTAINER) -> Mapping[str, Any] | None:
+    """The status of the scheduler container: by name, else the pod's only container, else ``None``."""
+    statuses = [s for s in _dig(pod, "status", "containerStatuses") or [] if isinstance(s, Mapping)]
+    for status in statuses:
+        if status.get("name") == container_name:
+            return status
+    return statuses[0] if len(statuses) == 1 else None
+
+
+def marker_hash(pod: Mapping[str, Any], marker_key: str) -> str | None:
+    """The ``hash`` recorded in the marker annotation, ``None`` when absent or not the expected JSON."""
+    raw = _dig(pod, "metadata", "annotations", marker_key)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return _str(value.get("hash")) if isinstance(value, dict) else None
+
+
+def hashes_match(found: str, expected: str) -> bool:
+    """Equal over their common length (the marker may hold 12 digits, the agent the full sha256)."""
+    common = min(len(found), len(expected))
+    return common >= MIN_HASH_DIGITS and found[:common].lower() == expected[:common].lower()
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    for cond in _dig(pod, "status", "conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def _seconds(stamp: Any) -> int | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return parse_rfc3339_ns(stamp) // _NS_PER_S
+    except ValueError:
+        return None
+
+
+def decide(
+    pod: Mapping[str, Any] | None,
+    *,
+    marker_key: str,
+    expected_hash: str,
+    manifest_mtime_ns: int,
+    baseline: Baseline | None = None,
+    container_name: str = DEFAULT_CONTAINER,
+    min_restarts: int = 1,
+) -> RestartDecision:
+    """Ready, CrashLooping or Waiting (with the reason) for the mirror pod ``pod`` after our write.
+
+    ``min_restarts``: how many restarts since ``baseline`` make a crash loop. kube-scheduler also exits
+    normally (a lost leader election), so the agent asks for more than one; CrashLoopBackOff counts at once.
+    """
+    waiting = Verdict.WAITING
+    if pod is None:
+        return RestartDecision(waiting, "the mirror pod does not exist (yet)")
+    if _dig(pod, "metadata", "deletionTimestamp"):
+        return RestartDecision(waiting, "the mirror pod is being deleted")
+    found = marker_hash(pod, marker_key)
+    if found is None:
+        return RestartDecision(waiting, f"the mirror pod has no valid {marker_key} annotation yet")
+    if not hashes_match(found, expected_hash):
+        return RestartDecision(
+            waiting, f"the mirror pod runs config {found}, not {expected_hash[:MIN_HASH_DIGITS]} yet"
+        )
+    status = container_status(pod, container_name)
+    if status is None:
+        return RestartDecision(waiting, f"no status for container {container_name} yet")
+
+    count = status.get("restartCount") if isinstance(status.get("restartCount"), int) else None
+    write_s = manifest_mtime_ns // _NS_PER_S
+    written = rfc3339_ns(write_s * _NS_PER_S)
+    state = status.get("state") if isinstance(status.get("state"), Mapping) else {}
+    running, wait, term = (_dig(state, k) for k in ("running", "waiting", "terminated"))
+    base = (baseline or Baseline()).restarts_for(_str(_dig(pod, "metadata", "uid")))
+
+    if count is not None and count - base >= max(1, min_restarts):
+        return RestartDecision(
+            Verdict.CRASH_LOOPING, f"container {container_name} restarted {count - base} time(s) after our write",
+            restart_count=count,
+        )
+    if isinstance(wait, Mapping) and wait.get("reason") == "CrashLoopBackOff":
+        detail = _str(wait.get("message"))
+        return RestartDecision(
+            Verdict.CRASH_LOOPING,
+            f"container {container_name} is in CrashLoopBackOff" + (f": {detail}" if detail else ""),
+            restart_count=count,
+        )
+    if isinstance(term, Mapping):
+        finished = _seconds(term.get("finishedAt"))
+        code = term.get("exitCode")
+        if code != 0 and (finished is None or finished >= write_s):
+            return RestartDecision(
+                Verdict.CRASH_LOOPING,
+                f"container {container_name} exited with code {code} ({term.get('reason', 'Error')})",
+                restart_count=count,
+            )
+        return RestartDecision(waiting, f"container {container_name} has terminated", restart_count=count)
+    if isinstance(wait, Mapping):
+        return RestartDecision(
+            waiting, f"container {container_name} is waiting: {wait.get('reason', 'unknown reason')}",
+            restart_count=count,
+        )
+    if not isinstance(running, Mapping):
+        return RestartDecision(waiting, f"container {container_name} is not running yet", restart_count=count)
+    started_text = _str(running.get("startedAt"))
+    started = _seconds(started_text)
+    if started is None:
+        return RestartDecision(waiting, f"container {container_name} has no valid startedAt", restart_count=count)
+    if started < write_s:
+        return RestartDecision(
+            waiting, f"container {container_name} started at {started_text}, before the write at {written}",
+            restart_count=count, started_at=started_text,
+        )
+    if not _pod_ready(pod):
+        return RestartDecision(waiting, "the mirror pod is not Ready yet", restart_count=count, started_at=started_text)
+    return RestartDecision(
+        Verdict.READY, f"container {container_name} runs config {found} since {started_text}",
+        restart_count=count, started_at=started_text,
+    )
+
+
+def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_mtime_ns: int,
+                   container_name: str = DEFAULT_CONTAINER) -> bool:
+    """After a restore: the mirror pod carries no marker and its scheduler runs, started since the write."""
+    if pod is None or marker_hash(pod, marker_key) is not None or not _pod_ready(pod):
+        return False
+    status = container_status(pod, container_name)
+    running = _dig(status, "state", "running") if status else None
+    started = _seconds(running.get("startedAt")) if isinstance(running, Mapping) else None
+    return started is not None and started >= manifest_mtime_ns // _NS_PER_S

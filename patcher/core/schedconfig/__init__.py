@@ -1,0 +1,245 @@
+"""Scheduler configuration: from the source folder (a ConfigMap mount) to the files the scheduler reads.
+
+This is the seam between the manifest engine and the configuration logic: the engine hands over what it
+learned from the manifest (image, flags, a foreign ``--config``) and gets back the exact bytes to place in the
+host config folder. Everything here is pure except reading the source folder.
+
+What happens, in order: find the scheduler's version (``version``), see which source form the folder holds
+(``source``), read the manifest's deprecated flags that ``--config`` would silence (``flags``), then either
+render for the newest apiVersion the scheduler serves (``render``) or merge into the config it already runs
+with (``merge``). Every file is validated strictly before it is returned (``validate``, with one schema per
+apiVersion as data in ``schemas/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.extenders import Extender, to_canonical
+from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.merge import merge_foreign
+from patcher.core.schedconfig.render import Output, render_complete, render_extenders
+from patcher.core.schedconfig.schema import Schema, target_schema
+from patcher.core.schedconfig.source import (
+    CONFIG_FILE,
+    EXTENDERS_FILE,
+    FORM_CONFIG,
+    FORM_CSI,
+    FORM_EXTENDERS,
+    POLICY_FILE,
+    SourceFile,
+    SourceForm,
+    csi_pick,
+    detect_form,
+    read_source_file,
+)
+from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
+from patcher.core.schedconfig.version import KubeVersion, resolve_version
+from patcher.core.schedconfig.yamlio import load_single, strip_header
+
+CONFIG_GROUP = "kubescheduler.config.k8s.io"
+
+__all__ = [
+    "CONFIG_GROUP",
+    "ConfigRequest",
+    "ForeignConfig",
+    "RenderedConfig",
+    "build_config",
+    "sha256_hex",
+]
+
+
+@dataclass(frozen=True)
+class ForeignConfig:
+    """A ``--config`` that the manifest already carried and that we did not add."""
+
+    container_path: str  # the flag value, a path inside the scheduler container
+    node_path: str | None = None  # the same file on the node, mapped through hostPath volumes
+    text: str | None = None  # its content, read by the engine under the host root
+
+
+@dataclass(frozen=True)
+class ConfigRequest:
+    source_dir: Path  # the ConfigMap mount, local to the agent
+    host_config_dir: str  # node path that the scheduler container sees at the same path
+    image: str | None = None  # kube-scheduler image from the manifest (version detection)
+    kube_version: str | None = None  # explicit override (--kube-version)
+    fallback_version: str | None = None  # e.g. the API server's /version, when the image says nothing
+    scheduler_flags: tuple[str, ...] = ()  # the scheduler's flags as written in the manifest
+    foreign: ForeignConfig | None = None  # set in merge mode only
+    manifest: str | None = None  # the manifest file, named in errors about its flags
+
+
+@dataclass(frozen=True)
+class RenderedConfig:
+    files: dict[str, bytes]  # file name in the host config folder -> exact content
+    main: str  # the file that --config points at
+    config_hash: str  # sha256 hex of the main file (which names every other file by its hash)
+    form: str  # which source form was used: extenders.yaml, config.yaml or csi-baremetal-operator
+    api_version: str
+    notes: tuple[str, ...] = field(default=())
+    kube_version: str = ""  # the scheduler version rendered for, e.g. "1.29.4"
+    sources: tuple[str, ...] = ()  # the source files used (names in the source folder)
+    merged_from: str | None = None  # the foreign config merged into, if any
+
+    @property
+    def short_hash(self) -> str:
+        return self.config_hash[:12]
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class _Source:
+    """What the source folder contributes: either extenders (canonical) or a complete config to use as is."""
+
+    files: list[SourceFile]
+    extenders: list[Extender] | None = None
+    complete: SourceFile | None = None
+    policy: SourceFile | None = None  # csi layout on 1.18 and older
+    api_version: str | None = None  # of the complete config (for the merge's mismatch check)
+    notes: list[str] = field(default_factory=list)
+
+
+def _parsed(
+    source: SourceFile, *, allow_policy: bool = False, version: KubeVersion | None = None
+) -> tuple[Any, Schema]:
+    data = load_single(strip_header(source.text), source.path)
+    return data, validate_document(data, source.path, allow_policy=allow_policy, version=version)
+
+
+def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
+    items = data.get("extenders") if isinstance(data, dict) else None
+    return [to_canonical(item, schema) for item in items or []]
+
+
+def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:
+    if form.form == FORM_EXTENDERS:
+        file = read_source_file(source_dir, EXTENDERS_FILE)
+        data = load_single(file.text, file.path)
+        schema = validate_extenders_file(data, file.path)
+        return _Source(files=[file], extenders=_extenders_of(data, schema))
+    name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
+    if form.form == FORM_CSI and name not in form.present:
+        has = ", ".join(sorted(form.present)) or "none of its files"
+        raise ConfigError(
+            str(source_dir / name),
+            f"source file not found: the csi-baremetal-operator layout uses {name} for kube-scheduler {version} "
+            f"({version.source}); the folder has {has}",
+        )
+    complete = read_source_file(source_dir, name)
+    policy = None
+    if form.form == FORM_CSI and version.minor <= 18 and POLICY_FILE in form.present:
+        policy = read_source_file(source_dir, POLICY_FILE)
+    found = _Source(files=[complete] + ([policy] if policy else []), complete=complete, policy=policy)
+    if merge:  # only the extenders are merged; they must come from a config this scheduler can read
+        data, schema = _parsed(complete, version=version)
+        check_served(schema, version, complete.path)
+        found.api_version = schema.api_version
+        if policy is not None and schema.extenders == "policy":
+            policy_data, policy_schema = _parsed(policy, allow_policy=True)
+            found.extenders = _extenders_of(policy_data, policy_schema)
+        else:
+            found.extenders = _extenders_of(data, schema)
+        if not found.extenders:
+            raise ConfigError(complete.path, "extenders: nothing to merge, the source config lists no extenders")
+        unused = [str(key) for key in data if key not in ("apiVersion", "kind", "extenders")]
+        if unused:
+            found.notes.append(f"merge takes only the extenders of {complete.name}; not merged: {', '.join(unused)}")
+    return found
+
+
+def _carry(req: ConfigRequest, schema: Schema) -> tuple[list[Carried], list[str]]:
+    return carried_settings(parse_flags(req.scheduler_flags), schema, where=req.manifest)
+
+
+def build_config(req: ConfigRequest) -> RenderedConfig:
+    """Read the source folder and produce the host files for this node's scheduler.
+
+    Every failure is a ``ConfigError`` naming a file and the problem: the agent turns it into ``Failed`` and
+    keeps running. The specific checks (limits before parsing, strict types, upstream's rules) give the useful
+    messages; the net below exists because a source is written by people and one unforeseen input must never
+    crash-loop the agent on every control-plane node at once.
+    """
+    try:
+        return _build(req)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, OverflowError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise ConfigError(
+            str(req.source_dir),
+            f"cannot use this source ({type(exc).__name__}: {reason}); nothing was changed — please report this "
+            "input to the scheduler-patcher maintainers",
+        ) from exc
+
+
+def _build(req: ConfigRequest) -> RenderedConfig:
+    if not posixpath.isabs(req.host_config_dir):
+        raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
+    version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
+    version = replace(version, feature_gates=enabled_feature_gates(parse_flags(req.scheduler_flags)))
+    form = detect_form(req.source_dir)
+    foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
+    source = _read_source(req.source_dir, form, version, merge=foreign is not None)
+    notes = [f"kube-scheduler {version} from {version.source}", f"source form: {form.form}"]
+    if form.ignored:
+        notes.append(f"ignored in the source folder: {', '.join(form.ignored)}")
+    names = tuple(file.name for file in source.files)
+    notes += source.notes
+    out: Output
+    if foreign is not None:
+        assert foreign.text is not None and source.extenders is not None
+        _carry(req, target_schema(version))  # refuses a legacy Policy flag in every mode
+        notes.append("deprecated flags are not carried: the scheduler already ignored them with the existing --config")
+        out = merge_foreign(
+            foreign_path=foreign.node_path or foreign.container_path,
+            foreign_text=foreign.text,
+            extenders=source.extenders,
+            source=" + ".join(names),
+            source_api_version=source.api_version,
+            version=version,
+            host_config_dir=req.host_config_dir,
+        )
+    elif source.extenders is not None:
+        schema = target_schema(version)
+        carried, skipped = _carry(req, schema)
+        notes += skipped
+        out = render_extenders(
+            source.extenders,
+            schema=schema,
+            version=version,
+            carried=carried,
+            host_config_dir=req.host_config_dir,
+            source=names[0],
+        )
+    else:
+        assert source.complete is not None
+        out = render_complete(
+            source.complete,
+            version=version,
+            carry=lambda schema: _carry(req, schema),
+            host_config_dir=req.host_config_dir,
+            policy=source.policy,
+            policy_required=form.form == FORM_CSI,
+        )
+    notes += out.notes
+    main_bytes = out.files[out.main]
+    return RenderedConfig(
+        files=dict(sorted(out.files.items())),
+        main=out.main,
+        config_hash=sha256_hex(main_bytes),
+        form=form.form,
+        api_version=out.api_version,
+        notes=tuple(notes),
+        kube_version=str(version),
+        sources=names,
+        merged_from=foreign.node_path or foreign.container_path if foreign is not None else None,
+    )

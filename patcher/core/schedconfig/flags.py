@@ -1,0 +1,256 @@
+"""Carry the scheduler's deprecated flags into the rendered config.
+
+Once ``--config`` is set, kube-scheduler ignores its deprecated flags: ``--kubeconfig`` among them, so a config
+without ``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not
+have, and it exits. Every deprecated flag that has a config field is therefore copied into the config we render.
+Flags that are still real flags (``--bind-address``, ``--secure-port``, ``--authentication-kubeconfig``, logging,
+feature gates, …) keep working next to ``--config`` and need nothing.
+
+The legacy algorithm-source flags (``--policy-config-file`` and friends) cannot be carried: with ``--config`` a
+1.10–1.18 scheduler ignores them (their extenders would vanish), 1.19–1.22 lets the Policy's extenders replace
+ours, and 1.23+ no longer knows the flags at all. They are refused with a way out.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.duration import is_duration
+from patcher.core.schedconfig.schema import Schema
+
+# Flags that never take the next item as their value (pflag booleans), so "--leader-elect" alone means true.
+BOOL_FLAGS = frozenset(
+    {
+        "leader-elect",
+        "profiling",
+        "contention-profiling",
+        "use-legacy-policy-config",
+        "also-stdout",
+        "redirect-stderr",
+        "alsologtostderr",
+        "logtostderr",
+        "add-dir-header",
+        "skip-headers",
+        "skip-log-headers",
+        "one-output",
+        "log-json-split-stream",
+        "authentication-skip-lookup",
+        "authentication-tolerate-lookup-failure",
+        "permit-address-sharing",
+        "permit-port-sharing",
+        "help",
+    }
+)
+
+# flag -> (setting, value type). A setting is a config field path, except the upper-case ones whose path
+# depends on the apiVersion (see _path_for).
+_CARRIED: dict[str, tuple[str, str]] = {
+    "kubeconfig": ("clientConnection.kubeconfig", "path"),
+    "kube-api-content-type": ("clientConnection.contentType", "string"),
+    "kube-api-qps": ("clientConnection.qps", "float"),
+    "kube-api-burst": ("clientConnection.burst", "int"),
+    "leader-elect": ("leaderElection.leaderElect", "bool"),
+    "leader-elect-lease-duration": ("leaderElection.leaseDuration", "duration"),
+    "leader-elect-renew-deadline": ("leaderElection.renewDeadline", "duration"),
+    "leader-elect-retry-period": ("leaderElection.retryPeriod", "duration"),
+    "leader-elect-resource-lock": ("leaderElection.resourceLock", "string"),
+    "lock-object-name": ("LOCK_NAME", "string"),
+    "lock-object-namespace": ("LOCK_NAMESPACE", "string"),
+    "leader-elect-resource-name": ("LOCK_NAME", "string"),
+    "leader-elect-resource-namespace": ("LOCK_NAMESPACE", "string"),
+    "profiling": ("enableProfiling", "bool"),
+    "contention-profiling": ("enableContentionProfiling", "bool"),
+    "scheduler-name": ("SCHEDULER_NAME", "string"),
+    "hard-pod-affinity-symmetric-weight": ("HARD_POD_AFFINITY", "int"),
+    "failure-domains": ("failureDomains", "string"),
+}
+# Newer spellings win over the deprecated ones when both are given.
+_PRECEDENCE = (
+    "lock-object-name",
+    "lock-object-namespace",
+    "leader-elect-resource-name",
+    "leader-elect-resource-namespace",
+)
+_ALGORITHM_SOURCE = ("policy-config-file", "policy-configmap", "use-legacy-policy-config", "algorithm-provider")
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One flag value to write into the config: ``path`` is a list of keys, an int indexes a list."""
+
+    flag: str
+    path: tuple[str | int, ...]
+    value: Any
+
+    @property
+    def field_text(self) -> str:
+        text = ""
+        for part in self.path:
+            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+        return text
+
+
+def _is_binary(item: str, previous: str | None) -> bool:
+    name = posixpath.basename(item)
+    if name == "kube-scheduler":
+        return True
+    return name == "scheduler" and previous is not None and posixpath.basename(previous).endswith("hyperkube")
+
+
+def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
+    """The scheduler's own flags as name → value (None for a bare boolean), last occurrence winning like pflag.
+
+    Items are as written in the manifest: ``--a=b``, ``--a`` ``b`` as two items, bare ``--flag``. When a wrapper
+    (``/go-runner … /usr/local/bin/kube-scheduler …``, ``/hyperkube scheduler …``) precedes the binary, only
+    the flags after the binary are the scheduler's.
+    """
+    flags: dict[str, str | None] = {}
+    previous_positional: str | None = None
+    index = 0
+    while index < len(items):
+        item = items[index]
+        index += 1
+        if not item.startswith("-") or item in ("-", "--"):
+            if _is_binary(item, previous_positional):
+                flags = {}  # everything before the binary belonged to the wrapper
+            previous_positional = item
+            continue
+        name, sep, value = item.lstrip("-").partition("=")
+        if sep:
+            flags[name] = value
+        elif name in BOOL_FLAGS or index >= len(items) or items[index].startswith("-"):
+            flags[name] = None
+        else:
+            flags[name] = items[index]
+            index += 1
+    return flags
+
+
+def enabled_feature_gates(flags: dict[str, str | None]) -> frozenset[str]:
+    """Gates that ``--feature-gates=A=true,B=false`` switches on (component-base's syntax; ``AllAlpha``/``AllBeta``
+    name no single gate and are ignored, which keeps gated rules on the safe side)."""
+    enabled = set()
+    for item in (flags.get("feature-gates") or "").split(","):
+        name, _, value = item.strip().partition("=")
+        if name and value.strip().lower() == "true":
+            enabled.add(name)
+    return frozenset(enabled)
+
+
+def _convert(flag: str, kind: str, raw: str | None, where: str | None) -> Any:
+    shown = f"--{flag}" if raw is None else f"--{flag}={raw}"
+    if kind == "bool":
+        if raw is None or raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise ConfigError(where, f"{shown}: not a boolean (true or false)")
+    if raw is None:
+        raise ConfigError(where, f"--{flag}: the flag needs a value")
+    if kind == "int":
+        try:
+            return int(raw, 10)
+        except ValueError:
+            raise ConfigError(where, f"{shown}: not an integer") from None
+    if kind == "float":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ConfigError(where, f"{shown}: not a number") from None
+        return int(number) if number.is_integer() else number
+    if kind == "duration" and not is_duration(raw):
+        raise ConfigError(where, f"{shown}: not a duration (e.g. 15s)")
+    if kind == "path" and raw and not posixpath.isabs(raw):
+        raise ConfigError(where, f"{shown}: must be an absolute path (the config does not resolve relative paths)")
+    return raw
+
+
+def _path_for(setting: str, schema: Schema) -> tuple[str | int, ...] | None:
+    """Where a setting lives in this apiVersion; None when it has no field there."""
+    root = schema.types[schema.root].fields
+    if setting in ("LOCK_NAME", "LOCK_NAMESPACE"):
+        suffix = "Name" if setting == "LOCK_NAME" else "Namespace"
+        prefix = "lockObject" if schema.leader_election_names == "lockObject" else "resource"
+        return ("leaderElection", prefix + suffix)
+    if setting == "SCHEDULER_NAME":
+        return ("profiles", 0, "schedulerName") if schema.profiles else ("schedulerName",)
+    if setting == "HARD_POD_AFFINITY":
+        return ("profiles", 0, "pluginConfig") if schema.profiles else ("hardPodAffinitySymmetricWeight",)
+    path = tuple(setting.split("."))
+    return path if path[0] in root else None
+
+
+def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
+    """The first flag that makes the scheduler read a legacy Policy or a non-default provider, as written."""
+    for flag in _ALGORITHM_SOURCE:
+        if flag not in flags:
+            continue
+        value = flags[flag]
+        shown = f"--{flag}" if value is None else f"--{flag}={value}"
+        if flag == "use-legacy-policy-config":
+            if value is None or value in _TRUE:
+                return shown
+        elif value and not (flag == "algorithm-provider" and value == "DefaultProvider"):
+            return shown
+    return None
+
+
+def carried_settings(
+    flags: dict[str, str | None], schema: Schema, *, where: str | None = None
+) -> tuple[list[Carried], list[str]]:
+    """The config values that the manifest's deprecated flags stand for, plus notes on what was skipped.
+
+    ``where`` names the manifest in error messages.
+    """
+    refused = _algorithm_source_flag(flags)
+    if refused is not None:
+        raise ConfigError(
+            where,
+            f"{refused}: the scheduler takes its algorithm and extenders from a legacy Policy, which cannot be "
+            "combined with the config scheduler-patcher writes (with --config a 1.10–1.18 scheduler ignores "
+            "the flag, 1.19–1.22 replaces our extenders with the Policy's, 1.23+ exits on the unknown flag); "
+            "move the Policy's extenders into the source folder's extenders.yaml and remove the flag",
+        )
+    notes: list[str] = []
+    chosen: dict[tuple[str | int, ...], Carried] = {}
+    # Deprecated spellings first, so that the newer flag for the same field overwrites them.
+    for flag in sorted(flags, key=lambda name: _PRECEDENCE.index(name) if name in _PRECEDENCE else -1):
+        if flag not in _CARRIED:
+            continue
+        setting, kind = _CARRIED[flag]
+        value = _convert(flag, kind, flags[flag], where)
+        path = _path_for(setting, schema)
+        if path is None:
+            notes.append(f"--{flag} has no field in {schema.api_version}; not carried (the scheduler ignores it)")
+            continue
+        if setting == "HARD_POD_AFFINITY" and schema.profiles:
+            value = [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": value}}]
+        chosen[path] = Carried(flag=f"--{flag}", path=path, value=value)
+    flag_order = list(_CARRIED)
+    carried = sorted(
+        chosen.values(),
+        key=lambda c: (
+            _CARRY_ORDER.index(str(c.path[0])) if c.path[0] in _CARRY_ORDER else len(_CARRY_ORDER),
+            flag_order.index(c.flag[2:]),
+        ),
+    )
+    return carried, notes
+
+
+# Order of the top-level keys we add, following the order kube-scheduler itself writes them.
+_CARRY_ORDER = (
+    "schedulerName",
+    "hardPodAffinitySymmetricWeight",
+    "failureDomains",
+    "leaderElection",
+    "clientConnection",
+    "enableProfiling",
+    "enableContentionProfiling",
+    "profiles",
+)

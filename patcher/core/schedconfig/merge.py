@@ -1,0 +1,174 @@
+"""Merge our extenders into a config the scheduler already runs with (``--on-foreign-config=merge``).
+
+The foreign file belongs to someone else (another extender, custom profiles): we never modify it, but write a
+copy that adds our extenders and keeps every other field, profile, plugin and comment (ruamel.yaml round-trip),
+and point ``--config`` at the copy. Extenders are matched by ``urlPrefix``: an entry with one of our URLs is a
+stale copy of ours and is replaced where it stood; all others stay, in order. A merge that the scheduler would
+reject (two binders, a managed resource claimed twice, an apiVersion it does not serve) is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.extenders import Extender, from_canonical, url_of
+from patcher.core.schedconfig.render import Output, finish, header, node_path, render_policy
+from patcher.core.schedconfig.rules import rule_problems
+from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.validate import check_served, validate_document
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
+
+
+def _last_slot(node: Any) -> tuple[Any, Any] | None:
+    """The innermost last (container, key) of a node: where ruamel keeps the comment lines that follow it."""
+    slot = None
+    while isinstance(node, CommentedMap | CommentedSeq) and len(node) > 0:
+        key = list(node.keys())[-1] if isinstance(node, CommentedMap) else len(node) - 1
+        slot = (node, key)
+        node = node[key]
+    return slot
+
+
+def _comment_position(container: Any) -> int:
+    return 2 if isinstance(container, CommentedMap) else 0
+
+
+def _move_trailing_comment(dropped: Any, onto: Any) -> None:
+    """Keep the comment lines that followed a dropped entry: they now follow ``onto``."""
+    source, target = _last_slot(dropped), _last_slot(onto)
+    if source is None or target is None:
+        return
+    container, key = source
+    slot = container.ca.items.get(key)
+    position = _comment_position(container)
+    if not slot or len(slot) <= position or slot[position] is None:
+        return
+    token = slot[position]
+    slot[position] = None
+    t_container, t_key = target
+    t_position = _comment_position(t_container)
+    t_slot = t_container.ca.items.setdefault(t_key, [None, None, None, None])
+    if t_slot[t_position] is None:
+        t_slot[t_position] = token
+    else:
+        t_slot[t_position].value += token.value.lstrip(" ")
+
+
+def _merged_extenders(
+    existing: Any, ours: list[dict[str, Any]], schema: Schema
+) -> tuple[CommentedSeq, list[str], list[str]]:
+    """The new extenders list, where each entry came from ("this file"/"ours"), and the stale URLs replaced."""
+    spec = schema.extender_type
+    our_urls = {url_of(item, spec) for item in ours}
+    our_nodes = [to_commented(item) for item in ours]
+    old: list[Any] = list(existing) if isinstance(existing, list) else []
+    merged = CommentedSeq()
+    origins: list[str] = []
+    replaced: list[str] = []
+    inserted = False
+    for index, item in enumerate(old):
+        url = url_of(item, spec) if isinstance(item, dict) else ""
+        if url and url in our_urls:
+            replaced.append(url)
+            if not inserted:
+                merged.extend(our_nodes)
+                origins.extend("ours" for _ in our_nodes)
+                inserted = True
+            _move_trailing_comment(item, merged[-1])
+            continue
+        if isinstance(existing, CommentedSeq) and index in existing.ca.items:
+            merged.ca.items[len(merged)] = existing.ca.items[index]
+        merged.append(item)
+        origins.append("this file")
+    if not inserted:
+        merged.extend(our_nodes)
+        origins.extend("ours" for _ in our_nodes)
+    if isinstance(existing, CommentedSeq):
+        merged.ca.comment = existing.ca.comment
+        merged.ca.end = existing.ca.end
+        if existing.fa.flow_style():
+            merged.fa.set_flow_style()
+    return merged, origins, replaced
+
+
+def _refuse_problems(path: str, source: str, problems: list[str], origins: list[str]) -> None:
+    if not problems:
+        return
+    legend = ", ".join(
+        f"extenders[{i}] {'from ' + source if origin == 'ours' else 'from this file'}"
+        for i, origin in enumerate(origins)
+    )
+    raise ConfigError(path, f"cannot merge {source} into this config: {'; '.join(problems)} ({legend})")
+
+
+def _policy_source_merge(data: CommentedMap, path: str) -> None:
+    """A v1alpha1 config gets our Policy only if it does not already take its algorithm from elsewhere."""
+    source = data.get("algorithmSource")
+    if not isinstance(source, dict):
+        return
+    if source.get("policy") is not None:
+        raise ConfigError(
+            path,
+            "algorithmSource.policy: this config reads its own Policy, which scheduler-patcher cannot merge into "
+            "(it is not in the config file); move that Policy's extenders into the source extenders.yaml, or use "
+            "--on-foreign-config=replace",
+        )
+    provider = source.get("provider")
+    if provider not in (None, "", "DefaultProvider"):
+        raise ConfigError(
+            path,
+            f"algorithmSource.provider: {provider!r} cannot be combined with a Policy holding our extenders "
+            "(a Policy replaces the provider); use --on-foreign-config=replace",
+        )
+
+
+def merge_foreign(
+    *,
+    foreign_path: str,
+    foreign_text: str,
+    extenders: list[Extender],
+    source: str,
+    source_api_version: str | None,
+    version: KubeVersion,
+    host_config_dir: str,
+) -> Output:
+    """Our own config file: the foreign config plus our extenders (and a Policy file on 1.18 and older)."""
+    text = strip_header(foreign_text)
+    data = load_single(text, foreign_path)
+    schema = validate_document(data, foreign_path, version=version)
+    check_served(schema, version, foreign_path)
+    if source_api_version is not None and source_api_version != schema.api_version:
+        raise ConfigError(
+            foreign_path,
+            f"apiVersion mismatch: this config is {schema.api_version} but the source {source} is "
+            f"{source_api_version}; write the source as a version-neutral extenders.yaml, or use the same "
+            "apiVersion",
+        )
+    notes = [f"merged {len(extenders)} extender(s) from {source} into {foreign_path}"]
+    extra: dict[str, bytes] = {}
+    if schema.extenders == "policy":
+        _policy_source_merge(data, foreign_path)
+        name, policy = render_policy(extenders, host_config_dir)
+        extra[name] = policy
+        data["algorithmSource"] = to_commented({"policy": {"file": {"path": node_path(host_config_dir, name)}}})
+        notes.append(f"our extenders go to the legacy Policy {name}, referenced from algorithmSource")
+    else:
+        ours = [from_canonical(item, schema) for item in extenders]
+        merged, origins, replaced = _merged_extenders(data.get("extenders"), ours, schema)
+        _refuse_problems(foreign_path, source, rule_problems({"extenders": merged}, _only_extenders(schema)), origins)
+        data["extenders"] = merged
+        if replaced:
+            notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
+    body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+    label = f"{source} merged into {foreign_path}"
+    return finish(header(label, version, schema.api_version) + body, version, extra, notes)
+
+
+def _only_extenders(schema: Schema) -> Schema:
+    """The schema with only the extender rule, to explain merge conflicts before full validation."""
+    return replace(schema, rules=("extenders",))

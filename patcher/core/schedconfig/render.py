@@ -1,0 +1,241 @@
+"""Render the files the scheduler reads, for its apiVersion, as exact and reproducible bytes.
+
+Two paths: from version-neutral extenders (we write the whole config), and from a complete config that the user
+wrote (used as is; only the deprecated-flag settings it leaves unset are filled in, and a Policy reference is
+pointed at our copy). Either way the result gets a header naming its source and the scheduler version, is
+validated again from its own bytes, and any second file (the legacy Policy) is named by its content and
+referenced by absolute node path, so that the main file's hash covers everything the scheduler will read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.extenders import Extender, from_canonical
+from patcher.core.schedconfig.flags import Carried
+from patcher.core.schedconfig.schema import CONFIG_KIND, POLICY_KIND, Schema, policy_schema
+from patcher.core.schedconfig.source import SourceFile
+from patcher.core.schedconfig.validate import check_served, validate_document
+from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.yamlio import (
+    HEADER_PREFIX,
+    dump,
+    from_json,
+    is_json,
+    layout,
+    load_single,
+    safe_scalar,
+    strip_header,
+    to_commented,
+    to_plain,
+)
+
+
+@dataclass
+class Output:
+    """Files for the host config folder; ``main`` is the one ``--config`` points at."""
+
+    files: dict[str, bytes]
+    main: str
+    api_version: str
+    notes: list[str] = field(default_factory=list)
+
+
+def short_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def header(source: str, version: KubeVersion, api_version: str) -> str:
+    """The first line of every file we render: where it came from and for which scheduler."""
+    return f"{HEADER_PREFIX} from {source} for kube-scheduler {version.short} ({api_version}); do not edit.\n"
+
+
+def policy_bytes(policy: dict[str, Any]) -> bytes:
+    """A legacy Policy as JSON: the scheduler reads it as JSON or YAML, and JSON cannot be mis-indented."""
+    return (json.dumps(policy, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def policy_name(data: bytes) -> str:
+    return f"policy-{short_hash(data)}.json"
+
+
+def config_name(data: bytes) -> str:
+    return f"config-{short_hash(data)}.yaml"
+
+
+def node_path(host_config_dir: str, name: str) -> str:
+    return posixpath.join(host_config_dir, name)
+
+
+def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: list[str], source: str) -> bool:
+    """Write one carried flag value into ``doc``; with ``fill_only`` only where the config leaves it unset."""
+    node: Any = doc
+    parts = carried.path
+    for depth, part in enumerate(parts[:-1]):
+        following = parts[depth + 1]
+        if isinstance(part, int):
+            node = node[part]
+            continue
+        current = node.get(part)
+        if isinstance(following, int):
+            if current and fill_only:  # an existing list (profiles) is the user's: never reshape it
+                notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
+                return False
+            node[part] = CommentedSeq([CommentedMap()])
+        elif current is None:
+            node[part] = CommentedMap()
+        elif not isinstance(current, dict):
+            return False  # a type error that validation reports
+        node = node[part]
+    leaf = parts[-1]
+    existing = node.get(leaf) if isinstance(leaf, str) else None
+    if existing is not None and fill_only:
+        if to_plain(existing) != carried.value:
+            notes.append(
+                f"{source} sets {carried.field_text}={to_plain(existing)!r}; the manifest's "
+                f"{carried.flag}={carried.value!r} is not used"
+            )
+        return False
+    node[leaf] = to_commented(carried.value)
+    notes.append(f"carried {carried.flag} into {carried.field_text}")
+    return True
+
+
+def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
+    """Validate our own bytes once more, as the scheduler will read them."""
+    data = load_single(text, name)
+    schema = validate_document(data, name, version=version)
+    check_served(schema, version, name)
+    return schema
+
+
+def finish(text: str, version: KubeVersion, extra: dict[str, bytes], notes: list[str]) -> Output:
+    main_bytes = text.encode("utf-8")
+    name = config_name(main_bytes)
+    schema = _check_output(text, name, version)
+    return Output(files={name: main_bytes, **extra}, main=name, api_version=schema.api_version, notes=notes)
+
+
+def render_policy(extenders: list[Extender], host_config_dir: str) -> tuple[str, bytes]:
+    """Our extenders as a legacy Policy file: (file name, bytes)."""
+    schema = policy_schema()
+    policy = {"kind": POLICY_KIND, "apiVersion": "v1", "extenders": [from_canonical(e, schema) for e in extenders]}
+    data = policy_bytes(policy)
+    name = policy_name(data)
+    validate_document(json.loads(data), node_path(host_config_dir, name), allow_policy=True)
+    return name, data
+
+
+def render_extenders(
+    extenders: list[Extender],
+    *,
+    schema: Schema,
+    version: KubeVersion,
+    carried: list[Carried],
+    host_config_dir: str,
+    source: str,
+) -> Output:
+    """The whole config for ``schema`` from version-neutral extenders and the carried flag values."""
+    doc = CommentedMap()
+    doc["apiVersion"] = schema.api_version
+    doc["kind"] = CONFIG_KIND
+    notes: list[str] = []
+    extra: dict[str, bytes] = {}
+    for item in carried:
+        if item.path[0] == "schedulerName":
+            set_path(doc, item, fill_only=False, notes=notes, source=source)
+    if schema.extenders == "policy":
+        name, data = render_policy(extenders, host_config_dir)
+        extra[name] = data
+        doc["algorithmSource"] = to_commented({"policy": {"file": {"path": node_path(host_config_dir, name)}}})
+        notes.append(f"extenders go to the legacy Policy {name}, referenced from {schema.api_version} algorithmSource")
+    for item in carried:
+        if item.path[0] != "schedulerName":
+            set_path(doc, item, fill_only=False, notes=notes, source=source)
+    if schema.extenders == "inline":
+        doc["extenders"] = to_commented([from_canonical(e, schema) for e in extenders])
+    text = header(source, version, schema.api_version) + dump(doc)
+    return finish(text, version, extra, notes)
+
+
+def render_complete(
+    source: SourceFile,
+    *,
+    version: KubeVersion,
+    carry: Callable[[Schema], tuple[list[Carried], list[str]]],
+    host_config_dir: str,
+    policy: SourceFile | None = None,
+    policy_required: bool = False,
+) -> Output:
+    """A user-written KubeSchedulerConfiguration, used as is once validated and served-checked.
+
+    Flag settings (``carry``: the carried values for the config's own schema, and notes on what was skipped)
+    fill only the fields it leaves unset; the config is parsed once for both. When ``policy`` is given (the
+    csi-baremetal layout on 1.18 and older), the config's ``algorithmSource.policy.file.path`` is pointed at
+    our copy of it; with ``policy_required`` a config that references a Policy file we were not given is
+    refused, since the path in it names a file on some other node layout.
+    """
+    text = strip_header(source.text)
+    data = load_single(text, source.path)
+    schema = validate_document(data, source.path, version=version)
+    check_served(schema, version, source.path)
+    carried, notes = carry(schema)
+    notes = list(notes)
+    extra: dict[str, bytes] = {}
+    changed = False
+    reference = policy_file_source(data)
+    if reference is not None and policy is not None:
+        name, data_bytes = _copy_policy(policy, version)
+        extra[name] = data_bytes
+        reference["path"] = safe_scalar(node_path(host_config_dir, name))
+        notes.append(f"{source.name}: algorithmSource.policy.file.path points at {name} (from {policy.name})")
+        changed = True
+    elif reference is not None and policy_required:
+        raise ConfigError(
+            source.path,
+            f"algorithmSource.policy.file.path: {reference.get('path')!r} needs the Policy, but the source folder "
+            "has no policy.yaml",
+        )
+    elif reference is not None:
+        notes.append(
+            f"{source.name} reads the Policy file {reference.get('path')} on the node; scheduler-patcher does not "
+            "manage that file"
+        )
+    elif policy is not None:
+        notes.append(f"{policy.name} is not used: {source.name} has no algorithmSource.policy.file")
+    for item in carried:
+        changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name)
+    body = text  # nothing to add: the user's bytes, untouched
+    if changed:
+        body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+    newline = "\r\n" if "\r\n" in body else "\n"
+    out = header(source.name, version, schema.api_version).replace("\n", newline) + body
+    return finish(out, version, extra, notes)
+
+
+def policy_file_source(data: Any) -> CommentedMap | None:
+    """``algorithmSource.policy.file`` of a v1alpha1 config, or None when it has no Policy file source."""
+    node: Any = data
+    for key in ("algorithmSource", "policy", "file"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, CommentedMap) else None
+
+
+def _copy_policy(policy: SourceFile, version: KubeVersion) -> tuple[str, bytes]:
+    """The csi layout's policy.yaml, validated and written as JSON under its content name."""
+    data = load_single(strip_header(policy.text), policy.path)
+    schema = validate_document(data, policy.path, allow_policy=True)
+    if schema.kind != POLICY_KIND:
+        raise ConfigError(policy.path, f"must be a kind: Policy file, found kind {schema.kind}")
+    if not schema.serves(version):
+        raise ConfigError(policy.path, f"kind: Policy is not served by kube-scheduler {version} (removed in 1.23)")
+    payload = policy_bytes(to_plain(data))
+    return policy_name(payload), payload

@@ -1,0 +1,254 @@
+"""The scheduler's configuration APIs, kept as data: one JSON file per apiVersion under ``schemas/``.
+
+Each file says which kube-scheduler versions serve the apiVersion, whether we may render it, where extenders live
+(``inline`` in the config, or ``policy``: in a separate legacy Policy file), how leader-election names are
+spelled, and the strict field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
+therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
+
+From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
+written by ``tools/gen_schedconfig_schemas.py`` from the upstream Go types of ``release-1.N``): kube-scheduler
+decodes strictly, so a field that its minor does not have is fatal even when a later minor added it to the same
+apiVersion. The hand-written file of the apiVersion still says when it is served and how to render it;
+``for_version`` swaps in the types of the node's minor.
+
+Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``,
+``duration`` (Go duration string), ``nanoseconds`` (integer), ``bytes`` (base64 string), ``any``, ``object``
+(a mapping, any content), ``[]T``, ``map[string]T``, or the name of another type.
+A type may set ``required`` (fields that must be present and non-empty), ``caseInsensitive`` (the legacy
+extender decoder matches field names ignoring case) and ``canonical`` (its field name → the v1 field name, for
+converting extenders between the legacy and the v1 spelling).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from patcher.core.schedconfig.version import KubeVersion
+
+CONFIG_KIND = "KubeSchedulerConfiguration"
+POLICY_KIND = "Policy"
+
+
+@dataclass(frozen=True)
+class TypeSpec:
+    """One struct of a configuration API: its fields and how they decode."""
+
+    name: str
+    fields: dict[str, str]
+    required: tuple[str, ...] = ()
+    case_insensitive: bool = False
+    canonical: dict[str, str] = field(default_factory=dict)
+
+    def lookup(self, key: str) -> str | None:
+        """The declared field name that ``key`` decodes into, or None when the scheduler would reject it."""
+        if key in self.fields:
+            return key
+        if self.case_insensitive:
+            folded = key.casefold()
+            for name in self.fields:
+                if name.casefold() == folded:
+                    return name
+        return None
+
+    def to_canonical(self, name: str) -> str:
+        return self.canonical.get(name, name)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """One apiVersion+kind: when it is served, how to render it, and its types."""
+
+    api_version: str
+    kind: str
+    served_from: tuple[int, int]
+    removed_in: tuple[int, int] | None
+    render: bool
+    extenders: str  # "inline" or "policy"
+    leader_election_names: str  # "resource" (resourceName) or "lockObject" (lockObjectName)
+    profiles: bool
+    rules: tuple[str, ...]
+    root: str
+    types: dict[str, TypeSpec]
+    file: str
+    plugin_args: dict[str, str] = field(default_factory=dict)  # plugin name -> its registered args type
+    minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
+    node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
+    node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
+
+    def serves(self, version: KubeVersion) -> bool:
+        if version.key < self.served_from:
+            return False
+        return self.removed_in is None or version.key < self.removed_in
+
+    @property
+    def served_text(self) -> str:
+        """``1.23–1.28`` or ``1.25 and later``: for error messages that tell the user what would work."""
+        start = f"{self.served_from[0]}.{self.served_from[1]}"
+        if self.removed_in is None:
+            return f"{start} and later"
+        last = (self.removed_in[0], self.removed_in[1] - 1)
+        end = f"{last[0]}.{last[1]}"
+        return start if end == start else f"{start}–{end}"
+
+    @property
+    def extender_type(self) -> TypeSpec:
+        return self.types["Extender"]
+
+
+def _minor(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    major, minor = text.split(".")
+    return (int(major), int(minor))
+
+
+def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
+    return {
+        type_name: TypeSpec(
+            name=type_name,
+            fields=dict(spec["fields"]),
+            required=tuple(spec.get("required", ())),
+            case_insensitive=bool(spec.get("caseInsensitive", False)),
+            canonical=dict(spec.get("canonical", {})),
+        )
+        for type_name, spec in raw.items()
+    }
+
+
+def _parse(name: str, raw: dict[str, Any]) -> Schema:
+    types = _types(raw["types"])
+    served_from = _minor(raw["served"]["from"])
+    assert served_from is not None, f"{name}: served.from is required"
+    return Schema(
+        api_version=raw["apiVersion"],
+        kind=raw["kind"],
+        served_from=served_from,
+        removed_in=_minor(raw["served"].get("removedIn")),
+        render=bool(raw["render"]),
+        extenders=raw["extenders"],
+        leader_election_names=raw["leaderElectionNames"],
+        profiles=bool(raw["profiles"]),
+        rules=tuple(raw["rules"]),
+        root=raw["root"],
+        types=types,
+        file=name,
+    )
+
+
+@cache
+def all_schemas() -> tuple[Schema, ...]:
+    """Every schema shipped in the package, read once."""
+    folder = resources.files("patcher.core.schedconfig").joinpath("schemas")
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX):
+            found.append(_parse(entry.name, json.loads(entry.read_text(encoding="utf-8"))))
+    return tuple(found)
+
+
+GENERATED_PREFIX = "kube-scheduler-"
+
+
+@dataclass(frozen=True)
+class MinorTypes:
+    """The generated types of one apiVersion in one kube-scheduler minor."""
+
+    minor: tuple[int, int]
+    file: str
+    types: dict[str, TypeSpec]
+    plugin_args: dict[str, str]
+
+
+@cache
+def generated() -> dict[tuple[int, int], dict[str, MinorTypes]]:
+    """minor -> apiVersion -> types, from the ``kube-scheduler-1.N.json`` files, read once."""
+    folder = resources.files("patcher.core.schedconfig").joinpath("schemas")
+    found: dict[tuple[int, int], dict[str, MinorTypes]] = {}
+    for entry in folder.iterdir():
+        if not (entry.name.startswith(GENERATED_PREFIX) and entry.name.endswith(".json")):
+            continue
+        raw = json.loads(entry.read_text(encoding="utf-8"))
+        minor = _minor(raw["kubeScheduler"])
+        assert minor is not None
+        found[minor] = {
+            api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
+            for api_version, content in raw["apiVersions"].items()
+        }
+    return dict(sorted(found.items()))
+
+
+def generated_minor(version: KubeVersion) -> tuple[int, int] | None:
+    """Which generated minor describes ``version``: its own, the newest one for a newer scheduler, else None."""
+    minors = list(generated())
+    if not minors or version.key < minors[0]:
+        return None
+    return version.key if version.key in generated() else max(m for m in minors if m <= version.key)
+
+
+def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
+    """``schema`` with the types that kube-scheduler ``version`` decodes, when generated types exist for it."""
+    if version is None or schema.kind != CONFIG_KIND:
+        return schema
+    minor = generated_minor(version)
+    found = generated().get(minor) if minor is not None else None
+    entry = found.get(schema.api_version) if found is not None else None
+    if entry is None:
+        return replace(schema, node_minor=version.key, node_gates=version.feature_gates)
+    return replace(
+        schema,
+        types=entry.types,
+        plugin_args=entry.plugin_args,
+        minor=entry.minor,
+        file=entry.file,
+        node_minor=version.key,
+        node_gates=version.feature_gates,
+    )
+
+
+def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int, int]) -> tuple[int, int] | None:
+    """The first minor after ``after`` whose ``api_version`` has ``type_name.field_name``, if any."""
+    for minor, api_versions in generated().items():
+        entry = api_versions.get(api_version)
+        if minor > after and entry is not None and field_name in entry.types.get(type_name, TypeSpec("", {})).fields:
+            return minor
+    return None
+
+def find_schema(api_version: str, kind: str) -> Schema | None:
+    for schema in all_schemas():
+        if schema.api_version == api_version and schema.kind == kind:
+            return schema
+    return None
+
+
+def config_api_versions() -> list[str]:
+    return [s.api_version for s in all_schemas() if s.kind == CONFIG_KIND]
+
+
+def served_config_schemas(version: KubeVersion) -> list[Schema]:
+    """KubeSchedulerConfiguration apiVersions this scheduler decodes, newest (latest introduced) first."""
+    served = [s for s in all_schemas() if s.kind == CONFIG_KIND and s.serves(version)]
+    return sorted(served, key=lambda s: s.served_from, reverse=True)
+
+
+def target_schema(version: KubeVersion) -> Schema:
+    """The apiVersion to render for this scheduler: the newest renderable one it serves."""
+    for schema in served_config_schemas(version):
+        if schema.render:
+            return schema
+    raise LookupError(f"no renderable KubeSchedulerConfiguration apiVersion is served by kube-scheduler {version}")
+
+
+def policy_schema() -> Schema:
+    schema = find_schema("v1", POLICY_KIND)
+    assert schema is not None, "policy-v1.json is missing from the package"
+    return schema
+
+
+def canonical_schema() -> Schema:
+    """The newest config apiVersion with inline extenders: its field names are the version-neutral spelling."""
+    inline = [s for s in all_schemas() if s.kind == CONFIG_KIND and s.render and s.extenders == "inline"]
+    return max(inline, key=lambda s: s.served_from)

@@ -1,0 +1,327 @@
+"""Strict validation of scheduler configuration, the way kube-scheduler decodes and validates it.
+
+kube-scheduler decodes its config strictly (an unknown or misspelt field is fatal) and then validates it; either
+failure makes it exit at start-up, and a static pod that exits is a cluster without a scheduler. Everything we
+write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and the rules that
+schema names (``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
+at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from difflib import get_close_matches
+from typing import Any, TypeGuard
+
+from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.duration import parse_duration_ns
+from patcher.core.schedconfig.rules import extender_problems, is_int, rule_problems
+from patcher.core.schedconfig.schema import (
+    CONFIG_KIND,
+    POLICY_KIND,
+    Schema,
+    TypeSpec,
+    added_in,
+    canonical_schema,
+    config_api_versions,
+    find_schema,
+    for_version,
+    served_config_schemas,
+)
+from patcher.core.schedconfig.version import KubeVersion
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
+_MAX_REPORTED = 8
+
+
+def join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _is_bool(value: Any) -> TypeGuard[bool]:
+    return isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if _is_bool(value):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {_clip(repr(value))}"
+    return f"{type(value).__name__} {_clip(repr(value))}"
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """Values are quoted in one-line errors; a 100 KB string must not make the line 100 KB."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Walker:
+    """Checks a document against the type tree of one schema, collecting ``field.path: problem`` lines."""
+
+    def __init__(self, schema: Schema, version: KubeVersion | None = None) -> None:
+        self.schema = schema
+        self.version = version
+        self.errors: list[str] = []
+
+    def check(self, value: Any, type_expr: str, path: str) -> None:
+        if value is None:
+            return  # the decoder leaves a null field at its zero value
+        if type_expr.startswith("map[string]"):
+            if not isinstance(value, dict):
+                self.errors.append(f"{path}: must be a mapping, got {_describe(value)}")
+                return
+            for key, item in value.items():
+                self.check(item, type_expr.removeprefix("map[string]"), f"{path}[{_clip(repr(key), 40)}]")
+            return
+        if type_expr.startswith("[]"):
+            if not isinstance(value, list):
+                self.errors.append(f"{path}: must be a list, got {_describe(value)}")
+                return
+            for index, item in enumerate(value):
+                self.check(item, type_expr[2:], f"{path}[{index}]")
+            return
+        checker = _SCALARS.get(type_expr)
+        if checker is not None:
+            problem = checker(value)
+            if problem:
+                self.errors.append(f"{path}: {problem}")
+            return
+        self.check_struct(value, self.schema.types[type_expr], path)
+
+    def check_struct(self, value: Any, spec: TypeSpec, path: str) -> None:
+        if not isinstance(value, dict):
+            self.errors.append(f"{path or '(document)'}: must be a mapping ({spec.name}), got {_describe(value)}")
+            return
+        seen: dict[str, str] = {}
+        for key, item in value.items():
+            key_text = key if isinstance(key, str) and key.isprintable() else _clip(repr(key), 40)
+            name = spec.lookup(key_text) if isinstance(key, str) else None
+            if name is None:
+                self.errors.append(self._unknown(spec, key_text, path))
+                continue
+            if name in seen:
+                self.errors.append(f"{join(path, key_text)}: duplicate of field {seen[name]!r}")
+                continue
+            seen[name] = key_text
+            self.check(item, spec.fields[name], join(path, key_text))
+        for required in spec.required:
+            given = seen.get(required)
+            if given is None or value.get(given) in (None, ""):
+                self.errors.append(f"{join(path, required)}: required field is missing or empty")
+        if spec.name == "PluginConfig" and self.schema.plugin_args:
+            self.check_args(value, path)
+
+    def check_args(self, config: dict[Any, Any], path: str) -> None:
+        """Args of an in-tree plugin decode strictly into its registered ``<Name>Args`` kind (upstream
+        ``PluginConfig.decodeNestedObjects``); a kind or group given in them must be that one."""
+        name, args = config.get("name"), config.get("args")
+        args_type = self.schema.plugin_args.get(name) if isinstance(name, str) else None
+        if args_type is None or not isinstance(args, dict):
+            return
+        where = join(path, "args")
+        self.check_struct(args, self.schema.types[args_type], where)
+        kind, api_version = args.get("kind"), args.get("apiVersion")
+        if isinstance(kind, str) and kind and kind != args_type:
+            self.errors.append(f"{where}.kind: args for plugin {name} must be of kind {args_type}, got {kind!r}")
+        group = self.schema.api_version.split("/")[0]
+        if isinstance(api_version, str) and api_version and api_version.split("/")[0] != group:
+            self.errors.append(
+                f"{where}.apiVersion: args for plugin {name} must be in group {group}, got {api_version!r}"
+            )
+
+    def _unknown(self, spec: TypeSpec, key: str, path: str) -> str:
+        if self.schema.minor is not None and self.version is not None:
+            added = added_in(self.schema.api_version, spec.name, key, self.schema.minor)
+            if added is not None:
+                return (
+                    f"{join(path, key)}: not known to kube-scheduler {self.version.short} "
+                    f"(added in {added[0]}.{added[1]})"
+                )
+        where = f"{self.schema.api_version} {spec.name}"
+        if self.schema.minor is not None and self.version is not None:
+            where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
+        hint = ""
+        close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6)
+        if not close:
+            close = [name for name in spec.fields if name.casefold() == key.casefold()]
+        if close:
+            hint = f"; did you mean {close[0]!r}?"
+        if spec.case_insensitive:
+            return (
+                f"{join(path, key)}: unknown field ({where} has no such field{hint}; the legacy decoder would "
+                "silently ignore it, scheduler-patcher refuses it so that a typo cannot switch a setting off)"
+            )
+        return f"{join(path, key)}: unknown field (strict decoding: {where} has no such field{hint})"
+
+
+def _check_string(value: Any) -> str | None:
+    return None if isinstance(value, str) else f"must be a string, got {_describe(value)}"
+
+
+def _check_bool(value: Any) -> str | None:
+    return None if _is_bool(value) else f"must be true or false, got {_describe(value)}"
+
+
+def _int_checker(kind: str) -> Callable[[Any], str | None]:
+    low, high = _INT_RANGES[kind]
+
+    def check(value: Any) -> str | None:
+        if not is_int(value):
+            return f"must be an integer, got {_describe(value)}"
+        if not low <= value <= high:
+            return f"{value} does not fit in {kind}"
+        return None
+
+    return check
+
+
+def _check_float(value: Any) -> str | None:
+    if isinstance(value, int | float) and not _is_bool(value):
+        return None
+    return f"must be a number, got {_describe(value)}"
+
+
+def _check_float32(value: Any) -> str | None:
+    problem = _check_float(value)
+    if problem is None and not -_FLOAT32_MAX <= value <= _FLOAT32_MAX:
+        return f"{value} does not fit in float32"
+    return problem
+
+
+def _check_object(value: Any) -> str | None:
+    return None if isinstance(value, dict) else f"must be a mapping, got {_describe(value)}"
+
+
+def _check_duration(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a duration string such as 15s, got {_describe(value)}"
+    try:
+        ns = parse_duration_ns(value)
+    except ValueError as exc:
+        return f"must be a duration: {exc}"
+    return "must not be negative" if ns < 0 else None
+
+
+def _check_nanoseconds(value: Any) -> str | None:
+    if not is_int(value):
+        return f"must be an integer number of nanoseconds (e.g. 15000000000 for 15s), got {_describe(value)}"
+    return "must not be negative" if value < 0 else None
+
+
+def _check_bytes(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"must be base64 text, got {_describe(value)}"
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return "must be base64 text (PEM data base64-encoded once more)"
+    return None
+
+
+_SCALARS: dict[str, Callable[[Any], str | None]] = {
+    "string": _check_string,
+    "bool": _check_bool,
+    "int32": _int_checker("int32"),
+    "int64": _int_checker("int64"),
+    "float": _check_float,
+    "float64": _check_float,
+    "float32": _check_float32,
+    "object": _check_object,
+    "duration": _check_duration,
+    "nanoseconds": _check_nanoseconds,
+    "bytes": _check_bytes,
+    "any": lambda value: None,
+}
+
+
+# ---- entry points ------------------------------------------------------------------------------------------
+
+
+def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) -> list[str]:
+    """Every problem of ``data`` against ``schema``: the type errors, then the rules' findings.
+
+    The rules run even when some types are wrong (they skip values of the wrong type), so that one misspelt
+    field does not hide a bad URL elsewhere: the operator fixes everything in one round.
+    """
+    walker = _Walker(schema, version)
+    walker.check_struct(data, schema.types[schema.root], "")
+    return walker.errors + [p for p in rule_problems(data, schema) if p not in walker.errors]
+
+
+def raise_problems(path: str, problems: list[str]) -> None:
+    if not problems:
+        return
+    shown = problems[:_MAX_REPORTED]
+    more = len(problems) - len(shown)
+    text = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    raise ConfigError(path, text)
+
+
+def identify(data: Any, path: str, *, allow_policy: bool = False) -> Schema:
+    """The schema for a parsed document, from its ``kind`` and ``apiVersion``; refuses anything else."""
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"not a KubeSchedulerConfiguration: the document is {_describe(data)}")
+    kind = data.get("kind")
+    api_version = data.get("apiVersion")
+    kinds = (CONFIG_KIND, POLICY_KIND) if allow_policy else (CONFIG_KIND,)
+    if kind not in kinds:
+        raise ConfigError(path, f"not a {' or '.join(kinds)} (kind is {kind!r})")
+    schema = find_schema(str(api_version), str(kind))
+    if schema is None:
+        known = config_api_versions() if kind == CONFIG_KIND else ["v1"]
+        raise ConfigError(
+            path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {', '.join(known)})"
+        )
+    return schema
+
+
+def validate_document(
+    data: Any, path: str, *, allow_policy: bool = False, version: KubeVersion | None = None
+) -> Schema:
+    """Identify and strictly validate one document; returns its schema or raises ConfigError.
+
+    With ``version`` (the node's scheduler), an apiVersion it does not serve is refused first, and the
+    document is checked against the types of that minor (``schema.for_version``) rather than the union of all.
+    """
+    schema = identify(data, path, allow_policy=allow_policy)
+    if version is not None and schema.kind == CONFIG_KIND:
+        check_served(schema, version, path)
+        schema = for_version(schema, version)
+    raise_problems(path, problems_for(data, schema, version))
+    return schema
+
+
+def check_served(schema: Schema, version: KubeVersion, path: str) -> None:
+    """Refuse an apiVersion the node's scheduler cannot decode, naming both versions and what would work."""
+    if schema.serves(version):
+        return
+    served = [s.api_version for s in served_config_schemas(version)]
+    alternatives = f"; kube-scheduler {version.short} serves {', '.join(served)}" if served else ""
+    raise ConfigError(
+        path,
+        f"apiVersion: {schema.api_version} is not served by kube-scheduler {version} ({version.source}); "
+        f"it is served by {schema.served_text}{alternatives} — or write a version-neutral extenders.yaml",
+    )
+
+
+def validate_extenders_file(data: Any, path: str) -> Schema:
+    """Check the version-neutral ``extenders.yaml``: a mapping whose only key is a non-empty ``extenders`` list,
+    each entry spelled like the newest apiVersion (v1). Returns that schema."""
+    schema = canonical_schema()
+    walker = _Walker(schema)
+    walker.check_struct(data, TypeSpec("extenders.yaml", {"extenders": "[]Extender"}, ("extenders",)), "")
+    problems = walker.errors
+    extenders = data.get("extenders") if isinstance(data, dict) else None
+    if isinstance(extenders, list) and not extenders:
+        problems.append("extenders: must list at least one extender")
+    if isinstance(extenders, list):
+        problems += [p for p in extender_problems(extenders, schema.extender_type) if p not in problems]
+    raise_problems(path, problems)
+    return schema

@@ -1,0 +1,126 @@
+"""Which kube-scheduler runs on this node.
+
+The rendered apiVersion depends on the scheduler's minor version, and a wrong guess makes the scheduler exit at
+start-up. So the version comes from the most direct evidence first: an explicit ``--kube-version`` (the operator
+knows best), then the image tag in the manifest (what the kubelet will actually run), then the API server's
+``/version`` (right for the cluster, but the scheduler may lag behind during an upgrade). When none of them says
+anything we refuse instead of guessing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from patcher.core.errors import ConfigError
+
+# The oldest kube-scheduler that takes --config with an algorithm source (componentconfig/v1alpha1).
+MIN_MINOR = 10
+
+_VERSION = re.compile(r"v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?P<rest>[-+_.~].*)?")
+_FIX_HINT = "pass --kube-version (e.g. --kube-version=1.29)"
+
+
+@dataclass(frozen=True)
+class KubeVersion:
+    """A Kubernetes version as far as rendering cares: major, minor, and the optional patch for messages."""
+
+    major: int
+    minor: int
+    patch: int | None = None
+    source: str = ""  # where it came from, for notes: "--kube-version", "image tag", "API server"
+    # gates switched on by the manifest's --feature-gates: some upstream rules depend on them
+    feature_gates: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """What the version table is keyed on; patch releases never change the served APIs."""
+        return (self.major, self.minor)
+
+    @property
+    def short(self) -> str:
+        """``1.29``: used in headers so that a patch upgrade does not change the rendered bytes."""
+        return f"{self.major}.{self.minor}"
+
+    def __str__(self) -> str:
+        return self.short if self.patch is None else f"{self.major}.{self.minor}.{self.patch}"
+
+
+def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
+    """Parse ``1.29``, ``v1.29.3``, ``v1.30.2-rke2r1-build20240717``, ``v1.10.4_coreos.0``; None if it is not one."""
+    match = _VERSION.fullmatch(text.strip())
+    if match is None:
+        return None
+    patch = match.group("patch")
+    return KubeVersion(
+        major=int(match.group("major")),
+        minor=int(match.group("minor")),
+        patch=int(patch) if patch is not None else None,
+        source=source,
+    )
+
+
+def image_tag(image: str) -> str | None:
+    """The tag of an image reference, ignoring the registry port and any ``@sha256:`` digest.
+
+    ``registry.k8s.io/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``; ``…/kube-scheduler@sha256:…`` → None.
+    """
+    name = image.strip().split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
+    if ":" not in last:
+        return None
+    tag = last.split(":", 1)[1]
+    return tag or None
+
+
+def version_from_image(image: str) -> KubeVersion | None:
+    """The Kubernetes version that an image tag names, or None when the tag is not a Kubernetes 1.x version.
+
+    scheduler-plugins images are tagged ``v0.<k8s minor>.<patch>``: a major other than 1 is not a Kubernetes
+    version, and guessing the mapping would be wrong for any other image that happens to use semver tags.
+    """
+    tag = image_tag(image)
+    if tag is None:
+        return None
+    version = parse_version(tag, source=f"image tag {tag}")
+    if version is None or version.major != 1:
+        return None
+    return version
+
+
+def resolve_version(
+    image: str | None, override: str | None, fallback: str | None, *, where: str | None = None
+) -> KubeVersion:
+    """Pick the scheduler version: ``--kube-version``, else the image tag, else the API server's version.
+
+    ``where`` (the manifest) is named in errors about the image.
+    """
+    if override:
+        version = parse_version(override, source="--kube-version")
+        if version is None or version.major != 1:
+            raise ConfigError(
+                None, f"--kube-version {override!r}: not a Kubernetes version (expected e.g. 1.29 or v1.29.3)"
+            )
+        return _supported(version, where)
+    if image:
+        version = version_from_image(image)
+        if version is not None:
+            return _supported(version, where)
+    if fallback:
+        version = parse_version(fallback, source="API server /version")
+        if version is not None and version.major == 1:
+            return _supported(version, where)
+    seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
+    if fallback:
+        seen += f", API server version {fallback!r} is not a Kubernetes version"
+    raise ConfigError(where, f"cannot tell the kube-scheduler version: {seen}; {_FIX_HINT}")
+
+
+def _supported(version: KubeVersion, where: str | None) -> KubeVersion:
+    if version.minor < MIN_MINOR:
+        raise ConfigError(
+            where,
+            f"kube-scheduler {version} ({version.source}) is too old: --config with a scheduler policy needs "
+            f"1.{MIN_MINOR} or newer",
+        )
+    return version

@@ -1,0 +1,257 @@
+"""Reading and writing scheduler configuration YAML without losing what people wrote.
+
+Everything goes through ruamel.yaml's round-trip mode: a foreign config that we merge into keeps its comments,
+key order and quoting, and a config we render ourselves comes out in one fixed layout, so the same input always
+gives the same bytes (and therefore the same content hash, which is what restarts the scheduler).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from itertools import pairwise
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    NodeEvent,
+    ScalarEvent,
+)
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from patcher.core.errors import ConfigError
+from patcher.core.yamltext import yaml11_ambiguous
+
+HEADER_PREFIX = "# Rendered by scheduler-patcher"
+_KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
+
+# Limits on what a configuration document may be, checked on the parser's event stream before any document is
+# built (the stream is read lazily and abandoned at the first excess, so a hostile file costs at most the limit).
+# A real scheduler config is a few hundred nodes, about ten levels deep; these leave two orders of magnitude.
+MAX_DEPTH = 32  # nested mappings/lists; NodeAffinity args, the deepest upstream type, need 9
+MAX_NODES = 5_000  # scalars + collections, aliases counted as the nodes they stand for (largest real: ~300)
+MAX_NUMBER_CHARS = 64  # an unquoted number longer than this cannot fit any int64/float64 field
+# Any text parsed here: a source file is capped at 256 KiB when read (source.py); this also bounds a foreign
+# --config read from the node for a merge, and leaves room for the header and carried flags of our output.
+MAX_DOCUMENT_CHARS = 512 * 1024
+# The tags a Kubernetes YAML decoder knows (sigs.k8s.io/yaml turns YAML into JSON); ruamel would construct
+# anything else (!!set, !!omap, !!timestamp, application tags) into objects that JSON has no form for.
+_ALLOWED_TAGS = frozenset(
+    {None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+     "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+)
+_NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt", pure=True)
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never fold long strings: a folded URL is still valid but no longer greppable
+    yaml.indent(mapping=2, sequence=2, offset=0)
+    return yaml
+
+
+def _tag_text(tag: Any) -> str | None:
+    """ruamel gives tags as ``Tag`` objects or strings depending on the event; compare them as text."""
+    if tag is None:
+        return None
+    value = getattr(tag, "value", tag)
+    return str(value) if value is not None else None
+
+
+def check_limits(text: str, path: str) -> None:
+    """Refuse, in one line, a document too deep, too big, with a number too long or a tag JSON cannot hold.
+
+    Runs on the event stream (no recursion, no document built) and stops at the first excess, so that the
+    recursive composer, our validator and the scheduler itself only ever see bounded input.
+    """
+    if len(text) > MAX_DOCUMENT_CHARS:
+        limit = f"the limit for a YAML document is {MAX_DOCUMENT_CHARS}"
+        raise ConfigError(path, f"too large ({len(text)} characters; {limit})")
+    depth = 0
+    nodes = 0
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
+    sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
+    for event in _yaml().parse(text):
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        if isinstance(event, DocumentStartEvent):
+            depth, stack = 0, []
+            continue
+        if isinstance(event, AliasEvent):
+            nodes += sizes.get(str(event.anchor), 1)
+        elif isinstance(event, NodeEvent):
+            nodes += 1
+            tag = _tag_text(getattr(event, "tag", None))
+            if tag not in _ALLOWED_TAGS:
+                raise ConfigError(
+                    path, f"line {line}: YAML tag {tag} is not allowed (a Kubernetes config is JSON-compatible YAML)"
+                )
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(path, f"line {line}: nested more than {MAX_DEPTH} levels deep (the limit)")
+                stack.append((event.anchor, nodes - 1))
+            elif isinstance(event, ScalarEvent):
+                _check_number(event, path, line)
+                if event.anchor is not None:
+                    sizes[str(event.anchor)] = 1
+        elif isinstance(event, CollectionEndEvent) and stack:
+            depth -= 1
+            anchor, start = stack.pop()
+            if anchor is not None:
+                sizes[str(anchor)] = nodes - start
+        if nodes > MAX_NODES:
+            raise ConfigError(
+                path, f"line {line}: more than {MAX_NODES} YAML nodes (the limit; aliases count as what they repeat)"
+            )
+
+
+def _check_number(event: ScalarEvent, path: str, line: int) -> None:
+    value = event.value
+    if event.style is None and len(value) > MAX_NUMBER_CHARS and _NUMBERISH.fullmatch(value):
+        raise ConfigError(
+            path, f"line {line}: number {value[:12]}… has {len(value)} characters; no configuration field holds it"
+        )
+
+
+def load_documents(text: str, path: str) -> list[Any]:
+    """Parse every YAML document in ``text``; errors name ``path`` and the first line of the parser's reason.
+
+    The limits are checked first (``check_limits``). Whatever the parser or constructor raises becomes the one
+    ``ConfigError`` line: ruamel raises more than ``YAMLError`` on hostile input (``ValueError`` for a number
+    Python will not convert, ``TypeError`` for an unhashable key), and none of it may escape as a traceback.
+    """
+    try:
+        check_limits(text, path)
+        return [doc for doc in _yaml().load_all(text)]
+    except ConfigError:
+        raise
+    except YAMLError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(path, f"invalid YAML{where}: {first}") from None
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(path, f"invalid YAML: {first}") from None
+
+
+def load_single(text: str, path: str) -> Any:
+    """Parse a file that must hold exactly one document, as kube-scheduler reads only the first one."""
+    docs = [doc for doc in load_documents(text, path) if doc is not None]
+    if not docs:
+        raise ConfigError(path, "empty file: no YAML document")
+    if len(docs) > 1:
+        raise ConfigError(
+            path,
+            f"{len(docs)} YAML documents: kube-scheduler reads only the first and silently ignores the rest; "
+            "keep one document per file",
+        )
+    return docs[0]
+
+
+def strip_header(text: str) -> str:
+    """Drop our own header lines at the top of a file, so re-rendering our output does not stack headers."""
+    lines = text.splitlines(keepends=True)
+    index = 0
+    while index < len(lines) and lines[index].startswith(HEADER_PREFIX):
+        index += 1
+    return "".join(lines[index:])
+
+
+def layout(text: str) -> tuple[int, int, int]:
+    """(mapping indent, sequence indent, dash offset) as the author wrote the file, for ruamel to follow.
+
+    ruamel writes one style for the whole file; taking the first nested mapping and the first block list
+    under a key keeps a merged file looking like the original (kubeadm's ``2, 2, 0`` when nothing says else).
+    """
+    mapping: int | None = None
+    offset: int | None = None
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for line, following in pairwise(lines):
+        key = _KEY_ONLY.match(line)
+        if key is None:
+            continue
+        indent = len(key.group("indent"))
+        deeper = len(following) - len(following.lstrip(" "))
+        if following.lstrip().startswith("- "):
+            offset = deeper - indent if offset is None and deeper >= indent else offset
+        elif mapping is None and deeper > indent:
+            mapping = deeper - indent
+        if mapping is not None and offset is not None:
+            break
+    mapping = mapping or 2
+    offset = offset or 0
+    return mapping, max(mapping, offset + 2), offset
+
+
+def dump(data: Any, *, style: tuple[int, int, int] = (2, 2, 0)) -> str:
+    """Serialize one document in block style with LF line ends; ``style`` is what ``layout`` returns."""
+    yaml = _yaml()
+    yaml.indent(mapping=style[0], sequence=style[1], offset=style[2])
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    return buffer.getvalue()
+
+
+def from_json(node: Any) -> Any:
+    """A JSON document read as YAML, rebuilt in block style without JSON's quotes on every key and string.
+
+    JSON has no comments, so rebuilding loses nothing; strings that YAML would misread keep their quotes.
+    """
+    if isinstance(node, dict):
+        block = CommentedMap()
+        for key, value in node.items():
+            block[str(key)] = from_json(value)
+        return block
+    if isinstance(node, list):
+        return CommentedSeq(from_json(item) for item in node)
+    if isinstance(node, str):
+        return safe_scalar(str(node))
+    return node
+
+
+def is_json(text: str) -> bool:
+    return text.lstrip().startswith("{")
+
+
+def safe_scalar(value: Any) -> Any:
+    """Quote strings that an older YAML reader would take for a bool or null."""
+    if isinstance(value, str) and yaml11_ambiguous(value):
+        return DoubleQuotedScalarString(value)
+    return value
+
+
+def to_commented(value: Any) -> Any:
+    """Build round-trip nodes from plain data (dicts keep their order), quoting YAML 1.1 look-alikes."""
+    if isinstance(value, dict):
+        node = CommentedMap()
+        for key, item in value.items():
+            node[key] = to_commented(item)
+        return node
+    if isinstance(value, list):
+        return CommentedSeq(to_commented(item) for item in value)
+    return safe_scalar(value)
+
+
+def to_plain(value: Any) -> Any:
+    """Plain dicts/lists/scalars from round-trip nodes, for JSON output and comparisons."""
+    if isinstance(value, dict):
+        return {str(key): to_plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value

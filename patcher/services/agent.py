@@ -1,0 +1,626 @@
+"""The node agent's reactor: one thread that observes, feeds ``patcher.lifecycle.step`` and executes its actions.
+
+Every decision is in ``patcher.lifecycle`` (pure); this module only does the I/O around it: planning and
+writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
+actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
+its Node's annotations and events. The API adapters run in their own threads and never block this loop: a
+control plane that is restarting (which is what we cause) must not stop the file-level work.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+from patcher.adapters import fsio, signals
+from patcher.adapters.health import Health, Metrics
+from patcher.adapters.proc import LocalRestartTracker
+from patcher.adapters.state import State
+from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from patcher.core import lifecycle, manifest, restart
+from patcher.core.errors import ConfigError, PatcherError
+from patcher.core.lifecycle import Node
+from patcher.core.status import NodeState, NodeStatus
+from patcher.services import engine
+
+log = logging.getLogger("patcher.services.agent")
+
+# "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the Lease actor's
+# snapshot changed), "attached" (the API adapters are there), "stop"
+Event = str
+
+
+class Reporter(Protocol):
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None: ...
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+    def flush(self, timeout: float) -> bool: ...
+
+
+class PodSource(Protocol):
+    def latest(self) -> dict[str, Any] | None: ...
+
+
+class Coordinator(Protocol):
+    """One manifest change at a time across the control plane (see ``patcher.rollout``): an actor whose
+    methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
+
+    held: bool
+    refused_bad: bool
+    current_holder: str | None
+    api_answered: bool | None  # did its last round trip get an answer (None: none finished yet)
+
+    def acquire(self, source_hash: str = "") -> bool: ...
+    def release(self, *, bad_hash: str | None = None) -> None: ...
+    def settle(self, timeout: float) -> bool: ...
+    def wait_held(self, timeout: float) -> bool: ...
+    def close(self, timeout: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    files: engine.Options
+    node_name: str = ""
+    resync_interval: float = 300.0
+    restart_timeout: float = 600.0
+    rollback_on_failure: bool = True
+    restore_on_exit: Literal["always", "never"] = "always"
+    local_check: bool = False  # psutil on the node's process table (needs hostPID)
+    debounce: float = 0.02  # quiet time after a folder event (open writers are waited for on top: watch.py)
+    crash_restarts: int = 2  # restarts after our write that make a crash loop
+    grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
+    local_poll: float = 1.0
+    lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
+    heartbeat: float = 15.0  # idle wake-up for /healthz (max age 60 s): a quarter of it, no more wake-ups
+
+
+class Agent:
+    def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
+                 health: Health | None = None, metrics: Metrics | None = None,
+                 fallback_version: Callable[[], str | None] = lambda: None,
+                 coordinator: Coordinator | None = None,
+                 on_phase: Callable[[NodeState], None] | None = None,
+                 coordinated: bool | None = None, api_pending: bool = False) -> None:
+        """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
+        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given)."""
+        self.opts = opts
+        self.files = opts.files
+        self.reporter = reporter
+        self.pods = pods
+        self.health = health or Health()
+        self.metrics = metrics or Metrics()
+        self.fallback_version = fallback_version
+        self.coordinator = coordinator
+        self.on_phase = on_phase  # e.g. republish the cluster verdict
+        self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
+                                       rollback_on_failure=opts.rollback_on_failure,
+                                       coordinated=coordinator is not None if coordinated is None else coordinated)
+        self._api_pending = api_pending
+        self._attached_event = threading.Event()
+        self._exit_code = 0
+        self._lease_retry_at: float | None = None
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.store = self.files.store()
+        self._node = Node()
+        self._saved: State | None = None
+        self._plan: engine.Plan | None = None  # the plan an Apply action writes
+        self._baseline = restart.Baseline()
+        self._tracker: LocalRestartTracker | None = None
+        self._pod_before: dict[str, Any] | None = None
+        self._prepared: tuple[State, engine.RestorePlan] | None = None  # the restore, planned while patched
+        self.watcher: FolderWatcher | None = None
+        self._stopping = threading.Event()
+        self._next_resync = 0.0
+        self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
+        self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
+
+    # -- the one state value --------------------------------------------------------------------------------
+
+    @property
+    def node(self) -> Node:
+        return self._node
+
+    @node.setter
+    def node(self, value: Node) -> None:
+        """The only place the lifecycle value changes: health (``/readyz``) and the state gauge follow it, so
+        no path can set one without the other."""
+        self._node = value
+        phase = value.phase
+        if phase is not None:
+            self.health.set_state(phase.value)  # also the metrics' one-hot gauge when attached
+            if self.health.metrics is not self.metrics:
+                self.metrics.set_state(phase.value)
+
+    @property
+    def phase(self) -> NodeState | None:
+        return self._node.phase
+
+    @property
+    def state(self) -> State:
+        return self._node.record
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+
+    def notify(self, event: Event) -> None:
+        self.events.put(event)
+
+    def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None) -> None:
+        """Called from the thread that built the API adapters; the loop picks them up on the next event."""
+        self.reporter, self.pods, self.coordinator = reporter, pods, coordinator
+        self.fallback_version, self.on_phase = fallback_version, on_phase
+        self._attached_event.set()
+        self.notify("attached")
+
+    def request_stop(self, code: int = 0) -> None:
+        self._exit_code = self._exit_code or code
+        if self._stopping.is_set():
+            log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
+            return
+        self._stopping.set()
+        self.events.put("stop")
+
+    def install_signal_handlers(self) -> None:
+        """Stop on SIGTERM/SIGINT, including one that came before this call (while the process started)."""
+        if signals.installed_at is None:
+            signals.install()
+
+        def on_signal(signum: int) -> None:
+            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
+            self.request_stop()
+
+        signals.subscribe(on_signal)
+
+    def start_watching(self) -> None:
+        fs = self.files.fs
+        manifest_local = fs.local(self.files.manifest_path)
+        watcher = FolderWatcher(self.notify, debounce=self.opts.debounce)
+        targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
+                   ("manifest", fs.local(self.files.manifest_dir), lambda: file_fingerprint(manifest_local))]
+        target_dir = posixpath.dirname(fs.resolve(self.files.manifest_path))
+        if posixpath.normpath(target_dir) != posixpath.normpath(self.files.manifest_dir):
+            # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
+            targets.append(("manifest", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
+        for name, folder, fingerprint in targets:
+            try:
+                watcher.add(name, folder, fingerprint)
+            except PatcherError as exc:  # keep running: the periodic resync still covers it
+                self.metrics.error("watch")
+                log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=self._log_extra)
+        watcher.start()
+        self.watcher = watcher
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Load the record, clean up after a killed writer, resume and reconcile once. False: a stop came
+        while starting, and only the restore must follow."""
+        try:
+            record = self.store.load()
+        except PatcherError as exc:
+            log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
+            record = State()
+        self._saved = record
+        self.node = Node(record=record)
+        for leftover in engine.remove_stale_temp_files(self.files):
+            log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
+        if self._stopping.is_set():
+            # Stopped while starting: the manifest's state is known now (plan_restore reads it), so restore
+            # what carries our marker, and write nothing new.
+            log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
+            return False
+        self._feed(lifecycle.Resumed(time.monotonic()))
+        self.reconcile("start")
+        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
+            self.reporter.publish(self._status(), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
+        return True
+
+    def run(self) -> int:
+        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code.
+
+        The node's writer lock is held for the agent's whole life: a CLI ``apply``/``restore`` run on the node
+        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread)."""
+        try:
+            with self.files.lock():
+                return self._run_locked()
+        except fsio.LockBusy as exc:
+            self.metrics.error("lock")
+            log.error("%s", exc, extra=self._log_extra)
+            return 1
+
+    def _run_locked(self) -> int:
+        if not self.start():
+            return self.shutdown()
+        while not self._stopping.is_set():
+            self.health.beat()
+            try:
+                event = self.events.get(timeout=self._timeout())
+            except queue.Empty:
+                event = None
+            if event == "stop" or self._stopping.is_set():
+                break
+            try:
+                self._handle(event)
+            except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
+                self.metrics.error("internal")
+                log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
+                          extra=self._log_extra)
+                log.debug("internal error", exc_info=True)
+        return self.shutdown()
+
+    def _handle(self, event: Event | None) -> None:
+        if event in ("source", "manifest"):
+            self.reconcile(f"{event} changed")
+        elif event == "lease":
+            self._turn_changed()
+        elif event == "attached":
+            self._attached()
+        elif time.monotonic() >= self._next_resync:
+            self.reconcile("resync")
+        elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
+            self.reconcile("rollout lease retry")
+        self.check_restart()
+
+    def _attached(self) -> None:
+        self._api_pending = False
+        log.info("API connected", extra=self._log_extra)
+        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
+            self.reporter.publish(self._status(), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
+        if self._node.turn == "asked":  # asked while the Lease was not there yet
+            self._take_turn("")
+        self.reconcile("API connected")  # a pending write asks for its turn again, with its source
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        wake = [self._next_resync - now, self.opts.heartbeat]
+        if self._lease_retry_at is not None:
+            wake.append(self._lease_retry_at - now)
+        w = self._node.wait
+        if w is not None:
+            # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
+            # and the bound itself is the next timer, never a busy 50 ms loop.
+            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.opts.restart_timeout - now)
+            if self._tracker is not None:
+                wake.append(self.opts.local_poll)
+        return max(0.05, min(wake))
+
+    # -- feeding the lifecycle, executing its actions --------------------------------------------------------
+
+    def _feed(self, event: lifecycle.Event, *, pending_config: str = "") -> None:
+        node, actions = lifecycle.step(self._node, event, self.rules, pending_config=pending_config)
+        before = self._node.phase
+        self.node = node
+        for action in actions:
+            self._execute(action)
+        self._commit(before)
+
+    def _commit(self, before: NodeState | None) -> None:
+        """Save the record once per transition, and tell whoever listens that the phase changed."""
+        if self._node.record != self._saved:
+            try:
+                self.store.save(self._node.record)
+                self._saved = self._node.record
+            except PatcherError as exc:
+                log.error("cannot save the state record: %s", exc, extra=self._log_extra)
+            self._prepare_restore()
+        if self._node.phase != before and self._node.phase is not None and self.on_phase is not None:
+            self.on_phase(self._node.phase)
+
+    def _prepare_restore(self) -> None:
+        """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
+        the write remains (the write still compares the manifest with what this plan read)."""
+        record = self._node.record
+        if self.opts.restore_on_exit != "always" or not record.patched:
+            self._prepared = None
+            return
+        try:
+            self._prepared = (record, engine.plan_restore(self.files))
+        except PatcherError:
+            self._prepared = None  # planned again at exit, where the refusal is reported
+
+    def _execute(self, action: lifecycle.Action) -> None:
+        match action:
+            case lifecycle.Log(level=level, message=message):
+                getattr(log, level)("%s", message, extra=self._log_extra)
+            case lifecycle.Count(name=name):
+                self._count(name)
+            case lifecycle.Publish(reason=reason):
+                if self.reporter is not None:
+                    self.reporter.publish(self._status(), reason=reason)
+            case lifecycle.Note(reason=reason, message=message, warning=warning):
+                if self.reporter is not None:
+                    self.reporter.note(reason, message, warning=warning)
+            case lifecycle.Apply():
+                self._apply()
+            case lifecycle.TakeTurn(source_hash=source_hash):
+                self._take_turn(source_hash)
+            case lifecycle.ReleaseTurn(bad_source=bad):
+                self._lease_retry_at = None
+                if self.coordinator is not None:
+                    self.coordinator.release(bad_hash=bad)
+                    log.info("rollout lease released", extra=self._log_extra)
+            case lifecycle.Watch():
+                self._watch()
+            case lifecycle.Prune():
+                lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
+                self.node = replace(self._node, record=record)
+                for line in lines:
+                    log.info("%s (config %s is live)", line, record.config_hash[:12], extra=self._log_extra)
+            case lifecycle.RollBack():
+                self._rollback(action)
+            case lifecycle.Replan():
+                self.notify("manifest")
+            case lifecycle.RestoreAll():
+                pass  # the loop ends and shutdown() restores
+
+    def _count(self, name: str) -> None:
+        kind, _, arg = name.partition(":")
+        if kind == "error":
+            self.metrics.error(arg)
+        elif kind == "restart_seen":
+            self.metrics.restart_seen(float(arg))
+        else:
+            getattr(self.metrics, kind)()
+
+    # -- observations ----------------------------------------------------------------------------------------
+
+    def reconcile(self, why: str) -> None:
+        """Plan the source against the manifest and feed what was found."""
+        self._next_resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
+        self._why = why
+        now = time.monotonic()
+        try:
+            plan = engine.plan_apply(self.files, fallback_version=self.fallback_version(),
+                                     bad_hashes=frozenset(self._node.record.bad_hashes))
+        except engine.KnownBadConfig as exc:
+            self._feed(lifecycle.Planned(now, "known-bad", message=str(exc)))
+            return
+        except PatcherError as exc:
+            log.debug("refused", exc_info=True)
+            self._feed(lifecycle.Planned(now, "refused", message=str(exc),
+                                         error_kind="config" if isinstance(exc, ConfigError) else "manifest"))
+            return
+        except Exception as exc:  # issue 13: any failure of a reconcile is a refusal, never a crash
+            log.debug("unexpected error while planning", exc_info=True)
+            self._feed(lifecycle.Planned(now, "refused", message=f"{self.files.source}: {type(exc).__name__}: {exc}",
+                                         error_kind="config"))
+            return
+        config = plan.config
+        assert config is not None
+        self._plan = plan
+        if not plan.pending:
+            self._feed(lifecycle.Planned(
+                now, "up-to-date", config_hash=config.config_hash, config_file=config.main,
+                api_version=config.api_version, files=tuple(sorted(config.files)), source_hash=plan.source_hash,
+                current_sha256=engine.sha256(plan.current), unpatched_sha256=engine.sha256(plan.unpatched),
+                mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0))
+            return
+        self._feed(lifecycle.Planned(now, "pending", config_hash=config.config_hash, config_file=config.main,
+                                     api_version=config.api_version, files=tuple(sorted(config.files)),
+                                     source_hash=plan.source_hash,
+                                     manifest_change=plan.manifest_change() is not None))
+
+    def _apply(self) -> None:
+        plan, self._plan = self._plan, None
+        assert plan is not None and plan.config is not None
+        self._lease_retry_at = None
+        self._pod_before = self.pods.latest() if self.pods else None
+        try:
+            lines, record = engine.apply(self.files, plan, self._node.record)
+        except fsio.ChangedUnderneath as exc:
+            self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=True))
+            return
+        except PatcherError as exc:
+            self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=False))
+            return
+        if self.watcher:
+            self.watcher.expect("manifest")
+        for note in plan.notes:
+            log.info("%s", note, extra=self._log_extra)
+        for line in lines:
+            log.info("%s (%s)", line, self._why,
+                     extra={**self._log_extra, "hash": plan.config.short_hash})
+        record = replace(record, source_hash=plan.source_hash)
+        self._feed(lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None))
+
+    def _take_turn(self, source_hash: str) -> None:
+        """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event."""
+        c = self.coordinator
+        if c is None:
+            return  # not attached yet: asked again once it is
+        if c.acquire(source_hash):
+            self._turn_changed()
+            return
+        if c.refused_bad:
+            self._turn_changed()
+            return
+        log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
+        self._lease_retry_at = time.monotonic() + self.opts.lease_retry
+
+    def _turn_changed(self) -> None:
+        c = self.coordinator
+        if c is None or self._node.turn != "asked":
+            return
+        if c.held:
+            self._lease_retry_at = None
+            log.info("rollout lease acquired", extra=self._log_extra)
+        pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
+        self._feed(lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder),
+                   pending_config=pending)
+        if c.refused_bad:
+            self._lease_retry_at = None
+
+    def _container(self) -> str:
+        return self.files.container_name or "kube-scheduler"
+
+    def _watch(self) -> None:
+        """A fresh restart baseline and local tracker for the write the lifecycle now waits on."""
+        w = self._node.wait
+        assert w is not None
+        if w.adopted:  # restarts that happened before we looked are not ours to judge (a lost election, say)
+            self._baseline = restart.Baseline.of(self.pods.latest() if self.pods else None, self._container())
+        else:
+            self._baseline = restart.Baseline.of(self._pod_before, self._container())
+        config_path = f"{self.files.host_config_dir}/{self._node.record.config_file}"
+        self._tracker = LocalRestartTracker(config_path, w.written_ns) if self.opts.local_check else None
+        self.check_restart()  # it may be proven already (or, with no check at all, taken as live)
+
+    def check_restart(self) -> None:
+        w = self._node.wait
+        if w is None or (self.pods is None and self._api_pending):
+            return  # the mirror pod will tell, once the API adapters are attached
+        verdicts: list[tuple[restart.Verdict, str]] = []
+        if self.pods is not None:
+            decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      expected_hash=w.config_hash, manifest_mtime_ns=w.written_ns,
+                                      baseline=self._baseline, container_name=self._container(),
+                                      min_restarts=self.opts.crash_restarts)
+            verdicts.append((decision.verdict, decision.reason))
+        if self._tracker is not None:  # the process table answers even while the API server is down
+            check = self._tracker.poll()
+            if check.starts > self.opts.crash_restarts:
+                verdicts.append((restart.Verdict.CRASH_LOOPING, f"started {check.starts} times since our write"))
+            else:
+                verdicts.append((restart.Verdict.READY if check.ready else restart.Verdict.WAITING,
+                                 f"local process: {check.reason}"))
+        verdict, reason = lifecycle.combine(verdicts)
+        blind = self._tracker is None and self.pods is not None and not getattr(self.pods, "fresh", True)
+        self._feed(lifecycle.Observed(time.monotonic(), time.time_ns(), verdict, reason, blind=blind))
+        if self._node.wait is None:
+            self._tracker = None
+
+    def _rollback(self, action: lifecycle.RollBack) -> None:
+        """Back to the last Ready config when it still fits the manifest, else to the original."""
+        record = self._node.record
+        good_record = action.last_good
+        good = engine.saved_config(self.files, good_record) if good_record is not None else None
+        try:
+            plan = (engine.plan_apply(self.files, config=good)
+                    if good is not None and good.config_hash != action.config_hash else None)
+            # The last Ready config was rendered for the manifest it ran with (version, flags). After an
+            # upgrade it may be an apiVersion the new scheduler does not serve: then only the original is safe.
+            if plan is not None and good_record is not None \
+                    and engine.sha256(plan.unpatched) != good_record.original_sha256:
+                log.warning("the manifest changed since config %s was Ready; rolling back to the original",
+                            good_record.config_hash[:12], extra=self._log_extra)
+                plan = None
+            if plan is not None and good is not None and good_record is not None:
+                if plan.pending:
+                    _, record = engine.apply(self.files, plan, record)
+                target = f"the last Ready config {good.short_hash}"
+                record = replace(record, source_hash=good_record.source_hash)
+            else:
+                engine.restore(self.files, engine.plan_restore(self.files), keep_files=True)
+                record = replace(record, patched_sha256="", config_hash="", source_hash="")
+                target = "the original manifest"
+        except PatcherError as exc:
+            self._feed(lifecycle.RollbackFailed(str(exc), action.reason, action.bad_source))
+            return
+        if self.watcher:
+            self.watcher.expect("manifest")
+        mtime = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(self.files.manifest_path)))
+        record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
+        self._feed(lifecycle.RollbackDone(record, target, action.reason, action.bad_source))
+
+    def _status(self) -> NodeStatus:
+        phase = self.phase
+        assert phase is not None
+        r = self._node.record
+        return NodeStatus(state=phase, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
+                          manifest_mtime_ns=r.manifest_mtime_ns or None,
+                          restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
+                          message=r.message)
+
+    # -- stopping -------------------------------------------------------------------------------------------
+
+    def _turn_for_restore(self, started: float) -> None:
+        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
+        scheduler at a time. The Lease actor answers within its deadline; when the API does not answer at
+        all (the control plane is down) the restore goes ahead at once, and never past 40 % of the grace
+        period: the restore itself must happen."""
+        c = self.coordinator
+        if c is None or c.held:
+            return
+        c.acquire()
+        if c.settle(min(0.5, 0.4 * self.opts.grace_period)):
+            return
+        # Another node restores right now: wait for our turn, bounded.
+        if c.api_answered and c.wait_held(started + 0.4 * self.opts.grace_period - time.monotonic()):
+            return
+        log.warning("restoring without the rollout lease (%s)",
+                    f"held by {c.current_holder or '?'}" if c.api_answered else "the API server does not answer",
+                    extra=self._log_extra)
+
+    def _wait_restored(self, started: float) -> None:
+        """While holding the Lease, wait (bounded) until the scheduler runs the restored manifest."""
+        if self.pods is None or self.coordinator is None or not self.coordinator.held:
+            return
+        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        written = fsio.mtime_ns(local) or 0
+        deadline = min(started + 0.7 * self.opts.grace_period, self._budget_end(started) - 2.0)
+        while time.monotonic() < deadline:
+            if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      manifest_mtime_ns=written, container_name=self._container()):
+                return
+            time.sleep(0.1)
+        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
+                    extra=self._log_extra)
+
+    def _budget_end(self, started: float) -> float:
+        """When the shutdown's own work must be done: the grace period less a reserve for the teardown of
+        the API adapters (bounded at 2 s by the runner) and the process exit."""
+        return started + self.opts.grace_period - min(3.0, 0.15 * self.opts.grace_period)
+
+    def shutdown(self) -> int:
+        started = time.monotonic()
+        self._node, _ = lifecycle.step(self._node, lifecycle.Stop(), self.rules)
+        code = self._exit_code
+        if self.opts.restore_on_exit == "always":
+            try:
+                prepared = self._prepared
+                plan = prepared[1] if prepared is not None and prepared[0] == self._node.record else None
+                plan = plan or engine.plan_restore(self.files)
+                writes = any(c.kind == "manifest" for c in plan.changes)
+                if writes:
+                    self._turn_for_restore(started)
+                try:
+                    lines = engine.restore(self.files, plan)
+                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
+                    plan = engine.plan_restore(self.files)
+                    lines = engine.restore(self.files, plan)
+                for line in lines:
+                    log.info("%s (stopping)", line, extra=self._log_extra)
+                if writes:
+                    self._wait_restored(started)
+                self.metrics.restored()
+                record = State(bad_hashes=self._node.record.bad_hashes)  # a failed config stays failed
+                if record.bad_hashes:
+                    self.store.save(record)
+                self.node = Node(record=replace(record, phase=NodeState.RESTORED.value), stopping=True)
+            except PatcherError as exc:
+                self.metrics.error("restore")
+                log.error("restore on exit failed: %s", exc, extra=self._log_extra)
+                code = 1
+        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
+            self.watcher.stop()
+        if self.coordinator is not None and self.coordinator.held:
+            self.coordinator.release()
+        end = self._budget_end(started)
+        if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
+            self.coordinator.close(max(0.2, 0.5 * (end - time.monotonic())))
+        if self._api_pending and self.reporter is None:  # stopped while the API side was still being built:
+            # the manifest is restored already; give the report a share of what is left of the grace period
+            self._attached_event.wait(max(0.0, 0.5 * (end - time.monotonic())))
+        if self.reporter is not None and self.phase == NodeState.RESTORED:
+            self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
+        if self.reporter is not None and not self.reporter.flush(max(0.2, end - time.monotonic())):
+            log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
+        return code

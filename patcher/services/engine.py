@@ -1,0 +1,527 @@
+"""Plan, apply, restore and status: the file-level work, shared by the CLI and the agent.
+
+A plan is computed without writing anything (every refusal happens here), then applied in an order that
+keeps the node consistent at every instant: config files first (the restarted scheduler must find them),
+the saved original next, the manifest last. A failure before the manifest write removes the files this
+run created, so a refused or failed apply leaves the disk as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import posixpath
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from patcher.adapters import fsio
+from patcher.adapters.state import ORIGINAL_FILE, LastGood, State, StateStore
+from patcher.core import manifest, schedconfig, timefmt, yamltext
+from patcher.core.errors import ConfigError, ManifestError, PatcherError
+from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+
+
+class KnownBadConfig(ConfigError):
+    """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
+
+
+# Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
+# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
+MAX_MANIFEST_BYTES = 128 * 1024
+
+
+class PartialWrite(PatcherError):
+    """A step failed after others were already on disk: the message says exactly which were and which not."""
+
+    def __init__(self, path: str | None, problem: str, done: list[str]) -> None:
+        super().__init__(path, problem)
+        self.done = done  # the lines of what was written (``wrote x``, ``removed y``)
+
+
+OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
+
+
+@dataclass(frozen=True)
+class Options:
+    manifest_dir: str = "/etc/kubernetes/manifests"
+    manifest_name: str = "kube-scheduler.yaml"
+    source: Path = Path("/etc/scheduler-patcher/source")
+    host_config_dir: str = "/etc/kubernetes/scheduler-patcher"
+    state_dir: str = "/var/lib/scheduler-patcher"
+    host_root: Path = Path("/")
+    prefix: str = "scheduler-patcher.io"
+    container_name: str | None = None
+    on_foreign: manifest.ForeignMode = "merge"
+    kube_version: str | None = None
+    lock_wait: float = 10.0  # seconds a writer waits for another one (the agent, a CLI run) before refusing
+
+    @property
+    def fs(self) -> fsio.HostFS:
+        return fsio.HostFS(self.host_root)
+
+    @property
+    def manifest_path(self) -> str:
+        return posixpath.join(self.manifest_dir, self.manifest_name)
+
+    def store(self) -> StateStore:
+        return StateStore(self.fs.local(self.state_dir), self.state_dir)
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """The node's writer lock (reentrant for the thread that holds it): every write happens under it."""
+        return fsio.writer_lock(self.fs.local(self.state_dir), self.state_dir, wait=self.lock_wait)
+
+
+@dataclass(frozen=True)
+class FileChange:
+    node_path: str
+    local: Path
+    old: bytes | None  # None: the file does not exist yet
+    new: bytes | None  # None: the file is removed
+    kind: Literal["manifest", "config"]
+
+    def diff(self) -> str:
+        old = (self.old or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        new = (self.new or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        a = self.node_path if self.old is not None else "/dev/null"
+        b = self.node_path if self.new is not None else "/dev/null"
+        lines = list(difflib.unified_diff(old, new, a, b))
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+@dataclass
+class Plan:
+    manifest_path: str  # node path, symlinks resolved
+    manifest_local: Path
+    current: bytes
+    unpatched: bytes  # the manifest without our items: what restore would give
+    config: RenderedConfig | None = None
+    changes: list[FileChange] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    source_hash: str = ""  # fingerprint of the source folder: the same on every node for one ConfigMap
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.changes)
+
+    def manifest_change(self) -> FileChange | None:
+        return next((c for c in self.changes if c.kind == "manifest"), None)
+
+
+sha256 = schedconfig.sha256_hex
+
+
+def _check_folders(opts: Options) -> None:
+    """Our folders must not be (or be inside) the kubelet's manifest folder: it runs every file there."""
+    manifests = posixpath.normpath(opts.manifest_dir)
+    for flag, folder in (("--state-dir", opts.state_dir), ("--host-config-dir", opts.host_config_dir)):
+        norm = posixpath.normpath(folder)
+        if norm == manifests or norm.startswith(manifests.rstrip("/") + "/"):
+            raise PatcherError(folder, f"{flag} is inside the manifest folder {manifests}; the kubelet would run "
+                               "every file there as a pod")
+
+
+def read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+    """The manifest as (node path, local path, bytes, text), within every limit and refusal of this module."""
+    _check_folders(opts)
+    fs = opts.fs
+    if not fs.local(opts.manifest_dir).is_dir():
+        raise PatcherError(opts.manifest_dir, "manifest folder not found")
+    node_path = fs.resolve(opts.manifest_path)
+    local = fs.local(node_path)
+    data = fsio.read_bytes(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
+    text = fsio.decode_utf8(data, node_path)
+    return node_path, local, data, text
+
+
+def other_schedulers(opts: Options, node_path: str) -> list[str]:
+    """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
+    left there, a second manifest): two schedulers fight over leader election and only one is patched."""
+    folder = opts.fs.local(opts.manifest_dir)
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        other = posixpath.join(opts.manifest_dir, entry.name)
+        if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
+            continue
+        if opts.fs.resolve(other) == node_path:
+            continue
+        try:
+            data = fsio.read_bytes(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
+            if b"kube-scheduler" not in data:
+                continue
+            manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
+                             prefix=opts.prefix, container_name=opts.container_name)
+        except PatcherError:
+            continue
+        found.append(other)
+    return found
+
+
+def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
+    """Map a path inside the scheduler container to the node, through volumeMounts and hostPath volumes."""
+    best: tuple[int, str] | None = None
+    for mount in sched.mounts:
+        mp = str(mount.get("mountPath", "")).rstrip("/") or "/"
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            volume = next((v for v in sched.volumes if v.get("name") == mount.get("name")), None)
+            host = (volume or {}).get("hostPath") or {}
+            if isinstance(host, dict) and host.get("path") and (best is None or len(mp) > best[0]):
+                sub = str(mount.get("subPath") or "")
+                base = posixpath.join(str(host["path"]), sub) if sub else str(host["path"])
+                best = (len(mp), posixpath.normpath(base + path[len(mp.rstrip("/")):]))
+    return best[1] if best else None
+
+
+def _foreign(opts: Options, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
+    if sched.foreign_config is None or opts.on_foreign != "merge":
+        return None
+    node_path = container_to_node_path(sched, sched.foreign_config)
+    if node_path is None:
+        raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
+                            "to merge (use --on-foreign-config=replace)")
+    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path,
+                           limit=MAX_MANIFEST_BYTES)
+    return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
+
+
+def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes: frozenset[str] = frozenset(),
+               config: RenderedConfig | None = None) -> Plan:
+    """Everything an apply would write, computed without writing. Raises PatcherError on any refusal.
+
+    ``config`` skips rendering from the source folder: a rollback re-applies the last config that was Ready.
+    """
+    node_path, local, data, text = read_manifest(opts)
+    # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
+    doc = manifest.parse_manifest(text, node_path)
+    current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    unpatched_text, unpatched = text, current
+    if current[1].marker is not None:
+        unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
+                                          inspected=current)
+        udoc = manifest.parse_manifest(unpatched_text, node_path)
+        unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    sched = unpatched[1]
+    manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
+    if config is None:
+        req = ConfigRequest(
+            source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
+            kube_version=opts.kube_version, fallback_version=fallback_version,
+            scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
+            manifest=node_path,
+        )
+        config = schedconfig.build_config(req)
+    if config.config_hash in bad_hashes:
+        raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
+                          "retried until it changes")
+    spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
+                              config_hash=config.config_hash, prefix=opts.prefix,
+                              container_name=opts.container_name, on_foreign=opts.on_foreign)
+    result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
+    plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
+                source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
+    for name, content in sorted(config.files.items()):
+        cfg_node = posixpath.join(opts.host_config_dir, name)
+        cfg_local = opts.fs.local(cfg_node)
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node)
+        if old != content:
+            plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
+    if result.changed:
+        patched = result.text.encode("utf-8")
+        if len(patched) > MAX_MANIFEST_BYTES:  # it could not be read back to restore it
+            raise ManifestError(node_path, f"patched, it would be {len(patched)} bytes, over the limit of "
+                                f"{MAX_MANIFEST_BYTES} bytes")
+        plan.changes.append(FileChange(node_path, local, data, patched, "manifest"))
+    plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
+                      f"too, unpatched" for other in other_schedulers(opts, node_path))
+    return plan
+
+
+def _nearest_existing(local: Path) -> Path:
+    while not local.exists() and local != local.parent:
+        local = local.parent
+    return local
+
+
+def _check_writable(opts: Options, changes: list[FileChange]) -> None:
+    """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
+    changes), the host config folder (when config files change) and the state folder (always: the lock and
+    the record live there). Missing folders are created later, so their nearest existing parent counts."""
+    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)}
+    for change in changes:
+        if change.kind == "manifest":
+            needed[posixpath.dirname(change.node_path)] = change.local.parent
+        else:
+            needed[opts.host_config_dir] = opts.fs.local(opts.host_config_dir)
+    for shown, local in needed.items():
+        if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
+            raise PatcherError(shown, "folder is not writable; nothing was written")
+
+
+def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
+    """Under the writer lock: the file must still be what the plan was computed from."""
+    if fsio.read_if_exists(local, "file", shown) != planned:
+        raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
+
+
+def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
+    """Write a plan under the writer lock, after checking that every file is still what it was planned from.
+    Returns one line per file changed and the new state record."""
+    _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
+    with opts.lock():
+        _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        for change in plan.changes:
+            if change.kind == "config":
+                _verify_unchanged(change.local, change.old, change.node_path)
+        lines, new_state = _apply_locked(opts, plan, state)
+    return lines, new_state
+
+
+def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[str], State]:
+    store = opts.store()
+    state = state if state is not None else store.load()
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
+    created: list[FileChange] = []
+    config = plan.config
+    assert config is not None
+    checkpoint = store.checkpoint()
+    try:
+        if any(c.kind == "config" for c in plan.changes):
+            fsio.ensure_dir(opts.fs.local(opts.host_config_dir))
+        for change in plan.changes:
+            if change.kind == "config" and change.new is not None:
+                fsio.atomic_write(change.local, change.new, mode=0o644, shown=change.node_path)
+                if change.old is None:
+                    created.append(change)
+                lines.append(f"wrote {change.node_path}")
+        mchange = plan.manifest_change()
+        new_state = replace(
+            state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
+            api_version=config.api_version, files=tuple(sorted(config.files)),
+            written=tuple(sorted(set(state.written) | set(config.files))),
+            previous_files=(tuple(f for f in state.files if f not in config.files)
+                            if config.config_hash != state.config_hash and state.files else state.previous_files))
+        if mchange is not None and mchange.new is not None:
+            # The record is complete before the manifest is written (its mtime is set, not waited for): a
+            # crash right after the write finds it, and one save is enough.
+            new_state = replace(new_state, original_sha256=sha256(plan.unpatched), patched_sha256=sha256(mchange.new),
+                                manifest_mtime_ns=time.time_ns())
+            with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
+                if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
+                    store.save_original(plan.unpatched)
+                store.save(new_state)
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
+                              mtime_ns=new_state.manifest_mtime_ns)
+            lines.append(f"wrote {mchange.node_path}")
+        else:
+            new_state = replace(new_state, patched_sha256=sha256(plan.current),
+                                manifest_mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0)
+    except PatcherError:
+        for change in created:
+            with contextlib.suppress(PatcherError):
+                fsio.remove(change.local)
+        store.rewind(checkpoint)
+        raise
+    step = "removing config files no longer needed"
+    saved = (new_state.written, new_state.previous_files) if mchange is not None else None
+    try:
+        pruned, new_state = _prune_locked(opts, new_state, keep_previous=True)
+        lines.extend(pruned)
+        step = "saving the state record"
+        if (new_state.written, new_state.previous_files) != saved:
+            store.save(new_state)
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run apply again once this is fixed)", lines) from None
+    return lines, new_state
+
+
+def prune(opts: Options, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
+    """Remove host config files we wrote and no longer need; files we did not write are never touched."""
+    with opts.lock():
+        return _prune_locked(opts, state, keep_previous)
+
+
+def _prune_locked(opts: Options, state: State, keep_previous: bool) -> tuple[list[str], State]:
+    keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
+    keep |= set(state.last_good.files if state.last_good else ())
+    lines = []
+    for name in sorted(set(state.written) - keep):
+        if OUR_FILES.match(name):
+            node = posixpath.join(opts.host_config_dir, name)
+            if fsio.remove(opts.fs.local(node)):
+                lines.append(f"removed {node}")
+    return lines, replace(state, written=tuple(sorted(keep & set(state.written))),
+                          previous_files=state.previous_files if keep_previous else ())
+
+
+def saved_config(opts: Options, record: LastGood) -> RenderedConfig | None:
+    """The config a state record names (e.g. the last one that was Ready), read back from the host folder."""
+    main, files = record.config_file, record.files
+    if not main or main not in files:
+        return None
+    contents: dict[str, bytes] = {}
+    for name in files:
+        try:
+            data = fsio.read_if_exists(opts.fs.local(posixpath.join(opts.host_config_dir, name)), "config file")
+        except PatcherError:
+            return None
+        if data is None:
+            return None
+        contents[name] = data
+    digest = sha256(contents[main])
+    if digest != record.config_hash:
+        return None  # changed on disk since: not the config that was Ready
+    return RenderedConfig(files=contents, main=main, config_hash=digest, form="last-good",
+                          api_version=record.api_version)
+
+
+@dataclass
+class RestorePlan:
+    manifest_path: str
+    manifest_local: Path
+    changes: list[FileChange]
+    notes: list[str]
+    current: bytes | None = None  # the manifest as planned from (None: not checked again)
+    state: State | None = None  # the state record as planned from (None: not checked again)
+
+
+def plan_restore(opts: Options) -> RestorePlan:
+    node_path, local, data, text = read_manifest(opts)
+    store = opts.store()
+    state = store.load()
+    notes: list[str] = []
+    try:
+        new_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        new: bytes = new_text.encode("utf-8")
+    except ManifestError as exc:
+        saved = store.load_original()
+        # The saved original is the last resort, for a file that no longer parses *and* still is the one we
+        # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
+        # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
+        ours = manifest.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
+        if saved is None or not state.patched or not ours or not _unparsable(text):
+            raise exc from None
+        notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
+        new = saved
+    changes = []
+    if new != data:
+        changes.append(FileChange(node_path, local, data, new, "manifest"))
+    for name in sorted(state.written):
+        cfg_node = posixpath.join(opts.host_config_dir, name)
+        cfg_local = opts.fs.local(cfg_node)
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node) if OUR_FILES.match(name) else None
+        if old is not None:
+            changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
+    return RestorePlan(node_path, local, changes, notes, current=data, state=state)
+
+
+def remove_stale_temp_files(opts: Options) -> list[str]:
+    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
+
+    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
+    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
+    """
+    try:
+        with opts.lock():
+            return _remove_stale_temp_files_locked(opts)
+    except PatcherError:
+        return []
+
+
+def _remove_stale_temp_files_locked(opts: Options) -> list[str]:
+    fs = opts.fs
+    removed = []
+    manifest_path = fs.resolve(opts.manifest_path)
+    targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
+               (opts.host_config_dir, "*"), (opts.state_dir, "*")]
+    for folder, name in targets:
+        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
+            removed.append(posixpath.join(folder, path.name))
+    return removed
+
+
+def _unparsable(text: str) -> bool:
+    try:
+        yamltext.parse(text)
+    except yamltext.YamlTextError:
+        return True
+    return False
+
+
+def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
+    """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
+
+    ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
+    must still remember which config failed).
+    """
+    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files])
+    with opts.lock():
+        if plan.current is not None:
+            _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        if plan.state is not None and opts.store().load() != plan.state:
+            raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
+                                         "since the restore was planned; nothing written")
+        return _restore_locked(opts, plan, keep_files)
+
+
+def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
+    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+             _remove_stale_temp_files_locked(opts)]
+    for change in plan.changes:
+        if change.kind == "manifest" and change.new is not None:
+            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
+            lines.append(f"wrote {change.node_path}")
+    if keep_files:
+        return lines
+    step = "removing the config files"
+    try:
+        with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
+            for change in plan.changes:
+                if change.kind == "config" and fsio.remove(change.local):
+                    lines.append(f"removed {change.node_path}")
+            step = "clearing the state record"
+            opts.store().clear()
+    except PatcherError as exc:
+        raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
+                           f"{step} (run restore again once this is fixed)", lines) from None
+    return lines
+
+
+def status(opts: Options) -> dict[str, Any]:
+    """What is on disk now, plus whether an apply would change anything."""
+    node_path, local, _, text = read_manifest(opts)
+    doc = manifest.parse_manifest(text, node_path)
+    sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    state = opts.store().load()
+    mtime = fsio.mtime_ns(local)
+    marker = sched.marker
+    full_hash = state.config_hash if marker and state.config_hash.startswith(marker.hash) else None
+    out: dict[str, Any] = {
+        "manifest": node_path,
+        "patched": marker is not None,
+        "config_hash": full_hash or (marker.hash if marker else None),
+        "config_file": marker.flag.split("=", 1)[-1] if marker else None,
+        "manifest_mtime": timefmt.rfc3339_ns(mtime) if mtime is not None else None,
+        "foreign_config": sched.foreign_config,
+        "container": sched.container_name,
+        "image": sched.image,
+        "phase": state.phase or None,
+        "other_schedulers": other_schedulers(opts, node_path) or None,
+    }
+    try:
+        plan = plan_apply(opts)
+        out["up_to_date"] = not plan.pending
+        out["form"] = plan.config.form if plan.config else None
+        out["api_version"] = plan.config.api_version if plan.config else None
+    except PatcherError as exc:
+        out["up_to_date"] = None
+        out["error"] = str(exc)
+    return out

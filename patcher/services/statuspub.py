@@ -1,0 +1,79 @@
+"""The agents' copy of the cluster verdict: ConfigMaps for readers that cannot run our code.
+
+Every agent republishes after each of its own state changes (and at a slow pace otherwise), from its own
+thread: the verdict reads every control-plane Node and mirror pod, which must never delay the agent loop.
+``publish_status`` re-reads the ConfigMap before writing and retries on conflicts, so several agents writing
+at once always leave the newest verdict behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from kubernetes import client as k8s
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.commands.readiness import ReadinessError, collect, publish_status
+
+log = logging.getLogger("patcher.services.statuspub")
+
+
+@dataclass(frozen=True)
+class StatusTarget:
+    namespace: str  # the agent's namespace: scheduler-patcher-status lives there
+    prefix: str
+    static_pod_name: str
+    mirror_namespace: str
+    compat_csi_baremetal: bool = False
+    compat_namespace: str | None = None
+
+
+class StatusPublisher:
+    def __init__(self, api: k8s.ApiClient, target: StatusTarget, *, backoff: Backoff | None = None,
+                 refresh: float = 300.0) -> None:
+        self.api = api
+        self.target = target
+        self.backoff = backoff or Backoff(1.0, 60.0)
+        self.refresh = refresh
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Something changed here: publish soon."""
+        self._kick.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        self._thread.join(3)
+
+    def publish_once(self) -> None:
+        t = self.target
+        publish_status(
+            self.api,
+            lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
+                            mirror_namespace=t.mirror_namespace),
+            namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal, compat_namespace=t.compat_namespace)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._kick.wait(self.refresh)
+            if self._stop.is_set():
+                return
+            self._kick.clear()
+            if self._stop.wait(1.0):  # let the node reporter deliver the annotation this verdict reads
+                return
+            try:
+                self.publish_once()
+                self.backoff.reset()
+            except ReadinessError as exc:
+                delay = self.backoff.next_delay()
+                log.info("cannot publish the status ConfigMap (%s); again in %.1fs", exc, delay)
+                if not self._stop.wait(delay):
+                    self._kick.set()
