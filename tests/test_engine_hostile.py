@@ -12,9 +12,9 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
-from patcher.adapters.state import State
 from patcher.core import schedconfig, yamltext
 from patcher.core.errors import ManifestError, PatcherError
+from patcher.core.state import State
 from patcher.services import engine
 from tests.conftest import FIXTURES
 

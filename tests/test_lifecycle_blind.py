@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from patcher.adapters.state import State
 from patcher.core import lifecycle
 from patcher.core.restart import Verdict
+from patcher.core.state import State
 from patcher.core.status import NodeState
 
 HASH = "ab" * 32

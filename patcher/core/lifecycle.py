@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from patcher.adapters.state import LastGood, State
 from patcher.core.restart import Verdict
+from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 
 Level = Literal["info", "warning", "error"]

@@ -22,11 +22,11 @@ from typing import Any, Literal, Protocol
 from patcher.adapters import fsio, signals
 from patcher.adapters.health import Health, Metrics
 from patcher.adapters.proc import LocalRestartTracker
-from patcher.adapters.state import State
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import ConfigError, PatcherError
 from patcher.core.lifecycle import Node
+from patcher.core.state import State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine
 

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.adapters.state import ORIGINAL_FILE, LastGood, State, StateStore
+from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+from patcher.core.state import LastGood, State
 
 
 class KnownBadConfig(ConfigError):

@@ -1,23 +1,18 @@
-"""The agent's own record on the node: what it wrote, and the manifest as it was before the patch.
+"""The agent's record on the node, as a value: what it wrote, what it is waiting for, what last worked.
 
-It lives in the state folder, never in the kubelet's manifest folder. The saved original is the last resort
-for restore (when the current manifest cannot be parsed); normal restores work on the current manifest.
+Pure: the typed, frozen record and its versioned (de)serialisation to bytes. Where the bytes live (the state
+folder, never the kubelet's manifest folder) and how they are written is ``patcher.adapters.statestore``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
-from patcher.adapters import fsio
-from patcher.core.errors import PatcherError
-
-STATE_FILE = "state.json"
-ORIGINAL_FILE = "original-manifest.yaml"
-#: On-disk format. 1 (no ``version`` key): ``last_good`` a free dict, message/restart time/source hash in
-#: ``extra``. 2: every field typed. Version 1 files are read (and rewritten as 2 on the next save).
+#: On-disk format. 1 (no ``version`` key): message, restart time and source hash kept in a free ``extra`` dict.
+#: 2: every field typed at the top level. Version 1 records are read (and written as 2 on the next save).
+#: ``last_good`` holds the keys of ``LastGood`` in both (``api_version`` only since 2; missing keys read empty).
 FORMAT_VERSION = 2
 
 
@@ -99,61 +94,20 @@ class State:
         return self if config_hash in self.bad_hashes else replace(self, bad_hashes=(*self.bad_hashes, config_hash))
 
 
-class StateStore:
-    def __init__(self, folder: Path, shown: str) -> None:
-        self.folder = folder
-        self.shown = shown
+def encode(state: State) -> bytes:
+    """The record as the bytes of ``state.json``: sorted keys, so two saves of one value are identical."""
+    return json.dumps(state.to_json(), indent=2, sort_keys=True).encode() + b"\n"
 
-    def _path(self, name: str) -> Path:
-        return self.folder / name
 
-    def load(self) -> State:
-        path = self._path(STATE_FILE)
-        if not path.exists():
-            return State()
-        try:
-            raw = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PatcherError(f"{self.shown}/{STATE_FILE}", f"unreadable state record: {exc}") from None
-        if not isinstance(raw, dict):
-            raise PatcherError(f"{self.shown}/{STATE_FILE}", "unreadable state record: not a JSON object")
-        try:
-            return State.from_json(raw)
-        except (TypeError, ValueError) as exc:
-            raise PatcherError(f"{self.shown}/{STATE_FILE}", f"unreadable state record: {exc}") from None
-
-    def save(self, state: State) -> None:
-        fsio.ensure_dir(self.folder, 0o700)
-        data = json.dumps(state.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        fsio.atomic_write(self._path(STATE_FILE), data, mode=0o600, shown=f"{self.shown}/{STATE_FILE}")
-
-    def save_original(self, data: bytes) -> None:
-        fsio.ensure_dir(self.folder, 0o700)
-        fsio.atomic_write(self._path(ORIGINAL_FILE), data, mode=0o600, shown=f"{self.shown}/{ORIGINAL_FILE}")
-
-    def load_original(self) -> bytes | None:
-        try:
-            return self._path(ORIGINAL_FILE).read_bytes()
-        except FileNotFoundError:
-            return None
-
-    def checkpoint(self) -> dict[str, bytes | None]:
-        """The record's files as they are now, to rewind to when a write fails half-way."""
-        out: dict[str, bytes | None] = {}
-        for name in (STATE_FILE, ORIGINAL_FILE):
-            try:
-                out[name] = self._path(name).read_bytes()
-            except FileNotFoundError:
-                out[name] = None
-        return out
-
-    def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
-        for name, data in checkpoint.items():
-            if data is None:
-                fsio.remove(self._path(name))
-            elif not self._path(name).exists() or self._path(name).read_bytes() != data:
-                fsio.atomic_write(self._path(name), data, mode=0o600)
-
-    def clear(self) -> None:
-        for name in (STATE_FILE, ORIGINAL_FILE):
-            fsio.remove(self._path(name))
+def decode(data: bytes) -> State:
+    """The record in ``data``; ``ValueError`` (one line, no path: the caller names the file) when it is not one."""
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    try:
+        return State.from_json(raw)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None

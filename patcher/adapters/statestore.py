@@ -1,0 +1,71 @@
+"""Where the agent's record lives on the node: ``state.json`` and the manifest as it was before the patch.
+
+Both live in the state folder, never in the kubelet's manifest folder, written atomically through ``fsio``.
+The saved original is the last resort for restore (when the current manifest cannot be parsed); normal
+restores work on the current manifest. The record itself (``State``, ``LastGood``, its format) is pure and
+lives in ``patcher.core.state``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from patcher.adapters import fsio
+from patcher.core.errors import PatcherError
+from patcher.core.state import State, decode, encode
+
+STATE_FILE = "state.json"
+ORIGINAL_FILE = "original-manifest.yaml"
+
+
+class StateStore:
+    def __init__(self, folder: Path, shown: str) -> None:
+        self.folder = folder
+        self.shown = shown
+
+    def _path(self, name: str) -> Path:
+        return self.folder / name
+
+    def load(self) -> State:
+        path = self._path(STATE_FILE)
+        if not path.exists():
+            return State()
+        try:
+            return decode(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise PatcherError(f"{self.shown}/{STATE_FILE}", f"unreadable state record: {exc}") from None
+
+    def save(self, state: State) -> None:
+        fsio.ensure_dir(self.folder, 0o700)
+        fsio.atomic_write(self._path(STATE_FILE), encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}")
+
+    def save_original(self, data: bytes) -> None:
+        fsio.ensure_dir(self.folder, 0o700)
+        fsio.atomic_write(self._path(ORIGINAL_FILE), data, mode=0o600, shown=f"{self.shown}/{ORIGINAL_FILE}")
+
+    def load_original(self) -> bytes | None:
+        try:
+            return self._path(ORIGINAL_FILE).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def checkpoint(self) -> dict[str, bytes | None]:
+        """The record's files as they are now, to rewind to when a write fails half-way."""
+        out: dict[str, bytes | None] = {}
+        for name in (STATE_FILE, ORIGINAL_FILE):
+            try:
+                out[name] = self._path(name).read_bytes()
+            except FileNotFoundError:
+                out[name] = None
+        return out
+
+    def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
+        for name, data in checkpoint.items():
+            if data is None:
+                fsio.remove(self._path(name))
+            elif not self._path(name).exists() or self._path(name).read_bytes() != data:
+                fsio.atomic_write(self._path(name), data, mode=0o600)
+
+    def clear(self) -> None:
+        for name in (STATE_FILE, ORIGINAL_FILE):
+            fsio.remove(self._path(name))

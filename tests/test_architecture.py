@@ -1,0 +1,119 @@
+"""The layers stated by the folders hold: an import never points up a layer, and no module imports itself back.
+
+patcher/core is pure (text, data, verdicts, the lifecycle), patcher/adapters touch one outside thing each (files,
+inotify, processes, HTTP, the Kubernetes API), patcher/services composes them into the node's protocol, and
+patcher/commands is what a user runs. A newcomer reads the tree as the architecture; this test keeps it true.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "patcher"
+LAYERS = ("core", "adapters", "services", "commands")
+# What the pure core may not touch: the network, processes, threads, signals, inotify, the process table.
+IMPURE = frozenset({"kubernetes", "urllib3", "watchdog", "psutil", "prometheus_client", "socket", "subprocess",
+                    "signal", "http", "fcntl", "select", "ssl", "asyncio", "ctypes"})
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imports(name: str) -> Iterator[tuple[str, bool]]:
+    """(imported module, at import time?) for every import in the module, nested ones included."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text("utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    top_level = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        eager = id(node) in top_level
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, eager
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield (full if full in MODULES else base), eager
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[0] != "patcher":
+        return None
+    if len(parts) == 1:
+        return -1  # the package root holds only the version: anyone may read it
+    if parts[1] == "__main__":
+        return len(LAYERS)
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
+
+
+def test_every_module_lives_in_a_layer() -> None:
+    homeless = [m for m in MODULES if layer(m) is None]
+    assert homeless == [], "each module belongs to core/, adapters/, services/ or commands/"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_import_points_up_a_layer(name: str) -> None:
+    mine = layer(name)
+    assert mine is not None
+    upward = [target for target, _ in imports(name) if (lt := layer(target)) is not None and lt > mine]
+    assert upward == [], f"{name} (layer {mine}) imports from a higher layer"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if layer(m) == 0))
+def test_the_core_stays_pure(name: str) -> None:
+    impure = sorted({target for target, _ in imports(name) if target.split(".")[0] in IMPURE})
+    assert impure == [], f"{name} is in core/ but imports {impure}"
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: sorted({t for t, _ in imports(m) if t in MODULES and t != m}) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            # A package importing its own submodules is how packages work, not a cycle.
+            if len(component) > 1 and not all(c.startswith(min(component, key=len) + ".") or c ==
+                                               min(component, key=len) for c in component):
+                cycles.append(sorted(component))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    assert cycles == []
