@@ -21,9 +21,9 @@ from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
+from patcher.adapters.kube.cluster import collect
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_GATE, Gatekeeper, GateMetrics, LeaderElector, release_patch, waits_on
-from patcher.commands.readiness import collect
 from tests.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
 

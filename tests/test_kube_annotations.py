@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from patcher.adapters.kube.annotations import NodeReporter, annotation_snapshot
+from patcher.adapters.kube.annotations import NodeReporter
 from patcher.adapters.kube.backoff import Backoff
-from patcher.core.status import NodeState, NodeStatus
+from patcher.core.status import NodeState, NodeStatus, annotation_snapshot
 from tests.kubeemu import KubeEmulator, wait_until
 
 NODE = "cp-1"

@@ -20,8 +20,10 @@ from kubernetes import client as k8s
 from ruamel.yaml import YAML
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.cluster import collect, publish_status
+from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.commands import readiness
-from patcher.commands.readiness import ReadinessError, Verdict, collect, evaluate, publish_status
+from patcher.core.readiness import ClusterVerdict, evaluate, render_table
 from tests.kubeemu import make_mirror_pod, wait_until
 from tests.kubeemu_ext import (
     BEFORE,
@@ -222,7 +224,7 @@ def test_evaluate_is_pure_and_handles_an_empty_cluster() -> None:
     verdict = evaluate([], {})
     assert not verdict.ready and verdict.problems == ("no control-plane nodes found",)
     assert verdict.summary() == "NotReady: 0/0 nodes ready"
-    assert readiness.render_table(verdict).splitlines()[-2:] == ["verdict: NotReady: 0/0 nodes ready",
+    assert render_table(verdict).splitlines()[-2:] == ["verdict: NotReady: 0/0 nodes ready",
                                                                  "  no control-plane nodes found"]
 
 
@@ -387,9 +389,9 @@ def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmul
                  namespace=NS)
 
     emu.before("PUT", path, other_agent)
-    calls: list[Verdict] = []
+    calls: list[ClusterVerdict] = []
 
-    def fresh() -> Verdict:
+    def fresh() -> ClusterVerdict:
         calls.append(collect(api))
         return calls[-1]
 
@@ -401,10 +403,10 @@ def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmul
 
     emu.fail("PUT", path, 409, times=10)
     set_node(emu, "cp-1", node_annotations_for("Pending"))
-    with pytest.raises(ReadinessError, match="still conflicting after 5 attempts"):
+    with pytest.raises(Conflict, match="still conflicting after 5 attempts"):
         publish_status(api, fresh, namespace=NS)
     emu.go_down("503")
-    with pytest.raises(ReadinessError, match="cannot read ConfigMap scheduler-patcher/scheduler-patcher-status: "
+    with pytest.raises(ServerError, match="cannot read ConfigMap scheduler-patcher/scheduler-patcher-status: "
                                              "HTTP 503") as info:
         publish_status(api, written, namespace=NS)
     assert info.value.status == 503

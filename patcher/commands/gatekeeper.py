@@ -3,7 +3,7 @@
 A pod that must not be placed by a scheduler that does not know the extender yet is created with
 ``spec.schedulingGates: [{name: scheduler-patcher.io/extender-ready}]`` (KEP-3521, GA in 1.30): the scheduler
 leaves it Pending until the gate is gone. The gatekeeper watches the cluster readiness verdict
-(``patcher.readiness``, re-evaluated on every change of a control-plane Node's annotations and periodically)
+(``patcher.core.readiness``, re-evaluated on every change of a control-plane Node's annotations and periodically)
 and, while it is Ready for the expected config (``--expected-hash``, else the one every node agrees on),
 removes exactly that gate from every Pending pod that
 carries it — all namespaces or only ``--namespaces`` — including pods created later (a pod watch).
@@ -47,22 +47,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from patcher.adapters import logs
 from patcher.adapters.health import Health, HealthServer, add_process_info
-from patcher.adapters.kube.annotations import annotation_snapshot
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
+from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.errors import ApiError, Conflict, Invalid, NotFound, api_json
 from patcher.adapters.kube.lease import Lease, Outcome
-from patcher.adapters.kube.listwatch import ListWatcher, dig
-from patcher.commands.readiness import (
-    Obj,
-    ReadinessError,
-    Verdict,
-    add_verdict_arguments,
-    api_json,
-    check_expected_hash,
-    collect,
-    node_selectors,
-    verdict_kwargs,
-)
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
+from patcher.core.kubeobj import Obj, dig
+from patcher.core.readiness import ClusterVerdict, check_expected_hash, node_selectors
+from patcher.core.status import annotation_snapshot
 from patcher.core.timefmt import parse_rfc3339_ns
 
 log = logging.getLogger(__name__)
@@ -261,7 +255,7 @@ class Gatekeeper:
         self,
         api: k8s.ApiClient,
         *,
-        verdict_fn: Callable[[], Verdict],
+        verdict_fn: Callable[[], ClusterVerdict],
         gate_name: str = DEFAULT_GATE,
         namespaces: Sequence[str] = (),
         node_label_selectors: Sequence[str] | None = None,
@@ -295,7 +289,7 @@ class Gatekeeper:
         self._release_retry_at = 0.0
         self._verdict_backoff = self._backoff.fresh()
         self._release_backoff = self._backoff.fresh()
-        self.verdict: Verdict | None = None
+        self.verdict: ClusterVerdict | None = None
         self._watchers: list[ListWatcher] = []
         wb = self._backoff.fresh()
         pending = "status.phase=Pending"  # the API server cannot select on schedulingGates: filter here
@@ -427,7 +421,7 @@ class Gatekeeper:
         before = self.verdict
         try:
             verdict = self._verdict_fn()
-        except ReadinessError as exc:
+        except ApiError as exc:
             delay = self._verdict_backoff.next_delay()
             log.warning("cannot evaluate the readiness verdict (%s); nothing is released; retrying in %.1fs",
                         exc, delay)
@@ -459,24 +453,24 @@ class Gatekeeper:
             try:
                 api_json(f"release pod {where}", self._core.patch_namespaced_pod, name, ns,
                          release_patch(pod, self.gate), _content_type=JSON_PATCH)
-            except ReadinessError as exc:
-                if exc.status == 404:
-                    self._forget(pod)
-                    return True
-                if exc.status not in (409, 422):
-                    log.warning("cannot release pod %s: %s; retrying later", where, exc)
-                    return False
+            except NotFound:
+                self._forget(pod)
+                return True
+            except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
                 self.metrics.conflict()
                 log.debug("pod %s changed while we released it (%s); reading it again", where, exc)
                 try:
                     pod = api_json(f"read pod {where}", self._core.read_namespaced_pod, name, ns)
-                except ReadinessError as read_exc:
-                    if read_exc.status == 404:
-                        self._forget(pod)
-                        return True
+                except NotFound:
+                    self._forget(pod)
+                    return True
+                except ApiError as read_exc:
                     log.warning("cannot read pod %s again: %s; retrying later", where, read_exc)
                     return False
                 continue
+            except ApiError as exc:
+                log.warning("cannot release pod %s: %s; retrying later", where, exc)
+                return False
             waited = _waited(pod, self._wall())
             self.metrics.released(waited)
             self._forget(pod)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from patcher.core.kubeobj import dig as _dig
 from patcher.core.timefmt import parse_rfc3339_ns, rfc3339_ns
 
 _NS_PER_S = 1_000_000_000
@@ -76,14 +77,6 @@ class RestartDecision:
     @property
     def ready(self) -> bool:
         return self.verdict is Verdict.READY
-
-
-def _dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _str(value: Any) -> str | None:

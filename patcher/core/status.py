@@ -166,3 +166,10 @@ def event_body(
         "reportingComponent": component,
         "reportingInstance": node_name,
     }
+
+
+def annotation_snapshot(node: dict[str, Any], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """The annotations under ``prefix`` on a Node object (as a plain dict), keyed without the prefix."""
+    p = normalize_prefix(prefix)
+    annotations = node.get("metadata", {}).get("annotations") or {}
+    return {k[len(p):]: v for k, v in annotations.items() if k.startswith(p) and isinstance(v, str)}

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.commands.readiness import ReadinessError, collect, publish_status
+from patcher.adapters.kube.cluster import collect, publish_status
+from patcher.adapters.kube.errors import ApiError
 
 log = logging.getLogger("patcher.services.statuspub")
 
@@ -72,7 +73,7 @@ class StatusPublisher:
             try:
                 self.publish_once()
                 self.backoff.reset()
-            except ReadinessError as exc:
+            except ApiError as exc:
                 delay = self.backoff.next_delay()
                 log.info("cannot publish the status ConfigMap (%s); again in %.1fs", exc, delay)
                 if not self._stop.wait(delay):

@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.client import API_ERRORS, describe_error, error_status
+from patcher.adapters.kube.errors import API_ERRORS, describe_error, error_status
 from patcher.core.status import (
     COMPONENT,
     DEFAULT_PREFIX,
@@ -276,9 +276,3 @@ class NodeReporter:
             except Exception:  # a metrics hook must never kill the publisher
                 log.exception("error hook failed")
 
-
-def annotation_snapshot(node: dict[str, Any], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
-    """The annotations under ``prefix`` on a Node object (as a plain dict), keyed without the prefix."""
-    p = normalize_prefix(prefix)
-    annotations = node.get("metadata", {}).get("annotations") or {}
-    return {k[len(p):]: v for k, v in annotations.items() if k.startswith(p) and isinstance(v, str)}

@@ -15,25 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.incluster_config import (
     SERVICE_CERT_FILENAME,
     SERVICE_TOKEN_FILENAME,
     InClusterConfigLoader,
 )
 
+from patcher.adapters.kube.errors import API_ERRORS, describe_error
+
 log = logging.getLogger(__name__)
 
 #: (connect, read) seconds for ordinary requests.
 DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 10.0)
-
-
-#: Everything a call to the API server can raise: an HTTP error answer, a transport failure (refused, reset,
-#: timeout, TLS) or an undecodable body. The one tuple every adapter catches, so none lets a kind escape.
-API_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class ApiConfigError(Exception):
@@ -130,14 +125,3 @@ def server_version(api: k8s.ApiClient) -> str | None:
     version = info.get("gitVersion") if isinstance(info, dict) else None
     return version if isinstance(version, str) and version else None
 
-
-def describe_error(exc: BaseException) -> str:
-    """One short line for an API failure (the client's own messages span lines and dump headers)."""
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}".strip()
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-
-
-def error_status(exc: BaseException) -> int | None:
-    """The HTTP status of an API error, ``None`` for transport errors (refused, reset, timeout)."""
-    return exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None

@@ -17,7 +17,6 @@ Pure bookkeeping plus one method per API round trip; no threads here (the caller
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import math
 import time
@@ -26,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
-from patcher.adapters.kube.client import API_ERRORS, describe_error
+from patcher.adapters.kube.errors import ApiError, Conflict, NotFound, Unreachable, api_json
 from patcher.core.timefmt import rfc3339
 
 log = logging.getLogger("patcher.lease")
@@ -43,12 +41,6 @@ class Outcome(enum.StrEnum):
     OTHER = "other"  # someone else validly holds it
     REFUSED = "refused"  # the caller's check on the Lease we read said no (e.g. a source known to be bad)
     ERROR = "error"  # no answer in time or a failure other than a conflict: try again later
-
-
-class LeaseError(Exception):
-    def __init__(self, message: str, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def micro_time(wall: float) -> str:
@@ -81,27 +73,20 @@ class Lease:
     # -- one round trip each -------------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, deadline: float) -> Obj:
+        where = f"{what} Lease {self.namespace}/{self.name}"
         left = deadline - self.clock()
         if left <= 0.01:
-            raise LeaseError(f"{what}: no time left", None)
+            raise Unreachable(where, "no time left")
         timeout = min(left, MAX_CALL)
-        try:
-            resp = fn(*args, _preload_content=False, _request_timeout=(timeout, timeout))
-            body: Obj = json.loads(resp.data)
-            return body
-        except API_ERRORS as exc:
-            status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
-            raise LeaseError(f"cannot {what} Lease {self.namespace}/{self.name}: {describe_error(exc)}",
-                             status) from exc
+        body: Obj = api_json(where, fn, *args, _request_timeout=(timeout, timeout))
+        return body
 
     def read(self, *, deadline: float) -> Obj | None:
         try:
             return self._call("read", self._coord.read_namespaced_lease, self.name, self.namespace,
                               deadline=deadline)
-        except LeaseError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def _write(self, lease: Obj | None, *, deadline: float) -> Obj:
         if lease is None or not (lease.get("metadata") or {}).get("resourceVersion"):
@@ -157,10 +142,10 @@ class Lease:
             self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
             self.holder = self.identity
             return Outcome.HELD
-        except LeaseError as exc:
-            if exc.status == 409:  # another writer came first: an answer (the next read tells who)
-                log.debug("%s", exc)
-                return Outcome.OTHER
+        except Conflict as exc:  # another writer came first: an answer (the next read tells who)
+            log.debug("%s", exc)
+            return Outcome.OTHER
+        except ApiError as exc:
             log.info("%s", exc)  # no answer in time, or a failure: try again later
             return Outcome.ERROR
 
@@ -186,9 +171,9 @@ class Lease:
                 self._write(lease, deadline=deadline)
                 self.holder = None
                 return True
-            except LeaseError as exc:
-                if exc.status == 409:
-                    continue
+            except Conflict:
+                continue
+            except ApiError as exc:
                 log.info("%s (it expires by itself)", exc)
                 return False
         return False

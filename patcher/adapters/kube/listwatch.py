@@ -20,13 +20,14 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.client import API_ERRORS, describe_error
+from patcher.adapters.kube.errors import API_ERRORS, describe_error
+from patcher.core.kubeobj import dig
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +36,6 @@ Obj = dict[str, Any]
 
 # A watch stream adds its own: an event object without the fields every event has.
 _STREAM_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, KeyError, TypeError)
-
-def dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
 
 class _Gone(Exception):
     """The resourceVersion we hold was compacted away: list again."""

@@ -20,15 +20,13 @@ from kubernetes import client as k8s
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import ListWatcher
 
+# Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
+from patcher.core.kubeobj import mirror_pod_name as mirror_pod_name
+
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 UpdateHook = Callable[[Pod | None], None]
-
-
-def mirror_pod_name(static_pod_name: str, node_name: str) -> str:
-    """The kubelet names a static pod's mirror ``<metadata.name>-<node name>``."""
-    return f"{static_pod_name}-{node_name}"
 
 
 class PodHolder:

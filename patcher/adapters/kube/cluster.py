@@ -1,0 +1,251 @@
+"""The cluster as the readiness verdict sees it: the API reads behind it, its watch, its ConfigMaps.
+
+``collect`` lists the control-plane Nodes and reads their mirror pods, then hands them to the pure
+``patcher.core.readiness.evaluate``; ``wait_ready``/``collect_retrying`` repeat it through API failures;
+``publish_status`` writes the verdict into ConfigMaps (``scheduler-patcher-status``, and the csi-baremetal
+``extender-readiness``) with a resourceVersion check, so several writers always leave the newest behind.
+Every API failure leaves here as a ``patcher.adapters.kube.errors.ApiError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from kubernetes import client as k8s
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.core import restart
+from patcher.core.kubeobj import Obj, dig, mirror_pod_name
+from patcher.core.readiness import (
+    COMPAT_KEY,
+    COMPAT_NAME,
+    DEFAULT_MIRROR_SELECTOR,
+    DEFAULT_NODE_SELECTOR,
+    ClusterVerdict,
+    check_expected_hash,
+    compat_nodes_yaml,
+    evaluate,
+    node_selectors,
+    status_data,
+)
+from patcher.core.status import DEFAULT_PREFIX
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATUS_NAME: Final = "scheduler-patcher-status"
+MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
+
+
+def list_nodes(core: k8s.CoreV1Api, selectors: Sequence[str]) -> list[Obj]:
+    """Nodes matching any of ``selectors``, each once, sorted by name."""
+    seen: dict[str, Obj] = {}
+    for selector in selectors:
+        body = api_json(f"list nodes ({selector})", core.list_node, label_selector=selector)
+        for item in body.get("items") or []:
+            name = dig(item, "metadata", "name")
+            if isinstance(name, str):
+                seen.setdefault(name, item)
+    return [seen[name] for name in sorted(seen)]
+
+
+def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[str],
+                     label_selector: str | None = DEFAULT_MIRROR_SELECTOR) -> dict[str, Obj | None]:
+    """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed.
+
+    The list is the cheap path for kubeadm clusters; the GETs cover static pods without kubeadm's label and
+    callers allowed to ``get`` but not ``list`` pods in that namespace.
+    """
+    wanted = set(pod_names)
+    found: dict[str, Obj | None] = {}
+    if label_selector:
+        try:
+            body = api_json(f"list pods in {namespace} ({label_selector})", core.list_namespaced_pod, namespace,
+                            label_selector=label_selector)
+        except Forbidden:
+            body = {}
+        for item in body.get("items") or []:
+            name = dig(item, "metadata", "name")
+            if name in wanted:
+                found[name] = item
+    for name in sorted(wanted - found.keys()):
+        try:
+            found[name] = api_json(f"read pod {namespace}/{name}", core.read_namespaced_pod, name, namespace)
+        except NotFound:
+            found[name] = None
+    return found
+
+
+def collect(
+    api: k8s.ApiClient,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    node_selector: str = DEFAULT_NODE_SELECTOR,
+    legacy_master_label: bool = True,
+    mirror_namespace: str = "kube-system",
+    static_pod_name: str = "kube-scheduler",
+    mirror_label_selector: str | None = DEFAULT_MIRROR_SELECTOR,
+    container_name: str = restart.DEFAULT_CONTAINER,
+    expected_hash: str | None = None,
+) -> ClusterVerdict:
+    """Read the control-plane Nodes and their mirror pods and decide. Raises ``ApiError``.
+
+    ``node_selector`` is unioned with the legacy ``node-role.kubernetes.io/master`` label unless
+    ``legacy_master_label`` is false. Requests: one Node list per selector, one pod list, a GET per mirror
+    pod the list did not return.
+    """
+    check_expected_hash(expected_hash)
+    core = k8s.CoreV1Api(api)
+    nodes = list_nodes(core, node_selectors(node_selector, legacy_master_label))
+    names = {str(dig(n, "metadata", "name")): mirror_pod_name(static_pod_name, str(dig(n, "metadata", "name")))
+             for n in nodes}
+    pods = read_mirror_pods(core, mirror_namespace, names.values(), mirror_label_selector) if names else {}
+    return evaluate(nodes, {node: pods.get(pod) for node, pod in names.items()}, prefix=prefix,
+                    expected_hash=expected_hash, static_pod_name=static_pod_name, container_name=container_name)
+
+
+# --- watching -------------------------------------------------------------------------------------------
+
+
+def node_watchers(api: k8s.ApiClient, selectors: Sequence[str], on_change: Callable[[], None], *,
+                  backoff: Backoff | None = None) -> list[ListWatcher]:
+    """One watcher per selector calling ``on_change()`` on every list and Node event (not started)."""
+    core = k8s.CoreV1Api(api)
+    return [
+        ListWatcher(core.list_node, label_selector=sel, name=f"watch nodes ({sel})",
+                    on_sync=lambda _items: on_change(), on_event=lambda _kind, _obj: on_change(),
+                    backoff=backoff.fresh() if backoff is not None else None)
+        for sel in selectors
+    ]
+
+
+def wait_ready(
+    verdict_fn: Callable[[], ClusterVerdict],
+    *,
+    timeout: float,
+    changed: threading.Event,
+    poll_interval: float = 5.0,
+    backoff: Backoff | None = None,
+    on_progress: Callable[[ClusterVerdict], None] | None = None,
+) -> tuple[ClusterVerdict | None, ApiError | None]:
+    """Re-evaluate until Ready or ``timeout``; return (last verdict, last error — ``None`` if the last try worked).
+
+    ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait between evaluations anyway, because
+    a mirror pod can change (a scheduler crash) without its Node changing. API errors are retried with backoff
+    until the deadline.
+    """
+    deadline = time.monotonic() + timeout
+    retry = backoff if backoff is not None else Backoff(0.5, 10.0)
+    last: ClusterVerdict | None = None
+    while True:
+        changed.clear()
+        error: ApiError | None = None
+        try:
+            verdict = verdict_fn()
+        except ApiError as exc:
+            error = exc
+        else:
+            retry.reset()
+            if on_progress is not None and (last is None or verdict.explain() != last.explain()):
+                on_progress(verdict)
+            last = verdict
+            if verdict.ready:
+                return verdict, None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return last, error
+        delay = retry.next_delay() if error is not None else poll_interval
+        changed.wait(min(delay, remaining))
+
+
+def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int = 3,
+                     backoff: Backoff | None = None) -> tuple[ClusterVerdict | None, ApiError | None]:
+    """One verdict, tolerating a few API failures (a single 503 while an apiserver restarts is routine)."""
+    retry = backoff if backoff is not None else Backoff(0.25, 2.0)
+    error: ApiError | None = None
+    for attempt in range(attempts):
+        try:
+            return verdict_fn(), None
+        except ApiError as exc:
+            error = exc
+            if attempt + 1 < attempts:
+                time.sleep(retry.next_delay())
+    return None, error
+
+
+# --- publishing -----------------------------------------------------------------------------------------
+
+
+def _upsert_configmap(core: k8s.CoreV1Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
+                      attempts: int) -> bool:
+    """Create or update ``name`` so that its data includes ``make_data()``; True when something was written.
+
+    ``make_data`` is called after the ConfigMap is read and again after every conflict, so what lands is never
+    older than the version it replaces. Updates carry the resourceVersion that was read (409 → read again);
+    other keys, labels and owners are kept. Nothing is written when the data is already there.
+    """
+    where = f"{namespace}/{name}"
+    for _ in range(attempts):
+        try:
+            current: Obj | None = api_json(f"read ConfigMap {where}", core.read_namespaced_config_map, name, namespace)
+        except NotFound:
+            current = None
+        data = make_data()
+        try:
+            if current is None:
+                body = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}, "data": data}
+                api_json(f"create ConfigMap {where}", core.create_namespaced_config_map, namespace,
+                         k8s.V1ConfigMap.model_validate(body))
+                return True
+            old = current.get("data") or {}
+            if all(old.get(k) == v for k, v in data.items()):
+                return False
+            current["data"] = {**old, **data}
+            api_json(f"update ConfigMap {where}", core.replace_namespaced_config_map, name, namespace,
+                     k8s.V1ConfigMap.model_validate(current))
+            return True
+        except Conflict:  # changed since we read it, or created by another agent meanwhile
+            log.debug("ConfigMap %s changed concurrently; reading it again", where)
+    raise Conflict(f"update ConfigMap {where}", f"still conflicting after {attempts} attempts", 409, "Conflict")
+
+
+def publish_status(
+    api: k8s.ApiClient,
+    verdict: ClusterVerdict | Callable[[], ClusterVerdict],
+    *,
+    namespace: str,
+    name: str = DEFAULT_STATUS_NAME,
+    compat_csi_baremetal: bool = False,
+    compat_namespace: str | None = None,
+    attempts: int = 5,
+) -> ClusterVerdict:
+    """Write the verdict to ConfigMap ``name`` (and ``extender-readiness`` with compat); return what was written.
+
+    Pass a callable (e.g. ``lambda: collect(api, ...)``) rather than a verdict when several writers publish:
+    it is evaluated after each ConfigMap is read and again after a conflict, so with the resourceVersion check
+    the last successful write is always based on a read made after every earlier write — no agent can
+    overwrite a newer verdict with the older one it computed before. ``compat_namespace`` is where the
+    csi-baremetal extender mounts ``extender-readiness`` (its Deployment's namespace; default ``namespace``).
+    Raises ``ApiError`` for an API failure (the caller retries).
+    """
+    core = k8s.CoreV1Api(api)
+    latest: list[ClusterVerdict] = []
+
+    def current() -> ClusterVerdict:
+        v = verdict() if callable(verdict) else verdict
+        latest.append(v)
+        return v
+
+    _upsert_configmap(core, namespace, name, lambda: status_data(current()), attempts)
+    if compat_csi_baremetal:
+        _upsert_configmap(core, compat_namespace or namespace, COMPAT_NAME,
+                          lambda: {COMPAT_KEY: compat_nodes_yaml(current())}, attempts)
+    return latest[-1]
+
+

@@ -1,0 +1,274 @@
+"""The cluster readiness verdict: is every control-plane scheduler running the expected config? Pure.
+
+Each agent only knows its own node. The verdict reads every control-plane Node's ``scheduler-patcher.io/``
+annotations and the kube-scheduler mirror pods, and decides for the cluster: ``Ready`` only when every node
+says ``Ready`` with the same (or the expected) config hash *and* its mirror pod proves it — the marker with
+that hash, a running scheduler started no earlier than the manifest write, the pod Ready. The node's word
+alone is not enough: an agent that died after writing ``Ready`` would keep saying so while the kubelet runs
+something else. The mirror-pod proof is ``patcher.core.restart.decide``, the same rule the agent itself applies
+to its own node (whose answer is a ``restart.Verdict``; the cluster's answer here is a ``ClusterVerdict``).
+
+Three consumers share the verdict, all through ``patcher.adapters.kube.cluster`` (which reads the objects
+this module judges): ``scheduler-patcher readiness`` prints it (``render_table``/``render_json``), the
+agents publish it into ConfigMaps (``status_data``, ``compat_nodes_yaml``), and the gatekeeper releases
+scheduling gates only while it is Ready. The verdict is computed from the API objects only; it never trusts a
+cached ConfigMap, so any copy can be checked against the source of truth by running the command.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from ruamel.yaml import YAML
+
+from patcher.core import manifest, restart
+from patcher.core.kubeobj import Obj, dig, mirror_pod_name
+from patcher.core.status import DEFAULT_PREFIX, NodeState, annotation_snapshot, normalize_prefix
+from patcher.core.timefmt import parse_rfc3339_ns
+
+DEFAULT_NODE_SELECTOR: Final = "node-role.kubernetes.io/control-plane"
+#: kubeadm labelled control-plane nodes only ``node-role.kubernetes.io/master`` before 1.20 and both until 1.24;
+#: clusters upgraded since may still carry only the old one.
+LEGACY_MASTER_SELECTOR: Final = "node-role.kubernetes.io/master"
+#: kubeadm's label on the scheduler's static pod (also what the csi-baremetal operator selects on).
+DEFAULT_MIRROR_SELECTOR: Final = "component=kube-scheduler"
+STATUS_KEY: Final = "status.json"
+#: The csi-baremetal contract (operator ``pkg/patcher/extender_readiness.go``, extender
+#: ``pkg/scheduler/extender/healthserver``): ConfigMap ``extender-readiness``, key ``nodes.yaml``, mounted at
+#: ``/status`` in the extender pods.
+COMPAT_NAME: Final = "extender-readiness"
+COMPAT_KEY: Final = "nodes.yaml"
+
+_HASH = re.compile(rf"[0-9a-fA-F]{{{restart.MIN_HASH_DIGITS},64}}")
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """What one control-plane node says about itself, what its mirror pod shows, and whether they agree."""
+
+    node: str
+    state: str | None
+    #: Fingerprint of the ConfigMap the config was rendered from: the same on every node for one ConfigMap.
+    source_hash: str | None
+    #: The rendered file the scheduler runs: differs between nodes on different kube-scheduler versions.
+    config_hash: str | None
+    manifest_mtime: str | None
+    scheduler_started: str | None
+    restarted_at: str | None
+    message: str | None
+    #: The mirror pod's name when the pod exists (the csi-baremetal ``kube_scheduler`` field).
+    mirror_pod: str | None
+    ready: bool
+    #: Why the node is not ready (empty when it is).
+    reason: str = ""
+
+    def to_dict(self) -> Obj:
+        return {
+            "node": self.node, "state": self.state, "sourceHash": self.source_hash, "configHash": self.config_hash,
+            "manifestMtime": self.manifest_mtime, "schedulerStarted": self.scheduler_started,
+            "restartedAt": self.restarted_at, "message": self.message, "mirrorPod": self.mirror_pod,
+            "ready": self.ready, "reason": self.reason or None,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterVerdict:
+    """The rows (sorted by node name), the hash they were held against, and cluster-level problems."""
+
+    rows: tuple[NodeRow, ...]
+    #: ``--expected-hash`` when given, else the one source hash (config hash for agents that publish none)
+    #: every node agrees on; ``None`` when they do not.
+    expected_hash: str | None
+    #: Reasons that concern the cluster rather than one node (no nodes found, nodes disagree on the hash).
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.rows) and not self.problems and all(r.ready for r in self.rows)
+
+    def not_ready(self) -> list[NodeRow]:
+        return [r for r in self.rows if not r.ready]
+
+    def summary(self) -> str:
+        """One line: ``Ready: 3/3 nodes run config 0123456789ab`` or ``NotReady: …``."""
+        ready = sum(r.ready for r in self.rows)
+        config = f" config {self.expected_hash[:restart.MIN_HASH_DIGITS]}" if self.expected_hash else ""
+        if self.ready:
+            return f"Ready: {ready}/{len(self.rows)} nodes run{config}"
+        return f"NotReady: {ready}/{len(self.rows)} nodes ready" + (f" for{config}" if config else "")
+
+    def explain(self) -> list[str]:
+        """One line per problem: the cluster-level ones first, then ``<node>: <reason>``."""
+        return [*self.problems, *(f"{r.node}: {r.reason}" for r in self.not_ready())]
+
+    def to_dict(self) -> Obj:
+        return {
+            "ready": self.ready, "expectedHash": self.expected_hash, "summary": self.summary(),
+            "problems": list(self.problems), "nodes": [r.to_dict() for r in self.rows],
+        }
+
+
+def _started_at(pod: Mapping[str, Any] | None, container: str) -> str | None:
+    if pod is None:
+        return None
+    status = restart.container_status(pod, container)
+    value = dig(status, "state", "running", "startedAt")
+    return value if isinstance(value, str) and value else None
+
+
+def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, static_pod_name: str,
+         container: str) -> NodeRow:
+    name = str(dig(node, "metadata", "name"))
+    ann = annotation_snapshot(node, prefix)
+    state, config_hash = ann.get("state"), ann.get("config-hash") or None
+    source_hash = ann.get("source-hash") or None
+    mtime, message = ann.get("manifest-mtime") or None, ann.get("message") or None
+    pod_name = mirror_pod_name(static_pod_name, name)
+    row = NodeRow(node=name, state=state, source_hash=source_hash, config_hash=config_hash, manifest_mtime=mtime,
+                  scheduler_started=_started_at(pod, container), restarted_at=ann.get("restarted-at") or None,
+                  message=message, mirror_pod=pod_name if pod is not None else None, ready=False)
+
+    def not_ready(reason: str) -> NodeRow:
+        return replace(row, reason=reason)
+
+    digits = restart.MIN_HASH_DIGITS
+
+    if not ann:
+        return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
+    if state != NodeState.READY:
+        return not_ready(f"state is {state or 'unset'}" + (f": {message}" if message else ""))
+    if config_hash is None:
+        return not_ready("no config-hash annotation")
+    if expected is not None and not any(h and restart.hashes_match(h, expected) for h in (source_hash, config_hash)):
+        runs = f"source {source_hash[:digits]} (config {config_hash[:digits]})" if source_hash else \
+            f"config {config_hash[:digits]}"
+        return not_ready(f"runs {runs}, expected {expected[:digits]}")
+    try:
+        mtime_ns = parse_rfc3339_ns(mtime) if mtime else None
+    except ValueError:
+        mtime_ns = None
+    if mtime_ns is None:
+        return not_ready("no valid manifest-mtime annotation")
+    # The proof is against the node's own config hash (the marker carries its first digits), whatever the
+    # expected hash named. The baseline is the pod as it is now: a scheduler that restarted since (it exits
+    # when it loses its leader election, routinely) still runs our config; crash loops show as waiting or
+    # terminated, never as Ready.
+    decision = restart.decide(pod, marker_key=manifest.marker_key(prefix.rstrip("/")), expected_hash=config_hash,
+                              manifest_mtime_ns=mtime_ns, baseline=restart.Baseline.of(pod, container),
+                              container_name=container)
+    if not decision.ready:
+        return not_ready(f"mirror pod {pod_name}: {decision.reason}")
+    return replace(row, ready=True)
+
+
+def evaluate(
+    nodes: Iterable[Obj],
+    mirror_pods: Mapping[str, Obj | None],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    expected_hash: str | None = None,
+    static_pod_name: str = "kube-scheduler",
+    container_name: str = restart.DEFAULT_CONTAINER,
+) -> ClusterVerdict:
+    """The verdict for ``nodes`` (Node objects as dicts) and their mirror pods keyed by node name. Pure.
+
+    Without ``expected_hash`` the nodes must agree on one config: during a rollout half the nodes run the new
+    config and half the old one, each of them "Ready", and that is exactly the state not to call Ready. They
+    are compared by ``source-hash`` (the ConfigMap they rendered from), not ``config-hash``: nodes on different
+    kube-scheduler versions (mid-upgrade) render one ConfigMap into different files, legitimately. An agent
+    that publishes no ``source-hash`` is compared by its ``config-hash``. ``expected_hash`` (12 to 64 hex
+    digits) may name either hash.
+    """
+    p = normalize_prefix(prefix)
+    ordered = sorted(nodes, key=lambda n: str(dig(n, "metadata", "name")))
+    problems: list[str] = []
+    expected = expected_hash.lower() if expected_hash else None
+    if not ordered:
+        problems.append("no control-plane nodes found")
+    if expected is None:
+        by_hash: dict[str, list[str]] = {}
+        for node in ordered:
+            ann = annotation_snapshot(node, p)
+            h = ann.get("source-hash") or ann.get("config-hash")
+            if h:
+                by_hash.setdefault(h.lower(), []).append(str(dig(node, "metadata", "name")))
+        if len(by_hash) == 1:
+            expected = next(iter(by_hash))
+        elif len(by_hash) > 1:
+            problems.append("nodes disagree on the config: " + "; ".join(
+                f"{h[:restart.MIN_HASH_DIGITS]} on {', '.join(names)}" for h, names in by_hash.items()))
+    rows = tuple(
+        _row(node, mirror_pods.get(str(dig(node, "metadata", "name"))), prefix=p, expected=expected,
+             static_pod_name=static_pod_name, container=container_name)
+        for node in ordered
+    )
+    return ClusterVerdict(rows=rows, expected_hash=expected, problems=tuple(problems))
+
+
+def node_selectors(node_selector: str = DEFAULT_NODE_SELECTOR, legacy_master_label: bool = True) -> list[str]:
+    """The label selectors whose union is "the control-plane nodes" (Kubernetes has no OR in one selector)."""
+    selectors = [node_selector]
+    if legacy_master_label and LEGACY_MASTER_SELECTOR not in selectors:
+        selectors.append(LEGACY_MASTER_SELECTOR)
+    return selectors
+
+
+def check_expected_hash(value: str | None) -> None:
+    """Raise ``ValueError`` unless ``value`` is ``None`` or 12 to 64 hex digits (fewer could match by accident)."""
+    if value is not None and not _HASH.fullmatch(value):
+        raise ValueError(f"the expected config hash must be {restart.MIN_HASH_DIGITS} to 64 hex digits, "
+                         f"got {value!r}")
+
+
+# --- output ---------------------------------------------------------------------------------------------
+
+_COLUMNS: Final = ("NODE", "STATE", "SOURCE-HASH", "CONFIG-HASH", "MANIFEST-MTIME", "SCHEDULER-STARTED", "RESTARTED-AT",
+                   "READY", "MESSAGE")
+
+
+def render_table(verdict: ClusterVerdict) -> str:
+    """The human form: one row per node, the overall verdict, then why each node is not ready."""
+    rows = [
+        (r.node, r.state or "-", (r.source_hash or "-")[:restart.MIN_HASH_DIGITS],
+         (r.config_hash or "-")[:restart.MIN_HASH_DIGITS], r.manifest_mtime or "-",
+         r.scheduler_started or "-", r.restarted_at or "-", "yes" if r.ready else "no", r.message or "-")
+        for r in verdict.rows
+    ]
+    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(_COLUMNS)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+             for line in [_COLUMNS, *rows]]
+    lines.append(f"verdict: {verdict.summary()}")
+    lines.extend(f"  {reason}" for reason in verdict.explain())
+    return "\n".join(lines) + "\n"
+
+
+def render_json(verdict: ClusterVerdict) -> str:
+    return json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def compat_nodes_yaml(verdict: ClusterVerdict) -> str:
+    """``nodes.yaml`` as csi-baremetal reads it: ``nodes: [{node_name, kube_scheduler, restarted}]``.
+
+    ``kube_scheduler`` is the scheduler's (mirror) pod name and ``restarted`` whether that scheduler runs the
+    patched config — the operator writes the pod name and "started after the config changed"; the extender's
+    health check on each control-plane node looks up its own ``node_name`` and serves only when ``restarted``
+    is true (a node missing from the list also fails it). Every control-plane node is listed, with an empty
+    ``kube_scheduler`` when its mirror pod does not exist, so that case reads as "not restarted".
+    """
+    nodes = [{"node_name": r.node, "kube_scheduler": r.mirror_pod or "", "restarted": r.ready} for r in verdict.rows]
+    out = io.StringIO()
+    YAML().dump({"nodes": nodes}, out)  # round-trip dumper: keeps the operator's field order
+    return out.getvalue()
+
+
+def status_data(verdict: ClusterVerdict) -> dict[str, str]:
+    return {
+        STATUS_KEY: render_json(verdict),
+        "ready": "true" if verdict.ready else "false",
+        "expected-hash": verdict.expected_hash or "",
+    }
