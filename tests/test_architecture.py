@@ -3,6 +3,10 @@
 patcher/core is pure (text, data, verdicts, the lifecycle), patcher/adapters touch one outside thing each (files,
 inotify, processes, HTTP, the Kubernetes API), patcher/services composes them into the node's protocol, and
 patcher/commands is what a user runs. A newcomer reads the tree as the architecture; this test keeps it true.
+
+Every import counts, nested and ``TYPE_CHECKING`` ones included: a cycle or an upward reference hidden behind a
+lazy import (like cli -> runner -> statuspub -> readiness -> cli once was) still ties the modules into one knot
+that can only be read, tested and changed together. (This file replaces tests/test_imports.py.)
 """
 
 from __future__ import annotations
@@ -82,6 +86,34 @@ def test_the_core_stays_pure(name: str) -> None:
     assert impure == [], f"{name} is in core/ but imports {impure}"
 
 
+#: Calls that change the file system. The core may read (a ConfigMap mount, packaged schemas) but every write
+#: goes through ``patcher.adapters.fsio`` (temp file, fsync, rename, fsync dir), which the core cannot import.
+WRITERS = frozenset({"write_text", "write_bytes", "replace", "rename", "renames", "unlink", "remove", "rmdir",
+                     "removedirs", "rmtree", "mkdir", "makedirs", "chmod", "chown", "fsync", "symlink", "link",
+                     "touch", "mkstemp", "NamedTemporaryFile", "copyfile", "copy2", "move"})
+
+
+def writes(name: str) -> Iterator[str]:
+    """File-system changes a module's code makes: calls to ``WRITERS`` on a module or path, ``open`` to write."""
+    for node in ast.walk(ast.parse(MODULES[name].read_text("utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        on_os = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "os"
+        if called in WRITERS and isinstance(func, ast.Attribute) and (called != "replace" or on_os):
+            yield f"line {node.lineno}: .{called}()"  # str.replace is text, os.replace a rename
+        elif called == "open":
+            modes = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
+            if any(not isinstance(m, ast.Constant) or set(str(m.value)) & set("wax+") for m in modes):
+                yield f"line {node.lineno}: open() to write"
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if layer(m) == 0))
+def test_the_core_writes_no_files(name: str) -> None:
+    assert list(writes(name)) == [], f"{name} is in core/ but changes files; that belongs in an adapter"
+
+
 def test_no_import_cycles() -> None:
     graph = {m: sorted({t for t, _ in imports(m) if t in MODULES and t != m}) for m in MODULES}
     index: dict[str, int] = {}
@@ -116,4 +148,4 @@ def test_no_import_cycles() -> None:
     for m in sorted(graph):
         if m not in index:
             visit(m)
-    assert cycles == []
+    assert cycles == [], "import cycles (lazy imports count): move the shared part down a layer"
