@@ -3,8 +3,10 @@
 Every decision is in ``patcher.lifecycle`` (pure); this module only does the I/O around it: planning and
 writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
 actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
-its Node's annotations and events. The API adapters run in their own threads and never block this loop: a
-control plane that is restarting (which is what we cause) must not stop the file-level work.
+its Node's annotations and events. The API adapters run in their own threads and the loop only posts to them
+while reconciling: a control plane that is restarting (which is what we cause) must not stop the file-level
+work. Only the shutdown waits on them, each wait bounded by the grace period: the restore's turn on the
+Lease, the scheduler back on the restored manifest, the Lease release and the final report.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Capped exponential backoff with jitter, shared by the annotation publisher and the mirror-pod watch.
+"""Capped exponential backoff with jitter, the one retry pace of everything that talks to the API server.
+
+Its users: every ``ListWatcher`` (the mirror-pod watch, the Node and pod watches of ``readiness --wait`` and the
+gatekeeper), the Node reporter, the status publisher, the readiness retries (``kube/cluster.py``), the
+gatekeeper's verdict and release retries, and the agent's API-version poll (``services/runner.py``).
 
 The API server is expected to be unreachable for seconds to minutes while control-plane pods restart; many
 agents retrying in lock-step would hit it together the moment it returns, hence the jitter.

@@ -1,5 +1,8 @@
 """List a collection, then follow it with a watch: the informer pattern in small, shared by every watcher.
 
+Its users: the agent's mirror-pod watch (``kube/mirrorpod.py``), the Node watches behind ``readiness --wait``
+(``kube/cluster.node_watchers``), and the gatekeeper's Node and gated-pod watches.
+
 The API server is expected to drop streams, time them out, compact old versions (410 Gone) and be away for
 minutes while control-plane pods restart; this loop turns all of that into "the latest full state, then
 every change", with capped backoff and no lost events (it resumes from the newest resourceVersion seen).
