@@ -22,8 +22,11 @@ from kubernetes import client as k8s
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
 from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.leader import LeaderElector
 from patcher.commands import gatekeeper
-from patcher.commands.gatekeeper import DEFAULT_GATE, Gatekeeper, GateMetrics, LeaderElector, release_patch, waits_on
+from patcher.commands.gatekeeper import DEFAULT_LEASE
+from patcher.core.gates import DEFAULT_GATE, release_patch, waits_on
+from patcher.services.gatekeeper import Gatekeeper, GateMetrics
 from tests.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
 
@@ -284,8 +287,8 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
 
 
 def elector(api: k8s.ApiClient, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
-    return LeaderElector(api, namespace=NS, identity=identity, lease_duration=1.5, renew_deadline=1.0,
-                         retry_period=0.1, on_change=on_change)
+    return LeaderElector(api, namespace=NS, name=DEFAULT_LEASE, identity=identity, lease_duration=1.5,
+                         renew_deadline=1.0, retry_period=0.1, on_change=on_change)
 
 
 def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubeconfig: Path) -> None:

@@ -1,0 +1,324 @@
+"""The gatekeeper: release a scheduling gate from Pending pods while the cluster readiness verdict is Ready.
+
+``scheduler-patcher gatekeeper`` (``patcher.commands.gatekeeper``) runs it; the rules and why are in that
+command's docstring. Here: a cache of gated pods (pod watch), the Node annotations behind the verdict (Node
+watch), the loop that re-evaluates the verdict and releases, and its Prometheus metrics. The verdict is
+``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``;
+leadership is ``patcher.adapters.kube.leader``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from patcher.adapters.health import Health, add_process_info
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.errors import ApiError, Conflict, Invalid, NotFound, api_json
+from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, release_patch, waited_seconds, waits_on
+from patcher.core.kubeobj import Obj, dig
+from patcher.core.readiness import ClusterVerdict, node_selectors
+from patcher.core.status import annotation_snapshot
+
+log = logging.getLogger(__name__)
+
+JSON_PATCH: Final = "application/json-patch+json"
+#: Re-reads of one pod after concurrent changes before giving up on it until the next pass.
+MAX_CONFLICTS: Final = 5
+#: Seconds a gated pod waited, from its creation to the release: seconds when the schedulers are already
+#: Ready, a rollout's length (minutes) for pods created during one.
+WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class GateMetrics:
+    """The gatekeeper's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        kw: dict[str, Any] = {"namespace": "scheduler_patcher", "subsystem": "gatekeeper", "registry": self.registry}
+        self._released = Counter("pods_released", "Pods whose scheduling gate was removed.", **kw)
+        self._waiting = Gauge("gated_pods", "Pending pods that carry the gate.", **kw)
+        self._waited = Histogram("wait_seconds", "Seconds from a gated pod's creation to its release.",
+                                 buckets=WAIT_BUCKETS, **kw)
+        self._conflicts = Counter("patch_conflicts", "Release patches refused because the pod changed meanwhile.",
+                                  **kw)
+        self._leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
+        self._ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
+        add_process_info(self.registry)
+
+    def released(self, waited_s: float | None) -> None:
+        self._released.inc()
+        if waited_s is not None:
+            self._waited.observe(max(0.0, waited_s))
+
+    def waiting(self, count: int) -> None:
+        self._waiting.set(count)
+
+    def conflict(self) -> None:
+        self._conflicts.inc()
+
+    def leader(self, value: bool) -> None:
+        self._leader.set(1 if value else 0)
+
+    def verdict_ready(self, value: bool) -> None:
+        self._ready.set(1 if value else 0)
+
+    def value(self, name: str) -> float:
+        """A sample's current value (``0`` when absent): for tests and debugging."""
+        return float(self.registry.get_sample_value(name) or 0.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Gatekeeper:
+    """Keeps a cache of gated pods (pod watch) and the verdict (Node watch), and releases when allowed.
+
+    ``verdict_fn`` is usually ``lambda: collect(api, ...)``. ``namespaces`` empty means all namespaces.
+    ``node_label_selectors`` (default: control-plane and legacy master labels) pick the Nodes whose annotation
+    changes trigger a re-evaluation. Without an ``elector`` this replica always acts (one replica, or tests).
+    """
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        verdict_fn: Callable[[], ClusterVerdict],
+        gate_name: str = DEFAULT_GATE,
+        namespaces: Sequence[str] = (),
+        node_label_selectors: Sequence[str] | None = None,
+        prefix: str = "scheduler-patcher.io/",
+        elector: LeaderElector | None = None,
+        metrics: GateMetrics | None = None,
+        health: Health | None = None,
+        resync_interval: float = 30.0,
+        backoff: Backoff | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if not gate_name:
+            raise ValueError("the gate name must not be empty")
+        self._core = k8s.CoreV1Api(api)
+        self.gate = gate_name
+        self._verdict_fn = verdict_fn
+        self._elector = elector
+        self.metrics = metrics if metrics is not None else GateMetrics()
+        self._health = health
+        self._resync = resync_interval
+        self._backoff = backoff if backoff is not None else Backoff(0.5, 30.0)
+        self._wall = wall
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._pods: dict[tuple[str, str], Obj] = {}
+        self._node_marks: dict[str, dict[str, str]] = {}
+        self._verdict_stale = True
+        self._next_resync = 0.0
+        self._verdict_retry_at = 0.0
+        self._release_retry_at = 0.0
+        self._verdict_backoff = self._backoff.fresh()
+        self._release_backoff = self._backoff.fresh()
+        self.verdict: ClusterVerdict | None = None
+        self._watchers: list[ListWatcher] = []
+        wb = self._backoff.fresh()
+        pending = "status.phase=Pending"  # the API server cannot select on schedulingGates: filter here
+        if namespaces:
+            for ns in namespaces:
+                self._watchers.append(ListWatcher(
+                    self._core.list_namespaced_pod, ns, field_selector=pending, name=f"watch pods ({ns})",
+                    on_sync=functools.partial(self._pods_synced, ns), on_event=self._pod_event,
+                    backoff=wb.fresh(), failure_level=logging.WARNING))
+        else:
+            self._watchers.append(ListWatcher(
+                self._core.list_pod_for_all_namespaces, field_selector=pending, name="watch pods",
+                on_sync=functools.partial(self._pods_synced, None), on_event=self._pod_event,
+                backoff=wb.fresh(), failure_level=logging.WARNING))
+        for sel in node_label_selectors if node_label_selectors is not None else node_selectors():
+            self._watchers.append(ListWatcher(
+                self._core.list_node, label_selector=sel, name=f"watch nodes ({sel})",
+                on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb.fresh(),
+                failure_level=logging.WARNING))
+
+    # -- watch callbacks (watcher threads) -------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _pods_synced(self, scope: str | None, items: list[Obj]) -> None:
+        with self._lock:
+            for key in [k for k in self._pods if scope is None or k[0] == scope]:
+                del self._pods[key]
+            for pod in items:
+                if waits_on(pod, self.gate):
+                    self._pods[pod_key(pod)] = pod
+        self.wake()
+
+    def _pod_event(self, kind: str, pod: Obj) -> None:
+        with self._lock:
+            if kind != "DELETED" and waits_on(pod, self.gate):
+                self._pods[pod_key(pod)] = pod
+            elif self._pods.pop(pod_key(pod), None) is None:
+                return  # not one of ours, before or after: nothing to do
+        self.wake()
+
+    def _nodes_synced(self, items: list[Obj]) -> None:
+        with self._lock:
+            for node in items:
+                self._node_marks[str(dig(node, "metadata", "name"))] = annotation_snapshot(node, self._prefix)
+            self._verdict_stale = True
+        self.wake()
+
+    def _node_event(self, kind: str, node: Obj) -> None:
+        name = str(dig(node, "metadata", "name"))
+        marks = annotation_snapshot(node, self._prefix)
+        with self._lock:
+            if kind == "MODIFIED" and self._node_marks.get(name) == marks:
+                return  # a status heartbeat or a label we do not read: the verdict cannot have changed
+            if kind == "DELETED":
+                self._node_marks.pop(name, None)
+            else:
+                self._node_marks[name] = marks
+            self._verdict_stale = True
+        self.wake()
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for w in self._watchers:
+            w.start()
+
+    def stop(self) -> None:
+        for w in self._watchers:
+            w.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
+
+    def waiting(self) -> list[Obj]:
+        """The gated pods known right now."""
+        with self._lock:
+            return list(self._pods.values())
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set (set it, then ``wake()``, to end promptly)."""
+        failures = Backoff(1.0, 30.0)
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                delay = self.step()
+            except Exception:  # a bug must not end the loop silently; /healthz stops beating if it persists
+                delay = failures.next_delay()
+                log.exception("gatekeeper pass failed; next try in %.1fs", delay)
+            else:
+                failures.reset()
+                if self._health is not None:
+                    self._health.beat()
+            self._wake.wait(delay)
+
+    def step(self) -> float:
+        """One pass: refresh the verdict if due, release what may be released; returns the time to sleep."""
+        now = time.monotonic()
+        with self._lock:
+            due = (self._verdict_stale or now >= self._next_resync) and now >= self._verdict_retry_at
+            if due:
+                self._verdict_stale = False
+        if due:
+            self._refresh_verdict(now)
+        pods = self.waiting()
+        self.metrics.waiting(len(pods))
+        leader = self._elector is None or self._elector.is_leader()
+        self.metrics.leader(leader)
+        if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
+            failed = False
+            for pod in sorted(pods, key=created):
+                if self._elector is not None and not self._elector.is_leader():
+                    break
+                failed = not self._release(pod) or failed
+            if failed:
+                self._release_retry_at = time.monotonic() + self._release_backoff.next_delay()
+            else:
+                self._release_backoff.reset()
+            pods = self.waiting()
+            self.metrics.waiting(len(pods))
+        wake_at = self._verdict_retry_at if self._verdict_retry_at > now else self._next_resync
+        if pods and self._release_retry_at > now:
+            wake_at = min(wake_at, self._release_retry_at)
+        return min(self._resync, max(0.05, wake_at - time.monotonic()))
+
+    def _refresh_verdict(self, now: float) -> None:
+        before = self.verdict
+        try:
+            verdict = self._verdict_fn()
+        except ApiError as exc:
+            delay = self._verdict_backoff.next_delay()
+            log.warning("cannot evaluate the readiness verdict (%s); nothing is released; retrying in %.1fs",
+                        exc, delay)
+            self.verdict = None
+            with self._lock:
+                self._verdict_stale = True
+            self._verdict_retry_at = now + delay
+            self.metrics.verdict_ready(False)
+            return
+        self._verdict_backoff.reset()
+        self._verdict_retry_at = 0.0
+        self._next_resync = now + self._resync
+        self.verdict = verdict
+        self.metrics.verdict_ready(verdict.ready)
+        if before is None or before.ready != verdict.ready or before.explain() != verdict.explain():
+            if verdict.ready:
+                log.info("verdict %s: releasing gate %s", verdict.summary(), self.gate)
+            else:
+                log.info("verdict %s (%s): gate %s stays", verdict.summary(), "; ".join(verdict.explain()), self.gate)
+
+    def _release(self, pod: Obj) -> bool:
+        """Remove our gate from ``pod``; False when it should be tried again later (an API failure)."""
+        ns, name = pod_key(pod)
+        where = f"{ns}/{name}"
+        for _ in range(MAX_CONFLICTS):
+            if not waits_on(pod, self.gate):
+                self._forget(pod)
+                return True
+            try:
+                api_json(f"release pod {where}", self._core.patch_namespaced_pod, name, ns,
+                         release_patch(pod, self.gate), _content_type=JSON_PATCH)
+            except NotFound:
+                self._forget(pod)
+                return True
+            except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
+                self.metrics.conflict()
+                log.debug("pod %s changed while we released it (%s); reading it again", where, exc)
+                try:
+                    pod = api_json(f"read pod {where}", self._core.read_namespaced_pod, name, ns)
+                except NotFound:
+                    self._forget(pod)
+                    return True
+                except ApiError as read_exc:
+                    log.warning("cannot read pod %s again: %s; retrying later", where, read_exc)
+                    return False
+                continue
+            except ApiError as exc:
+                log.warning("cannot release pod %s: %s; retrying later", where, exc)
+                return False
+            waited = waited_seconds(pod, self._wall())
+            self.metrics.released(waited)
+            self._forget(pod)
+            others = [g for g in gate_names(pod) if g != self.gate]
+            log.info("released pod %s from gate %s", where, self.gate,
+                     extra={"waited_s": round(waited, 1) if waited is not None else None,
+                            "other_gates": ",".join(others) or None})
+            return True
+        log.warning("pod %s kept changing while we released it; trying again later", where)
+        return False
+
+    def _forget(self, pod: Obj) -> None:
+        with self._lock:
+            self._pods.pop(pod_key(pod), None)
