@@ -366,7 +366,7 @@ def test_rbac_matches_the_api_calls_the_agent_makes() -> None:
 
 
 def test_node_events_go_where_the_role_is() -> None:
-    # patcher/adapters/kube/status.py puts Node events in "default"; the Role must live there and nowhere else.
+    # patcher/core/status.py puts Node events in "default"; the Role must live there and nowhere else.
     assert NODE_EVENT_NAMESPACE == "default"
     events_roles = [k for k, rules in EXPECTED_RULES.items() if any("events" in r["resources"] for r in rules)]
     assert events_roles == [("Role", NODE_EVENT_NAMESPACE, "scheduler-patcher-node-events")]

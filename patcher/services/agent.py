@@ -1,6 +1,6 @@
-"""The node agent's reactor: one thread that observes, feeds ``patcher.lifecycle.step`` and executes its actions.
+"""The node agent's reactor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its actions.
 
-Every decision is in ``patcher.lifecycle`` (pure); this module only does the I/O around it: planning and
+Every decision is in ``patcher.core.lifecycle`` (pure); this module only does the I/O around it: planning and
 writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
 actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
 its Node's annotations and events. The API adapters run in their own threads and the loop only posts to them
@@ -50,7 +50,7 @@ class PodSource(Protocol):
 
 
 class Coordinator(Protocol):
-    """One manifest change at a time across the control plane (see ``patcher.rollout``): an actor whose
+    """One manifest change at a time across the control plane (see ``patcher.services.rollout``): an actor whose
     methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
 
     held: bool

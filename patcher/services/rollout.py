@@ -8,7 +8,7 @@ the canary: a source that rolled back is recorded on the Lease and no other node
 The Lease is a background actor, like the node reporter: the agent's loop posts intents ("my turn for source
 X", "release, bad=Y") and reads a snapshot that never blocks; this thread does the API round trips, each with
 a deadline, and renews while held. An API server that accepts connections and never answers therefore stalls
-nothing but this thread. Expiry follows ``patcher.kube.lease`` (the observer's own clock, never the remote
+nothing but this thread. Expiry follows ``patcher.adapters.kube.lease`` (the observer's own clock, never the remote
 ``renewTime`` against the local wall clock).
 """
 

@@ -1,5 +1,5 @@
-"""The node agent's Kubernetes adapters: API client, Node annotations and events, mirror-pod watch.
+"""The Kubernetes API adapters: the client, the error hierarchy, watches, Node reports, Leases, cluster reads.
 
-This package file deliberately imports nothing: the pure helpers (``status``) may be used by the
-offline CLI, which must not pay for (or depend on) importing the kubernetes client.
+This package file deliberately imports nothing: importing one adapter must not load the others (the offline
+CLI imports none of them, and must not pay for or depend on the kubernetes client).
 """
