@@ -24,13 +24,11 @@ import pytest
 
 from patcher.adapters import fsio
 from patcher.adapters.health import Health, Metrics
-from patcher.adapters.kube.annotations import NodeReporter
-from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, build_api_client
-from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
-from patcher.services.rollout import RolloutLease
+from patcher.services.agent import AgentOptions
+from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
+from patcher.services.runner import build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
@@ -100,41 +98,33 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 class Running:
-    """An agent in a thread, wired like ``runner.run`` but with fast retries."""
+    """An agent in a thread, built by ``runner.build_agent`` as ``run`` builds it, with fast retries."""
 
-    def __init__(self, node: Node, *, coordinated: bool = False, **overrides: object) -> None:
+    def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False,
+                 **overrides: object) -> None:
         files = engine.Options(source=node.src, host_root=node.root)
         opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
-        self.api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
-        fast = Backoff(initial=0.05, maximum=0.5)
-        self.metrics = Metrics()
-        self.health = Health(metrics=self.metrics)
-        self.reporter = NodeReporter(self.api, NODE, backoff=fast)
-        self.agent: Agent | None = None
-        self.pods = MirrorPodWatcher(self.api, "kube-system", f"kube-scheduler-{NODE}", backoff=fast,
-                                     on_update=lambda pod: self.agent.notify("pod") if self.agent else None)
-        self.lease = RolloutLease(self.api, "scheduler-patcher", "scheduler-patcher-rollout", NODE, retry=0.2,
-                                  on_change=lambda: self.agent.notify("lease") if self.agent else None
-                                  ) if coordinated else None
-        self.agent = Agent(opts, reporter=self.reporter, pods=self.pods, health=self.health, metrics=self.metrics,
-                           coordinator=self.lease)
-        self.reporter.start()
-        self.pods.start()
-        self.agent.start_watching()
+        self.config = AgentConfig(
+            agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
+            rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
+            status=StatusSettings(publish=publish))
+        api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
+        self.wiring = build_agent(self.config, api)
+        assert self.wiring.parts is not None
+        self.parts = self.wiring.parts
+        self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
+        self.wiring.start()
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        assert self.agent is not None
         self.code = self.agent.run()
 
     def stop(self) -> int | None:
-        assert self.agent is not None
         self.agent.request_stop()
         self.thread.join(10)
-        self.pods.stop()
-        self.reporter.close()
+        self.wiring.close()
         return self.code
 
 
@@ -146,7 +136,6 @@ def reconciles(agent: Running) -> float:
 
 def settled(agent: Running) -> None:
     """Make the agent reconcile twice more and wait for it: whatever it would still do, it has done by then."""
-    assert agent.agent is not None
     for _ in range(2):
         target = reconciles(agent) + 1
         agent.agent.notify("source")
@@ -382,7 +371,6 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
     try:
         node.set_source(EXTENDERS.replace("weight: 1", "weight: 9"))  # wants a turn: the actor hangs on it
         settled(agent)
-        assert agent.agent is not None
         agent.agent.request_stop()
         agent.thread.join(4.0 + 6.0)  # the grace period plus a margin for a loaded machine
         assert not agent.thread.is_alive()
@@ -390,5 +378,4 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
         assert node.manifest.read_bytes() == KUBEADM
     finally:
         hole.close()
-        agent.pods.stop()
-        agent.reporter.close()
+        agent.wiring.close()

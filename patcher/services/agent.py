@@ -86,9 +86,11 @@ class Agent:
                  fallback_version: Callable[[], str | None] = lambda: None,
                  coordinator: Coordinator | None = None,
                  on_phase: Callable[[NodeState], None] | None = None,
-                 coordinated: bool | None = None, api_pending: bool = False) -> None:
+                 coordinated: bool | None = None, api_pending: bool = False,
+                 events: queue.Queue[Event] | None = None) -> None:
         """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
-        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given)."""
+        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given);
+        ``events``: the queue the adapters were handed (``runner.build_agent`` makes it before them)."""
         self.opts = opts
         self.files = opts.files
         self.reporter = reporter
@@ -105,7 +107,7 @@ class Agent:
         self._attached_event = threading.Event()
         self._exit_code = 0
         self._lease_retry_at: float | None = None
-        self.events: queue.Queue[Event] = queue.Queue()
+        self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
         self.store = self.files.store()
         self._node = Node()
         self._saved: State | None = None
@@ -180,7 +182,7 @@ class Agent:
     def start_watching(self) -> None:
         fs = self.files.fs
         manifest_local = fs.local(self.files.manifest_path)
-        watcher = FolderWatcher(self.notify, debounce=self.opts.debounce)
+        watcher = FolderWatcher(self.events.put, debounce=self.opts.debounce)
         targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
                    ("manifest", fs.local(self.files.manifest_dir), lambda: file_fingerprint(manifest_local))]
         target_dir = posixpath.dirname(fs.resolve(self.files.manifest_path))
