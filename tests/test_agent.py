@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from patcher.adapters import fsio
-from patcher.adapters.health import Health, Metrics
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.services import engine
 from patcher.services.agent import AgentOptions
@@ -379,3 +378,30 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
     finally:
         hole.close()
         agent.wiring.close()
+
+
+def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deployed(node: Node) -> None:
+    """The production wiring end to end: the Lease turn around the write, and the cluster verdict published
+    once the node is Ready (the publisher is kicked by the agent's phase changes)."""
+    def control_plane(obj: dict[str, Any]) -> None:
+        obj["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""
+
+    node.emu.mutate("nodes", NODE, control_plane)
+    agent = Running(node, coordinated=True, publish=True)
+    assert agent.parts.coordinator is not None and agent.parts.publisher is not None
+    assert agent.agent.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
+    assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+    leases = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
+    assert node.emu.requests("POST", leases), "the write went ahead without the rollout Lease"
+
+    def published() -> dict[str, Any] | None:
+        cm = node.emu.get("configmaps", "scheduler-patcher-status", "scheduler-patcher")
+        return json.loads(cm["data"]["status.json"]) if cm else None
+
+    assert wait_until(lambda: (published() or {}).get("ready") is True, 30), published()
+    status = published()
+    assert status is not None
+    assert [(n["node"], n["state"], n["configHash"]) for n in status["nodes"]] == [
+        (NODE, "Ready", node.annotations()["config-hash"])]
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
