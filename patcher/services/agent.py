@@ -1,10 +1,14 @@
-"""The node agent's reactor: one thread that observes, feeds ``patcher.lifecycle.step`` and executes its actions.
+"""The node agent's reactor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its
+actions.
 
-Every decision is in ``patcher.lifecycle`` (pure); this module only does the I/O around it: planning and
+Every decision is in ``patcher.core.lifecycle`` (pure); this module only does the I/O around it: planning and
 writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
 actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
-its Node's annotations and events. The API adapters run in their own threads and never block this loop: a
-control plane that is restarting (which is what we cause) must not stop the file-level work.
+its Node's annotations and events. The API adapters run in their own threads and feed the loop through its
+event queue; while it runs, the loop never waits for the API (a control plane that is restarting, which is what
+we cause, must not stop the file-level work). It does wait for its own file work, and, on the way out, for the
+rollout Lease and the final report, each bounded by the grace period. ``patcher.services.runner.build_agent``
+wires it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class PodSource(Protocol):
 
 
 class Coordinator(Protocol):
-    """One manifest change at a time across the control plane (see ``patcher.rollout``): an actor whose
+    """One manifest change at a time across the control plane (see ``patcher.services.rollout``): an actor whose
     methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
 
     held: bool
