@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from patcher.adapters import fsio
-from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
-from patcher.services.runner import build_agent
+from patcher.services.runner import ApiParts, Deferred, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
@@ -99,7 +99,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 class Running:
     """An agent in a thread, built by ``runner.build_agent`` as ``run`` builds it, with fast retries."""
 
-    def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False,
+    def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
                  **overrides: object) -> None:
         files = engine.Options(source=node.src, host_root=node.root)
         opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
@@ -107,15 +107,20 @@ class Running:
             agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
             rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
             status=StatusSettings(publish=publish))
-        api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
-        self.wiring = build_agent(self.config, api)
-        assert self.wiring.parts is not None
-        self.parts = self.wiring.parts
+        settings = ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0))
+        # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
+        self.wiring = build_agent(self.config, Deferred(lambda: build_api_client(settings)) if deferred
+                                  else build_api_client(settings))
         self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
         self.wiring.start()
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    @property
+    def parts(self) -> ApiParts:
+        assert self.wiring.parts is not None
+        return self.wiring.parts
 
     def _run(self) -> None:
         self.code = self.agent.run()
@@ -405,3 +410,29 @@ def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deploye
         (NODE, "Ready", node.annotations()["config-hash"])]
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_a_deferred_client_is_built_off_the_loop_and_attached_to_the_running_agent(node: Node) -> None:
+    agent = Running(node, deferred=True)
+    assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+    assert agent.agent.reporter is agent.parts.reporter and agent.agent.pods is agent.parts.pods
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM and node.state() == "Restored"
+
+
+def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_it_was(node: Node) -> None:
+    def unusable() -> Any:
+        raise ApiConfigError("no kubeconfig at /nowhere and no in-cluster environment")
+
+    files = engine.Options(source=node.src, host_root=node.root)
+    wiring = build_agent(AgentConfig(AgentOptions(files=files, node_name=NODE)), Deferred(unusable))
+    wiring.start()
+    assert wiring.agent.run() == 1  # the contract's "could not start"
+    wiring.close()
+    assert node.manifest.read_bytes() == KUBEADM and wiring.parts is None
+
+
+def test_build_agent_refuses_a_client_the_config_does_not_expect(node: Node) -> None:
+    files = engine.Options(source=node.src, host_root=node.root)
+    with pytest.raises(ValueError, match="disagree"):
+        build_agent(AgentConfig(AgentOptions(files=files, node_name=NODE)), None)
