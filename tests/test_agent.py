@@ -425,7 +425,10 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
         raise ApiConfigError("no kubeconfig at /nowhere and no in-cluster environment")
 
     files = engine.Options(source=node.src, host_root=node.root)
-    wiring = build_agent(AgentConfig(AgentOptions(files=files, node_name=NODE)), Deferred(unusable))
+    # A 10-minute grace period: waiting half of it for a report that cannot come would hang the test (and the
+    # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
+    opts = AgentOptions(files=files, node_name=NODE, grace_period=600.0)
+    wiring = build_agent(AgentConfig(opts), Deferred(unusable))
     wiring.start()
     assert wiring.agent.run() == 1  # the contract's "could not start"
     wiring.close()

@@ -164,6 +164,12 @@ class Agent:
         self._attached_event.set()
         self.notify("attached")
 
+    def api_unavailable(self) -> None:
+        """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
+        wait for them to report (it would wait half the grace period for nothing)."""
+        self._attached_event.set()
+        self.request_stop(code=1)
+
     def request_stop(self, code: int = 0) -> None:
         self._exit_code = self._exit_code or code
         if self._stopping.is_set():

@@ -186,7 +186,7 @@ class Wiring:
             api = deferred.build()
         except ApiConfigError as exc:
             log.error("%s", exc)
-            self.agent.request_stop(code=1)
+            self.agent.api_unavailable()
             return
         with self._lock:
             if self._closed:
