@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from patcher.adapters import fsio
-from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
+from patcher.adapters.kube.client import ApiConfigError
 from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
-from patcher.services.runner import ApiParts, Deferred, build_agent
+from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
@@ -107,10 +107,11 @@ class Running:
             agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
             rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
             status=StatusSettings(publish=publish))
-        settings = ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0))
+        settings = self.config.api
+        assert settings is not None
         # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
-        self.wiring = build_agent(self.config, Deferred(lambda: build_api_client(settings)) if deferred
-                                  else build_api_client(settings))
+        self.wiring = build_agent(self.config, Deferred(lambda: api_client(settings)) if deferred
+                                  else api_client(settings))
         self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
         self.wiring.start()
         self.code: int | None = None

@@ -8,6 +8,7 @@ first, so every adapter's callback is the queue's ``put``: nothing is bound late
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -23,7 +24,7 @@ from patcher.core.errors import PatcherError
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.agent import Agent, Event
-from patcher.services.config import AgentConfig
+from patcher.services.config import AgentConfig, ApiSettings
 
 if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
     from patcher.adapters.kube.annotations import NodeReporter
@@ -228,20 +229,19 @@ def build_agent(config: AgentConfig, api: Api) -> Wiring:
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
+def api_client(settings: ApiSettings) -> TimeoutApiClient:
+    """The API client ``run`` builds (and the tests, against the emulator). It imports the Kubernetes client:
+    ``run`` calls it off the loop, through a ``Deferred``."""
+    from patcher.adapters.kube.client import ClientSettings, build_api_client
+
+    if settings.timeout is None:
+        return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig))
+    return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig, timeout=settings.timeout))
+
+
 def run(config: AgentConfig) -> int:
     logs.setup(config.log_format, config.log_level)
-    api: Api = None
-    if config.api is not None:
-        settings = config.api
-
-        def connect() -> TimeoutApiClient:
-            from patcher.adapters.kube.client import ClientSettings, build_api_client
-
-            if settings.timeout is None:
-                return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig))
-            return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig, timeout=settings.timeout))
-
-        api = Deferred(connect)
+    api: Api = None if config.api is None else Deferred(functools.partial(api_client, config.api))
     wiring = build_agent(config, api)
     agent = wiring.agent
     agent.install_signal_handlers()
