@@ -23,14 +23,11 @@ from typing import Any
 import pytest
 
 from patcher.adapters import fsio
-from patcher.adapters.health import Health, Metrics
-from patcher.adapters.kube.annotations import NodeReporter
-from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.client import ClientSettings, build_api_client
-from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
+from patcher.adapters.kube.client import ApiConfigError
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
-from patcher.services.rollout import RolloutLease
+from patcher.services.agent import AgentOptions
+from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
+from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
 from tests.conftest import FIXTURES, write_configmap
@@ -100,41 +97,39 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 class Running:
-    """An agent in a thread, wired like ``runner.run`` but with fast retries."""
+    """An agent in a thread, built by ``runner.build_agent`` as ``run`` builds it, with fast retries."""
 
-    def __init__(self, node: Node, *, coordinated: bool = False, **overrides: object) -> None:
+    def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
+                 **overrides: object) -> None:
         files = engine.Options(source=node.src, host_root=node.root)
         opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
-        self.api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0)))
-        fast = Backoff(initial=0.05, maximum=0.5)
-        self.metrics = Metrics()
-        self.health = Health(metrics=self.metrics)
-        self.reporter = NodeReporter(self.api, NODE, backoff=fast)
-        self.agent: Agent | None = None
-        self.pods = MirrorPodWatcher(self.api, "kube-system", f"kube-scheduler-{NODE}", backoff=fast,
-                                     on_update=lambda pod: self.agent.notify("pod") if self.agent else None)
-        self.lease = RolloutLease(self.api, "scheduler-patcher", "scheduler-patcher-rollout", NODE, retry=0.2,
-                                  on_change=lambda: self.agent.notify("lease") if self.agent else None
-                                  ) if coordinated else None
-        self.agent = Agent(opts, reporter=self.reporter, pods=self.pods, health=self.health, metrics=self.metrics,
-                           coordinator=self.lease)
-        self.reporter.start()
-        self.pods.start()
-        self.agent.start_watching()
+        self.config = AgentConfig(
+            agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
+            rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
+            status=StatusSettings(publish=publish))
+        settings = self.config.api
+        assert settings is not None
+        # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
+        self.wiring = build_agent(self.config, Deferred(lambda: api_client(settings)) if deferred
+                                  else api_client(settings))
+        self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
+        self.wiring.start()
         self.code: int | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    @property
+    def parts(self) -> ApiParts:
+        assert self.wiring.parts is not None
+        return self.wiring.parts
+
     def _run(self) -> None:
-        assert self.agent is not None
         self.code = self.agent.run()
 
     def stop(self) -> int | None:
-        assert self.agent is not None
         self.agent.request_stop()
         self.thread.join(10)
-        self.pods.stop()
-        self.reporter.close()
+        self.wiring.close()
         return self.code
 
 
@@ -146,7 +141,6 @@ def reconciles(agent: Running) -> float:
 
 def settled(agent: Running) -> None:
     """Make the agent reconcile twice more and wait for it: whatever it would still do, it has done by then."""
-    assert agent.agent is not None
     for _ in range(2):
         target = reconciles(agent) + 1
         agent.agent.notify("source")
@@ -382,7 +376,6 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
     try:
         node.set_source(EXTENDERS.replace("weight: 1", "weight: 9"))  # wants a turn: the actor hangs on it
         settled(agent)
-        assert agent.agent is not None
         agent.agent.request_stop()
         agent.thread.join(4.0 + 6.0)  # the grace period plus a margin for a loaded machine
         assert not agent.thread.is_alive()
@@ -390,5 +383,60 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
         assert node.manifest.read_bytes() == KUBEADM
     finally:
         hole.close()
-        agent.pods.stop()
-        agent.reporter.close()
+        agent.wiring.close()
+
+
+def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deployed(node: Node) -> None:
+    """The production wiring end to end: the Lease turn around the write, and the cluster verdict published
+    once the node is Ready (the publisher is kicked by the agent's phase changes)."""
+    def control_plane(obj: dict[str, Any]) -> None:
+        obj["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = ""
+
+    node.emu.mutate("nodes", NODE, control_plane)
+    agent = Running(node, coordinated=True, publish=True)
+    assert agent.parts.coordinator is not None and agent.parts.publisher is not None
+    assert agent.agent.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
+    assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+    leases = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
+    assert node.emu.requests("POST", leases), "the write went ahead without the rollout Lease"
+
+    def published() -> dict[str, Any] | None:
+        cm = node.emu.get("configmaps", "scheduler-patcher-status", "scheduler-patcher")
+        return json.loads(cm["data"]["status.json"]) if cm else None
+
+    assert wait_until(lambda: (published() or {}).get("ready") is True, 30), published()
+    status = published()
+    assert status is not None
+    assert [(n["node"], n["state"], n["configHash"]) for n in status["nodes"]] == [
+        (NODE, "Ready", node.annotations()["config-hash"])]
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_a_deferred_client_is_built_off_the_loop_and_attached_to_the_running_agent(node: Node) -> None:
+    agent = Running(node, deferred=True)
+    assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+    assert agent.agent.reporter is agent.parts.reporter and agent.agent.pods is agent.parts.pods
+    assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM and node.state() == "Restored"
+
+
+def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_it_was(node: Node) -> None:
+    def unusable() -> Any:
+        raise ApiConfigError("no kubeconfig at /nowhere and no in-cluster environment")
+
+    files = engine.Options(source=node.src, host_root=node.root)
+    # A 10-minute grace period: waiting half of it for a report that cannot come would hang the test (and the
+    # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
+    opts = AgentOptions(files=files, node_name=NODE, grace_period=600.0)
+    wiring = build_agent(AgentConfig(opts), Deferred(unusable))
+    wiring.start()
+    assert wiring.agent.run() == 1  # the contract's "could not start"
+    wiring.close()
+    assert node.manifest.read_bytes() == KUBEADM and wiring.parts is None
+
+
+def test_build_agent_refuses_a_client_the_config_does_not_expect(node: Node) -> None:
+    files = engine.Options(source=node.src, host_root=node.root)
+    with pytest.raises(ValueError, match="disagree"):
+        build_agent(AgentConfig(AgentOptions(files=files, node_name=NODE)), None)

@@ -245,3 +245,55 @@ def test_shell_completion_knows_every_command_and_flag(shell: str, capsys: pytes
     if shell == "bash" and shutil.which("bash"):
         check = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
         assert check.returncode == 0, check.stderr
+
+
+# --- run: flags to AgentConfig ----------------------------------------------------------------------------
+
+#: A value other than the default for every flag of `run`: each must change the AgentConfig it builds.
+RUN_FLAG_VALUES = {
+    "--manifest-dir": "/m", "--manifest-name": "s.yaml", "--source": "/s", "--host-config-dir": "/h",
+    "--state-dir": "/st", "--host-root": "/r", "--annotation-prefix": "p.example", "--container-name": "sched",
+    "--on-foreign-config": "fail", "--kube-version": "v1.30.0",
+    "--node-name": "cp-9", "--kubeconfig": "/kc", "--no-api": "true", "--resync-interval": "7s",
+    "--restart-timeout": "8s", "--rollback-on-failure": "false", "--restore-on-exit": "never",
+    "--local-check": "true", "--listen": ":1", "--grace-period": "3s", "--rollout": "independent",
+    "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
+    "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
+    "--log-format": "json", "--log-level": "debug",
+}
+
+
+def run_config(*argv: str) -> Any:
+    from patcher.commands.cli import agent_config, build_parser
+
+    return agent_config(build_parser(load=[]).parse_args(["run", "--node-name", "cp-1", *argv]))
+
+
+def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from patcher.commands.cli import build_parser
+
+    for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE"]:
+        monkeypatch.delenv(name, raising=False)
+    run = build_parser(load=[])._subparsers._group_actions[0].choices["run"]
+    flags = {o for a in run._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    assert flags == set(RUN_FLAG_VALUES)  # a new flag needs a value here, and a place in AgentConfig
+    base = run_config()
+    assert base.api is not None and base.agent.node_name == "cp-1" and base.coordinated and base.publishes_status
+    for flag, value in RUN_FLAG_VALUES.items():
+        assert run_config(flag, value) != base, f"{flag} {value} does not reach the agent's config"
+
+
+def test_run_config_groups_the_settings() -> None:
+    config = run_config("--rollout-lease-duration", "90s", "--compat-csi-baremetal", "true", "--kubeconfig", "/kc",
+                        "--restart-timeout", "2m", "--no-api", "false")
+    assert config.rollout.lease_duration == 90 and isinstance(config.rollout.lease_duration, int)
+    assert config.status.compat_csi_baremetal and config.api.kubeconfig == "/kc"
+    assert config.agent.restart_timeout == 120.0
+    no_api = run_config("--no-api")
+    assert no_api.api is None and not no_api.coordinated and not no_api.publishes_status
+
+
+def test_a_lease_shorter_than_a_second_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--node-name", "cp-1", "--rollout-lease-duration", "500ms"]) == 64
+    assert capsys.readouterr().err == \
+        "scheduler-patcher run: error: --rollout-lease-duration 0.5s: must be at least 1s\n"

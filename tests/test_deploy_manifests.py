@@ -61,8 +61,8 @@ RKE2_MANIFESTS = "/var/lib/rancher/rke2/agent/pod-manifests"
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 MASTER = "node-role.kubernetes.io/master"
 HOST_ROOT = "/host"
-#: Seconds the agent may still need after its --grace-period budget: runner.run joins the mirror-pod watcher,
-#: the reporter and the health server (2 s each) before the process exits.
+#: Seconds the agent may still need after its --grace-period budget: closing the wiring (runner.Wiring.close)
+#: stops the mirror-pod watcher, the reporter and the health server, bounded, before the process exits.
 TEARDOWN_S = 6.0
 SA = ("scheduler-patcher", "scheduler-patcher")
 

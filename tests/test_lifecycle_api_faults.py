@@ -40,7 +40,6 @@ def test_500s_on_every_annotation_write_do_not_touch_the_file_side(xnode: Node) 
     agent = Running(xnode, grace_period=2.0)  # the final report cannot get through either
     assert wait_until(lambda: b"--config=" in xnode.manifest.read_bytes(), 30)
     assert wait_until(lambda: len(xnode.emu.requests("PATCH", f"/api/v1/nodes/{NODE}")) >= 3, 30)
-    assert agent.agent is not None
     assert wait_until(lambda: agent.health.ready(), 30)  # the pod proves the restart: Ready on its own
     assert agent.thread.is_alive() and agent.health.alive()
     assert xnode.state() is None  # nothing got through
@@ -59,7 +58,7 @@ def test_409_on_every_lease_write_keeps_the_manifest_untouched_and_the_loop_idle
     assert used / span < 0.05, (used, span)  # a busy retry loop would be ~1.0
     assert xnode.manifest.read_bytes() == KUBEADM  # no turn, no write
     assert agent.thread.is_alive() and agent.health.alive()
-    assert agent.agent is not None and agent.agent.phase is not None and agent.agent.phase.value == "Pending"
+    assert agent.agent.phase is not None and agent.agent.phase.value == "Pending"
     assert agent.stop() == 0
     assert xnode.manifest.read_bytes() == KUBEADM
 

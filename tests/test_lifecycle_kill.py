@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import AgentOptions
+from patcher.services.config import AgentConfig
+from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES, write_configmap
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -60,7 +62,7 @@ def do_restore(opts: engine.Options) -> None:
 
 def do_run(opts: engine.Options) -> None:
     """The agent's own path: start (clean-up, reconcile: the patch), then the restore on exit."""
-    agent = Agent(AgentOptions(files=opts, restore_on_exit="always"))
+    agent = build_agent(AgentConfig(AgentOptions(files=opts, restore_on_exit="always"), api=None), None).agent
     agent.reconcile("start")
     agent.shutdown()
 

@@ -10,7 +10,9 @@ import pytest
 
 from patcher.core.status import NodeState
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import AgentOptions
+from patcher.services.config import AgentConfig
+from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES, write_configmap
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -33,7 +35,8 @@ def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
     src = tmp_path / "src"
     src.mkdir()
     write_configmap(src, {"extenders.yaml": TYPOS[typo]})
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root)))
+    config = AgentConfig(AgentOptions(files=engine.Options(source=src, host_root=root)), api=None)
+    agent = build_agent(config, None).agent  # as `run --no-api` builds it
     with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
         assert agent.start()
     assert agent.phase == NodeState.FAILED and agent.health.state == "Failed"

@@ -54,7 +54,7 @@ def test_scheduler_args(cmdline: list[str], name: str | None, expected: object) 
     [
         (["--config=/a.yaml"], "/a.yaml"),
         (["--v=2", "--config", "/b.yaml"], "/b.yaml"),
-        (["-config=/c.yaml"], "/c.yaml"),
+        (["-config=/c.yaml"], None),  # pflag reads -config as shorthands: not the --config flag
         (["--config=/a", "--config=/b"], "/b"),
         (["--kubeconfig=/etc/kubernetes/scheduler.conf"], None),
         (["--config"], None),

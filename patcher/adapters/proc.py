@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from patcher.core import schedflags
+
 log = logging.getLogger(__name__)
 
 SCHEDULER = "kube-scheduler"
@@ -82,16 +84,9 @@ def scheduler_args(cmdline: Sequence[str], name: str | None = None) -> tuple[tup
 
 
 def config_flag(args: Sequence[str]) -> str | None:
-    """The value of ``--config`` (``--config=X``, ``--config X``, single-dash forms too); the last one wins."""
-    value: str | None = None
-    it = iter(args)
-    for arg in it:
-        if arg == "--":
-            break
-        flag, eq, rest = arg.partition("=")
-        if flag in ("--config", "-config"):
-            value = rest if eq else next(it, None)
-    return value
+    """The value of the ``--config`` the scheduler runs with, by the one rule (``patcher.core.schedflags``)."""
+    found = schedflags.config_flag(args)
+    return found.value if found else None
 
 
 def _since_boot(proc: psutil.Process) -> float:

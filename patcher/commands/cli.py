@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patcher import __version__
 from patcher.commands.flags import (
@@ -33,6 +33,9 @@ from patcher.commands.flags import (
 )
 from patcher.core.errors import PatcherError
 from patcher.services import engine
+
+if TYPE_CHECKING:  # the agent's modules load watchdog, psutil and prometheus: only `run` needs them
+    from patcher.services.config import AgentConfig
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
 #: they are ordinary local paths and a relative one resolves against the working directory.
@@ -231,10 +234,50 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
 
+class RunFlagError(Exception):
+    """A ``run`` flag the agent cannot start with; ``code`` is the exit code the contract gives it."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def agent_config(args: argparse.Namespace) -> AgentConfig:
+    """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting."""
+    from patcher.services.agent import AgentOptions
+    from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
+
+    if args.rollout_lease_duration < 1:  # the Lease holds whole seconds: 0.5 s would be a Lease of 0 s
+        raise RunFlagError(f"--rollout-lease-duration {args.rollout_lease_duration:g}s: must be at least 1s")
+    if not args.no_api and not args.node_name:
+        raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
+                           "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
+    agent = AgentOptions(
+        files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
+        restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
+        restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
+    )
+    return AgentConfig(
+        agent=agent,
+        api=None if args.no_api else ApiSettings(kubeconfig=args.kubeconfig),
+        namespace=args.namespace,
+        rollout=RolloutSettings(mode=args.rollout, lease=args.rollout_lease,
+                                lease_duration=int(args.rollout_lease_duration)),
+        status=StatusSettings(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
+                              compat_namespace=args.compat_namespace),
+        listen=args.listen, log_format=args.log_format, log_level=args.log_level,
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = agent_config(args)
+    except RunFlagError as exc:
+        print(f"scheduler-patcher run: error: {exc}", file=sys.stderr)
+        return exc.code
     from patcher.services import runner
 
-    return runner.run(_options(args), args)
+    return runner.run(config)
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

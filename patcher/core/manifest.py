@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from ruamel.yaml.nodes import Node, ScalarNode
 
+from patcher.core import schedflags
 from patcher.core import yamltext as yt
 from patcher.core.errors import ManifestError
 
@@ -79,14 +80,23 @@ class Scheduler:
     def scheduler_flags(self) -> list[str]:
         """Flags meant for kube-scheduler itself, as written (after the binary when a wrapper such as go-runner
         runs it); split values (``--kubeconfig /x``) stay in place."""
-        items = [str(x) for x in self.flags]
-        for i, item in enumerate(items):
-            if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-"):
-                return items[i + 1:]
-        if self.flags_key == "command":
-            while items and not items[0].startswith("-"):
-                items = items[1:]  # the binary (and a wrapper's words) before the first flag
-        return items
+        return [str(x) for x in self.flags][_own_start(self.flags, self.flags_key):]
+
+
+def _own_start(flags: list[Any], flags_key: str) -> int:
+    """Where kube-scheduler's own arguments start in ``flags``: after the binary, or after the leading words
+    of a ``command`` (the binary and a wrapper's words before the first flag)."""
+    items = [str(x) for x in flags]
+    for i, item in enumerate(items):
+        value_of_flag = i > 0 and items[i - 1].startswith("--") and "=" not in items[i - 1] and items[i - 1] != "--"
+        if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-") \
+                and not value_of_flag:  # `--config /etc/kube-scheduler` names a file, not the binary
+            return i + 1
+    start = 0
+    if flags_key == "command":
+        while start < len(items) and not items[start].startswith("-"):
+            start += 1
+    return start
 
 
 def marker_key(prefix: str) -> str:
@@ -131,17 +141,6 @@ def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | 
     return hits[0]
 
 
-def _config_value(flags: list[Any], i: int) -> str | None:
-    item = flags[i]
-    if not isinstance(item, str):
-        return None
-    if item.startswith("--config="):
-        return item[len("--config="):]
-    if item == "--config" and i + 1 < len(flags) and isinstance(flags[i + 1], str):
-        return str(flags[i + 1])
-    return None
-
-
 def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
     """The document as a Pod: the whole mapping, its metadata, its spec and its non-empty container list."""
     data = doc.data
@@ -174,15 +173,14 @@ def _marker(metadata: dict[str, Any], prefix: str, where: str) -> Marker | None:
                             f"({exc})") from None
 
 
-def _foreign_config(flags: list[Any], marker: Marker | None) -> tuple[str | None, int | None]:
-    """The ``--config`` value we did not add and the index of its item: still in the flags, or (when ours
-    replaced it) the one the marker keeps to put back."""
+def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tuple[str | None, int | None]:
+    """The ``--config`` value we did not add and the index of its item: still in the flags (the scheduler's
+    own, from ``start``), or (when ours replaced it) the one the marker keeps to put back."""
     foreign, foreign_index = None, None
-    for i, item in enumerate(flags):
-        value = _config_value(flags, i)
+    for found in schedflags.config_flags(flags[start:]):
         # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
-        if value is not None and not (marker and marker.flag in (item, value)):
-            foreign, foreign_index = value, i
+        if not (marker and marker.flag in (flags[start + found.index], found.value)):
+            foreign, foreign_index = found.value, start + found.index
     if foreign is not None or marker is None or marker.replaced is None:
         return foreign, foreign_index
     try:
@@ -210,7 +208,7 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     else:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
     marker = _marker(metadata, prefix, where)
-    foreign, foreign_index = _foreign_config(flags, marker)
+    foreign, foreign_index = _foreign_config(flags, _own_start(flags, flags_key), marker)
     for key in ("volumes", "volumeMounts"):
         holder = spec if key == "volumes" else container
         value = holder.get(key)

@@ -1,12 +1,14 @@
-"""The node agent's reactor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its actions.
+"""The node agent's reactor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its
+actions.
 
 Every decision is in ``patcher.core.lifecycle`` (pure); this module only does the I/O around it: planning and
 writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
 actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
-its Node's annotations and events. The API adapters run in their own threads and the loop only posts to them
-while reconciling: a control plane that is restarting (which is what we cause) must not stop the file-level
-work. Only the shutdown waits on them, each wait bounded by the grace period: the restore's turn on the
-Lease, the scheduler back on the restored manifest, the Lease release and the final report.
+its Node's annotations and events. The API adapters run in their own threads and feed the loop through its
+event queue; while it runs, the loop never waits for the API (a control plane that is restarting, which is what
+we cause, must not stop the file-level work). It does wait for its own file work, and, on the way out, for the
+rollout Lease and the final report, each bounded by the grace period. ``patcher.services.runner.build_agent``
+wires it.
 """
 
 from __future__ import annotations
@@ -88,9 +90,11 @@ class Agent:
                  fallback_version: Callable[[], str | None] = lambda: None,
                  coordinator: Coordinator | None = None,
                  on_phase: Callable[[NodeState], None] | None = None,
-                 coordinated: bool | None = None, api_pending: bool = False) -> None:
+                 coordinated: bool | None = None, api_pending: bool = False,
+                 events: queue.Queue[Event] | None = None) -> None:
         """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
-        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given)."""
+        before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given);
+        ``events``: the queue the adapters were handed (``runner.build_agent`` makes it before them)."""
         self.opts = opts
         self.files = opts.files
         self.reporter = reporter
@@ -107,7 +111,7 @@ class Agent:
         self._attached_event = threading.Event()
         self._exit_code = 0
         self._lease_retry_at: float | None = None
-        self.events: queue.Queue[Event] = queue.Queue()
+        self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
         self.store = self.files.store()
         self._node = Node()
         self._saved: State | None = None
@@ -160,6 +164,12 @@ class Agent:
         self._attached_event.set()
         self.notify("attached")
 
+    def api_unavailable(self) -> None:
+        """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
+        wait for them to report (it would wait half the grace period for nothing)."""
+        self._attached_event.set()
+        self.request_stop(code=1)
+
     def request_stop(self, code: int = 0) -> None:
         self._exit_code = self._exit_code or code
         if self._stopping.is_set():
@@ -182,7 +192,7 @@ class Agent:
     def start_watching(self) -> None:
         fs = self.files.fs
         manifest_local = fs.local(self.files.manifest_path)
-        watcher = FolderWatcher(self.notify, debounce=self.opts.debounce)
+        watcher = FolderWatcher(self.events.put, debounce=self.opts.debounce)
         targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
                    ("manifest", fs.local(self.files.manifest_dir), lambda: file_fingerprint(manifest_local))]
         target_dir = posixpath.dirname(fs.resolve(self.files.manifest_path))
@@ -334,34 +344,47 @@ class Agent:
                 getattr(log, level)("%s", message, extra=self._log_extra)
             case lifecycle.Count(name=name):
                 self._count(name)
-            case lifecycle.Publish(reason=reason):
-                if self.reporter is not None:
-                    self.reporter.publish(self._status(), reason=reason)
-            case lifecycle.Note(reason=reason, message=message, warning=warning):
-                if self.reporter is not None:
-                    self.reporter.note(reason, message, warning=warning)
+            case lifecycle.Publish() | lifecycle.Note():
+                self._report(action)
             case lifecycle.Apply():
                 self._apply()
             case lifecycle.TakeTurn(source_hash=source_hash):
                 self._take_turn(source_hash)
             case lifecycle.ReleaseTurn(bad_source=bad):
-                self._lease_retry_at = None
-                if self.coordinator is not None:
-                    self.coordinator.release(bad_hash=bad)
-                    log.info("rollout lease released", extra=self._log_extra)
+                self._release_turn(bad)
             case lifecycle.Watch():
                 self._watch()
             case lifecycle.Prune():
-                lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
-                self.node = replace(self._node, record=record)
-                for line in lines:
-                    log.info("%s (config %s is live)", line, record.config_hash[:12], extra=self._log_extra)
+                self._prune()
             case lifecycle.RollBack():
                 self._rollback(action)
             case lifecycle.Replan():
                 self.notify("manifest")
             case lifecycle.RestoreAll():
                 pass  # the loop ends and shutdown() restores
+
+    def _report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
+        """To the Node's annotations and events; nothing before the API adapters are attached (the agent
+        re-publishes its phase when they are)."""
+        if self.reporter is None:
+            return
+        if isinstance(action, lifecycle.Publish):
+            self.reporter.publish(self._status(), reason=action.reason)
+        else:
+            self.reporter.note(action.reason, action.message, warning=action.warning)
+
+    def _release_turn(self, bad_source: str | None) -> None:
+        self._lease_retry_at = None
+        if self.coordinator is not None:
+            self.coordinator.release(bad_hash=bad_source)
+            log.info("rollout lease released", extra=self._log_extra)
+
+    def _prune(self) -> None:
+        """The new config is live: remove the previous one from the host folder."""
+        lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
+        self.node = replace(self._node, record=record)
+        for line in lines:
+            log.info("%s (config %s is live)", line, record.config_hash[:12], extra=self._log_extra)
 
     def _count(self, name: str) -> None:
         kind, _, arg = name.partition(":")
@@ -582,37 +605,49 @@ class Agent:
         return started + self.opts.grace_period - min(3.0, 0.15 * self.opts.grace_period)
 
     def shutdown(self) -> int:
+        """Restore (unless told not to), then release the rollout turn and report, all within the grace
+        period. Returns the exit code."""
         started = time.monotonic()
         self._node, _ = lifecycle.step(self._node, lifecycle.Stop(), self.rules)
         code = self._exit_code
-        if self.opts.restore_on_exit == "always":
-            try:
-                prepared = self._prepared
-                plan = prepared[1] if prepared is not None and prepared[0] == self._node.record else None
-                plan = plan or engine.plan_restore(self.files)
-                writes = any(c.kind == "manifest" for c in plan.changes)
-                if writes:
-                    self._turn_for_restore(started)
-                try:
-                    lines = engine.restore(self.files, plan)
-                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
-                    plan = engine.plan_restore(self.files)
-                    lines = engine.restore(self.files, plan)
-                for line in lines:
-                    log.info("%s (stopping)", line, extra=self._log_extra)
-                if writes:
-                    self._wait_restored(started)
-                self.metrics.restored()
-                record = State(bad_hashes=self._node.record.bad_hashes)  # a failed config stays failed
-                if record.bad_hashes:
-                    self.store.save(record)
-                self.node = Node(record=replace(record, phase=NodeState.RESTORED.value), stopping=True)
-            except PatcherError as exc:
-                self.metrics.error("restore")
-                log.error("restore on exit failed: %s", exc, extra=self._log_extra)
-                code = 1
+        restored = self._restore_on_exit(started) if self.opts.restore_on_exit == "always" else True
         if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
             self.watcher.stop()
+        self._hand_over(started)
+        return code or (0 if restored else 1)
+
+    def _restore_on_exit(self, started: float) -> bool:
+        """Put back exactly what we changed, holding the rollout turn when the manifest is written; False when
+        the restore failed (the error is logged and counted)."""
+        try:
+            prepared = self._prepared
+            plan = prepared[1] if prepared is not None and prepared[0] == self._node.record else None
+            plan = plan or engine.plan_restore(self.files)
+            writes = any(c.kind == "manifest" for c in plan.changes)
+            if writes:
+                self._turn_for_restore(started)
+            try:
+                lines = engine.restore(self.files, plan)
+            except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
+                plan = engine.plan_restore(self.files)
+                lines = engine.restore(self.files, plan)
+            for line in lines:
+                log.info("%s (stopping)", line, extra=self._log_extra)
+            if writes:
+                self._wait_restored(started)
+            self.metrics.restored()
+            record = State(bad_hashes=self._node.record.bad_hashes)  # a failed config stays failed
+            if record.bad_hashes:
+                self.store.save(record)
+            self.node = Node(record=replace(record, phase=NodeState.RESTORED.value), stopping=True)
+            return True
+        except PatcherError as exc:
+            self.metrics.error("restore")
+            log.error("restore on exit failed: %s", exc, extra=self._log_extra)
+            return False
+
+    def _hand_over(self, started: float) -> None:
+        """Release the rollout turn and publish the final state, in what is left of the grace period."""
         if self.coordinator is not None and self.coordinator.held:
             self.coordinator.release()
         end = self._budget_end(started)
@@ -625,4 +660,3 @@ class Agent:
             self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
         if self.reporter is not None and not self.reporter.flush(max(0.2, end - time.monotonic())):
             log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
-        return code

@@ -1,30 +1,36 @@
-"""Wiring for ``scheduler-patcher run``: builds the adapters around the agent loop and tears them down.
+"""The composition root of ``scheduler-patcher run``: ``build_agent`` wires the agent and its adapters from an
+``AgentConfig``, ``run`` serves the probes around it and tears everything down.
 
-Kept out of the agent so that the loop can be driven in tests with in-process fakes of nothing but the
-network: the same objects this module builds, pointed at a local API emulator.
+The tests build the agent with ``build_agent`` too, pointed at a local API emulator: the wiring they run is the
+wiring the DaemonSet runs, the Lease coordinator and the status publisher included. The event queue is made
+first, so every adapter's callback is the queue's ``put``: nothing is bound late.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import logging
+import queue
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from patcher.adapters import logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifest, yamltext
 from patcher.core.errors import PatcherError
+from patcher.core.status import NodeState
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import Agent, Event
+from patcher.services.config import AgentConfig, ApiSettings
 
 if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
-    from kubernetes.client import ApiClient
-
     from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.client import TimeoutApiClient
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
+    from patcher.services.rollout import RolloutLease
     from patcher.services.statuspub import StatusPublisher
 
 log = logging.getLogger("patcher.services.runner")
@@ -47,20 +53,21 @@ class _VersionCache:
     timeout on every reconcile while the API server is down (which is when we restart it). Refreshed now and
     then, since an upgrade changes it."""
 
-    def __init__(self, api: ApiClient | None, refresh: float = 600.0) -> None:
+    def __init__(self, api: TimeoutApiClient, refresh: float = 600.0) -> None:
         self.api = api
         self.value: str | None = None
         self.refresh = refresh
         self._stop = threading.Event()
-        if api is not None:
-            threading.Thread(target=self._run, name="api-version", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="api-version", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
 
     def _run(self) -> None:
         from patcher.adapters.kube.client import server_version
 
         backoff = Backoff(2.0, 120.0)
         while not self._stop.is_set():
-            assert self.api is not None
             found = server_version(self.api)
             if found:
                 self.value = found
@@ -74,120 +81,184 @@ class _VersionCache:
         self._stop.set()
 
 
-class _Connection:
-    """The API side of the agent, built in a thread of its own: importing the Kubernetes client alone takes
-    ~1 s on a small node, and the first reconcile's file work (and the signal handling) must not wait for it.
-    When everything is built the adapters are attached to the running agent."""
+@dataclass(frozen=True)
+class Deferred:
+    """An API client to build in a background thread (the ``run`` command's case): importing the Kubernetes
+    client alone takes ~1 s on a small node, and the first reconcile's file work (and the signal handling)
+    must not wait for it. The adapters are attached to the running agent once they are built."""
 
-    def __init__(self, files: engine.Options, args: argparse.Namespace, agent: Agent, metrics: Metrics) -> None:
-        self.files, self.args, self.agent, self.metrics = files, args, agent, metrics
-        self.api: TimeoutApiClient | None = None
-        self.reporter: NodeReporter | None = None
-        self.pods: MirrorPodWatcher | None = None
-        self.publisher: StatusPublisher | None = None
-        self.versions: _VersionCache | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-        self._thread = threading.Thread(target=self._connect, name="api-connect", daemon=True)
+    build: Callable[[], TimeoutApiClient]
+
+
+Api = Union["TimeoutApiClient", Deferred, None]
+
+
+@dataclass
+class ApiParts:
+    """The agent's adapters on the API side, built by ``_api_parts`` and owned (closed) by ``Wiring``."""
+
+    api: TimeoutApiClient
+    reporter: NodeReporter
+    pods: MirrorPodWatcher
+    coordinator: RolloutLease | None
+    publisher: StatusPublisher | None
+    versions: _VersionCache
 
     def start(self) -> None:
-        self._thread.start()
+        self.reporter.start()
+        self.pods.start()
+        if self.publisher is not None:
+            self.publisher.start()
+        self.versions.start()
 
-    def _connect(self) -> None:
-        from patcher.adapters.kube.annotations import NodeReporter
-        from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
-        from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
-        from patcher.services.rollout import RolloutLease
-        from patcher.services.statuspub import StatusPublisher, StatusTarget
+    def close(self) -> None:
+        self.versions.stop()
+        if self.publisher is not None:
+            self.publisher.stop()
+        self.pods.stop()
+        self.reporter.close()
+        self.api.close()
 
-        args, files, agent = self.args, self.files, self.agent
+    def on_phase(self, phase: NodeState) -> None:
+        """A phase changed here: the cluster verdict may have changed too."""
+        if self.publisher is not None:
+            self.publisher.kick()
+
+    def attach_to(self, agent: Agent) -> None:
+        agent.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
+                     fallback_version=self.versions, on_phase=self.on_phase)
+
+
+def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Event], None],
+               metrics: Metrics) -> ApiParts:
+    """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
+    from patcher.adapters.kube.annotations import NodeReporter
+    from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+    from patcher.services.rollout import RolloutLease
+    from patcher.services.statuspub import StatusPublisher, StatusTarget
+
+    assert config.api is not None
+    files, node_name, retry = config.agent.files, config.agent.node_name, config.api.retry
+    name, namespace = static_pod_identity(files)
+    reporter = NodeReporter(api, node_name, prefix=files.prefix + "/",
+                            backoff=Backoff(*retry) if retry else None,
+                            on_error=lambda kind, exc: metrics.error(f"api-{kind}"))
+    pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, node_name),
+                            backoff=Backoff(*retry) if retry else None, on_update=lambda pod: notify("pod"))
+    coordinator = None
+    if config.coordinated:
+        r = config.rollout
+        coordinator = RolloutLease(api, config.namespace, r.lease, node_name, duration=r.lease_duration,
+                                   prefix=files.prefix, retry=r.retry, on_change=lambda: notify("lease"))
+    publisher = None
+    if config.publishes_status:
+        s = config.status
+        publisher = StatusPublisher(api, StatusTarget(
+            namespace=config.namespace, prefix=files.prefix + "/", static_pod_name=name,
+            mirror_namespace=namespace, compat_csi_baremetal=s.compat_csi_baremetal,
+            compat_namespace=s.compat_namespace))
+    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api))
+
+
+class Wiring:
+    """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``agent.run()``
+    (in this thread or another), then ``close``."""
+
+    def __init__(self, config: AgentConfig, events: queue.Queue[Event], health: Health, metrics: Metrics,
+                 agent: Agent, api: Api, parts: ApiParts | None) -> None:
+        self.config, self.events, self.health, self.metrics, self.agent = config, events, health, metrics, agent
+        self.parts = parts  # set by the connect thread when the client is Deferred
+        self._deferred = api if isinstance(api, Deferred) else None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> None:
+        """Watch the folders, then bring up the API side: at once for a client, in a thread for a Deferred."""
+        self.agent.start_watching()
+        if self.parts is not None:
+            self.parts.start()
+        if self._deferred is not None:
+            threading.Thread(target=self._connect, args=(self._deferred,), name="api-connect", daemon=True).start()
+
+    def _connect(self, deferred: Deferred) -> None:
+        from patcher.adapters.kube.client import ApiConfigError
+
         try:
-            api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
+            api = deferred.build()
         except ApiConfigError as exc:
             log.error("%s", exc)
-            agent.request_stop(code=1)
+            self.agent.api_unavailable()
             return
         with self._lock:
             if self._closed:
                 api.close()
                 return
-            self.api = api
-            self.reporter = NodeReporter(api, args.node_name, prefix=files.prefix + "/",
-                                         on_error=lambda kind, exc: self.metrics.error(f"api-{kind}"))
-            name, namespace = static_pod_identity(files)
-            self.pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, args.node_name),
-                                         on_update=lambda pod: agent.notify("pod"))
-            coordinator = None
-            if args.rollout == "coordinated":
-                coordinator = RolloutLease(api, args.namespace, args.rollout_lease, args.node_name,
-                                           duration=int(args.rollout_lease_duration), prefix=files.prefix,
-                                           on_change=lambda: agent.notify("lease"))
-            if args.publish_status:
-                self.publisher = StatusPublisher(api, StatusTarget(
-                    namespace=args.namespace, prefix=files.prefix + "/", static_pod_name=name,
-                    mirror_namespace=namespace, compat_csi_baremetal=args.compat_csi_baremetal,
-                    compat_namespace=args.compat_namespace))
-            self.versions = _VersionCache(api)
-            self.reporter.start()
-            self.pods.start()
-            if self.publisher:
-                self.publisher.start()
-            publisher = self.publisher
-            agent.attach(reporter=self.reporter, pods=self.pods, coordinator=coordinator,
-                         fallback_version=self.versions,
-                         on_phase=(lambda phase: publisher.kick()) if publisher else None)
+            self.parts = _api_parts(self.config, api, self.events.put, self.metrics)
+            self.parts.start()
+            self.parts.attach_to(self.agent)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self.versions:
-                self.versions.stop()
-            if self.publisher:
-                self.publisher.stop()
-            if self.pods:
-                self.pods.stop()
-            if self.reporter:
-                self.reporter.close()
-            if self.api is not None:
-                self.api.close()
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the API side, bounded: with the API black-holed a close can hang, and the process must exit."""
+        def close() -> None:
+            with self._lock:
+                self._closed = True
+                if self.parts is not None:
+                    self.parts.close()
+
+        closer = threading.Thread(target=close, name="api-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
 
 
-def run(files: engine.Options, args: argparse.Namespace) -> int:
-    logs.setup(args.log_format, args.log_level)
+def build_agent(config: AgentConfig, api: Api) -> Wiring:
+    """The agent as deployed. ``api``: a client (its adapters are built here and attached from the start), a
+    ``Deferred`` one (built and attached by a thread ``start`` runs), or None for a run without a cluster,
+    which ``config.api`` must say too. The returned wiring owns the client and closes it."""
+    if (api is None) != (config.api is None):
+        raise ValueError("build_agent: the API client and config.api disagree about running with a cluster")
+    events: queue.Queue[Event] = queue.Queue()
     metrics = Metrics()
     health = Health(metrics=metrics)
-    use_api = not args.no_api
-    if use_api and not args.node_name:
-        log.error("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
-                  "downward API (spec.nodeName), or pass --no-api for a run without a cluster")
-        return 1
-    opts = AgentOptions(
-        files=files, node_name=args.node_name or "", resync_interval=args.resync_interval,
-        restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
-        restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
-    )
-    agent = Agent(opts, health=health, metrics=metrics, api_pending=use_api,
-                  coordinated=use_api and args.rollout == "coordinated")
+    parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
+    agent = Agent(config.agent, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
+                  api_pending=isinstance(api, Deferred),
+                  reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
+                  coordinator=parts.coordinator if parts else None,
+                  fallback_version=parts.versions if parts else lambda: None,
+                  on_phase=parts.on_phase if parts else None)
+    return Wiring(config, events, health, metrics, agent, api, parts)
+
+
+def api_client(settings: ApiSettings) -> TimeoutApiClient:
+    """The API client ``run`` builds (and the tests, against the emulator). It imports the Kubernetes client:
+    ``run`` calls it off the loop, through a ``Deferred``."""
+    from patcher.adapters.kube.client import ClientSettings, build_api_client
+
+    if settings.timeout is None:
+        return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig))
+    return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig, timeout=settings.timeout))
+
+
+def run(config: AgentConfig) -> int:
+    logs.setup(config.log_format, config.log_level)
+    api: Api = None if config.api is None else Deferred(functools.partial(api_client, config.api))
+    wiring = build_agent(config, api)
+    agent = wiring.agent
     agent.install_signal_handlers()
     try:
-        server: HealthServer | None = HealthServer(health, metrics, args.listen)
+        server: HealthServer | None = HealthServer(wiring.health, wiring.metrics, config.listen)
     except OSError as exc:
-        log.error("cannot listen on %s: %s; running without probes", args.listen, exc)
+        log.error("cannot listen on %s: %s; running without probes", config.listen, exc)
         server = None
     if server:
         server.start()
-    agent.start_watching()
-    connection = _Connection(files, args, agent, metrics) if use_api else None
-    if connection:
-        connection.start()
-    log.info("agent started", extra={"node": args.node_name or "-", "manifest": files.manifest_path,
-                                     "api": "on" if use_api else "off"})
+    wiring.start()
+    log.info("agent started", extra={"node": config.agent.node_name or "-",
+                                     "manifest": config.agent.files.manifest_path,
+                                     "api": "on" if api is not None else "off"})
     try:
         return agent.run()
     finally:
-        if connection:  # bounded: with the API black-holed a close can hang, and the process must still exit
-            closer = threading.Thread(target=connection.close, name="api-close", daemon=True)
-            closer.start()
-            closer.join(2.0)
+        wiring.close()
         if server:
             server.stop()

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from patcher.core import schedflags
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
@@ -112,13 +113,14 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
     """
     flags: dict[str, str | None] = {}
     previous_positional: str | None = None
+    own = 0  # where the scheduler's own arguments start
     index = 0
     while index < len(items):
         item = items[index]
         index += 1
         if not item.startswith("-") or item in ("-", "--"):
-            if _is_binary(item, previous_positional):
-                flags = {}  # everything before the binary belonged to the wrapper
+            if not own and _is_binary(item, previous_positional):  # the first one: a later word is an argument
+                flags, own = {}, index  # everything before the binary belonged to the wrapper
             previous_positional = item
             continue
         name, sep, value = item.lstrip("-").partition("=")
@@ -129,6 +131,11 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
         else:
             flags[name] = items[index]
             index += 1
+    # --config by the one rule the manifest patcher and the process check use too (patcher.core.schedflags)
+    flags.pop("config", None)
+    config = schedflags.config_flag(items[own:])
+    if config is not None:
+        flags["config"] = config.value
     return flags
 
 
