@@ -21,8 +21,9 @@ from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
-from patcher.adapters.kube.cluster import GateOutcome, collect, release_gate
+from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.errors import Forbidden, ServerError
+from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE

@@ -4,7 +4,8 @@
 command's docstring. Here: a cache of gated pods (pod watch), the Node annotations behind the verdict (Node
 watch), the loop that re-evaluates the verdict and releases, and its Prometheus metrics. The verdict is
 ``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``,
-sent (and rebuilt after a conflict) by ``cluster.release_gate``; leadership is ``patcher.adapters.kube.leader``.
+sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; leadership is
+``patcher.adapters.kube.leader``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from patcher.adapters.health import Health, add_process_info
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.cluster import GateOutcome, release_gate
 from patcher.adapters.kube.errors import ApiError
+from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, waited_seconds, waits_on

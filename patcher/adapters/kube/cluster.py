@@ -3,28 +3,24 @@
 ``collect`` lists the control-plane Nodes and reads their mirror pods, then hands them to the pure
 ``patcher.core.readiness.evaluate``; ``wait_ready``/``collect_retrying`` repeat it through API failures;
 ``publish_status`` writes the verdict into ConfigMaps (``scheduler-patcher-status``, and the csi-baremetal
-``extender-readiness``) with a resourceVersion check, so several writers always leave the newest behind;
-``release_gate`` removes the gatekeeper's scheduling gate from one pod (patch, conflict, read again).
+``extender-readiness``) with a resourceVersion check, so several writers always leave the newest behind.
 Every API failure leaves here as a ``patcher.adapters.kube.errors.ApiError``.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, api_json
+from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.core import restart
-from patcher.core.gates import release_patch, waits_on
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.readiness import (
     COMPAT_KEY,
@@ -44,7 +40,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATUS_NAME: Final = "scheduler-patcher-status"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
-JSON_PATCH: Final = "application/json-patch+json"
 
 
 def list_nodes(core: k8s.CoreV1Api, selectors: Sequence[str]) -> list[Obj]:
@@ -254,51 +249,3 @@ def publish_status(
     return latest[-1]
 
 
-# --- scheduling gates -----------------------------------------------------------------------------------
-
-
-class GateOutcome(enum.Enum):
-    """How a release ended (an API failure is raised instead: the caller retries later)."""
-
-    RELEASED = "released"  #: our patch removed the gate
-    NOT_WAITING = "not waiting"  #: the pod no longer waits on it: released by another, scheduled, or deleted
-    KEPT_CHANGING = "kept changing"  #: every patch met a newer pod; try again on a later pass
-
-
-@dataclass(frozen=True)
-class GateRelease:
-    """The outcome, and the pod as last read (for ``RELEASED``, the version the patch was built from)."""
-
-    outcome: GateOutcome
-    pod: Obj
-
-
-def release_gate(core: k8s.CoreV1Api, pod: Obj, gate: str, *, attempts: int,
-                 on_conflict: Callable[[], None] | None = None) -> GateRelease:
-    """Remove ``gate`` from ``pod`` with the patch of ``core.gates`` (it tests the gates it was built from).
-
-    A 422 (the ``test`` failed) or a 409 means the pod changed since it was read: ``on_conflict()`` is called,
-    the pod is read again and the patch rebuilt from it, up to ``attempts`` patches. A pod that is gone (404)
-    no longer waits. Raises ``ApiError`` for any other failure of the patch or the read.
-    """
-    ns, name = str(dig(pod, "metadata", "namespace") or ""), str(dig(pod, "metadata", "name") or "")
-    where = f"{ns}/{name}"
-    for _ in range(attempts):
-        if not waits_on(pod, gate):
-            return GateRelease(GateOutcome.NOT_WAITING, pod)
-        try:
-            api_json(f"release pod {where}", core.patch_namespaced_pod, name, ns, release_patch(pod, gate),
-                     _content_type=JSON_PATCH)
-        except NotFound:
-            return GateRelease(GateOutcome.NOT_WAITING, pod)
-        except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
-            if on_conflict is not None:
-                on_conflict()
-            log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
-            try:
-                pod = api_json(f"read pod {where}", core.read_namespaced_pod, name, ns)
-            except NotFound:
-                return GateRelease(GateOutcome.NOT_WAITING, pod)
-            continue
-        return GateRelease(GateOutcome.RELEASED, pod)
-    return GateRelease(GateOutcome.KEPT_CHANGING, pod)
