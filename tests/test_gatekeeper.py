@@ -22,6 +22,8 @@ from kubernetes import client as k8s
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
 from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.errors import Forbidden, ServerError
+from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE
@@ -240,6 +242,55 @@ def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: k
     with running(api):
         assert wait_until(lambda: gates(emu, "p") == [], 5)
     assert [r.status for r in emu.requests("PATCH", path)] == [503, 503, 200]
+
+
+# --- release_gate, the adapter: one pod, by what the API answers ---------------------------------------
+
+
+def stored(emu: KubeEmulator, name: str) -> dict[str, Any]:
+    pod = emu.get("pods", name, "default")
+    assert pod is not None
+    return pod
+
+
+def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    pod = stored(emu, "p")
+    emu.delete("pods", "p", "default")
+    conflicts: list[None] = []
+    result = release_gate(k8s.CoreV1Api(api), pod, GATE, attempts=3, on_conflict=lambda: conflicts.append(None))
+    assert result.outcome is GateOutcome.NOT_WAITING and conflicts == []
+    assert [r.status for r in emu.requests("PATCH", "/api/v1/namespaces/default/pods/p")] == [404]
+
+
+def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 409, times=3)
+    conflicts: list[None] = []
+    result = release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3,
+                          on_conflict=lambda: conflicts.append(None))
+    assert result.outcome is GateOutcome.KEPT_CHANGING and len(conflicts) == 3
+    assert len(emu.requests("GET", path)) == 3 and gates(emu, "p") == [GATE]
+    again = release_gate(k8s.CoreV1Api(api), result.pod, GATE, attempts=3)  # a later pass
+    assert again.outcome is GateOutcome.RELEASED and gates(emu, "p") == []
+
+
+def test_release_gate_raises_the_failure_of_the_read_again_by_its_class(emu: KubeEmulatorExt,
+                                                                          api: k8s.ApiClient) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 422)
+    emu.fail("GET", path, 503)
+    conflicts: list[None] = []
+    with pytest.raises(ServerError, match=r"^cannot read pod default/p: HTTP 503"):
+        release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3,
+                     on_conflict=lambda: conflicts.append(None))
+    assert len(conflicts) == 1  # counted although the pass then failed
+    emu.fail("PATCH", path, 403)
+    with pytest.raises(Forbidden, match=r"^cannot release pod default/p: HTTP 403"):
+        release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3)
+    assert gates(emu, "p") == [GATE]
 
 
 # --- the command, namespaces, leader election ---------------------------------------------------------

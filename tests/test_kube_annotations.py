@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client as k8s
 
-from patcher.adapters.kube.annotations import NodeReporter
+from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.backoff import Backoff
-from patcher.core.status import NodeState, NodeStatus, annotation_snapshot
-from tests.kubeemu import KubeEmulator, wait_until
+from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
+from tests.kubeemu import KubeEmulator, merge_patch, wait_until
+from tests.kubeemu_ext import KubeEmulatorExt
 
 NODE = "cp-1"
 NS = 1_000_000_000
@@ -26,8 +28,8 @@ def fast() -> Backoff:
 
 
 @pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as e:
+def emu() -> Iterator[KubeEmulatorExt]:
+    with KubeEmulatorExt() as e:
         e.add_node(NODE, annotations={"kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd.sock",
                                       P + "message": "left over from an earlier run"})
         yield e
@@ -203,3 +205,80 @@ def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api
     finally:
         emu.come_up()
     assert rep.pending_events == 1
+
+
+# --- failures by what they mean (the classes of kube/errors.py) ------------------------------------------
+
+
+def test_a_conflict_on_the_node_reads_it_and_patches_again_at_once(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    slow = Backoff(initial=60.0, maximum=120.0)  # a conflict taken for an outage would wait a minute
+    errors: list[str] = []
+    emu.fail("PATCH", NODE_PATH, 409)
+    with NodeReporter(api, NODE, backoff=slow, on_error=lambda kind, exc: errors.append(kind)) as rep:
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
+        assert rep.flush(20)
+    assert [(r.method, r.status) for r in emu.requests() if r.path == NODE_PATH] == [
+        ("PATCH", 409), ("GET", 200), ("PATCH", 200)]
+    assert ours(emu)[P + "state"] == "WaitingForRestart"
+    assert errors == [] and slow.failures == 0  # a busy Node is not an API failure
+
+
+def test_a_conflict_after_which_the_node_already_carries_the_state_is_not_patched_again(
+        emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    status = NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME)
+    wanted = desired_annotations(status, P)
+    # As if the patch had been stored and only its answer lost: the Node carries it when read again.
+    emu.fail("PATCH", NODE_PATH, 409)
+    emu.before("GET", NODE_PATH, lambda e: e.mutate(
+        "nodes", NODE, lambda n: merge_patch(n, {"metadata": {"annotations": wanted}})))
+    with NodeReporter(api, NODE, backoff=Backoff(initial=60.0, maximum=120.0)) as rep:
+        rep.publish(status)
+        assert rep.flush(20)
+        assert rep.published == wanted
+        assert rep.node_uid == (emu.get("nodes", NODE) or {})["metadata"]["uid"]  # learned from the read
+    assert [r.status for r in emu.requests("PATCH", NODE_PATH)] == [409]
+    assert ours(emu) == {k: v for k, v in wanted.items() if v is not None}
+
+
+def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    errors: list[str] = []
+    emu.fail("PATCH", NODE_PATH, 409, times=MAX_CONFLICTS)
+    with NodeReporter(api, NODE, backoff=fast(), on_error=lambda kind, exc: errors.append(kind)) as rep:
+        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
+        assert rep.flush(20)
+    assert [r.status for r in emu.requests("PATCH", NODE_PATH)] == [409] * MAX_CONFLICTS + [200]
+    assert len(emu.requests("GET", NODE_PATH)) == MAX_CONFLICTS
+    assert errors == ["annotations"]  # one failed attempt: the series of conflicts, then the backoff
+
+
+def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api: k8s.ApiClient,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.annotations")
+    quick = Backoff(initial=0.01, maximum=600.0)  # any other failure would be retried within 10 ms
+    emu.fail("PATCH", NODE_PATH, 403, times=100)
+    with NodeReporter(api, NODE, backoff=quick) as rep:
+        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
+        assert wait_until(lambda: rep.retry_in is not None, 5)
+        retry_in = rep.retry_in
+        assert retry_in is not None and retry_in > 300  # the longest delay, not the first one
+        assert rep.flush(0.3) is False  # a flush tries once more at once, then waits again
+        # (the flush cleared the pending retry: it is set again once the worker has handled the answer)
+        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == 2 and rep.retry_in is not None, 5)
+        later = rep.retry_in
+        assert later is not None and later > 300
+    denied = [r for r in caplog.records if "not allowed" in r.getMessage()]
+    assert [r.levelno for r in denied] == [logging.ERROR, logging.DEBUG]
+    assert "HTTP 403" in denied[0].getMessage()
+
+
+def test_a_refused_connection_backs_off_and_recovers(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    backoff = Backoff(initial=0.05, maximum=600.0)
+    with NodeReporter(api, NODE, backoff=backoff) as rep:
+        with emu.outage("refuse"):
+            rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
+            assert wait_until(lambda: backoff.failures >= 3, 10)  # retried, each time a little later
+            retry_in = rep.retry_in
+            assert retry_in is not None and retry_in < 600 * 0.5  # not the denied pace
+        assert rep.flush(20)
+        assert rep.retry_in is None and backoff.failures == 0
+    assert ours(emu)[P + "state"] == "Ready"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from patcher.adapters.kube.client import (
     server_version,
 )
 from tests.kubeemu import KubeEmulator, tls_available
+from tests.kubeemu_ext import KubeEmulatorExt
 
 needs_tls = pytest.mark.skipif(not tls_available(), reason="the openssl tool is needed to make certificates")
 
@@ -36,6 +38,21 @@ def test_explicit_kubeconfig_over_http(tmp_path: Path) -> None:
         assert server_version(api) == "v1.29.9"
         assert api.configuration.retries == 1  # our callers retry with backoff, urllib3 only once
         api.close()
+
+
+@pytest.mark.parametrize("code", [403, 503])
+def test_an_error_answer_is_none_and_one_line_naming_the_deed(tmp_path: Path, code: int,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="patcher.adapters.kube.client")
+    with KubeEmulatorExt(git_version="v1.29.9") as emu:
+        emu.fail("GET", "/version/", code)
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        assert server_version(api) is None
+        assert server_version(api) == "v1.29.9"  # asked again, answered
+        api.close()
+    [line] = [r.getMessage() for r in caplog.records if r.name == "patcher.adapters.kube.client"
+              and r.levelno == logging.INFO]
+    assert line.startswith(f"cannot read the API server version: HTTP {code}") and "\n" not in line
 
 
 def test_kubeconfig_from_the_environment_wins_over_in_cluster(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, build_api_client
-from patcher.adapters.kube.listwatch import _Undecodable, decode_event, split_lines
+from patcher.adapters.kube.listwatch import ListWatcher, _Undecodable, decode_event, split_lines
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
 from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
+from tests.kubeemu_ext import KubeEmulatorExt
 
 NODE = "cp-1"
 NAME = mirror_pod_name("kube-scheduler", NODE)
@@ -227,3 +228,63 @@ def test_undecodable_watch_data_lists_again_logs_once_and_marks_the_view_stale(
     bump(emu, "after-garbage")
     assert wait_until(lambda: annotation(watcher) == "after-garbage" and watcher.fresh, 10)
     assert watcher.stale_since is None
+
+
+# --- API failures by class (kube/errors.py), seen through the shared ListWatcher -------------------------
+
+
+def failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "patcher.adapters.kube.listwatch" and "failed (" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("code", "denied"), [(403, True), (401, True), (503, False), (500, False)])
+def test_a_refused_list_waits_by_what_the_refusal_means(tmp_path: Path, code: int, denied: bool,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
+    with KubeEmulatorExt() as emu:
+        emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+        emu.fail("GET", PODS, code)
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        synced: list[list[Any]] = []
+        w = ListWatcher(k8s.CoreV1Api(api).list_namespaced_pod, "kube-system", on_sync=synced.append,
+                        on_event=lambda kind, obj: None, name="pods", failure_level=logging.WARNING,
+                        backoff=Backoff(initial=0.01, maximum=600.0, jitter=0.0))
+        w.start()
+        try:
+            assert wait_until(lambda: bool(failures(caplog)), 5)
+            [line] = failures(caplog)
+            assert line.levelno == logging.WARNING
+            assert line.getMessage().startswith(f"pods failed (HTTP {code} ")
+            if denied:  # RBAC or the token must change first: no hot retries, the longest delay at once
+                assert line.getMessage().endswith("retrying in 600.00s")
+                assert not w.fresh and w.lists == 1 and synced == []
+            else:  # transient: the first short delay, then listed and watching
+                assert line.getMessage().endswith("retrying in 0.01s")
+                assert wait_until(lambda: w.fresh, 5)
+                assert [[p["metadata"]["name"] for p in items] for items in synced] == [[NAME]]
+        finally:
+            w.stop()
+            api.close()
+
+
+def test_a_bug_in_a_callback_is_logged_with_its_traceback_not_taken_for_an_api_failure(
+        emu: KubeEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
+    emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
+    calls: list[int] = []
+
+    def on_sync(items: list[Any]) -> None:
+        calls.append(len(items))
+        if len(calls) == 1:
+            raise KeyError("a consumer's bug")
+
+    w = ListWatcher(k8s.CoreV1Api(api).list_namespaced_pod, "kube-system", on_sync=on_sync,
+                    on_event=lambda kind, obj: None, name="pods", backoff=Backoff(0.01, 0.05))
+    w.start()
+    try:
+        assert wait_until(lambda: len(calls) >= 2 and w.fresh, 5)  # retried with backoff, then it works
+    finally:
+        w.stop()
+    [bug] = [r for r in caplog.records if r.exc_info and r.name == "patcher.adapters.kube.listwatch"]
+    assert bug.getMessage() == "pods: unexpected error" and bug.levelno == logging.ERROR
+    assert failures(caplog) == []

@@ -3,8 +3,9 @@
 ``scheduler-patcher gatekeeper`` (``patcher.commands.gatekeeper``) runs it; the rules and why are in that
 command's docstring. Here: a cache of gated pods (pod watch), the Node annotations behind the verdict (Node
 watch), the loop that re-evaluates the verdict and releases, and its Prometheus metrics. The verdict is
-``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``;
-leadership is ``patcher.adapters.kube.leader``.
+``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``,
+sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; leadership is
+``patcher.adapters.kube.leader``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from patcher.adapters.health import Health, add_process_info
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import ApiError, Conflict, Invalid, NotFound, api_json
+from patcher.adapters.kube.errors import ApiError
+from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
-from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, release_patch, waited_seconds, waits_on
+from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, waited_seconds, waits_on
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import ClusterVerdict, node_selectors
 from patcher.core.status import annotation_snapshot
 
 log = logging.getLogger(__name__)
 
-JSON_PATCH: Final = "application/json-patch+json"
 #: Re-reads of one pod after concurrent changes before giving up on it until the next pass.
 MAX_CONFLICTS: Final = 5
 #: Seconds a gated pod waited, from its creation to the release: seconds when the schedulers are already
@@ -281,43 +282,25 @@ class Gatekeeper:
 
     def _release(self, pod: Obj) -> bool:
         """Remove our gate from ``pod``; False when it should be tried again later (an API failure)."""
-        ns, name = pod_key(pod)
-        where = f"{ns}/{name}"
-        for _ in range(MAX_CONFLICTS):
-            if not waits_on(pod, self.gate):
-                self._forget(pod)
-                return True
-            try:
-                api_json(f"release pod {where}", self._core.patch_namespaced_pod, name, ns,
-                         release_patch(pod, self.gate), _content_type=JSON_PATCH)
-            except NotFound:
-                self._forget(pod)
-                return True
-            except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
-                self.metrics.conflict()
-                log.debug("pod %s changed while we released it (%s); reading it again", where, exc)
-                try:
-                    pod = api_json(f"read pod {where}", self._core.read_namespaced_pod, name, ns)
-                except NotFound:
-                    self._forget(pod)
-                    return True
-                except ApiError as read_exc:
-                    log.warning("cannot read pod %s again: %s; retrying later", where, read_exc)
-                    return False
-                continue
-            except ApiError as exc:
-                log.warning("cannot release pod %s: %s; retrying later", where, exc)
-                return False
-            waited = waited_seconds(pod, self._wall())
+        where = "/".join(pod_key(pod))
+        try:
+            result = release_gate(self._core, pod, self.gate, attempts=MAX_CONFLICTS,
+                                  on_conflict=self.metrics.conflict)
+        except ApiError as exc:
+            log.warning("%s; retrying later", exc)
+            return False
+        if result.outcome is GateOutcome.KEPT_CHANGING:
+            log.warning("pod %s kept changing while we released it; trying again later", where)
+            return False
+        self._forget(pod)
+        if result.outcome is GateOutcome.RELEASED:
+            waited = waited_seconds(result.pod, self._wall())
             self.metrics.released(waited)
-            self._forget(pod)
-            others = [g for g in gate_names(pod) if g != self.gate]
+            others = [g for g in gate_names(result.pod) if g != self.gate]
             log.info("released pod %s from gate %s", where, self.gate,
                      extra={"waited_s": round(waited, 1) if waited is not None else None,
                             "other_gates": ",".join(others) or None})
-            return True
-        log.warning("pod %s kept changing while we released it; trying again later", where)
-        return False
+        return True
 
     def _forget(self, pod: Obj) -> None:
         with self._lock:

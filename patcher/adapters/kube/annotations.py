@@ -5,22 +5,25 @@ desired annotations differ from what it last published successfully, then the qu
 retries failures with capped exponential backoff. A newer desired state simply replaces a pending one (the
 latest state wins); events are kept in order (bounded) because each transition is worth a line in
 ``kubectl describe node``. ``flush()`` is for shutdown: try hard to deliver the final state within a deadline.
+
+Failures arrive as ``patcher.adapters.kube.errors`` classes and are handled by what they mean: a ``Conflict``
+on the Node (busy Nodes: the kubelet and controllers write them too) is not an outage, so the reporter reads
+the Node and patches again at once; ``Forbidden``/``Unauthorized`` will not heal in seconds, so they wait the
+backoff's longest delay and are logged once as an error naming the right; anything else backs off.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import API_ERRORS, describe_error, error_status
+from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
 from patcher.core.status import (
     COMPONENT,
     DEFAULT_PREFIX,
@@ -41,6 +44,10 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 #: An event rejected with one of these will never be accepted; it is dropped instead of blocking the queue.
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
+#: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
+MAX_CONFLICTS = 3
+#: Failures that retrying soon cannot heal (the Role or the token must change first): retried slowly.
+_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 ErrorHook = Callable[[str, BaseException], None]
 
@@ -81,6 +88,7 @@ class NodeReporter:
         self._events: collections.deque[EventSpec] = collections.deque(maxlen=max_pending_events)
         self._node_uid: str | None = None
         self._retry_at = 0.0
+        self._last_failure: tuple[str, type[ApiError]] | None = None  # what was logged last in this series
         self._stopping = False
         self._busy = False
         self._thread: threading.Thread | None = None
@@ -166,6 +174,12 @@ class NodeReporter:
             return len(self._events)
 
     @property
+    def retry_in(self) -> float | None:
+        """Seconds until the next attempt after a failure (``None``: none failed since the last success)."""
+        with self._cond:
+            return None if self._retry_at == 0.0 else max(0.0, self._retry_at - time.monotonic())
+
+    @property
     def node_uid(self) -> str | None:
         """The Node's uid, learned from the first successful patch."""
         with self._cond:
@@ -195,10 +209,14 @@ class NodeReporter:
                 desired = self._desired
                 need_patch = desired is not None and desired != self._published
                 self._busy = True
-            ok = False
+            ok = denied = False
             try:
-                ok = self._send_annotations(desired) if need_patch and desired is not None else True
-                ok = ok and self._send_events()
+                if need_patch and desired is not None:
+                    self._send_annotations(desired)
+                self._send_events()
+                ok = True
+            except ApiError as exc:  # already logged and counted by _failed
+                denied = isinstance(exc, _DENIED)
             except Exception:  # a bug here must not silently end publishing for the agent's lifetime
                 log.exception("node %s: unexpected error while publishing; retrying with backoff", self._node)
             finally:
@@ -208,33 +226,54 @@ class NodeReporter:
                         if self._backoff.failures:
                             log.info("node %s: API reachable again, state delivered", self._node)
                         self._backoff.reset()
+                        self._last_failure = None
                         self._retry_at = 0.0
                     else:
-                        self._retry_at = time.monotonic() + self._backoff.next_delay()
+                        delay = self._backoff.next_delay()
+                        self._retry_at = time.monotonic() + (self._backoff.maximum if denied else delay)
                     self._cond.notify_all()
 
-    def _send_annotations(self, annotations: dict[str, str | None]) -> bool:
-        try:
-            resp: Any = self._core.patch_node(  # the raw urllib3 response, given _preload_content
-                self._node, merge_patch(annotations), _content_type=MERGE_PATCH, _preload_content=False
-            )
-            node = json.loads(resp.data)
-        except API_ERRORS as exc:
-            self._failed("annotations", exc)
-            return False
+    def _send_annotations(self, annotations: dict[str, str | None]) -> None:
+        """Patch the Node until it carries ``annotations``; raises ``ApiError`` (logged) when it cannot."""
+        what = f"patch the annotations of node {self._node}"
+        for _ in range(MAX_CONFLICTS):
+            try:
+                node = api_json(what, self._core.patch_node, self._node, merge_patch(annotations),
+                                _content_type=MERGE_PATCH)
+            except Conflict as exc:
+                # The Node changed under the server's own retries (busy Nodes do): not an outage. Read it; the
+                # patch may have landed before its answer was lost, else send it again at once.
+                log.debug("node %s: %s; reading the Node again", self._node, exc.detail)
+                try:
+                    node = api_json(f"read node {self._node}", self._core.read_node, self._node)
+                except ApiError as read_exc:
+                    self._failed("annotations", read_exc)
+                    raise
+                if not _carries(node, annotations):
+                    continue
+            except ApiError as exc:
+                self._failed("annotations", exc)
+                raise
+            self._delivered(node, annotations)
+            return
+        conflict = Conflict(what, f"the Node kept changing ({MAX_CONFLICTS} conflicts in a row)", 409)
+        self._failed("annotations", conflict)
+        raise conflict
+
+    def _delivered(self, node: object, annotations: dict[str, str | None]) -> None:
         uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
         with self._cond:
             self._published = annotations
             if isinstance(uid, str) and uid:
                 self._node_uid = uid
         log.debug("node %s: annotations published: %s", self._node, annotations)
-        return True
 
-    def _send_events(self) -> bool:
+    def _send_events(self) -> None:
+        """Send the queued events in order; raises ``ApiError`` (logged) on one worth retrying."""
         while True:
             with self._cond:
                 if not self._events:
-                    return True
+                    return
                 spec = self._events[0]
                 uid = self._node_uid
             body = event_body(
@@ -242,37 +281,55 @@ class NodeReporter:
                 component=self._component,
             )
             try:
-                # (client 37 sends no Content-Type on create; the API server then assumes JSON)
-                self._core.create_namespaced_event(
-                    self._event_namespace, k8s.CoreV1Event.model_validate(body), _preload_content=False
-                )
-            except API_ERRORS as exc:
-                status = error_status(exc)
-                permanent = status in _PERMANENT_EVENT_ERRORS or (
-                    status is None and isinstance(exc, ValueError)  # the client refused the body itself
-                )
-                if status == 409:
+                model = k8s.CoreV1Event.model_validate(body)
+            except ValueError as exc:  # the client refused the body itself: no request, and none will do
+                log.error("node %s: event %s refused by the client (%s); dropped", self._node, spec.reason,
+                          str(exc).splitlines()[0])
+                self._count("event", exc)
+                model = None
+            if model is not None:
+                try:
+                    # (client 37 sends no Content-Type on create; the API server then assumes JSON)
+                    api_json(f"create event {spec.reason} about node {self._node}",
+                             self._core.create_namespaced_event, self._event_namespace, model)
+                except Conflict:  # the name is derived from the time: an earlier attempt was stored
                     log.debug("node %s: event %s was already delivered", self._node, spec.reason)
-                elif permanent:
+                except ApiError as exc:
                     self._failed("event", exc)
+                    if exc.status not in _PERMANENT_EVENT_ERRORS:
+                        raise
                     log.error("node %s: event %s rejected for good (%s); dropped",
-                              self._node, spec.reason, describe_error(exc))
+                              self._node, spec.reason, exc.detail)
                 else:
-                    self._failed("event", exc)
-                    return False
-            else:
-                log.debug("node %s: event %s sent", self._node, spec.reason)
+                    log.debug("node %s: event %s sent", self._node, spec.reason)
             with self._cond:
                 if self._events and self._events[0] is spec:
                     self._events.popleft()
 
-    def _failed(self, kind: str, exc: BaseException) -> None:
-        level = logging.WARNING if self._backoff.failures == 0 else logging.DEBUG
-        log.log(level, "node %s: cannot publish %s (%s); retrying with backoff",
-                self._node, kind, describe_error(exc))
+    def _failed(self, kind: str, exc: ApiError) -> None:
+        """Log a failure once per series and kind of failure (then at DEBUG), and count it through the hook."""
+        seen = (kind, type(exc))
+        level = logging.DEBUG if self._last_failure == seen else logging.WARNING
+        self._last_failure = seen
+        if isinstance(exc, _DENIED):
+            log.log(logging.ERROR if level == logging.WARNING else level,
+                    "node %s: cannot publish %s (%s): not allowed, check the agent's token and RBAC rights",
+                    self._node, kind, exc.detail)
+        else:
+            log.log(level, "node %s: cannot publish %s (%s); retrying with backoff", self._node, kind, exc.detail)
+        self._count(kind, exc)
+
+    def _count(self, kind: str, exc: BaseException) -> None:
         if self._on_error is not None:
             try:
                 self._on_error(kind, exc)
             except Exception:  # a metrics hook must never kill the publisher
                 log.exception("error hook failed")
 
+
+def _carries(node: object, annotations: dict[str, str | None]) -> bool:
+    """Whether ``node`` (raw JSON) has ``annotations`` as the merge patch would leave them (``None``: absent)."""
+    if not isinstance(node, dict):
+        return False
+    current = (node.get("metadata") or {}).get("annotations") or {}
+    return isinstance(current, dict) and all(current.get(k) == v for k, v in annotations.items())

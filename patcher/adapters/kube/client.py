@@ -8,7 +8,6 @@ kubeconfig says: the agent edits a control-plane manifest as root and must know 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from kubernetes.config.incluster_config import (
     InClusterConfigLoader,
 )
 
-from patcher.adapters.kube.errors import API_ERRORS, describe_error
+from patcher.adapters.kube.errors import ApiError, api_json
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +116,9 @@ def server_version(api: k8s.ApiClient) -> str | None:
     """
     try:
         # Raw JSON: the generated model insists on every field (goVersion, compiler, …) being present.
-        resp: Any = k8s.VersionApi(api).get_code(_preload_content=False)
-        info = json.loads(resp.data)
-    except API_ERRORS as exc:
-        log.info("cannot read the API server version: %s", describe_error(exc))
+        info = api_json("read the API server version", k8s.VersionApi(api).get_code)
+    except ApiError as exc:
+        log.info("%s", exc)
         return None
     version = info.get("gitVersion") if isinstance(info, dict) else None
     return version if isinstance(version, str) and version else None

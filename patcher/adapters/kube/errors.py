@@ -18,17 +18,21 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 #: Everything a call to the API server can raise: an HTTP error answer, a transport failure (refused, reset,
-#: timeout, TLS) or an undecodable body. Adapters that log and retry in place (watches, the node reporter)
-#: catch this tuple; the ones that hand the failure up translate it.
+#: timeout, TLS) or an undecodable body. Only ``api_call`` catches it: every adapter translates through there,
+#: once, at the boundary, and everything else catches ``ApiError`` and its subclasses.
 API_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class ApiError(Exception):
-    """A request to the API server failed. ``status`` is the HTTP code (``None``: no answer), ``what`` the deed."""
+    """A request to the API server failed. ``status`` is the HTTP code (``None``: no answer), ``what`` the deed.
+
+    ``detail`` alone (``HTTP 503 Service Unavailable``) is for a log line that already names the deed.
+    """
 
     def __init__(self, what: str, detail: str, status: int | None = None, reason: str = "") -> None:
         super().__init__(f"cannot {what}: {detail}")
         self.what = what
+        self.detail = detail
         self.status = status
         self.reason = reason
 

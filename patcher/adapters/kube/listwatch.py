@@ -13,6 +13,11 @@ per backoff period, not a busy loop; data that cannot be decoded means the strea
 delivered every change, so the collection is listed again, and the episode is logged once. Whether the
 view follows the server right now is exposed (``fresh``), so a consumer can tell "the object did not
 change" from "we could not see it change".
+
+Every request and every read of a stream is translated once, here, into the ``kube/errors.py`` classes, and
+the loop acts on what they mean: ``410 Gone`` lists again, ``Forbidden``/``Unauthorized`` wait the backoff's
+longest delay (the Role or the token must change first), anything else backs off. An exception from a
+consumer's callback is a bug, not an API failure: it is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -26,19 +31,17 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import API_ERRORS, describe_error
+from patcher.adapters.kube.errors import ApiError, Forbidden, Unauthorized, api_call, api_json, error_class
 from patcher.core.kubeobj import dig
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+#: Failures that retrying soon cannot heal: retried at the backoff's longest delay.
+_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
-# A watch stream adds its own: an event object without the fields every event has.
-_STREAM_ERRORS: tuple[type[BaseException], ...] = (*API_ERRORS, KeyError, TypeError)
 
 class _Gone(Exception):
     """The resourceVersion we hold was compacted away: list again."""
@@ -217,19 +220,23 @@ class ListWatcher:
                                 "watch is healthy again)", self.name, exc)
                 else:
                     log.debug("%s: undecodable watch data again (%s)", self.name, exc)
-            except _STREAM_ERRORS as exc:
+            except ApiError as exc:
                 self._set_fresh(False)
                 if self._stop.is_set():
                     break
                 delay = self._backoff.next_delay()
+                if isinstance(exc, _DENIED):
+                    delay = self._backoff.maximum
                 if self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
                 # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
                 # normal during a control-plane restart, and the readiness command reports errors itself).
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
-                        "%s failed (%s); retrying in %.2fs", self.name, describe_error(exc), delay)
+                        "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
             except Exception:  # a bug in a callback must not end the watch for the process's lifetime
                 self._set_fresh(False)
+                if self._stop.is_set():
+                    break
                 log.exception("%s: unexpected error", self.name)
                 delay = self._backoff.next_delay()
             self._stop.wait(delay)
@@ -237,12 +244,12 @@ class ListWatcher:
 
     def _list(self) -> str:
         self.lists += 1
-        resp: Any = self._list_fn(*self._args, _preload_content=False, **self._selectors)
-        body = json.loads(resp.data)
-        items = [i for i in body.get("items") or [] if isinstance(i, dict)]
+        what = f"list for {self.name}"
+        body = api_json(what, self._list_fn, *self._args, **self._selectors)
         rv = dig(body, "metadata", "resourceVersion")
         if not isinstance(rv, str) or not rv:
-            raise ValueError(f"{self.name}: list without metadata.resourceVersion")
+            raise ApiError(what, "the answer has no metadata.resourceVersion")
+        items = [i for i in body.get("items") or [] if isinstance(i, dict)]
         self._on_sync(items)
         self._synced.set()
         return rv
@@ -250,13 +257,15 @@ class ListWatcher:
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
         self.watch_requests += 1
+        what = f"watch for {self.name}"
         try:
-            resp: Any = self._list_fn(
-                *self._args, watch=True, _preload_content=False, resource_version=rv,
-                allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
-                _request_timeout=(self._connect_timeout, float(self._watch_timeout + 30)), **self._selectors,
-            )  # a status other than 2xx raises ApiException
-        except ApiException as exc:
+            with api_call(what):
+                resp: Any = self._list_fn(
+                    *self._args, watch=True, _preload_content=False, resource_version=rv,
+                    allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
+                    _request_timeout=(self._connect_timeout, float(self._watch_timeout + 30)), **self._selectors,
+                )
+        except ApiError as exc:
             if exc.status == 410:
                 raise _Gone() from exc
             raise
@@ -266,15 +275,19 @@ class ListWatcher:
             _shutdown(resp)
         try:
             self._set_fresh(True)  # listed, and the server accepted a watch from that version
-            for line in split_lines(resp.stream(amt=None, decode_content=True)):
+            for line in split_lines(_chunks(resp, what)):
                 decoded = decode_event(line)
                 if decoded is None:
                     continue
                 kind, obj = decoded
                 if kind == "ERROR":
-                    if dig(obj, "code") == 410:
+                    code = dig(obj, "code")
+                    if code == 410:
                         raise _Gone()
-                    raise ValueError(f"watch error event: {dig(obj, 'message') or obj}")
+                    status = code if isinstance(code, int) else None
+                    kind_of = ApiError if status is None else error_class(status)
+                    raise kind_of(what, f"watch error event: {dig(obj, 'message') or obj}", status,
+                                  str(dig(obj, "reason") or ""))
                 new_rv = dig(obj, "metadata", "resourceVersion")
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._on_event(kind, obj)
@@ -287,6 +300,17 @@ class ListWatcher:
                 self._resp = None
             with contextlib.suppress(Exception):
                 resp.release_conn()
+
+
+def _chunks(resp: Any, what: str) -> Iterator[bytes]:
+    """The body of a watch response as it arrives; a broken stream leaves as ``ApiError`` (``Unreachable``)."""
+    chunks = resp.stream(amt=None, decode_content=True)
+    while True:
+        with api_call(what):  # only around the read: what the consumer does with a chunk is not translated
+            chunk = next(chunks, None)
+        if chunk is None:
+            return
+        yield chunk
 
 
 def _shutdown(resp: Any) -> None:
