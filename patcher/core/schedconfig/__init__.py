@@ -122,7 +122,7 @@ def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
     return [to_canonical(item, schema) for item in items or []]
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
 def _parsed_extenders(text: str, path: str) -> tuple[Extender, ...]:
     """The extenders of an ``extenders.yaml``, cached by its exact text and path (pure; the version plays no
     part): a resync, or the reconcile after our own manifest write, reads the same bytes again."""

@@ -111,7 +111,7 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
     return True
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
 def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
     """Validate our own bytes once more, as the scheduler will read them.
 
