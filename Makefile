@@ -48,11 +48,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
+## Every script records its figures in .bench-rows.jsonl; the last step prints issue 12's table from them.
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	rm -f .bench-rows.jsonl
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/run.py
 	$(BIN)/python bench/limits.py
-	$(BIN)/python bench/agent_bench.py
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
+	$(BIN)/python bench/table.py .bench-rows.jsonl
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import baselines  # noqa: E402
+from bench import rows as bench_rows  # noqa: E402
 from patcher.core import yamltext  # noqa: E402
 from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
@@ -157,6 +158,8 @@ def main() -> None:
         rows += bench_set("corpus", corpus, args.n)
     rows += bench_set("examples", sorted(EXAMPLES.glob("*.yaml")), args.n)
     rows += bench_apply_with_render(args.n)
+    for set_name, label, count, median, p99 in rows:
+        bench_rows.record(bench_rows.Row(f"{set_name}: {label}", count, median, p99))
     base = {(r[0], r[1]): r[3] for r in rows}
     print(f"{'set':<9} {'figure':<46} {'n':>5} {'median ms':>10} {'p99 ms':>9} {'/naive':>7} {'/floor':>7} "
           f"{'target':>7}")

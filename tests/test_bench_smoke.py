@@ -32,3 +32,25 @@ def test_agent_bench_runs() -> None:
 
 def test_limits_bench_runs() -> None:
     assert "largest accepted manifest" in run("bench/limits.py")
+
+
+def test_make_bench_prints_one_table_of_the_recorded_figures(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    env = {"BENCH_ROWS": str(rows)}
+    run_env("bench/run.py", "-n", "3", env=env)
+    run_env("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1",
+            "--starts", "1", "--black-holes", "0", env=env)
+    out = run("bench/table.py", str(rows))
+    corpus = ("corpus: patch step",) if (ROOT.parent / "shared" / "corpus" / "manifests").is_dir() else ()
+    for figure in (*corpus, "ConfigMap ..data swap -> manifest rewritten (agent)",
+                   "exec -> signal-safe (run --no-api)", "exec -> signal-safe floor", "idle agent RSS MiB"):
+        line = next((line for line in out.splitlines() if line.startswith(figure)), None)
+        assert line is not None, out
+    assert "(p50 <= 50 / p99 <= 150)" in out
+
+
+def run_env(*argv: str, env: dict[str, str]) -> str:
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout

@@ -37,6 +37,7 @@ from patcher.adapters.watch import (
     Settler,
     _Handler,
     classify,
+    configmap_published,
     file_fingerprint,
     folder_fingerprint,
 )
@@ -243,11 +244,112 @@ def feed(s: Settler, event: FileSystemEvent, now: float) -> None:
 
 def test_a_rename_is_due_after_the_quiet_time_only() -> None:
     s = settler()
-    feed(s, FileMovedEvent(f"{F}/..data_tmp", f"{F}/..data"), now=10.0)  # the ConfigMap swap
+    feed(s, FileMovedEvent(f"{F}/.f.swp", f"{F}/f"), now=10.0)  # an editor's temp file renamed into place
     assert s.next_due() == pytest.approx(10.02)
     assert s.pop_due(10.019) == []
     assert s.pop_due(10.02) == ["source"]
     assert s.next_due() is None and s.pop_due(99.0) == []  # settled until the next event
+
+
+def test_a_configmap_swap_is_due_at_once_and_later_events_do_not_delay_it() -> None:
+    s = settler()
+    feed(s, FileCreatedEvent(f"{F}/..data_tmp"), now=9.9)
+    assert classify(FileMovedEvent(f"{F}/..data_tmp", f"{F}/..data"), watched=F, ancestor_of=None) == [
+        (Action.CLOSED, "..data_tmp"), (Action.COMMIT, "..data")]
+    feed(s, FileMovedEvent(f"{F}/..data_tmp", f"{F}/..data"), now=10.0)
+    assert s.next_due() == pytest.approx(10.0) and s.pop_due(10.0) == ["source"]
+    feed(s, DirDeletedEvent(f"{F}/..2026_11_23_old"), now=10.001)  # the kubelet removes the old generation
+    assert s.next_due() == pytest.approx(10.021)  # an ordinary event again: the quiet time
+    feed(s, FileMovedEvent(f"{F}/..data_tmp", f"{F}/..data"), now=20.0)
+    feed(s, DirDeletedEvent(f"{F}/..2026_11_23_old2"), now=20.001)  # before the look: still at once
+    assert s.pop_due(20.001) == ["source"]
+
+
+def test_a_configmap_swap_waits_for_an_open_writer() -> None:
+    s = settler()
+    feed(s, FileModifiedEvent(f"{F}/notes"), now=0.0)  # someone writes in the folder, not done
+    feed(s, FileMovedEvent(f"{F}/..data_tmp", f"{F}/..data"), now=0.1)
+    assert s.pop_due(0.1) == [] and s.next_due() == pytest.approx(2.0)
+    feed(s, FileClosedEvent(f"{F}/notes"), now=0.5)
+    assert s.pop_due(0.5) == ["source"]
+
+
+def test_configmap_published_needs_every_new_name_and_no_dangling_one(tmp_path: Path) -> None:
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
+    assert configmap_published(str(tmp_path))
+    gen = tmp_path / "..gen2"
+    gen.mkdir()
+    (gen / "config.yaml").write_text("b: 1\n")
+    (tmp_path / "..data_tmp").symlink_to(gen.name)
+    os.replace(tmp_path / "..data_tmp", tmp_path / "..data")  # the swap, before the kubelet fixes the names
+    assert not configmap_published(str(tmp_path))  # config.yaml has no visible name yet
+    (tmp_path / "config.yaml").symlink_to("..data/config.yaml")
+    assert not configmap_published(str(tmp_path))  # extenders.yaml now points at nothing
+    (tmp_path / "extenders.yaml").unlink()
+    assert configmap_published(str(tmp_path))
+    assert not configmap_published(str(tmp_path / "nope"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert not configmap_published(str(plain))  # no ..data: not a ConfigMap, the quiet time applies
+
+
+class RecordingWatcher(FolderWatcher):
+    """Records, for each ConfigMap swap it handles, whether it was published and the round it came in."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.published: list[tuple[bool, int]] = []
+
+    def _published(self, folder: str) -> bool:
+        answer = super()._published(folder)
+        self.published.append((answer, self.rounds))
+        return answer
+
+
+def test_a_complete_configmap_swap_is_looked_at_without_the_quiet_time(tmp_path: Path) -> None:
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
+    looks = Looks(lambda: read_or_missing(tmp_path / "extenders.yaml"))
+    w = FolderWatcher(looks, debounce=3600.0, max_wait=3600.0)  # only the swap itself can make it due
+    try:
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.start()
+        for i in range(2, 5):
+            write_configmap(tmp_path, {"extenders.yaml": f"a: {i}\n"})
+            assert looks.wait_for(f"a: {i}\n")
+        assert looks.seen == [f"a: {i}\n" for i in range(2, 5)]
+    finally:
+        w.stop()
+
+
+def test_a_swap_whose_names_are_not_published_yet_waits_for_them(tmp_path: Path) -> None:
+    write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
+
+    def both() -> str:
+        return read_or_missing(tmp_path / "extenders.yaml") + read_or_missing(tmp_path / "config.yaml")
+
+    looks = Looks(both)
+    w = RecordingWatcher(looks, debounce=3600.0, max_wait=3600.0)  # only a published swap makes it due
+    try:
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.start()
+        for i in (2, 3):
+            gen = tmp_path / f"..gen{i}"
+            gen.mkdir()
+            for name, text in (("extenders.yaml", f"a: {i}\n"), ("config.yaml", f"b: {i}\n")):
+                (gen / name).write_text(text)
+            (tmp_path / "..data_tmp").symlink_to(gen.name)
+            os.replace(tmp_path / "..data_tmp", tmp_path / "..data")  # at i=2 config.yaml has no name yet
+            assert wait_until(lambda n=i: len(w.published) == n - 1, 30)  # type: ignore[misc]
+            published, round_of_swap = w.published[-1]
+            assert published is (i == 3)
+            if i == 2:
+                assert wait_until(lambda r=round_of_swap: w.rounds > r, 30)  # type: ignore[misc]
+                assert looks.seen == []  # the round that handled the swap did not look at the half state
+                (tmp_path / "config.yaml").symlink_to("..data/config.yaml")  # the kubelet's next step
+        assert looks.wait_for("a: 3\nb: 3\n")
+        assert looks.seen == ["a: 3\nb: 3\n"]
+    finally:
+        w.stop()
 
 
 def test_an_open_writer_is_waited_for_then_the_quiet_time() -> None:
@@ -305,7 +407,7 @@ def test_events_of_other_folders_and_ancestors_are_sorted_out() -> None:
     assert s.next_due() is None
 
 
-@given(st.lists(st.tuples(st.sampled_from([Action.WRITING, Action.CLOSED, Action.CHANGE]),
+@given(st.lists(st.tuples(st.sampled_from([Action.WRITING, Action.CLOSED, Action.CHANGE, Action.COMMIT]),
                           st.sampled_from(["a", "b", ".tmp"]), st.floats(0.0, 0.5)), min_size=1, max_size=30),
        st.floats(0.0, 3.0))
 def test_never_due_while_a_writer_is_open_unless_max_wait_passed(
@@ -315,6 +417,7 @@ def test_never_due_while_a_writer_is_open_unless_max_wait_passed(
     now = 0.0
     first = steps[0][2]
     open_files: set[str] = set()
+    commit = None
     for action, name, gap in steps:
         now += gap
         s.event(F, action, name, now)
@@ -322,12 +425,14 @@ def test_never_due_while_a_writer_is_open_unless_max_wait_passed(
             open_files.add(name)
         elif action is Action.CLOSED:
             open_files.discard(name)
+        elif action is Action.COMMIT:
+            commit = now  # the latest swap (the content it published is complete)
     due = s.next_due()
     assert due is not None and due <= first + 2.0  # always looked at by the cap
     if open_files:
         assert due == pytest.approx(first + 2.0)
     else:
-        assert due == pytest.approx(min(first + 2.0, now + 0.02))
+        assert due == pytest.approx(min(first + 2.0, now + 0.02 if commit is None else commit))
     assert s.pop_due(now + after) == (["source"] if now + after >= due else [])
 
 

@@ -11,8 +11,10 @@ once, while an editor may write in several steps. The events say which steps are
 modified and not yet closed has a writer at work (``FileModifiedEvent`` without ``FileClosedEvent``). So a
 look waits for every writer in the target's folders to close, then for a short quiet time (``debounce``)
 that covers a writer's next syscall (rename after close, a second ``>>``), and never longer than
-``max_wait`` for a writer that keeps a file open. The timing core (``Settler``) is pure and takes the clock
-as an argument; ``classify`` (what one watchdog event means) is pure too.
+``max_wait`` for a writer that keeps a file open. The kubelet's rename of ``..data_tmp`` over ``..data`` is
+the one step known to be the last that matters: once the visible names match the new ``..data``
+(``configmap_published``), the look starts at once, without the quiet time (issue 12). The timing core
+(``Settler``) is pure and takes the clock as an argument; ``classify`` (what one watchdog event means) is pure too.
 
 A watched folder can be deleted and recreated, renamed away, or have a parent replaced (a host-config
 rebuild, a remounted ConfigMap volume). Each folder's ancestors are watched too, for the next path component
@@ -103,7 +105,13 @@ class Action(Enum):
     CHANGE = "change"  # an entry changed: look at the target
     WRITING = "writing"  # a writer is at work on ``name``
     CLOSED = "closed"  # ``name``'s writer is done (or the file is gone)
+    COMMIT = "commit"  # a ConfigMap's ``..data`` swap: the new content is complete, look at once
     REARM = "rearm"  # the watched path itself changed: watch again from the paths
+
+
+#: The kubelet's AtomicWriter publishes a ConfigMap or Secret volume's new content with one rename of a fresh
+#: ``..data_tmp`` symlink over ``..data``: every file is written (and closed) before it.
+CONFIGMAP_DATA = "..data"
 
 
 def _name(path: bytes | str) -> str:
@@ -130,7 +138,7 @@ def classify(event: FileSystemEvent, *, watched: str, ancestor_of: str | None) -
         return []  # a chmod or touch: no content changed (a write raises its own event)
     if isinstance(event, (FileMovedEvent, DirMovedEvent)):
         out = [(Action.CLOSED, names[0])] if event.src_path else []  # moved away: no writer left here
-        return out + [(Action.CHANGE, n) for n in names[1:]]
+        return out + [(Action.COMMIT if n == CONFIGMAP_DATA else Action.CHANGE, n) for n in names[1:]]
     if isinstance(event, (FileDeletedEvent, DirDeletedEvent, FileClosedEvent)):
         return [(Action.CLOSED, names[0])]
     if isinstance(event, FileModifiedEvent):
@@ -145,13 +153,15 @@ def classify(event: FileSystemEvent, *, watched: str, ancestor_of: str | None) -
 class _Pending:
     first: float  # when the first unsettled event came
     last: float  # when the latest one came
+    commit: float | None = None  # when a ConfigMap swap came (the content is complete: no quiet time)
 
 
 class Settler:
     """When to look at which target, from the events seen so far; pure (the clock is an argument).
 
     A target is due ``quiet`` seconds after its last event once no file in its folders has an open writer,
-    and at the latest ``max_wait`` seconds after its first unsettled event (a writer that never closes).
+    and at the latest ``max_wait`` seconds after its first unsettled event (a writer that never closes). A
+    ConfigMap swap (``COMMIT``) is the writer's own "done": with no open writer, the target is due at once.
     """
 
     def __init__(self, quiet: float, max_wait: float) -> None:
@@ -179,6 +189,8 @@ class Settler:
         if action is not Action.IGNORE:
             for target in self.targets_of(folder):
                 self._touch(target, now)
+                if action is Action.COMMIT:
+                    self._pending[target].commit = now
 
     def writers(self) -> list[str]:
         return sorted(f"{folder}/{name}" for folder, names in self._writers.items() for name in names)
@@ -199,6 +211,8 @@ class Settler:
         cap = pending.first + self.max_wait
         if any(self._writers.get(f) for f in self._folders.get(target, ())):
             return cap
+        if pending.commit is not None:
+            return min(cap, pending.commit)
         return min(cap, pending.last + self.quiet)
 
     def next_due(self) -> float | None:
@@ -214,6 +228,21 @@ class Settler:
 
 
 # -- the watchdog adapter -----------------------------------------------------------------------------------
+
+
+def configmap_published(folder: str) -> bool:
+    """After a ``..data`` swap: does every entry of ``..data`` have its visible name, and does no visible name
+    dangle? The kubelet adds the names of new keys, and removes those of dropped keys, right after the swap; a
+    look before that would see a half state (a new file missing, an old one gone), so it waits the quiet time.
+    """
+    try:
+        published = {n for n in os.listdir(os.path.join(folder, CONFIGMAP_DATA)) if not n.startswith(".")}
+        visible = [e for e in os.scandir(folder) if not e.name.startswith(".")]
+    except OSError:
+        return False
+    if not published <= {e.name for e in visible}:
+        return False
+    return all(os.path.exists(e.path) for e in visible if e.is_symlink())
 
 
 def ancestors(folder: str) -> list[tuple[str, str]]:
@@ -345,6 +374,11 @@ class FolderWatcher:
         observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
         return observer
 
+    @staticmethod
+    def _published(folder: str) -> bool:
+        """Whether a ConfigMap swap in ``folder`` may be looked at at once (the seam for tests)."""
+        return configmap_published(folder)
+
     def _schedule(self, path: str, events: tuple[type[FileSystemEvent], ...], handler: _Handler) -> None:
         """One watch (the seam where tests refuse a path as the kernel would)."""
         assert self._observer is not None
@@ -439,6 +473,8 @@ class FolderWatcher:
                     continue
                 self.events_read += 1
                 for action, name in actions:
+                    if action is Action.COMMIT and not self._published(role.folder):
+                        action = Action.CHANGE
                     if action is Action.REARM:
                         rearm = True
                     elif action is not Action.IGNORE:

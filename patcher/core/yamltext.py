@@ -131,6 +131,13 @@ def _data_loader() -> YAML:
     return y
 
 
+def libyaml_loader(text: str) -> YAML | None:
+    """The C loader for plain data and events, when libyaml is there and its line numbers in ``text`` are the
+    pure parser's (see ``_composer``); None otherwise: the caller keeps the pure path."""
+    y = _data_loader()
+    return y if y.Parser.__name__ == "CParser" and _positions_by_libyaml(text) else None
+
+
 def _describe(exc: YAMLError) -> str:
     if isinstance(exc, MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark

@@ -9,6 +9,7 @@ referenced by absolute node path, so that the main file's hash covers everything
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import posixpath
@@ -31,6 +32,7 @@ from patcher.core.schedconfig.yamlio import (
     from_json,
     is_json,
     layout,
+    load_plain,
     load_single,
     safe_scalar,
     strip_header,
@@ -109,10 +111,18 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
     return True
 
 
+@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
 def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
-    """Validate our own bytes once more, as the scheduler will read them."""
-    data = load_single(text, name)
-    schema = validate_document(data, name, version=version)
+    """Validate our own bytes once more, as the scheduler will read them.
+
+    Read as plain data by libyaml (nothing is edited here); a refusal is confirmed with the round-trip loader,
+    so that its wording, and the outcome where the two loaders could part, are those of the source's check.
+    Cached by the exact text and version (pure): a resync renders the same bytes and need not check them again.
+    """
+    try:
+        schema = validate_document(load_plain(text, name), name, version=version)
+    except ConfigError:
+        schema = validate_document(load_single(text, name), name, version=version)
     check_served(schema, version, name)
     return schema
 

@@ -1,0 +1,54 @@
+"""The one table of issue 12's figures, from the rows the bench scripts of one ``make bench`` run recorded.
+
+Each script appends its figures to the file named by ``BENCH_ROWS`` (``bench/rows.py``); this prints them with
+their targets, so one run on one (possibly busy) machine gives every figure and its verdict side by side.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.rows import Row, load  # noqa: E402
+
+#: figure -> (median target, p99 target); None: no target, shown for comparison (baselines, floors).
+TARGETS: dict[str, tuple[float | None, float | None]] = {
+    "corpus: patch step": (15.0, None),
+    "corpus: restore step": (5.0, None),
+    "corpus: naive patch": (None, None),
+    "corpus: floor (read+write+fsync+rename)": (None, None),
+    "kubeadm: apply (config changed: plan + write, kubeadm)": (None, None),
+    "ConfigMap ..data swap -> manifest rewritten (agent)": (50.0, 150.0),
+    "exec -> signal-safe (run --no-api)": (100.0, None),
+    "exec -> signal-safe (run --rollout=independent (API emulator))": (100.0, None),
+    "exec -> signal-safe floor (python -c, a handler, nothing else)": (None, None),
+    "exec -> manifest patched (run --rollout=independent (API emulator))": (700.0, None),
+    "SIGTERM -> manifest restored (real process)": (5.0, None),
+    "idle agent CPU % of a core (run --no-api)": (0.03, None),
+    "idle agent RSS MiB (run --no-api)": (50.0, None),
+}
+
+
+def verdict(row: Row) -> str:
+    median_target, p99_target = TARGETS.get(row.figure, (None, None))
+    if median_target is None and p99_target is None:
+        return ""
+    ok = (median_target is None or row.median <= median_target) and (p99_target is None or row.p99 <= p99_target)
+    want = " / ".join(f"{k} <= {v:g}" for k, v in (("p50", median_target), ("p99", p99_target)) if v is not None)
+    return f"{'ok' if ok else 'MISSED'} ({want})"
+
+
+def main() -> None:
+    rows = {row.figure: row for row in load(Path(sys.argv[1]))}  # the last of a figure wins
+    shown = [rows[f] for f in TARGETS if f in rows]
+    print(f"\n== issue 12 figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says else)")
+    print(f"{'figure':<68} {'n':>5} {'median':>9} {'p99':>9}  verdict")
+    for row in shown:
+        print(f"{row.figure:<68} {row.n:>5} {row.median:>9.2f} {row.p99:>9.2f}  {verdict(row)}")
+
+
+if __name__ == "__main__":
+    main()
