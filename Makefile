@@ -32,8 +32,13 @@ demo: $(RUNTIME)
 	  --source $$tmp/scheduler-config; rc=$$?; rm -rf $$tmp; \
 	if [ $$rc -eq 2 ]; then echo "== exit 2: changes pending (nothing was written)"; exit 0; else exit $$rc; fi
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist): most of its time is spent waiting for child
+# processes, servers and watchers, so 2 workers halve it even on a 2-core machine. TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= 2
+PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PAR)
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml).
 test-min:
@@ -41,7 +46,7 @@ test-min:
 	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR)
 
 lint: $(STAMP)
 	$(BIN)/ruff check patcher tests bench tools
@@ -74,6 +79,7 @@ e2e: $(STAMP)
 test-stress: $(STAMP)
 	@$(BIN)/python -c 'while True: pass' & hog=$$!; trap "kill $$hog" EXIT; \
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
-	  echo "== run $$i/10, with a CPU hog (pid $$hog)"; \
-	  $(BIN)/python -m pytest -q -x -p no:randomly || exit 1; \
+	  echo "== run $$i/10, with a CPU hog (pid $$hog)"; start=$$(date +%s); \
+	  $(BIN)/python -m pytest -q -x $(PYTEST_PAR) || exit 1; \
+	  echo "== run $$i/10 passed in $$(( $$(date +%s) - start )) s"; \
 	done

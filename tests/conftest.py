@@ -7,6 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Under load (2 cores, a CPU hog, two xdist workers) one example can take seconds: a per-example deadline or the
+# too-slow health check would then fail a test that proves nothing wrong. Example counts stay where each test
+# sets them; a test's own @settings inherits this profile for everything it does not set.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

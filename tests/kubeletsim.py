@@ -20,12 +20,34 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from tests.kubeemu import KubeEmulator, make_mirror_pod
 
 
 def _stamp(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
+
+
+def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The metadata and scheduler container of a static-pod file, or None for a file that is no such pod.
+
+    A writer that is not atomic (a test's ``write_bytes``, an operator's editor) shows the kubelet an empty or
+    half-written file for a moment; the kubelet logs it and reads the file again when it changes.
+    """
+    try:
+        manifest = YAML(typ="safe").load(data.decode())
+    except (UnicodeDecodeError, YAMLError):
+        return None
+    spec = manifest.get("spec") if isinstance(manifest, dict) else None
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(containers, list):
+        return None
+    container = next((c for c in containers if isinstance(c, dict) and c.get("name") == "kube-scheduler"), None)
+    if container is None:
+        return None
+    meta = manifest.get("metadata")
+    return (meta if isinstance(meta, dict) else {}), container
 
 
 @dataclass
@@ -87,9 +109,10 @@ class SimKubelet:
             self._seen[path.name] = digest  # only once the API took the mirror pod: otherwise retry
 
     def _start_pod(self, name: str, data: bytes, digest: str) -> None:
-        manifest = YAML(typ="safe").load(data.decode())
-        meta = manifest.get("metadata") or {}
-        container = next(c for c in manifest["spec"]["containers"] if c.get("name") == "kube-scheduler")
+        pod_spec = _scheduler_pod(data)
+        if pod_spec is None:
+            return  # like the kubelet: a file it cannot decode is skipped until its content changes again
+        meta, container = pod_spec
         annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": digest[:32],
                        "kubernetes.io/config.mirror": digest[:32], "kubernetes.io/config.source": "file"}
         now = time.time_ns()

@@ -148,7 +148,7 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
         assert wait_until(lambda: gates(emu, "multi") == ["example.com/a", "example.com/b"]
                           and gates(emu, "only", "team-a") == [], 5)
         assert wait_until(lambda: metric(gk, "gated_pods") == 0, 5)
-        assert metric(gk, "pods_released_total") == 2
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 2, 5)  # counted once the PATCH answered
         assert metric(gk, "wait_seconds_count") == 2
         assert metric(gk, "wait_seconds_sum") >= 2 * 119  # from the pods' creation, two minutes ago
         assert metric(gk, "verdict_ready") == 1
@@ -183,7 +183,7 @@ def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_re
         emu.delete("pods", "later", "default")
         emu.create(make_pod("gone", gates=[GATE]))
         assert wait_until(lambda: gates(emu, "gone") == [], 5)
-        assert metric(gk, "pods_released_total") == 3
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 3, 5)  # counted once the PATCH answered
 
 
 def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEmulatorExt,
@@ -226,7 +226,7 @@ def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: Kub
         assert wait_until(lambda: gates(emu, "raced") == ["example.com/b"] and gates(emu, "conflict") ==
                           ["example.com/c"], 5)
         assert metric(gk, "patch_conflicts_total") == 2
-        assert metric(gk, "pods_released_total") == 2
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 2, 5)  # counted once the PATCH answered
     assert [r.status for r in emu.requests("PATCH", raced)] == [422, 200]
     assert [r.status for r in emu.requests("PATCH", conflict)] == [409, 200]
     second = emu.requests("PATCH", raced)[1].json()

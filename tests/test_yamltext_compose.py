@@ -62,10 +62,23 @@ def unicode_variants() -> list[str]:
         s = UNICODE[i % len(UNICODE)]
         lines = text.split("\n")
         for variant in ("\n".join([lines[0], f"# {s} {s}", *lines[1:]]), text.replace("kube-system", f'"kube-{s}"', 1)):
-            with contextlib.suppress(Exception):  # a replacement inside a longer scalar may not be YAML
-                pure_root(variant)
+            if one_document(variant):
                 out.append(variant)
     return out
+
+
+def one_document(text: str) -> bool:
+    """Whether ``text`` is one YAML document. libyaml asks first (4x faster, and this runs at collection in
+    every xdist worker); the pure composer decides what libyaml refuses. A text that libyaml reads and the pure
+    composer refuses is kept: the test then fails on it, as it should on any difference between the two."""
+    with contextlib.suppress(Exception):
+        if len([n for n in YAML(typ="safe", pure=False).compose_all(text) if n is not None]) == 1:
+            return True
+    try:  # a replacement inside a longer scalar may not be YAML
+        pure_root(text)
+    except Exception:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("text", [t for t in texts() + unicode_variants() if yamltext._positions_by_libyaml(t)])
