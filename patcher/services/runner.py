@@ -197,7 +197,7 @@ class Wiring:
             self.parts.start()
             self.parts.attach_to(self.agent)
 
-    def close(self, timeout: float = 2.0) -> None:
+    def close(self, timeout: float = 1.0) -> None:
         """Stop the API side, bounded: with the API black-holed a close can hang, and the process must exit."""
         def close() -> None:
             with self._lock:
