@@ -21,7 +21,8 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "corpus: naive patch": (None, None),
     "corpus: floor (read+write+fsync+rename)": (None, None),
     "kubeadm: apply (config changed: plan + write, kubeadm)": (None, None),
-    "ConfigMap ..data swap -> manifest rewritten (agent)": (50.0, 150.0),
+    "ConfigMap ..data swap -> manifest rewritten (run --no-api)": (50.0, 150.0),
+    "ConfigMap ..data swap -> manifest rewritten (run --rollout=independent (API emulator))": (50.0, 150.0),
     "exec -> signal-safe (run --no-api)": (100.0, None),
     "exec -> signal-safe (run --rollout=independent (API emulator))": (100.0, None),
     "exec -> signal-safe floor (python -c, a handler, nothing else)": (None, None),
@@ -45,9 +46,10 @@ def main() -> None:
     rows = {row.figure: row for row in load(Path(sys.argv[1]))}  # the last of a figure wins
     shown = [rows[f] for f in TARGETS if f in rows]
     print(f"\n== issue 12 figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says else)")
-    print(f"{'figure':<68} {'n':>5} {'median':>9} {'p99':>9}  verdict")
+    width = max((len(row.figure) for row in shown), default=6)
+    print(f"{'figure':<{width}} {'n':>5} {'median':>9} {'p99':>9}  verdict")
     for row in shown:
-        print(f"{row.figure:<68} {row.n:>5} {row.median:>9.2f} {row.p99:>9.2f}  {verdict(row)}")
+        print(f"{row.figure:<{width}} {row.n:>5} {row.median:>9.2f} {row.p99:>9.2f}  {verdict(row)}")
 
 
 if __name__ == "__main__":

@@ -42,7 +42,8 @@ def test_make_bench_prints_one_table_of_the_recorded_figures(tmp_path: Path) -> 
             "--starts", "1", "--black-holes", "0", env=env)
     out = run("bench/table.py", str(rows))
     corpus = ("corpus: patch step",) if (ROOT.parent / "shared" / "corpus" / "manifests").is_dir() else ()
-    for figure in (*corpus, "ConfigMap ..data swap -> manifest rewritten (agent)",
+    for figure in (*corpus, "ConfigMap ..data swap -> manifest rewritten (run --no-api)",
+                   "ConfigMap ..data swap -> manifest rewritten (run --rollout=independent (API emulator))",
                    "exec -> signal-safe (run --no-api)", "exec -> signal-safe floor", "idle agent RSS MiB"):
         line = next((line for line in out.splitlines() if line.startswith(figure)), None)
         assert line is not None, out

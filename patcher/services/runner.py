@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from patcher.adapters import logs
+from patcher.adapters import heap, logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifest, yamltext
@@ -196,6 +196,7 @@ class Wiring:
             self.parts = _api_parts(self.config, api, self.events.put, self.metrics)
             self.parts.start()
             self.parts.attach_to(self.agent)
+        heap.settle("API client built")  # the Kubernetes client's classes, out of every later collection
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the API side, bounded: with the API black-holed a close can hang, and the process must exit."""
@@ -252,6 +253,7 @@ def run(config: AgentConfig) -> int:
         server = None
     if server:
         server.start()
+    heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
     log.info("agent started", extra={"node": config.agent.node_name or "-",
                                      "manifest": config.agent.files.manifest_path,

@@ -1,0 +1,35 @@
+"""The interpreter's cyclic garbage collector, kept out of the agent's reaction times.
+
+A full (generation 2) collection walks every container object the process holds and stops every thread,
+the agent loop and its signal handling included, while it does. Almost all of those objects are the program
+itself: modules, classes and functions, the Kubernetes client's ~900 model classes, the compiled schemas.
+Measured on a 2-core machine (issue 12): the agent with the API client holds ~128 000 such objects and a full
+collection takes ~73 ms (~6.5 ms without the client), and one falls, at an unpredictable moment, every few
+reconciles, which is what a ConfigMap swap's p99 showed. Under a CPU hog the same pause doubles.
+
+``settle`` is called once a start-up phase has imported and built what the agent keeps for its life: it
+collects once (so no garbage is kept forever), then moves every survivor to the permanent generation, which
+the collector never walks (``gc.freeze``). Frozen objects are still freed by reference counting; only a
+reference cycle among them would outlive its use, and the start-up objects form no cycles that die later.
+Later full collections walk only what the agent allocated since: a few thousand objects.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+
+def settle(phase: str) -> int:
+    """Collect, then freeze what survives; returns how many objects were frozen now. ``phase`` is for the log."""
+    started = time.perf_counter()
+    gc.collect()
+    before = gc.get_freeze_count()
+    gc.freeze()
+    frozen = gc.get_freeze_count() - before
+    log.debug("heap settled after %s: %d objects out of the collector's walk (%.1f ms)", phase, frozen,
+              (time.perf_counter() - started) * 1000)
+    return frozen
