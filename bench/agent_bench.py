@@ -309,7 +309,7 @@ def bench_idle(seconds: float) -> None:
         rss = p.memory_info().rss
         elapsed = time.monotonic() - t0
         names = {str(th.id): th for th in p.threads()}
-        cpu = (c1.user + c1.system - c0.user - c0.system) / elapsed * 100
+        cpu = max(0.0, (c1.user - c0.user) + (c1.system - c0.system)) / elapsed * 100  # no -0.000 from float sums
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
     per_thread = sorted(((s1[k] - s0.get(k, 0)) * 60 / elapsed for k in s1), reverse=True)
