@@ -115,6 +115,29 @@ def test_the_core_writes_no_files(name: str) -> None:
     assert list(writes(name)) == [], f"{name} is in core/ but changes files; that belongs in an adapter"
 
 
+def runtime_imports(name: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import outside an ``if TYPE_CHECKING:`` block, nested ones included."""
+    tree = ast.parse(MODULES[name].read_text("utf-8"))
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for stmt in node.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.lineno, node.module
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if (layer(m) or 0) >= LAYERS.index("services")))
+def test_services_and_commands_reach_the_api_only_through_the_kube_adapters(name: str) -> None:
+    """Above adapters/, the Kubernetes client is a type name only: every request goes through
+    ``patcher.adapters.kube``, where errors are translated, calls bounded and the RBAC scan sees them."""
+    direct = [f"line {line}: {mod}" for line, mod in runtime_imports(name) if mod.split(".")[0] == "kubernetes"]
+    assert direct == [], f"{name} imports the Kubernetes client outside TYPE_CHECKING"
+
+
 def test_no_import_cycles() -> None:
     graph = {m: sorted({t for t, _ in imports(m) if t in MODULES and t != m}) for m in MODULES}
     index: dict[str, int] = {}

@@ -258,7 +258,7 @@ def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorE
     pod = stored(emu, "p")
     emu.delete("pods", "p", "default")
     conflicts: list[None] = []
-    result = release_gate(k8s.CoreV1Api(api), pod, GATE, attempts=3, on_conflict=lambda: conflicts.append(None))
+    result = release_gate(api, pod, GATE, attempts=3, on_conflict=lambda: conflicts.append(None))
     assert result.outcome is GateOutcome.NOT_WAITING and conflicts == []
     assert [r.status for r in emu.requests("PATCH", "/api/v1/namespaces/default/pods/p")] == [404]
 
@@ -268,11 +268,11 @@ def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt
     path = "/api/v1/namespaces/default/pods/p"
     emu.fail("PATCH", path, 409, times=3)
     conflicts: list[None] = []
-    result = release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3,
+    result = release_gate(api, stored(emu, "p"), GATE, attempts=3,
                           on_conflict=lambda: conflicts.append(None))
     assert result.outcome is GateOutcome.KEPT_CHANGING and len(conflicts) == 3
     assert len(emu.requests("GET", path)) == 3 and gates(emu, "p") == [GATE]
-    again = release_gate(k8s.CoreV1Api(api), result.pod, GATE, attempts=3)  # a later pass
+    again = release_gate(api, result.pod, GATE, attempts=3)  # a later pass
     assert again.outcome is GateOutcome.RELEASED and gates(emu, "p") == []
 
 
@@ -284,12 +284,12 @@ def test_release_gate_raises_the_failure_of_the_read_again_by_its_class(emu: Kub
     emu.fail("GET", path, 503)
     conflicts: list[None] = []
     with pytest.raises(ServerError, match=r"^cannot read pod default/p: HTTP 503"):
-        release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3,
+        release_gate(api, stored(emu, "p"), GATE, attempts=3,
                      on_conflict=lambda: conflicts.append(None))
     assert len(conflicts) == 1  # counted although the pass then failed
     emu.fail("PATCH", path, 403)
     with pytest.raises(Forbidden, match=r"^cannot release pod default/p: HTTP 403"):
-        release_gate(k8s.CoreV1Api(api), stored(emu, "p"), GATE, attempts=3)
+        release_gate(api, stored(emu, "p"), GATE, attempts=3)
     assert gates(emu, "p") == [GATE]
 
 

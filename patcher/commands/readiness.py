@@ -99,7 +99,8 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     try:
         if args.wait:
             changed = threading.Event()
-            watchers = node_watchers(api, node_selectors(args.node_selector, args.legacy_master_label), changed.set)
+            watchers = node_watchers(api, node_selectors(args.node_selector, args.legacy_master_label),
+                                     on_sync=lambda _nodes: changed.set(), on_event=lambda _kind, _node: changed.set())
             for w in watchers:
                 w.start()
 

@@ -10,26 +10,28 @@ sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; le
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from patcher.adapters.health import Health, add_process_info
 from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.cluster import node_watchers
 from patcher.adapters.kube.errors import ApiError
-from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
+from patcher.adapters.kube.gaterelease import GateOutcome, pending_pod_watchers, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, waited_seconds, waits_on
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import ClusterVerdict, node_selectors
 from patcher.core.status import annotation_snapshot
+
+if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
+    from kubernetes import client as k8s
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +109,7 @@ class Gatekeeper:
     ) -> None:
         if not gate_name:
             raise ValueError("the gate name must not be empty")
-        self._core = k8s.CoreV1Api(api)
+        self._api = api
         self.gate = gate_name
         self._verdict_fn = verdict_fn
         self._elector = elector
@@ -128,25 +130,14 @@ class Gatekeeper:
         self._verdict_backoff = self._backoff.fresh()
         self._release_backoff = self._backoff.fresh()
         self.verdict: ClusterVerdict | None = None
-        self._watchers: list[ListWatcher] = []
         wb = self._backoff.fresh()
-        pending = "status.phase=Pending"  # the API server cannot select on schedulingGates: filter here
-        if namespaces:
-            for ns in namespaces:
-                self._watchers.append(ListWatcher(
-                    self._core.list_namespaced_pod, ns, field_selector=pending, name=f"watch pods ({ns})",
-                    on_sync=functools.partial(self._pods_synced, ns), on_event=self._pod_event,
-                    backoff=wb.fresh(), failure_level=logging.WARNING))
-        else:
-            self._watchers.append(ListWatcher(
-                self._core.list_pod_for_all_namespaces, field_selector=pending, name="watch pods",
-                on_sync=functools.partial(self._pods_synced, None), on_event=self._pod_event,
-                backoff=wb.fresh(), failure_level=logging.WARNING))
-        for sel in node_label_selectors if node_label_selectors is not None else node_selectors():
-            self._watchers.append(ListWatcher(
-                self._core.list_node, label_selector=sel, name=f"watch nodes ({sel})",
-                on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb.fresh(),
-                failure_level=logging.WARNING))
+        self._watchers: list[ListWatcher] = [
+            *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
+                                  failure_level=logging.WARNING),
+            *node_watchers(api, node_label_selectors if node_label_selectors is not None else node_selectors(),
+                           on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb,
+                           failure_level=logging.WARNING),
+        ]
 
     # -- watch callbacks (watcher threads) -------------------------------------------------------------
 
@@ -284,7 +275,7 @@ class Gatekeeper:
         """Remove our gate from ``pod``; False when it should be tried again later (an API failure)."""
         where = "/".join(pod_key(pod))
         try:
-            result = release_gate(self._core, pod, self.gate, attempts=MAX_CONFLICTS,
+            result = release_gate(self._api, pod, self.gate, attempts=MAX_CONFLICTS,
                                   on_conflict=self.metrics.conflict)
         except ApiError as exc:
             log.warning("%s; retrying later", exc)

@@ -18,10 +18,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-
-from kubernetes import client as k8s
+from typing import TYPE_CHECKING
 
 from patcher.adapters.kube.lease import MAX_CALL, Lease, Obj, Outcome, annotations_of
+
+if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
+    from kubernetes import client as k8s
 
 log = logging.getLogger("patcher.services.rollout")
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-
-from kubernetes import client as k8s
+from typing import TYPE_CHECKING
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError
+
+if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
+    from kubernetes import client as k8s
 
 log = logging.getLogger("patcher.services.statuspub")
 

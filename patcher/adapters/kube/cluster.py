@@ -112,14 +112,16 @@ def collect(
 # --- watching -------------------------------------------------------------------------------------------
 
 
-def node_watchers(api: k8s.ApiClient, selectors: Sequence[str], on_change: Callable[[], None], *,
-                  backoff: Backoff | None = None) -> list[ListWatcher]:
-    """One watcher per selector calling ``on_change()`` on every list and Node event (not started)."""
+def node_watchers(api: k8s.ApiClient, selectors: Sequence[str], *, on_sync: Callable[[list[Obj]], None],
+                  on_event: Callable[[str, Obj], None], backoff: Backoff | None = None,
+                  failure_level: int = logging.INFO) -> list[ListWatcher]:
+    """One watcher per selector (not started): ``on_sync(nodes)`` after each list, ``on_event(kind, node)``
+    for each change. ``readiness --wait`` and the gatekeeper both watch the control-plane Nodes this way."""
     core = k8s.CoreV1Api(api)
     return [
-        ListWatcher(core.list_node, label_selector=sel, name=f"watch nodes ({sel})",
-                    on_sync=lambda _items: on_change(), on_event=lambda _kind, _obj: on_change(),
-                    backoff=backoff.fresh() if backoff is not None else None)
+        ListWatcher(core.list_node, label_selector=sel, name=f"watch nodes ({sel})", on_sync=on_sync,
+                    on_event=on_event, backoff=backoff.fresh() if backoff is not None else None,
+                    failure_level=failure_level)
         for sel in selectors
     ]
 
