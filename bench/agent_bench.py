@@ -71,20 +71,29 @@ def summary(name: str, ms: list[float]) -> None:
     print(f"{name:<52} n={row.n:<4} median {row.median:8.1f} ms   p99 {row.p99:8.1f} ms")
 
 
+#: The two ways the agent runs in these benches: without a cluster, and independent mode against the emulator.
+MODES = (("run --no-api", False), ("run --rollout=independent (API emulator)", True))
+
+
+def mode_env(tmp: Path, emu: KubeEmulator, api: bool) -> tuple[dict[str, str], list[str]]:
+    """The environment and extra ``run`` flags of one mode (with the API: node cp-1 on ``emu``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if not api:
+        return env, ["--no-api"]
+    emu.add_node("cp-1")
+    env.update(NODE_NAME="cp-1", KUBECONFIG=str(emu.write_kubeconfig(tmp / "kc")))
+    return env, ["--rollout", "independent"]
+
+
 def bench_change_to_write(n: int) -> None:
     """The deployed process, without and with the API (independent mode, against the emulator), not an Agent
     inside this one: this process carries the test helpers' imports (hypothesis, pytest, the emulator), whose
     garbage-collector walks are not the agent's. Swaps are 50 ms apart, so each finds the agent done with the
     last one, as the kubelet's swaps (a minute or more apart) do."""
-    for label, api in (("run --no-api", False), ("run --rollout=independent (API emulator)", True)):
+    for label, api in MODES:
         with tempfile.TemporaryDirectory() as t, KubeEmulator() as emu:
             root, src = node_tree(Path(t))
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
-            extra = ["--no-api"]
-            if api:
-                emu.add_node("cp-1")
-                env.update(NODE_NAME="cp-1", KUBECONFIG=str(emu.write_kubeconfig(Path(t) / "kc")))
-                extra = ["--rollout", "independent"]
+            env, extra = mode_env(Path(t), emu, api)
             proc = subprocess.Popen(run_args(root, src, *extra), env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             manifest = root / MANIFEST
@@ -92,7 +101,7 @@ def bench_change_to_write(n: int) -> None:
             try:
                 wait(lambda m=manifest: b"--config=" in m.read_bytes(), 20)  # type: ignore[misc]
                 if api:  # the API side attached: the Node carries the agent's state (its start-up is not measured)
-                    wait(lambda: any(k.endswith("/state") for k in annotations(emu, "cp-1")), 30)
+                    wait(lambda: any(k.endswith("/state") for k in node_annotations(emu, "cp-1")), 30)
                 time.sleep(0.3)
                 for i in range(n):
                     before = manifest.read_bytes()
@@ -107,7 +116,7 @@ def bench_change_to_write(n: int) -> None:
         summary(f"ConfigMap ..data swap -> manifest rewritten ({label})", out)
 
 
-def annotations(emu: KubeEmulator, node: str) -> dict[str, str]:
+def node_annotations(emu: KubeEmulator, node: str) -> dict[str, str]:
     obj = emu.get("nodes", node) or {}
     found: dict[str, str] = obj.get("metadata", {}).get("annotations") or {}
     return found
@@ -242,17 +251,12 @@ def bench_signal_floor(n: int) -> list[float]:
 
 def bench_start(n: int) -> None:
     floor: list[float] = []
-    for label, api in (("run --no-api", False), ("run --rollout=independent (API emulator)", True)):
+    for label, api in MODES:
         safe, patched = [], []
         for _ in range(n):
             with tempfile.TemporaryDirectory() as t, KubeEmulator() as emu:
                 root, src = node_tree(Path(t))
-                env = {**os.environ, "PYTHONPATH": str(ROOT)}
-                extra = ["--no-api"]
-                if api:
-                    emu.add_node("cp-1")
-                    env.update(NODE_NAME="cp-1", KUBECONFIG=str(emu.write_kubeconfig(Path(t) / "kc")))
-                    extra = ["--rollout", "independent"]
+                env, extra = mode_env(Path(t), emu, api)
                 t0 = time.perf_counter()
                 proc = subprocess.Popen(run_args(root, src, *extra), env=env, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
