@@ -37,7 +37,7 @@ class _Rule:
     method: str
     path: str
     remaining: int
-    hook: Callable[[KubeEmulator], None] | None = None
+    hook: Callable[[KubeEmulator], object] | None = None
     code: int | None = None
 
 
@@ -49,7 +49,7 @@ class KubeEmulatorExt(KubeEmulator):
         self._rules: list[_Rule] = []
         self._rules_lock = threading.Lock()
 
-    def before(self, method: str, path: str, hook: Callable[[KubeEmulator], None], times: int = 1) -> None:
+    def before(self, method: str, path: str, hook: Callable[[KubeEmulator], object], times: int = 1) -> None:
         """Run ``hook`` before serving the next ``times`` requests ``method path``."""
         with self._rules_lock:
             self._rules.append(_Rule(method, path, times, hook=hook))

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import pytest
 
 from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
+from patcher.core import timefmt
 from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
@@ -141,10 +142,13 @@ def reconciles(agent: Running) -> float:
 
 def settled(agent: Running) -> None:
     """Make the agent reconcile twice more and wait for it: whatever it would still do, it has done by then."""
+    def reached(target: float) -> Callable[[], bool]:
+        return lambda: reconciles(agent) >= target
+
     for _ in range(2):
-        target = reconciles(agent) + 1
+        done = reached(reconciles(agent) + 1)
         agent.agent.notify("source")
-        assert wait_until(lambda t=target: reconciles(agent) >= t, 30)
+        assert wait_until(done, 30)
 
 
 def test_first_patch_then_config_change_then_restore(node: Node) -> None:
@@ -152,7 +156,7 @@ def test_first_patch_then_config_change_then_restore(node: Node) -> None:
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
     first = node.annotations()
     assert len(first["config-hash"]) == 64 and first["manifest-mtime"].endswith("Z")
-    assert first["manifest-mtime"] == engine.timefmt.rfc3339_ns(node.manifest.stat().st_mtime_ns)
+    assert first["manifest-mtime"] == timefmt.rfc3339_ns(node.manifest.stat().st_mtime_ns)
     assert "restarted-at" in first and "message" not in first
     assert first["source-hash"] == fsio.folder_fingerprint(node.src)
     assert [r.crashed for r in node.kubelet.restarts] == [False, False]  # the original, then ours

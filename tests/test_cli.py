@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -274,7 +275,8 @@ def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch
 
     for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE"]:
         monkeypatch.delenv(name, raising=False)
-    run = build_parser(load=[])._subparsers._group_actions[0].choices["run"]
+    commands = next(a for a in build_parser(load=[])._actions if isinstance(a, argparse._SubParsersAction))
+    run: argparse.ArgumentParser = commands.choices["run"]
     flags = {o for a in run._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     assert flags == set(RUN_FLAG_VALUES)  # a new flag needs a value here, and a place in AgentConfig
     base = run_config()

@@ -119,13 +119,13 @@ def literal_env(container: dict[str, Any]) -> dict[str, str]:
 
 
 def agent_container(name: str) -> dict[str, Any]:
-    containers = pod_spec(one(name, "DaemonSet"))["containers"]
+    containers: list[dict[str, Any]] = pod_spec(one(name, "DaemonSet"))["containers"]
     assert [c["name"] for c in containers] == ["agent"]
     return containers[0]
 
 
 def restore_container(name: str) -> dict[str, Any]:
-    inits = pod_spec(one(name, "Job"))["initContainers"]
+    inits: list[dict[str, Any]] = pod_spec(one(name, "Job"))["initContainers"]
     assert [c["name"] for c in inits] == ["restore"]
     return inits[0]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +211,7 @@ def test_status_reports_the_contract_fields(node: FakeFilesystem) -> None:
     assert info["manifest_mtime"].endswith("Z") and len(info["manifest_mtime"].split(".")[1]) == 10
 
 
-BAD_CASES = {
+BAD_CASES: dict[str, tuple[Callable[[FakeFilesystem], object], str]] = {
     "missing manifest": (lambda fs: os.remove(MANIFEST), f"{MANIFEST}: manifest not found"),
     "missing folder": (lambda fs: fs.remove_object("/etc/kubernetes/manifests"), "manifest folder not found"),
     "missing source": (lambda fs: os.remove("/src/config.yaml"), "/src: no source config"),

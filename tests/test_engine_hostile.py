@@ -178,7 +178,7 @@ def test_restore_with_a_read_only_state_folder_is_refused_before_touching_the_ma
 def test_apply_that_patched_the_manifest_but_could_not_save_state_says_exactly_that(node: FakeFilesystem) -> None:
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
     node.create_file(stale, contents="old")
-    OPTS.store().save(State(written=["config-aaaaaaaaaaaa.yaml"]))
+    OPTS.store().save(State(written=("config-aaaaaaaaaaaa.yaml",)))
     plan = engine.plan_apply(OPTS)
 
     def state_folder_turns_read_only(point: str, path: Path) -> None:
@@ -193,7 +193,7 @@ def test_apply_that_patched_the_manifest_but_could_not_save_state_says_exactly_t
     set_uid(0)
     config = plan.config
     assert config is not None
-    line = refusal(exc)  # type: ignore[arg-type]
+    line = refusal(exc)
     assert line.startswith("/var/lib/scheduler-patcher: cannot write in this folder: Permission denied; ")
     done = [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
     assert f"already done: {', '.join(done)}; not done: saving the state record" in line
@@ -216,7 +216,7 @@ def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exact
     with fsio.pause_points(state_folder_turns_read_only), pytest.raises(engine.PartialWrite) as exc:
         engine.restore(OPTS, plan)
     set_uid(0)
-    line = refusal(exc)  # type: ignore[arg-type]
+    line = refusal(exc)
     assert f"already done: wrote {MANIFEST}, removed /etc/kubernetes/scheduler-patcher/config-" in line
     assert line.endswith("not done: clearing the state record (run restore again once this is fixed)")
     assert Path(MANIFEST).read_text() == KUBEADM

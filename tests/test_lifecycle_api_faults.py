@@ -29,14 +29,21 @@ def xnode(tmp_path: Path) -> Iterator[Node]:
         yield n
 
 
+def faults(node: Node) -> KubeEmulatorExt:
+    """The emulator of an ``xnode``, as the ``KubeEmulatorExt`` it is (``Node.emu`` is typed as the base)."""
+    assert isinstance(node.emu, KubeEmulatorExt)
+    return node.emu
+
+
 def thread_cpu(thread: threading.Thread) -> float:
     """CPU seconds (user + system) one thread of this process has used."""
     tid = thread.native_id
-    return next(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == tid)
+    cpu: float = next(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == tid)
+    return cpu
 
 
 def test_500s_on_every_annotation_write_do_not_touch_the_file_side(xnode: Node) -> None:
-    xnode.emu.fail("PATCH", f"/api/v1/nodes/{NODE}", 500, times=10**6)
+    faults(xnode).fail("PATCH", f"/api/v1/nodes/{NODE}", 500, times=10**6)
     agent = Running(xnode, grace_period=2.0)  # the final report cannot get through either
     assert wait_until(lambda: b"--config=" in xnode.manifest.read_bytes(), 30)
     assert wait_until(lambda: len(xnode.emu.requests("PATCH", f"/api/v1/nodes/{NODE}")) >= 3, 30)
@@ -48,8 +55,8 @@ def test_500s_on_every_annotation_write_do_not_touch_the_file_side(xnode: Node) 
 
 
 def test_409_on_every_lease_write_keeps_the_manifest_untouched_and_the_loop_idle(xnode: Node) -> None:
-    xnode.emu.fail("POST", LEASE, 409, times=10**6)
-    xnode.emu.fail("PUT", f"{LEASE}/scheduler-patcher-rollout", 409, times=10**6)
+    faults(xnode).fail("POST", LEASE, 409, times=10**6)
+    faults(xnode).fail("PUT", f"{LEASE}/scheduler-patcher-rollout", 409, times=10**6)
     agent = Running(xnode, coordinated=True, lease_retry=3.0)
     assert wait_until(lambda: len(xnode.emu.requests("POST", LEASE)) >= 1, 30)
     cpu0, t0, r0 = thread_cpu(agent.thread), time.monotonic(), reconciles(agent)

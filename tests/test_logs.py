@@ -55,7 +55,7 @@ def test_json_exception_is_err_and_odd_values_are_strings() -> None:
 
 
 def test_an_extra_key_cannot_overwrite_the_standard_ones() -> None:
-    out = as_json(record("m", **{"v": 9}))
+    out = as_json(record("m", v=9))
     assert out["v"] == 0
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -68,12 +69,8 @@ def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
 @contextmanager
 def pure_only() -> Iterator[None]:
     """The reference: every path as before issue 12, on the pure parser alone (libyaml is not offered)."""
-    saved = yamlio.libyaml_loader
-    yamlio.libyaml_loader = lambda text: None  # type: ignore[assignment]
-    try:
+    with mock.patch.object(yamlio, "libyaml_loader", lambda text: None):  # the name yamlio calls
         yield
-    finally:
-        yamlio.libyaml_loader = saved  # type: ignore[assignment]
 
 
 def load_outcome(text: str) -> tuple[str, Any]:
@@ -192,8 +189,8 @@ def test_the_cached_extenders_are_not_shared_with_callers(tmp_path: Path) -> Non
     src = make_configmap(tmp_path / "cm", {"extenders.yaml": EXTENDERS})
     path = str(src / "extenders.yaml")
     cached = _parsed_extenders(EXTENDERS, path)
-    from patcher.core.schedconfig import FORM_EXTENDERS, _read_source
-    from patcher.core.schedconfig.source import detect_form
+    from patcher.core.schedconfig import _read_source
+    from patcher.core.schedconfig.source import FORM_EXTENDERS, detect_form
 
     form = detect_form(src)
     assert form.form == FORM_EXTENDERS

@@ -69,7 +69,11 @@ def paused_at_manifest_rename(opts: engine.Options, other: Callable[[], None]) -
         if point == "lock-busy":
             busy.set()
         elif point == "before-rename" and str(path) == manifest_local and not started:
-            t = threading.Thread(target=lambda: (other(), busy.set()))
+            def run_other() -> None:
+                other()
+                busy.set()
+
+            t = threading.Thread(target=run_other)
             started.append(t)
             t.start()
             assert busy.wait(WAIT)

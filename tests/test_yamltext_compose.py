@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from patcher.core import manifest, yamltext
+from patcher.core.errors import ManifestError
 from tests.conftest import CORPUS, corpus_manifests, fixture_manifests
 
 SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
@@ -36,7 +37,7 @@ def shape(node: Node) -> Any:
 def texts() -> list[str]:
     out = list(fixture_manifests().values()) + [p.read_text() for p in corpus_manifests()]
     for text in list(out):
-        with contextlib.suppress(manifest.ManifestError):  # shell-wrapped schedulers are refused
+        with contextlib.suppress(ManifestError):  # shell-wrapped schedulers are refused
             out.append(manifest.patch(text, SPEC, "m").text)
     return out
 
@@ -47,7 +48,7 @@ def configs() -> list[str]:
 
 
 def pure_root(text: str) -> Node:
-    nodes = [n for n in YAML(typ="safe", pure=True).compose_all(text) if n is not None]
+    nodes: list[Node] = [n for n in YAML(typ="safe", pure=True).compose_all(text) if n is not None]
     assert len(nodes) == 1
     return nodes[0]
 
