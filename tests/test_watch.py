@@ -300,7 +300,7 @@ class RecordingWatcher(FolderWatcher):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.published: list[tuple[bool, int]] = []
 
-    def _published(self, folder: str) -> bool:  # type: ignore[override]  # the base seam is static; recording needs self
+    def _published(self, folder: str) -> bool:
         answer = super()._published(folder)
         self.published.append((answer, self.rounds))
         return answer

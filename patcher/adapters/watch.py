@@ -374,9 +374,8 @@ class FolderWatcher:
         observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
         return observer
 
-    @staticmethod
-    def _published(folder: str) -> bool:
-        """Whether a ConfigMap swap in ``folder`` may be looked at at once (the seam for tests)."""
+    def _published(self, folder: str) -> bool:
+        """Whether a ConfigMap swap in ``folder`` may be looked at at once (the seam for tests, which record)."""
         return configmap_published(folder)
 
     def _schedule(self, path: str, events: tuple[type[FileSystemEvent], ...], handler: _Handler) -> None:
