@@ -5,12 +5,13 @@ the agent loop and its signal handling included, while it does. Almost all of th
 itself: modules, classes and functions, the Kubernetes client's ~900 model classes, the compiled schemas.
 Measured on a 2-core machine (issue 12): the agent with the API client holds ~128 000 such objects and a full
 collection takes ~73 ms (~6.5 ms without the client), and one falls, at an unpredictable moment, every few
-reconciles, which is what a ConfigMap swap's p99 showed. Under a CPU hog the same pause doubles.
+hundred reconciles: the slowest ConfigMap swaps were those. Under CPU load the same pause grows threefold.
 
 ``settle`` is called once a start-up phase has imported and built what the agent keeps for its life: it
 collects once (so no garbage is kept forever), then moves every survivor to the permanent generation, which
 the collector never walks (``gc.freeze``). Frozen objects are still freed by reference counting; only a
-reference cycle among them would outlive its use, and the start-up objects form no cycles that die later.
+reference cycle among them that dies later would be kept, and what is frozen is the program and what it keeps
+for its life (modules, the client, the probes' server), so that cost is bounded by the two settles.
 Later full collections walk only what the agent allocated since: a few thousand objects.
 """
 
