@@ -27,6 +27,7 @@ from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_fe
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
 from patcher.core.schedconfig.schema import Schema, target_schema
+from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.source import (
     CONFIG_FILE,
     EXTENDERS_FILE,
@@ -194,7 +195,8 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
-    version = replace(version, feature_gates=enabled_feature_gates(parse_flags(req.scheduler_flags)))
+    flags = parse_flags(req.scheduler_flags)
+    version = replace(version, feature_gates=enabled_feature_gates(flags), launch=launch_for(flags, req.image))
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
     source = _read_source(req.source_dir, form, version, merge=foreign is not None)

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
 from patcher.core.schedconfig.rules import extender_problems, is_int, rule_problems
+from patcher.core.schedconfig.startup import effective, startup_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
     POLICY_KIND,
@@ -252,7 +253,10 @@ def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) 
     """
     walker = _Walker(schema, version)
     walker.check_struct(data, schema.types[schema.root], "")
-    return walker.errors + [p for p in rule_problems(data, schema) if p not in walker.errors]
+    if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
+        data = effective(data, schema)
+    found = rule_problems(data, schema) + (startup_problems(data, schema) if isinstance(data, dict) else [])
+    return walker.errors + [p for p in found if p not in walker.errors]
 
 
 def raise_problems(path: str, problems: list[str]) -> None:

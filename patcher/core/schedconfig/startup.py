@@ -1,0 +1,297 @@
+"""What kube-scheduler refuses at start-up outside ``validation.go``: framework construction, resource locks, and
+the manifest's flags applied over the config — per minor, from the tables in ``startup_data``.
+
+kube-scheduler validates its config, then ``options.Config()`` applies the ``--leader-elect*`` flags over it
+(1.23 and later), creates the leader-election lock (client-go refuses lock types it dropped) and builds one
+framework per profile (``NewFramework``: every enabled plugin must exist and implement its extension point,
+nothing twice, exactly one queueSort and at least one bind plugin after defaults and the multiPoint expansion).
+Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema).
+
+Computed once per config text (the render caches its output check by text and version), never per write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from patcher.core.schedconfig.duration import is_duration
+from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.startup_data import (
+    BIND_PLUGINS,
+    FIRST_MINOR,
+    LEADER_ELECTION_FLAGS,
+    LOCK_TYPES,
+    PLUGINS,
+    POINT_TYPES,
+    QUEUE_SORT_PLUGINS,
+    RULE_BY_KEY,
+    UPSTREAM_IMAGES,
+    Minor,
+)
+from patcher.core.schedconfig.version import Launch
+
+_DEFAULT_NAME = "default-scheduler"
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def holds(key: str, minor: Minor | None) -> bool:
+    return RULE_BY_KEY[key].holds(minor)
+
+
+def tag(key: str, minor: Minor | None) -> str:
+    """The suffix every refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
+    shown = f"kube-scheduler {minor[0]}.{minor[1]}" if minor is not None else "kube-scheduler"
+    return f" ({shown} exits at start-up; rule {key})"
+
+
+def _map(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _names(plugin_set: Any) -> list[str]:
+    return [name for p in _list(_map(plugin_set).get("enabled")) if isinstance(name := _map(p).get("name"), str)]
+
+
+def _disabled(plugin_set: Any) -> set[str]:
+    return {name for p in _list(_map(plugin_set).get("disabled")) if isinstance(name := _map(p).get("name"), str)}
+
+
+# ---- flags applied over the config --------------------------------------------------------------------------
+
+
+def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
+    """The manifest's ``--leader-elect*`` flags, as written (``options.ApplyLeaderElectionTo`` reads those the
+    command line changed)."""
+    return tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags)
+
+
+def _flag_value(flag: str, raw: str | None) -> Any:
+    kind = LEADER_ELECTION_FLAGS[flag][1]
+    if kind == "bool":
+        if raw is None or raw in _TRUE:
+            return True
+        return False if raw in _FALSE else None
+    if kind == "duration":
+        return raw if raw is not None and is_duration(raw) else None
+    return raw
+
+
+def flags_apply(minor: Minor | None) -> bool:
+    return holds("flags.leaderElection", minor)
+
+
+def effective(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
+    """The config the scheduler validates and runs: the document with the manifest's ``--leader-elect*`` flags
+    applied over ``leaderElection`` (1.23 and later; before, ``--config`` silenced them)."""
+    launch = schema.node_launch
+    if launch is None or not launch.leader_election or not flags_apply(schema.node_minor):
+        return data
+    election = dict(_map(data.get("leaderElection")))
+    for flag, raw in launch.leader_election:
+        value = _flag_value(flag, raw)
+        if value is not None:  # an unreadable value is refused where the flags are read
+            election[LEADER_ELECTION_FLAGS[flag][0]] = value
+    return {**data, "leaderElection": election}
+
+
+def override_notes(data: Mapping[str, Any], schema: Schema, launch: Launch | None) -> list[str]:
+    """One note per manifest flag that replaces a value the config sets (what ``plan`` shows)."""
+    if launch is None or not flags_apply(schema.node_minor):
+        return []
+    election = _map(data.get("leaderElection"))
+    notes = []
+    minor = schema.node_minor
+    shown_minor = f"{minor[0]}.{minor[1]}" if minor else "this"
+    for flag, raw in launch.leader_election:
+        field = LEADER_ELECTION_FLAGS[flag][0]
+        value = _flag_value(flag, raw)
+        if field in election and value is not None and election[field] != value:
+            notes.append(
+                f"the manifest's --{flag}{'' if raw is None else '=' + raw} overrides leaderElection.{field}="
+                f"{election[field]!r} of the config (kube-scheduler {shown_minor} applies --leader-elect* flags "
+                "over --config)"
+            )
+    return notes
+
+
+# ---- resource lock --------------------------------------------------------------------------------------------
+
+
+def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
+    election = _map(data.get("leaderElection"))
+    if election.get("leaderElect") is False:
+        return []
+    lock = election.get("resourceLock")
+    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (upstream.py)
+        return []
+    flagged = launch is not None and flags_apply(minor) and any(
+        f == "leader-elect-resource-lock" for f, _ in launch.leader_election
+    )
+    origin = " (from the manifest's --leader-elect-resource-lock)" if flagged else ""
+    path = "leaderElection.resourceLock"
+    if lock not in LOCK_TYPES:
+        return [f"{path}: invalid lock-type {lock!r}{origin}{tag('resourceLock.unknown', minor)}"]
+    if lock in ("endpoints", "configmaps") and holds("resourceLock.endpoints", minor):
+        return [
+            f"{path}: the {lock} lock was removed from client-go, migrate to {lock}leases then leases{origin}"
+            f"{tag('resourceLock.endpoints', minor)}"
+        ]
+    if lock in ("endpointsleases", "configmapsleases") and holds("resourceLock.migration", minor):
+        return [f"{path}: the {lock} lock was removed from client-go, use leases{origin}{tag('resourceLock.migration', minor)}"]
+    return []
+
+
+# ---- framework construction ----------------------------------------------------------------------------------
+
+
+def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
+    """False only when the scheduler certainly has no such plugin: an upstream image and a name its registry of
+    this minor lacks (a boundary that was not verified counts as present)."""
+    plugin = PLUGINS.get(name)
+    if plugin is not None:
+        return plugin.registered(minor) is not False
+    return not (launch is not None and launch.upstream_image)
+
+
+def _implements(name: str, point: str) -> bool | None:
+    plugin = PLUGINS.get(name)
+    if plugin is None or plugin.points is None:
+        return None
+    return point in plugin.points
+
+
+def _uses_multipoint(api_version: str, minor: Minor) -> bool:
+    """v1beta3 and v1 fill their defaults through multiPoint (1.23 and later); v1beta1/v1beta2 per point."""
+    return minor >= (1, 23) and api_version.rsplit("/", 1)[-1] in ("v1beta3", "v1")
+
+
+def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
+    launch = schema.node_launch
+    plugins = _map(profile.get("plugins"))
+    scheduler = profile.get("schedulerName") if isinstance(profile.get("schedulerName"), str) else _DEFAULT_NAME
+    problems: list[str] = []
+    multipoint = _uses_multipoint(schema.api_version, minor)
+    spec = schema.types.get("Plugins")
+    points = [p for p in POINT_TYPES if spec is not None and p in spec.fields]
+    for point in points:
+        seen: set[str] = set()
+        for index, name in enumerate(_names(plugins.get(point))):
+            path = f"{where}.plugins.{point}.enabled[{index}]"
+            if not _exists(name, minor, launch):
+                problems.append(f"{path}: {POINT_TYPES[point]} {name!r} does not exist{tag('framework.unknownPlugin', minor)}")
+                continue
+            if _implements(name, point) is False:
+                problems.append(
+                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}{tag('framework.extensionPoint', minor)}"
+                )
+                continue
+            if name in seen:
+                problems.append(
+                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}{tag('framework.duplicate', minor)}"
+                )
+            seen.add(name)
+    custom_multi = _names(plugins.get("multiPoint")) if multipoint else []
+    for index, name in enumerate(custom_multi):
+        if not _exists(name, minor, launch):
+            problems.append(
+                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{tag('framework.unknownPlugin', minor)}"
+            )
+    problems += _multipoint_duplicates(plugins, custom_multi, points, where, minor)
+    problems += _count(plugins, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
+                       multipoint, minor)
+    problems += _count(plugins, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
+                       minor)
+    return problems
+
+
+def _multipoint_duplicates(
+    plugins: Mapping[Any, Any], custom_multi: list[str], points: list[str], where: str, minor: Minor
+) -> list[str]:
+    """expandMultiPointPlugins: a name listed twice in multiPoint stays twice after the merge with the defaults
+    (the last replaces the default, the first is appended), and fails at the first point it implements where it
+    is neither disabled nor enabled explicitly."""
+    problems = []
+    for name in dict.fromkeys(n for n in custom_multi if custom_multi.count(n) > 1):
+        for point in points:
+            disabled = _disabled(plugins.get(point))
+            if "*" in disabled or name in disabled or name in _names(plugins.get(point)):
+                continue
+            if _implements(name, point):
+                problems.append(
+                    f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
+                    f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
+                )
+                break
+    return problems
+
+
+def _count(
+    plugins: Mapping[Any, Any],
+    custom_multi: list[str],
+    point: str,
+    implementers: frozenset[str],
+    default: str,
+    where: str,
+    scheduler: str,
+    multipoint: bool,
+    minor: Minor,
+) -> list[str]:
+    """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
+    out-of-tree plugin in multiPoint might add one."""
+    own = _names(plugins.get(point))
+    disabled = _disabled(plugins.get(point))
+    if multipoint:
+        multi_disabled = _disabled(plugins.get("multiPoint"))
+        merged = [] if "*" in multi_disabled or default in multi_disabled else [default]
+        merged += [n for n in custom_multi if n not in merged]
+        if any(n not in PLUGINS for n in merged):  # in-tree, only PrioritySort / DefaultBinder sort or bind
+            return []
+        extra = [] if "*" in disabled else [n for n in merged if n in implementers and n not in disabled and n not in own]
+        total = len(own) + len(extra)
+    else:  # mergePluginSet with the per-point default set
+        keep_default = "*" not in disabled and default not in disabled and default not in own
+        total = len(own) + (1 if keep_default else 0)
+    key = f"framework.{point}"
+    if point == "queueSort" and total != 1 and not (total > 1 and len(own) > 1):  # >1 in one list: validation says it
+        return [
+            f"{where}.plugins: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
+            f"but got {total} after defaults, disables and multiPoint{tag(key, minor)}"
+        ]
+    if point == "bind" and total == 0:
+        return [
+            f"{where}.plugins: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
+            f"after defaults, disables and multiPoint{tag(key, minor)}"
+        ]
+    return []
+
+
+def startup_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
+    """Every start-up refusal of the (effective) document for the node's minor; nothing without a known minor
+    at or after 1.19 (the generated types start there)."""
+    minor = schema.node_minor
+    if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
+        return []
+    problems = _lock_problems(data, minor, schema.node_launch)
+    for index, profile in enumerate(_list(data.get("profiles"))):
+        if isinstance(profile, Mapping):
+            problems += _profile_problems(profile, f"profiles[{index}]", schema, minor)
+    return problems
+
+
+def upstream_image(image: str | None) -> bool:
+    """Whether the manifest's image runs upstream's kube-scheduler binary (``registry.k8s.io/kube-scheduler``,
+    a mirror of it, hyperkube, RKE2's hardened-kubernetes): then only the in-tree registry exists."""
+    if not image:
+        return False
+    name = image.strip().split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return name in UPSTREAM_IMAGES
+
+
+def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
+    return Launch(leader_election=leader_election_flags(flags), upstream_image=upstream_image(image))
