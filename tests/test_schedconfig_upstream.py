@@ -152,8 +152,8 @@ ACCEPTED = [
      "      disabled:\n      - name: PrioritySort\n", "1.30"),
     (V1BETA2 + "profiles:\n- schedulerName: a\n  plugins:\n    queueSort:\n      enabled:\n      - name: PrioritySort\n"
      "- schedulerName: b\n", "1.25"),  # v1beta2 merges into the default PrioritySort
-    (V1 + "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n", "1.30"),  # invalid in v1 from 1.31
-    (V1 + "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: EBSLimits\n", "1.31"),  # not checked; registered
+    (V1 + "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n", "1.30"),
+    (V1 + "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: EBSLimits\n", "1.31"),  # registered
     (args("DefaultPreemption", "minCandidateNodesPercentage: 0"), "1.30"),  # absolute stays 100
     (args("NodeResourcesFit", "scoringStrategy:\n  type: MostAllocated\n  resources:\n  - {name: cpu}\n"
           "  - {name: example.com/gpu, weight: 100}\n"), "1.30"),

@@ -27,7 +27,6 @@ from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_fe
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
 from patcher.core.schedconfig.schema import Schema, target_schema
-from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.source import (
     CONFIG_FILE,
     EXTENDERS_FILE,
@@ -41,6 +40,7 @@ from patcher.core.schedconfig.source import (
     detect_form,
     read_source_file,
 )
+from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
@@ -209,7 +209,10 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     if foreign is not None:
         assert foreign.text is not None and source.extenders is not None
         _carry(req, target_schema(version))  # refuses a legacy Policy flag in every mode
-        notes.append("deprecated flags are not carried: the scheduler already ignored them with the existing --config")
+        notes.append(
+            "deprecated flags are not carried: the scheduler already ignored them with the existing --config "
+            "(--leader-elect* excepted from 1.23: the scheduler applies them over it)"
+        )
         out = merge_foreign(
             foreign_path=foreign.node_path or foreign.container_path,
             foreign_text=foreign.text,

@@ -32,6 +32,7 @@ from patcher.core.schedconfig.startup_data import (
 from patcher.core.schedconfig.version import Launch
 
 _DEFAULT_NAME = "default-scheduler"
+_UNKNOWN = "framework.unknownPlugin"
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
@@ -100,13 +101,12 @@ def effective(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
     return {**data, "leaderElection": election}
 
 
-def override_notes(data: Mapping[str, Any], schema: Schema, launch: Launch | None) -> list[str]:
+def override_notes(data: Mapping[str, Any], minor: Minor | None, launch: Launch | None) -> list[str]:
     """One note per manifest flag that replaces a value the config sets (what ``plan`` shows)."""
-    if launch is None or not flags_apply(schema.node_minor):
+    if launch is None or not flags_apply(minor):
         return []
     election = _map(data.get("leaderElection"))
     notes = []
-    minor = schema.node_minor
     shown_minor = f"{minor[0]}.{minor[1]}" if minor else "this"
     for flag, raw in launch.leader_election:
         field = LEADER_ELECTION_FLAGS[flag][0]
@@ -143,7 +143,8 @@ def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None)
             f"{tag('resourceLock.endpoints', minor)}"
         ]
     if lock in ("endpointsleases", "configmapsleases") and holds("resourceLock.migration", minor):
-        return [f"{path}: the {lock} lock was removed from client-go, use leases{origin}{tag('resourceLock.migration', minor)}"]
+        rule = "resourceLock.migration"
+        return [f"{path}: the {lock} lock was removed from client-go, use leases{origin}{tag(rule, minor)}"]
     return []
 
 
@@ -174,7 +175,8 @@ def _uses_multipoint(api_version: str, minor: Minor) -> bool:
 def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
     launch = schema.node_launch
     plugins = _map(profile.get("plugins"))
-    scheduler = profile.get("schedulerName") if isinstance(profile.get("schedulerName"), str) else _DEFAULT_NAME
+    given = profile.get("schedulerName")
+    scheduler = given if isinstance(given, str) else _DEFAULT_NAME
     problems: list[str] = []
     multipoint = _uses_multipoint(schema.api_version, minor)
     spec = schema.types.get("Plugins")
@@ -184,23 +186,25 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
         for index, name in enumerate(_names(plugins.get(point))):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
-                problems.append(f"{path}: {POINT_TYPES[point]} {name!r} does not exist{tag('framework.unknownPlugin', minor)}")
+                problems.append(f"{path}: {POINT_TYPES[point]} {name!r} does not exist{tag(_UNKNOWN, minor)}")
                 continue
             if _implements(name, point) is False:
                 problems.append(
-                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}{tag('framework.extensionPoint', minor)}"
+                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}"
+                    f"{tag('framework.extensionPoint', minor)}"
                 )
                 continue
             if name in seen:
                 problems.append(
-                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}{tag('framework.duplicate', minor)}"
+                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}"
+                    f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
     custom_multi = _names(plugins.get("multiPoint")) if multipoint else []
     for index, name in enumerate(custom_multi):
         if not _exists(name, minor, launch):
             problems.append(
-                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{tag('framework.unknownPlugin', minor)}"
+                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{tag(_UNKNOWN, minor)}"
             )
     problems += _multipoint_duplicates(plugins, custom_multi, points, where, minor)
     problems += _count(plugins, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
@@ -218,11 +222,14 @@ def _multipoint_duplicates(
     is neither disabled nor enabled explicitly."""
     problems = []
     for name in dict.fromkeys(n for n in custom_multi if custom_multi.count(n) > 1):
+        plugin = PLUGINS.get(name)
+        if plugin is None:
+            continue  # which points it implements is not known here
         for point in points:
             disabled = _disabled(plugins.get(point))
             if "*" in disabled or name in disabled or name in _names(plugins.get(point)):
                 continue
-            if _implements(name, point):
+            if point in plugin.always:  # certain in every minor: the expansion meets the duplicate here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
                     f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
@@ -252,7 +259,8 @@ def _count(
         merged += [n for n in custom_multi if n not in merged]
         if any(n not in PLUGINS for n in merged):  # in-tree, only PrioritySort / DefaultBinder sort or bind
             return []
-        extra = [] if "*" in disabled else [n for n in merged if n in implementers and n not in disabled and n not in own]
+        extra = [n for n in merged if n in implementers and n not in disabled and n not in own]
+        extra = [] if "*" in disabled else extra
         total = len(own) + len(extra)
     else:  # mergePluginSet with the per-point default set
         keep_default = "*" not in disabled and default not in disabled and default not in own

@@ -137,6 +137,7 @@ class Plugin:
     source: str
     first_exact: bool = True  # False: not refused as unknown before ``first`` (boundary not read upstream)
     last_exact: bool = True
+    always: frozenset[str] = frozenset()  # points it implements in every minor of its life (a subset of points)
 
     def registered(self, minor: Minor) -> bool | None:
         """True / False, or None when the minor lies on a side whose boundary is not verified."""
@@ -152,34 +153,40 @@ def _p(*points: str) -> frozenset[str]:
 
 
 _ALWAYS = f"{_REGISTRY} release-1.19 … release-1.36"
+_SCORING_FILTER = ("preFilter", "filter", "preScore", "score")
 PLUGINS: dict[str, Plugin] = {
-    "PrioritySort": Plugin(FIRST_MINOR, None, _p("queueSort"), _ALWAYS),
-    "DefaultBinder": Plugin(FIRST_MINOR, None, _p("bind"), _ALWAYS),
-    "DefaultPreemption": Plugin(FIRST_MINOR, None, _p("postFilter", "preEnqueue"),
-                                f"{_ALWAYS}; PreEnqueue for async preemption"),
-    "ImageLocality": Plugin(FIRST_MINOR, None, _p("preScore", "score"), _ALWAYS),
-    "TaintToleration": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
-    "NodeName": Plugin(FIRST_MINOR, None, _p("filter"), _ALWAYS),
-    "NodePorts": Plugin(FIRST_MINOR, None, _p("preFilter", "filter"), _ALWAYS),
-    "NodeAffinity": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
-    "PodTopologySpread": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
-    "NodeUnschedulable": Plugin(FIRST_MINOR, None, _p("filter"), _ALWAYS),
-    "NodeResourcesFit": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
-    "NodeResourcesBalancedAllocation": Plugin(FIRST_MINOR, None, _p("preScore", "score"), _ALWAYS),
-    "VolumeBinding": Plugin(
-        FIRST_MINOR, None,
-        _p("preEnqueue", "preFilter", "filter", "postFilter", "reserve", "preBind", "preScore", "score"), _ALWAYS),
-    "VolumeRestrictions": Plugin(FIRST_MINOR, None, _p("preFilter", "filter"), _ALWAYS),
-    "VolumeZone": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
-    "NodeVolumeLimits": Plugin(FIRST_MINOR, None, _p("preFilter", "filter"), _ALWAYS),
-    "InterPodAffinity": Plugin(FIRST_MINOR, None, _p("preFilter", "filter", "preScore", "score"), _ALWAYS),
+    **{
+        name: Plugin(FIRST_MINOR, None, _p(*ever), _ALWAYS, always=_p(*always))
+        for name, ever, always in (
+            ("PrioritySort", ("queueSort",), ("queueSort",)),
+            ("DefaultBinder", ("bind",), ("bind",)),
+            ("DefaultPreemption", ("postFilter", "preEnqueue"), ("postFilter",)),  # PreEnqueue: async preemption
+            ("ImageLocality", ("preScore", "score"), ("score",)),
+            ("TaintToleration", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
+            ("NodeName", ("filter",), ("filter",)),
+            ("NodePorts", ("preFilter", "filter"), ("preFilter", "filter")),
+            ("NodeAffinity", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
+            ("PodTopologySpread", _SCORING_FILTER, _SCORING_FILTER),
+            ("NodeUnschedulable", ("filter",), ("filter",)),
+            ("NodeResourcesFit", _SCORING_FILTER, ("preFilter", "filter")),
+            ("NodeResourcesBalancedAllocation", ("preScore", "score"), ("score",)),
+            ("VolumeBinding", ("preEnqueue", "preFilter", "filter", "postFilter", "reserve", "preBind", "preScore",
+                               "score"), ("preFilter", "filter", "reserve", "preBind")),
+            ("VolumeRestrictions", ("preFilter", "filter"), ("filter",)),
+            ("VolumeZone", _SCORING_FILTER, ("filter",)),
+            ("NodeVolumeLimits", ("preFilter", "filter"), ("filter",)),
+            ("InterPodAffinity", _SCORING_FILTER, _SCORING_FILTER),
+        )
+    },
     # in-tree volume limits: out of the registry in 1.32 (kubernetes#124003)
     **{
-        name: Plugin(FIRST_MINOR, (1, 31), _p("preFilter", "filter"), f"{_REGISTRY}; removed by kubernetes#124003")
+        name: Plugin(FIRST_MINOR, (1, 31), _p("preFilter", "filter"), f"{_REGISTRY}; removed by kubernetes#124003",
+                     always=_p("filter"))
         for name in ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
     },
     # alpha in 1.26 with the preEnqueue extension point (KEP-3521) and DRA (KEP-3063)
-    "SchedulingGates": Plugin((1, 26), None, _p("preEnqueue"), f"{_REGISTRY}; KEP-3521, 1.26"),
+    "SchedulingGates": Plugin((1, 26), None, _p("preEnqueue"), f"{_REGISTRY}; KEP-3521, 1.26",
+                              always=_p("preEnqueue")),
     "DynamicResources": Plugin((1, 26), None, None, f"{_REGISTRY}; KEP-3063, 1.26"),
     # removed from the registry; the exact release of the removal was not read upstream: not refused after it
     "SelectorSpread": Plugin(FIRST_MINOR, (1, 26), _p("preScore", "score"), f"{_REGISTRY}", last_exact=False),
