@@ -75,6 +75,15 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
      True),
     ("framework.unknownPlugin", 26, profile("v1", "multiPoint:\n  enabled:\n  - name: SchedulingGates"), UPSTREAM,
      False),
+    # SelectorSpread left the registry in 1.29 (kubernetes#117720), NodeLabel in 1.23 (kubernetes#105906)
+    ("framework.unknownPlugin", 28, profile("v1beta3", "multiPoint:\n  enabled:\n  - name: SelectorSpread"),
+     UPSTREAM, False),
+    ("framework.unknownPlugin", 29, profile("v1", "multiPoint:\n  enabled:\n  - name: SelectorSpread"), UPSTREAM,
+     True),
+    ("framework.unknownPlugin", 22, profile("v1beta1", "filter:\n  enabled:\n  - name: NodeLabel"), UPSTREAM,
+     False),
+    ("framework.unknownPlugin", 23, profile("v1beta3", "multiPoint:\n  enabled:\n  - name: NodeLabel"), UPSTREAM,
+     True),
     # framework.extensionPoint: NodeName is a filter plugin
     ("framework.extensionPoint", 19, profile("v1beta1", "score:\n  enabled:\n  - name: NodeName"), None, True),
     ("framework.extensionPoint", 19, profile("v1beta1", "filter:\n  enabled:\n  - name: NodeName"), None, False),

@@ -163,11 +163,11 @@ PLUGINS: dict[str, Plugin] = {
             ("DefaultPreemption", ("postFilter", "preEnqueue"), ("postFilter",)),  # PreEnqueue: async preemption
             ("ImageLocality", ("preScore", "score"), ("score",)),
             ("TaintToleration", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
-            ("NodeName", ("filter",), ("filter",)),
+            ("NodeName", ("preFilter", "filter"), ("filter",)),  # PreFilter from kubernetes#114386
             ("NodePorts", ("preFilter", "filter"), ("preFilter", "filter")),
             ("NodeAffinity", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
             ("PodTopologySpread", _SCORING_FILTER, _SCORING_FILTER),
-            ("NodeUnschedulable", ("filter",), ("filter",)),
+            ("NodeUnschedulable", ("preFilter", "filter"), ("filter",)),
             ("NodeResourcesFit", _SCORING_FILTER, ("preFilter", "filter")),
             ("NodeResourcesBalancedAllocation", ("preScore", "score"), ("score",)),
             ("VolumeBinding", ("preEnqueue", "preFilter", "filter", "postFilter", "reserve", "preBind", "preScore",
@@ -188,14 +188,18 @@ PLUGINS: dict[str, Plugin] = {
     "SchedulingGates": Plugin((1, 26), None, _p("preEnqueue"), f"{_REGISTRY}; KEP-3521, 1.26",
                               always=_p("preEnqueue")),
     "DynamicResources": Plugin((1, 26), None, None, f"{_REGISTRY}; KEP-3063, 1.26"),
-    # removed from the registry; the exact release of the removal was not read upstream: not refused after it
-    "SelectorSpread": Plugin(FIRST_MINOR, (1, 26), _p("preScore", "score"), f"{_REGISTRY}", last_exact=False),
-    "NodePreferAvoidPods": Plugin(FIRST_MINOR, (1, 23), _p("score"), f"{_REGISTRY}", last_exact=False),
+    # removed from the registry, by the PR named
+    "SelectorSpread": Plugin(FIRST_MINOR, (1, 28), _p("preScore", "score"), f"{_REGISTRY}; kubernetes#117720 (1.29)",
+                             always=_p("preScore", "score")),
+    "NodePreferAvoidPods": Plugin(FIRST_MINOR, (1, 22), _p("score"), f"{_REGISTRY}; kubernetes#105907 (1.23)"),
+    "NodeLabel": Plugin(FIRST_MINOR, (1, 22), _p(*_SCORING_FILTER), f"{_REGISTRY}; kubernetes#105906 (1.23)"),
+    "ServiceAffinity": Plugin(FIRST_MINOR, (1, 22), _p(*_SCORING_FILTER), f"{_REGISTRY}; kubernetes#105588 (1.23)"),
+    # unregistered for NodeResourcesFit's scoringStrategy (kubernetes#105914); the PR was not read: the end is not
+    # enforced (validation.go refuses them by name in v1beta2 and later anyway)
     **{
-        name: Plugin(FIRST_MINOR, (1, 22), _p("preFilter", "filter", "preScore", "score"), f"{_REGISTRY}",
+        name: Plugin(FIRST_MINOR, (1, 22), _p("preScore", "score"), f"{_REGISTRY}; kubernetes#105914",
                      last_exact=False)
-        for name in ("NodeLabel", "ServiceAffinity", "NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                     "RequestedToCapacityRatio")
+        for name in ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "RequestedToCapacityRatio")
     },
     # in the newest registry; the minor they arrived in was not read upstream: never refused as unknown
     **{
