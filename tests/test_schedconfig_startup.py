@@ -57,6 +57,15 @@ def flags(*items: str) -> Launch:
     return Launch(leader_election=pairs)
 
 
+def dra(args: str, *, disable: bool = False) -> str:
+    plugins = "  plugins:\n    multiPoint:\n      disabled:\n      - name: DynamicResources\n" if disable else ""
+    return doc("v1", f"profiles:\n- pluginConfig:\n  - name: DynamicResources\n    args:\n      {args}\n{plugins}")
+
+
+def gates_off(*names: str) -> Launch:
+    return Launch(gates_off=frozenset(names))
+
+
 RTCR = "type: RequestedToCapacityRatio\nrequestedToCapacityRatio:\n  shape:\n  - {utilization: 0, score: 0}\n"
 
 # (rule, minor, config, launch, refused?) — refused cases must name the rule and the minor.
@@ -154,6 +163,14 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
     ("pluginArgs.rtcrOnlyWithType", 36,
      fit_args("v1", "type: LeastAllocated\nrequestedToCapacityRatio:\n  shape:\n  - {utilization: 0, score: 0}"),
      None, True),
+    # pluginArgs.dra*: ValidateDynamicResourcesArgs, only what holds whatever the gates' defaults
+    ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), gates_off("DRASchedulerFilterTimeout"), True),
+    ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), Launch(), False),
+    ("pluginArgs.draFilterTimeout", 34,
+     dra("filterTimeout: 5s", disable=True), gates_off("DRASchedulerFilterTimeout"), False),
+    ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 500ms"), None, True),
+    ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), None, False),
+    ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), gates_off("DRADeviceBindingConditions"), True),
     # flags.leaderElection: from 1.23 the flags override the config, and the result is validated
     ("flags.leaderElection", 22, doc("v1beta2"), flags("leader-elect-lease-duration=5s"), False),
     ("flags.leaderElection", 23, doc("v1beta3"), flags("leader-elect-lease-duration=5s"), True),
@@ -279,3 +296,17 @@ def test_plan_still_plans_what_that_minor_accepts(tmp_path: Path, capsys: pytest
     argv = _plan_node(tmp_path, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: 3"))
     assert main([*argv, "--kube-version", "1.30"]) == 2
     assert capsys.readouterr().err == ""
+
+
+def test_launch_reads_flags_image_and_switched_off_gates() -> None:
+    from patcher.core.schedconfig.flags import parse_flags
+    from patcher.core.schedconfig.startup import launch_for
+
+    flags = parse_flags(["kube-scheduler", "--leader-elect=false", "--feature-gates=A=true,B=false,C=False",
+                         "--leader-elect-resource-lock", "leases"])
+    launch = launch_for(flags, "registry.k8s.io/kube-scheduler:v1.33.1@sha256:" + "0" * 64)
+    assert launch.upstream_image and launch.gates_off == {"B", "C"}
+    assert launch.leader_election == (("leader-elect", "false"), ("leader-elect-resource-lock", "leases"))
+    assert not launch_for({}, "registry.k8s.io/scheduler-plugins/kube-scheduler-custom:v0.33.1").upstream_image
+    assert launch_for({}, "docker.io/rancher/hardened-kubernetes:v1.30.4-rke2r1").upstream_image
+    assert not launch_for({}, None).upstream_image

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from patcher.core.schedconfig.duration import is_duration
+from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
 from patcher.core.schedconfig.schema import Schema
 from patcher.core.schedconfig.startup_data import (
     BIND_PLUGINS,
@@ -289,6 +289,7 @@ def startup_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     for index, profile in enumerate(_list(data.get("profiles"))):
         if isinstance(profile, Mapping):
             problems += _profile_problems(profile, f"profiles[{index}]", schema, minor)
+            problems += _dra_problems(profile, f"profiles[{index}]", minor, schema.node_launch)
     return problems
 
 
@@ -302,4 +303,57 @@ def upstream_image(image: str | None) -> bool:
 
 
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
-    return Launch(leader_election=leader_election_flags(flags), upstream_image=upstream_image(image))
+    return Launch(
+        leader_election=leader_election_flags(flags), upstream_image=upstream_image(image), gates_off=_gates_off(flags)
+    )
+
+
+def _gates_off(flags: Mapping[str, str | None]) -> frozenset[str]:
+    """Gates that ``--feature-gates=A=false`` switches off: a gated field is then refused whatever the default."""
+    off = set()
+    for item in (flags.get("feature-gates") or "").split(","):
+        name, _, value = item.strip().partition("=")
+        if name and value.strip().lower() == "false":
+            off.add(name)
+    return frozenset(off)
+
+
+# ---- plugin args checked when the plugin is built ----------------------------------------------------------------
+
+
+def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: Launch | None) -> list[str]:
+    """ValidateDynamicResourcesArgs (called with the scheduler's feature gates): a timeout is refused when its gate
+    is off and below its minimum when on. Only what holds whatever the gates' defaults of this minor: a
+    bindingTimeout under 1s, or a timeout whose gate the manifest switches off. Not checked when the profile
+    disables DynamicResources (its args are then not used to build it)."""
+    multi = _map(_map(profile.get("plugins")).get("multiPoint"))
+    if {"*", "DynamicResources"} & _disabled(multi):
+        return []
+    off = launch.gates_off if launch is not None else frozenset()
+    problems = []
+    for index, config in enumerate(_list(profile.get("pluginConfig"))):
+        if _map(config).get("name") != "DynamicResources":
+            continue
+        args = _map(_map(config).get("args"))
+        path = f"{where}.pluginConfig[{index}].args"
+        timed = args.get("filterTimeout") is not None and holds("pluginArgs.draFilterTimeout", minor)
+        if timed and "DRASchedulerFilterTimeout" in off:
+            problems.append(
+                f"{path}.filterTimeout: forbidden, the DRASchedulerFilterTimeout feature gate is off in the "
+                f"manifest{tag('pluginArgs.draFilterTimeout', minor)}"
+            )
+        binding = args.get("bindingTimeout")
+        if binding is not None and holds("pluginArgs.draBindingTimeout", minor):
+            gates = {"DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"} & off
+            ns = parse_duration_ns(binding) if isinstance(binding, str) and is_duration(binding) else None
+            if gates:
+                problems.append(
+                    f"{path}.bindingTimeout: forbidden, the {' and '.join(sorted(gates))} feature gate is off in "
+                    f"the manifest{tag('pluginArgs.draBindingTimeout', minor)}"
+                )
+            elif ns is not None and ns < 10**9:
+                problems.append(
+                    f"{path}.bindingTimeout: must be at least 1 second (forbidden if its gates are off)"
+                    f"{tag('pluginArgs.draBindingTimeout', minor)}"
+                )
+    return problems

@@ -100,6 +100,14 @@ RULES: tuple[Rule, ...] = (
          "NodeResourcesFit scoringStrategy.requestedToCapacityRatio with another strategy type (before 1.36 it "
          "was accepted and ignored)",
          f"{_ARGS} ValidateNodeResourcesFitArgs (release-1.36)"),
+    Rule("pluginArgs.draFilterTimeout", "pluginArgs", (1, 34), None,
+         "DynamicResources filterTimeout while the manifest switches DRASchedulerFilterTimeout off (a negative "
+         "one is refused by the type check)",
+         f"{_ARGS} ValidateDynamicResourcesArgs (filterTimeout added in 1.34)"),
+    Rule("pluginArgs.draBindingTimeout", "pluginArgs", (1, 35), None,
+         "DynamicResources bindingTimeout under 1s, or while the manifest switches DRADeviceBindingConditions or "
+         "DRAResourceClaimDeviceStatus off",
+         f"{_ARGS} ValidateDynamicResourcesArgs (bindingTimeout added in 1.35)"),
     # ---- 4. flags over the config ----------------------------------------------------------------------
     Rule("flags.leaderElection", "flags", (1, 23), None,
          "the manifest's --leader-elect* flags override the config's leaderElection; the effective config "

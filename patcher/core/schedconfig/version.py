@@ -28,6 +28,7 @@ class Launch:
 
     leader_election: tuple[tuple[str, str | None], ...] = ()
     upstream_image: bool = False
+    gates_off: frozenset[str] = frozenset()  # gates the manifest's --feature-gates sets to false
 
 
 @dataclass(frozen=True)
