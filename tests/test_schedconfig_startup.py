@@ -310,3 +310,10 @@ def test_launch_reads_flags_image_and_switched_off_gates() -> None:
     assert not launch_for({}, "registry.k8s.io/scheduler-plugins/kube-scheduler-custom:v0.33.1").upstream_image
     assert launch_for({}, "docker.io/rancher/hardened-kubernetes:v1.30.4-rke2r1").upstream_image
     assert not launch_for({}, None).upstream_image
+
+
+def test_a_typo_names_the_plugin_it_probably_meant() -> None:
+    found = problem(profile("v1", "multiPoint:\n  enabled:\n  - name: NodeResourceFit"), 31, UPSTREAM)
+    assert found is not None and "did you mean 'NodeResourcesFit'?" in found
+    found = problem(profile("v1", "multiPoint:\n  enabled:\n  - name: EBSLimits"), 32, UPSTREAM)
+    assert found is not None and "did you mean" not in found  # left the registry: no hint at itself

@@ -13,6 +13,7 @@ Computed once per config text (the render caches its output check by text and ve
 from __future__ import annotations
 
 from collections.abc import Mapping
+from difflib import get_close_matches
 from typing import Any
 
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
@@ -160,6 +161,13 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     return not (launch is not None and launch.upstream_image)
 
 
+def _hint(name: str, minor: Minor) -> str:
+    """``; did you mean 'NodeResourcesFit'?`` for a typo of a plugin this minor registers."""
+    known = [n for n, p in PLUGINS.items() if p.registered(minor)]
+    close = get_close_matches(name, known, n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
+
+
 def _implements(name: str, point: str) -> bool | None:
     plugin = PLUGINS.get(name)
     if plugin is None or plugin.points is None:
@@ -186,7 +194,9 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
         for index, name in enumerate(_names(plugins.get(point))):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
-                problems.append(f"{path}: {POINT_TYPES[point]} {name!r} does not exist{tag(_UNKNOWN, minor)}")
+                problems.append(
+                    f"{path}: {POINT_TYPES[point]} {name!r} does not exist{_hint(name, minor)}{tag(_UNKNOWN, minor)}"
+                )
                 continue
             if _implements(name, point) is False:
                 problems.append(
@@ -204,7 +214,8 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
     for index, name in enumerate(custom_multi):
         if not _exists(name, minor, launch):
             problems.append(
-                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{tag(_UNKNOWN, minor)}"
+                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{_hint(name, minor)}"
+                f"{tag(_UNKNOWN, minor)}"
             )
     problems += _multipoint_duplicates(plugins, custom_multi, points, where, minor)
     problems += _count(plugins, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
