@@ -49,7 +49,7 @@ def tag(key: str, minor: Minor | None) -> str:
 
 
 def _map(value: Any) -> Mapping[Any, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if isinstance(value, dict) else {}  # dict, not the Mapping ABC: this runs on every validation
 
 
 def _list(value: Any) -> list[Any]:
@@ -189,9 +189,13 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
     multipoint = _uses_multipoint(schema.api_version, minor)
     spec = schema.types.get("Plugins")
     points = [p for p in POINT_TYPES if spec is not None and p in spec.fields]
+    # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
+    wanted = {*points, "multiPoint"}
+    enabled = {point: _names(sets) for point, sets in plugins.items() if point in wanted}
+    disabled = {point: _disabled(sets) for point, sets in plugins.items() if point in wanted}
     for point in points:
         seen: set[str] = set()
-        for index, name in enumerate(_names(plugins.get(point))):
+        for index, name in enumerate(enabled.get(point, ())):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
                 problems.append(
@@ -210,23 +214,27 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
                     f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
-    custom_multi = _names(plugins.get("multiPoint")) if multipoint else []
+    custom_multi = enabled.get("multiPoint", []) if multipoint else []
     for index, name in enumerate(custom_multi):
         if not _exists(name, minor, launch):
             problems.append(
                 f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{_hint(name, minor)}"
                 f"{tag(_UNKNOWN, minor)}"
             )
-    problems += _multipoint_duplicates(plugins, custom_multi, points, where, minor)
-    problems += _count(plugins, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
+    sets = (enabled, disabled)
+    problems += _multipoint_duplicates(sets, custom_multi, points, where, minor)
+    problems += _count(sets, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
                        multipoint, minor)
-    problems += _count(plugins, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
+    problems += _count(sets, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
                        minor)
     return problems
 
 
+_Sets = tuple[dict[str, list[str]], dict[str, set[str]]]  # per point: enabled names, disabled names
+
+
 def _multipoint_duplicates(
-    plugins: Mapping[Any, Any], custom_multi: list[str], points: list[str], where: str, minor: Minor
+    sets: _Sets, custom_multi: list[str], points: list[str], where: str, minor: Minor
 ) -> list[str]:
     """expandMultiPointPlugins: a name listed twice in multiPoint stays twice after the merge with the defaults
     (the last replaces the default, the first is appended), and fails at the first point it implements where it
@@ -237,8 +245,8 @@ def _multipoint_duplicates(
         if plugin is None:
             continue  # which points it implements is not known here
         for point in points:
-            disabled = _disabled(plugins.get(point))
-            if "*" in disabled or name in disabled or name in _names(plugins.get(point)):
+            disabled = sets[1].get(point, set())
+            if "*" in disabled or name in disabled or name in sets[0].get(point, ()):
                 continue
             if point in plugin.always:  # certain in every minor: the expansion meets the duplicate here
                 problems.append(
@@ -250,7 +258,7 @@ def _multipoint_duplicates(
 
 
 def _count(
-    plugins: Mapping[Any, Any],
+    sets: _Sets,
     custom_multi: list[str],
     point: str,
     implementers: frozenset[str],
@@ -262,10 +270,9 @@ def _count(
 ) -> list[str]:
     """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
     out-of-tree plugin in multiPoint might add one."""
-    own = _names(plugins.get(point))
-    disabled = _disabled(plugins.get(point))
+    own, disabled = sets[0].get(point, []), sets[1].get(point, set())
     if multipoint:
-        multi_disabled = _disabled(plugins.get("multiPoint"))
+        multi_disabled = sets[1].get("multiPoint", set())
         merged = [] if "*" in multi_disabled or default in multi_disabled else [default]
         merged += [n for n in custom_multi if n not in merged]
         if any(n not in PLUGINS for n in merged):  # in-tree, only PrioritySort / DefaultBinder sort or bind
