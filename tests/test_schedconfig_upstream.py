@@ -145,12 +145,15 @@ ACCEPTED = [
     (V1 + "podInitialBackoffSeconds: 5\n", "1.30"),
     (V1 + "podInitialBackoffSeconds: 20\npodMaxBackoffSeconds: 20\n", "1.30"),
     (V1 + "profiles:\n- plugins: {}\n", "1.30"),  # a single profile gets default-scheduler
+    # a custom queue sort must disable PrioritySort, which v1 enables through multiPoint (framework.queueSort)
     (V1 + "profiles:\n- schedulerName: a\n  plugins:\n    queueSort:\n      enabled:\n      - name: A\n"
-     "- schedulerName: b\n  plugins:\n    queueSort:\n      enabled:\n      - name: A\n", "1.30"),
+     "      disabled:\n      - name: PrioritySort\n"
+     "- schedulerName: b\n  plugins:\n    queueSort:\n      enabled:\n      - name: A\n"
+     "      disabled:\n      - name: PrioritySort\n", "1.30"),
     (V1BETA2 + "profiles:\n- schedulerName: a\n  plugins:\n    queueSort:\n      enabled:\n      - name: PrioritySort\n"
      "- schedulerName: b\n", "1.25"),  # v1beta2 merges into the default PrioritySort
-    (V1 + "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n", "1.31"),  # still there
-    (V1 + "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: EBSLimits\n", "1.36"),  # not checked
+    (V1 + "profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n", "1.30"),
+    (V1 + "profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - name: EBSLimits\n", "1.31"),  # registered
     (args("DefaultPreemption", "minCandidateNodesPercentage: 0"), "1.30"),  # absolute stays 100
     (args("NodeResourcesFit", "scoringStrategy:\n  type: MostAllocated\n  resources:\n  - {name: cpu}\n"
           "  - {name: example.com/gpu, weight: 100}\n"), "1.30"),

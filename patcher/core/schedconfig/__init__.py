@@ -40,6 +40,7 @@ from patcher.core.schedconfig.source import (
     detect_form,
     read_source_file,
 )
+from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
@@ -194,7 +195,8 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
-    version = replace(version, feature_gates=enabled_feature_gates(parse_flags(req.scheduler_flags)))
+    flags = parse_flags(req.scheduler_flags)
+    version = replace(version, feature_gates=enabled_feature_gates(flags), launch=launch_for(flags, req.image))
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
     source = _read_source(req.source_dir, form, version, merge=foreign is not None)
@@ -207,7 +209,10 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     if foreign is not None:
         assert foreign.text is not None and source.extenders is not None
         _carry(req, target_schema(version))  # refuses a legacy Policy flag in every mode
-        notes.append("deprecated flags are not carried: the scheduler already ignored them with the existing --config")
+        notes.append(
+            "deprecated flags are not carried: the scheduler already ignored them with the existing --config "
+            "(--leader-elect* excepted from 1.23: the scheduler applies them over it)"
+        )
         out = merge_foreign(
             foreign_path=foreign.node_path or foreign.container_path,
             foreign_text=foreign.text,

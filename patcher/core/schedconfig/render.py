@@ -24,6 +24,8 @@ from patcher.core.schedconfig.extenders import Extender, from_canonical
 from patcher.core.schedconfig.flags import Carried
 from patcher.core.schedconfig.schema import CONFIG_KIND, POLICY_KIND, Schema, policy_schema
 from patcher.core.schedconfig.source import SourceFile
+from patcher.core.schedconfig.startup import flags_apply, override_notes
+from patcher.core.schedconfig.startup_data import LEADER_ELECTION_FLAGS
 from patcher.core.schedconfig.validate import check_served, validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import (
@@ -77,8 +79,13 @@ def node_path(host_config_dir: str, name: str) -> str:
     return posixpath.join(host_config_dir, name)
 
 
-def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: list[str], source: str) -> bool:
-    """Write one carried flag value into ``doc``; with ``fill_only`` only where the config leaves it unset."""
+def set_path(
+    doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: list[str], source: str, flag_wins: bool = False
+) -> bool:
+    """Write one carried flag value into ``doc``; with ``fill_only`` only where the config leaves it unset.
+
+    ``flag_wins``: the scheduler applies this flag over the config itself (``--leader-elect*`` from 1.23), so a
+    differing config value is reported by the output check as overridden, not as the flag being unused."""
     node: Any = doc
     parts = carried.path
     for depth, part in enumerate(parts[:-1]):
@@ -100,7 +107,7 @@ def set_path(doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: lis
     leaf = parts[-1]
     existing = node.get(leaf) if isinstance(leaf, str) else None
     if existing is not None and fill_only:
-        if to_plain(existing) != carried.value:
+        if to_plain(existing) != carried.value and not flag_wins:
             notes.append(
                 f"{source} sets {carried.field_text}={to_plain(existing)!r}; the manifest's "
                 f"{carried.flag}={carried.value!r} is not used"
@@ -127,10 +134,21 @@ def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
     return schema
 
 
+@functools.lru_cache(maxsize=4)
+def _flag_overrides(text: str, name: str, version: KubeVersion) -> tuple[str, ...]:
+    """The manifest flags the scheduler applies over this (already validated) config, as plan notes; once per
+    config text like the check above."""
+    if version.launch is None or not version.launch.leader_election or not flags_apply(version.key):
+        return ()
+    data = load_plain(text, name)
+    return tuple(override_notes(data, version.key, version.launch)) if isinstance(data, dict) else ()
+
+
 def finish(text: str, version: KubeVersion, extra: dict[str, bytes], notes: list[str]) -> Output:
     main_bytes = text.encode("utf-8")
     name = config_name(main_bytes)
     schema = _check_output(text, name, version)
+    notes = notes + list(_flag_overrides(text, name, version))
     return Output(files={name: main_bytes, **extra}, main=name, api_version=schema.api_version, notes=notes)
 
 
@@ -222,7 +240,8 @@ def render_complete(
     elif policy is not None:
         notes.append(f"{policy.name} is not used: {source.name} has no algorithmSource.policy.file")
     for item in carried:
-        changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name)
+        wins = item.flag[2:] in LEADER_ELECTION_FLAGS and flags_apply(version.key)
+        changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, flag_wins=wins)
     body = text  # nothing to add: the user's bytes, untouched
     if changed:
         body = dump(from_json(data) if is_json(text) else data, style=layout(text))

@@ -27,7 +27,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from patcher.core.schedconfig.version import KubeVersion
+from patcher.core.schedconfig.version import KubeVersion, Launch
 
 CONFIG_KIND = "KubeSchedulerConfiguration"
 POLICY_KIND = "Policy"
@@ -78,6 +78,7 @@ class Schema:
     minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
     node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
     node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
+    node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (startup.py)
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
@@ -197,7 +198,7 @@ def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
     found = generated().get(minor) if minor is not None else None
     entry = found.get(schema.api_version) if found is not None else None
     if entry is None:
-        return replace(schema, node_minor=version.key, node_gates=version.feature_gates)
+        return replace(schema, node_minor=version.key, node_gates=version.feature_gates, node_launch=version.launch)
     return replace(
         schema,
         types=entry.types,
@@ -206,6 +207,7 @@ def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
         file=entry.file,
         node_minor=version.key,
         node_gates=version.feature_gates,
+        node_launch=version.launch,
     )
 
 

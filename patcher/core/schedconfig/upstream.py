@@ -21,6 +21,7 @@ from typing import Any
 
 from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY
 
 _VALIDATION = "kubernetes pkg/scheduler/apis/config/validation/validation.go"
 _ARGS = "kubernetes pkg/scheduler/apis/config/validation/validation_pluginargs.go"
@@ -70,7 +71,11 @@ _REMOVED_IN_V1BETA2 = (
     "NodeResourcesMostAllocated",
     "RequestedToCapacityRatio",
 )
-_REMOVED_IN_V1_FROM_1_32 = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+# Refused in v1 only, from the minor in startup_data.RULES (framework.invalid*): SelectorSpread from v1's start,
+# the in-tree volume-limit plugins from 1.31.
+_INVALID_IN_V1 = {name: "framework.invalidVolumeLimits" for name in INVALID_VOLUME_LIMITS} | {
+    "SelectorSpread": "framework.invalidSelectorSpread"
+}
 # validatePluginConfig's stagesToPluginSet: multiPoint is not checked upstream.
 _STAGES = (
     "preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve", "permit",
@@ -227,8 +232,8 @@ def _removed(name: str, schema: Schema) -> str | None:
     """isPluginInvalid: the apiVersion in which ``name`` became invalid, for this config's apiVersion."""
     if name in _REMOVED_IN_V1BETA2:
         return schema.api_version.rsplit("/", 1)[0] + "/v1beta2"
-    recent = schema.node_minor is None or schema.node_minor >= (1, 32)
-    if schema.api_version.endswith("/v1") and name in _REMOVED_IN_V1_FROM_1_32 and recent:
+    rule = _INVALID_IN_V1.get(name)
+    if schema.api_version.endswith("/v1") and rule is not None and RULE_BY_KEY[rule].holds(schema.node_minor):
         return schema.api_version
     return None
 
@@ -490,16 +495,26 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
             name = _map(resource).get("name")
             problems.append(f"{where}.resources[{index}].weight: resource weight of {name} not in valid range (0, 100]")
     ratio = strategy.get("requestedToCapacityRatio")
-    if kind == "RequestedToCapacityRatio":
-        if ratio is None:
-            problems.append(
-                f"{where}.requestedToCapacityRatio: must be specified when type is RequestedToCapacityRatio"
-            )
-        else:
-            problems += _shape(_list(_map(ratio).get("shape")), f"{where}.requestedToCapacityRatio.shape")
-    elif ratio is not None:
-        problems.append(f"{where}.requestedToCapacityRatio: must be nil when type is not RequestedToCapacityRatio")
+    minor = schema.node_minor
+    if kind == "RequestedToCapacityRatio" and ratio is None:
+        # 1.34+ validation (kubernetes#132120); before it NewFit dereferenced the nil field and panicked
+        problems.append(f"{where}.requestedToCapacityRatio: must be specified when type is RequestedToCapacityRatio")
+    if ratio is not None:
+        shape = _list(_map(ratio).get("shape"))
+        if shape or RULE_BY_KEY["pluginArgs.rtcrEmptyShape"].holds(minor):  # empty shape: checked from 1.23
+            problems += _shape(shape, f"{where}.requestedToCapacityRatio.shape")
+    if kind != "RequestedToCapacityRatio" and ratio is not None and RULE_BY_KEY["pluginArgs.rtcrOnlyWithType"].holds(
+        minor
+    ):
+        problems.append(
+            f"{where}.requestedToCapacityRatio: must be nil when type is not RequestedToCapacityRatio "
+            f"(kube-scheduler {_minor_text(minor)}; rule pluginArgs.rtcrOnlyWithType)"
+        )
     return problems
+
+
+def _minor_text(minor: tuple[int, int] | None) -> str:
+    return "1.36 and later" if minor is None else f"{minor[0]}.{minor[1]}"
 
 
 def _balanced_allocation(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:

@@ -30,6 +30,7 @@ from patcher.core.schedconfig.schema import (
     for_version,
     served_config_schemas,
 )
+from patcher.core.schedconfig.startup import effective, startup_problems
 from patcher.core.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -252,7 +253,10 @@ def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) 
     """
     walker = _Walker(schema, version)
     walker.check_struct(data, schema.types[schema.root], "")
-    return walker.errors + [p for p in rule_problems(data, schema) if p not in walker.errors]
+    if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
+        data = effective(data, schema)
+    found = rule_problems(data, schema) + (startup_problems(data, schema) if isinstance(data, dict) else [])
+    return walker.errors + [p for p in found if p not in walker.errors]
 
 
 def raise_problems(path: str, problems: list[str]) -> None:

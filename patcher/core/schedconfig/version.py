@@ -22,6 +22,16 @@ _FIX_HINT = "pass --kube-version (e.g. --kube-version=1.29)"
 
 
 @dataclass(frozen=True)
+class Launch:
+    """What the scheduler's manifest adds to its config at start-up (issue 24): the ``--leader-elect*`` flags as
+    written, and whether the image is upstream's kube-scheduler (only the in-tree plugin registry)."""
+
+    leader_election: tuple[tuple[str, str | None], ...] = ()
+    upstream_image: bool = False
+    gates_off: frozenset[str] = frozenset()  # gates the manifest's --feature-gates sets to false
+
+
+@dataclass(frozen=True)
 class KubeVersion:
     """A Kubernetes version as far as rendering cares: major, minor, and the optional patch for messages."""
 
@@ -31,6 +41,7 @@ class KubeVersion:
     source: str = ""  # where it came from, for notes: "--kube-version", "image tag", "API server"
     # gates switched on by the manifest's --feature-gates: some upstream rules depend on them
     feature_gates: frozenset[str] = frozenset()
+    launch: Launch | None = None  # None: not known (no manifest), nothing is assumed about flags or image
 
     @property
     def key(self) -> tuple[int, int]:

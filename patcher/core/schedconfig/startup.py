@@ -1,0 +1,377 @@
+"""What kube-scheduler refuses at start-up outside ``validation.go``: framework construction, resource locks, and
+the manifest's flags applied over the config — per minor, from the tables in ``startup_data``.
+
+kube-scheduler validates its config, then ``options.Config()`` applies the ``--leader-elect*`` flags over it
+(1.23 and later), creates the leader-election lock (client-go refuses lock types it dropped) and builds one
+framework per profile (``NewFramework``: every enabled plugin must exist and implement its extension point,
+nothing twice, exactly one queueSort and at least one bind plugin after defaults and the multiPoint expansion).
+Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema).
+
+Computed once per config text (the render caches its output check by text and version), never per write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from difflib import get_close_matches
+from typing import Any
+
+from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
+from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.startup_data import (
+    BIND_PLUGINS,
+    FIRST_MINOR,
+    LEADER_ELECTION_FLAGS,
+    LOCK_TYPES,
+    PLUGINS,
+    POINT_TYPES,
+    QUEUE_SORT_PLUGINS,
+    RULE_BY_KEY,
+    UPSTREAM_IMAGES,
+    Minor,
+)
+from patcher.core.schedconfig.version import Launch
+
+_DEFAULT_NAME = "default-scheduler"
+_UNKNOWN = "framework.unknownPlugin"
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def holds(key: str, minor: Minor | None) -> bool:
+    return RULE_BY_KEY[key].holds(minor)
+
+
+def tag(key: str, minor: Minor | None) -> str:
+    """The suffix every refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
+    shown = f"kube-scheduler {minor[0]}.{minor[1]}" if minor is not None else "kube-scheduler"
+    return f" ({shown} exits at start-up; rule {key})"
+
+
+def _map(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, dict) else {}  # dict, not the Mapping ABC: this runs on every validation
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _names(plugin_set: Any) -> list[str]:
+    return [name for p in _list(_map(plugin_set).get("enabled")) if isinstance(name := _map(p).get("name"), str)]
+
+
+def _disabled(plugin_set: Any) -> set[str]:
+    return {name for p in _list(_map(plugin_set).get("disabled")) if isinstance(name := _map(p).get("name"), str)}
+
+
+# ---- flags applied over the config --------------------------------------------------------------------------
+
+
+def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
+    """The manifest's ``--leader-elect*`` flags, as written (``options.ApplyLeaderElectionTo`` reads those the
+    command line changed)."""
+    return tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags)
+
+
+def _flag_value(flag: str, raw: str | None) -> Any:
+    kind = LEADER_ELECTION_FLAGS[flag][1]
+    if kind == "bool":
+        if raw is None or raw in _TRUE:
+            return True
+        return False if raw in _FALSE else None
+    if kind == "duration":
+        return raw if raw is not None and is_duration(raw) else None
+    return raw
+
+
+def flags_apply(minor: Minor | None) -> bool:
+    return holds("flags.leaderElection", minor)
+
+
+def effective(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
+    """The config the scheduler validates and runs: the document with the manifest's ``--leader-elect*`` flags
+    applied over ``leaderElection`` (1.23 and later; before, ``--config`` silenced them)."""
+    launch = schema.node_launch
+    if launch is None or not launch.leader_election or not flags_apply(schema.node_minor):
+        return data
+    election = dict(_map(data.get("leaderElection")))
+    for flag, raw in launch.leader_election:
+        value = _flag_value(flag, raw)
+        if value is not None:  # an unreadable value is refused where the flags are read
+            election[LEADER_ELECTION_FLAGS[flag][0]] = value
+    return {**data, "leaderElection": election}
+
+
+def override_notes(data: Mapping[str, Any], minor: Minor | None, launch: Launch | None) -> list[str]:
+    """One note per manifest flag that replaces a value the config sets (what ``plan`` shows)."""
+    if launch is None or not flags_apply(minor):
+        return []
+    election = _map(data.get("leaderElection"))
+    notes = []
+    shown_minor = f"{minor[0]}.{minor[1]}" if minor else "this"
+    for flag, raw in launch.leader_election:
+        field = LEADER_ELECTION_FLAGS[flag][0]
+        value = _flag_value(flag, raw)
+        if field in election and value is not None and election[field] != value:
+            notes.append(
+                f"the manifest's --{flag}{'' if raw is None else '=' + raw} overrides leaderElection.{field}="
+                f"{election[field]!r} of the config (kube-scheduler {shown_minor} applies --leader-elect* flags "
+                "over --config)"
+            )
+    return notes
+
+
+# ---- resource lock --------------------------------------------------------------------------------------------
+
+
+def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
+    election = _map(data.get("leaderElection"))
+    if election.get("leaderElect") is False:
+        return []
+    lock = election.get("resourceLock")
+    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (upstream.py)
+        return []
+    flagged = launch is not None and flags_apply(minor) and any(
+        f == "leader-elect-resource-lock" for f, _ in launch.leader_election
+    )
+    origin = " (from the manifest's --leader-elect-resource-lock)" if flagged else ""
+    path = "leaderElection.resourceLock"
+    if lock not in LOCK_TYPES:
+        return [f"{path}: invalid lock-type {lock!r}{origin}{tag('resourceLock.unknown', minor)}"]
+    if lock in ("endpoints", "configmaps") and holds("resourceLock.endpoints", minor):
+        return [
+            f"{path}: the {lock} lock was removed from client-go, migrate to {lock}leases then leases{origin}"
+            f"{tag('resourceLock.endpoints', minor)}"
+        ]
+    if lock in ("endpointsleases", "configmapsleases") and holds("resourceLock.migration", minor):
+        rule = "resourceLock.migration"
+        return [f"{path}: the {lock} lock was removed from client-go, use leases{origin}{tag(rule, minor)}"]
+    return []
+
+
+# ---- framework construction ----------------------------------------------------------------------------------
+
+
+def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
+    """False only when the scheduler certainly has no such plugin: an upstream image and a name its registry of
+    this minor lacks (a boundary that was not verified counts as present)."""
+    plugin = PLUGINS.get(name)
+    if plugin is not None:
+        return plugin.registered(minor) is not False
+    return not (launch is not None and launch.upstream_image)
+
+
+def _hint(name: str, minor: Minor) -> str:
+    """``; did you mean 'NodeResourcesFit'?`` for a typo of a plugin this minor registers."""
+    known = [n for n, p in PLUGINS.items() if p.registered(minor)]
+    close = get_close_matches(name, known, n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
+
+
+def _implements(name: str, point: str) -> bool | None:
+    plugin = PLUGINS.get(name)
+    if plugin is None or plugin.points is None:
+        return None
+    return point in plugin.points
+
+
+def _uses_multipoint(api_version: str, minor: Minor) -> bool:
+    """v1beta3 and v1 fill their defaults through multiPoint (1.23 and later); v1beta1/v1beta2 per point."""
+    return minor >= (1, 23) and api_version.rsplit("/", 1)[-1] in ("v1beta3", "v1")
+
+
+def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
+    launch = schema.node_launch
+    plugins = _map(profile.get("plugins"))
+    given = profile.get("schedulerName")
+    scheduler = given if isinstance(given, str) else _DEFAULT_NAME
+    problems: list[str] = []
+    multipoint = _uses_multipoint(schema.api_version, minor)
+    spec = schema.types.get("Plugins")
+    points = [p for p in POINT_TYPES if spec is not None and p in spec.fields]
+    # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
+    wanted = {*points, "multiPoint"}
+    enabled = {point: _names(sets) for point, sets in plugins.items() if point in wanted}
+    disabled = {point: _disabled(sets) for point, sets in plugins.items() if point in wanted}
+    for point in points:
+        seen: set[str] = set()
+        for index, name in enumerate(enabled.get(point, ())):
+            path = f"{where}.plugins.{point}.enabled[{index}]"
+            if not _exists(name, minor, launch):
+                problems.append(
+                    f"{path}: {POINT_TYPES[point]} {name!r} does not exist{_hint(name, minor)}{tag(_UNKNOWN, minor)}"
+                )
+                continue
+            if _implements(name, point) is False:
+                problems.append(
+                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}"
+                    f"{tag('framework.extensionPoint', minor)}"
+                )
+                continue
+            if name in seen:
+                problems.append(
+                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}"
+                    f"{tag('framework.duplicate', minor)}"
+                )
+            seen.add(name)
+    custom_multi = enabled.get("multiPoint", []) if multipoint else []
+    for index, name in enumerate(custom_multi):
+        if not _exists(name, minor, launch):
+            problems.append(
+                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{_hint(name, minor)}"
+                f"{tag(_UNKNOWN, minor)}"
+            )
+    sets = (enabled, disabled)
+    problems += _multipoint_duplicates(sets, custom_multi, points, where, minor)
+    problems += _count(sets, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
+                       multipoint, minor)
+    problems += _count(sets, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
+                       minor)
+    return problems
+
+
+_Sets = tuple[dict[str, list[str]], dict[str, set[str]]]  # per point: enabled names, disabled names
+
+
+def _multipoint_duplicates(
+    sets: _Sets, custom_multi: list[str], points: list[str], where: str, minor: Minor
+) -> list[str]:
+    """expandMultiPointPlugins: a name listed twice in multiPoint stays twice after the merge with the defaults
+    (the last replaces the default, the first is appended), and fails at the first point it implements where it
+    is neither disabled nor enabled explicitly."""
+    problems = []
+    for name in dict.fromkeys(n for n in custom_multi if custom_multi.count(n) > 1):
+        plugin = PLUGINS.get(name)
+        if plugin is None:
+            continue  # which points it implements is not known here
+        for point in points:
+            disabled = sets[1].get(point, set())
+            if "*" in disabled or name in disabled or name in sets[0].get(point, ()):
+                continue
+            if point in plugin.always:  # certain in every minor: the expansion meets the duplicate here
+                problems.append(
+                    f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
+                    f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
+                )
+                break
+    return problems
+
+
+def _count(
+    sets: _Sets,
+    custom_multi: list[str],
+    point: str,
+    implementers: frozenset[str],
+    default: str,
+    where: str,
+    scheduler: str,
+    multipoint: bool,
+    minor: Minor,
+) -> list[str]:
+    """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
+    out-of-tree plugin in multiPoint might add one."""
+    own, disabled = sets[0].get(point, []), sets[1].get(point, set())
+    if multipoint:
+        multi_disabled = sets[1].get("multiPoint", set())
+        merged = [] if "*" in multi_disabled or default in multi_disabled else [default]
+        merged += [n for n in custom_multi if n not in merged]
+        if any(n not in PLUGINS for n in merged):  # in-tree, only PrioritySort / DefaultBinder sort or bind
+            return []
+        extra = [n for n in merged if n in implementers and n not in disabled and n not in own]
+        extra = [] if "*" in disabled else extra
+        total = len(own) + len(extra)
+    else:  # mergePluginSet with the per-point default set
+        keep_default = "*" not in disabled and default not in disabled and default not in own
+        total = len(own) + (1 if keep_default else 0)
+    key = f"framework.{point}"
+    if point == "queueSort" and total != 1 and not (total > 1 and len(own) > 1):  # >1 in one list: validation says it
+        return [
+            f"{where}.plugins: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
+            f"but got {total} after defaults, disables and multiPoint{tag(key, minor)}"
+        ]
+    if point == "bind" and total == 0:
+        return [
+            f"{where}.plugins: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
+            f"after defaults, disables and multiPoint{tag(key, minor)}"
+        ]
+    return []
+
+
+def startup_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
+    """Every start-up refusal of the (effective) document for the node's minor; nothing without a known minor
+    at or after 1.19 (the generated types start there)."""
+    minor = schema.node_minor
+    if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
+        return []
+    problems = _lock_problems(data, minor, schema.node_launch)
+    for index, profile in enumerate(_list(data.get("profiles"))):
+        if isinstance(profile, Mapping):
+            problems += _profile_problems(profile, f"profiles[{index}]", schema, minor)
+            problems += _dra_problems(profile, f"profiles[{index}]", minor, schema.node_launch)
+    return problems
+
+
+def upstream_image(image: str | None) -> bool:
+    """Whether the manifest's image runs upstream's kube-scheduler binary (``registry.k8s.io/kube-scheduler``,
+    a mirror of it, hyperkube, RKE2's hardened-kubernetes): then only the in-tree registry exists."""
+    if not image:
+        return False
+    name = image.strip().split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return name in UPSTREAM_IMAGES
+
+
+def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
+    return Launch(
+        leader_election=leader_election_flags(flags), upstream_image=upstream_image(image), gates_off=_gates_off(flags)
+    )
+
+
+def _gates_off(flags: Mapping[str, str | None]) -> frozenset[str]:
+    """Gates that ``--feature-gates=A=false`` switches off: a gated field is then refused whatever the default."""
+    off = set()
+    for item in (flags.get("feature-gates") or "").split(","):
+        name, _, value = item.strip().partition("=")
+        if name and value.strip().lower() == "false":
+            off.add(name)
+    return frozenset(off)
+
+
+# ---- plugin args checked when the plugin is built ----------------------------------------------------------------
+
+
+def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: Launch | None) -> list[str]:
+    """ValidateDynamicResourcesArgs (called with the scheduler's feature gates): a timeout is refused when its gate
+    is off and below its minimum when on. Only what holds whatever the gates' defaults of this minor: a
+    bindingTimeout under 1s, or a timeout whose gate the manifest switches off. Not checked when the profile
+    disables DynamicResources (its args are then not used to build it)."""
+    multi = _map(_map(profile.get("plugins")).get("multiPoint"))
+    if {"*", "DynamicResources"} & _disabled(multi):
+        return []
+    off = launch.gates_off if launch is not None else frozenset()
+    problems = []
+    for index, config in enumerate(_list(profile.get("pluginConfig"))):
+        if _map(config).get("name") != "DynamicResources":
+            continue
+        args = _map(_map(config).get("args"))
+        path = f"{where}.pluginConfig[{index}].args"
+        timed = args.get("filterTimeout") is not None and holds("pluginArgs.draFilterTimeout", minor)
+        if timed and "DRASchedulerFilterTimeout" in off:
+            problems.append(
+                f"{path}.filterTimeout: forbidden, the DRASchedulerFilterTimeout feature gate is off in the "
+                f"manifest{tag('pluginArgs.draFilterTimeout', minor)}"
+            )
+        binding = args.get("bindingTimeout")
+        if binding is not None and holds("pluginArgs.draBindingTimeout", minor):
+            gates = {"DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"} & off
+            ns = parse_duration_ns(binding) if isinstance(binding, str) and is_duration(binding) else None
+            if gates:
+                problems.append(
+                    f"{path}.bindingTimeout: forbidden, the {' and '.join(sorted(gates))} feature gate is off in "
+                    f"the manifest{tag('pluginArgs.draBindingTimeout', minor)}"
+                )
+            elif ns is not None and ns < 10**9:
+                problems.append(
+                    f"{path}.bindingTimeout: must be at least 1 second (forbidden if its gates are off)"
+                    f"{tag('pluginArgs.draBindingTimeout', minor)}"
+                )
+    return problems

@@ -1,0 +1,260 @@
+"""What kube-scheduler refuses at start-up outside ``validation.go``, per minor, as data (issue 24).
+
+Each ``Rule`` is one refusal with the minors it holds for (both ends inclusive; ``last=None``: still in the newest
+minor we know, 1.36) and the upstream file, function and PR it comes from. ``PLUGINS`` is the in-tree plugin
+registry (``pkg/scheduler/framework/plugins/registry.go``) with the minors each plugin is registered in and the
+extension points it ever implemented. The checks in ``startup.py`` read only these tables, and the table in
+``docs/scheduler-config.md`` is generated from them (``tools/gen_startup_rules_doc.py``; a test fails when the
+doc is stale).
+
+Hand-checked, not generated: the kubernetes/kubernetes history is larger than what can be mirrored here, so each
+fact was read in upstream source or in the PR that changed it (named in ``source``). Where a boundary could not
+be read in upstream source it is *not* enforced: a registry end marked ``exact=False`` refuses nothing at the
+unverified side, and a plugin whose extension points are not known (``points=None``) is never refused for its
+extension point. A rule applied to a minor that does not have it refuses a config the scheduler accepts, which
+is as wrong as a missing rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Minor = tuple[int, int]
+
+FIRST_MINOR: Minor = (1, 19)  # the oldest minor with generated types; the checks below start there
+NEWEST_MINOR: Minor = (1, 36)
+
+_FRAMEWORK = "kubernetes pkg/scheduler/framework/runtime/framework.go"
+_REGISTRY = "kubernetes pkg/scheduler/framework/plugins/registry.go"
+_VALIDATION = "kubernetes pkg/scheduler/apis/config/validation/validation.go"
+_ARGS = "kubernetes pkg/scheduler/apis/config/validation/validation_pluginargs.go"
+_LOCK = "client-go tools/leaderelection/resourcelock/interface.go New"
+_OPTIONS = "kubernetes cmd/kube-scheduler/app/options/options.go"
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: str
+    cls: str  # framework | resourceLock | pluginArgs | flags
+    first: Minor
+    last: Minor | None
+    what: str
+    source: str
+
+    def holds(self, minor: Minor | None) -> bool:
+        """Unknown minor: the newest behaviour."""
+        if minor is None:
+            return self.last is None
+        return self.first <= minor and (self.last is None or minor <= self.last)
+
+
+RULES: tuple[Rule, ...] = (
+    # ---- 1. framework construction ------------------------------------------------------------------------
+    Rule("framework.unknownPlugin", "framework", FIRST_MINOR, None,
+         "a plugin enabled at an extension point (or in multiPoint) is not in the registry of this minor "
+         "(upstream image only: another image may register its own plugins)",
+         f"{_FRAMEWORK} updatePluginList / expandMultiPointPlugins: '%s %q does not exist'; {_REGISTRY}"),
+    Rule("framework.extensionPoint", "framework", FIRST_MINOR, None,
+         "a plugin enabled at an extension point whose interface it does not implement",
+         f"{_FRAMEWORK} updatePluginList: 'plugin %q does not extend %s plugin'"),
+    Rule("framework.duplicate", "framework", FIRST_MINOR, None,
+         "the same plugin enabled twice at one extension point",
+         f"{_FRAMEWORK} updatePluginList: 'plugin %q already registered as %q'"),
+    Rule("framework.multiPointDuplicate", "framework", (1, 23), None,
+         "the same plugin twice in multiPoint (after the merge with the default multiPoint set) at a point it "
+         "implements and where it is neither disabled nor enabled explicitly",
+         f"{_FRAMEWORK} expandMultiPointPlugins (multiPoint added with v1beta3, kubernetes#105611, 1.23)"),
+    Rule("framework.queueSort", "framework", FIRST_MINOR, None,
+         "a profile without exactly one queueSort plugin after defaults, disables and the multiPoint expansion",
+         f"{_FRAMEWORK} NewFramework: 'only one queue sort plugin required for profile'"),
+    Rule("framework.bind", "framework", FIRST_MINOR, None,
+         "a profile without a bind plugin after defaults, disables and the multiPoint expansion",
+         f"{_FRAMEWORK} NewFramework: 'at least one bind plugin is needed for profile'"),
+    Rule("framework.invalidSelectorSpread", "framework", (1, 25), None,
+         "SelectorSpread enabled or configured in a v1 config",
+         f"{_VALIDATION} invalidPluginsByVersion (the v1 entry since v1 was added in 1.25)"),
+    Rule("framework.invalidVolumeLimits", "framework", (1, 31), None,
+         "AzureDiskLimits, CinderLimits, EBSLimits, GCEPDLimits enabled or configured in a v1 config",
+         f"{_VALIDATION} invalidPluginsByVersion (v1), kubernetes#124500 (1.31); left the registry in 1.32, "
+         "kubernetes#124003"),
+    # ---- 2. resource lock ---------------------------------------------------------------------------------
+    Rule("resourceLock.endpoints", "resourceLock", (1, 24), None,
+         "leader election on with resourceLock endpoints or configmaps",
+         f"{_LOCK}: 'endpoints lock is removed, migrate to endpointsleases', kubernetes#106852 (1.24)"),
+    Rule("resourceLock.migration", "resourceLock", (1, 28), None,
+         "leader election on with resourceLock endpointsleases or configmapsleases",
+         f"{_LOCK}: 'endpointsleases lock is removed, migrate to leases', kubernetes#117558 (1.28)"),
+    Rule("resourceLock.unknown", "resourceLock", FIRST_MINOR, None,
+         "leader election on with a resourceLock client-go does not know",
+         f"{_LOCK}: 'Invalid lock-type %s'"),
+    # ---- 3. plugin args ----------------------------------------------------------------------------------
+    Rule("pluginArgs.rtcrEmptyShape", "pluginArgs", (1, 23), None,
+         "NodeResourcesFit scoringStrategy.requestedToCapacityRatio with an empty shape (before 1.23 an empty "
+         "shape was not checked)",
+         f"{_ARGS} ValidateNodeResourcesFitArgs, kubernetes#106169 (1.23)"),
+    Rule("pluginArgs.rtcrRequired", "pluginArgs", (1, 22), None,
+         "NodeResourcesFit scoringStrategy type RequestedToCapacityRatio without requestedToCapacityRatio "
+         "(validation from 1.34; 1.22–1.33 NewFit dereferences the nil field and the scheduler panics)",
+         f"{_ARGS} ValidateNodeResourcesFitArgs, kubernetes#132120 (1.34); noderesources/fit.go NewFit"),
+    Rule("pluginArgs.rtcrOnlyWithType", "pluginArgs", (1, 36), None,
+         "NodeResourcesFit scoringStrategy.requestedToCapacityRatio with another strategy type (before 1.36 it "
+         "was accepted and ignored)",
+         f"{_ARGS} ValidateNodeResourcesFitArgs (release-1.36)"),
+    Rule("pluginArgs.draFilterTimeout", "pluginArgs", (1, 34), None,
+         "DynamicResources filterTimeout while the manifest switches DRASchedulerFilterTimeout off (a negative "
+         "one is refused by the type check)",
+         f"{_ARGS} ValidateDynamicResourcesArgs (filterTimeout added in 1.34)"),
+    Rule("pluginArgs.draBindingTimeout", "pluginArgs", (1, 35), None,
+         "DynamicResources bindingTimeout under 1s, or while the manifest switches DRADeviceBindingConditions or "
+         "DRAResourceClaimDeviceStatus off",
+         f"{_ARGS} ValidateDynamicResourcesArgs (bindingTimeout added in 1.35)"),
+    # ---- 4. flags over the config ----------------------------------------------------------------------
+    Rule("flags.leaderElection", "flags", (1, 23), None,
+         "the manifest's --leader-elect* flags override the config's leaderElection; the effective config "
+         "(config + flags) is what is validated",
+         f"{_OPTIONS} ApplyTo / ApplyLeaderElectionTo, kubernetes#105712 (1.23)"),
+)
+
+RULE_BY_KEY = {rule.key: rule for rule in RULES}
+
+# Extension points, in framework.go getExtensionPoints order, with the Go interface named in its errors.
+POINT_TYPES: dict[str, str] = {
+    "preFilter": "PreFilterPlugin",
+    "filter": "FilterPlugin",
+    "postFilter": "PostFilterPlugin",
+    "reserve": "ReservePlugin",
+    "preScore": "PreScorePlugin",
+    "score": "ScorePlugin",
+    "preBind": "PreBindPlugin",
+    "bind": "BindPlugin",
+    "postBind": "PostBindPlugin",
+    "permit": "PermitPlugin",
+    "preEnqueue": "PreEnqueuePlugin",
+    "queueSort": "QueueSortPlugin",
+}
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One in-tree plugin: the minors it is registered in, and every extension point it implemented in any
+    of them (a superset where unsure: a point outside it is refused at every minor, so it must be certain)."""
+
+    first: Minor
+    last: Minor | None
+    points: frozenset[str] | None  # None: not verified, never refused for its extension point
+    source: str
+    first_exact: bool = True  # False: not refused as unknown before ``first`` (boundary not read upstream)
+    last_exact: bool = True
+    always: frozenset[str] = frozenset()  # points it implements in every minor of its life (a subset of points)
+
+    def registered(self, minor: Minor) -> bool | None:
+        """True / False, or None when the minor lies on a side whose boundary is not verified."""
+        if minor < self.first:
+            return False if self.first_exact else None
+        if self.last is not None and minor > self.last:
+            return False if self.last_exact else None
+        return True
+
+
+def _p(*points: str) -> frozenset[str]:
+    return frozenset(points)
+
+
+_ALWAYS = f"{_REGISTRY} release-1.19 … release-1.36"
+_SCORING_FILTER = ("preFilter", "filter", "preScore", "score")
+PLUGINS: dict[str, Plugin] = {
+    **{
+        name: Plugin(FIRST_MINOR, None, _p(*ever), _ALWAYS, always=_p(*always))
+        for name, ever, always in (
+            ("PrioritySort", ("queueSort",), ("queueSort",)),
+            ("DefaultBinder", ("bind",), ("bind",)),
+            ("DefaultPreemption", ("postFilter", "preEnqueue"), ("postFilter",)),  # PreEnqueue: async preemption
+            ("ImageLocality", ("preScore", "score"), ("score",)),
+            ("TaintToleration", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
+            ("NodeName", ("preFilter", "filter"), ("filter",)),  # PreFilter from kubernetes#114386
+            ("NodePorts", ("preFilter", "filter"), ("preFilter", "filter")),
+            ("NodeAffinity", ("preFilter", "filter", "preScore", "score"), ("filter", "score")),
+            ("PodTopologySpread", _SCORING_FILTER, _SCORING_FILTER),
+            ("NodeUnschedulable", ("preFilter", "filter"), ("filter",)),
+            ("NodeResourcesFit", _SCORING_FILTER, ("preFilter", "filter")),
+            ("NodeResourcesBalancedAllocation", ("preScore", "score"), ("score",)),
+            ("VolumeBinding", ("preEnqueue", "preFilter", "filter", "postFilter", "reserve", "preBind", "preScore",
+                               "score"), ("preFilter", "filter", "reserve", "preBind")),
+            ("VolumeRestrictions", ("preFilter", "filter"), ("filter",)),
+            ("VolumeZone", _SCORING_FILTER, ("filter",)),
+            ("NodeVolumeLimits", ("preFilter", "filter"), ("filter",)),
+            ("InterPodAffinity", _SCORING_FILTER, _SCORING_FILTER),
+        )
+    },
+    # in-tree volume limits: out of the registry in 1.32 (kubernetes#124003)
+    **{
+        name: Plugin(FIRST_MINOR, (1, 31), _p("preFilter", "filter"), f"{_REGISTRY}; removed by kubernetes#124003",
+                     always=_p("filter"))
+        for name in ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+    },
+    # alpha in 1.26 with the preEnqueue extension point (KEP-3521) and DRA (KEP-3063)
+    "SchedulingGates": Plugin((1, 26), None, _p("preEnqueue"), f"{_REGISTRY}; KEP-3521, 1.26",
+                              always=_p("preEnqueue")),
+    "DynamicResources": Plugin((1, 26), None, None, f"{_REGISTRY}; KEP-3063, 1.26"),
+    # removed from the registry, by the PR named
+    "SelectorSpread": Plugin(FIRST_MINOR, (1, 28), _p("preScore", "score"), f"{_REGISTRY}; kubernetes#117720 (1.29)",
+                             always=_p("preScore", "score")),
+    "NodePreferAvoidPods": Plugin(FIRST_MINOR, (1, 22), _p("score"), f"{_REGISTRY}; kubernetes#105907 (1.23)"),
+    "NodeLabel": Plugin(FIRST_MINOR, (1, 22), _p(*_SCORING_FILTER), f"{_REGISTRY}; kubernetes#105906 (1.23)"),
+    "ServiceAffinity": Plugin(FIRST_MINOR, (1, 22), _p(*_SCORING_FILTER), f"{_REGISTRY}; kubernetes#105588 (1.23)"),
+    # unregistered for NodeResourcesFit's scoringStrategy (kubernetes#105914); the PR was not read: the end is not
+    # enforced (validation.go refuses them by name in v1beta2 and later anyway)
+    **{
+        name: Plugin(FIRST_MINOR, (1, 22), _p("preScore", "score"), f"{_REGISTRY}; kubernetes#105914",
+                     last_exact=False)
+        for name in ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "RequestedToCapacityRatio")
+    },
+    # in the newest registry; the minor they arrived in was not read upstream: never refused as unknown
+    **{
+        name: Plugin(NEWEST_MINOR, None, None, f"{_REGISTRY} (master)", first_exact=False)
+        for name in ("NodeDeclaredFeatures", "GangScheduling", "TopologyAware", "PodGroupPodsCount")
+    },
+}
+
+QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "queueSort" in p.points)
+BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
+INVALID_VOLUME_LIMITS = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+
+# client-go resource lock types (interface.go constants).
+LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")
+
+# --leader-elect* flags and the leaderElection field each sets (component-base BindLeaderElectionFlags); the
+# lock name/namespace flags are spelled resourceName/resourceNamespace in every apiVersion from v1beta1 on.
+LEADER_ELECTION_FLAGS: dict[str, tuple[str, str]] = {
+    "leader-elect": ("leaderElect", "bool"),
+    "leader-elect-lease-duration": ("leaseDuration", "duration"),
+    "leader-elect-renew-deadline": ("renewDeadline", "duration"),
+    "leader-elect-retry-period": ("retryPeriod", "duration"),
+    "leader-elect-resource-lock": ("resourceLock", "string"),
+    "leader-elect-resource-name": ("resourceName", "string"),
+    "leader-elect-resource-namespace": ("resourceNamespace", "string"),
+}
+
+# Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
+UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
+
+
+def _text(minor: Minor | None) -> str:
+    return "" if minor is None else f"{minor[0]}.{minor[1]}"
+
+
+def rules_table() -> str:
+    """The markdown table of ``RULES`` for docs/scheduler-config.md (generated; a test compares)."""
+    lines = ["| rule | class | first minor | last minor | what is refused | upstream source |",
+             "|---|---|---|---|---|---|"]
+    for rule in RULES:
+        last = _text(rule.last) or "—"
+        lines.append(f"| `{rule.key}` | {rule.cls} | {_text(rule.first)} | {last} | {rule.what} | {rule.source} |")
+    lines += ["", "| in-tree plugin | registered from | registered until | extension points it ever implemented |",
+              "|---|---|---|---|"]
+    for name, plugin in PLUGINS.items():
+        first = _text(plugin.first) + ("" if plugin.first_exact else " (not verified)")
+        last = (_text(plugin.last) or "—") + ("" if plugin.last_exact else " (not verified)")
+        points = ", ".join(p for p in POINT_TYPES if plugin.points and p in plugin.points) or "not verified"
+        lines.append(f"| {name} | {first} | {last} | {points} |")
+    return "\n".join(lines) + "\n"
