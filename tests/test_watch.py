@@ -199,11 +199,32 @@ def test_folder_missing_with_its_parents_then_created_again(tree: tuple[Path, Lo
     folder, looks, w = tree
     shutil.rmtree(folder.parent.parent)  # .../etc
     assert looks.wait_for("<missing>")
-    assert w.watched_folders() == []
+    # The file's deletion can be looked at in one batch and the folders' in the next (a busy machine splits
+    # them): the watch list is eventually empty, not at the first look.
+    assert wait_until(lambda: w.watched_folders() == [], timeout=30)
     folder.mkdir(parents=True)
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
     assert looks.wait_for("back")
-    assert w.watched_folders() == [str(folder)]
+    assert wait_until(lambda: w.watched_folders() == [str(folder)], timeout=30)
+
+
+def test_nearest_ancestor_deleted_while_the_folder_is_gone(tree: tuple[Path, Looks, FolderWatcher]) -> None:
+    """The folder goes first, then (after the re-arm) the ancestor that was watched for its return: that
+    ancestor's own deletion must re-arm too, or the recreated tree is never seen (a busy machine split an
+    ``rmtree`` this way, and the watch stayed on a deleted inode for good)."""
+    folder, looks, w = tree
+    (folder / "kube-scheduler.yaml").unlink()
+    folder.rmdir()
+    assert looks.wait_for("<missing>")
+    assert wait_until(lambda: w.watched_folders() == [], timeout=30)
+    rearms = w.rearms
+    folder.parent.rmdir()  # .../etc/kubernetes: the nearest existing ancestor, watched for "manifests"
+    assert wait_until(lambda: w.rearms > rearms, timeout=30)
+    folder.parent.parent.rmdir()  # .../etc
+    folder.mkdir(parents=True)
+    fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
+    assert looks.wait_for("back")
+    assert wait_until(lambda: w.watched_folders() == [str(folder)], timeout=30)
 
 
 def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:

@@ -90,8 +90,12 @@ CONTENT_EVENTS: tuple[type[FileSystemEvent], ...] = (
 ANCESTOR_EVENTS: tuple[type[FileSystemEvent], ...] = (
     (DirMovedEvent,) if FULL_EVENTS else (DirMovedEvent, DirDeletedEvent)
 )
-#: The nearest existing ancestor of a folder that is gone: also its next path component appearing.
-CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = (DirCreatedEvent, *ANCESTOR_EVENTS)
+#: The nearest existing ancestor of a folder that is gone: also its next path component appearing, and its
+#: own deletion. No watch below it sees that one (the folder is already gone), and watchdog drops an
+#: ``IN_DELETE_SELF`` that the filter does not name: without it, an ``rmtree`` split by a re-arm left the watch
+#: on a deleted inode for good. The price is the deletions of its siblings while the folder is missing.
+CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = tuple(dict.fromkeys((DirCreatedEvent, DirDeletedEvent,
+                                                                           *ANCESTOR_EVENTS)))
 
 #: watchdog >= 7 tells attribute changes apart (``FileAttribEvent``); before, a chmod or touch arrives as a
 #: ``FileModifiedEvent`` and holds the look as an open writer would, up to ``max_wait``.
