@@ -116,7 +116,8 @@ def test_project_metadata() -> None:
 
 def test_the_version_is_written_once() -> None:
     """Outside patcher/__init__.py the version appears only where a tool needs a literal: the kustomize image
-    tags (a test checks them against __version__) and the changelog's headings."""
+    tags and the chart's version/appVersion (tools/sync_version.py writes them, tests check them against
+    __version__) and the changelog's headings."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, text=True, check=False)
     if listed.returncode != 0:
@@ -132,8 +133,9 @@ def test_the_version_is_written_once() -> None:
             continue
         if re.search(rf"(?<![\d.]){re.escape(patcher.__version__)}(?![\d.])", text):
             found.append(rel)
-    allowed = {"patcher/__init__.py", "CHANGELOG.md", "manifests/base/kustomization.yaml",
-               "manifests/gatekeeper/kustomization.yaml", "manifests/uninstall/base/kustomization.yaml"}
+    allowed = {"patcher/__init__.py", "CHANGELOG.md", "charts/scheduler-patcher/Chart.yaml",
+               "manifests/base/kustomization.yaml", "manifests/gatekeeper/kustomization.yaml",
+               "manifests/uninstall/base/kustomization.yaml"}
     assert set(found) <= allowed, sorted(set(found) - allowed)
 
 

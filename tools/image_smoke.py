@@ -72,7 +72,8 @@ def check_metadata(config: dict[str, Any], revision: str | None) -> None:
             raise SmokeError(f"label {key}: {labels.get(key)!r}, expected {value!r}")
     if not re.fullmatch(r"[0-9a-f]{40}", labels.get("org.opencontainers.image.revision", "")):
         raise SmokeError(f"label org.opencontainers.image.revision is not a commit: {labels!r}")
-    print(f"ok   labels {', '.join(f'{k.rsplit('.', 1)[1]}={v}' for k, v in sorted(want.items()))}")
+    shown = ", ".join(f"{key.rsplit('.', 1)[1]}={value}" for key, value in sorted(want.items()))
+    print(f"ok   labels {shown}")
     # uid 0 as the DaemonSet runs it (root-owned manifest folder); see the Dockerfile's USER comment.
     if config.get("User") not in ("0", "0:0", "root"):
         raise SmokeError(f"user {config.get('User')!r}, expected 0 (the DaemonSet's runAsUser)")
