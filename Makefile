@@ -74,7 +74,7 @@ IMAGE_BUILD_FLAGS ?=
 REVISION = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_ARCHIVE ?= dist/scheduler-patcher-$(VERSION).oci.tar
 
-.PHONY: image image-test image-archive version-sync
+.PHONY: image image-test image-archive version-sync dist
 ## Container image from the unmodified Dockerfile, labelled with the version and the git commit.
 image:
 	@test -n "$(ENGINE)" || { echo "make image: neither docker nor podman answers (set ENGINE=...)" >&2; exit 1; }
@@ -92,6 +92,13 @@ image-archive:
 	if [ "$(ENGINE)" = podman ]; then podman save --format oci-archive -o $(IMAGE_ARCHIVE) $(IMAGE); \
 	else docker save -o $(IMAGE_ARCHIVE) $(IMAGE); fi
 	@ls -l $(IMAGE_ARCHIVE)
+
+## Release files: the sdist and the wheel in dist/, checked by twine (metadata, README rendering).
+dist: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[release]'
+	rm -f dist/scheduler_patcher-*
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/scheduler_patcher-*
 
 ## Copies patcher/__init__.py's __version__ into the chart and the kustomize image tags (--check: only compare).
 version-sync:

@@ -1,4 +1,4 @@
-"""The wheel builds, carries its package data, and its entry point runs from a fresh venv.
+"""The sdist and the wheel build, carry what they must, and the wheel's entry point runs from a fresh venv.
 
 No container engine runs here, so this is what can be tested of the Dockerfile's build stage: the final image
 does exactly this (install the wheel, run the ``scheduler-patcher`` entry point).
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tomllib
 import venv
 import zipfile
@@ -25,14 +26,43 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(sdist, wheel) as `python -m build` makes them for a release: the wheel is built from the unpacked sdist,
+    so a file the sdist lacks breaks the wheel here rather than for a user."""
     out = tmp_path_factory.mktemp("dist")
     src = tmp_path_factory.mktemp("src") / "scheduler-patcher"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "*.egg-info", "build", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(src)], check=True, capture_output=True)
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv*", ".git", "*.egg-info", "build", "dist", "__pycache__", ".*_cache", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)], check=True,
+                   capture_output=True)
+    (sdist,) = out.glob("scheduler_patcher-*.tar.gz")
     (found,) = out.glob("scheduler_patcher-*.whl")
-    return found
+    return sdist, found
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: tuple[Path, Path]) -> Path:
+    return dist[1]
+
+
+SDIST_FOLDERS = ("tests", "docs", "manifests", "charts", "examples", "tools", "bench", "patcher", ".ci")
+
+
+def test_the_sdist_holds_what_the_tests_and_docs_need(dist: tuple[Path, Path]) -> None:
+    """Every tracked file of the test suite, docs, deploy manifests, chart, examples, tools and benches, and the
+    files the Makefile and the Dockerfile use: `make test` and `make image` work from an unpacked sdist."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    with tarfile.open(dist[0]) as tar:
+        top = f"scheduler_patcher-{patcher.__version__}/"
+        names = {n.removeprefix(top) for n in tar.getnames()}
+        info = tar.extractfile(top + "PKG-INFO")
+        assert info is not None and f"Version: {patcher.__version__}" in info.read().decode()
+    wanted = {f for f in listed.stdout.splitlines() if f.split("/")[0] in SDIST_FOLDERS or "/" not in f}
+    wanted -= {".gitignore"}
+    assert wanted and not wanted - names, sorted(wanted - names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def test_wheel_carries_the_code_and_the_schemas(wheel: Path) -> None:
