@@ -8,7 +8,8 @@ test_deploy_manifests.py therefore hold for the chart too. Renders are validated
 schema strictly, the values schema must refuse typos, and the settings a render sets are read back through the
 real CLI parser.
 
-helm comes from ``../shared/tools/get-helm.sh`` (real helm 4): without it these tests skip with one line.
+helm comes from ``../shared/tools/get-helm.sh`` (real helm 4): without it this module skips with one line
+(tests/test_chart_values.py checks what needs no helm).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ import yaml
 import patcher
 from patcher.commands.cli import build_parser
 from patcher.core.schedconfig import ConfigRequest, build_config
+from tests.test_chart_values import ALL_VALUES
 from tests.test_deploy_manifests import (
     K8S_SCHEMA,
     ROOT,
@@ -42,10 +42,8 @@ from tests.test_deploy_manifests import (
     objects,
     parsed,
     pod_spec,
-    subparser,
 )
 from tests.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
-from tools import sync_version
 
 CHART = ROOT / "charts/scheduler-patcher"
 GET_HELM = ROOT.parent / "shared/tools/get-helm.sh"
@@ -67,14 +65,25 @@ Render = Callable[..., Any]  # (values=None, *, expect_error=False) -> the objec
 # -- helm -----------------------------------------------------------------------------------------------------
 
 
+def find_helm() -> tuple[str | None, str]:
+    """(path of the real helm, "") or (None, why not)."""
+    if not GET_HELM.is_file():
+        return None, f"{GET_HELM} not found"
+    proc = subprocess.run(["sh", str(GET_HELM)], capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        return None, f"{GET_HELM}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}"
+    return proc.stdout.strip(), ""
+
+
+HELM, WHY_NOT = find_helm()
+if HELM is None:
+    pytest.skip(f"real helm unavailable ({WHY_NOT})", allow_module_level=True)
+
+
 @pytest.fixture(scope="session")
 def helm() -> str:
-    proc = subprocess.run(["sh", str(GET_HELM)], capture_output=True, text=True, timeout=300, check=False) \
-        if GET_HELM.is_file() else None
-    if proc is None or proc.returncode != 0:
-        why = "not found" if proc is None else (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        pytest.skip(f"real helm unavailable ({GET_HELM}: {why})")
-    return proc.stdout.strip()
+    assert HELM is not None
+    return HELM
 
 
 def run_helm(helm: str, *args: str, values: Obj | None = None,
@@ -240,78 +249,6 @@ def test_the_comparison_catches_drift(render: Render) -> None:
 
 # -- lint, every value, OpenAPI ------------------------------------------------------------------------------
 
-#: Every value the chart has, set to something other than its default (test_every_value_is_exercised keeps it so).
-ALL_VALUES: Obj = {
-    "global": {},
-    "platform": "rke2",
-    "image": {"repository": "registry.example.com/ops/scheduler-patcher", "tag": "9.9.9",
-              "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
-    "imagePullSecrets": [{"name": "regcred"}],
-    "namespace": {"create": True},
-    "extenders": [{"urlPrefix": "https://127.0.0.1:8443/csi", "filterVerb": "filter", "prioritizeVerb": "prioritize",
-                   "weight": 5, "bindVerb": "", "preemptVerb": "", "enableHTTPS": True,
-                   "tlsConfig": {"insecure": False, "serverName": "extender.local", "caFile": "/etc/ca.crt",
-                                 "certFile": "", "keyFile": "", "certData": "", "keyData": "", "caData": ""},
-                   "httpTimeout": "30s", "nodeCacheCapable": True,
-                   "managedResources": [{"name": "example.com/disk", "ignoredByScheduler": True}],
-                   "ignorable": False}],
-    "schedulerConfig": "",
-    "hostPaths": {"manifestDir": "/opt/k8s/manifests", "manifestName": "scheduler.yaml",
-                  "configDir": "/opt/k8s/sp-config", "stateDir": "/opt/k8s/sp-state"},
-    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "restartTimeout": "15m", "rollbackOnFailure": False,
-              "restoreOnExit": "never", "rollout": "coordinated", "rolloutLease": "sp-rollout", "gracePeriod": "30s",
-              "terminationGracePeriodSeconds": 50, "logFormat": "json", "logLevel": "debug", "localCheck": True},
-    "csiBaremetal": {"enabled": True, "namespace": "csi"},
-    "nodeSelector": {"kubernetes.io/os": "linux", "example.com/role": "cp"},
-    "tolerations": [{"operator": "Exists"}],
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "example.com/role", "operator": "In", "values": ["cp"]}]}]}}},
-    "priorityClassName": "cp-critical",
-    "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
-    "podAnnotations": {"example.com/team": "platform"},
-    "extraArgs": ["--resync-interval=10m"],
-    "extraEnv": [{"name": "PATCHER_ON_FOREIGN_CONFIG", "value": "replace"}],
-    "gatekeeper": {"enabled": True, "replicas": 3, "gateName": "example.com/ready", "port": 9910, "logFormat": "text",
-                   "priorityClassName": "gk-critical",
-                   "resources": {"requests": {"cpu": "5m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-                   "nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": [{"key": "a", "operator": "Exists"}],
-                   "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                       {"weight": 1, "preference": {"matchExpressions": [
-                           {"key": "example.com/role", "operator": "In", "values": ["infra"]}]}}]}},
-                   "podAnnotations": {"example.com/gk": "yes"}},
-    "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
-                   "ttlSecondsAfterFinished": 3600},
-}
-
-
-def leaf_paths(schema: Obj, prefix: str = "") -> set[str]:
-    props = schema.get("properties")
-    if not props or schema.get("type") != "object":
-        return {prefix}
-    return {p for key, sub in props.items() for p in leaf_paths(sub, f"{prefix}.{key}" if prefix else key)}
-
-
-def value_paths(values: Any, schema: Obj, prefix: str = "") -> set[str]:
-    if not isinstance(values, dict) or not schema.get("properties") or schema.get("type") != "object":
-        return {prefix}
-    return {p for key, v in values.items()
-            for p in value_paths(v, schema["properties"][key], f"{prefix}.{key}" if prefix else key)}
-
-
-def values_schema() -> Obj:
-    schema: Obj = json.loads((CHART / "values.schema.json").read_text())
-    return schema
-
-
-def test_every_value_is_exercised() -> None:
-    """ALL_VALUES sets every leaf of the values schema, and the schema describes every key of values.yaml."""
-    schema = values_schema()
-    assert value_paths(ALL_VALUES, schema) == leaf_paths(schema)
-    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert value_paths({"global": {}, **defaults}, schema) == leaf_paths(schema)
-    assert schema["additionalProperties"] is False
-
-
 @pytest.mark.parametrize("values", [{}, ALL_VALUES], ids=["defaults", "every-value"])
 def test_helm_lint_strict_passes(helm: str, values: Obj, tmp_path: Path) -> None:
     proc = run_helm(helm, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
@@ -433,28 +370,6 @@ def test_values_that_the_chart_refuses(render: Render, values: Obj, message: str
     assert message in error, error
 
 
-def test_the_extender_schema_is_the_projects_v1_extender() -> None:
-    """The chart's extender fields are exactly those of kubescheduler.config.k8s.io/v1 in patcher's schema data."""
-    types = json.loads((ROOT / "patcher/core/schedconfig/schemas/kubescheduler.config.k8s.io-v1.json").read_text())[
-        "types"]
-    item = values_schema()["properties"]["extenders"]["items"]
-    assert set(item["properties"]) == set(types["Extender"]["fields"])
-    assert item["required"] == types["Extender"]["required"]
-    assert set(item["properties"]["tlsConfig"]["properties"]) == set(types["ExtenderTLSConfig"]["fields"])
-    managed = item["properties"]["managedResources"]["items"]
-    assert set(managed["properties"]) == set(types["ExtenderManagedResource"]["fields"])
-
-
-def test_the_schema_enums_are_the_clis_choices() -> None:
-    agent = values_schema()["properties"]["agent"]["properties"]
-    run = {a.dest: a for a in subparser("run")._actions}
-    for value, dest in [("restoreOnExit", "restore_on_exit"), ("rollout", "rollout"), ("logFormat", "log_format"),
-                        ("logLevel", "log_level")]:
-        assert agent[value]["enum"] == list(run[dest].choices or []), value
-    gate = values_schema()["properties"]["gatekeeper"]["properties"]
-    assert gate["logFormat"]["enum"] == list(run["log_format"].choices or [])
-
-
 # -- NOTES.txt, the version, packaging -------------------------------------------------------------------------
 
 
@@ -471,27 +386,6 @@ def test_notes_tell_how_to_watch_the_rollout_with_real_commands(helm: str, tmp_p
     assert build_parser().parse_args(argv[1:]).wait is True  # flags the CLI really has
     (status,) = [ln for ln in notes.splitlines() if "-- scheduler-patcher status" in ln]
     assert build_parser().parse_args(shlex.split(status.split("--", 1)[1])[1:]).command == "status"
-
-
-def test_the_chart_version_is_the_project_version() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert chart["version"] == chart["appVersion"] == patcher.__version__, "run `make version-sync`"
-    assert sync_version.sync(write=False) == []
-
-
-def test_sync_version_rewrites_every_copy(tmp_path: Path) -> None:
-    for rel in ["patcher/__init__.py", sync_version.CHART, *sync_version.KUSTOMIZATIONS]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, tmp_path / rel)
-    init = tmp_path / "patcher/__init__.py"
-    init.write_text(re.sub(r'__version__ = ".*"', '__version__ = "7.8.9"', init.read_text()))
-    assert len(sync_version.sync(tmp_path, write=False)) == 5
-    assert len(sync_version.sync(tmp_path, write=True)) == 5
-    assert sync_version.sync(tmp_path, write=False) == []
-    chart = yaml.safe_load((tmp_path / sync_version.CHART).read_text())
-    assert chart["version"] == chart["appVersion"] == "7.8.9"
-    for rel in sync_version.KUSTOMIZATIONS:
-        assert yaml.safe_load((tmp_path / rel).read_text())["images"][0]["newTag"] == "7.8.9"
 
 
 def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
