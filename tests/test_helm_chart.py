@@ -103,10 +103,10 @@ def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rend
     tmp = tmp_path_factory.mktemp("helm")
     cache: dict[str, list[Obj]] = {}
 
-    def _render(values: Obj | None = None, *, expect_error: bool = False) -> Any:
-        key = json.dumps(values or {}, sort_keys=True)
+    def _render(values: Obj | None = None, *, expect_error: bool = False, namespace: str = NAMESPACE) -> Any:
+        key = json.dumps([values or {}, namespace], sort_keys=True)
         if key not in cache or expect_error:
-            proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, values=values or {},
+            proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace, values=values or {},
                             tmp=tmp)
             if expect_error:
                 assert proc.returncode != 0, f"helm template accepted {values}"
@@ -392,6 +392,23 @@ def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
     proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / f"scheduler-patcher-{patcher.__version__}.tgz").is_file()
+
+
+def test_objects_follow_the_release_namespace_and_drop_rbac_they_do_not_need(render: Render) -> None:
+    """Installed elsewhere, everything of the agent moves along (the Lease and status Roles included); the Roles
+    that must live elsewhere stay there. A Role nothing uses is not rendered."""
+    objs = render({"csiBaremetal": {"enabled": True, "namespace": "ops"}, "agent": {"rollout": "independent"},
+                   "gatekeeper": {"enabled": True}}, namespace="ops")
+    fixed = {"scheduler-patcher-node-events": "default", "scheduler-patcher-mirror-pod": "kube-system"}
+    for obj in objs:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == fixed.get(obj["metadata"]["name"], "ops"), identity(obj)
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == "ops"
+    names = {o["metadata"]["name"] for o in objs if o["kind"] == "Role"}
+    assert "scheduler-patcher-rollout-lease" not in names  # independent rollout: no Lease
+    assert "scheduler-patcher-extender-readiness" not in names  # the status Role already covers it in "ops"
+    assert "extender-readiness" in find(objs, "Role", "scheduler-patcher-status")["rules"][1]["resourceNames"]
 
 
 def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
