@@ -180,3 +180,16 @@ def test_the_docker_context_holds_what_the_dockerfile_copies() -> None:
                 if line.startswith("!")}
     assert copied and copied == admitted
     assert "*" in (ROOT / ".dockerignore").read_text().splitlines()
+
+
+def test_the_dockerfile_builds_offline_from_a_pinned_base() -> None:
+    """No `# syntax=` line (a BuildKit builder would fetch that frontend image from a registry); the base is one
+    build argument pinned by tag and digest, used by both stages; the labels carry the version and revision."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I)
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base)
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    for label in ("version", "revision", "licenses", "source"):
+        assert f"org.opencontainers.image.{label}=" in text
+    assert 'org.opencontainers.image.version="${VERSION}"' in text
