@@ -66,9 +66,43 @@ clean:
 	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 IMAGE ?= scheduler-patcher:$(VERSION)
-## Container image (needs Docker; none runs on the CI machine).
+# docker or podman, whichever answers (a docker CLI without a daemon does not count); ENGINE=... picks one.
+ENGINE ?= $(shell for e in docker podman; do $$e info >/dev/null 2>&1 && { echo $$e; break; }; done)
+# Extra `build` flags, e.g. offline with podman and a local base (docs/release.md):
+#   IMAGE_BUILD_FLAGS='--pull=never --build-arg PYTHON_IMAGE=python:3.11-slim'
+IMAGE_BUILD_FLAGS ?=
+REVISION = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_ARCHIVE ?= dist/scheduler-patcher-$(VERSION).oci.tar
+
+.PHONY: image image-test image-archive version-sync dist
+## Container image from the unmodified Dockerfile, labelled with the version and the git commit.
 image:
-	docker build -t $(IMAGE) .
+	@test -n "$(ENGINE)" || { echo "make image: neither docker nor podman answers (set ENGINE=...)" >&2; exit 1; }
+	$(ENGINE) build $(IMAGE_BUILD_FLAGS) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMAGE) .
+
+## Runs the built image: --version, a read-only plan on examples/, run --help, user, entrypoint, OCI labels.
+image-test:
+	@test -n "$(ENGINE)" || { echo "make image-test: neither docker nor podman answers (set ENGINE=...)" >&2; exit 1; }
+	$(PYTHON) tools/image_smoke.py --engine $(ENGINE) --image $(IMAGE) --revision $(REVISION)
+
+## The built image as an OCI archive for air-gapped clusters (load it with `podman load` / `docker load` / `ctr import`).
+image-archive:
+	@test -n "$(ENGINE)" || { echo "make image-archive: neither docker nor podman answers (set ENGINE=...)" >&2; exit 1; }
+	mkdir -p $(dir $(IMAGE_ARCHIVE))
+	if [ "$(ENGINE)" = podman ]; then podman save --format oci-archive -o $(IMAGE_ARCHIVE) $(IMAGE); \
+	else docker save -o $(IMAGE_ARCHIVE) $(IMAGE); fi
+	@ls -l $(IMAGE_ARCHIVE)
+
+## Release files: the sdist and the wheel in dist/, checked by twine (metadata, README rendering).
+dist: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[release]'
+	rm -f dist/scheduler_patcher-*
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/scheduler_patcher-*
+
+## Copies patcher/__init__.py's __version__ into the chart and the kustomize image tags (--check: only compare).
+version-sync:
+	$(PYTHON) tools/sync_version.py
 
 ## Whole-lifecycle simulation: three nodes, real agent processes, API emulator, simulated kubelets (prints a timeline).
 e2e: $(STAMP)

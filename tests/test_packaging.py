@@ -1,4 +1,4 @@
-"""The wheel builds, carries its package data, and its entry point runs from a fresh venv.
+"""The sdist and the wheel build, carry what they must, and the wheel's entry point runs from a fresh venv.
 
 No container engine runs here, so this is what can be tested of the Dockerfile's build stage: the final image
 does exactly this (install the wheel, run the ``scheduler-patcher`` entry point).
@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tomllib
 import venv
 import zipfile
@@ -25,14 +26,43 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(sdist, wheel) as `python -m build` makes them for a release: the wheel is built from the unpacked sdist,
+    so a file the sdist lacks breaks the wheel here rather than for a user."""
     out = tmp_path_factory.mktemp("dist")
     src = tmp_path_factory.mktemp("src") / "scheduler-patcher"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "*.egg-info", "build", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(src)], check=True, capture_output=True)
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv*", ".git", "*.egg-info", "build", "dist", "__pycache__", ".*_cache", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)], check=True,
+                   capture_output=True)
+    (sdist,) = out.glob("scheduler_patcher-*.tar.gz")
     (found,) = out.glob("scheduler_patcher-*.whl")
-    return found
+    return sdist, found
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: tuple[Path, Path]) -> Path:
+    return dist[1]
+
+
+SDIST_FOLDERS = ("tests", "docs", "manifests", "charts", "examples", "tools", "bench", "patcher", ".ci")
+
+
+def test_the_sdist_holds_what_the_tests_and_docs_need(dist: tuple[Path, Path]) -> None:
+    """Every tracked file of the test suite, docs, deploy manifests, chart, examples, tools and benches, and the
+    files the Makefile and the Dockerfile use: `make test` and `make image` work from an unpacked sdist."""
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    with tarfile.open(dist[0]) as tar:
+        top = f"scheduler_patcher-{patcher.__version__}/"
+        names = {n.removeprefix(top) for n in tar.getnames()}
+        info = tar.extractfile(top + "PKG-INFO")
+        assert info is not None and f"Version: {patcher.__version__}" in info.read().decode()
+    wanted = {f for f in listed.stdout.splitlines() if f.split("/")[0] in SDIST_FOLDERS or "/" not in f}
+    wanted -= {".gitignore"}
+    assert wanted and not wanted - names, sorted(wanted - names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def test_wheel_carries_the_code_and_the_schemas(wheel: Path) -> None:
@@ -116,7 +146,8 @@ def test_project_metadata() -> None:
 
 def test_the_version_is_written_once() -> None:
     """Outside patcher/__init__.py the version appears only where a tool needs a literal: the kustomize image
-    tags (a test checks them against __version__) and the changelog's headings."""
+    tags and the chart's version/appVersion (tools/sync_version.py writes them, tests check them against
+    __version__) and the changelog's headings."""
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, text=True, check=False)
     if listed.returncode != 0:
@@ -132,8 +163,9 @@ def test_the_version_is_written_once() -> None:
             continue
         if re.search(rf"(?<![\d.]){re.escape(patcher.__version__)}(?![\d.])", text):
             found.append(rel)
-    allowed = {"patcher/__init__.py", "CHANGELOG.md", "manifests/base/kustomization.yaml",
-               "manifests/gatekeeper/kustomization.yaml", "manifests/uninstall/base/kustomization.yaml"}
+    allowed = {"patcher/__init__.py", "CHANGELOG.md", "charts/scheduler-patcher/Chart.yaml",
+               "manifests/base/kustomization.yaml", "manifests/gatekeeper/kustomization.yaml",
+               "manifests/uninstall/base/kustomization.yaml"}
     assert set(found) <= allowed, sorted(set(found) - allowed)
 
 
@@ -148,3 +180,16 @@ def test_the_docker_context_holds_what_the_dockerfile_copies() -> None:
                 if line.startswith("!")}
     assert copied and copied == admitted
     assert "*" in (ROOT / ".dockerignore").read_text().splitlines()
+
+
+def test_the_dockerfile_builds_offline_from_a_pinned_base() -> None:
+    """No `# syntax=` line (a BuildKit builder would fetch that frontend image from a registry); the base is one
+    build argument pinned by tag and digest, used by both stages; the labels carry the version and revision."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I)
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base)
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    for label in ("version", "revision", "licenses", "source"):
+        assert f"org.opencontainers.image.{label}=" in text
+    assert 'org.opencontainers.image.version="${VERSION}"' in text

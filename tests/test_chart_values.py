@@ -1,0 +1,138 @@
+"""The chart's values and version, checked without helm: the schema against the code, the version against its source.
+
+tests/test_helm_chart.py renders the chart with the real helm; what needs no helm is here, so it runs (and the
+chart's values stay tied to the CLI and to patcher's scheduler-config schema) even where helm cannot be had.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import patcher
+from tests.test_deploy_manifests import ROOT, subparser
+from tools import sync_version
+
+CHART = ROOT / "charts/scheduler-patcher"
+Obj = dict[str, Any]
+
+
+#: Every value the chart has, set to something other than its default (test_every_value_is_exercised keeps it so).
+ALL_VALUES: Obj = {
+    "global": {},
+    "platform": "rke2",
+    "image": {"repository": "registry.example.com/ops/scheduler-patcher", "tag": "9.9.9",
+              "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "namespace": {"create": True},
+    "extenders": [{"urlPrefix": "https://127.0.0.1:8443/csi", "filterVerb": "filter", "prioritizeVerb": "prioritize",
+                   "weight": 5, "bindVerb": "", "preemptVerb": "", "enableHTTPS": True,
+                   "tlsConfig": {"insecure": False, "serverName": "extender.local", "caFile": "/etc/ca.crt",
+                                 "certFile": "", "keyFile": "", "certData": "", "keyData": "", "caData": ""},
+                   "httpTimeout": "30s", "nodeCacheCapable": True,
+                   "managedResources": [{"name": "example.com/disk", "ignoredByScheduler": True}],
+                   "ignorable": False}],
+    "schedulerConfig": "",
+    "hostPaths": {"manifestDir": "/opt/k8s/manifests", "manifestName": "scheduler.yaml",
+                  "configDir": "/opt/k8s/sp-config", "stateDir": "/opt/k8s/sp-state"},
+    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "restartTimeout": "15m", "rollbackOnFailure": False,
+              "restoreOnExit": "never", "rollout": "coordinated", "rolloutLease": "sp-rollout", "gracePeriod": "30s",
+              "terminationGracePeriodSeconds": 50, "logFormat": "json", "logLevel": "debug", "localCheck": True},
+    "csiBaremetal": {"enabled": True, "namespace": "csi"},
+    "nodeSelector": {"kubernetes.io/os": "linux", "example.com/role": "cp"},
+    "tolerations": [{"operator": "Exists"}],
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "example.com/role", "operator": "In", "values": ["cp"]}]}]}}},
+    "priorityClassName": "cp-critical",
+    "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+    "podAnnotations": {"example.com/team": "platform"},
+    "extraArgs": ["--resync-interval=10m"],
+    "extraEnv": [{"name": "PATCHER_ON_FOREIGN_CONFIG", "value": "replace"}],
+    "gatekeeper": {"enabled": True, "replicas": 3, "gateName": "example.com/ready", "port": 9910, "logFormat": "text",
+                   "priorityClassName": "gk-critical",
+                   "resources": {"requests": {"cpu": "5m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+                   "nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": [{"key": "a", "operator": "Exists"}],
+                   "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                       {"weight": 1, "preference": {"matchExpressions": [
+                           {"key": "example.com/role", "operator": "In", "values": ["infra"]}]}}]}},
+                   "podAnnotations": {"example.com/gk": "yes"}},
+    "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
+                   "ttlSecondsAfterFinished": 3600},
+}
+
+
+def leaf_paths(schema: Obj, prefix: str = "") -> set[str]:
+    props = schema.get("properties")
+    if not props or schema.get("type") != "object":
+        return {prefix}
+    return {p for key, sub in props.items() for p in leaf_paths(sub, f"{prefix}.{key}" if prefix else key)}
+
+
+def value_paths(values: Any, schema: Obj, prefix: str = "") -> set[str]:
+    if not isinstance(values, dict) or not schema.get("properties") or schema.get("type") != "object":
+        return {prefix}
+    return {p for key, v in values.items()
+            for p in value_paths(v, schema["properties"][key], f"{prefix}.{key}" if prefix else key)}
+
+
+def values_schema() -> Obj:
+    schema: Obj = json.loads((CHART / "values.schema.json").read_text())
+    return schema
+
+
+def test_every_value_is_exercised() -> None:
+    """ALL_VALUES sets every leaf of the values schema, and the schema describes every key of values.yaml."""
+    schema = values_schema()
+    assert value_paths(ALL_VALUES, schema) == leaf_paths(schema)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert value_paths({"global": {}, **defaults}, schema) == leaf_paths(schema)
+    assert schema["additionalProperties"] is False
+
+
+def test_the_extender_schema_is_the_projects_v1_extender() -> None:
+    """The chart's extender fields are exactly those of kubescheduler.config.k8s.io/v1 in patcher's schema data."""
+    types = json.loads((ROOT / "patcher/core/schedconfig/schemas/kubescheduler.config.k8s.io-v1.json").read_text())[
+        "types"]
+    item = values_schema()["properties"]["extenders"]["items"]
+    assert set(item["properties"]) == set(types["Extender"]["fields"])
+    assert item["required"] == types["Extender"]["required"]
+    assert set(item["properties"]["tlsConfig"]["properties"]) == set(types["ExtenderTLSConfig"]["fields"])
+    managed = item["properties"]["managedResources"]["items"]
+    assert set(managed["properties"]) == set(types["ExtenderManagedResource"]["fields"])
+
+
+def test_the_schema_enums_are_the_clis_choices() -> None:
+    agent = values_schema()["properties"]["agent"]["properties"]
+    run = {a.dest: a for a in subparser("run")._actions}
+    for value, dest in [("restoreOnExit", "restore_on_exit"), ("rollout", "rollout"), ("logFormat", "log_format"),
+                        ("logLevel", "log_level")]:
+        assert agent[value]["enum"] == list(run[dest].choices or []), value
+    gate = values_schema()["properties"]["gatekeeper"]["properties"]
+    assert gate["logFormat"]["enum"] == list(run["log_format"].choices or [])
+
+
+
+def test_the_chart_version_is_the_project_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == patcher.__version__, "run `make version-sync`"
+    assert sync_version.sync(write=False) == []
+
+
+def test_sync_version_rewrites_every_copy(tmp_path: Path) -> None:
+    for rel in ["patcher/__init__.py", sync_version.CHART, *sync_version.KUSTOMIZATIONS]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    init = tmp_path / "patcher/__init__.py"
+    init.write_text(re.sub(r'__version__ = ".*"', '__version__ = "7.8.9"', init.read_text()))
+    assert len(sync_version.sync(tmp_path, write=False)) == 5
+    assert len(sync_version.sync(tmp_path, write=True)) == 5
+    assert sync_version.sync(tmp_path, write=False) == []
+    chart = yaml.safe_load((tmp_path / sync_version.CHART).read_text())
+    assert chart["version"] == chart["appVersion"] == "7.8.9"
+    for rel in sync_version.KUSTOMIZATIONS:
+        assert yaml.safe_load((tmp_path / rel).read_text())["images"][0]["newTag"] == "7.8.9"

@@ -1,0 +1,420 @@
+"""The Helm chart, rendered by the real helm, held to the kustomize manifests and to the code.
+
+One source of truth: each chart render is compared, whole object by whole object, with the kustomization it stands
+for (the default values with ``manifests/overlays/kubeadm`` plus its restore Job, ``platform=rke2`` with the rke2
+overlay, and so on). Only the differences listed in ``normalise`` are forgiven, so any other drift (a security
+setting, a host path, an RBAC verb, a probe, a toleration) fails here, and the property tests of
+test_deploy_manifests.py therefore hold for the chart too. Renders are validated against the Kubernetes OpenAPI
+schema strictly, the values schema must refuse typos, and the settings a render sets are read back through the
+real CLI parser.
+
+helm comes from ``../shared/tools/get-helm.sh`` (real helm 4): without it this module skips with one line
+(tests/test_chart_values.py checks what needs no helm).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import patcher
+from patcher.commands.cli import build_parser
+from patcher.core.schedconfig import ConfigRequest, build_config
+from tests.test_chart_values import ALL_VALUES
+from tests.test_deploy_manifests import (
+    K8S_SCHEMA,
+    ROOT,
+    all_containers,
+    configmap_folder,
+    env_of,
+    flag_env_names,
+    host_mounts,
+    objects,
+    parsed,
+    pod_spec,
+)
+from tests.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
+
+CHART = ROOT / "charts/scheduler-patcher"
+GET_HELM = ROOT.parent / "shared/tools/get-helm.sh"
+RELEASE, NAMESPACE = "scheduler-patcher", "scheduler-patcher"
+
+#: Labels helm's convention adds to every object (kustomize's objects carry only name/part-of/component).
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
+               "app.kubernetes.io/version"}
+#: Annotations that only mean something to helm: the restore Job is a post-delete hook, and a chart-made
+#: Namespace is kept on uninstall so that hook can still run in it.
+HELM_ANNOTATIONS = {"helm.sh/hook", "helm.sh/hook-delete-policy", "helm.sh/resource-policy"}
+#: ConfigMap keys holding YAML that the chart writes from values (toYaml: no comments, sorted keys): compared parsed.
+YAML_DATA = {"extenders.yaml"}
+
+Obj = dict[str, Any]
+Render = Callable[..., Any]  # (values=None, *, expect_error=False) -> the objects, or helm's error text
+
+
+# -- helm -----------------------------------------------------------------------------------------------------
+
+
+def find_helm() -> tuple[str | None, str]:
+    """(path of the real helm, "") or (None, why not)."""
+    if not GET_HELM.is_file():
+        return None, f"{GET_HELM} not found"
+    proc = subprocess.run(["sh", str(GET_HELM)], capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        return None, f"{GET_HELM}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}"
+    return proc.stdout.strip(), ""
+
+
+HELM, WHY_NOT = find_helm()
+if HELM is None:
+    pytest.skip(f"real helm unavailable ({WHY_NOT})", allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    assert HELM is not None
+    return HELM
+
+
+def run_helm(helm: str, *args: str, values: Obj | None = None,
+             tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [helm, *args]
+    if values is not None:
+        assert tmp is not None
+        path = tmp / f"values-{hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]}.json"
+        path.write_text(json.dumps(values))
+        argv += ["-f", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="session")
+def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Render]:
+    """``helm template`` of the chart with the given values (hooks included), cached for the session."""
+    tmp = tmp_path_factory.mktemp("helm")
+    cache: dict[str, list[Obj]] = {}
+
+    def _render(values: Obj | None = None, *, expect_error: bool = False, namespace: str = NAMESPACE) -> Any:
+        key = json.dumps([values or {}, namespace], sort_keys=True)
+        if key not in cache or expect_error:
+            proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace, values=values or {},
+                            tmp=tmp)
+            if expect_error:
+                assert proc.returncode != 0, f"helm template accepted {values}"
+                return proc.stderr
+            assert proc.returncode == 0, f"helm template {values}: {proc.stderr.strip()}"
+            cache[key] = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+        return copy.deepcopy(cache[key])
+
+    yield _render
+
+
+def find(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"]["name"])]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+# -- the comparison -------------------------------------------------------------------------------------------
+
+
+def normalise(obj: Any) -> Any:
+    """``obj`` with only the documented, intended helm/kustomize differences taken out (see the constants above),
+    and lists of named items (containers, env, volumes, mounts, ports) keyed by name: their order means nothing."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if key == "metadata" and isinstance(value, dict):
+                value = dict(value)
+                for field, drop in (("labels", HELM_LABELS), ("annotations", HELM_ANNOTATIONS)):
+                    kept = {k: v for k, v in (value.get(field) or {}).items() if k not in drop}
+                    value.pop(field, None)
+                    if kept:
+                        value[field] = kept
+            if key == "data" and isinstance(value, dict) and obj.get("kind") == "ConfigMap":
+                value = {k: yaml.safe_load(v) if k in YAML_DATA else v for k, v in value.items()}
+            out[key] = normalise(value)
+        return out
+    if isinstance(obj, list):
+        items = [normalise(v) for v in obj]
+        names = [v.get("name") if isinstance(v, dict) else None for v in items]
+        if items and None not in names and len(set(names)) == len(names):
+            return {f"[{n}]": v for n, v in zip(names, items, strict=True)}
+        return items
+    return obj
+
+
+def identity(obj: Obj) -> tuple[str, str, str, str]:
+    meta = obj["metadata"]
+    return obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Every path where ``a`` (kustomize) and ``b`` (helm) differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{key}" if path and not str(key).startswith("[") else f"{path}{key}"
+            if key not in a:
+                out.append(f"{sub}: only in helm: {b[key]!r}")
+            elif key not in b:
+                out.append(f"{sub}: only in kustomize: {a[key]!r}")
+            else:
+                out += differences(a[key], b[key], sub)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: kustomize {a!r} != helm {b!r}"]
+
+
+def drift(kustomize: list[Obj], helm: list[Obj]) -> list[str]:
+    k = {identity(o): normalise(o) for o in kustomize}
+    h = {identity(o): normalise(o) for o in helm}
+    assert len(k) == len(kustomize) and len(h) == len(helm), "an object appears twice"
+    out = [f"{i[1]} {i[2]}/{i[3]}: only in kustomize" for i in sorted(set(k) - set(h))]
+    out += [f"{i[1]} {i[2]}/{i[3]}: only in helm" for i in sorted(set(h) - set(k))]
+    for i in sorted(set(k) & set(h)):
+        out += [f"{i[1]}/{i[3]}: {d}" for d in differences(k[i], h[i])]
+    return out
+
+
+def kustomize(*names: str) -> list[Obj]:
+    """The objects of several kustomizations together, each object once (the uninstall Namespace is the install's)."""
+    seen: dict[tuple[str, str, str, str], Obj] = {}
+    for name in names:
+        for obj in objects(name):
+            assert seen.setdefault(identity(obj), obj) == obj, f"{name}: {identity(obj)} differs from another folder's"
+    return list(seen.values())
+
+
+MASTER_ONLY = {"kubernetes.io/os": "linux", "node-role.kubernetes.io/master": ""}
+#: kustomizations -> the values that render the same objects (besides the chart's restore Job: its uninstall folder).
+EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
+    (("overlays/kubeadm", "uninstall/kubeadm"), {}),
+    (("overlays/rke2", "uninstall/rke2"), {"platform": "rke2"}),
+    (("overlays/local-check", "uninstall/kubeadm"), {"agent": {"localCheck": True}}),
+    (("overlays/master-label", "uninstall/kubeadm"), {"nodeSelector": MASTER_ONLY}),
+    (("overlays/csi-baremetal", "uninstall/kubeadm"), {"csiBaremetal": {"enabled": True}}),
+    (("overlays/kubeadm", "uninstall/kubeadm", "gatekeeper"), {"gatekeeper": {"enabled": True}}),
+]
+
+
+def test_the_default_render_is_the_kubeadm_overlay_and_its_restore_job(render: Render) -> None:
+    """The chart's defaults against the README's default install: the one difference is the Namespace, which helm
+    leaves to `--create-namespace` unless namespace.create is set (the next test compares it too)."""
+    found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm"), render())
+    assert found == ["Namespace /scheduler-patcher: only in kustomize"]
+
+
+@pytest.mark.parametrize(("folders", "values"), EQUIVALENTS, ids=["+".join(f) for f, _ in EQUIVALENTS])
+def test_chart_and_kustomize_render_the_same_objects(render: Render, folders: tuple[str, ...], values: Obj) -> None:
+    found = drift(kustomize(*folders), render({**values, "namespace": {"create": True}}))
+    assert not found, "the chart and manifests/ drifted apart:\n" + "\n".join(found)
+
+
+def test_the_comparison_catches_drift(render: Render) -> None:
+    """Controls: one changed field anywhere in any object, a missing object, a reordered toleration list."""
+    base = kustomize("overlays/kubeadm", "uninstall/kubeadm")
+    helm_objs = render({"namespace": {"create": True}})
+    assert not drift(base, helm_objs)
+    cases: list[tuple[Callable[[list[Obj]], object], str]] = [
+        (lambda o: pod_spec(find(o, "DaemonSet"))["containers"][0]["securityContext"].update(privileged=True),
+         "DaemonSet/scheduler-patcher: spec.template.spec.containers[agent].securityContext.privileged"),
+        (lambda o: find(o, "ClusterRole")["rules"][0]["verbs"].append("update"),
+         "ClusterRole/scheduler-patcher-nodes: rules[0].verbs"),
+        (lambda o: pod_spec(find(o, "Job"))["volumes"][2]["hostPath"].update(path="/var/lib/other"),
+         "Job/scheduler-patcher-restore: spec.template.spec.volumes[state].hostPath.path"),
+        (lambda o: pod_spec(find(o, "DaemonSet"))["tolerations"].reverse(),
+         "DaemonSet/scheduler-patcher: spec.template.spec.tolerations["),
+        (lambda o: find(o, "DaemonSet")["metadata"]["labels"].update({"app.kubernetes.io/component": "x"}),
+         "DaemonSet/scheduler-patcher: metadata.labels.app.kubernetes.io/component"),
+        (lambda o: o.remove(find(o, "Role", "scheduler-patcher-status")),
+         "Role scheduler-patcher/scheduler-patcher-status: only in kustomize"),
+    ]
+    for mutate, expected in cases:
+        changed = copy.deepcopy(helm_objs)
+        mutate(changed)
+        found = drift(base, changed)
+        assert found and all(f.startswith(expected) for f in found), found
+
+
+# -- lint, every value, OpenAPI ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values", [{}, ALL_VALUES], ids=["defaults", "every-value"])
+def test_helm_lint_strict_passes(helm: str, values: Obj, tmp_path: Path) -> None:
+    proc = run_helm(helm, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout
+
+
+@pytest.mark.parametrize("values", [{}, ALL_VALUES], ids=["defaults", "every-value"])
+def test_rendered_objects_validate_against_the_openapi_schema_strictly(render: Render, values: Obj) -> None:
+    """The other renders equal kustomize objects that test_deploy_manifests.py validates the same way."""
+    objs = render(values)
+    assert objs
+    for obj in objs:
+        try:
+            kubernetes_validate.validate(obj, K8S_SCHEMA, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {where}: {exc.message}")
+
+
+def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyPatch) -> None:  # noqa: F811
+    objs = render(ALL_VALUES)
+    image = "registry.example.com/ops/scheduler-patcher@sha256:" + "ab" * 32
+    ds, job, gk = find(objs, "DaemonSet"), find(objs, "Job"), find(objs, "Deployment")
+    ns = find(objs, "Namespace")
+    assert ns["metadata"]["name"] == NAMESPACE and ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+    spec = pod_spec(ds)
+    for workload in (ds, job, gk):
+        pspec = pod_spec(workload)
+        assert pspec["imagePullSecrets"] == [{"name": "regcred"}]
+        assert {c["image"] for c in all_containers(pspec)} == {image}
+        assert {c["imagePullPolicy"] for c in all_containers(pspec)} == {"Always"}
+    assert spec["nodeSelector"] == ALL_VALUES["nodeSelector"]
+    assert spec["tolerations"] == pod_spec(job)["tolerations"] == ALL_VALUES["tolerations"]
+    assert spec["affinity"] == ALL_VALUES["affinity"]
+    assert spec["priorityClassName"] == pod_spec(job)["priorityClassName"] == "cp-critical"
+    assert spec["hostPID"] is True and spec["terminationGracePeriodSeconds"] == 50
+    assert ds["spec"]["template"]["metadata"]["annotations"] == ALL_VALUES["podAnnotations"]
+    agent = spec["containers"][0]
+    assert agent["resources"] == ALL_VALUES["resources"]
+    assert agent["args"] == ["run", "--resync-interval=10m"]
+    assert agent["ports"][0]["containerPort"] == 9900
+    args = parsed(cli_env, agent, "run")
+    assert (args.manifest_dir, args.manifest_name, args.host_config_dir, args.state_dir) == (
+        "/opt/k8s/manifests", "scheduler.yaml", "/opt/k8s/sp-config", "/opt/k8s/sp-state")
+    assert (args.annotation_prefix, args.listen, args.rollback_on_failure, args.restore_on_exit) == (
+        "sp.example.com", ":9900", False, "never")
+    assert (args.rollout, args.rollout_lease, args.log_format, args.log_level, args.local_check) == (
+        "coordinated", "sp-rollout", "json", "debug", True)
+    assert (args.restart_timeout, args.grace_period, args.resync_interval) == (900, 30, 600)
+    assert (args.compat_csi_baremetal, args.compat_namespace, args.on_foreign_config) == (True, "csi", "replace")
+    assert set(env_of(agent)) - {"NODE_NAME", "POD_NAME", "POD_NAMESPACE"} <= flag_env_names("run")
+    lease = find(objs, "Role", "scheduler-patcher-rollout-lease")
+    assert lease["rules"][1]["resourceNames"] == ["sp-rollout"]
+    readiness = find(objs, "Role", "scheduler-patcher-extender-readiness")
+    assert readiness["metadata"]["namespace"] == find(objs, "RoleBinding", readiness["metadata"]["name"])[
+        "metadata"]["namespace"] == "csi"
+    # the restore Job undoes what this agent wrote: same node paths, same prefix, same mounts
+    restore = pod_spec(job)["initContainers"][0]
+    mounts = host_mounts(spec, agent)
+    assert host_mounts(pod_spec(job), restore) == mounts
+    assert mounts["manifests"] == ("/opt/k8s/manifests", "Directory", "/host/opt/k8s/manifests")
+    assert {e["name"]: e.get("value") for e in restore["env"]} == {
+        k: v.get("value") for k, v in env_of(agent).items() if k in {e["name"] for e in restore["env"]}}
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 5
+    assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (600, 3600)
+    # the gatekeeper
+    gspec = pod_spec(gk)
+    gate = gspec["containers"][0]
+    assert gk["spec"]["replicas"] == 3 and gspec["priorityClassName"] == "gk-critical"
+    assert gate["resources"] == ALL_VALUES["gatekeeper"]["resources"]
+    assert gspec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert gspec["affinity"] == ALL_VALUES["gatekeeper"]["affinity"]
+    assert gspec["tolerations"] == [{"key": "a", "operator": "Exists"}]
+    assert gk["spec"]["template"]["metadata"]["annotations"] == {"example.com/gk": "yes"}
+    assert {e["name"]: e.get("value") for e in gate["env"]}.items() >= {
+        "PATCHER_GATE_NAME": "example.com/ready", "PATCHER_LISTEN": ":9910", "PATCHER_LOG_FORMAT": "text"}.items()
+    assert gate["ports"][0]["containerPort"] == 9910
+
+
+def test_the_rendered_extenders_pass_the_projects_validation(render: Render, tmp_path: Path) -> None:
+    cm = find(render(ALL_VALUES), "ConfigMap")
+    source = configmap_folder(tmp_path / "source", cm["data"])
+    config = build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version="1.31"))
+    assert config.form == "extenders.yaml"
+    text = config.files[config.main].decode()
+    assert "urlPrefix: https://127.0.0.1:8443/csi" in text and "example.com/disk" in text
+
+
+def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) -> None:
+    ksc = ("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nextenders:\n"
+           "- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n")
+    cm = find(render({"extenders": [], "schedulerConfig": ksc}), "ConfigMap")
+    assert cm["data"] == {"config.yaml": ksc}
+    config = build_config(ConfigRequest(source_dir=configmap_folder(tmp_path / "s", cm["data"]),
+                                        host_config_dir="/etc/x", kube_version="1.31"))
+    assert config.form == "config.yaml"
+
+
+# -- the values schema refuses what the agent would ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"platfrom": "rke2"}, "additional properties 'platfrom' not allowed"),
+    ({"agent": {"restoreOnExt": "never"}}, "additional properties 'restoreOnExt' not allowed"),
+    ({"extenders": [{"urlPrefix": "http://x", "wieght": 1}]}, "additional properties 'wieght' not allowed"),
+    ({"extenders": [{"filterVerb": "filter"}]}, "urlPrefix"),
+    ({"platform": "k3s"}, "platform"),
+    ({"agent": {"gracePeriod": "45 seconds"}}, "gracePeriod"),
+    ({"agent": {"restoreOnExit": "sometimes"}}, "restoreOnExit"),
+    ({"image": {"digest": "abc"}}, "digest"),
+    ({"hostPaths": {"stateDir": "var/lib/x"}}, "stateDir"),
+    ({"schedulerConfig": "kind: KubeSchedulerConfiguration\n"}, "not both"),
+    ({"extenders": []}, "no scheduler configuration"),
+])
+def test_values_that_the_chart_refuses(render: Render, values: Obj, message: str) -> None:
+    error: str = render(values, expect_error=True)
+    assert message in error, error
+
+
+# -- NOTES.txt, the version, packaging -------------------------------------------------------------------------
+
+
+def test_notes_tell_how_to_watch_the_rollout_with_real_commands(helm: str, tmp_path: Path) -> None:
+    proc = run_helm(helm, "install", "--dry-run=client", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    values={}, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "kubectl -n scheduler-patcher rollout status daemonset/scheduler-patcher" in notes
+    assert "scheduler-patcher\\.io/state" in notes and "scheduler-patcher\\.io/config-hash" in notes
+    assert "EXAMPLE extender" in notes
+    (line,) = [ln for ln in notes.splitlines() if "scheduler-patcher readiness" in ln]
+    argv = shlex.split(line)
+    assert build_parser().parse_args(argv[1:]).wait is True  # flags the CLI really has
+    (status,) = [ln for ln in notes.splitlines() if "-- scheduler-patcher status" in ln]
+    assert build_parser().parse_args(shlex.split(status.split("--", 1)[1])[1:]).command == "status"
+
+
+def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
+    proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / f"scheduler-patcher-{patcher.__version__}.tgz").is_file()
+
+
+def test_objects_follow_the_release_namespace_and_drop_rbac_they_do_not_need(render: Render) -> None:
+    """Installed elsewhere, everything of the agent moves along (the Lease and status Roles included); the Roles
+    that must live elsewhere stay there. A Role nothing uses is not rendered."""
+    objs = render({"csiBaremetal": {"enabled": True, "namespace": "ops"}, "agent": {"rollout": "independent"},
+                   "gatekeeper": {"enabled": True}}, namespace="ops")
+    fixed = {"scheduler-patcher-node-events": "default", "scheduler-patcher-mirror-pod": "kube-system"}
+    for obj in objs:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == fixed.get(obj["metadata"]["name"], "ops"), identity(obj)
+        for subject in obj.get("subjects", []):
+            assert subject["namespace"] == "ops"
+    names = {o["metadata"]["name"] for o in objs if o["kind"] == "Role"}
+    assert "scheduler-patcher-rollout-lease" not in names  # independent rollout: no Lease
+    assert "scheduler-patcher-extender-readiness" not in names  # the status Role already covers it in "ops"
+    assert "extender-readiness" in find(objs, "Role", "scheduler-patcher-status")["rules"][1]["resourceNames"]
+
+
+def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
+    """The drift tests forgive the hook annotations; here they are pinned. Post-delete: while the agents run they
+    would patch a restored node again within a second, so the restore must come after the DaemonSet is deleted."""
+    job = find(render(), "Job")
+    assert job["metadata"]["annotations"] == {"helm.sh/hook": "post-delete",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation"}
+    assert "Job" not in {o["kind"] for o in render({"restoreJob": {"enabled": False}})}
