@@ -5,7 +5,9 @@ content types, query strings and streaming framing the real API server uses. Thi
 memory and implements the generic REST verbs for a few resources:
 
 * ``GET`` one object, ``GET`` a list (``fieldSelector``/``labelSelector`` with ``=``, ``==``, ``!=``, label
-  existence), ``GET ?watch=true`` (chunked newline-delimited JSON events, ``resourceVersion`` resume, synthetic
+  existence; pods accept only the field labels kube-apiserver serves for pods, anything else is a 400 as
+  there; ``limit``/``continue`` pages, all served from the first page's snapshot as etcd does; a continue
+  token after ``compact()`` answers 410), ``GET ?watch=true`` (chunked newline-delimited JSON events, ``resourceVersion`` resume, synthetic
   ``ADDED`` events without one, ``410 Gone`` as an ``ERROR`` event for a compacted version,
   ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and ``bookmark_interval`` are set;
   an object that stops/starts matching the selector is sent as ``DELETED``/``ADDED``, like the real server);
@@ -25,7 +27,9 @@ Fault injection: ``go_down("refuse")`` closes the listening socket and every ope
 the same port; ``drop_watches()`` aborts open watch streams mid-stream (no terminating chunk); ``compact()``
 forgets history so a resume from a ``resourceVersion`` older than the current one gets 410;
 ``watch_close_after = n`` ends every new watch stream cleanly after n events (0: at once) and
-``watch_garbage = b"..."`` starts every new watch stream with that undecodable line.
+``watch_garbage = b"..."`` starts every new watch stream with that undecodable line. ``latency = s`` delays
+every answer but watch streams by ``s`` seconds (a remote API server; each connection is served by its own
+thread, so concurrent requests overlap their delays as they would on the wire).
 
 TLS: ``KubeEmulator(tls=True)`` serves HTTPS with a throw-away CA and server certificate (SAN 127.0.0.1 and
 localhost) made by the ``openssl`` command line tool (``tls_available()`` says whether it is installed; the
@@ -95,13 +99,15 @@ class ApiError(Exception):
 
     REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed",
                409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
-               503: "ServiceUnavailable"}
+               429: "TooManyRequests", 503: "ServiceUnavailable"}
 
-    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
+    def __init__(self, code: int, message: str, reason: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or self.REASONS.get(code, "Unknown")
+        self.headers = dict(headers or {})
 
     def status(self) -> Obj:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -124,6 +130,13 @@ class RecordedRequest:
 
 
 # --- selectors ----------------------------------------------------------------------------------------
+
+#: The field labels kube-apiserver accepts in a pod field selector (``pkg/apis/core/v1/conversion.go``); any
+#: other is answered 400 "field label not supported". Other kinds accept any label here.
+POD_FIELD_LABELS = frozenset({
+    "metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+    "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+    "status.nominatedNodeName"})
 
 
 def _field_value(obj: Obj, path: str) -> str:
@@ -180,6 +193,17 @@ class Selector:
             if op == "!=" and present and actual == value:
                 return False
         return True
+
+
+def _fields(r: Resource, text: str | None) -> Selector:
+    """A field selector for resource ``r``, refused (400) when the real API server would refuse it."""
+    selector = Selector.parse(text)
+    if r.plural == "pods" and not r.group:
+        for key, _, _ in selector.terms:
+            if key not in POD_FIELD_LABELS:
+                raise ApiError(400, f'Unable to find "/v1, Resource=pods" that match label selector "", field '
+                                    f'selector "{text}": field label not supported: {key}')
+    return selector
 
 
 # --- patches ------------------------------------------------------------------------------------------
@@ -411,11 +435,13 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         headers = {k.lower(): v for k, v in self.headers.items()}
         body = self.rfile.read(int(headers.get("content-length") or 0))
+        if emu.latency and query.get("watch") not in ("true", "1"):
+            time.sleep(emu.latency)
         try:
             stream = emu._serve(method, parts.path, query, headers, body)
         except ApiError as exc:
             emu._record(RecordedRequest(method, parts.path, query, headers, body, exc.code))
-            self._send(exc.code, exc.status())
+            self._send(exc.code, exc.status(), exc.headers)
             return
         code, payload = stream if isinstance(stream, tuple) else (200, None)
         emu._record(RecordedRequest(method, parts.path, query, headers, body, code))
@@ -424,10 +450,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._stream(stream)
 
-    def _send(self, code: int, obj: Any) -> None:
+    def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         try:
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -490,6 +518,9 @@ class KubeEmulator:
         self.watch_close_after: int | None = None
         #: Start every new watch stream with this line (not a JSON event), then go on normally.
         self.watch_garbage: bytes | None = None
+        #: Seconds every answer but a watch stream is delayed by (on the connection's own thread).
+        self.latency = 0.0
+        self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -602,6 +633,7 @@ class KubeEmulator:
         with self._lock:
             self._history.clear()
             self._compacted_rv = self._rv
+            self._snapshots.clear()
 
     @property
     def open_watches(self) -> int:
@@ -885,15 +917,36 @@ class KubeEmulator:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
     def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> Obj:
-        fields = Selector.parse(query.get("fieldSelector"))
+        fields = _fields(r, query.get("fieldSelector"))
         labels = Selector.parse(query.get("labelSelector"), labels=True)
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
+        token = query.get("continue")
         with self._lock:
-            items = [copy.deepcopy(o) for (g, p, ons, _), o in sorted(self._objects.items())
-                     if (g, p) == (r.group, r.plural) and (not ns or ons == ns)
-                     and fields.matches(o) and labels.matches(o)]
-            rv = self._rv
-        return {"apiVersion": r.api_version, "kind": r.kind + "List",
-                "metadata": {"resourceVersion": str(rv)}, "items": items}
+            if token:  # a later page: from the snapshot the first page was served from
+                snap = self._snapshots.get(token.split(":")[0])
+                if snap is None:  # compact() forgets snapshots, as etcd's compaction does
+                    raise ApiError(410, "The provided continue parameter is too old to display a consistent "
+                                        "list result. You can start a new list without the continue parameter.")
+                rv, matching = snap
+                offset = int(token.split(":")[1])
+            else:
+                # Stored objects are never changed in place (every write stores a new dict): a snapshot is
+                # a list of references, copied only when sent.
+                matching = [o for (g, p, ons, _), o in sorted(self._objects.items())
+                            if (g, p) == (r.group, r.plural) and (not ns or ons == ns)
+                            and fields.matches(o) and labels.matches(o)]
+                rv, offset = self._rv, 0
+            page = matching[offset:offset + limit] if limit else matching[offset:]
+            meta: Obj = {"resourceVersion": str(rv)}
+            if limit and offset + limit < len(matching):
+                snap_id = token.split(":")[0] if token else secrets.token_hex(8)
+                self._snapshots[snap_id] = (rv, matching)
+                meta["continue"] = f"{snap_id}:{offset + limit}"
+                meta["remainingItemCount"] = len(matching) - offset - limit
+            elif token:
+                self._snapshots.pop(token.split(":")[0], None)
+            items = [copy.deepcopy(o) for o in page]
+        return {"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta, "items": items}
 
     def _patch(self, r: Resource, ns: str, name: str, content_type: str, patch: Any) -> Obj:
         mime = content_type.split(";")[0].strip()
@@ -918,7 +971,7 @@ class KubeEmulator:
             return self._replace(r, ns, name, result)
 
     def _watch(self, r: Resource, ns: str, query: dict[str, str]) -> Iterator[Obj | object]:
-        sub = _Subscription(r, ns or None, Selector.parse(query.get("fieldSelector")),
+        sub = _Subscription(r, ns or None, _fields(r, query.get("fieldSelector")),
                             Selector.parse(query.get("labelSelector"), labels=True))
         rv_text = query.get("resourceVersion", "")
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None

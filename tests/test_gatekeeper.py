@@ -139,9 +139,11 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
         assert gk.verdict is not None and not gk.verdict.ready
         assert patches(emu) == []
         assert metric(gk, "verdict_ready") == 0
-        # The pod watch is one cluster-wide, Pending-only watch: gates cannot be selected on by the API server.
+        # The pod watch is one cluster-wide watch of unbound Pending pods: the API server cannot select on gates.
         watches = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") == "true"]
-        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending"}
+        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending,spec.nodeName="}
+        lists = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") != "true"]
+        assert lists and all(q.get("limit") == "500" for q in lists)  # listed in pages
 
         emu.clear_requests()
         node_state(emu, "cp-3", True)  # the last scheduler comes back with the config
