@@ -7,9 +7,10 @@ memory and implements the generic REST verbs for a few resources:
 * ``GET`` one object, ``GET`` a list (``fieldSelector``/``labelSelector`` with ``=``, ``==``, ``!=``, label
   existence; pods accept only the field labels kube-apiserver serves for pods, anything else is a 400 as
   there; ``limit``/``continue`` pages, all served from the first page's snapshot as etcd does; a continue
-  token after ``compact()`` answers 410), ``GET ?watch=true`` (chunked newline-delimited JSON events, ``resourceVersion`` resume, synthetic
-  ``ADDED`` events without one, ``410 Gone`` as an ``ERROR`` event for a compacted version,
-  ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and ``bookmark_interval`` are set;
+  token after ``compact()`` answers 410), ``GET ?watch=true`` (chunked newline-delimited JSON events,
+  ``resourceVersion`` resume, synthetic ``ADDED`` events without one, ``410 Gone`` as an ``ERROR`` event
+  for a compacted version, ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and
+  ``bookmark_interval`` are set;
   an object that stops/starts matching the selector is sent as ``DELETED``/``ADDED``, like the real server);
 * ``POST`` (create; ``generateName``; 409 when the name exists; 400 when the body's namespace differs);
 * ``PUT`` (replace; 409 on a stale ``metadata.resourceVersion``);
@@ -29,7 +30,8 @@ forgets history so a resume from a ``resourceVersion`` older than the current on
 ``watch_close_after = n`` ends every new watch stream cleanly after n events (0: at once) and
 ``watch_garbage = b"..."`` starts every new watch stream with that undecodable line. ``latency = s`` delays
 every answer but watch streams by ``s`` seconds (a remote API server; each connection is served by its own
-thread, so concurrent requests overlap their delays as they would on the wire).
+thread, so concurrent requests overlap their delays as they would on the wire); ``peak_in_flight`` is the
+most requests served at once (the latency included), i.e. how many a client really sent in parallel.
 
 TLS: ``KubeEmulator(tls=True)`` serves HTTPS with a throw-away CA and server certificate (SAN 127.0.0.1 and
 localhost) made by the ``openssl`` command line tool (``tls_available()`` says whether it is installed; the
@@ -435,14 +437,20 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         headers = {k.lower(): v for k, v in self.headers.items()}
         body = self.rfile.read(int(headers.get("content-length") or 0))
-        if emu.latency and query.get("watch") not in ("true", "1"):
-            time.sleep(emu.latency)
+        watch = query.get("watch") in ("true", "1")
+        if not watch:
+            emu._in_flight(+1)
         try:
+            if emu.latency and not watch:
+                time.sleep(emu.latency)
             stream = emu._serve(method, parts.path, query, headers, body)
         except ApiError as exc:
             emu._record(RecordedRequest(method, parts.path, query, headers, body, exc.code))
             self._send(exc.code, exc.status(), exc.headers)
             return
+        finally:
+            if not watch:
+                emu._in_flight(-1)
         code, payload = stream if isinstance(stream, tuple) else (200, None)
         emu._record(RecordedRequest(method, parts.path, query, headers, body, code))
         if isinstance(stream, tuple):
@@ -520,6 +528,9 @@ class KubeEmulator:
         self.watch_garbage: bytes | None = None
         #: Seconds every answer but a watch stream is delayed by (on the connection's own thread).
         self.latency = 0.0
+        self._busy = 0
+        #: The most requests (watch streams aside) that were being served at once: a client's concurrency.
+        self.peak_in_flight = 0
         self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -641,6 +652,11 @@ class KubeEmulator:
             return len(self._subs)
 
     # -- recorded requests -----------------------------------------------------------------------------
+
+    def _in_flight(self, delta: int) -> None:
+        with self._lock:
+            self._busy += delta
+            self.peak_in_flight = max(self.peak_in_flight, self._busy)
 
     def _record(self, req: RecordedRequest) -> None:
         with self._lock:

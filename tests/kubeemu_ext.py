@@ -98,8 +98,8 @@ class KubeEmulatorExt(KubeEmulator):
         if rule is not None and rule.hook is not None:
             rule.hook(self)
         if rule is not None and rule.code is not None:
-            headers = {"Retry-After": rule.retry_after} if rule.retry_after is not None else None
-            raise ApiError(rule.code, f"injected failure {rule.code} for {method} {path}", headers=headers)
+            extra = {"Retry-After": rule.retry_after} if rule.retry_after is not None else None
+            raise ApiError(rule.code, f"injected failure {rule.code} for {method} {path}", headers=extra)
         return super()._serve(method, path, query, headers, body)
 
 

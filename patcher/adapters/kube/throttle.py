@@ -46,8 +46,8 @@ class Throttle:
                 else:
                     self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
                     self._stamp = now
-                    if self._tokens >= 1.0:
-                        self._tokens -= 1.0
+                    if self._tokens >= 1.0 - 1e-9:  # float rounding must not leave a token just out of reach
+                        self._tokens = max(0.0, self._tokens - 1.0)
                         return
                     delay = (1.0 - self._tokens) / self.qps
                 self.waited += delay
