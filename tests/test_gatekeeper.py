@@ -144,7 +144,7 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
         watches = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") == "true"]
         assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending,spec.nodeName="}
         lists = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") != "true"]
-        assert lists and all(q.get("limit") == "500" for q in lists)  # listed in pages
+        assert lists and all(q.get("limit") == "100" for q in lists)  # listed in pages
 
         emu.clear_requests()
         node_state(emu, "cp-3", True)  # the last scheduler comes back with the config

@@ -11,6 +11,7 @@ Deployment's memory limit, and the release needs nothing but the pod's identity,
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,7 +55,10 @@ class GatedPod:
 def slim(pod: Obj) -> GatedPod:
     """The ``GatedPod`` of a pod as the API serves it."""
     uid, rv = dig(pod, "metadata", "uid"), dig(pod, "metadata", "resourceVersion")
-    return GatedPod(*pod_key(pod), str(uid or ""), str(rv or ""), created(pod), tuple(gate_names(pod)),
+    ns, name = pod_key(pod)
+    # Namespaces and gate names repeat across thousands of pods: one copy of each string.
+    return GatedPod(sys.intern(ns), name, str(uid or ""), str(rv or ""), created(pod),
+                    tuple(sys.intern(g) for g in gate_names(pod)),
                     not dig(pod, "metadata", "deletionTimestamp")
                     and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
 

@@ -54,8 +54,9 @@ class GateRelease:
 #: ``spec.schedulerName``, ``spec.serviceAccountName``, ``spec.hostNetwork``, ``status.phase``,
 #: ``status.podIP(s)``, ``status.nominatedNodeName``); any other answers 400. The caller filters the gates.
 PENDING: Final = "status.phase=Pending,spec.nodeName="
-#: Pods per page of the initial list: a backlog of 10 000 real pods is tens of MB of JSON in one answer.
-PAGE_SIZE: Final = 500
+#: Pods per page of the initial list: a backlog of 10 000 real pods is tens of MB of JSON in one answer, and
+#: a page is decoded whole before it is slimmed: 100 pods (half a MB) keep that peak small.
+PAGE_SIZE: Final = 100
 #: 429 answers one release rides out (waiting the server's Retry-After each time) before it gives up
 #: until the next pass.
 MAX_THROTTLED: Final = 10
