@@ -154,7 +154,7 @@ def main() -> None:
     ap.add_argument("--stop-at", type=int, default=1000, help="the NotReady write comes with this pod's patch")
     ap.add_argument("--concurrency", type=int, default=None, help="--release-concurrency (default: its own)")
     args = ap.parse_args()
-    batch = BATCH_ROUNDS * DEFAULT_BURST
+    batch = BATCH_ROUNDS * (args.concurrency or DEFAULT_BURST)
 
     with tempfile.TemporaryDirectory() as t, KubeEmulatorExt(history=100_000) as emu:
         for n in NODES:
