@@ -811,7 +811,7 @@ class KubeEmulator:
 
     def _scan(self, r: Resource, ns: str) -> list[Obj]:
         """The objects of ``r`` in namespace ``ns`` (every namespace for ``""``), in key order."""
-        scopes = sorted((s for s in self._names if s[:2] == (r.group, r.plural) and (not ns or s[2] == ns)))
+        scopes = sorted(s for s in self._names if s[:2] == (r.group, r.plural) and (not ns or s[2] == ns))
         return [self._objects[(r.group, r.plural, s[2], name)] for s in scopes for name in sorted(self._names[s])]
 
     def _get(self, r: Resource, ns: str, name: str) -> Obj | None:

@@ -15,19 +15,23 @@ their rendered values only).
 from __future__ import annotations
 
 import copy
+import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import cel
 import kubernetes_validate
 import pytest
+import yaml
 
 from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import evaluate, status_data
 from tests.kubeemu import json_patch
 from tests.kubeemu_ext import make_pod
-from tests.test_deploy_manifests import MANIFESTS, render
+from tests.test_deploy_manifests import MANIFESTS, kubectl, render
 
 V1, V1BETA1 = "overlays/gatekeeper-admission", "overlays/gatekeeper-admission-v1beta1"
 #: The first Kubernetes whose schemas (shipped in kubernetes-validate) know each API version.
@@ -205,3 +209,22 @@ def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(spec: dict[str, Any
     assert gates(csi.admit(new_pod(volumes=[claim]), configmap(False))) is None
     assert gates(csi.admit(new_pod(), configmap(False))) is None
     assert gates(Policy(spec).admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
+
+
+def test_the_readme_overlay_example_renders_and_selects_what_it_says(tmp_path: Path) -> None:
+    readme = (MANIFESTS.parent / "README.md").read_text()
+    found = re.search(r"```yaml\n(# your overlay's kustomization\.yaml.*?)```", readme, re.S)
+    assert found, "README: the overlay example of the Scheduling gates section is gone"
+    base = os.path.relpath(MANIFESTS / "gatekeeper", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(found.group(1).replace("../../gatekeeper", base))
+    proc = subprocess.run([kubectl(), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    objs = [o for o in yaml.safe_load_all(proc.stdout) if isinstance(o, dict)]
+    policy = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicy")
+    binding = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"]["objectSelector"] == {"matchLabels": {"app": "db"}}
+    hdd = {"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "csi-baremetal-sc-hddlvg"}}}}
+    admitted = Policy(policy["spec"]).admit(new_pod(volumes=[hdd]), configmap(False))
+    assert gates(admitted) == [DEFAULT_GATE]
+    assert gates(Policy(policy["spec"]).admit(new_pod(), configmap(False))) is None
