@@ -472,9 +472,10 @@ def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu:
     with running(api, concurrency=2, batch_size=4) as gk:
         assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
         time.sleep(0.3)
-        done = released(emu, names)
-        assert 6 <= len(done) <= 8  # the pod being patched when it turned, and at most the rest of its batch
-        assert done == names[:len(done)]  # oldest first
+        done = set(released(emu, names))
+        # The first batch, the pod being patched when it turned, at most the rest of its batch (a worker that
+        # sees the Node change first skips its pod), and nothing after: oldest first, stopped within one batch.
+        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
         assert len(patches(emu)) == len(done)
         node_state(emu, "cp-2", True)
         assert wait_until(lambda: released(emu, names) == names, 10)
