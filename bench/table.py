@@ -30,6 +30,12 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "SIGTERM -> manifest restored (real process)": (5.0, None),
     "idle agent CPU % of a core (run --no-api)": (0.03, None),
     "idle agent RSS MiB (run --no-api)": (50.0, None),
+    # issue 25: the gatekeeper draining 10 000 gated pods (bench/gate_bench.py)
+    "gatekeeper: 10k gated pods released, s (5 ms/request)": (10.0, None),
+    "gatekeeper: ms per released pod (target >= 1000 pods/s)": (1.0, None),
+    "gatekeeper: CPU ms per released pod": (None, None),
+    "gatekeeper: peak RSS MiB, 10k pods cached": (100.0, None),
+    "gatekeeper: batches released after a NotReady flip": (1.0, None),
 }
 
 
@@ -45,7 +51,7 @@ def verdict(row: Row) -> str:
 def main() -> None:
     rows = {row.figure: row for row in load(Path(sys.argv[1]))}  # the last of a figure wins
     shown = [rows[f] for f in TARGETS if f in rows]
-    print(f"\n== issue 12 figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says else)")
+    print(f"\n== issues 12, 25: figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says else)")
     width = max((len(row.figure) for row in shown), default=6)
     print(f"{'figure':<{width}} {'n':>5} {'median':>9} {'p99':>9}  verdict")
     for row in shown:

@@ -5,9 +5,12 @@ content types, query strings and streaming framing the real API server uses. Thi
 memory and implements the generic REST verbs for a few resources:
 
 * ``GET`` one object, ``GET`` a list (``fieldSelector``/``labelSelector`` with ``=``, ``==``, ``!=``, label
-  existence), ``GET ?watch=true`` (chunked newline-delimited JSON events, ``resourceVersion`` resume, synthetic
-  ``ADDED`` events without one, ``410 Gone`` as an ``ERROR`` event for a compacted version,
-  ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and ``bookmark_interval`` are set;
+  existence; pods accept only the field labels kube-apiserver serves for pods, anything else is a 400 as
+  there; ``limit``/``continue`` pages, all served from the first page's snapshot as etcd does; a continue
+  token after ``compact()`` answers 410), ``GET ?watch=true`` (chunked newline-delimited JSON events,
+  ``resourceVersion`` resume, synthetic ``ADDED`` events without one, ``410 Gone`` as an ``ERROR`` event
+  for a compacted version, ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and
+  ``bookmark_interval`` are set;
   an object that stops/starts matching the selector is sent as ``DELETED``/``ADDED``, like the real server);
 * ``POST`` (create; ``generateName``; 409 when the name exists; 400 when the body's namespace differs);
 * ``PUT`` (replace; 409 on a stale ``metadata.resourceVersion``);
@@ -25,7 +28,10 @@ Fault injection: ``go_down("refuse")`` closes the listening socket and every ope
 the same port; ``drop_watches()`` aborts open watch streams mid-stream (no terminating chunk); ``compact()``
 forgets history so a resume from a ``resourceVersion`` older than the current one gets 410;
 ``watch_close_after = n`` ends every new watch stream cleanly after n events (0: at once) and
-``watch_garbage = b"..."`` starts every new watch stream with that undecodable line.
+``watch_garbage = b"..."`` starts every new watch stream with that undecodable line. ``latency = s`` delays
+every answer but watch streams by ``s`` seconds (a remote API server; each connection is served by its own
+thread, so concurrent requests overlap their delays as they would on the wire); ``peak_in_flight`` is the
+most requests served at once (the latency included), i.e. how many a client really sent in parallel.
 
 TLS: ``KubeEmulator(tls=True)`` serves HTTPS with a throw-away CA and server certificate (SAN 127.0.0.1 and
 localhost) made by the ``openssl`` command line tool (``tls_available()`` says whether it is installed; the
@@ -95,13 +101,15 @@ class ApiError(Exception):
 
     REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed",
                409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
-               503: "ServiceUnavailable"}
+               429: "TooManyRequests", 503: "ServiceUnavailable"}
 
-    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
+    def __init__(self, code: int, message: str, reason: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or self.REASONS.get(code, "Unknown")
+        self.headers = dict(headers or {})
 
     def status(self) -> Obj:
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -124,6 +132,13 @@ class RecordedRequest:
 
 
 # --- selectors ----------------------------------------------------------------------------------------
+
+#: The field labels kube-apiserver accepts in a pod field selector (``pkg/apis/core/v1/conversion.go``); any
+#: other is answered 400 "field label not supported". Other kinds accept any label here.
+POD_FIELD_LABELS = frozenset({
+    "metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+    "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
+    "status.nominatedNodeName"})
 
 
 def _field_value(obj: Obj, path: str) -> str:
@@ -182,6 +197,17 @@ class Selector:
         return True
 
 
+def _fields(r: Resource, text: str | None) -> Selector:
+    """A field selector for resource ``r``, refused (400) when the real API server would refuse it."""
+    selector = Selector.parse(text)
+    if r.plural == "pods" and not r.group:
+        for key, _, _ in selector.terms:
+            if key not in POD_FIELD_LABELS:
+                raise ApiError(400, f'Unable to find "/v1, Resource=pods" that match label selector "", field '
+                                    f'selector "{text}": field label not supported: {key}')
+    return selector
+
+
 # --- patches ------------------------------------------------------------------------------------------
 
 
@@ -206,18 +232,6 @@ def _pointer(path: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
-def _parent(doc: Any, parts: list[str]) -> tuple[Any, str]:
-    cur = doc
-    for part in parts[:-1]:
-        if isinstance(cur, list):
-            cur = cur[int(part)]
-        elif isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        else:
-            raise ApiError(422, f"path segment {part!r} not found")
-    return cur, parts[-1]
-
-
 def _get_at(doc: Any, path: str) -> Any:
     cur = doc
     for part in _pointer(path):
@@ -230,11 +244,31 @@ def _get_at(doc: Any, path: str) -> Any:
     return cur
 
 
+def _writable(doc: Any, parts: list[str]) -> tuple[Any, Any, str]:
+    """(new document, parent, last key): ``doc`` with every container on the way to the parent copied (one
+    level each), so the parent can be changed while ``doc`` and everything off the path stay as they were —
+    a patch costs its path, not the document (a pod is kilobytes; the emulator serves thousands a second)."""
+    root = copy.copy(doc)
+    cur = root
+    for part in parts[:-1]:
+        if isinstance(cur, list):
+            index = int(part)
+            cur[index] = copy.copy(cur[index])
+            cur = cur[index]
+        elif isinstance(cur, dict) and part in cur:
+            cur[part] = copy.copy(cur[part])
+            cur = cur[part]
+        else:
+            raise ApiError(422, f"path segment {part!r} not found")
+    return root, cur, parts[-1]
+
+
 def json_patch(doc: Any, ops: Any) -> Any:
-    """RFC 6902 JSON patch (add, remove, replace, move, copy, test); a failed ``test`` is a 422."""
+    """RFC 6902 JSON patch (add, remove, replace, move, copy, test); a failed ``test`` is a 422. ``doc`` is not
+    changed; the result shares what the patch did not touch with it (stored objects are never changed in
+    place, so sharing is safe)."""
     if not isinstance(ops, list):
         raise ApiError(400, "a JSON patch must be a list of operations")
-    doc = copy.deepcopy(doc)
     try:
         for op in ops:
             name, path = op.get("op"), op.get("path", "")
@@ -253,7 +287,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
                     doc = copy.deepcopy(op["value"])
                     continue
                 raise ApiError(422, "cannot remove the whole document")
-            parent, last = _parent(doc, parts)
+            doc, parent, last = _writable(doc, parts)
             if isinstance(parent, list):
                 index = len(parent) if last == "-" else int(last)
                 if name == "add":
@@ -357,6 +391,7 @@ def _make_certs(folder: Path) -> tuple[Path, Path, Path]:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a client with a pool of dozens of connections opens them all at once
     emu: KubeEmulator
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -411,12 +446,20 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
         headers = {k.lower(): v for k, v in self.headers.items()}
         body = self.rfile.read(int(headers.get("content-length") or 0))
+        watch = query.get("watch") in ("true", "1")
+        if not watch:
+            emu._in_flight(+1)
         try:
+            if emu.latency and not watch:
+                time.sleep(emu.latency)
             stream = emu._serve(method, parts.path, query, headers, body)
         except ApiError as exc:
             emu._record(RecordedRequest(method, parts.path, query, headers, body, exc.code))
-            self._send(exc.code, exc.status())
+            self._send(exc.code, exc.status(), exc.headers)
             return
+        finally:
+            if not watch:
+                emu._in_flight(-1)
         code, payload = stream if isinstance(stream, tuple) else (200, None)
         emu._record(RecordedRequest(method, parts.path, query, headers, body, code))
         if isinstance(stream, tuple):
@@ -424,10 +467,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._stream(stream)
 
-    def _send(self, code: int, obj: Any) -> None:
+    def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
         try:
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -478,11 +523,15 @@ class KubeEmulator:
         self._resources = {(r.group, r.version, r.plural): r for r in resources}
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str, str, str], Obj] = {}
+        #: (group, plural, namespace) -> names: a list touches its own collection, not every stored object
+        #: (with 10 000 pods stored, sorting everything for each list of three Nodes was most of the cost).
+        self._names: dict[tuple[str, str, str], set[str]] = {}
         self._rv = 0
         self._history: deque[_Change] = deque(maxlen=history)
         self._compacted_rv = 0
         self._subs: list[_Subscription] = []
         self._requests: list[RecordedRequest] = []
+        self._counts: dict[tuple[str, int], int] = {}
         self._conns: set[socket.socket] = set()
         self._outage: str | None = None
         #: End every new watch stream cleanly after this many events (0: at once, before any event), as a
@@ -490,6 +539,12 @@ class KubeEmulator:
         self.watch_close_after: int | None = None
         #: Start every new watch stream with this line (not a JSON event), then go on normally.
         self.watch_garbage: bytes | None = None
+        #: Seconds every answer but a watch stream is delayed by (on the connection's own thread).
+        self.latency = 0.0
+        self._busy = 0
+        #: The most requests (watch streams aside) that were being served at once: a client's concurrency.
+        self.peak_in_flight = 0
+        self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -602,6 +657,7 @@ class KubeEmulator:
         with self._lock:
             self._history.clear()
             self._compacted_rv = self._rv
+            self._snapshots.clear()
 
     @property
     def open_watches(self) -> int:
@@ -610,9 +666,22 @@ class KubeEmulator:
 
     # -- recorded requests -----------------------------------------------------------------------------
 
+    def _in_flight(self, delta: int) -> None:
+        with self._lock:
+            self._busy += delta
+            self.peak_in_flight = max(self.peak_in_flight, self._busy)
+
     def _record(self, req: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(req)
+            key = (req.method, req.status)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def count(self, method: str, status: int) -> int:
+        """How many ``method`` requests were answered ``status`` since the last ``clear_requests`` (cheap:
+        for polling, where copying every recorded request would cost more than the requests themselves)."""
+        with self._lock:
+            return self._counts.get((method, status), 0)
 
     def requests(self, method: str | None = None, path: str | None = None) -> list[RecordedRequest]:
         """Requests received so far, optionally only one method and/or path."""
@@ -623,6 +692,7 @@ class KubeEmulator:
     def clear_requests(self) -> None:
         with self._lock:
             self._requests.clear()
+            self._counts.clear()
 
     # -- client configuration --------------------------------------------------------------------------
 
@@ -693,8 +763,8 @@ class KubeEmulator:
     def list_objects(self, plural: str, namespace: str | None = None, group: str = "") -> list[Obj]:
         r = self._resource(plural, group)
         with self._lock:
-            return [copy.deepcopy(o) for (g, p, ns, _), o in sorted(self._objects.items())
-                    if (g, p) == (r.group, r.plural) and (namespace is None or ns == namespace)]
+            return [copy.deepcopy(o) for o in self._scan(r, namespace or "")
+                    if namespace is None or o.get("metadata", {}).get("namespace", "") == namespace]
 
     def mutate(self, plural: str, name: str, fn: Callable[[Obj], Obj | None], namespace: str = "",
                group: str = "") -> Obj:
@@ -739,6 +809,11 @@ class KubeEmulator:
     def _key(self, r: Resource, ns: str, name: str) -> tuple[str, str, str, str]:
         return (r.group, r.plural, ns if r.namespaced else "", name)
 
+    def _scan(self, r: Resource, ns: str) -> list[Obj]:
+        """The objects of ``r`` in namespace ``ns`` (every namespace for ``""``), in key order."""
+        scopes = sorted(s for s in self._names if s[:2] == (r.group, r.plural) and (not ns or s[2] == ns))
+        return [self._objects[(r.group, r.plural, s[2], name)] for s in scopes for name in sorted(self._names[s])]
+
     def _get(self, r: Resource, ns: str, name: str) -> Obj | None:
         return self._objects.get(self._key(r, ns, name))
 
@@ -747,7 +822,7 @@ class KubeEmulator:
         return self._rv
 
     def _emit(self, r: Resource, ns: str, kind: str, old: Obj | None, new: Obj | None, rv: int) -> None:
-        change = _Change(rv, r, ns, kind, copy.deepcopy(old), copy.deepcopy(new))
+        change = _Change(rv, r, ns, kind, old, new)  # stored objects are never changed in place: no copies
         if len(self._history) == self._history.maxlen and self._history:
             self._compacted_rv = self._history[0].rv
         self._history.append(change)
@@ -756,9 +831,11 @@ class KubeEmulator:
             if event is not None:
                 sub.queue.put(event)
 
-    def _create(self, r: Resource, ns: str, obj: Obj) -> Obj:
+    def _create(self, r: Resource, ns: str, obj: Obj, *, owned: bool = False) -> Obj:
+        """Store a new object; ``owned``: ``obj`` is the caller's to give away (a parsed request body) and the
+        stored object itself is returned, to be serialized, never changed."""
         with self._lock:
-            body = copy.deepcopy(obj)
+            body = copy.deepcopy(obj) if not owned else {**obj, "metadata": dict(obj.get("metadata") or {})}
             meta = body.setdefault("metadata", {})
             if r.namespaced:
                 if meta.get("namespace") not in (None, "", ns):
@@ -777,15 +854,17 @@ class KubeEmulator:
             meta["resourceVersion"] = str(rv)
             meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             self._objects[self._key(r, ns, meta["name"])] = body
+            self._names.setdefault((r.group, r.plural, ns if r.namespaced else ""), set()).add(meta["name"])
             self._emit(r, ns, "ADDED", None, body, rv)
-            return copy.deepcopy(body)
+            return body if owned else copy.deepcopy(body)
 
-    def _replace(self, r: Resource, ns: str, name: str, obj: Obj) -> Obj:
+    def _replace(self, r: Resource, ns: str, name: str, obj: Obj, *, owned: bool = False) -> Obj:
+        """Replace an object (``owned`` as for ``_create``)."""
         with self._lock:
             current = self._get(r, ns, name)
             if current is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
-            body = copy.deepcopy(obj)
+            body = copy.deepcopy(obj) if not owned else {**obj, "metadata": dict(obj.get("metadata") or {})}
             meta = body.setdefault("metadata", {})
             wanted = meta.get("resourceVersion")
             if wanted and wanted != current["metadata"]["resourceVersion"]:
@@ -799,13 +878,14 @@ class KubeEmulator:
             body["apiVersion"], body["kind"] = r.api_version, r.kind
             self._objects[self._key(r, ns, name)] = body
             self._emit(r, ns, "MODIFIED", current, body, rv)
-            return copy.deepcopy(body)
+            return body if owned else copy.deepcopy(body)
 
     def _delete(self, r: Resource, ns: str, name: str) -> Obj:
         with self._lock:
             current = self._objects.pop(self._key(r, ns, name), None)
             if current is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
+            self._names.get((r.group, r.plural, ns if r.namespaced else ""), set()).discard(name)
             rv = self._bump()
             gone = copy.deepcopy(current)
             gone["metadata"]["resourceVersion"] = str(rv)
@@ -863,14 +943,14 @@ class KubeEmulator:
                 found = self._get(r, ns, name)
             if found is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
-            return 200, copy.deepcopy(found)
+            return 200, found  # serialized at once, never changed: no copy
         payload = self._json_body(body)
         if method == "POST" and name is None:
-            return 201, self._create(r, ns, payload)
+            return 201, self._create(r, ns, payload, owned=True)
         if name is None:
             raise ApiError(405, f"{method} needs an object name")
         if method == "PUT":
-            return 200, self._replace(r, ns, name, payload)
+            return 200, self._replace(r, ns, name, payload, owned=True)
         if method == "PATCH":
             return 200, self._patch(r, ns, name, headers.get("content-type", ""), payload)
         if method == "DELETE":
@@ -885,15 +965,34 @@ class KubeEmulator:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
     def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> Obj:
-        fields = Selector.parse(query.get("fieldSelector"))
+        fields = _fields(r, query.get("fieldSelector"))
         labels = Selector.parse(query.get("labelSelector"), labels=True)
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
+        token = query.get("continue")
         with self._lock:
-            items = [copy.deepcopy(o) for (g, p, ons, _), o in sorted(self._objects.items())
-                     if (g, p) == (r.group, r.plural) and (not ns or ons == ns)
-                     and fields.matches(o) and labels.matches(o)]
-            rv = self._rv
-        return {"apiVersion": r.api_version, "kind": r.kind + "List",
-                "metadata": {"resourceVersion": str(rv)}, "items": items}
+            if token:  # a later page: from the snapshot the first page was served from
+                snap = self._snapshots.get(token.split(":")[0])
+                if snap is None:  # compact() forgets snapshots, as etcd's compaction does
+                    raise ApiError(410, "The provided continue parameter is too old to display a consistent "
+                                        "list result. You can start a new list without the continue parameter.")
+                rv, matching = snap
+                offset = int(token.split(":")[1])
+            else:
+                # Stored objects are never changed in place (every write stores a new dict): a snapshot is
+                # a list of references, copied only when sent.
+                matching = [o for o in self._scan(r, ns) if fields.matches(o) and labels.matches(o)]
+                rv, offset = self._rv, 0
+            page = matching[offset:offset + limit] if limit else matching[offset:]
+            meta: Obj = {"resourceVersion": str(rv)}
+            if limit and offset + limit < len(matching):
+                snap_id = token.split(":")[0] if token else secrets.token_hex(8)
+                self._snapshots[snap_id] = (rv, matching)
+                meta["continue"] = f"{snap_id}:{offset + limit}"
+                meta["remainingItemCount"] = len(matching) - offset - limit
+            elif token:
+                self._snapshots.pop(token.split(":")[0], None)
+            items = list(page)  # serialized at once, never changed: no copies
+        return {"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta, "items": items}
 
     def _patch(self, r: Resource, ns: str, name: str, content_type: str, patch: Any) -> Obj:
         mime = content_type.split(";")[0].strip()
@@ -912,13 +1011,12 @@ class KubeEmulator:
             if not isinstance(result, dict):
                 raise ApiError(422, "the patch did not produce an object")
             wanted = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
-            result.setdefault("metadata", {})["resourceVersion"] = (
-                wanted or current["metadata"]["resourceVersion"]
-            )
-            return self._replace(r, ns, name, result)
+            result = {**result, "metadata": dict(result.get("metadata") or {})}  # shared with current otherwise
+            result["metadata"]["resourceVersion"] = wanted or current["metadata"]["resourceVersion"]
+            return self._replace(r, ns, name, result, owned=True)
 
     def _watch(self, r: Resource, ns: str, query: dict[str, str]) -> Iterator[Obj | object]:
-        sub = _Subscription(r, ns or None, Selector.parse(query.get("fieldSelector")),
+        sub = _Subscription(r, ns or None, _fields(r, query.get("fieldSelector")),
                             Selector.parse(query.get("labelSelector"), labels=True))
         rv_text = query.get("resourceVersion", "")
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
@@ -926,9 +1024,9 @@ class KubeEmulator:
         with self._lock:
             replay: list[Obj] = []
             if rv_text in ("", "0"):
-                for (g, p, ons, _), obj in sorted(self._objects.items()):
-                    if (g, p) == (r.group, r.plural) and (not ns or ons == ns) and sub._matches(obj):
-                        replay.append({"type": "ADDED", "object": copy.deepcopy(obj)})
+                for obj in self._scan(r, ns):
+                    if sub._matches(obj):
+                        replay.append({"type": "ADDED", "object": obj})
             else:
                 try:
                     since = int(rv_text)

@@ -4,7 +4,9 @@
   served — a concurrent writer that changes an object between our read and our write, so the conflict the
   code must handle (a failed JSON-patch ``test``, a stale resourceVersion) is real, not simulated;
 * ``fail(method, path, code)``: answer the next matching request(s) with ``code`` (e.g. a 409 on a JSON
-  patch, which the emulator never produces by itself);
+  patch, which the emulator never produces by itself); ``path=None`` matches any path, and ``retry_after``
+  adds a ``Retry-After`` header: ``fail("PATCH", None, 429, retry_after=1)`` is API Priority and Fairness
+  rejecting a request its queues cannot hold;
 * ``make_pod``: a pod as the API server stores it after creation (``status.phase: Pending``, which the server's
   defaulting sets and the gatekeeper's field selector relies on), optionally with scheduling gates;
 * ``make_cp_node``/``node_annotations_for``: a control-plane Node with the agent's annotations.
@@ -35,10 +37,11 @@ BEFORE = "2026-11-21T23:39:59Z"
 @dataclass
 class _Rule:
     method: str
-    path: str
+    path: str | None
     remaining: int
     hook: Callable[[KubeEmulator], object] | None = None
     code: int | None = None
+    retry_after: str | None = None
 
 
 class KubeEmulatorExt(KubeEmulator):
@@ -54,10 +57,13 @@ class KubeEmulatorExt(KubeEmulator):
         with self._rules_lock:
             self._rules.append(_Rule(method, path, times, hook=hook))
 
-    def fail(self, method: str, path: str, code: int, times: int = 1) -> None:
-        """Answer the next ``times`` requests ``method path`` with ``code``."""
+    def fail(self, method: str, path: str | None, code: int, times: int = 1,
+             retry_after: float | str | None = None) -> None:
+        """Answer the next ``times`` requests ``method path`` (any path for ``None``) with ``code``, with a
+        ``Retry-After`` header when ``retry_after`` is given."""
         with self._rules_lock:
-            self._rules.append(_Rule(method, path, times, code=code))
+            self._rules.append(_Rule(method, path, times, code=code,
+                                     retry_after=None if retry_after is None else str(retry_after)))
 
     def __enter__(self) -> KubeEmulatorExt:
         self.start()
@@ -84,14 +90,16 @@ class KubeEmulatorExt(KubeEmulator):
         rule = None
         with self._rules_lock:
             for r in self._rules:
-                if r.remaining > 0 and r.method == method and r.path == path and query.get("watch") != "true":
+                if (r.remaining > 0 and r.method == method and r.path in (None, path)
+                        and query.get("watch") != "true"):
                     r.remaining -= 1
                     rule = r
                     break
         if rule is not None and rule.hook is not None:
             rule.hook(self)
         if rule is not None and rule.code is not None:
-            raise ApiError(rule.code, f"injected failure {rule.code} for {method} {path}")
+            extra = {"Retry-After": rule.retry_after} if rule.retry_after is not None else None
+            raise ApiError(rule.code, f"injected failure {rule.code} for {method} {path}", headers=extra)
         return super()._serve(method, path, query, headers, body)
 
 

@@ -55,3 +55,9 @@ def run_env(*argv: str, env: dict[str, str]) -> str:
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
+
+
+def test_gate_bench_runs() -> None:
+    out = run("bench/gate_bench.py", "--pods", "150", "--stop-pods", "120", "--stop-at", "40")
+    for what in ("drain: 150 pods released", "requests", "peak RSS", "stop:", "released after it", "targets ("):
+        assert what in out, out

@@ -52,6 +52,10 @@ INSTALL = ["base", "overlays/kubeadm", "overlays/rke2", "overlays/master-label",
 UNINSTALL = ["uninstall/base", "uninstall/kubeadm", "uninstall/rke2"]
 #: Overlays that add permissions of their own (checked by their own tests, not the exact-RBAC one).
 COMPAT = ["overlays/csi-baremetal"]
+#: The admission components (kustomize Components: rendered through the overlays) and the overlays that add
+#: them to the gatekeeper; tests/test_gate_admission.py renders and checks them.
+GATE_ADMISSION = ["gatekeeper/admission", "gatekeeper/admission-v1beta1", "overlays/gatekeeper-admission",
+                  "overlays/gatekeeper-admission-v1beta1"]
 #: The restore Job that undoes each installation's files (same node paths).
 UNINSTALL_FOR = {"base": "uninstall/base", "overlays/kubeadm": "uninstall/kubeadm", "overlays/rke2": "uninstall/rke2",
                  "overlays/master-label": "uninstall/kubeadm", "overlays/local-check": "uninstall/kubeadm"}
@@ -197,7 +201,7 @@ def quantity(value: str) -> float:
 
 def test_every_kustomization_is_covered() -> None:
     found = sorted(str(p.parent.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("kustomization.yaml"))
-    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper"])
+    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper", *GATE_ADMISSION])
 
 
 @pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT)

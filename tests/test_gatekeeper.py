@@ -22,12 +22,13 @@ from kubernetes import client as k8s
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
 from patcher.adapters.kube.cluster import collect
-from patcher.adapters.kube.errors import Forbidden, ServerError
-from patcher.adapters.kube.gaterelease import GateOutcome, release_gate
+from patcher.adapters.kube.errors import Forbidden, ServerError, TooManyRequests
+from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.throttle import Throttle
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE
-from patcher.core.gates import DEFAULT_GATE, release_patch, waits_on
+from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
 from patcher.services.gatekeeper import Gatekeeper, GateMetrics
 from tests.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
@@ -139,9 +140,11 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
         assert gk.verdict is not None and not gk.verdict.ready
         assert patches(emu) == []
         assert metric(gk, "verdict_ready") == 0
-        # The pod watch is one cluster-wide, Pending-only watch: gates cannot be selected on by the API server.
+        # The pod watch is one cluster-wide watch of unbound Pending pods: the API server cannot select on gates.
         watches = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") == "true"]
-        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending"}
+        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending,spec.nodeName="}
+        lists = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") != "true"]
+        assert lists and all(q.get("limit") == "100" for q in lists)  # listed in pages
 
         emu.clear_requests()
         node_state(emu, "cp-3", True)  # the last scheduler comes back with the config
@@ -425,3 +428,104 @@ def test_metrics_registry_is_private() -> None:
     a.released(3.0)
     assert a.value(METRIC + "pods_released_total") == 1 and b.value(METRIC + "pods_released_total") == 0
     assert b"scheduler_patcher_gatekeeper_wait_seconds_bucket" in a.render()
+
+
+# --- a backlog: parallel, throttled, oldest first, stopped by the verdict ------------------------------
+
+
+def backlog(emu: KubeEmulatorExt, count: int) -> list[str]:
+    """``count`` gated pods, created a second apart, oldest first (names sort the other way on purpose)."""
+    names = []
+    for i in range(count):
+        name = f"z{count - i:03d}"
+        emu.create(make_pod(name, gates=[GATE], created=time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600 + i))))
+        names.append(name)
+    return names
+
+
+def released(emu: KubeEmulator, names: list[str]) -> list[str]:
+    return [n for n in names if gates(emu, n) == []]
+
+
+def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    emu.latency = 0.05  # a remote API server: requests that overlap show as more than one in flight
+    with running(api, concurrency=3, batch_size=6) as gk:
+        assert wait_until(lambda: released(emu, names) == names, 20)
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 24, 5)
+        assert metric(gk, "release_batches_total") == 4
+    order = [r.path.rsplit("/", 1)[1] for r in patches(emu)]
+    assert sorted(order) == sorted(names)
+    # Oldest first, batch by batch (within a batch three workers race).
+    assert [set(order[i:i + 6]) for i in range(0, 24, 6)] == [set(names[i:i + 6]) for i in range(0, 24, 6)]
+    assert 2 <= emu.peak_in_flight <= 3 + 1  # in parallel, never more than the pool (+1: a verdict read)
+
+
+def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu: KubeEmulatorExt,
+                                                                           api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 40)
+    # A node rolls back while the sixth-oldest pod is being released (the second batch of four).
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", lambda e: node_state(e, "cp-2", False))
+    with running(api, concurrency=2, batch_size=4) as gk:
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+        time.sleep(0.3)
+        done = set(released(emu, names))
+        # The first batch, the pod being patched when it turned, at most the rest of its batch (a worker that
+        # sees the Node change first skips its pod), and nothing after: oldest first, stopped within one batch.
+        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
+        assert len(patches(emu)) == len(done)
+        node_state(emu, "cp-2", True)
+        assert wait_until(lambda: released(emu, names) == names, 10)
+
+
+def test_a_429_pauses_the_whole_pool_for_retry_after_and_the_pod_is_sent_again(emu: KubeEmulatorExt,
+                                                                               api: k8s.ApiClient) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 6)
+    emu.fail("PATCH", None, 429, retry_after=7)  # API Priority and Fairness: the queue is full, come back in 7 s
+    slept: list[float] = []
+    now = [1000.0]
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:  # no real sleep: a fake clock, and a record of what the pool waited
+        with lock:
+            slept.append(seconds)
+            now[0] += seconds
+
+    throttle = Throttle(1000.0, 4, clock=lambda: now[0], sleep=sleep)
+    with running(api, concurrency=2, throttle=throttle) as gk:
+        assert wait_until(lambda: released(emu, names) == names, 10)
+        assert metric(gk, "throttled_total") == 1
+    assert throttle.holds == 1 and sum(slept) >= 7.0
+    statuses = [r.status for r in patches(emu)]
+    assert statuses.count(429) == 1 and statuses.count(200) == 6
+    assert metric(gk, "pods_released_total") == 6
+
+
+def test_release_gate_raises_too_many_requests_after_riding_out_max_throttled(emu: KubeEmulatorExt,
+                                                                               api: k8s.ApiClient) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 429, times=MAX_THROTTLED + 1, retry_after=0)
+    with pytest.raises(TooManyRequests, match=r"^cannot release pod default/p: HTTP 429") as info:
+        release_gate(api, stored(emu, "p"), GATE, attempts=3)
+    assert info.value.retry_after == 0.0
+    assert len(emu.requests("PATCH", path)) == MAX_THROTTLED + 1 and gates(emu, "p") == [GATE]
+    assert release_gate(api, stored(emu, "p"), GATE, attempts=3).outcome is GateOutcome.RELEASED
+
+
+def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    cluster(emu, "cp-1")
+    pod = make_pod("fat", gates=["example.com/a", GATE], created=CREATED)
+    pod["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": "x" * 100} for i in range(50)]
+    stored_pod = emu.create(pod)
+    emu.create(make_pod("bound", gates=[GATE]) | {"spec": {"nodeName": "w-1", "containers": [],
+                                                           "schedulingGates": [{"name": GATE}]}})
+    with running(api) as gk:
+        assert wait_until(lambda: len(gk.waiting()) == 1, 5)
+        assert gk.waiting() == [GatedPod("default", "fat", stored_pod["metadata"]["uid"],
+                                         stored_pod["metadata"]["resourceVersion"], CREATED,
+                                         ("example.com/a", GATE), True)]

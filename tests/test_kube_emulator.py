@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.errors import TooManyRequests, api_json
 from tests.kubeemu import KubeEmulator, json_patch, make_mirror_pod, merge_patch
+from tests.kubeemu_ext import KubeEmulatorExt
 
 
 @pytest.fixture
@@ -149,3 +153,66 @@ def test_misbehaving_watch_modes(emu: KubeEmulator, core: k8s.CoreV1Api) -> None
     lines = _watch_lines(core, rv)
     assert lines[0] == b"<html>502</html>" and json.loads(lines[1])["type"] == "MODIFIED"
     assert emu.open_watches == 0  # every ended stream unsubscribed
+
+
+def test_paged_lists_come_from_the_first_pages_snapshot(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
+    for i in range(5):
+        emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "default"},
+                    "spec": {"containers": []}, "status": {"phase": "Pending"}})
+    first = raw(core.list_namespaced_pod("default", limit=2, _preload_content=False))
+    assert [p["metadata"]["name"] for p in first["items"]] == ["p0", "p1"]
+    assert first["metadata"]["remainingItemCount"] == 3
+    emu.delete("pods", "p3", "default")  # changes after the first page are not in the pages that follow
+    emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p9", "namespace": "default"}})
+    second = raw(core.list_namespaced_pod("default", limit=2, _continue=first["metadata"]["continue"],
+                                          _preload_content=False))
+    assert [p["metadata"]["name"] for p in second["items"]] == ["p2", "p3"]
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    last = raw(core.list_namespaced_pod("default", limit=2, _continue=second["metadata"]["continue"],
+                                        _preload_content=False))
+    assert [p["metadata"]["name"] for p in last["items"]] == ["p4"] and "continue" not in last["metadata"]
+    again = raw(core.list_namespaced_pod("default", limit=4, _preload_content=False))
+    emu.compact()
+    with pytest.raises(ApiException) as gone:
+        core.list_namespaced_pod("default", limit=4, _continue=again["metadata"]["continue"])
+    assert gone.value.status == 410
+
+
+def test_pod_field_selectors_are_limited_to_what_the_api_server_supports(emu: KubeEmulator,
+                                                                         core: k8s.CoreV1Api) -> None:
+    sel = "status.phase=Pending,spec.nodeName=,spec.schedulerName=default-scheduler"
+    assert raw(core.list_pod_for_all_namespaces(field_selector=sel, _preload_content=False))["items"] == []
+    with pytest.raises(ApiException) as bad:
+        core.list_pod_for_all_namespaces(field_selector="spec.schedulingGates=x")
+    assert bad.value.status == 400 and "field label not supported: spec.schedulingGates" in str(bad.value.body)
+
+
+def test_injected_429_carries_retry_after_and_the_client_error_reads_it(tmp_path: Path) -> None:
+    with KubeEmulatorExt() as ext:
+        api = build_api_client(ClientSettings(kubeconfig=str(ext.write_kubeconfig(tmp_path / "kc"))))
+        try:
+            # A PATCH: urllib3 itself waits out one Retry-After on idempotent methods (GET, PUT, DELETE).
+            ext.fail("PATCH", None, 429, retry_after=3)
+            with pytest.raises(TooManyRequests, match=r"^cannot patch: HTTP 429") as info:
+                api_json("patch", k8s.CoreV1Api(api).patch_namespaced_pod, "p", "default", {"metadata": {}},
+                         _content_type="application/merge-patch+json")
+            assert info.value.retry_after == 3.0
+            assert [r.status for r in ext.requests("PATCH")] == [429]
+        finally:
+            api.close()
+
+
+def test_latency_delays_each_answer_and_concurrent_requests_overlap(emu: KubeEmulator,
+                                                                  core: k8s.CoreV1Api) -> None:
+    emu.latency = 0.2
+    started = time.monotonic()
+    api_json("list pods", core.list_namespaced_pod, "default")
+    assert time.monotonic() - started >= 0.2
+    assert emu.peak_in_flight == 1
+    threads = [threading.Thread(target=api_json, args=("list pods", core.list_namespaced_pod, "default"))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert emu.peak_in_flight >= 2  # each connection has its own thread: the delays overlap

@@ -23,6 +23,7 @@ from patcher.adapters.kube.errors import (
     Invalid,
     NotFound,
     ServerError,
+    TooManyRequests,
     Unauthorized,
     Unreachable,
     api_call,
@@ -58,7 +59,7 @@ def read(core: k8s.CoreV1Api, name: str = "status") -> Any:
 
 @pytest.mark.parametrize(("code", "kind"), [
     (400, ApiError), (401, Unauthorized), (403, Forbidden), (404, NotFound), (409, Conflict), (410, ApiError),
-    (422, Invalid), (429, ApiError), (500, ServerError), (503, ServerError), (504, ServerError),
+    (422, Invalid), (429, TooManyRequests), (500, ServerError), (503, ServerError), (504, ServerError),
 ])
 def test_each_http_status_becomes_its_class(emu: KubeEmulatorExt, core: k8s.CoreV1Api, code: int,
                                             kind: type[ApiError]) -> None:

@@ -19,6 +19,11 @@ Safety rules, and why:
   server only allows removing scheduling gates after creation, never adding them. So a verdict that falls
   back to NotReady (a node rolled back) stops further releases, but the pods already let through stay
   schedulable — that is the API's contract, not a choice of ours.
+* A backlog is released by ``--release-concurrency`` workers (default: ``--kube-api-burst``) at
+  ``--kube-api-qps``, oldest pods first, in batches of ``--release-batch``; the verdict is read again
+  between two batches, so a verdict that turns NotReady lets at most one batch through (a Node annotation
+  change seen by the watch stops a batch at once). A ``429`` (API Priority and Fairness shedding load)
+  pauses every worker for the server's ``Retry-After``; the pod is sent again.
 * One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
   ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
   the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
@@ -38,15 +43,16 @@ import socket
 import threading
 from typing import Final
 
-from patcher.adapters import logs
+from patcher.adapters import heap, logs
 from patcher.adapters.health import Health, HealthServer
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.throttle import Throttle
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import check_expected_hash, node_selectors
-from patcher.services.gatekeeper import Gatekeeper, GateMetrics
+from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, Gatekeeper, GateMetrics
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +76,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add("--lease-duration", "15s", "a leader that stopped renewing is replaced after this long", type=duration)
     f.add("--renew-deadline", "10s", "a leader that cannot renew for this long stops acting", type=duration)
     f.add("--retry-period", "2s", "how often the Lease is renewed or tried", type=duration)
+    f.add("--scheduler-names", "", "comma-separated spec.schedulerName values whose pods are watched "
+          "(default: any); each becomes a server-side field selector")
+    f.add("--kube-api-qps", str(DEFAULT_QPS), "release requests per second (client-go's QPS)", type=positive_float)
+    f.add("--kube-api-burst", str(DEFAULT_BURST), "release requests that may leave at once (client-go's Burst)",
+          type=positive_int)
+    f.add("--release-concurrency", None, "releases in flight at once (default: --kube-api-burst)",
+          type=positive_int)
+    f.add("--release-batch", None, f"pods released between two reads of the verdict (default: {BATCH_ROUNDS} x "
+          "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
     f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (mirror pods are not watched)",
           type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value!r}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {value!r}")
+    return number
 
 
 def main(args: argparse.Namespace) -> int:
@@ -100,7 +135,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         log.error("%s", exc)
         return 1
     try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
+        concurrency = args.release_concurrency or args.kube_api_burst
+        # Every worker keeps its connection, plus the watches and the Lease: none opened and dropped per request.
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, pool_size=concurrency + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
         return 1
@@ -124,7 +161,10 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             namespaces=[n.strip() for n in args.namespaces.split(",") if n.strip()],
             node_label_selectors=node_selectors(args.node_selector, args.legacy_master_label),
             prefix=args.annotation_prefix, elector=elector, metrics=metrics, health=health,
-            resync_interval=args.resync_interval)
+            resync_interval=args.resync_interval,
+            scheduler_names=[n.strip() for n in args.scheduler_names.split(",") if n.strip()],
+            throttle=Throttle(args.kube_api_qps, args.kube_api_burst), concurrency=concurrency,
+            batch_size=args.release_batch or None)
         server = HealthServer(health, metrics, args.listen, ready=health.alive)
     except (ValueError, OSError) as exc:
         log.error("cannot start the gatekeeper: %s", exc)
@@ -137,6 +177,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         gk.wake()
 
     threading.Thread(target=wake_on_stop, name="gatekeeper-stop", daemon=True).start()
+    # The program and the Kubernetes client (~128 000 objects) out of every later full collection: a drain
+    # decodes thousands of pods, and each full collection would walk them all again.
+    heap.settle("gatekeeper built")
     server.start()
     if elector is not None:
         elector.start()

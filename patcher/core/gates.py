@@ -3,10 +3,16 @@
 The patch first ``test``s the pod's whole current ``spec.schedulingGates`` array, then ``replace``s it with the
 same array minus our gate, so a concurrent change by another controller makes it fail (422) instead of
 writing back a stale list that would resurrect or reorder someone else's gates.
+
+``GatedPod`` is what the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small
+Deployment's memory limit, and the release needs nothing but the pod's identity, age and gates (a
+``PodSchedulingGate`` has no field but ``name``, so the names rebuild the array the ``test`` op compares).
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from typing import Final
 
 from patcher.core.kubeobj import Obj, dig
@@ -26,9 +32,43 @@ def waits_on(pod: Obj, gate: str) -> bool:
             and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
 
 
-def release_patch(pod: Obj, gate: str) -> list[Obj]:
+@dataclass(frozen=True, slots=True)
+class GatedPod:
+    """The few fields of a pod that releasing its gate needs (a few hundred bytes, not the pod's kilobytes)."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    created: str  #: ``metadata.creationTimestamp`` as the API wrote it (RFC 3339 sorts as text)
+    gates: tuple[str, ...]
+    unbound: bool  #: live, Pending and not bound to a node: a gate on it still holds it back
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    def waits_on(self, gate: str) -> bool:
+        return self.unbound and gate in self.gates
+
+
+def slim(pod: Obj) -> GatedPod:
+    """The ``GatedPod`` of a pod as the API serves it."""
+    uid, rv = dig(pod, "metadata", "uid"), dig(pod, "metadata", "resourceVersion")
+    ns, name = pod_key(pod)
+    # Namespaces and gate names repeat across thousands of pods: one copy of each string.
+    return GatedPod(sys.intern(ns), name, str(uid or ""), str(rv or ""), created(pod),
+                    tuple(sys.intern(g) for g in gate_names(pod)),
+                    not dig(pod, "metadata", "deletionTimestamp")
+                    and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
+
+
+def release_patch(pod: Obj | GatedPod, gate: str) -> list[Obj]:
     """The JSON patch that removes ``gate`` from ``pod`` only if its gates are still exactly what we read."""
-    gates = dig(pod, "spec", "schedulingGates") or []
+    if isinstance(pod, GatedPod):
+        gates: list[Obj] = [{"name": g} for g in pod.gates]
+    else:
+        gates = dig(pod, "spec", "schedulingGates") or []
     kept = [g for g in gates if not (isinstance(g, dict) and g.get("name") == gate)]
     return [
         {"op": "test", "path": "/spec/schedulingGates", "value": gates},
@@ -46,10 +86,10 @@ def created(pod: Obj) -> str:
     return str(dig(pod, "metadata", "creationTimestamp") or "")
 
 
-def waited_seconds(pod: Obj, now: float) -> float | None:
+def waited_seconds(pod: Obj | GatedPod, now: float) -> float | None:
     """Seconds from the pod's creation to ``now`` (wall clock), ``None`` without a readable creation time."""
-    stamp = dig(pod, "metadata", "creationTimestamp")
+    stamp = pod.created if isinstance(pod, GatedPod) else dig(pod, "metadata", "creationTimestamp")
     try:
-        return now - parse_rfc3339_ns(stamp) / 1e9 if isinstance(stamp, str) else None
+        return now - parse_rfc3339_ns(stamp) / 1e9 if isinstance(stamp, str) and stamp else None
     except ValueError:
         return None

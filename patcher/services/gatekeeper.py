@@ -6,6 +6,12 @@ watch), the loop that re-evaluates the verdict and releases, and its Prometheus 
 ``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``,
 sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; leadership is
 ``patcher.adapters.kube.leader``.
+
+A backlog (thousands of pods gated while a scheduler was being patched) is drained by a bounded pool of
+``concurrency`` workers taking turns from a ``Throttle`` (QPS/burst, and the server's ``429 Retry-After``),
+oldest pods first, in batches: between two batches the verdict is read again from the API, so a verdict that
+turns NotReady half-way lets at most the rest of one batch through. A Node annotation change seen by the
+watch during a batch stops it sooner: the pods not yet sent wait for the re-read verdict.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -25,7 +32,8 @@ from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.gaterelease import GateOutcome, pending_pod_watchers, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
-from patcher.core.gates import DEFAULT_GATE, created, gate_names, pod_key, waited_seconds, waits_on
+from patcher.adapters.kube.throttle import Throttle
+from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import ClusterVerdict, node_selectors
 from patcher.core.status import annotation_snapshot
@@ -40,6 +48,13 @@ MAX_CONFLICTS: Final = 5
 #: Seconds a gated pod waited, from its creation to the release: seconds when the schedulers are already
 #: Ready, a rollout's length (minutes) for pods created during one.
 WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+#: Release requests per second and how many may leave at once (client-go's QPS/Burst): a backlog of 10 000
+#: pods drains in about five seconds; API Priority and Fairness answers 429 long before the server suffers,
+#: and every 429 pauses the whole pool for the server's Retry-After.
+DEFAULT_QPS: Final = 2000.0
+DEFAULT_BURST: Final = 32
+#: Batches of this many times the concurrency: the verdict is read again (three requests) between two.
+BATCH_ROUNDS: Final = 4
 
 
 class GateMetrics:
@@ -54,6 +69,9 @@ class GateMetrics:
                                  buckets=WAIT_BUCKETS, **kw)
         self._conflicts = Counter("patch_conflicts", "Release patches refused because the pod changed meanwhile.",
                                   **kw)
+        self._throttled = Counter("throttled", "Requests the API server answered 429 (Too Many Requests).", **kw)
+        self._batches = Counter("release_batches", "Batches of releases sent (the verdict is re-read between two).",
+                                **kw)
         self._leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
         self._ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
         add_process_info(self.registry)
@@ -68,6 +86,12 @@ class GateMetrics:
 
     def conflict(self) -> None:
         self._conflicts.inc()
+
+    def throttled(self) -> None:
+        self._throttled.inc()
+
+    def batch(self) -> None:
+        self._batches.inc()
 
     def leader(self, value: bool) -> None:
         self._leader.set(1 if value else 0)
@@ -89,6 +113,9 @@ class Gatekeeper:
     ``verdict_fn`` is usually ``lambda: collect(api, ...)``. ``namespaces`` empty means all namespaces.
     ``node_label_selectors`` (default: control-plane and legacy master labels) pick the Nodes whose annotation
     changes trigger a re-evaluation. Without an ``elector`` this replica always acts (one replica, or tests).
+    ``scheduler_names`` narrows the pod watch to pods of those schedulers (default: any).
+    ``concurrency`` releases run at once (default: the throttle's burst), ``batch_size`` pods go between two
+    reads of the verdict (default: ``BATCH_ROUNDS`` times the concurrency).
     """
 
     def __init__(
@@ -106,9 +133,19 @@ class Gatekeeper:
         resync_interval: float = 30.0,
         backoff: Backoff | None = None,
         wall: Callable[[], float] = time.time,
+        scheduler_names: Sequence[str] = (),
+        throttle: Throttle | None = None,
+        concurrency: int | None = None,
+        batch_size: int | None = None,
     ) -> None:
         if not gate_name:
             raise ValueError("the gate name must not be empty")
+        self.throttle = throttle if throttle is not None else Throttle(DEFAULT_QPS, DEFAULT_BURST)
+        self.concurrency = concurrency if concurrency is not None else self.throttle.burst
+        self.batch_size = batch_size if batch_size is not None else BATCH_ROUNDS * self.concurrency
+        if self.concurrency < 1 or self.batch_size < 1:
+            raise ValueError("the release concurrency and batch size must be at least 1")
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gate-release")
         self._api = api
         self.gate = gate_name
         self._verdict_fn = verdict_fn
@@ -121,7 +158,7 @@ class Gatekeeper:
         self._prefix = prefix
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._pods: dict[tuple[str, str], Obj] = {}
+        self._pods: dict[tuple[str, str], GatedPod] = {}
         self._node_marks: dict[str, dict[str, str]] = {}
         self._verdict_stale = True
         self._next_resync = 0.0
@@ -133,7 +170,7 @@ class Gatekeeper:
         wb = self._backoff.fresh()
         self._watchers: list[ListWatcher] = [
             *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
-                                  failure_level=logging.WARNING),
+                                  scheduler_names=scheduler_names, failure_level=logging.WARNING),
             *node_watchers(api, node_label_selectors if node_label_selectors is not None else node_selectors(),
                            on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb,
                            failure_level=logging.WARNING),
@@ -144,20 +181,20 @@ class Gatekeeper:
     def wake(self) -> None:
         self._wake.set()
 
-    def _pods_synced(self, scope: str | None, items: list[Obj]) -> None:
+    def _pods_synced(self, scope: str | None, items: list[GatedPod]) -> None:
         with self._lock:
             for key in [k for k in self._pods if scope is None or k[0] == scope]:
                 del self._pods[key]
             for pod in items:
-                if waits_on(pod, self.gate):
-                    self._pods[pod_key(pod)] = pod
+                if pod.waits_on(self.gate):
+                    self._pods[pod.key] = pod
         self.wake()
 
-    def _pod_event(self, kind: str, pod: Obj) -> None:
+    def _pod_event(self, kind: str, pod: GatedPod) -> None:
         with self._lock:
-            if kind != "DELETED" and waits_on(pod, self.gate):
-                self._pods[pod_key(pod)] = pod
-            elif self._pods.pop(pod_key(pod), None) is None:
+            if kind != "DELETED" and pod.waits_on(self.gate):
+                self._pods[pod.key] = pod
+            elif self._pods.pop(pod.key, None) is None:
                 return  # not one of ours, before or after: nothing to do
         self.wake()
 
@@ -190,12 +227,13 @@ class Gatekeeper:
     def stop(self) -> None:
         for w in self._watchers:
             w.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
 
-    def waiting(self) -> list[Obj]:
+    def waiting(self) -> list[GatedPod]:
         """The gated pods known right now."""
         with self._lock:
             return list(self._pods.values())
@@ -230,11 +268,7 @@ class Gatekeeper:
         leader = self._elector is None or self._elector.is_leader()
         self.metrics.leader(leader)
         if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
-            failed = False
-            for pod in sorted(pods, key=created):
-                if self._elector is not None and not self._elector.is_leader():
-                    break
-                failed = not self._release(pod) or failed
+            failed = self._drain(pods)
             if failed:
                 self._release_retry_at = time.monotonic() + self._release_backoff.next_delay()
             else:
@@ -271,12 +305,53 @@ class Gatekeeper:
             else:
                 log.info("verdict %s (%s): gate %s stays", verdict.summary(), "; ".join(verdict.explain()), self.gate)
 
-    def _release(self, pod: Obj) -> bool:
+    def _leading(self) -> bool:
+        return self._elector is None or self._elector.is_leader()
+
+    def _drain(self, pods: list[GatedPod]) -> bool:
+        """Release ``pods``, oldest first, batch by batch; True when some failed (retry after a backoff).
+
+        Before every batch but the first the verdict is read again (the one read at the start of this pass
+        counts for the first), and the drain ends unless it is still Ready. Within a batch, a worker sends
+        nothing once the Node watch has seen an annotation change (the verdict is then stale) or this replica
+        lost the Lease: what is in flight completes, the rest waits for the next pass.
+        """
+        ordered = sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
+        failed = False
+        for start in range(0, len(ordered), self.batch_size):
+            if start:
+                with self._lock:
+                    self._verdict_stale = False
+                self._refresh_verdict(time.monotonic())
+                if self.verdict is None or not self.verdict.ready:
+                    log.info("verdict no longer Ready: %d gated pods stay gated", len(ordered) - start)
+                    break
+            if not self._leading():
+                break
+            self.metrics.batch()
+            outcomes = list(self._pool.map(self._release_unless_halted, ordered[start:start + self.batch_size]))
+            failed = failed or False in outcomes
+            if None in outcomes:  # halted: the verdict may have changed, or leadership is gone
+                with self._lock:
+                    stale = self._verdict_stale
+                if not stale:
+                    break  # leadership is gone: the next pass will tell
+        self.metrics.waiting(len(self.waiting()))
+        return failed
+
+    def _release_unless_halted(self, pod: GatedPod) -> bool | None:
+        """``_release``, unless the drain should stop (``None``): the verdict is stale or we lead no more."""
+        if self._verdict_stale or not self._leading():
+            return None
+        return self._release(pod)
+
+    def _release(self, pod: GatedPod) -> bool:
         """Remove our gate from ``pod``; False when it should be tried again later (an API failure)."""
-        where = "/".join(pod_key(pod))
+        where = f"{pod.namespace}/{pod.name}"
         try:
             result = release_gate(self._api, pod, self.gate, attempts=MAX_CONFLICTS,
-                                  on_conflict=self.metrics.conflict)
+                                  on_conflict=self.metrics.conflict, throttle=self.throttle,
+                                  on_throttled=self.metrics.throttled)
         except ApiError as exc:
             log.warning("%s; retrying later", exc)
             return False
@@ -287,12 +362,14 @@ class Gatekeeper:
         if result.outcome is GateOutcome.RELEASED:
             waited = waited_seconds(result.pod, self._wall())
             self.metrics.released(waited)
-            others = [g for g in gate_names(result.pod) if g != self.gate]
+            others = [g for g in result.pod.gates if g != self.gate]
             log.info("released pod %s from gate %s", where, self.gate,
                      extra={"waited_s": round(waited, 1) if waited is not None else None,
                             "other_gates": ",".join(others) or None})
         return True
 
-    def _forget(self, pod: Obj) -> None:
+    def _forget(self, pod: GatedPod) -> None:
         with self._lock:
-            self._pods.pop(pod_key(pod), None)
+            cached = self._pods.get(pod.key)
+            if cached is not None and cached.uid == pod.uid:  # not a new pod of the same name
+                del self._pods[pod.key]

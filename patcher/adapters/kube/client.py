@@ -41,6 +41,9 @@ class ClientSettings:
     kubeconfig: str | None = None
     context: str | None = None
     timeout: tuple[float, float] = DEFAULT_TIMEOUT
+    #: Kept-alive connections per host (``None``: the client's default, five per CPU). A pool of N concurrent
+    #: writers needs at least N, or urllib3 opens and drops a connection per request beyond them.
+    pool_size: int | None = None
     #: Only for tests of the in-cluster path; production uses the service-account files.
     token_file: str = SERVICE_TOKEN_FILENAME
     ca_file: str = SERVICE_CERT_FILENAME
@@ -97,6 +100,8 @@ def load_configuration(
         cfg.verify_ssl = True
     cfg.retries = 1
     cfg.keep_alive = True
+    if settings.pool_size is not None:
+        cfg.connection_pool_maxsize = settings.pool_size
     log.debug("kubernetes API at %s from %s", cfg.host, source)
     return cfg
 

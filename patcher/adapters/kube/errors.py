@@ -61,12 +61,23 @@ class Invalid(ApiError):
     """422: the server refused the body (also a JSON patch whose ``test`` op failed: the object changed)."""
 
 
+class TooManyRequests(ApiError):
+    """429: the API server sheds load (API Priority and Fairness rejects a request its queues cannot hold, and
+    the ``max-requests-inflight`` limits answer the same way). ``retry_after`` is the server's
+    ``Retry-After`` in seconds (``None`` when absent): a client must wait that long before its next request."""
+
+    def __init__(self, what: str, detail: str, status: int | None = 429, reason: str = "",
+                 retry_after: float | None = None) -> None:
+        super().__init__(what, detail, status, reason)
+        self.retry_after = retry_after
+
+
 class ServerError(ApiError):
     """5xx: the API server (or what is behind it) failed; transient, retry with backoff."""
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-                                          422: Invalid}
+                                          422: Invalid, 429: TooManyRequests}
 
 
 def error_class(status: int | None) -> type[ApiError]:
@@ -100,7 +111,21 @@ def translate(exc: BaseException, what: str) -> ApiError:
         return exc
     status = error_status(exc)
     reason = str(exc.reason or "") if isinstance(exc, ApiException) else type(exc).__name__
+    if status == 429:
+        headers = getattr(exc, "headers", None)
+        return TooManyRequests(what, describe_error(exc), status, reason,
+                               retry_after_seconds(headers.get("Retry-After") if headers is not None else None))
     return error_class(status)(what, describe_error(exc), status, reason)
+
+
+def retry_after_seconds(value: object) -> float | None:
+    """A ``Retry-After`` header in seconds. The API server sends whole seconds; an HTTP date (allowed by RFC
+    9110, never sent by kube-apiserver) or garbage counts as absent, and so does a negative number."""
+    try:
+        seconds = float(str(value).strip()) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 @contextmanager

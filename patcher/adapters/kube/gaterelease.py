@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, api_json
+from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Unreachable, api_call
 from patcher.adapters.kube.listwatch import ListWatcher
-from patcher.core.gates import pod_key, release_patch, waits_on
+from patcher.adapters.kube.throttle import Throttle
+from patcher.core.gates import GatedPod, release_patch, slim
 from patcher.core.kubeobj import Obj
 
 log = logging.getLogger(__name__)
@@ -43,57 +45,111 @@ class GateRelease:
     """The outcome, and the pod as last read (for ``RELEASED``, the version the patch was built from)."""
 
     outcome: GateOutcome
-    pod: Obj
+    pod: GatedPod
 
 
-#: The API server cannot select on ``spec.schedulingGates``: the watch takes Pending pods, the caller filters.
-PENDING: Final = "status.phase=Pending"
+#: The API server cannot select on ``spec.schedulingGates``; the narrowest it can do: pods not yet bound to a
+#: node (``spec.nodeName=``, as the scheduler's own watch) in phase Pending. Both are among the field labels
+#: kube-apiserver serves for pods (``metadata.name``/``namespace``, ``spec.nodeName``, ``spec.restartPolicy``,
+#: ``spec.schedulerName``, ``spec.serviceAccountName``, ``spec.hostNetwork``, ``status.phase``,
+#: ``status.podIP(s)``, ``status.nominatedNodeName``); any other answers 400. The caller filters the gates.
+PENDING: Final = "status.phase=Pending,spec.nodeName="
+#: Pods per page of the initial list: a backlog of 10 000 real pods is tens of MB of JSON in one answer, and
+#: a page is decoded whole before it is slimmed: 100 pods (half a MB) keep that peak small.
+PAGE_SIZE: Final = 100
+#: 429 answers one release rides out (waiting the server's Retry-After each time) before it gives up
+#: until the next pass.
+MAX_THROTTLED: Final = 10
+#: Seconds to wait after a 429 without a usable Retry-After (kube-apiserver's APF sends 1 s or more).
+DEFAULT_RETRY_AFTER: Final = 1.0
+
+
+def pending_selector(scheduler_name: str | None = None) -> str:
+    """The field selector of the pod watch, narrowed to one ``spec.schedulerName`` when given."""
+    return PENDING + (f",spec.schedulerName={scheduler_name}" if scheduler_name else "")
 
 
 def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
-                         on_sync: Callable[[str | None, list[Obj]], None], on_event: Callable[[str, Obj], None],
+                         on_sync: Callable[[str | None, list[GatedPod]], None],
+                         on_event: Callable[[str, GatedPod], None],
+                         scheduler_names: Sequence[str] = (),
                          backoff: Backoff | None = None, failure_level: int = logging.INFO) -> list[ListWatcher]:
-    """Pending pods (not started): one watcher per namespace, or one across the cluster for none.
-    ``on_sync(namespace or None, pods)`` after each list replaces that scope's pods."""
+    """Unbound Pending pods, as ``GatedPod``s (the rest of each pod is dropped as it arrives): one watcher per
+    namespace (or one across the cluster for none) and per scheduler name (or any scheduler for none).
+    ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods."""
     core = k8s.CoreV1Api(api)
     fresh = backoff.fresh if backoff is not None else (lambda: None)
-    if not namespaces:
-        return [ListWatcher(core.list_pod_for_all_namespaces, field_selector=PENDING, name="watch pods",
-                            on_sync=functools.partial(on_sync, None), on_event=on_event, backoff=fresh(),
-                            failure_level=failure_level)]
-    return [ListWatcher(core.list_namespaced_pod, ns, field_selector=PENDING, name=f"watch pods ({ns})",
-                        on_sync=functools.partial(on_sync, ns), on_event=on_event, backoff=fresh(),
-                        failure_level=failure_level)
-            for ns in namespaces]
+    watchers = []
+    scopes: list[str | None] = list(namespaces) or [None]
+    schedulers: list[str | None] = list(scheduler_names) or [None]
+    for ns in scopes:
+        for scheduler in schedulers:
+            label = ", ".join(x for x in (ns, scheduler and f"scheduler {scheduler}") if x)
+            fn, args = (core.list_pod_for_all_namespaces, ()) if ns is None else (core.list_namespaced_pod, (ns,))
+            watchers.append(ListWatcher(fn, *args, field_selector=pending_selector(scheduler),
+                                        name=f"watch pods ({label})" if label else "watch pods",
+                                        on_sync=functools.partial(on_sync, ns), on_event=on_event,
+                                        backoff=fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
+                                        transform=slim))
+    return watchers
 
 
-def release_gate(api: k8s.ApiClient, pod: Obj, gate: str, *, attempts: int,
-                 on_conflict: Callable[[], None] | None = None) -> GateRelease:
+def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts: int,
+                 on_conflict: Callable[[], None] | None = None, throttle: Throttle | None = None,
+                 on_throttled: Callable[[], None] | None = None) -> GateRelease:
     """Remove ``gate`` from ``pod`` with the patch of ``core.gates`` (it tests the gates it was built from).
 
     A 422 (the ``test`` failed) or a 409 means the pod changed since it was read: ``on_conflict()`` is called,
     the pod is read again and the patch rebuilt from it, up to ``attempts`` patches. A pod that is gone (404)
-    no longer waits. Raises ``ApiError`` for any other failure of the patch or the read.
+    no longer waits. Each request first takes a turn from ``throttle``; a 429 holds the throttle for the
+    server's ``Retry-After`` (every worker waits, not only this one) and sends the same request again, up to
+    ``MAX_THROTTLED`` times. Raises ``ApiError`` for any other failure of the patch or the read.
     """
     core = k8s.CoreV1Api(api)
-    ns, name = pod_key(pod)
-    where = f"{ns}/{name}"
+    view = pod if isinstance(pod, GatedPod) else slim(pod)
+    where = f"{view.namespace}/{view.name}"
+
+    limiter = throttle if throttle is not None else Throttle(1e6, 1_000_000)  # no limit, but 429s are obeyed
+
+    def send(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        throttled = 0
+        while True:
+            limiter.acquire()
+            try:
+                with api_call(what):
+                    data: bytes = fn(*args, _preload_content=False, **kwargs).data
+                    return data
+            except TooManyRequests as exc:
+                throttled += 1
+                if on_throttled is not None:
+                    on_throttled()
+                if throttled > MAX_THROTTLED:
+                    raise
+                wait = exc.retry_after if exc.retry_after is not None else DEFAULT_RETRY_AFTER
+                log.debug("%s: the API server asks to wait %.1fs", what, wait)
+                limiter.hold(wait)
+
     for _ in range(attempts):
-        if not waits_on(pod, gate):
-            return GateRelease(GateOutcome.NOT_WAITING, pod)
+        if not view.waits_on(gate):
+            return GateRelease(GateOutcome.NOT_WAITING, view)
         try:
-            api_json(f"release pod {where}", core.patch_namespaced_pod, name, ns, release_patch(pod, gate),
-                     _content_type=JSON_PATCH)
+            # The answer (the whole pod) is not decoded: the watch brings the change anyway.
+            send(f"release pod {where}", core.patch_namespaced_pod, view.name, view.namespace,
+                 release_patch(view, gate), _content_type=JSON_PATCH)
         except NotFound:
-            return GateRelease(GateOutcome.NOT_WAITING, pod)
+            return GateRelease(GateOutcome.NOT_WAITING, view)
         except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
             if on_conflict is not None:
                 on_conflict()
             log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
             try:
-                pod = api_json(f"read pod {where}", core.read_namespaced_pod, name, ns)
+                body = send(f"read pod {where}", core.read_namespaced_pod, view.name, view.namespace)
             except NotFound:
-                return GateRelease(GateOutcome.NOT_WAITING, pod)
+                return GateRelease(GateOutcome.NOT_WAITING, view)
+            try:
+                view = slim(json.loads(body))
+            except (ValueError, AttributeError) as exc2:
+                raise Unreachable(f"read pod {where}", f"undecodable answer ({exc2})") from exc2
             continue
-        return GateRelease(GateOutcome.RELEASED, pod)
-    return GateRelease(GateOutcome.KEPT_CHANGING, pod)
+        return GateRelease(GateOutcome.RELEASED, view)
+    return GateRelease(GateOutcome.KEPT_CHANGING, view)

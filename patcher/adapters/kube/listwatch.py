@@ -94,7 +94,11 @@ class ListWatcher:
     seen after a stream ends or breaks (with capped backoff), and a ``410 Gone``, undecodable data or
     repeated failures mean "list again" — after which ``on_sync`` delivers the full state again, so a
     consumer never depends on having seen every event. Callbacks run on the watcher's thread. Objects are
-    plain dicts (the client's models are not used).
+    plain dicts (the client's models are not used), or what ``transform`` makes of each one.
+
+    For large collections: ``page_size`` lists in pages (``limit``/``continue``; the server serves every page
+    from the first page's snapshot, so the pages add up to one consistent list), and ``transform`` reduces
+    each object as it arrives, so a full page is the most that is ever held at once, never the whole list.
 
     ``fresh`` is true while the view follows the server: the last list succeeded and a watch from it is
     open, or ended normally and is being resumed. It turns false on any failure, undecodable data or a
@@ -105,8 +109,8 @@ class ListWatcher:
         self,
         list_fn: Callable[..., Any],
         *args: Any,
-        on_sync: Callable[[list[Obj]], None],
-        on_event: Callable[[str, Obj], None],
+        on_sync: Callable[[list[Any]], None],
+        on_event: Callable[[str, Any], None],
         label_selector: str | None = None,
         field_selector: str | None = None,
         name: str = "list-watch",
@@ -116,8 +120,12 @@ class ListWatcher:
         failure_level: int = logging.INFO,
         min_healthy_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        page_size: int | None = None,
+        transform: Callable[[Obj], Any] | None = None,
     ) -> None:
         self._list_fn = list_fn
+        self._page_size = page_size
+        self._transform = transform
         self._args = args
         self._selectors: dict[str, str] = {}
         if label_selector:
@@ -245,14 +253,30 @@ class ListWatcher:
     def _list(self) -> str:
         self.lists += 1
         what = f"list for {self.name}"
-        body = api_json(what, self._list_fn, *self._args, **self._selectors)
-        rv = dig(body, "metadata", "resourceVersion")
-        if not isinstance(rv, str) or not rv:
-            raise ApiError(what, "the answer has no metadata.resourceVersion")
-        items = [i for i in body.get("items") or [] if isinstance(i, dict)]
+        items: list[Any] = []
+        paging: dict[str, Any] = {"limit": self._page_size} if self._page_size else {}
+        first_rv: str | None = None
+        while True:
+            try:
+                body = api_json(what, self._list_fn, *self._args, **self._selectors, **paging)
+            except ApiError as exc:
+                if exc.status == 410:  # the continue token outlived the snapshot it pointed into
+                    raise _Gone() from exc
+                raise
+            rv = dig(body, "metadata", "resourceVersion")
+            if not isinstance(rv, str) or not rv:
+                raise ApiError(what, "the answer has no metadata.resourceVersion")
+            first_rv = first_rv or rv  # every page is served from the first page's snapshot
+            page = [i for i in body.get("items") or [] if isinstance(i, dict)]
+            items.extend(page if self._transform is None else (self._transform(i) for i in page))
+            token = dig(body, "metadata", "continue")
+            del body, page  # a page is the most held at once
+            if not (self._page_size and isinstance(token, str) and token):
+                break
+            paging["_continue"] = token
         self._on_sync(items)
         self._synced.set()
-        return rv
+        return first_rv
 
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
@@ -290,7 +314,7 @@ class ListWatcher:
                                   str(dig(obj, "reason") or ""))
                 new_rv = dig(obj, "metadata", "resourceVersion")
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._on_event(kind, obj)
+                    self._on_event(kind, obj if self._transform is None else self._transform(obj))
                 if isinstance(new_rv, str) and new_rv:
                     self._resume_rv = new_rv  # after delivery: a failed callback sees the event again
                 if self._stop.is_set():

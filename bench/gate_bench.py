@@ -1,0 +1,241 @@
+"""Gatekeeper benchmark (issue 25): a backlog of gated pods released once the verdict turns Ready.
+
+Against the API emulator in this process (threaded: every connection has its own thread) with an injected
+latency per request (``--latency-ms``, 5 by default), the real ``scheduler-patcher gatekeeper`` process (its
+default QPS/burst/concurrency, no leader election) caches ``--pods`` gated pods with realistic specs (about
+5 KB of JSON each), then:
+
+* **drain**: the last control-plane node turns Ready; wall time from that write until every pod is
+  released (each PATCH answered), the requests the gatekeeper sent meanwhile, pods/s, the gatekeeper's RSS
+  with every pod cached and its peak RSS (``VmHWM``), and where the CPU went (gatekeeper vs. emulator);
+* **stop**: a second backlog; while the ``--stop-at``-th oldest pod is being patched a node turns NotReady:
+  the pods released after that write, against the batch size (the verdict is re-read between batches).
+
+Run: ``.venv/bin/python bench/gate_bench.py`` (about half a minute; ``--pods 300`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import rows  # noqa: E402
+from patcher.core.gates import DEFAULT_GATE  # noqa: E402
+from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST  # noqa: E402
+from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, marker, node_annotations_for  # noqa: E402
+
+CP = "node-role.kubernetes.io/control-plane"
+NODES = ("cp-1", "cp-2", "cp-3")
+METRIC = "scheduler_patcher_gatekeeper_"
+TARGET_WALL_S, TARGET_PODS_PER_S, TARGET_RSS_MIB = 10.0, 1000.0, 100.0
+#: The environment manifests/gatekeeper/deployment.yaml gives the container besides its flags.
+DEPLOYMENT_ENV: dict[str, str] = {}
+
+
+def node_state(emu: KubeEmulator, node: str, ready: bool) -> None:
+    emu.set_pod(make_mirror_pod(node_name=node, annotations=marker(), started_at=STARTED if ready else BEFORE))
+    emu.upsert({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {CP: ""},
+                             "annotations": node_annotations_for("Ready" if ready else "WaitingForRestart")}})
+
+
+def real_pod(i: int, batch: str) -> dict[str, Any]:
+    """A pod as a Deployment's ReplicaSet creates it: labels, owner, managed fields, two containers, volumes."""
+    name = f"{batch}-{i:05d}"
+    env = [{"name": f"SETTING_{k}", "value": f"value-{k}-" + "x" * 24} for k in range(12)]
+    container = {
+        "name": "app", "image": "registry.example.com/team/app:1.42.0", "imagePullPolicy": "IfNotPresent",
+        "args": ["--listen=:8080", "--metrics=:9090", "--log-format=json"], "env": env,
+        "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http", "scheme": "HTTP"}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": "HTTP"}, "periodSeconds": 20},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "config", "mountPath": "/etc/app"},
+                         {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                          "readOnly": True}],
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    sidecar = {**container, "name": "proxy", "image": "registry.example.com/proxy:2.7.1", "env": env[:4],
+               "args": ["--upstream=127.0.0.1:8080"]}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": f"team-{i % 20}", "generateName": f"{batch}-",
+            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600 + i / 10)),
+            "labels": {"app.kubernetes.io/name": "app", "app.kubernetes.io/instance": batch,
+                       "pod-template-hash": "5d8f7c9b6d"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-25T05:00:00Z"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{batch}-5d8f7c9b6d",
+                                 "uid": "0b3c2a4e-8f1d-4a57-9f0e-6c1d2b3a4f5e", "controller": True,
+                                 "blockOwnerDeletion": True}],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                               "time": "2026-11-25T05:00:00Z", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:metadata": {"f:labels": {"f:app.kubernetes.io/name": {}}},
+                                            "f:spec": {"f:containers": {'k:{"name":"app"}': {"f:env": {}}}}}}],
+        },
+        "spec": {
+            "containers": [container, sidecar], "schedulingGates": [{"name": DEFAULT_GATE}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-{name}"}},
+                        {"name": "config", "configMap": {"name": "app-config", "defaultMode": 420}},
+                        {"name": "kube-api-access", "projected": {"sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt",
+                                                                                   "path": "ca.crt"}]}}]}}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "app", "schedulerName": "default-scheduler", "priority": 0,
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 300}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "app"}}}}]}},
+        },
+        "status": {"phase": "Pending", "qosClass": "Burstable", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+             "message": "Scheduling is blocked due to non-empty scheduling gates"}]},
+    }
+
+
+def wait(pred: Callable[[], bool], timeout: float, step: float = 0.01) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise TimeoutError
+        time.sleep(step)
+
+
+def metric(port: int, name: str) -> float:
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return -1.0
+    for line in body.splitlines():
+        if line.startswith(METRIC + name + " "):
+            return float(line.split()[1])
+    return -1.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def released_count(emu: KubeEmulator) -> int:
+    return emu.count("PATCH", 200)  # the gatekeeper patches nothing but pods
+
+
+def cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap.add_argument("--stop-pods", type=int, default=3000)
+    ap.add_argument("--stop-at", type=int, default=1000, help="the NotReady write comes with this pod's patch")
+    ap.add_argument("--concurrency", type=int, default=None, help="--release-concurrency (default: its own)")
+    args = ap.parse_args()
+    batch = BATCH_ROUNDS * (args.concurrency or DEFAULT_BURST)
+
+    with tempfile.TemporaryDirectory() as t, KubeEmulatorExt(history=100_000) as emu:
+        for n in NODES:
+            node_state(emu, n, n != "cp-3")
+        started = time.perf_counter()
+        for i in range(args.pods):
+            emu.create(real_pod(i, "drain"))
+        print(f"{args.pods} gated pods stored in the emulator in {time.perf_counter() - started:.1f}s")
+        emu.latency = args.latency_ms / 1000
+        port = free_port()
+        kubeconfig = emu.write_kubeconfig(Path(t) / "kubeconfig")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "patcher", "gatekeeper", "--kubeconfig", str(kubeconfig), "--leader-elect",
+             "false", "--listen", f"127.0.0.1:{port}", "--log-level", "warning", "--resync-interval", "300s",
+             *(["--release-concurrency", str(args.concurrency)] if args.concurrency else [])],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **DEPLOYMENT_ENV}, stdout=subprocess.DEVNULL)
+        gk = psutil.Process(proc.pid)
+        try:
+            wait(lambda: metric(port, "gated_pods") == args.pods, 120)
+            cached_rss = gk.memory_info().rss / 2**20
+            print(f"gatekeeper caches {args.pods} gated pods: RSS {cached_rss:.1f} MiB")
+
+            emu.clear_requests()
+            me = psutil.Process()
+            gk_cpu0, emu_cpu0 = cpu_s(gk), cpu_s(me)
+            t0 = time.perf_counter()
+            node_state(emu, "cp-3", True)  # the last scheduler runs the extender: the verdict turns Ready
+            wait(lambda: released_count(emu) >= args.pods, 300, step=0.005)
+            wall = time.perf_counter() - t0
+            gk_cpu, emu_cpu = cpu_s(gk) - gk_cpu0, cpu_s(me) - emu_cpu0
+            sent = [r for r in emu.requests() if r.query.get("watch") != "true"]
+            patches = [r for r in sent if r.method == "PATCH"]
+            peak = int(Path(f"/proc/{proc.pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
+            rate = args.pods / wall
+            print(f"drain: {args.pods} pods released in {wall:.2f}s ({rate:.0f} pods/s) with "
+                  f"{args.latency_ms:g} ms per request; {len(sent)} requests ({len(patches)} PATCH, "
+                  f"{len(sent) - len(patches)} verdict reads), at most {emu.peak_in_flight} in flight")
+            print(f"       CPU: gatekeeper {gk_cpu:.1f}s, emulator (+ this script) {emu_cpu:.1f}s over {wall:.1f}s "
+                  f"on {os.cpu_count()} cores; gatekeeper peak RSS {peak:.1f} MiB")
+            rows.record(rows.Row("gatekeeper: 10k gated pods released, s (5 ms/request)", 1, wall, wall))
+            rows.record(rows.Row("gatekeeper: ms per released pod (target >= 1000 pods/s)", 1, 1000 / rate,
+                                 1000 / rate))
+            rows.record(rows.Row("gatekeeper: peak RSS MiB, 10k pods cached", 1, peak, peak))
+            per_pod = gk_cpu * 1000 / args.pods
+            rows.record(rows.Row("gatekeeper: CPU ms per released pod", 1, per_pod, per_pod))
+            print(f"       the gatekeeper spent {per_pod:.2f} ms of CPU per pod: on a core of its own (the GIL "
+                  f"allows it one) it would sustain {1000 / per_pod:.0f} pods/s")
+
+            # -- stop: a NotReady verdict during a drain ----------------------------------------------------
+            node_state(emu, "cp-3", False)
+            wait(lambda: metric(port, "verdict_ready") == 0, 30)
+            stop_names = [f"stop-{i:05d}" for i in range(args.stop_pods)]
+            for i in range(args.stop_pods):
+                emu.create(real_pod(i, "stop"))
+            wait(lambda: metric(port, "gated_pods") == args.stop_pods, 60)
+            flipped: list[int] = []
+
+            def flip(e: KubeEmulator) -> None:
+                flipped.append(released_count(e))
+                node_state(e, "cp-2", False)
+
+            target = stop_names[args.stop_at]
+            emu.before("PATCH", f"/api/v1/namespaces/team-{args.stop_at % 20}/pods/{target}", flip)
+            emu.clear_requests()
+            node_state(emu, "cp-3", True)
+            wait(lambda: bool(flipped) and metric(port, "verdict_ready") == 0, 60)
+            time.sleep(1.0)  # anything still to come would come now
+            done = released_count(emu)
+            after = done - flipped[0]
+            print(f"stop:  NotReady written while pod #{args.stop_at + 1} was being patched ({flipped[0]} released "
+                  f"before): {after} released after it, batch size {batch}; {args.stop_pods - done} stay gated")
+            rows.record(rows.Row("gatekeeper: batches released after a NotReady flip", 1, after / batch,
+                                 after / batch))
+        finally:
+            proc.terminate()
+            proc.wait(20)
+    verdicts = [("wall", wall <= TARGET_WALL_S), ("pods/s", rate >= TARGET_PODS_PER_S),
+                ("RSS", peak <= TARGET_RSS_MIB), ("stop", after <= batch)]
+    print("targets (<= 10 s, >= 1000 pods/s, peak RSS <= 100 MiB, stop within one batch): "
+          + ", ".join(f"{k} {'ok' if ok else 'MISSED'}" for k, ok in verdicts))
+
+
+if __name__ == "__main__":
+    main()

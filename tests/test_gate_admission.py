@@ -1,0 +1,230 @@
+"""The MutatingAdmissionPolicy that gates pods at creation (manifests/gatekeeper/admission), rendered by the real
+``kubectl kustomize`` and validated against the OpenAPI schema of the API version it is served as, then its CEL
+evaluated against sample pods with a CEL runtime (``common-expression-language``, the cel-rust interpreter).
+
+What the CEL test covers, and what it does not: every ``matchCondition`` and ``variable`` expression is
+evaluated as written, with ``object`` (the pod, as JSON), ``params`` (the readiness ConfigMap) and
+``variables`` bound as the API server binds them; the mutation's ``JSONPatch{...}`` literals are evaluated
+after renaming that Kubernetes-only type to a plain map (the one textual change, counted so that a rewrite
+of the expression fails here), and the resulting JSON patch is applied to the pod with the emulator's RFC 6902
+implementation. Not covered: the API server's typed (schema-aware) CEL environment, its cost limits, and
+the binding's namespace/object selectors and ``paramRef`` resolution (plain label selectors, checked here by
+their rendered values only).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import cel
+import kubernetes_validate
+import pytest
+import yaml
+
+from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
+from patcher.core.gates import DEFAULT_GATE
+from patcher.core.readiness import evaluate, status_data
+from tests.kubeemu import json_patch
+from tests.kubeemu_ext import make_pod
+from tests.test_deploy_manifests import MANIFESTS, kubectl, render
+
+V1, V1BETA1 = "overlays/gatekeeper-admission", "overlays/gatekeeper-admission-v1beta1"
+#: The first Kubernetes whose schemas (shipped in kubernetes-validate) know each API version.
+SCHEMA = {"admissionregistration.k8s.io/v1": "1.36", "admissionregistration.k8s.io/v1beta1": "1.34"}
+OTHER = "example.com/other"
+
+
+def rendered(overlay: str) -> list[dict[str, Any]]:
+    return render(MANIFESTS / overlay)
+
+
+def policy_objects(overlay: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    objs = rendered(overlay)
+    policy = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicy")
+    binding = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicyBinding")
+    return policy, binding
+
+
+@pytest.mark.parametrize(("overlay", "version"), [(V1, "v1"), (V1BETA1, "v1beta1")])
+def test_the_overlays_render_the_gatekeeper_plus_a_valid_policy_and_binding(overlay: str, version: str) -> None:
+    objs = rendered(overlay)
+    base = {(o["kind"], o["metadata"]["name"]) for o in render(MANIFESTS / "gatekeeper")}
+    added = [o for o in objs if (o["kind"], o["metadata"]["name"]) not in base]
+    assert sorted(o["kind"] for o in added) == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
+    for obj in added:
+        assert obj["apiVersion"] == f"admissionregistration.k8s.io/{version}"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "scheduler-patcher"
+        try:
+            kubernetes_validate.validate(obj, SCHEMA[obj["apiVersion"]], strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}: {'.'.join(str(p) for p in exc.path)}: {exc.message}")
+
+
+def test_strict_validation_would_catch_a_misspelt_field() -> None:
+    policy, _ = policy_objects(V1)
+    policy["spec"]["matchConditions"][0]["expresion"] = "true"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(policy, "1.36", strict=True)
+
+
+def test_the_binding_reads_the_verdict_the_agents_publish_and_spares_system_namespaces() -> None:
+    policy, binding = policy_objects(V1)
+    spec = binding["spec"]
+    assert spec["policyName"] == policy["metadata"]["name"]
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    # The ConfigMap `scheduler-patcher run --publish-status` writes, in the agents' namespace.
+    assert spec["paramRef"] == {"name": DEFAULT_STATUS_NAME, "namespace": "scheduler-patcher",
+                                "parameterNotFoundAction": "Allow"}
+    ns = spec["matchResources"]["namespaceSelector"]
+    assert ns["matchLabels"] == {"scheduler-patcher.io/gate": "enabled"}
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-system", "scheduler-patcher"]} in ns["matchExpressions"]
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    assert policy["spec"]["failurePolicy"] == "Ignore"
+
+
+# -- the CEL, evaluated ---------------------------------------------------------------------------------------
+
+
+class Policy:
+    """The rendered policy's expressions, evaluated as the API server would for one pod and one ConfigMap."""
+
+    def __init__(self, spec: dict[str, Any], **variables: Any) -> None:
+        self.spec = copy.deepcopy(spec)
+        for var in self.spec["variables"]:
+            if var["name"] in variables:  # what an operator's kustomize patch of that expression does
+                var["expression"] = variables[var["name"]]
+
+    def admit(self, pod: dict[str, Any], configmap: dict[str, Any] | None) -> dict[str, Any]:
+        """The pod after admission (``configmap`` None: the paramRef finds nothing)."""
+        if configmap is None:
+            return pod  # parameterNotFoundAction: Allow: the policy is not applied
+        ctx: dict[str, Any] = {"object": pod, "params": configmap, "variables": {}}
+        for var in self.spec["variables"]:
+            ctx["variables"][var["name"]] = cel.evaluate(var["expression"], ctx)
+        for cond in self.spec["matchConditions"]:
+            result = cel.evaluate(cond["expression"], ctx)
+            assert isinstance(result, bool), (cond["name"], result)
+            if not result:
+                return pod
+        out = pod
+        for mutation in self.spec["mutations"]:
+            assert mutation["patchType"] == "JSONPatch"
+            out = json_patch(out, cel.evaluate(plain_jsonpatch(mutation["jsonPatch"]["expression"]), {**ctx,
+                                                                                                  "object": out}))
+        return out
+
+
+def plain_jsonpatch(expression: str) -> str:
+    """``JSONPatch{op: .., path: .., value: ..}`` as a CEL map literal (the runtime has no Kubernetes types)."""
+    literals = expression.count("JSONPatch{")
+    assert literals == 2  # one per branch: a rewrite of the expression must revisit this test
+    plain = expression.replace("JSONPatch{op:", '{"op":').replace(", path:", ', "path":').replace(", value:",
+                                                                                                ', "value":')
+    assert plain.count('{"op":') == literals and plain.count('"path":') == literals
+    return plain
+
+
+def configmap(ready: bool | None) -> dict[str, Any]:
+    """The readiness ConfigMap as the agents publish it (``status_data`` of a verdict: no control-plane node
+    seen, so not Ready; its ``ready`` key flipped for Ready); ``None``: a ConfigMap without data."""
+    cm: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": DEFAULT_STATUS_NAME, "namespace": "scheduler-patcher"}}
+    if ready is not None:
+        cm["data"] = status_data(evaluate([], {}))
+        assert cm["data"]["ready"] == "false"
+        cm["data"]["ready"] = "true" if ready else "false"
+    return cm
+
+
+def gates(pod: dict[str, Any]) -> list[str] | None:
+    value = pod["spec"].get("schedulingGates")
+    return None if value is None else [g["name"] for g in value]
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    policy, _ = policy_objects(V1)
+    return dict(policy["spec"])
+
+
+def new_pod(**spec: Any) -> dict[str, Any]:
+    """A pod as admission sees it at CREATE: no status, spec defaulted (schedulerName)."""
+    pod = make_pod("p", "team-a")
+    pod.pop("status")
+    pod["spec"].pop("schedulingGates", None)
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    pod["spec"].update(spec)
+    return pod
+
+
+def test_a_pod_gets_the_gate_while_the_verdict_is_not_ready(spec: dict[str, Any]) -> None:
+    policy = Policy(spec)
+    assert gates(policy.admit(new_pod(), configmap(False))) == [DEFAULT_GATE]
+    assert gates(policy.admit(new_pod(), configmap(None))) == [DEFAULT_GATE]  # a ConfigMap without data
+    # Other gates are kept, ours goes last.
+    assert gates(policy.admit(new_pod(schedulingGates=[{"name": OTHER}]), configmap(False))) == [OTHER, DEFAULT_GATE]
+
+
+def test_no_gate_while_ready_nor_twice_nor_on_a_bound_pod_nor_without_the_configmap(spec: dict[str, Any]) -> None:
+    policy = Policy(spec)
+    assert gates(policy.admit(new_pod(), configmap(True))) is None  # steady state: nothing added
+    assert gates(policy.admit(new_pod(), None)) is None  # the agents have published nothing yet
+    already = new_pod(schedulingGates=[{"name": DEFAULT_GATE}, {"name": OTHER}])
+    assert gates(policy.admit(already, configmap(False))) == [DEFAULT_GATE, OTHER]
+    assert gates(policy.admit(new_pod(nodeName="worker-1"), configmap(False))) is None
+
+
+def test_scheduler_names_select_pods(spec: dict[str, Any]) -> None:
+    policy = Policy(spec)  # default: pods of the default scheduler
+    assert gates(policy.admit(new_pod(schedulerName="my-scheduler"), configmap(False))) is None
+    no_name = new_pod()
+    del no_name["spec"]["schedulerName"]
+    assert gates(policy.admit(no_name, configmap(False))) == [DEFAULT_GATE]  # defaults to default-scheduler
+    custom = Policy(spec, schedulerNames="['my-scheduler']")
+    assert gates(custom.admit(new_pod(schedulerName="my-scheduler"), configmap(False))) == [DEFAULT_GATE]
+    assert gates(custom.admit(new_pod(), configmap(False))) is None
+    anyone = Policy(spec, schedulerNames="[]")
+    assert gates(anyone.admit(new_pod(schedulerName="x"), configmap(False))) == [DEFAULT_GATE]
+
+
+def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(spec: dict[str, Any]) -> None:
+    csi = Policy(spec, storageClasses="['csi-baremetal-sc-hdd']", csiDrivers="['csi-baremetal.dell.com']")
+    ephemeral = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "storageClassName": "csi-baremetal-sc-hdd", "accessModes": ["ReadWriteOnce"]}}}}
+    inline = {"name": "inline", "csi": {"driver": "csi-baremetal.dell.com"}}
+    other = {"name": "other", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "standard"}}}}
+    no_class = {"name": "default-class", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+    claim = {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}
+    assert gates(csi.admit(new_pod(volumes=[claim, ephemeral]), configmap(False))) == [DEFAULT_GATE]
+    assert gates(csi.admit(new_pod(volumes=[inline]), configmap(False))) == [DEFAULT_GATE]
+    assert gates(csi.admit(new_pod(volumes=[other, no_class]), configmap(False))) is None
+    # A claim by name: its StorageClass is on the PVC, which CEL cannot read. Selected by namespace/labels.
+    assert gates(csi.admit(new_pod(volumes=[claim]), configmap(False))) is None
+    assert gates(csi.admit(new_pod(), configmap(False))) is None
+    assert gates(Policy(spec).admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
+
+
+def test_the_readme_overlay_example_renders_and_selects_what_it_says(tmp_path: Path) -> None:
+    readme = (MANIFESTS.parent / "README.md").read_text()
+    found = re.search(r"```yaml\n(# your overlay's kustomization\.yaml.*?)```", readme, re.S)
+    assert found, "README: the overlay example of the Scheduling gates section is gone"
+    base = os.path.relpath(MANIFESTS / "gatekeeper", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(found.group(1).replace("../../gatekeeper", base))
+    proc = subprocess.run([kubectl(), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    objs = [o for o in yaml.safe_load_all(proc.stdout) if isinstance(o, dict)]
+    policy = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicy")
+    binding = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"]["objectSelector"] == {"matchLabels": {"app": "db"}}
+    hdd = {"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "csi-baremetal-sc-hddlvg"}}}}
+    admitted = Policy(policy["spec"]).admit(new_pod(volumes=[hdd]), configmap(False))
+    assert gates(admitted) == [DEFAULT_GATE]
+    assert gates(Policy(policy["spec"]).admit(new_pod(), configmap(False))) is None
