@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -75,13 +76,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def free_port() -> int:
+    """A port nothing listens on now (connections are refused) for an extender that comes up later."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class ExtenderServer(http.server.ThreadingHTTPServer):
     """An extender on 127.0.0.1; with ``pki`` it speaks TLS, and with ``client_ca`` it demands a client cert."""
 
     daemon_threads = True
+    allow_reuse_address = True
 
-    def __init__(self, pki: Pki | None = None, *, client_ca: bool = False) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, pki: Pki | None = None, *, client_ca: bool = False, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.bodies: list[tuple[str, bytes]] = []
         self.scheme = "http"
         if pki is not None:

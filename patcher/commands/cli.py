@@ -253,7 +253,10 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
           type=boolean, nargs="?", const=True)
-    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics")
+    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
+          "never the scheduler's 10259)")
+    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
+          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
     f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
@@ -270,6 +273,10 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
 
+#: Ports kube-scheduler listens on in the host network the agent shares (hostNetwork): never the agent's.
+SCHEDULER_PORTS = {"10259": "its secure port", "10251": "its insecure port before 1.23"}
+
+
 class RunFlagError(Exception):
     """A ``run`` flag the agent cannot start with; ``code`` is the exit code the contract gives it."""
 
@@ -283,6 +290,10 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
     from patcher.services.agent import AgentOptions
     from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
 
+    port = args.listen.rpartition(":")[2]
+    if port in SCHEDULER_PORTS:
+        raise RunFlagError(f"--listen {args.listen}: port {port} is kube-scheduler's "
+                           f"({SCHEDULER_PORTS[port]}); the agent shares the host's network with it")
     if args.rollout_lease_duration < 1:  # the Lease holds whole seconds: 0.5 s would be a Lease of 0 s
         raise RunFlagError(f"--rollout-lease-duration {args.rollout_lease_duration:g}s: must be at least 1s")
     if not args.no_api and not args.node_name:
@@ -292,6 +303,7 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
         files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
         restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
         restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
+        check_extenders=args.check_extenders,
     )
     return AgentConfig(
         agent=agent,

@@ -34,7 +34,8 @@ class NodeState(enum.StrEnum):
 
 
 #: The only states whose ``message`` annotation is kept; in every other state a stale sentence would mislead.
-STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK})
+#: Pending carries one only while the extender pre-flight holds the write back (which extender, which error).
+STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.PENDING})
 
 #: Event reason for entering each state (CamelCase, as ``kubectl describe`` shows them).
 TRANSITION_REASONS: Final[dict[NodeState, str]] = {

@@ -1,0 +1,89 @@
+"""The extender pre-flight as protocol (``patcher.core.lifecycle``): pure steps, no I/O.
+
+Nothing is written and no turn is asked for before the extenders answer; a failure keeps the node Pending with
+the message, one Warning per distinct failure, retries with a doubling delay; an answer re-plans, and the write
+then goes ahead through the usual path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from patcher.core import lifecycle as lc
+from patcher.core.status import NodeState, NodeStatus, desired_annotations
+
+H1, H2 = "a" * 64, "b" * 64
+OPTS = lc.Options(coordinated=True, check_extenders=True, probe_retry=2.0, probe_retry_max=5.0)
+DOWN = "extender http://x/filter does not answer: connection refused"
+
+
+def pending(config_hash: str = H1) -> lc.Planned:
+    return lc.Planned(0.0, "pending", config_hash=config_hash, source_hash="s" + config_hash[:3],
+                      manifest_change=True)
+
+
+def kinds(actions: list[lc.Action]) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+def test_a_pending_write_is_probed_first_and_asks_for_nothing_else() -> None:
+    node, acts = lc.step(lc.Node(), pending(), OPTS)
+    assert node.phase == NodeState.PENDING and node.probing == H1 and node.turn == "none"
+    assert lc.Probe(H1) in acts and "TakeTurn" not in kinds(acts) and "Apply" not in kinds(acts)
+    again, acts = lc.step(node, pending(), OPTS)  # a resync while the probe runs: no second probe
+    assert again == node and kinds(acts) == ["Count"]
+    # without the option, the write asks for its turn at once, as before
+    _, acts = lc.step(lc.Node(), pending(), replace(OPTS, check_extenders=False))
+    assert "TakeTurn" in kinds(acts) and "Probe" not in kinds(acts)
+
+
+def test_a_failed_probe_holds_the_write_back_and_retries_with_a_doubling_delay() -> None:
+    node, _ = lc.step(lc.Node(), pending(), OPTS)
+    node, acts = lc.step(node, lc.Probed(1.0, H1, blocking=DOWN), OPTS)
+    message = f"{DOWN}; config {H1[:12]} not written"
+    assert node.phase == NodeState.PENDING and node.record.message == message and node.probing == ""
+    assert lc.Note("ExtenderUnreachable", message, warning=True) in acts and lc.Count("error:extender") in acts
+    assert acts[-1] == lc.RetryLater(2.0) and "TakeTurn" not in kinds(acts) and "Apply" not in kinds(acts)
+    delays = []
+    for _ in range(3):
+        node, _ = lc.step(node, pending(), OPTS)
+        node, acts = lc.step(node, lc.Probed(2.0, H1, blocking=DOWN), OPTS)
+        assert "Note" not in kinds(acts) and "Publish" not in kinds(acts)  # the same failure: no Event spam
+        delays.append(acts[-1])
+    assert delays == [lc.RetryLater(4.0), lc.RetryLater(5.0), lc.RetryLater(5.0)]
+    # a new config starts its own backoff
+    node, _ = lc.step(node, pending(H2), OPTS)
+    _, acts = lc.step(node, lc.Probed(3.0, H2, blocking=DOWN), OPTS)
+    assert acts[-1] == lc.RetryLater(2.0)
+
+
+def test_an_answer_replans_clears_the_message_and_the_write_takes_its_turn() -> None:
+    node, _ = lc.step(lc.Node(), pending(), OPTS)
+    node, _ = lc.step(node, lc.Probed(1.0, H1, blocking=DOWN), OPTS)
+    node, _ = lc.step(node, pending(), OPTS)
+    node, acts = lc.step(node, lc.Probed(2.0, H1), OPTS)
+    assert node.probed == H1 and node.record.message is None and node.probe_failures == 0
+    assert acts[-1] == lc.Replan() and "Publish" in kinds(acts)  # the stale sentence leaves the annotations
+    node, acts = lc.step(node, pending(), OPTS)
+    assert lc.TakeTurn("s" + H1[:3]) in acts and "Probe" not in kinds(acts)
+    node, acts = lc.step(node, lc.TurnChanged(held=True, refused_bad=False), OPTS)
+    node, acts = lc.step(node, pending(), OPTS)  # holding the turn: write, no second probe
+    assert kinds(acts) == ["Count", "Apply"]
+
+
+def test_ignorable_failures_write_anyway_with_a_warning_and_stale_probes_are_ignored() -> None:
+    node, _ = lc.step(lc.Node(), pending(), OPTS)
+    stale, acts = lc.step(node, lc.Probed(1.0, H2, blocking=DOWN), OPTS)
+    assert stale == node and acts == []
+    node, acts = lc.step(node, lc.Probed(1.0, H1, ignored=DOWN), OPTS)
+    warning = f"{DOWN}; ignorable, so config {H1[:12]} is written anyway"
+    assert lc.Note("ExtenderUnreachable", warning, warning=True) in acts and acts[-1] == lc.Replan()
+    assert node.record.extender_warning == warning
+    stopped, _ = lc.step(node, lc.Stop(), OPTS)
+    assert lc.step(stopped, lc.Probed(2.0, H1, blocking=DOWN), OPTS) == (stopped, [])
+
+
+def test_pending_keeps_its_message_annotation() -> None:
+    ann = desired_annotations(NodeStatus(NodeState.PENDING, message="extender x does not answer"))
+    assert ann["scheduler-patcher.io/message"] == "extender x does not answer"
+    assert desired_annotations(NodeStatus(NodeState.PENDING))["scheduler-patcher.io/message"] is None
