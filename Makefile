@@ -60,6 +60,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/limits.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
 
 clean:

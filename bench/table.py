@@ -30,6 +30,8 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "SIGTERM -> manifest restored (real process)": (5.0, None),
     "idle agent CPU % of a core (run --no-api)": (0.03, None),
     "idle agent RSS MiB (run --no-api)": (50.0, None),
+    "extender pre-flight added to a patch (HTTP, answering)": (50.0, None),
+    "extender pre-flight added to a patch (HTTPS, CA file, answering)": (50.0, None),
 }
 
 

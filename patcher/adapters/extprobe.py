@@ -41,13 +41,15 @@ class _Https(http.client.HTTPSConnection):
 
 
 def _context(tls: Tls, local: Callable[[str], str], scratch: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    # The system roots only when they are used: loading them is most of a context's cost.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if tls.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    elif tls.has_ca:
+    elif not tls.has_ca:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
         # Only the given CA, like client-go: a CA in tlsConfig replaces the system roots.
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if tls.ca_file:
             ctx.load_verify_locations(cafile=local(tls.ca_file))
         if tls.ca_data:
