@@ -58,7 +58,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.server.bodies.append((self.path, self.rfile.read(length)))
-        if self.path.endswith("/fail"):
+        limit = self.server.answers
+        if self.path.endswith("/fail") or (limit is not None and len(self.server.bodies) > limit):
             self._send(500, b'{"error":"boom"}')
         elif self.path.endswith("/html"):
             self._send(200, b"<html>it works</html>", "text/html")
@@ -92,6 +93,8 @@ class ExtenderServer(http.server.ThreadingHTTPServer):
     def __init__(self, pki: Pki | None = None, *, client_ca: bool = False, port: int = 0) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.bodies: list[tuple[str, bytes]] = []
+        #: Answer this many requests, then fail every later one with 500 (None: never fail).
+        self.answers: int | None = None
         self.scheme = "http"
         if pki is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

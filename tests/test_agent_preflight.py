@@ -5,6 +5,8 @@ A non-ignorable extender that does not answer is never written into the manifest
 taken; the node shows Pending with the URL and the error, a Warning Event ExtenderUnreachable is sent, and the
 probe is retried until the extender comes up, when the node is patched without anyone's help. An ignorable one
 is patched anyway, with the warning. A SIGTERM during a probe that would wait 30 s is handled at once.
+After the restart the extenders are probed again before the node is Ready and the rollout turn passes on;
+a failure there rolls back like a crash loop.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def test_a_required_extender_that_does_not_answer_is_never_written_until_it_does
         assert ann["message"].startswith(f"extender {url}/filter does not answer: connection refused; config ")
         assert ann["message"].endswith(" not written")
         assert node.manifest.read_bytes() == KUBEADM  # no write
-        assert node.emu.get(LEASE[0], LEASE[1], LEASE[2], LEASE[3]) is None  # no turn taken
+        assert node.emu.get(*LEASE[:3], group=LEASE[3]) is None  # no turn taken
         assert wait_until(lambda: bool(warnings(node)), 10)
         assert warnings(node)[0] == ann["message"]
         assert wait_until(lambda: 'kind="extender"' in agent.metrics.render().decode(), 5)
@@ -93,3 +95,26 @@ def test_a_stop_during_a_long_probe_is_handled_at_once(node: Node) -> None:
         assert node.manifest.read_bytes() == KUBEADM
     finally:
         hole.close()
+
+
+def test_an_extender_that_fails_after_the_restart_rolls_the_canary_back(node: Node) -> None:
+    with ExtenderServer() as server:
+        server.answers = 1  # the pre-flight passes; the probe after the restart gets a 500
+        node.set_source(source(server.url))
+        agent = Running(node, coordinated=True, check_extenders=True)
+        try:
+            assert wait_until(lambda: node.state() == "RolledBack", 30), node.annotations()
+            message = node.annotations()["message"]
+            assert message.startswith(f"extender {server.url}/filter does not answer: HTTP 500 after kube-scheduler "
+                                      "restarted with config ")
+            assert message.endswith("rolled back to the original manifest")
+            assert [path for path, _ in server.bodies] == ["/filter", "/filter"]  # before the write, after it
+            assert wait_until(lambda: node.manifest.read_bytes() == KUBEADM, 10)
+            def bad_sources() -> str:
+                lease = node.emu.get(*LEASE[:3], group=LEASE[3]) or {}
+                return str((lease.get("metadata", {}).get("annotations") or {}).get(
+                    "scheduler-patcher.io/bad-source-hashes", ""))
+
+            assert wait_until(lambda: bad_sources() != "", 10)  # no other node tries this ConfigMap
+        finally:
+            agent.stop()

@@ -87,3 +87,47 @@ def test_pending_keeps_its_message_annotation() -> None:
     ann = desired_annotations(NodeStatus(NodeState.PENDING, message="extender x does not answer"))
     assert ann["scheduler-patcher.io/message"] == "extender x does not answer"
     assert desired_annotations(NodeStatus(NodeState.PENDING))["scheduler-patcher.io/message"] is None
+
+
+def waiting(opts: lc.Options = OPTS) -> lc.Node:
+    """A node that wrote config H1 and waits for the scheduler (pre-flight passed, turn held)."""
+    from patcher.core.state import LastGood, State
+
+    good = LastGood(config_hash=H2, config_file="config-b.yaml", source_hash="sb")
+    node = lc.Node(record=State(config_hash=H1, patched_sha256="p", manifest_mtime_ns=5, last_good=good),
+                   turn="held", probed=H1)
+    node, acts = lc.step(node, lc.Wrote(0.0, node.record, manifest_change=True), opts)
+    assert node.wait is not None and "Watch" in kinds(acts)
+    return node
+
+
+def ready(now: float = 1.0) -> lc.Observed:
+    from patcher.core.restart import Verdict
+
+    return lc.Observed(now, 2_000_000_000, Verdict.READY, "restarted")
+
+
+def test_after_the_restart_the_extenders_are_probed_again_before_the_turn_passes_on() -> None:
+    node = waiting()
+    node, acts = lc.step(node, ready(), OPTS)
+    assert node.phase == NodeState.WAITING_FOR_RESTART and node.turn == "held"  # not Ready yet, Lease kept
+    assert acts[-1] == lc.Probe(H1) and node.probing == H1
+    again, acts = lc.step(node, ready(1.5), OPTS)
+    assert again == node and acts == []  # the restart checks go on while the probe runs
+    node, acts = lc.step(node, lc.Probed(2.0, H1), OPTS)
+    assert node.wait is not None and node.wait.extenders_checked and acts == []
+    node, acts = lc.step(node, ready(2.1), OPTS)
+    assert node.phase == NodeState.READY and lc.ReleaseTurn(None) in acts and node.turn == "none"
+
+
+def test_an_extender_that_stops_answering_after_the_restart_rolls_back_like_a_crash_loop() -> None:
+    node, _ = lc.step(waiting(), ready(), OPTS)
+    node, acts = lc.step(node, lc.Probed(2.0, H1, blocking=DOWN), OPTS)
+    assert H1 in node.record.bad_hashes and node.wait is None
+    [rollback] = [a for a in acts if isinstance(a, lc.RollBack)]
+    assert rollback.reason == f"{DOWN} after kube-scheduler restarted with config {H1[:12]}"
+    assert rollback.last_good is not None and rollback.last_good.config_hash == H2
+    # without the option the restart alone makes the node Ready, as before
+    plain = replace(OPTS, check_extenders=False)
+    node, acts = lc.step(waiting(plain), ready(), plain)
+    assert node.phase == NodeState.READY

@@ -42,6 +42,9 @@ class Wait:
     deadline: float
     source_hash: str = ""
     adopted: bool = False
+    #: The extenders answered again after the restart (the canary probe): only then is the node Ready and the
+    #: rollout turn passed on.
+    extenders_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,9 @@ def probed(node: Node, ev: Probed, opts: Options) -> Step:
         return node, []  # a probe of a config that is no longer the one to write
     short = ev.config_hash[:12]
     node = replace(node, probing="")
+    w = node.wait
+    if w is not None and w.config_hash == ev.config_hash:
+        return _canary_probed(node, w, ev, opts)
     if ev.blocking:
         failures = node.probe_failures + 1
         delay = min(opts.probe_retry_max, opts.probe_retry * 2 ** (failures - 1))
@@ -426,6 +432,19 @@ def probed(node: Node, ev: Probed, opts: Options) -> Step:
     return node, [*acts, Replan()]
 
 
+def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
+    """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
+    answer lets the next restart check make the node Ready."""
+    short = ev.config_hash[:12]
+    if ev.blocking:
+        return _fail_wait(node, opts, f"{ev.blocking} after kube-scheduler restarted with config {short}")
+    acts: list[Action] = []
+    if ev.ignored:
+        warning = f"{ev.ignored} after kube-scheduler restarted with config {short}; ignorable, kept"
+        acts += [Log("warning", warning), Note("ExtenderUnreachable", warning, warning=True)]
+    return replace(node, wait=replace(w, extenders_checked=True)), acts
+
+
 def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
     node, acts = _release(node)
     if ev.changed_underneath:
@@ -441,6 +460,14 @@ def observed(node: Node, ev: Observed, opts: Options) -> Step:
     w = node.wait
     if w is None:
         return node, []
+    if ev.verdict == Verdict.READY and opts.check_extenders and not w.extenders_checked:
+        # The restarted scheduler runs the config: prove its extenders answer once more before the node is
+        # Ready and the turn passes to the next node (an extender can depend on what the restart changed).
+        if node.probing == w.config_hash:
+            return node, []  # its answer comes as Probed
+        return replace(node, probing=w.config_hash), [
+            Log("info", f"kube-scheduler runs config {w.config_hash[:12]}; probing its extenders again before "
+                        "the rollout moves on"), Probe(w.config_hash)]
     if ev.verdict == Verdict.READY:
         r = node.record
         good = LastGood(config_hash=r.config_hash, config_file=r.config_file, files=r.files,

@@ -30,7 +30,8 @@ from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_finge
 from patcher.core import extprobe, lifecycle, manifest, restart
 from patcher.core.errors import ConfigError, PatcherError
 from patcher.core.lifecycle import Node
-from patcher.core.state import State
+from patcher.core.schedconfig import RenderedConfig
+from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck
 
@@ -484,12 +485,21 @@ class Agent:
     def _start_probe(self, config_hash: str) -> None:
         """The pre-flight, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once
         (the probe is cancelled, not awaited). The answer comes back as a "probe" event."""
-        plan = self._plan
-        assert plan is not None and plan.config is not None and plan.config.config_hash == config_hash
-        config, cancel = plan.config, self._probe_cancel
+        plan, cancel = self._plan, self._probe_cancel
         self._probe_retry_at = None
+        if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
+            config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
+        else:  # after the restart: the config that was written, read back from the host folder
+            r = self._node.record
+            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
+                                                              files=r.files, api_version=r.api_version))
+        if config is None or config.config_hash != config_hash:
+            self._probe_done.put(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+                f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
+            self.notify("probe")
+            return
 
-        def run() -> None:
+        def run(config: RenderedConfig = config) -> None:
             try:
                 results = extcheck.check(self.files, config, cancel=cancel)
             except Exception as exc:  # a bug in the probe must not pass for an answer
