@@ -118,3 +118,30 @@ def test_an_extender_that_fails_after_the_restart_rolls_the_canary_back(node: No
             assert wait_until(lambda: bad_sources() != "", 10)  # no other node tries this ConfigMap
         finally:
             agent.stop()
+
+
+def test_while_ready_an_extender_that_stops_answering_makes_the_verdict_not_ready(node: Node) -> None:
+    from patcher.adapters.kube.client import ClientSettings, build_api_client
+    from patcher.adapters.kube.cluster import collect
+
+    with ExtenderServer() as server:
+        node.set_source(source(server.url))
+        agent = Running(node, check_extenders=True, extender_probe_interval=0.1)
+        api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig)))
+        try:
+            assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+            patched = node.manifest.read_bytes()
+            assert wait_until(lambda: len(server.bodies) >= 4, 10)  # before, after the restart, then periodic
+            server.answers = len(server.bodies)  # the extender stops answering (500 from now on)
+            stopped = f"extenders stopped answering: extender {server.url}/filter does not answer: HTTP 500"
+            assert wait_until(lambda: node.annotations().get("message") == stopped, 10), node.annotations()
+            assert node.state() == "Ready" and node.manifest.read_bytes() == patched  # nothing touched
+            row = collect(api).rows[0]
+            assert not row.ready and row.reason == stopped
+            assert wait_until(lambda: bool(warnings(node)), 10) and warnings(node) == [stopped]
+            server.answers = None  # back
+            assert wait_until(lambda: "message" not in node.annotations(), 10), node.annotations()
+            assert wait_until(lambda: collect(api).ready, 10)
+        finally:
+            api.close()
+            agent.stop()

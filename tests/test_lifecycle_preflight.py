@@ -131,3 +131,35 @@ def test_an_extender_that_stops_answering_after_the_restart_rolls_back_like_a_cr
     plain = replace(OPTS, check_extenders=False)
     node, acts = lc.step(waiting(plain), ready(), plain)
     assert node.phase == NodeState.READY
+
+
+def ready_node(opts: lc.Options = OPTS) -> lc.Node:
+    node, _ = lc.step(waiting(opts), ready(), opts)
+    node, _ = lc.step(node, lc.Probed(2.0, H1), opts)
+    node, _ = lc.step(node, ready(2.1), opts)
+    assert node.phase == NodeState.READY
+    return node
+
+
+def test_while_ready_a_periodic_probe_failure_says_so_without_touching_anything() -> None:
+    node = ready_node()
+    node, acts = lc.step(node, lc.ProbeDue(10.0), OPTS)
+    assert acts == [lc.Probe(H1)]
+    assert lc.step(node, lc.ProbeDue(10.5), OPTS) == (node, [])  # one at a time
+    node, acts = lc.step(node, lc.Probed(11.0, H1, blocking=DOWN), OPTS)
+    message = f"extenders stopped answering: {DOWN}"
+    assert node.phase == NodeState.READY and node.record.message == message and node.record.config_hash == H1
+    assert lc.Note("ExtenderUnreachable", message, warning=True) in acts and "Publish" in kinds(acts)
+    assert not {"Apply", "RollBack", "TakeTurn", "RestoreAll"} & set(kinds(acts))  # the manifest stays
+    ann = desired_annotations(NodeStatus(NodeState.READY, H1, message=node.record.message))
+    assert ann["scheduler-patcher.io/message"] == message  # the verdict reads it: NotReady
+    node, _ = lc.step(node, lc.ProbeDue(20.0), OPTS)
+    node, acts = lc.step(node, lc.Probed(21.0, H1, blocking=DOWN), OPTS)
+    assert acts == [lc.Count("error:extender")]  # still down: no second Warning, no re-publish
+    node, _ = lc.step(node, lc.ProbeDue(30.0), OPTS)
+    node, acts = lc.step(node, lc.Probed(31.0, H1), OPTS)
+    assert node.record.message is None and "Publish" in kinds(acts)
+    # not Ready, or the option off: no periodic probe
+    assert lc.step(waiting(), lc.ProbeDue(1.0), OPTS)[1] == []
+    plain = replace(OPTS, check_extenders=False)
+    assert lc.step(ready_node(plain), lc.ProbeDue(1.0), plain)[1] == []

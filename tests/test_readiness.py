@@ -150,6 +150,15 @@ def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: k8s.ApiCl
     assert [r.mirror_pod for r in verdict.rows][2] is None
 
 
+def test_a_ready_node_whose_extender_stopped_answering_is_not_ready(emu: KubeEmulatorExt,
+                                                                    api: k8s.ApiClient) -> None:
+    ready_cluster(emu)
+    down = "extenders stopped answering: extender http://127.0.0.1:8889/filter does not answer: HTTP 500"
+    set_node(emu, "cp-2", {**node_annotations_for(), "scheduler-patcher.io/message": down})
+    verdict = collect(api)
+    assert not verdict.ready and verdict.explain() == [f"cp-2: {down}"]
+
+
 def test_a_scheduler_that_restarted_since_is_still_ready(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
     # kube-scheduler exits whenever it loses its leader election; the kubelet restarts it with the same
     # manifest. That is no reason to call the cluster not ready.

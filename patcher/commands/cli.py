@@ -257,6 +257,9 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
           "never the scheduler's 10259)")
     f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
           "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
+    f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
+          "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
+          type=duration)
     f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
@@ -303,7 +306,7 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
         files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
         restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
         restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
-        check_extenders=args.check_extenders,
+        check_extenders=args.check_extenders, extender_probe_interval=args.extender_probe_interval,
     )
     return AgentConfig(
         agent=agent,

@@ -173,12 +173,19 @@ class Probed:
 
 
 @dataclass(frozen=True)
+class ProbeDue:
+    """The periodic probe's timer: while Ready, prove the extenders still answer."""
+
+    now: float
+
+
+@dataclass(frozen=True)
 class Stop:
     """SIGTERM/SIGINT (or a stop request): restore, unless told not to."""
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
-         | Stop)
+         | ProbeDue | Stop)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -407,6 +414,8 @@ def probed(node: Node, ev: Probed, opts: Options) -> Step:
     w = node.wait
     if w is not None and w.config_hash == ev.config_hash:
         return _canary_probed(node, w, ev, opts)
+    if w is None and node.phase == NodeState.READY and ev.config_hash == node.record.config_hash:
+        return _periodic_probed(node, ev)
     if ev.blocking:
         failures = node.probe_failures + 1
         delay = min(opts.probe_retry_max, opts.probe_retry * 2 ** (failures - 1))
@@ -443,6 +452,36 @@ def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
         warning = f"{ev.ignored} after kube-scheduler restarted with config {short}; ignorable, kept"
         acts += [Log("warning", warning), Note("ExtenderUnreachable", warning, warning=True)]
     return replace(node, wait=replace(w, extenders_checked=True)), acts
+
+
+def probe_due(node: Node, ev: ProbeDue, opts: Options) -> Step:
+    """While Ready (and nothing else under way), probe the running config's extenders."""
+    r = node.record
+    if not opts.check_extenders or node.phase != NodeState.READY or node.wait is not None or node.probing \
+            or not r.config_hash:
+        return node, []
+    return replace(node, probing=r.config_hash), [Probe(r.config_hash)]
+
+
+#: The start of the message a Ready node carries while the periodic probe finds an extender down; the cluster
+#: verdict reads a Ready node with a message as not ready (``patcher.core.readiness``).
+STOPPED_ANSWERING = "extenders stopped answering"
+
+
+def _periodic_probed(node: Node, ev: Probed) -> Step:
+    """A Ready node whose extender stopped answering stays Ready on disk (the manifest is not touched: the
+    scheduler itself is fine) but says so in its message, which makes the cluster verdict NotReady."""
+    message = f"{STOPPED_ANSWERING}: {ev.blocking}" if ev.blocking else None
+    if message == node.record.message:
+        return node, [Count("error:extender")] if message else []
+    acts: list[Action] = []
+    if message:
+        acts += [Count("error:extender"), Log("warning", message),
+                 Note("ExtenderUnreachable", message, warning=True)]
+    else:
+        acts.append(Log("info", "the extenders answer again"))
+    node, more = _phase(node, NodeState.READY, message)
+    return node, [*acts, *more]
 
 
 def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
@@ -540,6 +579,8 @@ def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -
             return rollback_failed(node, event, opts)
         case Probed():
             return probed(node, event, opts)
+        case ProbeDue():
+            return probe_due(node, event, opts)
         case Stop():
             return replace(node, stopping=True, wait=None), [RestoreAll()]
     raise AssertionError(f"unknown event {event!r}")

@@ -152,6 +152,8 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
         return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
     if state != NodeState.READY:
         return not_ready(f"state is {state or 'unset'}" + (f": {message}" if message else ""))
+    if message:  # Ready with a message: the agent's periodic probe found an extender that stopped answering
+        return not_ready(message)
     if config_hash is None:
         return not_ready("no config-hash annotation")
     if expected is not None and not any(h and restart.hashes_match(h, expected) for h in (source_hash, config_hash)):

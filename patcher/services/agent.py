@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import queue
+import random
 import signal
 import threading
 import time
@@ -86,6 +87,7 @@ class AgentOptions:
     check_extenders: bool = False  # probe the config's extenders before a manifest write (run: on)
     probe_retry: float = 2.0  # first retry of a failed pre-flight; doubles up to probe_retry_max
     probe_retry_max: float = 60.0
+    extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
 
 
 class Agent:
@@ -118,6 +120,7 @@ class Agent:
         self._exit_code = 0
         self._lease_retry_at: float | None = None
         self._probe_retry_at: float | None = None
+        self._periodic_probe_at: float | None = None
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
         self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
@@ -291,9 +294,22 @@ class Agent:
         elif self._probe_retry_at is not None and time.monotonic() >= self._probe_retry_at:
             self._probe_retry_at = None
             self.reconcile("extender probe retry")
+        elif self._periodic_probe_at is not None and time.monotonic() >= self._periodic_probe_at:
+            self._periodic_probe_at = None
+            self._feed(lifecycle.ProbeDue(time.monotonic()))
         elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
             self.reconcile("rollout lease retry")
         self.check_restart()
+        self._schedule_periodic_probe()
+
+    def _schedule_periodic_probe(self) -> None:
+        """While Ready and no probe runs: the next periodic probe, jittered so that agents started together do
+        not call the extender together."""
+        n, interval = self._node, self.opts.extender_probe_interval
+        if not self.rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
+            self._periodic_probe_at = None
+        elif self._periodic_probe_at is None and not n.probing:
+            self._periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
 
     def _attached(self) -> None:
         self._api_pending = False
@@ -317,6 +333,8 @@ class Agent:
             wake.append(self._lease_retry_at - now)
         if self._probe_retry_at is not None:
             wake.append(self._probe_retry_at - now)
+        if self._periodic_probe_at is not None:
+            wake.append(self._periodic_probe_at - now)
         w = self._node.wait
         if w is not None:
             # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
