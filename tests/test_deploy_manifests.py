@@ -389,7 +389,7 @@ def test_pods_run_as_root_with_nothing_else(name: str) -> None:
         # the agent shares the host's network with kube-scheduler (the extender pre-flight); nothing else does
         agent = workload["kind"] == "DaemonSet"
         assert spec.get("hostNetwork", False) is agent and spec.get("hostIPC", False) is False
-        assert spec.get("dnsPolicy") == ("ClusterFirstWithHostNet" if agent else None)
+        assert spec.get("dnsPolicy") == ("Default" if agent else None)  # the scheduler's resolver, not cluster DNS
         assert spec.get("hostPID", False) is (name == "overlays/local-check")
         assert spec["enableServiceLinks"] is False
         for container in all_containers(spec):
