@@ -111,7 +111,7 @@ def test_after_the_restart_the_extenders_are_probed_again_before_the_turn_passes
     node = waiting()
     node, acts = lc.step(node, ready(), OPTS)
     assert node.phase == NodeState.WAITING_FOR_RESTART and node.turn == "held"  # not Ready yet, Lease kept
-    assert acts[-1] == lc.Probe(H1) and node.probing == H1
+    assert acts[-1] == lc.Probe(H1) and node.wait is not None and node.wait.probing
     again, acts = lc.step(node, ready(1.5), OPTS)
     assert again == node and acts == []  # the restart checks go on while the probe runs
     node, acts = lc.step(node, lc.Probed(2.0, H1), OPTS)
@@ -163,3 +163,16 @@ def test_while_ready_a_periodic_probe_failure_says_so_without_touching_anything(
     assert lc.step(waiting(), lc.ProbeDue(1.0), OPTS)[1] == []
     plain = replace(OPTS, check_extenders=False)
     assert lc.step(ready_node(plain), lc.ProbeDue(1.0), plain)[1] == []
+
+
+def test_a_pre_flight_of_the_next_config_does_not_lose_the_canary_probe() -> None:
+    # A ConfigMap change while the canary probe runs: both probes are in flight, each answer finds its place.
+    node, _ = lc.step(waiting(), ready(), OPTS)
+    node, acts = lc.step(node, replace(pending(H2), now=1.2), OPTS)
+    assert lc.Probe(H2) in acts and node.probing == H2
+    node, acts = lc.step(node, lc.Probed(1.5, H1), OPTS)  # the canary's answer
+    assert node.wait is not None and node.wait.extenders_checked and node.probing == H2
+    node, acts = lc.step(node, ready(1.6), OPTS)
+    assert node.phase == NodeState.READY
+    node, acts = lc.step(node, lc.Probed(1.7, H2), OPTS)  # the pre-flight's answer
+    assert node.probed == H2 and acts[-1] == lc.Replan()

@@ -10,6 +10,7 @@ the host root through ``local``.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import socket
@@ -105,8 +106,11 @@ def probe(target: Target, *, local: Callable[[str], str] = lambda p: p,
     if parts.scheme not in ("http", "https") or not host:
         return done(f"not an http(s) URL: {target.url_prefix!r}")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    inline_pem = bool(target.tls.cert_data or target.tls.key_data)
     try:
-        with tempfile.TemporaryDirectory(prefix="extprobe-") as scratch:
+        # A private folder only for inline client certificates (load_cert_chain takes paths only)
+        with tempfile.TemporaryDirectory(prefix="extprobe-") if inline_pem else contextlib.nullcontext("") \
+                as scratch:
             conn: http.client.HTTPConnection
             if parts.scheme == "https":
                 conn = _Https(host, parts.port, timeout=target.timeout,

@@ -45,6 +45,8 @@ class Wait:
     #: The extenders answered again after the restart (the canary probe): only then is the node Ready and the
     #: rollout turn passed on.
     extenders_checked: bool = False
+    probing: bool = False  # that probe runs now (apart from ``Node.probing``: a pre-flight of the next config
+    # may run at the same time)
 
 
 @dataclass(frozen=True)
@@ -354,7 +356,8 @@ def planned(node: Node, ev: Planned, opts: Options) -> Step:
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
                                          "it without a write"), *more]
     # pending
-    if ev.manifest_change and opts.check_extenders and node.turn != "held" and node.probed != ev.config_hash:
+    if ev.manifest_change and opts.check_extenders and node.probed != ev.config_hash:
+        # (also while the turn is held: a new config that comes while the last one waits for its restart)
         # Pre-flight: nothing is written and no turn is taken before the extenders answer.
         if node.probing == ev.config_hash:
             return node, acts  # its answer comes as Probed
@@ -407,13 +410,13 @@ def wrote(node: Node, ev: Wrote, opts: Options) -> Step:
 def probed(node: Node, ev: Probed, opts: Options) -> Step:
     """The pre-flight answered. Blocked: stay Pending (nothing written, no turn taken) with the message
     naming the extenders, and probe again after a backoff. Passed: plan again, and this time write."""
+    w = node.wait
+    if w is not None and w.probing and w.config_hash == ev.config_hash:
+        return _canary_probed(node, replace(w, probing=False), ev, opts)
     if ev.config_hash != node.probing:
         return node, []  # a probe of a config that is no longer the one to write
     short = ev.config_hash[:12]
     node = replace(node, probing="")
-    w = node.wait
-    if w is not None and w.config_hash == ev.config_hash:
-        return _canary_probed(node, w, ev, opts)
     if w is None and node.phase == NodeState.READY and ev.config_hash == node.record.config_hash:
         return _periodic_probed(node, ev)
     if ev.blocking:
@@ -445,6 +448,7 @@ def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
     """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
     answer lets the next restart check make the node Ready."""
     short = ev.config_hash[:12]
+    node = replace(node, wait=w)
     if ev.blocking:
         return _fail_wait(node, opts, f"{ev.blocking} after kube-scheduler restarted with config {short}")
     acts: list[Action] = []
@@ -502,9 +506,9 @@ def observed(node: Node, ev: Observed, opts: Options) -> Step:
     if ev.verdict == Verdict.READY and opts.check_extenders and not w.extenders_checked:
         # The restarted scheduler runs the config: prove its extenders answer once more before the node is
         # Ready and the turn passes to the next node (an extender can depend on what the restart changed).
-        if node.probing == w.config_hash:
+        if w.probing:
             return node, []  # its answer comes as Probed
-        return replace(node, probing=w.config_hash), [
+        return replace(node, wait=replace(w, probing=True)), [
             Log("info", f"kube-scheduler runs config {w.config_hash[:12]}; probing its extenders again before "
                         "the rollout moves on"), Probe(w.config_hash)]
     if ev.verdict == Verdict.READY:

@@ -7,6 +7,7 @@ own hostPath mounts find them.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 from patcher.adapters.extprobe import probe_all
@@ -15,12 +16,19 @@ from patcher.core.schedconfig import RenderedConfig
 from patcher.services import engine
 
 
+@functools.lru_cache(maxsize=8)
+def _targets(config_hash: str, files: tuple[tuple[str, bytes], ...]) -> tuple[extprobe.Target, ...]:
+    """The targets of one rendered config, parsed once: the agent probes the same config before the write,
+    after the restart and every minute while Ready."""
+    return tuple(extprobe.targets(dict(files)))
+
+
 def check(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event | None = None,
           deadline: float | None = None) -> list[extprobe.Result]:
     """Probe every extender of ``config`` at once; one result each, in config order."""
     fs = opts.fs
-    return probe_all(extprobe.targets(config.files), local=lambda p: str(fs.local(p)), cancel=cancel,
-                     deadline=deadline)
+    found = _targets(config.config_hash, tuple(sorted(config.files.items())))
+    return probe_all(found, local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
 
 
 def as_data(results: list[extprobe.Result]) -> list[dict[str, object]]:
