@@ -61,6 +61,7 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
 
 clean:

@@ -36,6 +36,9 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "gatekeeper: CPU ms per released pod": (None, None),
     "gatekeeper: peak RSS MiB, 10k pods cached": (100.0, None),
     "gatekeeper: batches released after a NotReady flip": (1.0, None),
+    # issue 21: what the extender pre-flight adds to a patch (bench/extprobe_bench.py)
+    "extender pre-flight added to a patch (HTTP, answering)": (50.0, None),
+    "extender pre-flight added to a patch (HTTPS, CA file, answering)": (50.0, None),
 }
 
 

@@ -30,6 +30,11 @@ def test_agent_bench_runs() -> None:
         assert what in out
 
 
+def test_extender_probe_bench_runs() -> None:
+    out = run("bench/extprobe_bench.py", "-n", "2")
+    assert "extender pre-flight added to a patch (HTTPS, CA file, answering)" in out and "/patch" in out
+
+
 def test_limits_bench_runs() -> None:
     assert "largest accepted manifest" in run("bench/limits.py")
 

@@ -260,7 +260,8 @@ RUN_FLAG_VALUES = {
     "--local-check": "true", "--listen": ":1", "--grace-period": "3s", "--rollout": "independent",
     "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
-    "--log-format": "json", "--log-level": "debug",
+    "--log-format": "json", "--log-level": "debug", "--check-extenders": "false",
+    "--extender-probe-interval": "5m",
 }
 
 
@@ -293,6 +294,15 @@ def test_run_config_groups_the_settings() -> None:
     assert config.agent.restart_timeout == 120.0
     no_api = run_config("--no-api")
     assert no_api.api is None and not no_api.coordinated and not no_api.publishes_status
+
+
+def test_the_health_port_never_takes_the_schedulers(capsys: pytest.CaptureFixture[str]) -> None:
+    # hostNetwork: the agent's port is a host port, next to kube-scheduler's
+    assert main(["run", "--node-name", "cp-1", "--listen", ":10259"]) == 64
+    assert capsys.readouterr().err == ("scheduler-patcher run: error: --listen :10259: port 10259 is kube-scheduler's "
+                                       "(its secure port); the agent shares the host's network with it\n")
+    assert run_config("--listen", "127.0.0.1:9818").listen == "127.0.0.1:9818"
+    assert run_config().agent.check_extenders and not run_config("--check-extenders=false").agent.check_extenders
 
 
 def test_a_lease_shorter_than_a_second_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -390,7 +390,10 @@ def test_pods_run_as_root_with_nothing_else(name: str) -> None:
         pod_sc = spec["securityContext"]
         assert pod_sc["runAsUser"] == 0 and pod_sc["runAsGroup"] == 0 and pod_sc["runAsNonRoot"] is False
         assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
-        assert spec.get("hostNetwork", False) is False and spec.get("hostIPC", False) is False
+        # the agent shares the host's network with kube-scheduler (the extender pre-flight); nothing else does
+        agent = workload["kind"] == "DaemonSet"
+        assert spec.get("hostNetwork", False) is agent and spec.get("hostIPC", False) is False
+        assert spec.get("dnsPolicy") == ("Default" if agent else None)  # the scheduler's resolver, not cluster DNS
         assert spec.get("hostPID", False) is (name == "overlays/local-check")
         assert spec["enableServiceLinks"] is False
         for container in all_containers(spec):

@@ -75,12 +75,12 @@ def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, a
         assert annotation_snapshot(emu.get("nodes", NODE) or {})["state"] == "Ready"
 
 
-def test_message_only_while_failed_or_rolled_back(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_message_only_in_the_states_that_keep_one(emu: KubeEmulator, api: k8s.ApiClient) -> None:
     with NodeReporter(api, NODE, backoff=fast()) as rep:
         rep.publish(NodeStatus(NodeState.ROLLED_BACK, None, MTIME, message="config 0123456789ab crash-looped"))
         assert rep.flush(5)
         assert ours(emu)[P + "message"] == "config 0123456789ab crash-looped"
-        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, message="ignored outside failures"))
+        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME, message="ignored in this state"))
         assert rep.flush(5)
         assert P + "message" not in ours(emu)
         assert successful_patches(emu)[-1][P + "message"] is None

@@ -63,7 +63,7 @@ def test_prefix_is_normalized() -> None:
 
 
 def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None:
-    ready = NodeStatus(NodeState.READY, "ab" * 32, 1795304401 * NS + 1, 1795304405 * NS, message="stale")
+    ready = NodeStatus(NodeState.READY, "ab" * 32, 1795304401 * NS + 1, 1795304405 * NS)
     assert desired_annotations(ready, "example.com") == {
         "example.com/state": "Ready",
         "example.com/config-hash": "ab" * 32,
@@ -76,6 +76,11 @@ def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None
     values = desired_annotations(failed)
     assert values["scheduler-patcher.io/message"] == "config abc crash-looped"
     assert values["scheduler-patcher.io/config-hash"] is None
+    stale = desired_annotations(NodeStatus(NodeState.WAITING_FOR_RESTART, "ab" * 32, message="stale"))
+    assert stale["scheduler-patcher.io/message"] is None
+    # Ready keeps one only because the periodic extender probe set it (the verdict reads it as NotReady)
+    down = desired_annotations(NodeStatus(NodeState.READY, "ab" * 32, message="extenders stopped answering: x"))
+    assert down["scheduler-patcher.io/message"] == "extenders stopped answering: x"
     with_source = desired_annotations(NodeStatus(NodeState.READY, "ab" * 32, source_hash="cd" * 32))
     assert with_source["scheduler-patcher.io/source-hash"] == "cd" * 32
     assert merge_patch(values) == {"metadata": {"annotations": values}}

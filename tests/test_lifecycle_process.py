@@ -61,6 +61,7 @@ def test_sigterm_at_any_moment_of_the_start_restores_what_an_earlier_agent_patch
         kubelet = SimKubelet(emu, NODE, root).start()
         try:
             child = Child("run", "--host-root", str(root), "--source", str(src), "--listen", "127.0.0.1:0",
+                          "--check-extenders=false",
                           env={"NODE_NAME": NODE, "KUBECONFIG": str(emu.write_kubeconfig(tmp_path / "kc"))})
             # From the moment the handler is in, any signal must be honoured: wait for that moment, then let
             # the start-up go on for ``delay`` (imports, API client, mirror-pod sync, first reconcile...).

@@ -23,7 +23,7 @@ from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.commands import readiness
-from patcher.core.readiness import ClusterVerdict, evaluate, render_table
+from patcher.core.readiness import ClusterVerdict, evaluate, render_table, scheduler_pods
 from tests.kubeemu import make_mirror_pod, wait_until
 from tests.kubeemu_ext import (
     BEFORE,
@@ -121,7 +121,7 @@ def test_json_output_carries_every_row_and_the_overall_verdict(emu: KubeEmulator
     assert first == {"node": "cp-1", "state": "Ready", "sourceHash": SOURCE_HASH, "configHash": CONFIG_HASH,
                      "manifestMtime": MTIME,
                      "schedulerStarted": STARTED, "restartedAt": "2026-11-21T23:40:03.000000000Z", "message": None,
-                     "mirrorPod": "kube-scheduler-cp-1", "ready": True, "reason": None}
+                     "mirrorPod": "kube-scheduler-cp-1", "ready": True, "reason": None, "selected": True}
     assert doc["nodes"][2]["reason"] == "state is RolledBack: kube-scheduler crash-loops with config x."
     assert doc["nodes"][2]["message"] == "kube-scheduler crash-loops with config x."
     assert doc["summary"] == f"NotReady: 2/3 nodes ready for config {SOURCE_HASH[:12]}"
@@ -148,6 +148,15 @@ def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: k8s.ApiCl
     assert reasons["cp-6"] == "no scheduler-patcher annotations (is the agent running on this node?)"
     assert verdict.explain() == [f"{n}: {reasons[n]}" for n in ("cp-1", "cp-2", "cp-3", "cp-4", "cp-5", "cp-6")]
     assert [r.mirror_pod for r in verdict.rows][2] is None
+
+
+def test_a_ready_node_whose_extender_stopped_answering_is_not_ready(emu: KubeEmulatorExt,
+                                                                    api: k8s.ApiClient) -> None:
+    ready_cluster(emu)
+    down = "extenders stopped answering: extender http://127.0.0.1:8889/filter does not answer: HTTP 500"
+    set_node(emu, "cp-2", {**node_annotations_for(), "scheduler-patcher.io/message": down})
+    verdict = collect(api)
+    assert not verdict.ready and verdict.explain() == [f"cp-2: {down}"]
 
 
 def test_a_scheduler_that_restarted_since_is_still_ready(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
@@ -200,24 +209,35 @@ def test_the_legacy_master_label_counts_once(emu: KubeEmulatorExt, api: k8s.ApiC
     set_node(emu, "cp-1", node_annotations_for(), labels={CP: "", MASTER: ""})
     set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
     assert [r.node for r in collect(api).rows] == ["cp-1", "old-master"]
-    assert [r.node for r in collect(api, legacy_master_label=False).rows] == ["cp-1"]
     assert [r.node for r in collect(api, node_selector="no-such-label").rows] == ["cp-1", "old-master"]
-    none = collect(api, node_selector="no-such-label", legacy_master_label=False)
-    assert not none.ready and none.problems == ("no control-plane nodes found",)
+    # Without the legacy label the scheduler on old-master is still counted (it runs there), outside the selector.
+    narrow = collect(api, legacy_master_label=False)
+    assert [(r.node, r.selected, r.ready) for r in narrow.rows] == [("cp-1", True, True), ("old-master", False, True)]
+    assert len(narrow.warnings) == 1 and "on node old-master" in narrow.warnings[0]
+    emu.delete("pods", "kube-scheduler-old-master", namespace="kube-system")
+    assert [r.node for r in collect(api, legacy_master_label=False).rows] == ["cp-1"]
 
 
-def test_mirror_pods_come_from_one_labelled_list_or_one_get_each(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
     ready_cluster(emu)
     pods = "/api/v1/namespaces/kube-system/pods"
-    collect(api)  # kubeletsim-style mirror pods without kubeadm's labels: the list misses them, GETs find them
+    emu.clear_requests()
+    # kubeletsim-style mirror pods without kubeadm's labels: the labelled list misses them, the namespace's
+    # list has them (Node-owned, named kube-scheduler-<node>); no GET per pod
+    assert collect(api).ready
+    reads = [(r.path, r.query.get("labelSelector"), r.query.get("limit")) for r in emu.requests("GET")]
+    assert reads == [("/api/v1/nodes", CP, None), ("/api/v1/nodes", MASTER, None),
+                     (pods, "component=kube-scheduler", "500"), (pods, None, "500")]
+    # A caller that may not list pods reads each selected node's mirror pod, and cannot call the cluster Ready:
+    # a scheduler outside the selector would be invisible.
+    emu.fail("GET", pods, 403)
+    emu.clear_requests()
+    verdict = collect(api)
     assert sorted(r.path for r in emu.requests("GET") if r.path.startswith(pods + "/")) == [
         f"{pods}/kube-scheduler-{n}" for n in NODES]
-    for n in NODES:
-        set_mirror(emu, n, labels={"component": "kube-scheduler", "tier": "control-plane"})
-    emu.clear_requests()
-    assert collect(api).ready
-    reads = [(r.path, r.query.get("labelSelector")) for r in emu.requests("GET")]
-    assert reads == [("/api/v1/nodes", CP), ("/api/v1/nodes", MASTER), (pods, "component=kube-scheduler")]
+    assert all(r.ready for r in verdict.rows) and not verdict.ready
+    assert verdict.problems == ("cannot list pods in kube-system (forbidden): kube-schedulers on nodes outside the "
+                                "node selector cannot be counted",)
 
 
 def test_evaluate_is_pure_and_handles_an_empty_cluster() -> None:
@@ -410,3 +430,89 @@ def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmul
                                              "HTTP 503") as info:
         publish_status(api, written, namespace=NS)
     assert info.value.status == 503
+
+
+# --- every scheduler counted (issue 21) ----------------------------------------------------------------
+
+
+def test_a_scheduler_on_an_unlabelled_node_is_not_ready(emu: KubeEmulatorExt, api: k8s.ApiClient,
+                                                         kubeconfig: Path) -> None:
+    # Some installers do not label control-plane nodes: the DaemonSet's default placement puts no agent there,
+    # and a verdict that starts from node labels would never see that scheduler, which runs without the extender.
+    ready_cluster(emu)
+    set_node(emu, "cp-4", {}, labels={})
+    set_mirror(emu, "cp-4", labels={"component": "kube-scheduler", "tier": "control-plane"})
+    verdict = collect(api)
+    assert not verdict.ready
+    row = {r.node: r for r in verdict.rows}["cp-4"]
+    assert row.reason == "kube-scheduler runs here, no agent reports"
+    assert row.mirror_pod == "kube-scheduler-cp-4" and not row.selected
+    assert verdict.warnings == ("kube-scheduler pod kube-system/kube-scheduler-cp-4 runs on node cp-4, which the "
+                                "control-plane node selector does not select: the DaemonSet's default placement "
+                                "puts no agent there (see 'Unlabelled control plane' in docs/operator-contract.md)",)
+    code, out, _ = run_main(kubeconfig, "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["warnings"] == list(verdict.warnings)
+    assert doc["nodes"][-1] == {**doc["nodes"][-1], "node": "cp-4", "selected": False, "ready": False,
+                                "reason": "kube-scheduler runs here, no agent reports"}
+    code, out, _ = run_main(kubeconfig)
+    assert "warning: kube-scheduler pod kube-system/kube-scheduler-cp-4 runs on node cp-4" in out
+    assert "  cp-4: kube-scheduler runs here, no agent reports" in out
+    # the published verdict carries the row too, and the csi-baremetal shape lists the node as not restarted
+    publish_status(api, lambda: collect(api), namespace=NS, compat_csi_baremetal=True)
+    status = json.loads(configmap(emu, "scheduler-patcher-status")["data"]["status.json"])
+    assert status["nodes"][-1]["reason"] == "kube-scheduler runs here, no agent reports"
+    compat = YAML(typ="safe").load(configmap(emu, "extender-readiness")["data"]["nodes.yaml"])
+    assert compat["nodes"][-1] == {"node_name": "cp-4", "kube_scheduler": "kube-scheduler-cp-4", "restarted": False}
+
+
+def test_a_node_owned_scheduler_pod_without_labels_is_counted_too(emu: KubeEmulatorExt,
+                                                                   api: k8s.ApiClient) -> None:
+    # kubeletsim-style mirror pods carry no labels; their owner (the Node) and name make them the scheduler.
+    ready_cluster(emu)
+    set_node(emu, "cp-4", {}, labels={})
+    set_mirror(emu, "cp-4")
+    verdict = collect(api)
+    assert [r.node for r in verdict.rows] == [*NODES, "cp-4"]
+    assert verdict.rows[-1].reason == "kube-scheduler runs here, no agent reports"
+    # the Node object is gone (or never readable): the scheduler pod alone still makes the row
+    emu.delete("nodes", "cp-4")
+    assert {r.node: r.reason for r in collect(api).rows}["cp-4"] == "kube-scheduler runs here, no agent reports"
+
+
+def test_an_agent_on_an_unselected_node_is_judged_like_any_other(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+    # The operator widened the DaemonSet's placement: the agent there reports and the row can be Ready (every
+    # scheduler runs the config); the warning stays, because the verdict's node selector still misses that node.
+    ready_cluster(emu)
+    set_node(emu, "cp-4", node_annotations_for(), labels={})
+    set_mirror(emu, "cp-4")
+    verdict = collect(api)
+    assert verdict.rows[-1].ready and not verdict.rows[-1].selected
+    assert verdict.ready and len(verdict.warnings) == 1
+
+
+def test_pods_of_another_controller_are_not_counted_as_the_static_scheduler(emu: KubeEmulatorExt,
+                                                                             api: k8s.ApiClient) -> None:
+    ready_cluster(emu)
+    pod = make_mirror_pod(node_name="worker-1", static_name="second-scheduler", annotations={})
+    pod["metadata"]["labels"] = {"component": "kube-scheduler"}
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "second-abc",
+                                           "uid": "rs", "controller": True}]
+    emu.set_pod(pod)
+    verdict = collect(api)
+    assert verdict.ready and [r.node for r in verdict.rows] == list(NODES)
+    # etcd and the apiserver are Node-owned too, but they are not the scheduler
+    emu.set_pod(make_mirror_pod(node_name="cp-9", static_name="etcd", annotations={}))
+    assert collect(api).ready
+
+
+def test_scheduler_pods_prefers_the_mirror_name_when_two_pods_claim_a_node() -> None:
+    mirror = make_mirror_pod(node_name="cp-1", annotations={})
+    other = make_mirror_pod(node_name="cp-1", static_name="kube-scheduler-custom", annotations={})
+    found = scheduler_pods([other, mirror], [mirror, other])
+    assert found.by_node == {"cp-1": mirror}
+    assert found.warnings == ("pod kube-scheduler-custom-cp-1 on node cp-1 also looks like a kube-scheduler; the "
+                              "verdict judges kube-scheduler-cp-1",)
+    unscheduled = make_mirror_pod(node_name="cp-2", annotations={})
+    del unscheduled["spec"]["nodeName"], unscheduled["metadata"]["ownerReferences"]
+    assert scheduler_pods([unscheduled], []).by_node == {}

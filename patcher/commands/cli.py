@@ -139,23 +139,42 @@ def _config_info(config: Any) -> dict[str, Any] | None:
             "file": config.main, "kube_version": config.kube_version or None}
 
 
+def _check_extenders(args: argparse.Namespace, opts: engine.Options, config: Any) -> list[Any] | None:
+    """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
+    if not getattr(args, "check_extenders", False) or config is None:
+        return None
+    from patcher.services import extcheck
+
+    return extcheck.check(opts, config)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     opts = _options(args)
     plan = engine.plan_apply(opts)
     config = plan.config
     notes = [n for n in plan.notes if not n.startswith("source form")]
+    probes = _check_extenders(args, opts, config)
     if args.output != "text":
+        from patcher.services import extcheck
+
         changes = [{"path": c.node_path, "kind": c.kind,
                     "action": "create" if c.old is None else "delete" if c.new is None else "update",
                     "diff": c.diff()} for c in plan.changes]
-        emit({"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
-              "source_hash": plan.source_hash or None, "notes": notes, "changes": changes}, args.output)
+        doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
+               "source_hash": plan.source_hash or None, "notes": notes, "changes": changes}
+        if probes is not None:
+            doc["extenders"] = extcheck.as_data(probes)
+        emit(doc, args.output)
         return EXIT_PENDING if plan.pending else EXIT_OK
     out = sys.stdout
     if config is not None:
         out.write(f"# source form: {config.form}, apiVersion {config.api_version}, config {config.short_hash}\n")
     for note in notes:
         out.write(f"# note: {note}\n")
+    for result in probes or []:
+        out.write(f"# extender {result.line()}\n")
+    if probes == []:
+        out.write("# extender: none in the config\n")
     if not plan.pending:
         out.write(f"# {plan.manifest_path}: up to date, nothing to do\n")
         return EXIT_OK
@@ -164,11 +183,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_PENDING
 
 
-def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: list[str]) -> None:
+def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: list[str],
+            extenders: list[dict[str, object]] | None = None) -> None:
     """apply/restore output: one line per file written or removed, or one ``unchanged`` line."""
     if args.output != "text":
         actions = [{"action": line.split(" ", 1)[0], "path": line.split(" ", 1)[1]} for line in lines]
-        emit({"manifest": manifest, "changed": bool(lines), "actions": actions, "notes": notes}, args.output)
+        doc: dict[str, object] = {"manifest": manifest, "changed": bool(lines), "actions": actions, "notes": notes}
+        if extenders is not None:
+            doc["extenders"] = extenders
+        emit(doc, args.output)
         return
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -179,8 +202,21 @@ def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: li
 def cmd_apply(args: argparse.Namespace) -> int:
     opts = _options(args)
     plan = engine.plan_apply(opts)
+    probes = _check_extenders(args, opts, plan.config) if plan.pending else None
+    if probes is not None:
+        from patcher.core.extprobe import blocking, summary
+
+        if args.output == "text":
+            for result in probes:
+                print(f"extender {result.line()}", file=sys.stderr)
+        if blocking(probes):
+            print(f"scheduler-patcher: error: not writing: {summary(blocking(probes))}; nothing was changed",
+                  file=sys.stderr)
+            return EXIT_ERROR
     lines = engine.apply(opts, plan)[0] if plan.pending else []
-    _report(args, plan.manifest_path, lines, plan.notes)
+    from patcher.services import extcheck
+
+    _report(args, plan.manifest_path, lines, plan.notes, extcheck.as_data(probes) if probes is not None else None)
     if not lines and args.output == "text":
         print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK
@@ -217,7 +253,13 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
           type=boolean, nargs="?", const=True)
-    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics")
+    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
+          "never the scheduler's 10259)")
+    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
+          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
+    f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
+          "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
+          type=duration)
     f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
@@ -234,6 +276,10 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
 
+#: Ports kube-scheduler listens on in the host network the agent shares (hostNetwork): never the agent's.
+SCHEDULER_PORTS = {"10259": "its secure port", "10251": "its insecure port before 1.23"}
+
+
 class RunFlagError(Exception):
     """A ``run`` flag the agent cannot start with; ``code`` is the exit code the contract gives it."""
 
@@ -247,6 +293,10 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
     from patcher.services.agent import AgentOptions
     from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
 
+    port = args.listen.rpartition(":")[2]
+    if port in SCHEDULER_PORTS:
+        raise RunFlagError(f"--listen {args.listen}: port {port} is kube-scheduler's "
+                           f"({SCHEDULER_PORTS[port]}); the agent shares the host's network with it")
     if args.rollout_lease_duration < 1:  # the Lease holds whole seconds: 0.5 s would be a Lease of 0 s
         raise RunFlagError(f"--rollout-lease-duration {args.rollout_lease_duration:g}s: must be at least 1s")
     if not args.no_api and not args.node_name:
@@ -256,6 +306,7 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
         files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
         restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
         restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
+        check_extenders=args.check_extenders, extender_probe_interval=args.extender_probe_interval,
     )
     return AgentConfig(
         agent=agent,
@@ -315,6 +366,10 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.Argu
         _common(p)
         if name != "run":
             _output_flag(p)
+        if name in ("plan", "apply"):
+            Flags(p).add("--check-extenders", "false", "call each extender of the config once (a filter request "
+                         "with no nodes) and print URL, answer or error, time; apply writes nothing when one that "
+                         "is not ignorable does not answer", type=boolean, nargs="?", const=True)
         if name == "run":
             _run_flags(p)
         p.set_defaults(func=func)

@@ -2,8 +2,9 @@
 
 Read this module to learn the protocol; it reads like kubeadm's static-pod upgrade with a turn taken first:
 
-    take the turn (rollout Lease) -> write the manifest -> wait for the kubelet to restart the scheduler onto
-    it -> Ready, or roll back (to the last Ready config, else the original) -> release the turn
+    prove the extenders answer (pre-flight) -> take the turn (rollout Lease) -> write the manifest -> wait for
+    the kubelet to restart the scheduler onto it -> Ready, or roll back (to the last Ready config, else the
+    original) -> release the turn
 
 and on SIGTERM: restore exactly our changes. No I/O here, in the style of ``restart.decide``: the agent's
 thread observes the world (plans a write, reads the mirror pod, hears from the Lease actor), feeds what it saw
@@ -41,6 +42,11 @@ class Wait:
     deadline: float
     source_hash: str = ""
     adopted: bool = False
+    #: The extenders answered again after the restart (the canary probe): only then is the node Ready and the
+    #: rollout turn passed on.
+    extenders_checked: bool = False
+    probing: bool = False  # that probe runs now (apart from ``Node.probing``: a pre-flight of the next config
+    # may run at the same time)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,12 @@ class Node:
     wait: Wait | None = None
     turn: Literal["none", "asked", "held"] = "none"
     stopping: bool = False
+    #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
+    #: probes of the current one failed in a row (the retry backoff).
+    probing: str = ""
+    probed: str = ""
+    probe_failures: int = 0
+    failed_probe: str = ""  # the config those failures were for
 
     @property
     def phase(self) -> NodeState | None:
@@ -65,6 +77,11 @@ class Options:
     restart_timeout: float = 600.0
     rollback_on_failure: bool = True
     coordinated: bool = False
+    #: Probe the config's extenders before a manifest write; retry a failed probe after ``probe_retry``
+    #: seconds, doubling up to ``probe_retry_max``.
+    check_extenders: bool = False
+    probe_retry: float = 2.0
+    probe_retry_max: float = 60.0
 
 
 # -- events (what the agent observed) ----------------------------------------------------------------------
@@ -147,11 +164,30 @@ class RollbackFailed:
 
 
 @dataclass(frozen=True)
+class Probed:
+    """The pre-flight probe of ``config_hash`` finished. ``blocking``: the extenders that are not ignorable
+    and did not answer (one line, empty when none); ``ignored``: the ignorable ones that did not answer."""
+
+    now: float
+    config_hash: str
+    blocking: str = ""
+    ignored: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeDue:
+    """The periodic probe's timer: while Ready, prove the extenders still answer."""
+
+    now: float
+
+
+@dataclass(frozen=True)
 class Stop:
     """SIGTERM/SIGINT (or a stop request): restore, unless told not to."""
 
 
-Event = Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Stop
+Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
+         | ProbeDue | Stop)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -224,12 +260,27 @@ class Replan:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Probe the extenders of the planned config, in the background (the answer comes back as ``Probed``;
+    a stop cancels it)."""
+
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """Reconcile again in ``delay`` seconds (a failed pre-flight)."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
 class RestoreAll:
     """Restore the manifest and remove our files (the executor reports nothing back: the process ends)."""
 
 
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Replan
-          | RestoreAll)
+          | Probe | RetryLater | RestoreAll)
 Step = tuple[Node, list[Action]]
 
 
@@ -305,6 +356,18 @@ def planned(node: Node, ev: Planned, opts: Options) -> Step:
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
                                          "it without a write"), *more]
     # pending
+    if ev.manifest_change and opts.check_extenders and node.probed != ev.config_hash:
+        # (also while the turn is held: a new config that comes while the last one waits for its restart)
+        # Pre-flight: nothing is written and no turn is taken before the extenders answer.
+        if node.probing == ev.config_hash:
+            return node, acts  # its answer comes as Probed
+        node = replace(node, probing=ev.config_hash,
+                       probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
+        acts.append(Probe(ev.config_hash))
+        if node.phase is None:
+            node, more = _phase(node, NodeState.PENDING)
+            acts += more
+        return node, acts
     if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
             r.last_good is not None and r.last_good.config_hash == ev.config_hash):
         acts.append(TakeTurn(ev.source_hash))
@@ -344,6 +407,87 @@ def wrote(node: Node, ev: Wrote, opts: Options) -> Step:
     return node, [*acts, *more]
 
 
+def probed(node: Node, ev: Probed, opts: Options) -> Step:
+    """The pre-flight answered. Blocked: stay Pending (nothing written, no turn taken) with the message
+    naming the extenders, and probe again after a backoff. Passed: plan again, and this time write."""
+    w = node.wait
+    if w is not None and w.probing and w.config_hash == ev.config_hash:
+        return _canary_probed(node, replace(w, probing=False), ev, opts)
+    if ev.config_hash != node.probing:
+        return node, []  # a probe of a config that is no longer the one to write
+    short = ev.config_hash[:12]
+    node = replace(node, probing="")
+    if w is None and node.phase == NodeState.READY and ev.config_hash == node.record.config_hash:
+        return _periodic_probed(node, ev)
+    if ev.blocking:
+        failures = node.probe_failures + 1
+        delay = min(opts.probe_retry_max, opts.probe_retry * 2 ** (failures - 1))
+        message = f"{ev.blocking}; config {short} not written"
+        acts: list[Action] = [Count("error:extender"),
+                              Log("warning", f"{message}; probing again in {delay:g}s")]
+        if message != node.record.message or node.phase != NodeState.PENDING:
+            acts.append(Note("ExtenderUnreachable", message, warning=True))
+        node, more = _phase(replace(node, probe_failures=failures, failed_probe=ev.config_hash, probed=""),
+                            NodeState.PENDING, message)
+        return node, [*acts, *more, RetryLater(delay)]
+    acts = []
+    if node.probe_failures:
+        acts.append(Log("info", f"the extenders of config {short} answer now; patching"))
+    warning = f"{ev.ignored}; ignorable, so config {short} is written anyway" if ev.ignored else ""
+    if warning:
+        acts += [Log("warning", warning), Note("ExtenderUnreachable", warning, warning=True)]
+    node = replace(node, probed=ev.config_hash, probe_failures=0, failed_probe="",
+                   record=replace(node.record, extender_warning=warning))
+    if node.phase == NodeState.PENDING and node.record.message:  # the blocking sentence is no longer true
+        node, more = _phase(node, NodeState.PENDING)
+        acts += more
+    return node, [*acts, Replan()]
+
+
+def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
+    """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
+    answer lets the next restart check make the node Ready."""
+    short = ev.config_hash[:12]
+    node = replace(node, wait=w)
+    if ev.blocking:
+        return _fail_wait(node, opts, f"{ev.blocking} after kube-scheduler restarted with config {short}")
+    acts: list[Action] = []
+    if ev.ignored:
+        warning = f"{ev.ignored} after kube-scheduler restarted with config {short}; ignorable, kept"
+        acts += [Log("warning", warning), Note("ExtenderUnreachable", warning, warning=True)]
+    return replace(node, wait=replace(w, extenders_checked=True)), acts
+
+
+def probe_due(node: Node, ev: ProbeDue, opts: Options) -> Step:
+    """While Ready (and nothing else under way), probe the running config's extenders."""
+    r = node.record
+    if not opts.check_extenders or node.phase != NodeState.READY or node.wait is not None or node.probing \
+            or not r.config_hash:
+        return node, []
+    return replace(node, probing=r.config_hash), [Probe(r.config_hash)]
+
+
+#: The start of the message a Ready node carries while the periodic probe finds an extender down; the cluster
+#: verdict reads a Ready node with a message as not ready (``patcher.core.readiness``).
+STOPPED_ANSWERING = "extenders stopped answering"
+
+
+def _periodic_probed(node: Node, ev: Probed) -> Step:
+    """A Ready node whose extender stopped answering stays Ready on disk (the manifest is not touched: the
+    scheduler itself is fine) but says so in its message, which makes the cluster verdict NotReady."""
+    message = f"{STOPPED_ANSWERING}: {ev.blocking}" if ev.blocking else None
+    if message == node.record.message:
+        return node, [Count("error:extender")] if message else []
+    acts: list[Action] = []
+    if message:
+        acts += [Count("error:extender"), Log("warning", message),
+                 Note("ExtenderUnreachable", message, warning=True)]
+    else:
+        acts.append(Log("info", "the extenders answer again"))
+    node, more = _phase(node, NodeState.READY, message)
+    return node, [*acts, *more]
+
+
 def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
     node, acts = _release(node)
     if ev.changed_underneath:
@@ -359,6 +503,14 @@ def observed(node: Node, ev: Observed, opts: Options) -> Step:
     w = node.wait
     if w is None:
         return node, []
+    if ev.verdict == Verdict.READY and opts.check_extenders and not w.extenders_checked:
+        # The restarted scheduler runs the config: prove its extenders answer once more before the node is
+        # Ready and the turn passes to the next node (an extender can depend on what the restart changed).
+        if w.probing:
+            return node, []  # its answer comes as Probed
+        return replace(node, wait=replace(w, probing=True)), [
+            Log("info", f"kube-scheduler runs config {w.config_hash[:12]}; probing its extenders again before "
+                        "the rollout moves on"), Probe(w.config_hash)]
     if ev.verdict == Verdict.READY:
         r = node.record
         good = LastGood(config_hash=r.config_hash, config_file=r.config_file, files=r.files,
@@ -429,6 +581,10 @@ def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -
             return rollback_done(node, event, opts)
         case RollbackFailed():
             return rollback_failed(node, event, opts)
+        case Probed():
+            return probed(node, event, opts)
+        case ProbeDue():
+            return probe_due(node, event, opts)
         case Stop():
             return replace(node, stopping=True, wait=None), [RestoreAll()]
     raise AssertionError(f"unknown event {event!r}")

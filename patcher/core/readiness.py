@@ -38,6 +38,8 @@ LEGACY_MASTER_SELECTOR: Final = "node-role.kubernetes.io/master"
 #: kubeadm's label on the scheduler's static pod (also what the csi-baremetal operator selects on).
 DEFAULT_MIRROR_SELECTOR: Final = "component=kube-scheduler"
 STATUS_KEY: Final = "status.json"
+#: The reason of a row for a node where a kube-scheduler runs and no agent has ever annotated the Node.
+NO_AGENT: Final = "kube-scheduler runs here, no agent reports"
 #: The csi-baremetal contract (operator ``pkg/patcher/extender_readiness.go``, extender
 #: ``pkg/scheduler/extender/healthserver``): ConfigMap ``extender-readiness``, key ``nodes.yaml``, mounted at
 #: ``/status`` in the extender pods.
@@ -66,13 +68,15 @@ class NodeRow:
     ready: bool
     #: Why the node is not ready (empty when it is).
     reason: str = ""
+    #: False for a node found only through the scheduler pod running on it (outside the node selector).
+    selected: bool = True
 
     def to_dict(self) -> Obj:
         return {
             "node": self.node, "state": self.state, "sourceHash": self.source_hash, "configHash": self.config_hash,
             "manifestMtime": self.manifest_mtime, "schedulerStarted": self.scheduler_started,
             "restartedAt": self.restarted_at, "message": self.message, "mirrorPod": self.mirror_pod,
-            "ready": self.ready, "reason": self.reason or None,
+            "ready": self.ready, "reason": self.reason or None, "selected": self.selected,
         }
 
 
@@ -86,6 +90,9 @@ class ClusterVerdict:
     expected_hash: str | None
     #: Reasons that concern the cluster rather than one node (no nodes found, nodes disagree on the hash).
     problems: tuple[str, ...] = field(default=())
+    #: Worth an operator's attention, no reason for NotReady by themselves (a scheduler pod on a node the
+    #: DaemonSet's default placement misses: its row says whether an agent reports there anyway).
+    warnings: tuple[str, ...] = field(default=())
 
     @property
     def ready(self) -> bool:
@@ -110,6 +117,7 @@ class ClusterVerdict:
         return {
             "ready": self.ready, "expectedHash": self.expected_hash, "summary": self.summary(),
             "problems": list(self.problems), "nodes": [r.to_dict() for r in self.rows],
+            "warnings": list(self.warnings),
         }
 
 
@@ -122,26 +130,30 @@ def _started_at(pod: Mapping[str, Any] | None, container: str) -> str | None:
 
 
 def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, static_pod_name: str,
-         container: str) -> NodeRow:
+         container: str, selected: bool) -> NodeRow:
     name = str(dig(node, "metadata", "name"))
     ann = annotation_snapshot(node, prefix)
     state, config_hash = ann.get("state"), ann.get("config-hash") or None
     source_hash = ann.get("source-hash") or None
     mtime, message = ann.get("manifest-mtime") or None, ann.get("message") or None
-    pod_name = mirror_pod_name(static_pod_name, name)
+    pod_name = str(dig(pod, "metadata", "name") or "") or mirror_pod_name(static_pod_name, name)
     row = NodeRow(node=name, state=state, source_hash=source_hash, config_hash=config_hash, manifest_mtime=mtime,
                   scheduler_started=_started_at(pod, container), restarted_at=ann.get("restarted-at") or None,
-                  message=message, mirror_pod=pod_name if pod is not None else None, ready=False)
+                  message=message, mirror_pod=pod_name if pod is not None else None, ready=False, selected=selected)
 
     def not_ready(reason: str) -> NodeRow:
         return replace(row, reason=reason)
 
     digits = restart.MIN_HASH_DIGITS
 
+    if not ann and not selected:
+        return not_ready(NO_AGENT)
     if not ann:
         return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
     if state != NodeState.READY:
         return not_ready(f"state is {state or 'unset'}" + (f": {message}" if message else ""))
+    if message:  # Ready with a message: the agent's periodic probe found an extender that stopped answering
+        return not_ready(message)
     if config_hash is None:
         return not_ready("no config-hash annotation")
     if expected is not None and not any(h and restart.hashes_match(h, expected) for h in (source_hash, config_hash)):
@@ -174,6 +186,9 @@ def evaluate(
     expected_hash: str | None = None,
     static_pod_name: str = "kube-scheduler",
     container_name: str = restart.DEFAULT_CONTAINER,
+    unselected: Iterable[str] = (),
+    problems: Iterable[str] = (),
+    warnings: Iterable[str] = (),
 ) -> ClusterVerdict:
     """The verdict for ``nodes`` (Node objects as dicts) and their mirror pods keyed by node name. Pure.
 
@@ -183,10 +198,15 @@ def evaluate(
     kube-scheduler versions (mid-upgrade) render one ConfigMap into different files, legitimately. An agent
     that publishes no ``source-hash`` is compared by its ``config-hash``. ``expected_hash`` (12 to 64 hex
     digits) may name either hash.
+
+    ``unselected`` names the nodes among ``nodes`` that the node selector missed but a scheduler pod runs on
+    (``scheduler_pods``): each gets a row, NotReady unless an agent reports there, and a warning. ``problems``
+    and ``warnings`` from reading the cluster are carried into the verdict.
     """
     p = normalize_prefix(prefix)
     ordered = sorted(nodes, key=lambda n: str(dig(n, "metadata", "name")))
-    problems: list[str] = []
+    outside = frozenset(unselected)
+    problems = list(problems)
     expected = expected_hash.lower() if expected_hash else None
     if not ordered:
         problems.append("no control-plane nodes found")
@@ -204,10 +224,79 @@ def evaluate(
                 f"{h[:restart.MIN_HASH_DIGITS]} on {', '.join(names)}" for h, names in by_hash.items()))
     rows = tuple(
         _row(node, mirror_pods.get(str(dig(node, "metadata", "name"))), prefix=p, expected=expected,
-             static_pod_name=static_pod_name, container=container_name)
+             static_pod_name=static_pod_name, container=container_name,
+             selected=str(dig(node, "metadata", "name")) not in outside)
         for node in ordered
     )
-    return ClusterVerdict(rows=rows, expected_hash=expected, problems=tuple(problems))
+    notes = [*warnings, *(
+        f"kube-scheduler pod {dig(mirror_pods.get(r.node), 'metadata', 'namespace') or 'kube-system'}/"
+        f"{r.mirror_pod} runs on node {r.node}, which the control-plane node selector does not select: the "
+        "DaemonSet's default placement puts no agent there (see 'Unlabelled control plane' in "
+        "docs/operator-contract.md)" for r in rows if not r.selected)]
+    return ClusterVerdict(rows=rows, expected_hash=expected, problems=tuple(problems), warnings=tuple(notes))
+
+
+def _node_owner(pod: Obj) -> str | None:
+    """The Node that owns ``pod`` (how the kubelet marks a mirror pod since 1.20), else ``None``."""
+    for ref in dig(pod, "metadata", "ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "Node" and isinstance(ref.get("name"), str):
+            return str(ref["name"])
+    return None
+
+
+def _other_controller(pod: Obj) -> str | None:
+    """``<Kind>/<name>`` of a controller that is not a Node (a Deployment's scheduler), else ``None``."""
+    for ref in dig(pod, "metadata", "ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") != "Node":
+            return f"{ref.get('kind')}/{ref.get('name')}"
+    return None
+
+
+@dataclass(frozen=True)
+class SchedulerPods:
+    """The static kube-scheduler pods found in the cluster, by the node they run on."""
+
+    by_node: dict[str, Obj]
+    warnings: tuple[str, ...] = ()
+
+
+def scheduler_pods(labelled: Iterable[Obj], node_owned: Iterable[Obj], *,
+                   static_pod_name: str = "kube-scheduler") -> SchedulerPods:
+    """Every static kube-scheduler, whatever its node's labels. Pure.
+
+    ``labelled``: the pods the scheduler label selector (``component=kube-scheduler``) returned; ``node_owned``:
+    the other pods of the namespace. A labelled pod counts unless another controller (a ReplicaSet: a second
+    scheduler deployed as a workload, which no agent patches) owns it; an unlabelled one counts when a Node
+    owns it and it bears the mirror name ``<static-pod-name>-<node>`` (etcd and the apiserver are Node-owned
+    too). Where two pods claim one node, the one with the mirror name wins and the other is named in a warning.
+    """
+    by_node: dict[str, Obj] = {}
+    warnings: list[str] = []
+    candidates: list[Obj] = []
+    for pod in labelled:
+        other = _other_controller(pod)
+        if other is None:
+            candidates.append(pod)
+    for pod in node_owned:
+        node = dig(pod, "spec", "nodeName") or _node_owner(pod)
+        if (isinstance(node, str) and _node_owner(pod) is not None
+                and dig(pod, "metadata", "name") == mirror_pod_name(static_pod_name, node)):
+            candidates.append(pod)
+    for pod in candidates:
+        node = dig(pod, "spec", "nodeName") or _node_owner(pod)
+        name = dig(pod, "metadata", "name")
+        if not isinstance(node, str) or not node:
+            continue  # not scheduled onto a node (yet): no scheduler runs anywhere for it
+        held = by_node.get(node)
+        if held is None or held is pod or dig(held, "metadata", "name") == name:
+            by_node[node] = pod
+            continue
+        expected = mirror_pod_name(static_pod_name, node)
+        keep, drop = (pod, held) if name == expected else (held, pod)
+        by_node[node] = keep
+        warnings.append(f"pod {dig(drop, 'metadata', 'name')} on node {node} also looks like a kube-scheduler; "
+                        f"the verdict judges {dig(keep, 'metadata', 'name')}")
+    return SchedulerPods(by_node=by_node, warnings=tuple(dict.fromkeys(warnings)))
 
 
 def node_selectors(node_selector: str = DEFAULT_NODE_SELECTOR, legacy_master_label: bool = True) -> list[str]:
@@ -244,6 +333,7 @@ def render_table(verdict: ClusterVerdict) -> str:
              for line in [_COLUMNS, *rows]]
     lines.append(f"verdict: {verdict.summary()}")
     lines.extend(f"  {reason}" for reason in verdict.explain())
+    lines.extend(f"warning: {w}" for w in verdict.warnings)
     return "\n".join(lines) + "\n"
 
 

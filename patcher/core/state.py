@@ -57,6 +57,9 @@ class State:
     source_hash: str = ""  # fingerprint of the source folder behind config_hash
     bad_hashes: tuple[str, ...] = ()  # configs that failed and must not be retried
     last_good: LastGood | None = None
+    #: The pre-flight's last word on ignorable extenders that did not answer (the config was written anyway):
+    #: shown by ``status``; empty once they all answer.
+    extender_warning: str = ""
 
     @property
     def patched(self) -> bool:

@@ -34,7 +34,10 @@ class NodeState(enum.StrEnum):
 
 
 #: The only states whose ``message`` annotation is kept; in every other state a stale sentence would mislead.
-STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK})
+#: Pending carries one only while the extender pre-flight holds the write back (which extender, which error);
+#: Ready only while the periodic probe finds an extender that stopped answering (the cluster verdict: NotReady).
+STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.PENDING,
+                                        NodeState.READY})
 
 #: Event reason for entering each state (CamelCase, as ``kubectl describe`` shows them).
 TRANSITION_REASONS: Final[dict[NodeState, str]] = {
@@ -110,7 +113,7 @@ def merge_patch(annotations: dict[str, str | None]) -> dict[str, Any]:
 def default_event_message(status: NodeStatus) -> str:
     """A one-sentence event message for entering ``status.state`` when the caller gave none."""
     digest = status.config_hash[:12] if status.config_hash else "none"
-    if status.state in STATES_WITH_MESSAGE and status.message:
+    if status.state in STATES_WITH_MESSAGE and status.message and status.state != NodeState.READY:
         return status.message
     return {
         NodeState.PENDING: f"Patch of kube-scheduler with config {digest} is pending.",

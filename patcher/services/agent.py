@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import queue
+import random
 import signal
 import threading
 import time
@@ -27,12 +28,13 @@ from patcher.adapters import fsio, signals
 from patcher.adapters.health import Health, Metrics
 from patcher.adapters.proc import LocalRestartTracker
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
-from patcher.core import lifecycle, manifest, restart
+from patcher.core import extprobe, lifecycle, manifest, restart
 from patcher.core.errors import ConfigError, PatcherError
 from patcher.core.lifecycle import Node
-from patcher.core.state import State
+from patcher.core.schedconfig import RenderedConfig
+from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
-from patcher.services import engine
+from patcher.services import engine, extcheck
 
 log = logging.getLogger("patcher.services.agent")
 
@@ -82,6 +84,10 @@ class AgentOptions:
     local_poll: float = 1.0
     lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
     heartbeat: float = 15.0  # idle wake-up for /healthz (max age 60 s): a quarter of it, no more wake-ups
+    check_extenders: bool = False  # probe the config's extenders before a manifest write (run: on)
+    probe_retry: float = 2.0  # first retry of a failed pre-flight; doubles up to probe_retry_max
+    probe_retry_max: float = 60.0
+    extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
 
 
 class Agent:
@@ -106,11 +112,17 @@ class Agent:
         self.on_phase = on_phase  # e.g. republish the cluster verdict
         self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
                                        rollback_on_failure=opts.rollback_on_failure,
-                                       coordinated=coordinator is not None if coordinated is None else coordinated)
+                                       coordinated=coordinator is not None if coordinated is None else coordinated,
+                                       check_extenders=opts.check_extenders, probe_retry=opts.probe_retry,
+                                       probe_retry_max=opts.probe_retry_max)
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
         self._lease_retry_at: float | None = None
+        self._probe_retry_at: float | None = None
+        self._periodic_probe_at: float | None = None
+        self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
+        self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
         self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
         self.store = self.files.store()
         self._node = Node()
@@ -176,6 +188,7 @@ class Agent:
             log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
             return
         self._stopping.set()
+        self._probe_cancel.set()
         self.events.put("stop")
 
     def install_signal_handlers(self) -> None:
@@ -274,11 +287,29 @@ class Agent:
             self._turn_changed()
         elif event == "attached":
             self._attached()
+        elif event == "probe":
+            self._feed(self._probe_done.get_nowait())
         elif time.monotonic() >= self._next_resync:
             self.reconcile("resync")
+        elif self._probe_retry_at is not None and time.monotonic() >= self._probe_retry_at:
+            self._probe_retry_at = None
+            self.reconcile("extender probe retry")
+        elif self._periodic_probe_at is not None and time.monotonic() >= self._periodic_probe_at:
+            self._periodic_probe_at = None
+            self._feed(lifecycle.ProbeDue(time.monotonic()))
         elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
             self.reconcile("rollout lease retry")
         self.check_restart()
+        self._schedule_periodic_probe()
+
+    def _schedule_periodic_probe(self) -> None:
+        """While Ready and no probe runs: the next periodic probe, jittered so that agents started together do
+        not call the extender together."""
+        n, interval = self._node, self.opts.extender_probe_interval
+        if not self.rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
+            self._periodic_probe_at = None
+        elif self._periodic_probe_at is None and not n.probing:
+            self._periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
 
     def _attached(self) -> None:
         self._api_pending = False
@@ -286,6 +317,11 @@ class Agent:
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
             self.reporter.publish(self._status(), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {self.phase.value}")
+        n = self._node
+        if self.reporter is not None and n.probe_failures and n.record.message:
+            # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
+            # the same way sends none.
+            self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
         if self._node.turn == "asked":  # asked while the Lease was not there yet
             self._take_turn("")
         self.reconcile("API connected")  # a pending write asks for its turn again, with its source
@@ -295,6 +331,10 @@ class Agent:
         wake = [self._next_resync - now, self.opts.heartbeat]
         if self._lease_retry_at is not None:
             wake.append(self._lease_retry_at - now)
+        if self._probe_retry_at is not None:
+            wake.append(self._probe_retry_at - now)
+        if self._periodic_probe_at is not None:
+            wake.append(self._periodic_probe_at - now)
         w = self._node.wait
         if w is not None:
             # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
@@ -360,6 +400,10 @@ class Agent:
                 self._rollback(action)
             case lifecycle.Replan():
                 self.notify("manifest")
+            case lifecycle.Probe(config_hash=config_hash):
+                self._start_probe(config_hash)
+            case lifecycle.RetryLater(delay=delay):
+                self._probe_retry_at = time.monotonic() + delay
             case lifecycle.RestoreAll():
                 pass  # the loop ends and shutdown() restores
 
@@ -455,6 +499,41 @@ class Agent:
                      extra={**self._log_extra, "hash": plan.config.short_hash})
         record = replace(record, source_hash=plan.source_hash)
         self._feed(lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None))
+
+    def _start_probe(self, config_hash: str) -> None:
+        """The pre-flight, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once
+        (the probe is cancelled, not awaited). The answer comes back as a "probe" event."""
+        plan, cancel = self._plan, self._probe_cancel
+        self._probe_retry_at = None
+        if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
+            config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
+        else:  # after the restart: the config that was written, read back from the host folder
+            r = self._node.record
+            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
+                                                              files=r.files, api_version=r.api_version))
+        if config is None or config.config_hash != config_hash:
+            self._probe_done.put(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+                f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
+            self.notify("probe")
+            return
+
+        def run(config: RenderedConfig = config) -> None:
+            try:
+                results = extcheck.check(self.files, config, cancel=cancel)
+            except Exception as exc:  # a bug in the probe must not pass for an answer
+                log.debug("extender probe failed", exc_info=True)
+                answer = lifecycle.Probed(time.monotonic(), config_hash,
+                                          blocking=f"extender probe failed: {type(exc).__name__}: {exc}")
+            else:
+                for result in results:
+                    log.info("extender %s", result.line(), extra=self._log_extra)
+                answer = lifecycle.Probed(time.monotonic(), config_hash,
+                                          blocking=extprobe.summary(extprobe.blocking(results)),
+                                          ignored=extprobe.summary(r for r in results if r.ignorable))
+            self._probe_done.put(answer)
+            self.notify("probe")
+
+        threading.Thread(target=run, name="extender-probe", daemon=True).start()
 
     def _take_turn(self, source_hash: str) -> None:
         """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event."""

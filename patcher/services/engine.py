@@ -515,6 +515,8 @@ def status(opts: Options) -> dict[str, Any]:
         "container": sched.container_name,
         "image": sched.image,
         "phase": state.phase or None,
+        "message": state.message or None,
+        "extender_warning": state.extender_warning or None,
         "other_schedulers": other_schedulers(opts, node_path) or None,
     }
     try:

@@ -4,6 +4,8 @@
 install -> all Ready; ConfigMap update -> re-patched one node at a time; kubeadm upgrade on one node ->
 re-patched; a config the scheduler rejects -> rolled back on the first node only; SIGTERM -> every manifest
 byte-identical to its original (or to its upgraded version). Prints a timeline (``make e2e`` shows it).
+The agents probe the extender before each write (a real HTTP server on 127.0.0.1); with the extender down
+no node is written until it comes up, and then one node at a time.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, write_configmap
+from tests.extservers import ExtenderServer, free_port
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 P = "scheduler-patcher.io/"
-EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: {w}\n"
-REJECTED = "extenders:\n- urlPrefix: http://reject-me.example:8889\n  filterVerb: filter\n  weight: 1\n"
+EXTENDERS = "extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: {w}\n"
+# The extender answers (the probe passes), the simulated scheduler rejects the config ("reject-me").
+REJECTED = "extenders:\n- urlPrefix: {url}\n  filterVerb: reject-me\n  weight: 1\n"
 # Same scheduler version and flags on every node (so one rendered config hash), different file layouts.
 ORIGINALS = {"cp-1": "kubeadm.yaml", "cp-2": "kubeadm.yaml", "cp-3": "kubeadm.yaml (CRLF)"}
 
@@ -50,6 +54,27 @@ class Sim:
 
     def configmap(self, text: str) -> None:
         write_configmap(self.src, {"extenders.yaml": text})
+
+
+@dataclass
+class Extender:
+    """The extender's address, fixed before the agents start; ``up()`` starts answering there."""
+
+    port: int = field(default_factory=free_port)
+    server: ExtenderServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> ExtenderServer:
+        self.server = ExtenderServer(port=self.port).__enter__()
+        return self.server
+
+    def down(self) -> None:
+        if self.server is not None:
+            self.server.__exit__(None, None, None)
+            self.server = None
 
 
 @dataclass
@@ -103,7 +128,23 @@ class Timeline:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]]:
+def extender() -> Iterator[Extender]:
+    ext = Extender()
+    yield ext
+    ext.down()
+
+
+@pytest.fixture
+def extender_up() -> bool:
+    """Whether the extender answers from the start (a test parametrizes it to False)."""
+    return True
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, extender: Extender,
+            extender_up: bool) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]]:
+    if extender_up:
+        extender.up()
     emu = KubeEmulator().start()
     kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
     sims = []
@@ -118,7 +159,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]
         src = tmp_path / f"{name}-src"
         src.mkdir()
         sim = Sim(name, root, src, original, SimKubelet(emu, name, root).start())
-        sim.configmap(EXTENDERS.format(w=1))
+        sim.configmap(EXTENDERS.format(url=extender.url, w=1))
         sims.append(sim)
     timeline = Timeline(emu, list(ORIGINALS))
     watcher = threading.Thread(target=timeline.run, daemon=True)
@@ -141,7 +182,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeEmulator, list[Sim], Timeline]
     emu.stop()
 
 
-def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> None:
+def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline], extender: Extender) -> None:
     _, sims, tl = cluster
     by = {s.name: s for s in sims}
 
@@ -161,7 +202,7 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     tl.mark("ConfigMap update")
     since = time.monotonic() - tl.t0
     for sim in sims:
-        sim.configmap(EXTENDERS.format(w=5))
+        sim.configmap(EXTENDERS.format(url=extender.url, w=5))
     assert wait_until(lambda: tl.all("Ready") and tl.ann("cp-1")["config-hash"] != first
                       and len({tl.ann(n)["config-hash"] for n in by}) == 1, 40), tl.last
     assert tl.overlaps(since) == []
@@ -178,7 +219,7 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     tl.mark("rejected config")
     restarts = {s.name: len(s.kubelet.restarts) for s in sims}
     for sim in sims:
-        sim.configmap(REJECTED)
+        sim.configmap(REJECTED.format(url=extender.url))
     assert wait_until(lambda: sum(tl.last[n][0] == "RolledBack" for n in by) == 1, 40), tl.last
     time.sleep(3)  # the others had their turn by now, and must have skipped the bad config
     rolled = [n for n in by if tl.last[n][0] == "RolledBack"]
@@ -207,4 +248,42 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline]) -> N
     # Uninstall takes turns too: each restore waited for the previous node's scheduler (rollout Lease).
     restores = sorted(sim.kubelet.restarts[-1].at_ns for sim in sims)
     assert all(b - a > 200_000_000 for a, b in itertools.pairwise(restores)), restores
+    tl.print()
+
+
+@pytest.mark.parametrize("extender_up", [False])
+def test_no_node_is_written_until_the_extender_answers(cluster: tuple[KubeEmulator, list[Sim], Timeline],
+                                                       extender: Extender) -> None:
+    emu, sims, tl = cluster
+    tl.mark("install, extender down")
+    refused = f"extender {extender.url}/filter does not answer: connection refused"
+
+    def held_back(n: str) -> bool:
+        return tl.ann(n).get("state") == "Pending" and tl.ann(n).get("message", "").startswith(refused)
+
+    assert wait_until(lambda: all(held_back(s.name) for s in sims), 40), {s.name: tl.ann(s.name) for s in sims}
+    for sim in sims:
+        assert sim.manifest.read_bytes() == sim.original, sim.name  # nothing written anywhere
+    lease = emu.get("leases", "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io")
+    assert lease is None or not (lease.get("spec") or {}).get("holderIdentity")  # no turn taken
+    def unreachable() -> set[str]:
+        return {e["involvedObject"]["name"] for e in emu.events("default")
+                if e["reason"] == "ExtenderUnreachable" and e["type"] == "Warning"}
+
+    assert wait_until(lambda: unreachable() == {s.name for s in sims}, 10), unreachable()
+    since = time.monotonic() - tl.t0
+
+    tl.mark("extender up")
+    server = extender.up()
+    assert wait_until(lambda: tl.all("Ready"), 90), tl.last  # the agents' retries find it: no manual step
+    assert tl.overlaps(since) == []  # one node at a time
+    assert len({tl.ann(s.name)["config-hash"] for s in sims}) == 1
+    assert all("message" not in tl.ann(s.name) for s in sims)
+    assert len(server.bodies) >= 3  # each agent probed before its write
+    for sim in sims:
+        assert sim.proc is not None
+        sim.proc.send_signal(signal.SIGTERM)
+    for sim in sims:
+        assert sim.proc is not None
+        assert sim.proc.wait(30) == 0
     tl.print()

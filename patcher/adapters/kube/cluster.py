@@ -28,10 +28,12 @@ from patcher.core.readiness import (
     DEFAULT_MIRROR_SELECTOR,
     DEFAULT_NODE_SELECTOR,
     ClusterVerdict,
+    SchedulerPods,
     check_expected_hash,
     compat_nodes_yaml,
     evaluate,
     node_selectors,
+    scheduler_pods,
     status_data,
 )
 from patcher.core.status import DEFAULT_PREFIX
@@ -81,6 +83,55 @@ def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[st
     return found
 
 
+#: Page size of the namespace-wide pod list: kube-system holds a pod per node for every node agent (CNI,
+#: kube-proxy), thousands on a large cluster; pages keep each response bounded.
+POD_PAGE: Final = 500
+
+
+def list_pods(core: k8s.CoreV1Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
+    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
+    items: list[Obj] = []
+    token: str | None = None
+    what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
+    while True:
+        kwargs: dict[str, object] = {"limit": POD_PAGE}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if token:
+            kwargs["_continue"] = token
+        body = api_json(what, core.list_namespaced_pod, namespace, **kwargs)
+        items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
+        token = dig(body, "metadata", "continue") or None
+        if not token:
+            return items
+
+
+def find_schedulers(core: k8s.CoreV1Api, namespace: str, label_selector: str | None,
+                    static_pod_name: str) -> SchedulerPods | None:
+    """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
+    may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
+
+    Two lists: the labelled one (the server applies the selector, set-based forms included) and the whole
+    namespace for Node-owned pods without the label (the owner cannot be selected on server-side).
+    """
+    try:
+        labelled = list_pods(core, namespace, label_selector) if label_selector else []
+        everything = list_pods(core, namespace)
+    except Forbidden:
+        return None
+    return scheduler_pods(labelled, everything, static_pod_name=static_pod_name)
+
+
+def _read_node(core: k8s.CoreV1Api, name: str) -> Obj:
+    """The Node a scheduler pod runs on; a bare stand-in when it is gone (the pod alone makes the row).
+
+    A list by name, not a GET: ``list`` on nodes is what every verdict reader is granted already (the
+    gatekeeper has no ``get``)."""
+    body = api_json(f"list nodes (metadata.name={name})", core.list_node, field_selector=f"metadata.name={name}")
+    items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
+    return items[0] if items else {"metadata": {"name": name}}
+
+
 def collect(
     api: k8s.ApiClient,
     *,
@@ -93,20 +144,37 @@ def collect(
     container_name: str = restart.DEFAULT_CONTAINER,
     expected_hash: str | None = None,
 ) -> ClusterVerdict:
-    """Read the control-plane Nodes and their mirror pods and decide. Raises ``ApiError``.
+    """Read the kube-scheduler pods and the control-plane Nodes and decide. Raises ``ApiError``.
 
-    ``node_selector`` is unioned with the legacy ``node-role.kubernetes.io/master`` label unless
-    ``legacy_master_label`` is false. Requests: one Node list per selector, one pod list, a GET per mirror
-    pod the list did not return.
+    The verdict starts from the schedulers, not the node labels: a static kube-scheduler on a node the
+    selector misses (an installer that does not label its control plane) runs without the extender and
+    without an agent, and must make the verdict NotReady. ``node_selector`` is unioned with the legacy
+    ``node-role.kubernetes.io/master`` label unless ``legacy_master_label`` is false; a selected node without a
+    scheduler pod is NotReady too. Requests: one Node list per selector, the labelled pod list and the
+    namespace's pod list (paged), a Node list by name for each node only a scheduler pod led to. A caller
+    that may not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere
+    cannot be counted).
     """
     check_expected_hash(expected_hash)
     core = k8s.CoreV1Api(api)
     nodes = list_nodes(core, node_selectors(node_selector, legacy_master_label))
-    names = {str(dig(n, "metadata", "name")): mirror_pod_name(static_pod_name, str(dig(n, "metadata", "name")))
-             for n in nodes}
-    pods = read_mirror_pods(core, mirror_namespace, names.values(), mirror_label_selector) if names else {}
-    return evaluate(nodes, {node: pods.get(pod) for node, pod in names.items()}, prefix=prefix,
-                    expected_hash=expected_hash, static_pod_name=static_pod_name, container_name=container_name)
+    selected = {str(dig(n, "metadata", "name")) for n in nodes}
+    found = find_schedulers(core, mirror_namespace, mirror_label_selector, static_pod_name)
+    problems: list[str] = []
+    if found is None:
+        names = {node: mirror_pod_name(static_pod_name, node) for node in selected}
+        got = read_mirror_pods(core, mirror_namespace, names.values(), None) if names else {}
+        pods = {node: got.get(pod) for node, pod in names.items()}
+        problems.append(f"cannot list pods in {mirror_namespace} (forbidden): kube-schedulers on nodes outside "
+                        "the node selector cannot be counted")
+        warnings: tuple[str, ...] = ()
+    else:
+        pods = dict(found.by_node)
+        warnings = found.warnings
+    outside = sorted(set(pods) - selected)
+    nodes = [*nodes, *(_read_node(core, name) for name in outside)]
+    return evaluate(nodes, pods, prefix=prefix, expected_hash=expected_hash, static_pod_name=static_pod_name,
+                    container_name=container_name, unselected=outside, problems=problems, warnings=warnings)
 
 
 # --- watching -------------------------------------------------------------------------------------------

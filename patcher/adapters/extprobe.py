@@ -1,0 +1,161 @@
+"""Call each extender once, as kube-scheduler would, from this host's network: resolve, connect, TLS, POST.
+
+The pure half (which extenders, what to send, what counts as an answer, kube-scheduler's TLS rules) is
+``patcher.core.extprobe``. Each probe runs in a thread of its own and is abandoned at the extender's
+``httpTimeout`` (plus the caller's bound): like Go's ``http.Client.Timeout`` the deadline covers the name
+lookup, which no socket timeout does. The probes of several extenders run side by side, so the whole check
+takes as long as the slowest one, never their sum. Files named by ``tlsConfig`` are node paths, read below
+the host root through ``local``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+from patcher.core.extprobe import Result, Target, Tls, judge
+
+#: Bytes read of an answer: enough for any filter result; a huge body proves nothing more.
+MAX_BODY = 1 << 20
+
+
+class _Https(http.client.HTTPSConnection):
+    """HTTPS with a server name other than the host (``tlsConfig.serverName``), as Go's ``ServerName``."""
+
+    def __init__(self, host: str, port: int | None, *, timeout: float, context: ssl.SSLContext,
+                 server_name: str) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._server_name = server_name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        context: ssl.SSLContext = self._context  # type: ignore[attr-defined]
+        self.sock = context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
+
+
+def _context(tls: Tls, local: Callable[[str], str], scratch: str) -> ssl.SSLContext:
+    # The system roots only when they are used: loading them is most of a context's cost.
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if tls.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif not tls.has_ca:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
+        # Only the given CA, like client-go: a CA in tlsConfig replaces the system roots.
+        if tls.ca_file:
+            ctx.load_verify_locations(cafile=local(tls.ca_file))
+        if tls.ca_data:
+            ctx.load_verify_locations(cadata=tls.ca_data.decode("ascii", "replace"))
+    if tls.cert_file or tls.cert_data:
+        cert = local(tls.cert_file) if tls.cert_file else _scratch_file(scratch, "cert.pem", tls.cert_data)
+        key = local(tls.key_file) if tls.key_file else _scratch_file(scratch, "key.pem", tls.key_data)
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _scratch_file(folder: str, name: str, data: bytes) -> str:
+    """``load_cert_chain`` takes paths only: inline PEM goes to a private file that lives for one probe."""
+    path = os.path.join(folder, name)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _error(exc: BaseException, host: str, timeout: float) -> str:
+    """One line a person can act on."""
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve {host}: {exc.strerror or exc}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed: {exc.verify_message or exc.reason or exc}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"no answer within {timeout:g}s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def probe(target: Target, *, local: Callable[[str], str] = lambda p: p,
+          clock: Callable[[], float] = time.monotonic) -> Result:
+    """One request to ``target``, bounded by its timeout on the socket; ``probe_all`` adds the hard deadline."""
+    start = clock()
+
+    def done(error: str = "") -> Result:
+        return Result(url=target.url, ignorable=target.ignorable, seconds=clock() - start, error=error)
+
+    if target.problem:
+        return done(target.problem)
+    if not target.verb:
+        return Result(url=target.url, ignorable=target.ignorable, seconds=0.0, skipped=True,
+                      error="no filter or prioritize verb; bind and preempt are never called")
+    parts = urlsplit(target.url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        return done(f"not an http(s) URL: {target.url_prefix!r}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    inline_pem = bool(target.tls.cert_data or target.tls.key_data)
+    try:
+        # A private folder only for inline client certificates (load_cert_chain takes paths only)
+        with tempfile.TemporaryDirectory(prefix="extprobe-") if inline_pem else contextlib.nullcontext("") \
+                as scratch:
+            conn: http.client.HTTPConnection
+            if parts.scheme == "https":
+                conn = _Https(host, parts.port, timeout=target.timeout,
+                              context=_context(target.tls, local, scratch), server_name=target.tls.server_name)
+            else:
+                conn = http.client.HTTPConnection(host, parts.port, timeout=target.timeout)
+            try:
+                conn.request("POST", path, body=target.body,
+                             headers={"Content-Type": "application/json", "Accept": "application/json",
+                                      "User-Agent": "scheduler-patcher-extender-probe"})
+                response = conn.getresponse()
+                body = response.read(MAX_BODY)
+            finally:
+                conn.close()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return done(_error(exc, host, target.timeout))
+    return done(judge(response.status, body))
+
+
+def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda p: p,
+              deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
+              cancel: threading.Event | None = None) -> list[Result]:
+    """Probe every target at once; a probe still running at its own timeout (plus a little for the thread to
+    report), at ``deadline`` (on ``clock``) or when ``cancel`` is set counts as no answer and is abandoned
+    (a daemon thread: it ends with its socket timeout, or the name lookup)."""
+    start = clock()
+    results: list[Result | None] = [None] * len(targets)
+    threads = []
+    for i, target in enumerate(targets):
+        def run(i: int = i, target: Target = target) -> None:
+            results[i] = probe(target, local=local, clock=clock)
+
+        t = threading.Thread(target=run, name=f"extprobe-{i}", daemon=True)
+        t.start()
+        threads.append(t)
+    for i, (target, t) in enumerate(zip(targets, threads, strict=True)):
+        end = start + target.timeout + 0.25
+        if deadline is not None:
+            end = min(end, deadline)
+        while t.is_alive() and not (cancel is not None and cancel.is_set()):
+            left = end - clock()
+            if left <= 0:
+                break
+            t.join(min(left, 0.05) if cancel is not None else left)
+        if results[i] is None:
+            why = "cancelled" if cancel is not None and cancel.is_set() else f"no answer within {target.timeout:g}s"
+            results[i] = Result(url=target.url, ignorable=target.ignorable, seconds=clock() - start, error=why)
+    return [r for r in results if r is not None]

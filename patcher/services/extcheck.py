@@ -1,0 +1,37 @@
+"""The extender probe for one rendered config on this node: ``plan``/``apply --check-extenders`` and the agent's
+pre-flight share it, so a laptop dry run and the node agent judge an extender the same way.
+
+TLS files named in the config are node paths, read below the host root (``--host-root``), where the scheduler's
+own hostPath mounts find them.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+from patcher.adapters.extprobe import probe_all
+from patcher.core import extprobe
+from patcher.core.schedconfig import RenderedConfig
+from patcher.services import engine
+
+
+@functools.lru_cache(maxsize=8)
+def _targets(config_hash: str, files: tuple[tuple[str, bytes], ...]) -> tuple[extprobe.Target, ...]:
+    """The targets of one rendered config, parsed once: the agent probes the same config before the write,
+    after the restart and every minute while Ready."""
+    return tuple(extprobe.targets(dict(files)))
+
+
+def check(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event | None = None,
+          deadline: float | None = None) -> list[extprobe.Result]:
+    """Probe every extender of ``config`` at once; one result each, in config order."""
+    fs = opts.fs
+    found = _targets(config.config_hash, tuple(sorted(config.files.items())))
+    return probe_all(found, local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
+
+
+def as_data(results: list[extprobe.Result]) -> list[dict[str, object]]:
+    """The ``-o json``/``yaml`` form: one object per extender."""
+    return [{"url": r.url, "answered": r.answered, "ignorable": r.ignorable, "skipped": r.skipped,
+             "error": r.error or None, "seconds": round(r.seconds, 3)} for r in results]
