@@ -476,12 +476,70 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
 def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              _remove_stale_temp_files_locked(opts)]
+    lines += _write_restored_locked(plan)
+    if keep_files:
+        return lines
+    return _clean_up_locked(opts, plan, lines)
+
+
+def _write_restored_locked(plan: RestorePlan) -> list[str]:
+    lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
-    if keep_files:
-        return lines
+    return lines
+
+
+@dataclass(frozen=True)
+class PreparedRestore:
+    """A restore planned while the node is patched, so that on SIGTERM only the write is left.
+
+    ``written`` is the manifest as this node's last write left it (its sha256 is the state record's
+    ``patched_sha256``); the restore goes ahead only while the manifest is still byte for byte that.
+    """
+
+    plan: RestorePlan
+    written: bytes
+
+
+def prepare_restore(opts: Options) -> PreparedRestore | None:
+    """The restore of the manifest as it is now, when it is the one we wrote; None otherwise (a manifest
+    someone else changed since, or nothing of ours to undo): such a restore is planned when it happens."""
+    plan = plan_restore(opts)
+    state = plan.state
+    if plan.current is None or state is None or not state.patched or sha256(plan.current) != state.patched_sha256:
+        return None
+    if not any(c.kind == "manifest" for c in plan.changes) or plan.notes:  # notes: the saved-original fallback
+        return None
+    return PreparedRestore(plan, plan.current)
+
+
+def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
+    """Write a prepared restore of the manifest (``finish_restore`` cleans up after it). Raises
+    ``fsio.ChangedUnderneath``, writing nothing, when the manifest is not what we wrote any more (a ``kubeadm
+    upgrade`` since): the caller plans the restore again from what is there.
+
+    For a writer that has held the writer lock since it prepared (the agent holds it for its life): the state
+    record cannot have changed in between, and is not read again. The manifest is compared twice: before the
+    write, and the file the write displaced (``atomic_write``'s exchange), so a write that races this one is
+    put back, not lost."""
+    plan = prepared.plan
+    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest"])
+    with opts.lock():
+        _verify_unchanged(plan.manifest_local, prepared.written, plan.manifest_path)
+        return _write_restored_locked(plan)
+
+
+def finish_restore(opts: Options, plan: RestorePlan) -> list[str]:
+    """After the manifest is restored: remove our config files and the state record (and stale temp files)."""
+    with opts.lock():
+        lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+                 _remove_stale_temp_files_locked(opts)]
+        return _clean_up_locked(opts, plan, lines)
+
+
+def _clean_up_locked(opts: Options, plan: RestorePlan, lines: list[str]) -> list[str]:
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
