@@ -159,7 +159,7 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
             node.restore()
             continue
         yamltext.parse.cache_clear()
-        prepared = engine.prepare_restore(node.opts)  # while patched, as the agent does
+        prepared = engine.prepare_restore(node.opts, stage=True)  # while patched, as the agent does
         assert prepared is not None
         out["restore"].append(timed(functools.partial(engine.restore_prepared, node.opts, prepared)))
         out["cleanup"].append(timed(functools.partial(engine.finish_restore, node.opts, prepared.plan)))
@@ -192,42 +192,43 @@ IN_PROCESS = {
 
 
 def in_process(peer_py: Path, n: int, limit: int) -> Figures:
-    """Per figure: (ours, peer), each the per-manifest medians."""
+    """Per figure and side: the per-manifest medians. Every request is one repeat of one manifest, the sides
+    alternating request by request, so that a burst of a neighbour's I/O falls on both."""
     files = sorted(CORPUS.glob("*.yaml"))[:limit]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ours = Worker([sys.executable, str(Path(__file__).resolve()), "--worker"], env)
     peer = Worker([str(peer_py), str(SIDE), "worker", str(PEER_DIR)])
-    figures: Figures = {figure: {"ours": [], "peer": []} for figure in IN_PROCESS}
-    left_out = []
+    # (manifest, fresh config?, side) -> answer key -> values
+    got: dict[tuple[Path, bool, str], dict[str, list[float]]] = {}
+    left_out: dict[Path, str] = {}
     with tempfile.TemporaryDirectory() as t:
         try:
-            for i, path in enumerate(files):
-                answers: dict[bool, tuple[dict[str, Any], dict[str, Any]]] = {}
-                for fresh in (False, True):
-                    req_ours = {"manifest": str(path), "n": n, "tmp": f"{t}/ours", "fresh_config": fresh}
-                    req_peer = {**req_ours, "tmp": f"{t}/peer", "config": str(SOURCE)}
-                    if i % 2:  # alternate which side goes first
-                        theirs = peer.ask(req_peer)
-                        answers[fresh] = (ours.ask(req_ours), theirs)
-                    else:
-                        mine = ours.ask(req_ours)
-                        answers[fresh] = (mine, peer.ask(req_peer))
-                errors = [f"{side}: {a['error']}" for pair in answers.values()
-                          for side, a in zip(("ours", "peer"), pair, strict=True) if "error" in a]
-                if errors:
-                    left_out.append(f"{path.name} ({errors[0]})")
-                    continue
-                for figure, (our_key, peer_key, fresh) in IN_PROCESS.items():
-                    mine, theirs = answers[fresh]
-                    figures[figure]["ours"].append(statistics.median(mine[our_key]))
-                    if peer_key is not None:
-                        figures[figure]["peer"].append(statistics.median(theirs[peer_key]))
+            for rep in range(n):
+                for i, path in enumerate(files):
+                    if path in left_out:
+                        continue
+                    for fresh in (False, True):
+                        req = {"manifest": str(path), "n": 1, "tmp": f"{t}/ours", "fresh_config": fresh}
+                        asks = [("ours", ours, req), ("peer", peer, {**req, "tmp": f"{t}/peer", "config": str(SOURCE)})]
+                        for side, worker, request in asks if (rep + i) % 2 else asks[::-1]:
+                            answer = worker.ask(request)
+                            if "error" in answer:
+                                left_out[path] = f"{side}: {answer['error']}"
+                                break
+                            for key, values in answer.items():
+                                got.setdefault((path, fresh, side), {}).setdefault(key, []).extend(values)
         finally:
             ours.close()
             peer.close()
-    used = len(figures["patch step in-process"]["ours"])
-    print(f"# in-process: {used} of {len(files)} corpus manifests, {n} repeats each; left out "
-          f"({len(left_out)}): {'; '.join(left_out) or '-'}")
+    figures: Figures = {figure: {"ours": [], "peer": []} for figure in IN_PROCESS}
+    used = [p for p in files if p not in left_out]
+    for path in used:
+        for figure, (our_key, peer_key, fresh) in IN_PROCESS.items():
+            figures[figure]["ours"].append(statistics.median(got[(path, fresh, "ours")][our_key]))
+            if peer_key is not None:
+                figures[figure]["peer"].append(statistics.median(got[(path, fresh, "peer")][peer_key]))
+    print(f"# in-process: {len(used)} of {len(files)} corpus manifests, {n} repeats each; left out "
+          f"({len(left_out)}): {'; '.join(f'{p.name} ({why})' for p, why in left_out.items()) or '-'}")
     return figures
 
 

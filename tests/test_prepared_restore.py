@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -69,17 +70,17 @@ def agent_way(opts: engine.Options, prepared: engine.PreparedRestore) -> None:
         engine.restore(opts, engine.plan_restore(opts))
 
 
-@settings(max_examples=60)
-@given(st.sampled_from(TEXTS), st.sampled_from(CHANGES))
-def test_the_prepared_restore_leaves_what_the_cold_one_leaves(item: tuple[str, str], what: str) -> None:
+@settings(max_examples=80)
+@given(st.sampled_from(TEXTS), st.sampled_from(CHANGES), st.booleans())
+def test_the_prepared_restore_leaves_what_the_cold_one_leaves(item: tuple[str, str], what: str, staged: bool) -> None:
     _, text = item
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         try:
             fast, cold = patched(Path(a), text), patched(Path(b), text)
         except PatcherError:
             reject()  # refused by rule (a shell-wrapped scheduler, say): nothing to restore
-        prepared = engine.prepare_restore(fast)
-        assert prepared is not None
+        prepared = engine.prepare_restore(fast, stage=staged)
+        assert prepared is not None and (prepared.staged is not None) == staged
         change(fast, what, text)
         change(cold, what, text)
         agent_way(fast, prepared)
@@ -108,9 +109,15 @@ def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
         return real(opts)
 
     monkeypatch.setattr(engine, "plan_restore", counted)
+    assert agent._prepared is not None
+    staged = agent._prepared[1].staged
+    assert staged is not None and staged.name.startswith(".kube-scheduler.yaml.")  # hidden from the kubelet
+    inode = staged.stat().st_ino
     assert agent.shutdown() == 0
     assert planned == []  # everything was known while Ready
     assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+    assert (agent.files.host_root / MANIFEST).stat().st_ino == inode  # the staged file, renamed in place
+    assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
     assert agent.phase == NodeState.RESTORED
     assert not os.listdir(agent.files.fs.local(agent.files.host_config_dir))
 
@@ -127,3 +134,25 @@ def test_a_manifest_upgraded_since_the_restore_was_prepared_is_planned_again(
     assert "planning it again" in caplog.text
     assert path.read_text() == text.replace("v1.31.2", "v1.32.0")  # only our items went, the upgrade stays
     assert agent.phase == NodeState.RESTORED
+
+
+def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    assert agent._prepared is not None and agent._prepared[1].staged is not None
+    agent._prepared[1].staged.write_bytes(b"not what was staged\n")
+    assert agent.shutdown() == 0
+    assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+    assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+
+
+def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_there_is_none(
+        tmp_path: Path) -> None:
+    agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
+    assert agent._prepared is not None
+    first = agent._prepared[1].staged
+    agent._prepare_restore()  # another transition of the record, the same manifest: nothing written again
+    assert agent._prepared is not None and agent._prepared[1].staged == first
+    agent.opts = replace(agent.opts, restore_on_exit="never")
+    agent._prepare_restore()
+    assert agent._prepared is None and first is not None and not first.exists()

@@ -184,6 +184,44 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
     name = shown or str(path)
+    tmp = _durable_temp(path, data, mode, mtime_ns, name)
+    _publish(tmp, path, data, expect, name)
+
+
+def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
+    """Write ``data`` now into a hidden temp file beside ``path`` (fsynced, ``path``'s mode and owner), so that
+    ``swap_in`` later publishes it with one rename: the slow half of ``atomic_write``, done ahead of time.
+
+    The name is a temp file's (``.<name>.*.tmp``): whoever cleans up after a killed writer removes it too."""
+    return Path(_durable_temp(path, data, None, None, shown or str(path)))
+
+
+def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str | None = None) -> None:
+    """Publish a ``stage``d file over ``path``, as ``atomic_write(path, data, expect=expect)`` would write it.
+
+    Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
+    mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
+    ``atomic_write``). The staged file gets the current time as its mtime: the write happens now."""
+    name = shown or str(path)
+    try:
+        st, current = os.stat(staged), os.stat(path)
+    except FileNotFoundError:
+        raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it") from None
+    if (st.st_mode, st.st_uid, st.st_gid) != (current.st_mode, current.st_uid, current.st_gid) \
+            or _current(staged) != data:
+        raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
+    if _current(path) != expect:
+        raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+    try:
+        os.utime(staged)
+        _publish(str(staged), path, data, expect, name)
+    except OSError as exc:
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+
+
+def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
+    """A dot-named temp file beside ``path`` holding ``data``, fsynced, with ``path``'s mode and owner (``mode``
+    for a new file)."""
     folder = path.parent
     try:
         old = path.stat()
@@ -207,6 +245,17 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
             if mtime_ns is not None:  # the caller records it before the rename
                 os.utime(tmp, ns=(mtime_ns, mtime_ns))
             os.fsync(fh.fileno())
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+    return tmp
+
+
+def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str) -> None:
+    """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``), then fsync the folder."""
+    folder = path.parent
+    try:
         if expect is not None and _renameat2() is not None:
             _point("before-rename", path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all

@@ -329,15 +329,18 @@ class Agent:
     def _prepare_restore(self) -> None:
         """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
         the write remains. It is kept for this record only, and written only while the manifest is still byte
-        for byte what we wrote (``engine.restore_prepared``); anything else is planned again at exit."""
+        for byte what we wrote (``engine.restore_prepared``); anything else is planned again at exit. The
+        staged file of an earlier preparation is kept when it is still the same restore, removed otherwise."""
         record = self._node.record
-        if self.opts.restore_on_exit != "always" or not record.patched:
-            self._prepared = None
-            return
-        try:
-            prepared = engine.prepare_restore(self.files)
-        except PatcherError:
-            prepared = None  # planned again at exit, where the refusal is reported
+        previous = self._prepared[1] if self._prepared is not None else None
+        prepared = None
+        if self.opts.restore_on_exit == "always" and record.patched:
+            try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
+                prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
+            except PatcherError:
+                prepared = None  # planned again at exit, where the refusal is reported
+        if previous is not None and (prepared is None or prepared.staged != previous.staged):
+            engine.discard(previous)
         self._prepared = (record, prepared) if prepared is not None else None
 
     def _execute(self, action: lifecycle.Action) -> None:
