@@ -162,7 +162,7 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
         prepared = engine.prepare_restore(node.opts, stage=True)  # while patched, as the agent does
         assert prepared is not None
         out["restore"].append(timed(functools.partial(engine.restore_prepared, node.opts, prepared)))
-        out["cleanup"].append(timed(functools.partial(engine.finish_restore, node.opts, prepared.plan)))
+        out["cleanup"].append(timed(functools.partial(engine.finish_restore, node.opts, prepared)))
         if node.manifest.read_bytes() != data:
             raise AssertionError("restore(patch(m)) != m")
         _reset(node, data, False)

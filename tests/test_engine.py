@@ -343,7 +343,7 @@ def test_a_prepared_restore_writes_what_the_cold_one_writes(node: FakeFilesystem
     lines = engine.restore_prepared(OPTS, prepared)
     assert lines == [f"wrote {MANIFEST}"] and Path(MANIFEST).read_text() == KUBEADM
     assert os.listdir("/etc/kubernetes/scheduler-patcher")  # the clean-up is a step of its own
-    cleaned = engine.finish_restore(OPTS, prepared.plan)
+    cleaned = engine.finish_restore(OPTS, prepared)
     assert cleaned[0].startswith("removed /etc/kubernetes/scheduler-patcher/config-")
     after = snapshot()
     assert {k: v for k, v in after.items() if k in before} == before

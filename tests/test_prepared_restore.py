@@ -65,7 +65,7 @@ def agent_way(opts: engine.Options, prepared: engine.PreparedRestore) -> None:
     """What ``Agent._restore_on_exit`` does with a prepared restore."""
     try:
         engine.restore_prepared(opts, prepared)
-        engine.finish_restore(opts, prepared.plan)
+        engine.finish_restore(opts, prepared)
     except fsio.ChangedUnderneath:
         engine.restore(opts, engine.plan_restore(opts))
 

@@ -664,7 +664,7 @@ class Agent:
             log.info("the manifest changed since the restore was prepared; planning it again",
                      extra=self._log_extra)
             return None
-        return lines + engine.finish_restore(self.files, prepared.plan)
+        return lines + engine.finish_restore(self.files, prepared)
 
     def _hand_over(self, started: float) -> None:
         """Release the rollout turn and publish the final state, in what is left of the grace period."""

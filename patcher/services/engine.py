@@ -322,13 +322,16 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     try:
         if any(c.kind == "config" for c in plan.changes):
             fsio.ensure_dir(opts.fs.local(opts.host_config_dir))
+        configs = []
         for change in plan.changes:
             if change.kind == "config" and change.new is not None:
-                fsio.atomic_write(change.local, change.new, mode=0o644, shown=change.node_path)
+                configs.append(fsio.Write(change.local, change.new, change.node_path, mode=0o644))
                 if change.old is None:
                     created.append(change)
                 lines.append(f"wrote {change.node_path}")
         mchange = plan.manifest_change()
+        if mchange is None or mchange.new is None:
+            fsio.write_in_order(configs)
         new_state = replace(
             state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
             api_version=config.api_version, files=tuple(sorted(config.files)),
@@ -340,12 +343,12 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
             # crash right after the write finds it, and one save is enough.
             new_state = replace(new_state, original_sha256=sha256(plan.unpatched), patched_sha256=sha256(mchange.new),
                                 manifest_mtime_ns=time.time_ns())
-            with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
-                if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
-                    store.save_original(plan.unpatched)
-                store.save(new_state)
-            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
-                              mtime_ns=new_state.manifest_mtime_ns)
+            # In this order, each durable before the next: config files, the record (and the saved original),
+            # the manifest. Their contents are fsynced together first (one journal commit, not one per file).
+            original = plan.unpatched if checkpoint.get(ORIGINAL_FILE) != plan.unpatched else None
+            fsio.write_in_order(configs, store.writes(new_state, original),
+                                [fsio.Write(mchange.local, mchange.new, mchange.node_path, expect=plan.current,
+                                            mtime_ns=new_state.manifest_mtime_ns)])
             lines.append(f"wrote {mchange.node_path}")
         else:
             new_state = replace(new_state, patched_sha256=sha256(plan.current),
@@ -592,12 +595,16 @@ def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
         return _write_restored_locked(plan)
 
 
-def finish_restore(opts: Options, plan: RestorePlan) -> list[str]:
-    """After the manifest is restored: remove our config files and the state record (and stale temp files)."""
+def finish_restore(opts: Options, prepared: PreparedRestore) -> list[str]:
+    """After ``restore_prepared``: remove the manifest it displaced (left at the staged file's name), our
+    config files and the state record (and stale temp files)."""
     with opts.lock():
+        if prepared.staged is not None:
+            with contextlib.suppress(OSError):
+                prepared.staged.unlink()
         lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
                  _remove_stale_temp_files_locked(opts)]
-        return _clean_up_locked(opts, plan, lines)
+        return _clean_up_locked(opts, prepared.plan, lines)
 
 
 def _clean_up_locked(opts: Options, plan: RestorePlan, lines: list[str]) -> list[str]:
