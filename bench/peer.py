@@ -148,10 +148,9 @@ def _reset(node: Any, data: bytes, fresh: bool) -> None:
 
 
 def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, list[float]]:
+    from bench import baselines
     from patcher.core import yamltext
     from patcher.services import engine
-
-    from bench import baselines
 
     out: dict[str, list[float]] = {"patch": [], "restore": [], "restore_cold": [], "cleanup": [], "floor": []}
     for _ in range(n):
