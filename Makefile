@@ -63,9 +63,10 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MIN_VENV) .bench-peer build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 IMAGE ?= scheduler-patcher:$(VERSION)
 # docker or podman, whichever answers (a docker CLI without a daemon does not count); ENGINE=... picks one.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -66,3 +67,22 @@ def test_gate_bench_runs() -> None:
     out = run("bench/gate_bench.py", "--pods", "150", "--stop-pods", "120", "--stop-at", "40")
     for what in ("drain: 150 pods released", "requests", "peak RSS", "stop:", "released after it", "targets ("):
         assert what in out, out
+
+
+def test_peer_bench_says_in_one_line_when_the_peer_is_not_there(tmp_path: Path) -> None:
+    out = run("bench/peer.py", "--peer", str(tmp_path / "no-peer"))
+    assert out.startswith("# side by side with the peer: skipped (") and out.count("\n") == 1
+
+
+def test_peer_bench_worker_answers_with_our_timings(tmp_path: Path) -> None:
+    """Our side of the in-process figures (the peer's side needs its venv: make bench builds it)."""
+    manifest = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
+    requests = "".join(json.dumps({"manifest": str(manifest), "n": 2, "tmp": str(tmp_path / "w"),
+                                   "fresh_config": fresh}) + "\n" for fresh in (False, True))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "bench/peer.py", "--worker"], cwd=ROOT, env=env, input=requests,
+                          capture_output=True, text=True, timeout=120, check=True)
+    kept, fresh = (json.loads(line) for line in proc.stdout.splitlines())
+    assert [len(kept[k]) for k in ("patch", "restore", "restore_cold", "cleanup", "floor")] == [2, 2, 2, 2, 2]
+    assert len(fresh["patch"]) == 2 and all(ms > 0 for ms in kept["restore"])
+    assert manifest.read_bytes() == (tmp_path / "w/node/etc/kubernetes/manifests/kube-scheduler.yaml").read_bytes()

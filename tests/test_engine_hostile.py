@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
@@ -114,6 +116,13 @@ def test_the_depth_bound_never_underestimates_the_corpus_and_stays_cheap_for_it(
     for text in texts:
         yamltext.check_shape(text)  # no real manifest comes near a limit
         assert yamltext.depth_bound(text) <= yamltext.MAX_DEPTH
+        assert yamltext._loose_depth_bound(text) <= yamltext.MAX_DEPTH  # the cheapest check answers for it
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=" \t-?[]{}:#\n\rab'\"|>&*", max_size=200))
+def test_the_loose_depth_bound_is_never_below_the_depth_bound(text: str) -> None:
+    assert yamltext._loose_depth_bound(text) >= yamltext.depth_bound(text)
 
 
 # -- item 4: non-regular files ----------------------------------------------------------------------------------

@@ -99,3 +99,31 @@ def test_one_dir_sync_syncs_each_folder_once_on_leaving(tmp_path: Path, monkeypa
     assert sorted(synced) == ["a", "b"]
     fsio.remove(b / "z")
     assert synced[-1] == "b"  # outside: at once, as before
+
+
+def test_write_in_order_publishes_group_after_group_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a", tmp_path / "sub" / "b", tmp_path / "c"
+    b.parent.mkdir()
+    c.write_bytes(b"old c")
+    seen: list[tuple[bool, bool]] = []
+
+    def at(point: str, path: Path) -> None:  # the rename of c (it has an expect): a and b are there already
+        if point == "before-rename":
+            seen.append((a.exists(), b.exists()))
+
+    with fsio.pause_points(at):
+        fsio.write_in_order([fsio.Write(a, b"a", "a", mode=0o600), fsio.Write(b, b"b", "b")],
+                            [fsio.Write(c, b"c", "c", expect=b"old c")])
+    assert (a.read_bytes(), b.read_bytes(), c.read_bytes()) == (b"a", b"b", b"c")
+    assert seen == [(True, True)] and a.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "c", "sub"]
+
+
+def test_write_in_order_stops_at_the_first_failed_group(tmp_path: Path) -> None:
+    a, c, d = tmp_path / "a", tmp_path / "c", tmp_path / "d"
+    c.write_bytes(b"changed by someone else")
+    with pytest.raises(fsio.ChangedUnderneath):
+        fsio.write_in_order([fsio.Write(a, b"a", "a")], [fsio.Write(c, b"c", "c", expect=b"old c")],
+                            [fsio.Write(d, b"d", "d")])
+    assert a.read_bytes() == b"a" and c.read_bytes() == b"changed by someone else" and not d.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "c"]  # no temp file of c or d is left

@@ -184,6 +184,61 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
     name = shown or str(path)
+    tmp = _durable_temp(path, data, mode, mtime_ns, name)
+    _publish(tmp, path, data, expect, name)
+
+
+def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
+    """Write ``data`` now into a hidden temp file beside ``path`` (fsynced, ``path``'s mode and owner), so that
+    ``swap_in`` later publishes it with one rename: the slow half of ``atomic_write``, done ahead of time.
+
+    The name is a temp file's (``.<name>.*.tmp``): whoever cleans up after a killed writer removes it too."""
+    return Path(_durable_temp(path, data, None, None, shown or str(path)))
+
+
+def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str | None = None) -> None:
+    """Publish a ``stage``d file over ``path``, as ``atomic_write(path, data, expect=expect)`` would write it.
+
+    Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
+    mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
+    ``atomic_write``). The staged file gets the current time as its mtime: the write happens now. The file it
+    displaced is left at ``staged`` (hidden) once the folder is synced: the caller removes it, after the work
+    that waits for the restore."""
+    name = shown or str(path)
+    try:
+        st, current = os.stat(staged), os.stat(path)
+    except FileNotFoundError:
+        raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it") from None
+    if (st.st_mode, st.st_uid, st.st_gid) != (current.st_mode, current.st_uid, current.st_gid) \
+            or _current(staged) != data:
+        raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
+    if _current(path) != expect:
+        raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+    try:
+        os.utime(staged)
+        _publish(str(staged), path, data, expect, name, sync=False)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+
+
+def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
+    """A dot-named temp file beside ``path`` holding ``data``, fsynced, with ``path``'s mode and owner (``mode``
+    for a new file)."""
+    fd, tmp = _written_temp(path, data, mode, mtime_ns, name)
+    try:
+        _fsync_together([fd])
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return tmp
+
+
+def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> tuple[int, str]:
+    """The temp file of ``_durable_temp``, written but not yet fsynced: its open descriptor and its path."""
     folder = path.parent
     try:
         old = path.stat()
@@ -197,22 +252,122 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     except OSError as exc:
         raise PatcherError(str(folder), f"cannot write in this folder: {exc.strerror}") from None
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), keep_mode)
-            if uid != -1 and (uid, gid) != (os.getuid(), os.getgid()):
-                with contextlib.suppress(PermissionError):
-                    os.fchown(fh.fileno(), uid, gid)
-            if mtime_ns is not None:  # the caller records it before the rename
-                os.utime(tmp, ns=(mtime_ns, mtime_ns))
-            os.fsync(fh.fileno())
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, keep_mode)
+        if uid != -1 and (uid, gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, uid, gid)
+        if mtime_ns is not None:  # the caller records it before the rename
+            os.utime(fd, ns=(mtime_ns, mtime_ns))
+    except OSError as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+    return fd, tmp
+
+
+def _fsync_together(fds: list[int]) -> None:
+    """fsync every descriptor, all at once (one in this thread, the others in short-lived threads): a journaling
+    file system commits fsyncs that wait at the same time together (ext4: one journal commit for all, where
+    one after the other waits for one commit each; beside a neighbour's I/O a commit costs milliseconds)."""
+    errors: list[OSError] = []
+
+    def one(fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(fd,), daemon=True) for fd in fds[1:]]
+    for t in threads:
+        t.start()
+    if fds:
+        one(fds[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One file of ``write_in_order``: ``atomic_write(path, data, mode=, shown=, expect=, mtime_ns=)``."""
+
+    path: Path
+    data: bytes
+    shown: str
+    mode: int | None = None
+    expect: bytes | None = None
+    mtime_ns: int | None = None
+
+
+def write_in_order(*groups: list[Write]) -> None:
+    """Atomic writes of several files, published group after group: every group's files are renamed in place
+    and their folders fsynced before the next group's first rename, as that many ``atomic_write`` calls in
+    that order would. Only the fsyncs of the files' contents, which nothing orders, happen together, before
+    the first rename (``_fsync_together``). A failure leaves the groups before it written, the rest not."""
+    writes = [w for group in groups for w in group]
+    temps: list[str] = []
+    fds: list[int] = []
+    try:
+        for w in writes:
+            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown)
+            fds.append(fd)
+            temps.append(tmp)
+        try:
+            _fsync_together(fds)
+        except OSError as exc:
+            raise PatcherError(writes[0].shown, f"write failed: {exc.strerror or exc}") from None
+    except PatcherError:
+        for tmp in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    pending = list(zip(writes, temps, strict=True))
+    try:
+        for group in groups:
+            folders: dict[str, Path] = {}
+            displaced = []
+            for w in group:
+                _, tmp = pending.pop(0)
+                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False))
+                folders.setdefault(str(w.path.parent), w.path.parent)
+            for folder in folders.values():
+                _fsync_dir_now(folder)
+            for old in displaced:
+                if old is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(old)
+    finally:
+        for _, tmp in pending:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, *, sync: bool = True
+             ) -> str | None:
+    """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``), then fsync the folder.
+
+    With ``sync`` False the caller fsyncs the folder, then removes the file this returns (the one an exchange
+    displaced: a hidden temp file, left for the clean-up of a killed writer if we die in between)."""
+    folder = path.parent
+    try:
         if expect is not None and _renameat2() is not None:
             _point("before-rename", path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
                 _settle_exchange(tmp, path, data, expect, name)
+                if not sync:
+                    return tmp
                 fsync_dir(folder)
-                return
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                return None
         if expect is not None and _current(path) != expect:  # no RENAME_EXCHANGE: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
@@ -226,7 +381,9 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
-    fsync_dir(folder)
+    if sync:
+        fsync_dir(folder)
+    return None
 
 
 def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
@@ -234,8 +391,7 @@ def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str
     from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
     displaced = _current(Path(tmp))
     if displaced == expect:
-        os.unlink(tmp)
-        return
+        return  # the caller removes it, once the folder is synced (the rename is what must be durable first)
     if not _exchange(tmp, path) or _current(Path(tmp)) != data:
         # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
         # is the newest): either way the file at tmp is theirs and goes in place.

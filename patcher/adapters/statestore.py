@@ -43,6 +43,13 @@ class StateStore:
         fsio.ensure_dir(self.folder, 0o700)
         fsio.atomic_write(self._path(ORIGINAL_FILE), data, mode=0o600, shown=f"{self.shown}/{ORIGINAL_FILE}")
 
+    def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
+        """``save(state)`` (and ``save_original(original)``) as writes for ``fsio.write_in_order``."""
+        fsio.ensure_dir(self.folder, 0o700)
+        out = [] if original is None else [
+            fsio.Write(self._path(ORIGINAL_FILE), original, f"{self.shown}/{ORIGINAL_FILE}", mode=0o600)]
+        return [*out, fsio.Write(self._path(STATE_FILE), encode(state), f"{self.shown}/{STATE_FILE}", mode=0o600)]
+
     def load_original(self) -> bytes | None:
         try:
             return self._path(ORIGINAL_FILE).read_bytes()

@@ -131,7 +131,7 @@ class Agent:
         self._baseline = restart.Baseline()
         self._tracker: LocalRestartTracker | None = None
         self._pod_before: dict[str, Any] | None = None
-        self._prepared: tuple[State, engine.RestorePlan] | None = None  # the restore, planned while patched
+        self._prepared: tuple[State, engine.PreparedRestore] | None = None  # the restore, planned while patched
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
         self._next_resync = 0.0
@@ -368,15 +368,20 @@ class Agent:
 
     def _prepare_restore(self) -> None:
         """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
-        the write remains (the write still compares the manifest with what this plan read)."""
+        the write remains. It is kept for this record only, and written only while the manifest is still byte
+        for byte what we wrote (``engine.restore_prepared``); anything else is planned again at exit. The
+        staged file of an earlier preparation is kept when it is still the same restore, removed otherwise."""
         record = self._node.record
-        if self.opts.restore_on_exit != "always" or not record.patched:
-            self._prepared = None
-            return
-        try:
-            self._prepared = (record, engine.plan_restore(self.files))
-        except PatcherError:
-            self._prepared = None  # planned again at exit, where the refusal is reported
+        previous = self._prepared[1] if self._prepared is not None else None
+        prepared = None
+        if self.opts.restore_on_exit == "always" and record.patched:
+            try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
+                prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
+            except PatcherError:
+                prepared = None  # planned again at exit, where the refusal is reported
+        if previous is not None and (prepared is None or prepared.staged != previous.staged):
+            engine.discard(previous)
+        self._prepared = (record, prepared) if prepared is not None else None
 
     def _execute(self, action: lifecycle.Action) -> None:
         match action:
@@ -700,17 +705,20 @@ class Agent:
         """Put back exactly what we changed, holding the rollout turn when the manifest is written; False when
         the restore failed (the error is logged and counted)."""
         try:
-            prepared = self._prepared
-            plan = prepared[1] if prepared is not None and prepared[0] == self._node.record else None
-            plan = plan or engine.plan_restore(self.files)
+            prepared = self._prepared[1] if self._prepared and self._prepared[0] == self._node.record else None
+            plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
             if writes:
                 self._turn_for_restore(started)
-            try:
-                lines = engine.restore(self.files, plan)
-            except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
-                plan = engine.plan_restore(self.files)
-                lines = engine.restore(self.files, plan)
+            lines = self._restore_prepared(prepared) if prepared is not None else None
+            if lines is None:
+                if prepared is not None:  # the prepared plan is stale: plan from what is there now
+                    plan = engine.plan_restore(self.files)
+                try:
+                    lines = engine.restore(self.files, plan)
+                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
+                    plan = engine.plan_restore(self.files)
+                    lines = engine.restore(self.files, plan)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes:
@@ -725,6 +733,17 @@ class Agent:
             self.metrics.error("restore")
             log.error("restore on exit failed: %s", exc, extra=self._log_extra)
             return False
+
+    def _restore_prepared(self, prepared: engine.PreparedRestore) -> list[str] | None:
+        """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
+        what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
+        try:
+            lines = engine.restore_prepared(self.files, prepared)
+        except fsio.ChangedUnderneath:
+            log.info("the manifest changed since the restore was prepared; planning it again",
+                     extra=self._log_extra)
+            return None
+        return lines + engine.finish_restore(self.files, prepared)
 
     def _hand_over(self, started: float) -> None:
         """Release the rollout turn and publish the final state, in what is left of the grace period."""

@@ -210,6 +210,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
         unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
     sched = unpatched[1]
     manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
+    source_hash = ""
     if config is None:
         req = ConfigRequest(
             source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
@@ -217,7 +218,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
             manifest=node_path,
         )
-        config = schedconfig.build_config(req)
+        config, source_hash = _render(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
@@ -225,8 +226,10 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
                               config_hash=config.config_hash, prefix=opts.prefix,
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
+    if config.form != "last-good" and not source_hash:
+        source_hash = fsio.folder_fingerprint(opts.source)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
-                source_hash=fsio.folder_fingerprint(opts.source) if config.form != "last-good" else "")
+                source_hash=source_hash)
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = opts.fs.local(cfg_node)
@@ -242,6 +245,29 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
     plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
                       f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan
+
+
+# The last few configs rendered, by request and source fingerprint: a config is rendered (read, validated,
+# rendered, hashed) once per change of its inputs, not again on every reconcile or manifest write.
+_rendered: dict[tuple[ConfigRequest, str], RenderedConfig] = {}
+_RENDERED_KEPT = 4
+
+
+def _render(req: ConfigRequest) -> tuple[RenderedConfig, str]:
+    """``schedconfig.build_config(req)`` and the source folder's fingerprint; from the cache when the request
+    and the source's content are the same as for an earlier render. A render is kept only when the folder did
+    not change while it was read (the fingerprint before and after agree)."""
+    before = fsio.folder_fingerprint(req.source_dir)
+    key = (req, before)
+    config = _rendered.get(key)
+    if config is not None:
+        return config, before
+    config = schedconfig.build_config(req)
+    if before != "missing" and fsio.folder_fingerprint(req.source_dir) == before:
+        if len(_rendered) >= _RENDERED_KEPT:
+            del _rendered[next(iter(_rendered))]
+        _rendered[key] = config
+    return config, before
 
 
 def _nearest_existing(local: Path) -> Path:
@@ -296,13 +322,16 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     try:
         if any(c.kind == "config" for c in plan.changes):
             fsio.ensure_dir(opts.fs.local(opts.host_config_dir))
+        configs = []
         for change in plan.changes:
             if change.kind == "config" and change.new is not None:
-                fsio.atomic_write(change.local, change.new, mode=0o644, shown=change.node_path)
+                configs.append(fsio.Write(change.local, change.new, change.node_path, mode=0o644))
                 if change.old is None:
                     created.append(change)
                 lines.append(f"wrote {change.node_path}")
         mchange = plan.manifest_change()
+        if mchange is None or mchange.new is None:
+            fsio.write_in_order(configs)
         new_state = replace(
             state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
             api_version=config.api_version, files=tuple(sorted(config.files)),
@@ -314,12 +343,12 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
             # crash right after the write finds it, and one save is enough.
             new_state = replace(new_state, original_sha256=sha256(plan.unpatched), patched_sha256=sha256(mchange.new),
                                 manifest_mtime_ns=time.time_ns())
-            with fsio.one_dir_sync():  # both in the state folder; durable before the manifest write
-                if checkpoint.get(ORIGINAL_FILE) != plan.unpatched:
-                    store.save_original(plan.unpatched)
-                store.save(new_state)
-            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=plan.current,
-                              mtime_ns=new_state.manifest_mtime_ns)
+            # In this order, each durable before the next: config files, the record (and the saved original),
+            # the manifest. Their contents are fsynced together first (one journal commit, not one per file).
+            original = plan.unpatched if checkpoint.get(ORIGINAL_FILE) != plan.unpatched else None
+            fsio.write_in_order(configs, store.writes(new_state, original),
+                                [fsio.Write(mchange.local, mchange.new, mchange.node_path, expect=plan.current,
+                                            mtime_ns=new_state.manifest_mtime_ns)])
             lines.append(f"wrote {mchange.node_path}")
         else:
             new_state = replace(new_state, patched_sha256=sha256(plan.current),
@@ -476,12 +505,109 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
 def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              _remove_stale_temp_files_locked(opts)]
+    lines += _write_restored_locked(plan)
+    if keep_files:
+        return lines
+    return _clean_up_locked(opts, plan, lines)
+
+
+def _write_restored_locked(plan: RestorePlan) -> list[str]:
+    lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
-    if keep_files:
-        return lines
+    return lines
+
+
+@dataclass(frozen=True)
+class PreparedRestore:
+    """A restore planned while the node is patched, so that on SIGTERM only the write is left.
+
+    ``written`` is the manifest as this node's last write left it (its sha256 is the state record's
+    ``patched_sha256``); the restore goes ahead only while the manifest is still byte for byte that.
+    ``staged``: the restored manifest already written and fsynced beside it (a hidden temp file), so that the
+    write itself is one rename; None: written in full at restore time.
+    """
+
+    plan: RestorePlan
+    written: bytes
+    staged: Path | None = None
+
+    @property
+    def manifest(self) -> FileChange:
+        change = next(c for c in self.plan.changes if c.kind == "manifest")
+        return change
+
+
+def prepare_restore(opts: Options, *, stage: bool = False, previous: PreparedRestore | None = None
+                    ) -> PreparedRestore | None:
+    """The restore of the manifest as it is now, when it is the one we wrote; None otherwise (a manifest
+    someone else changed since, or nothing of ours to undo): such a restore is planned when it happens.
+
+    ``stage``: write the restored bytes beside the manifest now (see ``PreparedRestore.staged``), or keep the
+    file ``previous`` staged when it is the same restore and still intact on disk."""
+    plan = plan_restore(opts)
+    state = plan.state
+    if plan.current is None or state is None or not state.patched or sha256(plan.current) != state.patched_sha256:
+        return None
+    if not any(c.kind == "manifest" for c in plan.changes) or plan.notes:  # notes: the saved-original fallback
+        return None
+    prepared = PreparedRestore(plan, plan.current)
+    if not stage:
+        return prepared
+    new = prepared.manifest.new
+    assert new is not None
+    if previous is not None and previous.staged is not None and previous.written == plan.current \
+            and previous.manifest.new == new and previous.manifest.local == prepared.manifest.local \
+            and fsio.read_if_exists(previous.staged, "staged restore") == new:
+        return replace(prepared, staged=previous.staged)
+    with opts.lock():
+        return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))
+
+
+def discard(prepared: PreparedRestore | None) -> None:
+    """Remove the file a prepared restore staged (it is hidden, and a later clean-up would remove it too)."""
+    if prepared is not None and prepared.staged is not None:
+        with contextlib.suppress(OSError):
+            prepared.staged.unlink()
+
+
+def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
+    """Write a prepared restore of the manifest (``finish_restore`` cleans up after it). Raises
+    ``fsio.ChangedUnderneath``, writing nothing, when the manifest is not what we wrote any more (a ``kubeadm
+    upgrade`` since) or the staged file is not what was staged: the caller plans the restore again from what
+    is there.
+
+    For a writer that has held the writer lock since it prepared (the agent holds it for its life): the state
+    record cannot have changed in between, and is not read again. The manifest is compared twice: before the
+    write, and the file the write displaced (the rename is an exchange), so a write that races this one is
+    put back, not lost."""
+    plan, change = prepared.plan, prepared.manifest
+    assert change.new is not None
+    _check_writable(opts, [change])
+    with opts.lock():
+        if prepared.staged is not None:
+            fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
+                         shown=change.node_path)
+            return [f"wrote {change.node_path}"]
+        _verify_unchanged(plan.manifest_local, prepared.written, plan.manifest_path)
+        return _write_restored_locked(plan)
+
+
+def finish_restore(opts: Options, prepared: PreparedRestore) -> list[str]:
+    """After ``restore_prepared``: remove the manifest it displaced (left at the staged file's name), our
+    config files and the state record (and stale temp files)."""
+    with opts.lock():
+        if prepared.staged is not None:
+            with contextlib.suppress(OSError):
+                prepared.staged.unlink()
+        lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+                 _remove_stale_temp_files_locked(opts)]
+        return _clean_up_locked(opts, prepared.plan, lines)
+
+
+def _clean_up_locked(opts: Options, plan: RestorePlan, lines: list[str]) -> list[str]:
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder

@@ -1,0 +1,158 @@
+"""The restore prepared while Ready (the SIGTERM path) against the restore planned when it happens.
+
+Invariant: whatever happened to the manifest between the preparation and the stop, the agent's way (write the
+prepared bytes while the manifest is still what we wrote, else plan again from what is there) leaves the node
+exactly as the cold restore from the same state does. Real files on tmp folders (atomic writes, the lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, reject, settings
+from hypothesis import strategies as st
+
+from patcher.adapters import fsio
+from patcher.core.errors import PatcherError
+from patcher.core.status import NodeState
+from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
+from tests.conftest import corpus_manifests, fixture_manifests
+
+MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+CONFIG = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
+TEXTS = sorted(fixture_manifests().items()) + [(p.name, p.read_bytes().decode("utf-8")) for p in corpus_manifests()]
+
+# What may happen to the patched manifest after the restore was prepared.
+CHANGES = ("nothing", "edited, our items kept", "rewritten without our items")
+
+
+def node(tmp: Path, text: str) -> engine.Options:
+    root = tmp / "node"
+    (root / MANIFEST).parent.mkdir(parents=True)
+    (root / MANIFEST).write_bytes(text.encode("utf-8"))
+    (tmp / "src").mkdir()
+    (tmp / "src" / "extenders.yaml").write_text(CONFIG)
+    return engine.Options(source=tmp / "src", host_root=root, on_foreign="replace")
+
+
+def patched(tmp: Path, text: str) -> engine.Options:
+    opts = node(tmp, text)
+    engine.apply(opts, engine.plan_apply(opts))
+    return opts
+
+
+def change(opts: engine.Options, what: str, original: str) -> None:
+    path = opts.host_root / MANIFEST
+    if what == "edited, our items kept":
+        path.write_bytes(b"# edited by an upgrade\n" + path.read_bytes())
+    elif what == "rewritten without our items":
+        path.write_bytes(original.encode("utf-8"))
+
+
+def on_disk(opts: engine.Options) -> tuple[bytes, list[str], list[str]]:
+    root = opts.host_root
+    files = [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"]
+    return (root / MANIFEST).read_bytes(), files, sorted(os.listdir(root / "etc/kubernetes/manifests"))
+
+
+def agent_way(opts: engine.Options, prepared: engine.PreparedRestore) -> None:
+    """What ``Agent._restore_on_exit`` does with a prepared restore."""
+    try:
+        engine.restore_prepared(opts, prepared)
+        engine.finish_restore(opts, prepared)
+    except fsio.ChangedUnderneath:
+        engine.restore(opts, engine.plan_restore(opts))
+
+
+@settings(max_examples=80)
+@given(st.sampled_from(TEXTS), st.sampled_from(CHANGES), st.booleans())
+def test_the_prepared_restore_leaves_what_the_cold_one_leaves(item: tuple[str, str], what: str, staged: bool) -> None:
+    _, text = item
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        try:
+            fast, cold = patched(Path(a), text), patched(Path(b), text)
+        except PatcherError:
+            reject()  # refused by rule (a shell-wrapped scheduler, say): nothing to restore
+        prepared = engine.prepare_restore(fast, stage=staged)
+        assert prepared is not None and (prepared.staged is not None) == staged
+        change(fast, what, text)
+        change(cold, what, text)
+        agent_way(fast, prepared)
+        engine.restore(cold, engine.plan_restore(cold))
+        assert on_disk(fast) == on_disk(cold)
+        if what != "edited, our items kept":
+            assert (fast.host_root / MANIFEST).read_bytes() == text.encode("utf-8")
+
+
+def ready_agent(tmp: Path, text: str) -> Agent:
+    """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
+    agent = Agent(AgentOptions(files=node(tmp, text)))
+    assert agent.start() and agent.phase == NodeState.READY
+    return agent
+
+
+def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    planned: list[engine.Options] = []
+    real = engine.plan_restore
+
+    def counted(opts: engine.Options) -> engine.RestorePlan:
+        planned.append(opts)
+        return real(opts)
+
+    monkeypatch.setattr(engine, "plan_restore", counted)
+    assert agent._prepared is not None
+    staged = agent._prepared[1].staged
+    assert staged is not None and staged.name.startswith(".kube-scheduler.yaml.")  # hidden from the kubelet
+    inode = staged.stat().st_ino
+    assert agent.shutdown() == 0
+    assert planned == []  # everything was known while Ready
+    assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+    assert (agent.files.host_root / MANIFEST).stat().st_ino == inode  # the staged file, renamed in place
+    assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+    assert agent.phase == NodeState.RESTORED
+    assert not os.listdir(agent.files.fs.local(agent.files.host_config_dir))
+
+
+def test_a_manifest_upgraded_since_the_restore_was_prepared_is_planned_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    upgraded = path.read_text().replace("v1.31.2", "v1.32.0")  # kubeadm upgrade, our items kept
+    path.write_text(upgraded)
+    with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
+        assert agent.shutdown() == 0
+    assert "planning it again" in caplog.text
+    assert path.read_text() == text.replace("v1.31.2", "v1.32.0")  # only our items went, the upgrade stays
+    assert agent.phase == NodeState.RESTORED
+
+
+def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    assert agent._prepared is not None and agent._prepared[1].staged is not None
+    agent._prepared[1].staged.write_bytes(b"not what was staged\n")
+    assert agent.shutdown() == 0
+    assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+    assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
+
+
+def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_there_is_none(
+        tmp_path: Path) -> None:
+    agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
+    assert agent._prepared is not None
+    first = agent._prepared[1].staged
+    agent._prepare_restore()  # another transition of the record, the same manifest: nothing written again
+    assert agent._prepared is not None and agent._prepared[1].staged == first
+    agent.opts = replace(agent.opts, restore_on_exit="never")
+    agent._prepare_restore()
+    assert agent._prepared is None and first is not None and not first.exists()
