@@ -40,7 +40,8 @@ ALL_VALUES: Obj = {
     "schedulerConfig": "",
     "hostPaths": {"manifestDir": "/opt/k8s/manifests", "manifestName": "scheduler.yaml",
                   "configDir": "/opt/k8s/sp-config", "stateDir": "/opt/k8s/sp-state"},
-    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "restartTimeout": "15m", "rollbackOnFailure": False,
+    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "checkExtenders": False,
+              "extenderProbeInterval": "2m", "restartTimeout": "15m", "rollbackOnFailure": False,
               "restoreOnExit": "never", "rollout": "coordinated", "rolloutLease": "sp-rollout", "gracePeriod": "30s",
               "terminationGracePeriodSeconds": 50, "logFormat": "json", "logLevel": "debug", "localCheck": True},
     "csiBaremetal": {"enabled": True, "namespace": "csi"},
@@ -49,6 +50,10 @@ ALL_VALUES: Obj = {
     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "example.com/role", "operator": "In", "values": ["cp"]}]}]}}},
     "priorityClassName": "cp-critical",
+    "hostNetwork": False,
+    "dnsPolicy": "None",
+    "dnsConfig": {"nameservers": ["10.0.0.10"], "searches": ["cluster.example"],
+                  "options": [{"name": "ndots", "value": "2"}]},
     "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
     "podAnnotations": {"example.com/team": "platform"},
     "extraArgs": ["--resync-interval=10m"],
@@ -60,7 +65,16 @@ ALL_VALUES: Obj = {
                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                        {"weight": 1, "preference": {"matchExpressions": [
                            {"key": "example.com/role", "operator": "In", "values": ["infra"]}]}}]}},
-                   "podAnnotations": {"example.com/gk": "yes"}},
+                   "podAnnotations": {"example.com/gk": "yes"},
+                   "admission": {"enabled": True, "apiVersion": "v1beta1",
+                                 "namespaceSelector": {"matchLabels": {"scheduler-patcher.io/gate": None, "team": "a"},
+                                                       "matchExpressions": [
+                                     {"key": "tier", "operator": "In", "values": ["gold"]}]},
+                                 "objectSelector": {"matchLabels": {"app": "db"}, "matchExpressions": [
+                                     {"key": "example.com/skip", "operator": "DoesNotExist"}]},
+                                 "schedulerNames": ["default-scheduler", "my-scheduler"],
+                                 "storageClasses": ["csi-baremetal-sc-hddlvg"],
+                                 "csiDrivers": ["csi-baremetal.dell.com"]}},
     "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
 }
