@@ -416,6 +416,17 @@ def test_notes_tell_how_to_watch_the_rollout_with_real_commands(helm: str, tmp_p
     assert build_parser().parse_args(shlex.split(status.split("--", 1)[1])[1:]).command == "status"
 
 
+def test_notes_tell_how_to_opt_a_namespace_into_the_admission_gate(helm: str, tmp_path: Path) -> None:
+    values = {"gatekeeper": {"enabled": True, "admission": {"enabled": True, "apiVersion": "v1beta1"}}}
+    proc = run_helm(helm, "install", "--dry-run=client", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "admissionregistration.k8s.io/v1beta1" in notes
+    assert "  kubectl label namespace <namespace> scheduler-patcher.io/gate=enabled\n" in notes
+    assert "port 9808" in notes  # a host port (hostNetwork): it must be free on the nodes
+
+
 def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
     proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
