@@ -6,6 +6,7 @@ chart's values stay tied to the CLI and to patcher's scheduler-config schema) ev
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -15,6 +16,8 @@ from typing import Any
 import yaml
 
 import patcher
+from patcher.commands.cli import SCHEDULER_PORTS
+from patcher.commands.flags import duration
 from tests.test_deploy_manifests import ROOT, subparser
 from tools import sync_version
 
@@ -40,7 +43,8 @@ ALL_VALUES: Obj = {
     "schedulerConfig": "",
     "hostPaths": {"manifestDir": "/opt/k8s/manifests", "manifestName": "scheduler.yaml",
                   "configDir": "/opt/k8s/sp-config", "stateDir": "/opt/k8s/sp-state"},
-    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "restartTimeout": "15m", "rollbackOnFailure": False,
+    "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "checkExtenders": False,
+              "extenderProbeInterval": "2m", "restartTimeout": "15m", "rollbackOnFailure": False,
               "restoreOnExit": "never", "rollout": "coordinated", "rolloutLease": "sp-rollout", "gracePeriod": "30s",
               "terminationGracePeriodSeconds": 50, "logFormat": "json", "logLevel": "debug", "localCheck": True},
     "csiBaremetal": {"enabled": True, "namespace": "csi"},
@@ -49,6 +53,10 @@ ALL_VALUES: Obj = {
     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "example.com/role", "operator": "In", "values": ["cp"]}]}]}}},
     "priorityClassName": "cp-critical",
+    "hostNetwork": False,
+    "dnsPolicy": "None",
+    "dnsConfig": {"nameservers": ["10.0.0.10"], "searches": ["cluster.example"],
+                  "options": [{"name": "ndots", "value": "2"}]},
     "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
     "podAnnotations": {"example.com/team": "platform"},
     "extraArgs": ["--resync-interval=10m"],
@@ -60,7 +68,16 @@ ALL_VALUES: Obj = {
                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
                        {"weight": 1, "preference": {"matchExpressions": [
                            {"key": "example.com/role", "operator": "In", "values": ["infra"]}]}}]}},
-                   "podAnnotations": {"example.com/gk": "yes"}},
+                   "podAnnotations": {"example.com/gk": "yes"},
+                   "admission": {"enabled": True, "apiVersion": "v1beta1",
+                                 "namespaceSelector": {"matchLabels": {"scheduler-patcher.io/gate": None, "team": "a"},
+                                                       "matchExpressions": [
+                                     {"key": "tier", "operator": "In", "values": ["gold"]}]},
+                                 "objectSelector": {"matchLabels": {"app": "db"}, "matchExpressions": [
+                                     {"key": "example.com/skip", "operator": "DoesNotExist"}]},
+                                 "schedulerNames": ["default-scheduler", "my-scheduler"],
+                                 "storageClasses": ["csi-baremetal-sc-hddlvg"],
+                                 "csiDrivers": ["csi-baremetal.dell.com"]}},
     "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
 }
@@ -115,6 +132,30 @@ def test_the_schema_enums_are_the_clis_choices() -> None:
     gate = values_schema()["properties"]["gatekeeper"]["properties"]
     assert gate["logFormat"]["enum"] == list(run["log_format"].choices or [])
 
+
+
+def test_the_schema_accepts_exactly_the_durations_and_ports_the_agent_accepts() -> None:
+    """A value the schema lets through but `run` refuses would crash-loop the agent on every control-plane node.
+    (The schema may be stricter: the agent also reads "5 m" or "1e3s", which nobody should write.)"""
+    agent = values_schema()["properties"]["agent"]["properties"]
+    documented = ["30", "30s", "500ms", "5m", "1h", "1.5m", "0", "0s"]
+    samples = [*documented, "1h30m", "10us", "5 m", "-1s", "m", "", "1d", "1e3s", "inf", "nan"]
+    for key in ("restartTimeout", "gracePeriod", "extenderProbeInterval"):
+        pattern = agent[key]["pattern"]
+        for sample in samples:
+            if key == "extenderProbeInterval" and sample == "":
+                assert re.search(pattern, sample), "empty: the agent's default"
+                continue
+            try:
+                duration(sample)
+                accepted = True
+            except argparse.ArgumentTypeError:
+                accepted = False
+            schema_accepts = bool(re.search(pattern, sample))
+            assert accepted or not schema_accepts, (key, sample, "the schema accepts what the agent refuses")
+            assert schema_accepts or sample not in documented, (key, sample, "the schema refuses a documented form")
+    refused = agent["port"]["not"]["enum"]
+    assert sorted(str(p) for p in refused) == sorted(SCHEDULER_PORTS)
 
 
 def test_the_chart_version_is_the_project_version() -> None:

@@ -10,6 +10,10 @@ of the expression fails here), and the resulting JSON patch is applied to the po
 implementation. Not covered: the API server's typed (schema-aware) CEL environment, its cost limits, and
 the binding's namespace/object selectors and ``paramRef`` resolution (plain label selectors, checked here by
 their rendered values only).
+
+The CEL tests run against both sources of the policy: the kustomize component and the Helm chart's render
+(``gatekeeper.admission``, real helm; that case skips with one line without it). tests/test_helm_chart.py holds
+the two renders equal object for object; here each source's own way of setting the selection is evaluated.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import copy
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,7 @@ import yaml
 from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import evaluate, status_data
+from tests.helmtool import find_helm, template
 from tests.kubeemu import json_patch
 from tests.kubeemu_ext import make_pod
 from tests.test_deploy_manifests import MANIFESTS, kubectl, render
@@ -148,10 +154,36 @@ def gates(pod: dict[str, Any]) -> list[str] | None:
     return None if value is None else [g["name"] for g in value]
 
 
-@pytest.fixture(scope="module")
-def spec() -> dict[str, Any]:
-    policy, _ = policy_objects(V1)
-    return dict(policy["spec"])
+def cel_list(names: list[str]) -> str:
+    """A CEL list literal of single-quoted strings, as README's overlay example writes the variables."""
+    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
+
+
+MakePolicy = Callable[..., Policy]  # (**selection: list[str]) -> the Policy selecting that
+
+
+@pytest.fixture(scope="module", params=["kustomize", "helm"])
+def policy_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> MakePolicy:
+    """The policy of each source, with a selection (schedulerNames, storageClasses, csiDrivers) set the way that
+    source sets it: the component's variables patched (as README's overlay example does), or the chart's values
+    gatekeeper.admission.* (so the chart's own rendering of those lists is what gets evaluated)."""
+    if request.param == "kustomize":
+        spec = policy_objects(V1)[0]["spec"]
+        return lambda **selection: Policy(spec, **{k: cel_list(v) for k, v in selection.items()})
+    helm, why_not = find_helm()
+    if helm is None:
+        pytest.skip(f"real helm unavailable ({why_not})")
+    tmp = tmp_path_factory.mktemp("helm-admission")
+    specs: dict[str, dict[str, Any]] = {}
+
+    def make(**selection: list[str]) -> Policy:
+        key = repr(sorted(selection.items()))
+        if key not in specs:
+            values = {"gatekeeper": {"enabled": True, "admission": {"enabled": True, **selection}}}
+            specs[key] = next(o for o in template(helm, values, tmp) if o["kind"] == "MutatingAdmissionPolicy")["spec"]
+        return Policy(specs[key])
+
+    return make
 
 
 def new_pod(**spec: Any) -> dict[str, Any]:
@@ -164,16 +196,16 @@ def new_pod(**spec: Any) -> dict[str, Any]:
     return pod
 
 
-def test_a_pod_gets_the_gate_while_the_verdict_is_not_ready(spec: dict[str, Any]) -> None:
-    policy = Policy(spec)
+def test_a_pod_gets_the_gate_while_the_verdict_is_not_ready(policy_for: MakePolicy) -> None:
+    policy = policy_for()
     assert gates(policy.admit(new_pod(), configmap(False))) == [DEFAULT_GATE]
     assert gates(policy.admit(new_pod(), configmap(None))) == [DEFAULT_GATE]  # a ConfigMap without data
     # Other gates are kept, ours goes last.
     assert gates(policy.admit(new_pod(schedulingGates=[{"name": OTHER}]), configmap(False))) == [OTHER, DEFAULT_GATE]
 
 
-def test_no_gate_while_ready_nor_twice_nor_on_a_bound_pod_nor_without_the_configmap(spec: dict[str, Any]) -> None:
-    policy = Policy(spec)
+def test_no_gate_while_ready_nor_twice_nor_on_a_bound_pod_nor_without_the_configmap(policy_for: MakePolicy) -> None:
+    policy = policy_for()
     assert gates(policy.admit(new_pod(), configmap(True))) is None  # steady state: nothing added
     assert gates(policy.admit(new_pod(), None)) is None  # the agents have published nothing yet
     already = new_pod(schedulingGates=[{"name": DEFAULT_GATE}, {"name": OTHER}])
@@ -181,21 +213,21 @@ def test_no_gate_while_ready_nor_twice_nor_on_a_bound_pod_nor_without_the_config
     assert gates(policy.admit(new_pod(nodeName="worker-1"), configmap(False))) is None
 
 
-def test_scheduler_names_select_pods(spec: dict[str, Any]) -> None:
-    policy = Policy(spec)  # default: pods of the default scheduler
+def test_scheduler_names_select_pods(policy_for: MakePolicy) -> None:
+    policy = policy_for()  # default: pods of the default scheduler
     assert gates(policy.admit(new_pod(schedulerName="my-scheduler"), configmap(False))) is None
     no_name = new_pod()
     del no_name["spec"]["schedulerName"]
     assert gates(policy.admit(no_name, configmap(False))) == [DEFAULT_GATE]  # defaults to default-scheduler
-    custom = Policy(spec, schedulerNames="['my-scheduler']")
+    custom = policy_for(schedulerNames=["my-scheduler"])
     assert gates(custom.admit(new_pod(schedulerName="my-scheduler"), configmap(False))) == [DEFAULT_GATE]
     assert gates(custom.admit(new_pod(), configmap(False))) is None
-    anyone = Policy(spec, schedulerNames="[]")
+    anyone = policy_for(schedulerNames=[])
     assert gates(anyone.admit(new_pod(schedulerName="x"), configmap(False))) == [DEFAULT_GATE]
 
 
-def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(spec: dict[str, Any]) -> None:
-    csi = Policy(spec, storageClasses="['csi-baremetal-sc-hdd']", csiDrivers="['csi-baremetal.dell.com']")
+def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(policy_for: MakePolicy) -> None:
+    csi = policy_for(storageClasses=["csi-baremetal-sc-hdd"], csiDrivers=["csi-baremetal.dell.com"])
     ephemeral = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
         "storageClassName": "csi-baremetal-sc-hdd", "accessModes": ["ReadWriteOnce"]}}}}
     inline = {"name": "inline", "csi": {"driver": "csi-baremetal.dell.com"}}
@@ -208,10 +240,11 @@ def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(spec: dict[str, Any
     # A claim by name: its StorageClass is on the PVC, which CEL cannot read. Selected by namespace/labels.
     assert gates(csi.admit(new_pod(volumes=[claim]), configmap(False))) is None
     assert gates(csi.admit(new_pod(), configmap(False))) is None
-    assert gates(Policy(spec).admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
+    assert gates(policy_for().admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
 
 
-def test_the_readme_overlay_example_renders_and_selects_what_it_says(tmp_path: Path) -> None:
+def readme_overlay(tmp_path: Path) -> list[dict[str, Any]]:
+    """The objects of README's overlay example ("Scheduling gates"), rendered by the real kubectl kustomize."""
     readme = (MANIFESTS.parent / "README.md").read_text()
     found = re.search(r"```yaml\n(# your overlay's kustomization\.yaml.*?)```", readme, re.S)
     assert found, "README: the overlay example of the Scheduling gates section is gone"
@@ -220,7 +253,11 @@ def test_the_readme_overlay_example_renders_and_selects_what_it_says(tmp_path: P
     proc = subprocess.run([kubectl(), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    objs = [o for o in yaml.safe_load_all(proc.stdout) if isinstance(o, dict)]
+    return [o for o in yaml.safe_load_all(proc.stdout) if isinstance(o, dict)]
+
+
+def test_the_readme_overlay_example_renders_and_selects_what_it_says(tmp_path: Path) -> None:
+    objs = readme_overlay(tmp_path)
     policy = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicy")
     binding = next(o for o in objs if o["kind"] == "MutatingAdmissionPolicyBinding")
     assert binding["spec"]["matchResources"]["objectSelector"] == {"matchLabels": {"app": "db"}}

@@ -15,10 +15,8 @@ helm comes from ``../shared/tools/get-helm.sh`` (real helm 4): without it this m
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shlex
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +28,10 @@ import yaml
 import patcher
 from patcher.commands.cli import build_parser
 from patcher.core.schedconfig import ConfigRequest, build_config
+from tests.helmtool import CHART, NAMESPACE, RELEASE, find_helm, run_helm, template
 from tests.test_chart_values import ALL_VALUES
 from tests.test_deploy_manifests import (
     K8S_SCHEMA,
-    ROOT,
     all_containers,
     configmap_folder,
     env_of,
@@ -44,10 +42,8 @@ from tests.test_deploy_manifests import (
     pod_spec,
 )
 from tests.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
-
-CHART = ROOT / "charts/scheduler-patcher"
-GET_HELM = ROOT.parent / "shared/tools/get-helm.sh"
-RELEASE, NAMESPACE = "scheduler-patcher", "scheduler-patcher"
+from tests.test_gate_admission import SCHEMA as ADMISSION_SCHEMA
+from tests.test_gate_admission import Policy, configmap, gates, new_pod, readme_overlay
 
 #: Labels helm's convention adds to every object (kustomize's objects carry only name/part-of/component).
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
@@ -65,16 +61,6 @@ Render = Callable[..., Any]  # (values=None, *, expect_error=False) -> the objec
 # -- helm -----------------------------------------------------------------------------------------------------
 
 
-def find_helm() -> tuple[str | None, str]:
-    """(path of the real helm, "") or (None, why not)."""
-    if not GET_HELM.is_file():
-        return None, f"{GET_HELM} not found"
-    proc = subprocess.run(["sh", str(GET_HELM)], capture_output=True, text=True, timeout=300, check=False)
-    if proc.returncode != 0:
-        return None, f"{GET_HELM}: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}"
-    return proc.stdout.strip(), ""
-
-
 HELM, WHY_NOT = find_helm()
 if HELM is None:
     pytest.skip(f"real helm unavailable ({WHY_NOT})", allow_module_level=True)
@@ -86,17 +72,6 @@ def helm() -> str:
     return HELM
 
 
-def run_helm(helm: str, *args: str, values: Obj | None = None,
-             tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [helm, *args]
-    if values is not None:
-        assert tmp is not None
-        path = tmp / f"values-{hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]}.json"
-        path.write_text(json.dumps(values))
-        argv += ["-f", str(path)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.fixture(scope="session")
 def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Render]:
     """``helm template`` of the chart with the given values (hooks included), cached for the session."""
@@ -106,13 +81,12 @@ def render(helm: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rend
     def _render(values: Obj | None = None, *, expect_error: bool = False, namespace: str = NAMESPACE) -> Any:
         key = json.dumps([values or {}, namespace], sort_keys=True)
         if key not in cache or expect_error:
-            proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace, values=values or {},
-                            tmp=tmp)
             if expect_error:
+                proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace,
+                                values=values or {}, tmp=tmp)
                 assert proc.returncode != 0, f"helm template accepted {values}"
                 return proc.stderr
-            assert proc.returncode == 0, f"helm template {values}: {proc.stderr.strip()}"
-            cache[key] = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+            cache[key] = template(helm, values or {}, tmp, namespace)
         return copy.deepcopy(cache[key])
 
     yield _render
@@ -205,6 +179,10 @@ EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
     (("overlays/master-label", "uninstall/kubeadm"), {"nodeSelector": MASTER_ONLY}),
     (("overlays/csi-baremetal", "uninstall/kubeadm"), {"csiBaremetal": {"enabled": True}}),
     (("overlays/kubeadm", "uninstall/kubeadm", "gatekeeper"), {"gatekeeper": {"enabled": True}}),
+    (("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-admission"),
+     {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
+    (("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-admission-v1beta1"),
+     {"gatekeeper": {"enabled": True, "admission": {"enabled": True, "apiVersion": "v1beta1"}}}),
 ]
 
 
@@ -219,6 +197,16 @@ def test_the_default_render_is_the_kubeadm_overlay_and_its_restore_job(render: R
 def test_chart_and_kustomize_render_the_same_objects(render: Render, folders: tuple[str, ...], values: Obj) -> None:
     found = drift(kustomize(*folders), render({**values, "namespace": {"create": True}}))
     assert not found, "the chart and manifests/ drifted apart:\n" + "\n".join(found)
+
+
+def test_the_readme_admission_example_is_the_charts_values(render: Render, tmp_path: Path) -> None:
+    """README's overlay example ("Scheduling gates": csi-baremetal storage, pods labelled app=db) and the chart
+    values that say the same select the same pods: the objects are equal."""
+    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "admission": {
+        "enabled": True, "storageClasses": ["csi-baremetal-sc-hddlvg"], "csiDrivers": ["csi-baremetal.dell.com"],
+        "objectSelector": {"matchLabels": {"app": "db"}}}}}
+    found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm") + readme_overlay(tmp_path), render(values))
+    assert not found, "the chart and README's overlay example drifted apart:\n" + "\n".join(found)
 
 
 def test_the_comparison_catches_drift(render: Render) -> None:
@@ -264,7 +252,7 @@ def test_rendered_objects_validate_against_the_openapi_schema_strictly(render: R
     assert objs
     for obj in objs:
         try:
-            kubernetes_validate.validate(obj, K8S_SCHEMA, strict=True)
+            kubernetes_validate.validate(obj, ADMISSION_SCHEMA.get(obj["apiVersion"], K8S_SCHEMA), strict=True)
         except kubernetes_validate.ValidationError as exc:
             where = ".".join(str(p) for p in exc.path)
             pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {where}: {exc.message}")
@@ -287,12 +275,14 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     assert spec["affinity"] == ALL_VALUES["affinity"]
     assert spec["priorityClassName"] == pod_spec(job)["priorityClassName"] == "cp-critical"
     assert spec["hostPID"] is True and spec["terminationGracePeriodSeconds"] == 50
+    assert (spec["hostNetwork"], spec["dnsPolicy"], spec["dnsConfig"]) == (False, "None", ALL_VALUES["dnsConfig"])
     assert ds["spec"]["template"]["metadata"]["annotations"] == ALL_VALUES["podAnnotations"]
     agent = spec["containers"][0]
     assert agent["resources"] == ALL_VALUES["resources"]
     assert agent["args"] == ["run", "--resync-interval=10m"]
     assert agent["ports"][0]["containerPort"] == 9900
     args = parsed(cli_env, agent, "run")
+    assert (args.check_extenders, args.extender_probe_interval) == (False, 120)
     assert (args.manifest_dir, args.manifest_name, args.host_config_dir, args.state_dir) == (
         "/opt/k8s/manifests", "scheduler.yaml", "/opt/k8s/sp-config", "/opt/k8s/sp-state")
     assert (args.annotation_prefix, args.listen, args.rollback_on_failure, args.restore_on_exit) == (
@@ -328,6 +318,23 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     assert {e["name"]: e.get("value") for e in gate["env"]}.items() >= {
         "PATCHER_GATE_NAME": "example.com/ready", "PATCHER_LISTEN": ":9910", "PATCHER_LOG_FORMAT": "text"}.items()
     assert gate["ports"][0]["containerPort"] == 9910
+    # the admission policy: v1beta1, the gatekeeper's gate name, every selection value
+    policy, binding = find(objs, "MutatingAdmissionPolicy"), find(objs, "MutatingAdmissionPolicyBinding")
+    assert {policy["apiVersion"], binding["apiVersion"]} == {"admissionregistration.k8s.io/v1beta1"}
+    assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+    selection = binding["spec"]["matchResources"]
+    assert selection["objectSelector"] == ALL_VALUES["gatekeeper"]["admission"]["objectSelector"]
+    assert selection["namespaceSelector"] == {"matchLabels": {"team": "a"}, "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["gold"]},
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]}]}
+    admit = Policy(policy["spec"]).admit
+    inline = {"name": "v", "csi": {"driver": "csi-baremetal.dell.com"}}
+    hdd = {"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "csi-baremetal-sc-hddlvg"}}}}
+    for volume in (inline, hdd):
+        assert gates(admit(new_pod(schedulerName="my-scheduler", volumes=[volume]), configmap(False))) == [
+            "example.com/ready"]
+    assert gates(admit(new_pod(schedulerName="other", volumes=[inline]), configmap(False))) is None
+    assert gates(admit(new_pod(schedulerName="my-scheduler"), configmap(False))) is None  # no such volume
 
 
 def test_the_rendered_extenders_pass_the_projects_validation(render: Render, tmp_path: Path) -> None:
@@ -364,6 +371,27 @@ def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) ->
     ({"hostPaths": {"stateDir": "var/lib/x"}}, "stateDir"),
     ({"schedulerConfig": "kind: KubeSchedulerConfiguration\n"}, "not both"),
     ({"extenders": []}, "no scheduler configuration"),
+    ({"agent": {"port": 10259}}, "/agent/port"),  # kube-scheduler's port in the host network the agent shares
+    ({"agent": {"port": 10251}}, "/agent/port"),
+    ({"agent": {"checkExtender": False}}, "additional properties 'checkExtender' not allowed"),
+    ({"agent": {"restartTimeout": "1h30m"}}, "restartTimeout"),  # a Go duration the agent does not read
+    ({"agent": {"extenderProbeInterval": "1 minute"}}, "extenderProbeInterval"),
+    ({"dnsPolicy": "ClusterFirstWithHostnet"}, "dnsPolicy"),
+    ({"dnsPolicy": "None"}, "nameservers"),  # None without a nameserver: a pod the API server refuses
+    ({"dnsConfig": {"nameserver": ["10.0.0.10"]}}, "additional properties 'nameserver' not allowed"),
+    ({"hostNetwork": "yes"}, "hostNetwork"),
+    ({"gatekeeper": {"admission": {"enabled": True}}}, "needs gatekeeper.enabled"),
+    ({"gatekeeper": {"admission": {"apiVersion": "v1alpha1"}}}, "apiVersion"),
+    ({"gatekeeper": {"admission": {"schedulerName": ["x"]}}}, "additional properties 'schedulerName' not allowed"),
+    ({"gatekeeper": {"admission": {"objectSelector": {"matchLabel": {"app": "db"}}}}},
+     "additional properties 'matchLabel' not allowed"),
+    ({"gatekeeper": {"admission": {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "in"}]}}}},
+     "operator"),
+    # a quote would end the CEL string literal the name is written into
+    ({"gatekeeper": {"admission": {"schedulerNames": ["x') || true || ('"]}}}, "schedulerNames"),
+    ({"gatekeeper": {"admission": {"storageClasses": ["Fast"]}}}, "storageClasses"),
+    ({"gatekeeper": {"admission": {"csiDrivers": ["csi'x"]}}}, "csiDrivers"),
+    ({"gatekeeper": {"gateName": "ready'"}}, "gateName"),
 ])
 def test_values_that_the_chart_refuses(render: Render, values: Obj, message: str) -> None:
     error: str = render(values, expect_error=True)
@@ -386,6 +414,17 @@ def test_notes_tell_how_to_watch_the_rollout_with_real_commands(helm: str, tmp_p
     assert build_parser().parse_args(argv[1:]).wait is True  # flags the CLI really has
     (status,) = [ln for ln in notes.splitlines() if "-- scheduler-patcher status" in ln]
     assert build_parser().parse_args(shlex.split(status.split("--", 1)[1])[1:]).command == "status"
+
+
+def test_notes_tell_how_to_opt_a_namespace_into_the_admission_gate(helm: str, tmp_path: Path) -> None:
+    values = {"gatekeeper": {"enabled": True, "admission": {"enabled": True, "apiVersion": "v1beta1"}}}
+    proc = run_helm(helm, "install", "--dry-run=client", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "admissionregistration.k8s.io/v1beta1" in notes
+    assert "  kubectl label namespace <namespace> scheduler-patcher.io/gate=enabled\n" in notes
+    assert "port 9808" in notes  # a host port (hostNetwork): it must be free on the nodes
 
 
 def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
