@@ -5,7 +5,8 @@
 * SIGTERM -> manifest restored: a real ``scheduler-patcher run`` process;
 * exec -> signal-safe (SIGTERM caught, seen in /proc/<pid>/status) and exec -> manifest patched, for
   ``run --no-api`` and ``run --rollout=independent`` against the emulator;
-* SIGTERM with the API black-holed (accepts, never answers) in coordinated mode: restore and exit times;
+* SIGTERM with the API black-holed (accepts, never answers) in coordinated mode: restore and exit times, also
+  with a config change waiting for its rollout turn (another node holds the Lease);
 * idle CPU over 120 s, threads, wake-ups per minute (context switches, per thread) and RSS of a real
   ``run --no-api`` process (psutil).
 """
@@ -36,6 +37,7 @@ from patcher.adapters.kube.annotations import NodeReporter  # noqa: E402
 from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from patcher.core import timefmt  # noqa: E402
 from patcher.services import engine  # noqa: E402
 from patcher.services.agent import Agent, AgentOptions  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
@@ -272,8 +274,15 @@ def bench_start(n: int) -> None:
     summary("exec -> signal-safe floor (python -c, a handler, nothing else)", floor)
 
 
-def bench_black_hole(n: int) -> None:
-    """Coordinated mode, Ready, then the API black-holed: SIGTERM -> restored, and -> exit (grace 25 s)."""
+def lease_reads(emu: KubeEmulator) -> int:
+    return sum(1 for r in emu.requests("GET") if "/leases/" in r.path)
+
+
+def bench_black_hole(n: int, *, pending: bool = False) -> None:
+    """Coordinated mode, Ready, then the API black-holed: SIGTERM -> restored, and -> exit (grace 25 s).
+
+    ``pending``: before the black hole, another node holds the rollout Lease and a new config waits for its
+    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s)."""
     from tests.blackhole import BlackHole
 
     if n <= 0:
@@ -289,6 +298,23 @@ def bench_black_hole(n: int) -> None:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             manifest = root / MANIFEST
             wait(lambda m=manifest: b"--config=" in m.read_bytes(), 30)  # type: ignore[misc]
+            if pending:  # the scheduler restarts (its mirror pod), the node is Ready, the Lease free again
+                from ruamel.yaml import YAML
+
+                static = YAML(typ="safe").load(manifest.read_text())
+                time.sleep(1.1)  # startedAt has whole seconds: the restart happens after the write's second
+                emu.set_pod(make_mirror_pod(node_name="cp-1", annotations=static["metadata"]["annotations"],
+                                            started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+                wait(lambda: any(not (lease.get("spec") or {}).get("holderIdentity")
+                                 for lease in emu.list_objects("leases", group="coordination.k8s.io")), 30)
+                for lease in emu.list_objects("leases", group="coordination.k8s.io"):
+                    meta = lease["metadata"]
+                    emu.mutate("leases", meta["name"], lambda obj: {**obj, "spec": {
+                        **obj["spec"], "holderIdentity": "cp-2", "leaseDurationSeconds": 600,
+                        "renewTime": timefmt.rfc3339(time.time_ns(), 6)}}, meta["namespace"], "coordination.k8s.io")
+                reads = lease_reads(emu)
+                write_configmap(src, {SOURCE: CONFIG.replace("weight: 1", "weight: 9")})
+                wait(lambda r=reads: lease_reads(emu) > r, 30)  # type: ignore[misc]  # asked, told: not your turn
             original = KUBEADM.read_bytes()
             port = emu.port
             emu.go_down("refuse")
@@ -303,8 +329,9 @@ def bench_black_hole(n: int) -> None:
                 exited.append((time.perf_counter() - t0) * 1000)
             finally:
                 hole.close()
-    summary("SIGTERM -> restored, API black-holed (coordinated)", restored)
-    summary("SIGTERM -> exit, API black-holed (grace 25 s)", exited)
+    what = ", a change waiting for its turn" if pending else ""
+    summary(f"SIGTERM -> restored, API black-holed (coordinated{what})", restored)
+    summary(f"SIGTERM -> exit, API black-holed (grace 25 s{what})", exited)
 
 
 def bench_idle(seconds: float) -> None:
@@ -346,6 +373,7 @@ def main() -> None:
     bench_sigterm(args.sigterms)
     bench_start(args.starts)
     bench_black_hole(args.black_holes)
+    bench_black_hole(args.black_holes, pending=True)
     bench_idle(args.idle_seconds)
 
 

@@ -1,12 +1,16 @@
 """Probe latency under a burst (issue 13 item 7): 1000 GETs of /healthz, /readyz and /metrics, 200 at a time.
 
-Prints the outcome counts and p50/p99/max latency of the answered requests. The test suite asserts only counts
-(tests/test_health.py); the latency figures live here, where a busy machine cannot turn them into a failure.
+Prints the outcome counts and p50/p99/max latency of the answered requests. Then (issue 22 point 5) ``--idle``
+connections that send nothing are held open and ``/healthz`` is probed one request at a time: before the
+eviction of idle connections a probe waited for the idle ones' timeout (2.0 s with 500). The test suite
+asserts only counts (tests/test_health.py); the latency figures live here, where a busy machine cannot turn
+them into a failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import subprocess
 import sys
@@ -15,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.loadgen import burst  # noqa: E402
+from tests.loadgen import burst, get_once  # noqa: E402
 
 #: The server runs in a process of its own, as in the agent: client threads here must not share its GIL.
 SERVER = """
@@ -37,6 +41,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout (the readiness probe's)")
+    parser.add_argument("--idle", type=int, default=500, help="idle connections held open for the probe test")
+    parser.add_argument("--probes", type=int, default=20, help="sequential /healthz probes beside them")
     args = parser.parse_args()
     server = subprocess.Popen([sys.executable, "-c", SERVER], cwd=ROOT, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
@@ -45,6 +51,12 @@ def main() -> int:
         port = int(server.stdout.readline())
         result = burst("127.0.0.1", port, requests=args.requests, concurrency=args.concurrency,
                        timeout=args.timeout)
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=args.timeout) for _ in range(args.idle)]
+        try:
+            probes = [get_once("127.0.0.1", port, "/healthz", args.timeout) for _ in range(args.probes)]
+        finally:
+            for sock in idle:
+                sock.close()
     finally:
         server.stdin.close()
         server.wait(10)
@@ -54,7 +66,11 @@ def main() -> int:
     print(f"  outcomes: {dict(sorted(result.outcomes.items()))}")
     if lat:
         print(f"  latency ms: p50 {q[49]:.1f}  p99 {q[98]:.1f}  max {lat[-1]:.1f}")
-    return 0 if result.outcomes.get("200", 0) == args.requests else 1
+    answered = sorted(ms for outcome, ms in probes if outcome == "200")
+    print(f"/healthz beside {args.idle} idle connections held open: {len(answered)}/{args.probes} answered"
+          + (f", ms p50 {statistics.median(answered):.1f}  max {answered[-1]:.1f}" if answered else ""))
+    ok = result.outcomes.get("200", 0) == args.requests and len(answered) == args.probes
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

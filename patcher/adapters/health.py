@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Final, Protocol
+from typing import Final, Protocol, SupportsIndex
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -45,13 +45,18 @@ DEFAULT_LISTEN: Final = ":9808"
 RESTART_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 #: Connections the kernel queues while the loop is busy (Linux caps it at net.core.somaxconn).
 BACKLOG: Final = 1024
-#: Open connections at once (a few KB each); further ones wait in the backlog until one closes.
+#: Open connections at once (a few KB each). At the cap a new connection closes the oldest idle one (no byte
+#: of a request received yet); when none is idle it waits in the backlog until one closes.
 MAX_CONNECTIONS: Final = 256
 #: Seconds a connection has to send its request head (and to take the answer): a probe sends it at once, so
 #: only idle and half-open connections reach it, and they are closed instead of held forever.
 REQUEST_TIMEOUT: Final = 5.0
-#: A request head larger than this is refused (probes and scrapers send a few hundred bytes).
+#: A request head larger than this is refused (probes and scrapers send a few hundred bytes): 414 when its
+#: request line alone is longer, 431 otherwise.
 MAX_REQUEST_HEAD: Final = 8192
+#: After refusing an oversized head, bytes of it still read and dropped (within ``timeout``) before closing,
+#: so that the client reads the answer instead of a reset caused by its own unread request.
+MAX_DISCARD: Final = 1 << 20
 TEXT: Final = "text/plain; charset=utf-8"
 
 
@@ -177,7 +182,32 @@ class Renderable(Protocol):
 
 
 _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                   503: "Service Unavailable"}
+                   414: "URI Too Long", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+class _Reader(asyncio.StreamReader):
+    """A stream reader that says when the first byte arrives: from then on its connection carries a request
+    and is never evicted as idle."""
+
+    def __init__(self, limit: int, on_data: Callable[[], object]) -> None:
+        super().__init__(limit=limit)
+        self.received = False
+        self._on_data = on_data
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if data and not self.received:
+            self.received = True
+            self._on_data()
+        super().feed_data(data)
+
+
+def _has_data(conn: socket.socket) -> bool:
+    """Whether bytes wait in the kernel for ``conn`` (a request the loop has not read yet); an error or
+    the peer's close count as none: such a connection is as idle as one that never sent anything."""
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # BlockingIOError (nothing there) included
+        return False
 
 
 class HealthServer:
@@ -187,7 +217,11 @@ class HealthServer:
     else hammers the port. One event loop holds an idle connection for a few kilobytes instead of a thread, the
     listen backlog (``backlog``) queues a burst in the kernel instead of refusing it, every connection must send
     its request head within ``timeout`` seconds (half-open connections are closed, not kept forever), and at most
-    ``max_connections`` are open at once (the others wait in the backlog), so memory stays bounded. Each
+    ``max_connections`` are open at once, so memory stays bounded. At the cap, a new connection closes the
+    oldest idle one (connected, no byte of a request received, in the kernel or in the loop): slow clients
+    holding connections open cannot keep a probe waiting for their timeout. A connection whose request has
+    begun is never evicted; when every open one has, new ones wait in the backlog. A head over
+    ``MAX_REQUEST_HEAD`` gets 414 (request line) or 431 (headers) and the connection is closed. Each
     connection carries one request (``Connection: close``), which is what probes and Prometheus handle.
 
     ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
@@ -217,6 +251,11 @@ class HealthServer:
         self.open_connections = 0
         self.peak_connections = 0  # the most open at once: never above max_connections
         self.timed_out_connections = 0  # no complete request head within the timeout
+        self.evicted_connections = 0  # idle ones closed to make room for a new connection at the cap
+        # idle connections, oldest first: serial -> (socket, writer); a request's first byte takes one out
+        self._idle: dict[int, tuple[socket.socket, asyncio.StreamWriter]] = {}
+        self._evicted: set[int] = set()  # their slot went to the connection that evicted them
+        self._room = asyncio.Event()  # set when a slot frees or a connection turns idle
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -254,7 +293,10 @@ class HealthServer:
             except TimeoutError:
                 self.timed_out_connections += 1
                 return
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            except asyncio.LimitOverrunError:
+                await self._refuse_oversized(reader, writer)
+                return
+            except (asyncio.IncompleteReadError, ConnectionError):
                 return
             parts = head.split(b"\r\n", 1)[0].split()
             if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
@@ -269,39 +311,92 @@ class HealthServer:
                 await asyncio.wait_for(writer.drain(), self.timeout)
             writer.close()
 
-    async def _connection(self, conn: socket.socket, slots: asyncio.Semaphore) -> None:
-        self.open_connections += 1
-        self.peak_connections = max(self.peak_connections, self.open_connections)
+    async def _refuse_oversized(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """414 when the request line alone passes the limit, 431 when the headers do; then close our side and
+        drop what the client still sends (bounded by ``timeout`` and ``MAX_DISCARD``): closing a socket with
+        unread data sends a reset, and the client would lose the answer."""
+        start = await reader.read(MAX_REQUEST_HEAD)  # buffered already: returns at once
+        code = 431 if b"\r\n" in start else 414
+        writer.write(_response(code, f"{_REASONS[code].lower()}\n".encode(), TEXT, head_only=False))
+        end = time.monotonic() + self.timeout
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            await asyncio.wait_for(writer.drain(), self.timeout)
+            writer.write_eof()
+            dropped = 0
+            while dropped < MAX_DISCARD and (chunk := await asyncio.wait_for(reader.read(65536),
+                                                                             end - time.monotonic())):
+                dropped += len(chunk)
+
+    def _evict_oldest_idle(self) -> bool:
+        """Close the oldest idle connection and hand its slot over; False when none is idle."""
+        while self._idle:
+            serial = next(iter(self._idle))
+            conn, writer = self._idle.pop(serial)
+            if _has_data(conn):  # its request arrived but the loop has not read it yet: not idle
+                continue
+            self._evicted.add(serial)
+            self.evicted_connections += 1
+            self.open_connections -= 1
+            writer.close()  # its read ends (EOF), the handler returns and does not release the slot
+            return True
+        return False
+
+    async def _connection(self, conn: socket.socket, serial: int) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=conn, limit=MAX_REQUEST_HEAD)
+            loop = asyncio.get_running_loop()
+            reader = _Reader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            if not reader.received and not reader.at_eof():
+                self._idle[serial] = (conn, writer)
+                self._room.set()  # an accepted connection may be waiting for one to evict
             await self._handle(reader, writer)
         except OSError:
             conn.close()
         finally:
-            self.open_connections -= 1
-            slots.release()
+            self._idle.pop(serial, None)
+            if serial in self._evicted:
+                self._evicted.discard(serial)
+            else:
+                self.open_connections -= 1
+                self._room.set()
+
+    async def _slot(self) -> None:
+        """Wait until a connection may be opened: a free slot, or the slot of the oldest idle connection."""
+        while self.open_connections >= self.max_connections and not self._evict_oldest_idle():
+            self._room.clear()
+            await self._room.wait()
+        self.open_connections += 1
+        self.peak_connections = max(self.peak_connections, self.open_connections)
 
     async def _accept(self) -> None:
-        """Accept only while a slot is free: beyond the cap, connections wait in the kernel's backlog."""
+        """Accept, then take a slot (at most one accepted connection waits for it; beyond it, connections
+        wait in the kernel's backlog)."""
         loop = asyncio.get_running_loop()
-        slots = asyncio.Semaphore(self.max_connections)
         tasks: set[asyncio.Task[None]] = set()
+        serial = 0
         try:
             while True:
-                await slots.acquire()
                 try:
                     conn, _ = await loop.sock_accept(self._sock)
                 except OSError as exc:  # e.g. out of file descriptors: do not spin
-                    slots.release()
                     log.warning("health server cannot accept a connection", extra={"error": str(exc)})
                     await asyncio.sleep(0.1)
                     continue
-                task = asyncio.create_task(self._connection(conn, slots))
+                try:
+                    await self._slot()
+                except BaseException:
+                    conn.close()
+                    raise
+                serial += 1
+                task = asyncio.create_task(self._connection(conn, serial))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         finally:
             for task in list(tasks):
                 task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()

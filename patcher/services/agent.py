@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from patcher.adapters import fsio, signals
 from patcher.adapters.health import Health, Metrics
@@ -62,11 +62,20 @@ class Coordinator(Protocol):
     current_holder: str | None
     api_answered: bool | None  # did its last round trip get an answer (None: none finished yet)
 
+    @property
+    def unanswered(self) -> bool: ...  # an intent posted and its round trip not ended
+
     def acquire(self, source_hash: str = "") -> bool: ...
     def release(self, *, bad_hash: str | None = None) -> None: ...
     def settle(self, timeout: float) -> bool: ...
     def wait_held(self, timeout: float) -> bool: ...
     def close(self, timeout: float) -> None: ...
+
+
+#: Seconds a stop waits for the API to answer its request for the rollout Lease before restoring without it
+#: (at most 40 % of the grace period, the share the whole wait for the turn may take): the restore must
+#: follow SIGTERM within a second whatever the API does (issue 22).
+LEASE_CONFIRM_WAIT: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -650,23 +659,33 @@ class Agent:
 
     # -- stopping -------------------------------------------------------------------------------------------
 
+    def _lease_confirm_wait(self) -> float:
+        """How long a stop waits for the API to answer its request for the rollout Lease."""
+        return min(LEASE_CONFIRM_WAIT, 0.4 * self.opts.grace_period)
+
     def _turn_for_restore(self, started: float) -> None:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
-        scheduler at a time. The Lease actor answers within its deadline; when the API does not answer at
-        all (the control plane is down) the restore goes ahead at once, and never past 40 % of the grace
-        period: the restore itself must happen."""
+        scheduler at a time. When the API does not answer the request within ``_lease_confirm_wait`` (the
+        control plane is down or black-holed: no scheduler can schedule then, there is nothing to serialise)
+        the restore goes ahead at once, even if the API answered before. Only when it answers that another
+        node holds the turn does the restore wait for it, and never past 40 % of the grace period: the
+        restore itself must happen."""
         c = self.coordinator
         if c is None or c.held:
             return
         c.acquire()
-        if c.settle(min(0.5, 0.4 * self.opts.grace_period)):
+        wait = self._lease_confirm_wait()
+        if c.settle(wait):
             return
-        # Another node restores right now: wait for our turn, bounded.
-        if c.api_answered and c.wait_held(started + 0.4 * self.opts.grace_period - time.monotonic()):
-            return
-        log.warning("restoring without the rollout lease (%s)",
-                    f"held by {c.current_holder or '?'}" if c.api_answered else "the API server does not answer",
-                    extra=self._log_extra)
+        if c.unanswered:
+            why = f"the API server did not answer within {wait:g} s"
+        elif not c.api_answered:
+            why = "the API server does not answer"
+        elif c.wait_held(started + 0.4 * self.opts.grace_period - time.monotonic()):
+            return  # another node restored first; our turn came
+        else:
+            why = f"held by {c.current_holder or '?'}"
+        log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
 
     def _wait_restored(self, started: float) -> None:
         """While holding the Lease, wait (bounded) until the scheduler runs the restored manifest."""

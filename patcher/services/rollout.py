@@ -100,6 +100,13 @@ class RolloutLease:
                 self._cond.wait(min(left, 0.5))
             return self.held
 
+    @property
+    def unanswered(self) -> bool:
+        """An intent was posted and its round trip has not ended: the API did not answer it (yet). After a
+        ``settle`` that timed out, this tells "no answer" from a stale ``api_answered`` of an earlier call."""
+        with self._cond:
+            return self._answered < self._posted
+
     def wait_held(self, timeout: float) -> bool:
         end = self.clock() + timeout
         with self._cond:
