@@ -14,14 +14,13 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import rows as bench_rows  # noqa: E402
+from bench.rows import stats, timed  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.services import engine, extcheck  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
@@ -43,17 +42,6 @@ def node(tmp: Path, extender: str) -> tuple[engine.Options, RenderedConfig]:
     plan = engine.plan_apply(opts)
     assert plan.config is not None
     return opts, plan.config
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000
-
-
-def stats(ms: list[float]) -> tuple[float, float]:
-    ordered = sorted(ms)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def main() -> None:

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
+from bench.rows import timed  # noqa: E402
 
 PEER_DIR = ROOT.parent / "shared" / "peer"
 CORPUS = ROOT.parent / "shared" / "corpus" / "manifests"
@@ -173,12 +174,6 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
         if node.manifest.read_bytes() != data:
             raise AssertionError("restore(patch(m)) != m")
     return out
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000
 
 
 # -- in-process figures -----------------------------------------------------------------------------------------

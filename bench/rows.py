@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,10 +19,22 @@ class Row:
     p99: float
 
 
-def of(figure: str, values: list[float]) -> Row:
+def timed(fn: Callable[[], object]) -> float:
+    """Milliseconds one call of ``fn`` took."""
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def stats(values: list[float]) -> tuple[float, float]:
+    """Median and p99 (the nearest rank below: with fewer than 100 values, the largest)."""
     ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return Row(figure, len(ordered), statistics.median(ordered), p99)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def of(figure: str, values: list[float]) -> Row:
+    median, p99 = stats(values)
+    return Row(figure, len(values), median, p99)
 
 
 def record(row: Row) -> None:

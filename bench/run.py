@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import baselines  # noqa: E402
 from bench import rows as bench_rows  # noqa: E402
+from bench.rows import stats, timed  # noqa: E402
 from patcher.core import yamltext  # noqa: E402
 from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
@@ -72,17 +71,6 @@ class Node:
     def restore(self) -> None:
         yamltext.parse.cache_clear()
         engine.restore(self.opts, engine.plan_restore(self.opts))
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000
-
-
-def stats(ms: list[float]) -> tuple[float, float]:
-    ordered = sorted(ms)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def usable(node: Node, files: list[Path]) -> tuple[list[bytes], list[str]]:
