@@ -28,6 +28,7 @@ import yaml
 import patcher
 from patcher.commands.cli import build_parser
 from patcher.core.schedconfig import ConfigRequest, build_config
+from tests.admission_samples import new_pod
 from tests.helmtool import CHART, NAMESPACE, RELEASE, find_helm, run_helm, template
 from tests.test_chart_values import ALL_VALUES
 from tests.test_deploy_manifests import (
@@ -43,7 +44,7 @@ from tests.test_deploy_manifests import (
 )
 from tests.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
 from tests.test_gate_admission import SCHEMA as ADMISSION_SCHEMA
-from tests.test_gate_admission import Policy, configmap, gates, new_pod, readme_overlay
+from tests.test_gate_admission import Policy, configmap, gates, readme_overlay
 
 #: Labels helm's convention adds to every object (kustomize's objects carry only name/part-of/component).
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",

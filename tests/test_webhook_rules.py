@@ -180,7 +180,8 @@ def test_generated_pods_agree_with_the_policy_cel(pod: dict[str, Any], selection
 @functools.cache
 def policy_spec() -> dict[str, Any]:
     """The kustomize render of the policy, once per run (kubectl kustomize takes a second)."""
-    return policy_objects(V1)[0]["spec"]
+    spec: dict[str, Any] = policy_objects(V1)[0]["spec"]
+    return spec
 
 
 @settings(max_examples=300, deadline=None)

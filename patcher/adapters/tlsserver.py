@@ -135,6 +135,9 @@ class TlsServer(HTTPServer):
         self.max_body = max_body
         self.conn_timeout = timeout
         self._slots = threading.BoundedSemaphore(max_workers)
+        self._count_lock = threading.Lock()
+        self.active = 0  #: connections being served now
+        self.waiting = 0  #: accepted connections waiting for a free slot (0 or 1: the accept loop waits with it)
         self._thread: threading.Thread | None = None
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _RequestHandler)
@@ -145,14 +148,26 @@ class TlsServer(HTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """One thread per connection, once a slot is free (the accept loop waits here when all are busy)."""
-        self._slots.acquire()
+        if not self._slots.acquire(blocking=False):
+            with self._count_lock:
+                self.waiting += 1
+            self._slots.acquire()
+            with self._count_lock:
+                self.waiting -= 1
+        with self._count_lock:
+            self.active += 1
         try:
             threading.Thread(target=self._serve, args=(request, client_address), name="webhook-conn",
                              daemon=True).start()
         except BaseException:
-            self._slots.release()
+            self._done()
             self.shutdown_request(request)
             raise
+
+    def _done(self) -> None:
+        with self._count_lock:
+            self.active -= 1
+        self._slots.release()
 
     def _serve(self, sock: socket.socket, client_address: Any) -> None:
         conn: socket.socket = sock
@@ -166,10 +181,10 @@ class TlsServer(HTTPServer):
             log.exception("webhook connection from %s failed", client_address)
         finally:
             self.shutdown_request(conn)
-            self._slots.release()
+            self._done()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="webhook-server", daemon=True)
         self._thread.start()
 
