@@ -456,6 +456,16 @@ def test_notes_tell_how_to_opt_a_namespace_into_the_admission_gate(helm: str, tm
     assert "port 9808" in notes  # a host port (hostNetwork): it must be free on the nodes
 
 
+def test_notes_tell_how_to_opt_a_namespace_into_the_webhook_gate(helm: str, tmp_path: Path) -> None:
+    values = {"gatekeeper": {"enabled": True, "webhook": {"enabled": True, "certManager": True}}}
+    proc = run_helm(helm, "install", "--dry-run=client", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "mutating webhook scheduler-patcher-gate" in notes and "cert-manager" in notes
+    assert "  kubectl label namespace <namespace> scheduler-patcher.io/gate=enabled\n" in notes
+
+
 def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
     proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
