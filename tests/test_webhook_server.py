@@ -349,3 +349,24 @@ def test_the_webhook_flags_must_come_together(kubeconfig: Path, mount: SecretMou
     args, _ = command_args(kubeconfig, mount)
     args.webhook_cert = str(Path(mount.cert).with_name("missing.crt"))
     assert gatekeeper.run(args, threading.Event()) == 1
+
+
+def test_an_idle_keep_alive_connection_gives_its_slot_to_a_waiting_one(mount: SecretMount, webhook: AdmissionWebhook,
+                                                                      pkis: tuple[Pki, Pki]) -> None:
+    """The API server keeps connections open between reviews: one that idles must not hold a review waiting
+    until its timeout (30 s here, longer than the client below waits)."""
+    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_workers=1, timeout=30)
+    s.start()
+    ca = pkis[0].path("ca.crt")
+    idle = http.client.HTTPSConnection("127.0.0.1", s.port, context=ssl.create_default_context(cafile=str(ca)),
+                                       timeout=10)
+    try:
+        idle.request("POST", MUTATE_PATH, body=json.dumps(review(samples.new_pod())).encode())
+        first = idle.getresponse()
+        first.read()
+        assert first.status == 200 and first.getheader("Connection") != "close" and s.active == 1
+        # The slot is held by the idle connection; this one is served once it is given up.
+        assert samples.gates(admit(s.port, ca, samples.new_pod())[1]) == [G]
+    finally:
+        idle.close()
+        s.stop()

@@ -8,7 +8,8 @@ that cert-manager (or a chart upgrade) rotates. So:
   accept loop waits for a free slot and new connections queue in the listen backlog (the API server times
   them out and ``failurePolicy: Ignore`` admits the pod). Every connection has a socket timeout, so a client
   that stalls (in the TLS handshake too: it runs on the worker thread, never in the accept loop) frees its
-  slot after ``timeout`` seconds. Request bodies above ``max_body`` are refused unread.
+  slot after ``timeout`` seconds, and an idle keep-alive connection gives its slot up as soon as another
+  connection waits for one. Request bodies above ``max_body`` are refused unread.
 * **The certificate follows its files.** kubelet updates a mounted Secret by swapping a symlink (``..data``),
   so the files' identity (device, inode, size, mtime of what the paths resolve to) changes at once. It is
   compared on every new connection (two ``stat`` calls); a change loads the pair into a new TLS context used
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Final
@@ -36,6 +39,9 @@ Handler = Callable[[str, str, bytes], tuple[int, bytes, str]]
 
 #: An AdmissionReview holds one object; the API server refuses objects above 3 MiB (etcd's limit) anyway.
 MAX_BODY: Final = 4 * 1024 * 1024
+
+#: How often an idle keep-alive connection looks whether another connection waits for its slot.
+IDLE_POLL: Final = 0.1
 
 FileId = tuple[int, int, int, int]
 
@@ -90,6 +96,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
     server: TlsServer
     protocol_version = "HTTP/1.1"  # the API server keeps connections open between reviews
 
+    def handle(self) -> None:
+        """Requests on this connection until it closes, idles out, or is idle while another connection waits
+        for a slot (an idle keep-alive connection must not keep a new one, with a review in it, waiting)."""
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection and self.server.next_request_arrives(self.connection):
+            self.handle_one_request()
+
     def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or "-1")
@@ -141,6 +155,22 @@ class TlsServer(HTTPServer):
         self._thread: threading.Thread | None = None
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _RequestHandler)
+
+    def next_request_arrives(self, conn: socket.socket) -> bool:
+        """Wait on an idle keep-alive connection for its next request: False (close it) after the timeout, or
+        as soon as an accepted connection waits for a slot."""
+        deadline = time.monotonic() + self.conn_timeout
+        while True:
+            if isinstance(conn, ssl.SSLSocket) and conn.pending():
+                return True
+            try:
+                readable, _, _ = select.select([conn], [], [], min(IDLE_POLL, max(0.0, deadline - time.monotonic())))
+            except (OSError, ValueError):
+                return False
+            if readable:
+                return True
+            if self.waiting or time.monotonic() >= deadline:
+                return False
 
     @property
     def port(self) -> int:
