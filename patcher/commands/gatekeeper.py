@@ -29,8 +29,14 @@ Safety rules, and why:
   the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
   they did, the ``test`` op makes their patches idempotent anyway.
 
+With ``--webhook-listen`` it also serves the admission webhook (``patcher.services.webhook``) for clusters
+without MutatingAdmissionPolicy: the policy's rules over HTTPS (``--webhook-cert``/``--webhook-key``, reloaded
+when the files change), the verdict read from the readiness ConfigMap (``--webhook-verdict-configmap``), every
+answer ``allowed: true``. Every replica serves it, leader or not.
+
 RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
-watch``, ``pods: get, list`` in the mirror-pod namespace, and ``leases: get, create, update`` in its own.
+watch``, ``pods: get, list`` in the mirror-pod namespace, and ``leases: get, create, update`` in its own; with
+the webhook, ``configmaps: get, list, watch`` of the verdict ConfigMap only.
 """
 
 from __future__ import annotations
