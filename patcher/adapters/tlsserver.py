@@ -156,6 +156,7 @@ class TlsServer(HTTPServer):
         self._count_lock = threading.Lock()
         self.active = 0  #: connections being served now
         self.waiting = 0  #: accepted connections waiting for a free slot (0 or 1: the accept loop waits with it)
+        self.dropped = 0  #: connections ended by a failed handshake, a timeout or a client gone
         self._thread: threading.Thread | None = None
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _RequestHandler)
@@ -210,6 +211,8 @@ class TlsServer(HTTPServer):
             conn = self.certs.context().wrap_socket(sock, server_side=True)
             self.finish_request(conn, client_address)
         except (OSError, ssl.SSLError) as exc:  # a failed handshake, a client gone or too slow
+            with self._count_lock:
+                self.dropped += 1
             log.debug("webhook connection from %s: %s", client_address, exc)
         except Exception:
             log.exception("webhook connection from %s failed", client_address)
