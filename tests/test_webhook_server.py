@@ -16,6 +16,7 @@ import os
 import socket
 import ssl
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -293,12 +294,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def command_args(kubeconfig: Path, mount: SecretMount, *extra: str) -> tuple[argparse.Namespace, int]:
+def command_args(kubeconfig: Path, mount: SecretMount, *extra: str, health_port: int = 0) -> tuple[
+        argparse.Namespace, int]:
     parser = argparse.ArgumentParser()
     gatekeeper.add_arguments(parser)
     port = free_port()
     args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--namespace", NS, "--identity", "gk-0",
-                              "--listen", "127.0.0.1:0", "--leader-elect", "false",
+                              "--listen", f"127.0.0.1:{health_port}", "--leader-elect", "false",
                               "--webhook-listen", f"127.0.0.1:{port}", "--webhook-cert", mount.cert,
                               "--webhook-key", mount.key, *extra])
     return args, port
@@ -309,7 +311,9 @@ def test_the_gatekeeper_serves_the_webhook_with_the_verdict_of_the_configmap(
     cm = configmap(NOT_READY)
     assert cm is not None
     emu.upsert(cm)
-    args, port = command_args(kubeconfig, mount, "--webhook-scheduler-names", "my-scheduler")
+    health_port = free_port()
+    args, port = command_args(kubeconfig, mount, "--webhook-scheduler-names", "my-scheduler",
+                              health_port=health_port)
     stop = threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(gatekeeper.run(args, stop)), daemon=True)
@@ -333,6 +337,9 @@ def test_the_gatekeeper_serves_the_webhook_with_the_verdict_of_the_configmap(
         cm["data"]["ready"] = "false"
         emu.upsert(cm)
         assert wait_until(lambda: gated(schedulerName="my-scheduler"), 10)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{health_port}/metrics", timeout=5).read().decode()
+        assert 'scheduler_patcher_webhook_reviews_total{result="gated"}' in metrics
+        assert 'scheduler_patcher_webhook_reviews_total{result="unchanged"}' in metrics
     finally:
         stop.set()
         thread.join(10)

@@ -158,12 +158,13 @@ class TlsServer(HTTPServer):
         self.waiting = 0  #: accepted connections waiting for a free slot (0 or 1: the accept loop waits with it)
         self.dropped = 0  #: connections ended by a failed handshake, a timeout or a client gone
         self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _RequestHandler)
 
     def next_request_arrives(self, conn: socket.socket) -> bool:
-        """Wait on an idle keep-alive connection for its next request: False (close it) after the timeout, or
-        as soon as an accepted connection waits for a slot."""
+        """Wait on an idle keep-alive connection for its next request: False (close it) after the timeout, as
+        soon as an accepted connection waits for a slot, or when the server stops."""
         deadline = time.monotonic() + self.conn_timeout
         while True:
             if isinstance(conn, ssl.SSLSocket) and conn.pending():
@@ -174,7 +175,7 @@ class TlsServer(HTTPServer):
                 return False
             if readable:
                 return True
-            if self.waiting or time.monotonic() >= deadline:
+            if self.waiting or self._closing.is_set() or time.monotonic() >= deadline:
                 return False
 
     @property
@@ -226,6 +227,8 @@ class TlsServer(HTTPServer):
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop accepting; idle keep-alive connections are closed within ``IDLE_POLL``."""
+        self._closing.set()
         self.shutdown()
         self.server_close()
         if self._thread is not None:
