@@ -241,11 +241,13 @@ def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(policy_for: MakePol
     assert gates(policy_for().admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
 
 
-def readme_overlay(tmp_path: Path) -> list[dict[str, Any]]:
-    """The objects of README's overlay example ("Scheduling gates"), rendered by the real kubectl kustomize."""
+def readme_overlay(tmp_path: Path, title: str = "# your overlay's kustomization.yaml:") -> list[dict[str, Any]]:
+    """The objects of README's overlay example ("Scheduling gates") whose first line starts with ``title``
+    (the policy's; the webhook's says "(webhook):"), rendered by the real kubectl kustomize."""
     readme = (MANIFESTS.parent / "README.md").read_text()
-    found = re.search(r"```yaml\n(# your overlay's kustomization\.yaml.*?)```", readme, re.S)
+    found = re.search(r"```yaml\n(" + re.escape(title) + r".*?)```", readme, re.S)
     assert found, "README: the overlay example of the Scheduling gates section is gone"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(MANIFESTS / "gatekeeper", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(found.group(1).replace("../../gatekeeper", base))
     proc = subprocess.run([kubectl(), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(tmp_path)],

@@ -220,6 +220,18 @@ def test_the_readme_admission_example_is_the_charts_values(render: Render, tmp_p
     assert not found, "the chart and README's overlay example drifted apart:\n" + "\n".join(found)
 
 
+def test_the_readme_webhook_example_is_the_charts_values(render: Render, tmp_path: Path) -> None:
+    """README's webhook overlay example and the chart values that say the same (the selection in
+    gatekeeper.admission.*, cert-manager as in the overlay): the objects are equal."""
+    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {
+        "enabled": True, "certManager": True}, "admission": {
+        "storageClasses": ["csi-baremetal-sc-hddlvg"], "csiDrivers": ["csi-baremetal.dell.com"],
+        "objectSelector": {"matchLabels": {"app": "db"}}}}}
+    example = readme_overlay(tmp_path, "# your overlay's kustomization.yaml (webhook):")
+    found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm") + example, render(values))
+    assert not found, "the chart and README's webhook example drifted apart:\n" + "\n".join(found)
+
+
 def test_the_comparison_catches_drift(render: Render) -> None:
     """Controls: one changed field anywhere in any object, a missing object, a reordered toleration list."""
     base = kustomize("overlays/kubeadm", "uninstall/kubeadm")

@@ -8,20 +8,26 @@ tests/test_helm_chart.py holds the chart's render (gatekeeper.webhook.*) equal t
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
 from patcher.commands.cli import build_parser
+from patcher.commands.gatekeeper import webhook_selection
+from patcher.core.admission import pod_patch
 from patcher.services.webhook import MUTATE_PATH
+from tests import admission_samples as samples
+from tests.kubeemu import json_patch
 from tests.test_deploy_manifests import K8S_SCHEMA, env_of, objects, pod_spec
 from tests.test_gate_admission import V1 as POLICY_OVERLAY
-from tests.test_gate_admission import policy_objects
+from tests.test_gate_admission import Policy, policy_objects, readme_overlay
 
 OVERLAY = "overlays/gatekeeper-webhook"
 NS = "scheduler-patcher"
 CERT_MANAGER = "cert-manager.io/v1"
+WEBHOOK_EXAMPLE = "# your overlay's kustomization.yaml (webhook):"
 
 
 def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
@@ -129,3 +135,31 @@ def test_the_gatekeeper_reads_the_webhook_settings_from_its_environment(monkeypa
                               "resourceNames": [args.webhook_verdict_configmap], "verbs": ["get", "list", "watch"]}]
     bound = one(objs, "RoleBinding", "scheduler-patcher-gatekeeper-webhook")
     assert bound["subjects"][0]["name"] == spec["serviceAccountName"]
+
+
+def test_the_readme_webhook_example_selects_what_the_policy_example_selects(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's webhook overlay example and its policy example, through each path's rules, gate the same pods."""
+    objs = readme_overlay(tmp_path / "webhook", WEBHOOK_EXAMPLE)
+    hook = one(objs, "MutatingWebhookConfiguration")["webhooks"][0]
+    policy_objs = readme_overlay(tmp_path / "policy")
+    binding = one(policy_objs, "MutatingAdmissionPolicyBinding")
+    selected = binding["spec"]["matchResources"]
+    assert hook["objectSelector"] == selected["objectSelector"] == {"matchLabels": {"app": "db"}}
+    assert hook["namespaceSelector"] == selected["namespaceSelector"]
+    [container] = pod_spec(one(objs, "Deployment"))["containers"]
+    for name in [n for n in os.environ if n.startswith("PATCHER_")]:
+        monkeypatch.delenv(name)
+    for name, entry in env_of(container).items():
+        if name.startswith("PATCHER_"):
+            monkeypatch.setenv(name, entry["value"])
+    args = build_parser().parse_args(["gatekeeper"])
+    selection = webhook_selection(args)
+    policy = Policy(one(policy_objs, "MutatingAdmissionPolicy")["spec"])
+    hdd = samples.ephemeral("csi-baremetal-sc-hddlvg")
+    for sample in [*samples.SAMPLES, samples.Sample("hddlvg", {"volumes": [hdd]}, samples.NOT_READY, None),
+                   samples.Sample("hddlvg, ready", {"volumes": [hdd]}, samples.READY, None)]:
+        pod, params = sample.pod(), samples.configmap(sample.verdict)
+        patch = pod_patch(pod, params, selection)
+        assert (pod if patch is None else json_patch(pod, patch)) == policy.admit(pod, params), sample.id
+    assert pod_patch(samples.new_pod(volumes=[hdd]), samples.configmap(samples.NOT_READY), selection)

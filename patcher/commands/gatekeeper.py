@@ -234,6 +234,12 @@ def split(value: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
+def webhook_selection(args: argparse.Namespace) -> Selection:
+    """The policy's variables, from the --webhook-* flags (and the gate from --gate-name)."""
+    return Selection(gate=args.gate_name, scheduler_names=split(args.webhook_scheduler_names),
+                     storage_classes=split(args.webhook_storage_classes), csi_drivers=split(args.webhook_csi_drivers))
+
+
 def build_webhook(api: k8s.ApiClient, args: argparse.Namespace,
                   metrics: GateMetrics) -> tuple[ConfigMapView, TlsServer] | None:
     """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen.
@@ -245,9 +251,6 @@ def build_webhook(api: k8s.ApiClient, args: argparse.Namespace,
     namespace, _, name = args.webhook_verdict_configmap.rpartition("/")
     if not name:
         raise ValueError(f"--webhook-verdict-configmap: no name in {args.webhook_verdict_configmap!r}")
-    selection = Selection(gate=args.gate_name, scheduler_names=split(args.webhook_scheduler_names),
-                          storage_classes=split(args.webhook_storage_classes),
-                          csi_drivers=split(args.webhook_csi_drivers))
     view = ConfigMapView(api, namespace or args.namespace, name)
-    app = AdmissionWebhook(selection, view.state, metrics.registry)
+    app = AdmissionWebhook(webhook_selection(args), view.state, metrics.registry)
     return view, TlsServer(args.webhook_listen, CertReloader(args.webhook_cert, args.webhook_key), app.handle)
