@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/probe_burst.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/webhook_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
 

@@ -39,6 +39,10 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     # issue 21: what the extender pre-flight adds to a patch (bench/extprobe_bench.py)
     "extender pre-flight added to a patch (HTTP, answering)": (50.0, None),
     "extender pre-flight added to a patch (HTTPS, CA file, answering)": (50.0, None),
+    # issue 25: what the admission webhook adds to a pod's creation (bench/webhook_bench.py)
+    "webhook review, kept-open connection (8 at once)": (10.0, None),
+    "webhook review, new TLS connection": (20.0, None),
+    "webhook rules alone (no server)": (None, None),
 }
 
 

@@ -36,6 +36,11 @@ def test_extender_probe_bench_runs() -> None:
     assert "extender pre-flight added to a patch (HTTPS, CA file, answering)" in out and "/patch" in out
 
 
+def test_webhook_bench_runs() -> None:
+    out = run("bench/webhook_bench.py", "-n", "3", "--clients", "2", "--cold", "2")
+    assert "webhook review, new TLS connection" in out and "reviews/s" in out
+
+
 def test_limits_bench_runs() -> None:
     assert "largest accepted manifest" in run("bench/limits.py")
 

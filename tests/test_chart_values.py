@@ -77,7 +77,10 @@ ALL_VALUES: Obj = {
                                      {"key": "example.com/skip", "operator": "DoesNotExist"}]},
                                  "schedulerNames": ["default-scheduler", "my-scheduler"],
                                  "storageClasses": ["csi-baremetal-sc-hddlvg"],
-                                 "csiDrivers": ["csi-baremetal.dell.com"]}},
+                                 "csiDrivers": ["csi-baremetal.dell.com"]},
+                   "webhook": {"enabled": True, "port": 9443, "timeoutSeconds": 3, "certManager": False,
+                               "certValidityDays": 30},
+                   "release": {"concurrency": 8, "batch": 64, "kubeApiQps": 500.5, "kubeApiBurst": 16}},
     "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
 }

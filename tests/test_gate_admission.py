@@ -34,9 +34,10 @@ import yaml
 from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import evaluate, status_data
+from tests import admission_samples as samples
+from tests.admission_samples import new_pod
 from tests.helmtool import find_helm, template
 from tests.kubeemu import json_patch
-from tests.kubeemu_ext import make_pod
 from tests.test_deploy_manifests import MANIFESTS, kubectl, render
 
 V1, V1BETA1 = "overlays/gatekeeper-admission", "overlays/gatekeeper-admission-v1beta1"
@@ -186,14 +187,11 @@ def policy_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return make
 
 
-def new_pod(**spec: Any) -> dict[str, Any]:
-    """A pod as admission sees it at CREATE: no status, spec defaulted (schedulerName)."""
-    pod = make_pod("p", "team-a")
-    pod.pop("status")
-    pod["spec"].pop("schedulingGates", None)
-    pod["spec"]["schedulerName"] = "default-scheduler"
-    pod["spec"].update(spec)
-    return pod
+@pytest.mark.parametrize("sample", samples.SAMPLES, ids=lambda s: s.id)
+def test_the_shared_samples(policy_for: MakePolicy, sample: samples.Sample) -> None:
+    """The table tests/test_webhook_rules.py runs through the webhook's rules: both paths give these gates."""
+    policy = policy_for(**sample.selection)
+    assert samples.gates(policy.admit(sample.pod(), samples.configmap(sample.verdict))) == sample.gates
 
 
 def test_a_pod_gets_the_gate_while_the_verdict_is_not_ready(policy_for: MakePolicy) -> None:
@@ -243,11 +241,13 @@ def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(policy_for: MakePol
     assert gates(policy_for().admit(new_pod(volumes=[claim]), configmap(False))) == [DEFAULT_GATE]  # no filter
 
 
-def readme_overlay(tmp_path: Path) -> list[dict[str, Any]]:
-    """The objects of README's overlay example ("Scheduling gates"), rendered by the real kubectl kustomize."""
+def readme_overlay(tmp_path: Path, title: str = "# your overlay's kustomization.yaml:") -> list[dict[str, Any]]:
+    """The objects of README's overlay example ("Scheduling gates") whose first line starts with ``title``
+    (the policy's; the webhook's says "(webhook):"), rendered by the real kubectl kustomize."""
     readme = (MANIFESTS.parent / "README.md").read_text()
-    found = re.search(r"```yaml\n(# your overlay's kustomization\.yaml.*?)```", readme, re.S)
+    found = re.search(r"```yaml\n(" + re.escape(title) + r".*?)```", readme, re.S)
     assert found, "README: the overlay example of the Scheduling gates section is gone"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(MANIFESTS / "gatekeeper", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(found.group(1).replace("../../gatekeeper", base))
     proc = subprocess.run([kubectl(), "kustomize", "--load-restrictor=LoadRestrictionsNone", str(tmp_path)],

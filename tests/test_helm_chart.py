@@ -14,9 +14,12 @@ helm comes from ``../shared/tools/get-helm.sh`` (real helm 4): without it this m
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import shlex
+import socket
+import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +29,12 @@ import pytest
 import yaml
 
 import patcher
+from patcher.adapters.tlsserver import CertReloader, TlsServer
 from patcher.commands.cli import build_parser
+from patcher.core.admission import Selection
 from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.services.webhook import AdmissionWebhook
+from tests.admission_samples import new_pod
 from tests.helmtool import CHART, NAMESPACE, RELEASE, find_helm, run_helm, template
 from tests.test_chart_values import ALL_VALUES
 from tests.test_deploy_manifests import (
@@ -40,10 +47,12 @@ from tests.test_deploy_manifests import (
     objects,
     parsed,
     pod_spec,
+    subparser,
 )
 from tests.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
 from tests.test_gate_admission import SCHEMA as ADMISSION_SCHEMA
-from tests.test_gate_admission import Policy, configmap, gates, new_pod, readme_overlay
+from tests.test_gate_admission import Policy, configmap, gates, readme_overlay
+from tests.test_webhook_rules import review
 
 #: Labels helm's convention adds to every object (kustomize's objects carry only name/part-of/component).
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
@@ -183,6 +192,8 @@ EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
      {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
     (("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-admission-v1beta1"),
      {"gatekeeper": {"enabled": True, "admission": {"enabled": True, "apiVersion": "v1beta1"}}}),
+    (("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-webhook"),
+     {"gatekeeper": {"enabled": True, "webhook": {"enabled": True, "certManager": True}}}),
 ]
 
 
@@ -207,6 +218,18 @@ def test_the_readme_admission_example_is_the_charts_values(render: Render, tmp_p
         "objectSelector": {"matchLabels": {"app": "db"}}}}}
     found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm") + readme_overlay(tmp_path), render(values))
     assert not found, "the chart and README's overlay example drifted apart:\n" + "\n".join(found)
+
+
+def test_the_readme_webhook_example_is_the_charts_values(render: Render, tmp_path: Path) -> None:
+    """README's webhook overlay example and the chart values that say the same (the selection in
+    gatekeeper.admission.*, cert-manager as in the overlay): the objects are equal."""
+    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {
+        "enabled": True, "certManager": True}, "admission": {
+        "storageClasses": ["csi-baremetal-sc-hddlvg"], "csiDrivers": ["csi-baremetal.dell.com"],
+        "objectSelector": {"matchLabels": {"app": "db"}}}}}
+    example = readme_overlay(tmp_path, "# your overlay's kustomization.yaml (webhook):")
+    found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm") + example, render(values))
+    assert not found, "the chart and README's webhook example drifted apart:\n" + "\n".join(found)
 
 
 def test_the_comparison_catches_drift(render: Render) -> None:
@@ -335,6 +358,19 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
             "example.com/ready"]
     assert gates(admit(new_pod(schedulerName="other", volumes=[inline]), configmap(False))) is None
     assert gates(admit(new_pod(schedulerName="my-scheduler"), configmap(False))) is None  # no such volume
+    # the webhook: its port, timeout and generated certificate, the admission selection as its flags; the release pool
+    hook = find(objs, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["timeoutSeconds"] == 3 and hook["clientConfig"]["caBundle"]
+    assert {k: hook[k] for k in ("namespaceSelector", "objectSelector")} == selection
+    assert [p["containerPort"] for p in gate["ports"] if p["name"] == "webhook"] == [9443]
+    gk_args = parsed(cli_env, gate, "gatekeeper")
+    assert (gk_args.webhook_listen, gk_args.webhook_scheduler_names, gk_args.webhook_storage_classes,
+            gk_args.webhook_csi_drivers) == (":9443", "default-scheduler,my-scheduler", "csi-baremetal-sc-hddlvg",
+                                             "csi-baremetal.dell.com")
+    assert (gk_args.release_concurrency, gk_args.release_batch, gk_args.kube_api_qps, gk_args.kube_api_burst) == (
+        8, 64, 500.5, 16)
+    gk_env = {f"[env {n}]" for n in set(env_of(gate)) - {"POD_NAME", "POD_NAMESPACE"}}
+    assert all(any(e in (a.help or "") for a in subparser("gatekeeper")._actions) for e in gk_env), gk_env
 
 
 def test_the_rendered_extenders_pass_the_projects_validation(render: Render, tmp_path: Path) -> None:
@@ -391,6 +427,11 @@ def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) ->
     ({"gatekeeper": {"admission": {"schedulerNames": ["x') || true || ('"]}}}, "schedulerNames"),
     ({"gatekeeper": {"admission": {"storageClasses": ["Fast"]}}}, "storageClasses"),
     ({"gatekeeper": {"admission": {"csiDrivers": ["csi'x"]}}}, "csiDrivers"),
+    ({"gatekeeper": {"webhook": {"enabled": True}}}, "gatekeeper.webhook.enabled needs gatekeeper.enabled"),
+    ({"gatekeeper": {"webhook": {"certmanager": True}}}, "additional properties 'certmanager' not allowed"),
+    ({"gatekeeper": {"webhook": {"timeoutSeconds": 31}}}, "timeoutSeconds"),
+    ({"gatekeeper": {"release": {"concurrency": 0}}}, "concurrency"),
+    ({"gatekeeper": {"release": {"kubeApiQps": 0}}}, "kubeApiQps"),
     ({"gatekeeper": {"gateName": "ready'"}}, "gateName"),
 ])
 def test_values_that_the_chart_refuses(render: Render, values: Obj, message: str) -> None:
@@ -427,6 +468,16 @@ def test_notes_tell_how_to_opt_a_namespace_into_the_admission_gate(helm: str, tm
     assert "port 9808" in notes  # a host port (hostNetwork): it must be free on the nodes
 
 
+def test_notes_tell_how_to_opt_a_namespace_into_the_webhook_gate(helm: str, tmp_path: Path) -> None:
+    values = {"gatekeeper": {"enabled": True, "webhook": {"enabled": True, "certManager": True}}}
+    proc = run_helm(helm, "install", "--dry-run=client", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    values=values, tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "mutating webhook scheduler-patcher-gate" in notes and "cert-manager" in notes
+    assert "  kubectl label namespace <namespace> scheduler-patcher.io/gate=enabled\n" in notes
+
+
 def test_helm_package_names_the_version(helm: str, tmp_path: Path) -> None:
     proc = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -457,3 +508,71 @@ def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
     assert job["metadata"]["annotations"] == {"helm.sh/hook": "post-delete",
                                               "helm.sh/hook-delete-policy": "before-hook-creation"}
     assert "Job" not in {o["kind"] for o in render({"restoreJob": {"enabled": False}})}
+
+
+# -- the admission webhook's certificate ----------------------------------------------------------------------
+
+CERT_MANAGER_KINDS = {"Issuer", "Certificate"}
+
+
+def test_the_webhook_without_cert_manager_is_the_overlay_with_a_generated_certificate(
+        render: Render, tmp_path: Path) -> None:
+    """certManager: false renders the overlay's objects except cert-manager's, plus the Secret they would have
+    made, and the CA in caBundle instead of the cainjector's annotation; and that certificate really serves the
+    webhook under the Service's DNS name, verified by the caBundle, with the webhook's own TLS server."""
+    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}
+    objs = render(values)
+    secret = find(objs, "Secret", "scheduler-patcher-gatekeeper-webhook-tls")
+    hook_config = find(objs, "MutatingWebhookConfiguration")
+    ca_bundle = hook_config["webhooks"][0]["clientConfig"].pop("caBundle")
+    assert secret["type"] == "kubernetes.io/tls" and ca_bundle == secret["data"]["ca.crt"]
+    objs.remove(secret)
+    expected = [o for o in kustomize("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-webhook")
+                if o["kind"] not in CERT_MANAGER_KINDS]
+    find(expected, "MutatingWebhookConfiguration")["metadata"].pop("annotations")
+    found = drift(expected, objs)
+    assert not found, "the chart (certManager: false) and the overlay drifted apart:\n" + "\n".join(found)
+    assert not {o["kind"] for o in objs} & CERT_MANAGER_KINDS
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (tmp_path / name).write_bytes(base64.b64decode(secret["data"][name]))
+    service = "scheduler-patcher-gatekeeper-webhook.scheduler-patcher.svc"
+    webhook = AdmissionWebhook(Selection(), lambda: (True, {"data": {"ready": "false"}}))
+    server = TlsServer("127.0.0.1:0", CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+                       webhook.handle)
+    server.start()
+    try:
+        ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname=service) as tls:
+            body = json.dumps(review(new_pod())).encode()
+            tls.sendall(b"POST /mutate HTTP/1.1\r\nHost: " + service.encode() + b"\r\nContent-Type: application/json"
+                        b"\r\nConnection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200") or answer.startswith(b"HTTP/1.1 200"), answer[:100]
+        response = json.loads(answer.split(b"\r\n\r\n", 1)[1])["response"]
+        assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    finally:
+        server.stop()
+
+
+def test_the_webhook_follows_the_release_namespace(render: Render) -> None:
+    for cert_manager in (True, False):
+        objs = render({"gatekeeper": {"enabled": True, "webhook": {"enabled": True, "certManager": cert_manager}}},
+                      namespace="ops")
+        hook = find(objs, "MutatingWebhookConfiguration")
+        assert hook["webhooks"][0]["clientConfig"]["service"]["namespace"] == "ops"
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ops"]} in \
+            hook["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+        if cert_manager:
+            assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+                "ops/scheduler-patcher-gatekeeper-webhook"
+            cert = find(objs, "Certificate", "scheduler-patcher-gatekeeper-webhook")
+            assert cert["spec"]["dnsNames"][0] == "scheduler-patcher-gatekeeper-webhook.ops.svc"
+        else:
+            pem = base64.b64decode(find(objs, "Secret")["data"]["tls.crt"])
+            assert ssl.PEM_cert_to_DER_cert(pem.decode()).find(b"scheduler-patcher-gatekeeper-webhook.ops.svc") > 0
+        for obj in objs:
+            if obj["kind"] not in CERT_MANAGER_KINDS:  # CRDs: no schema in kubernetes-validate
+                kubernetes_validate.validate(obj, ADMISSION_SCHEMA.get(obj["apiVersion"], K8S_SCHEMA), strict=True)

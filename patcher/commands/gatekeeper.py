@@ -29,8 +29,14 @@ Safety rules, and why:
   the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
   they did, the ``test`` op makes their patches idempotent anyway.
 
+With ``--webhook-listen`` it also serves the admission webhook (``patcher.services.webhook``) for clusters
+without MutatingAdmissionPolicy: the policy's rules over HTTPS (``--webhook-cert``/``--webhook-key``, reloaded
+when the files change), the verdict read from the readiness ConfigMap (``--webhook-verdict-configmap``), every
+answer ``allowed: true``. Every replica serves it, leader or not.
+
 RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
-watch``, ``pods: get, list`` in the mirror-pod namespace, and ``leases: get, create, update`` in its own.
+watch``, ``pods: get, list`` in the mirror-pod namespace, and ``leases: get, create, update`` in its own; with
+the webhook, ``configmaps: get, list, watch`` of the verdict ConfigMap only.
 """
 
 from __future__ import annotations
@@ -40,19 +46,27 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from patcher.adapters import heap, logs
 from patcher.adapters.health import Health, HealthServer
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
-from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME, collect
+from patcher.adapters.kube.configmapview import ConfigMapView
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.throttle import Throttle
+from patcher.adapters.tlsserver import CertReloader, TlsServer
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
+from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import check_expected_hash, node_selectors
 from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, Gatekeeper, GateMetrics
+from patcher.services.webhook import AdmissionWebhook
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +102,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (mirror pods are not watched)",
           type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
+    f.add("--webhook-listen", "", "serve the admission webhook (HTTPS, POST /mutate) on this address, e.g. "
+          "':8443' (default: off); for clusters without MutatingAdmissionPolicy")
+    f.add("--webhook-cert", "", "the webhook's TLS certificate (PEM), reloaded when the file changes")
+    f.add("--webhook-key", "", "the webhook's TLS private key (PEM), reloaded with the certificate")
+    f.add("--webhook-verdict-configmap", DEFAULT_STATUS_NAME, "the readiness ConfigMap the webhook reads, "
+          "'name' (in --namespace) or 'namespace/name': the policy binding's paramRef")
+    f.add("--webhook-scheduler-names", DEFAULT_SCHEDULER, "comma-separated spec.schedulerName values the webhook "
+          "gates (empty: any scheduler), as the policy's schedulerNames")
+    f.add("--webhook-storage-classes", "", "comma-separated StorageClasses: if this or --webhook-csi-drivers is "
+          "set, gate only pods with a generic ephemeral volume of one of them (as the policy)")
+    f.add("--webhook-csi-drivers", "", "comma-separated CSI drivers: gate only pods with an inline CSI volume of "
+          "one of them (with --webhook-storage-classes: either)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
@@ -166,7 +192,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             throttle=Throttle(args.kube_api_qps, args.kube_api_burst), concurrency=concurrency,
             batch_size=args.release_batch or None)
         server = HealthServer(health, metrics, args.listen, ready=health.alive)
-    except (ValueError, OSError) as exc:
+        webhook = build_webhook(api, args, metrics)
+    except (ValueError, OSError, ssl.SSLError) as exc:
         log.error("cannot start the gatekeeper: %s", exc)
         api.close()
         return 1
@@ -181,6 +208,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     # decodes thousands of pods, and each full collection would walk them all again.
     heap.settle("gatekeeper built")
     server.start()
+    if webhook is not None:
+        webhook[0].start()
+        webhook[1].start()
     if elector is not None:
         elector.start()
     gk.start()
@@ -193,5 +223,34 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if elector is not None:
             elector.stop(release=True)
         server.stop()
+        if webhook is not None:
+            webhook[1].stop()
+            webhook[0].stop()
         api.close()
     return 0
+
+
+def split(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def webhook_selection(args: argparse.Namespace) -> Selection:
+    """The policy's variables, from the --webhook-* flags (and the gate from --gate-name)."""
+    return Selection(gate=args.gate_name, scheduler_names=split(args.webhook_scheduler_names),
+                     storage_classes=split(args.webhook_storage_classes), csi_drivers=split(args.webhook_csi_drivers))
+
+
+def build_webhook(api: k8s.ApiClient, args: argparse.Namespace,
+                  metrics: GateMetrics) -> tuple[ConfigMapView, TlsServer] | None:
+    """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen.
+    Raises ``ValueError`` for a missing flag, ``OSError``/``ssl.SSLError`` for a certificate that does not load."""
+    if not args.webhook_listen:
+        return None
+    if not args.webhook_cert or not args.webhook_key:
+        raise ValueError("--webhook-listen needs --webhook-cert and --webhook-key")
+    namespace, _, name = args.webhook_verdict_configmap.rpartition("/")
+    if not name:
+        raise ValueError(f"--webhook-verdict-configmap: no name in {args.webhook_verdict_configmap!r}")
+    view = ConfigMapView(api, namespace or args.namespace, name)
+    app = AdmissionWebhook(webhook_selection(args), view.state, metrics.registry)
+    return view, TlsServer(args.webhook_listen, CertReloader(args.webhook_cert, args.webhook_key), app.handle)

@@ -1,0 +1,77 @@
+"""The admission webhook: AdmissionReview in, ``allowed: true`` and maybe the gate's JSON patch out.
+
+For clusters without MutatingAdmissionPolicy, ``scheduler-patcher gatekeeper --webhook-listen`` serves the
+policy's rules (``patcher.core.admission``) over HTTPS (``patcher.adapters.tlsserver``), with the verdict read
+from the same readiness ConfigMap the policy's ``paramRef`` names (``patcher.adapters.kube.configmapview``).
+
+Every answer allows the pod: a webhook fault must never block pod creation (``failurePolicy: Ignore`` covers a
+webhook that does not answer; this covers one that answers). A review that cannot be read is allowed
+unchanged and logged. The verdict, by state of the ConfigMap:
+
+* absent: no gate (the binding's ``parameterNotFoundAction: Allow``: the agents have published nothing, so
+  no gatekeeper would ever see a Ready verdict for a gate it could release);
+* present: a gate unless ``data.ready`` is ``"true"``;
+* not read yet (the first seconds after start): a gate — fail safe. The replica answering is a gatekeeper,
+  which releases the gate as soon as its own verdict is Ready.
+
+Both gatekeeper replicas serve the webhook (the leader Lease only decides who releases).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter
+
+from patcher.core.admission import BadReview, Selection, review_patch, review_request, review_response
+from patcher.core.kubeobj import Obj
+
+log = logging.getLogger(__name__)
+
+#: Where the webhook configuration sends reviews (``clientConfig.service.path``).
+MUTATE_PATH: Final = "/mutate"
+#: The verdict while the ConfigMap has not been read yet: present without data, i.e. not Ready (gate).
+UNKNOWN_PARAMS: Final[Obj] = {}
+
+ParamsFn = Callable[[], "tuple[bool, Obj | None]"]
+
+
+class AdmissionWebhook:
+    """``handle(method, path, body)`` for ``TlsServer``; ``params()`` gives ``(known, ConfigMap or None)``."""
+
+    def __init__(self, selection: Selection, params: ParamsFn, registry: CollectorRegistry | None = None) -> None:
+        self.selection = selection
+        self._params = params
+        self._reviews = Counter("reviews", "AdmissionReviews answered, by result (gated, unchanged, error).",
+                                ["result"], namespace="scheduler_patcher", subsystem="webhook",
+                                registry=registry if registry is not None else CollectorRegistry())
+        for result in ("gated", "unchanged", "error"):
+            self._reviews.labels(result)
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        if path.split("?", 1)[0] != MUTATE_PATH:
+            return 404, b"not found\n", "text/plain"
+        if method != "POST":
+            return 405, b"POST an AdmissionReview\n", "text/plain"
+        review: object = None
+        patch = None
+        try:
+            review = json.loads(body)
+            request = review_request(review)
+            known, params = self._params()
+            patch = review_patch(request, params if known else UNKNOWN_PARAMS, self.selection)
+        except (ValueError, BadReview) as exc:  # not JSON, not a review, a pod CREATE without a pod
+            self._reviews.labels("error").inc()
+            log.error("admission webhook: cannot read the AdmissionReview (%s); the pod is allowed unchanged", exc)
+        else:
+            self._reviews.labels("gated" if patch else "unchanged").inc()
+            if patch:
+                obj = request.get("object") or {}
+                meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+                log.debug("gate %s added to a new pod %s/%s", self.selection.gate, request.get("namespace"),
+                          meta.get("name") or meta.get("generateName"))
+        answer = review_response(review, patch)
+        return 200, json.dumps(answer, separators=(",", ":")).encode(), "application/json"
