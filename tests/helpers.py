@@ -1,5 +1,6 @@
-"""What many test files need and used to copy: the node's paths and texts, a node folder on tmp_path, a kubeadm
-node against the API emulator with an agent running in a thread, a fake clock, and waits on what happened.
+"""What many test files need and used to copy: the node's paths and texts, a node folder on tmp_path or on
+pyfakefs, a snapshot of a file tree, a kubeadm node against the API emulator with an agent running in a thread,
+a fake clock, and waits on what happened.
 
 One place, so that a change of the harness (a new agent option, a different emulator set-up) is made once. The
 fixtures that use these live in the test files (``node`` below is one pytest fixture a test module imports).
@@ -8,13 +9,16 @@ fixtures that use these live in the test files (``node`` below is one pytest fix
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyfakefs.fake_filesystem import FakeFilesystem
 
+from patcher.core import schedconfig
 from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
@@ -23,22 +27,10 @@ from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
-__all__ = [
-    "EXTENDERS",
-    "KUBEADM",
-    "MANIFEST",
-    "NODE",
-    "Clock",
-    "Node",
-    "P",
-    "Running",
-    "kubeadm_node",
-    "node",
-    "node_folders",
-    "reconciles",
-    "settled",
-    "wait_until",
-]
+# ``node`` is a fixture and ``wait_until`` a re-export: named here so that a test module's import of them counts.
+__all__ = ["EXTENDERS", "KUBEADM", "MANIFEST", "NODE", "SCHEDULER_CONFIG", "SCHEMAS", "Clock", "Node", "P",
+           "Running", "fake_node", "kubeadm_node", "node", "node_folders", "reconciles", "settled", "snapshot",
+           "wait_until"]
 
 NODE = "cp-1"
 #: The manifest's node path, relative to a host root.
@@ -46,7 +38,16 @@ MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
 #: A valid source (one extender on 127.0.0.1:8889), as the ConfigMap carries it.
 EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
+#: A valid source written as a whole KubeSchedulerConfiguration.
+SCHEDULER_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+extenders:
+- urlPrefix: http://127.0.0.1:8889
+  filterVerb: filter
+"""
 P = "scheduler-patcher.io/"
+#: The package data the config validator reads: a pyfakefs file system needs it mapped in.
+SCHEMAS = Path(schedconfig.__file__).parent / "schemas"
 
 
 class Clock:
@@ -59,16 +60,40 @@ class Clock:
         return self.now
 
 
-def node_folders(base: Path, original: bytes = KUBEADM, source: str = EXTENDERS) -> tuple[Path, Path]:
+def node_folders(base: Path, original: bytes = KUBEADM, source: str | None = EXTENDERS) -> tuple[Path, Path]:
     """A node without an API: ``base/node`` with the kubelet's manifest folder and ``original`` as the
-    manifest, ``base/src`` as the mounted ConfigMap holding ``source``. Returns (host root, source folder)."""
+    manifest, ``base/src`` as the mounted ConfigMap holding ``source`` as ``extenders.yaml`` (None: empty).
+    Returns (host root, source folder)."""
     root = base / "node"
     (root / MANIFEST).parent.mkdir(parents=True)
     (root / MANIFEST).write_bytes(original)
     src = base / "src"
     src.mkdir()
-    write_configmap(src, {"extenders.yaml": source})
+    if source is not None:
+        write_configmap(src, {"extenders.yaml": source})
     return root, src
+
+
+def fake_node(fs: FakeFilesystem, *, schemas: bool = True) -> None:
+    """A node on pyfakefs, without a host root: the schemas (unless the test maps them in itself), the kubeadm
+    manifest at its node path and the source ``/src/config.yaml`` (``engine.Options(source=Path("/src"))``)."""
+    if schemas:
+        fs.add_real_directory(SCHEMAS, read_only=True)
+    fs.create_file("/" + MANIFEST, contents=KUBEADM.decode())
+    fs.create_file("/src/config.yaml", contents=SCHEDULER_CONFIG)
+
+
+def snapshot(root: str = "/", *, skip: Callable[[str], bool] = lambda path: False) -> dict[str, bytes | None]:
+    """Every folder (``path/``: None) and file (its bytes) below ``root``, but the paths ``skip`` says."""
+    out: dict[str, bytes | None] = {}
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            if not skip(path := os.path.join(folder, d) + "/"):
+                out[path] = None
+        for f in files:
+            if not skip(path := os.path.join(folder, f)):
+                out[path] = Path(path).read_bytes()
+    return out
 
 
 @dataclass

@@ -25,16 +25,14 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 
 from patcher.adapters import fsio
 from patcher.adapters.health import HealthServer
-from patcher.core import schedconfig
 from patcher.core.errors import StateFolderError
 from patcher.services import engine
-from tests.helpers import KUBEADM, Node, Running, node, wait_until
+from tests import helpers
+from tests.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
 
 __all__ = ["node"]  # the fixture, imported for the tests below
 
 STATE_DIR = "/var/lib/scheduler-patcher"
-SOURCE = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nextenders:\n" \
-         "- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
 
 
 # -- the engine: the fault is found before any file is in place ------------------------------------------------
@@ -47,11 +45,10 @@ def fake() -> Iterator[FakeFilesystem]:
         fs = patcher.fs
         assert fs is not None
         user = os.getuid()  # not root: pyfakefs says 1
-        set_uid(0)  # the package data the validator reads, mapped in as root (its real folders are root's)
-        fs.add_real_directory(Path(schedconfig.__file__).parent / "schemas", read_only=True, lazy_read=False)
+        set_uid(0)  # the schemas are mapped in as root (their real folders are root's), all at once
+        fs.add_real_directory(SCHEMAS, read_only=True, lazy_read=False)
         set_uid(user)
-        fs.create_file("/etc/kubernetes/manifests/kube-scheduler.yaml", contents=KUBEADM.decode())
-        fs.create_file("/src/config.yaml", contents=SOURCE)
+        fake_node(fs, schemas=False)
         yield fs
 
 
@@ -59,14 +56,8 @@ OPTS = engine.Options(source=Path("/src"))
 
 
 def snapshot() -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for folder, dirs, files in os.walk("/"):
-        for d in dirs:
-            out[os.path.join(folder, d) + "/"] = None
-        for f in files:
-            if not folder.startswith(str(Path(schedconfig.__file__).parent)) and f != fsio.LOCK_NAME:
-                out[os.path.join(folder, f)] = Path(folder, f).read_bytes()  # the writer lock may be made
-    return out
+    """The fake node, but the schemas and the writer lock (which an apply may make before it fails)."""
+    return helpers.snapshot(skip=lambda path: path.startswith(str(SCHEMAS)) or path.endswith("/" + fsio.LOCK_NAME))
 
 
 def test_a_full_state_folder_fails_the_apply_before_any_file_is_in_place(fake: FakeFilesystem) -> None:
@@ -106,7 +97,7 @@ def test_a_state_folder_that_fills_up_on_the_record_leaves_the_config_files_alon
     """Every temp file is written before any is renamed: the record's ENOSPC comes before the config files'
     renames, so even they are not in place (and the error is raised as the state folder's)."""
     engine.apply(OPTS, engine.plan_apply(OPTS))
-    Path("/src/config.yaml").write_text(SOURCE + "percentageOfNodesToScore: 20\n")
+    Path("/src/config.yaml").write_text(SCHEDULER_CONFIG + "percentageOfNodesToScore: 20\n")
     plan = engine.plan_apply(OPTS)
     fake.add_mount_point(STATE_DIR, total_size=os.path.getsize(f"{STATE_DIR}/state.json") + 1)
     before = snapshot()
