@@ -28,6 +28,7 @@ from patcher.adapters.health import HealthServer
 from patcher.core.errors import StateFolderError
 from patcher.services import engine
 from tests import helpers
+from tests.childproc import Child
 from tests.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
 
 __all__ = ["node"]  # the fixture, imported for the tests below
@@ -239,3 +240,28 @@ def test_a_state_folder_that_cannot_be_made_does_not_end_the_agent(node: Node) -
     finally:
         assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM
+
+
+def test_the_agent_process_with_an_unmakeable_state_folder_stays_up_serves_probes_and_recovers(
+        tmp_path: Path) -> None:
+    """The process as the DaemonSet runs it (``run``, here without an API). Before issue 22 it exited 1 at once:
+    ``<state-dir>: folder is not writable (cannot create the writer lock .lock: Not a directory)``."""
+    root, src = helpers.node_folders(tmp_path)
+    blocker = root / "var/lib"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a folder")
+    child = Child("run", "--no-api", "--check-extenders=false", "--host-root", str(root), "--source", str(src),
+                  "--listen", "127.0.0.1:0")
+    try:
+        child.wait_line(r"state folder unusable: /var/lib/scheduler-patcher: .*Not a directory")
+        assert wait_until(lambda: child.get("/healthz") == 200, 60), child.output  # the loop beats (after start)
+        assert child.get("/readyz") == 503
+        assert child.proc.poll() is None and (root / helpers.MANIFEST).read_bytes() == KUBEADM
+        blocker.unlink()
+        child.wait_line(r"the state folder takes the record again")
+        assert wait_until(lambda: child.get("/readyz") == 200, 60), child.output  # no API: Ready once written
+        assert b"--config=" in (root / helpers.MANIFEST).read_bytes()
+    finally:
+        code = child.terminate()
+    assert code == 0, child.output
+    assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
