@@ -172,6 +172,34 @@ def test_a_read_only_state_folder_at_start_keeps_the_agent_up_and_recovers_witho
     assert node.manifest.read_bytes() == KUBEADM
 
 
+def test_a_ready_node_whose_state_folder_is_read_only_at_start_fails_and_recovers_without_a_write(
+        node: Node) -> None:
+    """The record loads (a Ready node: the agent was upgraded), the start's save fails: Failed, since this agent
+    could record nothing it does. Once the folder is writable the node is Ready again without a write and
+    without a scheduler restart."""
+    first = Running(node, restore_on_exit="never")
+    try:
+        assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+    finally:
+        assert first.stop() == 0
+    patched, restarts = node.manifest.read_bytes(), len(node.kubelet.restarts)
+    state_dir = node.root / STATE_DIR.lstrip("/")
+    with fsio.pause_points(refuse(state_dir, errno.EROFS)):
+        agent = Running(node, state_retry=0.05, state_retry_max=0.2)
+        try:
+            assert wait_until(failed_with(node, STATE_DIR, "Read-only file system"), 30), node.annotations()
+            assert agent.agent.state.config_hash == node.annotations()["config-hash"]  # the record did load
+        except BaseException:
+            agent.stop()
+            raise
+    try:
+        assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
+        assert node.manifest.read_bytes() == patched and len(node.kubelet.restarts) == restarts
+    finally:
+        assert agent.stop() == 0
+    assert node.manifest.read_bytes() == KUBEADM
+
+
 def test_a_state_folder_that_fills_up_while_ready_holds_the_next_change_back(node: Node) -> None:
     agent = Running(node, state_retry=0.05, state_retry_max=0.2)
     try:
