@@ -275,7 +275,9 @@ class Agent:
         """Reconcile until stopped; then restore (unless told not to). Returns the process exit code.
 
         The node's writer lock is held for the agent's whole life: a CLI ``apply``/``restore`` run on the node
-        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread)."""
+        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread). It
+        lives in the state folder: when that cannot hold it, the agent runs on without it (and writes nothing),
+        says so on the Node and takes it with the first save that works (``_hold_lock``)."""
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(self.files.lock())
