@@ -19,9 +19,8 @@ import pytest
 from patcher.commands.cli import main
 from tests.blackhole import BlackHole
 from tests.extservers import ExtenderServer, free_port
-from tests.kubeemu import wait_until
-from tests.test_agent import KUBEADM, Node, Running
-from tests.test_agent import node as node
+from tests.helpers import KUBEADM, Node, Running, wait_until
+from tests.helpers import node as node
 
 LEASE = ("leases", "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io")
 

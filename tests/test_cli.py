@@ -16,9 +16,9 @@ import pytest
 
 from patcher.commands.cli import main
 from tests.conftest import FIXTURES
+from tests.helpers import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 
 
 @pytest.fixture

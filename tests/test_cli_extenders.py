@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,9 @@ import pytest
 
 from patcher.commands.cli import main
 from tests.blackhole import BlackHole
-from tests.conftest import FIXTURES, write_configmap
+from tests.conftest import write_configmap
 from tests.extservers import ExtenderServer
-
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
+from tests.helpers import MANIFEST, node_folders
 
 
 @pytest.fixture
@@ -27,9 +25,7 @@ def server() -> Iterator[ExtenderServer]:
 
 @pytest.fixture
 def node(tmp_path: Path) -> Path:
-    (tmp_path / "node/etc/kubernetes/manifests").mkdir(parents=True)
-    shutil.copy(FIXTURES / "manifests/kubeadm.yaml", tmp_path / "node" / MANIFEST)
-    (tmp_path / "src").mkdir()
+    node_folders(tmp_path, source=None)  # the test writes its own source
     return tmp_path
 
 

@@ -12,52 +12,32 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
-from patcher.core import schedconfig
 from patcher.core.errors import PatcherError
 from patcher.services import engine
+from tests import helpers
 from tests.conftest import FIXTURES
+from tests.helpers import fake_node, snapshot
 
-MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
+MANIFEST = "/" + helpers.MANIFEST
+KUBEADM = helpers.KUBEADM.decode()
 FOREIGN = (FIXTURES / "manifests" / "foreign-config.yaml").read_text()
-CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-extenders:
-- urlPrefix: http://127.0.0.1:8889
-  filterVerb: filter
-"""
-
-
-SCHEMAS = Path(schedconfig.__file__).parent / "schemas"
+CONFIG = helpers.SCHEDULER_CONFIG
 
 
 @pytest.fixture
 def fs_with_schemas(fs: FakeFilesystem) -> FakeFilesystem:
-    fs.add_real_directory(SCHEMAS, read_only=True)  # package data the validator reads
+    fs.add_real_directory(helpers.SCHEMAS, read_only=True)  # package data the validator reads
     return fs
 
 
 @pytest.fixture
-def node(fs_with_schemas: FakeFilesystem) -> Iterator[FakeFilesystem]:
-    fs = fs_with_schemas
-    fs.create_file(MANIFEST, contents=KUBEADM)
-    fs.create_file("/src/config.yaml", contents=CONFIG)
+def node(fs: FakeFilesystem) -> Iterator[FakeFilesystem]:
+    fake_node(fs)
     yield fs
     set_uid(0)
 
 
 OPTS = engine.Options(source=Path("/src"))
-
-
-def snapshot(root: str = "/") -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for folder, dirs, files in os.walk(root):
-        for d in dirs:
-            out[os.path.join(folder, d) + "/"] = None
-        for f in files:
-            p = os.path.join(folder, f)
-            out[p] = Path(p).read_bytes()
-    return out
 
 
 def apply(opts: engine.Options = OPTS) -> list[str]:
@@ -258,9 +238,9 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
 
     with fsio.pause_points(replace_by_folder), pytest.raises(PatcherError, match="is a directory"):
         engine.apply(OPTS, plan)
-    assert not os.listdir("/etc/kubernetes/scheduler-patcher")
+    assert not os.path.exists("/etc/kubernetes/scheduler-patcher")  # the folder it made goes too
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
-    assert set(snapshot()) - set(before) == {"/etc/kubernetes/scheduler-patcher/", "/var/", "/var/lib/",
+    assert set(snapshot()) - set(before) == {"/var/", "/var/lib/",
                                              "/var/lib/scheduler-patcher/", "/var/lib/scheduler-patcher/.lock",
                                              MANIFEST + "/"}
 

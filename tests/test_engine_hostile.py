@@ -14,40 +14,23 @@ from hypothesis import strategies as st
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
-from patcher.core import schedconfig, yamltext
+from patcher.core import yamltext
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.state import State
 from patcher.services import engine
-from tests.conftest import FIXTURES
+from tests import helpers
+from tests.helpers import fake_node, snapshot
 
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
-CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-extenders:
-- urlPrefix: http://127.0.0.1:8889
-  filterVerb: filter
-"""
-MANIFEST = "/etc/kubernetes/manifests/kube-scheduler.yaml"
+KUBEADM = helpers.KUBEADM.decode()
+MANIFEST = "/" + helpers.MANIFEST
 OPTS = engine.Options(source=Path("/src"))
 
 
 @pytest.fixture
 def node(fs: FakeFilesystem) -> Iterator[FakeFilesystem]:
-    fs.add_real_directory(Path(schedconfig.__file__).parent / "schemas", read_only=True)
-    fs.create_file(MANIFEST, contents=KUBEADM)
-    fs.create_file("/src/config.yaml", contents=CONFIG)
+    fake_node(fs)
     yield fs
     set_uid(0)
-
-
-def snapshot() -> dict[str, bytes | None]:
-    out: dict[str, bytes | None] = {}
-    for folder, dirs, files in os.walk("/"):
-        for d in dirs:
-            out[os.path.join(folder, d) + "/"] = None
-        for f in files:
-            out[os.path.join(folder, f)] = Path(folder, f).read_bytes()
-    return out
 
 
 def refusal(exc: pytest.ExceptionInfo[PatcherError]) -> str:
@@ -184,43 +167,41 @@ def test_restore_with_a_read_only_state_folder_is_refused_before_touching_the_ma
     assert snapshot() == before
 
 
-def test_apply_that_patched_the_manifest_but_could_not_save_state_says_exactly_that(node: FakeFilesystem) -> None:
+def state_folder_turns_read_only(point: str, path: Path) -> None:
+    """A ``pause_points`` hook: right before the manifest's rename, the state folder turns read-only for the
+    writer, who is no longer root."""
+    if point == "before-rename" and str(path) == MANIFEST:
+        for folder in ("/etc/kubernetes/manifests", "/etc/kubernetes/scheduler-patcher"):
+            os.chmod(folder, 0o777)  # only the state folder fails for the unprivileged writer
+        os.chmod("/var/lib/scheduler-patcher", 0o555)
+        set_uid(1000)
+
+
+def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_needed(node: FakeFilesystem) -> None:
+    """The record goes in before the manifest and nothing after the manifest writes in the state folder: a
+    folder that turns read-only right then cannot leave a manifest write without its record (before issue 22
+    the record was saved a second time after the prune, and that save failed with the manifest already
+    patched)."""
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
     node.create_file(stale, contents="old")
     OPTS.store().save(State(written=("config-aaaaaaaaaaaa.yaml",)))
     plan = engine.plan_apply(OPTS)
 
-    def state_folder_turns_read_only(point: str, path: Path) -> None:
-        if point == "before-rename" and str(path) == MANIFEST:
-            for folder in ("/etc/kubernetes/manifests", "/etc/kubernetes/scheduler-patcher"):
-                os.chmod(folder, 0o777)  # only the state folder fails for the unprivileged writer
-            os.chmod("/var/lib/scheduler-patcher", 0o555)
-            set_uid(1000)
-
-    with fsio.pause_points(state_folder_turns_read_only), pytest.raises(engine.PartialWrite) as exc:
-        engine.apply(OPTS, plan)
+    with fsio.pause_points(state_folder_turns_read_only):
+        lines, state = engine.apply(OPTS, plan)
     set_uid(0)
     config = plan.config
     assert config is not None
-    line = refusal(exc)
-    assert line.startswith("/var/lib/scheduler-patcher: cannot write in this folder: Permission denied; ")
-    done = [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
-    assert f"already done: {', '.join(done)}; not done: saving the state record" in line
-    assert exc.value.done == done
-    assert Path(MANIFEST).read_text() != KUBEADM  # it did patch: the message is the truth
+    assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
+    on_disk = OPTS.store().load()
+    assert on_disk.patched_sha256 == engine.sha256(Path(MANIFEST).read_bytes())  # the write is recorded
+    assert state.written == (config.main,)  # the returned record no longer lists the pruned file
 
 
 def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exactly_that(
         node: FakeFilesystem) -> None:
     engine.apply(OPTS, engine.plan_apply(OPTS))
     plan = engine.plan_restore(OPTS)
-
-    def state_folder_turns_read_only(point: str, path: Path) -> None:
-        if point == "before-rename" and str(path) == MANIFEST:
-            for folder in ("/etc/kubernetes/manifests", "/etc/kubernetes/scheduler-patcher"):
-                os.chmod(folder, 0o777)  # only the state folder fails for the unprivileged writer
-            os.chmod("/var/lib/scheduler-patcher", 0o555)
-            set_uid(1000)
 
     with fsio.pause_points(state_folder_turns_read_only), pytest.raises(engine.PartialWrite) as exc:
         engine.restore(OPTS, plan)

@@ -15,15 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import patcher
 from patcher.adapters.health import MAX_REQUEST_HEAD, Health, HealthServer, Metrics, parse_listen
 from patcher.core.status import NodeState
+from tests.helpers import Clock
 from tests.loadgen import burst, get_once
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

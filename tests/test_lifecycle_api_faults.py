@@ -16,9 +16,8 @@ import psutil
 import pytest
 
 from tests.childproc import Child
-from tests.kubeemu import wait_until
+from tests.helpers import KUBEADM, NODE, Node, Running, kubeadm_node, reconciles, wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
-from tests.test_agent import KUBEADM, NODE, Node, Running, kubeadm_node, reconciles
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
 

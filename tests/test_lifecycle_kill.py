@@ -23,10 +23,9 @@ from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig
 from patcher.services.runner import build_agent
-from tests.conftest import FIXTURES, write_configmap
+from tests.conftest import FIXTURES
+from tests.helpers import MANIFEST, node_folders
 
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
 STEPS = ("open", "fsync", "replace", "rename", "unlink", "fchmod")
 VARIANTS = ["kubeadm.yaml", "args-rke2.yaml", "no-volumes.yaml"]  # ~90 kill points each: > 200 in total
 
@@ -34,12 +33,7 @@ VARIANTS = ["kubeadm.yaml", "args-rke2.yaml", "no-volumes.yaml"]  # ~90 kill poi
 def make_node(base: Path, original: bytes) -> engine.Options:
     if base.exists():
         shutil.rmtree(base)
-    root = base / "node"
-    (root / "etc/kubernetes/manifests").mkdir(parents=True)
-    (root / MANIFEST).write_bytes(original)
-    src = base / "src"
-    src.mkdir()
-    write_configmap(src, {"extenders.yaml": EXTENDERS})
+    root, src = node_folders(base, original)
     return engine.Options(source=src, host_root=root)
 
 

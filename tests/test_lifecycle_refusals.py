@@ -13,11 +13,10 @@ from patcher.services import engine
 from patcher.services.agent import AgentOptions
 from patcher.services.config import AgentConfig
 from patcher.services.runner import build_agent
-from tests.conftest import FIXTURES, write_configmap
+from tests.conftest import write_configmap
+from tests.helpers import EXTENDERS as GOOD
+from tests.helpers import KUBEADM, MANIFEST, node_folders
 
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
-GOOD = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
 TYPOS = {
     "unclosed IPv6 bracket": GOOD.replace("http://127.0.0.1:8889", "http://[::1"),
     "4301-digit integer": GOOD.replace("weight: 1", "weight: " + "9" * 4301),
@@ -29,12 +28,7 @@ TYPOS = {
 @pytest.mark.parametrize("typo", sorted(TYPOS))
 def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
         tmp_path: Path, typo: str, caplog: pytest.LogCaptureFixture) -> None:
-    root = tmp_path / "node"
-    (root / "etc/kubernetes/manifests").mkdir(parents=True)
-    (root / MANIFEST).write_bytes(KUBEADM)
-    src = tmp_path / "src"
-    src.mkdir()
-    write_configmap(src, {"extenders.yaml": TYPOS[typo]})
+    root, src = node_folders(tmp_path, source=TYPOS[typo])
     config = AgentConfig(AgentOptions(files=engine.Options(source=src, host_root=root)), api=None)
     agent = build_agent(config, None).agent  # as `run --no-api` builds it
     with caplog.at_level(logging.INFO, logger="patcher.services.agent"):

@@ -31,11 +31,10 @@ from patcher.core import manifest
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.agent import Agent, AgentOptions
-from tests.conftest import FIXTURES, write_configmap
+from tests.conftest import write_configmap
+from tests.helpers import KUBEADM, MANIFEST, node_folders
 from tests.kubeemu import make_mirror_pod
 
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
 GOOD = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: {w}\n"
 SOURCES = {
     "good-1": GOOD.format(w=1),
@@ -92,13 +91,8 @@ class Lifecycle(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="lifecycle-"))
-        self.root = self.tmp / "node"
-        (self.root / "etc/kubernetes/manifests").mkdir(parents=True)
-        (self.root / MANIFEST).write_bytes(KUBEADM)
+        self.root, self.src = node_folders(self.tmp, source=SOURCES["good-1"])
         self.original = KUBEADM
-        self.src = self.tmp / "src"
-        self.src.mkdir()
-        write_configmap(self.src, {"extenders.yaml": SOURCES["good-1"]})
         self.kubelet = FakeKubelet(self.root)
         self.kubelet.sync()
         self.version = 31

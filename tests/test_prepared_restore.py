@@ -23,8 +23,8 @@ from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.agent import Agent, AgentOptions
 from tests.conftest import corpus_manifests, fixture_manifests
+from tests.helpers import MANIFEST
 
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 CONFIG = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
 TEXTS = sorted(fixture_manifests().items()) + [(p.name, p.read_bytes().decode("utf-8")) for p in corpus_manifests()]
 

@@ -17,9 +17,8 @@ import pytest
 from patcher.adapters import fsio
 from patcher.core import manifest
 from patcher.services import engine
-from tests.conftest import FIXTURES
+from tests.helpers import KUBEADM, MANIFEST
 
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
 CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 extenders:
@@ -27,7 +26,6 @@ extenders:
   filterVerb: filter
   weight: {weight}
 """
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 WAIT = 30.0  # upper bound only: every hand-over below is an event, the lock never waits this long
 
 

@@ -30,8 +30,10 @@ MAX_LINK_HOPS = 40
 LOCK_NAME = ".lock"
 
 # Test seam: called with a point name and a path at the steps where writers race ("before-rename" right
-# before a checked rename, "lock-busy" when the writer lock is held by someone else). Races are forced
-# through it in tests instead of being left to timing.
+# before a checked rename, "lock-busy" when the writer lock is held by someone else), and where a file is
+# created ("create", with the file's path, right before its temp file is made: an ``OSError`` the hook raises
+# there is reported as the kernel's would be, which is how tests running as root make a folder read-only or
+# full). Races and faults are forced through it in tests instead of being left to timing or privileges.
 _pause: Callable[[str, Path], None] | None = None
 
 
@@ -227,30 +229,34 @@ def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     for a new file)."""
     fd, tmp = _written_temp(path, data, mode, mtime_ns, name)
     try:
-        _fsync_together([fd])
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+        failed = _fsync_together([fd])
     finally:
         os.close(fd)
+    if failed is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PatcherError(name, f"write failed: {failed[1].strerror or failed[1]}")
     return tmp
 
 
-def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> tuple[int, str]:
-    """The temp file of ``_durable_temp``, written but not yet fsynced: its open descriptor and its path."""
+def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str,
+                  error: type[PatcherError] = PatcherError) -> tuple[int, str]:
+    """The temp file of ``_durable_temp``, written but not yet fsynced: its open descriptor and its path.
+    Failures are raised as ``error``, naming the folder (or the file) as ``name`` shows it."""
     folder = path.parent
+    shown_folder = posixpath.dirname(name) or str(folder)
     try:
         old = path.stat()
         keep_mode, uid, gid = stat.S_IMODE(old.st_mode), old.st_uid, old.st_gid
     except FileNotFoundError:
         keep_mode, uid, gid = (mode if mode is not None else 0o644), -1, -1
     try:
+        _point("create", path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except FileNotFoundError:
-        raise PatcherError(str(folder), "folder does not exist") from None
+        raise error(shown_folder, "folder does not exist") from None
     except OSError as exc:
-        raise PatcherError(str(folder), f"cannot write in this folder: {exc.strerror}") from None
+        raise error(shown_folder, f"cannot write in this folder: {exc.strerror}") from None
     try:
         view = memoryview(data)
         while view:
@@ -265,31 +271,32 @@ def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+        raise error(name, f"write failed: {exc.strerror or exc}") from None
     return fd, tmp
 
 
-def _fsync_together(fds: list[int]) -> None:
+def _fsync_together(fds: list[int]) -> tuple[int, OSError] | None:
     """fsync every descriptor, all at once (one in this thread, the others in short-lived threads): a journaling
     file system commits fsyncs that wait at the same time together (ext4: one journal commit for all, where
-    one after the other waits for one commit each; beside a neighbour's I/O a commit costs milliseconds)."""
-    errors: list[OSError] = []
+    one after the other waits for one commit each; beside a neighbour's I/O a commit costs milliseconds).
+    Returns the first failure as (index in ``fds``, error), so the caller names the file that failed (a full
+    disk can answer the fsync, not the write, with ENOSPC)."""
+    errors: list[tuple[int, OSError]] = []
 
-    def one(fd: int) -> None:
+    def one(i: int) -> None:
         try:
-            os.fsync(fd)
+            os.fsync(fds[i])
         except OSError as exc:
-            errors.append(exc)
+            errors.append((i, exc))
 
-    threads = [threading.Thread(target=one, args=(fd,), daemon=True) for fd in fds[1:]]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(fds))]
     for t in threads:
         t.start()
     if fds:
-        one(fds[0])
+        one(0)
     for t in threads:
         t.join()
-    if errors:
-        raise errors[0]
+    return min(errors, key=lambda e: e[0]) if errors else None
 
 
 @dataclass(frozen=True)
@@ -302,25 +309,28 @@ class Write:
     mode: int | None = None
     expect: bytes | None = None
     mtime_ns: int | None = None
+    error: type[PatcherError] = PatcherError  # what a failure of this file is raised as
 
 
 def write_in_order(*groups: list[Write]) -> None:
     """Atomic writes of several files, published group after group: every group's files are renamed in place
     and their folders fsynced before the next group's first rename, as that many ``atomic_write`` calls in
     that order would. Only the fsyncs of the files' contents, which nothing orders, happen together, before
-    the first rename (``_fsync_together``). A failure leaves the groups before it written, the rest not."""
+    the first rename (``_fsync_together``). A failure to write or fsync any file's content (a read-only or
+    full folder) changes nothing; a failure of a rename leaves the groups before it written, the rest not.
+    Errors are raised as the failing ``Write``'s ``error`` type."""
     writes = [w for group in groups for w in group]
     temps: list[str] = []
     fds: list[int] = []
     try:
         for w in writes:
-            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown)
+            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, w.error)
             fds.append(fd)
             temps.append(tmp)
-        try:
-            _fsync_together(fds)
-        except OSError as exc:
-            raise PatcherError(writes[0].shown, f"write failed: {exc.strerror or exc}") from None
+        failed = _fsync_together(fds)
+        if failed is not None:
+            w = writes[failed[0]]
+            raise w.error(w.shown, f"write failed: {failed[1].strerror or failed[1]}")
     except PatcherError:
         for tmp in temps:
             with contextlib.suppress(OSError):
@@ -336,7 +346,7 @@ def write_in_order(*groups: list[Write]) -> None:
             displaced = []
             for w in group:
                 _, tmp = pending.pop(0)
-                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False))
+                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False, error=w.error))
                 folders.setdefault(str(w.path.parent), w.path.parent)
             for folder in folders.values():
                 _fsync_dir_now(folder)
@@ -350,8 +360,8 @@ def write_in_order(*groups: list[Write]) -> None:
                 os.unlink(tmp)
 
 
-def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, *, sync: bool = True
-             ) -> str | None:
+def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, *, sync: bool = True,
+             error: type[PatcherError] = PatcherError) -> str | None:
     """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``), then fsync the folder.
 
     With ``sync`` False the caller fsyncs the folder, then removes the file this returns (the one an exchange
@@ -380,7 +390,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+        raise error(name, f"write failed: {exc.strerror or exc}") from None
     if sync:
         fsync_dir(folder)
     return None

@@ -23,3 +23,10 @@ class ManifestError(PatcherError):
 
 class ConfigError(PatcherError):
     """The scheduler configuration (source or rendered) is invalid for the target scheduler."""
+
+
+class StateFolderError(PatcherError):
+    """The state folder (``--state-dir``: the record, the saved original, the writer lock) cannot be written
+    or made. Apart from other refusals because the agent answers it differently: nothing may be written while
+    the record of it cannot be, and the folder is tried again until it works (a read-only remount, a full
+    disk, a folder replaced by a file are fixed from outside, without a restart)."""

@@ -13,8 +13,13 @@ the phase lives only in ``node.record.phase``, so ``/readyz`` (derived from it) 
 state record or the annotations.
 
 Phases (``NodeState``): Pending (a write waits for its turn), WaitingForRestart (written, the scheduler must
-come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled), RolledBack,
-Restored (on exit).
+come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled; or the state
+folder cannot take the record), RolledBack, Restored (on exit).
+
+The state folder is an edge of its own: when the record cannot be saved (read-only, full, gone), nothing else
+may be written (a write that is not recorded cannot be undone), so the node is Failed with the folder's error,
+every other event waits, and the folder is tried again with a doubling delay; once it takes the record the
+node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,17 @@ class Wait:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """The state folder cannot take the record. ``message`` names the folder and the kernel's answer;
+    ``phase``/``phase_message`` are what the node said before, said again once the folder works."""
+
+    message: str
+    failures: int
+    phase: str
+    phase_message: str | None
+
+
+@dataclass(frozen=True)
 class Node:
     record: State = field(default_factory=State)
     wait: Wait | None = None
@@ -61,6 +77,7 @@ class Node:
     probed: str = ""
     probe_failures: int = 0
     failed_probe: str = ""  # the config those failures were for
+    fault: Fault | None = None  # the state folder cannot take the record: nothing but its retry happens
 
     @property
     def phase(self) -> NodeState | None:
@@ -82,6 +99,10 @@ class Options:
     check_extenders: bool = False
     probe_retry: float = 2.0
     probe_retry_max: float = 60.0
+    #: Try a state folder that could not take the record again after ``state_retry`` seconds, doubling up to
+    #: ``state_retry_max``.
+    state_retry: float = 2.0
+    state_retry_max: float = 60.0
 
 
 # -- events (what the agent observed) ----------------------------------------------------------------------
@@ -186,8 +207,25 @@ class Stop:
     """SIGTERM/SIGINT (or a stop request): restore, unless told not to."""
 
 
+@dataclass(frozen=True)
+class StateFolderFailed:
+    """The state folder refused the record (its save, the write that carries it, or the writer lock in it).
+    ``message`` names the folder and the kernel's answer; nothing was written (``engine.apply`` fails before
+    any file is in place)."""
+
+    now: float
+    message: str
+
+
+@dataclass(frozen=True)
+class StateFolderOk:
+    """The retry saved the record: the state folder works again."""
+
+    now: float
+
+
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
-         | ProbeDue | Stop)
+         | ProbeDue | Stop | StateFolderFailed | StateFolderOk)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -279,8 +317,15 @@ class RestoreAll:
     """Restore the manifest and remove our files (the executor reports nothing back: the process ends)."""
 
 
+@dataclass(frozen=True)
+class CheckStateFolder:
+    """In ``delay`` seconds, save the record again; report with ``StateFolderOk`` or ``StateFolderFailed``."""
+
+    delay: float
+
+
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Replan
-          | Probe | RetryLater | RestoreAll)
+          | Probe | RetryLater | RestoreAll | CheckStateFolder)
 Step = tuple[Node, list[Action]]
 
 
@@ -560,10 +605,49 @@ def rollback_failed(node: Node, ev: RollbackFailed, opts: Options) -> Step:
     return node, [Count("error:rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
 
 
+#: The Node's message while the state folder cannot take the record (after the folder's error).
+STATE_FOLDER_WAIT = "nothing is written until the record can be saved again; retrying"
+
+
+def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Options) -> Step:
+    """Failed, naming the folder and the error; a turn not used for a write is passed on (this node cannot
+    write); a write already waiting for its restart keeps its wait (judged again once the folder works).
+    One Warning per distinct error; the retry delay doubles up to ``state_retry_max``."""
+    f = node.fault
+    failures = (f.failures if f else 0) + 1
+    delay = min(opts.state_retry_max, opts.state_retry * 2 ** (failures - 1))
+    message = f"{ev.message}; {STATE_FOLDER_WAIT}"
+    acts: list[Action] = [Count("error:state"), Log("error", f"{ev.message}; trying again in {delay:g}s")]
+    if f is None or f.message != ev.message:
+        acts.append(Note("StateFolderFailed", message, warning=True))
+    before = (f.phase, f.phase_message) if f else (node.record.phase, node.record.message)
+    node = replace(node, fault=Fault(ev.message, failures, *before), probing="")
+    rel: list[Action] = []
+    if node.wait is None:
+        node, rel = _release(node)
+    node, more = _phase(node, NodeState.FAILED, message)
+    return node, [*acts, *rel, *more, CheckStateFolder(delay)]
+
+
+def state_folder_ok(node: Node, ev: StateFolderOk, opts: Options) -> Step:
+    """The folder took the record: the node says again what it said before the fault (a node that had said
+    nothing yet: Pending) and plans again, which writes whatever is still to write by the usual protocol."""
+    f = node.fault
+    if f is None:
+        return node, []
+    node = replace(node, fault=None)
+    phase = NodeState(f.phase) if f.phase else NodeState.PENDING
+    node, acts = _phase(node, phase, f.phase_message if f.phase else None)
+    return node, [Log("info", f"the state folder takes the record again after {f.failures} failed "
+                              f"attempt{'s' if f.failures != 1 else ''}; the node is {phase.value}"), *acts, Replan()]
+
+
 def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -> Step:
     """The one transition function. ``pending_config``: the config a turn was asked for (for a refusal)."""
     if node.stopping and not isinstance(event, Stop):
         return node, []  # after SIGTERM nothing but the restore happens
+    if node.fault is not None and not isinstance(event, (Stop, StateFolderFailed, StateFolderOk)):
+        return node, []  # nothing is planned, written or judged while the record cannot be saved
     match event:
         case Resumed():
             return resumed(node, event, opts)
@@ -585,6 +669,10 @@ def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -
             return probed(node, event, opts)
         case ProbeDue():
             return probe_due(node, event, opts)
+        case StateFolderFailed():
+            return state_folder_failed(node, event, opts)
+        case StateFolderOk():
+            return state_folder_ok(node, event, opts)
         case Stop():
             return replace(node, stopping=True, wait=None), [RestoreAll()]
     raise AssertionError(f"unknown event {event!r}")

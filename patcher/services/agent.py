@@ -13,6 +13,7 @@ wires it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
 import queue
@@ -29,7 +30,7 @@ from patcher.adapters.health import Health, Metrics
 from patcher.adapters.proc import LocalRestartTracker
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 from patcher.core import extprobe, lifecycle, manifest, restart
-from patcher.core.errors import ConfigError, PatcherError
+from patcher.core.errors import ConfigError, PatcherError, StateFolderError
 from patcher.core.lifecycle import Node
 from patcher.core.schedconfig import RenderedConfig
 from patcher.core.state import LastGood, State
@@ -97,6 +98,15 @@ class AgentOptions:
     probe_retry: float = 2.0  # first retry of a failed pre-flight; doubles up to probe_retry_max
     probe_retry_max: float = 60.0
     extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
+    state_retry: float = 2.0  # first retry of a state folder that refused the record; doubles up to state_retry_max
+    state_retry_max: float = 60.0
+
+
+def state_folder_message(exc: PatcherError) -> str:
+    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
+    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
+    on device``."""
+    return f"state folder unusable: {exc}"
 
 
 class Agent:
@@ -123,13 +133,17 @@ class Agent:
                                        rollback_on_failure=opts.rollback_on_failure,
                                        coordinated=coordinator is not None if coordinated is None else coordinated,
                                        check_extenders=opts.check_extenders, probe_retry=opts.probe_retry,
-                                       probe_retry_max=opts.probe_retry_max)
+                                       probe_retry_max=opts.probe_retry_max, state_retry=opts.state_retry,
+                                       state_retry_max=opts.state_retry_max)
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
         self._lease_retry_at: float | None = None
         self._probe_retry_at: float | None = None
         self._periodic_probe_at: float | None = None
+        self._state_retry_at: float | None = None  # when to try the state folder again (CheckStateFolder)
+        self._lock: contextlib.ExitStack | None = None  # holds the writer lock while run() runs, once taken
+        self._lock_held = False
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
         self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
@@ -240,7 +254,7 @@ class Agent:
         except PatcherError as exc:
             log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
             record = State()
-        self._saved = record
+        self._saved = None  # not yet proven: the first transition saves it, which tests the state folder
         self.node = Node(record=record)
         for leftover in engine.remove_stale_temp_files(self.files):
             log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
@@ -250,7 +264,8 @@ class Agent:
             log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
             return False
         self._feed(lifecycle.Resumed(time.monotonic()))
-        self.reconcile("start")
+        if self._node.fault is None:  # else the state folder's retry plans, once it works
+            self.reconcile("start")
         if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
             self.reporter.publish(self._status(), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {self.phase.value}")
@@ -260,14 +275,34 @@ class Agent:
         """Reconcile until stopped; then restore (unless told not to). Returns the process exit code.
 
         The node's writer lock is held for the agent's whole life: a CLI ``apply``/``restore`` run on the node
-        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread)."""
+        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread). It
+        lives in the state folder: when that cannot hold it, the agent runs on without it (and writes nothing),
+        says so on the Node and takes it with the first save that works (``_hold_lock``)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.files.lock())
+            except fsio.LockBusy as exc:
+                self.metrics.error("lock")
+                log.error("%s", exc, extra=self._log_extra)
+                return 1
+            except StateFolderError:
+                pass  # the state folder cannot hold it: the first save says so on the Node, and retries
+            else:
+                self._lock_held = True
+            self._lock = stack
+            return self._run_locked()
+
+    def _hold_lock(self) -> None:
+        """Take the writer lock for the rest of ``run`` if it could not be taken at its start (the state folder
+        was unusable), without waiting: another writer that took it meanwhile is a refusal, tried again later.
+        Outside ``run`` (tests driving ``start``/``reconcile``) every engine call takes it for itself."""
+        if self._lock is None or self._lock_held:
+            return
         try:
-            with self.files.lock():
-                return self._run_locked()
+            self._lock.enter_context(replace(self.files, lock_wait=0.0).lock())
         except fsio.LockBusy as exc:
-            self.metrics.error("lock")
-            log.error("%s", exc, extra=self._log_extra)
-            return 1
+            raise StateFolderError(exc.path, exc.problem) from None
+        self._lock_held = True
 
     def _run_locked(self) -> int:
         if not self.start():
@@ -298,6 +333,10 @@ class Agent:
             self._attached()
         elif event == "probe":
             self._feed(self._probe_done.get_nowait())
+        elif self._state_retry_at is not None and time.monotonic() >= self._state_retry_at:
+            self._check_state_folder()
+        elif self._node.fault is not None:
+            pass  # nothing is planned while the record cannot be saved: the state folder's retry comes first
         elif time.monotonic() >= self._next_resync:
             self.reconcile("resync")
         elif self._probe_retry_at is not None and time.monotonic() >= self._probe_retry_at:
@@ -344,6 +383,8 @@ class Agent:
             wake.append(self._probe_retry_at - now)
         if self._periodic_probe_at is not None:
             wake.append(self._periodic_probe_at - now)
+        if self._state_retry_at is not None:
+            wake.append(self._state_retry_at - now)
         w = self._node.wait
         if w is not None:
             # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
@@ -364,16 +405,37 @@ class Agent:
         self._commit(before)
 
     def _commit(self, before: NodeState | None) -> None:
-        """Save the record once per transition, and tell whoever listens that the phase changed."""
-        if self._node.record != self._saved:
+        """Save the record once per transition, and tell whoever listens that the phase changed. A state
+        folder that refuses it is a transition of its own (``StateFolderFailed``); while that lasts nothing is
+        saved here: the folder's retry (``_check_state_folder``) is the one that tries."""
+        refused: PatcherError | None = None
+        if self._node.record != self._saved and self._node.fault is None:
             try:
+                self._hold_lock()
                 self.store.save(self._node.record)
                 self._saved = self._node.record
+            except StateFolderError as exc:
+                refused = exc
             except PatcherError as exc:
                 log.error("cannot save the state record: %s", exc, extra=self._log_extra)
-            self._prepare_restore()
+            if refused is None:
+                self._prepare_restore()
         if self._node.phase != before and self._node.phase is not None and self.on_phase is not None:
             self.on_phase(self._node.phase)
+        if refused is not None:  # one level deep: with the fault set, this transition saves nothing
+            self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(refused)))
+
+    def _check_state_folder(self) -> None:
+        """The retry: save the record as it stands (the writer lock first, when it could not be taken)."""
+        self._state_retry_at = None
+        try:
+            self._hold_lock()
+            self.store.save(self._node.record)
+        except PatcherError as exc:
+            self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc)))
+            return
+        self._saved = self._node.record
+        self._feed(lifecycle.StateFolderOk(time.monotonic()))
 
     def _prepare_restore(self) -> None:
         """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
@@ -418,6 +480,8 @@ class Agent:
                 self._start_probe(config_hash)
             case lifecycle.RetryLater(delay=delay):
                 self._probe_retry_at = time.monotonic() + delay
+            case lifecycle.CheckStateFolder(delay=delay):
+                self._state_retry_at = time.monotonic() + delay
             case lifecycle.RestoreAll():
                 pass  # the loop ends and shutdown() restores
 
@@ -438,8 +502,13 @@ class Agent:
             log.info("rollout lease released", extra=self._log_extra)
 
     def _prune(self) -> None:
-        """The new config is live: remove the previous one from the host folder."""
-        lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
+        """The new config is live: remove the previous one from the host folder (a failure leaves it for the
+        next prune: the record still lists it)."""
+        try:
+            lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
+        except PatcherError as exc:
+            log.warning("cannot remove the previous config yet: %s", exc, extra=self._log_extra)
+            return
         self.node = replace(self._node, record=record)
         for line in lines:
             log.info("%s (config %s is live)", line, record.config_hash[:12], extra=self._log_extra)
@@ -500,6 +569,9 @@ class Agent:
             lines, record = engine.apply(self.files, plan, self._node.record)
         except fsio.ChangedUnderneath as exc:
             self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=True))
+            return
+        except StateFolderError as exc:  # nothing was written: the write waits for the folder
+            self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc)))
             return
         except PatcherError as exc:
             self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=False))

@@ -14,6 +14,7 @@ import os
 import posixpath
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +22,7 @@ from typing import Any, Literal
 from patcher.adapters import fsio
 from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, timefmt, yamltext
-from patcher.core.errors import ConfigError, ManifestError, PatcherError
+from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.state import LastGood, State
 
@@ -72,8 +73,21 @@ class Options:
         return StateStore(self.fs.local(self.state_dir), self.state_dir)
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
-        """The node's writer lock (reentrant for the thread that holds it): every write happens under it."""
-        return fsio.writer_lock(self.fs.local(self.state_dir), self.state_dir, wait=self.lock_wait)
+        """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It
+        lives in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
+        return _state_folder_lock(self)
+
+
+@contextlib.contextmanager
+def _state_folder_lock(opts: Options) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(fsio.writer_lock(opts.fs.local(opts.state_dir), opts.state_dir, wait=opts.lock_wait))
+        except fsio.LockBusy:
+            raise
+        except PatcherError as exc:
+            raise StateFolderError(exc.path, exc.problem) from None
+        yield
 
 
 @dataclass(frozen=True)
@@ -288,7 +302,8 @@ def _check_writable(opts: Options, changes: list[FileChange]) -> None:
             needed[opts.host_config_dir] = opts.fs.local(opts.host_config_dir)
     for shown, local in needed.items():
         if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
-            raise PatcherError(shown, "folder is not writable; nothing was written")
+            error = StateFolderError if shown == opts.state_dir else PatcherError
+            raise error(shown, "folder is not writable; nothing was written")
 
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
@@ -319,9 +334,13 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     config = plan.config
     assert config is not None
     checkpoint = store.checkpoint()
+    mchange = plan.manifest_change()
+    config_dir = opts.fs.local(opts.host_config_dir)
+    made_config_dir = False
     try:
-        if any(c.kind == "config" for c in plan.changes):
-            fsio.ensure_dir(opts.fs.local(opts.host_config_dir))
+        if any(c.kind == "config" for c in plan.changes) and not config_dir.is_dir():
+            fsio.ensure_dir(config_dir)
+            made_config_dir = True
         configs = []
         for change in plan.changes:
             if change.kind == "config" and change.new is not None:
@@ -329,47 +348,52 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
                 if change.old is None:
                     created.append(change)
                 lines.append(f"wrote {change.node_path}")
-        mchange = plan.manifest_change()
-        if mchange is None or mchange.new is None:
-            fsio.write_in_order(configs)
         new_state = replace(
             state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
             api_version=config.api_version, files=tuple(sorted(config.files)),
             written=tuple(sorted(set(state.written) | set(config.files))),
             previous_files=(tuple(f for f in state.files if f not in config.files)
                             if config.config_hash != state.config_hash and state.files else state.previous_files))
+        manifest_writes: list[fsio.Write] = []
+        original = None
         if mchange is not None and mchange.new is not None:
             # The record is complete before the manifest is written (its mtime is set, not waited for): a
             # crash right after the write finds it, and one save is enough.
             new_state = replace(new_state, original_sha256=sha256(plan.unpatched), patched_sha256=sha256(mchange.new),
                                 manifest_mtime_ns=time.time_ns())
-            # In this order, each durable before the next: config files, the record (and the saved original),
-            # the manifest. Their contents are fsynced together first (one journal commit, not one per file).
             original = plan.unpatched if checkpoint.get(ORIGINAL_FILE) != plan.unpatched else None
-            fsio.write_in_order(configs, store.writes(new_state, original),
-                                [fsio.Write(mchange.local, mchange.new, mchange.node_path, expect=plan.current,
-                                            mtime_ns=new_state.manifest_mtime_ns)])
-            lines.append(f"wrote {mchange.node_path}")
+            manifest_writes.append(fsio.Write(mchange.local, mchange.new, mchange.node_path, expect=plan.current,
+                                              mtime_ns=new_state.manifest_mtime_ns))
         else:
             new_state = replace(new_state, patched_sha256=sha256(plan.current),
                                 manifest_mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0)
+        # In this order, each durable before the next: config files, the record (and the saved original), the
+        # manifest. Every file's temp copy is written and fsynced first (one journal commit, not one per file),
+        # so a state folder that cannot take the record (read-only, full, gone) fails the apply before any file
+        # is in place: a write that could not be recorded is never made (it could not be undone). The record is
+        # the last thing written in the state folder: nothing after the manifest depends on that folder.
+        fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes)
+        if mchange is not None:
+            lines.append(f"wrote {mchange.node_path}")
     except PatcherError:
         for change in created:
             with contextlib.suppress(PatcherError):
                 fsio.remove(change.local)
+        if made_config_dir:
+            with contextlib.suppress(OSError):
+                config_dir.rmdir()  # only when empty: the disk is as it was
         store.rewind(checkpoint)
         raise
-    step = "removing config files no longer needed"
-    saved = (new_state.written, new_state.previous_files) if mchange is not None else None
+    # Config files no longer needed go only after the manifest no longer names them. The record on disk still
+    # lists them (harmless: a missing file is skipped); the record returned does not, and is saved with the
+    # next transition.
     try:
         pruned, new_state = _prune_locked(opts, new_state, keep_previous=True)
-        lines.extend(pruned)
-        step = "saving the state record"
-        if (new_state.written, new_state.previous_files) != saved:
-            store.save(new_state)
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
-                           f"{step} (run apply again once this is fixed)", lines) from None
+                           "removing config files no longer needed (run apply again once this is fixed)",
+                           lines) from None
+    lines.extend(pruned)
     return lines, new_state
 
 
