@@ -32,6 +32,7 @@ from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.gaterelease import GateOutcome, pending_pod_watchers, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.rawjson import RawJson
 from patcher.adapters.kube.throttle import Throttle
 from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
 from patcher.core.kubeobj import Obj, dig
@@ -147,6 +148,7 @@ class Gatekeeper:
             raise ValueError("the release concurrency and batch size must be at least 1")
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gate-release")
         self._api = api
+        self._raw = RawJson(api)  # the release PATCH, through the client's own transport, without its overhead
         self.gate = gate_name
         self._verdict_fn = verdict_fn
         self._elector = elector
@@ -351,7 +353,7 @@ class Gatekeeper:
         try:
             result = release_gate(self._api, pod, self.gate, attempts=MAX_CONFLICTS,
                                   on_conflict=self.metrics.conflict, throttle=self.throttle,
-                                  on_throttled=self.metrics.throttled)
+                                  on_throttled=self.metrics.throttled, raw=self._raw)
         except ApiError as exc:
             log.warning("%s; retrying later", exc)
             return False
