@@ -331,6 +331,15 @@ _DROP = object()
 
 
 @dataclass(frozen=True)
+class _Event:
+    """A watch event about a stored object (sent as ``{"type": ..., "object": ...}``; its JSON text is made
+    once, see ``_JsonText``). Events about anything else (``BOOKMARK``, ``ERROR``) are plain dicts."""
+
+    type: str
+    object: Obj
+
+
+@dataclass(frozen=True)
 class RawLine:
     """A watch-stream record sent as these bytes, not as JSON: a broken proxy or server (``watch_garbage``)."""
 
@@ -348,19 +357,54 @@ class _Subscription:
     def _matches(self, obj: Obj | None) -> bool:
         return obj is not None and self.fields.matches(obj) and self.labels.matches(obj)
 
-    def translate(self, change: _Change) -> Obj | None:
+    def translate(self, change: _Change) -> _Event | None:
         if change.resource != self.resource or (self.namespace and change.namespace != self.namespace):
             return None
         was, now = self._matches(change.old), self._matches(change.new)
+        if change.new is None:
+            return None
         if change.type == "DELETED":
-            return {"type": "DELETED", "object": change.new} if was else None
+            return _Event("DELETED", change.new) if was else None
         if was and now:
-            return {"type": change.type, "object": change.new}
+            return _Event(change.type, change.new)
         if now:
-            return {"type": "ADDED", "object": change.new}
+            return _Event("ADDED", change.new)
         if was:
-            return {"type": "DELETED", "object": change.new}
+            return _Event("DELETED", change.new)
         return None
+
+
+# --- JSON text of stored objects ------------------------------------------------------------------------
+
+
+class _JsonText:
+    """The JSON text of stored objects, made once per object version.
+
+    A write answers with the object it stored, and every watch that follows the collection is sent the same
+    object: without this, releasing one pod serialised it twice (the answer and the watch event), which was
+    most of the emulator's CPU per request in ``bench/gate_bench.py`` (issue 25). Stored objects are never
+    changed in place (every write stores a new dict), so a text made once stays right; entries are keyed by
+    identity and keep their object alive, so an id cannot be reused while its entry exists. Bounded: the
+    oldest entries go first. Only stored objects may be given (not a dict that is changed afterwards).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[Obj, bytes]] = {}  # insertion order: the oldest first
+
+    def of(self, obj: Obj) -> bytes:
+        key = id(obj)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = json.dumps(obj).encode()
+        with self._lock:
+            self._entries[key] = (obj, data)
+            if len(self._entries) > self._size:
+                del self._entries[next(iter(self._entries))]
+        return data
 
 
 # --- the emulator -------------------------------------------------------------------------------------
@@ -468,7 +512,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(stream)
 
     def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(obj).encode()
+        """Answer ``obj`` as JSON (``bytes``: JSON text made already, see ``_JsonText``)."""
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
         try:
             self.send_response(code)
             for name, value in (headers or {}).items():
@@ -492,7 +537,7 @@ class _Handler(BaseHTTPRequestHandler):
                     with contextlib.suppress(OSError):
                         socket.socket.shutdown(self.request, socket.SHUT_RDWR)
                     return
-                data = (event.data if isinstance(event, RawLine) else json.dumps(event).encode()) + b"\n"
+                data = self.server.emu._event_text(event) + b"\n"
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
@@ -545,6 +590,7 @@ class KubeEmulator:
         #: The most requests (watch streams aside) that were being served at once: a client's concurrency.
         self.peak_in_flight = 0
         self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
+        self._text = _JsonText()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -892,6 +938,21 @@ class KubeEmulator:
             self._emit(r, ns, "DELETED", current, gone, rv)
             return gone
 
+    # -- JSON text ------------------------------------------------------------------------------------
+
+    def _stored_text(self, obj: Obj) -> bytes:
+        """The JSON text of a stored object (never changed in place: made once, see ``_JsonText``)."""
+        return self._text.of(obj)
+
+    def _event_text(self, event: object) -> bytes:
+        """One watch-stream record, without its newline."""
+        if isinstance(event, RawLine):
+            return event.data
+        if isinstance(event, _Event):  # the same text as json.dumps({"type": ..., "object": ...})
+            return b'{"type": ' + json.dumps(event.type).encode() + b', "object": ' + \
+                self._stored_text(event.object) + b"}"
+        return json.dumps(event).encode()
+
     # -- HTTP dispatch ---------------------------------------------------------------------------------
 
     def _route(self, path: str) -> tuple[Resource, str, str | None, str | None]:
@@ -943,18 +1004,18 @@ class KubeEmulator:
                 found = self._get(r, ns, name)
             if found is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
-            return 200, found  # serialized at once, never changed: no copy
+            return 200, self._stored_text(found)  # serialized at once, never changed: no copy
         payload = self._json_body(body)
         if method == "POST" and name is None:
-            return 201, self._create(r, ns, payload, owned=True)
+            return 201, self._stored_text(self._create(r, ns, payload, owned=True))
         if name is None:
             raise ApiError(405, f"{method} needs an object name")
         if method == "PUT":
-            return 200, self._replace(r, ns, name, payload, owned=True)
+            return 200, self._stored_text(self._replace(r, ns, name, payload, owned=True))
         if method == "PATCH":
-            return 200, self._patch(r, ns, name, headers.get("content-type", ""), payload)
+            return 200, self._stored_text(self._patch(r, ns, name, headers.get("content-type", ""), payload))
         if method == "DELETE":
-            return 200, self._delete(r, ns, name)
+            return 200, self._stored_text(self._delete(r, ns, name))
         raise ApiError(405, f"{method} is not supported")
 
     @staticmethod
@@ -964,7 +1025,7 @@ class KubeEmulator:
         except ValueError as exc:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
-    def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> Obj:
+    def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> bytes:
         fields = _fields(r, query.get("fieldSelector"))
         labels = Selector.parse(query.get("labelSelector"), labels=True)
         limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
@@ -992,7 +1053,9 @@ class KubeEmulator:
             elif token:
                 self._snapshots.pop(token.split(":")[0], None)
             items = list(page)  # serialized at once, never changed: no copies
-        return {"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta, "items": items}
+        # The text of json.dumps({... "items": items}), each item's made once (see ``_JsonText``).
+        head = json.dumps({"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta})
+        return (head[:-1] + ', "items": [').encode() + b", ".join(map(self._stored_text, items)) + b"]}"
 
     def _patch(self, r: Resource, ns: str, name: str, content_type: str, patch: Any) -> Obj:
         mime = content_type.split(";")[0].strip()
@@ -1022,11 +1085,11 @@ class KubeEmulator:
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1") and self.bookmark_interval is not None
         with self._lock:
-            replay: list[Obj] = []
+            replay: list[_Event] = []
             if rv_text in ("", "0"):
                 for obj in self._scan(r, ns):
                     if sub._matches(obj):
-                        replay.append({"type": "ADDED", "object": obj})
+                        replay.append(_Event("ADDED", obj))
             else:
                 try:
                     since = int(rv_text)
@@ -1062,7 +1125,7 @@ class KubeEmulator:
                 if sub in self._subs:
                     self._subs.remove(sub)
 
-    def _follow(self, sub: _Subscription, replay: list[Obj], timeout: float | None,
+    def _follow(self, sub: _Subscription, replay: list[_Event], timeout: float | None,
                 bookmarks: bool) -> Iterator[Obj | object]:
         deadline = time.monotonic() + timeout if timeout else None
         next_bookmark = time.monotonic() + (self.bookmark_interval or 0)
