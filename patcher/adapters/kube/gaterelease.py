@@ -21,7 +21,15 @@ from typing import Any, Final
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Unreachable, api_call
+from patcher.adapters.kube.errors import (
+    API_ERRORS,
+    Conflict,
+    Invalid,
+    NotFound,
+    TooManyRequests,
+    Unreachable,
+    translate,
+)
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.rawjson import RawJson
 from patcher.adapters.kube.throttle import Throttle
@@ -129,8 +137,10 @@ def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts
         while True:
             limiter.acquire()
             try:
-                with api_call(what):
+                try:
                     return fn(*args, **kwargs)
+                except API_ERRORS as exc:  # api_call's translation, without a context manager per request
+                    raise translate(exc, what) from exc
             except TooManyRequests as exc:
                 throttled += 1
                 if on_throttled is not None:
