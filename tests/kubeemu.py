@@ -46,7 +46,6 @@ import contextlib
 import copy
 import email.utils
 import http.client
-import io
 import json
 import queue
 import secrets
@@ -483,17 +482,19 @@ class _Handler(BaseHTTPRequestHandler):
     _date: tuple[int, str] = (0, "")
 
     def parse_request(self) -> bool:
-        """The base class's, with the header fields read by ``_read_header_lines``: the email parser the base
-        class uses was a tenth of the emulator's CPU per request in ``bench/gate_bench.py`` (issue 25).
-
-        The base class checks the request line and reads an empty header block; the fields read here then
-        decide ``Connection`` and ``Expect`` as it would have."""
-        rfile, self.rfile = self.rfile, io.BytesIO(b"\r\n")
-        try:
-            if not super().parse_request():
-                return False
-        finally:
-            self.rfile = rfile
+        """The request line and header fields, without the email parser the base class uses for the fields
+        (with it, header parsing was a tenth of the emulator's CPU per request in ``bench/gate_bench.py``,
+        issue 25). HTTP/1.0 and 1.1 only (a client of the API speaks 1.1); anything else is a 400."""
+        self.command = ""
+        self.request_version = self.default_request_version  # until known: an error answer has no status line
+        self.close_connection = True
+        raw_line: bytes = getattr(self, "raw_requestline", b"")  # set by handle_one_request (not in the stubs)
+        self.requestline = str(raw_line, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line ({self.requestline!r})")
+            return False
+        self.command, self.path, self.request_version = words
         try:
             fields = _read_header_lines(self.rfile)
         except http.client.HTTPException as err:  # LineTooLong included
@@ -504,11 +505,9 @@ class _Handler(BaseHTTPRequestHandler):
             headers[name] = value
         self.headers = headers
         connection = headers.get("Connection", "").lower()
-        if connection == "close":
-            self.close_connection = True
-        elif connection == "keep-alive":
-            self.close_connection = False
-        if headers.get("Expect", "").lower() == "100-continue" and self.request_version >= "HTTP/1.1":
+        self.close_connection = connection == "close" or (self.request_version == "HTTP/1.0"
+                                                          and connection != "keep-alive")
+        if headers.get("Expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
             return self.handle_expect_100()
         return True
 
@@ -588,14 +587,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         """Answer ``obj`` as JSON (``bytes``: JSON text made already, see ``_JsonText``)."""
         data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        # What send_response/send_header/end_headers would send, and the body, in one write (one system call
+        # and one packet per answer, not two).
+        lines = [f"{self.protocol_version} {code} {self.responses.get(code, ('',))[0]}",
+                 f"Server: {self.version_string()}", f"Date: {self.date_time_string()}",
+                 *(f"{name}: {value}" for name, value in (headers or {}).items()),
+                 "Content-Type: application/json", f"Content-Length: {len(data)}", "", ""]
         try:
-            self.send_response(code)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write("\r\n".join(lines).encode("latin-1", "strict") + data)
         except OSError:
             self.close_connection = True
 

@@ -240,6 +240,8 @@ def test_request_headers_are_read_as_http_defines_them() -> None:
         assert exchange(emu.port, get + many + b"\r\n").startswith(b"HTTP/1.1 431 ")
         assert exchange(emu.port, get + b"X-Long: " + b"v" * 70000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431 ")
         assert exchange(emu.port, b"BREW /pot HTTP/1.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 501 ")
+        assert b"Error code: 400" in exchange(emu.port, b"GET /version HTTP/2.0\r\n\r\n")  # as HTTP/0.9
+        assert exchange(emu.port, b"GET /version HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")  # then closed
 
 
 def test_answers_and_events_are_the_json_text_of_the_stored_objects(emu: KubeEmulator,
