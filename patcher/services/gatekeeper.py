@@ -16,6 +16,8 @@ watch during a batch stops it sooner: the pods not yet sent wait for the re-read
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -331,7 +333,7 @@ class Gatekeeper:
             if not self._leading():
                 break
             self.metrics.batch()
-            outcomes = list(self._pool.map(self._release_unless_halted, ordered[start:start + self.batch_size]))
+            outcomes = self._release_batch(ordered[start:start + self.batch_size])
             failed = failed or False in outcomes
             if None in outcomes:  # halted: the verdict may have changed, or leadership is gone
                 with self._lock:
@@ -340,6 +342,28 @@ class Gatekeeper:
                     break  # leadership is gone: the next pass will tell
         self.metrics.waiting(len(self.waiting()))
         return failed
+
+    def _release_batch(self, pods: list[GatedPod]) -> list[bool | None]:
+        """``_release_unless_halted`` of each pod, on the pool: one task per worker, each taking the next pod
+        (in order: oldest first) until none is left. Not a task per pod: a future per pod, its queue and its
+        wake-ups were a tenth of the gatekeeper's CPU per released pod (issue 25)."""
+        outcomes: list[bool | None] = [None] * len(pods)
+        taken = itertools.count()
+        lock = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    index = next(taken)
+                if index >= len(pods):
+                    return
+                outcomes[index] = self._release_unless_halted(pods[index])
+
+        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(pods)))]
+        concurrent.futures.wait(workers)
+        for worker in workers:
+            worker.result()  # a bug in a release is raised here, once every worker has stopped
+        return outcomes
 
     def _release_unless_halted(self, pod: GatedPod) -> bool | None:
         """``_release``, unless the drain should stop (``None``): the verdict is stale or we lead no more."""
