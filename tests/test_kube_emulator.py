@@ -38,6 +38,12 @@ def raw(resp: Any) -> Any:
     return json.loads(resp.data)
 
 
+def body(resp: Any) -> bytes:
+    """The undecoded answer of a call made with ``_preload_content=False``."""
+    data: bytes = resp.data
+    return data
+
+
 def test_patch_types(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
     emu.set_pod(make_mirror_pod(node_name="n1", started_at="2026-11-21T23:40:02Z"))
     name = "kube-scheduler-n1"
@@ -254,14 +260,14 @@ def test_answers_and_events_are_the_json_text_of_the_stored_objects(emu: KubeEmu
         answer = core.patch_namespaced_pod("kube-scheduler-n1", "kube-system",
                                            [{"op": "add", "path": "/metadata/labels", "value": {"v": value}}],
                                            _content_type="application/json-patch+json", _preload_content=False)
-        assert answer.data == json.dumps(emu.get("pods", "kube-scheduler-n1", "kube-system")).encode()
-    listed = core.list_namespaced_pod("kube-system", _preload_content=False).data
+        assert body(answer) == json.dumps(emu.get("pods", "kube-scheduler-n1", "kube-system")).encode()
+    listed = body(core.list_namespaced_pod("kube-system", _preload_content=False))
     stored = emu.get("pods", "kube-scheduler-n1", "kube-system")
     assert stored is not None and stored["metadata"]["labels"] == {"v": "b"}
     assert listed == json.dumps({"apiVersion": "v1", "kind": "PodList", "metadata": json.loads(listed)["metadata"],
                                  "items": [stored]}).encode()
     stream = core.list_namespaced_pod("kube-system", watch=True, resource_version=rv, timeout_seconds=1,
                                       _preload_content=False)
-    lines = [line for line in stream.data.split(b"\n") if line]
+    lines = [line for line in body(stream).split(b"\n") if line]
     assert [json.loads(line)["object"]["metadata"]["labels"] for line in lines] == [{"v": "a"}, {"v": "b"}]
     assert lines[-1] == json.dumps({"type": "MODIFIED", "object": stored}).encode()
