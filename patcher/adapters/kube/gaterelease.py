@@ -30,10 +30,10 @@ from patcher.adapters.kube.errors import (
     Unreachable,
     translate,
 )
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import ListWatcher, event_metadata
 from patcher.adapters.kube.rawjson import RawJson
 from patcher.adapters.kube.throttle import Throttle
-from patcher.core.gates import GatedPod, release_patch, slim
+from patcher.core.gates import GatedPod, release_patch, slim, without_gate
 from patcher.core.kubeobj import Obj
 
 log = logging.getLogger(__name__)
@@ -79,14 +79,38 @@ def pending_selector(scheduler_name: str | None = None) -> str:
     return PENDING + (f",spec.schedulerName={scheduler_name}" if scheduler_name else "")
 
 
+def gate_absent(gate: str) -> Callable[[bytes], tuple[str, GatedPod, str] | None]:
+    """A ``ListWatcher`` shortcut: a watch line in which ``gate`` cannot occur is a pod that does not wait on it,
+    and only its metadata is decoded (``without_gate``); any other line is decoded in full.
+
+    Draining a backlog, every release comes back as a watch event of the whole pod, which the gatekeeper only
+    needs to evict it: decoding those pods whole was a third of its CPU per released pod (issue 25). The gate
+    "cannot occur" when its name is not in the line as JSON text, plain or with ``\\/`` escapes, and the line
+    has no ``\\u`` escape at all (one could spell a character of the name): otherwise, the full decode."""
+    needles = (gate.encode(), gate.replace("/", "\\/").encode(), b"\\u")
+
+    def shortcut(line: bytes) -> tuple[str, GatedPod, str] | None:
+        if any(needle in line for needle in needles):
+            return None
+        found = event_metadata(line)
+        if found is None:
+            return None
+        kind, meta = found
+        pod = without_gate(meta)
+        return kind, pod, pod.resource_version
+
+    return shortcut
+
+
 def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
                          on_sync: Callable[[str | None, list[GatedPod]], None],
                          on_event: Callable[[str, GatedPod], None],
-                         scheduler_names: Sequence[str] = (),
+                         scheduler_names: Sequence[str] = (), gate: str | None = None,
                          backoff: Backoff | None = None, failure_level: int = logging.INFO) -> list[ListWatcher]:
     """Unbound Pending pods, as ``GatedPod``s (the rest of each pod is dropped as it arrives): one watcher per
     namespace (or one across the cluster for none) and per scheduler name (or any scheduler for none).
-    ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods."""
+    ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods. With ``gate``, a
+    watch event that cannot carry it is decoded no further than its metadata (``gate_absent``)."""
     core = k8s.CoreV1Api(api)
     fresh = backoff.fresh if backoff is not None else (lambda: None)
     watchers = []
@@ -100,7 +124,7 @@ def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
                                         name=f"watch pods ({label})" if label else "watch pods",
                                         on_sync=functools.partial(on_sync, ns), on_event=on_event,
                                         backoff=fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
-                                        transform=slim))
+                                        transform=slim, shortcut=gate_absent(gate) if gate else None))
     return watchers
 
 
