@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
+from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client, load_configuration
 from patcher.adapters.kube.errors import NotFound, TooManyRequests, Unauthorized, Unreachable, api_call
 from patcher.adapters.kube.rawjson import RawJson
 from tests.blackhole import BlackHole
@@ -120,3 +120,19 @@ def test_a_hung_server_costs_the_clients_retries_and_no_more(tmp_path: Path) -> 
         assert 1 <= len(hole.conns) <= 1 + api.configuration.retries
     finally:
         hole.close()
+
+
+def test_through_a_proxy_the_request_goes_via_the_clients_proxy_manager(tmp_path: Path) -> None:
+    # The emulator serves absolute-form request targets by their path, so it can stand in for an HTTP proxy:
+    # the API server's name does not resolve, so only a request sent through the proxy can succeed.
+    with KubeEmulatorExt() as emu:
+        emu.create(make_pod("p"))
+        cfg = load_configuration(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        cfg.host, cfg.proxy = "http://kube-apiserver.invalid:6443", emu.url
+        api = TimeoutApiClient(cfg, (0.5, 2.0))
+        raw = RawJson(api)
+        raw.send("PATCH", raw.path(POD, namespace="default", name="p"), label("1"), JSON_PATCH)
+        api.close()
+        stored = emu.get("pods", "p", "default")
+        assert stored is not None and stored["metadata"]["labels"] == {"v": "1"}
+        assert [r.headers["host"] for r in emu.requests("PATCH")] == ["kube-apiserver.invalid:6443"]
