@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import email.utils
+import http.client
 import json
 import queue
 import secrets
@@ -59,6 +61,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -331,6 +334,15 @@ _DROP = object()
 
 
 @dataclass(frozen=True)
+class _Event:
+    """A watch event about a stored object (sent as ``{"type": ..., "object": ...}``; its JSON text is made
+    once, see ``_JsonText``). Events about anything else (``BOOKMARK``, ``ERROR``) are plain dicts."""
+
+    type: str
+    object: Obj
+
+
+@dataclass(frozen=True)
 class RawLine:
     """A watch-stream record sent as these bytes, not as JSON: a broken proxy or server (``watch_garbage``)."""
 
@@ -348,19 +360,57 @@ class _Subscription:
     def _matches(self, obj: Obj | None) -> bool:
         return obj is not None and self.fields.matches(obj) and self.labels.matches(obj)
 
-    def translate(self, change: _Change) -> Obj | None:
+    def translate(self, change: _Change) -> _Event | None:
         if change.resource != self.resource or (self.namespace and change.namespace != self.namespace):
             return None
         was, now = self._matches(change.old), self._matches(change.new)
+        if change.new is None:
+            return None
         if change.type == "DELETED":
-            return {"type": "DELETED", "object": change.new} if was else None
+            return _Event("DELETED", change.new) if was else None
         if was and now:
-            return {"type": change.type, "object": change.new}
+            return _Event(change.type, change.new)
         if now:
-            return {"type": "ADDED", "object": change.new}
+            return _Event("ADDED", change.new)
         if was:
-            return {"type": "DELETED", "object": change.new}
+            return _Event("DELETED", change.new)
         return None
+
+
+# --- JSON text of stored objects ------------------------------------------------------------------------
+
+
+class _JsonText:
+    """The JSON text of stored objects, made once per object version.
+
+    A write answers with the object it stored, and every watch that follows the collection is sent the same
+    object: without this, releasing one pod serialised it twice (the answer and the watch event), which was
+    most of the emulator's CPU per request in ``bench/gate_bench.py`` (issue 25). Stored objects are never
+    changed in place (every write stores a new dict), so a text made once stays right; entries are keyed by
+    identity and keep their object alive, so an id cannot be reused while its entry exists. Bounded: the
+    oldest entries go first. Only stored objects may be given (not a dict that is changed afterwards).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[Obj, bytes]] = {}  # insertion order: the oldest first
+        # json.dumps's text (same separators), without the circular-reference check: objects parsed from
+        # JSON cannot hold a cycle, and the check is a tenth of the encoding.
+        self._encode = json.JSONEncoder(check_circular=False).encode
+
+    def of(self, obj: Obj) -> bytes:
+        key = id(obj)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = self._encode(obj).encode()
+        with self._lock:
+            self._entries[key] = (obj, data)
+            if len(self._entries) > self._size:
+                del self._entries[next(iter(self._entries))]
+        return data
 
 
 # --- the emulator -------------------------------------------------------------------------------------
@@ -400,10 +450,77 @@ class _HTTPServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+#: Request header lines and their length at most (what ``http.client.parse_headers`` allows).
+_MAX_HEADERS, _MAX_LINE = 100, 65536
+
+
+def _read_header_lines(rfile: Any) -> list[tuple[str, str]]:
+    """The request's header fields, up to the blank line; a folded line continues the field before it.
+    Raises ``http.client.LineTooLong`` or ``HTTPException`` past the limits, as ``parse_headers`` does."""
+    fields: list[tuple[str, str]] = []
+    while True:
+        line = rfile.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong("header line")
+        if line in (b"\r\n", b"\n", b""):
+            return fields
+        text = line.decode("iso-8859-1")
+        if text[:1] in (" ", "\t") and fields:  # obsolete line folding (RFC 9112 5.2)
+            name, value = fields[-1]
+            fields[-1] = (name, f"{value} {text.strip()}")
+            continue
+        name, _, value = text.partition(":")
+        fields.append((name, value.strip()))
+        if len(fields) > _MAX_HEADERS:
+            raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two sends: Nagle would delay each answer 40 ms
+    _date: tuple[int, str] = (0, "")
+
+    def parse_request(self) -> bool:
+        """The request line and header fields, without the email parser the base class uses for the fields
+        (with it, header parsing was a tenth of the emulator's CPU per request in ``bench/gate_bench.py``,
+        issue 25). HTTP/1.0 and 1.1 only (a client of the API speaks 1.1); anything else is a 400."""
+        self.command = ""
+        self.request_version = self.default_request_version  # until known: an error answer has no status line
+        self.close_connection = True
+        raw_line: bytes = getattr(self, "raw_requestline", b"")  # set by handle_one_request (not in the stubs)
+        self.requestline = str(raw_line, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request line ({self.requestline!r})")
+            return False
+        self.command, self.path, self.request_version = words
+        try:
+            fields = _read_header_lines(self.rfile)
+        except http.client.HTTPException as err:  # LineTooLong included
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Bad header block", str(err))
+            return False
+        headers = http.client.HTTPMessage()
+        for name, value in fields:
+            headers[name] = value
+        self.headers = headers
+        connection = headers.get("Connection", "").lower()
+        self.close_connection = connection == "close" or (self.request_version == "HTTP/1.0"
+                                                          and connection != "keep-alive")
+        if headers.get("Expect", "").lower() == "100-continue" and self.request_version == "HTTP/1.1":
+            return self.handle_expect_100()
+        return True
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header, formatted once a second (``formatdate`` was a twentieth of the CPU per request)."""
+        if timestamp is not None:
+            return email.utils.formatdate(timestamp, usegmt=True)
+        now = int(time.time())
+        second, text = _Handler._date
+        if second != now:
+            text = email.utils.formatdate(now, usegmt=True)
+            _Handler._date = (now, text)
+        return text
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
@@ -468,15 +585,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(stream)
 
     def _send(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(obj).encode()
+        """Answer ``obj`` as JSON (``bytes``: JSON text made already, see ``_JsonText``)."""
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        # What send_response/send_header/end_headers would send, and the body, in one write (one system call
+        # and one packet per answer, not two).
+        lines = [f"{self.protocol_version} {code} {self.responses.get(code, ('',))[0]}",
+                 f"Server: {self.version_string()}", f"Date: {self.date_time_string()}",
+                 *(f"{name}: {value}" for name, value in (headers or {}).items()),
+                 "Content-Type: application/json", f"Content-Length: {len(data)}", "", ""]
         try:
-            self.send_response(code)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write("\r\n".join(lines).encode("latin-1", "strict") + data)
         except OSError:
             self.close_connection = True
 
@@ -492,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
                     with contextlib.suppress(OSError):
                         socket.socket.shutdown(self.request, socket.SHUT_RDWR)
                     return
-                data = (event.data if isinstance(event, RawLine) else json.dumps(event).encode()) + b"\n"
+                data = self.server.emu._event_text(event) + b"\n"
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.write(b"0\r\n\r\n")
         except OSError:
@@ -545,6 +663,7 @@ class KubeEmulator:
         #: The most requests (watch streams aside) that were being served at once: a client's concurrency.
         self.peak_in_flight = 0
         self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
+        self._text = _JsonText()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -892,6 +1011,21 @@ class KubeEmulator:
             self._emit(r, ns, "DELETED", current, gone, rv)
             return gone
 
+    # -- JSON text ------------------------------------------------------------------------------------
+
+    def _stored_text(self, obj: Obj) -> bytes:
+        """The JSON text of a stored object (never changed in place: made once, see ``_JsonText``)."""
+        return self._text.of(obj)
+
+    def _event_text(self, event: object) -> bytes:
+        """One watch-stream record, without its newline."""
+        if isinstance(event, RawLine):
+            return event.data
+        if isinstance(event, _Event):  # the same text as json.dumps({"type": ..., "object": ...})
+            return b'{"type": ' + json.dumps(event.type).encode() + b', "object": ' + \
+                self._stored_text(event.object) + b"}"
+        return json.dumps(event).encode()
+
     # -- HTTP dispatch ---------------------------------------------------------------------------------
 
     def _route(self, path: str) -> tuple[Resource, str, str | None, str | None]:
@@ -943,18 +1077,18 @@ class KubeEmulator:
                 found = self._get(r, ns, name)
             if found is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
-            return 200, found  # serialized at once, never changed: no copy
+            return 200, self._stored_text(found)  # serialized at once, never changed: no copy
         payload = self._json_body(body)
         if method == "POST" and name is None:
-            return 201, self._create(r, ns, payload, owned=True)
+            return 201, self._stored_text(self._create(r, ns, payload, owned=True))
         if name is None:
             raise ApiError(405, f"{method} needs an object name")
         if method == "PUT":
-            return 200, self._replace(r, ns, name, payload, owned=True)
+            return 200, self._stored_text(self._replace(r, ns, name, payload, owned=True))
         if method == "PATCH":
-            return 200, self._patch(r, ns, name, headers.get("content-type", ""), payload)
+            return 200, self._stored_text(self._patch(r, ns, name, headers.get("content-type", ""), payload))
         if method == "DELETE":
-            return 200, self._delete(r, ns, name)
+            return 200, self._stored_text(self._delete(r, ns, name))
         raise ApiError(405, f"{method} is not supported")
 
     @staticmethod
@@ -964,7 +1098,7 @@ class KubeEmulator:
         except ValueError as exc:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
-    def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> Obj:
+    def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> bytes:
         fields = _fields(r, query.get("fieldSelector"))
         labels = Selector.parse(query.get("labelSelector"), labels=True)
         limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
@@ -992,7 +1126,9 @@ class KubeEmulator:
             elif token:
                 self._snapshots.pop(token.split(":")[0], None)
             items = list(page)  # serialized at once, never changed: no copies
-        return {"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta, "items": items}
+        # The text of json.dumps({... "items": items}), each item's made once (see ``_JsonText``).
+        head = json.dumps({"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta})
+        return (head[:-1] + ', "items": [').encode() + b", ".join(map(self._stored_text, items)) + b"]}"
 
     def _patch(self, r: Resource, ns: str, name: str, content_type: str, patch: Any) -> Obj:
         mime = content_type.split(";")[0].strip()
@@ -1022,11 +1158,11 @@ class KubeEmulator:
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1") and self.bookmark_interval is not None
         with self._lock:
-            replay: list[Obj] = []
+            replay: list[_Event] = []
             if rv_text in ("", "0"):
                 for obj in self._scan(r, ns):
                     if sub._matches(obj):
-                        replay.append({"type": "ADDED", "object": obj})
+                        replay.append(_Event("ADDED", obj))
             else:
                 try:
                     since = int(rv_text)
@@ -1062,7 +1198,7 @@ class KubeEmulator:
                 if sub in self._subs:
                     self._subs.remove(sub)
 
-    def _follow(self, sub: _Subscription, replay: list[Obj], timeout: float | None,
+    def _follow(self, sub: _Subscription, replay: list[_Event], timeout: float | None,
                 bookmarks: bool) -> Iterator[Obj | object]:
         deadline = time.monotonic() + timeout if timeout else None
         next_bookmark = time.monotonic() + (self.bookmark_interval or 0)

@@ -38,6 +38,12 @@ def raw(resp: Any) -> Any:
     return json.loads(resp.data)
 
 
+def body(resp: Any) -> bytes:
+    """The undecoded answer of a call made with ``_preload_content=False``."""
+    data: bytes = resp.data
+    return data
+
+
 def test_patch_types(emu: KubeEmulator, core: k8s.CoreV1Api) -> None:
     emu.set_pod(make_mirror_pod(node_name="n1", started_at="2026-11-21T23:40:02Z"))
     name = "kube-scheduler-n1"
@@ -216,3 +222,52 @@ def test_latency_delays_each_answer_and_concurrent_requests_overlap(emu: KubeEmu
     for t in threads:
         t.join(10)
     assert emu.peak_in_flight >= 2  # each connection has its own thread: the delays overlap
+
+
+def exchange(port: int, request: bytes) -> bytes:
+    """Send raw bytes, read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(request)
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_request_headers_are_read_as_http_defines_them() -> None:
+    # The emulator reads header fields itself (issue 25: the email parser was a tenth of its CPU per request):
+    # folding, keep-alive until "Connection: close", and the limits of http.client.parse_headers.
+    with KubeEmulator() as emu:
+        get = b"GET /version HTTP/1.1\r\nHost: x\r\n"
+        answer = exchange(emu.port, get + b"X-Folded: one\r\n two\r\n\r\n" + get + b"Connection: close\r\n\r\n")
+        assert answer.count(b"HTTP/1.1 200 OK") == 2  # kept alive after the first, closed after the second
+        assert [r.headers.get("x-folded") for r in emu.requests("GET")] == ["one two", None]
+        many = b"".join(b"X-%d: v\r\n" % i for i in range(101))
+        assert exchange(emu.port, get + many + b"\r\n").startswith(b"HTTP/1.1 431 ")
+        assert exchange(emu.port, get + b"X-Long: " + b"v" * 70000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431 ")
+        assert exchange(emu.port, b"BREW /pot HTTP/1.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 501 ")
+        assert b"Error code: 400" in exchange(emu.port, b"GET /version HTTP/2.0\r\n\r\n")  # as HTTP/0.9
+        assert exchange(emu.port, b"GET /version HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")  # then closed
+
+
+def test_answers_and_events_are_the_json_text_of_the_stored_objects(emu: KubeEmulator,
+                                                                    core: k8s.CoreV1Api) -> None:
+    # Each stored version is serialised once and the text reused (answer, watch events, lists): it must be
+    # exactly what json.dumps makes of the object as stored now, never an older version's.
+    emu.set_pod(make_mirror_pod(node_name="n1"))
+    rv = raw(core.list_namespaced_pod("kube-system", _preload_content=False))["metadata"]["resourceVersion"]
+    for value in ("a", "b"):
+        answer = core.patch_namespaced_pod("kube-scheduler-n1", "kube-system",
+                                           [{"op": "add", "path": "/metadata/labels", "value": {"v": value}}],
+                                           _content_type="application/json-patch+json", _preload_content=False)
+        assert body(answer) == json.dumps(emu.get("pods", "kube-scheduler-n1", "kube-system")).encode()
+    listed = body(core.list_namespaced_pod("kube-system", _preload_content=False))
+    stored = emu.get("pods", "kube-scheduler-n1", "kube-system")
+    assert stored is not None and stored["metadata"]["labels"] == {"v": "b"}
+    assert listed == json.dumps({"apiVersion": "v1", "kind": "PodList", "metadata": json.loads(listed)["metadata"],
+                                 "items": [stored]}).encode()
+    stream = core.list_namespaced_pod("kube-system", watch=True, resource_version=rv, timeout_seconds=1,
+                                      _preload_content=False)
+    lines = [line for line in body(stream).split(b"\n") if line]
+    assert [json.loads(line)["object"]["metadata"]["labels"] for line in lines] == [{"v": "a"}, {"v": "b"}]
+    assert lines[-1] == json.dumps({"type": "MODIFIED", "object": stored}).encode()

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,33 @@ def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt
     assert all(r.ready for r in verdict.rows) and not verdict.ready
     assert verdict.problems == ("cannot list pods in kube-system (forbidden): kube-schedulers on nodes outside the "
                                 "node selector cannot be counted",)
+
+
+def test_with_an_executor_the_four_reads_go_at_once_and_decide_the_same(emu: KubeEmulatorExt,
+                                                                         api: k8s.ApiClient) -> None:
+    # The gatekeeper reads the verdict between two batches of releases: one round trip, not four (issue 25).
+    ready_cluster(emu, ("cp-1", "cp-2", "old-master"))
+    set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
+    set_node(emu, "cp-4", {}, labels={})
+    set_mirror(emu, "cp-4", labels={"component": "kube-scheduler"})  # a scheduler outside the selector
+    pods = "/api/v1/namespaces/kube-system/pods"
+    # Each read waits at a barrier until all four have arrived: sent one after another, they would never meet.
+    barrier = threading.Barrier(4, timeout=20)
+    for path in ("/api/v1/nodes", pods):
+        emu.before("GET", path, lambda _e: barrier.wait(), times=2)
+    with ThreadPoolExecutor(4) as pool:
+        parallel = collect(api, executor=pool)
+        assert emu.pending_rules() == 0 and not barrier.broken
+        assert parallel == collect(api)
+        assert [(r.node, r.selected, r.ready) for r in parallel.rows] == [
+            ("cp-1", True, True), ("cp-2", True, True), ("cp-4", False, False), ("old-master", True, True)]
+        # Pods that may not be listed: each selected node's mirror pod is read instead, as without an executor.
+        emu.fail("GET", pods, 403, times=3)  # both lists at once, then the first of the sequential two
+        forbidden = collect(api, executor=pool)
+        assert forbidden == collect(api) and emu.pending_rules() == 0
+        assert not forbidden.ready and forbidden.problems == (
+            "cannot list pods in kube-system (forbidden): kube-schedulers on nodes outside the node selector cannot "
+            "be counted",)
 
 
 def test_evaluate_is_pure_and_handles_an_empty_cluster() -> None:

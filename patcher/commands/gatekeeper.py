@@ -48,6 +48,7 @@ import signal
 import socket
 import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 from patcher.adapters import heap, logs
@@ -72,6 +73,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE: Final = "scheduler-patcher-gatekeeper"
 DEFAULT_LISTEN: Final = ":9809"
+#: Threads that read the verdict: its Node lists (two selectors) and kube-system pod lists (labelled and all)
+#: go at once, so the pause between two batches of releases is one round trip, not four (issue 25: four
+#: sequential reads were a fifth of a 10 000-pod drain at 5 ms per request).
+VERDICT_READS: Final = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -162,8 +167,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         return 1
     try:
         concurrency = args.release_concurrency or args.kube_api_burst
-        # Every worker keeps its connection, plus the watches and the Lease: none opened and dropped per request.
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, pool_size=concurrency + 8))
+        # Every worker and verdict reader keeps its connection, plus the watches and the Lease: none opened and
+        # dropped per request.
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, pool_size=concurrency + VERDICT_READS + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
         return 1
@@ -171,6 +177,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     health = Health(max_age=max(60.0, 3 * args.resync_interval))
     gatekeeper: Gatekeeper | None = None
     elector: LeaderElector | None = None
+    reads = ThreadPoolExecutor(VERDICT_READS, thread_name_prefix="verdict-read")
 
     def leadership_changed(_leading: bool) -> None:
         if gatekeeper is not None:
@@ -183,7 +190,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                                     retry_period=args.retry_period,
                                     on_change=leadership_changed)
         gatekeeper = Gatekeeper(
-            api, verdict_fn=lambda: collect(api, **kwargs), gate_name=args.gate_name,
+            api, verdict_fn=lambda: collect(api, executor=reads, **kwargs), gate_name=args.gate_name,
             namespaces=[n.strip() for n in args.namespaces.split(",") if n.strip()],
             node_label_selectors=node_selectors(args.node_selector, args.legacy_master_label),
             prefix=args.annotation_prefix, elector=elector, metrics=metrics, health=health,
@@ -195,6 +202,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         webhook = build_webhook(api, args, metrics)
     except (ValueError, OSError, ssl.SSLError) as exc:
         log.error("cannot start the gatekeeper: %s", exc)
+        reads.shutdown(wait=False)
         api.close()
         return 1
     gk = gatekeeper
@@ -226,6 +234,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if webhook is not None:
             webhook[1].stop()
             webhook[0].stop()
+        reads.shutdown(wait=True, cancel_futures=True)
         api.close()
     return 0
 

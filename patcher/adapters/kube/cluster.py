@@ -9,11 +9,14 @@ Every API failure leaves here as a ``patcher.adapters.kube.errors.ApiError``.
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from concurrent.futures import Executor
+from typing import Final, TypeVar
 
 from kubernetes import client as k8s
 
@@ -40,20 +43,45 @@ from patcher.core.status import DEFAULT_PREFIX
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DEFAULT_STATUS_NAME: Final = "scheduler-patcher-status"
 MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
 
 
-def list_nodes(core: k8s.CoreV1Api, selectors: Sequence[str]) -> list[Obj]:
-    """Nodes matching any of ``selectors``, each once, sorted by name."""
+def fan_out(executor: Executor | None, calls: Sequence[Callable[[], T]]) -> list[T]:
+    """The results of ``calls`` in their order: one after another without ``executor``, all at once on it.
+
+    Every call has ended before this returns or raises (the first failure, in call order): no read outlives
+    the verdict it was made for. The calls must not submit to ``executor`` themselves (a full pool would wait
+    on itself)."""
+    if executor is None:
+        return [call() for call in calls]
+    futures = [executor.submit(call) for call in calls]
+    concurrent.futures.wait(futures)
+    return [f.result() for f in futures]
+
+
+def _node_items(core: k8s.CoreV1Api, selector: str) -> list[Obj]:
+    body = api_json(f"list nodes ({selector})", core.list_node, label_selector=selector)
+    return [i for i in body.get("items") or [] if isinstance(i, dict)]
+
+
+def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
+    """Each Node once (the first list that has it wins), sorted by name."""
     seen: dict[str, Obj] = {}
-    for selector in selectors:
-        body = api_json(f"list nodes ({selector})", core.list_node, label_selector=selector)
-        for item in body.get("items") or []:
+    for items in lists:
+        for item in items:
             name = dig(item, "metadata", "name")
             if isinstance(name, str):
                 seen.setdefault(name, item)
     return [seen[name] for name in sorted(seen)]
+
+
+def list_nodes(core: k8s.CoreV1Api, selectors: Sequence[str], executor: Executor | None = None) -> list[Obj]:
+    """Nodes matching any of ``selectors``, each once, sorted by name (one list per selector, at once on
+    ``executor``)."""
+    return _merge_nodes(fan_out(executor, [functools.partial(_node_items, core, s) for s in selectors]))
 
 
 def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[str],
@@ -106,20 +134,35 @@ def list_pods(core: k8s.CoreV1Api, namespace: str, label_selector: str | None = 
             return items
 
 
+def _scheduler_lists(core: k8s.CoreV1Api, namespace: str,
+                     label_selector: str | None) -> list[Callable[[], list[Obj]]]:
+    """The reads behind ``find_schedulers``: the labelled list (when there is a selector), then the whole
+    namespace."""
+    calls: list[Callable[[], list[Obj]]] = [functools.partial(list_pods, core, namespace)]
+    if label_selector:
+        calls.insert(0, functools.partial(list_pods, core, namespace, label_selector))
+    return calls
+
+
 def find_schedulers(core: k8s.CoreV1Api, namespace: str, label_selector: str | None,
-                    static_pod_name: str) -> SchedulerPods | None:
+                    static_pod_name: str, executor: Executor | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
     may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
 
-    Two lists: the labelled one (the server applies the selector, set-based forms included) and the whole
-    namespace for Node-owned pods without the label (the owner cannot be selected on server-side).
+    Two lists (at once on ``executor``): the labelled one (the server applies the selector, set-based forms
+    included) and the whole namespace for Node-owned pods without the label (the owner cannot be selected on
+    server-side).
     """
     try:
-        labelled = list_pods(core, namespace, label_selector) if label_selector else []
-        everything = list_pods(core, namespace)
+        return _schedulers(fan_out(executor, _scheduler_lists(core, namespace, label_selector)), static_pod_name)
     except Forbidden:
         return None
-    return scheduler_pods(labelled, everything, static_pod_name=static_pod_name)
+
+
+def _schedulers(lists: list[list[Obj]], static_pod_name: str) -> SchedulerPods:
+    """``scheduler_pods`` of what the reads of ``_scheduler_lists`` returned."""
+    *labelled, everything = lists
+    return scheduler_pods(labelled[0] if labelled else [], everything, static_pod_name=static_pod_name)
 
 
 def _read_node(core: k8s.CoreV1Api, name: str) -> Obj:
@@ -130,6 +173,14 @@ def _read_node(core: k8s.CoreV1Api, name: str) -> Obj:
     body = api_json(f"list nodes (metadata.name={name})", core.list_node, field_selector=f"metadata.name={name}")
     items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
     return items[0] if items else {"metadata": {"name": name}}
+
+
+def _unless_forbidden(call: Callable[[], list[Obj]]) -> list[Obj] | None:
+    """``call()``, or ``None`` when RBAC forbids it."""
+    try:
+        return call()
+    except Forbidden:
+        return None
 
 
 def collect(
@@ -143,6 +194,7 @@ def collect(
     mirror_label_selector: str | None = DEFAULT_MIRROR_SELECTOR,
     container_name: str = restart.DEFAULT_CONTAINER,
     expected_hash: str | None = None,
+    executor: Executor | None = None,
 ) -> ClusterVerdict:
     """Read the kube-scheduler pods and the control-plane Nodes and decide. Raises ``ApiError``.
 
@@ -154,12 +206,27 @@ def collect(
     namespace's pod list (paged), a Node list by name for each node only a scheduler pod led to. A caller
     that may not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere
     cannot be counted).
+
+    With an ``executor`` the Node lists and the pod lists are sent all at once (one round trip instead of
+    four): the gatekeeper reads the verdict between two batches of releases, with its release pool idle.
     """
     check_expected_hash(expected_hash)
     core = k8s.CoreV1Api(api)
-    nodes = list_nodes(core, node_selectors(node_selector, legacy_master_label))
+    selectors = node_selectors(node_selector, legacy_master_label)
+    if executor is None:
+        nodes = list_nodes(core, selectors)
+        found = find_schedulers(core, mirror_namespace, mirror_label_selector, static_pod_name)
+    else:
+        node_reads = [executor.submit(_node_items, core, s) for s in selectors]
+        pod_reads = [executor.submit(_unless_forbidden, call)
+                     for call in _scheduler_lists(core, mirror_namespace, mirror_label_selector)]
+        concurrent.futures.wait(node_reads)
+        concurrent.futures.wait(pod_reads)  # both sets ended: no read outlives this verdict
+        nodes = _merge_nodes(f.result() for f in node_reads)
+        pod_lists = [f.result() for f in pod_reads]
+        found = None if any(p is None for p in pod_lists) else _schedulers(
+            [p or [] for p in pod_lists], static_pod_name)
     selected = {str(dig(n, "metadata", "name")) for n in nodes}
-    found = find_schedulers(core, mirror_namespace, mirror_label_selector, static_pod_name)
     problems: list[str] = []
     if found is None:
         names = {node: mirror_pod_name(static_pod_name, node) for node in selected}
