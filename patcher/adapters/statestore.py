@@ -107,4 +107,6 @@ class StateStore:
     def clear(self) -> None:
         with self._faults():
             for name in (STATE_FILE, ORIGINAL_FILE):
-                fsio.remove(self._path(name))
+                # Only what is there: on a read-only mount unlink fails with EROFS even for a missing file.
+                if self._path(name).is_symlink() or self._path(name).exists():
+                    fsio.remove(self._path(name))
