@@ -24,12 +24,15 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 from pyfakefs.fake_filesystem_unittest import Patcher
 
 from patcher.adapters import fsio
-from patcher.adapters.health import HealthServer
+from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
+from patcher.core.status import NodeStatus
 from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
 from tests import helpers
 from tests.childproc import Child
 from tests.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
+from tests.test_lifecycle_stateful import FakeKubelet
 
 __all__ = ["node"]  # the fixture, imported for the tests below
 
@@ -293,3 +296,62 @@ def test_the_agent_process_with_an_unmakeable_state_folder_stays_up_serves_probe
         code = child.terminate()
     assert code == 0, child.output
     assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
+
+
+# -- the order: a phase the record could not take is never said ------------------------------------------------
+
+
+class SaidHealth(Health):
+    """Health that keeps every state it was told (what ``/readyz`` answered, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def set_state(self, state: str) -> None:
+        self.said.append(str(state))
+        super().set_state(state)
+
+
+class SaidReporter:
+    """A Node reporter that keeps every state published (the annotations and transition Events)."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
+        self.published.append(status.state.value)
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        pass
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(tmp_path: Path) -> None:
+    """The scheduler comes back on the new config just as the state folder turns read-only: the transition
+    to Ready cannot be recorded, so neither ``/readyz`` nor the Node may say Ready, not even for an instant
+    (the reporter's thread may PATCH the annotation and send the SchedulerRestarted Event at once). Before the
+    review the phase reached the health and the reporter first and the save was tried after: Ready, then
+    Failed. Driven step by step (no loop thread), with the stateful test's kubelet."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    health, reporter = SaidHealth(), SaidReporter()
+    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
+                               restart_timeout=3600.0, state_retry=0.05),
+                  pods=kubelet, health=health, reporter=reporter)
+    agent.start()
+    assert agent.phase is not None and agent.phase.value == "WaitingForRestart"
+    kubelet.sync()  # the scheduler runs the patched manifest
+    health.said.clear()
+    reporter.published.clear()
+    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+        agent.check_restart()
+    assert agent.phase is not None and agent.phase.value == "Failed"
+    assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
+    assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
+    agent._check_state_folder()
+    assert agent.phase is not None and agent.phase.value == "Ready"
+    assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
