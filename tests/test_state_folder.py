@@ -355,3 +355,20 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     agent._check_state_folder()
     assert agent.phase is not None and agent.phase.value == "Ready"
     assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
+
+
+def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Path) -> None:
+    """While the record cannot be saved only the state folder's retry does anything: a resync (or a probe or
+    Lease retry) that falls due meanwhile is held back, not cleared, so before the review the loop's timeout
+    was its floor, 50 ms, for as long as the fault lasted (hours for a read-only remount)."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
+                               restart_timeout=3600.0, resync_interval=0.0, state_retry=30.0, state_retry_max=30.0),
+                  pods=kubelet)
+    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+        agent.start()
+        assert agent.node.fault is not None
+        agent._handle(None)  # a loop turn with the resync due: held back by the fault
+        assert agent._timeout() > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat

@@ -376,6 +376,11 @@ class Agent:
 
     def _timeout(self) -> float:
         now = time.monotonic()
+        if self._node.fault is not None:
+            # Only the state folder's retry acts while the record cannot be saved: the other timers stay due
+            # (``_handle`` holds them back), and counting them woke the loop every 50 ms for the whole fault.
+            retry = [] if self._state_retry_at is None else [self._state_retry_at - now]
+            return max(0.05, min([self.opts.heartbeat, *retry]))
         wake = [self._next_resync - now, self.opts.heartbeat]
         if self._lease_retry_at is not None:
             wake.append(self._lease_retry_at - now)
