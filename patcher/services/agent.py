@@ -414,7 +414,8 @@ class Agent:
             for action in actions:
                 if not isinstance(action, (lifecycle.Publish, lifecycle.Prune)):
                     self._execute(action)
-            if self._node.fault is None:  # an action (the apply) may have met the fault already
+            # An action may have met the fault already (the apply), or saved a later transition since.
+            if self._node.fault is None and self._node.record != self._saved:
                 self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(refused)))
             return
         self.node = node
