@@ -349,11 +349,11 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     reporter.published.clear()
     with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent.check_restart()
-    assert agent.phase is not None and agent.phase.value == "Failed"
+    assert agent.state.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
     assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
     agent._check_state_folder()
-    assert agent.phase is not None and agent.phase.value == "Ready"
+    assert agent.state.phase == "Ready"
     assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
 
 
