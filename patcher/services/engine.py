@@ -522,7 +522,7 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     # a failure there is a PartialWrite after the manifest is restored. Without a manifest write the state
     # folder is checked up front when there is a record to clear (nothing would be gained by going ahead).
     writes_manifest = any(c.kind == "manifest" for c in plan.changes)
-    record_left = not keep_files and any(data is not None for data in opts.store().checkpoint().values())
+    record_left = not keep_files and opts.store().present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
     with opts.lock():
