@@ -372,3 +372,59 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
         assert agent.node.fault is not None
         agent._handle(None)  # a loop turn with the resync due: held back by the fault
         assert agent._timeout() > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat
+
+
+def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_apply_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder's own fsync (after the record's rename, before the manifest's) fails with EIO: a dying disk.
+    Before the review that OSError left ``engine.apply`` raw: the config files it created stayed, the record
+    claiming the patch stayed, and the agent took it for an internal error instead of the state folder's
+    fault. Now it is the state folder's error, raised before the manifest is touched, and the node is as
+    it was."""
+    root, src = helpers.node_folders(tmp_path)
+    opts = engine.Options(source=src, host_root=root)
+    state_dir = os.path.realpath(root / STATE_DIR.lstrip("/"))
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == state_dir:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    plan = engine.plan_apply(opts)
+    fsio.ensure_dir(Path(state_dir), 0o700)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(StateFolderError, match="Input/output error"):
+        engine.apply(opts, plan)
+    monkeypatch.undo()
+    assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
+    assert not (root / "etc/kubernetes/scheduler-patcher").exists()  # made by this apply: removed again
+    assert not os.path.exists(os.path.join(state_dir, "state.json"))  # no record claims a patch
+
+
+def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_manifest_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest is renamed in place, then its folder's fsync fails: the config files it names and the record
+    of it must stay (removing them would restart the scheduler onto a missing file). Before the review the raw
+    OSError left apply; with the folder's failure a refusal like the others, this is a PartialWrite."""
+    root, src = helpers.node_folders(tmp_path)
+    opts = engine.Options(source=src, host_root=root)
+    manifest_dir = os.path.realpath(root / "etc/kubernetes/manifests")
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == manifest_dir:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    plan = engine.plan_apply(opts)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(engine.PartialWrite, match="not done: making it durable") as exc:
+        engine.apply(opts, plan)
+    monkeypatch.undo()
+    patched = (root / helpers.MANIFEST).read_bytes()
+    assert b"--config=" in patched and f"wrote /{helpers.MANIFEST}" in exc.value.done
+    config = plan.config
+    assert config is not None
+    assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
+    assert opts.store().load().patched_sha256 == engine.sha256(patched)

@@ -376,7 +376,13 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes)
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
-    except PatcherError:
+    except PatcherError as exc:
+        if mchange is not None and mchange.new is not None and _holds(mchange.local, mchange.new):
+            # The manifest is in place (the failure came after its rename, e.g. its folder's fsync): the config
+            # files it names and the record of it stay.
+            done = [*lines, f"wrote {mchange.node_path}"]
+            raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(done)}; not done: making it "
+                               "durable (run apply again once this is fixed)", done) from None
         for change in created:
             with contextlib.suppress(PatcherError):
                 fsio.remove(change.local)
@@ -396,6 +402,14 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
                            lines) from None
     lines.extend(pruned)
     return lines, new_state
+
+
+def _holds(local: Path, data: bytes | None) -> bool:
+    """Whether the file holds ``data`` now (an unreadable file does not)."""
+    try:
+        return fsio.read_if_exists(local, "file") == data
+    except PatcherError:
+        return False
 
 
 def prune(opts: Options, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
