@@ -154,12 +154,75 @@ def test_apply_into_a_read_only_state_or_config_folder_is_refused_before_any_wri
     assert snapshot() == before
 
 
-def test_restore_with_a_read_only_state_folder_is_refused_before_touching_the_manifest(node: FakeFilesystem) -> None:
-    engine.apply(OPTS, engine.plan_apply(OPTS))
+def read_only_state_folder() -> None:
+    """The state folder read-only for the writer, who is no longer root; the other folders writable."""
+    for folder in ("/etc/kubernetes/manifests", "/etc/kubernetes/scheduler-patcher"):
+        if os.path.isdir(folder):
+            os.chmod(folder, 0o777)
+    os.makedirs("/var/lib/scheduler-patcher", exist_ok=True)
+    fsio.ensure_dir(Path("/var/lib/scheduler-patcher"))
+    Path("/var/lib/scheduler-patcher/.lock").touch()  # as a node that ran the agent has it
+    for name in os.listdir("/var/lib/scheduler-patcher"):  # readable, as they are for the agent (root)
+        os.chmod(f"/var/lib/scheduler-patcher/{name}", 0o666)
     os.chmod("/var/lib/scheduler-patcher", 0o555)
-    plan = engine.plan_restore(OPTS)
-    before = snapshot()
     set_uid(1000)
+
+
+def test_restore_with_a_read_only_state_folder_still_puts_the_manifest_back(node: FakeFilesystem) -> None:
+    """The manifest carries our marker: restoring it needs the manifest's folder, not the state folder (a
+    SIGTERM while the state folder is read-only must not leave the node patched). Only the record's clearing
+    is left undone, and said so. Before the review the restore was refused up front and the manifest stayed
+    patched."""
+    engine.apply(OPTS, engine.plan_apply(OPTS))
+    plan = engine.plan_restore(OPTS)
+    read_only_state_folder()
+    with pytest.raises(engine.PartialWrite) as exc:
+        engine.restore(OPTS, plan)
+    set_uid(0)
+    line = refusal(exc)
+    assert f"already done: wrote {MANIFEST}, removed /etc/kubernetes/scheduler-patcher/config-" in line
+    assert line.endswith("not done: clearing the state record (run restore again once this is fixed)")
+    assert Path(MANIFEST).read_text() == KUBEADM
+    assert not [n for n in os.listdir("/etc/kubernetes/manifests") if n != "kube-scheduler.yaml"]
+
+
+def test_a_prepared_restore_with_a_read_only_state_folder_still_puts_the_manifest_back(
+        node: FakeFilesystem) -> None:
+    """The agent's SIGTERM path: the restore prepared (and staged) while Ready, the state folder read-only
+    since. Before the review ``restore_prepared`` refused and the manifest stayed patched."""
+    engine.apply(OPTS, engine.plan_apply(OPTS))
+    prepared = engine.prepare_restore(OPTS, stage=True)
+    assert prepared is not None and prepared.staged is not None
+    read_only_state_folder()
+    with OPTS.lock():  # held, as the agent holds it for its life
+        assert engine.restore_prepared(OPTS, prepared) == [f"wrote {MANIFEST}"]
+        with pytest.raises(engine.PartialWrite, match="not done: clearing the state record"):
+            engine.finish_restore(OPTS, prepared)
+    set_uid(0)
+    assert Path(MANIFEST).read_text() == KUBEADM
+    assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]  # nothing left beside it
+
+
+def test_restore_of_a_never_patched_node_with_a_read_only_state_folder_has_nothing_to_do(
+        node: FakeFilesystem) -> None:
+    """No marker, no record, no files of ours: nothing to write and nothing to clear. Before the review the
+    restore refused ("folder is not writable"), so a SIGTERM during the fault exited 1."""
+    plan = engine.plan_restore(OPTS)
+    read_only_state_folder()
+    assert engine.restore(OPTS, plan) == []
+    set_uid(0)
+    assert Path(MANIFEST).read_text() == KUBEADM
+
+
+def test_restore_without_a_manifest_write_still_refuses_a_read_only_state_folder_up_front(
+        node: FakeFilesystem) -> None:
+    """When the manifest carries nothing of ours but a record is there to clear, nothing is gained by going
+    ahead: the refusal comes before any file is touched."""
+    engine.apply(OPTS, engine.plan_apply(OPTS))
+    Path(MANIFEST).write_text(KUBEADM)  # someone put the original back; our config file and record remain
+    plan = engine.plan_restore(OPTS)
+    read_only_state_folder()
+    before = snapshot()
     with pytest.raises(PatcherError) as exc:
         engine.restore(OPTS, plan)
     set_uid(0)

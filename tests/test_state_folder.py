@@ -24,12 +24,15 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 from pyfakefs.fake_filesystem_unittest import Patcher
 
 from patcher.adapters import fsio
-from patcher.adapters.health import HealthServer
+from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
+from patcher.core.status import NodeStatus
 from patcher.services import engine
+from patcher.services.agent import Agent, AgentOptions
 from tests import helpers
 from tests.childproc import Child
 from tests.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
+from tests.test_lifecycle_stateful import FakeKubelet
 
 __all__ = ["node"]  # the fixture, imported for the tests below
 
@@ -293,3 +296,135 @@ def test_the_agent_process_with_an_unmakeable_state_folder_stays_up_serves_probe
         code = child.terminate()
     assert code == 0, child.output
     assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
+
+
+# -- the order: a phase the record could not take is never said ------------------------------------------------
+
+
+class SaidHealth(Health):
+    """Health that keeps every state it was told (what ``/readyz`` answered, in order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: list[str] = []
+
+    def set_state(self, state: str) -> None:
+        self.said.append(str(state))
+        super().set_state(state)
+
+
+class SaidReporter:
+    """A Node reporter that keeps every state published (the annotations and transition Events)."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
+        self.published.append(status.state.value)
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        pass
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(tmp_path: Path) -> None:
+    """The scheduler comes back on the new config just as the state folder turns read-only: the transition
+    to Ready cannot be recorded, so neither ``/readyz`` nor the Node may say Ready, not even for an instant
+    (the reporter's thread may PATCH the annotation and send the SchedulerRestarted Event at once). Before the
+    review the phase reached the health and the reporter first and the save was tried after: Ready, then
+    Failed. Driven step by step (no loop thread), with the stateful test's kubelet."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    health, reporter = SaidHealth(), SaidReporter()
+    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
+                               restart_timeout=3600.0, state_retry=0.05),
+                  pods=kubelet, health=health, reporter=reporter)
+    agent.start()
+    assert agent.phase is not None and agent.phase.value == "WaitingForRestart"
+    kubelet.sync()  # the scheduler runs the patched manifest
+    health.said.clear()
+    reporter.published.clear()
+    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+        agent.check_restart()
+    assert agent.state.phase == "Failed"
+    assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
+    assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
+    agent._check_state_folder()
+    assert agent.state.phase == "Ready"
+    assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
+
+
+def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Path) -> None:
+    """While the record cannot be saved only the state folder's retry does anything: a resync (or a probe or
+    Lease retry) that falls due meanwhile is held back, not cleared, so before the review the loop's timeout
+    was its floor, 50 ms, for as long as the fault lasted (hours for a read-only remount)."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
+                               restart_timeout=3600.0, resync_interval=0.0, state_retry=30.0, state_retry_max=30.0),
+                  pods=kubelet)
+    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+        agent.start()
+        assert agent.node.fault is not None
+        agent._handle(None)  # a loop turn with the resync due: held back by the fault
+        assert agent._timeout() > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat
+
+
+def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_apply_cleanly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder's own fsync (after the record's rename, before the manifest's) fails with EIO: a dying disk.
+    Before the review that OSError left ``engine.apply`` raw: the config files it created stayed, the record
+    claiming the patch stayed, and the agent took it for an internal error instead of the state folder's
+    fault. Now it is the state folder's error, raised before the manifest is touched, and the node is as
+    it was."""
+    root, src = helpers.node_folders(tmp_path)
+    opts = engine.Options(source=src, host_root=root)
+    state_dir = os.path.realpath(root / STATE_DIR.lstrip("/"))
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == state_dir:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    plan = engine.plan_apply(opts)
+    fsio.ensure_dir(Path(state_dir), 0o700)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(StateFolderError, match="Input/output error"):
+        engine.apply(opts, plan)
+    monkeypatch.undo()
+    assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
+    assert not (root / "etc/kubernetes/scheduler-patcher").exists()  # made by this apply: removed again
+    assert not os.path.exists(os.path.join(state_dir, "state.json"))  # no record claims a patch
+
+
+def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_manifest_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest is renamed in place, then its folder's fsync fails: the config files it names and the record
+    of it must stay (removing them would restart the scheduler onto a missing file). Before the review the raw
+    OSError left apply; with the folder's failure a refusal like the others, this is a PartialWrite."""
+    root, src = helpers.node_folders(tmp_path)
+    opts = engine.Options(source=src, host_root=root)
+    manifest_dir = os.path.realpath(root / "etc/kubernetes/manifests")
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.realpath(f"/proc/self/fd/{fd}") == manifest_dir:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    plan = engine.plan_apply(opts)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(engine.PartialWrite, match="not done: making it durable") as exc:
+        engine.apply(opts, plan)
+    monkeypatch.undo()
+    patched = (root / helpers.MANIFEST).read_bytes()
+    assert b"--config=" in patched and f"wrote /{helpers.MANIFEST}" in exc.value.done
+    config = plan.config
+    assert config is not None
+    assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
+    assert opts.store().load().patched_sha256 == engine.sha256(patched)

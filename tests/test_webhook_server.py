@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import logging
@@ -279,6 +280,37 @@ def test_a_client_that_stalls_frees_its_slot_after_the_timeout(mount: SecretMoun
         s.stop()
 
 
+def test_a_client_that_trickles_its_request_frees_its_slot_after_the_timeout(
+        mount: SecretMount, webhook: AdmissionWebhook, pkis: tuple[Pki, Pki]) -> None:
+    """A client that sends a byte of its body now and then, each before the socket's timeout, held the slot
+    for as long as it liked (the timeout is per read): a few such clients starve the webhook, and every pod
+    creation waits the API server's ``timeoutSeconds``. A request has ``timeout`` seconds in all."""
+    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_workers=1, timeout=0.5)
+    s.start()
+    ca = pkis[0].path("ca.crt")
+    stop = threading.Event()
+    raw = socket.create_connection(("127.0.0.1", s.port))
+    slow = ssl.create_default_context(cafile=str(ca)).wrap_socket(raw, server_hostname="127.0.0.1")
+
+    def trickle() -> None:
+        with contextlib.suppress(OSError):
+            slow.sendall(f"POST {MUTATE_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n".encode())
+            while not stop.wait(0.1):  # well within the per-read timeout
+                slow.sendall(b" ")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    try:
+        assert wait_until(lambda: s.active == 1, 10)  # accepted first: it holds the only slot
+        thread.start()
+        assert samples.gates(admit(s.port, ca, samples.new_pod())[1]) == [G]
+        assert s.dropped == 1
+    finally:
+        stop.set()
+        thread.join(10)
+        slow.close()
+        s.stop()
+
+
 # -- the gatekeeper command serving it ---------------------------------------------------------------------------
 
 
@@ -377,3 +409,4 @@ def test_an_idle_keep_alive_connection_gives_its_slot_to_a_waiting_one(mount: Se
     finally:
         idle.close()
         s.stop()
+

@@ -342,14 +342,18 @@ def write_in_order(*groups: list[Write]) -> None:
     pending = list(zip(writes, temps, strict=True))
     try:
         for group in groups:
-            folders: dict[str, Path] = {}
+            folders: dict[str, tuple[str, Path]] = {}
             displaced = []
             for w in group:
                 _, tmp = pending.pop(0)
                 displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False, error=w.error))
-                folders.setdefault(str(w.path.parent), w.path.parent)
-            for folder in folders.values():
-                _fsync_dir_now(folder)
+                folders.setdefault(str(w.path.parent), (posixpath.dirname(w.shown) or str(w.path.parent),
+                                                        w.path.parent))
+            for shown, folder in folders.values():
+                try:
+                    _fsync_dir_now(folder)
+                except OSError as exc:  # renamed, not known durable: the folder's failure, as its file's type
+                    raise group[0].error(shown, f"cannot sync the folder: {exc.strerror or exc}") from None
             for old in displaced:
                 if old is not None:
                     with contextlib.suppress(OSError):
@@ -392,7 +396,11 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
             os.unlink(tmp)
         raise error(name, f"write failed: {exc.strerror or exc}") from None
     if sync:
-        fsync_dir(folder)
+        try:
+            fsync_dir(folder)
+        except OSError as exc:  # renamed, not known durable: a refusal like the others, not a raw OSError
+            raise error(posixpath.dirname(name) or str(folder), f"cannot sync the folder: {exc.strerror or exc}"
+                        ) from None
     return None
 
 
@@ -462,7 +470,10 @@ def remove(path: Path) -> bool:
         return False
     except OSError as exc:
         raise PatcherError(str(path), f"cannot remove: {exc.strerror}") from None
-    fsync_dir(path.parent)
+    try:
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise PatcherError(str(path.parent), f"cannot sync the folder: {exc.strerror or exc}") from None
     return True
 
 

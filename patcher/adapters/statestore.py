@@ -13,6 +13,7 @@ directory``): the agent keeps running on it, says so on the Node and tries again
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,7 +105,13 @@ class StateStore:
             elif not self._path(name).exists() or self._path(name).read_bytes() != data:
                 fsio.atomic_write(self._path(name), data, mode=0o600)
 
+    def present(self) -> bool:
+        """Whether the record or the saved original is there (what ``clear`` would remove); reads neither."""
+        return any(os.path.lexists(self._path(name)) for name in (STATE_FILE, ORIGINAL_FILE))
+
     def clear(self) -> None:
         with self._faults():
             for name in (STATE_FILE, ORIGINAL_FILE):
-                fsio.remove(self._path(name))
+                # Only what is there: on a read-only mount unlink fails with EROFS even for a missing file.
+                if os.path.lexists(self._path(name)):
+                    fsio.remove(self._path(name))

@@ -9,7 +9,9 @@ that cert-manager (or a chart upgrade) rotates. So:
   them out and ``failurePolicy: Ignore`` admits the pod). Every connection has a socket timeout, so a client
   that stalls (in the TLS handshake too: it runs on the worker thread, never in the accept loop) frees its
   slot after ``timeout`` seconds, and an idle keep-alive connection gives its slot up as soon as another
-  connection waits for one. Request bodies above ``max_body`` are refused unread.
+  connection waits for one. A request (the handshake, then each request on a kept-alive connection) has
+  ``timeout`` seconds in all, not per read: a client that trickles its bytes is cut off then, so a few slow
+  clients cannot hold every slot. Request bodies above ``max_body`` are refused unread.
 * **The certificate follows its files.** kubelet updates a mounted Secret by swapping a symlink (``..data``),
   so the files' identity (device, inode, size, mtime of what the paths resolve to) changes at once. It is
   compared on every new connection (two ``stat`` calls); a change loads the pair into a new TLS context used
@@ -19,6 +21,7 @@ that cert-manager (or a chart upgrade) rotates. So:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -104,6 +107,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.handle_one_request()
         while not self.close_connection and self.server.next_request_arrives(self.connection):
+            self.server.started(self.connection)  # the next request's own ``timeout`` seconds
             self.handle_one_request()
 
     def do_POST(self) -> None:
@@ -119,6 +123,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send(413, b"request body too large\n", "text/plain")
             return
         body = self.rfile.read(length)
+        if len(body) < length:  # the client went away, or was cut off at its deadline: nothing to review
+            raise ConnectionError(f"request body cut short ({len(body)} of {length} bytes)")
         status, payload, ctype = self.server.app("POST", self.path, body)
         self._send(status, payload, ctype)
 
@@ -159,12 +165,16 @@ class TlsServer(HTTPServer):
         self.dropped = 0  #: connections ended by a failed handshake, a timeout or a client gone
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._deadlines: dict[socket.socket, float] = {}  # connections served now: when their request ends
+        self._deadline_lock = threading.Lock()
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, port), _RequestHandler)
 
     def next_request_arrives(self, conn: socket.socket) -> bool:
         """Wait on an idle keep-alive connection for its next request: False (close it) after the timeout, as
         soon as an accepted connection waits for a slot, or when the server stops."""
+        with self._deadline_lock:  # idle: its own timeout below, not the last request's deadline
+            self._deadlines.pop(conn, None)
         deadline = time.monotonic() + self.conn_timeout
         while True:
             if isinstance(conn, ssl.SSLSocket) and conn.pending():
@@ -178,6 +188,26 @@ class TlsServer(HTTPServer):
             if self.waiting or self._closing.is_set() or time.monotonic() >= deadline:
                 return False
 
+    def started(self, conn: socket.socket) -> None:
+        """A request begins on ``conn``: it must be done within ``timeout`` seconds (``cut_overdue``)."""
+        with self._deadline_lock:
+            self._deadlines[conn] = time.monotonic() + self.conn_timeout
+
+    def cut_overdue(self) -> None:
+        """End the connections whose request is past its deadline: a shutdown of the socket wakes the worker
+        blocked in a read with an end of file (the base class's, not ``SSLSocket.shutdown``, which would drop
+        the TLS object under the worker's feet)."""
+        now = time.monotonic()
+        with self._deadline_lock:
+            for conn, deadline in self._deadlines.items():
+                if now >= deadline:
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(conn, socket.SHUT_RDWR)
+
+    def service_actions(self) -> None:
+        """Called by ``serve_forever`` on every poll."""
+        self.cut_overdue()
+
     @property
     def port(self) -> int:
         return int(self.server_address[1])
@@ -187,7 +217,8 @@ class TlsServer(HTTPServer):
         if not self._slots.acquire(blocking=False):
             with self._count_lock:
                 self.waiting += 1
-            self._slots.acquire()
+            while not self._slots.acquire(timeout=IDLE_POLL):  # the accept loop waits here: cut from here too
+                self.cut_overdue()
             with self._count_lock:
                 self.waiting -= 1
         with self._count_lock:
@@ -209,7 +240,9 @@ class TlsServer(HTTPServer):
         conn: socket.socket = sock
         try:
             sock.settimeout(self.conn_timeout)
-            conn = self.certs.context().wrap_socket(sock, server_side=True)
+            conn = self.certs.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            self.started(conn)  # the handshake and the first request
+            conn.do_handshake()
             self.finish_request(conn, client_address)
         except (OSError, ssl.SSLError) as exc:  # a failed handshake, a client gone or too slow
             with self._count_lock:
@@ -218,6 +251,8 @@ class TlsServer(HTTPServer):
         except Exception:
             log.exception("webhook connection from %s failed", client_address)
         finally:
+            with self._deadline_lock:
+                self._deadlines.pop(conn, None)
             self.shutdown_request(conn)
             self._done()
 

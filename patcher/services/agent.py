@@ -376,6 +376,11 @@ class Agent:
 
     def _timeout(self) -> float:
         now = time.monotonic()
+        if self._node.fault is not None:
+            # Only the state folder's retry acts while the record cannot be saved: the other timers stay due
+            # (``_handle`` holds them back), and counting them woke the loop every 50 ms for the whole fault.
+            retry = [] if self._state_retry_at is None else [self._state_retry_at - now]
+            return max(0.05, min([self.opts.heartbeat, *retry]))
         wake = [self._next_resync - now, self.opts.heartbeat]
         if self._lease_retry_at is not None:
             wake.append(self._lease_retry_at - now)
@@ -399,17 +404,50 @@ class Agent:
     def _feed(self, event: lifecycle.Event, *, pending_config: str = "") -> None:
         node, actions = lifecycle.step(self._node, event, self.rules, pending_config=pending_config)
         before = self._node.phase
+        # The record first: a phase is said (``/readyz``, the Node) only once it is recorded. Saving after the
+        # actions let a Ready that the folder then refused reach /readyz and the Node before Failed did.
+        refused, saved = self._save_first(node)
+        if refused is not None:
+            # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
+            # transition; the fault's transition says Failed, and this phase again once the folder works.
+            self._node = node
+            for action in actions:
+                if not isinstance(action, (lifecycle.Publish, lifecycle.Prune)):
+                    self._execute(action)
+            # An action may have met the fault already (the apply), or saved a later transition since.
+            if self._node.fault is None and self._node.record != self._saved:
+                self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(refused)))
+            return
         self.node = node
         for action in actions:
             self._execute(action)
-        self._commit(before)
+        self._commit(before, saved)
 
-    def _commit(self, before: NodeState | None) -> None:
-        """Save the record once per transition, and tell whoever listens that the phase changed. A state
-        folder that refuses it is a transition of its own (``StateFolderFailed``); while that lasts nothing is
-        saved here: the folder's retry (``_check_state_folder``) is the one that tries."""
+    def _save_first(self, node: Node) -> tuple[PatcherError | None, bool]:
+        """Save a transition's record before anything says its phase: (the state folder's refusal, saved)."""
+        if node.record == self._saved or node.fault is not None:
+            return None, False
+        try:
+            self._hold_lock()
+            self.store.save(node.record)
+        except StateFolderError as exc:
+            return exc, False
+        except PatcherError as exc:
+            log.error("cannot save the state record: %s", exc, extra=self._log_extra)
+            return None, False
+        self._saved = node.record
+        return None, True
+
+    def _commit(self, before: NodeState | None, saved: bool = False) -> None:
+        """Save the record once per transition (again when an action changed it after ``_save_first``), and
+        tell whoever listens that the phase changed. A state folder that refuses it is a transition of its
+        own (``StateFolderFailed``); while that lasts nothing is saved here: the folder's retry
+        (``_check_state_folder``) is the one that tries."""
         refused: PatcherError | None = None
-        if self._node.record != self._saved and self._node.fault is None:
+        if saved and (self._node.record == self._saved or self._node.fault is not None):
+            if self._node.fault is None:
+                self._prepare_restore()
+        elif self._node.record != self._saved and self._node.fault is None:
             try:
                 self._hold_lock()
                 self.store.save(self._node.record)

@@ -290,11 +290,12 @@ def _nearest_existing(local: Path) -> Path:
     return local
 
 
-def _check_writable(opts: Options, changes: list[FileChange]) -> None:
+def _check_writable(opts: Options, changes: list[FileChange], *, state: bool = True) -> None:
     """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
-    changes), the host config folder (when config files change) and the state folder (always: the lock and
-    the record live there). Missing folders are created later, so their nearest existing parent counts."""
-    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)}
+    changes), the host config folder (when config files change) and the state folder (unless ``state`` is
+    False: the lock and the record live there). Missing folders are created later, so their nearest existing
+    parent counts."""
+    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)} if state else {}
     for change in changes:
         if change.kind == "manifest":
             needed[posixpath.dirname(change.node_path)] = change.local.parent
@@ -375,7 +376,13 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
         fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes)
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
-    except PatcherError:
+    except PatcherError as exc:
+        if mchange is not None and mchange.new is not None and _holds(mchange.local, mchange.new):
+            # The manifest is in place (the failure came after its rename, e.g. its folder's fsync): the config
+            # files it names and the record of it stay.
+            done = [*lines, f"wrote {mchange.node_path}"]
+            raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(done)}; not done: making it "
+                               "durable (run apply again once this is fixed)", done) from None
         for change in created:
             with contextlib.suppress(PatcherError):
                 fsio.remove(change.local)
@@ -395,6 +402,14 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
                            lines) from None
     lines.extend(pruned)
     return lines, new_state
+
+
+def _holds(local: Path, data: bytes | None) -> bool:
+    """Whether the file holds ``data`` now (an unreadable file does not)."""
+    try:
+        return fsio.read_if_exists(local, "file") == data
+    except PatcherError:
+        return False
 
 
 def prune(opts: Options, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
@@ -516,7 +531,14 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
     must still remember which config failed).
     """
-    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files])
+    # A manifest that carries our marker is put back even when the state folder is read-only, full or gone
+    # (a SIGTERM during that fault must not leave the node patched): only the record's clearing needs it, and
+    # a failure there is a PartialWrite after the manifest is restored. Without a manifest write the state
+    # folder is checked up front when there is a record to clear (nothing would be gained by going ahead).
+    writes_manifest = any(c.kind == "manifest" for c in plan.changes)
+    record_left = not keep_files and opts.store().present()
+    _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
+                    state=record_left and not writes_manifest)
     with opts.lock():
         if plan.current is not None:
             _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
@@ -609,7 +631,7 @@ def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
     put back, not lost."""
     plan, change = prepared.plan, prepared.manifest
     assert change.new is not None
-    _check_writable(opts, [change])
+    _check_writable(opts, [change], state=False)  # the state folder is not needed to put the manifest back
     with opts.lock():
         if prepared.staged is not None:
             fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
