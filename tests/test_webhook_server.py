@@ -170,7 +170,7 @@ def test_the_verdict_not_read_yet_gates_and_no_configmap_does_not(server: TlsSer
     assert samples.gates(admit(server.port, ca, samples.new_pod())[1]) is None
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"kind": "AdmissionReview"}',
+@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"kind": "AdmissionReview"}', b"[" * 200_000,
                                   json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                               "request": {"uid": "u-1", "operation": "CREATE",
                                                           "kind": {"group": "", "kind": "Pod"},

@@ -63,7 +63,8 @@ class AdmissionWebhook:
             request = review_request(review)
             known, params = self._params()
             patch = review_patch(request, params if known else UNKNOWN_PARAMS, self.selection)
-        except (ValueError, BadReview) as exc:  # not JSON, not a review, a pod CREATE without a pod
+        except (ValueError, RecursionError, BadReview) as exc:  # not JSON (or nested past the parser's
+            # recursion limit: a hostile body), not a review, a pod CREATE without a pod
             self._reviews.labels("error").inc()
             log.error("admission webhook: cannot read the AdmissionReview (%s); the pod is allowed unchanged", exc)
         else:
