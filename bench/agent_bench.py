@@ -7,6 +7,8 @@
   ``run --no-api`` and ``run --rollout=independent`` against the emulator;
 * SIGTERM with the API black-holed (accepts, never answers) in coordinated mode: restore and exit times, also
   with a config change waiting for its rollout turn (another node holds the Lease);
+* scheduler restarts per node during a rolling update of the agent (three nodes: agent processes, the API
+  emulator, simulated kubelets), with ``--restore-on-exit=auto`` and, for comparison, ``always``;
 * idle CPU over 120 s, threads, wake-ups per minute (context switches, per thread) and RSS of a real
   ``run --no-api`` process (psutil).
 """
@@ -334,6 +336,31 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
     summary(f"SIGTERM -> exit, API black-holed (grace 25 s{what})", exited)
 
 
+def bench_rolling_update(rounds: int) -> None:
+    """Issue 22, point 1: SIGTERM the old agent, start the new one (same config), node by node, on three nodes;
+    the simulated kubelet counts each scheduler restart. ``auto`` keeps the patch for the successor (goal 0);
+    ``always``, the old default, restores and the successor patches again (2 per node)."""
+    from tests.e2e.test_agent_upgrade import installed, three_nodes
+
+    if rounds <= 0:
+        return
+    for mode in ("auto", "always"):
+        per_node: list[float] = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as t, three_nodes(Path(t), mode) as cluster:
+                if mode == "auto":
+                    installed(cluster)
+                else:
+                    wait(lambda c=cluster: all(c.settled(s) for s in c.sims.values()), 60)  # type: ignore[misc]
+                per_node += [float(v) for v in cluster.rolling_update().values()]
+                for sim in cluster.sims.values():
+                    cluster.stop_agent(sim)
+        row = rows.Row(f"scheduler restarts per node during an agent rolling update (restore-on-exit={mode})",
+                       len(per_node), *rows.stats(per_node))
+        rows.record(row)
+        print(f"{row.figure:<52} n={row.n:<4} median {row.median:8.1f}      max {row.p99:8.1f}")
+
+
 def bench_idle(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as t:
         root, src = node_tree(Path(t))
@@ -367,6 +394,7 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=120)
     ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--black-holes", type=int, default=3)
+    ap.add_argument("--rolling-updates", type=int, default=1)
     args = ap.parse_args()
     bench_change_to_write(args.changes)
     bench_pod_to_readyz(args.pods)
@@ -374,6 +402,7 @@ def main() -> None:
     bench_start(args.starts)
     bench_black_hole(args.black_holes)
     bench_black_hole(args.black_holes, pending=True)
+    bench_rolling_update(args.rolling_updates)
     bench_idle(args.idle_seconds)
 
 

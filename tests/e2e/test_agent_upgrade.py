@@ -11,6 +11,7 @@ scheduler's restarts) and real ``scheduler-patcher run`` processes, each started
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -65,6 +66,7 @@ class Cluster:
     sims: dict[str, Sim]
     tmp: Path
     kubeconfig: Path
+    restore_on_exit: str = "auto"
     states: dict[str, list[str]] = field(default_factory=dict)  # every state each node's annotation showed
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -90,15 +92,34 @@ class Cluster:
         sim.logs.append(log)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": sim.name, "KUBECONFIG": str(self.kubeconfig),
                "POD_NAMESPACE": NS, "POD_NAME": sim.pod}
-        env.pop("PATCHER_RESTORE_ON_EXIT", None)  # the default: auto
+        env.pop("PATCHER_RESTORE_ON_EXIT", None)
+        mode = [] if self.restore_on_exit == "auto" else [f"--restore-on-exit={self.restore_on_exit}"]  # default
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
              "--listen", "127.0.0.1:0", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
-             "--check-extenders=false", "--log-format", "json"],
+             "--check-extenders=false", "--log-format", "json", *mode],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
     def knows_its_daemonset(self, sim: Sim) -> bool:
         return "a stop keeps the patch" in sim.logs[-1].read_text()
+
+    def settled(self, sim: Sim) -> bool:
+        """The newest agent on ``sim``'s node is Ready, and with ``auto`` knows its DaemonSet (so a stop now
+        decides on what the API said, as it does after a real pod's readiness probe passed)."""
+        text = sim.logs[-1].read_text()
+        if self.restore_on_exit == "auto":
+            return "a stop keeps the patch" in text and self.state(sim.name) == "Ready"
+        return "API connected" in text and self.state(sim.name) == "Ready" and b"--config=" in sim.manifest.read_bytes()
+
+    def rolling_update(self) -> dict[str, int]:
+        """SIGTERM the old agent, delete its pod, start the new one, node by node (maxUnavailable 1); the
+        scheduler restarts this caused, per node."""
+        before = {n: len(s.kubelet.restarts) for n, s in self.sims.items()}
+        for sim in self.sims.values():
+            self.stop_agent(sim, delete_pod=True)
+            self.start_agent(sim)
+            assert wait_until(lambda sim=sim: self.settled(sim), 60), sim.logs[-1].read_text()
+        return {n: len(s.kubelet.restarts) - before[n] for n, s in self.sims.items()}
 
     def stop_agent(self, sim: Sim, *, delete_pod: bool = False) -> str:
         """SIGTERM, as the kubelet does for a deleted pod; returns the agent's log."""
@@ -110,8 +131,10 @@ class Cluster:
         return sim.logs[-1].read_text()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def three_nodes(tmp_path: Path, restore_on_exit: str = "auto") -> Iterator[Cluster]:
+    """Three patched control-plane nodes, each running an agent as a pod of the DaemonSet (bench/agent_bench.py
+    uses it too)."""
     emu = KubeEmulator().start()
     kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
     emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DS, "namespace": NS},
@@ -128,26 +151,35 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         src.mkdir()
         write_configmap(src, SOURCE)
         sims[name] = Sim(name, root, src, original, SimKubelet(emu, name, root).start())
-    c = Cluster(emu, sims, tmp_path, kubeconfig)
+    c = Cluster(emu, sims, tmp_path, kubeconfig, restore_on_exit)
     follower = threading.Thread(target=c.follow, daemon=True)
     follower.start()
-    for sim in sims.values():
-        c.start_agent(sim)
-    yield c
-    c.stop.set()
-    follower.join(2)
-    for sim in sims.values():
-        if sim.proc and sim.proc.poll() is None:
-            sim.proc.kill()
-            sim.proc.wait(10)
-        sim.kubelet.stop()
-    emu.stop()
+    try:
+        for sim in sims.values():
+            c.start_agent(sim)
+        yield c
+    finally:
+        c.stop.set()
+        follower.join(2)
+        for sim in sims.values():
+            if sim.proc and sim.proc.poll() is None:
+                sim.proc.kill()
+                sim.proc.wait(10)
+            sim.kubelet.stop()
+        emu.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with three_nodes(tmp_path) as c:
+        yield c
 
 
 def installed(c: Cluster) -> dict[str, int]:
     """Wait for every node Ready with every agent knowing its DaemonSet; the restarts so far, per node."""
     assert wait_until(lambda: all(c.state(n) == "Ready" for n in NODES), 60), {n: c.state(n) for n in NODES}
     assert wait_until(lambda: all(c.knows_its_daemonset(s) for s in c.sims.values()), 20)
+    assert wait_until(lambda: all(c.states.get(n, [""])[-1] == "Ready" for n in NODES), 10)  # the follower too
     for sim in c.sims.values():
         assert b"--config=" in sim.manifest.read_bytes()
     return {n: len(s.kubelet.restarts) for n, s in c.sims.items()}
