@@ -15,6 +15,7 @@ from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.owner import OwnerWatcher, owner_daemonset
 from tests.blackhole import BlackHole
 from tests.kubeemu import KubeEmulator, wait_until
+from tests.kubeemu_ext import KubeEmulatorExt
 
 NS, DS, POD, NODE = "scheduler-patcher", "scheduler-patcher", "scheduler-patcher-x1", "cp-1"
 CP = "node-role.kubernetes.io/control-plane"
@@ -35,8 +36,8 @@ def pod(owner: str | None = DS) -> dict[str, Any]:
 
 
 @pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as e:
+def emu() -> Iterator[KubeEmulatorExt]:
+    with KubeEmulatorExt() as e:
         e.add_node(NODE, labels={CP: ""})
         yield e
 
@@ -134,3 +135,16 @@ def test_confirm_with_the_api_black_holed_is_bounded_and_keeps_the_watched_view(
         assert took < 5.0  # bounded (the figure itself is measured in bench/agent_bench.py, not asserted here)
     finally:
         hole.close()
+
+
+def test_access_revoked_at_the_stop_reads_as_an_uninstall(emu: KubeEmulatorExt, owner: OwnerWatcher) -> None:
+    """``kubectl delete -k`` deletes the Role (or the ServiceAccount) along with the DaemonSet: a 403 or 401
+    at the stop, from an agent that could read its DaemonSet before, means it is being uninstalled."""
+    emu.create(daemonset())
+    emu.create(pod())
+    owner.start()
+    assert wait_until(lambda: owner.view().selects, 10)
+    emu.fail("GET", f"{DAEMONSETS}/{DS}", 403)
+    view = owner.confirm(5.0)
+    assert view.known and not view.exists and view.successor() is None
+    assert view.gone().startswith(f"DaemonSet {DS} is gone (the agent may no longer read it: ")

@@ -9,9 +9,9 @@ Read this module to learn the protocol; it reads like kubeadm's static-pod upgra
 and on SIGTERM (``Stop``): restore exactly our changes when the agent leaves the node for good, keep them for the
 successor when its DaemonSet still wants a pod here (``stop`` has the decision table). No I/O here, in the style
 of ``restart.decide``: the agent's thread observes the world (plans a write, reads the mirror pod, hears from
-the Lease actor), feeds what it saw in as an event, and executes the actions that come back. Everything the node knows is in the ``Node`` value:
-the phase lives only in ``node.record.phase``, so ``/readyz`` (derived from it) can never disagree with the
-state record or the annotations.
+the Lease actor), feeds what it saw in as an event, and executes the actions that come back. Everything the
+node knows is in the ``Node`` value: the phase lives only in ``node.record.phase``, so ``/readyz`` (derived
+from it) can never disagree with the state record or the annotations.
 
 Phases (``NodeState``): Pending (a write waits for its turn), WaitingForRestart (written, the scheduler must
 come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled), RolledBack,
@@ -42,6 +42,9 @@ LEASE_CONFIRM_WAIT = 0.5
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes): with the Lease's confirm wait, still well under a second.
 OWNER_LOOKUP = 0.25
+#: Seconds the last report may take after a restore the API did not answer (its Lease request timed out): the
+#: report would not get through either, and the pod should not hold its node for the rest of the grace period.
+SILENT_API_REPORT = 2.0
 
 
 # -- the value -------------------------------------------------------------------------------------------------
@@ -230,7 +233,7 @@ class DaemonSetView:
         if not self.known:
             return f"cannot tell whether a successor comes ({self.detail or 'no answer about the DaemonSet'})"
         if not self.exists:
-            return f"DaemonSet {self.name or '?'} is gone"
+            return f"DaemonSet {self.name or '?'} is gone" + (f" ({self.detail})" if self.detail else "")
         if self.deleting:
             return f"DaemonSet {self.name} is being deleted"
         return f"DaemonSet {self.name} no longer selects this node ({self.detail or 'not selected'})"
@@ -254,6 +257,8 @@ class RestoreDone:
     ok: bool
     message: str = ""
     held: bool = False  # the executor holds the rollout turn it took for the restore
+    now: float = 0.0
+    api_silent: bool = False  # the API did not answer the stop's request for the Lease
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
@@ -715,6 +720,8 @@ def stop(node: Node, ev: Stop, opts: Options) -> Step:
 def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
     """The restore ended: Restored (the final report), or an error and exit 1. The turn is released."""
     node = replace(node, turn="held" if ev.held else "none")
+    if ev.api_silent:
+        node = replace(node, stop_until=min(node.stop_until, ev.now + SILENT_API_REPORT))
     if not ev.ok:
         node, rel = _release(node)
         return node, [Count("error:restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,

@@ -721,8 +721,7 @@ class Agent:
             prepared = self._prepared[1] if self._prepared and self._prepared[0] == self._node.record else None
             plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
-            if writes:
-                self._turn_for_restore(action)
+            silent = self._turn_for_restore(action) if writes else False
             lines = self._restore_prepared(prepared) if prepared is not None else None
             if lines is None:
                 if prepared is not None:  # the prepared plan is stale: plan from what is there now
@@ -738,25 +737,27 @@ class Agent:
             if self._node.record.bad_hashes:  # a failed config stays failed for the next agent here
                 self.store.save(State(bad_hashes=self._node.record.bad_hashes))
         except PatcherError as exc:
-            return lifecycle.RestoreDone(False, str(exc), held=self._holds_turn())
-        return lifecycle.RestoreDone(True, held=self._holds_turn())
+            return lifecycle.RestoreDone(False, str(exc), held=self._holds_turn(), now=time.monotonic())
+        return lifecycle.RestoreDone(True, held=self._holds_turn(), now=time.monotonic(), api_silent=silent)
 
     def _holds_turn(self) -> bool:
         return self.coordinator is not None and self.coordinator.held
 
-    def _turn_for_restore(self, action: lifecycle.Restore) -> None:
+    def _turn_for_restore(self, action: lifecycle.Restore) -> bool:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
         scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
         plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
         once, also when the API goes black while another node holds the turn. While it answers "held by
-        another", ask again until ``turn_until``; the restore itself always happens."""
+        another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
+        answer."""
         c = self.coordinator
         if c is None or c.held:
-            return
+            return False
+        silent = True
         while True:
             c.acquire()
             if c.settle(action.confirm_wait):
-                return
+                return False
             if c.unanswered:
                 why = f"the API server did not answer within {action.confirm_wait:g} s"
                 break
@@ -765,11 +766,12 @@ class Agent:
                 break
             left = action.turn_until - time.monotonic()
             if left <= 0:
-                why = f"held by {c.current_holder or '?'} for the whole share of the grace period"
+                why, silent = f"held by {c.current_holder or '?'} for the whole share of the grace period", False
                 break
             if c.wait_held(min(TURN_ASK_INTERVAL, left)):
-                return  # another node restored first; our turn came
+                return False  # another node restored first; our turn came
         log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
+        return silent
 
     def _wait_restored(self, until: float) -> None:
         """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest."""

@@ -9,7 +9,9 @@ field selector, so RBAC can name it). Each change is put on the agent's event qu
 
 At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall's
 pod deletion may race the watch event; a label taken off the Node has no watch here): what it answers wins,
-and when nothing answers in time the watch's view stands. ``view`` is "unknown" until the API answered.
+and when nothing answers in time the watch's view stands. A 401 or 403 there, after the watch worked, means the
+agent's ServiceAccount or Role was deleted: an uninstall (``kubectl delete -k`` deletes them with the
+DaemonSet), read as "gone". ``view`` is "unknown" until the API answered.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import ApiError, NotFound, api_json
+from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
@@ -60,6 +62,7 @@ class OwnerWatcher:
         self._known = False  # the API answered about the DaemonSet (a 404 included)
         self._node: Obj | None = None
         self._detail = "the agent's pod was not read yet"
+        self._revoked = ""  # a 401/403 at the stop: the agent's access went with an uninstall
         self._watcher: ListWatcher | None = None
         self._thread = threading.Thread(target=self._run, name="daemonset-owner", daemon=True)
 
@@ -79,8 +82,11 @@ class OwnerWatcher:
     def view(self) -> DaemonSetView:
         with self._lock:
             name, ds, known, node, detail = self._name, self._daemonset, self._known, self._node, self._detail
+            revoked = self._revoked
         if name is None:
             return DaemonSetView(detail=detail)
+        if revoked:
+            return DaemonSetView(known=True, name=name, detail=revoked)
         if not known:
             return DaemonSetView(name=name, detail=f"no answer about DaemonSet {name} yet")
         if ds is None:
@@ -100,6 +106,10 @@ class OwnerWatcher:
         if name is not None:
             try:
                 self._set_daemonset(self._read_daemonset(name, end - time.monotonic()))
+            except (Unauthorized, Forbidden) as exc:
+                with self._lock:
+                    if self._known:  # it could read the DaemonSet before: the access went with the uninstall
+                        self._revoked = f"the agent may no longer read it: {exc.detail}"
             except ApiError as exc:
                 log.info("no fresh answer about DaemonSet %s at the stop (%s); using the watch's view", name,
                          exc.detail)
