@@ -258,7 +258,7 @@ class RestoreDone:
     message: str = ""
     held: bool = False  # the executor holds the rollout turn it took for the restore
     now: float = 0.0
-    api_silent: bool = False  # the API did not answer the stop's request for the Lease
+    api_silent: bool = False  # the API did not answer the stop (its Lease request, or the mirror pod's watch)
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed

@@ -205,11 +205,10 @@ class Agent:
 
     def request_stop(self, code: int = 0, why: lifecycle.StopWhy = "signal") -> None:
         self._exit_code = self._exit_code or code
-        if not self._stopping.is_set():
-            self._stop_why = why
         if self._stopping.is_set():
             log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
             return
+        self._stop_why = why
         self._stopping.set()
         self._probe_cancel.set()
         self.events.put("stop")
@@ -733,7 +732,7 @@ class Agent:
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes:
-                self._wait_restored(action.restored_until)
+                silent = not self._wait_restored(action.restored_until) or silent
             if self._node.record.bad_hashes:  # a failed config stays failed for the next agent here
                 self.store.save(State(bad_hashes=self._node.record.bad_hashes))
         except PatcherError as exc:
@@ -773,19 +772,25 @@ class Agent:
         log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
         return silent
 
-    def _wait_restored(self, until: float) -> None:
-        """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest."""
+    def _wait_restored(self, until: float) -> bool:
+        """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:
+        the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
         if self.pods is None or not self._holds_turn():
-            return
+            return True
         local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
         written = fsio.mtime_ns(local) or 0
         while time.monotonic() < until:
+            if not getattr(self.pods, "fresh", True):
+                log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
+                            "scheduler", extra=self._log_extra)
+                return False
             if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
                                       manifest_mtime_ns=written, container_name=self._container()):
-                return
+                return True
             time.sleep(0.1)
         log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
                     extra=self._log_extra)
+        return True
 
     def _restore_prepared(self, prepared: engine.PreparedRestore) -> list[str] | None:
         """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
