@@ -280,11 +280,14 @@ def lease_reads(emu: KubeEmulator) -> int:
     return sum(1 for r in emu.requests("GET") if "/leases/" in r.path)
 
 
-def bench_black_hole(n: int, *, pending: bool = False) -> None:
+def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False) -> None:
     """Coordinated mode, Ready, then the API black-holed: SIGTERM -> restored, and -> exit (grace 25 s).
 
     ``pending``: before the black hole, another node holds the rollout Lease and a new config waits for its
-    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s)."""
+    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s). ``uninstall``: the
+    agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), the DaemonSet is deleted, then
+    the black hole: the stop's read of the DaemonSet (0.25 s) and its Lease request (0.5 s) both go unanswered,
+    the slowest way to a restore."""
     from tests.blackhole import BlackHole
 
     if n <= 0:
@@ -296,6 +299,14 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
             emu.add_node("cp-1")
             env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1",
                    "KUBECONFIG": str(emu.write_kubeconfig(Path(t) / "kc"))}
+            if uninstall:
+                env.update(POD_NAME="agent-cp-1", POD_NAMESPACE="scheduler-patcher")
+                emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+                    "name": "scheduler-patcher", "namespace": "scheduler-patcher"}, "spec": {"template": {}}})
+                emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": "agent-cp-1", "namespace": "scheduler-patcher", "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "scheduler-patcher", "uid": "u",
+                         "controller": True}]}})
             proc = subprocess.Popen(run_args(root, src, "--grace-period", "25s"), env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             manifest = root / MANIFEST
@@ -317,6 +328,11 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
                 reads = lease_reads(emu)
                 write_configmap(src, {SOURCE: CONFIG.replace("weight: 1", "weight: 9")})
                 wait(lambda r=reads: lease_reads(emu) > r, 30)  # type: ignore[misc]  # asked, told: not your turn
+            if uninstall:  # the agent watches its DaemonSet; then the uninstall deletes it
+                wait(lambda: any(r.query.get("watch") == "true" for r in emu.requests("GET")
+                                 if "/daemonsets" in r.path), 30)
+                emu.delete("daemonsets", "scheduler-patcher", "scheduler-patcher", "apps")
+                time.sleep(0.3)
             original = KUBEADM.read_bytes()
             port = emu.port
             emu.go_down("refuse")
@@ -331,7 +347,7 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
                 exited.append((time.perf_counter() - t0) * 1000)
             finally:
                 hole.close()
-    what = ", a change waiting for its turn" if pending else ""
+    what = ", a change waiting for its turn" if pending else ", DaemonSet deleted, auto" if uninstall else ""
     summary(f"SIGTERM -> restored, API black-holed (coordinated{what})", restored)
     summary(f"SIGTERM -> exit, API black-holed (grace 25 s{what})", exited)
 
@@ -402,6 +418,7 @@ def main() -> None:
     bench_start(args.starts)
     bench_black_hole(args.black_holes)
     bench_black_hole(args.black_holes, pending=True)
+    bench_black_hole(args.black_holes, uninstall=True)
     bench_rolling_update(args.rolling_updates)
     bench_idle(args.idle_seconds)
 

@@ -31,6 +31,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     # issue 22: the stop (bench/agent_bench.py)
     "SIGTERM -> restored, API black-holed (coordinated)": (1000.0, 1000.0),
     "SIGTERM -> restored, API black-holed (coordinated, a change waiting for its turn)": (1000.0, 1000.0),
+    "SIGTERM -> restored, API black-holed (coordinated, DaemonSet deleted, auto)": (1000.0, 1000.0),
     "scheduler restarts per node during an agent rolling update (restore-on-exit=auto)": (0.0, 0.0),
     "scheduler restarts per node during an agent rolling update (restore-on-exit=always)": (None, None),
     "idle agent CPU % of a core (run --no-api)": (0.03, None),

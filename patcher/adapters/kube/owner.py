@@ -44,6 +44,13 @@ def owner_daemonset(pod: Any) -> str | None:
     return None
 
 
+def _per_attempt(timeout: float) -> float:
+    """The timeout of one attempt, for a call that must end within ``timeout``: the client retries a timed-out
+    GET once (``kube.client``: ``retries = 1``), so each attempt gets half (a black-holed read took twice the
+    bound before)."""
+    return max(0.01, timeout / 2)
+
+
 class OwnerWatcher:
     """Keeps what the agent knows of its DaemonSet; ``view`` and ``confirm`` never raise."""
 
@@ -166,7 +173,7 @@ class OwnerWatcher:
     def _read_daemonset(self, name: str, timeout: float) -> Obj | None:
         try:
             body = api_json(f"read DaemonSet {self.namespace}/{name}", self._apps.read_namespaced_daemon_set, name,
-                            self.namespace, _request_timeout=max(0.01, timeout))
+                            self.namespace, _request_timeout=_per_attempt(timeout))
         except NotFound:
             return None
         return body if isinstance(body, dict) else None
@@ -174,7 +181,7 @@ class OwnerWatcher:
     def _read_node(self, timeout: float) -> None:
         try:
             node = api_json(f"read node {self.node_name}", self._core.read_node, self.node_name,
-                            _request_timeout=max(0.01, timeout))
+                            _request_timeout=_per_attempt(timeout))
         except ApiError as exc:
             log.info("%s", exc)
             return
