@@ -105,9 +105,10 @@ def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
 
 def test_after_a_stop_nothing_but_the_restore_report_moves_the_node() -> None:
     stopped, _ = stop(WAITING, "always", KEEPS)
-    for event in [lc.Planned(NOW, "pending", config_hash="d" * 64, manifest_change=True),
-                  lc.TurnChanged(held=True, refused_bad=False), lc.ProbeDue(NOW),
-                  lc.Stop(NOW, "signal", KEEPS)]:
+    events: list[lc.Event] = [lc.Planned(NOW, "pending", config_hash="d" * 64, manifest_change=True),
+                              lc.TurnChanged(held=True, refused_bad=False), lc.ProbeDue(NOW),
+                              lc.Stop(NOW, "signal", KEEPS)]
+    for event in events:
         assert lc.step(stopped, event, OPTS) == (stopped, [])
 
 

@@ -12,6 +12,7 @@ scheduler's restarts) and real ``scheduler-patcher run`` processes, each started
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import signal
@@ -117,7 +118,7 @@ class Cluster:
         for sim in self.sims.values():
             self.stop_agent(sim, delete_pod=True)
             self.start_agent(sim)
-            assert wait_until(lambda sim=sim: self.settled(sim), 60), sim.logs[-1].read_text()
+            assert wait_until(functools.partial(self.settled, sim), 60), sim.logs[-1].read_text()
         return {n: len(s.kubelet.restarts) - before[n] for n, s in self.sims.items()}
 
     def stop_agent(self, sim: Sim, *, delete_pod: bool = False) -> str:
@@ -198,7 +199,7 @@ def test_a_rolling_update_of_the_agent_restarts_no_scheduler(cluster: Cluster) -
         assert "keeping the patch: DaemonSet scheduler-patcher still selects this node" in log
         assert sim.manifest.read_bytes() == manifests[sim.name]  # nothing written on the way out
         c.start_agent(sim)
-        assert wait_until(lambda sim=sim: c.knows_its_daemonset(sim), 30), sim.logs[-1].read_text()
+        assert wait_until(functools.partial(c.knows_its_daemonset, sim), 30), sim.logs[-1].read_text()
         assert "adopting it without a write" not in sim.logs[-1].read_text()  # Ready on disk: nothing to wait for
     assert wait_until(lambda: all(c.state(n) == "Ready" for n in NODES), 10)
     after = {n: len(s.kubelet.restarts) for n, s in c.sims.items()}
