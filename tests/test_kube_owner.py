@@ -148,3 +148,13 @@ def test_access_revoked_at_the_stop_reads_as_an_uninstall(emu: KubeEmulatorExt, 
     view = owner.confirm(5.0)
     assert view.known and not view.exists and view.successor() is None
     assert view.gone().startswith(f"DaemonSet {DS} is gone (the agent may no longer read it: ")
+
+
+def test_a_node_read_that_failed_at_start_is_retried_with_the_daemonsets_answer(
+        emu: KubeEmulatorExt, owner: OwnerWatcher) -> None:
+    emu.create(daemonset())
+    emu.create(pod())
+    emu.fail("GET", f"/api/v1/nodes/{NODE}", 503)
+    owner.start()
+    assert wait_until(lambda: owner.view().selects, 10), owner.view()
+    assert len(emu.requests("GET", f"/api/v1/nodes/{NODE}")) >= 2

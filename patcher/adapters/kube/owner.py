@@ -197,6 +197,9 @@ class OwnerWatcher:
     def _set_daemonset(self, ds: Obj | None) -> None:
         with self._lock:
             self._daemonset, self._known = ds, True
+            node_unknown = self._node is None
+        if node_unknown and ds is not None:  # the read at start failed: the DaemonSet answers, so may the Node
+            self._read_node(self._connect_timeout)
         self._changed()
 
     def _changed(self) -> None:
