@@ -7,6 +7,8 @@
   ``run --no-api`` and ``run --rollout=independent`` against the emulator;
 * SIGTERM with the API black-holed (accepts, never answers) in coordinated mode: restore and exit times, also
   with a config change waiting for its rollout turn (another node holds the Lease);
+* scheduler restarts per node during a rolling update of the agent (three nodes: agent processes, the API
+  emulator, simulated kubelets), with ``--restore-on-exit=auto`` and, for comparison, ``always``;
 * idle CPU over 120 s, threads, wake-ups per minute (context switches, per thread) and RSS of a real
   ``run --no-api`` process (psutil).
 """
@@ -278,11 +280,14 @@ def lease_reads(emu: KubeEmulator) -> int:
     return sum(1 for r in emu.requests("GET") if "/leases/" in r.path)
 
 
-def bench_black_hole(n: int, *, pending: bool = False) -> None:
+def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False) -> None:
     """Coordinated mode, Ready, then the API black-holed: SIGTERM -> restored, and -> exit (grace 25 s).
 
     ``pending``: before the black hole, another node holds the rollout Lease and a new config waits for its
-    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s)."""
+    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s). ``uninstall``: the
+    agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), the DaemonSet is deleted, then
+    the black hole: the stop's read of the DaemonSet (0.25 s) and its Lease request (0.5 s) both go unanswered,
+    the slowest way to a restore."""
     from tests.blackhole import BlackHole
 
     if n <= 0:
@@ -294,6 +299,14 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
             emu.add_node("cp-1")
             env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1",
                    "KUBECONFIG": str(emu.write_kubeconfig(Path(t) / "kc"))}
+            if uninstall:
+                env.update(POD_NAME="agent-cp-1", POD_NAMESPACE="scheduler-patcher")
+                emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+                    "name": "scheduler-patcher", "namespace": "scheduler-patcher"}, "spec": {"template": {}}})
+                emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": "agent-cp-1", "namespace": "scheduler-patcher", "ownerReferences": [
+                        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "scheduler-patcher", "uid": "u",
+                         "controller": True}]}})
             proc = subprocess.Popen(run_args(root, src, "--grace-period", "25s"), env=env,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             manifest = root / MANIFEST
@@ -315,6 +328,11 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
                 reads = lease_reads(emu)
                 write_configmap(src, {SOURCE: CONFIG.replace("weight: 1", "weight: 9")})
                 wait(lambda r=reads: lease_reads(emu) > r, 30)  # type: ignore[misc]  # asked, told: not your turn
+            if uninstall:  # the agent watches its DaemonSet; then the uninstall deletes it
+                wait(lambda: any(r.query.get("watch") == "true" for r in emu.requests("GET")
+                                 if "/daemonsets" in r.path), 30)
+                emu.delete("daemonsets", "scheduler-patcher", "scheduler-patcher", "apps")
+                time.sleep(0.3)
             original = KUBEADM.read_bytes()
             port = emu.port
             emu.go_down("refuse")
@@ -329,9 +347,34 @@ def bench_black_hole(n: int, *, pending: bool = False) -> None:
                 exited.append((time.perf_counter() - t0) * 1000)
             finally:
                 hole.close()
-    what = ", a change waiting for its turn" if pending else ""
+    what = ", a change waiting for its turn" if pending else ", DaemonSet deleted, auto" if uninstall else ""
     summary(f"SIGTERM -> restored, API black-holed (coordinated{what})", restored)
     summary(f"SIGTERM -> exit, API black-holed (grace 25 s{what})", exited)
+
+
+def bench_rolling_update(rounds: int) -> None:
+    """Issue 22, point 1: SIGTERM the old agent, start the new one (same config), node by node, on three nodes;
+    the simulated kubelet counts each scheduler restart. ``auto`` keeps the patch for the successor (goal 0);
+    ``always``, the old default, restores and the successor patches again (2 per node)."""
+    from tests.e2e.test_agent_upgrade import installed, three_nodes
+
+    if rounds <= 0:
+        return
+    for mode in ("auto", "always"):
+        per_node: list[float] = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as t, three_nodes(Path(t), mode) as cluster:
+                if mode == "auto":
+                    installed(cluster)
+                else:
+                    wait(lambda c=cluster: all(c.settled(s) for s in c.sims.values()), 60)  # type: ignore[misc]
+                per_node += [float(v) for v in cluster.rolling_update().values()]
+                for sim in cluster.sims.values():
+                    cluster.stop_agent(sim)
+        row = rows.Row(f"scheduler restarts per node during an agent rolling update (restore-on-exit={mode})",
+                       len(per_node), *rows.stats(per_node))
+        rows.record(row)
+        print(f"{row.figure:<52} n={row.n:<4} median {row.median:8.1f}      max {row.p99:8.1f}")
 
 
 def bench_idle(seconds: float) -> None:
@@ -367,6 +410,7 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=120)
     ap.add_argument("--starts", type=int, default=100)
     ap.add_argument("--black-holes", type=int, default=3)
+    ap.add_argument("--rolling-updates", type=int, default=1)
     args = ap.parse_args()
     bench_change_to_write(args.changes)
     bench_pod_to_readyz(args.pods)
@@ -374,6 +418,8 @@ def main() -> None:
     bench_start(args.starts)
     bench_black_hole(args.black_holes)
     bench_black_hole(args.black_holes, pending=True)
+    bench_black_hole(args.black_holes, uninstall=True)
+    bench_rolling_update(args.rolling_updates)
     bench_idle(args.idle_seconds)
 
 

@@ -28,6 +28,12 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "exec -> signal-safe floor (python -c, a handler, nothing else)": (None, None),
     "exec -> manifest patched (run --rollout=independent (API emulator))": (700.0, None),
     "SIGTERM -> manifest restored (real process)": (5.0, None),
+    # issue 22: the stop (bench/agent_bench.py)
+    "SIGTERM -> restored, API black-holed (coordinated)": (1000.0, 1000.0),
+    "SIGTERM -> restored, API black-holed (coordinated, a change waiting for its turn)": (1000.0, 1000.0),
+    "SIGTERM -> restored, API black-holed (coordinated, DaemonSet deleted, auto)": (1000.0, 1000.0),
+    "scheduler restarts per node during an agent rolling update (restore-on-exit=auto)": (0.0, 0.0),
+    "scheduler restarts per node during an agent rolling update (restore-on-exit=always)": (None, None),
     "idle agent CPU % of a core (run --no-api)": (0.03, None),
     "idle agent RSS MiB (run --no-api)": (50.0, None),
     # issue 25: the gatekeeper draining 10 000 gated pods (bench/gate_bench.py)

@@ -171,7 +171,7 @@ class Running:
 
     def stop(self) -> int | None:
         self.agent.request_stop()
-        self.thread.join(10)
+        self.thread.join(30)  # a stop may use up to its grace period (25 s) on a loaded machine
         self.wiring.close()
         return self.code
 

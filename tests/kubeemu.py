@@ -95,6 +95,7 @@ DEFAULT_RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "events", "Event", True),
     Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource("apps", "v1", "daemonsets", "DaemonSet", True),
     Resource("events.k8s.io", "v1", "events", "Event", True),
 )
 

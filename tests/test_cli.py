@@ -261,7 +261,7 @@ RUN_FLAG_VALUES = {
     "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
     "--log-format": "json", "--log-level": "debug", "--check-extenders": "false",
-    "--extender-probe-interval": "5m",
+    "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1",
 }
 
 
@@ -274,7 +274,8 @@ def run_config(*argv: str) -> Any:
 def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from patcher.commands.cli import build_parser
 
-    for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE"]:
+    for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE",
+                                                                          "POD_NAME"]:
         monkeypatch.delenv(name, raising=False)
     commands = next(a for a in build_parser(load=[])._actions if isinstance(a, argparse._SubParsersAction))
     run: argparse.ArgumentParser = commands.choices["run"]

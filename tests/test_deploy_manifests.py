@@ -262,6 +262,10 @@ EXPECTED_RULES = {
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["configmaps"],
          "resourceNames": ["scheduler-patcher-status", "extender-readiness"], "verbs": ["get", "update"]}],
+    ("Role", "scheduler-patcher", "scheduler-patcher-daemonset"): [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["scheduler-patcher"],
+         "verbs": ["get", "list", "watch"]}],
 }
 #: Granted although the agent makes no such call: issue 5 asks for nodes get; a pod get costs nothing next to list.
 GRANTED_BEYOND_CODE = {("", "nodes", "get"), ("", "pods", "get")}
@@ -269,7 +273,7 @@ GRANTED_BEYOND_CODE = {("", "nodes", "get"), ("", "pods", "get")}
 #: the user's credentials); the agent only calls ``collect`` and ``publish_status``.
 CALLED_ONLY_BY_CLI = {("", "nodes", "watch")}
 #: The API classes the agent may use, with their group; a call on another class fails the scan below.
-API_GROUPS = {"CoreV1Api": "", "CoordinationV1Api": LEASE_GROUP, "EventsV1Api": "events.k8s.io"}
+API_GROUPS = {"CoreV1Api": "", "CoordinationV1Api": LEASE_GROUP, "EventsV1Api": "events.k8s.io", "AppsV1Api": "apps"}
 
 
 @pytest.mark.parametrize("name", INSTALL)
@@ -462,7 +466,7 @@ def test_the_agent_reads_the_intended_settings(name: str, clean_env: pytest.Monk
     assert args.no_api is False and args.kubeconfig is None  # in-cluster configuration
     assert args.annotation_prefix + "/" == DEFAULT_PREFIX
     assert args.manifest_name == "kube-scheduler.yaml"
-    assert args.restore_on_exit == "always" and args.rollback_on_failure is True
+    assert args.restore_on_exit == "auto" and args.rollback_on_failure is True
     assert args.local_check is (name == "overlays/local-check")
     source_mount = next(m for m in container["volumeMounts"] if m["mountPath"] == args.source)
     assert source_mount["readOnly"] is True and "subPath" not in source_mount  # a subPath never sees updates

@@ -501,6 +501,21 @@ def test_objects_follow_the_release_namespace_and_drop_rbac_they_do_not_need(ren
     assert "extender-readiness" in find(objs, "Role", "scheduler-patcher-status")["rules"][1]["resourceNames"]
 
 
+def test_the_daemonset_role_comes_with_restore_on_exit_auto_only(render: Render) -> None:
+    """``auto`` (the default) reads the agent's own pod and watches its DaemonSet by name; ``always`` and
+    ``never`` read neither, so their release grants neither."""
+    objs = render({}, namespace="ops")
+    role = find(objs, "Role", "scheduler-patcher-daemonset")
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"][1]["resourceNames"] == [find(objs, "DaemonSet")["metadata"]["name"]]
+    env = {e["name"]: e.get("value") for e in find(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+           ["env"]}
+    assert env["PATCHER_RESTORE_ON_EXIT"] == "auto" and "POD_NAME" in env
+    for mode in ("always", "never"):
+        names = {o["metadata"]["name"] for o in render({"agent": {"restoreOnExit": mode}}) if "Role" in o["kind"]}
+        assert "scheduler-patcher-daemonset" not in names, mode
+
+
 def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
     """The drift tests forgive the hook annotations; here they are pinned. Post-delete: while the agents run they
     would patch a restored node again within a second, so the restore must come after the DaemonSet is deleted."""

@@ -250,7 +250,11 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
     f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
-    f.add("--restore-on-exit", "always", "restore the manifest on SIGTERM", choices=["always", "never"])
+    f.add("--restore-on-exit", "auto", "on SIGTERM: restore the manifest when the agent leaves the node for good "
+          "(auto: its DaemonSet is gone, being deleted, no longer selects the node, or cannot be read), always, "
+          "or never", choices=["auto", "always", "never"])
+    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
+          "--restore-on-exit=auto its DaemonSet is read through it")
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
           type=boolean, nargs="?", const=True)
     f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
@@ -316,7 +320,7 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
                                 lease_duration=int(args.rollout_lease_duration)),
         status=StatusSettings(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
                               compat_namespace=args.compat_namespace),
-        listen=args.listen, log_format=args.log_format, log_level=args.log_level,
+        listen=args.listen, log_format=args.log_format, log_level=args.log_level, pod_name=args.pod_name or "",
     )
 
 

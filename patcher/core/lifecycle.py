@@ -6,11 +6,12 @@ Read this module to learn the protocol; it reads like kubeadm's static-pod upgra
     the kubelet to restart the scheduler onto it -> Ready, or roll back (to the last Ready config, else the
     original) -> release the turn
 
-and on SIGTERM: restore exactly our changes. No I/O here, in the style of ``restart.decide``: the agent's
-thread observes the world (plans a write, reads the mirror pod, hears from the Lease actor), feeds what it saw
-in as an event, and executes the actions that come back. Everything the node knows is in the ``Node`` value:
-the phase lives only in ``node.record.phase``, so ``/readyz`` (derived from it) can never disagree with the
-state record or the annotations.
+and on SIGTERM (``Stop``): restore exactly our changes when the agent leaves the node for good, keep them for the
+successor when its DaemonSet still wants a pod here (``stop`` has the decision table). No I/O here, in the style
+of ``restart.decide``: the agent's thread observes the world (plans a write, reads the mirror pod, hears from
+the Lease actor), feeds what it saw in as an event, and executes the actions that come back. Everything the
+node knows is in the ``Node`` value: the phase lives only in ``node.record.phase``, so ``/readyz`` (derived
+from it) can never disagree with the state record or the annotations.
 
 Phases (``NodeState``): Pending (a write waits for its turn), WaitingForRestart (written, the scheduler must
 come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled; or the state
@@ -20,6 +21,10 @@ The state folder is an edge of its own: when the record cannot be saved (read-on
 may be written (a write that is not recorded cannot be undone), so the node is Failed with the folder's error,
 every other event waits, and the folder is tried again with a doubling delay; once it takes the record the
 node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``).
+
+The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
+the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
+``Keep``, then ``ReleaseTurn`` and ``Finish``; the executor reports the restore back with ``RestoreDone``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,19 @@ from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 
 Level = Literal["info", "warning", "error"]
+RestoreOnExit = Literal["auto", "always", "never"]
+StopWhy = Literal["signal", "api-unavailable"]
+
+#: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
+#: the restore must follow SIGTERM within a second whatever the API does (issue 22). At most 40 % of the grace
+#: period, the share the whole wait for the turn may take.
+LEASE_CONFIRM_WAIT = 0.5
+#: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
+#: when no answer comes): with the Lease's confirm wait, still well under a second.
+OWNER_LOOKUP = 0.25
+#: Seconds the last report may take after a restore the API did not answer (its Lease request timed out): the
+#: report would not get through either, and the pod should not hold its node for the rest of the grace period.
+SILENT_API_REPORT = 2.0
 
 
 # -- the value -------------------------------------------------------------------------------------------------
@@ -71,6 +89,7 @@ class Node:
     wait: Wait | None = None
     turn: Literal["none", "asked", "held"] = "none"
     stopping: bool = False
+    stop_until: float = 0.0  # set by Stop: when the stop's own work must be done (monotonic)
     #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
     #: probes of the current one failed in a row (the retry backoff).
     probing: str = ""
@@ -103,6 +122,12 @@ class Options:
     #: ``state_retry_max``.
     state_retry: float = 2.0
     state_retry_max: float = 60.0
+    #: On a stop: restore when the agent leaves the node for good (``auto``: its DaemonSet is gone, being
+    #: deleted, no longer selects this node, or cannot be known), always, or never.
+    restore_on_exit: RestoreOnExit = "auto"
+    #: The stop's budget (the pod's terminationGracePeriodSeconds less a margin): every wait of the stop
+    #: ends within it.
+    grace_period: float = 25.0
 
 
 # -- events (what the agent observed) ----------------------------------------------------------------------
@@ -203,8 +228,58 @@ class ProbeDue:
 
 
 @dataclass(frozen=True)
+class DaemonSetView:
+    """What the agent knows of the DaemonSet that owns its pod (``patcher.adapters.kube.owner`` keeps it).
+
+    ``known``: the API answered about it since the agent started (a DaemonSet that is gone, 404, is known
+    too); everything else means something only when it is. ``selects``: its pod template still schedules a
+    pod on this node (nodeSelector, required node affinity, NoSchedule/NoExecute taints against tolerations).
+    """
+
+    known: bool = False
+    exists: bool = False
+    deleting: bool = False  # metadata.deletionTimestamp is set
+    selects: bool = False
+    name: str = ""
+    detail: str = ""  # why it does not select this node, or why it is unknown (for the log)
+
+    def successor(self) -> str | None:
+        """Why a successor pod will come to this node, or None when none will (or none can be known)."""
+        if self.known and self.exists and not self.deleting and self.selects:
+            return f"DaemonSet {self.name} still selects this node"
+        return None
+
+    def gone(self) -> str:
+        """Why no successor comes (when ``successor()`` is None)."""
+        if not self.known:
+            return f"cannot tell whether a successor comes ({self.detail or 'no answer about the DaemonSet'})"
+        if not self.exists:
+            return f"DaemonSet {self.name or '?'} is gone" + (f" ({self.detail})" if self.detail else "")
+        if self.deleting:
+            return f"DaemonSet {self.name} is being deleted"
+        return f"DaemonSet {self.name} no longer selects this node ({self.detail or 'not selected'})"
+
+
+@dataclass(frozen=True)
 class Stop:
-    """SIGTERM/SIGINT (or a stop request): restore, unless told not to."""
+    """SIGTERM/SIGINT or a stop request, at ``now`` (monotonic), and why; ``daemonset``: what the agent
+    knows of its DaemonSet at that moment (read by ``restore_on_exit=auto`` only)."""
+
+    now: float = 0.0
+    why: StopWhy = "signal"
+    daemonset: DaemonSetView = field(default_factory=DaemonSetView)
+
+
+@dataclass(frozen=True)
+class RestoreDone:
+    """The executor's report of a ``Restore``: ``ok`` (the manifest carries nothing of ours), else the error.
+    The record keeps only the configs that failed (a config that failed stays failed)."""
+
+    ok: bool
+    message: str = ""
+    held: bool = False  # the executor holds the rollout turn it took for the restore
+    now: float = 0.0
+    api_silent: bool = False  # the API did not answer the stop (its Lease request, or the mirror pod's watch)
 
 
 @dataclass(frozen=True)
@@ -225,7 +300,7 @@ class StateFolderOk:
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
-         | ProbeDue | Stop | StateFolderFailed | StateFolderOk)
+         | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -313,8 +388,38 @@ class RetryLater:
 
 
 @dataclass(frozen=True)
-class RestoreAll:
-    """Restore the manifest and remove our files (the executor reports nothing back: the process ends)."""
+class Restore:
+    """Restore the manifest and remove our files (the prepared restore first), report with ``RestoreDone``.
+
+    When the restore writes the manifest and the rollout is coordinated, the executor first asks for the
+    rollout Lease, so that an uninstall restarts one scheduler at a time: each request that gets no answer
+    within ``confirm_wait`` seconds means the API does not answer (no scheduler schedules then: there is
+    nothing to serialise) and the restore goes ahead at once without the Lease; while the API answers that
+    another node holds it, the executor asks again until ``turn_until``, then restores anyway. Holding the
+    Lease, it waits until ``restored_until`` for the scheduler to run the restored manifest. All three bounds
+    are on the monotonic clock, computed by the step from the grace period."""
+
+    reason: str
+    confirm_wait: float
+    turn_until: float
+    restored_until: float
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Leave the manifest, the config files, the state record and the Node's annotations as they are: a
+    successor adopts them without a write. ``reason`` says why (the log and a ``PatchKept`` event)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The last action of a stop: close the rollout Lease (its release sent), send the pending report,
+    all before ``until`` (monotonic); then the process exits with ``code``."""
+
+    until: float
+    code: int = 0
 
 
 @dataclass(frozen=True)
@@ -325,7 +430,7 @@ class CheckStateFolder:
 
 
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Replan
-          | Probe | RetryLater | RestoreAll | CheckStateFolder)
+          | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
 Step = tuple[Node, list[Action]]
 
 
@@ -642,11 +747,79 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Options) -> Step:
                               f"attempt{'s' if f.failures != 1 else ''}; the node is {phase.value}"), *acts, Replan()]
 
 
+# -- the stop ------------------------------------------------------------------------------------------------
+
+
+def stop_budget(now: float, opts: Options) -> tuple[float, float, float, float]:
+    """The stop's deadlines from the grace period: (confirm wait in seconds, turn until, restored until, end).
+
+    ``end`` keeps a reserve for the teardown of the API adapters (bounded at 1 s by the runner) and the process
+    exit, which on a loaded 2-core node took up to 3 s more (a 3 s reserve let the exit overrun a 25 s grace
+    period by up to 2.9 s). The turn may take 40 % of the grace period, the wait for the restored scheduler
+    up to 70 % and never the last 2 s before ``end`` (the release and the report come after it)."""
+    g = opts.grace_period
+    end = now + g - min(5.0, 0.2 * g)
+    return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
+
+
+def stop(node: Node, ev: Stop, opts: Options) -> Step:
+    """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
+
+    ==========  ===============================================================  =========================
+    mode        DaemonSet (as last seen, refreshed at the stop when it answers)  on the stop
+    ==========  ===============================================================  =========================
+    always      any                                                              restore
+    never       any                                                              keep
+    auto        exists, not being deleted, still selects this node               keep (a successor comes)
+    auto        gone (404), being deleted, or no longer selects this node        restore (uninstall)
+    auto        unknown: no answer about it since start (or no pod identity)     restore
+    ==========  ===============================================================  =========================
+
+    A stop that keeps leaves the rollout turn held while a write waits for its restart (the successor resumes
+    the wait under the same holder name, and no other node may start a restart meanwhile); any other turn,
+    asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
+    confirm, turn_until, restored_until, end = stop_budget(ev.now, opts)
+    waiting = node.wait is not None
+    node = replace(node, stopping=True, stop_until=end, wait=None, probing="")
+    successor = ev.daemonset.successor()
+    if opts.restore_on_exit == "never" or (opts.restore_on_exit == "auto" and successor is not None):
+        reason = ("--restore-on-exit=never" if opts.restore_on_exit == "never"
+                  else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
+        acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]
+        if waiting and node.turn == "held":
+            acts.append(Log("info", "the rollout turn stays held for the successor, which resumes the wait for "
+                                    "the scheduler's restart"))
+            node = replace(node, turn="none")  # not ours to release: the successor renews it
+        else:
+            node, rel = _release(node)
+            acts += rel
+        return node, [*acts, Finish(end)]
+    reason = "--restore-on-exit=always" if opts.restore_on_exit == "always" else ev.daemonset.gone()
+    # The restore first: the log line after it costs a write to stdout that SIGTERM -> restored need not wait for.
+    return node, [Restore(reason, confirm, turn_until, restored_until),
+                  Log("info", f"stop ({ev.why}): restore on exit: {reason}")]
+
+
+def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
+    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released."""
+    node = replace(node, turn="held" if ev.held else "none")
+    if ev.api_silent:
+        node = replace(node, stop_until=min(node.stop_until, ev.now + SILENT_API_REPORT))
+    if not ev.ok:
+        node, rel = _release(node)
+        return node, [Count("error:restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
+                      Finish(node.stop_until, code=1)]
+    record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
+    node, acts = _phase(node, NodeState.RESTORED, record=record)
+    node, rel = _release(node)
+    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
+
+
 def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -> Step:
     """The one transition function. ``pending_config``: the config a turn was asked for (for a refusal)."""
-    if node.stopping and not isinstance(event, Stop):
-        return node, []  # after SIGTERM nothing but the restore happens
-    if node.fault is not None and not isinstance(event, (Stop, StateFolderFailed, StateFolderOk)):
+    if node.stopping and not isinstance(event, RestoreDone):
+        return node, []  # after SIGTERM nothing but the restore (or the keep) happens
+    if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk)):
         return node, []  # nothing is planned, written or judged while the record cannot be saved
     match event:
         case Resumed():
@@ -674,7 +847,9 @@ def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -
         case StateFolderOk():
             return state_folder_ok(node, event, opts)
         case Stop():
-            return replace(node, stopping=True, wait=None), [RestoreAll()]
+            return stop(node, event, opts)
+        case RestoreDone():
+            return restore_done(node, event, opts)
     raise AssertionError(f"unknown event {event!r}")
 
 

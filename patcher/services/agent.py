@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 from patcher.adapters import fsio, signals
 from patcher.adapters.health import Health, Metrics
@@ -40,7 +40,8 @@ from patcher.services import engine, extcheck
 log = logging.getLogger("patcher.services.agent")
 
 # "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the Lease actor's
-# snapshot changed), "attached" (the API adapters are there), "stop"
+# snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the API adapters
+# are there), "stop"
 Event = str
 
 
@@ -73,10 +74,16 @@ class Coordinator(Protocol):
     def close(self, timeout: float) -> None: ...
 
 
-#: Seconds a stop waits for the API to answer its request for the rollout Lease before restoring without it
-#: (at most 40 % of the grace period, the share the whole wait for the turn may take): the restore must
-#: follow SIGTERM within a second whatever the API does (issue 22).
-LEASE_CONFIRM_WAIT: Final = 0.5
+class OwnerSource(Protocol):
+    """What the agent knows of the DaemonSet that owns its pod (``patcher.adapters.kube.owner``)."""
+
+    def view(self) -> lifecycle.DaemonSetView: ...
+    def confirm(self, timeout: float) -> lifecycle.DaemonSetView: ...
+
+
+#: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
+#: the step's confirm wait, so an API that goes black meanwhile ends the wait within a second).
+TURN_ASK_INTERVAL: Final = 0.25
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ class AgentOptions:
     resync_interval: float = 300.0
     restart_timeout: float = 600.0
     rollback_on_failure: bool = True
-    restore_on_exit: Literal["always", "never"] = "always"
+    restore_on_exit: lifecycle.RestoreOnExit = "auto"
     local_check: bool = False  # psutil on the node's process table (needs hostPID)
     debounce: float = 0.02  # quiet time after a folder event (open writers are waited for on top: watch.py)
     crash_restarts: int = 2  # restarts after our write that make a crash loop
@@ -128,13 +135,17 @@ class Agent:
         self.metrics = metrics or Metrics()
         self.fallback_version = fallback_version
         self.coordinator = coordinator
+        self.owner: OwnerSource | None = None  # set by ``attach`` when the agent knows its pod
+        self._owner_said = ""
+        self._stop_why: lifecycle.StopWhy = "signal"
         self.on_phase = on_phase  # e.g. republish the cluster verdict
         self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
                                        rollback_on_failure=opts.rollback_on_failure,
                                        coordinated=coordinator is not None if coordinated is None else coordinated,
                                        check_extenders=opts.check_extenders, probe_retry=opts.probe_retry,
                                        probe_retry_max=opts.probe_retry_max, state_retry=opts.state_retry,
-                                       state_retry_max=opts.state_retry_max)
+                                       state_retry_max=opts.state_retry_max,
+                                       restore_on_exit=opts.restore_on_exit, grace_period=opts.grace_period)
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
@@ -192,9 +203,10 @@ class Agent:
         self.events.put(event)
 
     def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
-               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None) -> None:
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
+               owner: OwnerSource | None = None) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event."""
-        self.reporter, self.pods, self.coordinator = reporter, pods, coordinator
+        self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self._attached_event.set()
         self.notify("attached")
@@ -203,13 +215,14 @@ class Agent:
         """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
         wait for them to report (it would wait half the grace period for nothing)."""
         self._attached_event.set()
-        self.request_stop(code=1)
+        self.request_stop(code=1, why="api-unavailable")
 
-    def request_stop(self, code: int = 0) -> None:
+    def request_stop(self, code: int = 0, why: lifecycle.StopWhy = "signal") -> None:
         self._exit_code = self._exit_code or code
         if self._stopping.is_set():
             log.warning("second stop signal ignored: the restore is running and must finish", extra=self._log_extra)
             return
+        self._stop_why = why
         self._stopping.set()
         self._probe_cancel.set()
         self.events.put("stop")
@@ -331,6 +344,8 @@ class Agent:
             self._turn_changed()
         elif event == "attached":
             self._attached()
+        elif event == "daemonset":
+            self._daemonset_changed()
         elif event == "probe":
             self._feed(self._probe_done.get_nowait())
         elif self._state_retry_at is not None and time.monotonic() >= self._state_retry_at:
@@ -358,6 +373,16 @@ class Agent:
             self._periodic_probe_at = None
         elif self._periodic_probe_at is None and not n.probing:
             self._periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
+
+    def _daemonset_changed(self) -> None:
+        """The owner's watch saw a change: say (once per change) what a stop would do now."""
+        if self.owner is None or self.rules.restore_on_exit != "auto":
+            return
+        view = self.owner.view()
+        said = f"a stop keeps the patch: {view.successor()}" if view.successor() else f"a stop restores: {view.gone()}"
+        if said != self._owner_said:
+            self._owner_said = said
+            log.info("%s", said, extra=self._log_extra)
 
     def _attached(self) -> None:
         self._api_pending = False
@@ -483,7 +508,7 @@ class Agent:
         record = self._node.record
         previous = self._prepared[1] if self._prepared is not None else None
         prepared = None
-        if self.opts.restore_on_exit == "always" and record.patched:
+        if self.opts.restore_on_exit != "never" and record.patched:
             try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
                 prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
             except PatcherError:
@@ -520,8 +545,12 @@ class Agent:
                 self._probe_retry_at = time.monotonic() + delay
             case lifecycle.CheckStateFolder(delay=delay):
                 self._state_retry_at = time.monotonic() + delay
-            case lifecycle.RestoreAll():
-                pass  # the loop ends and shutdown() restores
+            case lifecycle.Keep():
+                self._keep(action)
+            case lifecycle.Finish():
+                self._finish(action)
+            case lifecycle.Restore():
+                raise AssertionError("a Restore is executed by shutdown(), which feeds its report back")
 
     def _report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
         """To the Node's annotations and events; nothing before the API adapters are attached (the agent
@@ -767,78 +796,41 @@ class Agent:
                           restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
                           message=r.message)
 
-    # -- stopping -------------------------------------------------------------------------------------------
-
-    def _lease_confirm_wait(self) -> float:
-        """How long a stop waits for the API to answer its request for the rollout Lease."""
-        return min(LEASE_CONFIRM_WAIT, 0.4 * self.opts.grace_period)
-
-    def _turn_for_restore(self, started: float) -> None:
-        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
-        scheduler at a time. When the API does not answer the request within ``_lease_confirm_wait`` (the
-        control plane is down or black-holed: no scheduler can schedule then, there is nothing to serialise)
-        the restore goes ahead at once, even if the API answered before. Only when it answers that another
-        node holds the turn does the restore wait for it, and never past 40 % of the grace period: the
-        restore itself must happen."""
-        c = self.coordinator
-        if c is None or c.held:
-            return
-        c.acquire()
-        wait = self._lease_confirm_wait()
-        if c.settle(wait):
-            return
-        if c.unanswered:
-            why = f"the API server did not answer within {wait:g} s"
-        elif not c.api_answered:
-            why = "the API server does not answer"
-        elif c.wait_held(started + 0.4 * self.opts.grace_period - time.monotonic()):
-            return  # another node restored first; our turn came
-        else:
-            why = f"held by {c.current_holder or '?'}"
-        log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
-
-    def _wait_restored(self, started: float) -> None:
-        """While holding the Lease, wait (bounded) until the scheduler runs the restored manifest."""
-        if self.pods is None or self.coordinator is None or not self.coordinator.held:
-            return
-        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
-        written = fsio.mtime_ns(local) or 0
-        deadline = min(started + 0.7 * self.opts.grace_period, self._budget_end(started) - 2.0)
-        while time.monotonic() < deadline:
-            if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
-                                      manifest_mtime_ns=written, container_name=self._container()):
-                return
-            time.sleep(0.1)
-        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
-                    extra=self._log_extra)
-
-    def _budget_end(self, started: float) -> float:
-        """When the shutdown's own work must be done: the grace period less a reserve for the teardown of
-        the API adapters (bounded at 1 s by the runner) and the process exit, which on a loaded 2-core node
-        took up to 3 s more (a 3 s reserve let the exit overrun a 25 s grace period by up to 2.9 s)."""
-        return started + self.opts.grace_period - min(5.0, 0.2 * self.opts.grace_period)
+    # -- stopping: the lifecycle decides (``lifecycle.stop``), this executes ---------------------------------
 
     def shutdown(self) -> int:
-        """Restore (unless told not to), then release the rollout turn and report, all within the grace
-        period. Returns the exit code."""
-        started = time.monotonic()
-        self._node, _ = lifecycle.step(self._node, lifecycle.Stop(), self.rules)
-        code = self._exit_code
-        restored = self._restore_on_exit(started) if self.opts.restore_on_exit == "always" else True
-        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
-            self.watcher.stop()
-        self._hand_over(started)
-        return code or (0 if restored else 1)
+        """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
+        release the turn, report, each wait bounded by the deadlines the step computed. Returns the exit code."""
+        event: lifecycle.Event | None = lifecycle.Stop(time.monotonic(), self._stop_why, self._daemonset_view())
+        while event is not None:
+            self.node, actions = lifecycle.step(self._node, event, self.rules)
+            event = None
+            for action in actions:
+                if isinstance(action, lifecycle.Restore):
+                    event = self._restore(action)  # its report is the next event, not a nested feed
+                else:
+                    self._execute(action)
+        return self._exit_code
 
-    def _restore_on_exit(self, started: float) -> bool:
-        """Put back exactly what we changed, holding the rollout turn when the manifest is written; False when
-        the restore failed (the error is logged and counted)."""
+    def _daemonset_view(self) -> lifecycle.DaemonSetView:
+        """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
+        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
+        if self.rules.restore_on_exit != "auto":
+            return lifecycle.DaemonSetView()
+        if self.owner is None:
+            why = "the API adapters are not there" if self._api_pending or self.reporter is None else (
+                "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
+            return lifecycle.DaemonSetView(detail=why)
+        return self.owner.confirm(lifecycle.OWNER_LOOKUP)
+
+    def _restore(self, action: lifecycle.Restore) -> lifecycle.RestoreDone:
+        """Put back exactly what we changed, the prepared restore first; take the rollout turn before the
+        manifest is written (within the action's bounds), and, holding it, wait for the restored scheduler."""
         try:
             prepared = self._prepared[1] if self._prepared and self._prepared[0] == self._node.record else None
             plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
-            if writes:
-                self._turn_for_restore(started)
+            silent = self._turn_for_restore(action) if writes else False
             lines = self._restore_prepared(prepared) if prepared is not None else None
             if lines is None:
                 if prepared is not None:  # the prepared plan is stale: plan from what is there now
@@ -846,22 +838,73 @@ class Agent:
                 try:
                     lines = engine.restore(self.files, plan)
                 except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
-                    plan = engine.plan_restore(self.files)
-                    lines = engine.restore(self.files, plan)
+                    lines = engine.restore(self.files, engine.plan_restore(self.files))
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes:
-                self._wait_restored(started)
-            self.metrics.restored()
-            record = State(bad_hashes=self._node.record.bad_hashes)  # a failed config stays failed
-            if record.bad_hashes:
-                self.store.save(record)
-            self.node = Node(record=replace(record, phase=NodeState.RESTORED.value), stopping=True)
-            return True
+                silent = not self._wait_restored(action.restored_until) or silent
+            if self._node.record.bad_hashes:  # a failed config stays failed for the next agent here
+                try:
+                    self.store.save(State(bad_hashes=self._node.record.bad_hashes))
+                except PatcherError as exc:  # the manifest is restored: that is what the stop is for
+                    log.warning("the manifest is restored, but the configs that failed here cannot be recorded "
+                                "for the next agent: %s", exc, extra=self._log_extra)
         except PatcherError as exc:
-            self.metrics.error("restore")
-            log.error("restore on exit failed: %s", exc, extra=self._log_extra)
+            return lifecycle.RestoreDone(False, str(exc), held=self._holds_turn(), now=time.monotonic())
+        return lifecycle.RestoreDone(True, held=self._holds_turn(), now=time.monotonic(), api_silent=silent)
+
+    def _holds_turn(self) -> bool:
+        return self.coordinator is not None and self.coordinator.held
+
+    def _turn_for_restore(self, action: lifecycle.Restore) -> bool:
+        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
+        scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
+        plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
+        once, also when the API goes black while another node holds the turn. While it answers "held by
+        another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
+        answer."""
+        c = self.coordinator
+        if c is None or c.held:
             return False
+        silent = True
+        while True:
+            c.acquire()
+            if c.settle(action.confirm_wait):
+                return False
+            if c.unanswered:
+                why = f"the API server did not answer within {action.confirm_wait:g} s"
+                break
+            if not c.api_answered:
+                why = "the API server does not answer"
+                break
+            left = action.turn_until - time.monotonic()
+            if left <= 0:
+                why, silent = f"held by {c.current_holder or '?'} for the whole share of the grace period", False
+                break
+            if c.wait_held(min(TURN_ASK_INTERVAL, left)):
+                return False  # another node restored first; our turn came
+        log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
+        return silent
+
+    def _wait_restored(self, until: float) -> bool:
+        """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:
+        the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
+        if self.pods is None or not self._holds_turn():
+            return True
+        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        written = fsio.mtime_ns(local) or 0
+        while time.monotonic() < until:
+            if not getattr(self.pods, "fresh", True):
+                log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
+                            "scheduler", extra=self._log_extra)
+                return False
+            if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      manifest_mtime_ns=written, container_name=self._container()):
+                return True
+            time.sleep(0.1)
+        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
+                    extra=self._log_extra)
+        return True
 
     def _restore_prepared(self, prepared: engine.PreparedRestore) -> list[str] | None:
         """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
@@ -874,17 +917,26 @@ class Agent:
             return None
         return lines + engine.finish_restore(self.files, prepared)
 
-    def _hand_over(self, started: float) -> None:
-        """Release the rollout turn and publish the final state, in what is left of the grace period."""
-        if self.coordinator is not None and self.coordinator.held:
-            self.coordinator.release()
-        end = self._budget_end(started)
+    def _keep(self, action: lifecycle.Keep) -> None:
+        """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""
+        if self._prepared is not None:
+            engine.discard(self._prepared[1])
+            self._prepared = None
+        if self.reporter is not None:
+            self.reporter.note("PatchKept", action.reason)
+
+    def _finish(self, action: lifecycle.Finish) -> None:
+        """Stop the folder watch, close the Lease (its release sent) and send the pending report, by
+        ``action.until``."""
+        self._exit_code = self._exit_code or action.code
+        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
+            self.watcher.stop()
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.2, 0.5 * (end - time.monotonic())))
+            self.coordinator.close(max(0.2, 0.5 * (action.until - time.monotonic())))
         if self._api_pending and self.reporter is None:  # stopped while the API side was still being built:
             # the manifest is restored already; give the report a share of what is left of the grace period
-            self._attached_event.wait(max(0.0, 0.5 * (end - time.monotonic())))
-        if self.reporter is not None and self.phase == NodeState.RESTORED:
-            self.reporter.publish(NodeStatus(state=NodeState.RESTORED))
-        if self.reporter is not None and not self.reporter.flush(max(0.2, end - time.monotonic())):
+            self._attached_event.wait(max(0.0, 0.5 * (action.until - time.monotonic())))
+            if self.reporter is not None and self.phase == NodeState.RESTORED:
+                self.reporter.publish(self._status())
+        if self.reporter is not None and not self.reporter.flush(max(0.2, action.until - time.monotonic())):
             log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)

@@ -57,11 +57,19 @@ class AgentConfig:
     listen: str = ":9808"  # /healthz, /livez, /readyz and /metrics
     log_format: LogFormat = "text"
     log_level: LogLevel = "info"
+    #: The agent's own pod in ``namespace`` (downward API): with ``restore_on_exit=auto`` the agent watches the
+    #: DaemonSet that owns it. Empty: unknown, and a stop restores.
+    pod_name: str = ""
 
     @property
     def coordinated(self) -> bool:
         """Take the rollout turn before a write: only with an API to hold the Lease through."""
         return self.api is not None and self.rollout.mode == "coordinated"
+
+    @property
+    def watches_owner(self) -> bool:
+        """Watch the owning DaemonSet: only ``auto`` reads it, and only a pod with a name can have one."""
+        return self.api is not None and self.agent.restore_on_exit == "auto" and bool(self.pod_name)
 
     @property
     def publishes_status(self) -> bool:

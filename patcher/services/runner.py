@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run wit
     from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.client import TimeoutApiClient
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
+    from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.services.rollout import RolloutLease
     from patcher.services.statuspub import StatusPublisher
 
@@ -103,10 +104,13 @@ class ApiParts:
     coordinator: RolloutLease | None
     publisher: StatusPublisher | None
     versions: _VersionCache
+    owner: OwnerWatcher | None = None
 
     def start(self) -> None:
         self.reporter.start()
         self.pods.start()
+        if self.owner is not None:
+            self.owner.start()
         if self.publisher is not None:
             self.publisher.start()
         self.versions.start()
@@ -115,6 +119,8 @@ class ApiParts:
         self.versions.stop()
         if self.publisher is not None:
             self.publisher.stop()
+        if self.owner is not None:
+            self.owner.stop()
         self.pods.stop()
         self.reporter.close()
         self.api.close()
@@ -126,7 +132,7 @@ class ApiParts:
 
     def attach_to(self, agent: Agent) -> None:
         agent.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
-                     fallback_version=self.versions, on_phase=self.on_phase)
+                     fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
 
 
 def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Event], None],
@@ -134,6 +140,7 @@ def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Eve
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
     from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+    from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.services.rollout import RolloutLease
     from patcher.services.statuspub import StatusPublisher, StatusTarget
 
@@ -157,7 +164,11 @@ def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Eve
             namespace=config.namespace, prefix=files.prefix + "/", static_pod_name=name,
             mirror_namespace=namespace, compat_csi_baremetal=s.compat_csi_baremetal,
             compat_namespace=s.compat_namespace))
-    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api))
+    owner = None
+    if config.watches_owner:
+        owner = OwnerWatcher(api, config.namespace, config.pod_name, node_name,
+                             backoff=Backoff(*retry) if retry else None, on_update=lambda: notify("daemonset"))
+    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner)
 
 
 class Wiring:
@@ -227,6 +238,7 @@ def build_agent(config: AgentConfig, api: Api) -> Wiring:
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
                   on_phase=parts.on_phase if parts else None)
+    agent.owner = parts.owner if parts else None
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 

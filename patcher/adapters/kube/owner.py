@@ -1,0 +1,210 @@
+"""The DaemonSet that owns the agent's pod, watched: does it still want a pod on this node?
+
+``--restore-on-exit=auto`` keeps the patch on SIGTERM when a successor pod will come (a rolling update, a pod
+deleted by hand, an eviction) and restores it when the agent leaves the node for good (the DaemonSet is being
+deleted, is gone, or no longer selects this node). This adapter learns the answer ahead of the signal: its own
+thread reads the agent's pod (downward API ``POD_NAME``/``POD_NAMESPACE``), follows the ownerReference of kind
+DaemonSet, reads this Node, and then watches that one DaemonSet (list-then-watch with a ``metadata.name``
+field selector, so RBAC can name it). Each change is put on the agent's event queue (``"daemonset"``).
+
+At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall's
+pod deletion may race the watch event; a label taken off the Node has no watch here): what it answers wins,
+and when nothing answers in time the watch's view stands. A 401 or 403 there, after the watch worked, means the
+agent's ServiceAccount or Role was deleted: an uninstall (``kubectl delete -k`` deletes them with the
+DaemonSet), read as "gone". ``view`` is "unknown" until the API answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client as k8s
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.core import placement
+from patcher.core.kubeobj import Obj, dig
+from patcher.core.lifecycle import DaemonSetView
+
+log = logging.getLogger(__name__)
+
+
+def owner_daemonset(pod: Any) -> str | None:
+    """The name of the DaemonSet among the pod's ownerReferences (the controller one first), or None."""
+    refs = [r for r in dig(pod, "metadata", "ownerReferences") or [] if isinstance(r, dict)]
+    refs.sort(key=lambda r: not r.get("controller"))
+    for ref in refs:
+        if ref.get("kind") == "DaemonSet" and str(ref.get("apiVersion", "")).startswith("apps/") and ref.get("name"):
+            return str(ref["name"])
+    return None
+
+
+def _per_attempt(timeout: float) -> float:
+    """The timeout of one attempt, for a call that must end within ``timeout``: the client retries a timed-out
+    GET once (``kube.client``: ``retries = 1``), so each attempt gets half (a black-holed read took twice the
+    bound before)."""
+    return max(0.01, timeout / 2)
+
+
+class OwnerWatcher:
+    """Keeps what the agent knows of its DaemonSet; ``view`` and ``confirm`` never raise."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, pod_name: str, node_name: str, *,
+                 on_update: Callable[[], None] | None = None, backoff: Backoff | None = None,
+                 watch_timeout_s: int = 240, connect_timeout_s: float = 5.0) -> None:
+        self.namespace, self.pod_name, self.node_name = namespace, pod_name, node_name
+        self._core, self._apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+        self._on_update = on_update
+        self._backoff = backoff if backoff is not None else Backoff(1.0, 30.0)
+        self._watch_timeout, self._connect_timeout = watch_timeout_s, connect_timeout_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._name: str | None = None  # the DaemonSet, once the pod was read
+        self._daemonset: Obj | None = None
+        self._known = False  # the API answered about the DaemonSet (a 404 included)
+        self._node: Obj | None = None
+        self._detail = "the agent's pod was not read yet"
+        self._revoked = ""  # a 401/403 at the stop: the agent's access went with an uninstall
+        self._watcher: ListWatcher | None = None
+        self._thread = threading.Thread(target=self._run, name="daemonset-owner", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        with self._lock:
+            watcher = self._watcher
+        if watcher is not None:
+            watcher.stop(timeout)
+
+    # -- what the agent reads ------------------------------------------------------------------------------
+
+    def view(self) -> DaemonSetView:
+        with self._lock:
+            name, ds, known, node, detail = self._name, self._daemonset, self._known, self._node, self._detail
+            revoked = self._revoked
+        if name is None:
+            return DaemonSetView(detail=detail)
+        if revoked:
+            return DaemonSetView(known=True, name=name, detail=revoked)
+        if not known:
+            return DaemonSetView(name=name, detail=f"no answer about DaemonSet {name} yet")
+        if ds is None:
+            return DaemonSetView(known=True, name=name)
+        deleting = bool(dig(ds, "metadata", "deletionTimestamp"))
+        if node is None:
+            return DaemonSetView(name=name, exists=True, deleting=deleting,
+                                 detail=f"Node {self.node_name} was not read yet")
+        fits, why = placement.selects(ds, node)
+        return DaemonSetView(known=True, exists=True, deleting=deleting, selects=fits, name=name, detail=why)
+
+    def confirm(self, timeout: float) -> DaemonSetView:
+        """Read the DaemonSet and the Node once more, both within ``timeout`` seconds; then ``view()``."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            name = self._name
+        if name is not None:
+            try:
+                self._set_daemonset(self._read_daemonset(name, end - time.monotonic()))
+            except (Unauthorized, Forbidden) as exc:
+                with self._lock:
+                    if self._known:  # it could read the DaemonSet before: the access went with the uninstall
+                        self._revoked = f"the agent may no longer read it: {exc.detail}"
+            except ApiError as exc:
+                log.info("no fresh answer about DaemonSet %s at the stop (%s); using the watch's view", name,
+                         exc.detail)
+            else:
+                self._read_node(max(0.01, end - time.monotonic()))
+        return self.view()
+
+    # -- the thread ----------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        name = self._find_owner()
+        if name is None:
+            return
+        self._read_node(self._connect_timeout)
+        watcher = ListWatcher(
+            self._apps.list_namespaced_daemon_set, self.namespace, field_selector=f"metadata.name={name}",
+            on_sync=lambda items: self._set_daemonset(next((d for d in items if self._ours(d, name)), None)),
+            on_event=lambda kind, obj: self._event(kind, obj, name),
+            name=f"daemonset-{name}", backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
+            connect_timeout_s=self._connect_timeout, failure_level=logging.WARNING)
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._watcher = watcher
+        watcher.start()
+
+    def _find_owner(self) -> str | None:
+        """Read the agent's pod until its owner is known (retried with backoff); None: stopped, or no owner."""
+        what = f"read pod {self.namespace}/{self.pod_name}"
+        while not self._stop.is_set():
+            try:
+                pod = api_json(what, self._core.read_namespaced_pod, self.pod_name, self.namespace,
+                               _request_timeout=(self._connect_timeout, self._connect_timeout))
+            except ApiError as exc:
+                with self._lock:
+                    self._detail = f"cannot {what}: {exc.detail}"
+                delay = self._backoff.next_delay()
+                log.log(logging.WARNING if self._backoff.failures == 1 else logging.DEBUG,
+                        "cannot %s (%s); retrying in %.2fs", what, exc.detail, delay)
+                self._stop.wait(delay)
+                continue
+            name = owner_daemonset(pod)
+            with self._lock:
+                self._name = name
+                self._detail = "" if name else f"pod {self.namespace}/{self.pod_name} has no DaemonSet owner"
+            log.info("the agent's pod belongs to %s", f"DaemonSet {name}" if name else "no DaemonSet")
+            return name
+        return None
+
+    @staticmethod
+    def _ours(obj: Any, name: str) -> bool:
+        return isinstance(obj, dict) and dig(obj, "metadata", "name") == name
+
+    def _read_daemonset(self, name: str, timeout: float) -> Obj | None:
+        try:
+            body = api_json(f"read DaemonSet {self.namespace}/{name}", self._apps.read_namespaced_daemon_set, name,
+                            self.namespace, _request_timeout=_per_attempt(timeout))
+        except NotFound:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _read_node(self, timeout: float) -> None:
+        try:
+            node = api_json(f"read node {self.node_name}", self._core.read_node, self.node_name,
+                            _request_timeout=_per_attempt(timeout))
+        except ApiError as exc:
+            log.info("%s", exc)
+            return
+        if isinstance(node, dict):
+            with self._lock:
+                self._node = node
+            self._changed()
+
+    def _event(self, kind: str, obj: Any, name: str) -> None:
+        if self._ours(obj, name):
+            self._set_daemonset(None if kind == "DELETED" else obj)
+
+    def _set_daemonset(self, ds: Obj | None) -> None:
+        with self._lock:
+            self._daemonset, self._known = ds, True
+            node_unknown = self._node is None
+        if node_unknown and ds is not None:  # the read at start failed: the DaemonSet answers, so may the Node
+            self._read_node(self._connect_timeout)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_update is not None:
+            try:
+                self._on_update()
+            except Exception:
+                log.exception("DaemonSet update hook failed")

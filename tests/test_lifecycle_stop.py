@@ -1,0 +1,148 @@
+"""The stop as a transition of the lifecycle (issue 22, points 1 to 3): one test per row of the decision table
+(mode x what the agent knows of its DaemonSet x state), the deadlines the step computes from the grace period,
+and what follows the restore's report. Pure: no files, no API."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from patcher.core import lifecycle as lc
+from patcher.core.state import State
+from patcher.core.status import NodeState
+
+NOW = 1000.0
+OPTS = lc.Options(coordinated=True, grace_period=25.0)
+KEEPS = lc.DaemonSetView(known=True, exists=True, selects=True, name="scheduler-patcher")
+GONE = lc.DaemonSetView(known=True, name="scheduler-patcher")
+DELETING = replace(KEEPS, deleting=True)
+ELSEWHERE = replace(KEEPS, selects=False, detail="nodeSelector role=master does not match the node's labels")
+UNKNOWN = lc.DaemonSetView(detail="no answer about DaemonSet scheduler-patcher yet")
+
+READY = lc.Node(record=State(phase="Ready", config_hash="c" * 64, patched_sha256="p" * 64))
+WAITING = lc.Node(record=State(phase="WaitingForRestart", config_hash="c" * 64, patched_sha256="p" * 64),
+                  wait=lc.Wait("c" * 64, 1, NOW + 600), turn="held")
+PENDING = lc.Node(record=State(phase="Pending"), turn="asked")
+
+
+def kinds(actions: list[lc.Action]) -> list[str]:
+    return [type(a).__name__ for a in actions if not isinstance(a, lc.Log)]
+
+
+def stop(node: lc.Node, mode: lc.RestoreOnExit, view: lc.DaemonSetView) -> lc.Step:
+    return lc.step(node, lc.Stop(NOW, "signal", view), replace(OPTS, restore_on_exit=mode))
+
+
+# -- the decision table: restore or keep -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("node", [READY, WAITING, PENDING], ids=["Ready", "WaitingForRestart", "Pending"])
+@pytest.mark.parametrize("mode, view, restores", [
+    ("auto", KEEPS, False),  # a rolling update, a pod deleted by hand, an eviction: a successor comes
+    ("auto", GONE, True),  # uninstalled: the DaemonSet is gone (404)
+    ("auto", DELETING, True),  # uninstall in progress (foreground deletion)
+    ("auto", ELSEWHERE, True),  # the node was taken out of the DaemonSet's selection
+    ("auto", UNKNOWN, True),  # no answer since start: cannot know that a successor comes
+    ("always", KEEPS, True),
+    ("always", UNKNOWN, True),
+    ("never", GONE, False),
+    ("never", UNKNOWN, False),
+], ids=["auto-selects", "auto-gone", "auto-deleting", "auto-not-selected", "auto-unknown", "always-selects",
+        "always-unknown", "never-gone", "never-unknown"])
+def test_each_row_of_the_stop_table(node: lc.Node, mode: lc.RestoreOnExit, view: lc.DaemonSetView,
+                                    restores: bool) -> None:
+    after, acts = stop(node, mode, view)
+    assert after.stopping and after.wait is None
+    assert any(isinstance(a, lc.Restore) for a in acts) == restores
+    assert any(isinstance(a, lc.Keep) for a in acts) == (not restores)
+    assert not any(isinstance(a, lc.Publish) for a in acts)  # a kept node's annotations stay as they are
+    assert after.record.phase == node.record.phase  # Restored only once the restore is reported done
+    if not restores:
+        assert isinstance(acts[-1], lc.Finish) and acts[-1].code == 0
+
+
+def test_the_restore_and_keep_say_why() -> None:
+    _, acts = stop(READY, "auto", ELSEWHERE)
+    restore = next(a for a in acts if isinstance(a, lc.Restore))
+    assert restore.reason == ("DaemonSet scheduler-patcher no longer selects this node (nodeSelector role=master "
+                              "does not match the node's labels)")
+    _, acts = stop(READY, "auto", UNKNOWN)
+    assert next(a for a in acts if isinstance(a, lc.Restore)).reason.startswith(
+        "cannot tell whether a successor comes (no answer about DaemonSet")
+    _, acts = stop(READY, "auto", KEEPS)
+    keep = next(a for a in acts if isinstance(a, lc.Keep))
+    assert keep.reason.startswith("DaemonSet scheduler-patcher still selects this node: the patch is kept")
+
+
+# -- the rollout turn on a keep ------------------------------------------------------------------------------
+
+
+def test_a_keep_while_a_write_waits_for_its_restart_leaves_the_turn_to_the_successor() -> None:
+    after, acts = stop(WAITING, "auto", KEEPS)
+    assert kinds(acts) == ["Keep", "Finish"]  # no ReleaseTurn: the successor resumes the wait and renews it
+    assert after.turn == "none"
+
+
+@pytest.mark.parametrize("node", [PENDING, replace(READY, turn="held")], ids=["asked", "held"])
+def test_a_keep_releases_a_turn_that_no_write_waits_on(node: lc.Node) -> None:
+    after, acts = stop(node, "auto", KEEPS)
+    assert kinds(acts) == ["Keep", "ReleaseTurn", "Finish"] and after.turn == "none"
+
+
+# -- the deadlines -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grace", [25.0, 45.0, 1.0])
+def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
+    _, acts = lc.step(READY, lc.Stop(NOW, "signal", UNKNOWN), replace(OPTS, grace_period=grace))
+    r = next(a for a in acts if isinstance(a, lc.Restore))
+    assert 0 < r.confirm_wait <= 0.5 and r.confirm_wait <= 0.4 * grace  # issue 22: restore within a second
+    assert r.turn_until == NOW + 0.4 * grace
+    end = NOW + grace - min(5.0, 0.2 * grace)
+    assert r.restored_until == min(NOW + 0.7 * grace, end - 2.0) and r.restored_until < end
+
+
+def test_after_a_stop_nothing_but_the_restore_report_moves_the_node() -> None:
+    stopped, _ = stop(WAITING, "always", KEEPS)
+    events: list[lc.Event] = [lc.Planned(NOW, "pending", config_hash="d" * 64, manifest_change=True),
+                              lc.TurnChanged(held=True, refused_bad=False), lc.ProbeDue(NOW),
+                              lc.Stop(NOW, "signal", KEEPS)]
+    for event in events:
+        assert lc.step(stopped, event, OPTS) == (stopped, [])
+
+
+# -- the restore's report ----------------------------------------------------------------------------------
+
+
+def test_a_restore_done_is_restored_then_release_then_the_final_report() -> None:
+    stopped, _ = stop(replace(READY, record=replace(READY.record, bad_hashes=("b" * 64,))), "always", KEEPS)
+    after, acts = lc.step(stopped, lc.RestoreDone(True, held=True), OPTS)
+    assert after.phase == NodeState.RESTORED and after.record.bad_hashes == ("b" * 64,)
+    assert not after.record.patched and not after.record.config_hash
+    assert kinds(acts) == ["Count", "Publish", "ReleaseTurn", "Finish"]
+    finish = acts[-1]
+    assert isinstance(finish, lc.Finish) and finish.until == NOW + 25.0 - 5.0 and finish.code == 0
+
+
+def test_a_restore_without_the_turn_releases_nothing() -> None:
+    stopped, _ = stop(READY, "always", KEEPS)
+    _, acts = lc.step(stopped, lc.RestoreDone(True, held=False), OPTS)
+    assert kinds(acts) == ["Count", "Publish", "Finish"]
+
+
+def test_a_failed_restore_exits_1_and_keeps_the_record() -> None:
+    stopped, _ = stop(READY, "always", KEEPS)
+    after, acts = lc.step(stopped, lc.RestoreDone(False, "read-only file system", held=True), OPTS)
+    assert after.record == READY.record
+    assert kinds(acts) == ["Count", "ReleaseTurn", "Finish"]
+    assert isinstance(acts[-1], lc.Finish) and acts[-1].code == 1
+    assert any(isinstance(a, lc.Log) and "read-only file system" in a.message for a in acts)
+
+
+def test_a_restore_the_api_did_not_answer_ends_the_stop_soon() -> None:
+    """The API did not answer the Lease request: the final report would not get through either, so the stop
+    gives it 2 s instead of the rest of the grace period (the exit took 21 s of 25 with the API black-holed)."""
+    stopped, _ = stop(READY, "always", KEEPS)
+    _, acts = lc.step(stopped, lc.RestoreDone(True, now=NOW + 0.5, api_silent=True), OPTS)
+    assert isinstance(acts[-1], lc.Finish) and acts[-1].until == NOW + 0.5 + lc.SILENT_API_REPORT
