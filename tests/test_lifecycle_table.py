@@ -297,6 +297,14 @@ def test_observed_ready_unverified_has_no_duration() -> None:
                     lc.Publish(None)]
 
 
+def test_pruned_records_the_remaining_files_and_nothing_else() -> None:
+    """The prune's report is a transition of its own (the executor saves it once, like any other); before,
+    the prune changed the record behind the step and the Ready transition saved it a second time."""
+    n = ready()
+    record = replace(n.record, files=("config-111111111111.yaml",))
+    assert lc.step(n, lc.Pruned(record), OPTS) == (replace(n, record=record), [])
+
+
 def test_observed_crash_loop_rolls_back_to_the_last_ready_config() -> None:
     n = waiting(turn="held", last_good=LAST_GOOD)
     after, acts = lc.step(n, lc.Observed(1.0, 0, Verdict.CRASH_LOOPING, "exit 1"), COORD)
