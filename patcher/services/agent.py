@@ -44,6 +44,7 @@ from patcher.services.patching import state_folder_message
 from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.stopping import Stopping
+from patcher.services.timers import Timers
 
 log = logging.getLogger("patcher.services.agent")
 
@@ -121,10 +122,7 @@ class Agent:
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
-        self._lease_retry_at: float | None = None
-        self._probe_retry_at: float | None = None
-        self._periodic_probe_at: float | None = None
-        self._state_retry_at: float | None = None  # when to try the state folder again (CheckStateFolder)
+        self.timers = Timers()  # resync, Lease retry, probe retry, periodic probe, state folder retry
         self._lock: contextlib.ExitStack | None = None  # holds the writer lock while run() runs, once taken
         self._lock_held = False
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
@@ -137,7 +135,6 @@ class Agent:
         self._pod_before: dict[str, Any] | None = None
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
-        self._next_resync = 0.0
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
         self.restarts = RestartWatch(self.files, local_check=opts.local_check, crash_restarts=opts.crash_restarts)
@@ -227,6 +224,66 @@ class Agent:
                 log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=self._log_extra)
         watcher.start()
         self.watcher = watcher
+
+    # -- start-up ---------------------------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Load the record, clean up after a killed writer, resume and reconcile once. False: a stop came
+        while starting, and only the restore must follow."""
+        try:
+            record = self.store.load()
+        except PatcherError as exc:
+            log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
+            record = State()
+        self._saved = None  # not yet proven: the first transition saves it, which tests the state folder
+        self.node = Node(record=record)
+        for leftover in engine.remove_stale_temp_files(self.files):
+            log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
+        if self._stopping.is_set():
+            # Stopped while starting: the manifest's state is known now (plan_restore reads it), so restore
+            # what carries our marker, and write nothing new.
+            log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
+            return False
+        self._feed(lifecycle.Resumed(time.monotonic()))
+        if self._node.fault is None:  # else the state folder's retry plans, once it works
+            self.reconcile("start")
+        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
+            self.reporter.publish(self._status(), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
+        return True
+
+    def run(self) -> int:
+        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code.
+
+        The node's writer lock is held for the agent's whole life: a CLI ``apply``/``restore`` run on the node
+        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread). It
+        lives in the state folder: when that cannot hold it, the agent runs on without it (and writes nothing),
+        says so on the Node and takes it with the first save that works (``_hold_lock``)."""
+        with contextlib.ExitStack() as stack:
+            try:
+                stack.enter_context(self.files.lock())
+            except fsio.LockBusy as exc:
+                self.metrics.error("lock")
+                log.error("%s", exc, extra=self._log_extra)
+                return 1
+            except StateFolderError:
+                pass  # the state folder cannot hold it: the first save says so on the Node, and retries
+            else:
+                self._lock_held = True
+            self._lock = stack
+            return self._run_locked()
+
+    def _hold_lock(self) -> None:
+        """Take the writer lock for the rest of ``run`` if it could not be taken at its start (the state folder
+        was unusable), without waiting: another writer that took it meanwhile is a refusal, tried again later.
+        Outside ``run`` (tests driving ``start``/``reconcile``) every engine call takes it for itself."""
+        if self._lock is None or self._lock_held:
+            return
+        try:
+            self._lock.enter_context(replace(self.files, lock_wait=0.0).lock())
+        except fsio.LockBusy as exc:
+            raise StateFolderError(exc.path, exc.problem) from None
+        self._lock_held = True
 
     # -- the loop and its dispatch ---------------------------------------------------------------------------
 
@@ -343,9 +400,9 @@ class Agent:
             case lifecycle.Probe(config_hash=config_hash):
                 self._start_probe(config_hash)
             case lifecycle.RetryLater(delay=delay):
-                self._probe_retry_at = time.monotonic() + delay
+                self.timers.probe_retry = time.monotonic() + delay
             case lifecycle.CheckStateFolder(delay=delay):
-                self._state_retry_at = time.monotonic() + delay
+                self.timers.state_retry = time.monotonic() + delay
             case lifecycle.Restore():
                 return self.stopper.restore(action, self._node.record, self.coordinator, self.pods)
             case lifecycle.Keep():
@@ -365,91 +422,42 @@ class Agent:
             todo.extend(e for a in actions if (e := self._execute(a)) is not None)
         return self._exit_code
 
-    def start(self) -> bool:
-        """Load the record, clean up after a killed writer, resume and reconcile once. False: a stop came
-        while starting, and only the restore must follow."""
-        try:
-            record = self.store.load()
-        except PatcherError as exc:
-            log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
-            record = State()
-        self._saved = None  # not yet proven: the first transition saves it, which tests the state folder
-        self.node = Node(record=record)
-        for leftover in engine.remove_stale_temp_files(self.files):
-            log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
-        if self._stopping.is_set():
-            # Stopped while starting: the manifest's state is known now (plan_restore reads it), so restore
-            # what carries our marker, and write nothing new.
-            log.info("stop requested during start-up; restoring without a reconcile", extra=self._log_extra)
-            return False
-        self._feed(lifecycle.Resumed(time.monotonic()))
-        if self._node.fault is None:  # else the state folder's retry plans, once it works
-            self.reconcile("start")
-        if self.reporter is not None and self.phase is not None:  # a restarted agent re-asserts what it found
-            self.reporter.publish(self._status(), reason="AgentStarted",
-                                  message=f"scheduler-patcher started; the node is {self.phase.value}")
-        return True
-
-    def run(self) -> int:
-        """Reconcile until stopped; then restore (unless told not to). Returns the process exit code.
-
-        The node's writer lock is held for the agent's whole life: a CLI ``apply``/``restore`` run on the node
-        meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread). It
-        lives in the state folder: when that cannot hold it, the agent runs on without it (and writes nothing),
-        says so on the Node and takes it with the first save that works (``_hold_lock``)."""
-        with contextlib.ExitStack() as stack:
-            try:
-                stack.enter_context(self.files.lock())
-            except fsio.LockBusy as exc:
-                self.metrics.error("lock")
-                log.error("%s", exc, extra=self._log_extra)
-                return 1
-            except StateFolderError:
-                pass  # the state folder cannot hold it: the first save says so on the Node, and retries
-            else:
-                self._lock_held = True
-            self._lock = stack
-            return self._run_locked()
-
-    def _hold_lock(self) -> None:
-        """Take the writer lock for the rest of ``run`` if it could not be taken at its start (the state folder
-        was unusable), without waiting: another writer that took it meanwhile is a refusal, tried again later.
-        Outside ``run`` (tests driving ``start``/``reconcile``) every engine call takes it for itself."""
-        if self._lock is None or self._lock_held:
-            return
-        try:
-            self._lock.enter_context(replace(self.files, lock_wait=0.0).lock())
-        except fsio.LockBusy as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-        self._lock_held = True
+    # -- timers and the loop's own events ------------------------------------------------------------------
 
     def _timers(self) -> None:
-        """The one timer that is due, if any (the state folder's retry first: while it fails nothing else
-        runs)."""
+        """Run the one timer that is due, if any (``timers.Timers.due``)."""
         now = time.monotonic()
-        if self._state_retry_at is not None and now >= self._state_retry_at:
-            self._check_state_folder()
-        elif self._node.fault is not None:
-            pass  # nothing is planned while the record cannot be saved: the state folder's retry comes first
-        elif now >= self._next_resync:
-            self.reconcile("resync")
-        elif self._probe_retry_at is not None and now >= self._probe_retry_at:
-            self._probe_retry_at = None
-            self.reconcile("extender probe retry")
-        elif self._periodic_probe_at is not None and now >= self._periodic_probe_at:
-            self._periodic_probe_at = None
-            self._feed(lifecycle.ProbeDue(now))
-        elif self._lease_retry_at is not None and now >= self._lease_retry_at:
-            self.reconcile("rollout lease retry")
+        match self.timers.due(now, fault=self._node.fault is not None):
+            case "state-folder":
+                self._check_state_folder()
+            case "resync":
+                self.reconcile("resync")
+            case "probe-retry":
+                self.reconcile("extender probe retry")
+            case "periodic-probe":
+                self._feed(lifecycle.ProbeDue(now))
+            case "lease-retry":
+                self.reconcile("rollout lease retry")
+
+    def _timeout(self) -> float:
+        """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
+        its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
+        and the bound itself is the next timer, never a busy 50 ms loop) and the local tracker's poll."""
+        now, w = time.monotonic(), self._node.wait
+        also: tuple[float, ...] = ()
+        if w is not None:
+            also = (w.deadline if now < w.deadline else w.deadline + self.opts.restart_timeout,
+                    *((now + self.opts.local_poll,) if self.restarts.polling else ()))
+        return self.timers.timeout(now, fault=self._node.fault is not None, heartbeat=self.opts.heartbeat, also=also)
 
     def _schedule_periodic_probe(self) -> None:
         """While Ready and no probe runs: the next periodic probe, jittered so that agents started together do
         not call the extender together."""
         n, interval = self._node, self.opts.extender_probe_interval
         if not self.rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
-            self._periodic_probe_at = None
-        elif self._periodic_probe_at is None and not n.probing:
-            self._periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
+            self.timers.periodic_probe = None
+        elif self.timers.periodic_probe is None and not n.probing:
+            self.timers.periodic_probe = time.monotonic() + interval * random.uniform(0.8, 1.2)
 
     def _daemonset_changed(self) -> None:
         """The owner's watch saw a change: say (once per change) what a stop would do now."""
@@ -476,31 +484,6 @@ class Agent:
             self._feed(self._take_turn(""))
         self.reconcile("API connected")  # a pending write asks for its turn again, with its source
 
-    def _timeout(self) -> float:
-        now = time.monotonic()
-        if self._node.fault is not None:
-            # Only the state folder's retry acts while the record cannot be saved: the other timers stay due
-            # (``_handle`` holds them back), and counting them woke the loop every 50 ms for the whole fault.
-            retry = [] if self._state_retry_at is None else [self._state_retry_at - now]
-            return max(0.05, min([self.opts.heartbeat, *retry]))
-        wake = [self._next_resync - now, self.opts.heartbeat]
-        if self._lease_retry_at is not None:
-            wake.append(self._lease_retry_at - now)
-        if self._probe_retry_at is not None:
-            wake.append(self._probe_retry_at - now)
-        if self._periodic_probe_at is not None:
-            wake.append(self._periodic_probe_at - now)
-        if self._state_retry_at is not None:
-            wake.append(self._state_retry_at - now)
-        w = self._node.wait
-        if w is not None:
-            # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
-            # and the bound itself is the next timer, never a busy 50 ms loop.
-            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.opts.restart_timeout - now)
-            if self.restarts.polling:
-                wake.append(self.opts.local_poll)
-        return max(0.05, min(wake))
-
     # -- the record: one save per transition ------------------------------------------------------------------
 
     def _save(self, node: Node) -> tuple[PatcherError | None, bool]:
@@ -522,7 +505,7 @@ class Agent:
 
     def _check_state_folder(self) -> None:
         """The retry: save the record as it stands (the writer lock first, when it could not be taken)."""
-        self._state_retry_at = None
+        self.timers.state_retry = None
         try:
             self._hold_lock()
             self.store.save(self._node.record)
@@ -544,7 +527,7 @@ class Agent:
 
     def reconcile(self, why: str) -> None:
         """Plan the source against the manifest and feed what was found (a refusal keeps the last plan)."""
-        self._next_resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
+        self.timers.resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
         self._why = why
         planned, plan = patching.plan(self.files, fallback_version=self.fallback_version(),
                                       bad_hashes=frozenset(self._node.record.bad_hashes))
@@ -555,7 +538,7 @@ class Agent:
     def _apply(self) -> lifecycle.Event:
         plan, self._plan = self._plan, None
         assert plan is not None and plan.config is not None
-        self._lease_retry_at = None
+        self.timers.lease_retry = None
         self._pod_before = self.pods.latest() if self.pods else None
         return patching.apply(self.files, plan, self._node.record, why=self._why, expect=self._expect_manifest,
                               log_extra=self._log_extra)
@@ -590,7 +573,7 @@ class Agent:
         if c.acquire(source_hash) or c.refused_bad:
             return self._turn_changed()
         log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
-        self._lease_retry_at = time.monotonic() + self.opts.lease_retry
+        self.timers.lease_retry = time.monotonic() + self.opts.lease_retry
         return None
 
     def _turn_changed(self) -> lifecycle.TurnChanged | None:
@@ -600,7 +583,7 @@ class Agent:
         if c.held:
             log.info("rollout lease acquired", extra=self._log_extra)
         if c.held or c.refused_bad:
-            self._lease_retry_at = None
+            self.timers.lease_retry = None
         pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
         return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
                                      config_hash=pending)
@@ -609,7 +592,7 @@ class Agent:
         """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
         "probe" event."""
         plan = self._plan
-        self._probe_retry_at = None
+        self.timers.probe_retry = None
         if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
             config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
         else:  # after the restart: the config that was written, read back from the host folder
@@ -638,7 +621,7 @@ class Agent:
             self.reporter.note(action.reason, action.message, warning=action.warning)
 
     def _release_turn(self, bad_source: str | None) -> None:
-        self._lease_retry_at = None
+        self.timers.lease_retry = None
         if self.coordinator is not None:
             self.coordinator.release(bad_hash=bad_source)
             log.info("rollout lease released", extra=self._log_extra)
