@@ -24,7 +24,7 @@ SECOND = "extenders:\n- urlPrefix: http://127.0.0.1:8890\n  filterVerb: filter\n
 
 def executing() -> bool:
     """An action of the agent is being executed further up this thread's stack."""
-    return any(frame.function == "_execute" for frame in inspect.stack())
+    return any(frame.function == "_execute" for frame in inspect.stack(0))
 
 
 class Granting:
