@@ -42,7 +42,7 @@ def test_a_failed_probe_holds_the_write_back_and_retries_with_a_doubling_delay()
     node, acts = lc.step(node, lc.Probed(1.0, H1, blocking=DOWN), OPTS)
     message = f"{DOWN}; config {H1[:12]} not written"
     assert node.phase == NodeState.PENDING and node.record.message == message and node.probing == ""
-    assert lc.Note("ExtenderUnreachable", message, warning=True) in acts and lc.Count("error:extender") in acts
+    assert lc.Note("ExtenderUnreachable", message, warning=True) in acts and lc.Error("extender") in acts
     assert acts[-1] == lc.RetryLater(2.0) and "TakeTurn" not in kinds(acts) and "Apply" not in kinds(acts)
     delays = []
     for _ in range(3):
@@ -155,7 +155,7 @@ def test_while_ready_a_periodic_probe_failure_says_so_without_touching_anything(
     assert ann["scheduler-patcher.io/message"] == message  # the verdict reads it: NotReady
     node, _ = lc.step(node, lc.ProbeDue(20.0), OPTS)
     node, acts = lc.step(node, lc.Probed(21.0, H1, blocking=DOWN), OPTS)
-    assert acts == [lc.Count("error:extender")]  # still down: no second Warning, no re-publish
+    assert acts == [lc.Error("extender")]  # still down: no second Warning, no re-publish
     node, _ = lc.step(node, lc.ProbeDue(30.0), OPTS)
     node, acts = lc.step(node, lc.Probed(31.0, H1), OPTS)
     assert node.record.message is None and "Publish" in kinds(acts)

@@ -120,7 +120,7 @@ def test_a_restore_done_is_restored_then_release_then_the_final_report() -> None
     after, acts = lc.step(stopped, lc.RestoreDone(True, held=True), OPTS)
     assert after.phase == NodeState.RESTORED and after.record.bad_hashes == ("b" * 64,)
     assert not after.record.patched and not after.record.config_hash
-    assert kinds(acts) == ["Count", "Publish", "ReleaseTurn", "Finish"]
+    assert kinds(acts) == ["Count", "Publish", "ReleaseTurn", "Finish"] and acts[0] == lc.Count("restored")
     finish = acts[-1]
     assert isinstance(finish, lc.Finish) and finish.until == NOW + 25.0 - 5.0 and finish.code == 0
 
@@ -135,7 +135,8 @@ def test_a_failed_restore_exits_1_and_keeps_the_record() -> None:
     stopped, _ = stop(READY, "always", KEEPS)
     after, acts = lc.step(stopped, lc.RestoreDone(False, "read-only file system", held=True), OPTS)
     assert after.record == READY.record
-    assert kinds(acts) == ["Count", "ReleaseTurn", "Finish"]
+    assert kinds(acts) == ["Error", "ReleaseTurn", "Finish"]
+    assert acts[0] == lc.Error("restore")
     assert isinstance(acts[-1], lc.Finish) and acts[-1].code == 1
     assert any(isinstance(a, lc.Log) and "read-only file system" in a.message for a in acts)
 

@@ -123,13 +123,13 @@ def test_planned_known_bad_only_logs() -> None:
 def test_planned_refused_not_waiting_fails() -> None:
     after, acts = lc.step(ready(), lc.Planned(5.0, "refused", message="bad", error_kind="config"), OPTS)
     assert after.phase == NodeState.FAILED and after.record.message == "bad; nothing was changed"
-    assert acts == [lc.Count("reconciled"), lc.Count("error:config"), lc.Log("error", "bad"), lc.Publish(None)]
+    assert acts == [lc.Count("reconciled"), lc.Error("config"), lc.Log("error", "bad"), lc.Publish(None)]
 
 
 def test_planned_refused_while_waiting_leaves_the_wait() -> None:
     n = waiting()
     assert lc.step(n, lc.Planned(5.0, "refused", message="bad", error_kind="manifest"), OPTS) == (
-        n, [lc.Count("reconciled"), lc.Count("error:manifest"), lc.Log("error", "bad")])
+        n, [lc.Count("reconciled"), lc.Error("manifest"), lc.Log("error", "bad")])
 
 
 @pytest.mark.parametrize("n", [ready(), waiting(), node(NodeState.ROLLED_BACK, "r", **READY_CONFIG)])
@@ -204,21 +204,21 @@ def test_turn_held_plans_again() -> None:
 
 def test_turn_refused_for_a_source_rolled_back_elsewhere_marks_the_config_once() -> None:
     n = ready(turn="asked")
-    after, acts = lc.step(n, lc.TurnChanged(held=False, refused_bad=True), COORD, pending_config=H2)
+    after, acts = lc.step(n, lc.TurnChanged(held=False, refused_bad=True, config_hash=H2), COORD)
     assert after.turn == "none" and after.record.bad_hashes == (H2,) and after.phase == NodeState.READY
     log = lc.Log("warning", f"this source was rolled back on another node; not trying config {H2[:12]} here")
     assert acts == [log, lc.Note("PatchSkipped", f"config {H2[:12]} was rolled back on another node; this node "
                                                  "keeps its current config", warning=True)]
-    again, acts = lc.step(replace(after, turn="asked"), lc.TurnChanged(held=False, refused_bad=True), COORD,
-                          pending_config=H2)
+    again, acts = lc.step(replace(after, turn="asked"), lc.TurnChanged(held=False, refused_bad=True,
+                                                                              config_hash=H2), COORD)
     assert acts == [log] and again.record.bad_hashes == (H2,)
 
 
-@pytest.mark.parametrize("event,pending_config", [(lc.TurnChanged(held=False, refused_bad=False), H2),
-                                                  (lc.TurnChanged(held=False, refused_bad=True), "")])
-def test_turn_not_held_and_nothing_refused_changes_nothing(event: lc.TurnChanged, pending_config: str) -> None:
+@pytest.mark.parametrize("event", [lc.TurnChanged(held=False, refused_bad=False, config_hash=H2),
+                                   lc.TurnChanged(held=False, refused_bad=True)])
+def test_turn_not_held_and_nothing_refused_changes_nothing(event: lc.TurnChanged) -> None:
     n = node(NodeState.PENDING, turn="asked")
-    assert lc.step(n, event, COORD, pending_config=pending_config) == (n, [])
+    assert lc.step(n, event, COORD) == (n, [])
 
 
 # -- Wrote -----------------------------------------------------------------------------------------------------
@@ -251,12 +251,12 @@ def test_write_failed_because_the_manifest_changed_underneath_plans_again() -> N
 def test_write_failed_not_waiting_fails() -> None:
     after, acts = lc.step(node(NodeState.PENDING, turn="held"), lc.WriteFailed("m", changed_underneath=False), COORD)
     assert after.phase == NodeState.FAILED and after.record.message == "m; nothing was changed"
-    assert acts == [lc.ReleaseTurn(None), lc.Count("error:write"), lc.Log("error", "m"), lc.Publish(None)]
+    assert acts == [lc.ReleaseTurn(None), lc.Error("write"), lc.Log("error", "m"), lc.Publish(None)]
 
 
 def test_write_failed_while_waiting_keeps_the_wait() -> None:
     after, acts = lc.step(waiting(), lc.WriteFailed("m", changed_underneath=False), OPTS)
-    assert after == waiting() and acts == [lc.Count("error:write"), lc.Log("error", "m")]
+    assert after == waiting() and acts == [lc.Error("write"), lc.Log("error", "m")]
 
 
 # -- Observed --------------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_observed_ready_is_ready_prunes_and_passes_the_turn(opts: lc.Options, ch
     assert after.phase == NodeState.READY and after.wait is None and after.turn == "none"
     assert after.record.last_good == LastGood(H1, "config-111111111111.yaml", ("config-111111111111.yaml",), SRC)
     assert after.record.restarted_at_ns == 3_001_000
-    assert acts == [lc.Count("restart_seen:0.003"), lc.Prune(), lc.Log("info", f"kube-scheduler runs config "
+    assert acts == [lc.RestartSeen(0.003), lc.Prune(), lc.Log("info", f"kube-scheduler runs config "
                                                                               f"{H1[:12]}: seen"),
                     lc.Publish(None), lc.ReleaseTurn(None)]
 
@@ -295,6 +295,14 @@ def test_observed_ready_unverified_has_no_duration() -> None:
     _, acts = lc.step(waiting(), lc.Observed(1.0, 5_000, Verdict.READY, lc.UNVERIFIED), OPTS)
     assert acts == [lc.Prune(), lc.Log("info", f"kube-scheduler runs config {H1[:12]}: {lc.UNVERIFIED}"),
                     lc.Publish(None)]
+
+
+def test_pruned_records_the_remaining_files_and_nothing_else() -> None:
+    """The prune's report is a transition of its own (the executor saves it once, like any other); before,
+    the prune changed the record behind the step and the Ready transition saved it a second time."""
+    n = ready()
+    record = replace(n.record, files=("config-111111111111.yaml",))
+    assert lc.step(n, lc.Pruned(record), OPTS) == (replace(n, record=record), [])
 
 
 def test_observed_crash_loop_rolls_back_to_the_last_ready_config() -> None:
@@ -340,7 +348,7 @@ def test_rollback_done_is_rolled_back_and_passes_the_turn_with_the_source() -> N
 def test_rollback_failed_is_failed_and_passes_the_turn_with_the_source() -> None:
     after, acts = lc.step(node(turn="held"), lc.RollbackFailed("disk", "why", SRC), COORD)
     assert after.phase == NodeState.FAILED and after.record.message == "why; rollback failed: disk"
-    assert acts == [lc.Count("error:rollback"), lc.Log("error", "rollback failed: disk"), lc.Publish(None),
+    assert acts == [lc.Error("rollback"), lc.Log("error", "rollback failed: disk"), lc.Publish(None),
                     lc.ReleaseTurn(SRC)]
 
 
@@ -376,10 +384,10 @@ def test_probed_while_ready_an_extender_that_stopped_answering_keeps_ready_with_
     after, acts = lc.step(ready(probing=H1), lc.Probed(1.0, H1, blocking=DOWN), CHECKS)
     message = f"{lc.STOPPED_ANSWERING}: {DOWN}"
     assert after.phase == NodeState.READY and after.record.message == message and after.probing == ""
-    assert acts == [lc.Count("error:extender"), lc.Log("warning", message),
+    assert acts == [lc.Error("extender"), lc.Log("warning", message),
                     lc.Note("ExtenderUnreachable", message, warning=True), lc.Publish(None)]
     again, acts = lc.step(replace(after, probing=H1), lc.Probed(2.0, H1, blocking=DOWN), CHECKS)
-    assert again.record == after.record and acts == [lc.Count("error:extender")]  # the same: no Event spam
+    assert again.record == after.record and acts == [lc.Error("extender")]  # the same: no Event spam
     back, acts = lc.step(replace(after, probing=H1), lc.Probed(3.0, H1), CHECKS)
     assert back.record.message is None and acts == [lc.Log("info", "the extenders answer again"), lc.Publish(None)]
 
@@ -394,7 +402,7 @@ def test_probed_pre_flight_blocked_stays_pending_and_retries_later() -> None:
     message = f"{DOWN}; config {H2[:12]} not written"
     assert after.phase == NodeState.PENDING and after.record.message == message
     assert (after.probe_failures, after.failed_probe, after.probing) == (1, H2, "")
-    assert acts == [lc.Count("error:extender"), lc.Log("warning", f"{message}; probing again in 2s"),
+    assert acts == [lc.Error("extender"), lc.Log("warning", f"{message}; probing again in 2s"),
                     lc.Note("ExtenderUnreachable", message, warning=True), lc.Publish(None), lc.RetryLater(2.0)]
 
 
@@ -440,7 +448,7 @@ def test_state_folder_failed_fails_names_the_folder_passes_an_unused_turn_and_re
     message = f"{ROFS}; {lc.STATE_FOLDER_WAIT}"
     assert after.phase == NodeState.FAILED and after.record.message == message and not after.ready
     assert after.fault == lc.Fault(ROFS, 1, "Pending", None) and after.turn == "none" and after.probing == ""
-    assert acts == [lc.Count("error:state"), lc.Log("error", f"{ROFS}; trying again in 2s"),
+    assert acts == [lc.Error("state"), lc.Log("error", f"{ROFS}; trying again in 2s"),
                     lc.Note("StateFolderFailed", message, warning=True), lc.ReleaseTurn(None), lc.Publish(None),
                     lc.CheckStateFolder(2.0)]
 
@@ -458,7 +466,7 @@ def test_state_folder_failed_again_doubles_the_delay_up_to_the_cap_without_sayin
     delays = []
     for _ in range(6):
         n, acts = lc.step(n, lc.StateFolderFailed(2.0, ROFS), opts)
-        assert [type(a).__name__ for a in acts] == ["Count", "Log", "CheckStateFolder"]  # no Note, no Publish
+        assert [type(a).__name__ for a in acts] == ["Error", "Log", "CheckStateFolder"]  # no Note, no Publish
         delays.append(acts[-1])
     assert delays == [lc.CheckStateFolder(d) for d in (4.0, 8.0, 16.0, 32.0, 60.0, 60.0)]
     assert n.fault == lc.Fault(ROFS, 7, "Ready", None)  # what it said before the first failure
@@ -469,7 +477,7 @@ def test_state_folder_failed_with_another_error_says_so() -> None:
     after, acts = lc.step(n, lc.StateFolderFailed(2.0, FULL), OPTS)
     message = f"{FULL}; {lc.STATE_FOLDER_WAIT}"
     assert after.record.message == message and after.fault == lc.Fault(FULL, 2, "Ready", None)
-    assert acts == [lc.Count("error:state"), lc.Log("error", f"{FULL}; trying again in 4s"),
+    assert acts == [lc.Error("state"), lc.Log("error", f"{FULL}; trying again in 4s"),
                     lc.Note("StateFolderFailed", message, warning=True), lc.Publish(None), lc.CheckStateFolder(4.0)]
 
 

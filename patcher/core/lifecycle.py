@@ -39,6 +39,10 @@ from patcher.core.status import NodeState
 Level = Literal["info", "warning", "error"]
 RestoreOnExit = Literal["auto", "always", "never"]
 StopWhy = Literal["signal", "api-unavailable"]
+#: The counters of ``Count`` (one method each on ``patcher.adapters.health.Metrics``).
+Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
+#: The label of ``Error`` (``patcher_errors_total{kind=...}``).
+ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "state", "restore"]
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
 #: the restore must follow SIGTERM within a second whatever the API does (issue 22). At most 40 % of the grace
@@ -147,7 +151,7 @@ class Planned:
     now: float
     kind: Literal["refused", "known-bad", "up-to-date", "pending"]
     message: str = ""  # the refusal, one line
-    error_kind: str = ""  # metrics label of a refusal: config, manifest
+    error_kind: ErrorKind = "config"  # metrics label of a refusal
     config_hash: str = ""
     config_file: str = ""
     api_version: str = ""
@@ -187,11 +191,20 @@ class Observed:
 
 @dataclass(frozen=True)
 class TurnChanged:
-    """The Lease actor's snapshot: the turn is ours, or the source was rolled back elsewhere."""
+    """The Lease actor's snapshot: the turn is ours, or the source was rolled back elsewhere. ``config_hash``:
+    the config the turn was asked for (the one a refusal marks bad here), empty when none is planned."""
 
     held: bool
     refused_bad: bool
     holder: str | None = None
+    config_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """The previous config's files are removed; ``record`` no longer lists them."""
+
+    record: State
 
 
 @dataclass(frozen=True)
@@ -299,8 +312,8 @@ class StateFolderOk:
     now: float
 
 
-Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | RollbackDone | RollbackFailed | Probed
-         | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
+Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | RollbackDone | RollbackFailed
+         | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -339,7 +352,8 @@ class RollBack:
 
 @dataclass(frozen=True)
 class Prune:
-    """Remove config files no longer needed (the previous config, once the new one is Ready)."""
+    """Remove config files no longer needed (the previous config, once the new one is Ready); report with
+    ``Pruned`` (nothing when it failed: the record still lists them, the next prune tries again)."""
 
 
 @dataclass(frozen=True)
@@ -362,14 +376,30 @@ class Log:
 
 @dataclass(frozen=True)
 class Count:
-    """A metric: reconciled, wrote, rolled_back, restored, error:<kind>, restart_seen:<seconds>."""
+    """Add one to a counter."""
 
-    name: str
+    name: Counter
+
+
+@dataclass(frozen=True)
+class Error:
+    """Add one to the errors of ``kind``."""
+
+    kind: ErrorKind
+
+
+@dataclass(frozen=True)
+class RestartSeen:
+    """The scheduler ran our write ``seconds`` after it (the restart histogram)."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)
 class Replan:
-    """Plan again now (the manifest changed between our plan and our write)."""
+    """Plan again now, in the same run of the executor's queue (the turn came, the pre-flight passed, the
+    manifest changed between our plan and our write, the state folder works again): the plan's ``Planned``
+    is the next event."""
 
 
 @dataclass(frozen=True)
@@ -429,8 +459,8 @@ class CheckStateFolder:
     delay: float
 
 
-Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Replan
-          | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
+Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Error
+          | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
 Step = tuple[Node, list[Action]]
 
 
@@ -483,7 +513,7 @@ def planned(node: Node, ev: Planned, opts: Options) -> Step:
     if ev.kind == "known-bad":
         return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
     if ev.kind == "refused":
-        acts += [Count(f"error:{ev.error_kind}"), Log("error", ev.message)]
+        acts += [Error(ev.error_kind), Log("error", ev.message)]
         if node.wait is not None:  # the write we wait for stands; the refusal is about the next one
             return node, acts
         node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
@@ -532,8 +562,9 @@ def planned(node: Node, ev: Planned, opts: Options) -> Step:
     return node, [*acts, Apply()]
 
 
-def turn_changed(node: Node, ev: TurnChanged, opts: Options, *, config_hash: str = "") -> Step:
+def turn_changed(node: Node, ev: TurnChanged, opts: Options) -> Step:
     """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
+    config_hash = ev.config_hash
     if ev.held:
         return replace(node, turn="held"), [Replan()]
     if ev.refused_bad and config_hash:
@@ -573,7 +604,7 @@ def probed(node: Node, ev: Probed, opts: Options) -> Step:
         failures = node.probe_failures + 1
         delay = min(opts.probe_retry_max, opts.probe_retry * 2 ** (failures - 1))
         message = f"{ev.blocking}; config {short} not written"
-        acts: list[Action] = [Count("error:extender"),
+        acts: list[Action] = [Error("extender"),
                               Log("warning", f"{message}; probing again in {delay:g}s")]
         if message != node.record.message or node.phase != NodeState.PENDING:
             acts.append(Note("ExtenderUnreachable", message, warning=True))
@@ -627,10 +658,10 @@ def _periodic_probed(node: Node, ev: Probed) -> Step:
     scheduler itself is fine) but says so in its message, which makes the cluster verdict NotReady."""
     message = f"{STOPPED_ANSWERING}: {ev.blocking}" if ev.blocking else None
     if message == node.record.message:
-        return node, [Count("error:extender")] if message else []
+        return node, [Error("extender")] if message else []
     acts: list[Action] = []
     if message:
-        acts += [Count("error:extender"), Log("warning", message),
+        acts += [Error("extender"), Log("warning", message),
                  Note("ExtenderUnreachable", message, warning=True)]
     else:
         acts.append(Log("info", "the extenders answer again"))
@@ -642,7 +673,7 @@ def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
     node, acts = _release(node)
     if ev.changed_underneath:
         return node, [*acts, Log("info", f"{ev.message}; planning again"), Replan()]
-    acts += [Count("error:write"), Log("error", ev.message)]
+    acts += [Error("write"), Log("error", ev.message)]
     if node.wait is None:
         node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
         acts += more
@@ -670,7 +701,7 @@ def observed(node: Node, ev: Observed, opts: Options) -> Step:
         node, acts = _phase(node, NodeState.READY)
         node, rel = _release(node)
         # A restart nothing could observe has no duration: it must not skew the histogram.
-        timed = [] if ev.reason == UNVERIFIED else [Count(f"restart_seen:{seconds}")]
+        timed = [] if ev.reason == UNVERIFIED else [RestartSeen(seconds)]
         return node, [*timed, Prune(),
                       Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}"), *acts, *rel]
     if ev.verdict == Verdict.CRASH_LOOPING:
@@ -697,6 +728,11 @@ def _fail_wait(node: Node, opts: Options, reason: str) -> Step:
     return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, node.record.last_good)]
 
 
+def pruned(node: Node, ev: Pruned, opts: Options) -> Step:
+    """The record no longer lists the removed files (saved with this transition, like any other)."""
+    return replace(node, record=ev.record), []
+
+
 def rollback_done(node: Node, ev: RollbackDone, opts: Options) -> Step:
     message = f"{ev.reason}; rolled back to {ev.target}"
     node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
@@ -707,7 +743,7 @@ def rollback_done(node: Node, ev: RollbackDone, opts: Options) -> Step:
 def rollback_failed(node: Node, ev: RollbackFailed, opts: Options) -> Step:
     node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.message}")
     node, rel = _release(node, ev.bad_source)
-    return node, [Count("error:rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
+    return node, [Error("rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
 
 
 #: The Node's message while the state folder cannot take the record (after the folder's error).
@@ -722,7 +758,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Options) -> Ste
     failures = (f.failures if f else 0) + 1
     delay = min(opts.state_retry_max, opts.state_retry * 2 ** (failures - 1))
     message = f"{ev.message}; {STATE_FOLDER_WAIT}"
-    acts: list[Action] = [Count("error:state"), Log("error", f"{ev.message}; trying again in {delay:g}s")]
+    acts: list[Action] = [Error("state"), Log("error", f"{ev.message}; trying again in {delay:g}s")]
     if f is None or f.message != ev.message:
         acts.append(Note("StateFolderFailed", message, warning=True))
     before = (f.phase, f.phase_message) if f else (node.record.phase, node.record.message)
@@ -807,7 +843,7 @@ def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
         node = replace(node, stop_until=min(node.stop_until, ev.now + SILENT_API_REPORT))
     if not ev.ok:
         node, rel = _release(node)
-        return node, [Count("error:restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
+        return node, [Error("restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
                       Finish(node.stop_until, code=1)]
     record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
     node, acts = _phase(node, NodeState.RESTORED, record=record)
@@ -815,8 +851,8 @@ def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
     return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
 
 
-def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -> Step:
-    """The one transition function. ``pending_config``: the config a turn was asked for (for a refusal)."""
+def step(node: Node, event: Event, opts: Options) -> Step:
+    """The one transition function."""
     if node.stopping and not isinstance(event, RestoreDone):
         return node, []  # after SIGTERM nothing but the restore (or the keep) happens
     if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk)):
@@ -827,7 +863,9 @@ def step(node: Node, event: Event, opts: Options, *, pending_config: str = "") -
         case Planned():
             return planned(node, event, opts)
         case TurnChanged():
-            return turn_changed(node, event, opts, config_hash=pending_config)
+            return turn_changed(node, event, opts)
+        case Pruned():
+            return pruned(node, event, opts)
         case Wrote():
             return wrote(node, event, opts)
         case WriteFailed():

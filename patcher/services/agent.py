@@ -1,14 +1,18 @@
-"""The node agent's reactor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its
+"""The node agent's executor: one thread that observes, feeds ``patcher.core.lifecycle.step`` and executes its
 actions.
 
-Every decision is in ``patcher.core.lifecycle`` (pure); this module only does the I/O around it: planning and
-writing through the engine, reading the mirror pod and the local process table, posting intents to the Lease
-actor, saving the record once per transition, and reporting. Like kured it speaks to the cluster only through
-its Node's annotations and events. The API adapters run in their own threads and feed the loop through its
-event queue; while it runs, the loop never waits for the API (a control plane that is restarting, which is what
-we cause, must not stop the file-level work). It does wait for its own file work, and, on the way out, for the
-rollout Lease and the final report, each bounded by the grace period. ``patcher.services.runner.build_agent``
-wires it.
+Every decision is in ``patcher.core.lifecycle`` (pure); this module only runs the loop and dispatches. The loop
+takes one event at a time from its queue (the folder watch, the API adapters, the probe thread and the agent
+itself put them there) and turns it into lifecycle events; ``_feed`` steps each lifecycle event and every event
+its actions produce from one local queue: an action that observes something (a write, a rollback, a prune, the
+restart check, the Lease's answer, the restore) returns its event instead of feeding the step itself, so each
+transition is saved once, before its phase is said, and before the next one begins. The file work lives in
+``patcher.services.patching``, the restart checks in ``restartwatch``, the restore on exit in ``stopping``, the
+extender probe in ``extcheck``. Like kured it speaks to the cluster only through its Node's annotations and
+events. While it runs, the loop never waits for the API (a control plane that is restarting, which is what we
+cause, must not stop the file-level work). It does wait for its own file work, and, on the way out, for the
+rollout Lease and the final report, each bounded by the deadlines the step computed from the grace period.
+``patcher.services.runner.build_agent`` wires it.
 """
 
 from __future__ import annotations
@@ -21,69 +25,45 @@ import random
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final, Protocol
+from typing import Any
 
 from patcher.adapters import fsio, signals
 from patcher.adapters.health import Health, Metrics
-from patcher.adapters.proc import LocalRestartTracker
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
-from patcher.core import extprobe, lifecycle, manifest, restart
-from patcher.core.errors import ConfigError, PatcherError, StateFolderError
+from patcher.core import lifecycle
+from patcher.core.errors import PatcherError, StateFolderError
 from patcher.core.lifecycle import Node
 from patcher.core.schedconfig import RenderedConfig
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
-from patcher.services import engine, extcheck
+from patcher.services import engine, extcheck, patching
+from patcher.services.patching import state_folder_message
+from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.restartwatch import RestartWatch
+from patcher.services.stopping import Stopping
+from patcher.services.timers import Timers
 
 log = logging.getLogger("patcher.services.agent")
 
-# "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the Lease actor's
-# snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the API adapters
-# are there), "stop"
+__all__ = ["Agent", "AgentOptions", "Coordinator", "Event", "OwnerSource", "PodSource", "Reporter",
+           "state_folder_message"]
+
+#: The loop's events: "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the
+#: Lease actor's snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the
+#: API adapters are there), "probe" (a probe's answer is in ``_probe_done``), "replan" (the step's ``Replan``:
+#: plan again), "stop"; None: a timer is due.
 Event = str
 
 
-class Reporter(Protocol):
-    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None: ...
-    def note(self, reason: str, message: str, *, warning: bool = False) -> None: ...
-    def flush(self, timeout: float) -> bool: ...
+@dataclass(frozen=True)
+class _Unsaved:
+    """On the local queue after the events of a transition whose record the state folder refused: unless the
+    fault is set already or a later transition saved the record, it is that transition's ``StateFolderFailed``."""
 
-
-class PodSource(Protocol):
-    def latest(self) -> dict[str, Any] | None: ...
-
-
-class Coordinator(Protocol):
-    """One manifest change at a time across the control plane (see ``patcher.services.rollout``): an actor whose
-    methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
-
-    held: bool
-    refused_bad: bool
-    current_holder: str | None
-    api_answered: bool | None  # did its last round trip get an answer (None: none finished yet)
-
-    @property
-    def unanswered(self) -> bool: ...  # an intent posted and its round trip not ended
-
-    def acquire(self, source_hash: str = "") -> bool: ...
-    def release(self, *, bad_hash: str | None = None) -> None: ...
-    def settle(self, timeout: float) -> bool: ...
-    def wait_held(self, timeout: float) -> bool: ...
-    def close(self, timeout: float) -> None: ...
-
-
-class OwnerSource(Protocol):
-    """What the agent knows of the DaemonSet that owns its pod (``patcher.adapters.kube.owner``)."""
-
-    def view(self) -> lifecycle.DaemonSetView: ...
-    def confirm(self, timeout: float) -> lifecycle.DaemonSetView: ...
-
-
-#: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
-#: the step's confirm wait, so an API that goes black meanwhile ends the wait within a second).
-TURN_ASK_INTERVAL: Final = 0.25
+    message: str
 
 
 @dataclass(frozen=True)
@@ -107,13 +87,6 @@ class AgentOptions:
     extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
     state_retry: float = 2.0  # first retry of a state folder that refused the record; doubles up to state_retry_max
     state_retry_max: float = 60.0
-
-
-def state_folder_message(exc: PatcherError) -> str:
-    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
-    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
-    on device``."""
-    return f"state folder unusable: {exc}"
 
 
 class Agent:
@@ -149,10 +122,7 @@ class Agent:
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
-        self._lease_retry_at: float | None = None
-        self._probe_retry_at: float | None = None
-        self._periodic_probe_at: float | None = None
-        self._state_retry_at: float | None = None  # when to try the state folder again (CheckStateFolder)
+        self.timers = Timers()  # resync, Lease retry, probe retry, periodic probe, state folder retry
         self._lock: contextlib.ExitStack | None = None  # holds the writer lock while run() runs, once taken
         self._lock_held = False
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
@@ -162,15 +132,13 @@ class Agent:
         self._node = Node()
         self._saved: State | None = None
         self._plan: engine.Plan | None = None  # the plan an Apply action writes
-        self._baseline = restart.Baseline()
-        self._tracker: LocalRestartTracker | None = None
         self._pod_before: dict[str, Any] | None = None
-        self._prepared: tuple[State, engine.PreparedRestore] | None = None  # the restore, planned while patched
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
-        self._next_resync = 0.0
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
+        self.restarts = RestartWatch(self.files, local_check=opts.local_check, crash_restarts=opts.crash_restarts)
+        self.stopper = Stopping(self.files, self.store, log_extra=self._log_extra)
 
     # -- the one state value --------------------------------------------------------------------------------
 
@@ -257,7 +225,7 @@ class Agent:
         watcher.start()
         self.watcher = watcher
 
-    # -- the loop -------------------------------------------------------------------------------------------
+    # -- start-up ---------------------------------------------------------------------------------------------
 
     def start(self) -> bool:
         """Load the record, clean up after a killed writer, resume and reconcile once. False: a stop came
@@ -317,6 +285,8 @@ class Agent:
             raise StateFolderError(exc.path, exc.problem) from None
         self._lock_held = True
 
+    # -- the loop and its dispatch ---------------------------------------------------------------------------
+
     def _run_locked(self) -> int:
         if not self.start():
             return self.shutdown()
@@ -338,41 +308,156 @@ class Agent:
         return self.shutdown()
 
     def _handle(self, event: Event | None) -> None:
+        """One loop event; then the restart check (it reads the mirror pod and the process table) and the
+        periodic probe's timer, whatever the event was."""
         if event in ("source", "manifest"):
             self.reconcile(f"{event} changed")
+        elif event == "replan":
+            self.reconcile("re-plan")
         elif event == "lease":
-            self._turn_changed()
+            self._feed(self._turn_changed())
         elif event == "attached":
             self._attached()
         elif event == "daemonset":
             self._daemonset_changed()
         elif event == "probe":
             self._feed(self._probe_done.get_nowait())
-        elif self._state_retry_at is not None and time.monotonic() >= self._state_retry_at:
-            self._check_state_folder()
-        elif self._node.fault is not None:
-            pass  # nothing is planned while the record cannot be saved: the state folder's retry comes first
-        elif time.monotonic() >= self._next_resync:
-            self.reconcile("resync")
-        elif self._probe_retry_at is not None and time.monotonic() >= self._probe_retry_at:
-            self._probe_retry_at = None
-            self.reconcile("extender probe retry")
-        elif self._periodic_probe_at is not None and time.monotonic() >= self._periodic_probe_at:
-            self._periodic_probe_at = None
-            self._feed(lifecycle.ProbeDue(time.monotonic()))
-        elif self._lease_retry_at is not None and time.monotonic() >= self._lease_retry_at:
-            self.reconcile("rollout lease retry")
+        elif event == "pod" or event is None:  # a pod update also runs a due timer: a busy pod must not starve it
+            self._timers()
+        else:
+            raise AssertionError(f"unknown loop event {event!r}")
         self.check_restart()
         self._schedule_periodic_probe()
+
+    def _feed(self, first: lifecycle.Event | None) -> None:
+        """Step ``first`` and every event its actions produce, in order, from one local queue (no action feeds
+        the step itself). The restore is prepared once, for the record the queue ends with."""
+        todo: deque[lifecycle.Event | _Unsaved] = deque([first] if first is not None else [])
+        saved = False
+        while todo:
+            item = todo.popleft()
+            if isinstance(item, _Unsaved):
+                if self._node.fault is not None or self._node.record == self._saved:
+                    continue  # an action met the fault already, or a later transition saved the record
+                item = lifecycle.StateFolderFailed(time.monotonic(), item.message)
+            produced, did_save = self._transition(item)
+            saved = saved or did_save
+            todo.extend(produced)
+        if saved and self._node.fault is None:
+            self._prepare_restore()
+
+    def _transition(self, event: lifecycle.Event) -> tuple[list[lifecycle.Event | _Unsaved], bool]:
+        """One step: save its record (the one save of a transition), then say it and execute its actions.
+        Returns the events they produced and whether the record was saved."""
+        node, actions = lifecycle.step(self._node, event, self.rules)
+        before = self._node.phase
+        if node.wait is None:
+            self.restarts.forget()
+        # The record first: a phase is said (``/readyz``, the Node) only once it is recorded.
+        refused, saved = self._save(node)
+        if refused is not None:
+            # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
+            # transition; the fault's transition says Failed, and this phase again once the folder works.
+            self._node = node
+            produced: list[lifecycle.Event | _Unsaved] = [
+                e for a in actions if not isinstance(a, (lifecycle.Publish, lifecycle.Prune))
+                and (e := self._execute(a)) is not None]
+            return [*produced, _Unsaved(state_folder_message(refused))], False
+        self.node = node
+        produced = [e for a in actions if (e := self._execute(a)) is not None]
+        if node.phase != before and node.phase is not None and self.on_phase is not None:
+            self.on_phase(node.phase)
+        return produced, saved
+
+    def _execute(self, action: lifecycle.Action) -> lifecycle.Event | None:
+        """Do one action; an action that observes something returns the event it produced."""
+        match action:
+            case lifecycle.Log(level=level, message=message):
+                getattr(log, level)("%s", message, extra=self._log_extra)
+            case lifecycle.Count(name=name):
+                getattr(self.metrics, name)()
+            case lifecycle.Error(kind=kind):
+                self.metrics.error(kind)
+            case lifecycle.RestartSeen(seconds=seconds):
+                self.metrics.restart_seen(seconds)
+            case lifecycle.Publish() | lifecycle.Note():
+                self._report(action)
+            case lifecycle.Apply():
+                return self._apply()
+            case lifecycle.TakeTurn(source_hash=source_hash):
+                return self._take_turn(source_hash)
+            case lifecycle.ReleaseTurn(bad_source=bad):
+                self._release_turn(bad)
+            case lifecycle.Watch():
+                return self._watch()
+            case lifecycle.Prune():
+                return patching.prune(self.files, self._node.record, log_extra=self._log_extra)
+            case lifecycle.RollBack():
+                return patching.roll_back(self.files, action, self._node.record, expect=self._expect_manifest,
+                                          log_extra=self._log_extra)
+            case lifecycle.Replan():
+                self.notify("replan")
+            case lifecycle.Probe(config_hash=config_hash):
+                self._start_probe(config_hash)
+            case lifecycle.RetryLater(delay=delay):
+                self.timers.probe_retry = time.monotonic() + delay
+            case lifecycle.CheckStateFolder(delay=delay):
+                self.timers.state_retry = time.monotonic() + delay
+            case lifecycle.Restore():
+                return self.stopper.restore(action, self._node.record, self.coordinator, self.pods)
+            case lifecycle.Keep():
+                self.stopper.keep(action, self.reporter)
+            case lifecycle.Finish():
+                self._finish(action)
+        return None
+
+    def shutdown(self) -> int:
+        """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
+        release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
+        the record the stop leaves is the restore's (``stopping``). Returns the exit code."""
+        todo: deque[lifecycle.Event] = deque([lifecycle.Stop(time.monotonic(), self._stop_why,
+                                                             self._daemonset_view())])
+        while todo:
+            self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)
+            todo.extend(e for a in actions if (e := self._execute(a)) is not None)
+        return self._exit_code
+
+    # -- timers and the loop's own events ------------------------------------------------------------------
+
+    def _timers(self) -> None:
+        """Run the one timer that is due, if any (``timers.Timers.due``)."""
+        now = time.monotonic()
+        match self.timers.due(now, fault=self._node.fault is not None):
+            case "state-folder":
+                self._check_state_folder()
+            case "resync":
+                self.reconcile("resync")
+            case "probe-retry":
+                self.reconcile("extender probe retry")
+            case "periodic-probe":
+                self._feed(lifecycle.ProbeDue(now))
+            case "lease-retry":
+                self.reconcile("rollout lease retry")
+
+    def _timeout(self) -> float:
+        """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
+        its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
+        and the bound itself is the next timer, never a busy 50 ms loop) and the local tracker's poll."""
+        now, w = time.monotonic(), self._node.wait
+        also: tuple[float, ...] = ()
+        if w is not None:
+            also = (w.deadline if now < w.deadline else w.deadline + self.opts.restart_timeout,
+                    *((now + self.opts.local_poll,) if self.restarts.polling else ()))
+        return self.timers.timeout(now, fault=self._node.fault is not None, heartbeat=self.opts.heartbeat, also=also)
 
     def _schedule_periodic_probe(self) -> None:
         """While Ready and no probe runs: the next periodic probe, jittered so that agents started together do
         not call the extender together."""
         n, interval = self._node, self.opts.extender_probe_interval
         if not self.rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
-            self._periodic_probe_at = None
-        elif self._periodic_probe_at is None and not n.probing:
-            self._periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
+            self.timers.periodic_probe = None
+        elif self.timers.periodic_probe is None and not n.probing:
+            self.timers.periodic_probe = time.monotonic() + interval * random.uniform(0.8, 1.2)
 
     def _daemonset_changed(self) -> None:
         """The owner's watch saw a change: say (once per change) what a stop would do now."""
@@ -396,60 +481,15 @@ class Agent:
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
         if self._node.turn == "asked":  # asked while the Lease was not there yet
-            self._take_turn("")
+            self._feed(self._take_turn(""))
         self.reconcile("API connected")  # a pending write asks for its turn again, with its source
 
-    def _timeout(self) -> float:
-        now = time.monotonic()
-        if self._node.fault is not None:
-            # Only the state folder's retry acts while the record cannot be saved: the other timers stay due
-            # (``_handle`` holds them back), and counting them woke the loop every 50 ms for the whole fault.
-            retry = [] if self._state_retry_at is None else [self._state_retry_at - now]
-            return max(0.05, min([self.opts.heartbeat, *retry]))
-        wake = [self._next_resync - now, self.opts.heartbeat]
-        if self._lease_retry_at is not None:
-            wake.append(self._lease_retry_at - now)
-        if self._probe_retry_at is not None:
-            wake.append(self._probe_retry_at - now)
-        if self._periodic_probe_at is not None:
-            wake.append(self._periodic_probe_at - now)
-        if self._state_retry_at is not None:
-            wake.append(self._state_retry_at - now)
-        w = self._node.wait
-        if w is not None:
-            # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
-            # and the bound itself is the next timer, never a busy 50 ms loop.
-            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.opts.restart_timeout - now)
-            if self._tracker is not None:
-                wake.append(self.opts.local_poll)
-        return max(0.05, min(wake))
+    # -- the record: one save per transition ------------------------------------------------------------------
 
-    # -- feeding the lifecycle, executing its actions --------------------------------------------------------
-
-    def _feed(self, event: lifecycle.Event, *, pending_config: str = "") -> None:
-        node, actions = lifecycle.step(self._node, event, self.rules, pending_config=pending_config)
-        before = self._node.phase
-        # The record first: a phase is said (``/readyz``, the Node) only once it is recorded. Saving after the
-        # actions let a Ready that the folder then refused reach /readyz and the Node before Failed did.
-        refused, saved = self._save_first(node)
-        if refused is not None:
-            # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
-            # transition; the fault's transition says Failed, and this phase again once the folder works.
-            self._node = node
-            for action in actions:
-                if not isinstance(action, (lifecycle.Publish, lifecycle.Prune)):
-                    self._execute(action)
-            # An action may have met the fault already (the apply), or saved a later transition since.
-            if self._node.fault is None and self._node.record != self._saved:
-                self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(refused)))
-            return
-        self.node = node
-        for action in actions:
-            self._execute(action)
-        self._commit(before, saved)
-
-    def _save_first(self, node: Node) -> tuple[PatcherError | None, bool]:
-        """Save a transition's record before anything says its phase: (the state folder's refusal, saved)."""
+    def _save(self, node: Node) -> tuple[PatcherError | None, bool]:
+        """Save a transition's record before anything says its phase: (the state folder's refusal, saved). A
+        state folder that refuses it is a transition of its own (``StateFolderFailed``); while that lasts
+        nothing is saved here: the folder's retry (``_check_state_folder``) is the one that tries."""
         if node.record == self._saved or node.fault is not None:
             return None, False
         try:
@@ -463,34 +503,9 @@ class Agent:
         self._saved = node.record
         return None, True
 
-    def _commit(self, before: NodeState | None, saved: bool = False) -> None:
-        """Save the record once per transition (again when an action changed it after ``_save_first``), and
-        tell whoever listens that the phase changed. A state folder that refuses it is a transition of its
-        own (``StateFolderFailed``); while that lasts nothing is saved here: the folder's retry
-        (``_check_state_folder``) is the one that tries."""
-        refused: PatcherError | None = None
-        if saved and (self._node.record == self._saved or self._node.fault is not None):
-            if self._node.fault is None:
-                self._prepare_restore()
-        elif self._node.record != self._saved and self._node.fault is None:
-            try:
-                self._hold_lock()
-                self.store.save(self._node.record)
-                self._saved = self._node.record
-            except StateFolderError as exc:
-                refused = exc
-            except PatcherError as exc:
-                log.error("cannot save the state record: %s", exc, extra=self._log_extra)
-            if refused is None:
-                self._prepare_restore()
-        if self._node.phase != before and self._node.phase is not None and self.on_phase is not None:
-            self.on_phase(self._node.phase)
-        if refused is not None:  # one level deep: with the fault set, this transition saves nothing
-            self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(refused)))
-
     def _check_state_folder(self) -> None:
         """The retry: save the record as it stands (the writer lock first, when it could not be taken)."""
-        self._state_retry_at = None
+        self.timers.state_retry = None
         try:
             self._hold_lock()
             self.store.save(self._node.record)
@@ -501,56 +516,99 @@ class Agent:
         self._feed(lifecycle.StateFolderOk(time.monotonic()))
 
     def _prepare_restore(self) -> None:
-        """While patched, the restored bytes are known already: plan the restore now, so that on SIGTERM only
-        the write remains. It is kept for this record only, and written only while the manifest is still byte
-        for byte what we wrote (``engine.restore_prepared``); anything else is planned again at exit. The
-        staged file of an earlier preparation is kept when it is still the same restore, removed otherwise."""
-        record = self._node.record
-        previous = self._prepared[1] if self._prepared is not None else None
-        prepared = None
-        if self.opts.restore_on_exit != "never" and record.patched:
-            try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
-                prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
-            except PatcherError:
-                prepared = None  # planned again at exit, where the refusal is reported
-        if previous is not None and (prepared is None or prepared.staged != previous.staged):
-            engine.discard(previous)
-        self._prepared = (record, prepared) if prepared is not None else None
+        """While patched, plan the restore now, so that on SIGTERM only the write remains (``stopping``)."""
+        self.stopper.prepare(self._node.record, enabled=self.opts.restore_on_exit != "never")
 
-    def _execute(self, action: lifecycle.Action) -> None:
-        match action:
-            case lifecycle.Log(level=level, message=message):
-                getattr(log, level)("%s", message, extra=self._log_extra)
-            case lifecycle.Count(name=name):
-                self._count(name)
-            case lifecycle.Publish() | lifecycle.Note():
-                self._report(action)
-            case lifecycle.Apply():
-                self._apply()
-            case lifecycle.TakeTurn(source_hash=source_hash):
-                self._take_turn(source_hash)
-            case lifecycle.ReleaseTurn(bad_source=bad):
-                self._release_turn(bad)
-            case lifecycle.Watch():
-                self._watch()
-            case lifecycle.Prune():
-                self._prune()
-            case lifecycle.RollBack():
-                self._rollback(action)
-            case lifecycle.Replan():
-                self.notify("manifest")
-            case lifecycle.Probe(config_hash=config_hash):
-                self._start_probe(config_hash)
-            case lifecycle.RetryLater(delay=delay):
-                self._probe_retry_at = time.monotonic() + delay
-            case lifecycle.CheckStateFolder(delay=delay):
-                self._state_retry_at = time.monotonic() + delay
-            case lifecycle.Keep():
-                self._keep(action)
-            case lifecycle.Finish():
-                self._finish(action)
-            case lifecycle.Restore():
-                raise AssertionError("a Restore is executed by shutdown(), which feeds its report back")
+    @property
+    def _prepared(self) -> tuple[State, engine.PreparedRestore] | None:
+        return self.stopper.prepared
+
+    # -- the executors of the actions that stay here ---------------------------------------------------------
+
+    def reconcile(self, why: str) -> None:
+        """Plan the source against the manifest and feed what was found (a refusal keeps the last plan)."""
+        self.timers.resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
+        self._why = why
+        planned, plan = patching.plan(self.files, fallback_version=self.fallback_version(),
+                                      bad_hashes=frozenset(self._node.record.bad_hashes))
+        if plan is not None:
+            self._plan = plan
+        self._feed(planned)
+
+    def _apply(self) -> lifecycle.Event:
+        plan, self._plan = self._plan, None
+        assert plan is not None and plan.config is not None
+        self.timers.lease_retry = None
+        self._pod_before = self.pods.latest() if self.pods else None
+        return patching.apply(self.files, plan, self._node.record, why=self._why, expect=self._expect_manifest,
+                              log_extra=self._log_extra)
+
+    def _expect_manifest(self) -> None:
+        if self.watcher:
+            self.watcher.expect("manifest")
+
+    def _watch(self) -> lifecycle.Observed | None:
+        """A fresh restart baseline and local tracker for the write the lifecycle now waits on, and its first
+        look (it may be proven already, or, with no check at all, taken as live)."""
+        w = self._node.wait
+        assert w is not None
+        pod_now = self.pods.latest() if self.pods and w.adopted else None
+        self.restarts.start(w, self._node.record.config_file, pod_now=pod_now, pod_before=self._pod_before)
+        return self._observe()
+
+    def check_restart(self) -> None:
+        self._feed(self._observe())
+
+    def _observe(self) -> lifecycle.Observed | None:
+        w = self._node.wait
+        if w is None or (self.pods is None and self._api_pending):
+            return None  # the mirror pod will tell, once the API adapters are attached
+        return self.restarts.observe(w, self.pods)
+
+    def _take_turn(self, source_hash: str) -> lifecycle.TurnChanged | None:
+        """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event, or at once."""
+        c = self.coordinator
+        if c is None:
+            return None  # not attached yet: asked again once it is
+        if c.acquire(source_hash) or c.refused_bad:
+            return self._turn_changed()
+        log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
+        self.timers.lease_retry = time.monotonic() + self.opts.lease_retry
+        return None
+
+    def _turn_changed(self) -> lifecycle.TurnChanged | None:
+        c = self.coordinator
+        if c is None or self._node.turn != "asked":
+            return None
+        if c.held:
+            log.info("rollout lease acquired", extra=self._log_extra)
+        if c.held or c.refused_bad:
+            self.timers.lease_retry = None
+        pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
+        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
+                                     config_hash=pending)
+
+    def _start_probe(self, config_hash: str) -> None:
+        """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
+        "probe" event."""
+        plan = self._plan
+        self.timers.probe_retry = None
+        if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
+            config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
+        else:  # after the restart: the config that was written, read back from the host folder
+            r = self._node.record
+            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
+                                                              files=r.files, api_version=r.api_version))
+        if config is None or config.config_hash != config_hash:
+            self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+                f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
+            return
+        extcheck.start_probe(self.files, config, cancel=self._probe_cancel, done=self._probed,
+                             log_extra=self._log_extra)
+
+    def _probed(self, answer: lifecycle.Probed) -> None:
+        self._probe_done.put(answer)
+        self.notify("probe")
 
     def _report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
         """To the Node's annotations and events; nothing before the API adapters are attached (the agent
@@ -563,229 +621,10 @@ class Agent:
             self.reporter.note(action.reason, action.message, warning=action.warning)
 
     def _release_turn(self, bad_source: str | None) -> None:
-        self._lease_retry_at = None
+        self.timers.lease_retry = None
         if self.coordinator is not None:
             self.coordinator.release(bad_hash=bad_source)
             log.info("rollout lease released", extra=self._log_extra)
-
-    def _prune(self) -> None:
-        """The new config is live: remove the previous one from the host folder (a failure leaves it for the
-        next prune: the record still lists it)."""
-        try:
-            lines, record = engine.prune(self.files, self._node.record, keep_previous=False)
-        except PatcherError as exc:
-            log.warning("cannot remove the previous config yet: %s", exc, extra=self._log_extra)
-            return
-        self.node = replace(self._node, record=record)
-        for line in lines:
-            log.info("%s (config %s is live)", line, record.config_hash[:12], extra=self._log_extra)
-
-    def _count(self, name: str) -> None:
-        kind, _, arg = name.partition(":")
-        if kind == "error":
-            self.metrics.error(arg)
-        elif kind == "restart_seen":
-            self.metrics.restart_seen(float(arg))
-        else:
-            getattr(self.metrics, kind)()
-
-    # -- observations ----------------------------------------------------------------------------------------
-
-    def reconcile(self, why: str) -> None:
-        """Plan the source against the manifest and feed what was found."""
-        self._next_resync = time.monotonic() + self.opts.resync_interval  # any reconcile is a resync
-        self._why = why
-        now = time.monotonic()
-        try:
-            plan = engine.plan_apply(self.files, fallback_version=self.fallback_version(),
-                                     bad_hashes=frozenset(self._node.record.bad_hashes))
-        except engine.KnownBadConfig as exc:
-            self._feed(lifecycle.Planned(now, "known-bad", message=str(exc)))
-            return
-        except PatcherError as exc:
-            log.debug("refused", exc_info=True)
-            self._feed(lifecycle.Planned(now, "refused", message=str(exc),
-                                         error_kind="config" if isinstance(exc, ConfigError) else "manifest"))
-            return
-        except Exception as exc:  # issue 13: any failure of a reconcile is a refusal, never a crash
-            log.debug("unexpected error while planning", exc_info=True)
-            self._feed(lifecycle.Planned(now, "refused", message=f"{self.files.source}: {type(exc).__name__}: {exc}",
-                                         error_kind="config"))
-            return
-        config = plan.config
-        assert config is not None
-        self._plan = plan
-        if not plan.pending:
-            self._feed(lifecycle.Planned(
-                now, "up-to-date", config_hash=config.config_hash, config_file=config.main,
-                api_version=config.api_version, files=tuple(sorted(config.files)), source_hash=plan.source_hash,
-                current_sha256=engine.sha256(plan.current), unpatched_sha256=engine.sha256(plan.unpatched),
-                mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0))
-            return
-        self._feed(lifecycle.Planned(now, "pending", config_hash=config.config_hash, config_file=config.main,
-                                     api_version=config.api_version, files=tuple(sorted(config.files)),
-                                     source_hash=plan.source_hash,
-                                     manifest_change=plan.manifest_change() is not None))
-
-    def _apply(self) -> None:
-        plan, self._plan = self._plan, None
-        assert plan is not None and plan.config is not None
-        self._lease_retry_at = None
-        self._pod_before = self.pods.latest() if self.pods else None
-        try:
-            lines, record = engine.apply(self.files, plan, self._node.record)
-        except fsio.ChangedUnderneath as exc:
-            self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=True))
-            return
-        except StateFolderError as exc:  # nothing was written: the write waits for the folder
-            self._feed(lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc)))
-            return
-        except PatcherError as exc:
-            self._feed(lifecycle.WriteFailed(str(exc), changed_underneath=False))
-            return
-        if self.watcher:
-            self.watcher.expect("manifest")
-        for note in plan.notes:
-            log.info("%s", note, extra=self._log_extra)
-        for line in lines:
-            log.info("%s (%s)", line, self._why,
-                     extra={**self._log_extra, "hash": plan.config.short_hash})
-        record = replace(record, source_hash=plan.source_hash)
-        self._feed(lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None))
-
-    def _start_probe(self, config_hash: str) -> None:
-        """The pre-flight, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once
-        (the probe is cancelled, not awaited). The answer comes back as a "probe" event."""
-        plan, cancel = self._plan, self._probe_cancel
-        self._probe_retry_at = None
-        if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
-            config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
-        else:  # after the restart: the config that was written, read back from the host folder
-            r = self._node.record
-            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
-                                                              files=r.files, api_version=r.api_version))
-        if config is None or config.config_hash != config_hash:
-            self._probe_done.put(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
-                f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
-            self.notify("probe")
-            return
-
-        def run(config: RenderedConfig = config) -> None:
-            try:
-                results = extcheck.check(self.files, config, cancel=cancel)
-            except Exception as exc:  # a bug in the probe must not pass for an answer
-                log.debug("extender probe failed", exc_info=True)
-                answer = lifecycle.Probed(time.monotonic(), config_hash,
-                                          blocking=f"extender probe failed: {type(exc).__name__}: {exc}")
-            else:
-                for result in results:
-                    log.info("extender %s", result.line(), extra=self._log_extra)
-                answer = lifecycle.Probed(time.monotonic(), config_hash,
-                                          blocking=extprobe.summary(extprobe.blocking(results)),
-                                          ignored=extprobe.summary(r for r in results if r.ignorable))
-            self._probe_done.put(answer)
-            self.notify("probe")
-
-        threading.Thread(target=run, name="extender-probe", daemon=True).start()
-
-    def _take_turn(self, source_hash: str) -> None:
-        """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event."""
-        c = self.coordinator
-        if c is None:
-            return  # not attached yet: asked again once it is
-        if c.acquire(source_hash):
-            self._turn_changed()
-            return
-        if c.refused_bad:
-            self._turn_changed()
-            return
-        log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
-        self._lease_retry_at = time.monotonic() + self.opts.lease_retry
-
-    def _turn_changed(self) -> None:
-        c = self.coordinator
-        if c is None or self._node.turn != "asked":
-            return
-        if c.held:
-            self._lease_retry_at = None
-            log.info("rollout lease acquired", extra=self._log_extra)
-        pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
-        self._feed(lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder),
-                   pending_config=pending)
-        if c.refused_bad:
-            self._lease_retry_at = None
-
-    def _container(self) -> str:
-        return self.files.container_name or "kube-scheduler"
-
-    def _watch(self) -> None:
-        """A fresh restart baseline and local tracker for the write the lifecycle now waits on."""
-        w = self._node.wait
-        assert w is not None
-        if w.adopted:  # restarts that happened before we looked are not ours to judge (a lost election, say)
-            self._baseline = restart.Baseline.of(self.pods.latest() if self.pods else None, self._container())
-        else:
-            self._baseline = restart.Baseline.of(self._pod_before, self._container())
-        config_path = f"{self.files.host_config_dir}/{self._node.record.config_file}"
-        self._tracker = LocalRestartTracker(config_path, w.written_ns) if self.opts.local_check else None
-        self.check_restart()  # it may be proven already (or, with no check at all, taken as live)
-
-    def check_restart(self) -> None:
-        w = self._node.wait
-        if w is None or (self.pods is None and self._api_pending):
-            return  # the mirror pod will tell, once the API adapters are attached
-        verdicts: list[tuple[restart.Verdict, str]] = []
-        if self.pods is not None:
-            decision = restart.decide(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
-                                      expected_hash=w.config_hash, manifest_mtime_ns=w.written_ns,
-                                      baseline=self._baseline, container_name=self._container(),
-                                      min_restarts=self.opts.crash_restarts)
-            verdicts.append((decision.verdict, decision.reason))
-        if self._tracker is not None:  # the process table answers even while the API server is down
-            check = self._tracker.poll()
-            if check.starts > self.opts.crash_restarts:
-                verdicts.append((restart.Verdict.CRASH_LOOPING, f"started {check.starts} times since our write"))
-            else:
-                verdicts.append((restart.Verdict.READY if check.ready else restart.Verdict.WAITING,
-                                 f"local process: {check.reason}"))
-        verdict, reason = lifecycle.combine(verdicts)
-        blind = self._tracker is None and self.pods is not None and not getattr(self.pods, "fresh", True)
-        self._feed(lifecycle.Observed(time.monotonic(), time.time_ns(), verdict, reason, blind=blind))
-        if self._node.wait is None:
-            self._tracker = None
-
-    def _rollback(self, action: lifecycle.RollBack) -> None:
-        """Back to the last Ready config when it still fits the manifest, else to the original."""
-        record = self._node.record
-        good_record = action.last_good
-        good = engine.saved_config(self.files, good_record) if good_record is not None else None
-        try:
-            plan = (engine.plan_apply(self.files, config=good)
-                    if good is not None and good.config_hash != action.config_hash else None)
-            # The last Ready config was rendered for the manifest it ran with (version, flags). After an
-            # upgrade it may be an apiVersion the new scheduler does not serve: then only the original is safe.
-            if plan is not None and good_record is not None \
-                    and engine.sha256(plan.unpatched) != good_record.original_sha256:
-                log.warning("the manifest changed since config %s was Ready; rolling back to the original",
-                            good_record.config_hash[:12], extra=self._log_extra)
-                plan = None
-            if plan is not None and good is not None and good_record is not None:
-                if plan.pending:
-                    _, record = engine.apply(self.files, plan, record)
-                target = f"the last Ready config {good.short_hash}"
-                record = replace(record, source_hash=good_record.source_hash)
-            else:
-                engine.restore(self.files, engine.plan_restore(self.files), keep_files=True)
-                record = replace(record, patched_sha256="", config_hash="", source_hash="")
-                target = "the original manifest"
-        except PatcherError as exc:
-            self._feed(lifecycle.RollbackFailed(str(exc), action.reason, action.bad_source))
-            return
-        if self.watcher:
-            self.watcher.expect("manifest")
-        mtime = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(self.files.manifest_path)))
-        record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
-        self._feed(lifecycle.RollbackDone(record, target, action.reason, action.bad_source))
 
     def _status(self) -> NodeStatus:
         phase = self.phase
@@ -796,21 +635,7 @@ class Agent:
                           restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
                           message=r.message)
 
-    # -- stopping: the lifecycle decides (``lifecycle.stop``), this executes ---------------------------------
-
-    def shutdown(self) -> int:
-        """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
-        release the turn, report, each wait bounded by the deadlines the step computed. Returns the exit code."""
-        event: lifecycle.Event | None = lifecycle.Stop(time.monotonic(), self._stop_why, self._daemonset_view())
-        while event is not None:
-            self.node, actions = lifecycle.step(self._node, event, self.rules)
-            event = None
-            for action in actions:
-                if isinstance(action, lifecycle.Restore):
-                    event = self._restore(action)  # its report is the next event, not a nested feed
-                else:
-                    self._execute(action)
-        return self._exit_code
+    # -- the stop: ``lifecycle.stop`` decides, ``stopping`` restores or keeps ---------------------------------
 
     def _daemonset_view(self) -> lifecycle.DaemonSetView:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
@@ -822,108 +647,6 @@ class Agent:
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
         return self.owner.confirm(lifecycle.OWNER_LOOKUP)
-
-    def _restore(self, action: lifecycle.Restore) -> lifecycle.RestoreDone:
-        """Put back exactly what we changed, the prepared restore first; take the rollout turn before the
-        manifest is written (within the action's bounds), and, holding it, wait for the restored scheduler."""
-        try:
-            prepared = self._prepared[1] if self._prepared and self._prepared[0] == self._node.record else None
-            plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
-            writes = any(c.kind == "manifest" for c in plan.changes)
-            silent = self._turn_for_restore(action) if writes else False
-            lines = self._restore_prepared(prepared) if prepared is not None else None
-            if lines is None:
-                if prepared is not None:  # the prepared plan is stale: plan from what is there now
-                    plan = engine.plan_restore(self.files)
-                try:
-                    lines = engine.restore(self.files, plan)
-                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
-                    lines = engine.restore(self.files, engine.plan_restore(self.files))
-            for line in lines:
-                log.info("%s (stopping)", line, extra=self._log_extra)
-            if writes:
-                silent = not self._wait_restored(action.restored_until) or silent
-            if self._node.record.bad_hashes:  # a failed config stays failed for the next agent here
-                try:
-                    self.store.save(State(bad_hashes=self._node.record.bad_hashes))
-                except PatcherError as exc:  # the manifest is restored: that is what the stop is for
-                    log.warning("the manifest is restored, but the configs that failed here cannot be recorded "
-                                "for the next agent: %s", exc, extra=self._log_extra)
-        except PatcherError as exc:
-            return lifecycle.RestoreDone(False, str(exc), held=self._holds_turn(), now=time.monotonic())
-        return lifecycle.RestoreDone(True, held=self._holds_turn(), now=time.monotonic(), api_silent=silent)
-
-    def _holds_turn(self) -> bool:
-        return self.coordinator is not None and self.coordinator.held
-
-    def _turn_for_restore(self, action: lifecycle.Restore) -> bool:
-        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
-        scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
-        plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
-        once, also when the API goes black while another node holds the turn. While it answers "held by
-        another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
-        answer."""
-        c = self.coordinator
-        if c is None or c.held:
-            return False
-        silent = True
-        while True:
-            c.acquire()
-            if c.settle(action.confirm_wait):
-                return False
-            if c.unanswered:
-                why = f"the API server did not answer within {action.confirm_wait:g} s"
-                break
-            if not c.api_answered:
-                why = "the API server does not answer"
-                break
-            left = action.turn_until - time.monotonic()
-            if left <= 0:
-                why, silent = f"held by {c.current_holder or '?'} for the whole share of the grace period", False
-                break
-            if c.wait_held(min(TURN_ASK_INTERVAL, left)):
-                return False  # another node restored first; our turn came
-        log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
-        return silent
-
-    def _wait_restored(self, until: float) -> bool:
-        """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:
-        the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
-        if self.pods is None or not self._holds_turn():
-            return True
-        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
-        written = fsio.mtime_ns(local) or 0
-        while time.monotonic() < until:
-            if not getattr(self.pods, "fresh", True):
-                log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
-                            "scheduler", extra=self._log_extra)
-                return False
-            if restart.runs_unpatched(self.pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
-                                      manifest_mtime_ns=written, container_name=self._container()):
-                return True
-            time.sleep(0.1)
-        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
-                    extra=self._log_extra)
-        return True
-
-    def _restore_prepared(self, prepared: engine.PreparedRestore) -> list[str] | None:
-        """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
-        what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
-        try:
-            lines = engine.restore_prepared(self.files, prepared)
-        except fsio.ChangedUnderneath:
-            log.info("the manifest changed since the restore was prepared; planning it again",
-                     extra=self._log_extra)
-            return None
-        return lines + engine.finish_restore(self.files, prepared)
-
-    def _keep(self, action: lifecycle.Keep) -> None:
-        """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""
-        if self._prepared is not None:
-            engine.discard(self._prepared[1])
-            self._prepared = None
-        if self.reporter is not None:
-            self.reporter.note("PatchKept", action.reason)
 
     def _finish(self, action: lifecycle.Finish) -> None:
         """Stop the folder watch, close the Lease (its release sent) and send the pending report, by

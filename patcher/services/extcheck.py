@@ -8,12 +8,17 @@ own hostPath mounts find them.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
+import time
+from collections.abc import Callable
 
 from patcher.adapters.extprobe import probe_all
-from patcher.core import extprobe
+from patcher.core import extprobe, lifecycle
 from patcher.core.schedconfig import RenderedConfig
 from patcher.services import engine
+
+log = logging.getLogger("patcher.services.agent")
 
 
 @functools.lru_cache(maxsize=8)
@@ -35,3 +40,26 @@ def as_data(results: list[extprobe.Result]) -> list[dict[str, object]]:
     """The ``-o json``/``yaml`` form: one object per extender."""
     return [{"url": r.url, "answered": r.answered, "ignorable": r.ignorable, "skipped": r.skipped,
              "error": r.error or None, "seconds": round(r.seconds, 3)} for r in results]
+
+
+def start_probe(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event,
+                done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str]) -> None:
+    """The agent's probe, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once (the
+    probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed."""
+
+    def run() -> None:
+        try:
+            results = check(opts, config, cancel=cancel)
+        except Exception as exc:  # a bug in the probe must not pass for an answer
+            log.debug("extender probe failed", exc_info=True)
+            answer = lifecycle.Probed(time.monotonic(), config.config_hash,
+                                      blocking=f"extender probe failed: {type(exc).__name__}: {exc}")
+        else:
+            for result in results:
+                log.info("extender %s", result.line(), extra=log_extra)
+            answer = lifecycle.Probed(time.monotonic(), config.config_hash,
+                                      blocking=extprobe.summary(extprobe.blocking(results)),
+                                      ignored=extprobe.summary(r for r in results if r.ignorable))
+        done(answer)
+
+    threading.Thread(target=run, name="extender-probe", daemon=True).start()

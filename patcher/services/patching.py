@@ -1,0 +1,120 @@
+"""The agent's file work, each reduced to the one ``lifecycle`` event it produces: plan the source against
+the manifest (``Planned``), write the plan (``Wrote``/``WriteFailed``/``StateFolderFailed``), roll back
+(``RollbackDone``/``RollbackFailed``), prune the previous config (``Pruned``). The agent's queue feeds the
+event to the step; nothing here decides what comes next."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from patcher.adapters import fsio
+from patcher.core import lifecycle
+from patcher.core.errors import ConfigError, PatcherError, StateFolderError
+from patcher.core.state import State
+from patcher.services import engine
+
+log = logging.getLogger("patcher.services.agent")
+
+
+def state_folder_message(exc: PatcherError) -> str:
+    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
+    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
+    on device``."""
+    return f"state folder unusable: {exc}"
+
+
+def plan(files: engine.Options, *, fallback_version: str | None,
+         bad_hashes: frozenset[str]) -> tuple[lifecycle.Planned, engine.Plan | None]:
+    """Plan the source against the manifest: what was found, and the plan an ``Apply`` would write."""
+    now = time.monotonic()
+    try:
+        p = engine.plan_apply(files, fallback_version=fallback_version, bad_hashes=bad_hashes)
+    except engine.KnownBadConfig as exc:
+        return lifecycle.Planned(now, "known-bad", message=str(exc)), None
+    except PatcherError as exc:
+        log.debug("refused", exc_info=True)
+        return lifecycle.Planned(now, "refused", message=str(exc),
+                                 error_kind="config" if isinstance(exc, ConfigError) else "manifest"), None
+    except Exception as exc:  # issue 13: any failure of a reconcile is a refusal, never a crash
+        log.debug("unexpected error while planning", exc_info=True)
+        return lifecycle.Planned(now, "refused", message=f"{files.source}: {type(exc).__name__}: {exc}",
+                                 error_kind="config"), None
+    config = p.config
+    assert config is not None
+    if not p.pending:
+        return lifecycle.Planned(
+            now, "up-to-date", config_hash=config.config_hash, config_file=config.main,
+            api_version=config.api_version, files=tuple(sorted(config.files)), source_hash=p.source_hash,
+            current_sha256=engine.sha256(p.current), unpatched_sha256=engine.sha256(p.unpatched),
+            mtime_ns=fsio.mtime_ns(p.manifest_local) or 0), p
+    return lifecycle.Planned(now, "pending", config_hash=config.config_hash, config_file=config.main,
+                             api_version=config.api_version, files=tuple(sorted(config.files)),
+                             source_hash=p.source_hash, manifest_change=p.manifest_change() is not None), p
+
+
+def apply(files: engine.Options, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],
+          log_extra: dict[str, str]) -> lifecycle.Event:
+    """Write ``plan`` (``expect``: the folder watch is told the manifest event that follows is ours)."""
+    assert plan.config is not None
+    try:
+        lines, record = engine.apply(files, plan, record)
+    except fsio.ChangedUnderneath as exc:
+        return lifecycle.WriteFailed(str(exc), changed_underneath=True)
+    except StateFolderError as exc:  # nothing was written: the write waits for the folder
+        return lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc))
+    except PatcherError as exc:
+        return lifecycle.WriteFailed(str(exc), changed_underneath=False)
+    expect()
+    for note in plan.notes:
+        log.info("%s", note, extra=log_extra)
+    for line in lines:
+        log.info("%s (%s)", line, why, extra={**log_extra, "hash": plan.config.short_hash})
+    record = replace(record, source_hash=plan.source_hash)
+    return lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None)
+
+
+def roll_back(files: engine.Options, action: lifecycle.RollBack, record: State, *, expect: Callable[[], None],
+              log_extra: dict[str, str]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+    """Back to the last Ready config when it still fits the manifest, else to the original."""
+    good_record = action.last_good
+    good = engine.saved_config(files, good_record) if good_record is not None else None
+    try:
+        p = (engine.plan_apply(files, config=good)
+             if good is not None and good.config_hash != action.config_hash else None)
+        # The last Ready config was rendered for the manifest it ran with (version, flags). After an
+        # upgrade it may be an apiVersion the new scheduler does not serve: then only the original is safe.
+        if p is not None and good_record is not None and engine.sha256(p.unpatched) != good_record.original_sha256:
+            log.warning("the manifest changed since config %s was Ready; rolling back to the original",
+                        good_record.config_hash[:12], extra=log_extra)
+            p = None
+        if p is not None and good is not None and good_record is not None:
+            if p.pending:
+                _, record = engine.apply(files, p, record)
+            target = f"the last Ready config {good.short_hash}"
+            record = replace(record, source_hash=good_record.source_hash)
+        else:
+            engine.restore(files, engine.plan_restore(files), keep_files=True)
+            record = replace(record, patched_sha256="", config_hash="", source_hash="")
+            target = "the original manifest"
+    except PatcherError as exc:
+        return lifecycle.RollbackFailed(str(exc), action.reason, action.bad_source)
+    expect()
+    mtime = fsio.mtime_ns(files.fs.local(files.fs.resolve(files.manifest_path)))
+    record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
+    return lifecycle.RollbackDone(record, target, action.reason, action.bad_source)
+
+
+def prune(files: engine.Options, record: State, *, log_extra: dict[str, str]) -> lifecycle.Pruned | None:
+    """The new config is live: remove the previous one from the host folder (a failure leaves it for the
+    next prune: the record still lists it)."""
+    try:
+        lines, record = engine.prune(files, record, keep_previous=False)
+    except PatcherError as exc:
+        log.warning("cannot remove the previous config yet: %s", exc, extra=log_extra)
+        return None
+    for line in lines:
+        log.info("%s (config %s is live)", line, record.config_hash[:12], extra=log_extra)
+    return lifecycle.Pruned(record)

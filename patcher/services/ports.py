@@ -1,0 +1,46 @@
+"""What the agent's thread is handed by the API side (``patcher.services.runner`` builds them): the Node's
+reporter, the mirror pod's view, the rollout Lease actor and the view of the agent's own DaemonSet. Protocols
+only, so that the executor's parts (``restartwatch``, ``stopping``) and the tests' fakes share one shape."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from patcher.core import lifecycle
+from patcher.core.status import NodeStatus
+
+
+class Reporter(Protocol):
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None: ...
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None: ...
+    def flush(self, timeout: float) -> bool: ...
+
+
+class PodSource(Protocol):
+    def latest(self) -> dict[str, Any] | None: ...
+
+
+class Coordinator(Protocol):
+    """One manifest change at a time across the control plane (see ``patcher.services.rollout``): an actor whose
+    methods never wait for the API, except ``settle``/``wait_held``/``close``, which are bounded."""
+
+    held: bool
+    refused_bad: bool
+    current_holder: str | None
+    api_answered: bool | None  # did its last round trip get an answer (None: none finished yet)
+
+    @property
+    def unanswered(self) -> bool: ...  # an intent posted and its round trip not ended
+
+    def acquire(self, source_hash: str = "") -> bool: ...
+    def release(self, *, bad_hash: str | None = None) -> None: ...
+    def settle(self, timeout: float) -> bool: ...
+    def wait_held(self, timeout: float) -> bool: ...
+    def close(self, timeout: float) -> None: ...
+
+
+class OwnerSource(Protocol):
+    """What the agent knows of the DaemonSet that owns its pod (``patcher.adapters.kube.owner``)."""
+
+    def view(self) -> lifecycle.DaemonSetView: ...
+    def confirm(self, timeout: float) -> lifecycle.DaemonSetView: ...

@@ -1,0 +1,155 @@
+"""The stop's executor: the restore on exit (``lifecycle.Restore``), the keep (``lifecycle.Keep``) and the
+restore prepared while patched, so that on SIGTERM only the write remains. ``lifecycle.stop`` decides which
+one and computes every deadline from the grace period; this module only acts within them and reports the
+restore back as one ``lifecycle.RestoreDone``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+from patcher.adapters import fsio
+from patcher.adapters.statestore import StateStore
+from patcher.core import lifecycle, manifest, restart
+from patcher.core.errors import PatcherError
+from patcher.core.state import State
+from patcher.services import engine
+from patcher.services.ports import Coordinator, PodSource, Reporter
+
+log = logging.getLogger("patcher.services.agent")
+
+#: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
+#: the step's confirm wait, so an API that goes black meanwhile ends the wait within a second).
+TURN_ASK_INTERVAL: Final = 0.25
+
+
+class Stopping:
+    """Holds the restore prepared for the current record; executes ``Restore`` and ``Keep``."""
+
+    def __init__(self, files: engine.Options, store: StateStore, *, log_extra: dict[str, str]) -> None:
+        self.files = files
+        self.store = store
+        self.prepared: tuple[State, engine.PreparedRestore] | None = None
+        self._log_extra = log_extra
+
+    def prepare(self, record: State, *, enabled: bool) -> None:
+        """While patched, the restored bytes are known already: plan the restore now. It is kept for this
+        record only, and written only while the manifest is still byte for byte what we wrote
+        (``engine.restore_prepared``); anything else is planned again at exit. The staged file of an earlier
+        preparation is kept when it is still the same restore, removed otherwise."""
+        previous = self.prepared[1] if self.prepared is not None else None
+        prepared = None
+        if enabled and record.patched:
+            try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
+                prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
+            except PatcherError:
+                prepared = None  # planned again at exit, where the refusal is reported
+        if previous is not None and (prepared is None or prepared.staged != previous.staged):
+            engine.discard(previous)
+        self.prepared = (record, prepared) if prepared is not None else None
+
+    def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
+        """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""
+        if self.prepared is not None:
+            engine.discard(self.prepared[1])
+            self.prepared = None
+        if reporter is not None:
+            reporter.note("PatchKept", action.reason)
+
+    def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator | None,
+                pods: PodSource | None) -> lifecycle.RestoreDone:
+        """Put back exactly what we changed, the prepared restore first; take the rollout turn before the
+        manifest is written (within the action's bounds), and, holding it, wait for the restored scheduler.
+        The record left for the next agent keeps only the configs that failed here."""
+        try:
+            prepared = self.prepared[1] if self.prepared and self.prepared[0] == record else None
+            plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
+            writes = any(c.kind == "manifest" for c in plan.changes)
+            silent = self._take_turn(action, coordinator) if writes else False
+            lines = self._restore_prepared(prepared) if prepared is not None else None
+            if lines is None:
+                if prepared is not None:  # the prepared plan is stale: plan from what is there now
+                    plan = engine.plan_restore(self.files)
+                try:
+                    lines = engine.restore(self.files, plan)
+                except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
+                    lines = engine.restore(self.files, engine.plan_restore(self.files))
+            for line in lines:
+                log.info("%s (stopping)", line, extra=self._log_extra)
+            if writes and coordinator is not None and coordinator.held:
+                silent = not self._wait_restored(action.restored_until, pods) or silent
+            if record.bad_hashes:  # a failed config stays failed for the next agent here
+                try:
+                    self.store.save(State(bad_hashes=record.bad_hashes))
+                except PatcherError as exc:  # the manifest is restored: that is what the stop is for
+                    log.warning("the manifest is restored, but the configs that failed here cannot be recorded "
+                                "for the next agent: %s", exc, extra=self._log_extra)
+        except PatcherError as exc:
+            return lifecycle.RestoreDone(False, str(exc), held=_holds(coordinator), now=time.monotonic())
+        return lifecycle.RestoreDone(True, held=_holds(coordinator), now=time.monotonic(), api_silent=silent)
+
+    def _take_turn(self, action: lifecycle.Restore, c: Coordinator | None) -> bool:
+        """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
+        scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
+        plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
+        once, also when the API goes black while another node holds the turn. While it answers "held by
+        another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
+        answer."""
+        if c is None or c.held:
+            return False
+        silent = True
+        while True:
+            c.acquire()
+            if c.settle(action.confirm_wait):
+                return False
+            if c.unanswered:
+                why = f"the API server did not answer within {action.confirm_wait:g} s"
+                break
+            if not c.api_answered:
+                why = "the API server does not answer"
+                break
+            left = action.turn_until - time.monotonic()
+            if left <= 0:
+                why, silent = f"held by {c.current_holder or '?'} for the whole share of the grace period", False
+                break
+            if c.wait_held(min(TURN_ASK_INTERVAL, left)):
+                return False  # another node restored first; our turn came
+        log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
+        return silent
+
+    def _wait_restored(self, until: float, pods: PodSource | None) -> bool:
+        """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:
+        the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
+        if pods is None:
+            return True
+        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        written = fsio.mtime_ns(local) or 0
+        while time.monotonic() < until:
+            if not getattr(pods, "fresh", True):
+                log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
+                            "scheduler", extra=self._log_extra)
+                return False
+            if restart.runs_unpatched(pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+                                      manifest_mtime_ns=written,
+                                      container_name=self.files.container_name or "kube-scheduler"):
+                return True
+            time.sleep(0.1)
+        log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
+                    extra=self._log_extra)
+        return True
+
+    def _restore_prepared(self, prepared: engine.PreparedRestore) -> list[str] | None:
+        """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
+        what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
+        try:
+            lines = engine.restore_prepared(self.files, prepared)
+        except fsio.ChangedUnderneath:
+            log.info("the manifest changed since the restore was prepared; planning it again",
+                     extra=self._log_extra)
+            return None
+        return lines + engine.finish_restore(self.files, prepared)
+
+
+def _holds(c: Coordinator | None) -> bool:
+    return c is not None and c.held

@@ -1,0 +1,54 @@
+"""The agent loop's timers: when to plan again (the resync), retry a failed pre-flight, probe the extenders
+while Ready, ask for the rollout Lease again, and save the record into a state folder that refused it. All on
+the monotonic clock; ``due`` names the one that fires, ``timeout`` is how long the loop may sleep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Due = Literal["state-folder", "resync", "probe-retry", "periodic-probe", "lease-retry"]
+
+#: The loop's shortest sleep: a timer already due must not make it spin.
+FLOOR = 0.05
+
+
+@dataclass
+class Timers:
+    resync: float = 0.0  # any reconcile sets the next one
+    lease_retry: float | None = None  # cleared when the turn comes, is refused or released, and by a write
+    probe_retry: float | None = None
+    periodic_probe: float | None = None
+    state_retry: float | None = None
+
+    def due(self, now: float, *, fault: bool) -> Due | None:
+        """The one timer that fires now, in this order, cleared (the resync and the Lease retry are set again by
+        what they run). During a state folder fault only the folder's retry fires: the others stay due."""
+        if self.state_retry is not None and now >= self.state_retry:
+            self.state_retry = None
+            return "state-folder"
+        if fault:
+            return None
+        if now >= self.resync:
+            return "resync"
+        if self.probe_retry is not None and now >= self.probe_retry:
+            self.probe_retry = None
+            return "probe-retry"
+        if self.periodic_probe is not None and now >= self.periodic_probe:
+            self.periodic_probe = None
+            return "periodic-probe"
+        if self.lease_retry is not None and now >= self.lease_retry:
+            return "lease-retry"
+        return None
+
+    def timeout(self, now: float, *, fault: bool, heartbeat: float, also: tuple[float, ...] = ()) -> float:
+        """Seconds until the next timer, the heartbeat or one of ``also`` (other deadlines, absolute). While
+        the record cannot be saved, only the folder's retry counts: the other timers stay due (``due`` holds
+        them back), and counting them woke the loop every 50 ms for the whole fault."""
+        if fault:
+            return max(FLOOR, min([heartbeat, *([] if self.state_retry is None else [self.state_retry - now])]))
+        wake = [self.resync - now, heartbeat, *(t - now for t in also)]
+        for t in (self.lease_retry, self.probe_retry, self.periodic_probe, self.state_retry):
+            if t is not None:
+                wake.append(t - now)
+        return max(FLOOR, min(wake))
