@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patcher import __version__
 from patcher.commands.flags import (
@@ -32,10 +32,8 @@ from patcher.commands.flags import (
     emit,
 )
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status
 from patcher.services import engine
-
-if TYPE_CHECKING:  # the agent's modules load watchdog, psutil and prometheus: only `run` needs them
-    from patcher.services.config import AgentConfig
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
 #: they are ordinary local paths and a relative one resolves against the working directory.
@@ -67,8 +65,9 @@ def _output_flag(p: argparse.ArgumentParser) -> None:
     Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
 
 
-def _options(args: argparse.Namespace) -> engine.Options:
-    return engine.Options(
+def _files(args: argparse.Namespace) -> Files:
+    """The ``files`` group from the flags every node command shares."""
+    return Files(
         manifest_dir=args.manifest_dir, manifest_name=args.manifest_name, source=Path(args.source),
         host_config_dir=args.host_config_dir.rstrip("/") or "/", state_dir=args.state_dir,
         host_root=Path(args.host_root), prefix=args.annotation_prefix.rstrip("/"),
@@ -139,7 +138,7 @@ def _config_info(config: Any) -> dict[str, Any] | None:
             "file": config.main, "kube_version": config.kube_version or None}
 
 
-def _check_extenders(args: argparse.Namespace, opts: engine.Options, config: Any) -> list[Any] | None:
+def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list[Any] | None:
     """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
     if not getattr(args, "check_extenders", False) or config is None:
         return None
@@ -149,7 +148,7 @@ def _check_extenders(args: argparse.Namespace, opts: engine.Options, config: Any
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_apply(opts)
     config = plan.config
     notes = [n for n in plan.notes if not n.startswith("source form")]
@@ -200,7 +199,7 @@ def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: li
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_apply(opts)
     probes = _check_extenders(args, opts, plan.config) if plan.pending else None
     if probes is not None:
@@ -223,14 +222,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_restore(opts)
     _report(args, plan.manifest_path, engine.restore(opts, plan), plan.notes)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    info = engine.status(_options(args))
+    info = engine.status(_files(args))
     if args.output != "text":
         emit(info, args.output)
     else:
@@ -292,11 +291,9 @@ class RunFlagError(Exception):
         self.code = code
 
 
-def agent_config(args: argparse.Namespace) -> AgentConfig:
-    """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting."""
-    from patcher.services.agent import AgentOptions
-    from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
-
+def run_settings(args: argparse.Namespace) -> Settings:
+    """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting (each field
+    of ``patcher.core.settings`` names its flag; tests/test_settings.py checks the two agree)."""
     port = args.listen.rpartition(":")[2]
     if port in SCHEDULER_PORTS:
         raise RunFlagError(f"--listen {args.listen}: port {port} is kube-scheduler's "
@@ -306,27 +303,25 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
-    agent = AgentOptions(
-        files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
-        restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
-        restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
-        check_extenders=args.check_extenders, extender_probe_interval=args.extender_probe_interval,
-    )
-    return AgentConfig(
-        agent=agent,
-        api=None if args.no_api else ApiSettings(kubeconfig=args.kubeconfig),
-        namespace=args.namespace,
-        rollout=RolloutSettings(mode=args.rollout, lease=args.rollout_lease,
-                                lease_duration=int(args.rollout_lease_duration)),
-        status=StatusSettings(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
-                              compat_namespace=args.compat_namespace),
-        listen=args.listen, log_format=args.log_format, log_level=args.log_level, pod_name=args.pod_name or "",
+    return Settings(
+        files=_files(args),
+        lifecycle=Lifecycle(restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
+                            restore_on_exit=args.restore_on_exit, grace_period=args.grace_period,
+                            check_extenders=args.check_extenders),
+        loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
+                  extender_probe_interval=args.extender_probe_interval),
+        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace),
+        api=None if args.no_api else Api(kubeconfig=args.kubeconfig),
+        rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
+        status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
+                      compat_namespace=args.compat_namespace),
+        serve=Serve(listen=args.listen, log_format=args.log_format, log_level=args.log_level),
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        config = agent_config(args)
+        config = run_settings(args)
     except RunFlagError as exc:
         print(f"scheduler-patcher run: error: {exc}", file=sys.stderr)
         return exc.code

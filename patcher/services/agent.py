@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 from patcher.adapters import fsio, signals
@@ -33,6 +33,7 @@ from patcher.core import extprobe, lifecycle, manifest, restart
 from patcher.core.errors import ConfigError, PatcherError, StateFolderError
 from patcher.core.lifecycle import Node
 from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck
@@ -86,29 +87,6 @@ class OwnerSource(Protocol):
 TURN_ASK_INTERVAL: Final = 0.25
 
 
-@dataclass(frozen=True)
-class AgentOptions:
-    files: engine.Options
-    node_name: str = ""
-    resync_interval: float = 300.0
-    restart_timeout: float = 600.0
-    rollback_on_failure: bool = True
-    restore_on_exit: lifecycle.RestoreOnExit = "auto"
-    local_check: bool = False  # psutil on the node's process table (needs hostPID)
-    debounce: float = 0.02  # quiet time after a folder event (open writers are waited for on top: watch.py)
-    crash_restarts: int = 2  # restarts after our write that make a crash loop
-    grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
-    local_poll: float = 1.0
-    lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
-    heartbeat: float = 15.0  # idle wake-up for /healthz (max age 60 s): a quarter of it, no more wake-ups
-    check_extenders: bool = False  # probe the config's extenders before a manifest write (run: on)
-    probe_retry: float = 2.0  # first retry of a failed pre-flight; doubles up to probe_retry_max
-    probe_retry_max: float = 60.0
-    extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
-    state_retry: float = 2.0  # first retry of a state folder that refused the record; doubles up to state_retry_max
-    state_retry_max: float = 60.0
-
-
 def state_folder_message(exc: PatcherError) -> str:
     """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
     answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
@@ -117,7 +95,7 @@ def state_folder_message(exc: PatcherError) -> str:
 
 
 class Agent:
-    def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
+    def __init__(self, settings: Settings, *, reporter: Reporter | None = None, pods: PodSource | None = None,
                  health: Health | None = None, metrics: Metrics | None = None,
                  fallback_version: Callable[[], str | None] = lambda: None,
                  coordinator: Coordinator | None = None,
@@ -127,8 +105,8 @@ class Agent:
         """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
         before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given);
         ``events``: the queue the adapters were handed (``runner.build_agent`` makes it before them)."""
-        self.opts = opts
-        self.files = opts.files
+        self.opts = settings.loop
+        self.files = settings.files
         self.reporter = reporter
         self.pods = pods
         self.health = health or Health()
@@ -139,13 +117,8 @@ class Agent:
         self._owner_said = ""
         self._stop_why: lifecycle.StopWhy = "signal"
         self.on_phase = on_phase  # e.g. republish the cluster verdict
-        self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
-                                       rollback_on_failure=opts.rollback_on_failure,
-                                       coordinated=coordinator is not None if coordinated is None else coordinated,
-                                       check_extenders=opts.check_extenders, probe_retry=opts.probe_retry,
-                                       probe_retry_max=opts.probe_retry_max, state_retry=opts.state_retry,
-                                       state_retry_max=opts.state_retry_max,
-                                       restore_on_exit=opts.restore_on_exit, grace_period=opts.grace_period)
+        self.rules = replace(settings.lifecycle,
+                             coordinated=coordinator is not None if coordinated is None else coordinated)
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
@@ -158,7 +131,7 @@ class Agent:
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
         self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
-        self.store = self.files.store()
+        self.store = engine.state_store(self.files)
         self._node = Node()
         self._saved: State | None = None
         self._plan: engine.Plan | None = None  # the plan an Apply action writes
@@ -170,7 +143,7 @@ class Agent:
         self._stopping = threading.Event()
         self._next_resync = 0.0
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
-        self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
+        self._log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
 
     # -- the one state value --------------------------------------------------------------------------------
 
@@ -239,7 +212,7 @@ class Agent:
         signals.subscribe(on_signal)
 
     def start_watching(self) -> None:
-        fs = self.files.fs
+        fs = engine.host_fs(self.files)
         manifest_local = fs.local(self.files.manifest_path)
         watcher = FolderWatcher(self.events.put, debounce=self.opts.debounce)
         targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
@@ -293,7 +266,7 @@ class Agent:
         says so on the Node and takes it with the first save that works (``_hold_lock``)."""
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(self.files.lock())
+                stack.enter_context(engine.writer_lock(self.files))
             except fsio.LockBusy as exc:
                 self.metrics.error("lock")
                 log.error("%s", exc, extra=self._log_extra)
@@ -312,7 +285,7 @@ class Agent:
         if self._lock is None or self._lock_held:
             return
         try:
-            self._lock.enter_context(replace(self.files, lock_wait=0.0).lock())
+            self._lock.enter_context(engine.writer_lock(replace(self.files, lock_wait=0.0)))
         except fsio.LockBusy as exc:
             raise StateFolderError(exc.path, exc.problem) from None
         self._lock_held = True
@@ -419,7 +392,7 @@ class Agent:
         if w is not None:
             # Past the deadline (a stale pod view gets one more timeout): the pod watch's update wakes the loop,
             # and the bound itself is the next timer, never a busy 50 ms loop.
-            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.opts.restart_timeout - now)
+            wake.append(w.deadline - now if now < w.deadline else w.deadline + self.rules.restart_timeout - now)
             if self._tracker is not None:
                 wake.append(self.opts.local_poll)
         return max(0.05, min(wake))
@@ -508,7 +481,7 @@ class Agent:
         record = self._node.record
         previous = self._prepared[1] if self._prepared is not None else None
         prepared = None
-        if self.opts.restore_on_exit != "never" and record.patched:
+        if self.rules.restore_on_exit != "never" and record.patched:
             try:  # the restored bytes are staged beside the manifest: at SIGTERM the write is one rename
                 prepared = engine.prepare_restore(self.files, stage=True, previous=previous)
             except PatcherError:
@@ -783,7 +756,7 @@ class Agent:
             return
         if self.watcher:
             self.watcher.expect("manifest")
-        mtime = fsio.mtime_ns(self.files.fs.local(self.files.fs.resolve(self.files.manifest_path)))
+        mtime = fsio.mtime_ns(engine.manifest_local(self.files))
         record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
         self._feed(lifecycle.RollbackDone(record, target, action.reason, action.bad_source))
 
@@ -891,7 +864,7 @@ class Agent:
         the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
         if self.pods is None or not self._holds_turn():
             return True
-        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        local = engine.manifest_local(self.files)
         written = fsio.mtime_ns(local) or 0
         while time.monotonic() < until:
             if not getattr(self.pods, "fresh", True):

@@ -13,6 +13,7 @@ import threading
 from patcher.adapters.extprobe import probe_all
 from patcher.core import extprobe
 from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Files
 from patcher.services import engine
 
 
@@ -23,10 +24,10 @@ def _targets(config_hash: str, files: tuple[tuple[str, bytes], ...]) -> tuple[ex
     return tuple(extprobe.targets(dict(files)))
 
 
-def check(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event | None = None,
+def check(opts: Files, config: RenderedConfig, *, cancel: threading.Event | None = None,
           deadline: float | None = None) -> list[extprobe.Result]:
     """Probe every extender of ``config`` at once; one result each, in config order."""
-    fs = opts.fs
+    fs = engine.host_fs(opts)
     found = _targets(config.config_hash, tuple(sorted(config.files.items())))
     return probe_all(found, local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
 
