@@ -271,7 +271,7 @@ def run_config(*argv: str) -> Any:
     return run_settings(build_parser(load=[]).parse_args(["run", "--node-name", "cp-1", *argv]))
 
 
-def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_run_flag_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from patcher.commands.cli import build_parser
 
     for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE",
@@ -287,7 +287,7 @@ def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch
         assert run_config(flag, value) != base, f"{flag} {value} does not reach the agent's config"
 
 
-def test_run_config_groups_the_settings() -> None:
+def test_run_settings_groups_the_flags() -> None:
     config = run_config("--rollout-lease-duration", "90s", "--compat-csi-baremetal", "true", "--kubeconfig", "/kc",
                         "--restart-timeout", "2m", "--no-api", "false")
     assert config.rollout.lease_duration == 90 and isinstance(config.rollout.lease_duration, int)

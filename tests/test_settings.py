@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patcher.commands.cli import _files, build_parser, run_settings
+from patcher.commands.cli import SECTIONS, _files, build_parser, run_settings
 from patcher.core import lifecycle, settings
 from patcher.core.settings import Files, Lifecycle, Settings
 from tests.test_cli import RUN_FLAG_VALUES
@@ -91,6 +91,30 @@ def test_a_setting_name_belongs_to_one_group() -> None:
 def test_every_run_flag_is_one_setting_and_every_flagged_setting_a_run_flag(clean_env: None) -> None:
     flags = {o for a in run_parser()._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     assert set(flagged()) == flags
+
+
+def test_run_help_lists_each_flag_under_the_group_it_sets(clean_env: None) -> None:
+    """``run --help`` has one section per group of ``Settings``, so an operator reads the flags as the code
+    groups them."""
+    assert set(SECTIONS) == set(settings.groups())
+    titles = {title: group for group, title in SECTIONS.items()}
+    placed: dict[str, str] = {}
+    for section in run_parser()._action_groups:
+        for action in section._group_actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help":
+                    placed[option] = titles.get(section.title or "", f"not a settings section: {section.title}")
+    assert placed == {flag: group for flag, (group, _) in flagged().items()}
+
+
+def test_build_refuses_what_it_cannot_route() -> None:
+    with pytest.raises(TypeError, match="run without an API"):
+        Settings.build(no_api=True, kubeconfig="/kc")
+    with pytest.raises(TypeError, match="both the group 'files' and fields of it"):
+        Settings.build(files=Files(), state_dir="/x")
+    built = Settings.build(files=Files(state_dir="/s"), node_name="cp-1", rollback_on_failure=False, no_api=True)
+    assert (built.files.state_dir, built.pod.node_name, built.lifecycle.rollback_on_failure, built.api) == (
+        "/s", "cp-1", False, None)
 
 
 @pytest.mark.parametrize("flag", sorted(RUN_FLAG_VALUES))

@@ -44,8 +44,26 @@ LOCAL_PATH_FLAGS = ("source", "kubeconfig")
 #: Where RKE2 keeps its static pods: named in the hint when the kubeadm folder is missing.
 RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
 
+#: The --help sections of the node commands, one per group of ``patcher.core.settings.Settings`` (named by its
+#: field there): a flag is listed under the group it sets (tests/test_settings.py checks it).
+SECTIONS = {
+    "files": "node files (every node command)",
+    "pod": "this agent (the DaemonSet's downward API)",
+    "api": "Kubernetes API",
+    "lifecycle": "lifecycle: restart, rollback, extender pre-flight, stop",
+    "loop": "the agent's loop",
+    "rollout": "rollout (one node at a time)",
+    "status": "cluster verdict",
+    "serve": "probes and logs",
+}
+
+
+def _section(p: argparse.ArgumentParser, group: str) -> Flags:
+    return Flags(p.add_argument_group(SECTIONS[group]))
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    f = Flags(p)
+    f = _section(p, "files")
     f.add("--manifest-dir", "/etc/kubernetes/manifests",
           f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
     f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
@@ -242,39 +260,45 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
-    f = Flags(p)
+    f = _section(p, "pod")
     f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
+    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
+          "--restore-on-exit=auto its DaemonSet is read through it")
+    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
+          "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f = _section(p, "api")
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
     f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
-    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
+    f = _section(p, "lifecycle")
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
     f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
+    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
+          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
     f.add("--restore-on-exit", "auto", "on SIGTERM: restore the manifest when the agent leaves the node for good "
           "(auto: its DaemonSet is gone, being deleted, no longer selects the node, or cannot be read), always, "
           "or never", choices=["auto", "always", "never"])
-    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
-          "--restore-on-exit=auto its DaemonSet is read through it")
+    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
+    f = _section(p, "loop")
+    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
           type=boolean, nargs="?", const=True)
-    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
-          "never the scheduler's 10259)")
-    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
-          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
     f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
           "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
           type=duration)
-    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
+    f = _section(p, "rollout")
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
     f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
     f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=duration)
-    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
-          "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f = _section(p, "status")
     f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
           type=boolean)
     f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
           "ConfigMap", type=boolean)
     f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
+    f = _section(p, "serve")
+    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
+          "never the scheduler's 10259)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 

@@ -3,7 +3,7 @@ comes from.
 
 ``scheduler-patcher run`` is told one ``Settings`` value; the command line builds it from the flags (each
 flag's default comes from ``PATCHER_<FLAG>``, see ``patcher.commands.flags``) in
-``patcher.commands.cli.settings``, ``patcher.services.runner.build_agent`` wires the agent from it, and the
+``patcher.commands.cli.run_settings``, ``patcher.services.runner.build_agent`` wires the agent from it, and the
 tests build it too (``Settings.build``): so a flag cannot reach the agent by a path the tests do not take.
 
 The groups follow the flags: ``files`` (the flags every node command shares), ``lifecycle`` (what
@@ -201,7 +201,7 @@ class Settings:
     loop: Loop = field(default_factory=Loop)
     pod: Pod = field(default_factory=Pod)
     #: None: a run without a cluster.
-    api: Api | None = field(default_factory=Api, metadata={FLAG: "--no-api"})
+    api: Api | None = field(default_factory=Api, metadata=flag("--no-api"))
     rollout: Rollout = field(default_factory=Rollout)
     status: Status = field(default_factory=Status)
     serve: Serve = field(default_factory=Serve)
@@ -235,8 +235,8 @@ class Settings:
                 made.setdefault(owner_of(name), {})[name] = value
         if no_api and ("api" in made or "api" in whole):
             raise TypeError("Settings.build: API settings given for a run without an API")
-        for name in set(made) & set(whole):
-            raise TypeError(f"Settings.build: both the group {name!r} and fields of it given")
+        if both := sorted(set(made) & set(whole)):
+            raise TypeError(f"Settings.build: both the group {both[0]!r} and fields of it given")
         out = {name: whole[name] if name in whole else kind(**made.get(name, {})) for name, kind in kinds.items()}
         if no_api:
             out["api"] = None
@@ -248,7 +248,8 @@ def groups() -> dict[str, type[Any]]:
     out: dict[str, type[Any]] = {}
     for f in dataclasses.fields(Settings):
         kind = f.default_factory
-        assert isinstance(kind, type), f.name
+        if not isinstance(kind, type):
+            raise TypeError(f"Settings.{f.name}: a group's default must be its dataclass")
         out[f.name] = kind
     return out
 
