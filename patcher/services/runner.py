@@ -205,8 +205,10 @@ class Wiring:
                 api.close()
                 return
             self.parts = _api_parts(self.config, api, self.events.put, self.metrics)
-            self.parts.start()
+            # Attached before started, as build_agent does for a client it is given: an adapter's first event
+            # (the owner watch's "daemonset") must find the agent holding the adapter, or it is dropped.
             self.parts.attach_to(self.agent)
+            self.parts.start()
         heap.settle("API client built")  # the Kubernetes client's classes, out of every later collection
 
     def close(self, timeout: float = 1.0) -> None:
