@@ -40,8 +40,8 @@ from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.core import timefmt  # noqa: E402
-from patcher.services import engine  # noqa: E402
-from patcher.services.agent import Agent, AgentOptions  # noqa: E402
+from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
@@ -140,9 +140,9 @@ def bench_pod_to_readyz(n: int) -> None:
         holder: list[Agent] = []
         pods = MirrorPodWatcher(api, "kube-system", "kube-scheduler-cp-1", backoff=fast,
                                 on_update=lambda pod: holder[0].notify("pod") if holder else None)
-        files = engine.Options(source=src, host_root=root)
-        agent = Agent(AgentOptions(files=files, node_name="cp-1", resync_interval=3600), reporter=reporter,
-                      pods=pods, health=health, metrics=metrics)
+        files = Files(source=src, host_root=root)
+        settings = Settings.build(check_extenders=False, files=files, node_name="cp-1", resync_interval=3600)
+        agent = Agent(settings, reporter=reporter, pods=pods, health=health, metrics=metrics)
         holder.append(agent)
         reporter.start()
         pods.start()

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 from bench import rows as bench_rows  # noqa: E402
 from bench.rows import stats, timed  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
+from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine, extcheck  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.extservers import ExtenderServer, Pki  # noqa: E402
@@ -31,14 +32,14 @@ MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 GOAL_MS = 50.0
 
 
-def node(tmp: Path, extender: str) -> tuple[engine.Options, RenderedConfig]:
+def node(tmp: Path, extender: str) -> tuple[Files, RenderedConfig]:
     root = tmp / "node"
     (root / "etc/kubernetes/manifests").mkdir(parents=True, exist_ok=True)
     shutil.copy(KUBEADM, root / MANIFEST)
     src = tmp / "src"
     src.mkdir(exist_ok=True)
     write_configmap(src, {"extenders.yaml": f"extenders:\n- {extender}\n"})
-    opts = engine.Options(source=src, host_root=root)
+    opts = Files(source=src, host_root=root)
     plan = engine.plan_apply(opts)
     assert plan.config is not None
     return opts, plan.config
@@ -63,7 +64,7 @@ def main() -> None:
                 probe = extcheck.check(opts, config)
                 assert probe and probe[0].answered, probe
 
-                def check(opts: engine.Options = opts, config: RenderedConfig = config) -> object:
+                def check(opts: Files = opts, config: RenderedConfig = config) -> object:
                     return extcheck.check(opts, config)
 
                 ms = [timed(check) for _ in range(args.n)]
@@ -72,7 +73,7 @@ def main() -> None:
             patch = []
             for _ in range(args.n):
                 shutil.copy(KUBEADM, opts.host_root / MANIFEST)
-                opts.store().clear()
+                engine.state_store(opts).clear()
                 patch.append(timed(lambda: engine.apply(opts, engine.plan_apply(opts, config=config))))
             results.append(("patch step without the pre-flight (kubeadm)", patch))
     base = statistics.median(patch)

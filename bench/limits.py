@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from patcher.core import yamltext  # noqa: E402
+from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
@@ -42,7 +43,7 @@ def main() -> None:
         src = Path(tmp) / "src"
         src.mkdir()
         shutil.copy(SOURCE, src / "extenders.yaml")
-        opts = engine.Options(source=src, host_root=node)
+        opts = Files(source=src, host_root=node)
         t0 = time.perf_counter()
         engine.apply(opts, engine.plan_apply(opts))
         t1 = time.perf_counter()

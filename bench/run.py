@@ -31,6 +31,7 @@ from bench.rows import stats, timed  # noqa: E402
 from patcher.core import yamltext  # noqa: E402
 from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
+from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
@@ -52,7 +53,7 @@ class Node:
         src = tmp / "src"
         src.mkdir()
         shutil.copy(SOURCE, src / "extenders.yaml")
-        self.opts = engine.Options(source=src, host_root=self.root, on_foreign="replace")
+        self.opts = Files(source=src, host_root=self.root, on_foreign="replace")
         self.manifest.write_bytes(KUBEADM.read_bytes())
         plan = engine.plan_apply(self.opts)
         assert plan.config is not None
@@ -60,7 +61,7 @@ class Node:
 
     def reset(self, data: bytes) -> None:
         self.manifest.write_bytes(data)
-        self.opts.store().clear()
+        engine.state_store(self.opts).clear()
         yamltext.parse.cache_clear()  # a real parse each time, not the per-text cache
 
     def patch(self) -> None:

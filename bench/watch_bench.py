@@ -39,8 +39,8 @@ from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
-from patcher.services import engine  # noqa: E402
-from patcher.services.agent import Agent, AgentOptions  # noqa: E402
+from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
@@ -108,8 +108,8 @@ def bench_swap_to_manifest(n: int) -> None:
         src.mkdir()
         write_configmap(src, {"extenders.yaml": CONFIG})
         metrics = CountingMetrics()
-        agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), resync_interval=3600),
-                      metrics=metrics)
+        settings = Settings.build(check_extenders=False, files=Files(source=src, host_root=root), resync_interval=3600)
+        agent = Agent(settings, metrics=metrics)
         agent.start_watching()
         th = threading.Thread(target=agent.run, daemon=True)
         th.start()

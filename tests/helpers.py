@@ -19,9 +19,7 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from patcher.core import schedconfig
-from patcher.services import engine
-from patcher.services.agent import AgentOptions
-from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
+from patcher.core.settings import Api, Files, Rollout, Settings, Status
 from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
@@ -76,7 +74,7 @@ def node_folders(base: Path, original: bytes = KUBEADM, source: str | None = EXT
 
 def fake_node(fs: FakeFilesystem, *, schemas: bool = True) -> None:
     """A node on pyfakefs, without a host root: the schemas (unless the test maps them in itself), the kubeadm
-    manifest at its node path and the source ``/src/config.yaml`` (``engine.Options(source=Path("/src"))``)."""
+    manifest at its node path and the source ``/src/config.yaml`` (``Files(source=Path("/src"))``)."""
     if schemas:
         fs.add_real_directory(SCHEMAS, read_only=True)
     fs.create_file("/" + MANIFEST, contents=KUBEADM.decode())
@@ -144,12 +142,13 @@ class Running:
 
     def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
                  **overrides: object) -> None:
-        files = engine.Options(source=node.src, host_root=node.root)
-        opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
-        self.config = AgentConfig(
-            agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
-            rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
-            status=StatusSettings(publish=publish))
+        files = Files(source=node.src, host_root=node.root)
+        overrides.setdefault("check_extenders", False)  # the fixtures' extenders do not answer: a test opts in
+        self.config = Settings.build(
+            files=files, node_name=NODE, debounce=0.05,
+            api=Api(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), backoff=(0.05, 0.5)),
+            rollout=Rollout(mode="coordinated" if coordinated else "independent", retry=0.2),
+            status=Status(publish=publish), **overrides)  # type: ignore[arg-type]
         settings = self.config.api
         assert settings is not None
         # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.

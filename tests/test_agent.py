@@ -27,9 +27,7 @@ import pytest
 from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import timefmt
-from patcher.services import engine
-from patcher.services.agent import AgentOptions
-from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
+from patcher.core.settings import Api, Files, Rollout, Settings, Status
 from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
@@ -104,12 +102,13 @@ class Running:
 
     def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
                  **overrides: object) -> None:
-        files = engine.Options(source=node.src, host_root=node.root)
-        opts = AgentOptions(files=files, node_name=NODE, debounce=0.05, **overrides)  # type: ignore[arg-type]
-        self.config = AgentConfig(
-            agent=opts, api=ApiSettings(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), retry=(0.05, 0.5)),
-            rollout=RolloutSettings(mode="coordinated" if coordinated else "independent", retry=0.2),
-            status=StatusSettings(publish=publish))
+        files = Files(source=node.src, host_root=node.root)
+        overrides.setdefault("check_extenders", False)  # the fixtures' extenders do not answer: a test opts in
+        self.config = Settings.build(
+            files=files, node_name=NODE, debounce=0.05,
+            api=Api(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), backoff=(0.05, 0.5)),
+            rollout=Rollout(mode="coordinated" if coordinated else "independent", retry=0.2),
+            status=Status(publish=publish), **overrides)  # type: ignore[arg-type]
         settings = self.config.api
         assert settings is not None
         # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
@@ -542,11 +541,10 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
     def unusable() -> Any:
         raise ApiConfigError("no kubeconfig at /nowhere and no in-cluster environment")
 
-    files = engine.Options(source=node.src, host_root=node.root)
+    files = Files(source=node.src, host_root=node.root)
     # A 10-minute grace period: waiting half of it for a report that cannot come would hang the test (and the
     # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
-    opts = AgentOptions(files=files, node_name=NODE, grace_period=600.0)
-    wiring = build_agent(AgentConfig(opts), Deferred(unusable))
+    wiring = build_agent(Settings.build(files=files, node_name=NODE, grace_period=600.0), Deferred(unusable))
     wiring.start()
     assert wiring.agent.run() == 1  # the contract's "could not start"
     wiring.close()
@@ -554,6 +552,6 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
 
 
 def test_build_agent_refuses_a_client_the_config_does_not_expect(node: Node) -> None:
-    files = engine.Options(source=node.src, host_root=node.root)
+    files = Files(source=node.src, host_root=node.root)
     with pytest.raises(ValueError, match="disagree"):
-        build_agent(AgentConfig(AgentOptions(files=files, node_name=NODE)), None)
+        build_agent(Settings.build(files=files, node_name=NODE), None)

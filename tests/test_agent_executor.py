@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from patcher.core import lifecycle
+from patcher.core.settings import Files, Lifecycle, Settings
 from patcher.core.state import State
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import Agent
 from tests import helpers
 from tests.test_lifecycle_stateful import FakeKubelet
 
@@ -62,13 +63,13 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
-                               restart_timeout=3600.0), pods=kubelet)
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet)
     steps: list[tuple[bool, bool]] = []  # (record changed, stepped inside an action)
     saves: list[bool] = []  # saved inside an action
     real_step, real_save = lifecycle.step, agent.store.save
 
-    def step(node: lifecycle.Node, event: lifecycle.Event, opts: lifecycle.Options, **kw: str) -> lifecycle.Step:
+    def step(node: lifecycle.Node, event: lifecycle.Event, opts: Lifecycle, **kw: str) -> lifecycle.Step:
         after, actions = real_step(node, event, opts, **kw)
         steps.append((after.record != node.record, executing()))
         return after, actions
@@ -90,7 +91,8 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     agent.check_restart()
     assert agent.state.phase == "Ready" and agent.state.config_hash != first
     gone = [f for f in first_files if f not in agent.state.files]
-    assert gone and not any(agent.files.fs.local(f"{agent.files.host_config_dir}/{f}").exists() for f in gone)
+    fs = engine.host_fs(agent.files)
+    assert gone and not any(fs.local(f"{agent.files.host_config_dir}/{f}").exists() for f in gone)
     assert not any(inside for _, inside in steps), "a step was fed from inside an action"
     assert not any(saves), "the record was saved from inside an action"
     # one save per transition that changed the record, and the first one's, which proves the state folder
@@ -103,8 +105,8 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
-                               restart_timeout=3600.0), pods=kubelet, coordinator=Granting())
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet, coordinator=Granting())
     agent.start()
     assert agent.node.turn == "held" and agent.state.phase == "Pending"  # the turn came: nothing written yet
     assert agent.events.get_nowait() == "replan" and agent.events.empty()
@@ -116,7 +118,8 @@ def test_an_unknown_loop_event_is_a_bug_not_a_timer(tmp_path: Path) -> None:
     """Every loop event has its branch (the mirror pod's "pod" runs the restart check and a due timer); one
     that has none is an internal error (logged and counted by the loop), not silently a timer tick."""
     root, src = helpers.node_folders(tmp_path)
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1"))
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+                                 check_extenders=False))
     agent.start()
     agent._handle("pod")
     with pytest.raises(AssertionError, match="unknown loop event 'podd'"):

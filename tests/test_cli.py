@@ -248,9 +248,9 @@ def test_shell_completion_knows_every_command_and_flag(shell: str, capsys: pytes
         assert check.returncode == 0, check.stderr
 
 
-# --- run: flags to AgentConfig ----------------------------------------------------------------------------
+# --- run: flags to Settings ----------------------------------------------------------------------------
 
-#: A value other than the default for every flag of `run`: each must change the AgentConfig it builds.
+#: A value other than the default for every flag of `run`: each must change the Settings it builds.
 RUN_FLAG_VALUES = {
     "--manifest-dir": "/m", "--manifest-name": "s.yaml", "--source": "/s", "--host-config-dir": "/h",
     "--state-dir": "/st", "--host-root": "/r", "--annotation-prefix": "p.example", "--container-name": "sched",
@@ -266,12 +266,12 @@ RUN_FLAG_VALUES = {
 
 
 def run_config(*argv: str) -> Any:
-    from patcher.commands.cli import agent_config, build_parser
+    from patcher.commands.cli import build_parser, run_settings
 
-    return agent_config(build_parser(load=[]).parse_args(["run", "--node-name", "cp-1", *argv]))
+    return run_settings(build_parser(load=[]).parse_args(["run", "--node-name", "cp-1", *argv]))
 
 
-def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_run_flag_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from patcher.commands.cli import build_parser
 
     for name in [k for k in os.environ if k.startswith("PATCHER_")] + ["NODE_NAME", "KUBECONFIG", "POD_NAMESPACE",
@@ -280,19 +280,19 @@ def test_every_run_flag_reaches_the_agent_config(monkeypatch: pytest.MonkeyPatch
     commands = next(a for a in build_parser(load=[])._actions if isinstance(a, argparse._SubParsersAction))
     run: argparse.ArgumentParser = commands.choices["run"]
     flags = {o for a in run._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
-    assert flags == set(RUN_FLAG_VALUES)  # a new flag needs a value here, and a place in AgentConfig
+    assert flags == set(RUN_FLAG_VALUES)  # a new flag needs a value here, and a place in Settings
     base = run_config()
-    assert base.api is not None and base.agent.node_name == "cp-1" and base.coordinated and base.publishes_status
+    assert base.api is not None and base.pod.node_name == "cp-1" and base.coordinated and base.publishes_status
     for flag, value in RUN_FLAG_VALUES.items():
         assert run_config(flag, value) != base, f"{flag} {value} does not reach the agent's config"
 
 
-def test_run_config_groups_the_settings() -> None:
+def test_run_settings_groups_the_flags() -> None:
     config = run_config("--rollout-lease-duration", "90s", "--compat-csi-baremetal", "true", "--kubeconfig", "/kc",
                         "--restart-timeout", "2m", "--no-api", "false")
     assert config.rollout.lease_duration == 90 and isinstance(config.rollout.lease_duration, int)
     assert config.status.compat_csi_baremetal and config.api.kubeconfig == "/kc"
-    assert config.agent.restart_timeout == 120.0
+    assert config.lifecycle.restart_timeout == 120.0
     no_api = run_config("--no-api")
     assert no_api.api is None and not no_api.coordinated and not no_api.publishes_status
 
@@ -302,8 +302,9 @@ def test_the_health_port_never_takes_the_schedulers(capsys: pytest.CaptureFixtur
     assert main(["run", "--node-name", "cp-1", "--listen", ":10259"]) == 64
     assert capsys.readouterr().err == ("scheduler-patcher run: error: --listen :10259: port 10259 is kube-scheduler's "
                                        "(its secure port); the agent shares the host's network with it\n")
-    assert run_config("--listen", "127.0.0.1:9818").listen == "127.0.0.1:9818"
-    assert run_config().agent.check_extenders and not run_config("--check-extenders=false").agent.check_extenders
+    assert run_config("--listen", "127.0.0.1:9818").serve.listen == "127.0.0.1:9818"
+    assert run_config().lifecycle.check_extenders
+    assert not run_config("--check-extenders=false").lifecycle.check_extenders
 
 
 def test_a_lease_shorter_than_a_second_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

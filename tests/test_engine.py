@@ -13,6 +13,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Files
 from patcher.services import engine
 from tests import helpers
 from tests.conftest import FIXTURES
@@ -37,10 +38,10 @@ def node(fs: FakeFilesystem) -> Iterator[FakeFilesystem]:
     set_uid(0)
 
 
-OPTS = engine.Options(source=Path("/src"))
+OPTS = Files(source=Path("/src"))
 
 
-def apply(opts: engine.Options = OPTS) -> list[str]:
+def apply(opts: Files = OPTS) -> list[str]:
     plan = engine.plan_apply(opts)
     return engine.apply(opts, plan)[0] if plan.pending else []
 
@@ -144,7 +145,7 @@ def test_apply_does_not_overwrite_a_manifest_rewritten_after_the_plan(node: Fake
 
 @pytest.mark.parametrize("flag", ["state_dir", "host_config_dir"])
 def test_our_folders_inside_the_manifest_folder_are_refused(node: FakeFilesystem, flag: str) -> None:
-    opts = engine.Options(source=Path("/src"), **{flag: "/etc/kubernetes/manifests/backup"})  # type: ignore[arg-type]
+    opts = Files(source=Path("/src"), **{flag: "/etc/kubernetes/manifests/backup"})  # type: ignore[arg-type]
     before = snapshot()
     with pytest.raises(PatcherError, match="inside the manifest folder"):
         apply(opts)
@@ -171,7 +172,7 @@ def test_host_root_maps_every_node_path(fs_with_schemas: FakeFilesystem) -> None
     fs = fs_with_schemas
     fs.create_file("/host" + MANIFEST, contents=KUBEADM)
     fs.create_file("/src/config.yaml", contents=CONFIG)
-    opts = engine.Options(source=Path("/src"), host_root=Path("/host"))
+    opts = Files(source=Path("/src"), host_root=Path("/host"))
     lines = apply(opts)
     assert lines[-1] == f"wrote {MANIFEST}"
     text = Path("/host" + MANIFEST).read_text()
@@ -269,7 +270,7 @@ extenders:
 
 def test_foreign_config_fail_mode_refuses(node: FakeFilesystem) -> None:
     Path(MANIFEST).write_text(FOREIGN)
-    opts = engine.Options(source=Path("/src"), on_foreign="fail")
+    opts = Files(source=Path("/src"), on_foreign="fail")
     before = snapshot()
     with pytest.raises(PatcherError, match="already runs with --config=/etc/kubernetes/custom/scheduler-config"):
         apply(opts)

@@ -16,6 +16,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 from patcher.adapters import fsio
 from patcher.core import yamltext
 from patcher.core.errors import ManifestError, PatcherError
+from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
 from tests import helpers
@@ -23,7 +24,7 @@ from tests.helpers import fake_node, snapshot
 
 KUBEADM = helpers.KUBEADM.decode()
 MANIFEST = "/" + helpers.MANIFEST
-OPTS = engine.Options(source=Path("/src"))
+OPTS = Files(source=Path("/src"))
 
 
 @pytest.fixture
@@ -121,7 +122,7 @@ def test_a_fifo_in_place_of_the_manifest_is_refused_without_blocking(tmp_path: P
         (folder / "kube-scheduler.yaml").symlink_to("../../../fifo")  # a node path below the host root
     else:
         os.replace(fifo, folder / "kube-scheduler.yaml")
-    opts = engine.Options(source=tmp_path / "src", host_root=tmp_path)
+    opts = Files(source=tmp_path / "src", host_root=tmp_path)
     with pytest.raises(PatcherError) as exc:  # open() blocked forever here before
         engine.plan_apply(opts)
     shown = "/fifo" if via_symlink else MANIFEST  # the resolved node path: that is the file that is wrong
@@ -194,7 +195,7 @@ def test_a_prepared_restore_with_a_read_only_state_folder_still_puts_the_manifes
     prepared = engine.prepare_restore(OPTS, stage=True)
     assert prepared is not None and prepared.staged is not None
     read_only_state_folder()
-    with OPTS.lock():  # held, as the agent holds it for its life
+    with engine.writer_lock(OPTS):  # held, as the agent holds it for its life
         assert engine.restore_prepared(OPTS, prepared) == [f"wrote {MANIFEST}"]
         with pytest.raises(engine.PartialWrite, match="not done: clearing the state record"):
             engine.finish_restore(OPTS, prepared)
@@ -247,7 +248,7 @@ def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_nee
     patched)."""
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
     node.create_file(stale, contents="old")
-    OPTS.store().save(State(written=("config-aaaaaaaaaaaa.yaml",)))
+    engine.state_store(OPTS).save(State(written=("config-aaaaaaaaaaaa.yaml",)))
     plan = engine.plan_apply(OPTS)
 
     with fsio.pause_points(state_folder_turns_read_only):
@@ -256,7 +257,7 @@ def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_nee
     config = plan.config
     assert config is not None
     assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
-    on_disk = OPTS.store().load()
+    on_disk = engine.state_store(OPTS).load()
     assert on_disk.patched_sha256 == engine.sha256(Path(MANIFEST).read_bytes())  # the write is recorded
     assert state.written == (config.main,)  # the returned record no longer lists the pruned file
 
@@ -313,11 +314,11 @@ def test_temp_files_of_a_live_writer_are_left_alone(tmp_path: Path) -> None:
     (folder / "kube-scheduler.yaml").write_text(KUBEADM)
     live = folder / ".kube-scheduler.yaml.l1ve.tmp"
     live.write_text("being written")
-    opts = engine.Options(source=tmp_path / "src", host_root=tmp_path, lock_wait=0.0)
+    opts = Files(source=tmp_path / "src", host_root=tmp_path, lock_wait=0.0)
     import threading
 
     got: list[list[str]] = []
-    with opts.lock():  # another writer (here: another thread) is mid-write
+    with engine.writer_lock(opts):  # another writer (here: another thread) is mid-write
         t = threading.Thread(target=lambda: got.append(engine.remove_stale_temp_files(opts)))
         t.start()
         t.join(30)
@@ -343,5 +344,5 @@ def test_the_agent_start_does_not_block_on_a_fifo_manifest(tmp_path: Path) -> No
     folder = tmp_path / "etc/kubernetes/manifests"
     folder.mkdir(parents=True)
     os.mkfifo(folder / "kube-scheduler.yaml")
-    opts = engine.Options(source=tmp_path / "src", host_root=tmp_path)
+    opts = Files(source=tmp_path / "src", host_root=tmp_path)
     assert runner.static_pod_identity(opts) == ("kube-scheduler", "kube-system")

@@ -6,11 +6,12 @@ import pytest
 
 from patcher.core import lifecycle
 from patcher.core.restart import Verdict
+from patcher.core.settings import Lifecycle
 from patcher.core.state import State
 from patcher.core.status import NodeState
 
 HASH = "ab" * 32
-OPTS = lifecycle.Options(restart_timeout=60.0)
+OPTS = Lifecycle(restart_timeout=60.0, check_extenders=False)
 
 
 def waiting() -> lifecycle.Node:

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
+from patcher.core.settings import Files, Settings
 from patcher.services import engine
-from patcher.services.agent import AgentOptions
-from patcher.services.config import AgentConfig
 from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES
 from tests.helpers import MANIFEST, node_folders
@@ -30,38 +29,39 @@ STEPS = ("open", "fsync", "replace", "rename", "unlink", "fchmod")
 VARIANTS = ["kubeadm.yaml", "args-rke2.yaml", "no-volumes.yaml"]  # ~90 kill points each: > 200 in total
 
 
-def make_node(base: Path, original: bytes) -> engine.Options:
+def make_node(base: Path, original: bytes) -> Files:
     if base.exists():
         shutil.rmtree(base)
     root, src = node_folders(base, original)
-    return engine.Options(source=src, host_root=root)
+    return Files(source=src, host_root=root)
 
 
-def copy_node(template: engine.Options, base: Path) -> engine.Options:
+def copy_node(template: Files, base: Path) -> Files:
     if base.exists():
         shutil.rmtree(base)
     shutil.copytree(template.host_root.parent, base, symlinks=True)
-    return engine.Options(source=base / "src", host_root=base / "node")
+    return Files(source=base / "src", host_root=base / "node")
 
 
-def do_apply(opts: engine.Options) -> None:
+def do_apply(opts: Files) -> None:
     plan = engine.plan_apply(opts)
     if plan.pending:
         engine.apply(opts, plan)
 
 
-def do_restore(opts: engine.Options) -> None:
+def do_restore(opts: Files) -> None:
     engine.restore(opts, engine.plan_restore(opts))
 
 
-def do_run(opts: engine.Options) -> None:
+def do_run(opts: Files) -> None:
     """The agent's own path: start (clean-up, reconcile: the patch), then the restore on exit."""
-    agent = build_agent(AgentConfig(AgentOptions(files=opts, restore_on_exit="always"), api=None), None).agent
+    settings = Settings.build(files=opts, restore_on_exit="always", check_extenders=False, no_api=True)
+    agent = build_agent(settings, None).agent
     agent.reconcile("start")
     agent.shutdown()
 
 
-def killed_at(k: int, work: Callable[[engine.Options], None], opts: engine.Options) -> bool:
+def killed_at(k: int, work: Callable[[Files], None], opts: Files) -> bool:
     """Run ``work`` in a forked child that SIGKILLs itself at its k-th file step; True when it was killed."""
     pid = os.fork()
     if pid == 0:  # the child: count the steps, die at the k-th
@@ -91,7 +91,7 @@ def killed_at(k: int, work: Callable[[engine.Options], None], opts: engine.Optio
     return False
 
 
-def check_consistent(opts: engine.Options, original: bytes, patched: bytes, where: str) -> None:
+def check_consistent(opts: Files, original: bytes, patched: bytes, where: str) -> None:
     folder = opts.host_root / "etc/kubernetes/manifests"
     assert sorted(p for p in os.listdir(folder) if not p.startswith(".")) == ["kube-scheduler.yaml"], where
     assert (opts.host_root / MANIFEST).read_bytes() in (original, patched), where

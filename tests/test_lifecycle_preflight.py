@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from patcher.core import lifecycle as lc
+from patcher.core.settings import Lifecycle
 from patcher.core.status import NodeState, NodeStatus, desired_annotations
 
 H1, H2 = "a" * 64, "b" * 64
-OPTS = lc.Options(coordinated=True, check_extenders=True, probe_retry=2.0, probe_retry_max=5.0)
+OPTS = Lifecycle(coordinated=True, check_extenders=True, probe_retry=2.0, probe_retry_max=5.0)
 DOWN = "extender http://x/filter does not answer: connection refused"
 
 
@@ -89,7 +90,7 @@ def test_pending_keeps_its_message_annotation() -> None:
     assert desired_annotations(NodeStatus(NodeState.PENDING))["scheduler-patcher.io/message"] is None
 
 
-def waiting(opts: lc.Options = OPTS) -> lc.Node:
+def waiting(opts: Lifecycle = OPTS) -> lc.Node:
     """A node that wrote config H1 and waits for the scheduler (pre-flight passed, turn held)."""
     from patcher.core.state import LastGood, State
 
@@ -133,7 +134,7 @@ def test_an_extender_that_stops_answering_after_the_restart_rolls_back_like_a_cr
     assert node.phase == NodeState.READY
 
 
-def ready_node(opts: lc.Options = OPTS) -> lc.Node:
+def ready_node(opts: Lifecycle = OPTS) -> lc.Node:
     node, _ = lc.step(waiting(opts), ready(), opts)
     node, _ = lc.step(node, lc.Probed(2.0, H1), opts)
     node, _ = lc.step(node, ready(2.1), opts)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from patcher.core.settings import Files
 from patcher.services import engine
 from tests.childproc import ROOT, Child
 from tests.conftest import FIXTURES, write_configmap
@@ -45,7 +46,7 @@ def patched_node(tmp_path: Path) -> tuple[Path, Path]:
     src = tmp_path / "src"
     src.mkdir()
     write_configmap(src, {"extenders.yaml": EXTENDERS})
-    opts = engine.Options(source=src, host_root=root)
+    opts = Files(source=src, host_root=root)
     engine.apply(opts, engine.plan_apply(opts))
     assert b"--config=" in (root / MANIFEST).read_bytes()
     return root, src

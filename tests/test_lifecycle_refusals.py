@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine
-from patcher.services.agent import AgentOptions
-from patcher.services.config import AgentConfig
 from patcher.services.runner import build_agent
 from tests.conftest import write_configmap
 from tests.helpers import EXTENDERS as GOOD
@@ -29,7 +27,7 @@ TYPOS = {
 def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
         tmp_path: Path, typo: str, caplog: pytest.LogCaptureFixture) -> None:
     root, src = node_folders(tmp_path, source=TYPOS[typo])
-    config = AgentConfig(AgentOptions(files=engine.Options(source=src, host_root=root)), api=None)
+    config = Settings.build(files=Files(source=src, host_root=root), check_extenders=False, no_api=True)
     agent = build_agent(config, None).agent  # as `run --no-api` builds it
     with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
         assert agent.start()

@@ -28,9 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ruamel.yaml import YAML
 
 from patcher.core import manifest
+from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import Agent
 from tests.conftest import write_configmap
 from tests.helpers import KUBEADM, MANIFEST, node_folders
 from tests.kubeemu import make_mirror_pod
@@ -105,8 +105,9 @@ class Lifecycle(RuleBasedStateMachine):
     # -- driving the agent like its loop does, one step at a time ----------------------------------------
 
     def _start(self) -> Agent:
-        files = engine.Options(source=self.src, host_root=self.root)
-        agent = Agent(AgentOptions(files=files, node_name="cp-1", restart_timeout=3600.0), pods=self.kubelet)
+        files = Files(source=self.src, host_root=self.root)
+        config = Settings.build(check_extenders=False, files=files, node_name="cp-1", restart_timeout=3600.0)
+        agent = Agent(config, pods=self.kubelet)
         agent.start()
         self._drain(agent)
         return agent

@@ -9,11 +9,12 @@ from dataclasses import replace
 import pytest
 
 from patcher.core import lifecycle as lc
+from patcher.core.settings import Lifecycle, RestoreOnExit
 from patcher.core.state import State
 from patcher.core.status import NodeState
 
 NOW = 1000.0
-OPTS = lc.Options(coordinated=True, grace_period=25.0)
+OPTS = Lifecycle(coordinated=True, grace_period=25.0, check_extenders=False)
 KEEPS = lc.DaemonSetView(known=True, exists=True, selects=True, name="scheduler-patcher")
 GONE = lc.DaemonSetView(known=True, name="scheduler-patcher")
 DELETING = replace(KEEPS, deleting=True)
@@ -30,7 +31,7 @@ def kinds(actions: list[lc.Action]) -> list[str]:
     return [type(a).__name__ for a in actions if not isinstance(a, lc.Log)]
 
 
-def stop(node: lc.Node, mode: lc.RestoreOnExit, view: lc.DaemonSetView) -> lc.Step:
+def stop(node: lc.Node, mode: RestoreOnExit, view: lc.DaemonSetView) -> lc.Step:
     return lc.step(node, lc.Stop(NOW, "signal", view), replace(OPTS, restore_on_exit=mode))
 
 
@@ -50,7 +51,7 @@ def stop(node: lc.Node, mode: lc.RestoreOnExit, view: lc.DaemonSetView) -> lc.St
     ("never", UNKNOWN, False),
 ], ids=["auto-selects", "auto-gone", "auto-deleting", "auto-not-selected", "auto-unknown", "always-selects",
         "always-unknown", "never-gone", "never-unknown"])
-def test_each_row_of_the_stop_table(node: lc.Node, mode: lc.RestoreOnExit, view: lc.DaemonSetView,
+def test_each_row_of_the_stop_table(node: lc.Node, mode: RestoreOnExit, view: lc.DaemonSetView,
                                     restores: bool) -> None:
     after, acts = stop(node, mode, view)
     assert after.stopping and after.wait is None

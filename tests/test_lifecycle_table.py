@@ -13,13 +13,14 @@ import pytest
 
 from patcher.core import lifecycle as lc
 from patcher.core.restart import Verdict
+from patcher.core.settings import Lifecycle
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 
 H1, H2 = "1" * 64, "2" * 64
 SRC = "s" * 64
 PATCHED = "p" * 64
-OPTS = lc.Options(restart_timeout=60.0)
+OPTS = Lifecycle(restart_timeout=60.0, check_extenders=False)
 COORD = replace(OPTS, coordinated=True)
 CHECKS = replace(OPTS, check_extenders=True, probe_retry=2.0, probe_retry_max=5.0)
 READY_CONFIG: dict[str, object] = {"config_hash": H1, "config_file": "config-111111111111.yaml",
@@ -280,7 +281,7 @@ def test_observed_ready_while_that_probe_runs_waits_for_it() -> None:
 
 
 @pytest.mark.parametrize("opts,checked", [(OPTS, False), (CHECKS, True)])
-def test_observed_ready_is_ready_prunes_and_passes_the_turn(opts: lc.Options, checked: bool) -> None:
+def test_observed_ready_is_ready_prunes_and_passes_the_turn(opts: Lifecycle, checked: bool) -> None:
     after, acts = lc.step(waiting(turn="held", checked=checked), lc.Observed(1.0, 3_001_000, Verdict.READY, "seen"),
                           replace(opts, coordinated=True))
     assert after.phase == NodeState.READY and after.wait is None and after.turn == "none"
@@ -432,7 +433,7 @@ def test_probe_due_while_ready_probes_the_running_config() -> None:
 @pytest.mark.parametrize("n,opts", [(ready(), OPTS), (waiting(), CHECKS), (ready(probing=H2), CHECKS),
                                     (node(NodeState.FAILED, "x", **READY_CONFIG), CHECKS),
                                     (node(NodeState.READY), CHECKS)])
-def test_probe_due_otherwise_does_nothing(n: lc.Node, opts: lc.Options) -> None:
+def test_probe_due_otherwise_does_nothing(n: lc.Node, opts: Lifecycle) -> None:
     assert lc.step(n, lc.ProbeDue(1.0), opts) == (n, [])
 
 

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from patcher.adapters import fsio
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import Agent
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.helpers import MANIFEST
 
@@ -32,22 +33,22 @@ TEXTS = sorted(fixture_manifests().items()) + [(p.name, p.read_bytes().decode("u
 CHANGES = ("nothing", "edited, our items kept", "rewritten without our items")
 
 
-def node(tmp: Path, text: str) -> engine.Options:
+def node(tmp: Path, text: str) -> Files:
     root = tmp / "node"
     (root / MANIFEST).parent.mkdir(parents=True)
     (root / MANIFEST).write_bytes(text.encode("utf-8"))
     (tmp / "src").mkdir()
     (tmp / "src" / "extenders.yaml").write_text(CONFIG)
-    return engine.Options(source=tmp / "src", host_root=root, on_foreign="replace")
+    return Files(source=tmp / "src", host_root=root, on_foreign="replace")
 
 
-def patched(tmp: Path, text: str) -> engine.Options:
+def patched(tmp: Path, text: str) -> Files:
     opts = node(tmp, text)
     engine.apply(opts, engine.plan_apply(opts))
     return opts
 
 
-def change(opts: engine.Options, what: str, original: str) -> None:
+def change(opts: Files, what: str, original: str) -> None:
     path = opts.host_root / MANIFEST
     if what == "edited, our items kept":
         path.write_bytes(b"# edited by an upgrade\n" + path.read_bytes())
@@ -55,13 +56,13 @@ def change(opts: engine.Options, what: str, original: str) -> None:
         path.write_bytes(original.encode("utf-8"))
 
 
-def on_disk(opts: engine.Options) -> tuple[bytes, list[str], list[str]]:
+def on_disk(opts: Files) -> tuple[bytes, list[str], list[str]]:
     root = opts.host_root
     files = [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"]
     return (root / MANIFEST).read_bytes(), files, sorted(os.listdir(root / "etc/kubernetes/manifests"))
 
 
-def agent_way(opts: engine.Options, prepared: engine.PreparedRestore) -> None:
+def agent_way(opts: Files, prepared: engine.PreparedRestore) -> None:
     """What ``Agent._restore_on_exit`` does with a prepared restore."""
     try:
         engine.restore_prepared(opts, prepared)
@@ -92,7 +93,7 @@ def test_the_prepared_restore_leaves_what_the_cold_one_leaves(item: tuple[str, s
 
 def ready_agent(tmp: Path, text: str) -> Agent:
     """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
-    agent = Agent(AgentOptions(files=node(tmp, text)))
+    agent = Agent(Settings.build(check_extenders=False, files=node(tmp, text)))
     assert agent.start() and agent.phase == NodeState.READY
     return agent
 
@@ -101,10 +102,10 @@ def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = fixture_manifests()["kubeadm.yaml"]
     agent = ready_agent(tmp_path, text)
-    planned: list[engine.Options] = []
+    planned: list[Files] = []
     real = engine.plan_restore
 
-    def counted(opts: engine.Options) -> engine.RestorePlan:
+    def counted(opts: Files) -> engine.RestorePlan:
         planned.append(opts)
         return real(opts)
 
@@ -119,7 +120,7 @@ def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
     assert (agent.files.host_root / MANIFEST).stat().st_ino == inode  # the staged file, renamed in place
     assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
     assert agent.phase == NodeState.RESTORED
-    assert not os.listdir(agent.files.fs.local(agent.files.host_config_dir))
+    assert not os.listdir(engine.host_fs(agent.files).local(agent.files.host_config_dir))
 
 
 def test_a_manifest_upgraded_since_the_restore_was_prepared_is_planned_again(
@@ -153,6 +154,6 @@ def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_
     first = agent._prepared[1].staged
     agent._prepare_restore()  # another transition of the record, the same manifest: nothing written again
     assert agent._prepared is not None and agent._prepared[1].staged == first
-    agent.opts = replace(agent.opts, restore_on_exit="never")
+    agent.rules = replace(agent.rules, restore_on_exit="never")
     agent._prepare_restore()
     assert agent._prepared is None and first is not None and not first.exists()

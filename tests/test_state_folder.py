@@ -26,9 +26,10 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from patcher.adapters import fsio
 from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
+from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
 from patcher.services import engine
-from patcher.services.agent import Agent, AgentOptions
+from patcher.services.agent import Agent
 from tests import helpers
 from tests.childproc import Child
 from tests.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
@@ -56,7 +57,7 @@ def fake() -> Iterator[FakeFilesystem]:
         yield fs
 
 
-OPTS = engine.Options(source=Path("/src"))
+OPTS = Files(source=Path("/src"))
 
 
 def snapshot() -> dict[str, bytes | None]:
@@ -93,7 +94,7 @@ def test_a_state_folder_that_cannot_be_made_fails_the_apply_and_the_lock(fake: F
         engine.apply(OPTS, plan)
     assert STATE_DIR in str(exc.value)
     assert snapshot() == before
-    with pytest.raises(StateFolderError, match=r"Not a directory"), OPTS.lock():
+    with pytest.raises(StateFolderError, match=r"Not a directory"), engine.writer_lock(OPTS):
         pass
 
 
@@ -339,8 +340,8 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     kubelet = FakeKubelet(root)
     kubelet.sync()
     health, reporter = SaidHealth(), SaidReporter()
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
-                               restart_timeout=3600.0, state_retry=0.05),
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
+                                 restart_timeout=3600.0, state_retry=0.05),
                   pods=kubelet, health=health, reporter=reporter)
     agent.start()
     assert agent.phase is not None and agent.phase.value == "WaitingForRestart"
@@ -364,8 +365,8 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(AgentOptions(files=engine.Options(source=src, host_root=root), node_name="cp-1",
-                               restart_timeout=3600.0, resync_interval=0.0, state_retry=30.0, state_retry_max=30.0),
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
+                                 restart_timeout=3600.0, resync_interval=0.0, state_retry=30.0, state_retry_max=30.0),
                   pods=kubelet)
     with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent.start()
@@ -382,7 +383,7 @@ def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_
     fault. Now it is the state folder's error, raised before the manifest is touched, and the node is as
     it was."""
     root, src = helpers.node_folders(tmp_path)
-    opts = engine.Options(source=src, host_root=root)
+    opts = Files(source=src, host_root=root)
     state_dir = os.path.realpath(root / STATE_DIR.lstrip("/"))
     real_fsync = os.fsync
 
@@ -408,7 +409,7 @@ def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_man
     of it must stay (removing them would restart the scheduler onto a missing file). Before the review the raw
     OSError left apply; with the folder's failure a refusal like the others, this is a PartialWrite."""
     root, src = helpers.node_folders(tmp_path)
-    opts = engine.Options(source=src, host_root=root)
+    opts = Files(source=src, host_root=root)
     manifest_dir = os.path.realpath(root / "etc/kubernetes/manifests")
     real_fsync = os.fsync
 
@@ -427,4 +428,4 @@ def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_man
     config = plan.config
     assert config is not None
     assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
-    assert opts.store().load().patched_sha256 == engine.sha256(patched)
+    assert engine.state_store(opts).load().patched_sha256 == engine.sha256(patched)

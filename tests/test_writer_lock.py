@@ -10,12 +10,14 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from patcher.adapters import fsio
 from patcher.core import manifest
+from patcher.core.settings import Files
 from patcher.services import engine
 from tests.helpers import KUBEADM, MANIFEST
 
@@ -30,36 +32,36 @@ WAIT = 30.0  # upper bound only: every hand-over below is an event, the lock nev
 
 
 @pytest.fixture
-def opts(tmp_path: Path) -> engine.Options:
+def opts(tmp_path: Path) -> Files:
     node = tmp_path / "node"
     (node / "etc/kubernetes/manifests").mkdir(parents=True)
     (node / MANIFEST).write_bytes(KUBEADM)
     src = tmp_path / "src"
     src.mkdir()
     (src / "config.yaml").write_text(CONFIG.format(weight=1))
-    return engine.Options(source=src, host_root=node, lock_wait=WAIT)
+    return Files(source=src, host_root=node, lock_wait=WAIT)
 
 
-def consistent(opts: engine.Options) -> None:
+def consistent(opts: Files) -> None:
     """The node invariant the races used to break: the manifest's --config file exists, and the state record
     describes exactly the manifest on disk and files that exist."""
-    local = opts.fs.local(opts.manifest_path)
+    local = engine.host_fs(opts).local(opts.manifest_path)
     text = local.read_text()
     sched = manifest.inspect(manifest.parse_manifest(text, "m"), "m", prefix=opts.prefix)
-    state = opts.store().load()
+    state = engine.state_store(opts).load()
     if sched.marker is not None:
         path = sched.marker.flag.split("=", 1)[1]
-        assert opts.fs.local(path).is_file(), f"manifest points at a missing {path}"
+        assert engine.host_fs(opts).local(path).is_file(), f"manifest points at a missing {path}"
         assert state.patched_sha256 == hashlib.sha256(text.encode()).hexdigest()
         assert state.config_file == posixpath.basename(path)
     for name in state.files:
-        assert opts.fs.local(os.path.join(opts.host_config_dir, name)).is_file()
+        assert engine.host_fs(opts).local(os.path.join(opts.host_config_dir, name)).is_file()
 
 
-def paused_at_manifest_rename(opts: engine.Options, other: Callable[[], None]) -> Callable[[str, Path], None]:
+def paused_at_manifest_rename(opts: Files, other: Callable[[], None]) -> Callable[[str, Path], None]:
     """A hook that, when the paused writer reaches its manifest rename, runs ``other`` in a thread and lets
     the paused writer go on only once ``other`` has found the lock busy (or finished)."""
-    manifest_local = str(opts.fs.local(opts.manifest_path))
+    manifest_local = str(engine.host_fs(opts).local(opts.manifest_path))
     busy = threading.Event()
     started: list[threading.Thread] = []
 
@@ -81,7 +83,7 @@ def paused_at_manifest_rename(opts: engine.Options, other: Callable[[], None]) -
 
 
 def test_restore_during_an_apply_waits_and_never_deletes_the_config_the_manifest_points_at(
-        opts: engine.Options) -> None:
+        opts: Files) -> None:
     plan = engine.plan_apply(opts)
     outcome: list[object] = []
 
@@ -101,11 +103,11 @@ def test_restore_during_an_apply_waits_and_never_deletes_the_config_the_manifest
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
     engine.restore(opts, engine.plan_restore(opts))  # planned again after the apply: it works
-    assert opts.fs.local(opts.manifest_path).read_bytes() == KUBEADM
-    assert not [p for p in opts.fs.local(opts.host_config_dir).iterdir() if not p.name.startswith(".")]
+    assert engine.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
+    assert not [p for p in engine.host_fs(opts).local(opts.host_config_dir).iterdir() if not p.name.startswith(".")]
 
 
-def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: engine.Options) -> None:
+def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: Files) -> None:
     first = engine.plan_apply(opts)
     (opts.source / "config.yaml").write_text(CONFIG.format(weight=2))
     second = engine.plan_apply(opts)
@@ -125,16 +127,16 @@ def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: e
             t.join(WAIT)
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
-    assert opts.store().load().config_hash == first.config.config_hash
+    assert engine.state_store(opts).load().config_hash == first.config.config_hash
     again = engine.plan_apply(opts)  # the second writer plans again from the new bytes and wins cleanly
     engine.apply(opts, again)
     consistent(opts)
-    assert opts.store().load().config_hash == second.config.config_hash
+    assert engine.state_store(opts).load().config_hash == second.config.config_hash
 
 
-def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: engine.Options) -> None:
+def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> None:
     plan = engine.plan_apply(opts)
-    local = opts.fs.local(opts.manifest_path)
+    local = engine.host_fs(opts).local(opts.manifest_path)
     upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
     assert upgraded != KUBEADM
 
@@ -148,7 +150,7 @@ def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: engine.Opti
         engine.apply(opts, plan)
     assert local.read_bytes() == upgraded
     assert os.listdir(local.parent) == ["kube-scheduler.yaml"]  # no temp file of ours left behind
-    assert not opts.store().load().patched  # the record was rewound: it does not claim a patch
+    assert not engine.state_store(opts).load().patched  # the record was rewound: it does not claim a patch
     consistent(opts)
 
 
@@ -162,16 +164,16 @@ def test_checked_write_swaps_in_place_and_leaves_nothing_else(tmp_path: Path) ->
     assert target.read_bytes() == b"new" and os.listdir(tmp_path) == ["m.yaml"]
 
 
-def test_the_lock_is_reentrant_for_its_holder(opts: engine.Options) -> None:
-    quick = engine.Options(**{**opts.__dict__, "lock_wait": 0.0})
-    with quick.lock():  # the agent holds it for its whole life and still applies
+def test_the_lock_is_reentrant_for_its_holder(opts: Files) -> None:
+    quick = replace(opts, lock_wait=0.0)
+    with engine.writer_lock(quick):  # the agent holds it for its whole life and still applies
         lines, _ = engine.apply(quick, engine.plan_apply(quick))
     assert lines
     consistent(quick)
 
 
-def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: engine.Options) -> None:
-    state = opts.fs.local(opts.state_dir)
+def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: Files) -> None:
+    state = engine.host_fs(opts).local(opts.state_dir)
     code = (
         "import sys, pathlib\n"
         "from patcher.adapters import fsio\n"
@@ -183,14 +185,14 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: engine.O
                               text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        quick = engine.Options(**{**opts.__dict__, "lock_wait": 0.0})
+        quick = replace(opts, lock_wait=0.0)
         plan = engine.plan_apply(quick)
         with pytest.raises(fsio.LockBusy) as info:
             engine.apply(quick, plan)
         assert str(info.value) == (f"{opts.state_dir}/.lock: another scheduler-patcher writer holds the lock "
                                    f"(pid {holder.pid}); gave up after 0 s")
         assert "\n" not in str(info.value)
-        assert opts.fs.local(opts.manifest_path).read_bytes() == KUBEADM
+        assert engine.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
@@ -199,13 +201,13 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: engine.O
     consistent(opts)
 
 
-def test_another_thread_waits_like_another_process(opts: engine.Options) -> None:
+def test_another_thread_waits_like_another_process(opts: Files) -> None:
     """In-process writers are serialised too (the lock is reentrant only for the thread that holds it)."""
     got: list[object] = []
-    with opts.lock():
+    with engine.writer_lock(opts):
         def other() -> None:
             try:
-                with engine.Options(**{**opts.__dict__, "lock_wait": 0.0}).lock():
+                with engine.writer_lock(replace(opts, lock_wait=0.0)):
                     got.append("entered")
             except fsio.LockBusy as exc:
                 got.append(exc)

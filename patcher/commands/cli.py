@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patcher import __version__
 from patcher.commands.flags import (
@@ -32,10 +32,8 @@ from patcher.commands.flags import (
     emit,
 )
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status
 from patcher.services import engine
-
-if TYPE_CHECKING:  # the agent's modules load watchdog, psutil and prometheus: only `run` needs them
-    from patcher.services.config import AgentConfig
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
 #: they are ordinary local paths and a relative one resolves against the working directory.
@@ -46,8 +44,26 @@ LOCAL_PATH_FLAGS = ("source", "kubeconfig")
 #: Where RKE2 keeps its static pods: named in the hint when the kubeadm folder is missing.
 RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
 
+#: The --help sections of the node commands, one per group of ``patcher.core.settings.Settings`` (named by its
+#: field there): a flag is listed under the group it sets (tests/test_settings.py checks it).
+SECTIONS = {
+    "files": "node files (every node command)",
+    "pod": "this agent (the DaemonSet's downward API)",
+    "api": "Kubernetes API",
+    "lifecycle": "lifecycle: restart, rollback, extender pre-flight, stop",
+    "loop": "the agent's loop",
+    "rollout": "rollout (one node at a time)",
+    "status": "cluster verdict",
+    "serve": "probes and logs",
+}
+
+
+def _section(p: argparse.ArgumentParser, group: str) -> Flags:
+    return Flags(p.add_argument_group(SECTIONS[group]))
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    f = Flags(p)
+    f = _section(p, "files")
     f.add("--manifest-dir", "/etc/kubernetes/manifests",
           f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
     f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
@@ -67,8 +83,9 @@ def _output_flag(p: argparse.ArgumentParser) -> None:
     Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
 
 
-def _options(args: argparse.Namespace) -> engine.Options:
-    return engine.Options(
+def _files(args: argparse.Namespace) -> Files:
+    """The ``files`` group from the flags every node command shares."""
+    return Files(
         manifest_dir=args.manifest_dir, manifest_name=args.manifest_name, source=Path(args.source),
         host_config_dir=args.host_config_dir.rstrip("/") or "/", state_dir=args.state_dir,
         host_root=Path(args.host_root), prefix=args.annotation_prefix.rstrip("/"),
@@ -139,7 +156,7 @@ def _config_info(config: Any) -> dict[str, Any] | None:
             "file": config.main, "kube_version": config.kube_version or None}
 
 
-def _check_extenders(args: argparse.Namespace, opts: engine.Options, config: Any) -> list[Any] | None:
+def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list[Any] | None:
     """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
     if not getattr(args, "check_extenders", False) or config is None:
         return None
@@ -149,7 +166,7 @@ def _check_extenders(args: argparse.Namespace, opts: engine.Options, config: Any
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_apply(opts)
     config = plan.config
     notes = [n for n in plan.notes if not n.startswith("source form")]
@@ -200,7 +217,7 @@ def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: li
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_apply(opts)
     probes = _check_extenders(args, opts, plan.config) if plan.pending else None
     if probes is not None:
@@ -223,14 +240,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    opts = _options(args)
+    opts = _files(args)
     plan = engine.plan_restore(opts)
     _report(args, plan.manifest_path, engine.restore(opts, plan), plan.notes)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    info = engine.status(_options(args))
+    info = engine.status(_files(args))
     if args.output != "text":
         emit(info, args.output)
     else:
@@ -243,39 +260,45 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
-    f = Flags(p)
+    f = _section(p, "pod")
     f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
+    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
+          "--restore-on-exit=auto its DaemonSet is read through it")
+    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
+          "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f = _section(p, "api")
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
     f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
-    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
+    f = _section(p, "lifecycle")
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
     f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
+    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
+          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
     f.add("--restore-on-exit", "auto", "on SIGTERM: restore the manifest when the agent leaves the node for good "
           "(auto: its DaemonSet is gone, being deleted, no longer selects the node, or cannot be read), always, "
           "or never", choices=["auto", "always", "never"])
-    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
-          "--restore-on-exit=auto its DaemonSet is read through it")
+    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
+    f = _section(p, "loop")
+    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
     f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
           type=boolean, nargs="?", const=True)
-    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
-          "never the scheduler's 10259)")
-    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
-          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
     f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
           "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
           type=duration)
-    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
+    f = _section(p, "rollout")
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
     f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
     f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=duration)
-    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
-          "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f = _section(p, "status")
     f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
           type=boolean)
     f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
           "ConfigMap", type=boolean)
     f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
+    f = _section(p, "serve")
+    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
+          "never the scheduler's 10259)")
     f.add("--log-format", "text", "log format", choices=["text", "json"])
     f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
 
@@ -292,11 +315,9 @@ class RunFlagError(Exception):
         self.code = code
 
 
-def agent_config(args: argparse.Namespace) -> AgentConfig:
-    """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting."""
-    from patcher.services.agent import AgentOptions
-    from patcher.services.config import AgentConfig, ApiSettings, RolloutSettings, StatusSettings
-
+def run_settings(args: argparse.Namespace) -> Settings:
+    """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting (each field
+    of ``patcher.core.settings`` names its flag; tests/test_settings.py checks the two agree)."""
     port = args.listen.rpartition(":")[2]
     if port in SCHEDULER_PORTS:
         raise RunFlagError(f"--listen {args.listen}: port {port} is kube-scheduler's "
@@ -306,27 +327,25 @@ def agent_config(args: argparse.Namespace) -> AgentConfig:
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
-    agent = AgentOptions(
-        files=_options(args), node_name=args.node_name or "", resync_interval=args.resync_interval,
-        restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
-        restore_on_exit=args.restore_on_exit, local_check=args.local_check, grace_period=args.grace_period,
-        check_extenders=args.check_extenders, extender_probe_interval=args.extender_probe_interval,
-    )
-    return AgentConfig(
-        agent=agent,
-        api=None if args.no_api else ApiSettings(kubeconfig=args.kubeconfig),
-        namespace=args.namespace,
-        rollout=RolloutSettings(mode=args.rollout, lease=args.rollout_lease,
-                                lease_duration=int(args.rollout_lease_duration)),
-        status=StatusSettings(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
-                              compat_namespace=args.compat_namespace),
-        listen=args.listen, log_format=args.log_format, log_level=args.log_level, pod_name=args.pod_name or "",
+    return Settings(
+        files=_files(args),
+        lifecycle=Lifecycle(restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
+                            restore_on_exit=args.restore_on_exit, grace_period=args.grace_period,
+                            check_extenders=args.check_extenders),
+        loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
+                  extender_probe_interval=args.extender_probe_interval),
+        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace),
+        api=None if args.no_api else Api(kubeconfig=args.kubeconfig),
+        rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
+        status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
+                      compat_namespace=args.compat_namespace),
+        serve=Serve(listen=args.listen, log_format=args.log_format, log_level=args.log_level),
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        config = agent_config(args)
+        config = run_settings(args)
     except RunFlagError as exc:
         print(f"scheduler-patcher run: error: {exc}", file=sys.stderr)
         return exc.code

@@ -50,8 +50,8 @@ class Parser(argparse.ArgumentParser):
 class Flags:
     """Adds flags whose default comes from the environment, and says so in --help."""
 
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        self.parser = parser
+    def __init__(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+        self.parser = parser  # a parser, or one of its --help sections
 
     def add(self, flag: str, default: Any = None, help: str = "", *names: str, **kw: Any) -> None:
         env = env_name(flag)

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from patcher.core.restart import Verdict
+from patcher.core.settings import Lifecycle
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 
 Level = Literal["info", "warning", "error"]
-RestoreOnExit = Literal["auto", "always", "never"]
 StopWhy = Literal["signal", "api-unavailable"]
 #: The counters of ``Count`` (one method each on ``patcher.adapters.health.Metrics``).
 Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
@@ -110,28 +110,6 @@ class Node:
     def ready(self) -> bool:
         """What ``/readyz`` says: derived, never stored on its own."""
         return self.phase == NodeState.READY
-
-
-@dataclass(frozen=True)
-class Options:
-    restart_timeout: float = 600.0
-    rollback_on_failure: bool = True
-    coordinated: bool = False
-    #: Probe the config's extenders before a manifest write; retry a failed probe after ``probe_retry``
-    #: seconds, doubling up to ``probe_retry_max``.
-    check_extenders: bool = False
-    probe_retry: float = 2.0
-    probe_retry_max: float = 60.0
-    #: Try a state folder that could not take the record again after ``state_retry`` seconds, doubling up to
-    #: ``state_retry_max``.
-    state_retry: float = 2.0
-    state_retry_max: float = 60.0
-    #: On a stop: restore when the agent leaves the node for good (``auto``: its DaemonSet is gone, being
-    #: deleted, no longer selects this node, or cannot be known), always, or never.
-    restore_on_exit: RestoreOnExit = "auto"
-    #: The stop's budget (the pod's terminationGracePeriodSeconds less a margin): every wait of the stop
-    #: ends within it.
-    grace_period: float = 25.0
 
 
 # -- events (what the agent observed) ----------------------------------------------------------------------
@@ -482,7 +460,7 @@ def _release(node: Node, bad_source: str | None = None) -> Step:
     return replace(node, turn="none"), [ReleaseTurn(bad_source or None)]
 
 
-def _start_wait(node: Node, opts: Options, config_hash: str, written_ns: int, source_hash: str, now: float,
+def _start_wait(node: Node, opts: Lifecycle, config_hash: str, written_ns: int, source_hash: str, now: float,
                 *, adopted: bool, record: State | None = None) -> Step:
     wait = Wait(config_hash, written_ns, now + opts.restart_timeout, source_hash, adopted)
     base = replace(record if record is not None else node.record, manifest_mtime_ns=written_ns)
@@ -491,7 +469,7 @@ def _start_wait(node: Node, opts: Options, config_hash: str, written_ns: int, so
     return node2, [*acts, Watch()]
 
 
-def resumed(node: Node, ev: Resumed, opts: Options) -> Step:
+def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
     """After a crash or restart of the agent: pick up a write still waiting for the scheduler; a Ready,
     Failed or RolledBack record stands as it is (and with it /readyz)."""
     r = node.record
@@ -507,7 +485,7 @@ def resumed(node: Node, ev: Resumed, opts: Options) -> Step:
     return replace(node, record=replace(r, phase="")), []
 
 
-def planned(node: Node, ev: Planned, opts: Options) -> Step:
+def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     acts: list[Action] = [Count("reconciled")]
     r = node.record
     if ev.kind == "known-bad":
@@ -562,7 +540,7 @@ def planned(node: Node, ev: Planned, opts: Options) -> Step:
     return node, [*acts, Apply()]
 
 
-def turn_changed(node: Node, ev: TurnChanged, opts: Options) -> Step:
+def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
     """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
     config_hash = ev.config_hash
     if ev.held:
@@ -578,7 +556,7 @@ def turn_changed(node: Node, ev: TurnChanged, opts: Options) -> Step:
     return node, []
 
 
-def wrote(node: Node, ev: Wrote, opts: Options) -> Step:
+def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
     acts: list[Action] = [Count("wrote")]
     record = replace(ev.record, restarted_at_ns=None) if ev.manifest_change else ev.record
     if not ev.manifest_change:  # only config files were rewritten (same content hash): nothing restarts
@@ -588,7 +566,7 @@ def wrote(node: Node, ev: Wrote, opts: Options) -> Step:
     return node, [*acts, *more]
 
 
-def probed(node: Node, ev: Probed, opts: Options) -> Step:
+def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
     """The pre-flight answered. Blocked: stay Pending (nothing written, no turn taken) with the message
     naming the extenders, and probe again after a backoff. Passed: plan again, and this time write."""
     w = node.wait
@@ -625,7 +603,7 @@ def probed(node: Node, ev: Probed, opts: Options) -> Step:
     return node, [*acts, Replan()]
 
 
-def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
+def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Lifecycle) -> Step:
     """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
     answer lets the next restart check make the node Ready."""
     short = ev.config_hash[:12]
@@ -639,7 +617,7 @@ def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Options) -> Step:
     return replace(node, wait=replace(w, extenders_checked=True)), acts
 
 
-def probe_due(node: Node, ev: ProbeDue, opts: Options) -> Step:
+def probe_due(node: Node, ev: ProbeDue, opts: Lifecycle) -> Step:
     """While Ready (and nothing else under way), probe the running config's extenders."""
     r = node.record
     if not opts.check_extenders or node.phase != NodeState.READY or node.wait is not None or node.probing \
@@ -669,7 +647,7 @@ def _periodic_probed(node: Node, ev: Probed) -> Step:
     return node, [*acts, *more]
 
 
-def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
+def write_failed(node: Node, ev: WriteFailed, opts: Lifecycle) -> Step:
     node, acts = _release(node)
     if ev.changed_underneath:
         return node, [*acts, Log("info", f"{ev.message}; planning again"), Replan()]
@@ -680,7 +658,7 @@ def write_failed(node: Node, ev: WriteFailed, opts: Options) -> Step:
     return node, acts
 
 
-def observed(node: Node, ev: Observed, opts: Options) -> Step:
+def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
     w = node.wait
     if w is None:
         return node, []
@@ -716,7 +694,7 @@ def observed(node: Node, ev: Observed, opts: Options) -> Step:
     return node, []
 
 
-def _fail_wait(node: Node, opts: Options, reason: str) -> Step:
+def _fail_wait(node: Node, opts: Lifecycle, reason: str) -> Step:
     w = node.wait
     assert w is not None
     node = replace(node, wait=None, record=node.record.with_bad(w.config_hash))
@@ -728,19 +706,19 @@ def _fail_wait(node: Node, opts: Options, reason: str) -> Step:
     return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, node.record.last_good)]
 
 
-def pruned(node: Node, ev: Pruned, opts: Options) -> Step:
+def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
     """The record no longer lists the removed files (saved with this transition, like any other)."""
     return replace(node, record=ev.record), []
 
 
-def rollback_done(node: Node, ev: RollbackDone, opts: Options) -> Step:
+def rollback_done(node: Node, ev: RollbackDone, opts: Lifecycle) -> Step:
     message = f"{ev.reason}; rolled back to {ev.target}"
     node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
     node, rel = _release(node, ev.bad_source)
     return node, [Log("error", message), *acts, *rel]
 
 
-def rollback_failed(node: Node, ev: RollbackFailed, opts: Options) -> Step:
+def rollback_failed(node: Node, ev: RollbackFailed, opts: Lifecycle) -> Step:
     node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.message}")
     node, rel = _release(node, ev.bad_source)
     return node, [Error("rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
@@ -750,7 +728,7 @@ def rollback_failed(node: Node, ev: RollbackFailed, opts: Options) -> Step:
 STATE_FOLDER_WAIT = "nothing is written until the record can be saved again; retrying"
 
 
-def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Options) -> Step:
+def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> Step:
     """Failed, naming the folder and the error; a turn not used for a write is passed on (this node cannot
     write); a write already waiting for its restart keeps its wait (judged again once the folder works).
     One Warning per distinct error; the retry delay doubles up to ``state_retry_max``."""
@@ -770,7 +748,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Options) -> Ste
     return node, [*acts, *rel, *more, CheckStateFolder(delay)]
 
 
-def state_folder_ok(node: Node, ev: StateFolderOk, opts: Options) -> Step:
+def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
     """The folder took the record: the node says again what it said before the fault (a node that had said
     nothing yet: Pending) and plans again, which writes whatever is still to write by the usual protocol."""
     f = node.fault
@@ -786,7 +764,7 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Options) -> Step:
 # -- the stop ------------------------------------------------------------------------------------------------
 
 
-def stop_budget(now: float, opts: Options) -> tuple[float, float, float, float]:
+def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float]:
     """The stop's deadlines from the grace period: (confirm wait in seconds, turn until, restored until, end).
 
     ``end`` keeps a reserve for the teardown of the API adapters (bounded at 1 s by the runner) and the process
@@ -798,7 +776,7 @@ def stop_budget(now: float, opts: Options) -> tuple[float, float, float, float]:
     return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
 
 
-def stop(node: Node, ev: Stop, opts: Options) -> Step:
+def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
 
     ==========  ===============================================================  =========================
@@ -836,7 +814,7 @@ def stop(node: Node, ev: Stop, opts: Options) -> Step:
                   Log("info", f"stop ({ev.why}): restore on exit: {reason}")]
 
 
-def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
+def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
     """The restore ended: Restored (the final report), or an error and exit 1. The turn is released."""
     node = replace(node, turn="held" if ev.held else "none")
     if ev.api_silent:
@@ -851,7 +829,7 @@ def restore_done(node: Node, ev: RestoreDone, opts: Options) -> Step:
     return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
 
 
-def step(node: Node, event: Event, opts: Options) -> Step:
+def step(node: Node, event: Event, opts: Lifecycle) -> Step:
     """The one transition function."""
     if node.stopping and not isinstance(event, RestoreDone):
         return node, []  # after SIGTERM nothing but the restore (or the keep) happens

@@ -37,6 +37,7 @@ from patcher.core import lifecycle
 from patcher.core.errors import PatcherError, StateFolderError
 from patcher.core.lifecycle import Node
 from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck, patching
@@ -48,7 +49,7 @@ from patcher.services.timers import Timers
 
 log = logging.getLogger("patcher.services.agent")
 
-__all__ = ["Agent", "AgentOptions", "Coordinator", "Event", "OwnerSource", "PodSource", "Reporter",
+__all__ = ["Agent", "Coordinator", "Event", "OwnerSource", "PodSource", "Reporter",
            "state_folder_message"]
 
 #: The loop's events: "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the
@@ -66,31 +67,8 @@ class _Unsaved:
     message: str
 
 
-@dataclass(frozen=True)
-class AgentOptions:
-    files: engine.Options
-    node_name: str = ""
-    resync_interval: float = 300.0
-    restart_timeout: float = 600.0
-    rollback_on_failure: bool = True
-    restore_on_exit: lifecycle.RestoreOnExit = "auto"
-    local_check: bool = False  # psutil on the node's process table (needs hostPID)
-    debounce: float = 0.02  # quiet time after a folder event (open writers are waited for on top: watch.py)
-    crash_restarts: int = 2  # restarts after our write that make a crash loop
-    grace_period: float = 25.0  # budget for the shutdown path (the pod's grace period minus a margin)
-    local_poll: float = 1.0
-    lease_retry: float = 2.0  # how often a node waiting for the rollout lease asks again
-    heartbeat: float = 15.0  # idle wake-up for /healthz (max age 60 s): a quarter of it, no more wake-ups
-    check_extenders: bool = False  # probe the config's extenders before a manifest write (run: on)
-    probe_retry: float = 2.0  # first retry of a failed pre-flight; doubles up to probe_retry_max
-    probe_retry_max: float = 60.0
-    extender_probe_interval: float = 60.0  # while Ready, probe the extenders this often (±20 %); 0: never
-    state_retry: float = 2.0  # first retry of a state folder that refused the record; doubles up to state_retry_max
-    state_retry_max: float = 60.0
-
-
 class Agent:
-    def __init__(self, opts: AgentOptions, *, reporter: Reporter | None = None, pods: PodSource | None = None,
+    def __init__(self, settings: Settings, *, reporter: Reporter | None = None, pods: PodSource | None = None,
                  health: Health | None = None, metrics: Metrics | None = None,
                  fallback_version: Callable[[], str | None] = lambda: None,
                  coordinator: Coordinator | None = None,
@@ -100,8 +78,8 @@ class Agent:
         """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
         before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given);
         ``events``: the queue the adapters were handed (``runner.build_agent`` makes it before them)."""
-        self.opts = opts
-        self.files = opts.files
+        self.opts = settings.loop
+        self.files = settings.files
         self.reporter = reporter
         self.pods = pods
         self.health = health or Health()
@@ -112,13 +90,8 @@ class Agent:
         self._owner_said = ""
         self._stop_why: lifecycle.StopWhy = "signal"
         self.on_phase = on_phase  # e.g. republish the cluster verdict
-        self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
-                                       rollback_on_failure=opts.rollback_on_failure,
-                                       coordinated=coordinator is not None if coordinated is None else coordinated,
-                                       check_extenders=opts.check_extenders, probe_retry=opts.probe_retry,
-                                       probe_retry_max=opts.probe_retry_max, state_retry=opts.state_retry,
-                                       state_retry_max=opts.state_retry_max,
-                                       restore_on_exit=opts.restore_on_exit, grace_period=opts.grace_period)
+        self.rules = replace(settings.lifecycle,
+                             coordinated=coordinator is not None if coordinated is None else coordinated)
         self._api_pending = api_pending
         self._attached_event = threading.Event()
         self._exit_code = 0
@@ -128,7 +101,7 @@ class Agent:
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
         self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
-        self.store = self.files.store()
+        self.store = engine.state_store(self.files)
         self._node = Node()
         self._saved: State | None = None
         self._plan: engine.Plan | None = None  # the plan an Apply action writes
@@ -136,8 +109,9 @@ class Agent:
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
-        self._log_extra = {"node": opts.node_name or "-", "manifest": self.files.manifest_path}
-        self.restarts = RestartWatch(self.files, local_check=opts.local_check, crash_restarts=opts.crash_restarts)
+        self._log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
+        self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
+                                     crash_restarts=self.opts.crash_restarts)
         self.stopper = Stopping(self.files, self.store, log_extra=self._log_extra)
 
     # -- the one state value --------------------------------------------------------------------------------
@@ -207,7 +181,7 @@ class Agent:
         signals.subscribe(on_signal)
 
     def start_watching(self) -> None:
-        fs = self.files.fs
+        fs = engine.host_fs(self.files)
         manifest_local = fs.local(self.files.manifest_path)
         watcher = FolderWatcher(self.events.put, debounce=self.opts.debounce)
         targets = [("source", self.files.source, lambda: folder_fingerprint(self.files.source)),
@@ -261,7 +235,7 @@ class Agent:
         says so on the Node and takes it with the first save that works (``_hold_lock``)."""
         with contextlib.ExitStack() as stack:
             try:
-                stack.enter_context(self.files.lock())
+                stack.enter_context(engine.writer_lock(self.files))
             except fsio.LockBusy as exc:
                 self.metrics.error("lock")
                 log.error("%s", exc, extra=self._log_extra)
@@ -280,7 +254,7 @@ class Agent:
         if self._lock is None or self._lock_held:
             return
         try:
-            self._lock.enter_context(replace(self.files, lock_wait=0.0).lock())
+            self._lock.enter_context(engine.writer_lock(replace(self.files, lock_wait=0.0)))
         except fsio.LockBusy as exc:
             raise StateFolderError(exc.path, exc.problem) from None
         self._lock_held = True
@@ -400,9 +374,9 @@ class Agent:
             case lifecycle.Probe(config_hash=config_hash):
                 self._start_probe(config_hash)
             case lifecycle.RetryLater(delay=delay):
-                self.timers.probe_retry = time.monotonic() + delay
+                self.timers.probe_retry_at = time.monotonic() + delay
             case lifecycle.CheckStateFolder(delay=delay):
-                self.timers.state_retry = time.monotonic() + delay
+                self.timers.state_retry_at = time.monotonic() + delay
             case lifecycle.Restore():
                 return self.stopper.restore(action, self._node.record, self.coordinator, self.pods)
             case lifecycle.Keep():
@@ -446,7 +420,7 @@ class Agent:
         now, w = time.monotonic(), self._node.wait
         also: tuple[float, ...] = ()
         if w is not None:
-            also = (w.deadline if now < w.deadline else w.deadline + self.opts.restart_timeout,
+            also = (w.deadline if now < w.deadline else w.deadline + self.rules.restart_timeout,
                     *((now + self.opts.local_poll,) if self.restarts.polling else ()))
         return self.timers.timeout(now, fault=self._node.fault is not None, heartbeat=self.opts.heartbeat, also=also)
 
@@ -455,9 +429,9 @@ class Agent:
         not call the extender together."""
         n, interval = self._node, self.opts.extender_probe_interval
         if not self.rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
-            self.timers.periodic_probe = None
-        elif self.timers.periodic_probe is None and not n.probing:
-            self.timers.periodic_probe = time.monotonic() + interval * random.uniform(0.8, 1.2)
+            self.timers.periodic_probe_at = None
+        elif self.timers.periodic_probe_at is None and not n.probing:
+            self.timers.periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
 
     def _daemonset_changed(self) -> None:
         """The owner's watch saw a change: say (once per change) what a stop would do now."""
@@ -505,7 +479,7 @@ class Agent:
 
     def _check_state_folder(self) -> None:
         """The retry: save the record as it stands (the writer lock first, when it could not be taken)."""
-        self.timers.state_retry = None
+        self.timers.state_retry_at = None
         try:
             self._hold_lock()
             self.store.save(self._node.record)
@@ -517,7 +491,7 @@ class Agent:
 
     def _prepare_restore(self) -> None:
         """While patched, plan the restore now, so that on SIGTERM only the write remains (``stopping``)."""
-        self.stopper.prepare(self._node.record, enabled=self.opts.restore_on_exit != "never")
+        self.stopper.prepare(self._node.record, enabled=self.rules.restore_on_exit != "never")
 
     @property
     def _prepared(self) -> tuple[State, engine.PreparedRestore] | None:
@@ -538,7 +512,7 @@ class Agent:
     def _apply(self) -> lifecycle.Event:
         plan, self._plan = self._plan, None
         assert plan is not None and plan.config is not None
-        self.timers.lease_retry = None
+        self.timers.lease_retry_at = None
         self._pod_before = self.pods.latest() if self.pods else None
         return patching.apply(self.files, plan, self._node.record, why=self._why, expect=self._expect_manifest,
                               log_extra=self._log_extra)
@@ -573,7 +547,7 @@ class Agent:
         if c.acquire(source_hash) or c.refused_bad:
             return self._turn_changed()
         log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
-        self.timers.lease_retry = time.monotonic() + self.opts.lease_retry
+        self.timers.lease_retry_at = time.monotonic() + self.opts.lease_retry
         return None
 
     def _turn_changed(self) -> lifecycle.TurnChanged | None:
@@ -583,7 +557,7 @@ class Agent:
         if c.held:
             log.info("rollout lease acquired", extra=self._log_extra)
         if c.held or c.refused_bad:
-            self.timers.lease_retry = None
+            self.timers.lease_retry_at = None
         pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
         return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
                                      config_hash=pending)
@@ -592,7 +566,7 @@ class Agent:
         """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
         "probe" event."""
         plan = self._plan
-        self.timers.probe_retry = None
+        self.timers.probe_retry_at = None
         if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
             config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
         else:  # after the restart: the config that was written, read back from the host folder
@@ -621,7 +595,7 @@ class Agent:
             self.reporter.note(action.reason, action.message, warning=action.warning)
 
     def _release_turn(self, bad_source: str | None) -> None:
-        self.timers.lease_retry = None
+        self.timers.lease_retry_at = None
         if self.coordinator is not None:
             self.coordinator.release(bad_hash=bad_source)
             log.info("rollout lease released", extra=self._log_extra)

@@ -24,6 +24,7 @@ from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
 
 
@@ -47,42 +48,34 @@ class PartialWrite(PatcherError):
 OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
 
 
-@dataclass(frozen=True)
-class Options:
-    manifest_dir: str = "/etc/kubernetes/manifests"
-    manifest_name: str = "kube-scheduler.yaml"
-    source: Path = Path("/etc/scheduler-patcher/source")
-    host_config_dir: str = "/etc/kubernetes/scheduler-patcher"
-    state_dir: str = "/var/lib/scheduler-patcher"
-    host_root: Path = Path("/")
-    prefix: str = "scheduler-patcher.io"
-    container_name: str | None = None
-    on_foreign: manifest.ForeignMode = "merge"
-    kube_version: str | None = None
-    lock_wait: float = 10.0  # seconds a writer waits for another one (the agent, a CLI run) before refusing
+def host_fs(files: Files) -> fsio.HostFS:
+    """The node's file system as ``files`` says where it is mounted (``--host-root``)."""
+    return fsio.HostFS(files.host_root)
 
-    @property
-    def fs(self) -> fsio.HostFS:
-        return fsio.HostFS(self.host_root)
 
-    @property
-    def manifest_path(self) -> str:
-        return posixpath.join(self.manifest_dir, self.manifest_name)
+def state_store(files: Files) -> StateStore:
+    """The state record in the node's state folder."""
+    return StateStore(host_fs(files).local(files.state_dir), files.state_dir)
 
-    def store(self) -> StateStore:
-        return StateStore(self.fs.local(self.state_dir), self.state_dir)
 
-    def lock(self) -> contextlib.AbstractContextManager[None]:
-        """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It
-        lives in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
-        return _state_folder_lock(self)
+def manifest_local(files: Files) -> Path:
+    """Where the manifest is on this machine, its symlinks resolved on the node (kubelet's view)."""
+    fs = host_fs(files)
+    return fs.local(fs.resolve(files.manifest_path))
+
+
+def writer_lock(files: Files) -> contextlib.AbstractContextManager[None]:
+    """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It lives
+    in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
+    return _state_folder_lock(files)
 
 
 @contextlib.contextmanager
-def _state_folder_lock(opts: Options) -> Iterator[None]:
+def _state_folder_lock(opts: Files) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(fsio.writer_lock(opts.fs.local(opts.state_dir), opts.state_dir, wait=opts.lock_wait))
+            folder = host_fs(opts).local(opts.state_dir)
+            stack.enter_context(fsio.writer_lock(folder, opts.state_dir, wait=opts.lock_wait))
         except fsio.LockBusy:
             raise
         except PatcherError as exc:
@@ -129,7 +122,7 @@ class Plan:
 sha256 = schedconfig.sha256_hex
 
 
-def _check_folders(opts: Options) -> None:
+def _check_folders(opts: Files) -> None:
     """Our folders must not be (or be inside) the kubelet's manifest folder: it runs every file there."""
     manifests = posixpath.normpath(opts.manifest_dir)
     for flag, folder in (("--state-dir", opts.state_dir), ("--host-config-dir", opts.host_config_dir)):
@@ -139,10 +132,10 @@ def _check_folders(opts: Options) -> None:
                                "every file there as a pod")
 
 
-def read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
+def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
     """The manifest as (node path, local path, bytes, text), within every limit and refusal of this module."""
     _check_folders(opts)
-    fs = opts.fs
+    fs = host_fs(opts)
     if not fs.local(opts.manifest_dir).is_dir():
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
     node_path = fs.resolve(opts.manifest_path)
@@ -152,10 +145,10 @@ def read_manifest(opts: Options) -> tuple[str, Path, bytes, str]:
     return node_path, local, data, text
 
 
-def other_schedulers(opts: Options, node_path: str) -> list[str]:
+def other_schedulers(opts: Files, node_path: str) -> list[str]:
     """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
     left there, a second manifest): two schedulers fight over leader election and only one is patched."""
-    folder = opts.fs.local(opts.manifest_dir)
+    folder = host_fs(opts).local(opts.manifest_dir)
     found = []
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -165,7 +158,7 @@ def other_schedulers(opts: Options, node_path: str) -> list[str]:
         other = posixpath.join(opts.manifest_dir, entry.name)
         if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
             continue
-        if opts.fs.resolve(other) == node_path:
+        if host_fs(opts).resolve(other) == node_path:
             continue
         try:
             data = fsio.read_bytes(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
@@ -194,19 +187,19 @@ def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
     return best[1] if best else None
 
 
-def _foreign(opts: Options, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
+def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
     node_path = container_to_node_path(sched, sched.foreign_config)
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_bytes(opts.fs.local(node_path), "foreign scheduler config", node_path,
+    data = fsio.read_bytes(host_fs(opts).local(node_path), "foreign scheduler config", node_path,
                            limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
-def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes: frozenset[str] = frozenset(),
+def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: frozenset[str] = frozenset(),
                config: RenderedConfig | None = None) -> Plan:
     """Everything an apply would write, computed without writing. Raises PatcherError on any refusal.
 
@@ -246,7 +239,7 @@ def plan_apply(opts: Options, *, fallback_version: str | None = None, bad_hashes
                 source_hash=source_hash)
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
-        cfg_local = opts.fs.local(cfg_node)
+        cfg_local = host_fs(opts).local(cfg_node)
         old = fsio.read_if_exists(cfg_local, "config file", cfg_node)
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
@@ -290,17 +283,17 @@ def _nearest_existing(local: Path) -> Path:
     return local
 
 
-def _check_writable(opts: Options, changes: list[FileChange], *, state: bool = True) -> None:
+def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = True) -> None:
     """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
     changes), the host config folder (when config files change) and the state folder (unless ``state`` is
     False: the lock and the record live there). Missing folders are created later, so their nearest existing
     parent counts."""
-    needed: dict[str, Path] = {opts.state_dir: opts.fs.local(opts.state_dir)} if state else {}
+    needed: dict[str, Path] = {opts.state_dir: host_fs(opts).local(opts.state_dir)} if state else {}
     for change in changes:
         if change.kind == "manifest":
             needed[posixpath.dirname(change.node_path)] = change.local.parent
         else:
-            needed[opts.host_config_dir] = opts.fs.local(opts.host_config_dir)
+            needed[opts.host_config_dir] = host_fs(opts).local(opts.host_config_dir)
     for shown, local in needed.items():
         if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
             error = StateFolderError if shown == opts.state_dir else PatcherError
@@ -313,11 +306,11 @@ def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
-def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
+def apply(opts: Files, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
     """Write a plan under the writer lock, after checking that every file is still what it was planned from.
     Returns one line per file changed and the new state record."""
     _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
-    with opts.lock():
+    with writer_lock(opts):
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         for change in plan.changes:
             if change.kind == "config":
@@ -326,8 +319,8 @@ def apply(opts: Options, plan: Plan, state: State | None = None) -> tuple[list[s
     return lines, new_state
 
 
-def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[str], State]:
-    store = opts.store()
+def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[str], State]:
+    store = state_store(opts)
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              _remove_stale_temp_files_locked(opts)]
@@ -336,7 +329,7 @@ def _apply_locked(opts: Options, plan: Plan, state: State | None) -> tuple[list[
     assert config is not None
     checkpoint = store.checkpoint()
     mchange = plan.manifest_change()
-    config_dir = opts.fs.local(opts.host_config_dir)
+    config_dir = host_fs(opts).local(opts.host_config_dir)
     made_config_dir = False
     try:
         if any(c.kind == "config" for c in plan.changes) and not config_dir.is_dir():
@@ -412,26 +405,26 @@ def _holds(local: Path, data: bytes | None) -> bool:
         return False
 
 
-def prune(opts: Options, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
+def prune(opts: Files, state: State, keep_previous: bool = True) -> tuple[list[str], State]:
     """Remove host config files we wrote and no longer need; files we did not write are never touched."""
-    with opts.lock():
+    with writer_lock(opts):
         return _prune_locked(opts, state, keep_previous)
 
 
-def _prune_locked(opts: Options, state: State, keep_previous: bool) -> tuple[list[str], State]:
+def _prune_locked(opts: Files, state: State, keep_previous: bool) -> tuple[list[str], State]:
     keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
     keep |= set(state.last_good.files if state.last_good else ())
     lines = []
     for name in sorted(set(state.written) - keep):
         if OUR_FILES.match(name):
             node = posixpath.join(opts.host_config_dir, name)
-            if fsio.remove(opts.fs.local(node)):
+            if fsio.remove(host_fs(opts).local(node)):
                 lines.append(f"removed {node}")
     return lines, replace(state, written=tuple(sorted(keep & set(state.written))),
                           previous_files=state.previous_files if keep_previous else ())
 
 
-def saved_config(opts: Options, record: LastGood) -> RenderedConfig | None:
+def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
     """The config a state record names (e.g. the last one that was Ready), read back from the host folder."""
     main, files = record.config_file, record.files
     if not main or main not in files:
@@ -439,7 +432,7 @@ def saved_config(opts: Options, record: LastGood) -> RenderedConfig | None:
     contents: dict[str, bytes] = {}
     for name in files:
         try:
-            data = fsio.read_if_exists(opts.fs.local(posixpath.join(opts.host_config_dir, name)), "config file")
+            data = fsio.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)), "config file")
         except PatcherError:
             return None
         if data is None:
@@ -462,9 +455,9 @@ class RestorePlan:
     state: State | None = None  # the state record as planned from (None: not checked again)
 
 
-def plan_restore(opts: Options) -> RestorePlan:
+def plan_restore(opts: Files) -> RestorePlan:
     node_path, local, data, text = read_manifest(opts)
-    store = opts.store()
+    store = state_store(opts)
     state = store.load()
     notes: list[str] = []
     try:
@@ -485,28 +478,28 @@ def plan_restore(opts: Options) -> RestorePlan:
         changes.append(FileChange(node_path, local, data, new, "manifest"))
     for name in sorted(state.written):
         cfg_node = posixpath.join(opts.host_config_dir, name)
-        cfg_local = opts.fs.local(cfg_node)
+        cfg_local = host_fs(opts).local(cfg_node)
         old = fsio.read_if_exists(cfg_local, "config file", cfg_node) if OUR_FILES.match(name) else None
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
 
 
-def remove_stale_temp_files(opts: Options) -> list[str]:
+def remove_stale_temp_files(opts: Files) -> list[str]:
     """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
 
     Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
     writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
     """
     try:
-        with opts.lock():
+        with writer_lock(opts):
             return _remove_stale_temp_files_locked(opts)
     except PatcherError:
         return []
 
 
-def _remove_stale_temp_files_locked(opts: Options) -> list[str]:
-    fs = opts.fs
+def _remove_stale_temp_files_locked(opts: Files) -> list[str]:
+    fs = host_fs(opts)
     removed = []
     manifest_path = fs.resolve(opts.manifest_path)
     targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
@@ -525,7 +518,7 @@ def _unparsable(text: str) -> bool:
     return False
 
 
-def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
+def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
     """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
 
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
@@ -536,19 +529,19 @@ def restore(opts: Options, plan: RestorePlan, *, keep_files: bool = False) -> li
     # a failure there is a PartialWrite after the manifest is restored. Without a manifest write the state
     # folder is checked up front when there is a record to clear (nothing would be gained by going ahead).
     writes_manifest = any(c.kind == "manifest" for c in plan.changes)
-    record_left = not keep_files and opts.store().present()
+    record_left = not keep_files and state_store(opts).present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
-    with opts.lock():
+    with writer_lock(opts):
         if plan.current is not None:
             _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
-        if plan.state is not None and opts.store().load() != plan.state:
+        if plan.state is not None and state_store(opts).load() != plan.state:
             raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
                                          "since the restore was planned; nothing written")
         return _restore_locked(opts, plan, keep_files)
 
 
-def _restore_locked(opts: Options, plan: RestorePlan, keep_files: bool) -> list[str]:
+def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              _remove_stale_temp_files_locked(opts)]
     lines += _write_restored_locked(plan)
@@ -586,7 +579,7 @@ class PreparedRestore:
         return change
 
 
-def prepare_restore(opts: Options, *, stage: bool = False, previous: PreparedRestore | None = None
+def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedRestore | None = None
                     ) -> PreparedRestore | None:
     """The restore of the manifest as it is now, when it is the one we wrote; None otherwise (a manifest
     someone else changed since, or nothing of ours to undo): such a restore is planned when it happens.
@@ -608,7 +601,7 @@ def prepare_restore(opts: Options, *, stage: bool = False, previous: PreparedRes
             and previous.manifest.new == new and previous.manifest.local == prepared.manifest.local \
             and fsio.read_if_exists(previous.staged, "staged restore") == new:
         return replace(prepared, staged=previous.staged)
-    with opts.lock():
+    with writer_lock(opts):
         return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))
 
 
@@ -619,7 +612,7 @@ def discard(prepared: PreparedRestore | None) -> None:
             prepared.staged.unlink()
 
 
-def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
+def restore_prepared(opts: Files, prepared: PreparedRestore) -> list[str]:
     """Write a prepared restore of the manifest (``finish_restore`` cleans up after it). Raises
     ``fsio.ChangedUnderneath``, writing nothing, when the manifest is not what we wrote any more (a ``kubeadm
     upgrade`` since) or the staged file is not what was staged: the caller plans the restore again from what
@@ -632,7 +625,7 @@ def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
     plan, change = prepared.plan, prepared.manifest
     assert change.new is not None
     _check_writable(opts, [change], state=False)  # the state folder is not needed to put the manifest back
-    with opts.lock():
+    with writer_lock(opts):
         if prepared.staged is not None:
             fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
                          shown=change.node_path)
@@ -641,10 +634,10 @@ def restore_prepared(opts: Options, prepared: PreparedRestore) -> list[str]:
         return _write_restored_locked(plan)
 
 
-def finish_restore(opts: Options, prepared: PreparedRestore) -> list[str]:
+def finish_restore(opts: Files, prepared: PreparedRestore) -> list[str]:
     """After ``restore_prepared``: remove the manifest it displaced (left at the staged file's name), our
     config files and the state record (and stale temp files)."""
-    with opts.lock():
+    with writer_lock(opts):
         if prepared.staged is not None:
             with contextlib.suppress(OSError):
                 prepared.staged.unlink()
@@ -653,7 +646,7 @@ def finish_restore(opts: Options, prepared: PreparedRestore) -> list[str]:
         return _clean_up_locked(opts, prepared.plan, lines)
 
 
-def _clean_up_locked(opts: Options, plan: RestorePlan, lines: list[str]) -> list[str]:
+def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[str]:
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
@@ -661,19 +654,19 @@ def _clean_up_locked(opts: Options, plan: RestorePlan, lines: list[str]) -> list
                 if change.kind == "config" and fsio.remove(change.local):
                     lines.append(f"removed {change.node_path}")
             step = "clearing the state record"
-            opts.store().clear()
+            state_store(opts).clear()
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None
     return lines
 
 
-def status(opts: Options) -> dict[str, Any]:
+def status(opts: Files) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
     node_path, local, _, text = read_manifest(opts)
     doc = manifest.parse_manifest(text, node_path)
     sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
-    state = opts.store().load()
+    state = state_store(opts).load()
     mtime = fsio.mtime_ns(local)
     marker = sched.marker
     full_hash = state.config_hash if marker and state.config_hash.startswith(marker.hash) else None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from patcher.adapters.extprobe import probe_all
 from patcher.core import extprobe, lifecycle
 from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Files
 from patcher.services import engine
 
 log = logging.getLogger("patcher.services.agent")
@@ -28,10 +29,10 @@ def _targets(config_hash: str, files: tuple[tuple[str, bytes], ...]) -> tuple[ex
     return tuple(extprobe.targets(dict(files)))
 
 
-def check(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event | None = None,
+def check(opts: Files, config: RenderedConfig, *, cancel: threading.Event | None = None,
           deadline: float | None = None) -> list[extprobe.Result]:
     """Probe every extender of ``config`` at once; one result each, in config order."""
-    fs = opts.fs
+    fs = engine.host_fs(opts)
     found = _targets(config.config_hash, tuple(sorted(config.files.items())))
     return probe_all(found, local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
 
@@ -42,7 +43,7 @@ def as_data(results: list[extprobe.Result]) -> list[dict[str, object]]:
              "error": r.error or None, "seconds": round(r.seconds, 3)} for r in results]
 
 
-def start_probe(opts: engine.Options, config: RenderedConfig, *, cancel: threading.Event,
+def start_probe(opts: Files, config: RenderedConfig, *, cancel: threading.Event,
                 done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str]) -> None:
     """The agent's probe, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once (the
     probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed."""

@@ -13,6 +13,7 @@ from dataclasses import replace
 from patcher.adapters import fsio
 from patcher.core import lifecycle
 from patcher.core.errors import ConfigError, PatcherError, StateFolderError
+from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
 
@@ -26,7 +27,7 @@ def state_folder_message(exc: PatcherError) -> str:
     return f"state folder unusable: {exc}"
 
 
-def plan(files: engine.Options, *, fallback_version: str | None,
+def plan(files: Files, *, fallback_version: str | None,
          bad_hashes: frozenset[str]) -> tuple[lifecycle.Planned, engine.Plan | None]:
     """Plan the source against the manifest: what was found, and the plan an ``Apply`` would write."""
     now = time.monotonic()
@@ -55,7 +56,7 @@ def plan(files: engine.Options, *, fallback_version: str | None,
                              source_hash=p.source_hash, manifest_change=p.manifest_change() is not None), p
 
 
-def apply(files: engine.Options, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],
+def apply(files: Files, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],
           log_extra: dict[str, str]) -> lifecycle.Event:
     """Write ``plan`` (``expect``: the folder watch is told the manifest event that follows is ours)."""
     assert plan.config is not None
@@ -76,7 +77,7 @@ def apply(files: engine.Options, plan: engine.Plan, record: State, *, why: str, 
     return lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None)
 
 
-def roll_back(files: engine.Options, action: lifecycle.RollBack, record: State, *, expect: Callable[[], None],
+def roll_back(files: Files, action: lifecycle.RollBack, record: State, *, expect: Callable[[], None],
               log_extra: dict[str, str]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
     """Back to the last Ready config when it still fits the manifest, else to the original."""
     good_record = action.last_good
@@ -102,12 +103,12 @@ def roll_back(files: engine.Options, action: lifecycle.RollBack, record: State, 
     except PatcherError as exc:
         return lifecycle.RollbackFailed(str(exc), action.reason, action.bad_source)
     expect()
-    mtime = fsio.mtime_ns(files.fs.local(files.fs.resolve(files.manifest_path)))
+    mtime = fsio.mtime_ns(engine.manifest_local(files))
     record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
     return lifecycle.RollbackDone(record, target, action.reason, action.bad_source)
 
 
-def prune(files: engine.Options, record: State, *, log_extra: dict[str, str]) -> lifecycle.Pruned | None:
+def prune(files: Files, record: State, *, log_extra: dict[str, str]) -> lifecycle.Pruned | None:
     """The new config is live: remove the previous one from the host folder (a failure leaves it for the
     next prune: the record still lists it)."""
     try:

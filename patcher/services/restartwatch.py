@@ -9,12 +9,12 @@ from typing import Any
 
 from patcher.adapters.proc import LocalRestartTracker
 from patcher.core import lifecycle, manifest, restart
-from patcher.services import engine
+from patcher.core.settings import Files
 from patcher.services.ports import PodSource
 
 
 class RestartWatch:
-    def __init__(self, files: engine.Options, *, local_check: bool, crash_restarts: int) -> None:
+    def __init__(self, files: Files, *, local_check: bool, crash_restarts: int) -> None:
         self.files = files
         self.local_check = local_check
         self.crash_restarts = crash_restarts

@@ -1,5 +1,5 @@
 """The composition root of ``scheduler-patcher run``: ``build_agent`` wires the agent and its adapters from an
-``AgentConfig``, ``run`` serves the probes around it and tears everything down.
+``Settings`` (``patcher.core.settings``), ``run`` serves the probes around it and tears everything down.
 
 The tests build the agent with ``build_agent`` too, pointed at a local API emulator: the wiring they run is the
 wiring the DaemonSet runs, the Lease coordinator and the status publisher included. The event queue is made
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Union
 from patcher.adapters import heap, logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
-from patcher.core import manifest, yamltext
+from patcher.core import manifest, settings, yamltext
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.agent import Agent, Event
-from patcher.services.config import AgentConfig, ApiSettings
 
 if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
     from patcher.adapters.kube.annotations import NodeReporter
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run wit
 log = logging.getLogger("patcher.services.runner")
 
 
-def static_pod_identity(files: engine.Options) -> tuple[str, str]:
+def static_pod_identity(files: Files) -> tuple[str, str]:
     """(name, namespace) of the static pod, from the manifest; kubeadm's defaults when it cannot be read."""
     try:
         node_path, _, _, text = engine.read_manifest(files)  # bounded, and a FIFO does not block the start
@@ -135,7 +135,7 @@ class ApiParts:
                      fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
 
 
-def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Event], None],
+def _api_parts(config: Settings, api: TimeoutApiClient, notify: Callable[[Event], None],
                metrics: Metrics) -> ApiParts:
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
     from patcher.adapters.kube.annotations import NodeReporter
@@ -145,7 +145,7 @@ def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Eve
     from patcher.services.statuspub import StatusPublisher, StatusTarget
 
     assert config.api is not None
-    files, node_name, retry = config.agent.files, config.agent.node_name, config.api.retry
+    files, node_name, retry = config.files, config.pod.node_name, config.api.backoff
     name, namespace = static_pod_identity(files)
     reporter = NodeReporter(api, node_name, prefix=files.prefix + "/",
                             backoff=Backoff(*retry) if retry else None,
@@ -155,18 +155,18 @@ def _api_parts(config: AgentConfig, api: TimeoutApiClient, notify: Callable[[Eve
     coordinator = None
     if config.coordinated:
         r = config.rollout
-        coordinator = RolloutLease(api, config.namespace, r.lease, node_name, duration=r.lease_duration,
+        coordinator = RolloutLease(api, config.pod.namespace, r.lease, node_name, duration=r.lease_duration,
                                    prefix=files.prefix, retry=r.retry, on_change=lambda: notify("lease"))
     publisher = None
     if config.publishes_status:
         s = config.status
         publisher = StatusPublisher(api, StatusTarget(
-            namespace=config.namespace, prefix=files.prefix + "/", static_pod_name=name,
+            namespace=config.pod.namespace, prefix=files.prefix + "/", static_pod_name=name,
             mirror_namespace=namespace, compat_csi_baremetal=s.compat_csi_baremetal,
             compat_namespace=s.compat_namespace))
     owner = None
     if config.watches_owner:
-        owner = OwnerWatcher(api, config.namespace, config.pod_name, node_name,
+        owner = OwnerWatcher(api, config.pod.namespace, config.pod.pod_name, node_name,
                              backoff=Backoff(*retry) if retry else None, on_update=lambda: notify("daemonset"))
     return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner)
 
@@ -175,7 +175,7 @@ class Wiring:
     """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``agent.run()``
     (in this thread or another), then ``close``."""
 
-    def __init__(self, config: AgentConfig, events: queue.Queue[Event], health: Health, metrics: Metrics,
+    def __init__(self, config: Settings, events: queue.Queue[Event], health: Health, metrics: Metrics,
                  agent: Agent, api: Api, parts: ApiParts | None) -> None:
         self.config, self.events, self.health, self.metrics, self.agent = config, events, health, metrics, agent
         self.parts = parts  # set by the connect thread when the client is Deferred
@@ -205,8 +205,10 @@ class Wiring:
                 api.close()
                 return
             self.parts = _api_parts(self.config, api, self.events.put, self.metrics)
-            self.parts.start()
+            # Attached before started, as build_agent does for a client it is given: an adapter's first event
+            # (the owner watch's "daemonset") must find the agent holding the adapter, or it is dropped.
             self.parts.attach_to(self.agent)
+            self.parts.start()
         heap.settle("API client built")  # the Kubernetes client's classes, out of every later collection
 
     def close(self, timeout: float = 1.0) -> None:
@@ -222,7 +224,7 @@ class Wiring:
         closer.join(timeout)
 
 
-def build_agent(config: AgentConfig, api: Api) -> Wiring:
+def build_agent(config: Settings, api: Api) -> Wiring:
     """The agent as deployed. ``api``: a client (its adapters are built here and attached from the start), a
     ``Deferred`` one (built and attached by a thread ``start`` runs), or None for a run without a cluster,
     which ``config.api`` must say too. The returned wiring owns the client and closes it."""
@@ -232,7 +234,7 @@ def build_agent(config: AgentConfig, api: Api) -> Wiring:
     metrics = Metrics()
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
-    agent = Agent(config.agent, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
+    agent = Agent(config, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
                   api_pending=isinstance(api, Deferred),
                   reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
                   coordinator=parts.coordinator if parts else None,
@@ -242,33 +244,33 @@ def build_agent(config: AgentConfig, api: Api) -> Wiring:
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
-def api_client(settings: ApiSettings) -> TimeoutApiClient:
+def api_client(given: settings.Api) -> TimeoutApiClient:
     """The API client ``run`` builds (and the tests, against the emulator). It imports the Kubernetes client:
     ``run`` calls it off the loop, through a ``Deferred``."""
     from patcher.adapters.kube.client import ClientSettings, build_api_client
 
-    if settings.timeout is None:
-        return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig))
-    return build_api_client(ClientSettings(kubeconfig=settings.kubeconfig, timeout=settings.timeout))
+    if given.timeout is None:
+        return build_api_client(ClientSettings(kubeconfig=given.kubeconfig))
+    return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, timeout=given.timeout))
 
 
-def run(config: AgentConfig) -> int:
-    logs.setup(config.log_format, config.log_level)
+def run(config: Settings) -> int:
+    logs.setup(config.serve.log_format, config.serve.log_level)
     api: Api = None if config.api is None else Deferred(functools.partial(api_client, config.api))
     wiring = build_agent(config, api)
     agent = wiring.agent
     agent.install_signal_handlers()
     try:
-        server: HealthServer | None = HealthServer(wiring.health, wiring.metrics, config.listen)
+        server: HealthServer | None = HealthServer(wiring.health, wiring.metrics, config.serve.listen)
     except OSError as exc:
-        log.error("cannot listen on %s: %s; running without probes", config.listen, exc)
+        log.error("cannot listen on %s: %s; running without probes", config.serve.listen, exc)
         server = None
     if server:
         server.start()
     heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
-    log.info("agent started", extra={"node": config.agent.node_name or "-",
-                                     "manifest": config.agent.files.manifest_path,
+    log.info("agent started", extra={"node": config.pod.node_name or "-",
+                                     "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
     try:
         return agent.run()

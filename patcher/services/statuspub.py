@@ -29,8 +29,8 @@ class StatusTarget:
     prefix: str
     static_pod_name: str
     mirror_namespace: str
-    compat_csi_baremetal: bool = False
-    compat_namespace: str | None = None
+    compat_csi_baremetal: bool  # the defaults are the Status settings' (patcher.core.settings)
+    compat_namespace: str | None
 
 
 class StatusPublisher:

@@ -13,6 +13,7 @@ from patcher.adapters import fsio
 from patcher.adapters.statestore import StateStore
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import PatcherError
+from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
 from patcher.services.ports import Coordinator, PodSource, Reporter
@@ -27,7 +28,7 @@ TURN_ASK_INTERVAL: Final = 0.25
 class Stopping:
     """Holds the restore prepared for the current record; executes ``Restore`` and ``Keep``."""
 
-    def __init__(self, files: engine.Options, store: StateStore, *, log_extra: dict[str, str]) -> None:
+    def __init__(self, files: Files, store: StateStore, *, log_extra: dict[str, str]) -> None:
         self.files = files
         self.store = store
         self.prepared: tuple[State, engine.PreparedRestore] | None = None
@@ -87,6 +88,10 @@ class Stopping:
                                 "for the next agent: %s", exc, extra=self._log_extra)
         except PatcherError as exc:
             return lifecycle.RestoreDone(False, str(exc), held=_holds(coordinator), now=time.monotonic())
+        if silent and coordinator is not None and not coordinator.unanswered and coordinator.api_answered:
+            # The Lease's answer came after the confirm wait, while we restored: a slow API server (a loaded
+            # control plane), not a silent one. The final report then gets the rest of the grace period.
+            silent = False
         return lifecycle.RestoreDone(True, held=_holds(coordinator), now=time.monotonic(), api_silent=silent)
 
     def _take_turn(self, action: lifecycle.Restore, c: Coordinator | None) -> bool:
@@ -123,7 +128,7 @@ class Stopping:
         the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
         if pods is None:
             return True
-        local = self.files.fs.local(self.files.fs.resolve(self.files.manifest_path))
+        local = engine.manifest_local(self.files)
         written = fsio.mtime_ns(local) or 0
         while time.monotonic() < until:
             if not getattr(pods, "fresh", True):

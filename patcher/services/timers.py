@@ -16,28 +16,28 @@ FLOOR = 0.05
 @dataclass
 class Timers:
     resync: float = 0.0  # any reconcile sets the next one
-    lease_retry: float | None = None  # cleared when the turn comes, is refused or released, and by a write
-    probe_retry: float | None = None
-    periodic_probe: float | None = None
-    state_retry: float | None = None
+    lease_retry_at: float | None = None  # cleared when the turn comes, is refused or released, and by a write
+    probe_retry_at: float | None = None
+    periodic_probe_at: float | None = None
+    state_retry_at: float | None = None
 
     def due(self, now: float, *, fault: bool) -> Due | None:
         """The one timer that fires now, in this order, cleared (the resync and the Lease retry are set again by
         what they run). During a state folder fault only the folder's retry fires: the others stay due."""
-        if self.state_retry is not None and now >= self.state_retry:
-            self.state_retry = None
+        if self.state_retry_at is not None and now >= self.state_retry_at:
+            self.state_retry_at = None
             return "state-folder"
         if fault:
             return None
         if now >= self.resync:
             return "resync"
-        if self.probe_retry is not None and now >= self.probe_retry:
-            self.probe_retry = None
+        if self.probe_retry_at is not None and now >= self.probe_retry_at:
+            self.probe_retry_at = None
             return "probe-retry"
-        if self.periodic_probe is not None and now >= self.periodic_probe:
-            self.periodic_probe = None
+        if self.periodic_probe_at is not None and now >= self.periodic_probe_at:
+            self.periodic_probe_at = None
             return "periodic-probe"
-        if self.lease_retry is not None and now >= self.lease_retry:
+        if self.lease_retry_at is not None and now >= self.lease_retry_at:
             return "lease-retry"
         return None
 
@@ -46,9 +46,9 @@ class Timers:
         the record cannot be saved, only the folder's retry counts: the other timers stay due (``due`` holds
         them back), and counting them woke the loop every 50 ms for the whole fault."""
         if fault:
-            return max(FLOOR, min([heartbeat, *([] if self.state_retry is None else [self.state_retry - now])]))
+            return max(FLOOR, min([heartbeat, *([] if self.state_retry_at is None else [self.state_retry_at - now])]))
         wake = [self.resync - now, heartbeat, *(t - now for t in also)]
-        for t in (self.lease_retry, self.probe_retry, self.periodic_probe, self.state_retry):
+        for t in (self.lease_retry_at, self.probe_retry_at, self.periodic_probe_at, self.state_retry_at):
             if t is not None:
                 wake.append(t - now)
         return max(FLOOR, min(wake))
