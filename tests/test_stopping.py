@@ -79,3 +79,25 @@ def test_a_lease_request_never_answered_is_a_silent_api(tmp_path: Path) -> None:
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     done = stopper.restore(action, engine.state_store(files).load(), SlowLease(late=False), None)
     assert done.ok and done.api_silent
+
+
+class StalePods:
+    """A mirror pod view that lost the API server (its watch does not follow it any more)."""
+
+    fresh = False
+
+    def latest(self) -> dict[str, object] | None:
+        return None
+
+
+def test_holding_the_turn_with_a_stale_pod_view_is_a_silent_api(tmp_path: Path) -> None:
+    """The node held the turn (its own write waited for the restart) when the API went black: the restore does
+    not ask for the turn, and the mirror pod's view is stale, so the API is silent, whatever an earlier round
+    trip of the Lease actor said (its ``api_answered`` is from before the black hole). The final report then
+    gets 2 s, not the rest of the grace period (the exit took 21 s in bench_black_hole(uninstall=True))."""
+    files, stopper = patched(tmp_path)
+    lease = SlowLease(late=False)
+    lease.held, lease.api_answered = True, True
+    action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=1e12)
+    done = stopper.restore(action, engine.state_store(files).load(), lease, StalePods())
+    assert done.ok and done.api_silent

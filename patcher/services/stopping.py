@@ -67,7 +67,8 @@ class Stopping:
             prepared = self.prepared[1] if self.prepared and self.prepared[0] == record else None
             plan = prepared.plan if prepared is not None else engine.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
-            silent = self._take_turn(action, coordinator) if writes else False
+            turn_silent = self._take_turn(action, coordinator) if writes else False
+            pods_silent = False
             lines = self._restore_prepared(prepared) if prepared is not None else None
             if lines is None:
                 if prepared is not None:  # the prepared plan is stale: plan from what is there now
@@ -79,7 +80,7 @@ class Stopping:
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:
-                silent = not self._wait_restored(action.restored_until, pods) or silent
+                pods_silent = not self._wait_restored(action.restored_until, pods)
             if record.bad_hashes:  # a failed config stays failed for the next agent here
                 try:
                     self.store.save(State(bad_hashes=record.bad_hashes))
@@ -88,11 +89,13 @@ class Stopping:
                                 "for the next agent: %s", exc, extra=self._log_extra)
         except PatcherError as exc:
             return lifecycle.RestoreDone(False, str(exc), held=_holds(coordinator), now=time.monotonic())
-        if silent and coordinator is not None and not coordinator.unanswered and coordinator.api_answered:
-            # The Lease's answer came after the confirm wait, while we restored: a slow API server (a loaded
-            # control plane), not a silent one. The final report then gets the rest of the grace period.
-            silent = False
-        return lifecycle.RestoreDone(True, held=_holds(coordinator), now=time.monotonic(), api_silent=silent)
+        if turn_silent and coordinator is not None and not coordinator.unanswered and coordinator.api_answered:
+            # The answer to the stop's own Lease request came after the confirm wait, while we restored: a slow
+            # API server (a loaded control plane), not a silent one. The final report gets the rest of the
+            # grace period. (Only that request's answer counts: ``api_answered`` from before it is stale.)
+            turn_silent = False
+        return lifecycle.RestoreDone(True, held=_holds(coordinator), now=time.monotonic(),
+                                     api_silent=turn_silent or pods_silent)
 
     def _take_turn(self, action: lifecycle.Restore, c: Coordinator | None) -> bool:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
