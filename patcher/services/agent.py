@@ -138,6 +138,8 @@ class Agent:
         self.owner: OwnerSource | None = None  # set by ``attach`` when the agent knows its pod
         self._owner_said = ""
         self._stop_why: lifecycle.StopWhy = "signal"
+        self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
+        self._written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
         self.on_phase = on_phase  # e.g. republish the cluster verdict
         self.rules = lifecycle.Options(restart_timeout=opts.restart_timeout,
                                        rollback_on_failure=opts.rollback_on_failure,
@@ -233,10 +235,20 @@ class Agent:
             signals.install()
 
         def on_signal(signum: int) -> None:
-            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
+            # Nothing but the stop request here: the handler runs on the loop's thread, so every line of it
+            # comes before the restore. The "received" line is said once the manifest is back (``_say_signal``):
+            # as the handler's first write it cost SIGTERM -> restored a quarter of a millisecond (issue 26).
+            if self._signal is None:
+                self._signal = signum
             self.request_stop()
 
         signals.subscribe(on_signal)
+
+    def _say_signal(self) -> None:
+        """Log the stop signal received, once: after the restore's write (or before a stop that keeps)."""
+        signum, self._signal = self._signal, None
+        if signum is not None:
+            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
 
     def start_watching(self) -> None:
         fs = self.files.fs
@@ -801,7 +813,10 @@ class Agent:
     def shutdown(self) -> int:
         """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
         release the turn, report, each wait bounded by the deadlines the step computed. Returns the exit code."""
-        event: lifecycle.Event | None = lifecycle.Stop(time.monotonic(), self._stop_why, self._daemonset_view())
+        now = time.monotonic()
+        view = self._daemonset_view()  # with an owner in auto mode: one short API read, which decides
+        self._restore_first(view)  # issue 26
+        event: lifecycle.Event | None = lifecycle.Stop(now, self._stop_why, view)
         while event is not None:
             self.node, actions = lifecycle.step(self._node, event, self.rules)
             event = None
@@ -809,8 +824,26 @@ class Agent:
                 if isinstance(action, lifecycle.Restore):
                     event = self._restore(action)  # its report is the next event, not a nested feed
                 else:
+                    self._say_signal()  # issue 26: said before anything but the restore's write
                     self._execute(action)
+        self._say_signal()
         return self._exit_code
+
+    def _restore_first(self, view: lifecycle.DaemonSetView) -> None:
+        """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
+        rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
+        transition is computed; its ``Restore`` action then finds it done. Anything unusual (nothing staged,
+        a stale preparation, a refusal) is left to that action, which plans again and reports. On the loop's
+        thread, holding the writer lock: it races no write of ours, like any other write of the loop."""
+        p = self._prepared
+        if (p is None or p[1].staged is None or self.rules.coordinated
+                or (p[0] is not self._node.record and p[0] != self._node.record)
+                or not lifecycle.restores(self.rules, view)):
+            return
+        try:
+            self._written_first = (p[1], engine.restore_prepared(self.files, p[1]))
+        except PatcherError as exc:  # the Restore action meets it as if it had written now
+            self._written_first = (p[1], exc)
 
     def _daemonset_view(self) -> lifecycle.DaemonSetView:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
@@ -839,6 +872,7 @@ class Agent:
                     lines = engine.restore(self.files, plan)
                 except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
                     lines = engine.restore(self.files, engine.plan_restore(self.files))
+            self._say_signal()  # issue 26: the manifest is back; the signal's line comes first in the log
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes:
@@ -910,7 +944,13 @@ class Agent:
         """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
         what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
         try:
-            lines = engine.restore_prepared(self.files, prepared)
+            first = self._written_first  # issue 26: written by ``_restore_first`` already (or refused)
+            if first is not None and first[0] is prepared:
+                if isinstance(first[1], PatcherError):
+                    raise first[1]
+                lines = first[1]
+            else:
+                lines = engine.restore_prepared(self.files, prepared)
         except fsio.ChangedUnderneath:
             log.info("the manifest changed since the restore was prepared; planning it again",
                      extra=self._log_extra)
