@@ -31,6 +31,7 @@ def exit_now(code: int) -> None:
     shutdown, possibly due to daemon threads". Here the output is flushed while those threads still run (so a
     write in progress finishes), bounded by ``FLUSH_BOUND`` (a thread blocked on a full pipe never finishes),
     then ``os._exit``: nothing of the agent's is left to run at that point."""
+    import contextlib  # here, not above: the module's imports are on the exec -> handlers-in path (issue 12)
     import logging
     import threading
 
@@ -38,10 +39,8 @@ def exit_now(code: int) -> None:
         for handler in logging.getLogger().handlers:
             handler.flush()
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # closed, or a broken pipe: nothing more to say
                 stream.flush()
-            except (OSError, ValueError):  # closed, or a broken pipe: nothing more can be said
-                pass
 
     flusher = threading.Thread(target=flush, name="exit-flush", daemon=True)
     flusher.start()
