@@ -203,7 +203,7 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
 
     Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
     mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
-    ``atomic_write``). The staged file gets the current time as its mtime: the write happens now. The file it
+    ``atomic_write``). The published file gets the current time as its mtime: the write happens now. The file it
     displaced is left at ``staged`` (hidden) once the folder is synced: the caller removes it, after the work
     that waits for the restore."""
     name = shown or str(path)
@@ -215,8 +215,11 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
     if theirs[1] != expect:
         raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
     try:
-        os.utime(staged)
         _publish(str(staged), path, data, expect, name, sync=False)
+        # The write happens now: its mtime too. Touched after the rename, not before: a touch of the staged
+        # file woke the folder's watchers (our own among them) just before the rename, and on 2 busy cores the
+        # woken thread preempted this one (issue 26). The folder's fsync below makes both durable.
+        os.utime(path)
         fsync_dir(path.parent)
     except OSError as exc:
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
