@@ -20,7 +20,8 @@ What each side does, per figure:
   ``restore``, clean-up included. Peer: ``shutil.copy`` of its backup over the manifest (no fsync, in place);
 * processes (each start gets a fresh node folder and its own API emulator over TLS, in-cluster style for the
   peer, a kubeconfig for ours; ours in ``--rollout=independent``, the peer with ``--restore --interval 60``):
-  exec -> manifest patched, SIGTERM -> manifest restored, SIGTERM -> exit, and, both idle side by side over
+  exec -> manifest patched, SIGTERM -> manifest restored (the signal sent and the restore seen by
+  ``bench/observe.py``, a process of its own, on inotify), SIGTERM -> exit, and, both idle side by side over
   the same window, CPU and RSS; import: ``python -c 'import <the program>'``, exec to exit.
 """
 
