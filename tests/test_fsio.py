@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,60 @@ def test_write_in_order_stops_at_the_first_failed_group(tmp_path: Path) -> None:
                             [fsio.Write(d, b"d", "d")])
     assert a.read_bytes() == b"a" and c.read_bytes() == b"changed by someone else" and not d.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "c"]  # no temp file of c or d is left
+
+
+# -- swap_in: what it compares before its rename (one descriptor per file since issue 26) ---------------------
+
+
+def _staged(tmp_path: Path) -> tuple[Path, Path]:
+    path = tmp_path / "m.yaml"
+    path.write_bytes(b"patched\n")
+    return fsio.stage(path, b"original\n"), path
+
+
+def test_swap_in_publishes_the_staged_file_and_leaves_what_it_displaced_at_its_name(tmp_path: Path) -> None:
+    staged, path = _staged(tmp_path)
+    fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n")
+    assert path.read_bytes() == b"original\n"
+    assert staged.read_bytes() == b"patched\n"  # the caller removes it
+
+
+@pytest.mark.parametrize("what", ["staged changed", "manifest changed", "staged gone", "manifest gone",
+                                  "manifest is a FIFO", "manifest is a folder", "staged mode differs"])
+def test_swap_in_writes_nothing_unless_both_files_are_what_they_were(tmp_path: Path, what: str) -> None:
+    staged, path = _staged(tmp_path)
+    if what == "staged changed":
+        staged.write_bytes(b"not what was staged\n")
+    elif what == "manifest changed":
+        path.write_bytes(b"upgraded\n")
+    elif what == "staged gone":
+        staged.unlink()
+    elif what == "manifest gone":
+        path.unlink()
+    elif what == "manifest is a FIFO":
+        path.unlink()
+        os.mkfifo(path)
+    elif what == "manifest is a folder":
+        path.unlink()
+        path.mkdir()
+    elif what == "staged mode differs":
+        staged.chmod(0o600 if (path.stat().st_mode & 0o777) != 0o600 else 0o644)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(fsio.ChangedUnderneath):
+        fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n")
+    assert sorted(os.listdir(tmp_path)) == before
+    if what in ("staged changed", "manifest changed", "staged mode differs"):
+        assert path.read_bytes() in (b"patched\n", b"upgraded\n")
+
+
+def test_holds_writer_lock_is_true_only_for_the_holding_thread_while_it_holds_it(tmp_path: Path) -> None:
+    key = fsio.lock_key(tmp_path)
+    assert not fsio.holds_writer_lock(key)
+    with fsio.writer_lock(tmp_path, "state"):
+        assert fsio.holds_writer_lock(key)
+        other: list[bool] = []
+        thread = threading.Thread(target=lambda: other.append(fsio.holds_writer_lock(key)))
+        thread.start()
+        thread.join()
+        assert other == [False]
+    assert not fsio.holds_writer_lock(key)

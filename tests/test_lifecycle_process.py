@@ -108,3 +108,43 @@ def test_the_entry_point_catches_stop_signals_before_any_heavy_import() -> None:
 def test_a_one_shot_command_keeps_the_default_signal_disposition() -> None:
     """``apply`` killed by SIGTERM dies at once (its writes are atomic); only the agent restores on exit."""
     assert _probe("apply", "--source", "run") == "False []"
+
+
+STUCK_WRITER_PROBE = """
+import fcntl, struct, sys, termios, threading, time, types
+stub = types.ModuleType("patcher.commands.cli")  # the agent's run, done; a daemon thread still inside a write
+def main():
+    threading.Thread(target=lambda: sys.stderr.write("x" * (4 << 20)), daemon=True).start()
+    full = fcntl.fcntl(2, 1032)  # F_GETPIPE_SZ: the thread is blocked in its write, holding stderr's lock
+    while struct.unpack("i", fcntl.ioctl(2, termios.FIONREAD, bytes(4)))[0] < full:
+        time.sleep(0.001)
+    print("stderr full", flush=True)
+    return 0
+stub.main = main
+sys.modules["patcher.commands.cli"] = stub
+sys.argv = ["scheduler-patcher", *sys.argv[1:]]
+from patcher.commands import entry
+raise SystemExit(entry.main())
+"""
+
+
+def test_run_ends_with_its_own_exit_code_while_a_daemon_thread_holds_stderr() -> None:
+    """The flake of the SIGTERM test (exit -6 after a successful restore): CPython's shutdown aborts when a
+    daemon thread is inside a C call that holds a lock the shutdown needs, e.g. stderr's. Made deterministic
+    here: the thread is blocked in a write to a full pipe. Before ``entry.exit_now`` the interpreter's shutdown
+    waited on that lock (and aborted, or hung writing its fatal error to the same pipe); now ``run`` ends with
+    its own code, its flush bounded."""
+    # Buffered stderr (the interpreter's default; PYTHONUNBUFFERED, set where the suite runs, has no lock).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_WRITER_PROBE, "run"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # stderr never read: the pipe stays full
+    try:
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout is not None and proc.stdout.read() == b"stderr full\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

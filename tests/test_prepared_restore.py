@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -17,9 +18,10 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from patcher.adapters import fsio
+from patcher.adapters import fsio, signals
+from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files, Lifecycle, RestoreOnExit, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.agent import Agent
@@ -157,3 +159,97 @@ def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_
     agent.rules = replace(agent.rules, restore_on_exit="never")
     agent._prepare_restore()
     assert agent._prepared is None and first is not None and not first.exists()
+
+
+# -- issue 26: nothing before the prepared restore's write but what decides it --------------------------------
+
+
+def test_the_signal_is_logged_once_the_manifest_is_back_not_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The handler runs on the loop's thread: a log line written there came before the restore (a quarter of a
+    millisecond of SIGTERM -> restored). The line is still said, once, first among the stop's lines."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
+    signals.reset()
+    try:
+        agent.install_signal_handlers()
+        with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
+            signals._handler(signal.SIGTERM, None)  # what the interpreter runs on the main thread
+            assert "received SIGTERM" not in caplog.text
+            assert agent.shutdown() == 0
+    finally:
+        signals.reset()
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count("received SIGTERM") == 1
+    assert said.index("received SIGTERM") < said.index(f"wrote /{MANIFEST} (stopping)")
+    assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+
+
+@pytest.mark.parametrize("mode, coordinated, first", [
+    ("auto", False, True),  # no API read decides it (no pod identity here), no rollout turn: the write first
+    ("always", False, True),
+    ("auto", True, False),  # the rollout turn is taken before a write: the Restore action does both, in order
+    ("never", False, False),  # kept: nothing is written at all
+])
+def test_a_stop_writes_the_prepared_restore_before_its_transition_when_nothing_else_must_come_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: RestoreOnExit, coordinated: bool,
+        first: bool) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    agent.rules = replace(agent.rules, restore_on_exit=mode, coordinated=coordinated)
+    path = agent.files.host_root / MANIFEST
+    restored_at_step: list[bool] = []
+    real = lifecycle.step
+
+    def step(node: lifecycle.Node, event: lifecycle.Event, opts: Lifecycle,
+             **kw: str) -> lifecycle.Step:
+        if isinstance(event, lifecycle.Stop):
+            restored_at_step.append(path.read_bytes() == text.encode())
+        return real(node, event, opts, **kw)
+
+    monkeypatch.setattr(lifecycle, "step", step)
+    agent.request_stop()
+    assert agent.shutdown() == 0
+    assert restored_at_step == [first]
+    assert (path.read_bytes() == text.encode()) == (mode != "never")
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+
+
+def test_a_refusal_of_the_write_that_comes_first_is_the_restore_actions_own(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The manifest upgraded since the preparation: the early write refuses (nothing written), and the
+    Restore action meets the same refusal and plans again, as it did before the write came first."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    path.write_text(path.read_text().replace("v1.31.2", "v1.32.0"))
+    with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
+        assert agent.shutdown() == 0
+    assert caplog.text.count("planning it again") == 1
+    assert path.read_text() == text.replace("v1.31.2", "v1.32.0")
+    assert agent.phase == NodeState.RESTORED
+
+
+def test_a_writer_holding_the_lock_does_not_enter_it_again_for_the_prepared_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent holds the writer lock for its life; re-entering it (two context managers, a path built, a
+    guard taken) cost more than the rename itself on the SIGTERM path (issue 26)."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    opts = patched(tmp_path, text)
+    prepared = engine.prepare_restore(opts, stage=True)
+    assert prepared is not None
+    with engine.writer_lock(opts):
+        entered: list[Path] = []
+        real = fsio.writer_lock
+
+        def counted(folder: Path, *a: object, **kw: object) -> object:
+            entered.append(folder)
+            return real(folder, *a, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(fsio, "writer_lock", counted)
+        assert engine.restore_prepared(opts, prepared) == [f"wrote /{MANIFEST}"]
+        assert entered == []
+    monkeypatch.undo()
+    engine.finish_restore(opts, prepared)
+    assert (opts.host_root / MANIFEST).read_bytes() == text.encode()

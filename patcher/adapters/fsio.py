@@ -203,25 +203,57 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
 
     Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
     mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
-    ``atomic_write``). The staged file gets the current time as its mtime: the write happens now. The file it
+    ``atomic_write``). The published file gets the current time as its mtime: the write happens now. The file it
     displaced is left at ``staged`` (hidden) once the folder is synced: the caller removes it, after the work
     that waits for the restore."""
     name = shown or str(path)
-    try:
-        st, current = os.stat(staged), os.stat(path)
-    except FileNotFoundError:
-        raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it") from None
-    if (st.st_mode, st.st_uid, st.st_gid) != (current.st_mode, current.st_uid, current.st_gid) \
-            or _current(staged) != data:
+    ours, theirs = _snapshot(staged), _snapshot(path)  # one open, fstat and read each (issue 26)
+    if ours is None or theirs is None:
+        raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it")
+    if ours[0] != theirs[0] or ours[1] != data:
         raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
-    if _current(path) != expect:
+    if theirs[1] != expect:
         raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
     try:
-        os.utime(staged)
         _publish(str(staged), path, data, expect, name, sync=False)
+        # The write happens now: its mtime too. Touched after the rename, not before: a touch of the staged
+        # file woke the folder's watchers (our own among them) just before the rename, and on 2 busy cores the
+        # woken thread preempted this one (issue 26). The folder's fsync below makes both durable.
+        os.utime(path)
         fsync_dir(path.parent)
     except OSError as exc:
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
+
+
+def _snapshot(path: Path) -> tuple[tuple[int, int, int], bytes | None] | None:
+    """(mode, owner, group) and the bytes of a file (None for anything but a regular file, which is not read),
+    from one descriptor; None when it is missing. What ``swap_in`` compares before its rename, in half the
+    system calls of a ``stat`` and a ``read_bytes``; a file it cannot open is refused as ``read_bytes`` words
+    it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
+    except FileNotFoundError:
+        return None
+    except OSError:
+        data = read_bytes(path, "file")  # refuses in its words (else it became readable meanwhile)
+        st = os.stat(path)
+        return (st.st_mode, st.st_uid, st.st_gid), data
+    try:
+        st = os.fstat(fd)
+        owner = (st.st_mode, st.st_uid, st.st_gid)
+        if not stat.S_ISREG(st.st_mode):
+            return owner, None
+        data = os.read(fd, st.st_size + 1)  # a short read of a regular file is its end
+        if len(data) > st.st_size:  # grown since the fstat: read the rest
+            chunks = [data]
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        return owner, data
+    except OSError as exc:
+        raise PatcherError(str(path), f"cannot read file: {exc.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
@@ -525,6 +557,19 @@ _held: dict[str, list[int]] = {}
 _held_guard = threading.Lock()
 
 
+def lock_key(folder: Path) -> str:
+    """The key ``writer_lock`` holds ``folder`` under (for ``holds_writer_lock``)."""
+    return os.path.abspath(folder)
+
+
+def holds_writer_lock(key: str) -> bool:
+    """Whether the calling thread holds the writer lock on the folder ``lock_key`` named: then a write may
+    skip re-entering it (nothing else can release it meanwhile: only the holding thread does). One dict look-up
+    instead of the context managers of a reentrant ``writer_lock``, for the SIGTERM -> restored path."""
+    entry = _held.get(key)
+    return entry is not None and entry[1] == threading.get_ident()
+
+
 @contextlib.contextmanager
 def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
                 clock: Callable[[], float] = time.monotonic,
@@ -533,7 +578,7 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
 
     Waits up to ``wait`` seconds, then refuses in one line naming the holder.
     """
-    key = os.path.abspath(folder)
+    key = lock_key(folder)
     me = threading.get_ident()
     with _held_guard:
         entry = _held.get(key)

@@ -776,6 +776,12 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
     return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
 
 
+def restores(opts: Lifecycle, daemonset: DaemonSetView) -> bool:
+    """Whether a stop restores (see ``stop``), by the mode and what is known of the DaemonSet: ``stop`` decides
+    by it, and the agent asks it too, to write a prepared restore before the rest of the stop (issue 26)."""
+    return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
+
+
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
 
@@ -796,7 +802,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     waiting = node.wait is not None
     node = replace(node, stopping=True, stop_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
-    if opts.restore_on_exit == "never" or (opts.restore_on_exit == "auto" and successor is not None):
+    if not restores(opts, ev.daemonset):
         reason = ("--restore-on-exit=never" if opts.restore_on_exit == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
         acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]

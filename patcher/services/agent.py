@@ -89,6 +89,7 @@ class Agent:
         self.owner: OwnerSource | None = None  # set by ``attach`` when the agent knows its pod
         self._owner_said = ""
         self._stop_why: lifecycle.StopWhy = "signal"
+        self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
         self.on_phase = on_phase  # e.g. republish the cluster verdict
         self.rules = replace(settings.lifecycle,
                              coordinated=coordinator is not None if coordinated is None else coordinated)
@@ -113,6 +114,7 @@ class Agent:
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
                                      crash_restarts=self.opts.crash_restarts)
         self.stopper = Stopping(self.files, self.store, log_extra=self._log_extra)
+        self.stopper.restored_hook = self._say_signal
 
     # -- the one state value --------------------------------------------------------------------------------
 
@@ -175,10 +177,20 @@ class Agent:
             signals.install()
 
         def on_signal(signum: int) -> None:
-            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
+            # Nothing but the stop request here: the handler runs on the loop's thread, so every line of it
+            # comes before the restore. The "received" line is said once the manifest is back (``_say_signal``):
+            # as the handler's first write it cost SIGTERM -> restored a quarter of a millisecond (issue 26).
+            if self._signal is None:
+                self._signal = signum
             self.request_stop()
 
         signals.subscribe(on_signal)
+
+    def _say_signal(self) -> None:
+        """Log the stop signal received, once: after the restore's write (or before a stop that keeps)."""
+        signum, self._signal = self._signal, None
+        if signum is not None:
+            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
 
     def start_watching(self) -> None:
         fs = engine.host_fs(self.files)
@@ -389,11 +401,18 @@ class Agent:
         """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
         release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
         the record the stop leaves is the restore's (``stopping``). Returns the exit code."""
-        todo: deque[lifecycle.Event] = deque([lifecycle.Stop(time.monotonic(), self._stop_why,
-                                                             self._daemonset_view())])
+        now = time.monotonic()
+        view = self._daemonset_view()  # with an owner in auto mode: one short API read, which decides
+        self._restore_first(view)  # issue 26
+        todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)
-            todo.extend(e for a in actions if (e := self._execute(a)) is not None)
+            for action in actions:
+                if not isinstance(action, lifecycle.Restore):
+                    self._say_signal()  # issue 26: said before anything but the restore's write
+                if (event := self._execute(action)) is not None:
+                    todo.append(event)
+        self._say_signal()
         return self._exit_code
 
     # -- timers and the loop's own events ------------------------------------------------------------------
@@ -610,6 +629,19 @@ class Agent:
                           message=r.message)
 
     # -- the stop: ``lifecycle.stop`` decides, ``stopping`` restores or keeps ---------------------------------
+
+    def _restore_first(self, view: lifecycle.DaemonSetView) -> None:
+        """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
+        rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
+        transition is computed; its ``Restore`` action then finds it done. Anything unusual (nothing staged,
+        a stale preparation, a refusal) is left to that action, which plans again and reports. On the loop's
+        thread, holding the writer lock: it races no write of ours, like any other write of the loop."""
+        p = self._prepared
+        if (p is None or p[1].staged is None or self.rules.coordinated
+                or (p[0] is not self._node.record and p[0] != self._node.record)
+                or not lifecycle.restores(self.rules, view)):
+            return
+        self.stopper.write_first(p[1])
 
     def _daemonset_view(self) -> lifecycle.DaemonSetView:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the

@@ -572,11 +572,15 @@ class PreparedRestore:
     plan: RestorePlan
     written: bytes
     staged: Path | None = None
+    lock_key: str = ""  # ``fsio.lock_key`` of the state folder: a holder of the writer lock need not re-enter it
+    # Derived once here, not at SIGTERM (issue 26): the manifest's change and its folder (as a str).
+    manifest: FileChange = field(init=False, repr=False, compare=False)
+    folder: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def manifest(self) -> FileChange:
+    def __post_init__(self) -> None:
         change = next(c for c in self.plan.changes if c.kind == "manifest")
-        return change
+        object.__setattr__(self, "manifest", change)
+        object.__setattr__(self, "folder", str(change.local.parent))
 
 
 def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedRestore | None = None
@@ -592,7 +596,7 @@ def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedResto
         return None
     if not any(c.kind == "manifest" for c in plan.changes) or plan.notes:  # notes: the saved-original fallback
         return None
-    prepared = PreparedRestore(plan, plan.current)
+    prepared = PreparedRestore(plan, plan.current, lock_key=fsio.lock_key(host_fs(opts).local(opts.state_dir)))
     if not stage:
         return prepared
     new = prepared.manifest.new
@@ -624,8 +628,13 @@ def restore_prepared(opts: Files, prepared: PreparedRestore) -> list[str]:
     put back, not lost."""
     plan, change = prepared.plan, prepared.manifest
     assert change.new is not None
-    _check_writable(opts, [change], state=False)  # the state folder is not needed to put the manifest back
-    with writer_lock(opts):
+    # The state folder is not needed to put the manifest back. The staged file lives in the manifest's folder,
+    # so the folder exists: one access() answers the usual case; the full check words a refusal.
+    if not os.access(prepared.folder, os.W_OK | os.X_OK):
+        _check_writable(opts, [change], state=False)
+    # The agent holds the writer lock for its life: re-entering it cost more than the rename (issue 26).
+    held = bool(prepared.lock_key) and fsio.holds_writer_lock(prepared.lock_key)
+    with contextlib.nullcontext() if held else writer_lock(opts):
         if prepared.staged is not None:
             fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
                          shown=change.node_path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Final
 
 from patcher.adapters import fsio
@@ -33,6 +34,20 @@ class Stopping:
         self.store = store
         self.prepared: tuple[State, engine.PreparedRestore] | None = None
         self._log_extra = log_extra
+        #: Issue 26: the prepared restore written ahead of the stop's transition (``write_first``), with its
+        #: lines or its refusal, for the ``Restore`` action to find.
+        self.written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
+        #: Called once the manifest is back, before the restore's log lines (the agent's "received SIGTERM").
+        self.restored_hook: Callable[[], None] = lambda: None
+
+    def write_first(self, prepared: engine.PreparedRestore) -> None:
+        """Write the prepared restore now, ahead of the stop's transition (the agent checked that the stop
+        restores and takes no turn first); the ``Restore`` action then finds it done, or meets its refusal as
+        if it had written itself."""
+        try:
+            self.written_first = (prepared, engine.restore_prepared(self.files, prepared))
+        except PatcherError as exc:
+            self.written_first = (prepared, exc)
 
     def prepare(self, record: State, *, enabled: bool) -> None:
         """While patched, the restored bytes are known already: plan the restore now. It is kept for this
@@ -77,6 +92,7 @@ class Stopping:
                     lines = engine.restore(self.files, plan)
                 except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
                     lines = engine.restore(self.files, engine.plan_restore(self.files))
+            self.restored_hook()  # the manifest is back: the signal's line comes first in the log
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:
@@ -151,7 +167,13 @@ class Stopping:
         """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
         what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
         try:
-            lines = engine.restore_prepared(self.files, prepared)
+            first = self.written_first  # issue 26: written by ``write_first`` already (or refused)
+            if first is not None and first[0] is prepared:
+                if isinstance(first[1], PatcherError):
+                    raise first[1]
+                lines = first[1]
+            else:
+                lines = engine.restore_prepared(self.files, prepared)
         except fsio.ChangedUnderneath:
             log.info("the manifest changed since the restore was prepared; planning it again",
                      extra=self._log_extra)
