@@ -74,7 +74,7 @@ class Agent:
                  coordinator: Coordinator | None = None,
                  on_phase: Callable[[NodeState], None] | None = None,
                  coordinated: bool | None = None, api_pending: bool = False,
-                 events: queue.Queue[Event] | None = None) -> None:
+                 events: queue.SimpleQueue[Event] | None = None) -> None:
         """``api_pending``: the API adapters are being built and come with ``attach`` (no restart verdict
         before that); ``coordinated``: take the rollout turn before a write (default: a coordinator given);
         ``events``: the queue the adapters were handed (``runner.build_agent`` makes it before them)."""
@@ -101,7 +101,9 @@ class Agent:
         self._lock_held = False
         self._probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
-        self.events: queue.Queue[Event] = events if events is not None else queue.Queue()
+        # A SimpleQueue: the stop signal's handler puts on it from the loop's own thread, between any two
+        # bytecodes; queue.Queue's put takes a non-reentrant lock its get may hold at that moment (deadlock).
+        self.events: queue.SimpleQueue[Event] = events if events is not None else queue.SimpleQueue()
         self.store = engine.state_store(self.files)
         self._node = Node()
         self._saved: State | None = None

@@ -175,7 +175,7 @@ class Wiring:
     """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``agent.run()``
     (in this thread or another), then ``close``."""
 
-    def __init__(self, config: Settings, events: queue.Queue[Event], health: Health, metrics: Metrics,
+    def __init__(self, config: Settings, events: queue.SimpleQueue[Event], health: Health, metrics: Metrics,
                  agent: Agent, api: Api, parts: ApiParts | None) -> None:
         self.config, self.events, self.health, self.metrics, self.agent = config, events, health, metrics, agent
         self.parts = parts  # set by the connect thread when the client is Deferred
@@ -230,7 +230,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
     which ``config.api`` must say too. The returned wiring owns the client and closes it."""
     if (api is None) != (config.api is None):
         raise ValueError("build_agent: the API client and config.api disagree about running with a cluster")
-    events: queue.Queue[Event] = queue.Queue()
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()  # see Agent.events: a signal handler puts on it
     metrics = Metrics()
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
