@@ -6,7 +6,6 @@ thread (a subprocess for the signal tests).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -15,10 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,129 +23,17 @@ import pytest
 from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import timefmt
-from patcher.core.settings import Api, Files, Rollout, Settings, Status
-from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
+from patcher.core.settings import Files, Settings
+from patcher.services.runner import Deferred, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
-from tests.conftest import FIXTURES, write_configmap
-from tests.kubeemu import KubeEmulator, wait_until
-from tests.kubeletsim import SimKubelet
+from tests.helpers import EXTENDERS, KUBEADM, MANIFEST, NODE, Node, Running, settled
+from tests.helpers import node as node
+from tests.kubeemu import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-NODE = "cp-1"
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
-EXTENDERS = """extenders:
-- urlPrefix: http://127.0.0.1:8889
-  filterVerb: filter
-  weight: 1
-"""
 # Valid for our validation, rejected by the simulated scheduler (the kubelet sim looks for "reject-me").
 REJECTED = EXTENDERS.replace("127.0.0.1:8889", "reject-me.example:8889")
-P = "scheduler-patcher.io/"
-
-
-@dataclass
-class Node:
-    root: Path
-    src: Path
-    emu: KubeEmulator
-    kubelet: SimKubelet
-    kubeconfig: Path
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / MANIFEST
-
-    def annotations(self) -> dict[str, str]:
-        return {k[len(P):]: v for k, v in self.emu.node_annotations(NODE).items() if k.startswith(P)}
-
-    def state(self) -> str | None:
-        return self.annotations().get("state")
-
-    def set_source(self, text: str) -> None:
-        write_configmap(self.src, {"extenders.yaml": text})
-
-
-@contextlib.contextmanager
-def kubeadm_node(tmp_path: Path, emulator: type[KubeEmulator] = KubeEmulator) -> Iterator[Node]:
-    """A kubeadm node (manifest, ConfigMap mount, simulated kubelet) against a fresh API emulator."""
-    root = tmp_path / "node"
-    (root / "etc/kubernetes/manifests").mkdir(parents=True)
-    (root / MANIFEST).write_bytes(KUBEADM)
-    src = tmp_path / "src"
-    src.mkdir()
-    emu = emulator().start()
-    emu.add_node(NODE)
-    kubelet = SimKubelet(emu, NODE, root).start()
-    n = Node(root, src, emu, kubelet, emu.write_kubeconfig(tmp_path / "kubeconfig"))
-    n.set_source(EXTENDERS)
-    try:
-        yield n
-    finally:
-        kubelet.stop()
-        emu.stop()
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    with kubeadm_node(tmp_path) as n:
-        yield n
-
-
-class Running:
-    """An agent in a thread, built by ``runner.build_agent`` as ``run`` builds it, with fast retries."""
-
-    def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
-                 **overrides: object) -> None:
-        files = Files(source=node.src, host_root=node.root)
-        overrides.setdefault("check_extenders", False)  # the fixtures' extenders do not answer: a test opts in
-        self.config = Settings.build(
-            files=files, node_name=NODE, debounce=0.05,
-            api=Api(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), backoff=(0.05, 0.5)),
-            rollout=Rollout(mode="coordinated" if coordinated else "independent", retry=0.2),
-            status=Status(publish=publish), **overrides)  # type: ignore[arg-type]
-        settings = self.config.api
-        assert settings is not None
-        # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
-        self.wiring = build_agent(self.config, Deferred(lambda: api_client(settings)) if deferred
-                                  else api_client(settings))
-        self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
-        self.wiring.start()
-        self.code: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    @property
-    def parts(self) -> ApiParts:
-        assert self.wiring.parts is not None
-        return self.wiring.parts
-
-    def _run(self) -> None:
-        self.code = self.agent.run()
-
-    def stop(self) -> int | None:
-        self.agent.request_stop()
-        self.thread.join(30)  # a stop may use up to its grace period (25 s) on a loaded machine
-        self.wiring.close()
-        return self.code
-
-
-def reconciles(agent: Running) -> float:
-    text = agent.metrics.render().decode()
-    return float(next(line.split()[1] for line in text.splitlines()
-                      if line.startswith("scheduler_patcher_reconciles_total ")))
-
-
-def settled(agent: Running) -> None:
-    """Make the agent reconcile twice more and wait for it: whatever it would still do, it has done by then."""
-    def reached(target: float) -> Callable[[], bool]:
-        return lambda: reconciles(agent) >= target
-
-    for _ in range(2):
-        done = reached(reconciles(agent) + 1)
-        agent.agent.notify("source")
-        assert wait_until(done, 30)
 
 
 def test_first_patch_then_config_change_then_restore(node: Node) -> None:

@@ -12,14 +12,13 @@ from kubernetes import client as k8s
 from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
+from tests.helpers import NODE, P
 from tests.kubeemu import KubeEmulator, merge_patch, wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
 
-NODE = "cp-1"
 NS = 1_000_000_000
 HASH = "0123456789ab" + "cd" * 26
 MTIME = 1795304401 * NS + 123456789
-P = "scheduler-patcher.io/"
 NODE_PATH = f"/api/v1/nodes/{NODE}"
 
 

@@ -23,10 +23,10 @@ from patcher.adapters.kube.listwatch import (
     split_records,
 )
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
+from tests.helpers import NODE
 from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
 
-NODE = "cp-1"
 NAME = mirror_pod_name("kube-scheduler", NODE)
 PODS = "/api/v1/namespaces/kube-system/pods"
 

@@ -18,14 +18,9 @@ import pytest
 from patcher.core.settings import Files
 from patcher.services import engine
 from tests.childproc import ROOT, Child
-from tests.conftest import FIXTURES, write_configmap
+from tests.helpers import KUBEADM, MANIFEST, NODE, node_folders
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
-
-NODE = "cp-1"
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-KUBEADM = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
-EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
 
 
 def catches(pid: int, sig: int) -> bool:
@@ -40,12 +35,7 @@ def catches(pid: int, sig: int) -> bool:
 
 def patched_node(tmp_path: Path) -> tuple[Path, Path]:
     """A node whose manifest an earlier agent patched (and then died without restoring)."""
-    root = tmp_path / "node"
-    (root / "etc/kubernetes/manifests").mkdir(parents=True)
-    (root / MANIFEST).write_bytes(KUBEADM)
-    src = tmp_path / "src"
-    src.mkdir()
-    write_configmap(src, {"extenders.yaml": EXTENDERS})
+    root, src = node_folders(tmp_path)
     opts = Files(source=src, host_root=root)
     engine.apply(opts, engine.plan_apply(opts))
     assert b"--config=" in (root / MANIFEST).read_bytes()

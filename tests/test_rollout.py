@@ -15,17 +15,10 @@ import pytest
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.services.rollout import RolloutLease
 from tests.blackhole import BlackHole
-from tests.kubeemu import KubeEmulator
+from tests.helpers import Clock
+from tests.kubeemu import KubeEmulator, wait_until
 
 NS = "scheduler-patcher"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -90,15 +83,9 @@ def test_a_holder_that_was_superseded_learns_it(emu: KubeEmulator, tmp_path: Pat
     a.acquire()
     with a._cond:
         a._cond.notify_all()
-    assert wait_for(lambda: not a.held) and a.current_holder == "cp-2"
+    assert wait_until(lambda: not a.held, 10) and a.current_holder == "cp-2"
     a.close(5)
     b.close(5)
-
-
-def wait_for(pred: object, timeout: float = 10.0) -> bool:
-    from tests.kubeemu import wait_until
-
-    return wait_until(pred, timeout)  # type: ignore[arg-type]
 
 
 def test_a_failed_source_is_recorded_and_refused_on_the_same_read(emu: KubeEmulator, tmp_path: Path) -> None:

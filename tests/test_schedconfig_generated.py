@@ -20,6 +20,7 @@ from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single
 from tests.conftest import FIXTURES
+from tests.helpers import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -330,8 +331,6 @@ def test_an_apiversion_the_node_does_not_serve_is_refused_before_the_types() -> 
 
 
 # ---- plan refuses them in one line with exit 1 ------------------------------------------------------------------
-
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 
 
 V1BETA3_BODY = "__v1beta3__"

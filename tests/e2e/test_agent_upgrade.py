@@ -26,15 +26,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, write_configmap
+from tests.helpers import MANIFEST, P
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 NS, DS = "scheduler-patcher", "scheduler-patcher"
 CP = "node-role.kubernetes.io/control-plane"
 NODES = ("cp-1", "cp-2", "cp-3")
-P = "scheduler-patcher.io/"
 # An extender on a closed port, ignorable: with the pre-flight off (--check-extenders=false) nothing calls it.
 SOURCE = {"extenders.yaml": "extenders:\n- urlPrefix: http://127.0.0.1:9\n  filterVerb: filter\n  weight: 1\n"
                             "  ignorable: true\n"}

@@ -25,12 +25,11 @@ import pytest
 
 from tests.conftest import FIXTURES, write_configmap
 from tests.extservers import ExtenderServer, free_port
+from tests.helpers import MANIFEST, P
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeletsim import SimKubelet
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
-P = "scheduler-patcher.io/"
 EXTENDERS = "extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: {w}\n"
 # The extender answers (the probe passes), the simulated scheduler rejects the config ("reject-me").
 REJECTED = "extenders:\n- urlPrefix: {url}\n  filterVerb: reject-me\n  weight: 1\n"
