@@ -25,7 +25,7 @@ def observe(now: float, *, blind: bool) -> tuple[lifecycle.Node, list[lifecycle.
 
 
 def rolls_back(actions: list[lifecycle.Action]) -> bool:
-    return any(isinstance(a, lifecycle.RollBack) for a in actions)
+    return any(isinstance(a, (lifecycle.RollBack, lifecycle.CheckLastGood)) for a in actions)
 
 
 def test_a_fresh_view_past_the_deadline_rolls_back() -> None:

@@ -125,7 +125,7 @@ def test_an_extender_that_stops_answering_after_the_restart_rolls_back_like_a_cr
     node, _ = lc.step(waiting(), ready(), OPTS)
     node, acts = lc.step(node, lc.Probed(2.0, H1, blocking=DOWN), OPTS)
     assert H1 in node.record.bad_hashes and node.wait is None
-    [rollback] = [a for a in acts if isinstance(a, lc.RollBack)]
+    [rollback] = [a for a in acts if isinstance(a, lc.CheckLastGood)]
     assert rollback.reason == f"{DOWN} after kube-scheduler restarted with config {H1[:12]}"
     assert rollback.last_good is not None and rollback.last_good.config_hash == H2
     # without the option the restart alone makes the node Ready, as before

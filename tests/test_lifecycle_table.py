@@ -306,12 +306,37 @@ def test_pruned_records_the_remaining_files_and_nothing_else() -> None:
     assert lc.step(n, lc.Pruned(record), OPTS) == (replace(n, record=record), [])
 
 
-def test_observed_crash_loop_rolls_back_to_the_last_ready_config() -> None:
-    n = waiting(turn="held", last_good=LAST_GOOD)
+def test_observed_crash_loop_checks_the_last_ready_config_to_roll_back_to() -> None:
+    earlier = replace(LAST_GOOD, config_hash=H2, config_file="config-222222222222.yaml")
+    n = waiting(turn="held", last_good=earlier)
     after, acts = lc.step(n, lc.Observed(1.0, 0, Verdict.CRASH_LOOPING, "exit 1"), COORD)
     assert after.wait is None and after.record.bad_hashes == (H1,) and after.turn == "held"
+    assert acts == [lc.Count("rolled_back"), lc.CheckLastGood(H1, f"kube-scheduler crash-loops with config "
+                                                                  f"{H1[:12]} (exit 1)", SRC, earlier)]
+
+
+def test_observed_crash_loop_of_the_last_ready_config_itself_rolls_back_to_the_original() -> None:
+    _, acts = lc.step(waiting(last_good=LAST_GOOD), lc.Observed(1.0, 0, Verdict.CRASH_LOOPING, "exit 1"), OPTS)
     assert acts == [lc.Count("rolled_back"), lc.RollBack(H1, f"kube-scheduler crash-loops with config {H1[:12]} "
-                                                             "(exit 1)", SRC, LAST_GOOD)]
+                                                             "(exit 1)", SRC, LAST_GOOD, target="original")]
+
+
+# -- LastGoodChecked: the step chooses the rollback's target ---------------------------------------------------
+
+
+def test_last_good_that_fits_is_the_rollback_target() -> None:
+    check = lc.CheckLastGood(H1, "why", SRC, LAST_GOOD)
+    n = node(turn="held")
+    assert lc.step(n, lc.LastGoodChecked(check, True), COORD) == (
+        n, [lc.RollBack(H1, "why", SRC, LAST_GOOD, target="last-good")])
+
+
+def test_last_good_that_does_not_fit_makes_the_original_the_target_and_says_why() -> None:
+    check = lc.CheckLastGood(H1, "why", SRC, LAST_GOOD)
+    n = node(turn="held")
+    assert lc.step(n, lc.LastGoodChecked(check, False, "the manifest changed since config x was Ready"), COORD) == (
+        n, [lc.Log("warning", "the manifest changed since config x was Ready; rolling back to the original"),
+            lc.RollBack(H1, "why", SRC, LAST_GOOD, target="original")])
 
 
 def test_observed_crash_loop_with_rollback_disabled_fails_and_passes_the_turn_with_the_source() -> None:

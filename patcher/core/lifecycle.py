@@ -186,6 +186,16 @@ class Pruned:
 
 
 @dataclass(frozen=True)
+class LastGoodChecked:
+    """The executor's answer to ``CheckLastGood``: ``fits`` (its files read back, its plan against the manifest
+    as it is now made from the same unpatched manifest it ran with), else ``why`` not."""
+
+    check: CheckLastGood
+    fits: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class RollbackDone:
     record: State
     target: str  # "the last Ready config <hash>" or "the original manifest"
@@ -290,8 +300,8 @@ class StateFolderOk:
     now: float
 
 
-Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | RollbackDone | RollbackFailed
-         | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
+Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
+         | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -318,14 +328,26 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class CheckLastGood:
+    """Before a rollback to ``last_good``: read its files back and plan it against the manifest as it is now;
+    report with ``LastGoodChecked`` (the step then chooses the target). The other fields travel with it."""
+
+    config_hash: str
+    reason: str
+    bad_source: str
+    last_good: LastGood
+
+
+@dataclass(frozen=True)
 class RollBack:
-    """Go back to ``last_good`` when it still fits the manifest, else to the original (the executor checks
-    the files); report with ``RollbackDone``/``RollbackFailed``."""
+    """Go back to ``target``, chosen by the step: the last Ready config (planned by ``CheckLastGood``) or the
+    original manifest; report with ``RollbackDone``/``RollbackFailed``. The executor decides nothing."""
 
     config_hash: str
     reason: str
     bad_source: str
     last_good: LastGood | None
+    target: Literal["last-good", "original"] = "original"
 
 
 @dataclass(frozen=True)
@@ -437,8 +459,8 @@ class CheckStateFolder:
     delay: float
 
 
-Action = (Apply | TakeTurn | ReleaseTurn | Watch | RollBack | Prune | Publish | Note | Log | Count | Error
-          | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
+Action = (Apply | TakeTurn | ReleaseTurn | Watch | CheckLastGood | RollBack | Prune | Publish | Note | Log | Count
+          | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
 Step = tuple[Node, list[Action]]
 
 
@@ -703,7 +725,21 @@ def _fail_wait(node: Node, opts: Lifecycle, reason: str) -> Step:
         node, more = _phase(node, NodeState.FAILED, reason)
         node, rel = _release(node, w.source_hash)
         return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
-    return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, node.record.last_good)]
+    good = node.record.last_good
+    if good is None or good.config_hash == w.config_hash:  # nothing else ran here: the original is the target
+        return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, good)]
+    return node, [*acts, CheckLastGood(w.config_hash, reason, w.source_hash, good)]
+
+
+def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
+    """Back to the last Ready config when it still fits the manifest; else to the original. The last Ready
+    config was rendered for the manifest it ran with (version, flags): after an upgrade it may be an apiVersion
+    the new scheduler does not serve, and then only the original is safe."""
+    c = ev.check
+    if ev.fits:
+        return node, [RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="last-good")]
+    return node, [Log("warning", f"{ev.why}; rolling back to the original"),
+                  RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="original")]
 
 
 def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
@@ -856,6 +892,8 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
             return write_failed(node, event, opts)
         case Observed():
             return observed(node, event, opts)
+        case LastGoodChecked():
+            return last_good_checked(node, event, opts)
         case RollbackDone():
             return rollback_done(node, event, opts)
         case RollbackFailed():

@@ -108,6 +108,7 @@ class Agent:
         self._node = Node()
         self._saved: State | None = None
         self._plan: engine.Plan | None = None  # the plan an Apply action writes
+        self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
         self.watcher: FolderWatcher | None = None
         self._stopping = threading.Event()
@@ -380,9 +381,12 @@ class Agent:
                 return self._watch()
             case lifecycle.Prune():
                 return patching.prune(self.files, self._node.record, log_extra=self._log_extra)
+            case lifecycle.CheckLastGood():
+                answer, self._rollback_plan = patching.check_last_good(self.files, action)
+                return answer
             case lifecycle.RollBack():
-                return patching.roll_back(self.files, action, self._node.record, expect=self._expect_manifest,
-                                          log_extra=self._log_extra)
+                plan, self._rollback_plan = self._rollback_plan, None
+                return patching.roll_back(self.files, action, plan, self._node.record, expect=self._expect_manifest)
             case lifecycle.Replan():
                 self.notify("replan")
             case lifecycle.Probe(config_hash=config_hash):

@@ -77,25 +77,37 @@ def apply(files: Files, plan: engine.Plan, record: State, *, why: str, expect: C
     return lifecycle.Wrote(time.monotonic(), record, manifest_change=plan.manifest_change() is not None)
 
 
-def roll_back(files: Files, action: lifecycle.RollBack, record: State, *, expect: Callable[[], None],
-              log_extra: dict[str, str]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
-    """Back to the last Ready config when it still fits the manifest, else to the original."""
+def check_last_good(files: Files, action: lifecycle.CheckLastGood) -> tuple[lifecycle.LastGoodChecked,
+                                                                            engine.Plan | None]:
+    """Observe whether ``action.last_good`` can be rolled back to: its files read back and planned against the
+    manifest as it is now, from the same unpatched manifest it ran with. Returns the answer and the plan."""
     good_record = action.last_good
-    good = engine.saved_config(files, good_record) if good_record is not None else None
+    short = good_record.config_hash[:12]
+    good = engine.saved_config(files, good_record)
+    if good is None:
+        return lifecycle.LastGoodChecked(action, False, f"the files of config {short} cannot be read back"), None
     try:
-        p = (engine.plan_apply(files, config=good)
-             if good is not None and good.config_hash != action.config_hash else None)
-        # The last Ready config was rendered for the manifest it ran with (version, flags). After an
-        # upgrade it may be an apiVersion the new scheduler does not serve: then only the original is safe.
-        if p is not None and good_record is not None and engine.sha256(p.unpatched) != good_record.original_sha256:
-            log.warning("the manifest changed since config %s was Ready; rolling back to the original",
-                        good_record.config_hash[:12], extra=log_extra)
-            p = None
-        if p is not None and good is not None and good_record is not None:
-            if p.pending:
-                _, record = engine.apply(files, p, record)
-            target = f"the last Ready config {good.short_hash}"
-            record = replace(record, source_hash=good_record.source_hash)
+        p = engine.plan_apply(files, config=good)
+    except PatcherError as exc:
+        return lifecycle.LastGoodChecked(action, False, f"config {short} does not fit the manifest: {exc}"), None
+    if engine.sha256(p.unpatched) != good_record.original_sha256:
+        return lifecycle.LastGoodChecked(action, False, f"the manifest changed since config {short} was Ready"), None
+    return lifecycle.LastGoodChecked(action, True), p
+
+
+def roll_back(files: Files, action: lifecycle.RollBack, plan: engine.Plan | None, record: State, *,
+              expect: Callable[[], None]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+    """Execute the rollback the step chose: to the last Ready config (``plan``, from ``check_last_good``) or to
+    the original manifest (our changes removed from the manifest as it is now, the config files kept)."""
+    try:
+        if action.target == "last-good":
+            good = action.last_good
+            if plan is None or good is None or plan.config is None:
+                raise PatcherError(None, "the rollback to the last Ready config has no plan")
+            if plan.pending:
+                _, record = engine.apply(files, plan, record)
+            target = f"the last Ready config {plan.config.short_hash}"
+            record = replace(record, source_hash=good.source_hash)
         else:
             engine.restore(files, engine.plan_restore(files), keep_files=True)
             record = replace(record, patched_sha256="", config_hash="", source_hash="")
