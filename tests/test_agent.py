@@ -276,6 +276,16 @@ def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_pe
         agent.wiring.close()
 
 
+def lease_to_another_node(node: Node, holder: str = "cp-2") -> None:
+    """Once our node released the rollout Lease (it is Ready), another node takes it for ten minutes."""
+    lease_name, ns, group = "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io"
+    assert wait_until(lambda: not (node.emu.get("leases", lease_name, ns, group) or {}).get("spec", {})
+                      .get("holderIdentity"))
+    node.emu.mutate("leases", lease_name, lambda obj: {**obj, "spec": {
+        **obj["spec"], "holderIdentity": holder, "leaseDurationSeconds": 600,
+        "renewTime": timefmt.rfc3339(time.time_ns(), 6)}}, ns, group)
+
+
 def test_sigterm_with_a_change_waiting_for_its_turn_and_the_api_black_holed_restores_without_waiting(
         node: Node, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 22, point 2: another node holds the rollout turn, a config change waits for it, then the API
@@ -284,12 +294,7 @@ def test_sigterm_with_a_change_waiting_for_its_turn_and_the_api_black_holed_rest
     Now no answer within LEASE_CONFIRM_WAIT means: restore without it, and say so."""
     agent = Running(node, coordinated=True)  # the default grace period, 25 s
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
-    lease_name, ns, group = "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io"
-    assert wait_until(lambda: not (node.emu.get("leases", lease_name, ns, group) or {}).get("spec", {})
-                      .get("holderIdentity"))
-    node.emu.mutate("leases", lease_name, lambda obj: {**obj, "spec": {
-        **obj["spec"], "holderIdentity": "cp-2", "leaseDurationSeconds": 600,
-        "renewTime": timefmt.rfc3339(time.time_ns(), 6)}}, ns, group)
+    lease_to_another_node(node)
     coordinator = agent.parts.coordinator
     assert coordinator is not None
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 9"))
@@ -325,12 +330,7 @@ def test_sigterm_waiting_for_another_nodes_turn_restores_once_the_api_goes_black
     so the restore follows the black hole within about a second, and the log says why."""
     agent = Running(node, coordinated=True)  # the default grace period, 25 s
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
-    lease_name, ns, group = "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io"
-    assert wait_until(lambda: not (node.emu.get("leases", lease_name, ns, group) or {}).get("spec", {})
-                      .get("holderIdentity"))
-    node.emu.mutate("leases", lease_name, lambda obj: {**obj, "spec": {
-        **obj["spec"], "holderIdentity": "cp-2", "leaseDurationSeconds": 600,
-        "renewTime": timefmt.rfc3339(time.time_ns(), 6)}}, ns, group)
+    lease_to_another_node(node)
     coordinator = agent.parts.coordinator
     assert coordinator is not None
     hole: BlackHole | None = None
