@@ -395,7 +395,7 @@ def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deploye
     node.emu.mutate("nodes", NODE, control_plane)
     agent = Running(node, coordinated=True, publish=True)
     assert agent.parts.coordinator is not None and agent.parts.publisher is not None
-    assert agent.agent.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
+    assert agent.agent.world.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
     leases = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
     assert node.emu.requests("POST", leases), "the write went ahead without the rollout Lease"
@@ -416,7 +416,7 @@ def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deploye
 def test_a_deferred_client_is_built_off_the_loop_and_attached_to_the_running_agent(node: Node) -> None:
     agent = Running(node, deferred=True)
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
-    assert agent.agent.reporter is agent.parts.reporter and agent.agent.pods is agent.parts.pods
+    assert agent.agent.world.reporter is agent.parts.reporter and agent.agent.world.pods is agent.parts.pods
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM and node.state() == "Restored"
 

@@ -112,8 +112,8 @@ def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
         return real(opts)
 
     monkeypatch.setattr(engine, "plan_restore", counted)
-    assert agent._prepared is not None
-    staged = agent._prepared[1].staged
+    assert agent.stopper.prepared is not None
+    staged = agent.stopper.prepared[1].staged
     assert staged is not None and staged.name.startswith(".kube-scheduler.yaml.")  # hidden from the kubelet
     inode = staged.stat().st_ino
     assert agent.shutdown() == 0
@@ -142,8 +142,8 @@ def test_a_manifest_upgraded_since_the_restore_was_prepared_is_planned_again(
 def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None:
     text = fixture_manifests()["kubeadm.yaml"]
     agent = ready_agent(tmp_path, text)
-    assert agent._prepared is not None and agent._prepared[1].staged is not None
-    agent._prepared[1].staged.write_bytes(b"not what was staged\n")
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].staged is not None
+    agent.stopper.prepared[1].staged.write_bytes(b"not what was staged\n")
     assert agent.shutdown() == 0
     assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
     assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
@@ -152,13 +152,13 @@ def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None
 def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_there_is_none(
         tmp_path: Path) -> None:
     agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
-    assert agent._prepared is not None
-    first = agent._prepared[1].staged
+    assert agent.stopper.prepared is not None
+    first = agent.stopper.prepared[1].staged
     agent._prepare_restore()  # another transition of the record, the same manifest: nothing written again
-    assert agent._prepared is not None and agent._prepared[1].staged == first
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].staged == first
     agent.rules = replace(agent.rules, restore_on_exit="never")
     agent._prepare_restore()
-    assert agent._prepared is None and first is not None and not first.exists()
+    assert agent.stopper.prepared is None and first is not None and not first.exists()
 
 
 # -- issue 26: nothing before the prepared restore's write but what decides it --------------------------------

@@ -131,8 +131,8 @@ class ApiParts:
             self.publisher.kick()
 
     def attach_to(self, agent: Agent) -> None:
-        agent.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
-                     fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
+        agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
+                           fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
 
 
 def _api_parts(config: Settings, api: TimeoutApiClient, notify: Callable[[Event], None],
@@ -239,8 +239,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
-                  on_phase=parts.on_phase if parts else None)
-    agent.owner = parts.owner if parts else None
+                  on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 

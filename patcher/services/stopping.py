@@ -14,7 +14,7 @@ from patcher.adapters import fsio
 from patcher.adapters.statestore import StateStore
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import PatcherError
-from patcher.core.settings import Files
+from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import State
 from patcher.services import engine
 from patcher.services.ports import Coordinator, PodSource, Reporter
@@ -40,10 +40,18 @@ class Stopping:
         #: Called once the manifest is back, before the restore's log lines (the agent's "received SIGTERM").
         self.restored_hook: Callable[[], None] = lambda: None
 
-    def write_first(self, prepared: engine.PreparedRestore) -> None:
-        """Write the prepared restore now, ahead of the stop's transition (the agent checked that the stop
-        restores and takes no turn first); the ``Restore`` action then finds it done, or meets its refusal as
-        if it had written itself."""
+    def write_first(self, record: State, rules: Lifecycle, view: lifecycle.DaemonSetView) -> None:
+        """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
+        rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
+        transition is computed; its ``Restore`` action then finds it done, or meets its refusal as if it had
+        written itself. Anything unusual (nothing staged, a stale preparation) is left to that action, which
+        plans again and reports. On the loop's thread, holding the writer lock: it races no write of ours,
+        like any other write of the loop."""
+        p = self.prepared
+        if (p is None or p[1].staged is None or rules.coordinated or (p[0] is not record and p[0] != record)
+                or not lifecycle.restores(rules, view)):
+            return
+        prepared = p[1]
         try:
             self.written_first = (prepared, engine.restore_prepared(self.files, prepared))
         except PatcherError as exc:
