@@ -1,16 +1,11 @@
 """The node agent's executor: one thread that feeds ``patcher.core.lifecycle.step`` and executes its actions.
 
-Every decision is in ``patcher.core.lifecycle`` (pure); this module only runs the loop and dispatches. The loop
-takes one event at a time from its queue (the folder watch, the API adapters, the probe thread and the agent
-itself put them there); ``observations`` turns it into lifecycle events, and ``_feed`` steps each of them and
-every event its actions produce from one local queue: an action that observes something (a write, a rollback, a
-prune, the restart check, the Lease's answer, the restore) returns its event instead of feeding the step itself,
-so each transition is saved once (``record``), before its phase is said, and before the next one begins. The
-actions' executors live beside it: the file work in ``patching``, the world's side in ``observations``, the
-restore on exit in ``stopping``, the signals and the folder watch in ``process``. While it runs, the loop never
-waits for the API (a control plane that is restarting, which is what we cause, must not stop the file-level
-work); on the way out it waits for the rollout Lease and the final report, each bounded by the deadlines the
-step computed from the grace period. ``patcher.services.runner.build_agent`` wires it.
+Every decision is in ``lifecycle`` (pure). The loop takes one event at a time from its queue; ``observations``
+turns it into lifecycle events; ``_feed`` steps each, and every event its actions return, from one local queue
+(no action steps the lifecycle itself), saving each transition's record once (``record``) before its phase is
+said. The actions run in the services beside it (``patching``, ``observations``, ``stopping``, ``process``). The
+loop never waits for the API; only the stop waits, within the deadlines the step computed from the grace period.
+``patcher.services.runner.build_agent`` wires it; ``docs/architecture.md`` ("The executor") tells the whole path.
 """
 
 from __future__ import annotations
