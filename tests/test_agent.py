@@ -24,6 +24,7 @@ from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import timefmt
 from patcher.core.settings import Files, Settings
+from patcher.services import process
 from patcher.services.runner import Deferred, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
@@ -430,7 +431,7 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
     # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
     wiring = build_agent(Settings.build(files=files, node_name=NODE, grace_period=600.0), Deferred(unusable))
     wiring.start()
-    assert wiring.agent.run() == 1  # the contract's "could not start"
+    assert process.run(wiring.agent) == 1  # the contract's "could not start"
     wiring.close()
     assert node.manifest.read_bytes() == KUBEADM and wiring.parts is None
 

@@ -214,7 +214,8 @@ def test_every_lifecycle_action_has_exactly_one_executor_branch() -> None:
 
 def test_the_executor_does_no_io_of_its_own() -> None:
     """``services/agent`` is the executor only: files, processes, signals, the API and the folder watch are
-    reached through the services beside it (``patching``, ``observations``, ``record``, ``stopping``,
-    ``process``). Of the adapters it imports only ``health``, the probes' state its ``node`` setter keeps."""
+    reached through the services beside it (``patching``, ``observations``, ``record``, ``stopping``; the
+    process around it is ``process``). Of the adapters it imports only ``health``, the probes' state its
+    ``node`` setter keeps."""
     adapters = sorted({t for t, _ in imports("patcher.services.agent") if layer(t) == LAYERS.index("adapters")})
     assert adapters == ["patcher.adapters.health"]

@@ -23,7 +23,7 @@ from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files, Lifecycle, RestoreOnExit, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine
+from patcher.services import engine, process
 from patcher.services.agent import Agent
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.helpers import MANIFEST
@@ -173,7 +173,7 @@ def test_the_signal_is_logged_once_the_manifest_is_back_not_before(
     monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
     signals.reset()
     try:
-        agent.install_signal_handlers()
+        process.install_signal_handlers(agent)
         with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
             signals._handler(signal.SIGTERM, None)  # what the interpreter runs on the main thread
             assert "received SIGTERM" not in caplog.text

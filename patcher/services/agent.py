@@ -10,7 +10,6 @@ loop never waits for the API; only the stop waits, within the deadlines the step
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -25,7 +24,7 @@ from patcher.core.lifecycle import Node
 from patcher.core.settings import Settings
 from patcher.core.state import State
 from patcher.core.status import NodeState
-from patcher.services import patching, process
+from patcher.services import patching
 from patcher.services.observations import Observations
 from patcher.services.patching import state_folder_message
 from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
@@ -75,9 +74,7 @@ class Agent:
         log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
         self.log_extra, self.timers = log_extra, Timers()
         self.record = RecordKeeper(self.files, log_extra=log_extra)
-        self.signal = process.StopSignal(log_extra=log_extra)
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
-        self.stopper.restored_hook = self.signal.say
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
                                   reporter=reporter, pods=pods, coordinator=coordinator, owner=owner,
@@ -104,7 +101,7 @@ class Agent:
     def state(self) -> State:
         return self._node.record
 
-    # -- the process around it: inputs from other threads, the lock, the signals, the watch -------------------
+    # -- inputs from other threads (``process`` installs the signals and starts the watch) --------------------
 
     def notify(self, event: Event) -> None:
         self.events.put(event)
@@ -125,39 +122,25 @@ class Agent:
         self.world.attached_event.set()
         self.request_stop(code=1, why="api-unavailable")
 
-    def install_signal_handlers(self) -> None:
-        self.signal.install(self.request_stop)
-
-    def start_watching(self) -> None:
-        self.world.watcher = process.watch_folders(self.files, self.events.put, debounce=self.opts.debounce,
-                                                   metrics=self.metrics, log_extra=self.log_extra)
-
-    def run(self) -> int:
-        """Reconcile until stopped, then stop as the step says; returns the process exit code. The node's
-        writer lock is held for the whole run (``RecordKeeper.hold_for_life``)."""
-        with contextlib.ExitStack() as stack:
-            if not self.record.hold_for_life(stack, self.metrics):
-                return 1
-            if not self.start():
-                return self.shutdown()
-            while not self._stopping.is_set():
-                self.health.beat()
-                try:
-                    event = self.events.get(timeout=self.world.timeout(self.rules))
-                except queue.Empty:
-                    event = None
-                if event == "stop" or self._stopping.is_set():
-                    break
-                try:
-                    self._handle(event)
-                except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
-                    self.metrics.error("internal")
-                    log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__,
-                              exc, extra=self.log_extra)
-                    log.debug("internal error", exc_info=True)
-            return self.shutdown()
-
     # -- the executor -------------------------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Take one event at a time, until stopped (``process.run`` starts the agent before and stops it after)."""
+        while not self._stopping.is_set():
+            self.health.beat()
+            try:
+                event = self.events.get(timeout=self.world.timeout(self.rules))
+            except queue.Empty:
+                event = None
+            if event == "stop" or self._stopping.is_set():
+                return
+            try:
+                self._handle(event)
+            except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
+                self.metrics.error("internal")
+                log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
+                          extra=self.log_extra)
+                log.debug("internal error", exc_info=True)
 
     def start(self) -> bool:
         """Resume from the record and reconcile once. False: a stop came while starting; only the stop follows."""
@@ -281,8 +264,8 @@ class Agent:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)
             for action in actions:
                 if not isinstance(action, lifecycle.Restore):
-                    self.signal.say()  # issue 26: said before anything but the restore's write
+                    self.stopper.say_signal()  # issue 26: said before anything but the restore's write
                 if (event := self._execute(action)) is not None:
                     todo.append(event)
-        self.signal.say()
+        self.stopper.say_signal()
         return self._exit_code
