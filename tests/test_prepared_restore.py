@@ -65,7 +65,7 @@ def on_disk(opts: Files) -> tuple[bytes, list[str], list[str]]:
 
 
 def agent_way(opts: Files, prepared: engine.PreparedRestore) -> None:
-    """What ``Agent._restore_on_exit`` does with a prepared restore."""
+    """What ``Stopping.restore`` does with a prepared restore."""
     try:
         engine.restore_prepared(opts, prepared)
         engine.finish_restore(opts, prepared)
