@@ -41,6 +41,7 @@ from patcher.adapters.kube.client import ClientSettings, build_api_client  # noq
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.core import timefmt  # noqa: E402
 from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
@@ -146,8 +147,8 @@ def bench_pod_to_readyz(n: int) -> None:
         holder.append(agent)
         reporter.start()
         pods.start()
-        agent.start_watching()
-        th = threading.Thread(target=agent.run, daemon=True)
+        process.start_watching(agent)
+        th = threading.Thread(target=process.run, args=(agent,), daemon=True)
         th.start()
         manifest = root / MANIFEST
 

@@ -40,6 +40,7 @@ from patcher.adapters.kube.client import ClientSettings, build_api_client  # noq
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
 from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
@@ -110,8 +111,8 @@ def bench_swap_to_manifest(n: int) -> None:
         metrics = CountingMetrics()
         settings = Settings.build(check_extenders=False, files=Files(source=src, host_root=root), resync_interval=3600)
         agent = Agent(settings, metrics=metrics)
-        agent.start_watching()
-        th = threading.Thread(target=agent.run, daemon=True)
+        process.start_watching(agent)
+        th = threading.Thread(target=process.run, args=(agent,), daemon=True)
         th.start()
         manifest = root / MANIFEST
         wait(lambda: b"--config=" in manifest.read_bytes())

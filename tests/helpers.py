@@ -20,6 +20,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 
 from patcher.core import schedconfig
 from patcher.core.settings import Api, Files, Rollout, Settings, Status
+from patcher.services import process
 from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.conftest import FIXTURES, write_configmap
 from tests.kubeemu import KubeEmulator, wait_until
@@ -166,7 +167,7 @@ class Running:
         return self.wiring.parts
 
     def _run(self) -> None:
-        self.code = self.agent.run()
+        self.code = process.run(self.agent)
 
     def stop(self) -> int | None:
         self.agent.request_stop()

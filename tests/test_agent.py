@@ -24,6 +24,7 @@ from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import timefmt
 from patcher.core.settings import Files, Settings
+from patcher.services import process
 from patcher.services.runner import Deferred, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
@@ -395,7 +396,7 @@ def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deploye
     node.emu.mutate("nodes", NODE, control_plane)
     agent = Running(node, coordinated=True, publish=True)
     assert agent.parts.coordinator is not None and agent.parts.publisher is not None
-    assert agent.agent.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
+    assert agent.agent.world.coordinator is agent.parts.coordinator and agent.agent.rules.coordinated
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
     leases = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases"
     assert node.emu.requests("POST", leases), "the write went ahead without the rollout Lease"
@@ -416,7 +417,7 @@ def test_build_agent_wires_the_rollout_lease_and_the_status_publisher_as_deploye
 def test_a_deferred_client_is_built_off_the_loop_and_attached_to_the_running_agent(node: Node) -> None:
     agent = Running(node, deferred=True)
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
-    assert agent.agent.reporter is agent.parts.reporter and agent.agent.pods is agent.parts.pods
+    assert agent.agent.world.reporter is agent.parts.reporter and agent.agent.world.pods is agent.parts.pods
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM and node.state() == "Restored"
 
@@ -430,7 +431,7 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
     # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
     wiring = build_agent(Settings.build(files=files, node_name=NODE, grace_period=600.0), Deferred(unusable))
     wiring.start()
-    assert wiring.agent.run() == 1  # the contract's "could not start"
+    assert process.run(wiring.agent) == 1  # the contract's "could not start"
     wiring.close()
     assert node.manifest.read_bytes() == KUBEADM and wiring.parts is None
 

@@ -67,7 +67,7 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
                                  restart_timeout=3600.0, check_extenders=False), pods=kubelet)
     steps: list[tuple[bool, bool]] = []  # (record changed, stepped inside an action)
     saves: list[bool] = []  # saved inside an action
-    real_step, real_save = lifecycle.step, agent.store.save
+    real_step, real_save = lifecycle.step, agent.record.store.save
 
     def step(node: lifecycle.Node, event: lifecycle.Event, opts: Lifecycle, **kw: str) -> lifecycle.Step:
         after, actions = real_step(node, event, opts, **kw)
@@ -79,7 +79,7 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
         real_save(record)
 
     monkeypatch.setattr(lifecycle, "step", step)
-    monkeypatch.setattr(agent.store, "save", save)
+    monkeypatch.setattr(agent.record.store, "save", save)
     agent.start()
     kubelet.sync()  # the scheduler runs the first config
     agent.check_restart()

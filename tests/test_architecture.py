@@ -182,3 +182,40 @@ def test_the_architecture_page_names_every_module() -> None:
     named = {m.split(".")[-1] for m in MODULES if m.count(".") == 2 or m.startswith("patcher.adapters.kube.")}
     missing = sorted(n for n in named if not re.search(rf"\b{n}\b", page))
     assert missing == [], "docs/architecture.md names no module called " + ", ".join(missing)
+
+
+def _executor_branches() -> list[str]:
+    """The action classes ``Agent._execute`` has a ``case`` for, one entry per pattern (``A() | B()`` is two)."""
+    tree = ast.parse(MODULES["patcher.services.agent"].read_text("utf-8"))
+    (execute,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_execute"]
+    (match,) = [n for n in ast.walk(execute) if isinstance(n, ast.Match)]
+    names: list[str] = []
+    for case in match.cases:
+        patterns = case.pattern.patterns if isinstance(case.pattern, ast.MatchOr) else [case.pattern]
+        for pattern in patterns:
+            assert isinstance(pattern, ast.MatchClass), f"line {pattern.lineno}: a branch that is not an action"
+            names.append(ast.unparse(pattern.cls).removeprefix("lifecycle."))
+    return names
+
+
+def test_every_lifecycle_action_has_exactly_one_executor_branch() -> None:
+    """The agent only executes what ``lifecycle.step`` returns, and a ``match`` without a branch for an action
+    falls through silently: a new action the executor does not know would be dropped, not refused. One branch
+    per action (a second one is dead code), and no branch for something that is not an action any more."""
+    from typing import get_args
+
+    from patcher.core import lifecycle
+
+    actions = sorted(cls.__name__ for cls in get_args(lifecycle.Action))
+    branches = _executor_branches()
+    assert sorted(set(branches)) == sorted(branches), "an action with two executor branches"
+    assert sorted(branches) == actions
+
+
+def test_the_executor_does_no_io_of_its_own() -> None:
+    """``services/agent`` is the executor only: files, processes, signals, the API and the folder watch are
+    reached through the services beside it (``patching``, ``observations``, ``record``, ``stopping``; the
+    process around it is ``process``). Of the adapters it imports only ``health``, the probes' state its
+    ``node`` setter keeps."""
+    adapters = sorted({t for t, _ in imports("patcher.services.agent") if layer(t) == LAYERS.index("adapters")})
+    assert adapters == ["patcher.adapters.health"]

@@ -23,7 +23,7 @@ from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files, Lifecycle, RestoreOnExit, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine
+from patcher.services import engine, process
 from patcher.services.agent import Agent
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.helpers import MANIFEST
@@ -65,7 +65,7 @@ def on_disk(opts: Files) -> tuple[bytes, list[str], list[str]]:
 
 
 def agent_way(opts: Files, prepared: engine.PreparedRestore) -> None:
-    """What ``Agent._restore_on_exit`` does with a prepared restore."""
+    """What ``Stopping.restore`` does with a prepared restore."""
     try:
         engine.restore_prepared(opts, prepared)
         engine.finish_restore(opts, prepared)
@@ -112,8 +112,8 @@ def test_sigterm_while_ready_writes_the_prepared_restore_without_planning(
         return real(opts)
 
     monkeypatch.setattr(engine, "plan_restore", counted)
-    assert agent._prepared is not None
-    staged = agent._prepared[1].staged
+    assert agent.stopper.prepared is not None
+    staged = agent.stopper.prepared[1].staged
     assert staged is not None and staged.name.startswith(".kube-scheduler.yaml.")  # hidden from the kubelet
     inode = staged.stat().st_ino
     assert agent.shutdown() == 0
@@ -142,8 +142,8 @@ def test_a_manifest_upgraded_since_the_restore_was_prepared_is_planned_again(
 def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None:
     text = fixture_manifests()["kubeadm.yaml"]
     agent = ready_agent(tmp_path, text)
-    assert agent._prepared is not None and agent._prepared[1].staged is not None
-    agent._prepared[1].staged.write_bytes(b"not what was staged\n")
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].staged is not None
+    agent.stopper.prepared[1].staged.write_bytes(b"not what was staged\n")
     assert agent.shutdown() == 0
     assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
     assert os.listdir(agent.files.host_root / "etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
@@ -152,13 +152,13 @@ def test_a_staged_restore_someone_changed_is_not_written(tmp_path: Path) -> None
 def test_the_staged_file_is_kept_while_the_restore_is_the_same_and_removed_when_there_is_none(
         tmp_path: Path) -> None:
     agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
-    assert agent._prepared is not None
-    first = agent._prepared[1].staged
+    assert agent.stopper.prepared is not None
+    first = agent.stopper.prepared[1].staged
     agent._prepare_restore()  # another transition of the record, the same manifest: nothing written again
-    assert agent._prepared is not None and agent._prepared[1].staged == first
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].staged == first
     agent.rules = replace(agent.rules, restore_on_exit="never")
     agent._prepare_restore()
-    assert agent._prepared is None and first is not None and not first.exists()
+    assert agent.stopper.prepared is None and first is not None and not first.exists()
 
 
 # -- issue 26: nothing before the prepared restore's write but what decides it --------------------------------
@@ -173,7 +173,7 @@ def test_the_signal_is_logged_once_the_manifest_is_back_not_before(
     monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
     signals.reset()
     try:
-        agent.install_signal_handlers()
+        process.install_signal_handlers(agent)
         with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
             signals._handler(signal.SIGTERM, None)  # what the interpreter runs on the main thread
             assert "received SIGTERM" not in caplog.text

@@ -353,7 +353,7 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     assert agent.state.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
     assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
-    agent._check_state_folder()
+    agent._feed(agent.world.check_state_folder())  # the folder's retry, due
     assert agent.state.phase == "Ready"
     assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
 
@@ -372,7 +372,7 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
         agent.start()
         assert agent.node.fault is not None
         agent._handle(None)  # a loop turn with the resync due: held back by the fault
-        assert agent._timeout() > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat
+        assert agent.world.timeout(agent.rules) > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat
 
 
 def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_apply_cleanly(

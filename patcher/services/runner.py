@@ -23,7 +23,7 @@ from patcher.core import manifest, settings, yamltext
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine
+from patcher.services import engine, process
 from patcher.services.agent import Agent, Event
 
 if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
@@ -131,8 +131,8 @@ class ApiParts:
             self.publisher.kick()
 
     def attach_to(self, agent: Agent) -> None:
-        agent.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
-                     fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
+        agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
+                           fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
 
 
 def _api_parts(config: Settings, api: TimeoutApiClient, notify: Callable[[Event], None],
@@ -172,7 +172,7 @@ def _api_parts(config: Settings, api: TimeoutApiClient, notify: Callable[[Event]
 
 
 class Wiring:
-    """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``agent.run()``
+    """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``process.run(agent)``
     (in this thread or another), then ``close``."""
 
     def __init__(self, config: Settings, events: queue.SimpleQueue[Event], health: Health, metrics: Metrics,
@@ -185,7 +185,7 @@ class Wiring:
 
     def start(self) -> None:
         """Watch the folders, then bring up the API side: at once for a client, in a thread for a Deferred."""
-        self.agent.start_watching()
+        process.start_watching(self.agent)
         if self.parts is not None:
             self.parts.start()
         if self._deferred is not None:
@@ -239,8 +239,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
-                  on_phase=parts.on_phase if parts else None)
-    agent.owner = parts.owner if parts else None
+                  on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
@@ -259,7 +258,7 @@ def run(config: Settings) -> int:
     api: Api = None if config.api is None else Deferred(functools.partial(api_client, config.api))
     wiring = build_agent(config, api)
     agent = wiring.agent
-    agent.install_signal_handlers()
+    process.install_signal_handlers(agent)
     try:
         server: HealthServer | None = HealthServer(wiring.health, wiring.metrics, config.serve.listen)
     except OSError as exc:
@@ -273,7 +272,7 @@ def run(config: Settings) -> int:
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
     try:
-        return agent.run()
+        return process.run(agent)
     finally:
         wiring.close()
         if server:

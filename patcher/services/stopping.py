@@ -6,15 +6,15 @@ restore back as one ``lifecycle.RestoreDone``."""
 from __future__ import annotations
 
 import logging
+import signal
 import time
-from collections.abc import Callable
 from typing import Final
 
 from patcher.adapters import fsio
 from patcher.adapters.statestore import StateStore
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import PatcherError
-from patcher.core.settings import Files
+from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import State
 from patcher.services import engine
 from patcher.services.ports import Coordinator, PodSource, Reporter
@@ -37,13 +37,33 @@ class Stopping:
         #: Issue 26: the prepared restore written ahead of the stop's transition (``write_first``), with its
         #: lines or its refusal, for the ``Restore`` action to find.
         self.written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
-        #: Called once the manifest is back, before the restore's log lines (the agent's "received SIGTERM").
-        self.restored_hook: Callable[[], None] = lambda: None
+        self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
 
-    def write_first(self, prepared: engine.PreparedRestore) -> None:
-        """Write the prepared restore now, ahead of the stop's transition (the agent checked that the stop
-        restores and takes no turn first); the ``Restore`` action then finds it done, or meets its refusal as
-        if it had written itself."""
+    def heard(self, signum: int) -> None:
+        """A stop signal came (``process.install_signal_handlers``). Nothing is said yet: the handler runs on the
+        loop's thread, so a line written there comes before the restore; as the handler's first write it cost
+        SIGTERM -> restored a quarter of a millisecond (issue 26). ``say_signal`` says it, once."""
+        if self._signal is None:
+            self._signal = signum
+
+    def say_signal(self) -> None:
+        """Log the stop signal received, once: after the restore's write (or before a stop that keeps)."""
+        signum, self._signal = self._signal, None
+        if signum is not None:
+            log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
+
+    def write_first(self, record: State, rules: Lifecycle, view: lifecycle.DaemonSetView) -> None:
+        """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
+        rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
+        transition is computed; its ``Restore`` action then finds it done, or meets its refusal as if it had
+        written itself. Anything unusual (nothing staged, a stale preparation) is left to that action, which
+        plans again and reports. On the loop's thread, holding the writer lock: it races no write of ours,
+        like any other write of the loop."""
+        p = self.prepared
+        if (p is None or p[1].staged is None or rules.coordinated or (p[0] is not record and p[0] != record)
+                or not lifecycle.restores(rules, view)):
+            return
+        prepared = p[1]
         try:
             self.written_first = (prepared, engine.restore_prepared(self.files, prepared))
         except PatcherError as exc:
@@ -92,7 +112,7 @@ class Stopping:
                     lines = engine.restore(self.files, plan)
                 except fsio.ChangedUnderneath:  # rewritten since it was planned: plan from what is there now
                     lines = engine.restore(self.files, engine.plan_restore(self.files))
-            self.restored_hook()  # the manifest is back: the signal's line comes first in the log
+            self.say_signal()  # the manifest is back: the signal's line comes first in the log
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:

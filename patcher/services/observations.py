@@ -1,0 +1,324 @@
+"""What the agent's thread sees, as ``lifecycle`` events: the loop's string events (a folder changed, the mirror
+pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a timer) turned into
+``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``, ``StateFolderOk``/``Failed``, and the
+answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` → ``Observed``, ``TakeTurn`` →
+``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` → ``RollbackDone``).
+
+It holds what the API side handed the agent (``attach``) and what those observations carry forward: the plan an
+``Apply`` writes, the rollback's plan, the mirror pod before a write (the restart baseline), the timers. What
+the step says back to the cluster (``report``, ``release_turn``, ``finish``) goes through the same adapters, so
+it is here too. Nothing here steps the lifecycle: the executor (``patcher.services.agent``) feeds every event
+returned or yielded, one at a time, before the next one is looked at.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from patcher.adapters.health import Metrics
+from patcher.adapters.watch import FolderWatcher
+from patcher.core import lifecycle
+from patcher.core.lifecycle import Node
+from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Lifecycle, Settings
+from patcher.core.state import LastGood, State
+from patcher.core.status import NodeState, NodeStatus
+from patcher.services import engine, extcheck, patching
+from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.record import RecordKeeper
+from patcher.services.restartwatch import RestartWatch
+from patcher.services.timers import Timers
+
+log = logging.getLogger("patcher.services.agent")
+
+
+def node_status(node: Node) -> NodeStatus:
+    """The Node's annotations for ``node`` (it has a phase)."""
+    phase = node.phase
+    assert phase is not None
+    r = node.record
+    return NodeStatus(state=phase, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
+                      manifest_mtime_ns=r.manifest_mtime_ns or None,
+                      restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
+                      message=r.message)
+
+
+class Observations:
+    def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
+                 notify: Callable[[str], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
+                 reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+                 owner: OwnerSource | None, fallback_version: Callable[[], str | None],
+                 on_phase: Callable[[NodeState], None] | None) -> None:
+        """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
+        API adapters are being built and come with ``attach`` (no restart verdict before that)."""
+        self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
+        self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
+        self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
+        self.fallback_version, self.on_phase = fallback_version, on_phase
+        self.api_pending = api_pending
+        self.attached_event = threading.Event()
+        self._owner_said = ""
+        self.probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
+        self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
+        self._plan: engine.Plan | None = None  # the plan an Apply action writes
+        self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
+        self._pod_before: dict[str, Any] | None = None
+        self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
+        self.watcher: FolderWatcher | None = None
+        self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
+                                     crash_restarts=self.opts.crash_restarts)
+
+    def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
+               owner: OwnerSource | None = None) -> None:
+        """Called from the thread that built the API adapters; the loop picks them up on the next event."""
+        self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
+        self.fallback_version, self.on_phase = fallback_version, on_phase
+        self.attached_event.set()
+        self.notify("attached")
+
+    # -- the loop's events ------------------------------------------------------------------------------------
+
+    def events(self, event: str | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
+        """One loop event as lifecycle events, lazily (each is fed before the next is made: a re-plan reads the
+        record the turn left); then the restart check (it reads the mirror pod and the process table) and the
+        periodic probe's timer, whatever the event was. None: a timer is due."""
+        if event in ("source", "manifest"):
+            yield self.plan(f"{event} changed")
+        elif event == "replan":
+            yield self.plan("re-plan")
+        elif event == "lease":
+            yield self.turn_changed()
+        elif event == "attached":
+            yield from self._attached()
+        elif event == "daemonset":
+            self._daemonset_changed(rules)
+        elif event == "probe":
+            yield self._probe_done.get_nowait()
+        elif event == "pod" or event is None:  # a pod update also runs a due timer: a busy pod must not starve it
+            yield from self._due()
+        else:
+            raise AssertionError(f"unknown loop event {event!r}")
+        yield self.observe()
+        self._schedule_periodic_probe(rules)
+
+    def _due(self) -> Iterator[lifecycle.Event]:
+        """The one timer that is due, if any (``timers.Timers.due``)."""
+        now = time.monotonic()
+        match self.timers.due(now, fault=self.current().fault is not None):
+            case "state-folder":
+                yield self.check_state_folder()
+            case "resync":
+                yield self.plan("resync")
+            case "probe-retry":
+                yield self.plan("extender probe retry")
+            case "periodic-probe":
+                yield lifecycle.ProbeDue(now)
+            case "lease-retry":
+                yield self.plan("rollout lease retry")
+
+    def timeout(self, rules: Lifecycle) -> float:
+        """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
+        its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
+        and the bound itself is the next timer, never a busy 50 ms loop) and the local tracker's poll."""
+        now, n = time.monotonic(), self.current()
+        w = n.wait
+        also: tuple[float, ...] = ()
+        if w is not None:
+            also = (w.deadline if now < w.deadline else w.deadline + rules.restart_timeout,
+                    *((now + self.opts.local_poll,) if self.restarts.polling else ()))
+        return self.timers.timeout(now, fault=n.fault is not None, heartbeat=self.opts.heartbeat, also=also)
+
+    def _schedule_periodic_probe(self, rules: Lifecycle) -> None:
+        """While Ready and no probe runs: the next periodic probe, jittered so that agents started together do
+        not call the extender together."""
+        n, interval = self.current(), self.opts.extender_probe_interval
+        if not rules.check_extenders or interval <= 0 or n.phase != NodeState.READY or n.wait is not None:
+            self.timers.periodic_probe_at = None
+        elif self.timers.periodic_probe_at is None and not n.probing:
+            self.timers.periodic_probe_at = time.monotonic() + interval * random.uniform(0.8, 1.2)
+
+    def _attached(self) -> Iterator[lifecycle.Event | None]:
+        self.api_pending = False
+        log.info("API connected", extra=self._log_extra)
+        self.say_started()
+        n = self.current()
+        if self.reporter is not None and n.probe_failures and n.record.message:
+            # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
+            # the same way sends none.
+            self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
+        if n.turn == "asked":  # asked while the Lease was not there yet
+            yield self.take_turn("")
+        yield self.plan("API connected")  # a pending write asks for its turn again, with its source
+
+    def say_started(self) -> None:
+        """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""
+        phase = self.current().phase
+        if self.reporter is not None and phase is not None:
+            self.reporter.publish(node_status(self.current()), reason="AgentStarted",
+                                  message=f"scheduler-patcher started; the node is {phase.value}")
+
+    def _daemonset_changed(self, rules: Lifecycle) -> None:
+        """The owner's watch saw a change: say (once per change) what a stop would do now."""
+        if self.owner is None or rules.restore_on_exit != "auto":
+            return
+        view = self.owner.view()
+        said = f"a stop keeps the patch: {view.successor()}" if view.successor() else f"a stop restores: {view.gone()}"
+        if said != self._owner_said:
+            self._owner_said = said
+            log.info("%s", said, extra=self._log_extra)
+
+    # -- the plan and the file work ---------------------------------------------------------------------------
+
+    def plan(self, why: str) -> lifecycle.Planned:
+        """Plan the source against the manifest (a refusal keeps the last plan); any reconcile is a resync."""
+        self.timers.resync = time.monotonic() + self.opts.resync_interval
+        self._why = why
+        planned, plan = patching.plan(self.files, fallback_version=self.fallback_version(),
+                                      bad_hashes=frozenset(self.current().record.bad_hashes))
+        if plan is not None:
+            self._plan = plan
+        return planned
+
+    def apply(self) -> lifecycle.Event:
+        plan, self._plan = self._plan, None
+        assert plan is not None and plan.config is not None
+        self.timers.lease_retry_at = None
+        self._pod_before = self.pods.latest() if self.pods else None
+        return patching.apply(self.files, plan, self.current().record, why=self._why, expect=self._expect_manifest,
+                              log_extra=self._log_extra)
+
+    def check_last_good(self, action: lifecycle.CheckLastGood) -> lifecycle.LastGoodChecked:
+        answer, self._rollback_plan = patching.check_last_good(self.files, action)
+        return answer
+
+    def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+        plan, self._rollback_plan = self._rollback_plan, None
+        return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest)
+
+    def _expect_manifest(self) -> None:
+        if self.watcher:
+            self.watcher.expect("manifest")
+
+    def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
+        """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""
+        self.timers.state_retry_at = None
+        return self.record.retry(self.current().record)
+
+    # -- the restart ------------------------------------------------------------------------------------------
+
+    def watch(self) -> lifecycle.Observed | None:
+        """A fresh restart baseline and local tracker for the write the lifecycle now waits on, and its first
+        look (it may be proven already, or, with no check at all, taken as live)."""
+        w = self.current().wait
+        assert w is not None
+        pod_now = self.pods.latest() if self.pods and w.adopted else None
+        self.restarts.start(w, self.current().record.config_file, pod_now=pod_now, pod_before=self._pod_before)
+        return self.observe()
+
+    def observe(self) -> lifecycle.Observed | None:
+        w = self.current().wait
+        if w is None or (self.pods is None and self.api_pending):
+            return None  # the mirror pod will tell, once the API adapters are attached
+        return self.restarts.observe(w, self.pods)
+
+    # -- the rollout turn -------------------------------------------------------------------------------------
+
+    def take_turn(self, source_hash: str) -> lifecycle.TurnChanged | None:
+        """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event, or at once."""
+        c = self.coordinator
+        if c is None:
+            return None  # not attached yet: asked again once it is
+        if c.acquire(source_hash) or c.refused_bad:
+            return self.turn_changed()
+        log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
+        self.timers.lease_retry_at = time.monotonic() + self.opts.lease_retry
+        return None
+
+    def turn_changed(self) -> lifecycle.TurnChanged | None:
+        c = self.coordinator
+        if c is None or self.current().turn != "asked":
+            return None
+        if c.held:
+            log.info("rollout lease acquired", extra=self._log_extra)
+        if c.held or c.refused_bad:
+            self.timers.lease_retry_at = None
+        pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
+        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
+                                     config_hash=pending)
+
+    def release_turn(self, bad_source: str | None) -> None:
+        self.timers.lease_retry_at = None
+        if self.coordinator is not None:
+            self.coordinator.release(bad_hash=bad_source)
+            log.info("rollout lease released", extra=self._log_extra)
+
+    # -- the extender probe -----------------------------------------------------------------------------------
+
+    def start_probe(self, config_hash: str) -> None:
+        """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
+        "probe" event."""
+        plan = self._plan
+        self.timers.probe_retry_at = None
+        if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
+            config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
+        else:  # after the restart: the config that was written, read back from the host folder
+            r: State = self.current().record
+            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
+                                                              files=r.files, api_version=r.api_version))
+        if config is None or config.config_hash != config_hash:
+            self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+                f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
+            return
+        extcheck.start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
+                             log_extra=self._log_extra)
+
+    def _probed(self, answer: lifecycle.Probed) -> None:
+        self._probe_done.put(answer)
+        self.notify("probe")
+
+    # -- the stop ---------------------------------------------------------------------------------------------
+
+    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView:
+        """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
+        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
+        if rules.restore_on_exit != "auto":
+            return lifecycle.DaemonSetView()
+        if self.owner is None:
+            why = "the API adapters are not there" if self.api_pending or self.reporter is None else (
+                "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
+            return lifecycle.DaemonSetView(detail=why)
+        return self.owner.confirm(lifecycle.OWNER_LOOKUP)
+
+    # -- what the step says back to the cluster ---------------------------------------------------------------
+
+    def report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
+        """To the Node's annotations and events; nothing before the API adapters are attached (the agent
+        re-publishes its phase when they are)."""
+        if self.reporter is None:
+            return
+        if isinstance(action, lifecycle.Publish):
+            self.reporter.publish(node_status(self.current()), reason=action.reason)
+        else:
+            self.reporter.note(action.reason, action.message, warning=action.warning)
+
+    def finish(self, action: lifecycle.Finish) -> None:
+        """Stop the folder watch, close the Lease (its release sent) and send the pending report, by
+        ``action.until``."""
+        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
+            self.watcher.stop()
+        if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
+            self.coordinator.close(max(0.2, 0.5 * (action.until - time.monotonic())))
+        if self.api_pending and self.reporter is None:  # stopped while the API side was still being built:
+            # the manifest is restored already; give the report a share of what is left of the grace period
+            self.attached_event.wait(max(0.0, 0.5 * (action.until - time.monotonic())))
+            if self.reporter is not None and self.current().phase == NodeState.RESTORED:
+                self.reporter.publish(node_status(self.current()))
+        if self.reporter is not None and not self.reporter.flush(max(0.2, action.until - time.monotonic())):
+            log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)

@@ -1,0 +1,68 @@
+"""The agent as a process: the writer lock held while it runs, the stop signals it hears and the folders it
+watches. The signals and the watch only put on the agent's event queue (``request_stop``, the watcher's
+events); the agent's thread does everything else. ``runner.run`` calls these in order: the signal handlers
+first (before anything slow), then the watch, then ``run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+
+from patcher.adapters import signals
+from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from patcher.core.errors import PatcherError
+from patcher.services import engine
+from patcher.services.agent import Agent
+
+log = logging.getLogger("patcher.services.agent")
+
+
+def run(agent: Agent) -> int:
+    """Start the agent, run its loop until stopped, then stop as the step says; returns the exit code. The
+    node's writer lock is held for the whole run (``record.RecordKeeper.hold_for_life``): 1 at once when another
+    writer holds it."""
+    with contextlib.ExitStack() as stack:
+        if not agent.record.hold_for_life(stack, agent.metrics):
+            return 1
+        if agent.start():
+            agent.loop()
+        return agent.shutdown()
+
+
+def install_signal_handlers(agent: Agent) -> None:
+    """Stop on SIGTERM/SIGINT, including one that came before this call (while the process started)."""
+    if signals.installed_at is None:
+        signals.install()
+
+    def on_signal(signum: int) -> None:
+        # Nothing but the stop request here: the handler runs on the loop's thread, so every line of it comes
+        # before the restore; the "received" line is said once the manifest is back (``Stopping.heard``).
+        agent.stopper.heard(signum)
+        agent.request_stop()
+
+    signals.subscribe(on_signal)
+
+
+def start_watching(agent: Agent) -> None:
+    """Watch the source ("source") and the kubelet's manifest folder ("manifest"), and a symlinked manifest's
+    target folder. A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
+    files = agent.files
+    fs = engine.host_fs(files)
+    manifest_local = fs.local(files.manifest_path)
+    watcher = FolderWatcher(agent.events.put, debounce=agent.opts.debounce)
+    targets = [("source", files.source, lambda: folder_fingerprint(files.source)),
+               ("manifest", fs.local(files.manifest_dir), lambda: file_fingerprint(manifest_local))]
+    target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
+    if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
+        # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
+        targets.append(("manifest", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
+    for name, folder, fingerprint in targets:
+        try:
+            watcher.add(name, folder, fingerprint)
+        except PatcherError as exc:  # keep running: the periodic resync still covers it
+            agent.metrics.error("watch")
+            log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=agent.log_extra)
+    watcher.start()
+    agent.world.watcher = watcher
