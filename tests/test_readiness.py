@@ -287,15 +287,21 @@ def test_wait_returns_0_as_soon_as_the_last_node_becomes_ready(emu: KubeEmulator
     def node_watches() -> list[object]:
         return [r for r in emu.requests("GET", "/api/v1/nodes") if r.query.get("watch") == "true"]
 
+    out_io, err_io = io.StringIO(), io.StringIO()
+
     def kubelet_and_agent() -> None:
-        assert wait_until(lambda: len(node_watches()) >= 2, 60)  # the waiter listens (both selectors)
+        # The waiter listens (both selectors) and has judged the cluster once: a change before that first
+        # verdict (a busy machine can let this thread run first) would make it Ready without ever waiting.
+        assert wait_until(lambda: len(node_watches()) >= 2 and "waiting:" in err_io.getvalue(), 60)
         set_mirror(emu, "cp-3")  # the restarted scheduler
         set_node(emu, "cp-3", node_annotations_for())  # the agent saw it
 
     t = threading.Thread(target=kubelet_and_agent)
     t.start()
     # The poll interval lies beyond the timeout: a 0 can only come from the Node watch ending the wait.
-    code, out, err = run_main(kubeconfig, "--wait", "--timeout", "30s", "--poll-interval", "600s")
+    code = readiness.main(parse("--kubeconfig", str(kubeconfig), "--wait", "--timeout", "30s", "--poll-interval",
+                                "600s"), out=out_io, err=err_io)
+    out, err = out_io.getvalue(), err_io.getvalue()
     t.join()
     assert code == 0, err
     assert "verdict: Ready: 3/3" in out
