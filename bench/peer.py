@@ -56,6 +56,7 @@ PEER_DIR = ROOT.parent / "shared" / "peer"
 CORPUS = ROOT.parent / "shared" / "corpus" / "manifests"
 CACHE = ROOT / ".bench-peer"
 SIDE = ROOT / "bench" / "peer_side.py"
+OURS_INCLUSTER = ROOT / "bench" / "ours_incluster.py"
 OBSERVE = ROOT / "bench" / "observe.py"
 SOURCE = ROOT / "examples" / "scheduler-config" / "extenders.yaml"
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
@@ -63,7 +64,7 @@ MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 #: What ``run --no-api`` imports, and what ``run`` adds with the API (in a background thread, after the patch).
 OURS_IMPORTS_NO_API = "patcher.commands.cli, patcher.services.runner"
 OURS_IMPORTS_API = ("patcher.adapters.kube.client, patcher.adapters.kube.annotations, patcher.adapters.kube.mirrorpod, "
-                    "patcher.services.rollout, patcher.services.statuspub")
+                    "patcher.adapters.kube.owner, patcher.services.rollout, patcher.services.statuspub")
 
 #: figure -> highest ratio ours / peer that meets issue 26 (None: shown, no target).
 TARGETS: dict[str, float | None] = {
@@ -264,9 +265,15 @@ class Node:
         self.incluster_env, self.token, self.ca = emu.incluster_files(tmp)
 
     def ours(self, api: bool) -> tuple[list[str], dict[str, str]]:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1", "KUBECONFIG": str(self.kubeconfig)}
-        return [sys.executable, "-m", "patcher", "run", "--host-root", str(self.root), "--source", str(self.src),
-                "--listen", "127.0.0.1:0", *(["--rollout", "independent"] if api else ["--no-api"])], env
+        """Ours without the API, or with it in-cluster as the DaemonSet runs it (and as the peer runs: the same
+        token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/helpers)."""
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env |= {"PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1"}
+        run = ["run", "--host-root", str(self.root), "--source", str(self.src), "--listen", "127.0.0.1:0"]
+        if not api:
+            return [sys.executable, "-m", "patcher", *run, "--no-api"], env
+        return [sys.executable, str(OURS_INCLUSTER), str(self.token), str(self.ca), "--", *run,
+                "--rollout", "independent"], env | self.incluster_env
 
     def peer(self, peer_py: Path) -> tuple[list[str], dict[str, str]]:
         targets = self.tmp / "peer-targets"

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.client import ClientSettings, TimeoutApiClient, build_api_client
+from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.errors import Forbidden, ServerError, TooManyRequests
 from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, gate_absent, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.throttle import Throttle
+from patcher.adapters.kube.transport import Api
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
@@ -48,14 +48,14 @@ def emu() -> Iterator[KubeEmulatorExt]:
         yield e
 
 
-def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> TimeoutApiClient:
+def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> Api:
     api = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
     api.user_agent = agent  # tells the replicas' requests apart in the emulator's log
     return api
 
 
 @pytest.fixture
-def api(kubeconfig: Path) -> Iterator[TimeoutApiClient]:
+def api(kubeconfig: Path) -> Iterator[Api]:
     c = client(kubeconfig)
     yield c
     c.close()
@@ -86,7 +86,7 @@ def patches(emu: KubeEmulator) -> list[Any]:
 
 
 @contextmanager
-def running(api: k8s.ApiClient, **kw: Any) -> Iterator[Gatekeeper]:
+def running(api: Api, **kw: Any) -> Iterator[Gatekeeper]:
     """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
     gk = Gatekeeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
         "resync_interval", 60.0), **kw)
@@ -129,7 +129,7 @@ def test_the_patch_tests_the_whole_array_and_keeps_other_gates_in_order() -> Non
 # --- releasing ----------------------------------------------------------------------------------------
 
 
-def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, "cp-1", "cp-2")
     emu.create(make_pod("multi", gates=["example.com/a", GATE, "example.com/b"], created=CREATED))
     emu.create(make_pod("only", "team-a", gates=[GATE], created=CREATED))
@@ -167,7 +167,7 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
 
 
 def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_ready(
-        emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+        emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     with running(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
@@ -191,7 +191,7 @@ def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_re
 
 
 def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEmulatorExt,
-                                                                     api: k8s.ApiClient) -> None:
+                                                                     api: Api) -> None:
     cluster(emu, *NODES)
     with running(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
@@ -212,7 +212,7 @@ def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEm
 
 
 def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: KubeEmulatorExt,
-                                                                       api: k8s.ApiClient) -> None:
+                                                                       api: Api) -> None:
     cluster(emu, *NODES)
     emu.create(make_pod("raced", gates=["example.com/a", GATE, "example.com/b"]))
     emu.create(make_pod("conflict", gates=[GATE, "example.com/c"]))
@@ -238,7 +238,7 @@ def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: Kub
     assert len(emu.requests("GET", raced)) == 1 and len(emu.requests("GET", conflict)) == 1  # read again, once
 
 
-def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     emu.create(make_pod("p", gates=[GATE]))
     path = "/api/v1/namespaces/default/pods/p"
@@ -257,7 +257,7 @@ def stored(emu: KubeEmulator, name: str) -> dict[str, Any]:
     return pod
 
 
-def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorExt, api: Api) -> None:
     emu.create(make_pod("p", gates=[GATE]))
     pod = stored(emu, "p")
     emu.delete("pods", "p", "default")
@@ -267,7 +267,7 @@ def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorE
     assert [r.status for r in emu.requests("PATCH", "/api/v1/namespaces/default/pods/p")] == [404]
 
 
-def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt, api: Api) -> None:
     emu.create(make_pod("p", gates=[GATE]))
     path = "/api/v1/namespaces/default/pods/p"
     emu.fail("PATCH", path, 409, times=3)
@@ -281,7 +281,7 @@ def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt
 
 
 def test_release_gate_raises_the_failure_of_the_read_again_by_its_class(emu: KubeEmulatorExt,
-                                                                          api: k8s.ApiClient) -> None:
+                                                                          api: Api) -> None:
     emu.create(make_pod("p", gates=[GATE]))
     path = "/api/v1/namespaces/default/pods/p"
     emu.fail("PATCH", path, 422)
@@ -341,7 +341,7 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
     assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
 
 
-def elector(api: k8s.ApiClient, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
+def elector(api: Api, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
     return LeaderElector(api, namespace=NS, name=DEFAULT_LEASE, identity=identity, lease_duration=1.5,
                          renew_deadline=1.0, retry_period=0.1, on_change=on_change)
 
@@ -388,7 +388,7 @@ def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubec
 
 
 def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,
-                                                                        api: k8s.ApiClient) -> None:
+                                                                        api: Api) -> None:
     # The dead holder's renewTime lies in the future (a skewed clock): only our own clock counts.
     emu.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": "scheduler-patcher-gatekeeper", "namespace": NS},
@@ -408,7 +408,7 @@ def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: Ku
 
 
 def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_expires(emu: KubeEmulatorExt,
-                                                                         api: k8s.ApiClient) -> None:
+                                                                         api: Api) -> None:
     e = elector(api, "gk-1")
     e.start()
     try:
@@ -449,7 +449,7 @@ def released(emu: KubeEmulator, names: list[str]) -> list[str]:
     return [n for n in names if gates(emu, n) == []]
 
 
-def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 24)
     emu.latency = 0.05  # a remote API server: requests that overlap show as more than one in flight
@@ -465,7 +465,7 @@ def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorE
 
 
 def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu: KubeEmulatorExt,
-                                                                           api: k8s.ApiClient) -> None:
+                                                                           api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 40)
     # A node rolls back while the sixth-oldest pod is being released (the second batch of four).
@@ -483,7 +483,7 @@ def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu:
 
 
 def test_a_429_pauses_the_whole_pool_for_retry_after_and_the_pod_is_sent_again(emu: KubeEmulatorExt,
-                                                                               api: k8s.ApiClient) -> None:
+                                                                               api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 6)
     emu.fail("PATCH", None, 429, retry_after=7)  # API Priority and Fairness: the queue is full, come back in 7 s
@@ -507,7 +507,7 @@ def test_a_429_pauses_the_whole_pool_for_retry_after_and_the_pod_is_sent_again(e
 
 
 def test_release_gate_raises_too_many_requests_after_riding_out_max_throttled(emu: KubeEmulatorExt,
-                                                                               api: k8s.ApiClient) -> None:
+                                                                               api: Api) -> None:
     emu.create(make_pod("p", gates=[GATE]))
     path = "/api/v1/namespaces/default/pods/p"
     emu.fail("PATCH", path, 429, times=MAX_THROTTLED + 1, retry_after=0)
@@ -518,7 +518,7 @@ def test_release_gate_raises_too_many_requests_after_riding_out_max_throttled(em
     assert release_gate(api, stored(emu, "p"), GATE, attempts=3).outcome is GateOutcome.RELEASED
 
 
-def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, "cp-1")
     pod = make_pod("fat", gates=["example.com/a", GATE], created=CREATED)
     pod["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": "x" * 100} for i in range(50)]
@@ -548,7 +548,7 @@ def test_a_watch_line_that_cannot_carry_the_gate_is_read_no_further_than_its_met
 
 
 def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeEmulatorExt,
-                                                                      api: k8s.ApiClient) -> None:
+                                                                      api: Api) -> None:
     cluster(emu, "cp-1")  # not Ready: the gatekeeper itself releases nothing
     emu.create(make_pod("mine", gates=["example.com/a", GATE], created=CREATED))
     emu.create(make_pod("other", gates=["example.com/a"], created=CREATED))

@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client as k8s
 
 from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.transport import Api
 from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
 from tests.helpers import NODE, P
 from tests.kubeemu import KubeEmulator, merge_patch, wait_until
@@ -42,7 +42,7 @@ def successful_patches(emu: KubeEmulator) -> list[dict[str, str | None]]:
     return [r.json()["metadata"]["annotations"] for r in emu.requests("PATCH", NODE_PATH) if r.status == 200]
 
 
-def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, api: Api) -> None:
     with NodeReporter(api, NODE, backoff=fast()) as rep:
         waiting = NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME)
         rep.publish(waiting)
@@ -74,7 +74,7 @@ def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, a
         assert annotation_snapshot(emu.get("nodes", NODE) or {})["state"] == "Ready"
 
 
-def test_message_only_in_the_states_that_keep_one(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_message_only_in_the_states_that_keep_one(emu: KubeEmulator, api: Api) -> None:
     with NodeReporter(api, NODE, backoff=fast()) as rep:
         rep.publish(NodeStatus(NodeState.ROLLED_BACK, None, MTIME, message="config 0123456789ab crash-looped"))
         assert rep.flush(5)
@@ -85,7 +85,7 @@ def test_message_only_in_the_states_that_keep_one(emu: KubeEmulator, api: k8s.Ap
         assert successful_patches(emu)[-1][P + "message"] is None
 
 
-def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api: Api) -> None:
     errors: list[str] = []
     with NodeReporter(api, NODE, backoff=fast(), on_error=lambda kind, exc: errors.append(kind)) as rep:
         rep.publish(NodeStatus(NodeState.PENDING, HASH))
@@ -116,7 +116,7 @@ def test_api_down_never_blocks_and_the_latest_state_wins(emu: KubeEmulator, api:
 
 
 def test_publish_is_a_hand_over_that_sends_nothing_on_the_callers_thread(emu: KubeEmulator,
-                                                                           api: k8s.ApiClient) -> None:
+                                                                           api: Api) -> None:
     rep = NodeReporter(api, NODE, backoff=fast())  # not started: no worker thread to send anything
     before = len(emu.requests())
     rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
@@ -129,7 +129,7 @@ def test_publish_is_a_hand_over_that_sends_nothing_on_the_callers_thread(emu: Ku
     assert ours(emu)[P + "state"] == "Ready"
 
 
-def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: Api) -> None:
     rep = NodeReporter(api, NODE, backoff=fast())
     with emu.outage("503"):
         rep.start()
@@ -142,7 +142,7 @@ def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: k8s.Ap
     assert ours(emu)[P + "state"] == "WaitingForRestart"
 
 
-def test_an_event_per_transition_about_the_node(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_an_event_per_transition_about_the_node(emu: KubeEmulator, api: Api) -> None:
     uid = (emu.get("nodes", NODE) or {})["metadata"]["uid"]
     with NodeReporter(api, NODE, backoff=fast()) as rep:
         rep.publish(NodeStatus(NodeState.PENDING, HASH))
@@ -166,7 +166,7 @@ def test_an_event_per_transition_about_the_node(emu: KubeEmulator, api: k8s.ApiC
     assert all(r.path == "/api/v1/namespaces/default/events" for r in emu.requests("POST"))
 
 
-def test_a_retried_event_that_already_exists_is_not_duplicated(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_a_retried_event_that_already_exists_is_not_duplicated(emu: KubeEmulator, api: Api) -> None:
     at = MTIME
     # As if an earlier attempt had been stored but its answer lost.
     emu.create({"apiVersion": "v1", "kind": "Event",
@@ -179,7 +179,7 @@ def test_a_retried_event_that_already_exists_is_not_duplicated(emu: KubeEmulator
     assert len(emu.events("default")) == 1
 
 
-def test_flush_delivers_the_final_state_within_its_deadline(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_flush_delivers_the_final_state_within_its_deadline(emu: KubeEmulator, api: Api) -> None:
     slow = Backoff(initial=60.0, maximum=120.0)  # after one failure the next regular retry is a minute away
     with NodeReporter(api, NODE, backoff=slow) as rep:
         with emu.outage("refuse"):
@@ -191,7 +191,7 @@ def test_flush_delivers_the_final_state_within_its_deadline(emu: KubeEmulator, a
         assert [e["reason"] for e in emu.events("default")] == ["SchedulerRestarted", "SchedulerRestored"]
 
 
-def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api: Api) -> None:
     rep = NodeReporter(api, NODE, backoff=fast())
     rep.start()
     emu.go_down("refuse")
@@ -209,7 +209,7 @@ def test_flush_gives_up_at_the_deadline_and_close_returns(emu: KubeEmulator, api
 # --- failures by what they mean (the classes of kube/errors.py) ------------------------------------------
 
 
-def test_a_conflict_on_the_node_reads_it_and_patches_again_at_once(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_a_conflict_on_the_node_reads_it_and_patches_again_at_once(emu: KubeEmulatorExt, api: Api) -> None:
     slow = Backoff(initial=60.0, maximum=120.0)  # a conflict taken for an outage would wait a minute
     errors: list[str] = []
     emu.fail("PATCH", NODE_PATH, 409)
@@ -223,7 +223,7 @@ def test_a_conflict_on_the_node_reads_it_and_patches_again_at_once(emu: KubeEmul
 
 
 def test_a_conflict_after_which_the_node_already_carries_the_state_is_not_patched_again(
-        emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+        emu: KubeEmulatorExt, api: Api) -> None:
     status = NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME)
     wanted = desired_annotations(status, P)
     # As if the patch had been stored and only its answer lost: the Node carries it when read again.
@@ -239,7 +239,7 @@ def test_a_conflict_after_which_the_node_already_carries_the_state_is_not_patche
     assert ours(emu) == {k: v for k, v in wanted.items() if v is not None}
 
 
-def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulatorExt, api: Api) -> None:
     errors: list[str] = []
     emu.fail("PATCH", NODE_PATH, 409, times=MAX_CONFLICTS)
     with NodeReporter(api, NODE, backoff=fast(), on_error=lambda kind, exc: errors.append(kind)) as rep:
@@ -250,7 +250,7 @@ def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulator
     assert errors == ["annotations"]  # one failed attempt: the series of conflicts, then the backoff
 
 
-def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api: k8s.ApiClient,
+def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api: Api,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.annotations")
     quick = Backoff(initial=0.01, maximum=600.0)  # any other failure would be retried within 10 ms
@@ -270,7 +270,7 @@ def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api:
     assert "HTTP 403" in denied[0].getMessage()
 
 
-def test_a_refused_connection_backs_off_and_recovers(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_a_refused_connection_backs_off_and_recovers(emu: KubeEmulatorExt, api: Api) -> None:
     backoff = Backoff(initial=0.05, maximum=600.0)
     with NodeReporter(api, NODE, backoff=backoff) as rep:
         with emu.outage("refuse"):

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.errors import TooManyRequests, api_json
+from patcher.adapters.kube.transport import PODS
 from tests.kubeemu import KubeEmulator, json_patch, make_mirror_pod, merge_patch
 from tests.kubeemu_ext import KubeEmulatorExt
 
@@ -30,7 +31,7 @@ def emu() -> Iterator[KubeEmulator]:
 @pytest.fixture
 def core(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.CoreV1Api]:
     api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
-    yield k8s.CoreV1Api(api)
+    yield k8s.CoreV1Api(api.generated())  # the emulator answers the generated client as a server would
     api.close()
 
 
@@ -200,8 +201,8 @@ def test_injected_429_carries_retry_after_and_the_client_error_reads_it(tmp_path
             # A PATCH: urllib3 itself waits out one Retry-After on idempotent methods (GET, PUT, DELETE).
             ext.fail("PATCH", None, 429, retry_after=3)
             with pytest.raises(TooManyRequests, match=r"^cannot patch: HTTP 429") as info:
-                api_json("patch", k8s.CoreV1Api(api).patch_namespaced_pod, "p", "default", {"metadata": {}},
-                         _content_type="application/merge-patch+json")
+                api_json("patch", api.patch, PODS, "p", {"metadata": {}}, namespace="default",
+                         content_type="application/merge-patch+json")
             assert info.value.retry_after == 3.0
             assert [r.status for r in ext.requests("PATCH")] == [429]
         finally:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client
@@ -31,6 +30,7 @@ from patcher.adapters.kube.errors import (
     error_class,
     translate,
 )
+from patcher.adapters.kube.transport import CONFIGMAPS, NODES, Api
 from tests.kubeemu import KubeEmulator
 from tests.kubeemu_ext import KubeEmulatorExt
 
@@ -47,21 +47,21 @@ def emu() -> Iterator[KubeEmulatorExt]:
 
 
 @pytest.fixture
-def core(kubeconfig: Path) -> Iterator[k8s.CoreV1Api]:
+def core(kubeconfig: Path) -> Iterator[Api]:
     client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    yield k8s.CoreV1Api(client)
+    yield client
     client.close()
 
 
-def read(core: k8s.CoreV1Api, name: str = "status") -> Any:
-    return api_json(f"read ConfigMap {NS}/{name}", core.read_namespaced_config_map, name, NS)
+def read(core: Api, name: str = "status") -> Any:
+    return api_json(f"read ConfigMap {NS}/{name}", core.get, CONFIGMAPS, name, namespace=NS)
 
 
 @pytest.mark.parametrize(("code", "kind"), [
     (400, ApiError), (401, Unauthorized), (403, Forbidden), (404, NotFound), (409, Conflict), (410, ApiError),
     (422, Invalid), (429, TooManyRequests), (500, ServerError), (503, ServerError), (504, ServerError),
 ])
-def test_each_http_status_becomes_its_class(emu: KubeEmulatorExt, core: k8s.CoreV1Api, code: int,
+def test_each_http_status_becomes_its_class(emu: KubeEmulatorExt, core: Api, code: int,
                                             kind: type[ApiError]) -> None:
     emu.fail("GET", CM_PATH, code)
     with pytest.raises(ApiError) as info:
@@ -74,12 +74,12 @@ def test_each_http_status_becomes_its_class(emu: KubeEmulatorExt, core: k8s.Core
     assert read(core)["data"] == {"a": "b"}  # an answer, not a broken client: the next read works
 
 
-def test_real_answers_not_injected_ones(emu: KubeEmulatorExt, core: k8s.CoreV1Api) -> None:
+def test_real_answers_not_injected_ones(emu: KubeEmulatorExt, core: Api) -> None:
     with pytest.raises(NotFound, match=f"cannot read ConfigMap {NS}/missing: HTTP 404"):
         read(core, "missing")
-    body = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="status", namespace=NS))
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "status", "namespace": NS}}
     with pytest.raises(Conflict) as info:
-        api_json(f"create ConfigMap {NS}/status", core.create_namespaced_config_map, NS, body)
+        api_json(f"create ConfigMap {NS}/status", core.create, CONFIGMAPS, body, namespace=NS)
     assert info.value.status == 409
 
 
@@ -90,13 +90,13 @@ def test_bad_credentials_are_unauthorized(tmp_path: Path) -> None:
         client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
         try:
             with pytest.raises(Unauthorized) as info:
-                api_json("list nodes", k8s.CoreV1Api(client).list_node)
+                api_json("list nodes", client.list, NODES)
         finally:
             client.close()
     assert info.value.status == 401 and not isinstance(info.value, Forbidden)
 
 
-def test_no_answer_is_unreachable_without_a_status(emu: KubeEmulatorExt, core: k8s.CoreV1Api) -> None:
+def test_no_answer_is_unreachable_without_a_status(emu: KubeEmulatorExt, core: Api) -> None:
     with emu.outage("refuse"), pytest.raises(Unreachable) as info:
         read(core)
     assert info.value.status is None
@@ -105,10 +105,10 @@ def test_no_answer_is_unreachable_without_a_status(emu: KubeEmulatorExt, core: k
 
 
 def test_the_context_manager_translates_and_passes_our_own_errors_through(emu: KubeEmulatorExt,
-                                                                          core: k8s.CoreV1Api) -> None:
+                                                                          core: Api) -> None:
     emu.fail("GET", CM_PATH, 403)
     with pytest.raises(Forbidden, match="cannot read the status: HTTP 403"), api_call("read the status"):
-        core.read_namespaced_config_map("status", NS)
+        core.get(CONFIGMAPS, "status", namespace=NS)
     already = NotFound("read x", "gone", 404)
     assert translate(already, "something else") is already  # the innermost deed names the failure
     with pytest.raises(NotFound) as info, api_call("outer"):

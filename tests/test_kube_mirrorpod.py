@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
+from patcher.adapters.kube import transport
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.listwatch import (
@@ -23,6 +23,7 @@ from patcher.adapters.kube.listwatch import (
     split_records,
 )
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
+from patcher.adapters.kube.transport import Api
 from tests.helpers import NODE
 from tests.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
@@ -40,7 +41,7 @@ def emu(request: pytest.FixtureRequest) -> Iterator[KubeEmulator]:
 
 
 @pytest.fixture
-def watcher(api: k8s.ApiClient) -> Iterator[MirrorPodWatcher]:
+def watcher(api: Api) -> Iterator[MirrorPodWatcher]:
     w = MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), watch_timeout_s=30)
     yield w
     w.stop()
@@ -62,7 +63,7 @@ def lists(emu: KubeEmulator) -> list[dict[str, str]]:
     return [r.query for r in emu.requests("GET", PODS) if "watch" not in r.query]
 
 
-def test_sees_creation_and_updates_of_that_one_pod_only(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_sees_creation_and_updates_of_that_one_pod_only(emu: KubeEmulator, api: Api) -> None:
     emu.set_pod(make_mirror_pod(node_name="cp-2", started_at="2026-11-21T23:40:02Z"))  # another node's
     seen: list[Any] = []
     watcher = MirrorPodWatcher(api, "kube-system", NAME, on_update=seen.append, backoff=Backoff(0.05, 0.2))
@@ -132,7 +133,7 @@ def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPod
     assert wait_until(lambda: annotation(watcher) == "during-503", 5)
 
 
-def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: k8s.ApiClient) -> None:
+def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: Api) -> None:
     holder = PodHolder()
     seen: list[str | None] = []
 
@@ -280,7 +281,7 @@ def test_a_refused_list_waits_by_what_the_refusal_means(tmp_path: Path, code: in
         emu.fail("GET", PODS, code)
         api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
         synced: list[list[Any]] = []
-        w = ListWatcher(k8s.CoreV1Api(api).list_namespaced_pod, "kube-system", on_sync=synced.append,
+        w = ListWatcher(api, transport.PODS, "kube-system", on_sync=synced.append,
                         on_event=lambda kind, obj: None, name="pods", failure_level=logging.WARNING,
                         backoff=Backoff(initial=0.01, maximum=600.0, jitter=0.0))
         w.start()
@@ -302,7 +303,7 @@ def test_a_refused_list_waits_by_what_the_refusal_means(tmp_path: Path, code: in
 
 
 def test_a_bug_in_a_callback_is_logged_with_its_traceback_not_taken_for_an_api_failure(
-        emu: KubeEmulator, api: k8s.ApiClient, caplog: pytest.LogCaptureFixture) -> None:
+        emu: KubeEmulator, api: Api, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
     emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
     calls: list[int] = []
@@ -312,7 +313,7 @@ def test_a_bug_in_a_callback_is_logged_with_its_traceback_not_taken_for_an_api_f
         if len(calls) == 1:
             raise KeyError("a consumer's bug")
 
-    w = ListWatcher(k8s.CoreV1Api(api).list_namespaced_pod, "kube-system", on_sync=on_sync,
+    w = ListWatcher(api, transport.PODS, "kube-system", on_sync=on_sync,
                     on_event=lambda kind, obj: None, name="pods", backoff=Backoff(0.01, 0.05))
     w.start()
     try:

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.owner import OwnerWatcher, owner_daemonset
+from patcher.adapters.kube.transport import Api
 from tests.blackhole import BlackHole
 from tests.kubeemu import KubeEmulator, wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
@@ -48,7 +48,7 @@ def changes() -> threading.Event:
 
 
 @pytest.fixture
-def owner(api: k8s.ApiClient, changes: threading.Event) -> Iterator[OwnerWatcher]:
+def owner(api: Api, changes: threading.Event) -> Iterator[OwnerWatcher]:
     w = OwnerWatcher(api, NS, POD, NODE, on_update=changes.set, backoff=Backoff(0.05, 0.2), watch_timeout_s=30)
     yield w
     w.stop()

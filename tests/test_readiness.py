@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 from ruamel.yaml import YAML
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
+from patcher.adapters.kube.transport import Api
 from patcher.commands import readiness
 from patcher.core.readiness import ClusterVerdict, evaluate, render_table, scheduler_pods
 from tests.kubeemu import make_mirror_pod, wait_until
@@ -52,7 +52,7 @@ def emu() -> Iterator[KubeEmulatorExt]:
 
 
 @pytest.fixture
-def api(kubeconfig: Path) -> Iterator[k8s.ApiClient]:
+def api(kubeconfig: Path) -> Iterator[Api]:
     client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
     yield client
     client.close()
@@ -128,7 +128,7 @@ def test_json_output_carries_every_row_and_the_overall_verdict(emu: KubeEmulator
     assert doc["summary"] == f"NotReady: 2/3 nodes ready for config {SOURCE_HASH[:12]}"
 
 
-def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu, ("cp-1", "cp-2", "cp-3", "cp-4", "cp-5", "cp-6"))
     set_node(emu, "cp-1", node_annotations_for("WaitingForRestart"))
     set_mirror(emu, "cp-2", started_at=BEFORE)  # the old scheduler (with a copied marker): not proof
@@ -152,7 +152,7 @@ def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: k8s.ApiCl
 
 
 def test_a_ready_node_whose_extender_stopped_answering_is_not_ready(emu: KubeEmulatorExt,
-                                                                    api: k8s.ApiClient) -> None:
+                                                                    api: Api) -> None:
     ready_cluster(emu)
     down = "extenders stopped answering: extender http://127.0.0.1:8889/filter does not answer: HTTP 500"
     set_node(emu, "cp-2", {**node_annotations_for(), "scheduler-patcher.io/message": down})
@@ -160,7 +160,7 @@ def test_a_ready_node_whose_extender_stopped_answering_is_not_ready(emu: KubeEmu
     assert not verdict.ready and verdict.explain() == [f"cp-2: {down}"]
 
 
-def test_a_scheduler_that_restarted_since_is_still_ready(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_a_scheduler_that_restarted_since_is_still_ready(emu: KubeEmulatorExt, api: Api) -> None:
     # kube-scheduler exits whenever it loses its leader election; the kubelet restarts it with the same
     # manifest. That is no reason to call the cluster not ready.
     ready_cluster(emu)
@@ -168,7 +168,7 @@ def test_a_scheduler_that_restarted_since_is_still_ready(emu: KubeEmulatorExt, a
     assert collect(api).ready
 
 
-def test_nodes_must_agree_on_one_source_unless_one_is_expected(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_nodes_must_agree_on_one_source_unless_one_is_expected(emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu)
     set_node(emu, "cp-3", node_annotations_for(config_hash=OTHER_HASH, source_hash=OTHER_SOURCE))
     set_mirror(emu, "cp-3", config_hash=OTHER_HASH)
@@ -190,7 +190,7 @@ def test_nodes_must_agree_on_one_source_unless_one_is_expected(emu: KubeEmulator
 
 
 def test_mid_upgrade_nodes_render_one_source_into_different_configs(emu: KubeEmulatorExt,
-                                                                   api: k8s.ApiClient) -> None:
+                                                                   api: Api) -> None:
     # cp-3 already runs the next kube-scheduler minor: the same ConfigMap renders to another file there.
     ready_cluster(emu)
     set_node(emu, "cp-3", node_annotations_for(config_hash=OTHER_HASH))
@@ -205,7 +205,7 @@ def test_mid_upgrade_nodes_render_one_source_into_different_configs(emu: KubeEmu
     assert collect(api).expected_hash == CONFIG_HASH
 
 
-def test_the_legacy_master_label_counts_once(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_the_legacy_master_label_counts_once(emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu, ("cp-1", "old-master"))
     set_node(emu, "cp-1", node_annotations_for(), labels={CP: "", MASTER: ""})
     set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
@@ -219,7 +219,7 @@ def test_the_legacy_master_label_counts_once(emu: KubeEmulatorExt, api: k8s.ApiC
     assert [r.node for r in collect(api, legacy_master_label=False).rows] == ["cp-1"]
 
 
-def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu)
     pods = "/api/v1/namespaces/kube-system/pods"
     emu.clear_requests()
@@ -242,7 +242,7 @@ def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt
 
 
 def test_with_an_executor_the_four_reads_go_at_once_and_decide_the_same(emu: KubeEmulatorExt,
-                                                                         api: k8s.ApiClient) -> None:
+                                                                         api: Api) -> None:
     # The gatekeeper reads the verdict between two batches of releases: one round trip, not four (issue 25).
     ready_cluster(emu, ("cp-1", "cp-2", "old-master"))
     set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
@@ -369,7 +369,7 @@ def configmap(emu: KubeEmulatorExt, name: str, namespace: str = NS) -> dict[str,
     return cm
 
 
-def test_publish_writes_our_status_and_the_csi_baremetal_shape(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_publish_writes_our_status_and_the_csi_baremetal_shape(emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu)
     set_node(emu, "cp-2", node_annotations_for("WaitingForRestart"))
     written = publish_status(api, collect(api), namespace=NS, compat_csi_baremetal=True)
@@ -393,7 +393,7 @@ def test_publish_writes_our_status_and_the_csi_baremetal_shape(emu: KubeEmulator
     assert compat["data"]["nodes.yaml"].startswith("nodes:\n- node_name: cp-1\n  kube_scheduler: kube-scheduler-cp-1\n")
 
 
-def test_compat_quotes_names_yaml_would_misread_and_lists_nodes_without_a_pod(api: k8s.ApiClient,
+def test_compat_quotes_names_yaml_would_misread_and_lists_nodes_without_a_pod(api: Api,
                                                                             emu: KubeEmulatorExt) -> None:
     ready_cluster(emu, ("true", "123"))
     emu.delete("pods", "kube-scheduler-123", namespace="kube-system")
@@ -405,7 +405,7 @@ def test_compat_quotes_names_yaml_would_misread_and_lists_nodes_without_a_pod(ap
 
 
 def test_publish_updates_with_the_resource_version_only_when_something_changed(
-        emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+        emu: KubeEmulatorExt, api: Api) -> None:
     ready_cluster(emu)
     # The csi-baremetal operator may have created it (with its owner reference): we keep what is not ours.
     emu.create({"apiVersion": "v1", "kind": "ConfigMap",
@@ -432,7 +432,7 @@ def test_publish_updates_with_the_resource_version_only_when_something_changed(
 
 
 def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmulatorExt,
-                                                                  api: k8s.ApiClient) -> None:
+                                                                  api: Api) -> None:
     ready_cluster(emu)
     set_node(emu, "cp-1", node_annotations_for("WaitingForRestart"))
     publish_status(api, collect(api), namespace=NS)
@@ -469,7 +469,7 @@ def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmul
 # --- every scheduler counted (issue 21) ----------------------------------------------------------------
 
 
-def test_a_scheduler_on_an_unlabelled_node_is_not_ready(emu: KubeEmulatorExt, api: k8s.ApiClient,
+def test_a_scheduler_on_an_unlabelled_node_is_not_ready(emu: KubeEmulatorExt, api: Api,
                                                          kubeconfig: Path) -> None:
     # Some installers do not label control-plane nodes: the DaemonSet's default placement puts no agent there,
     # and a verdict that starts from node labels would never see that scheduler, which runs without the extender.
@@ -501,7 +501,7 @@ def test_a_scheduler_on_an_unlabelled_node_is_not_ready(emu: KubeEmulatorExt, ap
 
 
 def test_a_node_owned_scheduler_pod_without_labels_is_counted_too(emu: KubeEmulatorExt,
-                                                                   api: k8s.ApiClient) -> None:
+                                                                   api: Api) -> None:
     # kubeletsim-style mirror pods carry no labels; their owner (the Node) and name make them the scheduler.
     ready_cluster(emu)
     set_node(emu, "cp-4", {}, labels={})
@@ -514,7 +514,7 @@ def test_a_node_owned_scheduler_pod_without_labels_is_counted_too(emu: KubeEmula
     assert {r.node: r.reason for r in collect(api).rows}["cp-4"] == "kube-scheduler runs here, no agent reports"
 
 
-def test_an_agent_on_an_unselected_node_is_judged_like_any_other(emu: KubeEmulatorExt, api: k8s.ApiClient) -> None:
+def test_an_agent_on_an_unselected_node_is_judged_like_any_other(emu: KubeEmulatorExt, api: Api) -> None:
     # The operator widened the DaemonSet's placement: the agent there reports and the row can be Ready (every
     # scheduler runs the config); the warning stays, because the verdict's node selector still misses that node.
     ready_cluster(emu)
@@ -526,7 +526,7 @@ def test_an_agent_on_an_unselected_node_is_judged_like_any_other(emu: KubeEmulat
 
 
 def test_pods_of_another_controller_are_not_counted_as_the_static_scheduler(emu: KubeEmulatorExt,
-                                                                             api: k8s.ApiClient) -> None:
+                                                                             api: Api) -> None:
     ready_cluster(emu)
     pod = make_mirror_pod(node_name="worker-1", static_name="second-scheduler", annotations={})
     pod["metadata"]["labels"] = {"component": "kube-scheduler"}

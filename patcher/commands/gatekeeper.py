@@ -67,7 +67,7 @@ from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS
 from patcher.services.webhook import AdmissionWebhook
 
 if TYPE_CHECKING:
-    from kubernetes import client as k8s
+    from patcher.adapters.kube.transport import Api
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ def webhook_selection(args: argparse.Namespace) -> Selection:
                      storage_classes=split(args.webhook_storage_classes), csi_drivers=split(args.webhook_csi_drivers))
 
 
-def build_webhook(api: k8s.ApiClient, args: argparse.Namespace,
+def build_webhook(api: Api, args: argparse.Namespace,
                   metrics: GateMetrics) -> tuple[ConfigMapView, TlsServer] | None:
     """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen.
     Raises ``ValueError`` for a missing flag, ``OSError``/``ssl.SSLError`` for a certificate that does not load."""

@@ -34,7 +34,6 @@ from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.gaterelease import GateOutcome, pending_pod_watchers, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
-from patcher.adapters.kube.rawjson import RawJson
 from patcher.adapters.kube.throttle import Throttle
 from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
 from patcher.core.kubeobj import Obj, dig
@@ -42,7 +41,7 @@ from patcher.core.readiness import ClusterVerdict, node_selectors
 from patcher.core.status import annotation_snapshot
 
 if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
-    from kubernetes import client as k8s
+    from patcher.adapters.kube.transport import Api
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ class Gatekeeper:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: Api,
         *,
         verdict_fn: Callable[[], ClusterVerdict],
         gate_name: str = DEFAULT_GATE,
@@ -150,7 +149,6 @@ class Gatekeeper:
             raise ValueError("the release concurrency and batch size must be at least 1")
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gate-release")
         self._api = api
-        self._raw = RawJson(api)  # the release PATCH, through the client's own transport, without its overhead
         self.gate = gate_name
         self._verdict_fn = verdict_fn
         self._elector = elector
@@ -377,7 +375,7 @@ class Gatekeeper:
         try:
             result = release_gate(self._api, pod, self.gate, attempts=MAX_CONFLICTS,
                                   on_conflict=self.metrics.conflict, throttle=self.throttle,
-                                  on_throttled=self.metrics.throttled, raw=self._raw)
+                                  on_throttled=self.metrics.throttled)
         except ApiError as exc:
             log.warning("%s; retrying later", exc)
             return False

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from patcher.adapters.kube.lease import MAX_CALL, Lease, Obj, Outcome, annotations_of
 
 if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
-    from kubernetes import client as k8s
+    from patcher.adapters.kube.transport import Api
 
 log = logging.getLogger("patcher.services.rollout")
 
@@ -34,7 +34,7 @@ MAX_BAD = 20  # the annotation keeps the most recent ones: enough for any real h
 class RolloutLease:
     """The rollout turn as an actor. Every public method returns at once (``settle``/``close`` wait, bounded)."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, name: str, holder: str, *, duration: int = 60,
+    def __init__(self, api: Api, namespace: str, name: str, holder: str, *, duration: int = 60,
                  prefix: str = "scheduler-patcher.io", clock: Callable[[], float] = time.monotonic,
                  retry: float = 2.0, on_change: Callable[[], None] | None = None) -> None:
         self.lease = Lease(api, namespace, name, holder, float(duration), clock=clock)

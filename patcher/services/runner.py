@@ -26,11 +26,11 @@ from patcher.core.status import NodeState
 from patcher.services import engine, process
 from patcher.services.agent import Agent, Event
 
-if TYPE_CHECKING:  # the Kubernetes client costs ~1 s of imports: only a run with the API loads it
+if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.annotations import NodeReporter
-    from patcher.adapters.kube.client import TimeoutApiClient
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
+    from patcher.adapters.kube.transport import Api as KubeApi
     from patcher.services.rollout import RolloutLease
     from patcher.services.statuspub import StatusPublisher
 
@@ -54,7 +54,7 @@ class _VersionCache:
     timeout on every reconcile while the API server is down (which is when we restart it). Refreshed now and
     then, since an upgrade changes it."""
 
-    def __init__(self, api: TimeoutApiClient, refresh: float = 600.0) -> None:
+    def __init__(self, api: KubeApi, refresh: float = 600.0) -> None:
         self.api = api
         self.value: str | None = None
         self.refresh = refresh
@@ -84,21 +84,22 @@ class _VersionCache:
 
 @dataclass(frozen=True)
 class Deferred:
-    """An API client to build in a background thread (the ``run`` command's case): importing the Kubernetes
-    client alone takes ~1 s on a small node, and the first reconcile's file work (and the signal handling)
-    must not wait for it. The adapters are attached to the running agent once they are built."""
+    """An API client to build in a background thread (the ``run`` command's case): importing the client's
+    transport and loading its TLS context take a tenth of a second or more on a small node (the whole
+    generated client took ~1 s before ``kube.transport``), and the first reconcile's file work (and the signal
+    handling) must not wait for it. The adapters are attached to the running agent once they are built."""
 
-    build: Callable[[], TimeoutApiClient]
+    build: Callable[[], KubeApi]
 
 
-Api = Union["TimeoutApiClient", Deferred, None]
+Api = Union["KubeApi", Deferred, None]
 
 
 @dataclass
 class ApiParts:
     """The agent's adapters on the API side, built by ``_api_parts`` and owned (closed) by ``Wiring``."""
 
-    api: TimeoutApiClient
+    api: KubeApi
     reporter: NodeReporter
     pods: MirrorPodWatcher
     coordinator: RolloutLease | None
@@ -135,7 +136,7 @@ class ApiParts:
                            fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
 
 
-def _api_parts(config: Settings, api: TimeoutApiClient, notify: Callable[[Event], None],
+def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
                metrics: Metrics) -> ApiParts:
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
     from patcher.adapters.kube.annotations import NodeReporter
@@ -243,7 +244,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
-def api_client(given: settings.Api) -> TimeoutApiClient:
+def api_client(given: settings.Api) -> KubeApi:
     """The API client ``run`` builds (and the tests, against the emulator). It imports the Kubernetes client:
     ``run`` calls it off the loop, through a ``Deferred``."""
     from patcher.adapters.kube.client import ClientSettings, build_api_client

@@ -18,7 +18,7 @@ from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError
 
 if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
-    from kubernetes import client as k8s
+    from patcher.adapters.kube.transport import Api
 
 log = logging.getLogger("patcher.services.statuspub")
 
@@ -34,7 +34,7 @@ class StatusTarget:
 
 
 class StatusPublisher:
-    def __init__(self, api: k8s.ApiClient, target: StatusTarget, *, backoff: Backoff | None = None,
+    def __init__(self, api: Api, target: StatusTarget, *, backoff: Backoff | None = None,
                  refresh: float = 300.0) -> None:
         self.api = api
         self.target = target

@@ -20,10 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
+from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
     COMPONENT,
     DEFAULT_PREFIX,
@@ -41,7 +40,6 @@ from patcher.core.status import (
 
 log = logging.getLogger(__name__)
 
-MERGE_PATCH = "application/merge-patch+json"
 #: An event rejected with one of these will never be accepted; it is dropped instead of blocking the queue.
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
 #: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
@@ -61,7 +59,7 @@ class NodeReporter:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: Api,
         node_name: str,
         *,
         prefix: str = DEFAULT_PREFIX,
@@ -72,7 +70,7 @@ class NodeReporter:
         on_error: ErrorHook | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
-        self._core = k8s.CoreV1Api(api)
+        self._api = api
         self._node = node_name
         self._prefix = normalize_prefix(prefix)
         self._event_namespace = event_namespace
@@ -238,14 +236,14 @@ class NodeReporter:
         what = f"patch the annotations of node {self._node}"
         for _ in range(MAX_CONFLICTS):
             try:
-                node = api_json(what, self._core.patch_node, self._node, merge_patch(annotations),
-                                _content_type=MERGE_PATCH)
+                node = api_json(what, self._api.patch, NODES, self._node, merge_patch(annotations),
+                                content_type=MERGE_PATCH)
             except Conflict as exc:
                 # The Node changed under the server's own retries (busy Nodes do): not an outage. Read it; the
                 # patch may have landed before its answer was lost, else send it again at once.
                 log.debug("node %s: %s; reading the Node again", self._node, exc.detail)
                 try:
-                    node = api_json(f"read node {self._node}", self._core.read_node, self._node)
+                    node = api_json(f"read node {self._node}", self._api.get, NODES, self._node)
                 except ApiError as read_exc:
                     self._failed("annotations", read_exc)
                     raise
@@ -281,27 +279,17 @@ class NodeReporter:
                 component=self._component,
             )
             try:
-                model = k8s.CoreV1Event.model_validate(body)
-            except ValueError as exc:  # the client refused the body itself: no request, and none will do
-                log.error("node %s: event %s refused by the client (%s); dropped", self._node, spec.reason,
-                          str(exc).splitlines()[0])
-                self._count("event", exc)
-                model = None
-            if model is not None:
-                try:
-                    # (client 37 sends no Content-Type on create; the API server then assumes JSON)
-                    api_json(f"create event {spec.reason} about node {self._node}",
-                             self._core.create_namespaced_event, self._event_namespace, model)
-                except Conflict:  # the name is derived from the time: an earlier attempt was stored
-                    log.debug("node %s: event %s was already delivered", self._node, spec.reason)
-                except ApiError as exc:
-                    self._failed("event", exc)
-                    if exc.status not in _PERMANENT_EVENT_ERRORS:
-                        raise
-                    log.error("node %s: event %s rejected for good (%s); dropped",
-                              self._node, spec.reason, exc.detail)
-                else:
-                    log.debug("node %s: event %s sent", self._node, spec.reason)
+                api_json(f"create event {spec.reason} about node {self._node}",
+                         self._api.create, EVENTS, body, namespace=self._event_namespace)
+            except Conflict:  # the name is derived from the time: an earlier attempt was stored
+                log.debug("node %s: event %s was already delivered", self._node, spec.reason)
+            except ApiError as exc:
+                self._failed("event", exc)
+                if exc.status not in _PERMANENT_EVENT_ERRORS:
+                    raise
+                log.error("node %s: event %s rejected for good (%s); dropped", self._node, spec.reason, exc.detail)
+            else:
+                log.debug("node %s: event %s sent", self._node, spec.reason)
             with self._cond:
                 if self._events and self._events[0] is spec:
                     self._events.popleft()

@@ -1,5 +1,10 @@
 """Build the Kubernetes API client the agent uses: in-cluster by default, a kubeconfig for local runs.
 
+The client is ``kube.transport.Api``: the official client's ``Configuration`` and pool manager without its
+generated classes. The in-cluster path imports only the official ``incluster_config`` loader (see
+``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config`` package (YAML, OAuth, exec plugins),
+which is for local runs.
+
 Every request gets a short default timeout (a hung API server must not stall a reconcile), urllib3's own
 retries are limited to one (stale keep-alive connections) because the callers retry with backoff, TCP
 keepalive is on so a dead watch connection is noticed, and TLS verification is forced on whatever the
@@ -12,22 +17,25 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.config.incluster_config import (
+from patcher.adapters.kube import lightimport
+from patcher.adapters.kube.errors import ApiError, api_json
+from patcher.adapters.kube.transport import DEFAULT_TIMEOUT, Api
+
+lightimport.install()  # before the first kubernetes import (done by errors and transport already; said here too)
+
+from kubernetes.client.configuration import Configuration  # noqa: E402
+from kubernetes.config.config_exception import ConfigException  # noqa: E402
+from kubernetes.config.incluster_config import (  # noqa: E402
     SERVICE_CERT_FILENAME,
     SERVICE_TOKEN_FILENAME,
     InClusterConfigLoader,
 )
 
-from patcher.adapters.kube.errors import ApiError, api_json
-
 log = logging.getLogger(__name__)
 
-#: (connect, read) seconds for ordinary requests.
-DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 10.0)
+__all__ = ["DEFAULT_TIMEOUT", "Api", "ApiConfigError", "ClientSettings", "build_api_client", "load_configuration",
+           "server_version"]
 
 
 class ApiConfigError(Exception):
@@ -49,40 +57,21 @@ class ClientSettings:
     ca_file: str = SERVICE_CERT_FILENAME
 
 
-class TimeoutApiClient(k8s.ApiClient):
-    """An ``ApiClient`` that applies a default ``_request_timeout`` to every call that does not set one.
-
-    ``call_api`` is the single funnel of every generated API method, so overriding it covers calls made by
-    code that does not know about timeouts (the agent loop, later features) as well as ours.
-    """
-
-    def __init__(self, configuration: k8s.Configuration, timeout: tuple[float, float]) -> None:
-        super().__init__(configuration)
-        self.default_timeout = timeout
-
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("_request_timeout") is None:
-            kwargs["_request_timeout"] = self.default_timeout
-        return super().call_api(*args, **kwargs)
-
-    def close(self) -> None:
-        """Close the connection pool (typed here: the generated base class is not)."""
-        super().close()  # type: ignore[no-untyped-call]
-
-
 def load_configuration(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None
-) -> k8s.Configuration:
+) -> Configuration:
     """Resolve the API configuration: explicit kubeconfig, else ``$KUBECONFIG``, else in-cluster.
 
     Raises ``ApiConfigError`` with one sentence an operator can act on.
     """
     env = os.environ if environ is None else environ
-    cfg = k8s.Configuration()
+    cfg = Configuration()
     path = settings.kubeconfig or env.get("KUBECONFIG") or None
     try:
         if path:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            from kubernetes.config import load_kube_config  # the whole config package: YAML, OAuth, exec
+
+            load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=path, context=settings.context, client_configuration=cfg, persist_config=False
             )
             source = f"kubeconfig {path}"
@@ -92,7 +81,7 @@ def load_configuration(
             )
             loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
             source = "in-cluster service account"
-    except (k8s_config.ConfigException, OSError, ValueError, TypeError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
         where = f"kubeconfig {path}" if path else "in-cluster configuration"
         raise ApiConfigError(f"cannot load the {where}: {exc}") from exc
     if not cfg.verify_ssl:
@@ -108,20 +97,19 @@ def load_configuration(
 
 def build_api_client(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None
-) -> TimeoutApiClient:
+) -> Api:
     """An API client for ``settings`` (see ``load_configuration``); close it with ``.close()``."""
-    return TimeoutApiClient(load_configuration(settings, environ), settings.timeout)
+    return Api(load_configuration(settings, environ), settings.timeout)
 
 
-def server_version(api: k8s.ApiClient) -> str | None:
+def server_version(api: Api) -> str | None:
     """The API server's ``gitVersion`` (e.g. ``v1.31.2``), or ``None`` when it cannot be asked right now.
 
     Used as a fallback to learn the scheduler's version; an unreachable server is normal during a control-plane
     restart, so failures are logged and answered with ``None`` rather than raised.
     """
     try:
-        # Raw JSON: the generated model insists on every field (goVersion, compiler, …) being present.
-        info = api_json("read the API server version", k8s.VersionApi(api).get_code)
+        info = api_json("read the API server version", api.version)
     except ApiError as exc:
         log.info("%s", exc)
         return None

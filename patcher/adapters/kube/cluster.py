@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from typing import Final, TypeVar
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import CONFIGMAPS, NODES, PODS, Api
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.readiness import (
@@ -62,8 +61,8 @@ def fan_out(executor: Executor | None, calls: Sequence[Callable[[], T]]) -> list
     return [f.result() for f in futures]
 
 
-def _node_items(core: k8s.CoreV1Api, selector: str) -> list[Obj]:
-    body = api_json(f"list nodes ({selector})", core.list_node, label_selector=selector)
+def _node_items(api: Api, selector: str) -> list[Obj]:
+    body = api_json(f"list nodes ({selector})", api.list, NODES, label_selector=selector)
     return [i for i in body.get("items") or [] if isinstance(i, dict)]
 
 
@@ -78,13 +77,13 @@ def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
     return [seen[name] for name in sorted(seen)]
 
 
-def list_nodes(core: k8s.CoreV1Api, selectors: Sequence[str], executor: Executor | None = None) -> list[Obj]:
+def list_nodes(api: Api, selectors: Sequence[str], executor: Executor | None = None) -> list[Obj]:
     """Nodes matching any of ``selectors``, each once, sorted by name (one list per selector, at once on
     ``executor``)."""
-    return _merge_nodes(fan_out(executor, [functools.partial(_node_items, core, s) for s in selectors]))
+    return _merge_nodes(fan_out(executor, [functools.partial(_node_items, api, s) for s in selectors]))
 
 
-def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[str],
+def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
                      label_selector: str | None = DEFAULT_MIRROR_SELECTOR) -> dict[str, Obj | None]:
     """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed.
 
@@ -95,7 +94,7 @@ def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[st
     found: dict[str, Obj | None] = {}
     if label_selector:
         try:
-            body = api_json(f"list pods in {namespace} ({label_selector})", core.list_namespaced_pod, namespace,
+            body = api_json(f"list pods in {namespace} ({label_selector})", api.list, PODS, namespace=namespace,
                             label_selector=label_selector)
         except Forbidden:
             body = {}
@@ -105,7 +104,7 @@ def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[st
                 found[name] = item
     for name in sorted(wanted - found.keys()):
         try:
-            found[name] = api_json(f"read pod {namespace}/{name}", core.read_namespaced_pod, name, namespace)
+            found[name] = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
         except NotFound:
             found[name] = None
     return found
@@ -116,7 +115,7 @@ def read_mirror_pods(core: k8s.CoreV1Api, namespace: str, pod_names: Iterable[st
 POD_PAGE: Final = 500
 
 
-def list_pods(core: k8s.CoreV1Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
+def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
     """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
     items: list[Obj] = []
     token: str | None = None
@@ -126,25 +125,25 @@ def list_pods(core: k8s.CoreV1Api, namespace: str, label_selector: str | None = 
         if label_selector:
             kwargs["label_selector"] = label_selector
         if token:
-            kwargs["_continue"] = token
-        body = api_json(what, core.list_namespaced_pod, namespace, **kwargs)
+            kwargs["continue_"] = token
+        body = api_json(what, api.list, PODS, namespace=namespace, **kwargs)
         items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
         token = dig(body, "metadata", "continue") or None
         if not token:
             return items
 
 
-def _scheduler_lists(core: k8s.CoreV1Api, namespace: str,
+def _scheduler_lists(api: Api, namespace: str,
                      label_selector: str | None) -> list[Callable[[], list[Obj]]]:
     """The reads behind ``find_schedulers``: the labelled list (when there is a selector), then the whole
     namespace."""
-    calls: list[Callable[[], list[Obj]]] = [functools.partial(list_pods, core, namespace)]
+    calls: list[Callable[[], list[Obj]]] = [functools.partial(list_pods, api, namespace)]
     if label_selector:
-        calls.insert(0, functools.partial(list_pods, core, namespace, label_selector))
+        calls.insert(0, functools.partial(list_pods, api, namespace, label_selector))
     return calls
 
 
-def find_schedulers(core: k8s.CoreV1Api, namespace: str, label_selector: str | None,
+def find_schedulers(api: Api, namespace: str, label_selector: str | None,
                     static_pod_name: str, executor: Executor | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
     may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
@@ -154,7 +153,7 @@ def find_schedulers(core: k8s.CoreV1Api, namespace: str, label_selector: str | N
     server-side).
     """
     try:
-        return _schedulers(fan_out(executor, _scheduler_lists(core, namespace, label_selector)), static_pod_name)
+        return _schedulers(fan_out(executor, _scheduler_lists(api, namespace, label_selector)), static_pod_name)
     except Forbidden:
         return None
 
@@ -165,12 +164,12 @@ def _schedulers(lists: list[list[Obj]], static_pod_name: str) -> SchedulerPods:
     return scheduler_pods(labelled[0] if labelled else [], everything, static_pod_name=static_pod_name)
 
 
-def _read_node(core: k8s.CoreV1Api, name: str) -> Obj:
+def _read_node(api: Api, name: str) -> Obj:
     """The Node a scheduler pod runs on; a bare stand-in when it is gone (the pod alone makes the row).
 
     A list by name, not a GET: ``list`` on nodes is what every verdict reader is granted already (the
     gatekeeper has no ``get``)."""
-    body = api_json(f"list nodes (metadata.name={name})", core.list_node, field_selector=f"metadata.name={name}")
+    body = api_json(f"list nodes (metadata.name={name})", api.list, NODES, field_selector=f"metadata.name={name}")
     items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
     return items[0] if items else {"metadata": {"name": name}}
 
@@ -184,7 +183,7 @@ def _unless_forbidden(call: Callable[[], list[Obj]]) -> list[Obj] | None:
 
 
 def collect(
-    api: k8s.ApiClient,
+    api: Api,
     *,
     prefix: str = DEFAULT_PREFIX,
     node_selector: str = DEFAULT_NODE_SELECTOR,
@@ -211,15 +210,14 @@ def collect(
     four): the gatekeeper reads the verdict between two batches of releases, with its release pool idle.
     """
     check_expected_hash(expected_hash)
-    core = k8s.CoreV1Api(api)
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
-        nodes = list_nodes(core, selectors)
-        found = find_schedulers(core, mirror_namespace, mirror_label_selector, static_pod_name)
+        nodes = list_nodes(api, selectors)
+        found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name)
     else:
-        node_reads = [executor.submit(_node_items, core, s) for s in selectors]
+        node_reads = [executor.submit(_node_items, api, s) for s in selectors]
         pod_reads = [executor.submit(_unless_forbidden, call)
-                     for call in _scheduler_lists(core, mirror_namespace, mirror_label_selector)]
+                     for call in _scheduler_lists(api, mirror_namespace, mirror_label_selector)]
         concurrent.futures.wait(node_reads)
         concurrent.futures.wait(pod_reads)  # both sets ended: no read outlives this verdict
         nodes = _merge_nodes(f.result() for f in node_reads)
@@ -230,7 +228,7 @@ def collect(
     problems: list[str] = []
     if found is None:
         names = {node: mirror_pod_name(static_pod_name, node) for node in selected}
-        got = read_mirror_pods(core, mirror_namespace, names.values(), None) if names else {}
+        got = read_mirror_pods(api, mirror_namespace, names.values(), None) if names else {}
         pods = {node: got.get(pod) for node, pod in names.items()}
         problems.append(f"cannot list pods in {mirror_namespace} (forbidden): kube-schedulers on nodes outside "
                         "the node selector cannot be counted")
@@ -239,7 +237,7 @@ def collect(
         pods = dict(found.by_node)
         warnings = found.warnings
     outside = sorted(set(pods) - selected)
-    nodes = [*nodes, *(_read_node(core, name) for name in outside)]
+    nodes = [*nodes, *(_read_node(api, name) for name in outside)]
     return evaluate(nodes, pods, prefix=prefix, expected_hash=expected_hash, static_pod_name=static_pod_name,
                     container_name=container_name, unselected=outside, problems=problems, warnings=warnings)
 
@@ -247,14 +245,13 @@ def collect(
 # --- watching -------------------------------------------------------------------------------------------
 
 
-def node_watchers(api: k8s.ApiClient, selectors: Sequence[str], *, on_sync: Callable[[list[Obj]], None],
+def node_watchers(api: Api, selectors: Sequence[str], *, on_sync: Callable[[list[Obj]], None],
                   on_event: Callable[[str, Obj], None], backoff: Backoff | None = None,
                   failure_level: int = logging.INFO) -> list[ListWatcher]:
     """One watcher per selector (not started): ``on_sync(nodes)`` after each list, ``on_event(kind, node)``
     for each change. ``readiness --wait`` and the gatekeeper both watch the control-plane Nodes this way."""
-    core = k8s.CoreV1Api(api)
     return [
-        ListWatcher(core.list_node, label_selector=sel, name=f"watch nodes ({sel})", on_sync=on_sync,
+        ListWatcher(api, NODES, label_selector=sel, name=f"watch nodes ({sel})", on_sync=on_sync,
                     on_event=on_event, backoff=backoff.fresh() if backoff is not None else None,
                     failure_level=failure_level)
         for sel in selectors
@@ -318,7 +315,7 @@ def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int 
 # --- publishing -----------------------------------------------------------------------------------------
 
 
-def _upsert_configmap(core: k8s.CoreV1Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
+def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
                       attempts: int) -> bool:
     """Create or update ``name`` so that its data includes ``make_data()``; True when something was written.
 
@@ -329,7 +326,7 @@ def _upsert_configmap(core: k8s.CoreV1Api, namespace: str, name: str, make_data:
     where = f"{namespace}/{name}"
     for _ in range(attempts):
         try:
-            current: Obj | None = api_json(f"read ConfigMap {where}", core.read_namespaced_config_map, name, namespace)
+            current: Obj | None = api_json(f"read ConfigMap {where}", api.get, CONFIGMAPS, name, namespace=namespace)
         except NotFound:
             current = None
         data = make_data()
@@ -337,15 +334,13 @@ def _upsert_configmap(core: k8s.CoreV1Api, namespace: str, name: str, make_data:
             if current is None:
                 body = {"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}, "data": data}
-                api_json(f"create ConfigMap {where}", core.create_namespaced_config_map, namespace,
-                         k8s.V1ConfigMap.model_validate(body))
+                api_json(f"create ConfigMap {where}", api.create, CONFIGMAPS, body, namespace=namespace)
                 return True
             old = current.get("data") or {}
             if all(old.get(k) == v for k, v in data.items()):
                 return False
             current["data"] = {**old, **data}
-            api_json(f"update ConfigMap {where}", core.replace_namespaced_config_map, name, namespace,
-                     k8s.V1ConfigMap.model_validate(current))
+            api_json(f"update ConfigMap {where}", api.update, CONFIGMAPS, name, current, namespace=namespace)
             return True
         except Conflict:  # changed since we read it, or created by another agent meanwhile
             log.debug("ConfigMap %s changed concurrently; reading it again", where)
@@ -353,7 +348,7 @@ def _upsert_configmap(core: k8s.CoreV1Api, namespace: str, name: str, make_data:
 
 
 def publish_status(
-    api: k8s.ApiClient,
+    api: Api,
     verdict: ClusterVerdict | Callable[[], ClusterVerdict],
     *,
     namespace: str,
@@ -371,7 +366,6 @@ def publish_status(
     csi-baremetal extender mounts ``extender-readiness`` (its Deployment's namespace; default ``namespace``).
     Raises ``ApiError`` for an API failure (the caller retries).
     """
-    core = k8s.CoreV1Api(api)
     latest: list[ClusterVerdict] = []
 
     def current() -> ClusterVerdict:
@@ -379,9 +373,9 @@ def publish_status(
         latest.append(v)
         return v
 
-    _upsert_configmap(core, namespace, name, lambda: status_data(current()), attempts)
+    _upsert_configmap(api, namespace, name, lambda: status_data(current()), attempts)
     if compat_csi_baremetal:
-        _upsert_configmap(core, compat_namespace or namespace, COMPAT_NAME,
+        _upsert_configmap(api, compat_namespace or namespace, COMPAT_NAME,
                           lambda: {COMPAT_KEY: compat_nodes_yaml(current())}, attempts)
     return latest[-1]
 

@@ -14,24 +14,22 @@ import logging
 import threading
 from typing import Any
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import CONFIGMAPS, Api
 from patcher.core.kubeobj import Obj, dig
 
 
 class ConfigMapView:
     """Follows ConfigMap ``namespace/name``; ``state()`` is ``(known, params)`` with params ``None`` if absent."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, name: str, *, backoff: Backoff | None = None,
+    def __init__(self, api: Api, namespace: str, name: str, *, backoff: Backoff | None = None,
                  failure_level: int = logging.WARNING) -> None:
         self.namespace, self.name = namespace, name
         self._lock = threading.Lock()
         self._known = False
         self._params: Obj | None = None
-        core = k8s.CoreV1Api(api)
-        self._watcher = ListWatcher(core.list_namespaced_config_map, namespace,
+        self._watcher = ListWatcher(api, CONFIGMAPS, namespace,
                                     field_selector=f"metadata.name={name}", name=f"watch ConfigMap {namespace}/{name}",
                                     on_sync=self._synced, on_event=self._event, backoff=backoff,
                                     failure_level=failure_level)

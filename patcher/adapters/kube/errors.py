@@ -9,13 +9,17 @@ The message names what was being done: ``cannot read ConfigMap ns/name: HTTP 404
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import urllib3
-from kubernetes.client.exceptions import ApiException
+
+from patcher.adapters.kube import lightimport
+
+lightimport.install()  # before the first kubernetes import: see kube.lightimport
+
+from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 #: Everything a call to the API server can raise: an HTTP error answer, a transport failure (refused, reset,
 #: timeout, TLS) or an undecodable body. Only ``api_call`` catches it: every adapter translates through there,
@@ -138,7 +142,7 @@ def api_call(what: str) -> Iterator[None]:
 
 
 def api_json(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a generated client method for its raw JSON body (the models insist on fields servers omit)."""
+    """``fn(*args, **kwargs)`` (a verb of ``kube.transport.Api``: the decoded JSON answer), its failures
+    translated as ``api_call`` does."""
     with api_call(what):
-        resp = fn(*args, _preload_content=False, **kwargs)
-        return json.loads(resp.data)
+        return fn(*args, **kwargs)

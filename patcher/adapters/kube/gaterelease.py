@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import (
     API_ERRORS,
@@ -31,14 +29,13 @@ from patcher.adapters.kube.errors import (
     translate,
 )
 from patcher.adapters.kube.listwatch import ListWatcher, event_metadata
-from patcher.adapters.kube.rawjson import RawJson
 from patcher.adapters.kube.throttle import Throttle
+from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api
 from patcher.core.gates import GatedPod, release_patch, slim, without_gate
 from patcher.core.kubeobj import Obj
 
 log = logging.getLogger(__name__)
 
-JSON_PATCH: Final = "application/json-patch+json"
 POD_PATH: Final = "/api/v1/namespaces/{namespace}/pods/{name}"
 
 
@@ -102,7 +99,7 @@ def gate_absent(gate: str) -> Callable[[bytes], tuple[str, GatedPod, str] | None
     return shortcut
 
 
-def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
+def pending_pod_watchers(api: Api, namespaces: Sequence[str], *,
                          on_sync: Callable[[str | None, list[GatedPod]], None],
                          on_event: Callable[[str, GatedPod], None],
                          scheduler_names: Sequence[str] = (), gate: str | None = None,
@@ -111,7 +108,6 @@ def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
     namespace (or one across the cluster for none) and per scheduler name (or any scheduler for none).
     ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods. With ``gate``, a
     watch event that cannot carry it is decoded no further than its metadata (``gate_absent``)."""
-    core = k8s.CoreV1Api(api)
     fresh = backoff.fresh if backoff is not None else (lambda: None)
     watchers = []
     scopes: list[str | None] = list(namespaces) or [None]
@@ -119,8 +115,7 @@ def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
     for ns in scopes:
         for scheduler in schedulers:
             label = ", ".join(x for x in (ns, scheduler and f"scheduler {scheduler}") if x)
-            fn, args = (core.list_pod_for_all_namespaces, ()) if ns is None else (core.list_namespaced_pod, (ns,))
-            watchers.append(ListWatcher(fn, *args, field_selector=pending_selector(scheduler),
+            watchers.append(ListWatcher(api, PODS, ns, field_selector=pending_selector(scheduler),
                                         name=f"watch pods ({label})" if label else "watch pods",
                                         on_sync=functools.partial(on_sync, ns), on_event=on_event,
                                         backoff=fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
@@ -128,15 +123,9 @@ def pending_pod_watchers(api: k8s.ApiClient, namespaces: Sequence[str], *,
     return watchers
 
 
-def read_raw(fn: Callable[..., Any], *args: Any) -> bytes:
-    """The undecoded body of a generated client call."""
-    data: bytes = fn(*args, _preload_content=False).data
-    return data
-
-
-def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts: int,
+def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
                  on_conflict: Callable[[], None] | None = None, throttle: Throttle | None = None,
-                 on_throttled: Callable[[], None] | None = None, raw: RawJson | None = None) -> GateRelease:
+                 on_throttled: Callable[[], None] | None = None) -> GateRelease:
     """Remove ``gate`` from ``pod`` with the patch of ``core.gates`` (it tests the gates it was built from).
 
     A 422 (the ``test`` failed) or a 409 means the pod changed since it was read: ``on_conflict()`` is called,
@@ -145,12 +134,9 @@ def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts
     server's ``Retry-After`` (every worker waits, not only this one) and sends the same request again, up to
     ``MAX_THROTTLED`` times. Raises ``ApiError`` for any other failure of the patch or the read.
 
-    The patch is serialised here and sent through ``raw`` (``api``'s own transport, see ``kube.rawjson``; a
-    caller releasing thousands of pods passes one it keeps): the generated method's per-call overhead was
-    half of the gatekeeper's CPU per released pod. The rare read after a conflict uses the generated client.
+    The patch is serialised here and sent as bytes (``Api.send``, see ``kube.transport``): the generated
+    method's per-call overhead was half of the gatekeeper's CPU per released pod (issue 25).
     """
-    core = k8s.CoreV1Api(api)
-    transport = raw if raw is not None else RawJson(api)
     view = pod if isinstance(pod, GatedPod) else slim(pod)
     where = f"{view.namespace}/{view.name}"
 
@@ -180,8 +166,8 @@ def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts
             return GateRelease(GateOutcome.NOT_WAITING, view)
         try:
             # The answer (the whole pod) is not decoded: the watch brings the change anyway.
-            send(f"release pod {where}", transport.send, "PATCH",
-                 transport.path(POD_PATH, namespace=view.namespace, name=view.name),
+            send(f"release pod {where}", api.send, "PATCH",
+                 api.path(POD_PATH, namespace=view.namespace, name=view.name),
                  json.dumps(release_patch(view, gate)).encode(), JSON_PATCH)
         except NotFound:
             return GateRelease(GateOutcome.NOT_WAITING, view)
@@ -190,7 +176,7 @@ def release_gate(api: k8s.ApiClient, pod: GatedPod | Obj, gate: str, *, attempts
                 on_conflict()
             log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
             try:
-                body = send(f"read pod {where}", read_raw, core.read_namespaced_pod, view.name, view.namespace)
+                body = send(f"read pod {where}", api.send, "GET", PODS.path(view.namespace, view.name))
             except NotFound:
                 return GateRelease(GateOutcome.NOT_WAITING, view)
             try:

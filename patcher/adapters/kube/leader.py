@@ -12,9 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.lease import Lease, Outcome
+from patcher.adapters.kube.transport import Api
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: Api,
         *,
         namespace: str,
         name: str,

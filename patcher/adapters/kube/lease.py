@@ -24,9 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.errors import ApiError, Conflict, NotFound, Unreachable, api_json
+from patcher.adapters.kube.transport import LEASES, Api
 from patcher.core.timefmt import rfc3339
 
 log = logging.getLogger("patcher.lease")
@@ -52,11 +51,20 @@ def annotations_of(lease: Obj) -> dict[str, str]:
     return dict((lease.get("metadata") or {}).get("annotations") or {})
 
 
+def _without_nulls(lease: Obj) -> Obj:
+    """``lease`` without the spec fields set to None (a released Lease): sent as absent, as the generated
+    client's serialisation sent them, rather than as JSON nulls."""
+    spec = lease.get("spec")
+    if not isinstance(spec, dict):
+        return lease
+    return {**lease, "spec": {k: v for k, v in spec.items() if v is not None}}
+
+
 @dataclass
 class Lease:
     """One named Lease as seen by one identity."""
 
-    api: k8s.ApiClient
+    api: Api
     namespace: str
     name: str
     identity: str
@@ -65,7 +73,6 @@ class Lease:
     wall: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
-        self._coord = k8s.CoordinationV1Api(self.api)
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self.holder: str | None = None  # the holder seen on the last read
@@ -78,13 +85,12 @@ class Lease:
         if left <= 0.01:
             raise Unreachable(where, "no time left")
         timeout = min(left, MAX_CALL)
-        body: Obj = api_json(where, fn, *args, _request_timeout=(timeout, timeout))
+        body: Obj = api_json(where, fn, *args, namespace=self.namespace, timeout=(timeout, timeout))
         return body
 
     def read(self, *, deadline: float) -> Obj | None:
         try:
-            return self._call("read", self._coord.read_namespaced_lease, self.name, self.namespace,
-                              deadline=deadline)
+            return self._call("read", self.api.get, LEASES, self.name, deadline=deadline)
         except NotFound:
             return None
 
@@ -94,10 +100,8 @@ class Lease:
                     "metadata": {"name": self.name, "namespace": self.namespace, **((lease or {}).get("metadata")
                                                                                    or {})},
                     "spec": (lease or {}).get("spec") or {}}
-            return self._call("create", self._coord.create_namespaced_lease, self.namespace,
-                              k8s.V1Lease.model_validate(body), deadline=deadline)
-        return self._call("update", self._coord.replace_namespaced_lease, self.name, self.namespace,
-                          k8s.V1Lease.model_validate(lease), deadline=deadline)
+            return self._call("create", self.api.create, LEASES, _without_nulls(body), deadline=deadline)
+        return self._call("update", self.api.update, LEASES, self.name, _without_nulls(lease), deadline=deadline)
 
     # -- the rules ------------------------------------------------------------------------------------------
 

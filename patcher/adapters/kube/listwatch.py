@@ -30,11 +30,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Forbidden, Unauthorized, api_call, api_json, error_class
 from patcher.core.kubeobj import dig
+
+if TYPE_CHECKING:
+    from patcher.adapters.kube.transport import Api, Resource
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +157,9 @@ def event_metadata(line: bytes) -> tuple[str, Obj] | None:
 class ListWatcher:
     """List a collection, then follow it with a watch; calls ``on_sync(items)`` and ``on_event(type, obj)``.
 
+    The collection is ``resource`` in ``namespace`` (None: cluster-scoped, or across all namespaces), read
+    through ``api`` (``kube.transport.Api``).
+
     The informer pattern in small, for the readiness wait (Nodes), the gatekeeper (Nodes and Pods) and the
     mirror pod: a list gives the whole state and a resourceVersion, the watch resumes from the newest version
     seen after a stream ends or breaks (with capped backoff), and a ``410 Gone``, undecodable data or
@@ -174,8 +180,10 @@ class ListWatcher:
 
     def __init__(
         self,
-        list_fn: Callable[..., Any],
-        *args: Any,
+        api: Api,
+        resource: Resource,
+        namespace: str | None = None,
+        *,
         on_sync: Callable[[list[Any]], None],
         on_event: Callable[[str, Any], None],
         label_selector: str | None = None,
@@ -191,16 +199,14 @@ class ListWatcher:
         transform: Callable[[Obj], Any] | None = None,
         shortcut: Callable[[bytes], tuple[str, Any, str] | None] | None = None,
     ) -> None:
-        self._list_fn = list_fn
+        self._api = api
+        self._resource = resource
+        self._namespace = namespace
         self._shortcut = shortcut
         self._page_size = page_size
         self._transform = transform
-        self._args = args
-        self._selectors: dict[str, str] = {}
-        if label_selector:
-            self._selectors["label_selector"] = label_selector
-        if field_selector:
-            self._selectors["field_selector"] = field_selector
+        self._selectors: dict[str, str | None] = {"label_selector": label_selector or None,
+                                                  "field_selector": field_selector or None}
         self._on_sync = on_sync
         self._on_event = on_event
         self.name = name
@@ -327,7 +333,8 @@ class ListWatcher:
         first_rv: str | None = None
         while True:
             try:
-                body = api_json(what, self._list_fn, *self._args, **self._selectors, **paging)
+                body = api_json(what, self._api.list, self._resource, namespace=self._namespace,
+                                **self._selectors, **paging)
             except ApiError as exc:
                 if exc.status == 410:  # the continue token outlived the snapshot it pointed into
                     raise _Gone() from exc
@@ -342,7 +349,7 @@ class ListWatcher:
             del body, page  # a page is the most held at once
             if not (self._page_size and isinstance(token, str) and token):
                 break
-            paging["_continue"] = token
+            paging["continue_"] = token
         self._on_sync(items)
         self._synced.set()
         return first_rv
@@ -353,10 +360,9 @@ class ListWatcher:
         what = f"watch for {self.name}"
         try:
             with api_call(what):
-                resp: Any = self._list_fn(
-                    *self._args, watch=True, _preload_content=False, resource_version=rv,
-                    allow_watch_bookmarks=True, timeout_seconds=self._watch_timeout,
-                    _request_timeout=(self._connect_timeout, float(self._watch_timeout + 30)), **self._selectors,
+                resp: Any = self._api.watch(
+                    self._resource, namespace=self._namespace, resource_version=rv,
+                    timeout_seconds=self._watch_timeout, connect_timeout=self._connect_timeout, **self._selectors,
                 )
         except ApiError as exc:
             if exc.status == 410:

@@ -15,10 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import PODS, Api
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
 from patcher.core.kubeobj import mirror_pod_name as mirror_pod_name
@@ -70,7 +69,7 @@ class MirrorPodWatcher:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        api: Api,
         namespace: str,
         pod_name: str,
         *,
@@ -86,7 +85,7 @@ class MirrorPodWatcher:
         self.holder = holder if holder is not None else PodHolder()
         self._on_update = on_update
         self._watcher = ListWatcher(
-            k8s.CoreV1Api(api).list_namespaced_pod, namespace, field_selector=f"metadata.name={pod_name}",
+            api, PODS, namespace, field_selector=f"metadata.name={pod_name}",
             on_sync=self._synced_items, on_event=self._event, name=f"mirror-pod-{pod_name}",
             backoff=backoff, watch_timeout_s=watch_timeout_s, connect_timeout_s=connect_timeout_s,
             failure_level=logging.WARNING, min_healthy_s=min_healthy_s,

@@ -22,11 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client as k8s
-
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.lifecycle import DaemonSetView
@@ -54,11 +53,11 @@ def _per_attempt(timeout: float) -> float:
 class OwnerWatcher:
     """Keeps what the agent knows of its DaemonSet; ``view`` and ``confirm`` never raise."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, pod_name: str, node_name: str, *,
+    def __init__(self, api: Api, namespace: str, pod_name: str, node_name: str, *,
                  on_update: Callable[[], None] | None = None, backoff: Backoff | None = None,
                  watch_timeout_s: int = 240, connect_timeout_s: float = 5.0) -> None:
         self.namespace, self.pod_name, self.node_name = namespace, pod_name, node_name
-        self._core, self._apps = k8s.CoreV1Api(api), k8s.AppsV1Api(api)
+        self._api = api
         self._on_update = on_update
         self._backoff = backoff if backoff is not None else Backoff(1.0, 30.0)
         self._watch_timeout, self._connect_timeout = watch_timeout_s, connect_timeout_s
@@ -132,7 +131,7 @@ class OwnerWatcher:
             return
         self._read_node(self._connect_timeout)
         watcher = ListWatcher(
-            self._apps.list_namespaced_daemon_set, self.namespace, field_selector=f"metadata.name={name}",
+            self._api, DAEMONSETS, self.namespace, field_selector=f"metadata.name={name}",
             on_sync=lambda items: self._set_daemonset(next((d for d in items if self._ours(d, name)), None)),
             on_event=lambda kind, obj: self._event(kind, obj, name),
             name=f"daemonset-{name}", backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
@@ -148,8 +147,8 @@ class OwnerWatcher:
         what = f"read pod {self.namespace}/{self.pod_name}"
         while not self._stop.is_set():
             try:
-                pod = api_json(what, self._core.read_namespaced_pod, self.pod_name, self.namespace,
-                               _request_timeout=(self._connect_timeout, self._connect_timeout))
+                pod = api_json(what, self._api.get, PODS, self.pod_name, namespace=self.namespace,
+                               timeout=(self._connect_timeout, self._connect_timeout))
             except ApiError as exc:
                 with self._lock:
                     self._detail = f"cannot {what}: {exc.detail}"
@@ -172,16 +171,16 @@ class OwnerWatcher:
 
     def _read_daemonset(self, name: str, timeout: float) -> Obj | None:
         try:
-            body = api_json(f"read DaemonSet {self.namespace}/{name}", self._apps.read_namespaced_daemon_set, name,
-                            self.namespace, _request_timeout=_per_attempt(timeout))
+            body = api_json(f"read DaemonSet {self.namespace}/{name}", self._api.get, DAEMONSETS, name,
+                            namespace=self.namespace, timeout=_per_attempt(timeout))
         except NotFound:
             return None
         return body if isinstance(body, dict) else None
 
     def _read_node(self, timeout: float) -> None:
         try:
-            node = api_json(f"read node {self.node_name}", self._core.read_node, self.node_name,
-                            _request_timeout=_per_attempt(timeout))
+            node = api_json(f"read node {self.node_name}", self._api.get, NODES, self.node_name,
+                            timeout=_per_attempt(timeout))
         except ApiError as exc:
             log.info("%s", exc)
             return

@@ -1,0 +1,272 @@
+"""The one request path to the API server: the official client's configuration and pool manager, JSON in and out.
+
+Why not the generated client: ``ApiClient`` imports pydantic and every model (``kubernetes.client.api_client``
+alone costs ~110 ms and ~11 MiB more than what is used here), each generated method validates its arguments,
+serialises a model and negotiates headers (issue 25: half the gatekeeper's CPU per release), and its models
+refuse answers that lack fields servers omit, so every caller asked for raw JSON anyway. The agent is a
+resident process on every control-plane node: it should weigh what its few requests need (issue 26).
+
+What makes a request safe is not re-implemented but reused from the official client:
+
+* the ``Configuration`` comes from its loaders (``kube.client.load_configuration``: the in-cluster service
+  account with its token refresh hook, or a kubeconfig), TLS verification forced on;
+* the transport is its ``rest.RESTClientObject(configuration).pool_manager``: the CA, client certificate,
+  ``verify_ssl``, ``tls_server_name``, proxy (and ``no_proxy``), TCP keepalive, pool size and ``retries``
+  (one: the callers retry with backoff). Without a proxy a request goes straight to the manager's pool for
+  the API server (what ``PoolManager.urlopen`` does after parsing the URL and looking the pool up);
+* authentication is ``configuration.auth_settings()`` on every request, as the generated methods do it, so
+  a refresh hook (in-cluster token rotation, exec plugins) runs each time;
+* every request has a timeout: the client's default unless the call gives one, plus a deadline (connect +
+  read) for an ordinary request; a watch stream has a connect timeout and a read timeout beyond the server's
+  own ``timeoutSeconds`` instead;
+* a non-2xx answer raises the client's own ``ApiException`` (status, reason, headers, body), so
+  ``errors.api_call`` translates it exactly like a generated call's (``Retry-After`` of a 429 included).
+
+``Resource`` names what is requested (group, version, plural): the RBAC scan of the agent's modules reads the
+verbs (``api.get(NODES, ...``) and the resources from here. Code that wants the generated classes (tests,
+scripts) gets an ``ApiClient`` on the same configuration from ``Api.generated()``; no adapter uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlencode
+
+import urllib3
+from urllib3.util import parse_url
+
+from patcher.adapters.kube import lightimport
+
+lightimport.install()  # before the first kubernetes import: the transport without the generated client
+
+from kubernetes.client.configuration import Configuration  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+from kubernetes.client.rest import RESTClientObject  # noqa: E402
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+Obj = dict[str, Any]
+#: A request's timeout: seconds for the whole request, or (connect, read).
+Timeout = float | tuple[float, float]
+
+#: (connect, read) seconds for ordinary requests.
+DEFAULT_TIMEOUT: tuple[float, float] = (5.0, 10.0)
+JSON: Final = "application/json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+USER_AGENT: Final = "scheduler-patcher"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource type of the API: ``/api/v1/nodes``, ``/apis/coordination.k8s.io/v1/namespaces/{ns}/leases``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The collection (``name`` None) or object path; ``namespace`` None: across all namespaces."""
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace is not None:
+            if not self.namespaced:
+                raise ValueError(f"{self.plural} are not namespaced")
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        return base if name is None else f"{base}/{quote(name, safe='')}"
+
+
+NODES: Final = Resource("", "v1", "nodes", namespaced=False)
+PODS: Final = Resource("", "v1", "pods")
+EVENTS: Final = Resource("", "v1", "events")
+CONFIGMAPS: Final = Resource("", "v1", "configmaps")
+DAEMONSETS: Final = Resource("apps", "v1", "daemonsets")
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
+
+
+def _query_value(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+class Api:
+    """Requests to one API server with one ``Configuration`` (see the module docstring). Thread-safe.
+
+    The verbs (``get``, ``list``, ``create``, ``patch``, ``update``, ``watch``) return the decoded answer (a
+    watch: the open response) and raise what the transport raises: ``ApiException``, urllib3 errors,
+    ``OSError``, ``ValueError`` for an undecodable body. Wrap them in ``errors.api_call``.
+    """
+
+    def __init__(self, configuration: Configuration, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> None:
+        self.configuration = configuration
+        self.default_timeout = timeout
+        self.rest_client = RESTClientObject(configuration)
+        self.host = str(configuration.host).rstrip("/")
+        self._prefix = parse_url(self.host).path or ""  # a server URL with a path (behind a gateway)
+        self._safe = str(configuration.safe_chars_for_path_param or "")
+        self.default_headers: dict[str, str] = {"Accept": JSON, "User-Agent": USER_AGENT}
+        self._lock = threading.Lock()
+        self._pool: tuple[object, urllib3.HTTPConnectionPool] | None = None
+        self._generated: ApiClient | None = None
+
+    @property
+    def user_agent(self) -> str:
+        """The ``User-Agent`` header (settable, as on the generated ``ApiClient``)."""
+        return self.default_headers["User-Agent"]
+
+    @user_agent.setter
+    def user_agent(self, value: str) -> None:
+        self.default_headers["User-Agent"] = value
+
+    # -- the request path ---------------------------------------------------------------------------------
+
+    def _direct_pool(self, manager: object) -> urllib3.HTTPConnectionPool | None:
+        """The connection pool ``manager`` keeps for the API server (``None`` through a proxy, where the
+        manager must build the request); looked up again once it was closed."""
+        if type(manager) is not urllib3.PoolManager:  # ProxyManager, SOCKSProxyManager: not direct
+            return None
+        with self._lock:
+            cached = self._pool
+            if cached is None or cached[0] is not manager or cached[1].pool is None:
+                cached = self._pool = (manager, manager.connection_from_url(self.host))
+            return cached[1]
+
+    def _timeout(self, timeout: Timeout | None, stream: bool) -> urllib3.Timeout:
+        given = self.default_timeout if timeout is None else timeout
+        if isinstance(given, tuple):
+            connect, read = given
+            return urllib3.Timeout(connect=connect, read=read) if stream else \
+                urllib3.Timeout(connect=connect, read=read, total=connect + read)
+        return urllib3.Timeout(total=given)
+
+    def headers(self, content_type: str | None = None) -> dict[str, str]:
+        """The headers of one request: ours, the content type, and the credentials as of now."""
+        headers = dict(self.default_headers)
+        if content_type:
+            headers["Content-Type"] = content_type
+        settings: Any = self.configuration.auth_settings()  # runs the refresh hook, if any
+        for setting in settings.values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        return headers
+
+    def request(self, method: str, path: str, *, query: Mapping[str, object] | None = None,
+                body: bytes | None = None, content_type: str | None = None, timeout: Timeout | None = None,
+                stream: bool = False) -> Any:
+        """The urllib3 response to one request (body read unless ``stream``); ``ApiException`` for non-2xx."""
+        params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        target = path + ("?" + urlencode(params) if params else "")
+        headers = self.headers(content_type if body is not None else None)
+        manager = self.rest_client.pool_manager
+        pool = self._direct_pool(manager)
+        limit = self._timeout(timeout, stream)
+        if pool is not None:  # as PoolManager.urlopen calls it, without the URL parsing and pool lookup
+            resp = pool.urlopen(method, self._prefix + target, body=body, headers=headers, timeout=limit,
+                                preload_content=not stream, redirect=False, assert_same_host=False)
+        else:
+            resp = manager.urlopen(method, self.host + target, body=body, headers=headers, timeout=limit,
+                                   preload_content=not stream)
+        if not 200 <= resp.status <= 299:
+            if stream:
+                resp.read()  # the error's body, for the exception; then the connection goes back
+                resp.release_conn()
+            raise ApiException(http_resp=resp)
+        return resp
+
+    def send(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None, *,
+             timeout: Timeout | None = None) -> bytes:
+        """A prepared body (serialised by a caller that sends thousands); the answer's body, undecoded."""
+        data: bytes = self.request(method, path, body=body, content_type=content_type, timeout=timeout).data
+        return data
+
+    def call(self, method: str, path: str, *, query: Mapping[str, object] | None = None, body: object = None,
+             content_type: str = JSON, timeout: Timeout | None = None) -> Any:
+        """One request with a JSON body (``None``: none) and a JSON answer, decoded."""
+        raw = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        return json.loads(self.request(method, path, query=query, body=raw, content_type=content_type,
+                                       timeout=timeout).data)
+
+    def path(self, template: str, **params: str) -> str:
+        """``template`` with its ``{name}`` parameters quoted as the generated methods quote them."""
+        return template.format(**{k: quote(v, safe=self._safe) for k, v in params.items()})
+
+    # -- the verbs ------------------------------------------------------------------------------------------
+
+    def get(self, resource: Resource, name: str, *, namespace: str | None = None,
+            timeout: Timeout | None = None) -> Any:
+        return self.call("GET", resource.path(namespace, name), timeout=timeout)
+
+    def list(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int | None = None, continue_: str | None = None,
+             timeout: Timeout | None = None) -> Any:
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": limit,
+                 "continue": continue_}
+        return self.call("GET", resource.path(namespace), query=query, timeout=timeout)
+
+    def create(self, resource: Resource, body: Obj, *, namespace: str | None = None,
+               timeout: Timeout | None = None) -> Any:
+        return self.call("POST", resource.path(namespace), body=body, timeout=timeout)
+
+    def update(self, resource: Resource, name: str, body: Obj, *, namespace: str | None = None,
+               timeout: Timeout | None = None) -> Any:
+        return self.call("PUT", resource.path(namespace, name), body=body, timeout=timeout)
+
+    def patch(self, resource: Resource, name: str, body: object, *, content_type: str,
+              namespace: str | None = None, timeout: Timeout | None = None) -> Any:
+        return self.call("PATCH", resource.path(namespace, name), body=body, content_type=content_type,
+                         timeout=timeout)
+
+    def watch(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
+              field_selector: str | None = None, resource_version: str | None = None,
+              timeout_seconds: int, connect_timeout: float) -> Any:
+        """An open watch stream (a urllib3 response; read it with ``.stream()``, then ``.release_conn()``). The
+        read timeout is the server's ``timeoutSeconds`` plus 30 s: a silent connection is noticed, and the
+        server ends a healthy stream first."""
+        query = {"watch": True, "resourceVersion": resource_version, "allowWatchBookmarks": True,
+                 "timeoutSeconds": timeout_seconds, "labelSelector": label_selector,
+                 "fieldSelector": field_selector}
+        return self.request("GET", resource.path(namespace), query=query, stream=True,
+                            timeout=(connect_timeout, float(timeout_seconds + 30)))
+
+    def version(self, *, timeout: Timeout | None = None) -> Any:
+        """``GET /version/`` (the generated ``VersionApi``'s path): the server's ``gitVersion`` and build facts."""
+        return self.call("GET", "/version/", timeout=timeout)
+
+    # -- life -----------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the kept-alive connections (and those of the generated client, if one was built)."""
+        with self._lock:
+            generated, self._generated = self._generated, None
+        if generated is not None:
+            generated.close()  # type: ignore[no-untyped-call]
+        self.rest_client.close()
+
+    def generated(self) -> ApiClient:
+        """An ``ApiClient`` on the same configuration, for code that wants the generated classes (tests,
+        scripts): it applies this client's default timeout to every call that does not set one. Importing it
+        loads the whole client package (pydantic and every model); the adapters never call this."""
+        with self._lock:
+            if self._generated is None:
+                self._generated = _timeout_api_client(self.configuration, self.default_timeout)
+            return self._generated
+
+
+def _timeout_api_client(configuration: Configuration, timeout: tuple[float, float]) -> ApiClient:
+    """An ``ApiClient`` whose ``call_api`` (the funnel of every generated method) adds ``timeout`` when the
+    call sets none. Defined here, not at import: the class statement needs the whole client package."""
+    from kubernetes.client import ApiClient
+
+    class TimeoutApiClient(ApiClient):
+        def call_api(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("_request_timeout") is None:
+                kwargs["_request_timeout"] = timeout
+            return super().call_api(*args, **kwargs)
+
+    client: ApiClient = TimeoutApiClient(configuration)
+    return client
