@@ -265,14 +265,16 @@ def run(config: Settings) -> int:
         log.error("cannot listen on %s: %s; running without probes", config.serve.listen, exc)
         server = None
     if server:
-        server.start()
+        # Listening from here on (the kernel queues a probe); served once the start has settled, or at the
+        # first connection: its asyncio import stays off the path to the first write (HealthServer's doc).
+        server.start(deferred=True)
     heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
     log.info("agent started", extra={"node": config.pod.node_name or "-",
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
     try:
-        return process.run(agent)
+        return process.run(agent, settled=server.wake if server else None)
     finally:
         wiring.close()
         if server:
