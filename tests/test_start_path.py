@@ -63,7 +63,7 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
         [sys.executable, "-c", FIRST_WRITE_PROBE, str(root / MANIFEST.rsplit("/", 1)[0]), str(out), "run",
-         "--host-root", str(root), "--source", str(src), "--listen", "127.0.0.1:0", "--no-api"],
+         "--host-root", str(root), "--source", str(src), "--listen", "127.0.0.1:0", "--no-api", "--log-level=debug"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(child.stderr or ()), daemon=True)
@@ -81,6 +81,11 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
             assert resp.status == 200
         with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
             assert b"scheduler_patcher_writes_total 1.0" in resp.read()
+        # Without the API the heap is settled once the start has settled: after the write, not before it.
+        assert wait_until(lambda: any("heap settled after start-up" in line for line in list(lines)), 60)
+        said = [line for line in list(lines) if "heap settled after start-up" in line
+                or "wrote /etc/kubernetes/manifests/kube-scheduler.yaml" in line]
+        assert "wrote" in said[0] and "heap settled" in said[1], said
     finally:
         child.send_signal(signal.SIGTERM)
         assert child.wait(60) == 0, "".join(lines)

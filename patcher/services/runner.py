@@ -268,13 +268,23 @@ def run(config: Settings) -> int:
         # Listening from here on (the kernel queues a probe); served once the start has settled, or at the
         # first connection: its asyncio import stays off the path to the first write (HealthServer's doc).
         server.start(deferred=True)
-    heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
+    if api is not None:
+        heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
     log.info("agent started", extra={"node": config.pod.node_name or "-",
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
+
+    def settled() -> None:
+        """The start's work is done (``Agent.loop``): serve the probes; without the API, settle the heap now
+        (no import runs beside it: its full collection, ~5 ms, waited before the first write)."""
+        if server:
+            server.wake()
+        if api is None:
+            heap.settle("start-up")
+
     try:
-        return process.run(agent, settled=server.wake if server else None)
+        return process.run(agent, settled=settled)
     finally:
         wiring.close()
         if server:
