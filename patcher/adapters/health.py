@@ -336,6 +336,8 @@ class HealthServer:
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self._wake_pipe: tuple[int, int] | None = None  # (read, write) while a deferred start waits
+        self._wake_lock = threading.Lock()  # a wake never writes to a descriptor stop() closed (and reused)
+        self._woken = False  # the one byte is written: the thread is past its wait, or on its way
 
     @property
     def port(self) -> int:
@@ -535,10 +537,10 @@ class HealthServer:
 
     def wake(self) -> None:
         """Serve now (a deferred start); nothing when serving already."""
-        pipe = self._wake_pipe
-        if pipe is not None:
-            with contextlib.suppress(OSError):  # closed by stop() meanwhile
-                os.write(pipe[1], b"w")
+        with self._wake_lock:
+            if self._wake_pipe is not None and not self._woken:
+                os.write(self._wake_pipe[1], b"w")  # the pipe's only byte: never blocks
+                self._woken = True
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -551,10 +553,11 @@ class HealthServer:
                     loop.call_soon_threadsafe(stopping.set)
             self._thread.join(2.0)
             self._thread = None
-        if self._wake_pipe is not None:
-            for fd in self._wake_pipe:
-                os.close(fd)
-            self._wake_pipe = None
+        with self._wake_lock:
+            if self._wake_pipe is not None:
+                for fd in self._wake_pipe:
+                    os.close(fd)
+                self._wake_pipe = None
         self._sock.close()
 
     def __enter__(self) -> HealthServer:
