@@ -7,35 +7,34 @@ tells a human that every scheduler restarted with the new config. ``/metrics`` s
 (not the process-global default) so tests and several agents in one process do not collide; it carries the
 process collector and a ``build_info`` gauge, and no ``_created`` series (they double the series count for
 nothing a dashboard uses).
+
+Neither asyncio nor prometheus_client is imported with this module (issue 26: ~50 ms of imports, which were on
+the path from exec to the first manifest write): the server's thread imports asyncio once it is woken
+(``HealthServer.wake``, or a connection that arrives first), and the metrics reach prometheus_client at the
+first scrape of ``/metrics`` (``Metrics.render``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import platform
+import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Final, Protocol, SupportsIndex
-
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    ProcessCollector,
-    disable_created_metrics,
-    generate_latest,
-)
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Final, Protocol
 
 from patcher import __version__
 from patcher.core.status import NodeState
 
-disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide by design of prometheus_client; this process serves only our registries
+if TYPE_CHECKING:
+    import asyncio
+    from types import ModuleType
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -60,73 +59,159 @@ MAX_DISCARD: Final = 1 << 20
 TEXT: Final = "text/plain; charset=utf-8"
 
 
+def prometheus() -> ModuleType:
+    """prometheus_client, imported on first use, with the ``_created`` series turned off (process-wide by
+    its design; this process serves only our registries)."""
+    import prometheus_client
+
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    return prometheus_client
+
+
 def add_process_info(registry: CollectorRegistry, namespace: str = "scheduler_patcher") -> None:
     """``process_*`` (CPU, memory, open fds, start time) and ``<namespace>_build_info{version,python_version}``.
 
     The process collector is what tells a memory limit being approached; build_info lets a dashboard join
     any series to the version that produced it, the Kubernetes components' convention.
     """
-    ProcessCollector(registry=registry)
-    info = Gauge("build_info", "Always 1; the labels tell the build.", ["version", "python_version"],
-                 namespace=namespace, registry=registry)
+    import platform
+
+    prom = prometheus()
+    prom.ProcessCollector(registry=registry)
+    info = prom.Gauge("build_info", "Always 1; the labels tell the build.", ["version", "python_version"],
+                      namespace=namespace, registry=registry)
     info.labels(version=__version__, python_version=platform.python_version()).set(1)
 
 
+#: The agent's counters: attribute -> (name without the namespace, help).
+_COUNTERS: Final = {
+    "reconciles": ("reconciles", "Reconcile passes run."),
+    "writes": ("writes", "Manifest writes (patches applied)."),
+    "restores": ("restores", "Manifest restores."),
+    "rollbacks": ("rollbacks", "Rollbacks after a failed restart."),
+}
+_NAMESPACE: Final = "scheduler_patcher"
+_ERRORS_HELP: Final = "Errors by kind."
+_STATE_HELP: Final = "Current node state (1 for the current one, 0 for the others)."
+_RESTART_HELP: Final = "Seconds from the manifest write to the restart seen."
+
+
 class Metrics:
-    """The agent's Prometheus metrics; every method is thread-safe and cheap."""
+    """The agent's Prometheus metrics; every method is thread-safe and cheap.
+
+    The values are plain numbers here, under one lock; prometheus_client sees them only when ``/metrics`` is
+    scraped (``render``, through a collector of ours): the agent counts from its first reconcile on, and the
+    library's imports come with the first scrape, not before the first write. The text is the one
+    prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/test_health.py).
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None, states: Iterable[str] = tuple(NodeState)) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        ns = "scheduler_patcher"
-        self._reconciles = Counter("reconciles", "Reconcile passes run.", namespace=ns, registry=self.registry)
-        self._writes = Counter("writes", "Manifest writes (patches applied).", namespace=ns, registry=self.registry)
-        self._restores = Counter("restores", "Manifest restores.", namespace=ns, registry=self.registry)
-        self._rollbacks = Counter("rollbacks", "Rollbacks after a failed restart.", namespace=ns,
-                                  registry=self.registry)
-        self._errors = Counter("errors", "Errors by kind.", ["kind"], namespace=ns, registry=self.registry)
-        self._state = Gauge("state", "Current node state (1 for the current one, 0 for the others).", ["state"],
-                            namespace=ns, registry=self.registry)
-        self._restart = Histogram("restart_seconds", "Seconds from the manifest write to the restart seen.",
-                                  namespace=ns, buckets=RESTART_BUCKETS, registry=self.registry)
-        add_process_info(self.registry)
-        self._states = tuple(str(s) for s in states)
+        self._given = registry
+        self._registry: CollectorRegistry | None = None
+        self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
         self._lock = threading.Lock()
-        for state in self._states:
-            self._state.labels(state=state).set(0)
+        self._states = tuple(str(s) for s in states)
+        self._counts = dict.fromkeys(_COUNTERS, 0.0)
+        self._errors: dict[str, float] = {}
+        self._state = dict.fromkeys(self._states, 0.0)
+        self._buckets = [0] * (len(RESTART_BUCKETS) + 1)  # observations per bucket (the last: +Inf)
+        self._restart_sum = 0.0
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The registry ``/metrics`` renders (the one given, or a new one), built on first use: our collector,
+        then the process collector and ``build_info``."""
+        with self._registry_lock:
+            if self._registry is None:
+                registry = self._given
+                if registry is None:
+                    registry = prometheus().CollectorRegistry(auto_describe=True)
+                registry.register(_Collector(self))
+                add_process_info(registry)
+                self._registry = registry
+            return self._registry
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1.0
 
     def reconciled(self) -> None:
-        self._reconciles.inc()
+        self._count("reconciles")
 
     def wrote(self) -> None:
-        self._writes.inc()
+        self._count("writes")
 
     def restored(self) -> None:
-        self._restores.inc()
+        self._count("restores")
 
     def rolled_back(self) -> None:
-        self._rollbacks.inc()
+        self._count("rollbacks")
 
     def error(self, kind: str) -> None:
         """Count one error of ``kind`` (e.g. ``manifest``, ``api``, ``annotations``, ``event``, ``watch``)."""
-        self._errors.labels(kind=kind).inc()
+        with self._lock:
+            self._errors[kind] = self._errors.get(kind, 0.0) + 1.0
 
     def restart_seen(self, seconds: float | None) -> None:
         """Record how long the scheduler took to come back after a write; ``None``: the restart was not verified
         (no API and no local check), so there is no duration to record and the histogram is left alone."""
-        if seconds is not None:
-            self._restart.observe(max(0.0, seconds))
+        if seconds is None:
+            return
+        value = max(0.0, seconds)
+        slot = next((i for i, bound in enumerate(RESTART_BUCKETS) if value <= bound), len(RESTART_BUCKETS))
+        with self._lock:
+            self._buckets[slot] += 1
+            self._restart_sum += value
 
     def set_state(self, state: str) -> None:
         """Make ``state`` the one-hot current state (the label set is fixed up front, so no series vanish)."""
         with self._lock:
             for known in self._states:
-                self._state.labels(state=known).set(1 if known == state else 0)
+                self._state[known] = 1.0 if known == state else 0.0
             if state not in self._states:
-                self._state.labels(state=state).set(1)
+                self._state[state] = 1.0
+
+    def families(self) -> list[Metric]:
+        """Our series, as prometheus_client's metric families (in the order the registry renders them)."""
+        core = prometheus().metrics_core
+        with self._lock:
+            counts, errors, state = dict(self._counts), dict(self._errors), dict(self._state)
+            buckets, restart_sum = list(self._buckets), self._restart_sum
+        out: list[Metric] = []
+        for attr, (name, help_text) in _COUNTERS.items():
+            out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
+        errors_family = core.CounterMetricFamily(f"{_NAMESPACE}_errors", _ERRORS_HELP, labels=["kind"])
+        for kind, count in errors.items():
+            errors_family.add_metric([kind], count)
+        out.append(errors_family)
+        state_family = core.GaugeMetricFamily(f"{_NAMESPACE}_state", _STATE_HELP, labels=["state"])
+        for name, value in state.items():
+            state_family.add_metric([name], value)
+        out.append(state_family)
+        go = prometheus().utils.floatToGoString
+        running = 0
+        cumulative: list[tuple[str, float]] = []
+        for bound, count in zip((*RESTART_BUCKETS, float("inf")), buckets, strict=True):
+            running += count
+            cumulative.append((go(bound), float(running)))
+        out.append(core.HistogramMetricFamily(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP, buckets=cumulative,
+                                              sum_value=restart_sum))
+        return out
 
     def render(self) -> bytes:
-        """The exposition text of this registry."""
-        return generate_latest(self.registry)
+        """The exposition text of this registry (the first call imports prometheus_client)."""
+        data: bytes = prometheus().generate_latest(self.registry)
+        return data
+
+
+class _Collector:
+    """The bridge from ``Metrics`` to its registry: prometheus_client calls ``collect`` at every scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics.families()
 
 
 class Health:
@@ -185,22 +270,6 @@ _REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method
                    414: "URI Too Long", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
-class _Reader(asyncio.StreamReader):
-    """A stream reader that says when the first byte arrives: from then on its connection carries a request
-    and is never evicted as idle."""
-
-    def __init__(self, limit: int, on_data: Callable[[], object]) -> None:
-        super().__init__(limit=limit)
-        self.received = False
-        self._on_data = on_data
-
-    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
-        if data and not self.received:
-            self.received = True
-            self._on_data()
-        super().feed_data(data)
-
-
 def _has_data(conn: socket.socket) -> bool:
     """Whether bytes wait in the kernel for ``conn`` (a request the loop has not read yet); an error or
     the peer's close count as none: such a connection is as idle as one that never sent anything."""
@@ -226,6 +295,11 @@ class HealthServer:
 
     ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
     because a standby replica is as ready as its leader.
+
+    ``start(deferred=True)`` (the agent's case) lets the thread wait, before it imports asyncio (~25 ms, which
+    would share the interpreter with the agent's first reconcile), until ``wake`` is called or a connection
+    arrives: the socket listens from the constructor on, so the kernel queues a probe meanwhile, and the first
+    one wakes the server itself.
     """
 
     def __init__(self, health: Health, metrics: Renderable, listen: str = DEFAULT_LISTEN,
@@ -255,11 +329,15 @@ class HealthServer:
         # idle connections, oldest first: serial -> (socket, writer); a request's first byte takes one out
         self._idle: dict[int, tuple[socket.socket, asyncio.StreamWriter]] = {}
         self._evicted: set[int] = set()  # their slot went to the connection that evicted them
-        self._room = asyncio.Event()  # set when a slot frees or a connection turns idle
+        self._room: asyncio.Event | None = None  # set when a slot frees or a connection turns idle
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
+        self._stop_requested = False  # stop() came: a loop not running yet does not start
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
+        self._wake_pipe: tuple[int, int] | None = None  # (read, write) while a deferred start waits
+        self._wake_lock = threading.Lock()  # a wake never writes to a descriptor stop() closed (and reused)
+        self._woken = False  # the one byte is written: the thread is past its wait, or on its way
 
     @property
     def port(self) -> int:
@@ -283,10 +361,12 @@ class HealthServer:
                 return 200, b"ok\n", TEXT
             return 503, f"state {self.health.state}\n".encode(), TEXT
         if path == "/metrics":
-            return 200, self.metrics.render(), CONTENT_TYPE_LATEST
+            return 200, self.metrics.render(), prometheus().CONTENT_TYPE_LATEST
         return 404, b"not found\n", TEXT
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import asyncio
+
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
@@ -315,6 +395,8 @@ class HealthServer:
         """414 when the request line alone passes the limit, 431 when the headers do; then close our side and
         drop what the client still sends (bounded by ``timeout`` and ``MAX_DISCARD``): closing a socket with
         unread data sends a reset, and the client would lose the answer."""
+        import asyncio
+
         start = await reader.read(MAX_REQUEST_HEAD)  # buffered already: returns at once
         code = 431 if b"\r\n" in start else 414
         writer.write(_response(code, f"{_REASONS[code].lower()}\n".encode(), TEXT, head_only=False))
@@ -342,9 +424,14 @@ class HealthServer:
         return False
 
     async def _connection(self, conn: socket.socket, serial: int) -> None:
+        import asyncio
+
+        from patcher.adapters.streams import FirstByteReader
+
+        assert self._room is not None
         try:
             loop = asyncio.get_running_loop()
-            reader = _Reader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
+            reader = FirstByteReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
             protocol = asyncio.StreamReaderProtocol(reader)
             transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
@@ -364,6 +451,7 @@ class HealthServer:
 
     async def _slot(self) -> None:
         """Wait until a connection may be opened: a free slot, or the slot of the oldest idle connection."""
+        assert self._room is not None
         while self.open_connections >= self.max_connections and not self._evict_oldest_idle():
             self._room.clear()
             await self._room.wait()
@@ -373,6 +461,8 @@ class HealthServer:
     async def _accept(self) -> None:
         """Accept, then take a slot (at most one accepted connection waits for it; beyond it, connections
         wait in the kernel's backlog)."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         tasks: set[asyncio.Task[None]] = set()
         serial = 0
@@ -399,7 +489,13 @@ class HealthServer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self) -> None:
+        import asyncio
+
+        self._room = asyncio.Event()
         self._stopping = asyncio.Event()
+        if self._stop_requested:  # stop() came before the loop ran: it could not reach this event (see stop)
+            self._started.set()
+            return
         accepting = asyncio.create_task(self._accept())
         self._started.set()
         await self._stopping.wait()
@@ -408,6 +504,13 @@ class HealthServer:
             await accepting
 
     def _run(self) -> None:
+        if self._wake_pipe is not None:
+            self._wait_for_wake(self._wake_pipe[0])
+        if self._stop_requested:
+            self._started.set()
+            return
+        import asyncio
+
         loop = asyncio.new_event_loop()
         self._loop = loop
         try:
@@ -416,21 +519,45 @@ class HealthServer:
             self._started.set()
             loop.close()
 
-    def start(self) -> None:
+    def _wait_for_wake(self, wake_fd: int) -> None:
+        """Block until ``wake`` or ``stop`` writes to the pipe, or a connection waits in the backlog."""
+        select.select([self._sock.fileno(), wake_fd], [], [])
+
+    def start(self, *, deferred: bool = False) -> None:
+        """Serve from a thread. Without ``deferred``, return once the loop runs; with it, at once: the thread
+        waits for ``wake`` or a first connection before it imports asyncio and serves (the class says why)."""
         if self._thread is None:
+            if deferred:
+                self._wake_pipe = os.pipe()
             self._thread = threading.Thread(target=self._run, name="health-server", daemon=True)
             self._thread.start()
-            self._started.wait()
+            if not deferred:
+                self._started.wait()
             log.info("health server listening", extra={"url": self.url})
+
+    def wake(self) -> None:
+        """Serve now (a deferred start); nothing when serving already."""
+        with self._wake_lock:
+            if self._wake_pipe is not None and not self._woken:
+                os.write(self._wake_pipe[1], b"w")  # the pipe's only byte: never blocks
+                self._woken = True
 
     def stop(self) -> None:
         if self._thread is not None:
+            # The flag before the loop's event is read: a loop that has not made its event yet sees the flag.
+            self._stop_requested = True
+            self.wake()
             loop, stopping = self._loop, self._stopping
             if loop is not None and stopping is not None and not loop.is_closed():
                 with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
                     loop.call_soon_threadsafe(stopping.set)
             self._thread.join(2.0)
             self._thread = None
+        with self._wake_lock:
+            if self._wake_pipe is not None:
+                for fd in self._wake_pipe:
+                    os.close(fd)
+                self._wake_pipe = None
         self._sock.close()
 
     def __enter__(self) -> HealthServer:

@@ -18,10 +18,12 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import psutil
+from typing import TYPE_CHECKING
 
 from patcher.core import schedflags
+
+if TYPE_CHECKING:  # imported at the first scan of the process table (``find_schedulers``), not at start
+    import psutil
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ def _since_boot(proc: psutil.Process) -> float:
     try:
         return float(proc.create_time(monotonic=True))
     except TypeError:  # psutil < 7.1 has no monotonic flag; boot time cancels out
+        import psutil
+
         return float(proc.create_time() - psutil.boot_time())
 
 
@@ -102,7 +106,12 @@ def _boot_offset() -> float:
 
 
 def find_schedulers() -> list[SchedulerProcess]:
-    """Every live process that runs kube-scheduler. Zombies and processes we may not read are skipped."""
+    """Every live process that runs kube-scheduler. Zombies and processes we may not read are skipped.
+
+    psutil is imported here, at the first scan: the restart watch scans only after a write, so its ~10 ms of
+    imports stay off the path from exec to the first write (issue 26)."""
+    import psutil
+
     found: list[SchedulerProcess] = []
     offset = _boot_offset()
     for proc in psutil.process_iter(["name", "cmdline", "status"]):

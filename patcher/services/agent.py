@@ -124,10 +124,17 @@ class Agent:
 
     # -- the executor -------------------------------------------------------------------------------------------
 
-    def loop(self) -> None:
-        """Take one event at a time, until stopped (``process.run`` starts the agent before and stops it after)."""
+    def loop(self, settled: Callable[[], object] | None = None) -> None:
+        """Take one event at a time, until stopped (``process.run`` starts the agent before and stops it after).
+
+        ``settled`` is called once, the first time the loop would wait with nothing to do and no pre-flight
+        probe of a config to write running: the start's work is done (the first write with it, when one was
+        due), and what can wait for that (the probes' server) is started then (issue 26)."""
         while not self._stopping.is_set():
             self.health.beat()
+            if settled is not None and self.events.empty() and not self._node.probing:
+                then, settled = settled, None
+                then()
             try:
                 event = self.events.get(timeout=self.world.timeout(self.rules))
             except queue.Empty:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import posixpath
+from collections.abc import Callable
 
 from patcher.adapters import signals
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
@@ -19,15 +20,15 @@ from patcher.services.agent import Agent
 log = logging.getLogger("patcher.services.agent")
 
 
-def run(agent: Agent) -> int:
+def run(agent: Agent, settled: Callable[[], object] | None = None) -> int:
     """Start the agent, run its loop until stopped, then stop as the step says; returns the exit code. The
     node's writer lock is held for the whole run (``record.RecordKeeper.hold_for_life``): 1 at once when another
-    writer holds it."""
+    writer holds it. ``settled``: see ``Agent.loop``."""
     with contextlib.ExitStack() as stack:
         if not agent.record.hold_for_life(stack, agent.metrics):
             return 1
         if agent.start():
-            agent.loop()
+            agent.loop(settled)
         return agent.shutdown()
 
 

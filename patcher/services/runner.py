@@ -266,14 +266,26 @@ def run(config: Settings) -> int:
         log.error("cannot listen on %s: %s; running without probes", config.serve.listen, exc)
         server = None
     if server:
-        server.start()
-    heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
+        # Listening from here on (the kernel queues a probe); served once the start has settled, or at the
+        # first connection: its asyncio import stays off the path to the first write (HealthServer's doc).
+        server.start(deferred=True)
+    if api is not None:
+        heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
     log.info("agent started", extra={"node": config.pod.node_name or "-",
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
+
+    def settled() -> None:
+        """The start's work is done (``Agent.loop``): serve the probes; without the API, settle the heap now
+        (no import runs beside it: its full collection, ~5 ms, waited before the first write)."""
+        if server:
+            server.wake()
+        if api is None:
+            heap.settle("start-up")
+
     try:
-        return process.run(agent)
+        return process.run(agent, settled=settled)
     finally:
         wiring.close()
         if server:
