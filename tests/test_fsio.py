@@ -146,10 +146,47 @@ def test_swap_in_publishes_the_staged_file_and_leaves_what_it_displaced_at_its_n
     assert staged.read_bytes() == b"patched\n"  # the caller removes it
 
 
+def _seen(staged: Path, path: Path) -> tuple[fsio.Identity, fsio.Identity]:
+    ours, theirs = fsio.identity_holding(staged, b"original\n"), fsio.identity_holding(path, b"patched\n")
+    assert ours is not None and theirs is not None
+    return ours[0], theirs[0]
+
+
+def test_swap_in_with_both_identities_as_seen_reads_neither_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: one stat each answers the comparison before the rename; the exchange's own comparison of
+    what it displaced still reads."""
+    staged, path = _staged(tmp_path)
+    seen = _seen(staged, path)
+    monkeypatch.setattr(fsio, "_snapshot", lambda p: pytest.fail(f"read {p} before the rename"))
+    fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n", seen=seen)
+    assert path.read_bytes() == b"original\n" and staged.read_bytes() == b"patched\n"
+
+
+def test_identity_holding_answers_for_those_bytes_only_and_says_when_it_stands_for_them(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"patched\n")
+    ctime = path.stat().st_ctime_ns
+    young = fsio.identity_holding(path, b"patched\n", now_ns=lambda: ctime)
+    old = fsio.identity_holding(path, b"patched\n", now_ns=lambda: ctime + fsio.SETTLED_NS + 1)
+    assert young is not None and young[1] == pytest.approx(fsio.SETTLED_NS / 1e9)  # ask again then
+    assert old is not None and old[1] < 0 and old[0] == young[0]
+    assert fsio.identity_holding(path, b"patched!\n") is None  # other bytes
+    assert fsio.identity_holding(path, b"patche\n") is None  # same size, other bytes
+    assert fsio.identity_holding(tmp_path / "gone", b"patched\n") is None
+    os.mkfifo(tmp_path / "fifo")
+    assert fsio.identity_holding(tmp_path / "fifo", b"") is None
+    os.chmod(path, 0o600)  # a chmod moves the ctime: the identity is another
+    again = fsio.identity_holding(path, b"patched\n")
+    assert again is not None and again[0] != old[0]
+
+
+@pytest.mark.parametrize("seen", [False, True], ids=["read", "identities seen before the change"])
 @pytest.mark.parametrize("what", ["staged changed", "manifest changed", "staged gone", "manifest gone",
                                   "manifest is a FIFO", "manifest is a folder", "staged mode differs"])
-def test_swap_in_writes_nothing_unless_both_files_are_what_they_were(tmp_path: Path, what: str) -> None:
+def test_swap_in_writes_nothing_unless_both_files_are_what_they_were(tmp_path: Path, what: str, seen: bool) -> None:
     staged, path = _staged(tmp_path)
+    identities = _seen(staged, path) if seen else None
     if what == "staged changed":
         staged.write_bytes(b"not what was staged\n")
     elif what == "manifest changed":
@@ -168,7 +205,7 @@ def test_swap_in_writes_nothing_unless_both_files_are_what_they_were(tmp_path: P
         staged.chmod(0o600 if (path.stat().st_mode & 0o777) != 0o600 else 0o644)
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(fsio.ChangedUnderneath):
-        fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n")
+        fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n", seen=identities)
     assert sorted(os.listdir(tmp_path)) == before
     if what in ("staged changed", "manifest changed", "staged mode differs"):
         assert path.read_bytes() in (b"patched\n", b"upgraded\n")

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -253,3 +254,86 @@ def test_a_writer_holding_the_lock_does_not_enter_it_again_for_the_prepared_rest
     monkeypatch.undo()
     engine.finish_restore(opts, prepared)
     assert (opts.host_root / MANIFEST).read_bytes() == text.encode()
+
+
+# -- issue 26: the restore's files settle while Ready; a signal during the loop's wait writes at once -----------
+
+
+def test_the_prepared_restore_keeps_both_identities_once_both_files_have_settled(tmp_path: Path) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].seen is None  # both just written
+    newest = max(path.stat().st_ctime_ns, agent.stopper.prepared[1].staged.stat().st_ctime_ns)  # type: ignore[union-attr]
+    agent.stopper.clock_ns = lambda: newest
+    assert agent.stopper.settle() == pytest.approx(fsio.SETTLED_NS / 1e9)  # the loop asks again then
+    agent.stopper.clock_ns = lambda: newest + fsio.SETTLED_NS
+    assert agent.stopper.settle() is None and agent.stopper.prepared[1].seen is not None
+    assert agent.stopper.settle() is None  # nothing left to settle
+    assert agent.shutdown() == 0
+    assert path.read_bytes() == text.encode()
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+
+
+@pytest.mark.parametrize("what", ["manifest upgraded", "staged file changed"])
+def test_a_file_changed_after_it_settled_is_compared_in_full_and_not_overwritten(tmp_path: Path, what: str) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    agent.stopper.clock_ns = lambda: 2**62  # long after both files' last change
+    assert agent.stopper.settle() is None and agent.stopper.prepared is not None
+    prepared = agent.stopper.prepared[1]
+    assert prepared.seen is not None and prepared.staged is not None
+    if what == "manifest upgraded":
+        path.write_text(path.read_text().replace("v1.31.2", "v1.32.0"))
+    else:
+        prepared.staged.write_bytes(prepared.staged.read_bytes().replace(b"v1.31.2", b"v1.31.9"))
+    with pytest.raises(fsio.ChangedUnderneath):
+        engine.restore_prepared(agent.files, prepared)
+    assert agent.shutdown() == 0  # planned again from what is there
+    want = text.replace("v1.31.2", "v1.32.0") if what == "manifest upgraded" else text
+    assert path.read_text() == want
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+
+
+def test_a_preparation_that_no_longer_holds_is_not_asked_again(tmp_path: Path) -> None:
+    agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
+    path = agent.files.host_root / MANIFEST
+    path.write_bytes(path.read_bytes() + b"# edited\n")
+    assert agent.stopper.settle() is None  # not what was prepared: no identities, and no wake-ups for it
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].seen is None
+    agent.stopper.clock_ns = lambda: pytest.fail("asked again")
+    assert agent.stopper.settle() is None
+
+
+@pytest.mark.parametrize("waiting", [True, False], ids=["the loop waits", "the loop is busy"])
+def test_a_stop_signal_while_the_loop_waits_writes_the_prepared_restore_in_the_handler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waiting: bool) -> None:
+    """The handler runs on the loop's thread between two bytecodes: only in the loop's wait is nothing of
+    ours half done, so only there does it write; anywhere else the shutdown writes first, as before."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
+    signals.reset()
+    try:
+        process.install_signal_handlers(agent)
+        agent._idle_thread = threading.get_ident() if waiting else None
+        signals._handler(signal.SIGTERM, None)  # what the interpreter runs on the main thread
+        assert (path.read_bytes() == text.encode()) == waiting
+        assert agent.events.get_nowait() == "stop"
+        assert agent.shutdown() == 0
+    finally:
+        signals.reset()
+    assert path.read_bytes() == text.encode()
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+    assert agent.phase == NodeState.RESTORED
+
+
+def test_a_handler_on_another_thread_than_the_waiting_loop_writes_nothing(tmp_path: Path) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    agent._idle_thread = threading.get_ident() + 1  # the loop waits on a thread the handler does not run on
+    agent.write_at_signal()
+    assert path.read_bytes() != text.encode() and agent.stopper.written_first is None

@@ -198,22 +198,71 @@ def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
     return Path(_durable_temp(path, data, None, None, shown or str(path)))
 
 
-def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str | None = None) -> None:
+#: What ``stat`` tells of a file: (device, inode, size, mtime, ctime, mode, owner, group). The kernel sets the
+#: ctime on every write, truncate, chmod and chown, and a file put in its place has another inode: while the
+#: identity stays the same, so do the bytes, provided it was taken from the descriptor they were read from and
+#: the file had not changed within the timestamps' granularity before (``identity_holding``).
+Identity = tuple[int, int, int, int, int, int, int, int]
+
+#: How long ago a file's last change must be before its identity stands for its bytes: file timestamps come
+#: from a coarse clock (one tick, 1-10 ms by kernel), so a same-size write within the tick of our read could
+#: leave the identity as it was. Past this age, a later write can only move the ctime.
+SETTLED_NS = 50_000_000
+
+
+def _identity(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid, st.st_gid)
+
+
+def identity_holding(path: Path, data: bytes, now_ns: Callable[[], int] = time.time_ns
+                     ) -> tuple[Identity, float] | None:
+    """The identity of ``path`` while it holds ``data`` (read and compared from one descriptor, the identity
+    from that descriptor's ``fstat``), and how many seconds are left until it stands for those bytes (``<= 0``:
+    it does now; see ``SETTLED_NS``: ask again then). None when it does not hold ``data``, is not a regular
+    file or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data) or os.read(fd, len(data) + 1) != data:
+            return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return _identity(st), (st.st_ctime_ns + SETTLED_NS - now_ns()) / 1e9
+
+
+def _same(path: Path, seen: Identity) -> bool:
+    try:
+        return _identity(os.stat(path)) == seen
+    except OSError:
+        return False
+
+
+def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str | None = None,
+            seen: tuple[Identity, Identity] | None = None) -> None:
     """Publish a ``stage``d file over ``path``, as ``atomic_write(path, data, expect=expect)`` would write it.
 
     Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
     mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
-    ``atomic_write``). The published file gets the current time as its mtime: the write happens now. The file it
-    displaced is left at ``staged`` (hidden) once the folder is synced: the caller removes it, after the work
-    that waits for the restore."""
+    ``atomic_write``). ``seen``: the settled ``identity_holding`` of the staged file (holding ``data``) and of
+    ``path`` (holding ``expect``), with the same mode and owner: while both files still have
+    them, one ``stat`` each answers the comparison before the rename, which then reads nothing (issue 26: the
+    reads were a third of SIGTERM -> restored); else both are read and compared. The published file gets the
+    current time as its mtime: the write happens now. The file it displaced is left at ``staged`` (hidden)
+    once the folder is synced: the caller removes it, after the work that waits for the restore."""
     name = shown or str(path)
-    ours, theirs = _snapshot(staged), _snapshot(path)  # one open, fstat and read each (issue 26)
-    if ours is None or theirs is None:
-        raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it")
-    if ours[0] != theirs[0] or ours[1] != data:
-        raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
-    if theirs[1] != expect:
-        raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+    if seen is None or not _same(staged, seen[0]) or not _same(path, seen[1]):
+        ours, theirs = _snapshot(staged), _snapshot(path)  # one open, fstat and read each (issue 26)
+        if ours is None or theirs is None:
+            raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it")
+        if ours[0] != theirs[0] or ours[1] != data:
+            raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
+        if theirs[1] != expect:
+            raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
     try:
         _publish(str(staged), path, data, expect, name, sync=False)
         # The write happens now: its mtime too. Touched after the rename, not before: a touch of the staged

@@ -66,6 +66,7 @@ class Agent:
                              coordinated=coordinator is not None if coordinated is None else coordinated)
         self._exit_code = 0
         self._stop_why: lifecycle.StopWhy = "signal"
+        self._idle_thread: int | None = None  # the loop's thread while it waits for an event (``write_at_signal``)
         self._stopping = threading.Event()
         # A SimpleQueue: the stop signal's handler puts on it from the loop's own thread, between any two
         # bytecodes; queue.Queue's put takes a non-reentrant lock its get may hold at that moment (deadlock).
@@ -116,6 +117,23 @@ class Agent:
         self.world.probe_cancel.set()
         self.events.put("stop")
 
+    def write_at_signal(self) -> None:
+        """Issue 26: the stop signal's handler runs on the loop's thread, between two bytecodes. When it came
+        while the loop waited for its next event (nothing of ours half done: the common case, an idle agent), and
+        whether this stop restores needs no API read, the prepared restore is written here, before the rest of the
+        stop is even requested; ``shutdown`` then finds it written (``Stopping.write_first``). Anywhere else the
+        handler only requests the stop, and ``shutdown`` writes first as the loop's last act."""
+        if self._idle_thread != threading.get_ident() or self._stopping.is_set():
+            return
+        try:
+            view = self.world.daemonset_view(self.rules, read=False)
+            if view is not None:
+                self.stopper.write_first(self._node.record, self.rules, view)
+        except Exception as exc:  # a bug must not escape into the loop's wait: the stop below goes on as always
+            self.metrics.error("internal")
+            log.error("internal error in the restore at the stop signal: %s: %s", type(exc).__name__, exc,
+                      extra=self.log_extra)
+
     def api_unavailable(self) -> None:
         """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
         wait for them to report (it would wait half the grace period for nothing)."""
@@ -135,10 +153,16 @@ class Agent:
             if settled is not None and self.events.empty() and not self._node.probing:
                 then, settled = settled, None
                 then()
+            timeout = self.world.timeout(self.rules)
+            if (settle := self.stopper.settle()) is not None:  # issue 26: the prepared restore's identities
+                timeout = min(timeout, settle)
+            self._idle_thread = threading.get_ident()  # a stop signal may write the restore (``write_at_signal``)
             try:
-                event = self.events.get(timeout=self.world.timeout(self.rules))
+                event = self.events.get(timeout=timeout)
             except queue.Empty:
                 event = None
+            finally:
+                self._idle_thread = None
             if event == "stop" or self._stopping.is_set():
                 return
             try:
@@ -266,6 +290,7 @@ class Agent:
         now = time.monotonic()
         view = self.world.daemonset_view(self.rules)  # with an owner in auto mode: one short API read
         self.stopper.write_first(self._node.record, self.rules, view)  # issue 26: the restore's write first
+        # (done already when the signal came while the loop waited: ``write_at_signal``)
         todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)

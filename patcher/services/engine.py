@@ -14,7 +14,7 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -573,6 +573,9 @@ class PreparedRestore:
     written: bytes
     staged: Path | None = None
     lock_key: str = ""  # ``fsio.lock_key`` of the state folder: a holder of the writer lock need not re-enter it
+    #: The settled ``fsio.identity_holding`` of the staged file and of the manifest (see ``fsio.swap_in``):
+    #: None until ``settle`` found both settled (until then the restore compares them byte for byte).
+    seen: tuple[fsio.Identity, fsio.Identity] | None = field(default=None, compare=False)
     # Derived once here, not at SIGTERM (issue 26): the manifest's change and its folder (as a str).
     manifest: FileChange = field(init=False, repr=False, compare=False)
     folder: str = field(init=False, repr=False, compare=False)
@@ -609,6 +612,22 @@ def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedResto
         return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))
 
 
+def settle(prepared: PreparedRestore, now_ns: Callable[[], int] = time.time_ns) -> PreparedRestore | float | None:
+    """``prepared`` with its ``seen`` identities once both files have settled (the restore then reads nothing
+    before its rename); seconds to wait before asking again while one changed too recently; None when a file
+    is not what was prepared (the restore compares it in full, and refuses)."""
+    new = prepared.manifest.new
+    assert new is not None
+    if prepared.staged is None:
+        return None
+    ours = fsio.identity_holding(prepared.staged, new, now_ns)
+    theirs = fsio.identity_holding(prepared.manifest.local, prepared.written, now_ns) if ours is not None else None
+    if ours is None or theirs is None or ours[0][5:] != theirs[0][5:]:  # mode and owner: swap_in's check
+        return None
+    wait = max(ours[1], theirs[1])
+    return wait if wait > 0 else replace(prepared, seen=(ours[0], theirs[0]))
+
+
 def discard(prepared: PreparedRestore | None) -> None:
     """Remove the file a prepared restore staged (it is hidden, and a later clean-up would remove it too)."""
     if prepared is not None and prepared.staged is not None:
@@ -637,7 +656,7 @@ def restore_prepared(opts: Files, prepared: PreparedRestore) -> list[str]:
     with contextlib.nullcontext() if held else writer_lock(opts):
         if prepared.staged is not None:
             fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
-                         shown=change.node_path)
+                         shown=change.node_path, seen=prepared.seen)
             return [f"wrote {change.node_path}"]
         _verify_unchanged(plan.manifest_local, prepared.written, plan.manifest_path)
         return _write_restored_locked(plan)

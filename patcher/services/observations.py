@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, overload
 
 from patcher.adapters.health import Metrics
 from patcher.adapters.watch import FolderWatcher
@@ -285,16 +285,22 @@ class Observations:
 
     # -- the stop ---------------------------------------------------------------------------------------------
 
-    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView:
+    @overload
+    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView: ...
+    @overload
+    def daemonset_view(self, rules: Lifecycle, *, read: bool) -> lifecycle.DaemonSetView | None: ...
+
+    def daemonset_view(self, rules: Lifecycle, *, read: bool = True) -> lifecycle.DaemonSetView | None:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
-        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
+        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it; ``read`` False:
+        None where it would read."""
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
         if self.owner is None:
             why = "the API adapters are not there" if self.api_pending or self.reporter is None else (
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
-        return self.owner.confirm(lifecycle.OWNER_LOOKUP)
+        return self.owner.confirm(lifecycle.OWNER_LOOKUP) if read else None
 
     # -- what the step says back to the cluster ---------------------------------------------------------------
 

@@ -38,9 +38,11 @@ def install_signal_handlers(agent: Agent) -> None:
         signals.install()
 
     def on_signal(signum: int) -> None:
-        # Nothing but the stop request here: the handler runs on the loop's thread, so every line of it comes
-        # before the restore; the "received" line is said once the manifest is back (``Stopping.heard``).
+        # The handler runs on the loop's thread, so every line of it comes before the restore: the restore's
+        # write itself when the loop was waiting, then the stop request; the "received" line is said once the
+        # manifest is back (``Stopping.heard``).
         agent.stopper.heard(signum)
+        agent.write_at_signal()  # issue 26: the prepared restore first, when the loop was waiting
         agent.request_stop()
 
     signals.subscribe(on_signal)

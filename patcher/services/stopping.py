@@ -38,6 +38,8 @@ class Stopping:
         #: lines or its refusal, for the ``Restore`` action to find.
         self.written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
         self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
+        self._unsettled: engine.PreparedRestore | None = None  # a preparation ``settle`` found changed
+        self.clock_ns = time.time_ns  # the wall clock file timestamps are set by (``settle``)
 
     def heard(self, signum: int) -> None:
         """A stop signal came (``process.install_signal_handlers``). Nothing is said yet: the handler runs on the
@@ -58,10 +60,11 @@ class Stopping:
         transition is computed; its ``Restore`` action then finds it done, or meets its refusal as if it had
         written itself. Anything unusual (nothing staged, a stale preparation) is left to that action, which
         plans again and reports. On the loop's thread, holding the writer lock: it races no write of ours,
-        like any other write of the loop."""
+        like any other write of the loop. Once per stop: at the signal (``Agent.write_at_signal``) or in the
+        shutdown."""
         p = self.prepared
-        if (p is None or p[1].staged is None or rules.coordinated or (p[0] is not record and p[0] != record)
-                or not lifecycle.restores(rules, view)):
+        if (self.written_first is not None or p is None or p[1].staged is None or rules.coordinated
+                or (p[0] is not record and p[0] != record) or not lifecycle.restores(rules, view)):
             return
         prepared = p[1]
         try:
@@ -84,6 +87,22 @@ class Stopping:
         if previous is not None and (prepared is None or prepared.staged != previous.staged):
             engine.discard(previous)
         self.prepared = (record, prepared) if prepared is not None else None
+
+    def settle(self) -> float | None:
+        """Issue 26: once the prepared restore's files have settled, keep their identities, so that the
+        restore's comparison before its rename is one ``stat`` each (``engine.settle``). The loop asks before it
+        waits; the answer is how soon to ask again (None: nothing left to settle)."""
+        p = self.prepared
+        if p is None or p[1].seen is not None or p[1] is self._unsettled:
+            return None
+        settled = engine.settle(p[1], self.clock_ns)
+        if isinstance(settled, float):
+            return settled
+        if settled is None:  # not what was prepared: the restore compares in full (and refuses)
+            self._unsettled = p[1]
+        else:
+            self.prepared = (p[0], settled)
+        return None
 
     def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
         """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""
