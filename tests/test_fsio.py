@@ -163,6 +163,24 @@ def test_swap_in_with_both_identities_as_seen_reads_neither_file(
     assert path.read_bytes() == b"original\n" and staged.read_bytes() == b"patched\n"
 
 
+def test_swap_in_reads_both_files_when_an_identity_differs_in_its_ctime_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a same-size write in place (same inode, same size, mtime moved or not) changes at least."""
+    staged, path = _staged(tmp_path)
+    ours, theirs = _seen(staged, path)
+    read: list[Path] = []
+    real = fsio._snapshot
+
+    def counted(p: Path) -> object:
+        read.append(p)
+        return real(p)
+
+    monkeypatch.setattr(fsio, "_snapshot", counted)
+    fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n", seen=(ours, (*theirs[:4], theirs[4] - 1,
+                                                                                     *theirs[5:])))
+    assert read == [staged, path] and path.read_bytes() == b"original\n"
+
+
 def test_identity_holding_answers_for_those_bytes_only_and_says_when_it_stands_for_them(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"patched\n")

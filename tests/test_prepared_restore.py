@@ -24,7 +24,7 @@ from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files, Lifecycle, RestoreOnExit, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine, process
+from patcher.services import engine, process, stopping
 from patcher.services.agent import Agent
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.helpers import MANIFEST
@@ -287,7 +287,9 @@ def test_a_file_changed_after_it_settled_is_compared_in_full_and_not_overwritten
     if what == "manifest upgraded":
         path.write_text(path.read_text().replace("v1.31.2", "v1.32.0"))
     else:
-        prepared.staged.write_bytes(prepared.staged.read_bytes().replace(b"v1.31.2", b"v1.31.9"))
+        # Another size: the staged file was written a moment ago, and before Linux 6.13 a same-size write in
+        # the same timestamp tick keeps its ctime (what ``settle``'s 50 ms wait rules out in the agent).
+        prepared.staged.write_bytes(prepared.staged.read_bytes().replace(b"v1.31.2", b"v1.31.10"))
     with pytest.raises(fsio.ChangedUnderneath):
         engine.restore_prepared(agent.files, prepared)
     assert agent.shutdown() == 0  # planned again from what is there
@@ -337,3 +339,76 @@ def test_a_handler_on_another_thread_than_the_waiting_loop_writes_nothing(tmp_pa
     agent._idle_thread = threading.get_ident() + 1  # the loop waits on a thread the handler does not run on
     agent.write_at_signal()
     assert path.read_bytes() != text.encode() and agent.stopper.written_first is None
+
+
+def test_a_second_signal_during_the_handlers_write_only_requests_the_stop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nested handler (SIGINT during the SIGTERM handler's write) must not start a second write: two
+    interleaved exchanges would swap the manifest back and forth."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    writes: list[str] = []
+    real = engine.restore_prepared
+
+    def nested(opts: Files, prepared: engine.PreparedRestore) -> list[str]:
+        writes.append("write")
+        if len(writes) == 1:
+            signals._handler(signal.SIGINT, None)  # the second signal, in the middle of the first write
+        return real(opts, prepared)
+
+    monkeypatch.setattr(engine, "restore_prepared", nested)
+    monkeypatch.setattr(signals, "installed_at", 0.0)
+    signals.reset()
+    try:
+        process.install_signal_handlers(agent)
+        agent._idle_thread = threading.get_ident()
+        signals._handler(signal.SIGTERM, None)
+    finally:
+        signals.reset()
+    assert writes == ["write"] and path.read_bytes() == text.encode()
+    assert agent.shutdown() == 0
+    assert writes == ["write"]
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+    assert agent.phase == NodeState.RESTORED
+
+
+class Successor:
+    """The owner watch as it answers once the API adapters are attached: the DaemonSet still wants a pod here."""
+
+    def view(self) -> lifecycle.DaemonSetView:
+        return lifecycle.DaemonSetView(known=True, exists=True, selects=True, name="scheduler-patcher")
+
+    def confirm(self, timeout: float) -> lifecycle.DaemonSetView:
+        return self.view()
+
+
+def test_the_stop_goes_on_from_the_view_the_handlers_write_was_decided_by(tmp_path: Path) -> None:
+    """``auto``: the handler restored while it could not know the DaemonSet (the API adapters not attached);
+    they attach before the shutdown, whose own view would keep. The stop must not keep what is put back."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    assert agent.rules.restore_on_exit == "auto" and agent.world.owner is None
+    agent._idle_thread = threading.get_ident()
+    agent.write_at_signal()
+    agent.request_stop()
+    assert path.read_bytes() == text.encode()
+    agent.world.owner = Successor()  # attached meanwhile
+    assert agent.shutdown() == 0
+    assert path.read_bytes() == text.encode()
+    assert sorted(os.listdir(path.parent)) == ["kube-scheduler.yaml"]
+    assert agent.phase == NodeState.RESTORED
+
+
+def test_settle_stops_asking_about_files_that_keep_changing(tmp_path: Path) -> None:
+    """Touched again and again with the same bytes, the files never settle: after a few asks the loop is no
+    longer woken for them, and the restore compares them in full."""
+    agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
+    assert agent.stopper.prepared is not None and agent.stopper.prepared[1].staged is not None
+    staged = agent.stopper.prepared[1].staged
+    agent.stopper.clock_ns = lambda: staged.stat().st_ctime_ns  # always just changed
+    asks = [agent.stopper.settle() for _ in range(stopping.SETTLE_ASKS + 3)]
+    assert all(a is not None for a in asks[:stopping.SETTLE_ASKS - 1])
+    assert asks[stopping.SETTLE_ASKS - 1:] == [None] * 4
+    assert agent.stopper.prepared[1].seen is None

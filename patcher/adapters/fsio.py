@@ -201,7 +201,10 @@ def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
 #: What ``stat`` tells of a file: (device, inode, size, mtime, ctime, mode, owner, group). The kernel sets the
 #: ctime on every write, truncate, chmod and chown, and a file put in its place has another inode: while the
 #: identity stays the same, so do the bytes, provided it was taken from the descriptor they were read from and
-#: the file had not changed within the timestamps' granularity before (``identity_holding``).
+#: the file had not changed within the timestamps' granularity before (``identity_holding``). Not covered:
+#: writes through a shared writable mapping (their ctime may lag) — nothing maps a manifest — and file systems
+#: whose timestamps have whole seconds (ext4 with 128-byte inodes, FAT) or come from a server (NFS, FUSE):
+#: there ``identity_holding`` gives no identity (a ctime without a sub-second part), and the restore reads.
 Identity = tuple[int, int, int, int, int, int, int, int]
 
 #: How long ago a file's last change must be before its identity stands for its bytes: file timestamps come
@@ -219,7 +222,7 @@ def identity_holding(path: Path, data: bytes, now_ns: Callable[[], int] = time.t
     """The identity of ``path`` while it holds ``data`` (read and compared from one descriptor, the identity
     from that descriptor's ``fstat``), and how many seconds are left until it stands for those bytes (``<= 0``:
     it does now; see ``SETTLED_NS``: ask again then). None when it does not hold ``data``, is not a regular
-    file or cannot be read."""
+    file, cannot be read, or its ctime has no sub-second part (see ``Identity``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -232,6 +235,8 @@ def identity_holding(path: Path, data: bytes, now_ns: Callable[[], int] = time.t
         return None
     finally:
         os.close(fd)
+    if st.st_ctime_ns % 1_000_000_000 == 0:  # whole seconds: a same-size write within one would not show
+        return None
     return _identity(st), (st.st_ctime_ns + SETTLED_NS - now_ns()) / 1e9
 
 

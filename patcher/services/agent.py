@@ -122,9 +122,12 @@ class Agent:
         while the loop waited for its next event (nothing of ours half done: the common case, an idle agent), and
         whether this stop restores needs no API read, the prepared restore is written here, before the rest of the
         stop is even requested; ``shutdown`` then finds it written (``Stopping.write_first``). Anywhere else the
-        handler only requests the stop, and ``shutdown`` writes first as the loop's last act."""
+        handler only requests the stop, and ``shutdown`` writes first as the loop's last act. A second signal
+        that comes during this write runs its handler inside this one: the write is marked begun first, so that
+        one only requests the stop (two writes interleaved would swap the manifest back and forth)."""
         if self._idle_thread != threading.get_ident() or self._stopping.is_set():
             return
+        self._idle_thread = None  # begun: the loop's wait is no proof any more (a nested signal, above)
         try:
             view = self.world.daemonset_view(self.rules, read=False)
             if view is not None:
@@ -154,17 +157,19 @@ class Agent:
                 then, settled = settled, None
                 then()
             timeout = self.world.timeout(self.rules)
-            if (settle := self.stopper.settle()) is not None:  # issue 26: the prepared restore's identities
-                timeout = min(timeout, settle)
+            settle = self.stopper.settle()  # issue 26: the prepared restore's identities, once settled
+            only_settle = settle is not None and settle < timeout
             self._idle_thread = threading.get_ident()  # a stop signal may write the restore (``write_at_signal``)
             try:
-                event = self.events.get(timeout=timeout)
+                event = self.events.get(timeout=settle if only_settle else timeout)
             except queue.Empty:
                 event = None
             finally:
                 self._idle_thread = None
             if event == "stop" or self._stopping.is_set():
                 return
+            if event is None and only_settle:  # no timer is due: only ``settle`` asks again
+                continue
             try:
                 self._handle(event)
             except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
@@ -288,9 +293,11 @@ class Agent:
         release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
         the record the stop leaves is the restore's (``stopping``). Returns the exit code."""
         now = time.monotonic()
-        view = self.world.daemonset_view(self.rules)  # with an owner in auto mode: one short API read
+        # With an owner in auto mode: one short API read. A restore the signal's handler wrote already
+        # (``write_at_signal``) was decided by the view it had then: the stop goes on from that same view, even
+        # if the API adapters attached meanwhile (a later view could keep what was already put back).
+        view = self.stopper.written_view or self.world.daemonset_view(self.rules)
         self.stopper.write_first(self._node.record, self.rules, view)  # issue 26: the restore's write first
-        # (done already when the signal came while the loop waited: ``write_at_signal``)
         todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)

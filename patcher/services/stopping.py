@@ -21,6 +21,10 @@ from patcher.services.ports import Coordinator, PodSource, Reporter
 
 log = logging.getLogger("patcher.services.agent")
 
+#: How often ``Stopping.settle`` asks about one preparation whose files keep changing (same bytes, touched)
+#: before it leaves the comparison to the restore: the loop must not wake every 50 ms for it.
+SETTLE_ASKS: Final = 5
+
 #: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
 #: the step's confirm wait, so an API that goes black meanwhile ends the wait within a second).
 TURN_ASK_INTERVAL: Final = 0.25
@@ -37,8 +41,11 @@ class Stopping:
         #: Issue 26: the prepared restore written ahead of the stop's transition (``write_first``), with its
         #: lines or its refusal, for the ``Restore`` action to find.
         self.written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
+        #: The view of the DaemonSet ``write_first`` decided by when it wrote (the stop goes on from it).
+        self.written_view: lifecycle.DaemonSetView | None = None
         self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
-        self._unsettled: engine.PreparedRestore | None = None  # a preparation ``settle`` found changed
+        self._unsettled: engine.PreparedRestore | None = None  # a preparation ``settle`` gave up on
+        self._settle_asked: tuple[engine.PreparedRestore | None, int] = (None, 0)  # ... and how often it asked
         self.clock_ns = time.time_ns  # the wall clock file timestamps are set by (``settle``)
 
     def heard(self, signum: int) -> None:
@@ -67,6 +74,7 @@ class Stopping:
                 or (p[0] is not record and p[0] != record) or not lifecycle.restores(rules, view)):
             return
         prepared = p[1]
+        self.written_view = view
         try:
             self.written_first = (prepared, engine.restore_prepared(self.files, prepared))
         except PatcherError as exc:
@@ -95,13 +103,17 @@ class Stopping:
         p = self.prepared
         if p is None or p[1].seen is not None or p[1] is self._unsettled:
             return None
+        if self._settle_asked[0] is not p[1]:
+            self._settle_asked = (p[1], 0)
         settled = engine.settle(p[1], self.clock_ns)
-        if isinstance(settled, float):
+        asked = self._settle_asked[1] + 1
+        self._settle_asked = (p[1], asked)
+        if isinstance(settled, float) and asked < SETTLE_ASKS:
             return settled
-        if settled is None:  # not what was prepared: the restore compares in full (and refuses)
-            self._unsettled = p[1]
-        else:
+        if isinstance(settled, engine.PreparedRestore):
             self.prepared = (p[0], settled)
+        else:  # not what was prepared (the restore compares in full, and refuses), or it keeps changing
+            self._unsettled = p[1]
         return None
 
     def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
