@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,3 +93,32 @@ def test_peer_bench_worker_answers_with_our_timings(tmp_path: Path) -> None:
     assert [len(kept[k]) for k in ("patch", "restore", "restore_cold", "cleanup", "floor")] == [2, 2, 2, 2, 2]
     assert len(fresh["patch"]) == 2 and all(ms > 0 for ms in kept["restore"])
     assert manifest.read_bytes() == (tmp_path / "w/node/etc/kubernetes/manifests/kube-scheduler.yaml").read_bytes()
+
+
+def test_taskstats_counts_the_cpu_of_a_thread_that_has_exited() -> None:
+    """The idle row's CPU source (``bench/cputime.py``): exact, and a short-lived thread's time is not lost."""
+    import threading
+    import time
+
+    from bench import cputime
+
+    ts = cputime.open_taskstats(os.getpid())
+    if ts is None:
+        pytest.skip("taskstats unavailable here (kernel or permission): the idle row falls back to the ticks")
+    spent: list[float] = []
+
+    def burn() -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.02:
+            pass
+        spent.append(time.thread_time() - t0)
+
+    try:
+        before = ts.cpu_ns(os.getpid())
+        worker = threading.Thread(target=burn)
+        worker.start()
+        worker.join()
+        after = ts.cpu_ns(os.getpid())
+    finally:
+        ts.close()
+    assert after - before >= spent[0] * 1e9 * 0.99  # the exited thread's own time, at the least
