@@ -612,20 +612,21 @@ def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedResto
         return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))
 
 
-def settle(prepared: PreparedRestore, now_ns: Callable[[], int] = time.time_ns) -> PreparedRestore | float | None:
-    """``prepared`` with its ``seen`` identities once both files have settled (the restore then reads nothing
-    before its rename); seconds to wait before asking again while one changed too recently; None when a file
-    is not what was prepared (the restore compares it in full, and refuses)."""
+def settle(prepared: PreparedRestore, now_ns: Callable[[], int] = time.time_ns
+           ) -> tuple[tuple[fsio.Identity, fsio.Identity], float] | None:
+    """The identities of the staged file and of the manifest while both hold what was prepared (with the same
+    mode and owner, ``swap_in``'s check), and the seconds left until they stand for those bytes (``<= 0``: now;
+    then ``replace(prepared, seen=...)`` lets the restore read nothing before its rename). None when a file is
+    not what was prepared: the restore compares it in full, and refuses."""
     new = prepared.manifest.new
     assert new is not None
     if prepared.staged is None:
         return None
     ours = fsio.identity_holding(prepared.staged, new, now_ns)
     theirs = fsio.identity_holding(prepared.manifest.local, prepared.written, now_ns) if ours is not None else None
-    if ours is None or theirs is None or ours[0][5:] != theirs[0][5:]:  # mode and owner: swap_in's check
+    if ours is None or theirs is None or ours[0][5:] != theirs[0][5:]:
         return None
-    wait = max(ours[1], theirs[1])
-    return wait if wait > 0 else replace(prepared, seen=(ours[0], theirs[0]))
+    return (ours[0], theirs[0]), max(ours[1], theirs[1])
 
 
 def discard(prepared: PreparedRestore | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from dataclasses import replace
 from typing import Final
 
 from patcher.adapters import fsio
@@ -21,8 +22,9 @@ from patcher.services.ports import Coordinator, PodSource, Reporter
 
 log = logging.getLogger("patcher.services.agent")
 
-#: How often ``Stopping.settle`` asks about one preparation whose files keep changing (same bytes, touched)
-#: before it leaves the comparison to the restore: the loop must not wake every 50 ms for it.
+#: How many times ``Stopping.settle`` finds one preparation's files changed since its last ask (same bytes,
+#: touched) before it leaves the comparison to the restore: the loop must not wake every 50 ms for them. Asks
+#: that find them unchanged (the loop woken by other events meanwhile) do not count.
 SETTLE_ASKS: Final = 5
 
 #: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
@@ -45,7 +47,9 @@ class Stopping:
         self.written_view: lifecycle.DaemonSetView | None = None
         self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
         self._unsettled: engine.PreparedRestore | None = None  # a preparation ``settle`` gave up on
-        self._settle_asked: tuple[engine.PreparedRestore | None, int] = (None, 0)  # ... and how often it asked
+        #: The preparation ``settle`` waits for, the identities it saw last and how often they had changed.
+        self._settling: tuple[engine.PreparedRestore | None, tuple[fsio.Identity, fsio.Identity] | None, int] = (
+            None, None, 0)
         self.clock_ns = time.time_ns  # the wall clock file timestamps are set by (``settle``)
 
     def heard(self, signum: int) -> None:
@@ -99,22 +103,26 @@ class Stopping:
     def settle(self) -> float | None:
         """Issue 26: once the prepared restore's files have settled, keep their identities, so that the
         restore's comparison before its rename is one ``stat`` each (``engine.settle``). The loop asks before it
-        waits; the answer is how soon to ask again (None: nothing left to settle)."""
+        waits; the answer is how soon to ask again (None: nothing left to settle). Files found changed (touched,
+        same bytes) at ``SETTLE_ASKS`` asks in a row are left to the restore's full comparison."""
         p = self.prepared
         if p is None or p[1].seen is not None or p[1] is self._unsettled:
             return None
-        if self._settle_asked[0] is not p[1]:
-            self._settle_asked = (p[1], 0)
-        settled = engine.settle(p[1], self.clock_ns)
-        asked = self._settle_asked[1] + 1
-        self._settle_asked = (p[1], asked)
-        if isinstance(settled, float) and asked < SETTLE_ASKS:
-            return settled
-        if isinstance(settled, engine.PreparedRestore):
-            self.prepared = (p[0], settled)
-        else:  # not what was prepared (the restore compares in full, and refuses), or it keeps changing
+        answer = engine.settle(p[1], self.clock_ns)
+        if answer is None:  # not what was prepared: the restore compares in full (and refuses)
             self._unsettled = p[1]
-        return None
+            return None
+        seen, wait = answer
+        if wait <= 0:
+            self.prepared = (p[0], replace(p[1], seen=seen))
+            return None
+        _, last, changes = self._settling if self._settling[0] is p[1] else (None, None, 0)
+        changes += int(last is not None and last != seen)  # touched since the last ask: it may never settle
+        if changes >= SETTLE_ASKS:
+            self._unsettled = p[1]
+            return None
+        self._settling = (p[1], seen, changes)
+        return wait
 
     def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
         """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""
