@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,3 +74,83 @@ def api(emu: Any, tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def kubeadm_text() -> str:
     return (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
+
+
+# -- the real control plane (tests/realk8s.py, built by `make real-k8s`) ------------------------------------
+
+REAL_CLUSTER = "real_cluster"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every real-cluster test on one xdist worker, which then starts each release's control plane once."""
+    for item in items:
+        if item.get_closest_marker(REAL_CLUSTER):
+            item.add_marker(pytest.mark.xdist_group(REAL_CLUSTER))
+
+
+def _require_real_binaries() -> None:
+    from tests.realk8s import missing_reason
+
+    why = missing_reason()
+    if why is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"real-cluster binaries missing under CI=true: {why}")
+    pytest.skip(why)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`real_release` runs a test once per built release (newest first), or once to skip where none is."""
+    if "real_release" in metafunc.fixturenames:
+        from tests.realk8s import built_releases
+
+        versions = [b.version for b in built_releases()] or ["none"]
+        metafunc.parametrize("real_release", versions, indirect=True, scope="session")
+
+
+class _ControlPlanes:
+    """One control plane per release, started on first use and stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, Any] = {}
+
+    def get(self, version: str) -> Any:
+        from tests.realk8s import ControlPlane, built_releases
+
+        if version not in self.started:
+            binaries = next(b for b in built_releases() if b.version == version)
+            folder = Path(tempfile.mkdtemp(prefix=f"realk8s-{version}-"))
+            self.started[version] = ControlPlane(binaries, folder).start()
+        return self.started[version]
+
+    def stop(self) -> None:
+        for cp in self.started.values():
+            cp.stop()
+            shutil.rmtree(cp.workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def _control_planes() -> Iterator[_ControlPlanes]:
+    planes = _ControlPlanes()
+    yield planes
+    planes.stop()
+
+
+@pytest.fixture(scope="session")
+def real_release(request: pytest.FixtureRequest, _control_planes: _ControlPlanes) -> Any:
+    """The control plane of one built release (tests/realk8s.ControlPlane), shared by the session's tests."""
+    _require_real_binaries()
+    return _control_planes.get(request.param)
+
+
+@pytest.fixture
+def real_cluster(_control_planes: _ControlPlanes) -> Any:
+    """The newest built release's control plane (tests/realk8s.ControlPlane)."""
+    from tests.realk8s import built_releases
+
+    _require_real_binaries()
+    return _control_planes.get(built_releases()[0].version)
