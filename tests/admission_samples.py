@@ -51,7 +51,8 @@ def configmap(state: str) -> dict[str, Any] | None:
 
 
 def ephemeral(storage_class: str | None, name: str = "scratch") -> dict[str, Any]:
-    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    # A size is required: the real API server refuses a claim template without one (the emulator did not).
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     return {"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": spec}}}

@@ -93,24 +93,37 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
+EC_KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+def issue(folder: Path, name: str, subject: str, *, server_names: tuple[str, ...] = (),
+          client: bool = False) -> tuple[Path, Path]:
+    """`<name>.crt`/`<name>.key` signed by the CA in `folder`: a serving cert for `server_names` (IP or DNS
+    names), or a client cert whose subject the API server reads as user (CN) and groups (O)."""
+    if server_names:
+        sans = ",".join(f"IP:{n}" if n.replace(".", "").isdigit() else f"DNS:{n}" for n in server_names)
+        ext = f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n"
+    else:
+        assert client, "a certificate is for a server or for a client"
+        ext = "extendedKeyUsage=clientAuth\n"
+    (folder / f"{name}.ext").write_text(ext + "keyUsage=digitalSignature,keyEncipherment\n")
+    _openssl("req", *EC_KEY, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=folder)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=folder)
+    return folder / f"{name}.crt", folder / f"{name}.key"
+
+
 def make_pki(folder: Path) -> None:
     """CA, the API server's serving cert, an admin client cert (system:masters), the service-account key pair.
 
     EC P-256 keys: generating them takes milliseconds, so every start gets its own CA."""
     folder.mkdir(parents=True, exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=realk8s-ca",
-             cwd=folder)
-    (folder / "server.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"
-        "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
-    (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
-    for name, subject, ext in (("server", "/CN=kube-apiserver", "server.ext"),
-                               ("admin", "/O=system:masters/CN=realk8s-admin", "client.ext")):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=folder)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.crt", "-days", "2", "-extfile", ext, cwd=folder)
+    _openssl("req", "-x509", *EC_KEY, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj",
+             "/CN=realk8s-ca", cwd=folder)
+    issue(folder, "server", "/CN=kube-apiserver", server_names=(
+        "127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local", "10.96.0.1"))
+    issue(folder, "admin", "/O=system:masters/CN=realk8s-admin", client=True)
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", "sa.key", cwd=folder)
     _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=folder)
 
