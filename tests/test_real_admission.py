@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
 from tests import admission_samples as samples
 from tests.realk8s import ControlPlane, built_releases, control_plane, free_port, issue, missing_reason, wait_until
 from tests.test_deploy_manifests import MANIFESTS, objects
@@ -65,7 +66,7 @@ def set_verdict(cp: ControlPlane, state: str) -> None:
     """The readiness ConfigMap as the agents publish it, or none at all."""
     path = "/api/v1/namespaces/scheduler-patcher/configmaps"
     cm = samples.configmap(state)
-    cp.request("DELETE", f"{path}/{samples.DEFAULT_STATUS_NAME}")
+    cp.request("DELETE", f"{path}/{DEFAULT_STATUS_NAME}")
     if cm is not None:
         cp.ok("POST", path, cm)
 
