@@ -61,6 +61,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         limit = self.server.answers
         if self.path.endswith("/fail") or (limit is not None and len(self.server.bodies) > limit):
             self._send(500, b'{"error":"boom"}')
+        elif self.server.passthrough and self.path.endswith("/filter"):
+            args = json.loads(self.server.bodies[-1][1] or b"{}")
+            kept = {"nodes": args.get("nodes") or args.get("Nodes"),
+                    "nodenames": args.get("nodenames") or args.get("NodeNames")}
+            self._send(200, json.dumps({**FILTER_RESULT, **kept}).encode())
         elif self.path.endswith("/html"):
             self._send(200, b"<html>it works</html>", "text/html")
         else:
@@ -95,6 +100,8 @@ class ExtenderServer(http.server.ThreadingHTTPServer):
         self.bodies: list[tuple[str, bytes]] = []
         #: Answer this many requests, then fail every later one with 500 (None: never fail).
         self.answers: int | None = None
+        #: Answer a filter call as an extender that keeps every node (what a real scheduler needs to bind a pod).
+        self.passthrough = False
         self.scheme = "http"
         if pki is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

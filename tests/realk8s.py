@@ -209,6 +209,11 @@ class ControlPlane:
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", "--authorization-mode=Node,RBAC",
             "--service-cluster-ip-range=10.96.0.0/16", "--allow-privileged=true", "--profiling=false",
             "--enable-admission-plugins=NodeRestriction", "--endpoint-reconciler-type=none",
+            # As kubeadm sets them: the scheduler's delegated authentication reads this CA from kube-system's
+            # extension-apiserver-authentication ConfigMap (and logs an error every few seconds without it).
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             *admission_policy_flags(self.binaries.minor), *self.extra_apiserver_flags,
         ])
         self.kubeconfig.write_text(kubeconfig_text(self.url, pki / "ca.crt", {
@@ -217,9 +222,11 @@ class ControlPlane:
         self.started_in = time.monotonic() - started
         return self
 
-    def ssl_context(self) -> ssl.SSLContext:
+    def ssl_context(self, client: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+        """Verifies the server by the CA; presents `client` (cert, key), by default the admin's."""
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
-        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        cert, key = client or (self.pki / "admin.crt", self.pki / "admin.key")
+        ctx.load_cert_chain(str(cert), str(key))
         return ctx
 
     def wait_ready(self, deadline: float) -> None:
@@ -258,13 +265,14 @@ class ControlPlane:
     # -- what tests do on it ---------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                timeout: float = 30.0) -> tuple[int, Any]:
-        """One admin request; (status, decoded JSON body). For set-up and checks, not for the code under test."""
+                timeout: float = 30.0, client: tuple[Path, Path] | None = None) -> tuple[int, Any]:
+        """One request as admin (or as the `client` cert's user); (status, decoded JSON body). For set-up, checks
+        and stand-ins, not for the code under test."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
                                      headers={"Content-Type": content_type, "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, context=self.ssl_context(), timeout=timeout) as resp:
+            with urllib.request.urlopen(req, context=self.ssl_context(client), timeout=timeout) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as e:

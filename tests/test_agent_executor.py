@@ -8,6 +8,7 @@ Driven step by step (no loop thread) on real folders, with the stateful test's k
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,34 @@ def test_an_unknown_loop_event_is_a_bug_not_a_timer(tmp_path: Path) -> None:
     agent._handle("pod")
     with pytest.raises(AssertionError, match="unknown loop event 'podd'"):
         agent._handle("podd")
+
+
+def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message(tmp_path: Path) -> None:
+    """A Ready node whose extender stopped answering stays Ready and carries a message, which turns the cluster
+    verdict NotReady: the publisher must hear of it though the phase did not change (the real API server showed
+    the published verdict staying Ready for minutes, tests/test_real_scheduler.py)."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    heard: list[str] = []
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet,
+                  on_phase=lambda phase: heard.append(phase.value))
+    agent.start()
+    kubelet.sync()
+    agent.check_restart()
+    assert agent.state.phase == "Ready"
+    heard.clear()
+    config = agent.state.config_hash
+
+    def periodic_probe(blocking: str = "") -> None:
+        """The periodic probe of the running config (its timer set `probing`), answered."""
+        agent.node = replace(agent.node, probing=config)
+        agent._feed(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
+
+    periodic_probe("extender http://x/filter: refused")
+    assert agent.state.phase == "Ready" and agent.state.message and heard == ["Ready"]
+    periodic_probe()
+    assert agent.state.message is None and heard == ["Ready", "Ready"]
+    periodic_probe()  # nothing changed: nothing to say
+    assert heard == ["Ready", "Ready"]

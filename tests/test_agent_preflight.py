@@ -54,7 +54,7 @@ def test_a_required_extender_that_does_not_answer_is_never_written_until_it_does
         # the extender's DaemonSet comes up: the next retry patches, with no one touching anything
         with ExtenderServer(port=port) as server:
             assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
-            assert server.bodies and json.loads(server.bodies[0][1])["nodes"]["items"] == []
+            assert server.bodies and json.loads(server.bodies[0][1])["Nodes"]["items"] == []
         assert node.manifest.read_bytes() != KUBEADM
         assert "message" not in node.annotations()
         assert len(warnings(node)) == 1  # one Warning per distinct failure, not one per retry
@@ -119,13 +119,20 @@ def test_an_extender_that_fails_after_the_restart_rolls_the_canary_back(node: No
             agent.stop()
 
 
+def published_ready(node: Node) -> str | None:
+    """The `ready` key of the verdict ConfigMap the agents publish (None: not published)."""
+    cm = node.emu.get("configmaps", "scheduler-patcher-status", "scheduler-patcher") or {}
+    ready: str | None = (cm.get("data") or {}).get("ready")
+    return ready
+
+
 def test_while_ready_an_extender_that_stops_answering_makes_the_verdict_not_ready(node: Node) -> None:
     from patcher.adapters.kube.client import ClientSettings, build_api_client
     from patcher.adapters.kube.cluster import collect
 
     with ExtenderServer() as server:
         node.set_source(source(server.url))
-        agent = Running(node, check_extenders=True, extender_probe_interval=0.1)
+        agent = Running(node, check_extenders=True, extender_probe_interval=0.1, publish=True)
         api = build_api_client(ClientSettings(kubeconfig=str(node.kubeconfig)))
         try:
             assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
@@ -137,10 +144,13 @@ def test_while_ready_an_extender_that_stops_answering_makes_the_verdict_not_read
             assert node.state() == "Ready" and node.manifest.read_bytes() == patched  # nothing touched
             row = collect(api).rows[0]
             assert not row.ready and row.reason == stopped
+            # Published too, though the phase stayed Ready (the publisher's own refresh is 5 minutes away).
+            assert wait_until(lambda: published_ready(node) == "false", 10), published_ready(node)
             assert wait_until(lambda: bool(warnings(node)), 10) and warnings(node) == [stopped]
             server.answers = None  # back
             assert wait_until(lambda: "message" not in node.annotations(), 10), node.annotations()
             assert wait_until(lambda: collect(api).ready, 10)
+            assert wait_until(lambda: published_ready(node) == "true", 10), published_ready(node)
         finally:
             api.close()
             agent.stop()

@@ -70,9 +70,9 @@ def test_targets_read_every_spelling_and_keep_kube_schedulers_tls_rules() -> Non
     files["policy.json"] = json.dumps({"kind": "Policy", "extenders": [legacy]}).encode()
     a, b, c, d, e = targets(files)
     assert (a.url, a.timeout, a.ignorable) == ("http://a:1/x/filter", 0.25, True)
-    assert json.loads(a.body)["nodes"]["items"] == [] and "nodenames" not in json.loads(a.body)
+    assert json.loads(a.body)["Nodes"]["items"] == [] and "NodeNames" not in json.loads(a.body)
     assert b.url == "https://b:2/prioritize" and b.timeout == extprobe.DEFAULT_TIMEOUT
-    assert json.loads(b.body)["nodenames"] == [] and "nodes" not in json.loads(b.body)
+    assert json.loads(b.body)["NodeNames"] == [] and "Nodes" not in json.loads(b.body)
     assert b.tls.insecure  # kube-scheduler: enableHTTPS without a CA does not verify the server
     assert c.problem == "tlsConfig sets both a CA and insecure: kube-scheduler refuses that combination"
     assert d.verb == "" and not d.problem
@@ -100,8 +100,8 @@ def test_an_extender_that_answers_gets_a_harmless_filter_call(http_server: Exten
     assert result.answered and result.error == "" and result.line().startswith(f"{http_server.url}/scheduler/filter")
     [(path, body)] = http_server.bodies
     args = json.loads(body)
-    assert path == "/scheduler/filter" and args["nodes"]["items"] == []
-    assert args["pod"]["metadata"]["name"] == "scheduler-patcher-probe" and not args["pod"]["spec"].get("volumes")
+    assert path == "/scheduler/filter" and args["Nodes"]["items"] == []
+    assert args["Pod"]["metadata"]["name"] == "scheduler-patcher-probe" and not args["Pod"]["spec"].get("volumes")
 
 
 def test_a_500_and_a_200_that_is_not_json_are_not_answers(http_server: ExtenderServer) -> None:

@@ -160,12 +160,16 @@ def _tls(extender: Mapping[str, Any]) -> tuple[Tls, str]:
 
 
 def request_body(node_cache_capable: bool) -> bytes:
-    """``ExtenderArgs`` with no node: the names form for a node-cache-capable extender, else a NodeList."""
-    args: dict[str, Any] = {"pod": PROBE_POD}
+    """``ExtenderArgs`` with no node: the names form for a node-cache-capable extender, else a NodeList.
+
+    Spelt as kube-scheduler sends it: the Go type has no json tags, so the keys are the field names (``Pod``,
+    ``Nodes``, ``NodeNames``; seen on the wire from the real scheduler). An extender that reads them
+    case-sensitively must see from the probe what it will see from the scheduler."""
+    args: dict[str, Any] = {"Pod": PROBE_POD}
     if node_cache_capable:
-        args["nodenames"] = []
+        args["NodeNames"] = []
     else:
-        args["nodes"] = {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": []}
+        args["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": []}
     return json.dumps(args, separators=(",", ":")).encode()
 
 

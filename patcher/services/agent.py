@@ -225,7 +225,9 @@ class Agent:
         """One step: save its record (the one save of a transition), then say it and execute its actions.
         Returns the events they produced and whether the record was saved."""
         node, actions = lifecycle.step(self._node, event, self.rules)
-        before = self._node.phase
+        # What the cluster verdict reads of this node: its phase, and its message (Ready with a message is an
+        # extender that stopped answering: NotReady for the cluster, though the phase stays Ready).
+        before = (self._node.phase, self._node.record.message)
         if node.wait is None:
             self.world.restarts.forget()
         refused, saved = self.record.save(node)  # the record first: a phase is said only once it is recorded
@@ -239,7 +241,7 @@ class Agent:
             return [*produced, _Unsaved(state_folder_message(refused))], False
         self.node = node
         produced = [e for a in actions if (e := self._execute(a)) is not None]
-        if node.phase != before and node.phase is not None and self.world.on_phase is not None:
+        if (node.phase, node.record.message) != before and node.phase is not None and self.world.on_phase is not None:
             self.world.on_phase(node.phase)
         return produced, saved
 

@@ -127,7 +127,7 @@ class ApiParts:
         self.api.close()
 
     def on_phase(self, phase: NodeState) -> None:
-        """A phase changed here: the cluster verdict may have changed too."""
+        """The phase or its message changed here: the cluster verdict may have changed too."""
         if self.publisher is not None:
             self.publisher.kick()
 

@@ -45,6 +45,10 @@ class StatusPublisher:
         self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
 
     def start(self) -> None:
+        # Publish once at start, not only after a phase change: an agent whose first write is held back (the
+        # extender down, its turn not come) starts and stays Pending, and until a verdict is published the
+        # admission policy gates nothing (its ConfigMap missing). Seen on the real API server (issue 31 d).
+        self._kick.set()
         self._thread.start()
 
     def kick(self) -> None:
