@@ -156,7 +156,7 @@ def gates(pod: dict[str, Any]) -> list[str] | None:
 
 
 def cel_list(names: list[str]) -> str:
-    """A CEL list literal of single-quoted strings, as the overlay example of docs/scheduling-gates.md writes the variables."""
+    """A CEL list literal of single-quoted strings, as docs/scheduling-gates.md's overlay example writes them."""
     return "[" + ", ".join(f"'{name}'" for name in names) + "]"
 
 
@@ -166,8 +166,8 @@ MakePolicy = Callable[..., Policy]  # (**selection: list[str]) -> the Policy sel
 @pytest.fixture(scope="module", params=["kustomize", "helm"])
 def policy_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> MakePolicy:
     """The policy of each source, with a selection (schedulerNames, storageClasses, csiDrivers) set the way that
-    source sets it: the component's variables patched (as the overlay example of docs/scheduling-gates.md does), or the chart's values
-    gatekeeper.admission.* (so the chart's own rendering of those lists is what gets evaluated)."""
+    source sets it: the component's variables patched (as docs/scheduling-gates.md's overlay example does), or the
+    chart's values gatekeeper.admission.* (so the chart's own rendering of those lists is what gets evaluated)."""
     if request.param == "kustomize":
         spec = policy_objects(V1)[0]["spec"]
         return lambda **selection: Policy(spec, **{k: cel_list(v) for k, v in selection.items()})

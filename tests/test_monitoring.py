@@ -63,27 +63,26 @@ def dashboard_queries() -> list[str]:
 # -- the tools ------------------------------------------------------------------------------------------------
 
 
+def have(found: tuple[Any, str], what: str) -> Any:
+    """The tool a finder found, or the one-line skip (a failure under CI=true) that says why not."""
+    if found[0] is None:
+        missing(f"{what} unavailable ({found[1]})")
+    return found[0]
+
+
 @pytest.fixture(scope="module")
 def promtool_bin() -> str:
-    found, why = find_promtool()
-    if found is None:
-        missing(f"real promtool unavailable ({why})")
-    return found
+    return str(have(find_promtool(), "real promtool"))
 
 
 @pytest.fixture(scope="module")
 def helm() -> str:
-    found, why = find_helm()
-    if found is None:
-        missing(f"real helm unavailable ({why})")
-    return found
+    return str(have(find_helm(), "real helm"))
 
 
 @pytest.fixture(scope="module")
 def crds() -> None:
-    folder, why = promcrds.crd_folder()
-    if folder is None:
-        missing(f"Prometheus Operator CRDs unavailable ({why})")
+    have(promcrds.crd_folder(), "Prometheus Operator CRDs")
 
 
 # -- /metrics ------------------------------------------------------------------------------------------------
