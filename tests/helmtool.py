@@ -51,3 +51,12 @@ def template(helm: str, values: dict[str, Any], tmp: Path, namespace: str = NAME
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", namespace, values=values, tmp=tmp)
     assert proc.returncode == 0, f"helm template {values}: {proc.stderr.strip()}"
     return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
+
+
+#: Every monitoring switch on (issue 35): the agents' and the gatekeeper's PodMonitors, the PrometheusRule and the
+#: dashboard ConfigMap. A real-cluster test applies ``tests.promcrds.crd_paths()`` first, then this render.
+MONITORING_VALUES: dict[str, Any] = {
+    "gatekeeper": {"enabled": True},
+    "monitoring": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True},
+                   "dashboard": {"enabled": True}},
+}

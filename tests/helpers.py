@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
+from patcher.adapters.health import Metrics
 from patcher.core import schedconfig
 from patcher.core.settings import Api, Files, Rollout, Settings, Status
 from patcher.services import process
@@ -176,10 +177,16 @@ class Running:
         return self.code
 
 
+def metric(metrics: Metrics, name: str, **labels: str) -> float | None:
+    """The value of one sample of ``metrics``' ``/metrics`` text (None when there is no such sample)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return next((s.value for f in text_string_to_metric_families(metrics.render().decode()) for s in f.samples
+                 if s.name == name and s.labels == labels), None)
+
+
 def reconciles(agent: Running) -> float:
-    text = agent.metrics.render().decode()
-    return float(next(line.split()[1] for line in text.splitlines()
-                      if line.startswith("scheduler_patcher_reconciles_total ")))
+    return metric(agent.metrics, "scheduler_patcher_reconciles_total") or 0.0
 
 
 def settled(agent: Running) -> None:

@@ -16,10 +16,11 @@ import threading
 
 import pytest
 
+from patcher.adapters.health import Metrics
 from patcher.commands.cli import main
 from tests.blackhole import BlackHole
 from tests.extservers import ExtenderServer, free_port
-from tests.helpers import KUBEADM, Node, Running, wait_until
+from tests.helpers import KUBEADM, Node, Running, metric, wait_until
 from tests.helpers import node as node
 
 LEASE = ("leases", "scheduler-patcher-rollout", "scheduler-patcher", "coordination.k8s.io")
@@ -28,6 +29,11 @@ LEASE = ("leases", "scheduler-patcher-rollout", "scheduler-patcher", "coordinati
 def source(url: str, *, ignorable: bool = False, timeout: str = "1s") -> str:
     return (f"extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: 1\n  httpTimeout: {timeout}\n"
             f"  ignorable: {'true' if ignorable else 'false'}\n")
+
+
+def unreachable(metrics: Metrics, *, ignorable: bool = False) -> float | None:
+    """The gauge the ExtenderUnreachable alert reads."""
+    return metric(metrics, "scheduler_patcher_extenders_unreachable", ignorable=str(ignorable).lower())
 
 
 def warnings(node: Node) -> list[str]:
@@ -51,6 +57,8 @@ def test_a_required_extender_that_does_not_answer_is_never_written_until_it_does
         assert wait_until(lambda: bool(warnings(node)), 10)
         assert warnings(node)[0] == ann["message"]
         assert wait_until(lambda: 'kind="extender"' in agent.metrics.render().decode(), 5)
+        assert unreachable(agent.metrics) == 1 and unreachable(agent.metrics, ignorable=True) == 0
+        assert (metric(agent.metrics, "scheduler_patcher_extender_probe_seconds_count") or 0) >= 1
         # the extender's DaemonSet comes up: the next retry patches, with no one touching anything
         with ExtenderServer(port=port) as server:
             assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
@@ -58,6 +66,10 @@ def test_a_required_extender_that_does_not_answer_is_never_written_until_it_does
         assert node.manifest.read_bytes() != KUBEADM
         assert "message" not in node.annotations()
         assert len(warnings(node)) == 1  # one Warning per distinct failure, not one per retry
+        assert unreachable(agent.metrics) == 0  # the answer that let the write through cleared it
+        ann = node.annotations()
+        assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash=ann["config-hash"],
+                      source_hash=ann["source-hash"]) == 1
     finally:
         agent.stop()
 
@@ -71,6 +83,7 @@ def test_an_ignorable_extender_that_does_not_answer_is_patched_with_a_warning(
         assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
         assert wait_until(lambda: bool(warnings(node)), 10)
         warning = warnings(node)[0]
+        assert unreachable(agent.metrics, ignorable=True) == 1 and unreachable(agent.metrics) == 0
         assert warning.startswith(f"extender {url}/filter does not answer: connection refused; ignorable, so config ")
     finally:
         agent.stop()
@@ -147,8 +160,10 @@ def test_while_ready_an_extender_that_stops_answering_makes_the_verdict_not_read
             # Published too, though the phase stayed Ready (the publisher's own refresh is 5 minutes away).
             assert wait_until(lambda: published_ready(node) == "false", 10), published_ready(node)
             assert wait_until(lambda: bool(warnings(node)), 10) and warnings(node) == [stopped]
+            assert unreachable(agent.metrics) == 1  # the periodic probe feeds the alert's gauge too
             server.answers = None  # back
             assert wait_until(lambda: "message" not in node.annotations(), 10), node.annotations()
+            assert wait_until(lambda: unreachable(agent.metrics) == 0, 10)
             assert wait_until(lambda: collect(api).ready, 10)
             assert wait_until(lambda: published_ready(node) == "true", 10), published_ready(node)
         finally:

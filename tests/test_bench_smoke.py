@@ -1,4 +1,4 @@
-"""The benchmark scripts behind the README's figures still run (tiny sizes; the figures come from make bench)."""
+"""The benchmark scripts behind docs/benchmarks.md still run (tiny sizes; the figures come from make bench)."""
 
 from __future__ import annotations
 

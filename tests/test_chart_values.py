@@ -83,6 +83,14 @@ ALL_VALUES: Obj = {
                    "release": {"concurrency": 8, "batch": 64, "kubeApiQps": 500.5, "kubeApiBurst": 16}},
     "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
+    "monitoring": {"podMonitor": {"enabled": True, "interval": "1m", "scrapeTimeout": "20s",
+                                  "labels": {"release": "kps"}},
+                   "prometheusRule": {"enabled": True, "labels": {"release": "kps"},
+                                      "for": {"SchedulerPatcherVerdictNotReady": "30m"},
+                                      "disabled": ["SchedulerPatcherAgentMissing"],
+                                      "additionalAlertLabels": {"team": "platform"}},
+                   "dashboard": {"enabled": True, "labels": {"grafana_dashboard": "1"},
+                                 "annotations": {"grafana_folder": "Kubernetes"}, "namespace": "monitoring"}},
 }
 
 

@@ -58,6 +58,8 @@ GATE_ADMISSION = ["gatekeeper/admission", "gatekeeper/admission-v1beta1", "overl
                   "overlays/gatekeeper-admission-v1beta1"]
 #: The admission webhook's component and overlay (cert-manager objects: tests/test_webhook_deploy.py checks them).
 GATE_WEBHOOK = ["gatekeeper/webhook", "overlays/gatekeeper-webhook"]
+#: Prometheus Operator objects (CRDs: tests/test_monitoring.py validates them against the CRDs' schema).
+MONITORING = ["monitoring", "overlays/monitoring"]
 #: The restore Job that undoes each installation's files (same node paths).
 UNINSTALL_FOR = {"base": "uninstall/base", "overlays/kubeadm": "uninstall/kubeadm", "overlays/rke2": "uninstall/rke2",
                  "overlays/master-label": "uninstall/kubeadm", "overlays/local-check": "uninstall/kubeadm"}
@@ -203,7 +205,7 @@ def quantity(value: str) -> float:
 
 def test_every_kustomization_is_covered() -> None:
     found = sorted(str(p.parent.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("kustomization.yaml"))
-    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper", *GATE_ADMISSION, *GATE_WEBHOOK])
+    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper", *GATE_ADMISSION, *GATE_WEBHOOK, *MONITORING])
 
 
 @pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT)

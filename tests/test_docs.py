@@ -17,7 +17,9 @@ import pytest
 from patcher.commands.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "docs/operator-contract.md", "manifests/README.md", "manifests/uninstall/README.md"]
+DOCS = ["README.md", "docs/operator-contract.md", "docs/configuration.md", "docs/scheduling-gates.md",
+        "docs/alerts.md", "docs/benchmarks.md", "docs/development.md", "manifests/README.md",
+        "manifests/uninstall/README.md"]
 #: Flags of other programs that the docs name on purpose.
 FOREIGN = {
     "--config": "kube-scheduler", "--leader-elect": "kube-scheduler", "--kube-api-qps": "kube-scheduler",
@@ -94,7 +96,7 @@ def test_every_flag_named_in_the_docs_exists(actions: dict[str, list[argparse.Ac
 QUOTED = re.compile(r"`(--[a-z][a-z0-9-]*)`(?: \(env `[A-Z_]+`\))?,? \(?default:? `([^`]+)`")
 #: "`--flag` (default 10 min)", "`--flag` (60 s)"
 DURATION = re.compile(r"`(--[a-z][a-z0-9-]*)` \((?:default )?(\d+) ?(s|min)\)")
-#: README's flag table: "| `--flag` | `value` | meaning |"
+#: A flag table (docs/configuration.md's): "| `--flag` | `value` | meaning |"
 TABLE = re.compile(r"^\| `(--[a-z][a-z0-9-]*)` \| `([^`]*)` \|", re.M)
 
 
@@ -149,3 +151,27 @@ def test_defaults_that_come_from_the_environment(monkeypatch: pytest.MonkeyPatch
                     for sub in action.choices.values():
                         defaults |= {a.default for a in sub._actions if flag in a.option_strings}
             assert expected in defaults, (flag, env, defaults)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, spaces to dashes, punctuation dropped."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_resolves() -> None:
+    """The README and docs/ link into each other (issue 35 moved the README's depth into docs/): every relative
+    link names a file that exists, and every #anchor a heading of that file."""
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "manifests/README.md"]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(doc.read_text())):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target}: no such file")
+            elif anchor and file.suffix == ".md":
+                headings = {slug(h) for h in re.findall(r"(?m)^#+ (.+)$", prose(file.read_text()))}
+                if anchor not in headings:
+                    broken.append(f"{doc.relative_to(ROOT)}: {target}: no such heading")
+    assert not broken, "\n".join(broken)

@@ -160,7 +160,7 @@ def gates(pod: dict[str, Any]) -> list[str] | None:
 
 
 def cel_list(names: list[str]) -> str:
-    """A CEL list literal of single-quoted strings, as README's overlay example writes the variables."""
+    """A CEL list literal of single-quoted strings, as docs/scheduling-gates.md's overlay example writes them."""
     return "[" + ", ".join(f"'{name}'" for name in names) + "]"
 
 
@@ -170,8 +170,8 @@ MakePolicy = Callable[..., Policy]  # (**selection: list[str]) -> the Policy sel
 @pytest.fixture(scope="module", params=["kustomize", "helm"])
 def policy_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> MakePolicy:
     """The policy of each source, with a selection (schedulerNames, storageClasses, csiDrivers) set the way that
-    source sets it: the component's variables patched (as README's overlay example does), or the chart's values
-    gatekeeper.admission.* (so the chart's own rendering of those lists is what gets evaluated)."""
+    source sets it: the component's variables patched (as docs/scheduling-gates.md's overlay example does), or the
+    chart's values gatekeeper.admission.* (so the chart's own rendering of those lists is what gets evaluated)."""
     if request.param == "kustomize":
         spec = policy_objects(V1)[0]["spec"]
         return lambda **selection: Policy(spec, **{k: cel_list(v) for k, v in selection.items()})
@@ -246,11 +246,11 @@ def test_storage_selects_pods_by_what_cel_can_see_in_the_pod(policy_for: MakePol
 
 
 def readme_overlay(tmp_path: Path, title: str = "# your overlay's kustomization.yaml:") -> list[dict[str, Any]]:
-    """The objects of README's overlay example ("Scheduling gates") whose first line starts with ``title``
+    """The objects of the overlay example in docs/scheduling-gates.md whose first line starts with ``title``
     (the policy's; the webhook's says "(webhook):"), rendered by the real kubectl kustomize."""
-    readme = (MANIFESTS.parent / "README.md").read_text()
-    found = re.search(r"```yaml\n(" + re.escape(title) + r".*?)```", readme, re.S)
-    assert found, "README: the overlay example of the Scheduling gates section is gone"
+    doc = (MANIFESTS.parent / "docs/scheduling-gates.md").read_text()
+    found = re.search(r"```yaml\n(" + re.escape(title) + r".*?)```", doc, re.S)
+    assert found, "docs/scheduling-gates.md: the overlay example is gone"
     tmp_path.mkdir(parents=True, exist_ok=True)
     base = os.path.relpath(MANIFESTS / "gatekeeper", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(found.group(1).replace("../../gatekeeper", base))

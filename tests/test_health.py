@@ -121,6 +121,34 @@ def test_metrics_text(server: HealthServer, health: Health, metrics: Metrics) ->
     assert states["Ready"] == 1 and sum(states.values()) == 1
 
 
+def test_probe_refusal_and_config_series(server: HealthServer, metrics: Metrics) -> None:
+    """The series the alert rules and the dashboard read (charts/scheduler-patcher/files/): present from the first
+    scrape where an alert compares them to a number, absent where a label would have nothing to say."""
+    s = samples(server)
+    assert s[("scheduler_patcher_extenders_unreachable", (("ignorable", "false"),))] == 0
+    assert s[("scheduler_patcher_extenders_unreachable", (("ignorable", "true"),))] == 0
+    assert s[("scheduler_patcher_source_refused", ())] == 0
+    assert s[("scheduler_patcher_extender_probe_seconds_count", ())] == 0
+    assert not any(name == "scheduler_patcher_config_info" for name, _ in s)  # no config yet: no series
+    metrics.extenders_probed([0.004, 0.3, 5.0], unreachable=1, unreachable_ignorable=2)
+    metrics.source_refused(True)
+    metrics.set_config("a" * 64, "b" * 64)
+    s = samples(server)
+    assert s[("scheduler_patcher_extenders_unreachable", (("ignorable", "false"),))] == 1
+    assert s[("scheduler_patcher_extenders_unreachable", (("ignorable", "true"),))] == 2
+    assert s[("scheduler_patcher_source_refused", ())] == 1
+    assert s[("scheduler_patcher_extender_probe_seconds_count", ())] == 3
+    assert s[("scheduler_patcher_extender_probe_seconds_bucket", (("le", "0.005"),))] == 1
+    assert s[("scheduler_patcher_extender_probe_seconds_bucket", (("le", "0.5"),))] == 2
+    assert s[("scheduler_patcher_extender_probe_seconds_sum", ())] == pytest.approx(5.304)
+    assert s[("scheduler_patcher_config_info", (("config_hash", "a" * 64), ("source_hash", "b" * 64)))] == 1
+    metrics.extenders_probed([], unreachable=0, unreachable_ignorable=0)  # the next round replaces the gauges
+    metrics.set_config("", "")
+    s = samples(server)
+    assert s[("scheduler_patcher_extenders_unreachable", (("ignorable", "true"),))] == 0
+    assert not any(name == "scheduler_patcher_config_info" for name, _ in s)
+
+
 def test_registries_are_independent() -> None:
     a, b = Metrics(), Metrics()
     a.wrote()

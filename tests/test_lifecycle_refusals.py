@@ -13,7 +13,7 @@ from patcher.core.status import NodeState
 from patcher.services.runner import build_agent
 from tests.conftest import write_configmap
 from tests.helpers import EXTENDERS as GOOD
-from tests.helpers import KUBEADM, MANIFEST, node_folders
+from tests.helpers import KUBEADM, MANIFEST, metric, node_folders
 
 TYPOS = {
     "unclosed IPv6 bracket": GOOD.replace("http://127.0.0.1:8889", "http://[::1"),
@@ -37,8 +37,13 @@ def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "\n" not in errors[0].getMessage() and not errors[0].exc_info
     assert agent.state.message and "nothing was changed" in agent.state.message
+    assert metric(agent.metrics, "scheduler_patcher_source_refused") == 1  # the SourceRefused alert's gauge
+    assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash="", source_hash="") is None
     write_configmap(src, {"extenders.yaml": GOOD})
     agent.reconcile("source changed")
+    assert metric(agent.metrics, "scheduler_patcher_source_refused") == 0
+    assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash=agent.state.config_hash,
+                  source_hash=agent.state.source_hash) == 1
     assert b"--config=" in (root / MANIFEST).read_bytes()
     assert agent.phase == NodeState.READY  # no API, no local check: live at once
     assert agent.shutdown() == 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patcher.adapters.health import RESTART_BUCKETS, Health, HealthServer, Metrics, prometheus
+from patcher.adapters.health import PROBE_BUCKETS, RESTART_BUCKETS, Health, HealthServer, Metrics, prometheus
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import process
@@ -176,6 +176,11 @@ CALLS = st.lists(st.one_of(
     st.one_of(st.none(), st.floats(-5, 2000, allow_nan=False), st.sampled_from(RESTART_BUCKETS)).map(
         lambda s: ("restart_seen", (s,))),
     st.sampled_from([*map(str, NodeState), "Unheard-of"]).map(lambda s: ("set_state", (s,))),
+    st.tuples(st.lists(st.one_of(st.floats(-1, 30, allow_nan=False), st.sampled_from(PROBE_BUCKETS)), max_size=3),
+              st.integers(0, 3), st.integers(0, 3)).map(lambda a: ("extenders_probed", a)),
+    st.booleans().map(lambda b: ("source_refused", (b,))),
+    st.tuples(st.sampled_from(["", "a" * 64, "c" * 64]), st.sampled_from(["", "b" * 64])).map(
+        lambda h: ("set_config", h)),
 ), max_size=40)
 
 
@@ -195,9 +200,19 @@ class Reference:
                                 ["state"], **kw)
         self.restart = prom.Histogram("restart_seconds", "Seconds from the manifest write to the restart seen.",
                                       buckets=RESTART_BUCKETS, **kw)
+        self.config = prom.Gauge("config_info", "Always 1; the labels name the config the node should run (the "
+                                 "Node's hash annotations).", ["config_hash", "source_hash"], **kw)
+        self.probe = prom.Histogram("extender_probe_seconds", "Seconds one extender took to answer the probe, or to "
+                                    "fail it.", buckets=PROBE_BUCKETS, **kw)
+        self.unreachable = prom.Gauge("extenders_unreachable", "Extenders that did not answer the last probe, by "
+                                      "whether the config marks them ignorable.", ["ignorable"], **kw)
+        self.refused = prom.Gauge("source_refused", "1 while the last plan refused the source config (invalid), "
+                                  "else 0.", **kw)
         self.states = tuple(map(str, NodeState))
         for state in self.states:
             self.state.labels(state=state).set(0)
+        for ignorable in ("false", "true"):
+            self.unreachable.labels(ignorable=ignorable).set(0)
 
     def call(self, name: str, args: tuple[object, ...]) -> None:
         if name in ("reconciled", "wrote", "restored", "rolled_back"):
@@ -208,6 +223,18 @@ class Reference:
         elif name == "restart_seen":
             if args[0] is not None:
                 self.restart.observe(max(0.0, float(args[0])))  # type: ignore[arg-type]
+        elif name == "extenders_probed":
+            seconds, unreachable, ignorable = args
+            for value in seconds:  # type: ignore[attr-defined]
+                self.probe.observe(max(0.0, value))
+            self.unreachable.labels(ignorable="false").set(unreachable)
+            self.unreachable.labels(ignorable="true").set(ignorable)
+        elif name == "source_refused":
+            self.refused.set(1 if args[0] else 0)
+        elif name == "set_config":
+            self.config.clear()
+            if args[0]:
+                self.config.labels(config_hash=args[0], source_hash=args[1]).set(1)
         else:
             for known in self.states:
                 self.state.labels(state=known).set(1 if known == args[0] else 0)

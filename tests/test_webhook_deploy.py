@@ -139,7 +139,7 @@ def test_the_gatekeeper_reads_the_webhook_settings_from_its_environment(monkeypa
 
 def test_the_readme_webhook_example_selects_what_the_policy_example_selects(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """README's webhook overlay example and its policy example, through each path's rules, gate the same pods."""
+    """docs/scheduling-gates.md's webhook and policy overlay examples gate the same pods."""
     objs = readme_overlay(tmp_path / "webhook", WEBHOOK_EXAMPLE)
     hook = one(objs, "MutatingWebhookConfiguration")["webhooks"][0]
     policy_objs = readme_overlay(tmp_path / "policy")

@@ -42,6 +42,9 @@ DEFAULT_LISTEN: Final = ":9808"
 #: Seconds from the manifest write to the restarted scheduler seen Ready: a static pod restart takes seconds,
 #: a slow image pull minutes, and the default restart timeout is 10 minutes.
 RESTART_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Seconds one extender took to answer the probe (or to fail it): milliseconds on a healthy loopback or LAN
+#: extender, up to its ``httpTimeout`` (5 s unset, kube-scheduler's default) when it hangs.
+PROBE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: Connections the kernel queues while the loop is busy (Linux caps it at net.core.somaxconn).
 BACKLOG: Final = 1024
 #: Open connections at once (a few KB each). At the cap a new connection closes the oldest idle one (no byte
@@ -94,6 +97,38 @@ _NAMESPACE: Final = "scheduler_patcher"
 _ERRORS_HELP: Final = "Errors by kind."
 _STATE_HELP: Final = "Current node state (1 for the current one, 0 for the others)."
 _RESTART_HELP: Final = "Seconds from the manifest write to the restart seen."
+_CONFIG_HELP: Final = "Always 1; the labels name the config the node should run (the Node's hash annotations)."
+_PROBE_HELP: Final = "Seconds one extender took to answer the probe, or to fail it."
+_UNREACHABLE_HELP: Final = "Extenders that did not answer the last probe, by whether the config marks them ignorable."
+_REFUSED_HELP: Final = "1 while the last plan refused the source config (invalid), else 0."
+
+
+class _Histogram:
+    """Observations per bucket and their sum, as plain numbers (``Metrics`` holds its lock around every call)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # observations per bucket (the last: +Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        value = max(0.0, value)
+        self.counts[next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))] += 1
+        self.total += value
+
+    def family(self, name: str, help_text: str) -> Metric:
+        """The histogram family prometheus_client's own Histogram renders: cumulative buckets, ``le`` as Go
+        formats floats."""
+        prom = prometheus()
+        go = prom.utils.floatToGoString
+        running = 0
+        cumulative: list[tuple[str, float]] = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            cumulative.append((go(bound), float(running)))
+        family: Metric = prom.metrics_core.HistogramMetricFamily(name, help_text, buckets=cumulative,
+                                                                 sum_value=self.total)
+        return family
 
 
 class Metrics:
@@ -114,8 +149,11 @@ class Metrics:
         self._counts = dict.fromkeys(_COUNTERS, 0.0)
         self._errors: dict[str, float] = {}
         self._state = dict.fromkeys(self._states, 0.0)
-        self._buckets = [0] * (len(RESTART_BUCKETS) + 1)  # observations per bucket (the last: +Inf)
-        self._restart_sum = 0.0
+        self._restart = _Histogram(RESTART_BUCKETS)
+        self._probe = _Histogram(PROBE_BUCKETS)
+        self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
+        self._refused = 0.0
+        self._config: tuple[str, str] = ("", "")  # (config_hash, source_hash); empty: no series
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -157,11 +195,28 @@ class Metrics:
         (no API and no local check), so there is no duration to record and the histogram is left alone."""
         if seconds is None:
             return
-        value = max(0.0, seconds)
-        slot = next((i for i, bound in enumerate(RESTART_BUCKETS) if value <= bound), len(RESTART_BUCKETS))
         with self._lock:
-            self._buckets[slot] += 1
-            self._restart_sum += value
+            self._restart.observe(seconds)
+
+    def extenders_probed(self, seconds: Iterable[float], unreachable: int, unreachable_ignorable: int) -> None:
+        """One probe round (pre-flight, after the restart, or periodic while Ready): each extender's time, and
+        how many did not answer. The gauges hold until the next round: an alert can wait for an outage to last."""
+        with self._lock:
+            for value in seconds:
+                self._probe.observe(value)
+            self._unreachable = {"false": float(unreachable), "true": float(unreachable_ignorable)}
+
+    def source_refused(self, refused: bool) -> None:
+        """Whether the last plan refused the source config: a bad ConfigMap edit, which nothing retries until
+        the ConfigMap changes again."""
+        with self._lock:
+            self._refused = 1.0 if refused else 0.0
+
+    def set_config(self, config_hash: str, source_hash: str) -> None:
+        """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none,
+        e.g. ``Restored``): a dashboard shows per node which config runs without reading Node objects."""
+        with self._lock:
+            self._config = (config_hash, source_hash)
 
     def set_state(self, state: str) -> None:
         """Make ``state`` the one-hot current state (the label set is fixed up front, so no series vanish)."""
@@ -176,7 +231,9 @@ class Metrics:
         core = prometheus().metrics_core
         with self._lock:
             counts, errors, state = dict(self._counts), dict(self._errors), dict(self._state)
-            buckets, restart_sum = list(self._buckets), self._restart_sum
+            restart = self._restart.family(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP)
+            probe = self._probe.family(f"{_NAMESPACE}_extender_probe_seconds", _PROBE_HELP)
+            unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
         out: list[Metric] = []
         for attr, (name, help_text) in _COUNTERS.items():
             out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
@@ -188,14 +245,19 @@ class Metrics:
         for name, value in state.items():
             state_family.add_metric([name], value)
         out.append(state_family)
-        go = prometheus().utils.floatToGoString
-        running = 0
-        cumulative: list[tuple[str, float]] = []
-        for bound, count in zip((*RESTART_BUCKETS, float("inf")), buckets, strict=True):
-            running += count
-            cumulative.append((go(bound), float(running)))
-        out.append(core.HistogramMetricFamily(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP, buckets=cumulative,
-                                              sum_value=restart_sum))
+        out.append(restart)
+        config_family = core.GaugeMetricFamily(f"{_NAMESPACE}_config_info", _CONFIG_HELP,
+                                               labels=["config_hash", "source_hash"])
+        if config_hash:
+            config_family.add_metric([config_hash, source_hash], 1.0)
+        out.append(config_family)
+        out.append(probe)
+        unreachable_family = core.GaugeMetricFamily(f"{_NAMESPACE}_extenders_unreachable", _UNREACHABLE_HELP,
+                                                    labels=["ignorable"])
+        for ignorable, count in unreachable.items():
+            unreachable_family.add_metric([ignorable], count)
+        out.append(unreachable_family)
+        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
         return out
 
     def render(self) -> bytes:

@@ -93,6 +93,7 @@ class Agent:
             self.health.set_state(value.phase.value)  # also the metrics' one-hot gauge when attached
             if self.health.metrics is not self.metrics:
                 self.metrics.set_state(value.phase.value)
+            self.metrics.set_config(value.record.config_hash, value.record.source_hash)
 
     @property
     def phase(self) -> NodeState | None:

@@ -44,9 +44,12 @@ def as_data(results: list[extprobe.Result]) -> list[dict[str, object]]:
 
 
 def start_probe(opts: Files, config: RenderedConfig, *, cancel: threading.Event,
-                done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str]) -> None:
+                done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str],
+                observe: Callable[[list[extprobe.Result]], None] | None = None) -> None:
     """The agent's probe, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once (the
-    probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed."""
+    probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed; ``observe``
+    (the metrics) gets every extender's result first, so the gauges an alert reads are current when the state
+    changes."""
 
     def run() -> None:
         try:
@@ -58,6 +61,8 @@ def start_probe(opts: Files, config: RenderedConfig, *, cancel: threading.Event,
         else:
             for result in results:
                 log.info("extender %s", result.line(), extra=log_extra)
+            if observe is not None:
+                observe(results)
             answer = lifecycle.Probed(time.monotonic(), config.config_hash,
                                       blocking=extprobe.summary(extprobe.blocking(results)),
                                       ignored=extprobe.summary(r for r in results if r.ignorable))

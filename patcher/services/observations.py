@@ -23,7 +23,7 @@ from typing import Any, overload
 
 from patcher.adapters.health import Metrics
 from patcher.adapters.watch import FolderWatcher
-from patcher.core import lifecycle
+from patcher.core import extprobe, lifecycle
 from patcher.core.lifecycle import Node
 from patcher.core.schedconfig import RenderedConfig
 from patcher.core.settings import Lifecycle, Settings
@@ -184,6 +184,7 @@ class Observations:
                                       bad_hashes=frozenset(self.current().record.bad_hashes))
         if plan is not None:
             self._plan = plan
+        self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
         return planned
 
     def apply(self) -> lifecycle.Event:
@@ -277,7 +278,14 @@ class Observations:
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
         extcheck.start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
-                             log_extra=self._log_extra)
+                             log_extra=self._log_extra, observe=self._probe_metrics)
+
+    def _probe_metrics(self, results: list[extprobe.Result]) -> None:
+        """Each extender's time, and how many did not answer (blocking ones apart from ignorable ones)."""
+        probed = [r for r in results if not r.skipped]
+        self.metrics.extenders_probed((r.seconds for r in probed),
+                                      unreachable=len(extprobe.blocking(probed)),
+                                      unreachable_ignorable=sum(1 for r in probed if r.ignorable and not r.answered))
 
     def _probed(self, answer: lifecycle.Probed) -> None:
         self._probe_done.put(answer)
