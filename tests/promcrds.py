@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+from tests.gomodfiles import module_dir
 
 MODULE = "github.com/prometheus-operator/prometheus-operator"
 VERSION = "v0.89.0"
@@ -36,31 +33,12 @@ CRD_FILES = {"PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
 Obj = dict[str, Any]
 
 
-def find_go() -> str | None:
-    return shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
-
-
-@functools.cache
 def crd_folder() -> tuple[Path | None, str]:
     """(the module's CRD folder, "") or (None, why not)."""
-    go = find_go()
-    if go is None:
-        return None, "go not found: the Prometheus Operator CRDs come from the Go module proxy"
-    env = {**os.environ, "GOPROXY": os.environ.get("GOPROXY") or "https://proxy.golang.org", "GOSUMDB": "off",
-           "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local", "GO111MODULE": "on"}
-    with tempfile.TemporaryDirectory() as outside_any_module:
-        proc = subprocess.run([go, "mod", "download", "-json", f"{MODULE}@{VERSION}"], capture_output=True,
-                              text=True, timeout=600, check=False, env=env, cwd=outside_any_module)
-    try:
-        info: Obj = json.loads(proc.stdout)
-    except ValueError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        why = info.get("Error") or (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        return None, f"go mod download {MODULE}@{VERSION}: {why}"
-    if info.get("Sum") != MODULE_SUM:
-        return None, f"{MODULE}@{VERSION}: hash {info.get('Sum')} is not the pinned {MODULE_SUM}"
-    folder = Path(info["Dir"]) / CRD_FOLDER
+    root, why = module_dir(MODULE, VERSION, MODULE_SUM)
+    if root is None:
+        return None, why
+    folder = root / CRD_FOLDER
     if not folder.is_dir():
         return None, f"{MODULE}@{VERSION} has no {CRD_FOLDER}"
     return folder, ""
