@@ -85,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group markers into the group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every real-cluster test on one xdist worker, which then starts each release's control plane once."""
     for item in items:

@@ -18,6 +18,7 @@ import yaml
 
 from tests.gomodfiles import cert_manager_crds
 from tests.helmtool import CHART, find_helm, run_helm
+from tests.promcrds import crd_folder, crd_paths
 from tests.realk8s import ControlPlane, built_releases, control_plane, missing_reason
 from tests.test_chart_values import ALL_VALUES
 from tests.test_deploy_manifests import COMPAT, GATE_WEBHOOK, INSTALL, MANIFESTS, UNINSTALL
@@ -60,10 +61,23 @@ def install_cert_manager_crds(cp: ControlPlane) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def install_prometheus_crds(cp: ControlPlane) -> None:
+    folder, why = crd_folder()
+    if folder is None:
+        pytest.skip(why)
+    for crd in crd_paths():
+        proc = cp.kubectl("apply", "--server-side", "-f", str(crd))
+        assert proc.returncode == 0, proc.stderr
+    proc = cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                      "crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_every_kustomization_is_accepted_by_the_real_server(real_release: ControlPlane) -> None:
     cp = real_release
     install_cert_manager_crds(cp)
-    folders = [*INSTALL, *COMPAT, "gatekeeper", *GATE_WEBHOOK[1:], *UNINSTALL]
+    install_prometheus_crds(cp)
+    folders = [*INSTALL, *COMPAT, "gatekeeper", *GATE_WEBHOOK[1:], "overlays/monitoring", *UNINSTALL]
     for version, overlay in ADMISSION_OVERLAYS.items():
         if served(cp, f"admissionregistration.k8s.io/{version}", "MutatingAdmissionPolicy"):
             folders.append(overlay)
@@ -121,6 +135,8 @@ def test_helm_install_then_upgrade_on_the_real_server(version: str, tmp_path: Pa
     with control_plane(binaries, tmp_path / "cp") as cp:
         cp.ensure_namespace("scheduler-patcher")
         cp.ensure_namespace("csi")  # csi-baremetal's namespace, which ALL_VALUES points the agents' Role at
+        cp.ensure_namespace("monitoring")  # where ALL_VALUES puts the dashboard (the Grafana sidecar watches it)
+        install_prometheus_crds(cp)  # ALL_VALUES turns the PodMonitors and the PrometheusRule on
         values = every_switch_on(binaries.minor)
         helm(cp, helm_bin, tmp_path, "install", "sp", str(CHART), "--namespace", "scheduler-patcher", "--wait=false")
         first = {(o["kind"], o["metadata"]["name"]) for o in helm_objects(cp, helm_bin, tmp_path, "sp",
