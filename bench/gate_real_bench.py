@@ -23,7 +23,6 @@ import argparse
 import http.client
 import json
 import os
-import ssl
 import statistics
 import subprocess
 import sys
@@ -95,7 +94,7 @@ def set_node(cp: ControlPlane, node: str, ready: bool) -> None:
               "application/merge-patch+json")
     pod = make_mirror_pod(node_name=node, annotations=marker(), started_at=STARTED if ready else BEFORE)
     name = pod["metadata"]["name"]
-    status, current = cp.request("GET", f"/api/v1/namespaces/kube-system/pods/{name}")
+    status, _ = cp.request("GET", f"/api/v1/namespaces/kube-system/pods/{name}")
     if status == 404:
         created = dict(pod, metadata={k: v for k, v in pod["metadata"].items() if k != "ownerReferences"})
         cp.ok("POST", "/api/v1/namespaces/kube-system/pods", created)
