@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -85,12 +86,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group markers into the group
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every real-cluster test on one xdist worker, which then starts each release's control plane once."""
-    for item in items:
-        if item.get_closest_marker(REAL_CLUSTER):
-            item.add_marker(pytest.mark.xdist_group(REAL_CLUSTER))
+#: One real-cluster test at a time on this machine, whichever worker or session runs it: the schedulers they run
+#: listen on kube-scheduler's default port (the manifests set none), and two API servers with their etcds at once
+#: only slow each other down. A file lock, since xdist's loadgroup does not group these tests under pytest 9.
+REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
+
+
+@pytest.fixture(autouse=True)
+def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker(REAL_CLUSTER) is None:
+        yield
+        return
+    with open(REAL_CLUSTER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _require_real_binaries() -> None:

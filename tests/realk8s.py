@@ -82,8 +82,9 @@ def free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: the kernel kills it when the thread that started it exits."""
+def die_with_parent() -> None:
+    """In the child before exec (a `preexec_fn`): the kernel kills it when the thread that started it exits, so
+    a test run that is killed leaves no etcd, API server or scheduler behind (the setting survives exec)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     os.setsid()
@@ -178,7 +179,7 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent, cwd=self.workdir)
+                                preexec_fn=die_with_parent, cwd=self.workdir)
         log.close()
         self.procs.append(proc)
         return proc
@@ -251,15 +252,13 @@ class ControlPlane:
                            f"{self.log('kube-apiserver')}")
 
     def stop(self) -> None:
+        """Kills etcd and the API server at once: a test's control plane has nothing to shut down gracefully, and
+        kube-apiserver's graceful termination waits ~10 s for its watchers to leave."""
         for proc in reversed(self.procs):
             if proc.poll() is None:
-                proc.terminate()
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+        for proc in self.procs:
+            proc.wait()
         self.procs.clear()
 
     # -- what tests do on it ---------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from tests.mountns import command, pod_binds
-from tests.realk8s import Binaries, ControlPlane, issue
+from tests.realk8s import Binaries, ControlPlane, die_with_parent, issue
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 10.0)  # seconds; the kubelet's is 10 s doubling to 5 min (shortened for tests)
@@ -120,7 +120,7 @@ class ProcessKubelet:
         with open(self.log, "ab") as log:
             run.proc = subprocess.Popen(
                 command(binds, [str(self.binaries.path("kube-scheduler")), *argv[1:]], self.scratch / "shadow"),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         run.started = time.time()
         self.starts.append((run.started, run.digest))
 

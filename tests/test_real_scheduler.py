@@ -34,6 +34,7 @@ from tests.realk8s import (
     ControlPlane,
     built_releases,
     control_plane,
+    die_with_parent,
     issue,
     kubeconfig_text,
     missing_reason,
@@ -101,7 +102,8 @@ class Scheduler:
         argv, binds = self.argv()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(command(binds, argv, self.scratch / "shadow"), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=die_with_parent)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -131,6 +133,15 @@ class Scheduler:
         return self.get("/healthz", ctx)[0] == 200
 
 
+def scheduler_port_free() -> None:
+    """The kubeadm manifest sets no --secure-port: each scheduler of these tests listens on the default one, so
+    they run one at a time (the real_cluster group), and wait for a scheduler of another process to go."""
+    try:
+        wait_until(lambda: port_free(SCHEDULER_PORT), timeout=120, what=f"127.0.0.1:{SCHEDULER_PORT} to be free")
+    except AssertionError:
+        pytest.fail(f"127.0.0.1:{SCHEDULER_PORT} is taken: another kube-scheduler runs on this machine")
+
+
 def port_free(port: int) -> bool:
     import socket
 
@@ -142,8 +153,7 @@ def port_free(port: int) -> bool:
 def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
     if (why := missing_reason()) is not None:
         pytest.skip(why)
-    if not port_free(SCHEDULER_PORT):
-        pytest.fail(f"127.0.0.1:{SCHEDULER_PORT} is taken: another kube-scheduler runs on this machine")
+    scheduler_port_free()
     binaries = next(b for b in built_releases() if b.version == request.param)
     with control_plane(binaries, tmp_path / "cp") as cp:
         yield cp
@@ -283,8 +293,7 @@ def agent_state(cp: ControlPlane, name: str) -> str:
 def newest(tmp_path: Path) -> Iterator[ControlPlane]:
     if (why := missing_reason()) is not None:
         pytest.skip(why)
-    if not port_free(SCHEDULER_PORT):
-        pytest.fail(f"127.0.0.1:{SCHEDULER_PORT} is taken: another kube-scheduler runs on this machine")
+    scheduler_port_free()
     with control_plane(built_releases()[0], tmp_path / "cp") as cp:
         yield cp
 
