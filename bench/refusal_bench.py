@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,9 +66,11 @@ def agent(tmp: Path, name: str, kind: str) -> tuple[float | None, int, str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
     lines: list[tuple[float, str]] = []
-    reader = threading.Thread(target=lambda: [lines.append((time.perf_counter(), ln.decode(errors="replace")))
-                                              for ln in proc.stderr or []], daemon=True)
-    reader.start()
+    def read(stream: IO[bytes]) -> None:
+        for line in stream:
+            lines.append((time.perf_counter(), line.decode(errors="replace")))
+
+    threading.Thread(target=read, args=(proc.stderr,), daemon=True).start()
     try:
         deadline = time.monotonic() + 30
         while b"scheduler-patcher" not in (root / MANIFEST).read_bytes():
