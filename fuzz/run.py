@@ -32,12 +32,25 @@ STATS = re.compile(rb"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+ .*?exe
 
 def child(name: str, args: list[str]) -> None:
     """Fuzz one target in this process (never returns: libFuzzer exits)."""
+    import hashlib
+
     import atheris
 
     with atheris.instrument_imports(include=["patcher"]):
         sys.path.insert(0, str(ROOT))
         from fuzz.targets import TARGETS
-    atheris.Setup([sys.argv[0], *args], TARGETS[name])
+    fn, crashes = TARGETS[name], FUZZ / "crashes" / name
+
+    def kept(data: bytes) -> None:
+        """The target; a failing input is written here first: libFuzzer's own artifact was once lost (the
+        process ended by SIGALRM while the traceback was printed) and the input with it."""
+        try:
+            fn(data)
+        except BaseException:
+            (crashes / f"input-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
+            raise
+
+    atheris.Setup([sys.argv[0], *args], kept)
     atheris.Fuzz()
 
 
