@@ -49,7 +49,7 @@ test-min:
 	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR)
 
 lint: $(STAMP)
-	$(BIN)/ruff check patcher tests bench tools
+	$(BIN)/ruff check patcher tests bench tools fuzz
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
@@ -130,3 +130,12 @@ test-stress: $(STAMP)
 	  $(BIN)/python -m pytest -q -x $(PYTEST_PAR) || exit 1; \
 	  echo "== run $$i/10 passed in $$(( $$(date +%s) - start )) s"; \
 	done
+
+.PHONY: fuzz
+## Coverage-guided fuzzing (atheris) of every parser of outside input, FUZZ_SECONDS each; new inputs go to
+## fuzz/corpus/, failures to fuzz/crashes/ (exit 1). FUZZ_FLAGS=--ci keeps the checkout unchanged (.ci/run).
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS ?=
+fuzz: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
+	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS) $(FUZZ_FLAGS)

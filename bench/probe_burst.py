@@ -4,7 +4,9 @@ Prints the outcome counts and p50/p99/max latency of the answered requests. Then
 connections that send nothing are held open and ``/healthz`` is probed one request at a time: before the
 eviction of idle connections a probe waited for the idle ones' timeout (2.0 s with 500). The test suite
 asserts only counts (tests/test_health.py); the latency figures live here, where a busy machine cannot turn
-them into a failure.
+them into a failure. Last (issue 32), the same beside ``--idle`` connections that each sent a request line and
+a Host header and never finished their head ("half-sent"): before, they were never evicted and a probe waited
+for their timeout (2.0 s with 500).
 """
 
 from __future__ import annotations
@@ -51,12 +53,7 @@ def main() -> int:
         port = int(server.stdout.readline())
         result = burst("127.0.0.1", port, requests=args.requests, concurrency=args.concurrency,
                        timeout=args.timeout)
-        idle = [socket.create_connection(("127.0.0.1", port), timeout=args.timeout) for _ in range(args.idle)]
-        try:
-            probes = [get_once("127.0.0.1", port, "/healthz", args.timeout) for _ in range(args.probes)]
-        finally:
-            for sock in idle:
-                sock.close()
+        probes = {kind: probes_beside(port, args, head) for kind, head in (("idle", b""), ("half-sent", HALF))}
     finally:
         server.stdin.close()
         server.wait(10)
@@ -66,11 +63,32 @@ def main() -> int:
     print(f"  outcomes: {dict(sorted(result.outcomes.items()))}")
     if lat:
         print(f"  latency ms: p50 {q[49]:.1f}  p99 {q[98]:.1f}  max {lat[-1]:.1f}")
-    answered = sorted(ms for outcome, ms in probes if outcome == "200")
-    print(f"/healthz beside {args.idle} idle connections held open: {len(answered)}/{args.probes} answered"
-          + (f", ms p50 {statistics.median(answered):.1f}  max {answered[-1]:.1f}" if answered else ""))
-    ok = result.outcomes.get("200", 0) == args.requests and len(answered) == args.probes
+    ok = result.outcomes.get("200", 0) == args.requests
+    for kind, outcomes in probes.items():
+        answered = sorted(ms for outcome, ms in outcomes if outcome == "200")
+        print(f"/healthz beside {args.idle} {kind} connections held open: {len(answered)}/{args.probes} answered"
+              + (f", ms p50 {statistics.median(answered):.1f}  max {answered[-1]:.1f}" if answered else ""))
+        ok = ok and len(answered) == args.probes
     return 0 if ok else 1
+
+
+#: What a half-sent request has sent: a request line and a Host header, and no end of its head.
+HALF = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+
+def probes_beside(port: int, args: argparse.Namespace, head: bytes) -> list[tuple[str, float]]:
+    """``args.probes`` sequential /healthz probes while ``args.idle`` connections that sent ``head`` are held."""
+    held = []
+    try:
+        for _ in range(args.idle):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=args.timeout)
+            held.append(sock)
+            if head:
+                sock.sendall(head)
+        return [get_once("127.0.0.1", port, "/healthz", args.timeout) for _ in range(args.probes)]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 if __name__ == "__main__":

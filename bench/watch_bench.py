@@ -43,6 +43,8 @@ from patcher.core.settings import Files, Settings  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
+
+LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
 from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
@@ -76,8 +78,8 @@ def bench_callback_latency(n: int) -> None:
         (manifests / "kube-scheduler.yaml").write_text("v0")
         seen: queue.Queue[tuple[str, float]] = queue.Queue()
         w = FolderWatcher(lambda name: seen.put((name, time.perf_counter())))
-        w.add("source", folder, lambda: folder_fingerprint(folder))
-        w.add("manifest", manifests, lambda: file_fingerprint(manifests / "kube-scheduler.yaml"))
+        w.add("source", folder, lambda: folder_fingerprint(folder, limit=LIMIT))
+        w.add("manifest", manifests, lambda: file_fingerprint(manifests / "kube-scheduler.yaml", limit=LIMIT))
         w.start()
         swap, rename = [], []
         for i in range(n):
@@ -185,8 +187,8 @@ def bench_idle(seconds: float) -> None:
     with two_folders() as (a, b):
         before = _thread_ids()
         w = FolderWatcher(lambda name: None)
-        w.add("source", a, lambda: folder_fingerprint(a))
-        w.add("manifest", b, lambda: folder_fingerprint(b))
+        w.add("source", a, lambda: folder_fingerprint(a, limit=LIMIT))
+        w.add("manifest", b, lambda: folder_fingerprint(b, limit=LIMIT))
         w.start()
         idle_cost("idle: FolderWatcher, 2 folders", before, seconds)
         w.stop()
@@ -229,7 +231,7 @@ def bench_busy_parent(n: int) -> None:
         folder.mkdir()
         before = _thread_ids()
         w = FolderWatcher(lambda name: None)
-        w.add("manifest", folder, lambda: folder_fingerprint(folder))
+        w.add("manifest", folder, lambda: folder_fingerprint(folder, limit=LIMIT))
         w.start()
         time.sleep(0.5)  # let start-up settle
         ours = _thread_ids() - before

@@ -104,15 +104,106 @@ def writes(name: str) -> Iterator[str]:
         on_os = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "os"
         if called in WRITERS and isinstance(func, ast.Attribute) and (called != "replace" or on_os):
             yield f"line {node.lineno}: .{called}()"  # str.replace is text, os.replace a rename
+        elif called == "open" and _os_call(func):
+            if _os_open_writes(node):
+                yield f"line {node.lineno}: os.open() to write"
         elif called == "open":
             modes = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
             if any(not isinstance(m, ast.Constant) or set(str(m.value)) & set("wax+") for m in modes):
                 yield f"line {node.lineno}: open() to write"
 
 
+def _os_call(func: ast.expr) -> bool:
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "os"
+
+
+def _os_open_flags(node: ast.Call) -> set[str]:
+    """The ``os.O_*`` names in an ``os.open`` call's flags (``os.O_RDONLY | os.O_NONBLOCK`` -> both)."""
+    flags = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "flags")]
+    return {n.attr for f in flags for n in ast.walk(f) if isinstance(n, ast.Attribute) and n.attr.startswith("O_")}
+
+
+def _os_open_writes(node: ast.Call) -> bool:
+    """An ``os.open`` that may change a file: a write flag, or flags this test cannot see (not spelled out)."""
+    names = _os_open_flags(node)
+    return not names or bool(names & {"O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND"})
+
+
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if layer(m) == 0))
 def test_the_core_writes_no_files(name: str) -> None:
     assert list(writes(name)) == [], f"{name} is in core/ but changes files; that belongs in an adapter"
+
+
+#: The one reader of files (issue 32): bounded, ``O_NONBLOCK``, ``fstat`` before a byte is read, a one-line
+#: refusal. A read beside it is how a speed-up (the render cache's fingerprint) once hung on a FIFO.
+READER = "patcher.core.fileread"
+#: Calls that read a file by themselves, whatever they are called on.
+READ_CALLS = frozenset({"read_bytes", "read_text", "FileIO", "mmap"})
+#: Reads outside the reader that are not of a file of the node or the source, by (module, function): why.
+NOT_CONTENT_READS = {
+    ("patcher.adapters.fsio", "_open_lock"): "opens the writer lock (O_NONBLOCK, O_NOFOLLOW) to flock it",
+    ("patcher.adapters.fsio", "writer_lock"): "reads back its own pid (at most 32 bytes) from the lock it holds",
+    ("patcher.adapters.fsio", "_flock"): "the lock holder's pid (at most 32 bytes), for the refusal",
+}
+
+
+def reads(source: str) -> Iterator[tuple[str, str]]:
+    """(enclosing function, what) for every call in ``source`` that reads a file: ``read_bytes``/``read_text``
+    and the like, ``os.read``, an ``os.open`` that is neither write-only nor of a folder, any other ``open``
+    (``open``, ``io.open``, ``Path.open``, ``gzip.open``...) unless its mode only writes."""
+    def visit(node: ast.AST, function: str) -> Iterator[tuple[str, str]]:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            where = f"line {node.lineno}: "
+            if called in READ_CALLS:
+                yield function, where + f"{called}()"
+            elif called == "read" and _os_call(func):
+                yield function, where + "os.read()"
+            elif called == "open" and _os_call(func):
+                if not _os_open_flags(node) & {"O_WRONLY", "O_DIRECTORY"}:
+                    yield function, where + "os.open() to read"
+            elif called in ("open", "fdopen"):  # unless its mode only writes
+                modes = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "mode")]
+                if not modes or any(not isinstance(m, ast.Constant) or set(str(m.value)) & set("r+") or
+                                    not set(str(m.value)) & set("wax") for m in modes):
+                    yield function, where + f"{called}() to read"
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, function)
+
+    yield from visit(ast.parse(source), "<module>")
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if m != READER))
+def test_every_file_read_goes_through_the_one_reader(name: str) -> None:
+    """Issue 32: a fingerprint added for speed read the source folder with ``Path.read_bytes``, and a FIFO hung
+    ``plan``, ``apply`` and the agent. Files are read by ``patcher.core.fileread`` (``fsio`` re-exports it);
+    the few reads of the writer lock's own pid are named in ``NOT_CONTENT_READS``, with why."""
+    found = [what for function, what in reads(MODULES[name].read_text("utf-8"))
+             if (name, function) not in NOT_CONTENT_READS]
+    assert found == [], f"{name} reads a file beside patcher.core.fileread"
+
+
+@pytest.mark.parametrize(("code", "is_read"), [
+    ("Path(p).read_bytes()", True), ("p.read_text('utf-8')", True), ("open(p)", True), ("open(p, 'rb')", True),
+    ("io.open(p, mode='r+')", True), ("p.open()", True), ("gzip.open(p)", True), ("os.read(fd, 10)", True),
+    ("os.open(p, os.O_RDONLY)", True), ("os.open(p, os.O_RDWR | os.O_CREAT)", True), ("os.open(p, flags)", True),
+    ("os.fdopen(fd)", True), ("mmap.mmap(fd, 0)", True),
+    ("open(p, 'w')", False), ("os.fdopen(fd, 'wb')", False), ("open(p, 'ab')", False),
+    ("os.open(p, os.O_WRONLY | os.O_CREAT)", False),
+    ("os.open(p, os.O_RDONLY | os.O_DIRECTORY)", False), ("sock.recv(1)", False), ("text.replace('a', 'b')", False),
+])
+def test_the_read_check_tells_reads_from_the_rest(code: str, is_read: bool) -> None:
+    """The check above can fail: each spelling of a read is caught, writes and non-file calls are not."""
+    assert bool(list(reads(f"def f():\n    {code}\n"))) == is_read
+
+
+def test_the_reads_allowed_beside_the_reader_still_exist() -> None:
+    """An entry of ``NOT_CONTENT_READS`` whose read is gone would silently allow the next one there."""
+    for module, function in NOT_CONTENT_READS:
+        assert function in {f for f, _ in reads(MODULES[module].read_text("utf-8"))}, (module, function)
 
 
 def runtime_imports(name: str) -> Iterator[tuple[int, str]]:

@@ -171,9 +171,9 @@ def test_swap_in_reads_both_files_when_an_identity_differs_in_its_ctime_alone(
     read: list[Path] = []
     real = fsio._snapshot
 
-    def counted(p: Path) -> object:
+    def counted(p: Path, limit: int) -> object:
         read.append(p)
-        return real(p)
+        return real(p, limit)
 
     monkeypatch.setattr(fsio, "_snapshot", counted)
     fsio.swap_in(staged, path, data=b"original\n", expect=b"patched\n", seen=(ours, (*theirs[:4], theirs[4] - 1,

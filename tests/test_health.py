@@ -346,13 +346,15 @@ class BigBody:
         return self.body
 
 
-def test_a_request_in_progress_is_never_evicted() -> None:
+def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
     """Cap 3: one connection waits for its large answer to be read, one has sent half its head; idle
-    connections arriving after them evict each other (and then the probe evicts the last), never those two."""
+    connections arriving after them evict the oldest connection whose head is not complete (issue 32: the
+    half-sent one too, which used to hold its slot until its timeout), never the one being answered."""
     metrics = Metrics()
     health = Health(metrics=metrics)
     health.beat()
-    with HealthServer(health, BigBody(), "127.0.0.1:0", max_connections=3, timeout=600.0) as server:
+    with HealthServer(health, BigBody(), "127.0.0.1:0", max_connections=3, timeout=600.0,
+                      head_timeout=600.0) as server:
         slow_reader = socket.socket()
         slow_reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow_reader.settimeout(600)
@@ -363,13 +365,66 @@ def test_a_request_in_progress_is_never_evicted() -> None:
         idle = [socket.create_connection(("127.0.0.1", server.port), timeout=600) for _ in range(10)]
         try:
             assert get_once("127.0.0.1", server.port, "/healthz", 600.0)[0] == "200"
-            assert server.evicted_connections == 10
-            for sock in idle:
+            assert server.evicted_connections == 10 and server.timed_out_connections == 0
+            for sock in [half, *idle[:9]]:
                 assert sock.recv(1) == b""
-            half.sendall(b"Host: x\r\n\r\n")
-            assert closed_after(half).startswith(b"HTTP/1.1 200 OK\r\n")
+            idle[9].setblocking(False)
+            with pytest.raises(BlockingIOError):  # the newest: still open
+                idle[9].recv(1)
             answer = closed_after(slow_reader)
             assert answer.endswith(b"\r\n\r\n" + BigBody.body)
         finally:
             for sock in [slow_reader, half, *idle]:
+                sock.close()
+
+
+# -- half-sent requests (issue 32): the latency figure is in bench/probe_burst.py --half-sent ------------------
+
+
+def test_a_half_sent_head_is_closed_after_the_head_timeout_an_idle_connection_is_not() -> None:
+    """The head's deadline runs from its first byte: a connection that sent nothing keeps its (long) timeout."""
+    with ready_server(timeout=600.0, head_timeout=0.05) as server:
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=600)
+        half = socket.create_connection(("127.0.0.1", server.port), timeout=600)
+        try:
+            half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+            assert half.recv(1) == b""  # closed by the server (a client timeout would raise instead)
+            assert server.timed_out_connections == 1
+            idle.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                idle.recv(1)
+            idle.setblocking(True)
+            idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert closed_after(idle).startswith(b"HTTP/1.1 200 OK\r\n")
+        finally:
+            idle.close()
+            half.close()
+
+
+def test_a_head_finished_in_pieces_within_the_head_timeout_is_answered() -> None:
+    with ready_server(timeout=600.0, head_timeout=600.0) as server, \
+            socket.create_connection(("127.0.0.1", server.port), timeout=600) as sock:
+        for piece in (b"GET /healthz HTTP/1.1\r", b"\nHost: x\r\n\r", b"\n"):  # the end split across segments
+            sock.sendall(piece)
+        assert closed_after(sock).startswith(b"HTTP/1.1 200 OK\r\n")
+        assert server.evicted_connections == 0
+
+
+def test_500_half_sent_requests_do_not_keep_a_probe_waiting() -> None:
+    """Issue 32: 500 connections that each sent a request line and a Host header and never finished their
+    head, against the default cap: they count toward it as idle ones do, so the oldest are evicted to make
+    room and the probe is answered at once, with no timeout firing (both are 600 s here)."""
+    with ready_server(timeout=600.0, head_timeout=600.0) as server:
+        cap = server.max_connections
+        held = []
+        try:
+            for _ in range(500):
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=600)
+                held.append(sock)
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            assert get_once("127.0.0.1", server.port, "/healthz", 600.0)[0] == "200"
+            assert server.evicted_connections == 500 - (cap - 1) and server.timed_out_connections == 0
+            assert server.peak_connections == cap
+        finally:
+            for sock in held:
                 sock.close()

@@ -44,6 +44,8 @@ from patcher.adapters.watch import (
 from tests.conftest import write_configmap
 from tests.kubeemu import wait_until
 
+LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
+
 
 @pytest.fixture
 def seen() -> queue.Queue[str]:
@@ -67,7 +69,7 @@ def quiet(seen: queue.Queue[str], seconds: float = 0.5) -> bool:
 
 def test_configmap_symlink_swap_is_seen(tmp_path: Path, watcher: FolderWatcher, seen: queue.Queue[str]) -> None:
     write_configmap(tmp_path, {"extenders.yaml": "a: 1\n"})
-    watcher.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+    watcher.add("source", tmp_path, lambda: folder_fingerprint(tmp_path, limit=LIMIT))
     watcher.start()
     write_configmap(tmp_path, {"extenders.yaml": "a: 2\n"})
     assert seen.get(timeout=3) == "source"
@@ -77,7 +79,7 @@ def test_configmap_symlink_swap_is_seen(tmp_path: Path, watcher: FolderWatcher, 
 def test_same_content_is_not_a_change(tmp_path: Path, watcher: FolderWatcher, seen: queue.Queue[str]) -> None:
     f = tmp_path / "kube-scheduler.yaml"
     f.write_text("x")
-    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f))
+    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
     watcher.start()
     os.utime(f)
     fsio.atomic_write(f, b"x")
@@ -89,7 +91,7 @@ def test_our_own_write_is_ignored_and_a_foreign_one_is_not(tmp_path: Path, watch
                                                             seen: queue.Queue[str]) -> None:
     f = tmp_path / "kube-scheduler.yaml"
     f.write_text("x")
-    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f))
+    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
     watcher.start()
     fsio.atomic_write(f, b"ours")
     watcher.expect("manifest")
@@ -102,7 +104,7 @@ def test_bursts_are_debounced_into_one_notification(tmp_path: Path, watcher: Fol
                                                     seen: queue.Queue[str]) -> None:
     f = tmp_path / "kube-scheduler.yaml"
     f.write_text("0")
-    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f))
+    watcher.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
     watcher.start()
     for i in range(10):
         f.write_text(str(i + 1))
@@ -154,7 +156,7 @@ def tree(tmp_path: Path) -> Iterator[tuple[Path, Looks, FolderWatcher]]:
     manifest.write_text("v1")
     looks = Looks(lambda: read_or_missing(manifest))
     w = FolderWatcher(looks)
-    w.add("manifest", folder, lambda: file_fingerprint(manifest))
+    w.add("manifest", folder, lambda: file_fingerprint(manifest, limit=LIMIT))
     w.start()
     yield folder, looks, w
     w.stop()
@@ -234,7 +236,7 @@ def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
     looks = Looks(lambda: read_or_missing(source / "extenders.yaml"))
     w = FolderWatcher(looks)
     try:
-        w.add("source", source, lambda: folder_fingerprint(source))
+        w.add("source", source, lambda: folder_fingerprint(source, limit=LIMIT))
         w.start()
         shutil.rmtree(source)
         source.mkdir()
@@ -332,7 +334,7 @@ def test_a_complete_configmap_swap_is_looked_at_without_the_quiet_time(tmp_path:
     looks = Looks(lambda: read_or_missing(tmp_path / "extenders.yaml"))
     w = FolderWatcher(looks, debounce=3600.0, max_wait=3600.0)  # only the swap itself can make it due
     try:
-        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path, limit=LIMIT))
         w.start()
         for i in range(2, 5):
             write_configmap(tmp_path, {"extenders.yaml": f"a: {i}\n"})
@@ -351,7 +353,7 @@ def test_a_swap_whose_names_are_not_published_yet_waits_for_them(tmp_path: Path)
     looks = Looks(both)
     w = RecordingWatcher(looks, debounce=3600.0, max_wait=3600.0)  # only a published swap makes it due
     try:
-        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path, limit=LIMIT))
         w.start()
         for i in (2, 3):
             gen = tmp_path / f"..gen{i}"
@@ -462,7 +464,7 @@ def test_configmap_swap_is_delivered_with_the_new_content(tmp_path: Path) -> Non
     looks = Looks(lambda: read_or_missing(tmp_path / "extenders.yaml"))
     w = FolderWatcher(looks)
     try:
-        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path))
+        w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path, limit=LIMIT))
         w.start()
         for i in range(2, 6):
             write_configmap(tmp_path, {"extenders.yaml": f"a: {i}\n"})
@@ -478,7 +480,7 @@ def test_a_writer_with_the_file_open_is_waited_for(tmp_path: Path) -> None:
     looks = Looks(lambda: read_or_missing(f))
     w = FolderWatcher(looks, debounce=0.0, max_wait=600.0)  # no quiet time: only the open writer holds it
     try:
-        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
         w.start()
         with f.open("w") as fh:  # truncate, then write in steps
             fh.write("new: ")
@@ -504,7 +506,7 @@ def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path,
     w = FolderWatcher(looks)
     final = "".join(f"line {i}\n" for i in range(50))
     try:
-        w.add("manifest", tmp_path, lambda: file_fingerprint(f))
+        w.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
         w.start()
         if writer == "temp-then-rename":
             tmp = tmp_path / ".kube-scheduler.yaml.swp"
@@ -604,7 +606,7 @@ def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_p
     looks = Looks(lambda: read_or_missing(f))
     w = _DenyingWatcher(looks, {str(tmp_path)})
     try:
-        w.add("manifest", folder, lambda: file_fingerprint(f))
+        w.add("manifest", folder, lambda: file_fingerprint(f, limit=LIMIT))
         w.start()
         assert w.watched_folders() == [str(folder)]
         fsio.atomic_write(f, b"v1")

@@ -13,7 +13,6 @@ import ctypes
 import errno
 import fcntl
 import functools
-import hashlib
 import os
 import posixpath
 import stat
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from patcher.core import fileread
 from patcher.core.errors import PatcherError
 
 MAX_LINK_HOPS = 40
@@ -74,59 +74,13 @@ class HostFS:
         raise PatcherError(node_path, "too many levels of symbolic links")
 
 
-def read_bytes(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes:
-    """Read a regular file (symlinks followed), at most ``limit`` bytes, refusing anything else in one line.
-
-    Opened with O_NONBLOCK and checked with fstat before reading: a FIFO or a device in place of a manifest
-    would otherwise block ``open()`` or ``read()`` forever, and with it the agent's SIGTERM handling.
-    """
-    name = shown or str(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise PatcherError(name, f"{what} not found") from None
-    except PermissionError:
-        raise PatcherError(name, f"{what} is not readable (permission denied)") from None
-    except OSError as exc:
-        raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise PatcherError(name, f"{what} is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise PatcherError(name, f"{what} is not a regular file ({_kind(st.st_mode)}); refusing to read it")
-        if limit is not None and st.st_size > limit:
-            raise PatcherError(name, f"{what} is {st.st_size} bytes, over the limit of {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, max(65536, st.st_size + 1)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if limit is not None and size > limit:  # grew after the fstat
-                raise PatcherError(name, f"{what} is over the limit of {limit} bytes")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise PatcherError(name, f"cannot read {what}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-
-
-def read_if_exists(path: Path, what: str, shown: str | None = None, *, limit: int | None = None) -> bytes | None:
-    """``read_bytes``, with None for a file that does not exist (a dangling symlink included)."""
-    try:
-        return read_bytes(path, what, shown, limit=limit)
-    except PatcherError:
-        if not os.path.exists(path):
-            return None
-        raise
-
-
-def _kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a regular file"
+# The one reader (issue 32): every read of a file of the node goes through ``patcher.core.fileread``, re-exported
+# here for the layers above. ``limit`` is always given: nothing on the node is read without a bound.
+read_file = fileread.read_file
+read_if_exists = fileread.read_if_exists
+read_with_stat = fileread.read_with_stat
+holds = fileread.holds
+TooLarge = fileread.TooLarge
 
 
 def decode_utf8(data: bytes, name: str) -> str:
@@ -224,17 +178,11 @@ def identity_holding(path: Path, data: bytes, now_ns: Callable[[], int] = time.t
     it does now; see ``SETTLED_NS``: ask again then). None when it does not hold ``data``, is not a regular
     file, cannot be read, or its ctime has no sub-second part (see ``Identity``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        st, held = read_with_stat(path, "file", limit=len(data))
+    except PatcherError:  # not a regular file, larger than ``data``, unreadable
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data) or os.read(fd, len(data) + 1) != data:
-            return None
-    except OSError:
+    if held != data:
         return None
-    finally:
-        os.close(fd)
     if st.st_ctime_ns % 1_000_000_000 == 0:  # whole seconds: a same-size write within one would not show
         return None
     return _identity(st), (st.st_ctime_ns + SETTLED_NS - now_ns()) / 1e9
@@ -261,7 +209,8 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
     once the folder is synced: the caller removes it, after the work that waits for the restore."""
     name = shown or str(path)
     if seen is None or not _same(staged, seen[0]) or not _same(path, seen[1]):
-        ours, theirs = _snapshot(staged), _snapshot(path)  # one open, fstat and read each (issue 26)
+        limit = max(len(data), len(expect))  # a larger file is not what either comparison wants: not read
+        ours, theirs = _snapshot(staged, limit), _snapshot(path, limit)  # one open, fstat and read each
         if ours is None or theirs is None:
             raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it")
         if ours[0] != theirs[0] or ours[1] != data:
@@ -279,35 +228,24 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
         raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
 
 
-def _snapshot(path: Path) -> tuple[tuple[int, int, int], bytes | None] | None:
-    """(mode, owner, group) and the bytes of a file (None for anything but a regular file, which is not read),
-    from one descriptor; None when it is missing. What ``swap_in`` compares before its rename, in half the
-    system calls of a ``stat`` and a ``read_bytes``; a file it cannot open is refused as ``read_bytes`` words
-    it."""
+def _snapshot(path: Path, limit: int) -> tuple[tuple[int, int, int], bytes | None] | None:
+    """(mode, owner, group) and the bytes of a file (None for anything but a regular file, or one over
+    ``limit``: neither is read), from one descriptor; None when it is missing. What ``swap_in`` compares before
+    its rename, in half the system calls of a ``stat`` and a read; a file it cannot open is refused as
+    ``read_file`` words it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block the open
-    except FileNotFoundError:
-        return None
-    except OSError:
-        data = read_bytes(path, "file")  # refuses in its words (else it became readable meanwhile)
-        st = os.stat(path)
+        st, data = read_with_stat(path, "file", limit=limit)
         return (st.st_mode, st.st_uid, st.st_gid), data
-    try:
-        st = os.fstat(fd)
-        owner = (st.st_mode, st.st_uid, st.st_gid)
-        if not stat.S_ISREG(st.st_mode):
-            return owner, None
-        data = os.read(fd, st.st_size + 1)  # a short read of a regular file is its end
-        if len(data) > st.st_size:  # grown since the fstat: read the rest
-            chunks = [data]
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-            data = b"".join(chunks)
-        return owner, data
-    except OSError as exc:
-        raise PatcherError(str(path), f"cannot read file: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    except PatcherError:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            raise PatcherError(str(path), "file cannot be read") from None
+        if stat.S_ISREG(st.st_mode) and st.st_size <= limit:  # a regular file it could not read: say why
+            read_file(path, "file", limit=limit)
+        return (st.st_mode, st.st_uid, st.st_gid), None
 
 
 def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
@@ -468,7 +406,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 return None
-        if expect is not None and _current(path) != expect:  # no RENAME_EXCHANGE: check, then rename
+        if expect is not None and not _holds(path, expect):  # no RENAME_EXCHANGE: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
             _point("before-rename", path)  # the window this fallback leaves open
@@ -493,10 +431,9 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
 def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
     """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
     from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
-    displaced = _current(Path(tmp))
-    if displaced == expect:
+    if _holds(Path(tmp), expect):
         return  # the caller removes it, once the folder is synced (the rename is what must be durable first)
-    if not _exchange(tmp, path) or _current(Path(tmp)) != data:
+    if not _exchange(tmp, path) or not _holds(Path(tmp), data):
         # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
         # is the newest): either way the file at tmp is theirs and goes in place.
         os.replace(tmp, path)
@@ -530,8 +467,13 @@ def _exchange(a: str | Path, b: str | Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _current(path: Path) -> bytes | None:
-    return read_if_exists(path, "file")
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether ``path`` holds ``data``, reading at most one byte more; a FIFO or other non-file is refused as
+    ``read_file`` refuses it (a missing or larger file just does not hold it)."""
+    try:
+        return read_if_exists(path, "file", limit=len(data)) == data
+    except TooLarge:
+        return False
 
 
 def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:
@@ -577,27 +519,14 @@ def mtime_ns(path: Path) -> int | None:
         return None
 
 
-def file_fingerprint(path: Path) -> str:
-    """Content hash of one file (symlinks followed); ``missing`` when it cannot be read."""
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return "missing"
+def file_fingerprint(path: Path, *, limit: int) -> str:
+    """Content hash of one file (symlinks followed), bounded by ``limit``: see ``fileread.fingerprint``."""
+    return fileread.fingerprint(path, limit=limit)
 
 
-def folder_fingerprint(folder: Path) -> str:
-    """Content hash of the visible files of a folder (ConfigMap style: names not starting with a dot)."""
-    h = hashlib.sha256()
-    try:
-        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    except OSError:
-        return "missing"
-    for name in names:
-        path = folder / name
-        if path.is_dir():
-            continue
-        h.update(name.encode() + b"\0" + file_fingerprint(path).encode() + b"\n")
-    return h.hexdigest()
+def folder_fingerprint(folder: Path, *, limit: int) -> str:
+    """Content hash of the visible files of a folder: see ``fileread.folder_fingerprint``."""
+    return fileread.folder_fingerprint(folder, limit=limit)
 
 
 class LockBusy(PatcherError):
@@ -674,10 +603,11 @@ def _open_lock(folder: Path, shown: str) -> int:
     path = folder / LOCK_NAME
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        # O_NONBLOCK: a FIFO put in its place must not block the open (flock ignores the flag)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
         try:  # a read-only state folder with a lock file in it: locking still works
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             raise PatcherError(shown, f"folder is not writable (cannot create the writer lock {LOCK_NAME}: "
                                f"{exc.strerror})") from None

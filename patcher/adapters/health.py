@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
+    from patcher.adapters.streams import HeadReader
+
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN: Final = ":9808"
@@ -53,6 +55,9 @@ MAX_CONNECTIONS: Final = 256
 #: Seconds a connection has to send its request head (and to take the answer): a probe sends it at once, so
 #: only idle and half-open connections reach it, and they are closed instead of held forever.
 REQUEST_TIMEOUT: Final = 5.0
+#: Seconds from a request's first byte to the end of its head: a probe or a scraper sends its head in one
+#: segment, so a head still unfinished after this is a client holding a slot, and is closed (issue 32).
+HEAD_TIMEOUT: Final = 1.0
 #: A request head larger than this is refused (probes and scrapers send a few hundred bytes): 414 when its
 #: request line alone is longer, 431 otherwise.
 MAX_REQUEST_HEAD: Final = 8192
@@ -347,11 +352,13 @@ class HealthServer:
     Why asyncio and these limits: the kubelet's probes have 2-5 s timeouts and must be answered while anything
     else hammers the port. One event loop holds an idle connection for a few kilobytes instead of a thread, the
     listen backlog (``backlog``) queues a burst in the kernel instead of refusing it, every connection must send
-    its request head within ``timeout`` seconds (half-open connections are closed, not kept forever), and at most
-    ``max_connections`` are open at once, so memory stays bounded. At the cap, a new connection closes the
-    oldest idle one (connected, no byte of a request received, in the kernel or in the loop): slow clients
-    holding connections open cannot keep a probe waiting for their timeout. A connection whose request has
-    begun is never evicted; when every open one has, new ones wait in the backlog. A head over
+    its request head within ``timeout`` seconds, and finish it within ``head_timeout`` of its first byte
+    (half-open and half-sent connections are closed, not kept forever), and at most ``max_connections`` are
+    open at once, so memory stays bounded. At the cap, a new connection closes the oldest idle one (connected,
+    its request head not complete: nothing sent, or a part of a head, as in the kernel and the loop): slow
+    clients holding connections open, silent or half-way through a head, cannot keep a probe waiting for their
+    timeout. A connection whose head is complete is never evicted; when every open one's is, new ones wait in
+    the backlog. A head over
     ``MAX_REQUEST_HEAD`` gets 414 (request line) or 431 (headers) and the connection is closed. Each
     connection carries one request (``Connection: close``), which is what probes and Prometheus handle.
 
@@ -366,7 +373,8 @@ class HealthServer:
 
     def __init__(self, health: Health, metrics: Renderable, listen: str = DEFAULT_LISTEN,
                  ready: Callable[[], bool] | None = None, *, backlog: int = BACKLOG,
-                 max_connections: int = MAX_CONNECTIONS, timeout: float = REQUEST_TIMEOUT) -> None:
+                 max_connections: int = MAX_CONNECTIONS, timeout: float = REQUEST_TIMEOUT,
+                 head_timeout: float = HEAD_TIMEOUT) -> None:
         host, port = parse_listen(listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -384,11 +392,13 @@ class HealthServer:
         self.ready = ready or health.ready
         self.max_connections = max_connections
         self.timeout = timeout
+        self.head_timeout = head_timeout
         self.open_connections = 0
         self.peak_connections = 0  # the most open at once: never above max_connections
-        self.timed_out_connections = 0  # no complete request head within the timeout
+        self.timed_out_connections = 0  # no complete request head within the timeout (or the head's)
         self.evicted_connections = 0  # idle ones closed to make room for a new connection at the cap
-        # idle connections, oldest first: serial -> (socket, writer); a request's first byte takes one out
+        # idle connections (head not complete), oldest first: serial -> (socket, writer); the end of a request's
+        # head takes one out
         self._idle: dict[int, tuple[socket.socket, asyncio.StreamWriter]] = {}
         self._evicted: set[int] = set()  # their slot went to the connection that evicted them
         self._room: asyncio.Event | None = None  # set when a slot frees or a connection turns idle
@@ -426,12 +436,29 @@ class HealthServer:
             return 200, self.metrics.render(), prometheus().CONTENT_TYPE_LATEST
         return 404, b"not found\n", TEXT
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_head(self, reader: HeadReader) -> bytes:
+        """The request head, within ``timeout`` of the connection and ``head_timeout`` of its first byte."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.timeout) as deadline:
+                def shorten() -> None:
+                    now_due = loop.time() + self.head_timeout
+                    when = deadline.when()
+                    deadline.reschedule(now_due if when is None else min(when, now_due))
+
+                reader.when_first_byte(shorten)
+                return await reader.readuntil(b"\r\n\r\n")
+        finally:
+            reader.when_first_byte(None)
+
+    async def _handle(self, reader: HeadReader, writer: asyncio.StreamWriter) -> None:
         import asyncio
 
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
+                head = await self._read_head(reader)
             except TimeoutError:
                 self.timed_out_connections += 1
                 return
@@ -472,12 +499,11 @@ class HealthServer:
                 dropped += len(chunk)
 
     def _evict_oldest_idle(self) -> bool:
-        """Close the oldest idle connection and hand its slot over; False when none is idle."""
-        while self._idle:
-            serial = next(iter(self._idle))
-            conn, writer = self._idle.pop(serial)
-            if _has_data(conn):  # its request arrived but the loop has not read it yet: not idle
+        """Close the oldest idle connection (its head not complete) and hand its slot over; False when none is."""
+        for serial, (conn, writer) in list(self._idle.items()):
+            if _has_data(conn):  # more of its request arrived, not read yet: it may be complete; not now
                 continue
+            del self._idle[serial]
             self._evicted.add(serial)
             self.evicted_connections += 1
             self.open_connections -= 1
@@ -488,16 +514,16 @@ class HealthServer:
     async def _connection(self, conn: socket.socket, serial: int) -> None:
         import asyncio
 
-        from patcher.adapters.streams import FirstByteReader
+        from patcher.adapters.streams import HeadReader
 
         assert self._room is not None
         try:
             loop = asyncio.get_running_loop()
-            reader = FirstByteReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
+            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
             protocol = asyncio.StreamReaderProtocol(reader)
             transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            if not reader.received and not reader.at_eof():
+            if not reader.head_done and not reader.at_eof():
                 self._idle[serial] = (conn, writer)
                 self._room.set()  # an accepted connection may be waiting for one to evict
             await self._handle(reader, writer)

@@ -19,10 +19,15 @@ from pathlib import Path
 
 from patcher.adapters import fsio
 from patcher.core.errors import PatcherError, StateFolderError
+from patcher.core.manifest import MAX_MANIFEST_BYTES
 from patcher.core.state import State, decode, encode
 
 STATE_FILE = "state.json"
 ORIGINAL_FILE = "original-manifest.yaml"
+#: The record is a few KiB (hashes, file names, the last Ready config's names): 1 MiB bounds a read of one
+#: that something else wrote there. The saved original is a manifest, bounded as the manifest is.
+MAX_STATE_BYTES = 1024 * 1024
+LIMITS = {STATE_FILE: MAX_STATE_BYTES, ORIGINAL_FILE: MAX_MANIFEST_BYTES}
 
 
 class StateStore:
@@ -50,13 +55,14 @@ class StateStore:
             raise StateFolderError(self.shown, exc.problem) from None
 
     def load(self) -> State:
-        path = self._path(STATE_FILE)
-        if not path.exists():
-            return State()
+        shown = f"{self.shown}/{STATE_FILE}"
         try:
-            return decode(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise PatcherError(f"{self.shown}/{STATE_FILE}", f"unreadable state record: {exc}") from None
+            data = fsio.read_if_exists(self._path(STATE_FILE), "state record", shown, limit=MAX_STATE_BYTES)
+            return State() if data is None else decode(data)
+        except PatcherError as exc:
+            raise PatcherError(shown, f"unreadable state record: {exc.problem}") from None
+        except ValueError as exc:
+            raise PatcherError(shown, f"unreadable state record: {exc}") from None
 
     def save(self, state: State) -> None:
         self._ensure()
@@ -79,20 +85,14 @@ class StateStore:
                                  error=StateFolderError)]
 
     def load_original(self) -> bytes | None:
-        try:
-            return self._path(ORIGINAL_FILE).read_bytes()
-        except FileNotFoundError:
-            return None
+        return self._read(ORIGINAL_FILE)
 
     def checkpoint(self) -> dict[str, bytes | None]:
         """The record's files as they are now, to rewind to when a write fails half-way."""
-        out: dict[str, bytes | None] = {}
-        for name in (STATE_FILE, ORIGINAL_FILE):
-            try:
-                out[name] = self._path(name).read_bytes()
-            except FileNotFoundError:
-                out[name] = None
-        return out
+        return {name: self._read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
+
+    def _read(self, name: str) -> bytes | None:
+        return fsio.read_if_exists(self._path(name), name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
         with self._faults():
@@ -102,7 +102,7 @@ class StateStore:
         for name, data in checkpoint.items():
             if data is None:
                 fsio.remove(self._path(name))
-            elif not self._path(name).exists() or self._path(name).read_bytes() != data:
+            elif not fsio.holds(self._path(name), data):
                 fsio.atomic_write(self._path(name), data, mode=0o600)
 
     def present(self) -> bool:

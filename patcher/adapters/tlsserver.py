@@ -132,6 +132,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
         status, payload, ctype = self.server.app("GET", self.path, b"")
         self._send(status, payload, ctype)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The HTTP layer's refusals (a request line it cannot read, headers over its limits, a method without a
+        ``do_``) answered as every other answer here: HTTP/1.1, plain text, one write; then the connection is
+        closed. The base class answered a request line with a bad version as HTTP/0.9, with no status line
+        and an HTML page (found by fuzzing, issue 32): not an answer the API server could read."""
+        self.close_connection = True
+        reason = message or self.responses.get(code, ("",))[0]
+        self._send(code, f"{code} {reason}\n".encode("utf-8", "replace"), "text/plain; charset=utf-8")
+
     def _send(self, code: int, body: bytes, ctype: str) -> None:
         self.log_request(code)
         lines = [f"{self.protocol_version} {code} {self.responses.get(code, ('',))[0]}",

@@ -252,7 +252,18 @@ def _construct(y: YAML, root: Node) -> Any:
     try:
         return build(root)
     except (_Unusual, TypeError):
+        pass
+    try:
         return constructor.construct_document(root)
+    except TypeError as exc:
+        raise YamlTextError(_unhashable(exc)) from None
+
+
+def _unhashable(exc: TypeError) -> str:
+    """ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
+    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error (found by
+    fuzzing the manifest splice, issue 32)."""
+    return f"found unhashable key ({exc})"
 
 
 @functools.lru_cache(maxsize=16)
@@ -276,6 +287,8 @@ def parse(text: str) -> Document:
             docs = [d for d in _data_loader().load_all(text) if d is not None]
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
+    except TypeError as exc:  # the same, through ruamel's own loader (merge keys)
+        raise YamlTextError(_unhashable(exc)) from None
     except RecursionError:
         raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
     if len(docs) > 1:
@@ -299,6 +312,8 @@ def load_data(text: str) -> Any:
         return y.load(text)
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
+    except TypeError as exc:
+        raise YamlTextError(_unhashable(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------------------------

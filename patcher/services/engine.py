@@ -24,6 +24,7 @@ from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
 
@@ -32,9 +33,10 @@ class KnownBadConfig(ConfigError):
     """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
 
 
-# Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
-# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
-MAX_MANIFEST_BYTES = 128 * 1024
+MAX_MANIFEST_BYTES = manifest.MAX_MANIFEST_BYTES
+#: A config file we render is a source file (``MAX_SOURCE_BYTES``) with a few lines added: twice that bounds
+#: every read of one in the host config folder (a larger file there is not one we wrote, and differs).
+MAX_CONFIG_BYTES = 2 * MAX_SOURCE_BYTES
 
 
 class PartialWrite(PatcherError):
@@ -140,7 +142,7 @@ def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
     node_path = fs.resolve(opts.manifest_path)
     local = fs.local(node_path)
-    data = fsio.read_bytes(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
+    data = fsio.read_file(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
     text = fsio.decode_utf8(data, node_path)
     return node_path, local, data, text
 
@@ -161,7 +163,7 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
         if host_fs(opts).resolve(other) == node_path:
             continue
         try:
-            data = fsio.read_bytes(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
+            data = fsio.read_file(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
             if b"kube-scheduler" not in data:
                 continue
             manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
@@ -194,7 +196,7 @@ def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfi
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_bytes(host_fs(opts).local(node_path), "foreign scheduler config", node_path,
+    data = fsio.read_file(host_fs(opts).local(node_path), "foreign scheduler config", node_path,
                            limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
@@ -234,13 +236,13 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
                               container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     if config.form != "last-good" and not source_hash:
-        source_hash = fsio.folder_fingerprint(opts.source)
+        source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=source_hash)
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fsio.read_if_exists(cfg_local, "config file", cfg_node)
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES)
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
@@ -264,13 +266,13 @@ def _render(req: ConfigRequest) -> tuple[RenderedConfig, str]:
     """``schedconfig.build_config(req)`` and the source folder's fingerprint; from the cache when the request
     and the source's content are the same as for an earlier render. A render is kept only when the folder did
     not change while it was read (the fingerprint before and after agree)."""
-    before = fsio.folder_fingerprint(req.source_dir)
+    before = fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES)
     key = (req, before)
     config = _rendered.get(key)
     if config is not None:
         return config, before
     config = schedconfig.build_config(req)
-    if before != "missing" and fsio.folder_fingerprint(req.source_dir) == before:
+    if before != "missing" and fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES) == before:
         if len(_rendered) >= _RENDERED_KEPT:
             del _rendered[next(iter(_rendered))]
         _rendered[key] = config
@@ -302,7 +304,7 @@ def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = Tru
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
     """Under the writer lock: the file must still be what the plan was computed from."""
-    if fsio.read_if_exists(local, "file", shown) != planned:
+    if not _holds_or_refuse(local, planned, shown):
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
@@ -398,10 +400,15 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
 
 
 def _holds(local: Path, data: bytes | None) -> bool:
-    """Whether the file holds ``data`` now (an unreadable file does not)."""
+    """Whether the file holds ``data`` now (an unreadable file does not); reads at most one byte more."""
+    return fsio.holds(local, data)
+
+
+def _holds_or_refuse(local: Path, data: bytes | None, shown: str) -> bool:
+    """``_holds``, but a file that cannot be read (a FIFO in its place) is refused in its own words."""
     try:
-        return fsio.read_if_exists(local, "file") == data
-    except PatcherError:
+        return fsio.read_if_exists(local, "file", shown, limit=len(data) if data is not None else 0) == data
+    except fsio.TooLarge:
         return False
 
 
@@ -432,7 +439,8 @@ def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
     contents: dict[str, bytes] = {}
     for name in files:
         try:
-            data = fsio.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)), "config file")
+            data = fsio.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)), "config file",
+                                       limit=MAX_CONFIG_BYTES)
         except PatcherError:
             return None
         if data is None:
@@ -479,7 +487,8 @@ def plan_restore(opts: Files) -> RestorePlan:
     for name in sorted(state.written):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fsio.read_if_exists(cfg_local, "config file", cfg_node) if OUR_FILES.match(name) else None
+        old = fsio.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES) \
+            if OUR_FILES.match(name) else None
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
@@ -606,7 +615,7 @@ def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedResto
     assert new is not None
     if previous is not None and previous.staged is not None and previous.written == plan.current \
             and previous.manifest.new == new and previous.manifest.local == prepared.manifest.local \
-            and fsio.read_if_exists(previous.staged, "staged restore") == new:
+            and fsio.holds(previous.staged, new):
         return replace(prepared, staged=previous.staged)
     with writer_lock(opts):
         return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from patcher.adapters import signals
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 from patcher.core.errors import PatcherError
+from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.services import engine
 from patcher.services.agent import Agent
 
@@ -55,12 +56,15 @@ def start_watching(agent: Agent) -> None:
     fs = engine.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
     watcher = FolderWatcher(agent.events.put, debounce=agent.opts.debounce)
-    targets = [("source", files.source, lambda: folder_fingerprint(files.source)),
-               ("manifest", fs.local(files.manifest_dir), lambda: file_fingerprint(manifest_local))]
+    # Bounded as the reads they announce (issue 32): a FIFO or a huge file is a fingerprint, never a read.
+    targets = [("source", files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
+               ("manifest", fs.local(files.manifest_dir),
+                lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES))]
     target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
     if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
-        targets.append(("manifest", fs.local(target_dir), lambda: file_fingerprint(manifest_local)))
+        targets.append(("manifest", fs.local(target_dir),
+                        lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
     for name, folder, fingerprint in targets:
         try:
             watcher.add(name, folder, fingerprint)

@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from patcher.core import fileread
 from patcher.core.schedconfig.version import KubeVersion, Launch
 
 CONFIG_KIND = "KubeSchedulerConfiguration"
@@ -143,13 +144,21 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
     )
 
 
+#: The largest shipped schema is ~20 KiB; the bound is the one reader's rule, not a worry about these files.
+MAX_SCHEMA_BYTES = 1024 * 1024
+
+
+def _read_schema(path: Path) -> str:
+    return fileread.read_file(path, "packaged schema", limit=MAX_SCHEMA_BYTES).decode("utf-8")
+
+
 @cache
 def all_schemas() -> tuple[Schema, ...]:
     """Every schema shipped in the package, read once."""
     found = []
     for entry in sorted(SCHEMAS.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX):
-            found.append(_parse(entry.name, json.loads(entry.read_text(encoding="utf-8"))))
+            found.append(_parse(entry.name, json.loads(_read_schema(entry))))
     return tuple(found)
 
 
@@ -183,7 +192,7 @@ def minor_types(minor: tuple[int, int]) -> dict[str, MinorTypes]:
     """apiVersion -> types of one generated minor, read once. A start reads only its node's minor (~0.4 ms),
     not all of them (~6 ms): ``for_version`` needs no other."""
     entry = generated_files()[minor]
-    raw = json.loads(entry.read_text(encoding="utf-8"))
+    raw = json.loads(_read_schema(entry))
     assert _minor(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
     return {
         api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))

@@ -13,6 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from patcher.core import fileread
 from patcher.core.errors import ConfigError
 
 EXTENDERS_FILE = "extenders.yaml"
@@ -81,14 +82,15 @@ def read_source_file(source_dir: Path, name: str) -> SourceFile:
         info = os.stat(target)
     except FileNotFoundError:
         raise ConfigError(shown, f"dangling link (to {target})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(shown, "not a regular file")
-    if info.st_size > MAX_SOURCE_BYTES:
-        raise ConfigError(shown, f"too large ({info.st_size} bytes; the limit for a source file is {MAX_SOURCE_BYTES})")
-    try:
-        raw = Path(target).read_bytes()
     except OSError as exc:
         raise ConfigError(shown, f"cannot read: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(shown, f"not a regular file ({fileread.kind(info.st_mode)})")
+    try:  # the one reader: fstat of what is opened (the link may have changed since), bounded, non-blocking
+        raw = fileread.read_file(target, "source file", shown, limit=MAX_SOURCE_BYTES, error=ConfigError)
+    except fileread.TooLarge as exc:  # the fstat's size, or it grew past the limit while read
+        size = f"{exc.size} bytes" if exc.size is not None else f"over {MAX_SOURCE_BYTES} bytes"
+        raise ConfigError(shown, f"too large ({size}; the limit for a source file is {MAX_SOURCE_BYTES})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

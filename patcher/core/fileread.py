@@ -1,0 +1,167 @@
+"""The one way this project reads a file: bounded, non-blocking, checked with ``fstat`` before a byte is read.
+
+Every file the agent or the CLI reads — the manifest, the source folder, the config files and the record on
+the node, the packaged schemas — and every fingerprint, cache key and comparison made of one goes through
+here (``tests/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``).
+Issue 32 is why: a speed-up hashed the source folder with ``Path.read_bytes`` beside the careful reader, and
+a FIFO in the folder hung ``plan``, ``apply`` and the agent, a 200 MB file cost 200 MB of memory. One reader
+cannot be bypassed by the next optimisation without the architecture test saying so.
+
+What each read does, and why:
+
+* ``O_NONBLOCK`` on the open: opening a FIFO for reading blocks until a writer comes, which may be never;
+* ``fstat`` on that descriptor, before reading: anything but a regular file (FIFO, socket, device, folder)
+  is refused, and so is a regular file over the caller's ``limit``, in one line naming the file and why;
+* at most ``limit + 1`` bytes are read, whatever the file grows to meanwhile (the ``+ 1`` tells "grew past
+  the limit" from "exactly at it").
+
+In core, not in ``adapters/fsio``: the source folder's reader (``core/schedconfig/source``) is in core, which
+may read a mount but cannot import an adapter. ``fsio`` re-exports these for the layers above.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from patcher.core.errors import PatcherError
+
+
+class TooLarge(PatcherError):
+    """The file is over the caller's limit (a refusal like any other; ``holds`` reads it as "different").
+    ``size``: what ``fstat`` said, when that is how it was known (None: it grew past the limit while read)."""
+
+    def __init__(self, path: str | None, problem: str, size: int | None = None) -> None:
+        super().__init__(path, problem)
+        self.size = size
+
+
+def kind(mode: int) -> str:
+    """What a non-regular file is, in the words of a refusal."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open(path: Path | str, what: str, name: str, error: type[PatcherError]) -> int:
+    try:  # O_NONBLOCK: opening a FIFO for reading must not wait for a writer that may never come
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(name, f"{what} not found") from None
+    except PermissionError:
+        raise error(name, f"{what} is not readable (permission denied)") from None
+    except OSError as exc:
+        raise error(name, f"cannot read {what}: {exc.strerror}") from None
+
+
+def _refusal(st: os.stat_result, what: str, limit: int) -> str | None:
+    """Why a file with this ``fstat`` is not read (None: it is read)."""
+    if stat.S_ISDIR(st.st_mode):
+        return f"{what} is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} is not a regular file ({kind(st.st_mode)}); refusing to read it"
+    if st.st_size > limit:
+        return f"{what} is {st.st_size} bytes, over the limit of {limit} bytes"
+    return None
+
+
+def _read_open(fd: int, st: os.stat_result, what: str, name: str, limit: int) -> bytes:
+    """The bytes of an open regular file whose ``fstat`` passed, at most ``limit`` (more: ``TooLarge``)."""
+    chunks: list[bytes] = []
+    size = 0
+    # Buffers sized for the file as fstat saw it, not for the limit: a 20 KiB file under a 4 MiB limit.
+    while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, max(st.st_size + 1 - size, 65536)))):
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:  # grew after the fstat
+        raise TooLarge(name, f"{what} is over the limit of {limit} bytes")
+    return b"".join(chunks)
+
+
+def read_with_stat(path: Path | str, what: str, shown: str | None = None, *, limit: int,
+                   error: type[PatcherError] = PatcherError) -> tuple[os.stat_result, bytes]:
+    """The ``fstat`` of a regular file and its bytes, from one descriptor (so the identity is that of the
+    bytes); refused in one line (as ``error``; over ``limit``: ``TooLarge``) for anything else."""
+    name = shown or str(path)
+    fd = _open(path, what, name, error)
+    try:
+        st = os.fstat(fd)
+        problem = _refusal(st, what, limit)
+        if problem is not None and stat.S_ISREG(st.st_mode):
+            raise TooLarge(name, problem, st.st_size)
+        if problem is not None:
+            raise error(name, problem)
+        return st, _read_open(fd, st, what, name, limit)
+    except OSError as exc:
+        raise error(name, f"cannot read {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: int,
+              error: type[PatcherError] = PatcherError) -> bytes:
+    """A regular file's bytes (symlinks followed), at most ``limit``; anything else refused in one line."""
+    return read_with_stat(path, what, shown, limit=limit, error=error)[1]
+
+
+def read_if_exists(path: Path | str, what: str, shown: str | None = None, *, limit: int,
+                   error: type[PatcherError] = PatcherError) -> bytes | None:
+    """``read_file``, with None for a file that does not exist (a dangling symlink included)."""
+    try:
+        return read_file(path, what, shown, limit=limit, error=error)
+    except PatcherError:
+        if not os.path.exists(path):
+            return None
+        raise
+
+
+def holds(path: Path | str, data: bytes | None) -> bool:
+    """Whether the file holds exactly ``data`` (None: that there is no file). Reads at most ``len(data) + 1``
+    bytes: a larger file differs without being read; one that cannot be read does not hold it."""
+    try:
+        return read_if_exists(path, "file", limit=len(data) if data is not None else 0) == data
+    except PatcherError:
+        return False
+
+
+def fingerprint(path: Path | str, *, limit: int) -> str:
+    """Content hash of one file (symlinks followed), read as ``read_file`` reads it. A file it would refuse is
+    not read: the refusal is the fingerprint (a FIFO; "is N bytes, over the limit": the same on every node
+    for the same file), and whoever acts on the change reads the file and refuses it in its own words.
+    ``missing`` when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "missing"
+    try:
+        st = os.fstat(fd)
+        problem = _refusal(st, "file", limit)
+        if problem is not None:
+            return f"refused: {problem}"
+        return hashlib.sha256(_read_open(fd, st, "file", str(path), limit)).hexdigest()
+    except TooLarge as exc:
+        return f"refused: {exc.problem}"
+    except OSError:
+        return "missing"
+    finally:
+        os.close(fd)
+
+
+def folder_fingerprint(folder: Path, *, limit: int) -> str:
+    """Content hash of the visible files of a folder (ConfigMap style: names not starting with a dot), each
+    file's as ``fingerprint`` gives it with ``limit``; folders in it are skipped."""
+    h = hashlib.sha256()
+    try:
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    except OSError:
+        return "missing"
+    for name in names:
+        path = folder / name
+        if path.is_dir():
+            continue
+        h.update(name.encode() + b"\0" + fingerprint(path, limit=limit).encode() + b"\n")
+    return h.hexdigest()
