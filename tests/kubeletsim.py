@@ -52,7 +52,7 @@ def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[st
         return None
     spec = manifest.get("spec") if isinstance(manifest, dict) else None
     containers = spec.get("containers") if isinstance(spec, dict) else None
-    if not isinstance(containers, list):
+    if not isinstance(spec, dict) or not isinstance(containers, list):
         return None
     container = next((c for c in containers if isinstance(c, dict) and c.get("name") == "kube-scheduler"), None)
     if container is None:

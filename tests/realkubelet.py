@@ -107,7 +107,7 @@ class RealNode:
         current = next((p for p in bound if p["metadata"]["name"] == name and p["metadata"]["namespace"] == ns), None)
         running = (current["metadata"].get("annotations") or {}).get(MIRROR) if current is not None else None
         stale = current is not None and running != annotations[MIRROR]
-        if stale:
+        if current is not None and stale:
             self._call("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                                         "preconditions": {"uid": current["metadata"]["uid"]}}, ok=(200, 404))
         if current is None or stale:

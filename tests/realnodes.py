@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from patcher.adapters.kube.transport import NODES, Api
 from tests.conftest import FIXTURES, write_configmap
 from tests.helpers import MANIFEST, P
 from tests.kubeletsim import SimKubelet
-from tests.realk8s import ROOT, ControlPlane, free_port, wait_until
+from tests.realk8s import ROOT, ControlPlane, free_port
 from tests.realkubelet import RealNode
 
 Obj = dict[str, Any]
@@ -69,12 +68,6 @@ def audit_events(cp: ControlPlane) -> list[Obj]:
         if event.get("stage") in ("ResponseComplete", "ResponseStarted", "Panic"):
             out.append(event)
     return out
-
-
-def refused(events: list[Obj], user_prefix: str = "system:serviceaccount:") -> list[str]:
-    """One line per request the API server answered 403, of users starting with `user_prefix`."""
-    return sorted({describe(e) for e in events if e.get("responseStatus", {}).get("code") == 403
-                   and e["user"]["username"].startswith(user_prefix)})
 
 
 def describe(event: Obj) -> str:
@@ -220,7 +213,7 @@ class Timeline:
 
     def start(self) -> Timeline:
         self._api = build_api_client(ClientSettings(kubeconfig=str(self.cp.kubeconfig)))
-        self._watcher = ListWatcher(self._api, NODES, on_sync=lambda items: [self._see(n) for n in items],
+        self._watcher = ListWatcher(self._api, NODES, on_sync=self._see_all,
                                     on_event=lambda kind, node: self._see(node), name="timeline",
                                     watch_timeout_s=30)
         self._watcher.start()
@@ -231,6 +224,10 @@ class Timeline:
             self._watcher.stop()
         if self._api is not None:
             self._api.close()
+
+    def _see_all(self, nodes: list[Obj]) -> None:
+        for node in nodes:
+            self._see(node)
 
     def _see(self, node: Obj) -> None:
         name = node["metadata"]["name"]
@@ -281,11 +278,6 @@ class Timeline:
     def text(self) -> str:
         with self._lock:
             return "\n".join(f"{t:6.2f}s  {n:<5} {s:<18} {h}" for t, n, s, h in self.rows)
-
-
-def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """`wait_until` with a generous bound: these are real processes on a busy shared machine."""
-    return wait_until(check, timeout, what)
 
 
 # -- which rule let each request through ----------------------------------------------------------------------

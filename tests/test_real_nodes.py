@@ -64,16 +64,41 @@ def gatekeeper(cp: ControlPlane, tmp: Path) -> tuple[subprocess.Popen[bytes], Pa
     return proc, log, port
 
 
-def gated_pod(cp: ControlPlane) -> None:
+HOLD = "example.com/hold"
+#: Refuses every change of a pod labelled `HOLD` with 422 Invalid, what the gatekeeper also meets when a pod
+#: changed under its release patch (the `test` op fails): it then reads the pod again (its `pods get`).
+HOLD_POLICY = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+               "metadata": {"name": "hold"},
+               "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+                   "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]},
+                        "validations": [{"expression": f"!has(object.metadata.labels) || "
+                                                       f"!('{HOLD}' in object.metadata.labels)",
+                                         "reason": "Invalid", "message": "held"}]}}
+HOLD_BINDING = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                "metadata": {"name": "hold"}, "spec": {"policyName": "hold", "validationActions": ["Deny"]}}
+
+
+def gated_pods(cp: ControlPlane) -> None:
+    """`workload`, and `held`, whose release the admission policy refuses until its label is taken off."""
     cp.ensure_namespace(APPS)
-    cp.ok("POST", f"/api/v1/namespaces/{APPS}/pods", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "workload"},
-        "spec": {"schedulingGates": [{"name": GATE}], "containers": [{"name": "c", "image": "busybox"}]}})
+    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", HOLD_POLICY)
+    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", HOLD_BINDING)
+    for name, labels in (("workload", {}), ("held", {HOLD: "yes"})):
+        cp.ok("POST", f"/api/v1/namespaces/{APPS}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+            "spec": {"schedulingGates": [{"name": GATE}], "containers": [{"name": "c", "image": "busybox"}]}})
 
 
-def gates(cp: ControlPlane) -> list[str]:
-    pod = cp.ok("GET", f"/api/v1/namespaces/{APPS}/pods/workload")
-    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+def gates(cp: ControlPlane, pod: str = "workload") -> list[str]:
+    out = cp.ok("GET", f"/api/v1/namespaces/{APPS}/pods/{pod}")
+    return [g["name"] for g in out["spec"].get("schedulingGates") or []]
+
+
+def reads_of_held(cp: ControlPlane) -> int:
+    """The gatekeeper's GETs of the held pod after a refused release (the audit log)."""
+    return sum(1 for e in audit_events(cp) if e["verb"] == "get" and e["stage"] == "ResponseComplete"
+               and (e.get("objectRef") or {}).get("name") == "held"
+               and e["user"]["username"].endswith(":scheduler-patcher-gatekeeper"))
 
 
 def metric(port: int, name: str) -> float:
@@ -96,11 +121,13 @@ def test_the_node_story_on_the_real_server(plane: ControlPlane, tmp_path: Path) 
             agents.add_node(name)
         for sim in agents.sims.values():
             agents.start_agent(sim)
-        gated_pod(cp)
+        gated_pods(cp)
         keeper, keeper_log, keeper_port = gatekeeper(cp, tmp_path)
         story(cp, agents, tl, keeper, keeper_log, keeper_port)
     finally:
         print(tl.text())
+        for sim in agents.sims.values():  # the agents' own words, for a failure
+            print(f"--- {sim.pod}", *sim.log.splitlines()[-12:], sep="\n")
         tl.stop()
         agents.kill_all()
         if keeper is not None and keeper.poll() is None:
@@ -127,6 +154,12 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
                "the verdict Ready in the status ConfigMap")
     wait_until(lambda: gates(cp) == [], 60, "the gatekeeper releasing the workload's gate")
     assert metric(keeper_port, "scheduler_patcher_gatekeeper_pods_released_total") == 1
+    wait_until(lambda: reads_of_held(cp) > 0, 60, "the gatekeeper reading the held pod again after a 422")
+    assert gates(cp, "held") == [GATE]
+    cp.ok("PATCH", f"/api/v1/namespaces/{APPS}/pods/held", [{"op": "remove", "path": "/metadata/labels/"
+                                                                                     + HOLD.replace("/", "~1")}],
+          "application/json-patch+json")
+    wait_until(lambda: gates(cp, "held") == [], 60, "the held pod released once the policy lets it")
     reasons = {(e["involvedObject"]["name"], e["reason"]) for e in agents.events()}
     for name in NODES:
         assert {(name, "SchedulerPatched"), (name, "SchedulerRestarted")} <= reasons, sorted(reasons)
@@ -169,7 +202,10 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
         sim.configmap(1, verb="reject-me")
     wait_until(lambda: any(tl.last[n][0] == "RolledBack" for n in NODES), 90, "a rollback")
     rolled = [n for n in NODES if tl.last[n][0] == "RolledBack"]
-    skipped = lambda: {e["involvedObject"]["name"] for e in agents.events() if e["reason"] == "PatchSkipped"}  # noqa: E731
+
+    def skipped() -> set[str]:
+        return {e["involvedObject"]["name"] for e in agents.events() if e["reason"] == "PatchSkipped"}
+
     wait_until(lambda: skipped() == set(NODES) - set(rolled), 60, "the other nodes skipping the refused config")
     assert len(rolled) == 1, tl.text()
     for name, sim in sims.items():
@@ -183,14 +219,15 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
     assert gate_keeper_ok
 
     since = tl.mark("SIGTERM, DaemonSet present")
-    sim = sims["cp-2"]
+    stopped = next(n for n in NODES if n not in rolled)  # Ready: its successor must find it so
+    sim = sims[stopped]
     manifest = sim.manifest.read_bytes()
     count = len(sim.kubelet.restarts)
     log = agents.stop_agent(sim, delete_pod=True)
     assert "keeping the patch: DaemonSet scheduler-patcher still selects this node" in log, log
     assert sim.manifest.read_bytes() == manifest and len(sim.kubelet.restarts) == count
     agents.start_agent(sim)  # its successor adopts the patch: no write, no restart
-    wait_until(lambda: "a stop keeps the patch" in sim.log and tl.last["cp-2"][0] == "Ready", 60,
+    wait_until(lambda: "a stop keeps the patch" in sim.log and tl.last[stopped][0] == "Ready", 60,
                "the successor knowing its DaemonSet")
     assert len(sim.kubelet.restarts) == count
 
