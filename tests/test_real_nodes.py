@@ -52,14 +52,16 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
         yield cp
 
 
-def gatekeeper(cp: ControlPlane, tmp: Path) -> tuple[subprocess.Popen[bytes], Path, int]:
-    """`scheduler-patcher gatekeeper` with a token of the gatekeeper's own ServiceAccount."""
-    kubeconfig = cp.token_kubeconfig(NS, "scheduler-patcher-gatekeeper", tmp / "gatekeeper.kubeconfig")
-    log, port = tmp / "gatekeeper.log", free_port()
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": NS,
-           "POD_NAME": "scheduler-patcher-gatekeeper-0"}
+def gatekeeper(cp: ControlPlane, tmp: Path, namespace: str = NS, gate: str = GATE,
+               name: str = "gatekeeper") -> tuple[subprocess.Popen[bytes], Path, int]:
+    """`scheduler-patcher gatekeeper` with a token of the gatekeeper's own ServiceAccount in `namespace` (its
+    leader Lease there too), releasing `gate`."""
+    kubeconfig = cp.token_kubeconfig(namespace, "scheduler-patcher-gatekeeper", tmp / f"{name}.kubeconfig")
+    log, port = tmp / f"{name}.log", free_port()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "KUBECONFIG": str(kubeconfig),
+           "POD_NAMESPACE": namespace, "POD_NAME": f"{name}-0"}
     proc = subprocess.Popen([sys.executable, "-m", "patcher", "gatekeeper", "--listen", f"127.0.0.1:{port}",
-                             "--log-format", "json", "--resync-interval", "5s"],
+                             "--log-format", "json", "--resync-interval", "5s", "--gate-name", gate],
                             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     return proc, log, port
 
@@ -78,15 +80,28 @@ HOLD_BINDING = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "Valida
                 "metadata": {"name": "hold"}, "spec": {"policyName": "hold", "validationActions": ["Deny"]}}
 
 
+def hold_policy(cp: ControlPlane) -> None:
+    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", HOLD_POLICY)
+    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", HOLD_BINDING)
+
+
+def gated_pod(cp: ControlPlane, name: str, gate: str = GATE, held: bool = False) -> None:
+    cp.ok("POST", f"/api/v1/namespaces/{APPS}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {HOLD: "yes"} if held else {}},
+        "spec": {"schedulingGates": [{"name": gate}], "containers": [{"name": "c", "image": "busybox"}]}})
+
+
+def release_hold(cp: ControlPlane, name: str) -> None:
+    cp.ok("PATCH", f"/api/v1/namespaces/{APPS}/pods/{name}",
+          [{"op": "remove", "path": "/metadata/labels/" + HOLD.replace("/", "~1")}], "application/json-patch+json")
+
+
 def gated_pods(cp: ControlPlane) -> None:
     """`workload`, and `held`, whose release the admission policy refuses until its label is taken off."""
     cp.ensure_namespace(APPS)
-    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", HOLD_POLICY)
-    cp.ok("POST", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", HOLD_BINDING)
-    for name, labels in (("workload", {}), ("held", {HOLD: "yes"})):
-        cp.ok("POST", f"/api/v1/namespaces/{APPS}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"schedulingGates": [{"name": GATE}], "containers": [{"name": "c", "image": "busybox"}]}})
+    hold_policy(cp)
+    gated_pod(cp, "workload")
+    gated_pod(cp, "held", held=True)
 
 
 def gates(cp: ControlPlane, pod: str = "workload") -> list[str]:
@@ -156,9 +171,7 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
     assert metric(keeper_port, "scheduler_patcher_gatekeeper_pods_released_total") == 1
     wait_until(lambda: reads_of_held(cp) > 0, 60, "the gatekeeper reading the held pod again after a 422")
     assert gates(cp, "held") == [GATE]
-    cp.ok("PATCH", f"/api/v1/namespaces/{APPS}/pods/held", [{"op": "remove", "path": "/metadata/labels/"
-                                                                                     + HOLD.replace("/", "~1")}],
-          "application/json-patch+json")
+    release_hold(cp, "held")
     wait_until(lambda: gates(cp, "held") == [], 60, "the held pod released once the policy lets it")
     reasons = {(e["involvedObject"]["name"], e["reason"]) for e in agents.events()}
     for name in NODES:

@@ -22,6 +22,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,8 @@ import pytest
 from tests.realk8s import ControlPlane, built_releases, control_plane, missing_reason, wait_until
 from tests.realnodes import Agents, Grant, audit_events, audit_flags, describe, grants
 from tests.test_deploy_manifests import objects
+from tests.test_real_install import apply_k
+from tests.test_real_nodes import APPS, gated_pod, gatekeeper, gates, hold_policy, release_hold
 
 pytestmark = pytest.mark.real_cluster
 
@@ -62,11 +65,12 @@ def case_id(grant: Grant) -> str:
     return f"{name.removeprefix('scheduler-patcher-')}-{rule}-{verb}"
 
 
-def case_objects(number: int, drop: Grant | None) -> list[dict[str, Any]]:
+def case_objects(number: int, drop: Grant | None, base: list[dict[str, Any]] = BASE,
+                 prefix: str = "sp") -> list[dict[str, Any]]:
     """The manifests' objects for case `number`, in its own namespace, without the verb `drop`."""
-    ns = f"sp-{number}"
+    ns = f"{prefix}-{number}"
     out = []
-    for obj in copy.deepcopy(BASE):
+    for obj in copy.deepcopy(base):
         meta, kind = obj["metadata"], obj["kind"]
         key = (kind, meta.get("namespace", ""), meta["name"])
         if kind == "Namespace":
@@ -197,8 +201,16 @@ def test_without_the_verb_that_step_fails(cases: dict[Grant | None, Case], grant
     # The server refused what the verb grants (the same request, from this case's namespace); other refusals
     # may follow from it (without `list`, the verdict falls back to a GET per mirror pod, which is not granted).
     assert case.refusals, f"nothing failed without {grant}: a rule nothing needs ({step})"
-    assert describe_grant(grant, rule, case.number) in {refusal_key(r) for r in case.refusals}, (step, case.refusals)
+    assert refused_by(grant, rule, case.number, case.refusals), (step, case.refusals)
     assert "403" in case.agents.sims[case.node].log, f"the agent did not say that {step} was refused"
+
+
+def refused_by(grant: Grant, rule: dict[str, Any], number: int, refusals: list[str], prefix: str = "sp") -> bool:
+    """Whether one of `refusals` is a request the grant allows (a ClusterRole's: in any namespace)."""
+    keys = {refusal_key(r) for r in refusals}
+    if grant[0] == "ClusterRole":
+        keys = {k.split(" in ")[0] for k in keys}
+    return describe_grant(grant, rule, number, prefix) in keys
 
 
 def refusal_key(line: str) -> str:
@@ -209,9 +221,127 @@ def refusal_key(line: str) -> str:
     return f"{verb} {what} {where}".strip()
 
 
-def describe_grant(grant: Grant, rule: dict[str, Any], number: int) -> str:
+def describe_grant(grant: Grant, rule: dict[str, Any], number: int, prefix: str = "sp") -> str:
     group = rule["apiGroups"][0]
     what = f"{group}/{rule['resources'][0]}" if group else rule["resources"][0]
     ns = grant[1] if grant[0] == "Role" else ""
-    ns = f"sp-{number}" if ns == NS else ns
+    ns = f"{prefix}-{number}" if ns == NS else ns
     return f"{grant[4]} {what} {'in ' + ns if ns else ''}".strip()
+
+
+# -- the gatekeeper ---------------------------------------------------------------------------------------------
+
+GATEKEEPER = [o for o in objects("gatekeeper") if o["kind"] != "Deployment"]
+GK_GRANTS: list[Grant] = sorted(grants(GATEKEEPER))
+GK_STEPS: dict[tuple[str, str], str] = {
+    ("pods", "get"): "read a pod again after its release was refused (422: it changed meanwhile)",
+    ("pods", "list"): "list the pending pods (and kube-system's schedulers for the verdict)",
+    ("pods", "watch"): "watch the pending pods",
+    ("pods", "patch"): "release the gate",
+    ("nodes", "list"): "list the control-plane Nodes for the verdict",
+    ("nodes", "watch"): "watch the control-plane Nodes",
+    ("leases", "create"): "create the leader Lease",
+    ("leases", "get"): "read the leader Lease",
+    ("leases", "update"): "take, renew and give back the leadership",
+}
+
+
+@dataclass
+class GateCase:
+    number: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+    refusals: list[str] = field(default_factory=list)
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:gk-{self.number}:scheduler-patcher-gatekeeper"
+
+    @property
+    def pod(self) -> str:
+        return f"pod-{self.number}"
+
+
+def pod_reads(cp: ControlPlane) -> set[tuple[str, str]]:
+    """(user, pod) of every GET of a pod in `apps` (a gatekeeper reading a pod again after a refused release)."""
+    return {(e["user"]["username"], e["objectRef"]["name"]) for e in audit_events(cp)
+            if e["verb"] == "get" and (e.get("objectRef") or {}).get("namespace") == APPS}
+
+
+@pytest.fixture(scope="module")
+def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant | None, GateCase]]:
+    """A cluster whose verdict is Ready (one node, its agent), and a gatekeeper per case, each with its own gate
+    on its own pod, which the admission policy first holds (so every gatekeeper meets a refused release and reads
+    the pod again), then lets go."""
+    if (why := missing_reason()) is not None:
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp("rbac-gatekeeper")
+    with control_plane(built_releases()[0], tmp / "cp", audit_flags(tmp / "cp" / "audit")) as cp:
+        apply_k(cp, "base")
+        agents = Agents(cp, tmp, NS, cp.token_kubeconfig(NS, "scheduler-patcher", tmp / "agent.kubeconfig"))
+        run: dict[Grant | None, GateCase] = {}
+        try:
+            sim = agents.add_node("cp-1")
+            agents.start_agent(sim)
+            wait_until(lambda: agents.configmap_data("scheduler-patcher-status").get("ready") == "true", 120,
+                       "the verdict Ready")
+            cp.ensure_namespace(APPS)
+            hold_policy(cp)
+            drops: list[Grant | None] = [None, *GK_GRANTS]
+            for n in range(len(drops)):
+                cp.ensure_namespace(f"gk-{n}")
+            listing = {"apiVersion": "v1", "kind": "List", "items": [
+                o for n, drop in enumerate(drops) for o in case_objects(n, drop, GATEKEEPER, "gk")]}
+            (tmp / "gk.json").write_text(json.dumps(listing))
+            proc = cp.kubectl("apply", "--server-side", "-f", str(tmp / "gk.json"))
+            assert proc.returncode == 0, proc.stderr
+            for n, drop in enumerate(drops):
+                gate = f"example.com/case-{n}"
+                gated_pod(cp, f"pod-{n}", gate, held=True)
+                keeper, log, _ = gatekeeper(cp, tmp, f"gk-{n}", gate, f"gk-{n}")
+                run[drop] = GateCase(n, keeper, log)
+            wait_until(lambda: all(c.user in refusals_by_user(cp) or (c.user, c.pod) in pod_reads(cp)
+                                   for c in run.values()), 180, "every gatekeeper refused or meeting the hold")
+            for case in run.values():
+                release_hold(cp, case.pod)
+            wait_until(lambda: all(c.user in refusals_by_user(cp) or gates(cp, c.pod) == [] for c in run.values()),
+                       180, "every gatekeeper refused or its pod released")
+            for case in run.values():
+                case.proc.send_signal(signal.SIGTERM)
+            for case in run.values():
+                try:
+                    case.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    case.proc.kill()
+            refused = refusals_by_user(cp)
+            for case in run.values():
+                case.refusals = sorted(set(refused.get(case.user, [])))
+            yield run
+        finally:
+            agents.kill_all()
+            for case in run.values():
+                if case.proc.poll() is None:
+                    case.proc.kill()
+                    case.proc.wait(10)
+
+
+def test_every_verb_of_the_gatekeepers_rules_has_a_step() -> None:
+    assert {(rule["resources"][0], verb) for (*_, verb), (rule, _) in grants(GATEKEEPER).items()} == set(GK_STEPS)
+
+
+def test_with_every_rule_the_gatekeeper_releases_and_is_never_refused(
+        gate_cases: dict[Grant | None, GateCase]) -> None:
+    control = gate_cases[None]
+    assert control.refusals == []
+    assert control.proc.returncode == 0, control.log.read_text()
+
+
+@pytest.mark.parametrize("grant", GK_GRANTS, ids=case_id)
+def test_without_the_verb_that_gatekeeper_step_fails(gate_cases: dict[Grant | None, GateCase],
+                                                      grant: Grant) -> None:
+    case = gate_cases[grant]
+    rule, _ = grants(GATEKEEPER)[grant]
+    step = GK_STEPS[(rule["resources"][0], grant[4])]
+    assert case.refusals, f"nothing failed without {grant}: a rule nothing needs ({step})"
+    assert refused_by(grant, rule, case.number, case.refusals, "gk"), (step, case.refusals)
+    assert "403" in case.log.read_text(), f"the gatekeeper did not say that {step} was refused"
