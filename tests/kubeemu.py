@@ -12,11 +12,14 @@ memory and implements the generic REST verbs for a few resources:
   for a compacted version, ``timeoutSeconds``, ``BOOKMARK`` events when ``allowWatchBookmarks`` and
   ``bookmark_interval`` are set;
   an object that stops/starts matching the selector is sent as ``DELETED``/``ADDED``, like the real server);
-* ``POST`` (create; ``generateName``; 409 when the name exists; 400 when the body's namespace differs);
+* ``POST`` (create; ``generateName``; 409 when the name exists; 400 when the body's namespace differs; a
+  pod's status replaced by ``Pending``, and an empty ``spec.schedulingGates`` stored absent, as the real server
+  does: tests/test_real_parity.py);
 * ``PUT`` (replace; 409 on a stale ``metadata.resourceVersion``);
 * ``PATCH`` with ``application/merge-patch+json`` (RFC 7386) or ``application/json-patch+json`` (RFC 6902,
-  including ``test``; a failed test answers 422). Strategic merge and apply patches answer **415**: the
-  emulator cannot do them, and a test that needs them should fail loudly rather than get a merge;
+  including ``test``, which reads a missing member as null; a failed test answers 422). Strategic merge and
+  apply patches answer **415**: the emulator cannot do them, and a test that needs them should fail loudly
+  rather than get a merge;
 * ``DELETE``; ``GET /version``.
 
 Resources: core ``nodes``, ``namespaces``, ``pods``, ``events``, ``configmaps``; ``coordination.k8s.io``
@@ -248,6 +251,17 @@ def _get_at(doc: Any, path: str) -> Any:
     return cur
 
 
+def _tested_value(doc: Any, path: str) -> Any:
+    """The value a ``test`` compares: a missing member of an existing object reads as null, as in the API server's
+    JSON patch (a ``test`` of null there passes; tests/test_real_parity.py), a missing parent fails (422)."""
+    parts = _pointer(path)
+    if parts:
+        parent = _get_at(doc, "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts[:-1]))
+        if isinstance(parent, dict) and parts[-1] not in parent:
+            return None
+    return _get_at(doc, path)
+
+
 def _writable(doc: Any, parts: list[str]) -> tuple[Any, Any, str]:
     """(new document, parent, last key): ``doc`` with every container on the way to the parent copied (one
     level each), so the parent can be changed while ``doc`` and everything off the path stay as they were —
@@ -277,7 +291,7 @@ def json_patch(doc: Any, ops: Any) -> Any:
         for op in ops:
             name, path = op.get("op"), op.get("path", "")
             if name == "test":
-                if _get_at(doc, path) != op.get("value"):
+                if _tested_value(doc, path) != op.get("value"):
                     raise ApiError(422, f"test operation failed at {path}")
                 continue
             if name in ("move", "copy"):
@@ -316,6 +330,16 @@ def json_patch(doc: Any, ops: Any) -> Any:
     except (IndexError, ValueError, KeyError, TypeError) as exc:
         raise ApiError(422, f"JSON patch failed: {exc}") from exc
     return doc
+
+
+def _omit_empty(r: Resource, obj: Obj) -> Obj:
+    """``obj`` as the API server stores it where that differs from what was sent and the project relies on it: a
+    pod's empty ``spec.schedulingGates`` is no field at all (``omitempty``), so the next JSON patch of the gates
+    tests a missing path (tests/test_real_parity.py). ``obj`` itself is not changed."""
+    spec = obj.get("spec")
+    if r.plural == "pods" and not r.group and isinstance(spec, dict) and spec.get("schedulingGates") == []:
+        return {**obj, "spec": {k: v for k, v in spec.items() if k != "schedulingGates"}}
+    return obj
 
 
 # --- watch plumbing -----------------------------------------------------------------------------------
@@ -773,7 +797,11 @@ class KubeEmulator:
             sub.queue.put(_DROP)
 
     def compact(self) -> None:
-        """Forget the change history: resuming a watch from a version older than the current one gets 410."""
+        """Forget the change history: resuming a watch from a version older than the current one gets 410.
+
+        That is etcd's compaction *and* kube-apiserver's watch cache losing the history, which on the real server
+        takes more than a compaction: the cache keeps serving what it saw since it started, compacted in etcd or
+        not, until the server restarts or the cache's window moves on (tests/test_real_nodes.py shows both)."""
         with self._lock:
             self._history.clear()
             self._compacted_rv = self._rv
@@ -956,6 +984,7 @@ class KubeEmulator:
         stored object itself is returned, to be serialized, never changed."""
         with self._lock:
             body = copy.deepcopy(obj) if not owned else {**obj, "metadata": dict(obj.get("metadata") or {})}
+            body = _omit_empty(r, body)
             meta = body.setdefault("metadata", {})
             if r.namespaced:
                 if meta.get("namespace") not in (None, "", ns):
@@ -985,6 +1014,7 @@ class KubeEmulator:
             if current is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
             body = copy.deepcopy(obj) if not owned else {**obj, "metadata": dict(obj.get("metadata") or {})}
+            body = _omit_empty(r, body)
             meta = body.setdefault("metadata", {})
             wanted = meta.get("resourceVersion")
             if wanted and wanted != current["metadata"]["resourceVersion"]:
@@ -1080,6 +1110,10 @@ class KubeEmulator:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
             return 200, self._stored_text(found)  # serialized at once, never changed: no copy
         payload = self._json_body(body)
+        if method == "POST" and name is None and r.plural == "pods" and not r.group and isinstance(payload, dict):
+            # The API server drops a created pod's status (Pending until a kubelet reports through pods/status);
+            # the Python API (``create``, ``set_pod``) still stores what it is given, as a test's set-up.
+            payload = {**payload, "status": {"phase": "Pending", "qosClass": "BestEffort"}}
         if method == "POST" and name is None:
             return 201, self._stored_text(self._create(r, ns, payload, owned=True))
         if name is None:

@@ -7,6 +7,11 @@
   in whole seconds, like the API's ``metav1.Time``;
 * a scheduler config that contains ``reject-me`` makes the scheduler exit at start: the pod crash-loops
   (restartCount rising, waiting CrashLoopBackOff), like a real scheduler with an invalid config.
+
+Where the mirror pod goes is a ``PodSink``: the API emulator (``KubeEmulator.set_pod``), or the real API server
+through tests/realkubelet.py (``RealNode``: the node's own credentials, the mirror pod deleted and created again on
+a new hash, its status through the status subresource). ``full_spec`` sends the static pod's own spec, as the
+kubelet does, instead of a one-container stand-in (the real server validates it and admits it as a mirror pod).
 """
 
 from __future__ import annotations
@@ -17,20 +22,26 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from tests.kubeemu import KubeEmulator, make_mirror_pod
+from tests.kubeemu import make_mirror_pod
+
+
+class PodSink(Protocol):
+    """Where a kubelet publishes its mirror pods: create, or replace, the pod as given."""
+
+    def set_pod(self, pod: dict[str, Any]) -> object: ...
 
 
 def _stamp(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
 
 
-def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The metadata and scheduler container of a static-pod file, or None for a file that is no such pod.
+def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
+    """The metadata, scheduler container and spec of a static-pod file, or None for a file that is no such pod.
 
     A writer that is not atomic (a test's ``write_bytes``, an operator's editor) shows the kubelet an empty or
     half-written file for a moment; the kubelet logs it and reads the file again when it changes.
@@ -41,13 +52,13 @@ def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
         return None
     spec = manifest.get("spec") if isinstance(manifest, dict) else None
     containers = spec.get("containers") if isinstance(spec, dict) else None
-    if not isinstance(containers, list):
+    if not isinstance(spec, dict) or not isinstance(containers, list):
         return None
     container = next((c for c in containers if isinstance(c, dict) and c.get("name") == "kube-scheduler"), None)
     if container is None:
         return None
     meta = manifest.get("metadata")
-    return (meta if isinstance(meta, dict) else {}), container
+    return (meta if isinstance(meta, dict) else {}), container, spec
 
 
 @dataclass
@@ -60,11 +71,12 @@ class Restart:
 
 @dataclass
 class SimKubelet:
-    emu: KubeEmulator
+    emu: PodSink
     node: str
     host_root: Path  # the node's file system
     manifest_dir: str = "/etc/kubernetes/manifests"
     interval: float = 0.05
+    full_spec: bool = False
     restarts: list[Restart] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)
     _seen: dict[str, str] = field(default_factory=dict)
@@ -112,7 +124,7 @@ class SimKubelet:
         pod_spec = _scheduler_pod(data)
         if pod_spec is None:
             return  # like the kubelet: a file it cannot decode is skipped until its content changes again
-        meta, container = pod_spec
+        meta, container, spec = pod_spec
         annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": digest[:32],
                        "kubernetes.io/config.mirror": digest[:32], "kubernetes.io/config.source": "file"}
         now = time.time_ns()
@@ -122,6 +134,8 @@ class SimKubelet:
                               started_at=_stamp(now), waiting_reason="CrashLoopBackOff" if crashed else None,
                               restart_count=1 if crashed else 0, ready=not crashed)
         pod["metadata"]["uid"] = str(uuid.uuid4())
+        if self.full_spec:
+            pod["spec"] = {**spec, "nodeName": self.node}
         self.emu.set_pod(pod)
         self.restarts.append(Restart(now, name, digest, crashed))
         if crashed:

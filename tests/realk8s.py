@@ -159,6 +159,7 @@ class ControlPlane:
     port: int = 0
     etcd_port: int = 0
     started_in: float = 0.0
+    apiserver_argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -201,7 +202,7 @@ class ControlPlane:
             "--listen-metrics-urls=",
         ])
         pki = self.pki
-        self._spawn("kube-apiserver", [
+        self.apiserver_argv = [
             str(self.binaries.path("kube-apiserver")),
             f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={self.port}", f"--tls-cert-file={pki / 'server.crt'}",
@@ -216,18 +217,35 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             *admission_policy_flags(self.binaries.minor), *self.extra_apiserver_flags,
-        ])
+        ]
+        self._spawn("kube-apiserver", self.apiserver_argv)
         self.kubeconfig.write_text(kubeconfig_text(self.url, pki / "ca.crt", {
             "client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")}))
         self.wait_ready(started + START_DEADLINE)
         self.started_in = time.monotonic() - started
         return self
 
-    def ssl_context(self, client: tuple[Path, Path] | None = None) -> ssl.SSLContext:
-        """Verifies the server by the CA; presents `client` (cert, key), by default the admin's."""
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port and etcd, as an upgrade or a crash does.
+
+        Every open watch ends, and the new server's watch cache starts at etcd's current revision: a client
+        resuming from an older resourceVersion than the last compaction meets 410 Gone (see ``compact``)."""
+        old = self.procs[1]
+        old.terminate()
+        try:
+            old.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            old.kill()
+            old.wait()
+        self.procs.remove(old)
+        self._spawn("kube-apiserver", self.apiserver_argv)
+        self.procs.insert(1, self.procs.pop())  # etcd first, as ``wait_ready`` names them
+        self.wait_ready(time.monotonic() + START_DEADLINE)
+
+    def ssl_context(self, user: str = "admin") -> ssl.SSLContext:
+        """TLS to the API server as a client whose certificate `issue` wrote as `<user>.crt`/`<user>.key`."""
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
-        cert, key = client or (self.pki / "admin.crt", self.pki / "admin.key")
-        ctx.load_cert_chain(str(cert), str(key))
+        ctx.load_cert_chain(str(self.pki / f"{user}.crt"), str(self.pki / f"{user}.key"))
         return ctx
 
     def wait_ready(self, deadline: float) -> None:
@@ -264,14 +282,14 @@ class ControlPlane:
     # -- what tests do on it ---------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                timeout: float = 30.0, client: tuple[Path, Path] | None = None) -> tuple[int, Any]:
-        """One request as admin (or as the `client` cert's user); (status, decoded JSON body). For set-up, checks
-        and stand-ins, not for the code under test."""
+                timeout: float = 30.0, user: str = "admin") -> tuple[int, Any]:
+        """One request, as admin or as another client certificate of `pki` (`ssl_context`); (status, decoded
+        JSON body). For set-up, checks and stand-ins (a kubelet), not for the code under test."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         req = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
                                      headers={"Content-Type": content_type, "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, context=self.ssl_context(client), timeout=timeout) as resp:
+            with urllib.request.urlopen(req, context=self.ssl_context(user), timeout=timeout) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as e:
@@ -281,8 +299,9 @@ class ControlPlane:
             except ValueError:
                 return e.code, raw.decode(errors="replace")
 
-    def ok(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        status, out = self.request(method, path, body, content_type)
+    def ok(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+           user: str = "admin") -> Any:
+        status, out = self.request(method, path, body, content_type, user=user)
         assert 200 <= status < 300, f"{method} {path}: {status} {out}"
         return out
 
@@ -314,7 +333,12 @@ class ControlPlane:
             return json.loads(resp.read())
 
     def compact(self) -> int:
-        """Compacts etcd at its current revision: every watch from an older resourceVersion then meets 410."""
+        """Compacts etcd at its current revision.
+
+        Not by itself a 410 for watches: kube-apiserver serves them from its watch cache, which keeps the
+        history it saw since it started, compacted in etcd or not (tests/test_real_nodes.py shows it). A watch
+        from an older resourceVersion meets 410 once the cache no longer holds it: after `restart_apiserver`,
+        or when the cache's window moved on."""
         revision = int(self.etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
         self.etcd("kv/compaction", {"revision": revision, "physical": True})
         return revision

@@ -61,12 +61,12 @@ class ProcessKubelet:
     _run: Run | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-    _client: tuple[Path, Path] | None = None
+    _user: str = ""
     _last_uid: str = ""
 
     def start(self) -> ProcessKubelet:
-        self._client = issue(self.cp.pki, f"kubelet-{self.node}", f"/O=system:nodes/CN=system:node:{self.node}",
-                             client=True)
+        self._user = f"kubelet-{self.node}"
+        issue(self.cp.pki, self._user, f"/O=system:nodes/CN=system:node:{self.node}", client=True)
         self._thread = threading.Thread(target=self._loop, name=f"kubelet-{self.node}", daemon=True)
         self._thread.start()
         return self
@@ -139,7 +139,7 @@ class ProcessKubelet:
     def _as_node(self, method: str, path: str, body: Any = None,
                  content_type: str = "application/json") -> tuple[int, Any]:
         """A request with the kubelet's credentials (system:node:<name>), not the admin's."""
-        return self.cp.request(method, path, body, content_type, client=self._client)
+        return self.cp.request(method, path, body, content_type, user=self._user)
 
     def _mirror(self, run: Run, created: bool = False) -> None:
         meta = run.pod.get("metadata") or {}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
-from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.backoff import DENIED_QUICK_RETRIES, Backoff
 from patcher.adapters.kube.transport import Api
 from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
 from tests.helpers import NODE, P
@@ -257,17 +257,28 @@ def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api:
     emu.fail("PATCH", NODE_PATH, 403, times=100)
     with NodeReporter(api, NODE, backoff=quick) as rep:
         rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
-        assert wait_until(lambda: rep.retry_in is not None, 5)
-        retry_in = rep.retry_in
-        assert retry_in is not None and retry_in > 300  # the longest delay, not the first one
+        # A few ordinary retries (a restarting API server denies for a moment), then the longest delay.
+        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == DENIED_QUICK_RETRIES + 1
+                          and rep.retry_in is not None and rep.retry_in > 300, 5)
         assert rep.flush(0.3) is False  # a flush tries once more at once, then waits again
         # (the flush cleared the pending retry: it is set again once the worker has handled the answer)
-        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == 2 and rep.retry_in is not None, 5)
+        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == DENIED_QUICK_RETRIES + 2
+                          and rep.retry_in is not None, 5)
         later = rep.retry_in
         assert later is not None and later > 300
     denied = [r for r in caplog.records if "not allowed" in r.getMessage()]
-    assert [r.levelno for r in denied] == [logging.ERROR, logging.DEBUG]
+    assert [r.levelno for r in denied] == [logging.ERROR] + [logging.DEBUG] * (DENIED_QUICK_RETRIES + 1)
     assert "HTTP 403" in denied[0].getMessage()
+
+
+def test_a_passing_denial_heals_at_the_ordinary_pace(emu: KubeEmulatorExt, api: Api) -> None:
+    """kube-apiserver answers 403 to requests that reach it before its RBAC caches synced (a restart,
+    tests/test_real_nodes.py): the next short retry delivers, the longest delay is not waited."""
+    emu.fail("PATCH", NODE_PATH, 403, times=2)
+    with NodeReporter(api, NODE, backoff=Backoff(initial=0.01, maximum=600.0)) as rep:
+        rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
+        assert wait_until(lambda: ours(emu).get(P + "state") == "Ready", 5)
+    assert [r.status for r in emu.requests("PATCH", NODE_PATH)] == [403, 403, 200]
 
 
 def test_a_refused_connection_backs_off_and_recovers(emu: KubeEmulatorExt, api: Api) -> None:

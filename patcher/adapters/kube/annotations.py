@@ -8,8 +8,9 @@ latest state wins); events are kept in order (bounded) because each transition i
 
 Failures arrive as ``patcher.adapters.kube.errors`` classes and are handled by what they mean: a ``Conflict``
 on the Node (busy Nodes: the kubelet and controllers write them too) is not an outage, so the reporter reads
-the Node and patches again at once; ``Forbidden``/``Unauthorized`` will not heal in seconds, so they wait the
-backoff's longest delay and are logged once as an error naming the right; anything else backs off.
+the Node and patches again at once; ``Forbidden``/``Unauthorized`` are logged once as an error naming the
+right and, after a few ordinary retries (a restarting API server denies until its RBAC caches synced), wait the
+backoff's longest delay (``backoff.after_denial``); anything else backs off.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.backoff import Backoff, after_denial
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
@@ -76,6 +77,7 @@ class NodeReporter:
         self._event_namespace = event_namespace
         self._component = component
         self._backoff = backoff if backoff is not None else Backoff()
+        self._denials = 0  # 401/403 answers in a row
         self._on_error = on_error
         self._clock_ns = clock_ns
 
@@ -221,6 +223,7 @@ class NodeReporter:
                 with self._cond:
                     self._busy = False
                     if ok:
+                        self._denials = 0
                         if self._backoff.failures:
                             log.info("node %s: API reachable again, state delivered", self._node)
                         self._backoff.reset()
@@ -228,7 +231,10 @@ class NodeReporter:
                         self._retry_at = 0.0
                     else:
                         delay = self._backoff.next_delay()
-                        self._retry_at = time.monotonic() + (self._backoff.maximum if denied else delay)
+                        self._denials = self._denials + 1 if denied else 0
+                        if denied:
+                            delay = after_denial(self._backoff, delay, self._denials)
+                        self._retry_at = time.monotonic() + delay
                     self._cond.notify_all()
 
     def _send_annotations(self, annotations: dict[str, str | None]) -> None:

@@ -12,6 +12,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Final
+
+#: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay. A
+#: denial is not always the Role or the token: kube-apiserver answers 403 to requests that reach it after it
+#: listens but before its RBAC informers synced (a restart: tests/test_real_nodes.py sees the agents' and the
+#: gatekeeper's watches refused for a moment, "clusterrole ... not found"), and a Role applied a moment after
+#: the pod starts heals as fast. One that persists is the Role or the token: asking more often would not help.
+DENIED_QUICK_RETRIES: Final = 3
+
+
+def after_denial(backoff: Backoff, delay: float, denials: int) -> float:
+    """The delay after the ``denials``-th 401/403 in a row, ``delay`` being the backoff's ordinary one."""
+    return delay if denials <= DENIED_QUICK_RETRIES else backoff.maximum
 
 
 @dataclass

@@ -15,9 +15,10 @@ view follows the server right now is exposed (``fresh``), so a consumer can tell
 change" from "we could not see it change".
 
 Every request and every read of a stream is translated once, here, into the ``kube/errors.py`` classes, and
-the loop acts on what they mean: ``410 Gone`` lists again, ``Forbidden``/``Unauthorized`` wait the backoff's
-longest delay (the Role or the token must change first), anything else backs off. An exception from a
-consumer's callback is a bug, not an API failure: it is logged with its traceback.
+the loop acts on what they mean: ``410 Gone`` lists again, ``Forbidden``/``Unauthorized`` back off like any
+failure for a few tries (a restarting API server denies until its RBAC caches synced) and then wait the backoff's
+longest delay (the Role or the token must change first: ``backoff.after_denial``), anything else backs off.
+An exception from a consumer's callback is a bug, not an API failure: it is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.backoff import Backoff, after_denial
 from patcher.adapters.kube.errors import ApiError, Forbidden, Unauthorized, api_call, api_json, error_class
 from patcher.core.kubeobj import dig
 
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-#: Failures that retrying soon cannot heal: retried at the backoff's longest delay.
+#: Failures that retrying soon heals only right after an API server start: see ``backoff.after_denial``.
 _DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 
@@ -225,6 +226,7 @@ class ListWatcher:
         self._fresh = False
         self._stale_since: float | None = clock()
         self._undecodable_logged = False
+        self._denials = 0  # 401/403 answers in a row
         self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
         self.lists = 0
 
@@ -308,8 +310,9 @@ class ListWatcher:
                 if self._stop.is_set():
                     break
                 delay = self._backoff.next_delay()
-                if isinstance(exc, _DENIED):
-                    delay = self._backoff.maximum
+                self._denials = self._denials + 1 if isinstance(exc, _DENIED) else 0
+                if self._denials:
+                    delay = after_denial(self._backoff, delay, self._denials)
                 if self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
                 # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
@@ -350,6 +353,7 @@ class ListWatcher:
             if not (self._page_size and isinstance(token, str) and token):
                 break
             paging["continue_"] = token
+        self._denials = 0
         self._on_sync(items)
         self._synced.set()
         return first_rv
@@ -373,6 +377,7 @@ class ListWatcher:
         if self._stop.is_set():
             _shutdown(resp)
         try:
+            self._denials = 0
             self._set_fresh(True)  # listed, and the server accepted a watch from that version
             for line, ended in split_records(_chunks(resp, what)):
                 hit = self._shortcut(line) if self._shortcut is not None and ended else None
