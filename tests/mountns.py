@@ -38,13 +38,16 @@ def _mount(*args: str) -> None:
     subprocess.run(["mount", *args], check=True)
 
 
-def _shadow(folder: Path, scratch: Path) -> None:
-    """Makes `folder` writable in this namespace only: a tmpfs over it, each original entry bound back."""
+def _shadow(folder: Path, scratch: Path, skip: str = "") -> None:
+    """Makes `folder` writable in this namespace only: a tmpfs over it, each original entry bound back (but
+    `skip`, an entry of the wrong kind where a mount point must go)."""
     original = scratch / f"orig-{len(list(scratch.iterdir()))}"
     original.mkdir()
     _mount("--bind", str(folder), str(original))
     _mount("-t", "tmpfs", "tmpfs", str(folder))
     for entry in os.scandir(original):
+        if entry.name == skip:
+            continue
         target = folder / entry.name
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), target)
@@ -59,15 +62,18 @@ def _shadow(folder: Path, scratch: Path) -> None:
 
 def _mount_point(path: Path, is_dir: bool, scratch: Path, ours: set[Path]) -> None:
     """Makes `path` exist in this namespace; `ours` holds the folders already on a tmpfs of this namespace."""
+    skip = ""
     if path.exists():
-        return
+        if path.is_dir() == is_dir:
+            return
+        skip = path.name  # a folder where the node has a file, or the reverse: hidden, and made anew
     ancestor = path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
-    if ancestor not in ours:
+    if ancestor not in ours or skip:
         if ancestor == Path("/"):
             raise SystemExit(f"mountns: will not shadow / to make {path}")
-        _shadow(ancestor, scratch)
+        _shadow(ancestor, scratch, skip)
         ours.add(ancestor)
     for folder in reversed(path.parents):
         if not folder.exists():
