@@ -61,7 +61,6 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
-	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_real_bench.py  # skipped in one line without make real-k8s
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/webhook_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
