@@ -79,16 +79,19 @@ def kubeadm_text() -> str:
 # -- the real control plane (tests/realk8s.py, built by `make real-k8s`) ------------------------------------
 
 REAL_CLUSTER = "real_cluster"
+REAL_KUBELET = "real_kubelet"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
+    config.addinivalue_line("markers", f"{REAL_KUBELET}: runs a real node (kubelet, containerd) of `make real-k8s`")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every real-cluster test on one xdist worker, which then starts each release's control plane once."""
+    """Every real-cluster test on one xdist worker, which then starts each release's control plane once; the
+    real-node tests there too, so two nodes never compete for the 2 cores (or the host's mount points)."""
     for item in items:
-        if item.get_closest_marker(REAL_CLUSTER):
+        if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
             item.add_marker(pytest.mark.xdist_group(REAL_CLUSTER))
 
 

@@ -1,0 +1,199 @@
+"""The real kubelet runs the static pod (issue 34): the agent patches a manifest that the upstream kubelet reads.
+
+Everywhere else tests/kubeletsim.py plays the kubelet. Here one real node (tests/realnode.py: the release's
+kubelet on containerd and runc, registered with the release's kube-apiserver) runs the release's kube-scheduler
+from the kubeadm manifest of examples/ and from an RKE2 one, and the agent runs on that node as a process with the
+node's file system as its host root. What only the real kubelet can say: that it accepts the manifest the agent
+writes, restarts the scheduler on each write and on the restore, and that the mirror pod the agent watches
+carries what the agent expects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, write_configmap
+from tests.extservers import ExtenderServer
+from tests.helpers import P
+from tests.realk8s import (
+    Binaries,
+    ControlPlane,
+    built_releases,
+    control_plane,
+    free_port,
+    missing_reason,
+    wait_until,
+)
+from tests.realnode import KUBEADM_MANIFESTS, RKE2_MANIFESTS, RealNode, runtime_missing, scheduler_images
+
+pytestmark = pytest.mark.real_kubelet
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "manifests" / "kube-scheduler.yaml"
+EXTENDERS = "extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: {w}\n"
+HASH = "kubernetes.io/config.hash"
+
+
+def require_node() -> Binaries:
+    """The newest built release, or one line on why not (a failure under CI=true, where nothing may skip)."""
+    why = missing_reason() or runtime_missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the real node cannot start under CI=true: {why}")
+        pytest.skip(why)
+    return built_releases()[0]
+
+
+def node_manifest(text: str, version: str, port: int) -> str:
+    """A manifest as the release's installer writes it, on a port of its own (hostNetwork: two nodes on one
+    machine would share 10259): the image tag of the release (the agent reads the version from it), and
+    `--secure-port` with the probes on that port."""
+    kubeadm, rke2 = scheduler_images(version)
+    text = re.sub(r"registry\.k8s\.io/kube-scheduler:v[0-9.]+", kubeadm, text)
+    text = re.sub(r"index\.docker\.io/rancher/hardened-kubernetes:\S+", rke2, text)
+    text = text.replace("10259", str(port))
+    if "--secure-port=" not in text:
+        text = text.replace("    - --bind-address=127.0.0.1\n", f"    - --bind-address=127.0.0.1\n"
+                                                                 f"    - --secure-port={port}\n")
+    return text
+
+
+@dataclass
+class Scene:
+    """A control plane, one real node on it, and the agent's ServiceAccount kubeconfig."""
+
+    cp: ControlPlane
+    node: RealNode
+    tmp: Path
+    port: int = field(default_factory=free_port)
+    agent: subprocess.Popen[bytes] | None = None
+
+    def install(self, manifest_dir: str, text: str) -> tuple[Path, bytes, str]:
+        """Writes the installer's manifest; returns its path, bytes and the hash the kubelet runs it under."""
+        data = node_manifest(text, self.node.binaries.version, self.port).encode()
+        path = self.node.write_manifest(f"{manifest_dir}/kube-scheduler.yaml", data)
+        running = wait_until(self.node.running_hash, 120, f"the original scheduler running\n{self.node.log('kubelet')}")
+        return path, data, running
+
+    def annotations(self) -> dict[str, str]:
+        node = self.cp.ok("GET", f"/api/v1/nodes/{self.node.name}")
+        return {k[len(P):]: v for k, v in (node["metadata"].get("annotations") or {}).items() if k.startswith(P)}
+
+    def start_agent(self, source: Path, *flags: str) -> subprocess.Popen[bytes]:
+        """`scheduler-patcher run` on the node: in its mount namespace with `--host-root /`, as on a node."""
+        kubeconfig = self.cp.token_kubeconfig("scheduler-patcher", "scheduler-patcher", self.tmp / "agent.kubeconfig")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": self.node.name, "KUBECONFIG": str(kubeconfig),
+               "POD_NAMESPACE": "scheduler-patcher"}
+        self.agent = self.node.spawn("agent", [
+            sys.executable, "-m", "patcher", "run", "--host-root", "/", "--source", str(source),
+            "--listen", "127.0.0.1:0", "--restart-timeout", "120s", "--log-format", "json", *flags,
+        ], env=env, pid_namespace=False)
+        return self.agent
+
+    def ready(self, config_hash: str | None = None) -> bool:
+        assert self.agent is not None
+        if self.agent.poll() is not None:
+            raise AssertionError(f"the agent exited {self.agent.returncode}:\n{self.node.log('agent')}")
+        ann = self.annotations()
+        return ann.get("state") == "Ready" and (config_hash is None or ann.get("config-hash") != config_hash)
+
+    def configz(self) -> dict[str, Any]:
+        """The running scheduler's /configz, asked as the cluster admin (it delegates authn/authz to the API)."""
+        ctx = ssl.create_default_context(cafile=str(self.cp.pki / "ca.crt"))
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the scheduler's serving cert is self-signed at its start
+        ctx.load_cert_chain(str(self.cp.pki / "admin.crt"), str(self.cp.pki / "admin.key"))
+        with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/configz", context=ctx, timeout=5) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+            return out
+
+    def stop_agent(self) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            self.agent.wait(60)
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Iterator[Scene]:
+    binaries = require_node()
+    with control_plane(binaries, tmp_path / "cp") as cp:
+        proc = cp.kubectl("apply", "--server-side", "-k", str(ROOT / "manifests" / "base"))
+        assert proc.returncode == 0, proc.stderr  # the agent's RBAC, exactly as installed
+        node = RealNode(binaries, cp, tmp_path / "node")
+        try:
+            node.start()
+            yield Scene(cp, node, tmp_path)
+        finally:
+            node.stop()
+
+
+def extenders_on(scene: Scene, server: ExtenderServer) -> list[dict[str, Any]]:
+    def found() -> list[dict[str, Any]] | None:
+        try:
+            profiles = scene.configz()["componentconfig"]
+        except OSError:
+            return None
+        out: list[dict[str, Any]] = profiles.get("extenders") or []
+        return out or None
+    extenders: list[dict[str, Any]] = wait_until(found, 60, "the extender on /configz")
+    assert [e["urlPrefix"] for e in extenders] == [server.url]
+    return extenders
+
+
+def running_after(scene: Scene, manifest: Path, before: str) -> tuple[str, float]:
+    """The new hash the kubelet runs once the manifest changed, and seconds from the write (mtime) to the
+    first look that saw the new scheduler running."""
+    new = wait_until(lambda: (h := scene.node.running_hash()) and h != before and h, 120,
+                     f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
+    return new, time.time() - manifest.stat().st_mtime
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("form", ["kubeadm", "rke2"])
+def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path) -> None:
+    """Install -> patched, the kubelet restarts the scheduler (new hash), agent Ready, /configz shows the
+    extender; a config change -> restarted again; SIGTERM -> the original bytes, and the kubelet runs the
+    original manifest under its original hash again."""
+    if form == "kubeadm":
+        manifest_dir, text, flags = KUBEADM_MANIFESTS, EXAMPLE.read_text(), ()
+    else:
+        manifest_dir, text = RKE2_MANIFESTS, (FIXTURES / "manifests" / "args-rke2.yaml").read_text()
+        flags = ("--manifest-dir", RKE2_MANIFESTS)
+    manifest, original, original_hash = scene.install(manifest_dir, text)
+    source = tmp_path / "source"
+    source.mkdir()
+    with ExtenderServer() as server:
+        write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
+        scene.start_agent(source, *flags)
+        first, took = running_after(scene, manifest, original_hash)
+        print(f"\n{form}: manifest write -> new scheduler running {took:.1f} s (real kubelet)")
+        wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
+        assert b"--config=" in manifest.read_bytes()
+        assert extenders_on(scene, server)[0]["weight"] == 1
+
+        configured = scene.annotations()["config-hash"]
+        write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=2)})
+        second, took = running_after(scene, manifest, first)
+        print(f"{form}: config change -> new scheduler running {took:.1f} s")
+        wait_until(lambda: scene.ready(configured), 120, f"Ready on the new config\n{scene.node.log('agent')}")
+        assert wait_until(lambda: extenders_on(scene, server)[0]["weight"] == 2, 60, "weight 2 on /configz")
+
+        scene.stop_agent()
+        assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
+        assert manifest.read_bytes() == original
+        wait_until(lambda: scene.node.running_hash() == original_hash, 120,
+                   f"the kubelet back on the original manifest\n{scene.node.log('kubelet')}")
