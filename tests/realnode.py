@@ -282,7 +282,7 @@ state = "{run / 'containerd-state'}"
         run, pki = self.run, self.cp.pki
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "staticPodPath": self.static_pod_path, "fileCheckFrequency": "20s", "syncFrequency": "10s",
+            "staticPodPath": self.static_pod_path,  # the file check and sync periods: the defaults (20 s, 1 min)
             "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False, "cgroupsPerQOS": False,
             "enforceNodeAllocatable": [], "containerRuntimeEndpoint": f"unix://{self.socket}",
             "address": "127.0.0.1", "port": free_port(), "readOnlyPort": 0, "healthzPort": 0,
@@ -323,16 +323,17 @@ state = "{run / 'containerd-state'}"
         status, pod = self.cp.request("GET", f"/api/v1/namespaces/{namespace}/pods/{static_name}-{self.name}")
         return pod if status == 200 else None
 
-    def running_hash(self, static_name: str = "kube-scheduler") -> str | None:
-        """The config hash of the mirror pod whose scheduler container runs: the kubelet runs that manifest."""
+    def running(self, static_name: str = "kube-scheduler") -> tuple[str, str] | None:
+        """(container ID, config hash) of the static pod's running container, from its mirror pod; None while
+        it does not run. The container ID tells one start from the next: the hash need not change (a manifest
+        with `metadata.uid`, as RKE2 writes, keeps its hash across every edit)."""
         pod = self.mirror_pod(static_name)
-        if pod is None:
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
             return None
         statuses = pod.get("status", {}).get("containerStatuses") or []
-        if not statuses or "running" not in statuses[0].get("state", {}):
+        if not statuses or "running" not in statuses[0].get("state", {}) or not statuses[0].get("containerID"):
             return None
-        value: str = pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
-        return value
+        return statuses[0]["containerID"], pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
 
     # -- stop -------------------------------------------------------------------------------------------------
 

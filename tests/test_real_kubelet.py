@@ -82,11 +82,11 @@ class Scene:
     port: int = field(default_factory=free_port)
     agent: subprocess.Popen[bytes] | None = None
 
-    def install(self, manifest_dir: str, text: str) -> tuple[Path, bytes, str]:
-        """Writes the installer's manifest; returns its path, bytes and the hash the kubelet runs it under."""
+    def install(self, manifest_dir: str, text: str) -> tuple[Path, bytes, tuple[str, str]]:
+        """Writes the installer's manifest; returns its path, bytes and (container, hash) the kubelet runs."""
         data = node_manifest(text, self.node.binaries.version, self.port).encode()
         path = self.node.write_manifest(f"{manifest_dir}/kube-scheduler.yaml", data)
-        running = wait_until(self.node.running_hash, 120, f"the original scheduler running\n{self.node.log('kubelet')}")
+        running = wait_until(self.node.running, 120, f"the original scheduler running\n{self.node.log('kubelet')}")
         return path, data, running
 
     def annotations(self) -> dict[str, str]:
@@ -128,14 +128,18 @@ class Scene:
 
 
 @pytest.fixture
-def scene(tmp_path: Path) -> Iterator[Scene]:
+def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
+    """A control plane with the agent's RBAC and one node whose static pod folder is `request.param`
+    (the kubeadm folder unless a test parametrizes it)."""
     binaries = require_node()
+    static_pod_path = getattr(request, "param", KUBEADM_MANIFESTS)
     with control_plane(binaries, tmp_path / "cp") as cp:
         proc = cp.kubectl("apply", "--server-side", "-k", str(ROOT / "manifests" / "base"))
         assert proc.returncode == 0, proc.stderr  # the agent's RBAC, exactly as installed
-        node = RealNode(binaries, cp, tmp_path / "node")
+        node = RealNode(binaries, cp, tmp_path / "node", static_pod_path=static_pod_path)
         try:
             node.start()
+            print(f"\nnode {node.name} (v{binaries.version}) registered {node.started_in:.1f} s after its start")
             yield Scene(cp, node, tmp_path)
         finally:
             node.stop()
@@ -154,16 +158,19 @@ def extenders_on(scene: Scene, server: ExtenderServer) -> list[dict[str, Any]]:
     return extenders
 
 
-def running_after(scene: Scene, manifest: Path, before: str) -> tuple[str, float]:
-    """The new hash the kubelet runs once the manifest changed, and seconds from the write (mtime) to the
-    first look that saw the new scheduler running."""
-    new = wait_until(lambda: (h := scene.node.running_hash()) and h != before and h, 120,
-                     f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
+def running_after(scene: Scene, manifest: Path, before: tuple[str, str]) -> tuple[tuple[str, str], float]:
+    """The (container, hash) the kubelet runs once it replaced the container `before`, and seconds from the
+    manifest's write (its mtime) to the first look that saw the new container running."""
+    def replaced() -> tuple[str, str] | None:
+        now = scene.node.running()
+        return now if now is not None and now[0] != before[0] else None
+    new: tuple[str, str] = wait_until(replaced, 120, f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
     return new, time.time() - manifest.stat().st_mtime
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("form", ["kubeadm", "rke2"])
+@pytest.mark.parametrize(("scene", "form"), [(KUBEADM_MANIFESTS, "kubeadm"), (RKE2_MANIFESTS, "rke2")],
+                         indirect=["scene"], ids=["kubeadm", "rke2"])
 def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path) -> None:
     """Install -> patched, the kubelet restarts the scheduler (new hash), agent Ready, /configz shows the
     extender; a config change -> restarted again; SIGTERM -> the original bytes, and the kubelet runs the
@@ -173,14 +180,17 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
     else:
         manifest_dir, text = RKE2_MANIFESTS, (FIXTURES / "manifests" / "args-rke2.yaml").read_text()
         flags = ("--manifest-dir", RKE2_MANIFESTS)
-    manifest, original, original_hash = scene.install(manifest_dir, text)
+    manifest, original, started = scene.install(manifest_dir, text)
     source = tmp_path / "source"
     source.mkdir()
     with ExtenderServer() as server:
         write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
         scene.start_agent(source, *flags)
-        first, took = running_after(scene, manifest, original_hash)
+        first, took = running_after(scene, manifest, started)
         print(f"\n{form}: manifest write -> new scheduler running {took:.1f} s (real kubelet)")
+        # The kubelet's config.hash is the static pod's UID: derived from the decoded pod unless the manifest
+        # sets metadata.uid, as RKE2's does; then it stays the same across every edit and restart.
+        assert (first[1] == started[1]) is (form == "rke2"), (started, first)
         wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
         assert b"--config=" in manifest.read_bytes()
         assert extenders_on(scene, server)[0]["weight"] == 1
@@ -195,5 +205,6 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         scene.stop_agent()
         assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
         assert manifest.read_bytes() == original
-        wait_until(lambda: scene.node.running_hash() == original_hash, 120,
-                   f"the kubelet back on the original manifest\n{scene.node.log('kubelet')}")
+        restored, took = running_after(scene, manifest, second)
+        print(f"{form}: restore -> original scheduler running {took:.1f} s")
+        assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
