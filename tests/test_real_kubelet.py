@@ -208,3 +208,89 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         restored, took = running_after(scene, manifest, second)
         print(f"{form}: restore -> original scheduler running {took:.1f} s")
         assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
+
+
+def patched_forms(tmp: Path) -> dict[str, bytes]:
+    """Every manifest of the corpus (tests/fixtures/manifests) as `scheduler-patcher apply` writes it, the
+    foreign `--config` one merged, and the kubeadm one with CRLF line ends (the agent keeps a file's)."""
+    from tests.test_engine import FOREIGN_CONFIG
+
+    source = tmp / "source"
+    source.mkdir(parents=True)
+    write_configmap(source, {"extenders.yaml": EXTENDERS.format(url="http://127.0.0.1:8889", w=1)})
+    fixtures = {p.stem: p.read_bytes() for p in sorted((FIXTURES / "manifests").glob("*.yaml"))}
+    fixtures["kubeadm-crlf"] = fixtures["kubeadm"].replace(b"\n", b"\r\n")
+    forms = {}
+    for name, data in fixtures.items():
+        root = tmp / name
+        manifest = root / KUBEADM_MANIFESTS.lstrip("/") / "kube-scheduler.yaml"
+        manifest.parent.mkdir(parents=True)
+        manifest.write_bytes(data)
+        foreign = root / "srv" / "scheduler" / "scheduler-config.yaml"
+        foreign.parent.mkdir(parents=True)
+        foreign.write_text(FOREIGN_CONFIG)
+        proc = subprocess.run([sys.executable, "-m", "patcher", "apply", "--host-root", str(root), "--source",
+                               str(source), "--on-foreign-config", "merge"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, check=False)
+        assert proc.returncode == 0, f"apply {name}: {proc.stderr}"
+        forms[name] = manifest.read_bytes()
+        assert forms[name] != data and b"--config=/etc/kubernetes/scheduler-patcher/" in forms[name], name
+    return forms
+
+
+def renamed(data: bytes, name: str) -> bytes:
+    """The pod's own name (its first `name:`, in metadata in every form) changed, the rest byte for byte: the
+    forms then sit side by side in one static pod folder."""
+    out, count = re.subn(rb'name: ("?)kube-scheduler\1', f"name: {name}".encode(), data, count=1)
+    assert count == 1, data[:200]
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_every_form_the_agent_writes_is_run_by_the_real_kubelet(scene: Scene, tmp_path: Path) -> None:
+    """Each patched form as a static pod file: the kubelet decodes and admits it (its log names the pod in a
+    `SyncLoop ADD` from the file source; a file it cannot decode or validate is logged as such and gets no
+    pod), and for the hostNetwork forms creates the mirror pod with the `--config` and the config folder's
+    volume the agent wrote. The other forms wait for a pod network this node has not (no CNI), before any
+    mirror pod; the images are the corpus' own, which no registry serves here: what is seen is the decoding."""
+    forms = patched_forms(tmp_path / "forms")
+    for name, data in forms.items():
+        scene.node.write_manifest(f"{KUBEADM_MANIFESTS}/{name}.yaml", renamed(data, f"ks-{name}"))
+    host_network = {name for name, data in forms.items() if b"hostNetwork: true" in data}
+    assert {"kubeadm", "kubeadm-crlf", "args-rke2"} <= host_network
+
+    def admitted() -> set[str]:
+        log = (scene.node.run / "kubelet.log").read_text(errors="replace")
+        assert "can't process config file" not in log, log
+        return {name for name in forms if f'source="file" pods=["kube-system/ks-{name}-{scene.node.name}"]' in log}
+
+    wait_until(lambda: admitted() == set(forms), 60, f"every form admitted\n{scene.node.log('kubelet')}")
+
+    def mirrors() -> dict[str, dict[str, Any]] | None:
+        found = {name: scene.node.mirror_pod(f"ks-{name}") for name in host_network}
+        return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
+
+    pods = wait_until(mirrors, 120, f"a mirror pod for every hostNetwork form\n{scene.node.log('kubelet')}")
+    for name, pod in pods.items():
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+        words = [*container.get("command", []), *container.get("args", [])]
+        configs = [w for w in words if w.startswith("--config=")]
+        assert len(configs) == 1 and configs[0].startswith("--config=/etc/kubernetes/scheduler-patcher/"), (name, words)
+        paths = {v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v}
+        assert "/etc/kubernetes/scheduler-patcher" in paths, (name, paths)
+        assert pod["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"
+
+
+@pytest.mark.timeout(300)
+def test_the_kubelet_restarts_on_a_changed_pod_not_on_changed_bytes(scene: Scene) -> None:
+    """What tests/kubeletsim.py now follows: a comment and CRLF line ends leave the decoded pod, its hash and
+    the running scheduler alone; one more flag is a new pod (new hash, new container)."""
+    manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
+    scene.node.write_manifest(f"{KUBEADM_MANIFESTS}/kube-scheduler.yaml",
+                              (original.decode() + "# a comment\n").replace("\n", "\r\n").encode())
+    time.sleep(8)  # the kubelet sees the file at once (inotify); a restart would have begun within a second
+    assert scene.node.running() == started, "the kubelet restarted the scheduler on a byte-only change"
+    changed = original.replace(b"    - --leader-elect=true\n", b"    - --leader-elect=true\n    - --v=1\n")
+    scene.node.write_manifest(f"{KUBEADM_MANIFESTS}/kube-scheduler.yaml", changed)
+    replaced, _ = running_after(scene, manifest, started)
+    assert replaced[1] != started[1]
