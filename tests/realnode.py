@@ -22,6 +22,7 @@ containers), and the mounts go with the namespace.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -341,10 +342,8 @@ state = "{run / 'containerd-state'}"
         if self.procs:
             holder = self.procs[0]
             if self.init_pid:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(self.init_pid, signal.SIGKILL)  # PID 1 of the node's namespace: takes all of it
-                except ProcessLookupError:
-                    pass
             for proc in self.procs:
                 if proc.poll() is None:
                     proc.kill()
@@ -352,9 +351,7 @@ state = "{run / 'containerd-state'}"
             assert holder.returncode is not None
         self.procs.clear()
         for point in self.made_mount_points:
-            try:
+            with contextlib.suppress(OSError):  # not empty: something else put files there
                 point.rmdir()
-            except OSError:
-                pass
         self.made_mount_points.clear()
 

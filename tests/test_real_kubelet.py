@@ -164,7 +164,8 @@ def running_after(scene: Scene, manifest: Path, before: tuple[str, str]) -> tupl
     def replaced() -> tuple[str, str] | None:
         now = scene.node.running()
         return now if now is not None and now[0] != before[0] else None
-    new: tuple[str, str] = wait_until(replaced, 120, f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
+    new: tuple[str, str] = wait_until(replaced, 120,
+                                      f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
     return new, time.time() - manifest.stat().st_mtime
 
 
@@ -175,8 +176,9 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
     """Install -> patched, the kubelet restarts the scheduler (new hash), agent Ready, /configz shows the
     extender; a config change -> restarted again; SIGTERM -> the original bytes, and the kubelet runs the
     original manifest under its original hash again."""
+    flags: tuple[str, ...] = ()
     if form == "kubeadm":
-        manifest_dir, text, flags = KUBEADM_MANIFESTS, EXAMPLE.read_text(), ()
+        manifest_dir, text = KUBEADM_MANIFESTS, EXAMPLE.read_text()
     else:
         manifest_dir, text = RKE2_MANIFESTS, (FIXTURES / "manifests" / "args-rke2.yaml").read_text()
         flags = ("--manifest-dir", RKE2_MANIFESTS)
