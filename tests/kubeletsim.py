@@ -146,7 +146,7 @@ class SimKubelet:
         if self.emu.get("pods", mirror_name, namespace) is not None:
             self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
         self.emu.set_pod(pod)
-        self.restarts.append(Restart(now, name, digest, crashed))
+        self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
         if crashed:
             self._crashing[name] = pod
         else:

@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,9 @@ class RealNode:
     init_pid: int = 0
     started_in: float = 0.0
     made_mount_points: list[Path] = field(default_factory=list)
+    #: Unix sockets live here (the kubelet's pod-resources one, containerd's): below a pytest-xdist basetemp
+    #: their paths pass the 107 bytes a socket address holds, and the kubelet exits on "bind: invalid argument".
+    sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rn-")))
 
     # -- paths ------------------------------------------------------------------------------------------------
 
@@ -148,7 +152,7 @@ class RealNode:
 
     @property
     def socket(self) -> Path:
-        return self.run / "containerd.sock"
+        return self.sockets / "containerd.sock"
 
     def log(self, name: str, lines: int = 40) -> str:
         path = self.run / f"{name}.log"
@@ -234,7 +238,7 @@ state = "{run / 'containerd-state'}"
 [grpc]
   address = "{self.socket}"
 [ttrpc]
-  address = "{run / 'containerd.sock.ttrpc'}"
+  address = "{self.sockets / 'containerd.sock.ttrpc'}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{run / 'opt'}"
 [plugins."io.containerd.grpc.v1.cri"]
@@ -302,7 +306,7 @@ state = "{run / 'containerd-state'}"
         config.write_text(json.dumps(self.kubelet_config(), indent=1))
         self.spawn("kubelet", [str(self.binaries.path("kubelet")), f"--config={config}",
                                f"--kubeconfig={self.run / 'kubelet.kubeconfig'}", f"--hostname-override={self.name}",
-                               f"--root-dir={self.run / 'kubelet'}", "--v=2"])
+                               f"--root-dir={self.sockets / 'kubelet'}", "--v=2"])
 
     def _registered(self) -> bool:
         self._alive(self.procs[-1], "kubelet")
@@ -354,4 +358,5 @@ state = "{run / 'containerd-state'}"
             with contextlib.suppress(OSError):  # not empty: something else put files there
                 point.rmdir()
         self.made_mount_points.clear()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 

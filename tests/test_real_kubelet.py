@@ -40,7 +40,9 @@ from tests.realk8s import (
 )
 from tests.realnode import KUBEADM_MANIFESTS, RKE2_MANIFESTS, RealNode, runtime_missing, scheduler_images
 
-pytestmark = pytest.mark.real_kubelet
+# The group is also given by tests/conftest.py, but there too late for pytest-xdist's loadgroup (it read the
+# marks first; `make test` ran two nodes at once, one per worker): two nodes compete for the 2 cores.
+pytestmark = [pytest.mark.real_kubelet, pytest.mark.xdist_group("real_cluster")]
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "manifests" / "kube-scheduler.yaml"
