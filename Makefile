@@ -115,10 +115,12 @@ e2e: $(STAMP)
 .PHONY: real-k8s
 ## kube-apiserver, kube-scheduler and kubelet of each release pinned in tools/realk8s/, and etcd, built through the
 ## Go module proxy into ~/.cache/scheduler-patcher/realk8s ($$REALK8S_CACHE): ~4 min a release from an empty cache on
-## 2 cores, instant once built. `make test` runs the real_cluster tests whenever they are there.
+## 2 cores, instant once built. `make test` runs the real_cluster tests whenever they are there. Then containerd and
+## runc (Debian's, installed as root when missing) for the real node of the real_kubelet tests.
 REALK8S_FLAGS ?=
 real-k8s:
-	$(PYTHON) tools/realk8s/build.py $(REALK8S_FLAGS)
+	$(PYTHON) tools/realk8s/runtime.py
+	$(PYTHON) tools/realk8s/build.py $(REALK8S_FLAGS)  # its last line: the folder of the binaries
 
 .PHONY: test-stress
 ## The suite 10 times in a row with a CPU-bound process beside it (issue 9: a test that fails under load is a bug).

@@ -80,21 +80,24 @@ def kubeadm_text() -> str:
 # -- the real control plane (tests/realk8s.py, built by `make real-k8s`) ------------------------------------
 
 REAL_CLUSTER = "real_cluster"
+REAL_KUBELET = "real_kubelet"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
+    config.addinivalue_line("markers", f"{REAL_KUBELET}: runs a real node (kubelet, containerd) of `make real-k8s`")
 
 
-#: One real-cluster test at a time on this machine, whichever worker or session runs it: the schedulers they run
-#: listen on kube-scheduler's default port (the manifests set none), and two API servers with their etcds at once
-#: only slow each other down. A file lock, since xdist's loadgroup does not group these tests under pytest 9.
+#: One real-cluster or real-node test at a time on this machine, whichever worker or session runs it: the
+#: schedulers they run listen on kube-scheduler's default port (the manifests set none), and two API servers with
+#: their etcds (or two nodes) at once only slow each other down. A file lock, since xdist's loadgroup does not
+#: group these tests under pytest 9.
 REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
 
 
 @pytest.fixture(autouse=True)
 def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker(REAL_CLUSTER) is None:
+    if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
         yield
         return
     with open(REAL_CLUSTER_LOCK, "a") as lock:

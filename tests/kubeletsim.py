@@ -2,9 +2,14 @@
 
 * every non-dot file in the manifest folder is a pod (a stray backup would be run as a second pod: the test
   fails on it);
-* a static pod is restarted only when its file's content changes; the mirror pod ``<name>-<node>`` then gets
-  the static pod's annotations plus ``kubernetes.io/config.hash``, a new uid, and a container ``startedAt``
-  in whole seconds, like the API's ``metav1.Time``;
+* a static pod is restarted only when the pod its file decodes to changes: a comment, CRLF line ends or
+  another layout of the same pod restart nothing (seen on the real kubelet, tests/test_real_kubelet.py);
+* ``kubernetes.io/config.hash`` is the static pod's UID, as the kubelet makes it: the manifest's
+  ``metadata.uid`` when it sets one (RKE2's do: the hash then stays the same across every edit), else a hash
+  of the decoded pod, the node and the file's path. On a change the mirror pod ``<name>-<node>`` is replaced:
+  the static pod's annotations plus the hash, a new uid, and a container ``startedAt`` in whole seconds, like
+  the API's ``metav1.Time``. Replaced means deleted, then created (watchers see DELETED, then ADDED), even
+  where the hash stays the same;
 * a scheduler config that contains ``reject-me`` makes the scheduler exit at start: the pod crash-loops
   (restartCount rising, waiting CrashLoopBackOff), like a real scheduler with an invalid config.
 
@@ -17,6 +22,7 @@ kubelet does, instead of a one-container stand-in (the real server validates it 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -27,7 +33,7 @@ from typing import Any, Protocol
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from tests.kubeemu import make_mirror_pod
+from tests.kubeemu import KubeEmulator, make_mirror_pod
 
 
 class PodSink(Protocol):
@@ -40,16 +46,28 @@ def _stamp(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
 
 
+def _decoded(data: bytes) -> Any:
+    try:
+        return YAML(typ="safe").load(data.decode())
+    except (UnicodeDecodeError, YAMLError):
+        return None
+
+
+def _pod_digest(data: bytes) -> str:
+    """What the kubelet compares: the decoded pod (bytes only where the file does not decode)."""
+    decoded = _decoded(data)
+    if decoded is None:
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha256(json.dumps(decoded, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _scheduler_pod(data: bytes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None:
     """The metadata, scheduler container and spec of a static-pod file, or None for a file that is no such pod.
 
     A writer that is not atomic (a test's ``write_bytes``, an operator's editor) shows the kubelet an empty or
     half-written file for a moment; the kubelet logs it and reads the file again when it changes.
     """
-    try:
-        manifest = YAML(typ="safe").load(data.decode())
-    except (UnicodeDecodeError, YAMLError):
-        return None
+    manifest = _decoded(data)
     spec = manifest.get("spec") if isinstance(manifest, dict) else None
     containers = spec.get("containers") if isinstance(spec, dict) else None
     if not isinstance(spec, dict) or not isinstance(containers, list):
@@ -112,7 +130,7 @@ class SimKubelet:
             if path.name.startswith(".") or not path.is_file():
                 continue
             data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
+            digest = _pod_digest(data)
             if self._seen.get(path.name) == digest:
                 continue
             if path.name != "kube-scheduler.yaml":
@@ -125,8 +143,10 @@ class SimKubelet:
         if pod_spec is None:
             return  # like the kubelet: a file it cannot decode is skipped until its content changes again
         meta, container, spec = pod_spec
-        annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": digest[:32],
-                       "kubernetes.io/config.mirror": digest[:32], "kubernetes.io/config.source": "file"}
+        uid = meta.get("uid") or hashlib.md5(f"{digest}host:{self.node}file:{name}".encode(),
+                                                usedforsecurity=False).hexdigest()
+        annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": str(uid),
+                       "kubernetes.io/config.mirror": str(uid), "kubernetes.io/config.source": "file"}
         now = time.time_ns()
         crashed = self._rejects(container)
         pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),
@@ -136,8 +156,11 @@ class SimKubelet:
         pod["metadata"]["uid"] = str(uuid.uuid4())
         if self.full_spec:
             pod["spec"] = {**spec, "nodeName": self.node}
+        namespace, mirror_name = pod["metadata"].get("namespace", "kube-system"), pod["metadata"]["name"]
+        if isinstance(self.emu, KubeEmulator) and self.emu.get("pods", mirror_name, namespace) is not None:
+            self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
         self.emu.set_pod(pod)
-        self.restarts.append(Restart(now, name, digest, crashed))
+        self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
         if crashed:
             self._crashing[name] = pod
         else:

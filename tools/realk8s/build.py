@@ -81,19 +81,21 @@ def build(folder: Path, out: Path, targets: list[str], flags: str) -> None:
     tmp.rmdir()
 
 
-def ensure_etcd(root: Path) -> Path:
-    folder = HERE / "etcd"
-    out = root / "etcd"
+def ensure_tool(root: Path, name: str) -> Path:
+    """One of the project's own Go programs in `tools/realk8s/<name>/` (etcd over etcdmain; the pause binary of
+    the real node's pod sandboxes), built into `<cache>/<name>/<name>` unless its stamp matches."""
+    folder = HERE / name
+    out = root / name
     key = fingerprint(folder, "-s -w")
-    if (out / STAMP).is_file() and (out / STAMP).read_text() == key and (out / "etcd").is_file():
-        return out / "etcd"
+    if (out / STAMP).is_file() and (out / STAMP).read_text() == key and (out / name).is_file():
+        return out / name
     out.mkdir(parents=True, exist_ok=True)
     (out / STAMP).unlink(missing_ok=True)
     started = time.monotonic()
-    build(folder, out, ["."], "-s -w")  # the module's last path element names the binary: etcd
+    build(folder, out, ["."], "-s -w")  # the module's last path element names the binary
     (out / STAMP).write_text(key)
-    print(f"built etcd in {time.monotonic() - started:.0f} s", flush=True)
-    return out / "etcd"
+    print(f"built {name} in {time.monotonic() - started:.0f} s", flush=True)
+    return out / name
 
 
 def ensure_release(root: Path, version: str, etcd: Path) -> float | None:
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    etcd = ensure_etcd(root)
+    etcd = ensure_tool(root, "etcd")
+    ensure_tool(root, "pause")
     last = 0.0
     skipped: list[str] = []
     for version in args.versions or releases():

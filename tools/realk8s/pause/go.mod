@@ -1,0 +1,5 @@
+// The pod sandbox's process for the real node's containerd (tests/realnode.py): no registry is reachable, so the
+// runtime cannot pull registry.k8s.io/pause; this is imported as a local image instead.
+module scheduler-patcher/realk8s/pause
+
+go 1.26.0
