@@ -90,6 +90,18 @@ def die_with_parent() -> None:
     os.setsid()
 
 
+def terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`: how a kubelet stops a container, and the tests their processes."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 

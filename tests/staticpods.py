@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from tests.mountns import command, pod_binds
-from tests.realk8s import Binaries, ControlPlane, die_with_parent, issue
+from tests.realk8s import Binaries, ControlPlane, die_with_parent, issue, terminate
 
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 BACKOFF = (1.0, 2.0, 4.0, 8.0, 10.0)  # seconds; the kubelet's is 10 s doubling to 5 min (shortened for tests)
@@ -125,14 +125,8 @@ class ProcessKubelet:
         self.starts.append((run.started, run.digest))
 
     def _kill(self) -> None:
-        run = self._run
-        if run is not None and run.proc is not None and run.proc.poll() is None:
-            run.proc.terminate()
-            try:
-                run.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                run.proc.kill()
-                run.proc.wait()
+        if self._run is not None:
+            terminate(self._run.proc)
 
     # -- the mirror pod -----------------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from tests.realk8s import (
     issue,
     kubeconfig_text,
     missing_reason,
+    terminate,
     wait_until,
 )
 from tests.test_deploy_manifests import MANIFESTS
@@ -106,13 +107,7 @@ class Scheduler:
                                          preexec_fn=die_with_parent)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-25:]) if self.log.is_file() else ""

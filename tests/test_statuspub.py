@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.transport import Api
 from patcher.services.statuspub import StatusPublisher, StatusTarget
 from tests.kubeemu import wait_until
@@ -18,13 +16,6 @@ from tests.kubeemu_ext import KubeEmulatorExt
 def emu() -> Iterator[KubeEmulatorExt]:
     with KubeEmulatorExt() as e:
         yield e
-
-
-@pytest.fixture
-def api(kubeconfig: Path) -> Iterator[Api]:
-    client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    yield client
-    client.close()
 
 
 def test_an_agent_publishes_the_verdict_when_it_starts_before_any_phase_change(emu: KubeEmulatorExt,
