@@ -40,13 +40,14 @@ PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_PAR)
 
-## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml).
+## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
+## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
 test-min:
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
 	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR)
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet"
 
 lint: $(STAMP)
 	$(BIN)/ruff check patcher tests bench tools fuzz

@@ -95,6 +95,17 @@ def pytest_configure(config: pytest.Config) -> None:
 REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
 
 
+#: pytest-timeout counts fixture set-up, and so the wait for the lock: a real test may wait for every other one.
+REAL_TEST_TIMEOUT = 1800
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one)."""
+    for item in items:
+        if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
+            item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT), append=False)
+
+
 @pytest.fixture(autouse=True)
 def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
