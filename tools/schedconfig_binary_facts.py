@@ -7,6 +7,10 @@ per gate (``--feature-gates=G=<not default>``, 35 ms each) makes it name the gat
 facts go to ``patcher/core/schedconfig/binary_facts.json``, read by the pure core:
 
     python -m tools.schedconfig_binary_facts      # every built minor (about 20 s on 2 cores)
+    python -m tools.schedconfig_binary_facts --plugins-from-oracle   # after `make config-oracle`
+
+The second adds, per minor, which in-tree plugins the binary registers and the extension points each
+implements, read from the oracle's recorded runs of every plugin at every point (``plugins_from_oracle``).
 """
 
 from __future__ import annotations
@@ -79,13 +83,57 @@ def listed_gates(binaries: Binaries) -> set[str]:
     return {m.group(1) for line in help_text.splitlines() if (m := _GATE.match(line))}
 
 
+_CASE = re.compile(r"^plugin (\w+) at (\w+)$")
+
+
+def plugins_from_oracle(minor: int) -> dict[str, Any] | None:
+    """What this minor's binary registers, read from the oracle's recorded runs of the "plugin X at point P"
+    cases (tools/schedconfig_cases.py ``plugins``): ``points`` is plugin -> point -> implements, for the runs that
+    settle it (started: yes; NewFramework's "plugin X does not extend P": no; an exit for another reason, e.g.
+    validation refusing a removed plugin first, settles nothing), ``unregistered`` the plugins NewFramework says
+    do not exist. None when this minor has no recorded runs."""
+    from tools.schedconfig_oracle import DATA, read_cases, read_results
+
+    if not (DATA / f"1.{minor}.json").is_file():
+        return None
+    cases, verdicts = read_cases(), read_results(minor)["verdicts"]
+    points: dict[str, dict[str, bool]] = {}
+    unknown: set[str] = set()
+    for key, case in sorted(cases.items(), key=lambda kv: kv[1].origin):
+        match = _CASE.match(case.origin)
+        if not match or match.group(2) == "multiPoint" or key not in verdicts:
+            continue
+        name, point = match.groups()
+        verdict = verdicts[key]
+        if "does not exist" in verdict["message"]:
+            unknown.add(name)
+        elif "does not extend" in verdict["message"]:
+            points.setdefault(name, {})[point] = False
+        elif verdict["outcome"] == "started":
+            points.setdefault(name, {})[point] = True
+    return {"unregistered": sorted(unknown),
+            "points": {name: dict(sorted(found.items())) for name, found in sorted(points.items())
+                       if name not in unknown}}
+
+
 def main() -> int:
     found: dict[str, Any] = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    if sys.argv[1:] == ["--plugins-from-oracle"]:
+        for minor, item in found.items():
+            plugins = plugins_from_oracle(int(minor))
+            if plugins is not None:
+                item["plugins"] = plugins
+                print(f"1.{minor}: {len(plugins['points'])} plugins settled, unregistered {plugins['unregistered']}")
+        OUT.write_text(json.dumps(found, indent=1) + "\n")
+        return 0
     releases = built_releases()
     # every gate any built minor lists, and those the rules name: a minor that hides one may still know it
     candidates = set().union(*(listed_gates(b) for b in releases)) | RULE_GATES
     for binaries in releases:
+        plugins = found.get(str(binaries.minor), {}).get("plugins")
         found[str(binaries.minor)] = facts(binaries, candidates)
+        if plugins is not None:  # kept: it comes from the oracle's runs (--plugins-from-oracle)
+            found[str(binaries.minor)]["plugins"] = plugins
         item = found[str(binaries.minor)]
         print(f"{binaries.version}: {len(item['flags'])} flags, {len(item['gates'])} gates "
               f"(+{len(item['locked'])} locked, hidden), "

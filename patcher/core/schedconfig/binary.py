@@ -32,6 +32,8 @@ class BinaryFacts:
     gates: Mapping[str, bool]  # gate -> default (those --help lists, and the hidden ones locked to a value)
     locked: Mapping[str, bool]  # hidden gates locked to their value: setting the other value is refused
     depends: Mapping[str, tuple[str, ...]]  # gate -> gates it needs enabled
+    points: Mapping[str, Mapping[str, bool]] | None = None  # plugin -> point -> implements, where settled
+    unregistered: frozenset[str] = frozenset()  # plugins NewFramework of this minor says do not exist
 
 
 @cache
@@ -41,7 +43,9 @@ def _all() -> dict[int, BinaryFacts]:
     raw = json.loads(fileread.read_file(FACTS, "packaged binary facts", limit=1 << 20).decode("utf-8"))
     return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
                                     {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
-                                    {gate: tuple(deps) for gate, deps in item["depends"].items()})
+                                    {gate: tuple(deps) for gate, deps in item["depends"].items()},
+                                    item["plugins"]["points"] if "plugins" in item else None,
+                                    frozenset(item["plugins"]["unregistered"]) if "plugins" in item else frozenset())
             for minor, item in raw.items()}
 
 
@@ -104,3 +108,17 @@ def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[st
             problems.append(f"--feature-gates: {gate} is enabled but depends on {', '.join(missing)}, which is "
                             f"off {tag.format('featureGates.dependency')}")
     return problems
+
+
+def implements(name: str, point: str, minor: int | None) -> bool | None:
+    """Whether this minor's binary builds plugin ``name`` at ``point``; None where the binary did not settle it."""
+    facts = facts_for(minor)
+    if facts is None or facts.points is None:
+        return None
+    return facts.points.get(name, {}).get(point)
+
+
+def unregistered(name: str, minor: int | None) -> bool:
+    """True when this minor's binary says the in-tree registry has no plugin ``name``."""
+    facts = facts_for(minor)
+    return facts is not None and name in facts.unregistered
