@@ -136,15 +136,17 @@ def leader_flags() -> Iterator[Case]:
             yield Case(config, with_flags(*flags, drop=drop), origin=f"flags {' '.join(flags)} over {label}")
         yield Case(config, with_flags(drop=("--leader-elect",)), origin=f"flags no --leader-elect over {label}")
     # the flags --config silences, or that later minors removed
-    for flags in (("--port=0",), ("--port=10251",), ("--address=127.0.0.1",), ("--address=0.0.0.0", "--port=0"),
-                  ("--profiling=false",), ("--kube-api-qps=100",), ("--kube-api-burst=200",),
-                  ("--kube-api-content-type=application/json",), ("--lock-object-name=other",),
-                  ("--lock-object-namespace=default",), ("--scheduler-name=other",), ("--policy-config-file=/p",),
-                  ("--algorithm-provider=DefaultProvider",), ("--hard-pod-affinity-symmetric-weight=1",),
-                  ("--use-legacy-policy-config=true",), ("--contention-profiling=true",),
-                  ("--feature-gates=DRASchedulerFilterTimeout=false",), ("--feature-gates=NoSuchGate=true",),
-                  ("--bind-address=0.0.0.0",), ("--v=2",)):
-        yield Case(plain, with_flags(*flags), origin=f"flag {' '.join(flags)} beside --config")
+    extra: tuple[tuple[str, ...], ...] = (
+        ("--port=0",), ("--port=10251",), ("--address=127.0.0.1",), ("--address=0.0.0.0", "--port=0"),
+        ("--profiling=false",), ("--kube-api-qps=100",), ("--kube-api-burst=200",),
+        ("--kube-api-content-type=application/json",), ("--lock-object-name=other",),
+        ("--lock-object-namespace=default",), ("--scheduler-name=other",), ("--policy-config-file=/p",),
+        ("--algorithm-provider=DefaultProvider",), ("--hard-pod-affinity-symmetric-weight=1",),
+        ("--use-legacy-policy-config=true",), ("--contention-profiling=true",),
+        ("--feature-gates=DRASchedulerFilterTimeout=false",), ("--feature-gates=NoSuchGate=true",),
+        ("--bind-address=0.0.0.0",), ("--v=2",))
+    for given in extra:
+        yield Case(plain, with_flags(*given), origin=f"flag {' '.join(given)} beside --config")
 
 
 def plugins() -> Iterator[Case]:
