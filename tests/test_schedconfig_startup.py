@@ -166,8 +166,8 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
     # pluginArgs.dra*: ValidateDynamicResourcesArgs, only what holds whatever the gates' defaults
     ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), gates_off("DRASchedulerFilterTimeout"), True),
     ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), Launch(), False),
-    ("pluginArgs.draFilterTimeout", 34,
-     dra("filterTimeout: 5s", disable=True), gates_off("DRASchedulerFilterTimeout"), False),
+    ("pluginArgs.draFilterTimeout", 34,  # validation checks the args of a disabled plugin too (the 1.34 binary)
+     dra("filterTimeout: 5s", disable=True), gates_off("DRASchedulerFilterTimeout"), True),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 500ms"), None, True),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), None, False),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), gates_off("DRADeviceBindingConditions"), True),
