@@ -116,10 +116,15 @@ def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
     problems = []
     for key, field in (("certdata", "certData"), ("keydata", "keyData"), ("cadata", "caData")):
         value = lowered.get(key)
-        if isinstance(value, str) and value and b"-----BEGIN" not in _base64(value):
+        if isinstance(value, str) and value and not _PEM_BLOCK.search(_base64(value)):
             problems.append(f"{path}.{field}: no PEM data in it (the scheduler exits building the extender's "
                             "client: 'tls: failed to find any PEM data'; rule extender.tlsPEM)")
     return problems
+
+
+#: encoding/pem's Decode needs a whole block: a BEGIN line and its END line (the scheduler's TLS setup finds no
+#: PEM data otherwise; a BEGIN header alone exits kube-scheduler 1.34-1.37 the same way, issue 33)
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([^\n-]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
 
 
 def _base64(value: str) -> bytes:
