@@ -115,3 +115,46 @@ def test_the_binaries_still_give_the_recorded_verdicts() -> None:
                                f"{then['message']!r}, now {now.outcome} {now.message!r}")
     print(f"{len(chosen)} cases x {len(releases)} minors in {took:.1f} s")
     assert not changed, "\n".join(changed)
+
+
+# -- the oracle's own pure parts: what it changes in a case, and the line it keeps --------------------------------
+
+
+def test_the_oracle_gives_a_config_without_kubeconfig_its_own_and_changes_nothing_else() -> None:
+    from tools.schedconfig_oracle import inject_kubeconfig
+
+    head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+    assert inject_kubeconfig(head, "/k") == head + "clientConnection:\n  kubeconfig: /k\n"
+    nested = head + "clientConnection:\n    qps: 5\nparallelism: 8\n"
+    assert inject_kubeconfig(nested, "/k") == head + "clientConnection:\n    kubeconfig: /k\n    qps: 5\nparallelism: 8\n"
+    assert inject_kubeconfig(head + "clientConnection: {}\n", "/k") == head + "clientConnection: {kubeconfig: /k}\n"
+    own = head + "clientConnection:\n  kubeconfig: relative.conf\n"
+    assert inject_kubeconfig(own, "/k") == own  # the case's own value is what the scheduler must read
+    assert json.loads(inject_kubeconfig('{"kind": "KubeSchedulerConfiguration"}', "/k"))["clientConnection"] == {
+        "kubeconfig": "/k"}
+
+
+def test_the_oracle_maps_node_files_but_not_missing_ones() -> None:
+    from tools.schedconfig_oracle import map_node_files
+
+    files = {"kubeconfig": "/tmp/k", "caFile": "/tmp/ca", "certFile": "/tmp/c", "keyFile": "/tmp/key"}
+    text = "  tlsConfig:\n    certFile: /etc/kubernetes/pki/x.crt\n    keyFile: '/etc/x.key'\n"
+    assert map_node_files(text, files) == "  tlsConfig:\n    certFile: /tmp/c\n    keyFile: '/tmp/key'\n"
+    assert map_node_files("kubeconfig: /nonexistent/k\n", files) == "kubeconfig: /nonexistent/k\n"
+
+
+def test_the_oracle_keeps_the_line_that_says_why() -> None:
+    from tools.schedconfig_oracle import error_line
+
+    log = ('I1128 06:41:00.1 1 serving.go:386] Generated self-signed cert\n'
+           'E1128 06:41:00.2 1 run.go:72] "command failed" err="unknown flag"\n')
+    assert error_line(log) == '"command failed" err="unknown flag"'
+    assert error_line("Flag --x has been deprecated\nError: unknown flag: --port\nUsage:\n") == (
+        "Error: unknown flag: --port")
+    assert error_line("panic: runtime error: invalid memory address\n\ngoroutine 1\n").startswith("panic: runtime")
+
+
+def test_cases_have_stable_content_hashes() -> None:
+    a = Case("apiVersion: v\n", ("--a",), origin="one")
+    assert a.key == Case("apiVersion: v\n", ("--a",), origin="other").key  # the origin is not the identity
+    assert a.key != Case("apiVersion: v\n", ("--b",)).key
