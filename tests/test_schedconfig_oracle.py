@@ -126,7 +126,8 @@ def test_the_oracle_gives_a_config_without_kubeconfig_its_own_and_changes_nothin
     head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
     assert inject_kubeconfig(head, "/k") == head + "clientConnection:\n  kubeconfig: /k\n"
     nested = head + "clientConnection:\n    qps: 5\nparallelism: 8\n"
-    assert inject_kubeconfig(nested, "/k") == head + "clientConnection:\n    kubeconfig: /k\n    qps: 5\nparallelism: 8\n"
+    expected = head + "clientConnection:\n    kubeconfig: /k\n    qps: 5\nparallelism: 8\n"
+    assert inject_kubeconfig(nested, "/k") == expected
     assert inject_kubeconfig(head + "clientConnection: {}\n", "/k") == head + "clientConnection: {kubeconfig: /k}\n"
     own = head + "clientConnection:\n  kubeconfig: relative.conf\n"
     assert inject_kubeconfig(own, "/k") == own  # the case's own value is what the scheduler must read
