@@ -4,7 +4,7 @@
 ``--address``, ``--lock-object-name`` … are gone), a feature gate it does not know, a gate switched off that an
 enabled gate depends on. The binary's ``--help`` lists every flag and every gate with its default, and a probe
 per gate (``--feature-gates=G=<not default>``, 35 ms each) makes it name the gates that depend on ``G``. The
-facts go to ``patcher/core/schedconfig/binary_facts.json``, read by the pure core:
+facts go to ``patcher/core/schedconfig/schemas/binary-facts.json``, read by the pure core:
 
     python -m tools.schedconfig_binary_facts      # every built minor (about 20 s on 2 cores)
     python -m tools.schedconfig_binary_facts --plugins-from-oracle   # after `make config-oracle`
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from tests.realk8s import Binaries, built_releases  # noqa: E402
 
-OUT = ROOT / "patcher/core/schedconfig/binary_facts.json"
+OUT = ROOT / "patcher/core/schedconfig/schemas/binary-facts.json"
 _FLAG = re.compile(r"^\s+(?:-\w, )?--([a-z0-9-]+)")
 _GATE = re.compile(r"^\s+kube:([A-Za-z0-9]+)=true\|false \((\w+) - default=(true|false)\)")
 RULE_GATES = {"DRASchedulerFilterTimeout", "DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus",

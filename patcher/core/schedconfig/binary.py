@@ -4,7 +4,7 @@ The manifest's flags are parsed by pflag and component-base before the config: a
 ``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
 enabled gate depends on, and kube-scheduler exits. Which flags and gates exist, the gates' defaults and their
 dependencies are facts of each binary, not of the config: ``tools/schedconfig_binary_facts.py`` reads them
-from the binaries ``make real-k8s`` builds (``--help``, and one probe per gate) into ``binary_facts.json``
+from the binaries ``make real-k8s`` builds (``--help``, and one probe per gate) into ``schemas/binary-facts.json``
 beside this module. Minors without facts (not built here) are not checked: nothing is guessed for them.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from patcher.core import fileread
 
-FACTS = Path(__file__).with_name("binary_facts.json")
+FACTS = Path(__file__).with_name("schemas") / "binary-facts.json"  # beside the schemas: the same package data
 #: The flag names as pflag reads them are the long names; ``-v`` is the short form of ``--v``.
 _SHORT = {"v": "v"}
 
@@ -38,8 +38,6 @@ class BinaryFacts:
 
 @cache
 def _all() -> dict[int, BinaryFacts]:
-    if not FACTS.is_file():
-        return {}
     raw = json.loads(fileread.read_file(FACTS, "packaged binary facts", limit=1 << 20).decode("utf-8"))
     return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
                                     {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
