@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from patcher.core.schedconfig.binary import facts_for
 from patcher.core.schedconfig.schema import generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.upstream import UPSTREAM
@@ -31,7 +32,9 @@ def expected_rows() -> list[str]:
             if "upstream" in target.rules
             else "extender, profile, leader-election and range rules"
         )
-        rows.append(f"| 1.{minor} | {rendered} | {served} | {types} | {rules} |")
+        facts = facts_for(minor)
+        proof = f"the {facts.version} binary (oracle)" if facts is not None else "reading upstream source"
+        rows.append(f"| 1.{minor} | {rendered} | {served} | {types} | {rules} | {proof} |")
     return rows
 
 

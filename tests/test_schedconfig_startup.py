@@ -166,8 +166,8 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
     # pluginArgs.dra*: ValidateDynamicResourcesArgs, only what holds whatever the gates' defaults
     ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), gates_off("DRASchedulerFilterTimeout"), True),
     ("pluginArgs.draFilterTimeout", 34, dra("filterTimeout: 5s"), Launch(), False),
-    ("pluginArgs.draFilterTimeout", 34,
-     dra("filterTimeout: 5s", disable=True), gates_off("DRASchedulerFilterTimeout"), False),
+    ("pluginArgs.draFilterTimeout", 34,  # validation checks the args of a disabled plugin too (the 1.34 binary)
+     dra("filterTimeout: 5s", disable=True), gates_off("DRASchedulerFilterTimeout"), True),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 500ms"), None, True),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), None, False),
     ("pluginArgs.draBindingTimeout", 35, dra("bindingTimeout: 1s"), gates_off("DRADeviceBindingConditions"), True),
@@ -181,7 +181,50 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
      flags("leader-elect=false", "leader-elect-resource-lock=x"), False),
     ("flags.leaderElection", 36, doc("v1", "leaderElection:\n  resourceLock: leases\n"),
      flags("leader-elect-resource-lock=endpoints"), True),
+    # proven by the binaries (issue 33): a negative score weight; a zero leader-election duration flag
+    ("framework.scoreWeight", 33, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: -1"),
+     None, False),
+    ("framework.scoreWeight", 34, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: -1"),
+     None, True),
+    ("framework.scoreWeight", 34, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: 0"),
+     None, False),
+    ("flags.leaderElectionZero", 22, doc("v1beta2"), flags("leader-elect-lease-duration=0s"), False),
+    ("flags.leaderElectionZero", 23, doc("v1beta3"), flags("leader-elect-lease-duration=0s"), True),
+    ("flags.leaderElectionZero", 36, doc("v1"), flags("leader-elect-lease-duration=20s"), False),
+    ("flags.leaderElectionZero", 36, doc("v1", "leaderElection:\n  leaderElect: false\n"),
+     flags("leader-elect-lease-duration=0s"), False),
 ]
+
+# Rules of the manifest's flags, checked against the facts of each built binary before the config is read.
+FLAG_CASES: list[tuple[str, int, tuple[str, ...], bool]] = [
+    ("flags.unknown", 33, ("--port=0",), False),  # no binary of 1.33 here: not checked
+    ("flags.unknown", 34, ("--port=0",), True),
+    ("flags.unknown", 34, ("--address=127.0.0.1",), True),
+    ("flags.unknown", 36, ("--lock-object-name=x",), True),
+    ("flags.unknown", 36, ("--leader-elect-resource-name=x", "--bind-address=127.0.0.1"), False),
+    ("featureGates.unknown", 34, ("--feature-gates=NoSuchGate=true",), True),
+    ("featureGates.unknown", 34, ("--feature-gates=DRASchedulerFilterTimeout=false",), False),
+    ("featureGates.locked", 35, ("--feature-gates=DynamicResourceAllocation=false",), True),
+    ("featureGates.locked", 37, ("--feature-gates=DRAResourceClaimDeviceStatus=false",), True),
+    ("featureGates.locked", 37, ("--feature-gates=DRAResourceClaimDeviceStatus=true",), False),
+    ("featureGates.dependency", 35, ("--feature-gates=DRADeviceTaintRules=true",), True),
+    ("featureGates.dependency", 35, ("--feature-gates=DRADeviceTaintRules=true,DRADeviceTaints=true",), False),
+    ("featureGates.dependency", 36, ("--feature-gates=DRAResourceClaimDeviceStatus=false",), True),
+    ("featureGates.dependency", 36,
+     ("--feature-gates=DRAResourceClaimDeviceStatus=false,DRADeviceBindingConditions=false,"
+      "DRAResourceClaimGranularStatusAuthorization=false",), False),
+]
+
+
+@pytest.mark.parametrize(("rule", "minor", "items", "refused"), FLAG_CASES)
+def test_flag_rule_at_its_boundary(rule: str, minor: int, items: tuple[str, ...], refused: bool) -> None:
+    from patcher.core.schedconfig.binary import flag_problems
+    from patcher.core.schedconfig.flags import parse_flags
+
+    found = flag_problems(parse_flags(items), minor)
+    assert bool(found) == refused, found
+    if refused:
+        assert all(f"rule {rule}" in p and f"kube-scheduler 1.{minor} " in p for p in found), found
 
 
 @pytest.mark.parametrize(("rule", "minor", "text", "launch", "refused"), CASES)
@@ -201,7 +244,8 @@ def test_rule_at_its_boundary(rule: str, minor: int, text: str, launch: Launch |
 def test_every_rule_has_boundary_cases() -> None:
     """A refused and an accepted case for each rule, at its first minor or the one before it."""
     for rule in RULES:
-        cases = [c for c in CASES if c[0] == rule.key]
+        cases = [c for c in CASES if c[0] == rule.key] + [(k, m, "", None, r) for k, m, _, r in FLAG_CASES
+                                                          if k == rule.key]
         assert any(c[4] for c in cases) and any(not c[4] for c in cases), rule.key
         minors = {c[1] for c in cases}
         assert rule.first[1] in minors or rule.first[1] - 1 in minors, rule.key

@@ -93,9 +93,9 @@ REFUSED = [
      "nodeSelectorTerms[0].matchExpressions[0].values: must be specified when `operator` is 'In' or 'NotIn'"),
     ("NodeAffinity", args("NodeAffinity", "addedAffinity:\n  preferredDuringSchedulingIgnoredDuringExecution:\n"
                           "  - weight: 1\n    preference:\n      matchFields:\n      - key: metadata.labels\n"
-                          "        operator: In\n        values: [a]\n"),
+                          "        operator: Exists\n"),
      "1.30", "profiles[0].pluginConfig[0].args.addedAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
-     "preference.matchFields[0].key: not a valid field selector key, only metadata.name is supported"),
+     "preference.matchFields[0].operator: 'Exists' is not a valid field selector operator (In, NotIn)"),
     ("PodTopologySpread", args("PodTopologySpread", "defaultConstraints:\n- maxSkew: 1\n  topologyKey: zone\n"
                                "  whenUnsatisfiable: ScheduleAnyway\n"),
      "1.30", "profiles[0].pluginConfig[0].args.defaultingType: must be List when defaultConstraints are not empty"),

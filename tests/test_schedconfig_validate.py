@@ -28,10 +28,24 @@ def test_valid_v1_config_passes() -> None:
         "leaderElection:\n  leaderElect: true\n  leaseDuration: 15s\n  renewDeadline: 10s\n  retryPeriod: 2s\n"
         "profiles:\n- schedulerName: default-scheduler\n- schedulerName: other\n"
         "extenders:\n" + GOOD_EXTENDER + "  prioritizeVerb: prioritize\n  weight: 2\n  httpTimeout: 1m30s\n"
-        "  tlsConfig:\n    certData: " + "QUJD" + "\n    keyData: REVG\n"
+        "  tlsConfig:\n    certFile: /etc/kubernetes/pki/extender.crt\n    keyFile: /etc/kubernetes/pki/extender.key\n"
     )
     schema = validate_document(load_single(text, "c.yaml"), "c.yaml")
     assert schema.api_version == "kubescheduler.config.k8s.io/v1"
+
+
+# base64 of a PEM block (BEGIN and END lines): what the PEM check looks for
+PEM_KEY = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCkFBQUEKLS0tLS1FTkQgUFJJVkFURSBLRVktLS0tLQo="
+
+
+def test_extender_tls_data_must_be_pem() -> None:
+    """kube-scheduler 1.34-1.37 exit on certData that holds no PEM block ('tls: failed to find any PEM data in
+    certificate input', issue 33's oracle); the config used to pass here with base64 of 'ABC'."""
+    text = V1 + "extenders:\n" + GOOD_EXTENDER + "  tlsConfig:\n    certData: QUJD\n    keyData: " + PEM_KEY + "\n"
+    assert problem(text).startswith("extenders[0].tlsConfig.certData: no PEM data in it")
+    assert "rule extender.tlsPEM" in problem(text)
+    header_only = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="  # a BEGIN line alone: no block, the binary exits too
+    assert problem(text.replace("QUJD", header_only)).startswith("extenders[0].tlsConfig.certData: no PEM data")
 
 
 def test_unknown_top_level_field() -> None:

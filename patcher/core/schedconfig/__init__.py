@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems
 from patcher.core.schedconfig.extenders import Extender, to_canonical
 from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
 from patcher.core.schedconfig.merge import merge_foreign
@@ -41,7 +42,12 @@ from patcher.core.schedconfig.source import (
     read_source_file,
 )
 from patcher.core.schedconfig.startup import launch_for
-from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
+from patcher.core.schedconfig.validate import (
+    check_served,
+    raise_problems,
+    validate_document,
+    validate_extenders_file,
+)
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
 
@@ -191,12 +197,29 @@ def build_config(req: ConfigRequest) -> RenderedConfig:
         ) from exc
 
 
+def _with_flags(version: KubeVersion, flags: dict[str, str | None], req: ConfigRequest) -> KubeVersion:
+    """The version with what the manifest's flags add: its gates and leader-election flags. Where the minor's
+    binary was built (``binary``), its flags and gates are checked first, as pflag and component-base do before
+    the config is read, and the gates are the binary's defaults with the manifest's over them, so a rule gated
+    by a default (DynamicResources' timeouts, VolumeBinding's shape) follows that minor."""
+    minor = version.minor if version.major == 1 else None
+    problems = flag_problems(flags, minor)
+    if problems:
+        raise_problems(req.manifest or "the scheduler's flags", problems)
+    launch = launch_for(flags, req.image)
+    gates = effective_gates(flags, minor)
+    facts = facts_for(minor)
+    if gates is None or facts is None:
+        return replace(version, feature_gates=enabled_feature_gates(flags), launch=launch)
+    return replace(version, feature_gates=gates, launch=replace(launch, gates_off=frozenset(facts.gates) - gates))
+
+
 def _build(req: ConfigRequest) -> RenderedConfig:
     if not posixpath.isabs(req.host_config_dir):
         raise ConfigError(req.host_config_dir, "the host config folder must be an absolute node path")
     version = resolve_version(req.image, req.kube_version, req.fallback_version, where=req.manifest)
     flags = parse_flags(req.scheduler_flags)
-    version = replace(version, feature_gates=enabled_feature_gates(flags), launch=launch_for(flags, req.image))
+    version = _with_flags(version, flags, req)
     form = detect_form(req.source_dir)
     foreign = req.foreign if req.foreign is not None and req.foreign.text is not None else None
     source = _read_source(req.source_dir, form, version, merge=foreign is not None)

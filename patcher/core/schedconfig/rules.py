@@ -7,6 +7,8 @@ kubeconfig path and an extender URL that is not one. A schema names the rules th
 
 from __future__ import annotations
 
+import base64
+import binascii
 import posixpath
 import re
 from collections.abc import Callable, Mapping
@@ -111,7 +113,26 @@ def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
     if has_cert != has_key:
         missing = "keyFile/keyData" if has_cert else "certFile/certData"
         return [f"{path}: a client certificate needs both cert and key; {missing} is missing"]
-    return []
+    problems = []
+    for key, field in (("certdata", "certData"), ("keydata", "keyData"), ("cadata", "caData")):
+        value = lowered.get(key)
+        if isinstance(value, str) and value and not _PEM_BLOCK.search(_base64(value)):
+            problems.append(f"{path}.{field}: no PEM data in it (the scheduler exits building the extender's "
+                            "client: 'tls: failed to find any PEM data'; rule extender.tlsPEM)")
+    return problems
+
+
+#: encoding/pem's Decode needs a whole block: a BEGIN line and its END line (the scheduler's TLS setup finds no
+#: PEM data otherwise; a BEGIN header alone exits kube-scheduler 1.34-1.37 the same way, issue 33)
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([^\n-]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
+
+
+def _base64(value: str) -> bytes:
+    """A []byte field as Go's JSON decoder reads it: standard base64 (invalid input is refused elsewhere)."""
+    try:
+        return base64.b64decode(value, validate=False)
+    except (ValueError, binascii.Error):
+        return b""
 
 
 def _profile_problems(data: Mapping[str, Any]) -> list[str]:

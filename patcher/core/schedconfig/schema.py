@@ -157,12 +157,14 @@ def all_schemas() -> tuple[Schema, ...]:
     """Every schema shipped in the package, read once."""
     found = []
     for entry in sorted(SCHEMAS.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX):
+        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX) and entry.name != FACTS_FILE:
             found.append(_parse(entry.name, json.loads(_read_schema(entry))))
     return tuple(found)
 
 
 GENERATED_PREFIX = "kube-scheduler-"
+#: What each built kube-scheduler binary knows (``binary.py``): beside the schemas, not a schema.
+FACTS_FILE = "binary-facts.json"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import Any
 
+from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
 from patcher.core.schedconfig.schema import Schema
 from patcher.core.schedconfig.startup_data import (
@@ -82,6 +83,20 @@ def _flag_value(flag: str, raw: str | None) -> Any:
     if kind == "duration":
         return raw if raw is not None and is_duration(raw) else None
     return raw
+
+
+def _zero_flag_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
+    """A ``--leader-elect-*`` duration flag of zero or less: applied after the config's defaults, it is not
+    replaced by the default (as a zero in the config is), and validation refuses it while leader election is on."""
+    if launch is None or not flags_apply(minor) or _map(data.get("leaderElection")).get("leaderElect") is False:
+        return []
+    problems = []
+    for flag, raw in launch.leader_election:
+        value = _flag_value(flag, raw)
+        if LEADER_ELECTION_FLAGS[flag][1] == "duration" and isinstance(value, str) and parse_duration_ns(value) <= 0:
+            problems.append(f"leaderElection.{LEADER_ELECTION_FLAGS[flag][0]}: the manifest's --{flag}={raw} must "
+                            f"be greater than zero{tag('flags.leaderElectionZero', minor)}")
+    return problems
 
 
 def flags_apply(minor: Minor | None) -> bool:
@@ -155,10 +170,16 @@ def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None)
 def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     """False only when the scheduler certainly has no such plugin: an upstream image and a name its registry of
     this minor lacks (a boundary that was not verified counts as present)."""
+    upstream = launch is not None and launch.upstream_image
+    if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so (issue 33)
+        return False
     plugin = PLUGINS.get(name)
     if plugin is not None:
         return plugin.registered(minor) is not False
-    return not (launch is not None and launch.upstream_image)
+    return not upstream
+
+
+_WEIGHT = "framework.scoreWeight"
 
 
 def _hint(name: str, minor: Minor) -> str:
@@ -168,7 +189,12 @@ def _hint(name: str, minor: Minor) -> str:
     return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
 
 
-def _implements(name: str, point: str) -> bool | None:
+def _implements(name: str, point: str, minor: Minor) -> bool | None:
+    """Whether ``name`` extends ``point``: the minor's binary where it settled it (issue 33), else the union of
+    every minor's points in ``PLUGINS``."""
+    proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+    if proven is not None:
+        return proven
     plugin = PLUGINS.get(name)
     if plugin is None or plugin.points is None:
         return None
@@ -202,7 +228,7 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
                     f"{path}: {POINT_TYPES[point]} {name!r} does not exist{_hint(name, minor)}{tag(_UNKNOWN, minor)}"
                 )
                 continue
-            if _implements(name, point) is False:
+            if _implements(name, point, minor) is False:
                 problems.append(
                     f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}"
                     f"{tag('framework.extensionPoint', minor)}"
@@ -214,6 +240,13 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
                     f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
+    for index, plugin in enumerate(_list(_map(plugins.get("score")).get("enabled"))):
+        weight = _map(plugin).get("weight")
+        if isinstance(weight, int) and not isinstance(weight, bool) and weight < 0 and holds(_WEIGHT, minor):
+            problems.append(
+                f"{where}.plugins.score.enabled[{index}].weight: {weight} is negative: total score of Score plugins "
+                f"could overflow{tag(_WEIGHT, minor)}"
+            )
     custom_multi = enabled.get("multiPoint", []) if multipoint else []
     for index, name in enumerate(custom_multi):
         if not _exists(name, minor, launch):
@@ -248,7 +281,8 @@ def _multipoint_duplicates(
             disabled = sets[1].get(point, set())
             if "*" in disabled or name in disabled or name in sets[0].get(point, ()):
                 continue
-            if point in plugin.always:  # certain in every minor: the expansion meets the duplicate here
+            proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+            if point in plugin.always or proven:  # certain (every minor, or this minor's binary): met here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
                     f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
@@ -304,6 +338,7 @@ def startup_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
         return []
     problems = _lock_problems(data, minor, schema.node_launch)
+    problems += _zero_flag_problems(data, minor, schema.node_launch)
     for index, profile in enumerate(_list(data.get("profiles"))):
         if isinstance(profile, Mapping):
             problems += _profile_problems(profile, f"profiles[{index}]", schema, minor)
@@ -345,7 +380,9 @@ def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: 
     bindingTimeout under 1s, or a timeout whose gate the manifest switches off. Not checked when the profile
     disables DynamicResources (its args are then not used to build it)."""
     multi = _map(_map(profile.get("plugins")).get("multiPoint"))
-    if {"*", "DynamicResources"} & _disabled(multi):
+    # validation.go checks every pluginConfig's args, built or not: kube-scheduler 1.35 exits on a forbidden
+    # bindingTimeout of a disabled DynamicResources (issue 33); unproven minors keep the reading of the source
+    if {"*", "DynamicResources"} & _disabled(multi) and binary.facts_for(minor[1]) is None:
         return []
     off = launch.gates_off if launch is not None else frozenset()
     problems = []

@@ -113,6 +113,29 @@ RULES: tuple[Rule, ...] = (
          "the manifest's --leader-elect* flags override the config's leaderElection; the effective config "
          "(config + flags) is what is validated",
          f"{_OPTIONS} ApplyTo / ApplyLeaderElectionTo, kubernetes#105712 (1.23)"),
+    # ---- 5. proven by the binary of each built minor (issue 33; earlier minors not checked) ---------------
+    Rule("framework.scoreWeight", "framework", (1, 34), None,
+         "a negative weight of a score plugin (proven from 1.34; earlier minors not run)",
+         "kube-scheduler 1.34-1.37 binaries: 'total score of Score plugins could overflow' (NewFramework)"),
+    Rule("flags.unknown", "flags", (1, 34), None,
+         "a manifest flag this minor's binary does not have (--port, --address, --lock-object-*, "
+         "--scheduler-name, --algorithm-provider …); only minors whose binary was built",
+         "the binary's --help (tools/schedconfig_binary_facts.py); pflag: 'unknown flag'"),
+    Rule("featureGates.unknown", "flags", (1, 34), None,
+         "--feature-gates names a gate this minor does not know (hidden gates locked to a value count as known)",
+         "the binary's --help and probes; component-base featuregate: 'unrecognized feature gate'"),
+    Rule("featureGates.locked", "flags", (1, 35), None,
+         "--feature-gates sets a GA or deprecated gate against the value it is locked to",
+         "probes of the binary; component-base featuregate: 'cannot set feature gate %v to %v, feature is locked'"),
+    Rule("featureGates.dependency", "flags", (1, 35), None,
+         "a gate on (by default or by the manifest) whose dependency the manifest switches off, or the reverse",
+         "probes of the binary; component-base featuregate: '%s is enabled, but depends on features that are "
+         "disabled'"),
+    Rule("flags.leaderElectionZero", "flags", (1, 23), None,
+         "a --leader-elect-lease-duration, -renew-deadline or -retry-period flag of zero or less (flags are applied "
+         "after the config's defaults, so zero is not replaced by the default as it is in the config)",
+         f"{_OPTIONS} ApplyLeaderElectionTo; component-base ValidateLeaderElectionConfiguration; proven on "
+         "1.34-1.37"),
 )
 
 RULE_BY_KEY = {rule.key: rule for rule in RULES}

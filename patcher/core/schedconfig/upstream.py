@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.schema import Schema
 from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY
@@ -258,7 +259,10 @@ def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> lis
             problems.append(f"{where}: duplicate pluginConfig for {name}")
         seen.add(name)
         removed = _removed(name, schema)
-        if removed:
+        # kube-scheduler 1.34-1.37 refuse only the v1 volume-limit plugins in pluginConfig and start with the other
+        # removed ones (NodeLabel, SelectorSpread …: issue 33, the binary decides); older minors keep the reading
+        proven = binary.facts_for(schema.node_minor[1] if schema.node_minor else None) is not None
+        if removed and (not proven or name in INVALID_VOLUME_LIMITS):
             problems.append(
                 f"{where}: {name} was invalid in version {removed} (KubeSchedulerConfiguration is version "
                 f"{schema.api_version})"
@@ -305,6 +309,8 @@ def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
             f"profiles[0].plugins.queueSort.enabled: only one queue sort plugin can be enabled, found {len(canon[0])}"
         )
     name = canon[0][0][0] if canon[0] else None
+    if name is None and "*" not in canon[1] and "PrioritySort" not in canon[1]:
+        name = "PrioritySort"  # v1beta3/v1 enable it through the default multiPoint set
 
     def args_of(profile: Mapping[Any, Any]) -> Any:
         for config in _list(profile.get("pluginConfig")):
@@ -316,8 +322,9 @@ def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
     for index, profile in enumerate(profiles[1:], start=1):
         if _effective_queue_sort(profile, schema) != canon:
             problems.append(f"profiles[{index}].plugins.queueSort: must be the same for all profiles")
-        configured = any(_map(c).get("name") == name for c in _list(profile.get("pluginConfig")))
-        if name is not None and configured and args_of(profile) != canon_args:
+        # NewFramework compares the queueSort plugin's args of every profile, an absent entry included: args {}
+        # in one profile and none in another differ (kube-scheduler 1.34-1.37 exit, issue 33)
+        if name is not None and args_of(profile) != canon_args:
             problems.append(
                 f"profiles[{index}].pluginConfig: the args of queueSort {name} must be the same for all profiles"
             )
@@ -358,8 +365,9 @@ def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str
     key = _str(req.get("key"))
     if fields:
         problems = []
-        if key != "metadata.name":
-            problems.append(f"{path}.key: not a valid field selector key, only metadata.name is supported")
+        # no rule on the key: nodeSelectorRequirementsAsFieldSelector takes any (only the API server's pod
+        # validation limits it to metadata.name); kube-scheduler 1.34-1.37 start with metadata.uid (issue 33)
+        del key
         if operator not in ("In", "NotIn"):
             problems.append(f"{path}.operator: {operator!r} is not a valid field selector operator (In, NotIn)")
         elif len(values) != 1:

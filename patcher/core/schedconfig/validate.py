@@ -111,13 +111,22 @@ class _Walker:
                 self.errors.append(f"{join(path, key_text)}: duplicate of field {seen[name]!r}")
                 continue
             seen[name] = key_text
+            if spec.name == "PluginConfig" and name == "args" and not self._in_tree(value):
+                continue  # runtime.Unknown: kube-scheduler keeps another plugin's args as raw bytes
             self.check(item, spec.fields[name], join(path, key_text))
         for required in spec.required:
+            if spec.name == "PluginConfig" and required == "name":
+                continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig entry (issue 33)
             given = seen.get(required)
             if given is None or value.get(given) in (None, ""):
                 self.errors.append(f"{join(path, required)}: required field is missing or empty")
         if spec.name == "PluginConfig" and self.schema.plugin_args:
             self.check_args(value, path)
+
+    def _in_tree(self, config: dict[Any, Any]) -> bool:
+        """Whether a pluginConfig entry names an in-tree plugin whose args kind this apiVersion registers."""
+        name = config.get("name")
+        return not self.schema.plugin_args or (isinstance(name, str) and name in self.schema.plugin_args)
 
     def check_args(self, config: dict[Any, Any], path: str) -> None:
         """Args of an in-tree plugin decode strictly into its registered ``<Name>Args`` kind (upstream
@@ -174,6 +183,8 @@ def _int_checker(kind: str) -> Callable[[Any], str | None]:
     low, high = _INT_RANGES[kind]
 
     def check(value: Any) -> str | None:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # YAML 1e2 reaches Go's JSON decoder as 100, which an int field takes
         if not is_int(value):
             return f"must be an integer, got {_describe(value)}"
         if not low <= value <= high:

@@ -1,0 +1,122 @@
+"""What the real kube-scheduler of a built minor knows before it reads ``--config`` (issue 33).
+
+The manifest's flags are parsed by pflag and component-base before the config: an unknown flag (``--port``,
+``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
+enabled gate depends on, and kube-scheduler exits. Which flags and gates exist, the gates' defaults and their
+dependencies are facts of each binary, not of the config: ``tools/schedconfig_binary_facts.py`` reads them
+from the binaries ``make real-k8s`` builds (``--help``, and one probe per gate) into ``schemas/binary-facts.json``
+beside this module. Minors without facts (not built here) are not checked: nothing is guessed for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from patcher.core import fileread
+
+FACTS = Path(__file__).with_name("schemas") / "binary-facts.json"  # beside the schemas: the same package data
+#: The flag names as pflag reads them are the long names; ``-v`` is the short form of ``--v``.
+_SHORT = {"v": "v"}
+
+
+@dataclass(frozen=True)
+class BinaryFacts:
+    """One kube-scheduler release as its binary describes itself."""
+
+    version: str
+    flags: frozenset[str]
+    gates: Mapping[str, bool]  # gate -> default (those --help lists, and the hidden ones locked to a value)
+    locked: Mapping[str, bool]  # hidden gates locked to their value: setting the other value is refused
+    depends: Mapping[str, tuple[str, ...]]  # gate -> gates it needs enabled
+    points: Mapping[str, Mapping[str, bool]] | None = None  # plugin -> point -> implements, where settled
+    unregistered: frozenset[str] = frozenset()  # plugins NewFramework of this minor says do not exist
+
+
+@cache
+def _all() -> dict[int, BinaryFacts]:
+    raw = json.loads(fileread.read_file(FACTS, "packaged binary facts", limit=1 << 20).decode("utf-8"))
+    return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
+                                    {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
+                                    {gate: tuple(deps) for gate, deps in item["depends"].items()},
+                                    item["plugins"]["points"] if "plugins" in item else None,
+                                    frozenset(item["plugins"]["unregistered"]) if "plugins" in item else frozenset())
+            for minor, item in raw.items()}
+
+
+def facts_for(minor: int | None) -> BinaryFacts | None:
+    """The facts of this minor's binary, or None when it was not built (then nothing here is checked)."""
+    return _all().get(minor) if minor is not None else None
+
+
+def proven_minors() -> tuple[int, ...]:
+    return tuple(sorted(_all()))
+
+
+def gate_settings(raw: str | None) -> dict[str, bool | None]:
+    """``--feature-gates=A=true,kube:B=false`` as gate -> value (None when the value is not a boolean)."""
+    found: dict[str, bool | None] = {}
+    for item in (raw or "").split(","):
+        name, _, value = item.strip().partition("=")
+        name = name.strip().removeprefix("kube:")
+        if name:
+            found[name] = {"true": True, "false": False}.get(value.strip().lower())
+    return found
+
+
+def effective_gates(flags: Mapping[str, str | None], minor: int | None) -> frozenset[str] | None:
+    """The gates on in this scheduler: the binary's defaults with the manifest's ``--feature-gates`` over them;
+    None when the minor's defaults are not known."""
+    facts = facts_for(minor)
+    if facts is None:
+        return None
+    on = {gate for gate, default in facts.gates.items() if default}
+    for gate, value in gate_settings(flags.get("feature-gates")).items():
+        if value is True:
+            on.add(gate)
+        elif value is False:
+            on.discard(gate)
+    return frozenset(on)
+
+
+def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[str]:
+    """Why this minor's kube-scheduler exits on the manifest's flags before reading the config: rules
+    ``flags.unknown``, ``featureGates.unknown``, ``featureGates.dependency``; nothing for a minor not built."""
+    facts = facts_for(minor)
+    if facts is None:
+        return []
+    tag = f"(kube-scheduler {facts.version.rsplit('.', 1)[0]} exits at start-up; rule {{}})"
+    problems = [f"--{name}: not a flag of kube-scheduler {tag.format('flags.unknown')}"
+                for name in flags if name not in facts.flags and name != "config"]
+    settings = gate_settings(flags.get("feature-gates"))
+    for gate, value in settings.items():
+        if gate in facts.locked and value is not None and value != facts.locked[gate]:
+            problems.append(f"--feature-gates: {gate} is locked to {str(facts.locked[gate]).lower()} "
+                            f"{tag.format('featureGates.locked')}")
+        elif gate not in facts.gates:
+            problems.append(f"--feature-gates: {gate} is not a feature gate of this scheduler "
+                            f"{tag.format('featureGates.unknown')}")
+    on = effective_gates(flags, minor) or frozenset()
+    for gate in sorted(on):
+        missing = [dep for dep in facts.depends.get(gate, ()) if dep not in on]
+        if missing and gate in facts.gates:
+            problems.append(f"--feature-gates: {gate} is enabled but depends on {', '.join(missing)}, which is "
+                            f"off {tag.format('featureGates.dependency')}")
+    return problems
+
+
+def implements(name: str, point: str, minor: int | None) -> bool | None:
+    """Whether this minor's binary builds plugin ``name`` at ``point``; None where the binary did not settle it."""
+    facts = facts_for(minor)
+    if facts is None or facts.points is None:
+        return None
+    return facts.points.get(name, {}).get(point)
+
+
+def unregistered(name: str, minor: int | None) -> bool:
+    """True when this minor's binary says the in-tree registry has no plugin ``name``."""
+    facts = facts_for(minor)
+    return facts is not None and name in facts.unregistered
