@@ -299,3 +299,72 @@ def test_the_kubelet_restarts_on_a_changed_pod_not_on_changed_bytes(scene: Scene
     scene.node.write_manifest(f"{KUBEADM_MANIFESTS}/kube-scheduler.yaml", changed)
     replaced, _ = running_after(scene, manifest, started)
     assert replaced[1] != started[1]
+
+
+#: An extender whose client certificate is not PEM. scheduler-patcher's validation lets it through (the fields
+#: are well-formed: a cert and its key, base64 bytes); kube-scheduler 1.37.2 exits 1 at start with
+#: `"command failed" err="couldn't build extenders: tls: failed to find any PEM data in certificate input"`.
+#: Ignorable, on a closed port: the agent's pre-flight does not hold the write back.
+REFUSED_TLS = ("extenders:\n- urlPrefix: https://127.0.0.1:9\n  filterVerb: filter\n  weight: 1\n"
+               "  ignorable: true\n  tlsConfig:\n    certData: eA==\n    keyData: eA==\n")
+
+
+@pytest.mark.timeout(900)
+def test_a_config_the_real_scheduler_refuses_is_rolled_back(scene: Scene, tmp_path: Path) -> None:
+    """A working config, then one the real kube-scheduler refuses at start (a non-PEM extender certificate that
+    the agent's validation lets through): the kubelet starts the new scheduler, it exits, the agent sees the
+    failure on the real mirror pod and writes the last manifest that worked back; the kubelet runs it again
+    under the hash it had, and /configz shows the working extender. The restore then brings back the original."""
+    manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
+    source = tmp_path / "source"
+    source.mkdir()
+    with ExtenderServer() as server:
+        write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
+        scene.start_agent(source)
+        good, _ = running_after(scene, manifest, started)
+        wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
+        working = manifest.read_bytes()
+        good_config = scene.annotations()["config-hash"]
+
+        changed_at = time.monotonic()
+        write_configmap(source, {"extenders.yaml": REFUSED_TLS})
+
+        def written() -> bool:
+            return manifest.read_bytes() != working
+        wait_until(written, 120, f"the refused config written\n{scene.node.log('agent')}")
+        refused = manifest.read_bytes()
+
+        def failed() -> str | None:
+            """The refused scheduler's exit, as the kubelet reports it on the mirror pod."""
+            pod = scene.node.mirror_pod()
+            statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
+            for status in statuses:
+                for state in (status.get("state", {}), status.get("lastState", {})):
+                    term = state.get("terminated")
+                    if term and term.get("exitCode") and pod and pod["metadata"]["annotations"][HASH] != good[1]:
+                        return str(term.get("exitCode"))
+            return None
+        code = wait_until(failed, 240, f"the refused scheduler's exit on its mirror pod\n{scene.node.log('kubelet')}")
+        failed_in = time.monotonic() - changed_at
+        logs = list((scene.node.run / "pods").rglob("*.log"))
+        assert any("couldn't build extenders" in p.read_text(errors="replace") for p in logs), \
+            "the scheduler's own log names the refused extender"
+
+        def rolled_back() -> bool:
+            ann = scene.annotations()
+            return ann.get("state") == "RolledBack" and manifest.read_bytes() == working
+        wait_until(rolled_back, 300, f"the agent rolled back\n{scene.node.log('agent')}")
+        rolled_in = time.monotonic() - changed_at
+        assert scene.annotations().get("config-hash") == good_config
+        back, took = running_after(scene, manifest, good)
+        assert back[1] == good[1], "the kubelet runs the working manifest under the hash it had"
+        assert extenders_on(scene, server)[0]["urlPrefix"] == server.url
+        print(f"\nrefused config: exit {code} seen on the mirror pod {failed_in:.1f} s after the ConfigMap change, "
+              f"rolled back {rolled_in:.1f} s after it, working scheduler running again {took:.1f} s after the "
+              f"rollback's write ({len(refused)} -> {len(working)} bytes)")
+
+        scene.stop_agent()
+        assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
+        assert manifest.read_bytes() == original
+        restored, _ = running_after(scene, manifest, back)
+        assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
