@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ import pytest
 from tests.conftest import FIXTURES, write_configmap
 from tests.extservers import ExtenderServer
 from tests.helpers import P
+from tests.realimage import agent_image, podman_missing
 from tests.realk8s import (
     Binaries,
     ControlPlane,
@@ -368,3 +370,190 @@ def test_a_config_the_real_scheduler_refuses_is_rolled_back(scene: Scene, tmp_pa
         assert manifest.read_bytes() == original
         restored, _ = running_after(scene, manifest, back)
         assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
+
+
+AGENT_NS, AGENT_DS = "scheduler-patcher", "scheduler-patcher"
+KILLING = re.compile(r'^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d{6}) .*"Killing container with a grace period" '
+                     r'pod="(?P<pod>[^"]+)".*gracePeriod=(?P<grace>\d+)')
+
+
+def require_podman() -> None:
+    why = podman_missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the agent's image cannot be built under CI=true: {why}")
+        pytest.skip(why)
+
+
+def kubelet_kill(scene: Scene, pod: str) -> tuple[float, int] | None:
+    """(epoch seconds, grace period) of the kubelet's log line that starts killing `pod`'s container."""
+    for line in (scene.node.run / "kubelet.log").read_text(errors="replace").splitlines():
+        found = KILLING.match(line)
+        if found and found["pod"] == pod:
+            year = time.gmtime().tm_year  # klog writes local time without the year; this machine runs UTC
+            stamp = datetime.strptime(f"{year}{found[1]} {found[2]}", "%Y%m%d %H:%M:%S.%f")
+            return stamp.replace(tzinfo=UTC).timestamp(), int(found["grace"])
+    return None
+
+
+def agent_pod(scene: Scene, image: str, port: int, number: int) -> dict[str, Any]:
+    """The DaemonSet's pod template (as `kubectl apply -k manifests/base` created the DaemonSet) bound to the
+    node as its controller would bind it, with three changes: the image built from this checkout, the agent's
+    port (the host's: hostNetwork), and the API server's address. No kube-proxy runs here to route the
+    `kubernetes` Service's ClusterIP, which the kubelet puts into KUBERNETES_SERVICE_HOST/PORT: the container's
+    own env wins over the kubelet's, as it does for any variable."""
+    ds = scene.cp.ok("GET", f"/apis/apps/v1/namespaces/{AGENT_NS}/daemonsets/{AGENT_DS}")
+    template = json.loads(json.dumps(ds["spec"]["template"]))
+    spec = template["spec"]
+    (container,) = spec["containers"]
+    container["image"] = image
+    container["ports"] = [{**p, "containerPort": port} for p in container["ports"]]
+    env = [e for e in container["env"] if e["name"] != "PATCHER_LISTEN"]
+    container["env"] = [*env, {"name": "PATCHER_LISTEN", "value": f":{port}"},
+                        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                        {"name": "KUBERNETES_SERVICE_PORT", "value": str(scene.cp.port)}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{AGENT_DS}-{scene.node.name}-{number}", "namespace": AGENT_NS,
+                         "labels": template["metadata"]["labels"],
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": AGENT_DS,
+                                              "uid": ds["metadata"]["uid"], "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {**spec, "nodeName": scene.node.name}}
+
+
+def as_control_plane_node(scene: Scene) -> None:
+    """What kubeadm and kube-controller-manager do to a new control-plane node, which the DaemonSet's nodeSelector
+    and its tolerations rely on: kubeadm's label, and (the node lifecycle controller, once the node is Ready) the
+    `node.kubernetes.io/not-ready:NoSchedule` taint the kubelet registers its Node with taken off. With it the
+    DaemonSet controller would place no pod here, and the agent reads the same: "no longer selects this node"."""
+    path = f"/api/v1/nodes/{scene.node.name}"
+
+    def ready() -> dict[str, Any] | None:
+        node: dict[str, Any] = scene.cp.ok("GET", path)
+        conditions = node.get("status", {}).get("conditions") or []
+        return node if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+    node = wait_until(ready, 60, f"the node Ready: {scene.cp.ok('GET', path).get('status', {}).get('conditions')}")
+    taints = node["spec"].get("taints") or []
+    assert {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "effect")} for t in taints], taints  # the kubelet's registration taint
+    scene.cp.ok("PATCH", path, {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}},
+                                "spec": {"taints": [t for t in taints if t["key"] != "node.kubernetes.io/not-ready"]}},
+                "application/merge-patch+json")
+
+
+@dataclass
+class AgentPod:
+    scene: Scene
+    image: str
+    number: int
+    port: int = field(default_factory=free_port)
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{AGENT_NS}/pods/{self.name}"
+
+    def create(self) -> AgentPod:
+        self.body = agent_pod(self.scene, self.image, self.port, self.number)
+        self.scene.cp.ok("POST", f"/api/v1/namespaces/{AGENT_NS}/pods", self.body)
+        return self
+
+    def log(self) -> str:
+        """The agent's container log, while the pod exists (the kubelet removes the folder with the pod)."""
+        logs = sorted((self.scene.node.run / "pods").glob(f"{AGENT_NS}_{self.name}_*/agent/*.log"))
+        return logs[-1].read_text(errors="replace") if logs else "(no container log)"
+
+    def condition(self, kind: str) -> bool:
+        status, out = self.scene.cp.request("GET", self.path)
+        conditions = (out.get("status", {}).get("conditions") or []) if status == 200 else []
+        return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+    def delete(self) -> tuple[float, int]:
+        """DELETE with the pod's own grace period; returns the kubelet's kill (epoch s) and the grace period."""
+        self.scene.cp.ok("DELETE", self.path)
+        kill: tuple[float, int] = wait_until(lambda: kubelet_kill(self.scene, f"{AGENT_NS}/{self.name}"), 60,
+                                             f"the kubelet killing the agent\n{self.scene.node.log('kubelet')}")
+        return kill
+
+    def gone(self) -> str:
+        """Waits for the pod object to go (the kubelet deletes it once the agent exited); the agent's last log."""
+        seen = ""
+
+        def deleted() -> bool:
+            nonlocal seen
+            text = self.log()
+            seen = text if text != "(no container log)" else seen
+            return self.scene.cp.request("GET", self.path)[0] == 404
+        wait_until(deleted, 120, f"the pod gone once the agent exited\n{self.log()}")
+        return seen
+
+
+@pytest.mark.timeout(900)
+def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
+    """The project's image (podman, imported into the node's containerd, never pulled) runs as the DaemonSet's
+    pod on the node: it patches, the kubelet restarts the scheduler, the pod's readiness probe (/readyz) turns
+    Ready. Its pod deleted while the DaemonSet stays (a rolling update, a pod deleted by hand): the kubelet's
+    SIGTERM, the patch kept, no scheduler restart; the next pod adopts the patch without a write. Uninstall: the
+    DaemonSet is deleted, then its pod (what the garbage collector would do): the kubelet's SIGTERM with the
+    pod's grace period, the manifest restored, the original scheduler running again. No CNI: hostNetwork."""
+    require_podman()
+    image = agent_image()
+    print(f"\nagent image {image.name}: {image.size / 2**20:.0f} MiB archive, built in {image.built_in:.0f} s, "
+          f"saved in {image.saved_in:.0f} s (0: cached)")
+    started_import = time.monotonic()
+    scene.node.ctr("images", "import", str(image.archive))
+    print(f"imported into containerd in {time.monotonic() - started_import:.1f} s")
+    assert image.name in scene.node.ctr("images", "ls", "-q").split()
+
+    manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
+    as_control_plane_node(scene)
+    # What kube-controller-manager's root-CA publisher puts into every namespace: the service-account volume
+    # the ServiceAccount admission plugin adds to the pod mounts it as ca.crt.
+    scene.cp.ok("POST", f"/api/v1/namespaces/{AGENT_NS}/configmaps", {
+        "metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": (scene.cp.pki / "ca.crt").read_text()}})
+    with ExtenderServer() as server:
+        scene.cp.ok("PATCH", f"/api/v1/namespaces/{AGENT_NS}/configmaps/scheduler-patcher-source",
+                    {"data": {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)}},
+                    "application/merge-patch+json")
+        created = time.monotonic()
+        first_pod = AgentPod(scene, image.name, 1).create()
+        first, took = running_after(scene, manifest, started)
+        wait_until(lambda: scene.annotations().get("state") == "Ready", 180,
+                   f"the agent Ready\n{first_pod.log()}\n{scene.node.log('kubelet')}")
+        wait_until(lambda: first_pod.condition("Ready"), 120, f"the pod Ready (/readyz)\n{first_pod.log()}")
+        print(f"pod created -> pod Ready {time.monotonic() - created:.1f} s; its write -> new scheduler running "
+              f"{took:.1f} s")
+        assert first[1] != started[1]
+        assert extenders_on(scene, server)[0]["urlPrefix"] == server.url
+        patched, patched_at = manifest.read_bytes(), manifest.stat().st_mtime_ns
+
+        killed_at, _ = first_pod.delete()
+        said = first_pod.gone()
+        print(f"pod deleted, DaemonSet kept: kubelet's kill -> pod gone {time.time() - killed_at:.1f} s")
+        assert "keeping the patch" in said, said
+        assert manifest.read_bytes() == patched and manifest.stat().st_mtime_ns == patched_at
+        assert scene.node.running() == first, "no scheduler restart when the agent's pod is replaced"
+        second_pod = AgentPod(scene, image.name, 2).create()
+        wait_until(lambda: second_pod.condition("Ready"), 180, f"the successor Ready\n{second_pod.log()}")
+        assert manifest.stat().st_mtime_ns == patched_at, "the successor adopts the patch without a write"
+        assert scene.node.running() == first
+
+        scene.cp.ok("DELETE", f"/apis/apps/v1/namespaces/{AGENT_NS}/daemonsets/{AGENT_DS}",
+                    {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+        killed_at, grace = second_pod.delete()
+        assert grace == second_pod.body["spec"]["terminationGracePeriodSeconds"]
+        back, _ = running_after(scene, manifest, first)
+        running_in = time.time() - killed_at
+        assert back[1] == started[1], "the kubelet runs the original manifest under its original hash"
+        said = second_pod.gone()
+        gone_in = time.time() - killed_at
+        assert manifest.read_bytes() == original
+        assert "received SIGTERM" in said and "(stopping)" in said, said
+        restored_in = manifest.stat().st_mtime - killed_at
+        print(f"kubelet's kill (grace {grace} s) -> manifest restored {restored_in:.2f} s, -> original scheduler "
+              f"running {running_in:.1f} s, -> pod gone {gone_in:.1f} s")
+        assert restored_in < grace
