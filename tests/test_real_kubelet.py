@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,9 +135,14 @@ class Scene:
 @pytest.fixture
 def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     """A control plane with the agent's RBAC and one node whose static pod folder is `request.param`
-    (the kubeadm folder unless a test parametrizes it)."""
-    binaries = require_node()
-    static_pod_path = getattr(request, "param", KUBEADM_MANIFESTS)
+    (the kubeadm folder unless a test parametrizes it), of the newest built release."""
+    with node_scene(require_node(), tmp_path, getattr(request, "param", KUBEADM_MANIFESTS)) as out:
+        yield out
+
+
+@contextmanager
+def node_scene(binaries: Binaries, tmp_path: Path, static_pod_path: str = KUBEADM_MANIFESTS) -> Iterator[Scene]:
+    """The control plane of `binaries`' release, the agent's RBAC as installed, one node of the same release."""
     with control_plane(binaries, tmp_path / "cp") as cp:
         proc = cp.kubectl("apply", "--server-side", "-k", str(ROOT / "manifests" / "base"))
         assert proc.returncode == 0, proc.stderr  # the agent's RBAC, exactly as installed
@@ -150,15 +156,19 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
 
 
 def extenders_on(scene: Scene, server: ExtenderServer) -> list[dict[str, Any]]:
+    """The extenders on the running scheduler's /configz, each with its keys case-folded: 1.36 and later serve
+    the versioned config (`extenders`, `urlPrefix`), 1.34 and 1.35 the internal Go struct (`Extenders`,
+    `URLPrefix`)."""
     def found() -> list[dict[str, Any]] | None:
         try:
-            profiles = scene.configz()["componentconfig"]
+            config = scene.configz()["componentconfig"]
         except OSError:
             return None
-        out: list[dict[str, Any]] = profiles.get("extenders") or []
+        folded = {str(k).casefold(): v for k, v in config.items()}
+        out = [{str(k).casefold(): v for k, v in e.items()} for e in folded.get("extenders") or []]
         return out or None
     extenders: list[dict[str, Any]] = wait_until(found, 60, "the extender on /configz")
-    assert [e["urlPrefix"] for e in extenders] == [server.url]
+    assert [e["urlprefix"] for e in extenders] == [server.url]
     return extenders
 
 
@@ -258,8 +268,12 @@ def test_every_form_the_agent_writes_is_run_by_the_real_kubelet(scene: Scene, tm
     """Each patched form as a static pod file: the kubelet decodes and admits it (its log names the pod in a
     `SyncLoop ADD` from the file source; a file it cannot decode or validate is logged as such and gets no
     pod), and for the hostNetwork forms creates the mirror pod with the `--config` and the config folder's
-    volume the agent wrote. The other forms wait for a pod network this node has not (no CNI), before any
-    mirror pod; the images are the corpus' own, which no registry serves here: what is seen is the decoding."""
+    volume the agent wrote. The images are the corpus' own, which no registry serves here: what is seen is the
+    decoding and the mirror pod, not a running scheduler."""
+    forms_run_by_the_kubelet(scene, tmp_path)
+
+
+def forms_run_by_the_kubelet(scene: Scene, tmp_path: Path) -> None:
     forms = patched_forms(tmp_path / "forms")
     for name, data in forms.items():
         scene.node.write_manifest(f"{KUBEADM_MANIFESTS}/{name}.yaml", renamed(data, f"ks-{name}"))
@@ -360,7 +374,7 @@ def test_a_config_the_real_scheduler_refuses_is_rolled_back(scene: Scene, tmp_pa
         assert scene.annotations().get("config-hash") == good_config
         back, took = running_after(scene, manifest, good)
         assert back[1] == good[1], "the kubelet runs the working manifest under the hash it had"
-        assert extenders_on(scene, server)[0]["urlPrefix"] == server.url
+        assert extenders_on(scene, server)[0]["urlprefix"] == server.url
         print(f"\nrefused config: exit {code} seen on the mirror pod {failed_in:.1f} s after the ConfigMap change, "
               f"rolled back {rolled_in:.1f} s after it, working scheduler running again {took:.1f} s after the "
               f"rollback's write ({len(refused)} -> {len(working)} bytes)")
@@ -528,7 +542,7 @@ def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
         print(f"pod created -> pod Ready {time.monotonic() - created:.1f} s; its write -> new scheduler running "
               f"{took:.1f} s")
         assert first[1] != started[1]
-        assert extenders_on(scene, server)[0]["urlPrefix"] == server.url
+        assert extenders_on(scene, server)[0]["urlprefix"] == server.url
         patched, patched_at = manifest.read_bytes(), manifest.stat().st_mtime_ns
 
         killed_at, _ = first_pod.delete()
@@ -557,3 +571,42 @@ def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
         print(f"kubelet's kill (grace {grace} s) -> manifest restored {restored_in:.2f} s, -> original scheduler "
               f"running {running_in:.1f} s, -> pod gone {gone_in:.1f} s")
         assert restored_in < grace
+
+
+def older_releases() -> list[str]:
+    """Every built release but the newest (the tests above run on that one), or ["none"] to skip once."""
+    return [b.version for b in built_releases()[1:]] or ["none"]
+
+
+@pytest.mark.real_releases
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", older_releases())
+def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Path) -> None:
+    """On each release before the newest, one node: the agent patches the kubeadm example, the release's kubelet
+    restarts the release's scheduler onto it (/configz shows the extender), SIGTERM restores it and the kubelet
+    runs the original hash again; then every patched form is decoded and admitted by that kubelet. One node
+    start per release for both. `make test-real-releases` runs these (marker real_releases), outside `make test`
+    and its time budget."""
+    require_node()
+    binaries = next((b for b in built_releases() if b.version == version), None)
+    if binaries is None:
+        pytest.skip("no release built besides the newest: `make real-k8s` builds 1.34-1.36 after 1.37")
+    with node_scene(binaries, tmp_path) as scene:
+        manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
+        source = tmp_path / "source"
+        source.mkdir()
+        with ExtenderServer() as server:
+            write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
+            scene.start_agent(source)
+            first, took = running_after(scene, manifest, started)
+            assert first[1] != started[1]
+            wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
+            assert extenders_on(scene, server)[0]["urlprefix"] == server.url
+            scene.stop_agent()
+            assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
+            assert manifest.read_bytes() == original
+            restored, back_in = running_after(scene, manifest, first)
+            assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
+        print(f"v{version}: node registered {scene.node.started_in:.1f} s, manifest write -> new scheduler "
+              f"running {took:.1f} s, restore -> original running {back_in:.1f} s")
+        forms_run_by_the_kubelet(scene, tmp_path)
