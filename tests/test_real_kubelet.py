@@ -41,6 +41,7 @@ from tests.realk8s import (
     missing_reason,
     wait_until,
 )
+from tests.realkubelet import RealNode as StandInNode
 from tests.realnode import KUBEADM_MANIFESTS, RKE2_MANIFESTS, RealNode, runtime_missing, scheduler_images
 
 # The group is also given by tests/conftest.py, but there too late for pytest-xdist's loadgroup (it read the
@@ -610,3 +611,17 @@ def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Pat
         print(f"v{version}: node registered {scene.node.started_in:.1f} s, manifest write -> new scheduler "
               f"running {took:.1f} s, restore -> original running {back_in:.1f} s")
         forms_run_by_the_kubelet(scene, tmp_path)
+
+
+def test_the_stand_in_kubelet_creates_its_node_as_the_real_one(scene: Scene) -> None:
+    """tests/realkubelet.py (the kubelet's API side beside tests/kubeletsim.py) creates its Node with what the
+    real kubelet's registration gives it: the labels a kubelet sets on itself and the not-ready taint, which
+    stays here on the real node (no node lifecycle controller takes it off; the agent-pod test does that)."""
+    real = scene.cp.ok("GET", f"/api/v1/nodes/{scene.node.name}")
+    stand_in = StandInNode(scene.cp, "node-b").create()
+
+    def taints(node: dict[str, Any]) -> list[tuple[str, str]]:
+        return sorted((t["key"], t["effect"]) for t in node["spec"].get("taints") or [])
+    assert taints(stand_in) == taints(real) == [("node.kubernetes.io/not-ready", "NoSchedule")]
+    own = {k for k in real["metadata"]["labels"] if k.startswith(("kubernetes.io/", "beta.kubernetes.io/"))}
+    assert set(stand_in["metadata"]["labels"]) == own
