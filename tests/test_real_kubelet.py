@@ -185,13 +185,14 @@ def running_after(scene: Scene, manifest: Path, before: tuple[str, str]) -> tupl
     return new, time.time() - manifest.stat().st_mtime
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(("scene", "form"), [(KUBEADM_MANIFESTS, "kubeadm"), (RKE2_MANIFESTS, "rke2")],
                          indirect=["scene"], ids=["kubeadm", "rke2"])
 def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path) -> None:
     """Install -> patched, the kubelet restarts the scheduler (new hash), agent Ready, /configz shows the
-    extender; a config change -> restarted again; SIGTERM -> the original bytes, and the kubelet runs the
-    original manifest under its original hash again."""
+    extender; a config change -> restarted again; (kubeadm) a config the real scheduler refuses -> rolled back
+    to the working one; SIGTERM -> the original bytes, and the kubelet runs the original manifest under its original
+    hash again."""
     flags: tuple[str, ...] = ()
     if form == "kubeadm":
         manifest_dir, text = KUBEADM_MANIFESTS, EXAMPLE.read_text()
@@ -219,6 +220,13 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         print(f"{form}: config change -> new scheduler running {took:.1f} s")
         wait_until(lambda: scene.ready(configured), 120, f"Ready on the new config\n{scene.node.log('agent')}")
         assert wait_until(lambda: extenders_on(scene, server)[0]["weight"] == 2, 60, "weight 2 on /configz")
+        if form == "kubeadm":
+            # RKE2 (metadata.uid) is left out: there the agent says Ready on the refused config (see
+            # refused_and_rolled_back), and after the restore the original scheduler was not seen running
+            # within 240 s; both reported on issue 34.
+            rolled = refused_and_rolled_back(scene, source, manifest, second, server)
+            assert not isinstance(rolled, str), rolled
+            second = rolled
 
         scene.stop_agent()
         assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
@@ -270,8 +278,25 @@ def test_every_form_the_agent_writes_is_run_by_the_real_kubelet(scene: Scene, tm
     `SyncLoop ADD` from the file source; a file it cannot decode or validate is logged as such and gets no
     pod), and for the hostNetwork forms creates the mirror pod with the `--config` and the config folder's
     volume the agent wrote. The images are the corpus' own, which no registry serves here: what is seen is the
-    decoding and the mirror pod, not a running scheduler."""
+    decoding and the mirror pod, not a running scheduler. And, one node start for both, the kubelet stand-in's
+    Node beside the real kubelet's."""
+    stand_in_node_as_the_real_one(scene)
     forms_run_by_the_kubelet(scene, tmp_path)
+
+
+def stand_in_node_as_the_real_one(scene: Scene) -> None:
+    """tests/realkubelet.py (the kubelet's API side beside tests/kubeletsim.py) creates its Node with what the
+    real kubelet's registration gives it: the labels a kubelet sets on itself and the not-ready taint, which
+    stays here on the real node (no node lifecycle controller takes it off; the agent-pod test does that)."""
+    real = scene.cp.ok("GET", f"/api/v1/nodes/{scene.node.name}")
+    stand_in = StandInNode(scene.cp, "node-b").create()
+
+    def taints(node: dict[str, Any]) -> list[tuple[str, str]]:
+        return sorted((t["key"], t["effect"]) for t in node["spec"].get("taints") or [])
+    assert taints(stand_in) == taints(real) == [("node.kubernetes.io/not-ready", "NoSchedule")]
+    own = {k for k in real["metadata"]["labels"] if k.startswith(("kubernetes.io/", "beta.kubernetes.io/"))}
+    assert set(stand_in["metadata"]["labels"]) == own
+    scene.cp.ok("DELETE", "/api/v1/nodes/node-b")
 
 
 def forms_run_by_the_kubelet(scene: Scene, tmp_path: Path) -> None:
@@ -326,66 +351,55 @@ REFUSED_TLS = ("extenders:\n- urlPrefix: https://127.0.0.1:9\n  filterVerb: filt
                "  ignorable: true\n  tlsConfig:\n    certData: eA==\n    keyData: eA==\n")
 
 
-@pytest.mark.timeout(900)
-def test_a_config_the_real_scheduler_refuses_is_rolled_back(scene: Scene, tmp_path: Path) -> None:
-    """A working config, then one the real kube-scheduler refuses at start (a non-PEM extender certificate that
-    the agent's validation lets through): the kubelet starts the new scheduler, it exits, the agent sees the
-    failure on the real mirror pod and writes the last manifest that worked back; the kubelet runs it again
-    under the hash it had, and /configz shows the working extender. The restore then brings back the original."""
-    manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
-    source = tmp_path / "source"
-    source.mkdir()
-    with ExtenderServer() as server:
-        write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
-        scene.start_agent(source)
-        good, _ = running_after(scene, manifest, started)
-        wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
-        working = manifest.read_bytes()
-        good_config = scene.annotations()["config-hash"]
+def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working: tuple[str, str],
+                            server: ExtenderServer) -> tuple[str, str] | str:
+    """The ConfigMap changed to REFUSED_TLS: the agent writes it, the kubelet starts that scheduler, it exits 1
+    (its own log names the extender), the agent sees the exit on the real mirror pod and writes the working
+    manifest back; the kubelet runs it again (under the hash it had). Returns the (container, hash) it runs.
 
-        changed_at = time.monotonic()
-        write_configmap(source, {"extenders.yaml": REFUSED_TLS})
+    Or a known bug (issue 34), returned as its description: with a manifest that sets `metadata.uid` (RKE2's)
+    the pod keeps its UID across the edit, and the real kubelet shows each restart of the refused scheduler
+    `started: true`, `ready: true` and the pod Ready for the second it runs (the startup probe's result stays
+    with the pod, not the container). The agent takes that second for a healthy restart: state Ready on the
+    refused config, no rollback, and the scheduler crash-loops from then on."""
+    before, config = manifest.read_bytes(), scene.annotations()["config-hash"]
+    changed_at = time.monotonic()
+    write_configmap(source, {"extenders.yaml": REFUSED_TLS})
+    wait_until(lambda: manifest.read_bytes() != before, 120, f"the refused config written\n{scene.node.log('agent')}")
 
-        def written() -> bool:
-            return manifest.read_bytes() != working
-        wait_until(written, 120, f"the refused config written\n{scene.node.log('agent')}")
-        refused = manifest.read_bytes()
+    def exited() -> str | None:
+        """The refused scheduler's exit code, as the kubelet reports it on the mirror pod."""
+        statuses = ((scene.node.mirror_pod() or {}).get("status") or {}).get("containerStatuses") or []
+        for status in statuses:
+            for state in (status.get("state") or {}, status.get("lastState") or {}):
+                term = state.get("terminated") or {}
+                if term.get("exitCode") and term.get("containerID") != working[0]:
+                    return str(term["exitCode"])
+        return None
+    code = wait_until(exited, 240, f"the refused scheduler's exit on its mirror pod\n{scene.node.log('kubelet')}")
+    exited_in = time.monotonic() - changed_at
+    logs = list((scene.node.run / "pods").rglob("*.log"))
+    assert any("couldn't build extenders" in p.read_text(errors="replace") for p in logs), \
+        "the scheduler's own log names the refused extender"
 
-        def failed() -> str | None:
-            """The refused scheduler's exit, as the kubelet reports it on the mirror pod."""
-            pod = scene.node.mirror_pod()
-            statuses = (pod or {}).get("status", {}).get("containerStatuses") or []
-            for status in statuses:
-                for state in (status.get("state", {}), status.get("lastState", {})):
-                    term = state.get("terminated")
-                    if term and term.get("exitCode") and pod and pod["metadata"]["annotations"][HASH] != good[1]:
-                        return str(term.get("exitCode"))
-            return None
-        code = wait_until(failed, 240, f"the refused scheduler's exit on its mirror pod\n{scene.node.log('kubelet')}")
-        failed_in = time.monotonic() - changed_at
-        logs = list((scene.node.run / "pods").rglob("*.log"))
-        assert any("couldn't build extenders" in p.read_text(errors="replace") for p in logs), \
-            "the scheduler's own log names the refused extender"
-
-        def rolled_back() -> bool:
-            ann = scene.annotations()
-            return ann.get("state") == "RolledBack" and manifest.read_bytes() == working
-        wait_until(rolled_back, 300, f"the agent rolled back\n{scene.node.log('agent')}")
-        rolled_in = time.monotonic() - changed_at
-        assert scene.annotations().get("config-hash") == good_config
-        back, took = running_after(scene, manifest, good)
-        assert back[1] == good[1], "the kubelet runs the working manifest under the hash it had"
-        assert extenders_on(scene, server)[0]["urlprefix"] == server.url
-        print(f"\nrefused config: exit {code} seen on the mirror pod {failed_in:.1f} s after the ConfigMap change, "
-              f"rolled back {rolled_in:.1f} s after it, working scheduler running again {took:.1f} s after the "
-              f"rollback's write ({len(refused)} -> {len(working)} bytes)")
-
-        scene.stop_agent()
-        assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
-        assert manifest.read_bytes() == original
-        restored, _ = running_after(scene, manifest, back)
-        assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
-
+    def outcome() -> str | None:
+        ann = scene.annotations()
+        if ann.get("state") == "RolledBack" and manifest.read_bytes() == before:
+            return "rolled back"
+        if ann.get("state") == "Ready" and ann.get("config-hash") != config:
+            return "ready"
+        return None
+    if wait_until(outcome, 300, f"the agent rolled back\n{scene.node.log('agent')}") == "ready":
+        return (f"the agent said Ready on a config the real scheduler refuses (it crash-loops): "
+                f"{scene.annotations().get('message')}")
+    rolled_in = time.monotonic() - changed_at
+    assert scene.annotations().get("config-hash") == config
+    back, took = running_after(scene, manifest, working)
+    assert back[1] == working[1], "the kubelet runs the working manifest under the hash it had"
+    assert extenders_on(scene, server)[0]["urlprefix"] == server.url
+    print(f"refused config: exit {code} on the mirror pod {exited_in:.1f} s after the ConfigMap change, rolled back "
+          f"{rolled_in:.1f} s after it, the working scheduler running again {took:.1f} s after the rollback's write")
+    return back
 
 AGENT_NS, AGENT_DS = "scheduler-patcher", "scheduler-patcher"
 KILLING = re.compile(r'^I(\d{4}) (\d{2}:\d{2}:\d{2}\.\d{6}) .*"Killing container with a grace period" '
@@ -612,16 +626,3 @@ def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Pat
               f"running {took:.1f} s, restore -> original running {back_in:.1f} s")
         forms_run_by_the_kubelet(scene, tmp_path)
 
-
-def test_the_stand_in_kubelet_creates_its_node_as_the_real_one(scene: Scene) -> None:
-    """tests/realkubelet.py (the kubelet's API side beside tests/kubeletsim.py) creates its Node with what the
-    real kubelet's registration gives it: the labels a kubelet sets on itself and the not-ready taint, which
-    stays here on the real node (no node lifecycle controller takes it off; the agent-pod test does that)."""
-    real = scene.cp.ok("GET", f"/api/v1/nodes/{scene.node.name}")
-    stand_in = StandInNode(scene.cp, "node-b").create()
-
-    def taints(node: dict[str, Any]) -> list[tuple[str, str]]:
-        return sorted((t["key"], t["effect"]) for t in node["spec"].get("taints") or [])
-    assert taints(stand_in) == taints(real) == [("node.kubernetes.io/not-ready", "NoSchedule")]
-    own = {k for k in real["metadata"]["labels"] if k.startswith(("kubernetes.io/", "beta.kubernetes.io/"))}
-    assert set(stand_in["metadata"]["labels"]) == own
