@@ -38,7 +38,14 @@ TEST_WORKERS ?= 2
 PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_PAR)
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_releases"
+
+## The real node of each built release before the newest (issue 34): the agent's patch, restart and restore,
+## and every manifest form, on that release's kubelet and scheduler. ~1.5 min a release, one at a time (they
+## share the real-test lock), so apart from `make test` and its ~8 min; .ci/run runs it after `make test`.
+.PHONY: test-real-releases
+test-real-releases: $(STAMP)
+	$(BIN)/python -m pytest -q -m real_releases tests/test_real_kubelet.py
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
@@ -47,7 +54,7 @@ test-min:
 	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet"
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_releases"
 
 lint: $(STAMP)
 	$(BIN)/ruff check patcher tests bench tools fuzz

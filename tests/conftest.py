@@ -86,6 +86,8 @@ REAL_KUBELET = "real_kubelet"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
     config.addinivalue_line("markers", f"{REAL_KUBELET}: runs a real node (kubelet, containerd) of `make real-k8s`")
+    config.addinivalue_line("markers", "real_releases: a real node of each release before the newest "
+                                       "(`make test-real-releases`, not `make test`)")
 
 
 #: One real-cluster or real-node test at a time on this machine, whichever worker or session runs it: the

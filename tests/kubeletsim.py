@@ -10,8 +10,14 @@
   the static pod's annotations plus the hash, a new uid, and a container ``startedAt`` in whole seconds, like
   the API's ``metav1.Time``. Replaced means deleted, then created (watchers see DELETED, then ADDED), even
   where the hash stays the same;
-* a scheduler config that contains ``reject-me`` makes the scheduler exit at start: the pod crash-loops
-  (restartCount rising, waiting CrashLoopBackOff), like a real scheduler with an invalid config.
+* each new mirror pod is first published Pending, its container waiting in ``ContainerCreating``, then with
+  the container's state (as the real kubelet's pod status goes);
+* a scheduler config that contains ``reject-me`` makes the scheduler exit at start, and the container goes
+  through what the real kubelet showed for a kube-scheduler refusing its config (tests/test_real_kubelet.py):
+  terminated (exit 1, ``Error``) with restartCount 0, then restarted at once (running, restartCount 1,
+  ``lastState.terminated``), terminated again, waiting ``CrashLoopBackOff`` ("back-off 10s restarting failed
+  container=..."), running again with restartCount 2, and so on with the back-off doubling. One step per
+  0.3 s here, where the real kubelet's back-off takes 10 s, 20 s, 40 s...
 
 Where the mirror pod goes is a ``PodSink``: the API emulator (``KubeEmulator.set_pod``), or the real API server
 through tests/realkubelet.py (``RealNode``: the node's own credentials, the mirror pod deleted and created again on
@@ -21,6 +27,7 @@ kubelet does, instead of a one-container stand-in (the real server validates it 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -98,7 +105,7 @@ class SimKubelet:
     restarts: list[Restart] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)
     _seen: dict[str, str] = field(default_factory=dict)
-    _crashing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _crashing: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)  # pod, steps taken
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -151,25 +158,54 @@ class SimKubelet:
         crashed = self._rejects(container)
         pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),
                               namespace=meta.get("namespace", "kube-system"), annotations=annotations,
-                              started_at=_stamp(now), waiting_reason="CrashLoopBackOff" if crashed else None,
-                              restart_count=1 if crashed else 0, ready=not crashed)
+                              waiting_reason="ContainerCreating", ready=False)
         pod["metadata"]["uid"] = str(uuid.uuid4())
         if self.full_spec:
             pod["spec"] = {**spec, "nodeName": self.node}
         namespace, mirror_name = pod["metadata"].get("namespace", "kube-system"), pod["metadata"]["name"]
         if isinstance(self.emu, KubeEmulator) and self.emu.get("pods", mirror_name, namespace) is not None:
             self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
+        self.emu.set_pod(copy.deepcopy(pod))  # Pending: the container being created
+        status = pod["status"]["containerStatuses"][0]
+        if crashed:
+            status["state"] = {"terminated": self._exited(now)}
+            status["lastState"] = {}
+        else:
+            status["state"] = {"running": {"startedAt": _stamp(now)}}
+            status["ready"] = True
+            pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        pod["status"]["phase"] = "Running"
         self.emu.set_pod(pod)
         self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
         if crashed:
-            self._crashing[name] = pod
+            self._crashing[name] = (pod, 0)
         else:
             self._crashing.pop(name, None)
 
+    @staticmethod
+    def _exited(now_ns: int) -> dict[str, Any]:
+        return {"exitCode": 1, "reason": "Error", "startedAt": _stamp(now_ns), "finishedAt": _stamp(now_ns)}
+
     def _crash_again(self) -> None:
-        for pod in list(self._crashing.values()):
+        """One step of each crash loop: restarted (running) -> exited -> back-off -> restarted..."""
+        for name, (pod, steps) in list(self._crashing.items()):
             status = pod["status"]["containerStatuses"][0]
-            status["restartCount"] += 1
+            now = time.time_ns()
+            step = steps % 3
+            if step == 0:  # the kubelet starts the container again
+                status["restartCount"] += 1
+                if "terminated" in status["state"]:
+                    status["lastState"] = {"terminated": status["state"]["terminated"]}
+                status["state"] = {"running": {"startedAt": _stamp(now)}}
+            elif step == 1:  # kube-scheduler exits at once
+                status["state"] = {"terminated": self._exited(now)}
+            else:
+                status["lastState"] = {"terminated": status["state"]["terminated"]}
+                back_off = 10 * 2 ** (status["restartCount"] - 1)
+                status["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": (
+                    f"back-off {min(back_off, 300)}s restarting failed container={status['name']} "
+                    f"pod={pod['metadata']['name']}_{pod['metadata'].get('namespace', 'kube-system')}")}}
+            self._crashing[name] = (pod, steps + 1)
             self.emu.set_pod(pod)
 
     def _rejects(self, container: dict[str, Any]) -> bool:

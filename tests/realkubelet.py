@@ -7,9 +7,12 @@ credentials and through the same authorizers, so what the agent reads has the sh
 * the node authenticates with a client certificate `/O=system:nodes/CN=system:node:<name>`: the Node authorizer
   and the NodeRestriction admission plugin judge every request, as for a real kubelet;
 * registration: the kubelet creates its own Node with the labels it may set itself (`kubernetes.io/hostname`,
-  `kubernetes.io/os`, ...), then reports `Ready` through `nodes/<name>/status`. NodeRestriction forbids a
-  kubelet the `node-role.kubernetes.io/*` labels: the installer adds them with its own credentials
-  (`mark_control_plane`, what kubeadm does), and the control-plane taint with them;
+  `kubernetes.io/os`, ...) and the taint `node.kubernetes.io/not-ready:NoSchedule` (seen on the real kubelet,
+  tests/test_real_kubelet.py), then reports `Ready` through `nodes/<name>/status`; kube-controller-manager's node
+  lifecycle controller takes the taint off once the node is Ready (`register` does both: until then a
+  DaemonSet, and the agent's "does my DaemonSet still select this node", passes the node over).
+  NodeRestriction forbids a kubelet the `node-role.kubernetes.io/*` labels: the installer adds them with its own
+  credentials (`mark_control_plane`, what kubeadm does), and the control-plane taint with them;
 * a mirror pod is created by the node with `kubernetes.io/config.mirror` (the static pod's hash), the
   static pod's own annotations (`config.hash`, `config.source: file`, `config.seen`), `spec.nodeName` and one
   controller ownerReference to the Node (its uid: NodeRestriction checks it). The server drops the status of a
@@ -30,6 +33,7 @@ from tests.realk8s import ControlPlane, issue
 Obj = dict[str, Any]
 MIRROR = "kubernetes.io/config.mirror"
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+NOT_READY = "node.kubernetes.io/not-ready"
 
 
 class KubeletApiError(OSError):
@@ -67,13 +71,25 @@ class RealNode:
         return out
 
     def register(self) -> RealNode:
-        """The node's client certificate, its Node object and a Ready status, as kubelet registration does."""
+        """The node's client certificate, its Node object and a Ready status, as kubelet registration does, and
+        the not-ready taint off, as the node lifecycle controller does then."""
+        self.create()
+        self.report_ready()
+        self.untaint_ready()
+        return self
+
+    def create(self) -> Obj:
+        """The node's client certificate and the Node as the kubelet creates it (labels, the not-ready taint)."""
         issue(self.cp.pki, self.user, f"/O=system:nodes/CN=system:node:{self.name}", client=True)
-        node = self._call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+        node: Obj = self._call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": self.name, "labels": {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
                                           "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                                          "beta.kubernetes.io/arch": "amd64"}}})
+                                          "beta.kubernetes.io/arch": "amd64"}},
+            "spec": {"taints": [{"key": NOT_READY, "effect": "NoSchedule"}]}})
         self.uid = node["metadata"]["uid"]
+        return node
+
+    def report_ready(self) -> None:
         now = _now()
         self._call("PATCH", f"/api/v1/nodes/{self.name}/status", {"status": {
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -86,7 +102,13 @@ class RealNode:
                          "kernelVersion": "6.1.0", "osImage": "Debian", "kubeProxyVersion": "",
                          "machineID": "", "systemUUID": "", "bootID": ""}}},
             "application/merge-patch+json")
-        return self
+
+    def untaint_ready(self) -> None:
+        """What the node lifecycle controller does once the node is Ready: the not-ready taint comes off."""
+        node = self.cp.ok("GET", f"/api/v1/nodes/{self.name}")
+        taints = [t for t in node["spec"].get("taints") or [] if t["key"] != NOT_READY]
+        self.cp.ok("PATCH", f"/api/v1/nodes/{self.name}", {"spec": {"taints": taints or None}},
+                   "application/merge-patch+json")
 
     def mark_control_plane(self) -> None:
         """What kubeadm does after the kubelet registered: the control-plane label and taint, as admin."""

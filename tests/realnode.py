@@ -9,6 +9,7 @@ tests/kubeletsim.py plays the kubelet everywhere else; here the program the agen
   `--host-root /` reads on this machine exactly as on a node, and hostPath volumes resolve below the test root.
   The host keeps only the empty mount points (made when missing, removed at stop when they were);
 * containerd (Debian's, see `runtime_missing`) with its root, state, socket and runc root below the test root,
+  a pod network of the CNI loopback plugin only (the Node is Ready with it; the static pods use hostNetwork),
   its sandbox image the pause binary, and the release's kube-scheduler as `registry.k8s.io/kube-scheduler:v<X>`:
   both are image archives written here and imported, never pulled (no registry is reachable);
 * the release's kubelet with a client certificate of `system:node:<name>` signed by the control plane's CA
@@ -46,6 +47,7 @@ KUBEADM_MANIFESTS = "/etc/kubernetes/manifests"
 RKE2_MANIFESTS = "/var/lib/rancher/rke2/agent/pod-manifests"
 PAUSE_IMAGE = "localhost/scheduler-patcher/pause:realk8s"
 RUNTIME_PROGRAMS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "nsenter")
+CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 START_DEADLINE = 60.0
 
 
@@ -59,6 +61,8 @@ def runtime_missing() -> str | None:
     missing = [p for p in RUNTIME_PROGRAMS if shutil.which(p) is None]
     if missing:
         return f"no {', '.join(missing)} on PATH: `make real-k8s` installs containerd and runc (Debian, as root)"
+    if not (CNI_BIN / "loopback").is_file():
+        return f"no {CNI_BIN / 'loopback'}: `make real-k8s` installs Debian's containernetworking-plugins"
     if not pause_binary().is_file():
         return f"no {pause_binary()}: `make real-k8s` builds it"
     if os.geteuid() != 0:
@@ -254,9 +258,16 @@ state = "{run / 'containerd-state'}"
         SystemdCgroup = false
         Root = "{run / 'runc'}"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{run / 'cni-bin'}"
+    bin_dir = "{CNI_BIN}"
     conf_dir = "{run / 'cni-conf'}"
 """)
+        # The node's pod network: loopback only. Without a network config the runtime reports NetworkReady=false
+        # and the kubelet keeps the Node NotReady, so its registration taint node.kubernetes.io/not-ready
+        # stays (a DaemonSet does not tolerate it: it would select no such node). Pods without hostNetwork
+        # get a network namespace with `lo` and nothing else; nothing on the host's network changes.
+        (run / "cni-conf").mkdir(exist_ok=True)
+        (run / "cni-conf" / "10-loopback.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "node-loopback", "plugins": [{"type": "loopback"}]}))
         proc = self.spawn("containerd", ["containerd", f"--config={run / 'containerd.toml'}"])
         wait_until(lambda: self._alive(proc, "containerd") and self.socket.exists(), START_DEADLINE,
                    "containerd's socket")

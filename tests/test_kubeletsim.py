@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import FIXTURES
 from tests.helpers import MANIFEST
@@ -53,3 +55,66 @@ def test_metadata_uid_is_the_config_hash_across_edits(tmp_path: Path) -> None:
         kubelet.sync()
         uid, config_hash = mirror(emu)
         assert config_hash == first[1] and uid != first[0] and len(kubelet.restarts) == 2
+
+
+class Recorder:
+    """A PodSink that keeps every pod as published."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+
+    def set_pod(self, pod: dict[str, Any]) -> object:
+        self.pods.append(copy.deepcopy(pod))
+        return pod
+
+
+def container(pod: dict[str, Any]) -> tuple[str, str, int, str]:
+    """(phase, state, restartCount, lastState) with the waiting reason or the exit code in the state."""
+    status = pod["status"]["containerStatuses"][0]
+    (kind, detail), = status["state"].items()
+    shown = f"{kind}:{detail.get('reason', '')}" if kind == "waiting" else kind
+    shown += f":{detail['exitCode']}" if kind == "terminated" else ""
+    last = next(iter(status.get("lastState") or {}), "")
+    return pod["status"]["phase"], shown, status["restartCount"], last
+
+
+def test_a_refused_config_goes_through_the_real_kubelets_crash_loop(tmp_path: Path) -> None:
+    """What the real 1.37 kubelet published for a kube-scheduler that exits 1 on its config (seen through the
+    real mirror pod, tests/test_real_kubelet.py): created, exited, restarted at once, exited, back-off 10 s,
+    restarted, exited, back-off 20 s. kubeletsim published CrashLoopBackOff with restartCount 1 at once and then
+    only raised the count, with no exit code and no lastState."""
+    original = (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
+    manifest = tmp_path / MANIFEST
+    manifest.parent.mkdir(parents=True)
+    (tmp_path / "etc/kubernetes/refused.yaml").write_text("reject-me\n")
+    manifest.write_text(original.replace("    - --leader-elect=true\n", "    - --leader-elect=true\n"
+                                                                      "    - --config=/etc/kubernetes/refused.yaml\n"))
+    sink = Recorder()
+    kubelet = SimKubelet(sink, NODE, tmp_path)
+    kubelet.sync()
+    for _ in range(6):
+        kubelet._crash_again()
+    assert [container(p) for p in sink.pods] == [
+        ("Pending", "waiting:ContainerCreating", 0, ""),
+        ("Running", "terminated:1", 0, ""),
+        ("Running", "running", 1, "terminated"),
+        ("Running", "terminated:1", 1, "terminated"),
+        ("Running", "waiting:CrashLoopBackOff", 1, "terminated"),
+        ("Running", "running", 2, "terminated"),
+        ("Running", "terminated:1", 2, "terminated"),
+        ("Running", "waiting:CrashLoopBackOff", 2, "terminated"),
+    ]
+    messages = [p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("message") for p in sink.pods]
+    assert [m.split(" restarting")[0] for m in messages if m] == ["back-off 10s", "back-off 20s"]
+    assert kubelet.restarts[-1].crashed
+
+
+def test_a_new_mirror_pod_is_pending_before_it_runs(tmp_path: Path) -> None:
+    manifest = tmp_path / MANIFEST
+    manifest.parent.mkdir(parents=True)
+    manifest.write_bytes((FIXTURES / "manifests" / "kubeadm.yaml").read_bytes())
+    sink = Recorder()
+    SimKubelet(sink, NODE, tmp_path).sync()
+    assert [container(p) for p in sink.pods] == [("Pending", "waiting:ContainerCreating", 0, ""),
+                                                ("Running", "running", 0, "")]
+    assert sink.pods[0]["metadata"]["uid"] == sink.pods[1]["metadata"]["uid"]
