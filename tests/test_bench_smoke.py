@@ -133,7 +133,7 @@ def test_gate_bench_on_the_real_api_server_releases_every_pod(tmp_path: Path) ->
     if (why := missing_reason()) is not None:
         pytest.skip(why)
     rows = tmp_path / "rows.jsonl"
-    out = run_env("bench/gate_real_bench.py", "--pods", "200", "--runs", "1", "--no-lock",
+    out = run_env("bench/gate_real_bench.py", "--pods", "200", "--runs", "1", "--warmup", "0", "--no-lock",
                   env={"BENCH_ROWS": str(rows)})
     assert "gatekeeper: 200 pods released in" in out and "ceiling (32 at once): 200 pods released in" in out, out
     recorded = {r["figure"]: r for r in map(json.loads, rows.read_text().splitlines())}
