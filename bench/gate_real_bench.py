@@ -258,6 +258,32 @@ class Run:
     ceiling_use: Usage
 
 
+def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the gatekeeper (``--profile``; ``pip install py-spy``): where its CPU goes in a drain."""
+    beside = Path(sys.executable).parent / "py-spy"
+    argv = [str(beside) if beside.is_file() else "py-spy", "record", "--pid", str(pid), "--format", "raw",
+            "--rate", "200", "--nonblocking", "--output", str(out)]
+    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached
+    return spy
+
+
+def top_frames(spy: subprocess.Popen[bytes], out: Path, shown: int = 15) -> None:
+    """Stop py-spy and print the functions the gatekeeper's samples were in, by own (leaf) samples."""
+    spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
+    spy.wait(30)
+    leaves: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines() if out.is_file() else []:
+        stack, _, count = line.rpartition(" ")
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + int(count)
+        total += int(count)
+    print(f"  py-spy, {total} samples of the gatekeeper's busy threads, by the function they were in:")
+    for leaf, n in sorted(leaves.items(), key=lambda kv: -kv[1])[:shown]:
+        print(f"    {n * 100 / max(total, 1):5.1f}%  {leaf}")
+
+
 def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, args: argparse.Namespace,
                      batch: str, tmp: Path) -> tuple[float, float, float, Usage]:
     """(wall s, RSS MiB with the backlog cached, peak RSS MiB, CPU use) of the gatekeeper's drain."""
@@ -280,12 +306,15 @@ def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, a
         run_scheduler(nodes[LAST], CONFIG_HASH, STARTED)
         time.sleep(1.0)  # the mirror pod's events are in; the gatekeeper reads the verdict on Node changes only
         assert metric(port, "pods_released_total") == 0, "released before the verdict turned Ready"
+        spy = profiler(proc.pid, tmp / f"profile-{batch}.txt") if args.profile else None
         used = usage_probe(cp, gk)
         t0 = time.perf_counter()
         agent_says(cp, LAST, "Ready")
         wait(lambda: metric(port, "pods_released_total") >= args.pods, 600, POLL_S)
         wall = time.perf_counter() - t0
         use = used()
+        if spy is not None:
+            top_frames(spy, tmp / f"profile-{batch}.txt")
         peak = int(Path(f"/proc/{proc.pid}/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
     finally:
         terminate(proc)
@@ -401,6 +430,7 @@ def main() -> int:
     ap.add_argument("--gatekeeper-arg", action="append", default=[], metavar="ARG",
                     help="one more argument of the gatekeeper (repeat it), to find where its time goes: e.g. "
                     "--gatekeeper-arg=--release-batch=100000; the Deployment's defaults otherwise")
+    ap.add_argument("--profile", action="store_true", help="sample the gatekeeper with py-spy during its drains")
     ap.add_argument("--no-lock", action="store_true",
                     help="do not take the real-cluster lock (the caller holds it: a real_cluster test)")
     args = ap.parse_args()
