@@ -36,6 +36,7 @@ import http.client
 import itertools
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -270,7 +271,7 @@ def profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
 
 def top_frames(spy: subprocess.Popen[bytes], out: Path, shown: int = 15) -> None:
     """Stop py-spy and print the functions the gatekeeper's samples were in, by own (leaf) samples."""
-    spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
+    spy.send_signal(signal.SIGINT)  # py-spy writes its output and exits
     spy.wait(30)
     leaves: dict[str, int] = {}
     total = 0
