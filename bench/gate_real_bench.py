@@ -56,9 +56,12 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
 from bench.gate_bench import cpu_s, free_port, metric, real_pod, wait  # noqa: E402
+from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
+from patcher.adapters.kube.cluster import collect  # noqa: E402
 from patcher.adapters.kube.gaterelease import POD_PATH  # noqa: E402
 from patcher.adapters.kube.transport import JSON, JSON_PATCH, USER_AGENT  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim  # noqa: E402
+from patcher.core.readiness import render_table  # noqa: E402
 from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
 from tests.kubeemu import make_mirror_pod  # noqa: E402
 from tests.kubeemu_ext import BEFORE, CONFIG_HASH, OTHER_HASH, STARTED, marker, node_annotations_for  # noqa: E402
@@ -207,11 +210,13 @@ def control_plane_nodes(cp: ControlPlane) -> dict[str, RealNode]:
 
 
 def verdict(cp: ControlPlane) -> str:
-    """The verdict as `scheduler-patcher readiness` prints it from this server (its last lines)."""
-    out = subprocess.run([sys.executable, "-m", "patcher", "readiness", "--kubeconfig", str(cp.kubeconfig)],
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                         timeout=60, check=False)
-    return "\n".join(line for line in out.stdout.splitlines() if line.startswith(("verdict", "  ")))
+    """The verdict's summary and reasons as `scheduler-patcher readiness` prints them, read from this server."""
+    api = build_api_client(ClientSettings(kubeconfig=str(cp.kubeconfig)))
+    try:
+        return "\n".join(line for line in render_table(collect(api)).splitlines()
+                         if line.startswith(("verdict", "  ")))
+    finally:
+        api.close()
 
 
 # -- one drain each ----------------------------------------------------------------------------------------
