@@ -69,6 +69,7 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/probe_burst.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
+	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_real_bench.py  # needs make real-k8s; says so in one line
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/webhook_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl

@@ -46,6 +46,14 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "emulator (+ bench script): CPU ms per request": (None, None),
     "gatekeeper: peak RSS MiB, 10k pods cached": (100.0, None),
     "gatekeeper: batches released after a NotReady flip": (1.0, None),
+    # issue 31 f: the gatekeeper against the real kube-apiserver, beside a plain client's ceiling
+    # (bench/gate_real_bench.py; absent where `make real-k8s` built nothing)
+    "real apiserver: 10k gated pods released by the gatekeeper, s": (None, None),
+    "real apiserver: gatekeeper pods/s released": (None, None),
+    "real apiserver: plain client, same PATCHes and concurrency (ceiling), pods/s": (None, None),
+    "real apiserver: gatekeeper / ceiling (goal >= 0.8)": (None, None),  # at least: AT_LEAST
+    "real apiserver: gatekeeper CPU ms per released pod": (None, None),
+    "real apiserver: gatekeeper peak RSS MiB, backlog cached": (None, None),
     # issue 21: what the extender pre-flight adds to a patch (bench/extprobe_bench.py)
     "extender pre-flight added to a patch (HTTP, answering)": (50.0, None),
     "extender pre-flight added to a patch (HTTPS, CA file, answering)": (50.0, None),
@@ -59,6 +67,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
 #: figure -> the median's lower bound (a rate: more is better).
 AT_LEAST: dict[str, float] = {
     "gatekeeper: pods/s released (5 ms/request)": 1000.0,
+    "real apiserver: gatekeeper / ceiling (goal >= 0.8)": 0.8,
 }
 
 
@@ -77,7 +86,8 @@ def verdict(row: Row) -> str:
 def main() -> None:
     rows = {row.figure: row for row in load(Path(sys.argv[1]))}  # the last of a figure wins
     shown = [rows[f] for f in TARGETS if f in rows]
-    print(f"\n== issues 12, 25: figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says else)")
+    print(f"\n== issues 12, 25, 31: figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says "
+          "else)")
     width = max((len(row.figure) for row in shown), default=6)
     print(f"{'figure':<{width}} {'n':>5} {'median':>9} {'p99':>9}  verdict")
     for row in shown:

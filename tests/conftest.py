@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -90,13 +89,6 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(`make test-real-releases`, not `make test`)")
 
 
-#: One real-cluster or real-node test at a time on this machine, whichever worker or session runs it: the
-#: schedulers they run listen on kube-scheduler's default port (the manifests set none), and two API servers with
-#: their etcds (or two nodes) at once only slow each other down. A file lock, since xdist's loadgroup does not
-#: group these tests under pytest 9.
-REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
-
-
 #: pytest-timeout counts fixture set-up, and so the wait for the lock: a real test may wait for every other one.
 REAL_TEST_TIMEOUT = 1800
 
@@ -113,8 +105,9 @@ def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator
     if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
         yield
         return
-    with open(REAL_CLUSTER_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    from tests.realk8s import one_at_a_time
+
+    with one_at_a_time():
         yield
 
 

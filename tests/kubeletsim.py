@@ -43,6 +43,13 @@ from ruamel.yaml.error import YAMLError
 from tests.kubeemu import KubeEmulator, make_mirror_pod
 
 
+def static_pod_annotations(own: dict[str, str], uid: str) -> dict[str, str]:
+    """A static pod's annotations as the kubelet sets them on its mirror pod: the manifest's own, and the pod's
+    hash (its UID) as ``config.hash`` and ``config.mirror``, with ``config.source: file``."""
+    return {**own, "kubernetes.io/config.hash": uid, "kubernetes.io/config.mirror": uid,
+            "kubernetes.io/config.source": "file"}
+
+
 class PodSink(Protocol):
     """Where a kubelet publishes its mirror pods: create, or replace, the pod as given."""
 
@@ -152,8 +159,7 @@ class SimKubelet:
         meta, container, spec = pod_spec
         uid = meta.get("uid") or hashlib.md5(f"{digest}host:{self.node}file:{name}".encode(),
                                                 usedforsecurity=False).hexdigest()
-        annotations = {**(meta.get("annotations") or {}), "kubernetes.io/config.hash": str(uid),
-                       "kubernetes.io/config.mirror": str(uid), "kubernetes.io/config.source": "file"}
+        annotations = static_pod_annotations(meta.get("annotations") or {}, str(uid))
         now = time.time_ns()
         crashed = self._rejects(container)
         pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import fcntl
 import json
 import os
 import shutil
@@ -36,6 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tools.realk8s.build import STAMP, cache_root  # noqa: E402
 
+#: One real-cluster or real-node test (or real bench) at a time on this machine, whichever worker or session runs
+#: it: the schedulers they run listen on kube-scheduler's default port (the manifests set none), and two API servers
+#: with their etcds (or two nodes) at once only slow each other down, and a bench's figures with them. A file lock,
+#: since xdist's loadgroup does not group these tests under pytest 9.
+REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
 START_DEADLINE = 60.0  # seconds: a busy 2-core CI runner starts in ~5-10 s; past this something is wrong
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -73,6 +79,14 @@ def missing_reason() -> str | None:
     if shutil.which("go") is None:
         return f"no Go toolchain and no binaries in {cache_root()}: `make real-k8s` builds them (needs Go)"
     return f"no binaries in {cache_root()}: run `make real-k8s` (first build ~25 min a release on 2 cores)"
+
+
+@contextmanager
+def one_at_a_time() -> Iterator[None]:
+    """Hold ``REAL_CLUSTER_LOCK`` (blocking until every other holder on this machine let go)."""
+    with open(REAL_CLUSTER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def free_port() -> int:

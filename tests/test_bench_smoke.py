@@ -122,3 +122,22 @@ def test_taskstats_counts_the_cpu_of_a_thread_that_has_exited() -> None:
     finally:
         ts.close()
     assert after - before >= spent[0] * 1e9 * 0.99  # the exited thread's own time, at the least
+
+
+@pytest.mark.real_cluster
+def test_gate_bench_on_the_real_api_server_releases_every_pod(tmp_path: Path) -> None:
+    """bench/gate_real_bench.py on the newest built release: every pod of both backlogs released (the script
+    lists them and fails otherwise), and its figures recorded as rows. The test holds the real-cluster lock."""
+    from tests.realk8s import missing_reason
+
+    if (why := missing_reason()) is not None:
+        pytest.skip(why)
+    rows = tmp_path / "rows.jsonl"
+    out = run_env("bench/gate_real_bench.py", "--pods", "200", "--runs", "1", "--warmup", "0", "--no-lock",
+                  env={"BENCH_ROWS": str(rows)})
+    assert "gatekeeper: 200 pods released in" in out and "ceiling (32 at once): 200 pods released in" in out, out
+    recorded = {r["figure"]: r for r in map(json.loads, rows.read_text().splitlines())}
+    ratio = recorded["real apiserver: gatekeeper / ceiling (goal >= 0.8)"]
+    assert ratio["n"] == 1 and ratio["median"] > 0, recorded
+    assert recorded["real apiserver: gatekeeper pods/s released"]["median"] > 0
+    assert recorded["real apiserver: gatekeeper CPU ms per released pod"]["median"] > 0
