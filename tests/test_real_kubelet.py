@@ -343,12 +343,13 @@ def test_the_kubelet_restarts_on_a_changed_pod_not_on_changed_bytes(scene: Scene
     assert replaced[1] != started[1]
 
 
-#: An extender whose client certificate is not PEM. scheduler-patcher's validation lets it through (the fields
-#: are well-formed: a cert and its key, base64 bytes); kube-scheduler 1.37.2 exits 1 at start with
-#: `"command failed" err="couldn't build extenders: tls: failed to find any PEM data in certificate input"`.
+#: A config `plan` must let through and the real scheduler refuses: a CA file the scheduler's container does not
+#: have (only the node can tell, and the path is the container's). A non-PEM certificate was the first such config;
+#: the oracle of issue 33 made `plan` refuse it (rule extender.tlsPEM), so it no longer reaches the kubelet.
+#: kube-scheduler exits 1: `couldn't build extenders: open /nonexistent/ca.crt: no such file or directory`.
 #: Ignorable, on a closed port: the agent's pre-flight does not hold the write back.
 REFUSED_TLS = ("extenders:\n- urlPrefix: https://127.0.0.1:9\n  filterVerb: filter\n  weight: 1\n"
-               "  ignorable: true\n  tlsConfig:\n    certData: eA==\n    keyData: eA==\n")
+               "  ignorable: true\n  tlsConfig:\n    caFile: /nonexistent/ca.crt\n")
 
 
 def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working: tuple[str, str],
