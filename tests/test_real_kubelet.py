@@ -601,8 +601,8 @@ def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Pat
     """On each release before the newest, one node: the agent patches the kubeadm example, the release's kubelet
     restarts the release's scheduler onto it (/configz shows the extender), SIGTERM restores it and the kubelet
     runs the original hash again; then every patched form is decoded and admitted by that kubelet. One node
-    start per release for both. `make test-real-releases` runs these (marker real_releases), outside `make test`
-    and its time budget."""
+    start per release for both. `make test-real-node` runs these (marker real_releases) with the other real-node
+    tests, outside `make test` and its time budget."""
     require_node()
     binaries = next((b for b in built_releases() if b.version == version), None)
     if binaries is None:
