@@ -52,6 +52,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "real apiserver: gatekeeper pods/s released": (None, None),
     "real apiserver: plain client, same PATCHes and concurrency (ceiling), pods/s": (None, None),
     "real apiserver: gatekeeper / ceiling (goal >= 0.8)": (None, None),  # at least: AT_LEAST
+    "real apiserver: machine CPU per pod, ceiling / gatekeeper": (None, None),
     "real apiserver: gatekeeper CPU ms per released pod": (None, None),
     "real apiserver: gatekeeper peak RSS MiB, backlog cached": (None, None),
     # issue 21: what the extender pre-flight adds to a patch (bench/extprobe_bench.py)

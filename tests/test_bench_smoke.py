@@ -141,3 +141,4 @@ def test_gate_bench_on_the_real_api_server_releases_every_pod(tmp_path: Path) ->
     assert ratio["n"] == 1 and ratio["median"] > 0, recorded
     assert recorded["real apiserver: gatekeeper pods/s released"]["median"] > 0
     assert recorded["real apiserver: gatekeeper CPU ms per released pod"]["median"] > 0
+    assert recorded["real apiserver: machine CPU per pod, ceiling / gatekeeper"]["median"] > 0
