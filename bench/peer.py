@@ -283,7 +283,9 @@ class Node:
         token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/helpers)."""
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env |= {"PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1"}
-        run = ["run", "--host-root", str(self.root), "--source", str(self.src), "--listen", "127.0.0.1:0"]
+        # No settle time (default 10 s): the peer has none, and it is a fixed wait, not work to compare.
+        run = ["run", "--host-root", str(self.root), "--source", str(self.src), "--listen", "127.0.0.1:0",
+               "--restart-settle", "0s"]
         if not api:
             return [sys.executable, "-m", "patcher", *run, "--no-api"], env
         return [sys.executable, str(OURS_INCLUSTER), str(self.token), str(self.ca), "--", *run,

@@ -5,11 +5,13 @@
 * a static pod is restarted only when the pod its file decodes to changes: a comment, CRLF line ends or
   another layout of the same pod restart nothing (seen on the real kubelet, tests/test_real_kubelet.py);
 * ``kubernetes.io/config.hash`` is the static pod's UID, as the kubelet makes it: the manifest's
-  ``metadata.uid`` when it sets one (RKE2's do: the hash then stays the same across every edit), else a hash
-  of the decoded pod, the node and the file's path. On a change the mirror pod ``<name>-<node>`` is replaced:
-  the static pod's annotations plus the hash, a new uid, and a container ``startedAt`` in whole seconds, like
-  the API's ``metav1.Time``. Replaced means deleted, then created (watchers see DELETED, then ADDED), even
-  where the hash stays the same;
+  ``metadata.uid`` when it sets one (RKE2 writes a hash of the pod there), else a hash of the decoded pod, the
+  node and the file's path. On a change the mirror pod ``<name>-<node>`` is replaced: the static pod's
+  annotations plus the hash, a new uid, and a container ``startedAt`` in whole seconds, like the API's
+  ``metav1.Time``. Replaced means deleted, then created (watchers see DELETED, then ADDED);
+* a change that keeps the manifest's own ``metadata.uid`` restarts nothing: the real 1.37 kubelet logs it as
+  an update and the old container keeps running (tests/test_real_kubelet.py), so an edit that does not change
+  the UID never reaches the scheduler;
 * each new mirror pod is first published Pending, its container waiting in ``ContainerCreating``, then with
   the container's state (as the real kubelet's pod status goes);
 * a scheduler config that contains ``reject-me`` makes the scheduler exit at start, and the container goes
@@ -17,7 +19,10 @@
   terminated (exit 1, ``Error``) with restartCount 0, then restarted at once (running, restartCount 1,
   ``lastState.terminated``), terminated again, waiting ``CrashLoopBackOff`` ("back-off 10s restarting failed
   container=..."), running again with restartCount 2, and so on with the back-off doubling. One step per
-  0.3 s here, where the real kubelet's back-off takes 10 s, 20 s, 40 s...
+  0.3 s here, where the real kubelet's back-off takes 10 s, 20 s, 40 s... While it runs, a container with
+  neither a startup nor a readiness probe (RKE2's manifest has none) is ready and the pod Ready, as the real
+  kubelet showed for the second a refused scheduler lives, its first run included (published before its exit);
+  kubeadm's startup probe keeps it unready;
 
 Where the mirror pod goes is a ``PodSink``: the API emulator (``KubeEmulator.set_pod``), or the real API server
 through tests/realkubelet.py (``RealNode``: the node's own credentials, the mirror pod deleted and created again on
@@ -112,7 +117,8 @@ class SimKubelet:
     restarts: list[Restart] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)
     _seen: dict[str, str] = field(default_factory=dict)
-    _crashing: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)  # pod, steps taken
+    _uids: dict[str, str] = field(default_factory=dict)  # file -> the UID of the static pod running from it
+    _crashing: dict[str, tuple[dict[str, Any], int, bool]] = field(default_factory=dict)  # pod, steps, probed
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -157,6 +163,8 @@ class SimKubelet:
         if pod_spec is None:
             return  # like the kubelet: a file it cannot decode is skipped until its content changes again
         meta, container, spec = pod_spec
+        if meta.get("uid") and self._uids.get(name) == str(meta["uid"]):
+            return  # the same static pod, updated in place: nothing restarts
         uid = meta.get("uid") or hashlib.md5(f"{digest}host:{self.node}file:{name}".encode(),
                                                 usedforsecurity=False).hexdigest()
         annotations = static_pod_annotations(meta.get("annotations") or {}, str(uid))
@@ -173,18 +181,20 @@ class SimKubelet:
             self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
         self.emu.set_pod(copy.deepcopy(pod))  # Pending: the container being created
         status = pod["status"]["containerStatuses"][0]
-        if crashed:
+        probed = any(container.get(k) for k in ("startupProbe", "readinessProbe"))
+        if crashed and probed:  # its exit is the first state published: it never got past the startup probe
             status["state"] = {"terminated": self._exited(now)}
             status["lastState"] = {}
-        else:
+        else:  # with no probe, even the refused scheduler shows running and ready for the moment it lives
             status["state"] = {"running": {"startedAt": _stamp(now)}}
             status["ready"] = True
             pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         pod["status"]["phase"] = "Running"
         self.emu.set_pod(pod)
+        self._uids[name] = str(uid)  # once the API took the mirror pod: a retry starts it again
         self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
-        if crashed:
-            self._crashing[name] = (pod, 0)
+        if crashed:  # the crash loop's next step: restarted (after the exit shown), or exits (after the run shown)
+            self._crashing[name] = (pod, 0 if probed else -1, probed)
         else:
             self._crashing.pop(name, None)
 
@@ -194,10 +204,13 @@ class SimKubelet:
 
     def _crash_again(self) -> None:
         """One step of each crash loop: restarted (running) -> exited -> back-off -> restarted..."""
-        for name, (pod, steps) in list(self._crashing.items()):
+        for name, (pod, steps, probed) in list(self._crashing.items()):
             status = pod["status"]["containerStatuses"][0]
             now = time.time_ns()
-            step = steps % 3
+            step = steps % 3 if steps >= 0 else 1
+            ready = step == 0 and not probed  # running with nothing to hold its readiness back
+            status["ready"] = ready
+            pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
             if step == 0:  # the kubelet starts the container again
                 status["restartCount"] += 1
                 if "terminated" in status["state"]:
@@ -211,7 +224,7 @@ class SimKubelet:
                 status["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": (
                     f"back-off {min(back_off, 300)}s restarting failed container={status['name']} "
                     f"pod={pod['metadata']['name']}_{pod['metadata'].get('namespace', 'kube-system')}")}}
-            self._crashing[name] = (pod, steps + 1)
+            self._crashing[name] = (pod, steps + 1, probed)
             self.emu.set_pod(pod)
 
     def _rejects(self, container: dict[str, Any]) -> bool:

@@ -342,7 +342,7 @@ state = "{run / 'containerd-state'}"
     def running(self, static_name: str = "kube-scheduler") -> tuple[str, str] | None:
         """(container ID, config hash) of the static pod's running container, from its mirror pod; None while
         it does not run. The container ID tells one start from the next: the hash need not change (a manifest
-        with `metadata.uid`, as RKE2 writes, keeps its hash across every edit)."""
+        with `metadata.uid`, as RKE2 writes, has that UID as its hash; a restart of the same pod keeps it)."""
         pod = self.mirror_pod(static_name)
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return None

@@ -162,7 +162,9 @@ class Agents:
                    POD_NAMESPACE=self.namespace, POD_NAME=sim.pod)
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
-             "--listen", f"127.0.0.1:{sim.port}", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
+             "--listen", f"127.0.0.1:{sim.port}", "--restart-timeout", "20s",
+             # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
+             "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--check-extenders=false", "--log-format", "json", *self.extra_args],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 

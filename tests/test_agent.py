@@ -29,13 +29,17 @@ from patcher.services import process
 from patcher.services.runner import Deferred, build_agent
 from tests.blackhole import BlackHole
 from tests.childproc import Child
-from tests.helpers import EXTENDERS, KUBEADM, MANIFEST, NODE, Node, Running, settled
+from tests.conftest import FIXTURES
+from tests.helpers import EXTENDERS, KUBEADM, MANIFEST, NODE, Node, Running, kubeadm_node, settled
 from tests.helpers import node as node
 from tests.kubeemu import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 # Valid for our validation, rejected by the simulated scheduler (the kubelet sim looks for "reject-me").
 REJECTED = EXTENDERS.replace("127.0.0.1:8889", "reject-me.example:8889")
+#: The fixture's kubeadm manifest has no startup probe: kubeletsim shows the refused scheduler ready for the
+#: moment it lives (0.3 s), as the real kubelet does. A settle time well above that is what tells it apart.
+SETTLE = 3.0
 
 
 def test_first_patch_then_config_change_then_restore(node: Node) -> None:
@@ -98,7 +102,7 @@ def test_api_down_for_30_seconds_does_not_stop_the_file_work(node: Node) -> None
 
 
 def test_crash_looping_scheduler_is_rolled_back_to_the_last_ready_config(node: Node) -> None:
-    agent = Running(node, restart_timeout=30.0)
+    agent = Running(node, restart_timeout=30.0, restart_settle=SETTLE)
     assert wait_until(lambda: node.state() == "Ready", 30)
     good = node.annotations()["config-hash"]
     good_manifest = node.manifest.read_bytes()
@@ -122,11 +126,34 @@ def test_crash_looping_scheduler_is_rolled_back_to_the_last_ready_config(node: N
 
 def test_first_config_rejected_rolls_back_to_the_original_manifest(node: Node) -> None:
     node.set_source(REJECTED)
-    agent = Running(node, restart_timeout=30.0)
+    agent = Running(node, restart_timeout=30.0, restart_settle=SETTLE)
     assert wait_until(lambda: node.state() == "RolledBack", 30), node.annotations()
     assert node.manifest.read_bytes() == KUBEADM
     assert "the original manifest" in node.annotations()["message"]
     assert agent.stop() == 0
+
+
+def test_a_refused_scheduler_ready_for_the_moment_it_lives_is_rolled_back_on_an_rke2_manifest(
+        tmp_path: Path) -> None:
+    """Issue 34, seen on the real kubelet: RKE2's manifest has no startup probe and its own metadata.uid, so
+    each run of the refused scheduler shows running, ready and the pod Ready for the moment it lives. The
+    settle time asks the same container to stay that long: the agent sees the exit and rolls back, never
+    Ready, and the manifest is RKE2's again."""
+    rke2 = (FIXTURES / "manifests" / "args-rke2.yaml").read_bytes()
+    with kubeadm_node(tmp_path, original=rke2) as rnode:
+        rnode.set_source(REJECTED)
+        agent = Running(rnode, restart_timeout=30.0, restart_settle=SETTLE)
+        states: list[str | None] = []
+
+        def rolled_back() -> bool:
+            states.append(rnode.state())
+            return states[-1] == "RolledBack"
+        assert wait_until(rolled_back, 30, interval=0.01), rnode.annotations()
+        assert "Ready" not in states
+        assert "crash" in rnode.annotations()["message"]
+        assert rnode.manifest.read_bytes() == rke2
+        assert any(r.crashed for r in rnode.kubelet.restarts)
+        assert agent.stop() == 0
 
 
 def test_timeout_without_restart_rolls_back(node: Node) -> None:

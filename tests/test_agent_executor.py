@@ -65,7 +65,7 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     kubelet = FakeKubelet(root)
     kubelet.sync()
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
-                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet)
+                                 restart_timeout=3600.0, restart_settle=0.0, check_extenders=False), pods=kubelet)
     steps: list[tuple[bool, bool]] = []  # (record changed, stepped inside an action)
     saves: list[bool] = []  # saved inside an action
     real_step, real_save = lifecycle.step, agent.record.store.save
@@ -107,7 +107,8 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
     kubelet = FakeKubelet(root)
     kubelet.sync()
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
-                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet, coordinator=Granting())
+                                 restart_timeout=3600.0, restart_settle=0.0, check_extenders=False),
+                  pods=kubelet, coordinator=Granting())
     agent.start()
     assert agent.node.turn == "held" and agent.state.phase == "Pending"  # the turn came: nothing written yet
     assert agent.events.get_nowait() == "replan" and agent.events.empty()
@@ -136,7 +137,7 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
     kubelet.sync()
     heard: list[str] = []
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
-                                 restart_timeout=3600.0, check_extenders=False), pods=kubelet,
+                                 restart_timeout=3600.0, restart_settle=0.0, check_extenders=False), pods=kubelet,
                   on_phase=lambda phase: heard.append(phase.value))
     agent.start()
     kubelet.sync()

@@ -44,7 +44,8 @@ ALL_VALUES: Obj = {
     "hostPaths": {"manifestDir": "/opt/k8s/manifests", "manifestName": "scheduler.yaml",
                   "configDir": "/opt/k8s/sp-config", "stateDir": "/opt/k8s/sp-state"},
     "agent": {"annotationPrefix": "sp.example.com", "port": 9900, "checkExtenders": False,
-              "extenderProbeInterval": "2m", "restartTimeout": "15m", "rollbackOnFailure": False,
+              "extenderProbeInterval": "2m", "restartTimeout": "15m", "restartSettle": "20s",
+              "rollbackOnFailure": False,
               "restoreOnExit": "never", "rollout": "coordinated", "rolloutLease": "sp-rollout", "gracePeriod": "30s",
               "terminationGracePeriodSeconds": 50, "logFormat": "json", "logLevel": "debug", "localCheck": True},
     "csiBaremetal": {"enabled": True, "namespace": "csi"},
@@ -151,10 +152,10 @@ def test_the_schema_accepts_exactly_the_durations_and_ports_the_agent_accepts() 
     agent = values_schema()["properties"]["agent"]["properties"]
     documented = ["30", "30s", "500ms", "5m", "1h", "1.5m", "0", "0s"]
     samples = [*documented, "1h30m", "10us", "5 m", "-1s", "m", "", "1d", "1e3s", "inf", "nan"]
-    for key in ("restartTimeout", "gracePeriod", "extenderProbeInterval"):
+    for key in ("restartTimeout", "restartSettle", "gracePeriod", "extenderProbeInterval"):
         pattern = agent[key]["pattern"]
         for sample in samples:
-            if key == "extenderProbeInterval" and sample == "":
+            if key in ("extenderProbeInterval", "restartSettle") and sample == "":
                 assert re.search(pattern, sample), "empty: the agent's default"
                 continue
             try:

@@ -256,7 +256,8 @@ RUN_FLAG_VALUES = {
     "--state-dir": "/st", "--host-root": "/r", "--annotation-prefix": "p.example", "--container-name": "sched",
     "--on-foreign-config": "fail", "--kube-version": "v1.30.0",
     "--node-name": "cp-9", "--kubeconfig": "/kc", "--no-api": "true", "--resync-interval": "7s",
-    "--restart-timeout": "8s", "--rollback-on-failure": "false", "--restore-on-exit": "never",
+    "--restart-timeout": "12s", "--restart-settle": "3s", "--rollback-on-failure": "false",
+    "--restore-on-exit": "never",
     "--local-check": "true", "--listen": ":1", "--grace-period": "3s", "--rollout": "independent",
     "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
@@ -311,3 +312,12 @@ def test_a_lease_shorter_than_a_second_is_a_usage_error(capsys: pytest.CaptureFi
     assert main(["run", "--node-name", "cp-1", "--rollout-lease-duration", "500ms"]) == 64
     assert capsys.readouterr().err == \
         "scheduler-patcher run: error: --rollout-lease-duration 0.5s: must be at least 1s\n"
+
+
+def test_a_settle_time_as_long_as_the_restart_timeout_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing could ever be Ready: every write would roll back at its timeout."""
+    assert main(["run", "--node-name", "cp-1", "--restart-timeout", "20s", "--restart-settle", "20s"]) == 64
+    assert capsys.readouterr().err == ("scheduler-patcher run: error: --restart-settle 20s: must be shorter than "
+                                       "--restart-timeout (20s), or no restart could ever count as Ready\n")
+    assert run_config().lifecycle.restart_settle == 10.0
+    assert run_config("--restart-timeout", "20s", "--restart-settle", "0s").lifecycle.restart_settle == 0.0

@@ -22,11 +22,13 @@ PATCHABLE = {k: v for k, v in FIXTURES.items() if "foreign" not in k}
 
 
 def added_only(old: str, new: str) -> list[str]:
-    """The lines a diff adds, asserting that it removes none."""
+    """The lines a diff adds, asserting that it removes none but a ``uid:`` line, which it then changes."""
     diff = list(difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)))
     removed = [line for line in diff if line.startswith("- ")]
-    assert removed == [], removed
-    return [line[2:] for line in diff if line.startswith("+ ")]
+    assert all(line.lstrip("- ").startswith("uid: ") for line in removed) and len(removed) <= 1, removed
+    added = [line[2:] for line in diff if line.startswith("+ ")]
+    assert len([a for a in added if a.lstrip().startswith("uid: ")]) == len(removed), added
+    return added
 
 
 @pytest.mark.parametrize("name", sorted(PATCHABLE))
@@ -41,6 +43,42 @@ def test_patch_adds_lines_and_restore_gives_original_bytes(name: str) -> None:
     assert m.restore(result.text, name, prefix=PREFIX) == text
     again = m.patch(result.text, SPEC, name)
     assert not again.changed and again.text == result.text
+
+
+def test_a_manifest_uid_is_ours_while_patched_and_the_original_on_restore() -> None:
+    """RKE2 sets metadata.uid (a hash of the pod); the kubelet restarts a static pod only for a new UID (seen on the
+    real 1.37 kubelet). Each config gets its UID, the same config the same one; restore puts back the original's
+    text; a UID someone set since is left alone."""
+    text = FIXTURES["args-rke2.yaml"]
+    original = "1f3d2c4e-0000-4000-8000-000000000001"
+    assert f"  uid: {original}\n" in text
+    first, second = m.patch(text, SPEC, "rke2"), m.patch(text, SPEC2, "rke2")
+    uid1, uid2 = m.patched_uid(original, SPEC.short_hash), m.patched_uid(original, SPEC2.short_hash)
+    assert uid1 != uid2 and uid1 != original and len(uid1) == 36
+    assert f"  uid: {uid1}\n" in first.text and f"  uid: {uid2}\n" in second.text
+    assert first.marker.uid == original
+    assert m.patch(first.text, SPEC2, "rke2").text == second.text  # re-patched from the original's UID
+    assert not m.patch(first.text, SPEC, "rke2").changed
+    assert m.restore(first.text, "rke2", prefix=PREFIX) == text
+    # Quoting is kept both ways; a UID changed since the patch stays as it is on restore.
+    quoted = text.replace(f"uid: {original}", f"uid: '{original}'")
+    patched = m.patch(quoted, SPEC, "rke2").text
+    assert f"  uid: '{uid1}'\n" in patched and m.restore(patched, "rke2", prefix=PREFIX) == quoted
+    since = first.text.replace(uid1, "0a0a0a0a-0000-4000-8000-000000000002")
+    assert "uid: 0a0a0a0a-0000-4000-8000-000000000002" in m.restore(since, "rke2", prefix=PREFIX)
+    # A patch from before the UID was ours (no uid in its marker) is not current: it is patched again.
+    legacy = first.text.replace(uid1, original).replace(',"uid":"' + original + '"', "")
+    assert '"uid"' not in legacy
+    again = m.patch(legacy, SPEC, "rke2")
+    assert again.changed and again.text == first.text
+
+
+def test_a_manifest_without_a_uid_gets_none() -> None:
+    for name, text in PATCHABLE.items():
+        if "\n  uid:" in text.replace("\r\n", "\n"):
+            continue
+        result = m.patch(text, SPEC, name)
+        assert result.marker.uid is None and "uid" not in m.parse_manifest(result.text, name).data["metadata"]
 
 
 @pytest.mark.parametrize("name", sorted(PATCHABLE))

@@ -34,6 +34,7 @@ class Layout:
     final_newline: bool
     bom: bool
     block_note: bool  # a literal block scalar as the last annotation (where our marker is added after it)
+    uid: str = ""  # metadata.uid (RKE2 writes an md5 hex there), in the layout's quotes; "": none
 
 
 flag_value = st.from_regex(r"--[a-z][a-z-]{0,20}(=[A-Za-z0-9/._:-]{1,30})?", fullmatch=True)
@@ -55,6 +56,7 @@ layouts = st.builds(
     final_newline=st.booleans(),
     bom=st.booleans(),
     block_note=st.booleans(),
+    uid=st.sampled_from(["", "", "d41d8cd98f00b204e9800998ecf8427e", "1f3d2c4e-0000-4000-8000-000000000001"]),
 )
 
 
@@ -79,7 +81,9 @@ def render(lay: Layout) -> str:
         lines += [f"{i}annotations:", f"{i}{i}example.com/owner: platform{lay.comment}"]
         if lay.block_note:
             lines += [f"{i}{i}example.com/note: |", f"{i}{i}{i}first line", "", f"{i}{i}{i}third line"]
-    lines += [f"{i}name: kube-scheduler{lay.trailing}", f"{i}namespace: kube-system", "spec:", f"{i}containers:"]
+    lines += [f"{i}name: kube-scheduler{lay.trailing}", f"{i}namespace: kube-system"]
+    lines += [f"{i}uid: {q(lay.uid)}{lay.comment}"] if lay.uid else []
+    lines += ["spec:", f"{i}containers:"]
     flags = [q("kube-scheduler")] if lay.flags_key == "command" else []
     flags += [q(f) for f in lay.flags] or [q("--leader-elect=true")]
     body: list[str] = []
@@ -111,7 +115,14 @@ def test_restore_of_patch_is_identity_and_patch_is_idempotent(lay: Layout) -> No
     assert m.restore(patched.text, "gen.yaml", prefix="scheduler-patcher.io") == text
     old = text.replace("\r\n", "\n").rstrip("\n").split("\n")
     new = patched.text.replace("\r\n", "\n").rstrip("\n").split("\n")
-    assert not [d for d in difflib.ndiff(old, new) if d.startswith("- ")]
+    removed = [d for d in difflib.ndiff(old, new) if d.startswith("- ")]
+    # Only the UID's line changes (the kubelet restarts a static pod only for a new UID), in place, keeping its
+    # quotes and comment.
+    assert removed == ([f"- {line}" for line in old if line.lstrip().startswith("uid: ")] if lay.uid else [])
+    if lay.uid:
+        ours = m.patched_uid(lay.uid, SPEC.short_hash)
+        assert [line for line in new if line.lstrip().startswith("uid: ")] == [
+            line.replace(lay.uid, ours) for line in old if line.lstrip().startswith("uid: ")]
 
 
 @settings(max_examples=60, deadline=None)

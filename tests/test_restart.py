@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from patcher.core.restart import Baseline, Verdict, container_status, decide, hashes_match, marker_hash
 from tests.kubeemu import make_mirror_pod
@@ -153,3 +156,69 @@ def test_baseline_is_read_from_the_pod_seen_at_write_time() -> None:
     assert Baseline.of(p) == Baseline(pod_uid="uid-new", restart_count=4)
     assert Baseline.of(None) == Baseline()
     assert Baseline().restarts_for("anything") == 0
+
+
+# --- the settle time: the same container has run long enough -------------------------------------------------
+
+STARTED_S = WRITE_S + 1  # pod()'s startedAt, 23:40:02Z
+
+
+def settle(p: dict[str, Any], now_ns: int, settle_s: float = 10.0) -> Any:
+    return decide(p, marker_key=KEY, expected_hash=HASH, manifest_mtime_ns=MTIME, now_ns=now_ns, settle_s=settle_s)
+
+
+def test_a_restarted_scheduler_is_ready_once_it_has_run_the_settle_time() -> None:
+    """Counted from the end of its startedAt second: it may have started as late as 23:40:02.999999999."""
+    early = settle(pod(), (STARTED_S + 3) * NS)
+    assert early.verdict is Verdict.WAITING and early.settle_until_ns == (STARTED_S + 11) * NS
+    assert "Ready once it has run 10s without a restart (8.0s more)" in early.reason
+    assert settle(pod(), (STARTED_S + 11) * NS - 1).verdict is Verdict.WAITING
+    done = settle(pod(), (STARTED_S + 11) * NS)
+    assert done.verdict is Verdict.READY and done.settle_until_ns is None
+    assert settle(pod(), STARTED_S * NS, 0.0).verdict is Verdict.READY  # no settle time: as before
+
+
+def test_a_scheduler_that_exits_within_the_settle_time_is_never_ready() -> None:
+    """What the real kubelet showed for an RKE2 manifest (no probes, its own metadata.uid): the refused scheduler
+    running and the pod Ready for the second it lives, then exited, restarted, exited: each look sees a
+    container younger than the settle time, or an exit."""
+    uid = "uid-rke2"
+    before = pod(restart_count=3)
+    before["metadata"]["uid"] = uid
+    base = Baseline.of(before)
+    t = (STARTED_S + 1) * NS
+    looks = [pod(restart_count=4, started_at="2026-11-21T23:40:02Z"),  # the edit's restart, ready for a second
+             pod(restart_count=4, terminated_exit_code=1, finished_at="2026-11-21T23:40:03Z"),
+             pod(restart_count=5, started_at="2026-11-21T23:40:03Z")]
+    verdicts = []
+    for i, p in enumerate(looks):
+        p["metadata"]["uid"] = uid
+        d = decide(p, marker_key=KEY, expected_hash=HASH, manifest_mtime_ns=MTIME, baseline=base, min_restarts=2,
+                   now_ns=t + i * NS // 2, settle_s=10.0)
+        verdicts.append(d.verdict)
+    assert verdicts == [Verdict.WAITING, Verdict.CRASH_LOOPING, Verdict.CRASH_LOOPING]
+
+
+def test_a_settle_time_needs_the_time() -> None:
+    with pytest.raises(ValueError, match="needs now_ns"):
+        decide(pod(), marker_key=KEY, expected_hash=HASH, manifest_mtime_ns=MTIME, settle_s=1.0)
+
+
+@given(started=st.integers(min_value=WRITE_S, max_value=WRITE_S + 100),
+       now_offset_ns=st.integers(min_value=-5 * NS, max_value=200 * NS),
+       settle_ms=st.integers(min_value=1, max_value=60_000))
+def test_ready_only_after_the_container_can_have_run_the_settle_time(started: int, now_offset_ns: int,
+                                                                        settle_ms: int) -> None:
+    """Whatever the fraction of its startedAt second: Ready means it has run at least the settle time, and the
+    time a Waiting look names is the first at which the same container is Ready."""
+    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    p, settle_s = pod(started_at=stamp), settle_ms / 1000
+    now = started * NS + now_offset_ns
+    d = settle(p, now, settle_s)
+    latest_start = (started + 1) * NS  # exclusive: it started before this
+    if d.verdict is Verdict.READY:
+        assert now - latest_start >= settle_s * NS - 1
+    else:
+        assert d.verdict is Verdict.WAITING and d.settle_until_ns is not None and d.settle_until_ns > now
+        assert settle(p, d.settle_until_ns, settle_s).verdict is Verdict.READY
+        assert settle(p, d.settle_until_ns - 1, settle_s).verdict is Verdict.WAITING

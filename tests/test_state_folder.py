@@ -341,7 +341,7 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     kubelet.sync()
     health, reporter = SaidHealth(), SaidReporter()
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
-                                 restart_timeout=3600.0, state_retry=0.05),
+                                 restart_timeout=3600.0, restart_settle=0.0, state_retry=0.05),
                   pods=kubelet, health=health, reporter=reporter)
     agent.start()
     assert agent.phase is not None and agent.phase.value == "WaitingForRestart"
@@ -366,7 +366,8 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
     kubelet = FakeKubelet(root)
     kubelet.sync()
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
-                                 restart_timeout=3600.0, resync_interval=0.0, state_retry=30.0, state_retry_max=30.0),
+                                 restart_timeout=3600.0, restart_settle=0.0, resync_interval=0.0, state_retry=30.0,
+                                 state_retry_max=30.0),
                   pods=kubelet)
     with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent.start()

@@ -271,6 +271,8 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
     f = _section(p, "lifecycle")
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
+    f.add("--restart-settle", "10s", "how long the restarted scheduler must run without a restart before it "
+          "counts as Ready (a refused config makes it exit about a second after it starts)", type=duration)
     f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
     f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
           "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
@@ -324,12 +326,16 @@ def run_settings(args: argparse.Namespace) -> Settings:
                            f"({SCHEDULER_PORTS[port]}); the agent shares the host's network with it")
     if args.rollout_lease_duration < 1:  # the Lease holds whole seconds: 0.5 s would be a Lease of 0 s
         raise RunFlagError(f"--rollout-lease-duration {args.rollout_lease_duration:g}s: must be at least 1s")
+    if args.restart_settle >= args.restart_timeout:
+        raise RunFlagError(f"--restart-settle {args.restart_settle:g}s: must be shorter than --restart-timeout "
+                           f"({args.restart_timeout:g}s), or no restart could ever count as Ready")
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
     return Settings(
         files=_files(args),
-        lifecycle=Lifecycle(restart_timeout=args.restart_timeout, rollback_on_failure=args.rollback_on_failure,
+        lifecycle=Lifecycle(restart_timeout=args.restart_timeout, restart_settle=args.restart_settle,
+                            rollback_on_failure=args.rollback_on_failure,
                             restore_on_exit=args.restore_on_exit, grace_period=args.grace_period,
                             check_extenders=args.check_extenders),
         loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,

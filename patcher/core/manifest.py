@@ -4,10 +4,16 @@ Pure functions on text. The marker annotation records what we added, so that res
 that from whatever the manifest has become since (a ``kubeadm upgrade`` rewrites it), instead of copying
 back an old file. The kubelet copies the static pod's annotations onto the mirror pod, which makes the
 marker visible through the API as proof that the kubelet runs the patched manifest.
+
+A manifest that sets ``metadata.uid`` (RKE2 writes a hash of the pod there) gets a UID of ours while patched:
+the kubelet keys a static pod by its UID and does not restart one whose UID stays the same across an edit
+(seen on the real 1.37 kubelet: the edit is a "SyncLoop UPDATE" and the old container keeps running), so
+the patch would never reach the scheduler. The marker keeps the original UID's text to put back.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass, field
@@ -40,6 +46,7 @@ class Marker:
     container: str  # the container we edited
     replaced: str | None = None  # YAML source text of the ``--config`` item we replaced, put back on restore
     created: tuple[str, ...] = ()  # keys that did not exist before: volumes, volumeMounts, annotations
+    uid: str | None = None  # YAML source text of the ``metadata.uid`` we replaced (``patched_uid``), put back
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"v": MARKER_VERSION, "hash": self.hash, "flag": self.flag, "volume": self.volume,
@@ -48,6 +55,8 @@ class Marker:
             data["replaced"] = self.replaced
         if self.created:
             data["created"] = list(self.created)
+        if self.uid is not None:
+            data["uid"] = self.uid
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @staticmethod
@@ -57,7 +66,8 @@ class Marker:
             raise ValueError("unknown marker version")
         return Marker(hash=str(data["hash"]), flag=str(data["flag"]), volume=str(data["volume"]),
                       mount=str(data["mount"]), container=str(data["container"]),
-                      replaced=data.get("replaced"), created=tuple(data.get("created", ())))
+                      replaced=data.get("replaced"), created=tuple(data.get("created", ())),
+                      uid=None if data.get("uid") is None else str(data["uid"]))
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class Scheduler:
     foreign_index: int | None  # index in ``flags`` of the item that carries the foreign value, if present
     mounts: list[dict[str, Any]] = field(default_factory=list)
     volumes: list[dict[str, Any]] = field(default_factory=list)
+    uid: str | None = None  # ``metadata.uid`` as the kubelet reads it, when the manifest sets one
 
     @property
     def flags_path(self) -> yt.Path:
@@ -105,6 +116,22 @@ def _own_start(flags: list[Any], flags_key: str) -> int:
 
 def marker_key(prefix: str) -> str:
     return f"{prefix}/patch"
+
+
+def patched_uid(original: str, short_hash: str) -> str:
+    """The static pod's UID while our patch is in, in a UID's usual form: from the original UID and our config's
+    hash, so the same config gives the same UID (a patch found in place is current) and another config another
+    UID (the kubelet restarts the scheduler for it)."""
+    h = hashlib.sha256(f"{original}\0{short_hash}".encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _uid_text(doc: yt.Document) -> str | None:
+    """The YAML source text of ``metadata.uid`` when it is a scalar."""
+    node = yt.node_at(doc.root, ("metadata", "uid"))
+    if not isinstance(node, ScalarNode):
+        return None
+    return doc.text[int(node.start_mark.index): int(node.end_mark.index)]
 
 
 def _names_scheduler(container: dict[str, Any]) -> bool:
@@ -225,7 +252,16 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         foreign_config=foreign, foreign_index=foreign_index,
         mounts=[m for m in container.get("volumeMounts") or [] if isinstance(m, dict)],
         volumes=[v for v in spec.get("volumes") or [] if isinstance(v, dict)],
+        uid=_uid_value(metadata.get("uid"), where),
     )
+
+
+def _uid_value(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, (dict, list)):
+        raise ManifestError(where, "metadata.uid is not a scalar")
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -287,7 +323,18 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     mount_ok = any(x.get("name") == m.volume and x.get("mountPath") == spec.host_config_dir for x in sched.mounts)
     vol_ok = any(v.get("name") == m.volume and (v.get("hostPath") or {}).get("path") == spec.host_config_dir
                  for v in sched.volumes)
-    return flag_ok and mount_ok and vol_ok
+    uid_ok = sched.uid is None or (m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash))
+    return flag_ok and mount_ok and vol_ok and uid_ok
+
+
+def _original_uid(m: Marker) -> str:
+    """The value of the UID the marker keeps (its source text read as YAML)."""
+    assert m.uid is not None
+    try:
+        value = yt.load_data(m.uid)
+    except yt.YamlTextError:
+        return m.uid
+    return "" if value is None else str(value)
 
 
 Inspected = tuple[yt.Document, Scheduler]
@@ -343,11 +390,21 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     ops.append(yt.Append((*cpath, "volumeMounts"), mount, order if "volumeMounts" in created else None,
                          flags_style))
 
-    # 3. the marker, last: it describes the items above.
+    # 3. a UID of ours where the manifest sets one: the kubelet restarts a static pod only for a new UID.
+    uid_text = _uid_text(doc) if sched.uid is not None else None
+    if uid_text is not None:
+        assert sched.uid is not None
+        node = yt.node_at(root, ("metadata", "uid"))
+        assert isinstance(node, ScalarNode)
+        new_uid = patched_uid(sched.uid, spec.short_hash)
+        style = node.style if node.style in ('"', "'") else None
+        ops.append(yt.Replace(("metadata", "uid"), new_uid, yt.render_scalar(new_uid, style)))
+
+    # 4. the marker, last: it describes the items above.
     if yt.node_at(root, ("metadata", "annotations")) is None:
         created.append("annotations")
     marker = Marker(hash=spec.short_hash, flag=flag, volume=VOLUME_NAME, mount=spec.host_config_dir,
-                    container=sched.container_name, replaced=replaced, created=tuple(created))
+                    container=sched.container_name, replaced=replaced, created=tuple(created), uid=uid_text)
     ops.append(yt.SetKey(("metadata", "annotations"), marker_key(spec.prefix), marker.to_json(),
                          yt.Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
     try:
@@ -425,6 +482,13 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
     _remove_item(ops, container, cpath, "volumeMounts",
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
+    if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
+        # Ours is still there: the original back, as it was written. A UID someone set since stays.
+        try:
+            value = yt.load_data(m.uid)
+        except yt.YamlTextError as exc:
+            raise ManifestError(where, f"marker holds an unreadable uid ({exc})") from None
+        ops.append(yt.Replace(("metadata", "uid"), value, m.uid))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))

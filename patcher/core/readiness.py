@@ -169,7 +169,9 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
     # The proof is against the node's own config hash (the marker carries its first digits), whatever the
     # expected hash named. The baseline is the pod as it is now: a scheduler that restarted since (it exits
     # when it loses its leader election, routinely) still runs our config; crash loops show as waiting or
-    # terminated, never as Ready.
+    # terminated, except for the second each run lives where the manifest has no startup probe. No settle time
+    # here: the agent's Ready (required above) had one, and a verdict must not flap for 10 s after every
+    # routine restart.
     decision = restart.decide(pod, marker_key=manifest.marker_key(prefix.rstrip("/")), expected_hash=config_hash,
                               manifest_mtime_ns=mtime_ns, baseline=restart.Baseline.of(pod, container),
                               container_name=container)

@@ -1,11 +1,19 @@
-"""Decide from the mirror pod whether the scheduler restarted with our manifest. Pure: no I/O, no clock.
+"""Decide from the mirror pod whether the scheduler restarted with our manifest. Pure: no I/O; the caller
+passes the time.
 
-Three facts together prove the kubelet runs the manifest we wrote: the mirror pod carries our marker
+Four facts together prove the kubelet runs the manifest we wrote: the mirror pod carries our marker
 annotation with the current config hash (the kubelet copies a static pod's annotations onto its mirror pod),
-the scheduler container started no earlier than our write, and the pod is Ready. ``startedAt`` only has
-whole-second precision while the manifest mtime has nanoseconds, so the comparison floors the mtime to its
-second: a container started in the same second as the write counts as started after it (the marker check
-rules out the old pod, which cannot carry the new hash).
+the scheduler container started no earlier than our write, the pod is Ready, and that same container has run
+for the settle time. ``startedAt`` only has whole-second precision while the manifest mtime has nanoseconds, so
+the comparison floors the mtime to its second: a container started in the same second as the write counts as
+started after it (the marker check rules out the old pod, which cannot carry the new hash).
+
+Why the settle time: a scheduler that refuses its config exits about a second after it starts, and for that
+second the real kubelet reports it started, ready and the pod Ready (a manifest without a startup probe, as
+RKE2's; one that sets ``metadata.uid`` even keeps the pod's UID across the edit, so the pod looks like the one
+before). Only a container that is still the same one (same ``startedAt``; a restart makes a new one) a settle
+time after it started is a scheduler that took the config. The start is counted from the end of its
+``startedAt`` second, so the settle is never shorter than asked.
 
 Crash signals count only on the pod that carries the current marker: the old scheduler failing while the
 kubelet has not picked up the change yet is not a verdict on our config.
@@ -73,6 +81,8 @@ class RestartDecision:
     reason: str
     restart_count: int | None = None
     started_at: str | None = None
+    #: Waiting only for the settle time: the wall time (ns) at which this container will have run it.
+    settle_until_ns: int | None = None
 
     @property
     def ready(self) -> bool:
@@ -126,6 +136,11 @@ def _seconds(stamp: Any) -> int | None:
         return None
 
 
+def settle_left_ns(started_ns: int, now_ns: int, settle_s: float) -> int:
+    """How much longer (ns, 0 when done) something started at ``started_ns`` must run to have run ``settle_s``."""
+    return max(0, started_ns + round(settle_s * _NS_PER_S) - now_ns)
+
+
 def decide(
     pod: Mapping[str, Any] | None,
     *,
@@ -135,12 +150,17 @@ def decide(
     baseline: Baseline | None = None,
     container_name: str = DEFAULT_CONTAINER,
     min_restarts: int = 1,
+    now_ns: int | None = None,
+    settle_s: float = 0.0,
 ) -> RestartDecision:
     """Ready, CrashLooping or Waiting (with the reason) for the mirror pod ``pod`` after our write.
 
     ``min_restarts``: how many restarts since ``baseline`` make a crash loop. kube-scheduler also exits
     normally (a lost leader election), so the agent asks for more than one; CrashLoopBackOff counts at once.
+    ``settle_s`` (with ``now_ns``, the node's wall clock): how long the container must have run to be Ready.
     """
+    if settle_s > 0 and now_ns is None:
+        raise ValueError("decide: a settle time needs now_ns")
     waiting = Verdict.WAITING
     if pod is None:
         return RestartDecision(waiting, "the mirror pod does not exist (yet)")
@@ -204,6 +224,14 @@ def decide(
         )
     if not _pod_ready(pod):
         return RestartDecision(waiting, "the mirror pod is not Ready yet", restart_count=count, started_at=started_text)
+    if now_ns is not None and settle_s > 0:
+        left = settle_left_ns((started + 1) * _NS_PER_S, now_ns, settle_s)
+        if left:
+            return RestartDecision(
+                waiting, f"container {container_name} runs config {found} since {started_text}; Ready once it has "
+                         f"run {settle_s:g}s without a restart ({left / _NS_PER_S:.1f}s more)",
+                restart_count=count, started_at=started_text, settle_until_ns=now_ns + left,
+            )
     return RestartDecision(
         Verdict.READY, f"container {container_name} runs config {found} since {started_text}",
         restart_count=count, started_at=started_text,

@@ -87,6 +87,9 @@ class Lifecycle:
 
     #: How long the scheduler may take to come back Ready on a write before it counts as failed.
     restart_timeout: float = field(default=600.0, metadata=flag("--restart-timeout"))
+    #: How long the restarted scheduler must run without a restart before it counts as Ready: a config it
+    #: refuses makes it exit about a second after it starts, and for that second the kubelet may show it ready.
+    restart_settle: float = field(default=10.0, metadata=flag("--restart-settle"))
     #: Roll back (to the last Ready config, else the original) when the scheduler does not come back.
     rollback_on_failure: bool = field(default=True, metadata=flag("--rollback-on-failure"))
     #: On a stop: restore when the agent leaves the node for good (``auto``: its DaemonSet is gone, being

@@ -72,7 +72,8 @@ class Observations:
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self.watcher: FolderWatcher | None = None
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
-                                     crash_restarts=self.opts.crash_restarts)
+                                     crash_restarts=self.opts.crash_restarts,
+                                     settle=settings.lifecycle.restart_settle)
 
     def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
@@ -126,13 +127,16 @@ class Observations:
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
         its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
-        and the bound itself is the next timer, never a busy 50 ms loop) and the local tracker's poll."""
+        and the bound itself is the next timer, never a busy 50 ms loop), the local tracker's poll, and the end
+        of a restarted scheduler's settle time (nothing else may change then)."""
         now, n = time.monotonic(), self.current()
         w = n.wait
         also: tuple[float, ...] = ()
         if w is not None:
+            recheck = self.restarts.recheck_at
             also = (w.deadline if now < w.deadline else w.deadline + rules.restart_timeout,
-                    *((now + self.opts.local_poll,) if self.restarts.polling else ()))
+                    *((now + self.opts.local_poll,) if self.restarts.polling else ()),
+                    *((recheck,) if recheck is not None else ()))
         return self.timers.timeout(now, fault=n.fault is not None, heartbeat=self.opts.heartbeat, also=also)
 
     def _schedule_periodic_probe(self, rules: Lifecycle) -> None:

@@ -95,7 +95,9 @@ class Cluster:
         mode = [] if self.restore_on_exit == "auto" else [f"--restore-on-exit={self.restore_on_exit}"]  # default
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
-             "--listen", "127.0.0.1:0", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
+             "--listen", "127.0.0.1:0", "--restart-timeout", "20s",
+             # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
+             "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--check-extenders=false", "--log-format", "json", *mode],
             env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 

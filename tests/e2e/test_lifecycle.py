@@ -169,7 +169,9 @@ def cluster(tmp_path: Path, extender: Extender,
                "POD_NAMESPACE": "scheduler-patcher"}
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
-             "--listen", "127.0.0.1:0", "--restart-timeout", "20s", "--rollout-lease-duration", "10s",
+             "--listen", "127.0.0.1:0", "--restart-timeout", "20s",
+             # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
+             "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--compat-csi-baremetal=true", "--log-format", "json"],
             env=env, stdout=sim.log.open("wb"), stderr=subprocess.STDOUT)
     yield emu, sims, timeline
