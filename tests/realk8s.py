@@ -90,10 +90,33 @@ def one_at_a_time() -> Iterator[None]:
 
 
 def free_port() -> int:
+    """A port free at this moment, for a server this process binds at once. Not for a child process: the port
+    is free again from here until the child binds it, seconds later under load (a Python child first imports
+    for 5-18 s on a busy 2-core machine), and any bind to port 0 meanwhile, another child's `free_port` among
+    them, may be handed the same port. Give a child `127.0.0.1:0` and read its port back (`listening_port`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120.0) -> int:
+    """The port that `scheduler-patcher` (agent or gatekeeper, `--listen 127.0.0.1:0 --log-format json`)
+    bound, from its "health server listening" line; fails at once, with its log, if the process exited."""
+    def bound() -> int | None:
+        for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if record.get("msg") == "health server listening":
+                return int(str(record["url"]).rpartition(":")[2])
+        if proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode} before listening:\n{log.read_text()[-2000:]}")
+        return None
+
+    port: int = wait_until(bound, timeout, f"{log.name}: its health server")
+    return port
 
 
 def die_with_parent() -> None:

@@ -28,7 +28,7 @@ from patcher.adapters.kube.transport import NODES, Api
 from tests.conftest import FIXTURES, write_configmap
 from tests.helpers import MANIFEST, P
 from tests.kubeletsim import SimKubelet
-from tests.realk8s import ROOT, ControlPlane, free_port
+from tests.realk8s import ROOT, ControlPlane
 from tests.realkubelet import RealNode
 
 Obj = dict[str, Any]
@@ -90,7 +90,6 @@ class NodeSim:
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
     pods: int = 0
-    port: int = 0
 
     @property
     def manifest(self) -> Path:
@@ -156,13 +155,12 @@ class Agents:
                 "spec": {**template["spec"], "nodeName": sim.name}})
         log = self.tmp / f"{sim.pod}.log"
         sim.logs.append(log)
-        sim.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")}
         env.update(PYTHONPATH=str(ROOT), NODE_NAME=sim.name, KUBECONFIG=str(self.kubeconfig),
                    POD_NAMESPACE=self.namespace, POD_NAME=sim.pod)
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
-             "--listen", f"127.0.0.1:{sim.port}", "--restart-timeout", "20s",
+             "--listen", "127.0.0.1:0", "--restart-timeout", "20s",
              # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
              "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--check-extenders=false", "--log-format", "json", *self.extra_args],

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.realk8s import ROOT, ControlPlane, built_releases, control_plane, free_port, missing_reason, wait_until
+from tests.realk8s import ROOT, ControlPlane, built_releases, control_plane, listening_port, missing_reason, wait_until
 from tests.realnodes import DS, Agents, Timeline, audit_events, audit_flags, describe, unused_grants
 from tests.test_deploy_manifests import objects
 from tests.test_real_install import apply_k
@@ -53,17 +53,19 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 
 def gatekeeper(cp: ControlPlane, tmp: Path, namespace: str = NS, gate: str = GATE,
-               name: str = "gatekeeper") -> tuple[subprocess.Popen[bytes], Path, int]:
+               name: str = "gatekeeper") -> tuple[subprocess.Popen[bytes], Path]:
     """`scheduler-patcher gatekeeper` with a token of the gatekeeper's own ServiceAccount in `namespace` (its
-    leader Lease there too), releasing `gate`."""
+    leader Lease there too), releasing `gate`. It binds a port of its own choosing (`listening_port` reads it):
+    a port picked here would be free for anyone until the child binds it (see `free_port`)."""
     kubeconfig = cp.token_kubeconfig(namespace, "scheduler-patcher-gatekeeper", tmp / f"{name}.kubeconfig")
-    log, port = tmp / f"{name}.log", free_port()
+    log = tmp / f"{name}.log"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "KUBECONFIG": str(kubeconfig),
            "POD_NAMESPACE": namespace, "POD_NAME": f"{name}-0"}
-    proc = subprocess.Popen([sys.executable, "-m", "patcher", "gatekeeper", "--listen", f"127.0.0.1:{port}",
-                             "--log-format", "json", "--resync-interval", "5s", "--gate-name", gate],
-                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    return proc, log, port
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "patcher", "gatekeeper", "--listen", "127.0.0.1:0",
+                                 "--log-format", "json", "--resync-interval", "5s", "--gate-name", gate],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    return proc, log
 
 
 HOLD = "example.com/hold"
@@ -137,7 +139,8 @@ def test_the_node_story_on_the_real_server(plane: ControlPlane, tmp_path: Path) 
         for sim in agents.sims.values():
             agents.start_agent(sim)
         gated_pods(cp)
-        keeper, keeper_log, keeper_port = gatekeeper(cp, tmp_path)
+        keeper, keeper_log = gatekeeper(cp, tmp_path)
+        keeper_port = listening_port(keeper, keeper_log)
         story(cp, agents, tl, keeper, keeper_log, keeper_port)
     finally:
         print(tl.text())

@@ -20,7 +20,7 @@ import copy
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,6 +268,19 @@ def pod_reads(cp: ControlPlane) -> set[tuple[str, str]]:
             if e["verb"] == "get" and (e.get("objectRef") or {}).get("namespace") == APPS}
 
 
+def settled(cases: Iterable[GateCase], done: Callable[[], Callable[[GateCase], bool]]) -> bool:
+    """Whether every case is done (`done()` reads the cluster once and answers per case); raises, naming them,
+    with their logs, for gatekeepers that exited before they were: nothing would count for them any more, and
+    the wait would only run out its time."""
+    cases = list(cases)
+    exited = [c for c in cases if c.proc.poll() is not None]
+    ok = done()  # read after the poll: all that an exited gatekeeper did is in it
+    if dead := [c for c in exited if not ok(c)]:
+        raise AssertionError("\n".join(f"gatekeeper gk-{c.number} exited with {c.proc.returncode}:\n"
+                                       f"{c.log.read_text(errors='replace')[-2000:]}" for c in dead))
+    return all(ok(c) for c in cases)
+
+
 @pytest.fixture(scope="module")
 def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant | None, GateCase]]:
     """A cluster whose verdict is Ready (one node, its agent), and a gatekeeper per case, each with its own gate
@@ -298,14 +311,21 @@ def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant 
             for n, drop in enumerate(drops):
                 gate = f"example.com/case-{n}"
                 gated_pod(cp, f"pod-{n}", gate, held=True)
-                keeper, log, _ = gatekeeper(cp, tmp, f"gk-{n}", gate, f"gk-{n}")
+                keeper, log = gatekeeper(cp, tmp, f"gk-{n}", gate, f"gk-{n}")
                 run[drop] = GateCase(n, keeper, log)
-            wait_until(lambda: all(c.user in refusals_by_user(cp) or (c.user, c.pod) in pod_reads(cp)
-                                   for c in run.values()), 180, "every gatekeeper refused or meeting the hold")
+
+            def met_hold() -> Callable[[GateCase], bool]:
+                refused, reads = refusals_by_user(cp), pod_reads(cp)
+                return lambda c: c.user in refused or (c.user, c.pod) in reads
+
+            def released() -> Callable[[GateCase], bool]:
+                refused = refusals_by_user(cp)
+                return lambda c: c.user in refused or gates(cp, c.pod) == []
+
+            wait_until(lambda: settled(run.values(), met_hold), 180, "every gatekeeper refused or meeting the hold")
             for case in run.values():
                 release_hold(cp, case.pod)
-            wait_until(lambda: all(c.user in refusals_by_user(cp) or gates(cp, c.pod) == [] for c in run.values()),
-                       180, "every gatekeeper refused or its pod released")
+            wait_until(lambda: settled(run.values(), released), 180, "every gatekeeper refused or its pod released")
             for case in run.values():
                 case.proc.send_signal(signal.SIGTERM)
             for case in run.values():
