@@ -6,14 +6,16 @@ table are injected: no real time passes."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from patcher.adapters.proc import SchedulerProcess
 from patcher.core import lifecycle
 from patcher.core.restart import Verdict
-from patcher.core.settings import Files
+from patcher.core.settings import Files, Lifecycle
+from patcher.core.state import State
+from patcher.core.status import NodeState
 from patcher.services.restartwatch import RestartWatch
 from tests.kubeemu import make_mirror_pod
 
@@ -131,3 +133,59 @@ def test_no_settle_time_is_ready_at_the_first_look() -> None:
     clock = Clock(WRITE_S + 2.1)
     rw = watch(clock, local=False, settle=0.0)
     assert rw.observe(WAIT, Pods(mirror(WRITE_S + 2))).verdict is Verdict.READY and rw.recheck_at is None
+
+
+# --- found in review: a stale view, a restart only the process table saw, a late start near the deadline -----
+
+def test_a_stale_pod_view_cannot_prove_the_settle() -> None:
+    """The watch broke right after the container started; a refused scheduler exits a second later, which the
+    stale view does not show: still "running and Ready since" its start. It proves nothing about the settle."""
+    clock = Clock(WRITE_S + 3.2)
+    rw = watch(clock, local=False)
+    pods = Pods(mirror(WRITE_S + 2), fresh=False)
+    assert rw.observe(WAIT, pods).verdict is Verdict.WAITING
+    clock.advance(10)
+    seen = rw.observe(WAIT, pods)
+    assert seen.verdict is Verdict.WAITING and "does not follow the API server" in seen.reason and seen.blind
+    pods.fresh = True  # the watch is back and shows the same container: it did run the settle time
+    assert rw.observe(WAIT, pods).verdict is Verdict.READY
+
+
+def test_a_restart_the_process_table_saw_overrules_the_pod_views_ready() -> None:
+    """--local-check: the pod shows the container started at WRITE_S+2, the process table a scheduler started at
+    WRITE_S+11.5 (the first died within the settle; the kubelet started another), fresh view or not."""
+    for fresh in (True, False):
+        clock = Clock(WRITE_S + 2.2)
+        procs = [process(100, WRITE_S + 2.1)]
+        rw = watch(clock, local=True, procs=procs)
+        pods = Pods(mirror(WRITE_S + 2), fresh=fresh)
+        assert rw.observe(WAIT, pods).verdict is Verdict.WAITING
+        procs[:] = [process(101, WRITE_S + 11.5)]
+        clock.advance(10.9)  # WRITE_S + 13.1: the pod's settle is over, the new process's is not
+        seen = rw.observe(WAIT, pods)
+        assert seen.verdict is Verdict.WAITING, (fresh, seen.reason)
+        clock.advance(10)
+        assert rw.observe(WAIT, pods).verdict is Verdict.READY  # the new process ran its settle time
+
+
+def test_a_healthy_scheduler_that_starts_late_is_not_rolled_back_for_its_settle() -> None:
+    """Timeout 60 s, settle 10 s: a container started 55 s after the write has run 4 s at the deadline. The
+    deadline waits for its settle (bounded by it); a wait for anything else still fails there."""
+    clock = Clock(WRITE_S + 60.4)
+    rw = watch(clock, local=False)
+    seen = rw.observe(WAIT, Pods(mirror(WRITE_S + 55)))
+    assert seen.verdict is Verdict.WAITING and seen.settle_until is not None
+    assert abs(seen.settle_until - (clock.mono + (WRITE_S + 66 - (WRITE_S + 60.4)))) < 1e-6
+    opts = Lifecycle(restart_timeout=60.0, restart_settle=10.0, check_extenders=False)
+    record = State(phase=NodeState.WAITING_FOR_RESTART.value, config_hash=WAIT.config_hash, patched_sha256="cd" * 32)
+    node = lifecycle.Node(record=record, wait=lifecycle.Wait(WAIT.config_hash, WAIT.written_ns,
+                                                             deadline=clock.mono - 0.4))
+
+    def rolls_back(ev: lifecycle.Observed) -> bool:
+        _, acts = lifecycle.step(node, ev, opts)
+        return any(isinstance(a, (lifecycle.RollBack, lifecycle.CheckLastGood)) for a in acts)
+    assert not rolls_back(seen)
+    clock.advance(5.6)
+    assert rw.observe(WAIT, Pods(mirror(WRITE_S + 55))).verdict is Verdict.READY
+    assert rolls_back(replace(seen, now=seen.settle_until))  # past the settle's end: no more slack
+    assert rolls_back(replace(seen, settle_until=None))  # waiting for anything else: fails at the deadline

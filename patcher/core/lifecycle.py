@@ -165,6 +165,9 @@ class Observed:
     verdict: Verdict
     reason: str
     blind: bool = False  # the only check is a mirror-pod view that does not follow the server right now
+    #: Waiting only for the restarted scheduler's settle time, done at this monotonic time: a deadline that
+    #: falls inside it waits for it (a healthy scheduler that started late is not rolled back for it).
+    settle_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -706,6 +709,8 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
                       Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}"), *acts, *rel]
     if ev.verdict == Verdict.CRASH_LOOPING:
         return _fail_wait(node, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
+    if ev.now >= w.deadline and ev.settle_until is not None and ev.now < ev.settle_until:
+        return node, []  # bounded: the settle time past the deadline at most, and the loop wakes at its end
     if ev.now >= w.deadline and ev.blind and ev.now < w.deadline + opts.restart_timeout:
         # A broken watch alone never decides a rollback: "not restarted yet" from a stale view says nothing about
         # the scheduler. One more timeout, bounded, for the view to come back (issue 13 item 8).

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from patcher.adapters.proc import LocalRestartTracker, SchedulerProcess, find_schedulers
+from patcher.adapters.proc import LocalCheck, LocalRestartTracker, SchedulerProcess, find_schedulers
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.settings import Files
+from patcher.core.timefmt import parse_rfc3339_ns
 from patcher.services.ports import PodSource
 
 
@@ -61,16 +62,25 @@ class RestartWatch:
         now_ns, now = self.wall_ns(), self.monotonic()
         verdicts: list[tuple[restart.Verdict, str]] = []
         settled_by: list[int] = []  # wall ns at which a check that waits only for the settle time is done
+        check = self.tracker.poll(self.scan()) if self.tracker is not None else None
+        fresh = pods is not None and getattr(pods, "fresh", True)
         if pods is not None:
             decision = restart.decide(pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
                                       expected_hash=wait.config_hash, manifest_mtime_ns=wait.written_ns,
                                       baseline=self.baseline, container_name=self.container,
                                       min_restarts=self.crash_restarts, now_ns=now_ns, settle_s=self.settle)
-            verdicts.append((decision.verdict, decision.reason))
+            verdict, reason = decision.verdict, decision.reason
+            if verdict is restart.Verdict.READY and self.settle > 0:
+                newer = _newer_process(check, decision.started_at)
+                if not fresh:  # the view may be hiding the exit that a settle time is there to see
+                    verdict, reason = restart.Verdict.WAITING, f"{reason}, in a pod view that does not follow " \
+                                                               "the API server now: the settle is not proven"
+                elif newer:
+                    verdict, reason = restart.Verdict.WAITING, f"{reason}, but {newer}"
+            verdicts.append((verdict, reason))
             if decision.settle_until_ns is not None:
                 settled_by.append(decision.settle_until_ns)
-        if self.tracker is not None:  # the process table answers even while the API server is down
-            check = self.tracker.poll(self.scan())
+        if check is not None:  # the process table answers even while the API server is down
             left = restart.settle_left_ns(round(check.process.started_at * 1e9), now_ns, self.settle) \
                 if check.ready and check.process is not None else 0
             if check.starts > self.crash_restarts:
@@ -83,7 +93,25 @@ class RestartWatch:
                 verdicts.append((restart.Verdict.READY if check.ready else restart.Verdict.WAITING,
                                  f"local process: {check.reason}"))
         verdict, reason = lifecycle.combine(verdicts)
-        self.recheck_at = now + (min(settled_by) - now_ns) / 1e9 if settled_by and verdict is restart.Verdict.WAITING \
-            else None
-        blind = self.tracker is None and pods is not None and not getattr(pods, "fresh", True)
-        return lifecycle.Observed(now, now_ns, verdict, reason, blind=blind)
+        waiting = verdict is restart.Verdict.WAITING
+        self.recheck_at = now + (min(settled_by) - now_ns) / 1e9 if settled_by and waiting else None
+        # Waiting only for a settle time: the latest of them (a check still waiting otherwise has none).
+        only_settle = waiting and len(settled_by) == len(verdicts) and bool(settled_by)
+        settle_until = now + (max(settled_by) - now_ns) / 1e9 if only_settle else None
+        blind = self.tracker is None and pods is not None and not fresh
+        return lifecycle.Observed(now, now_ns, verdict, reason, blind=blind, settle_until=settle_until)
+
+
+def _newer_process(check: LocalCheck | None, started_at: str | None) -> str | None:
+    """What the process table says against a container the API shows running since ``started_at``: a
+    scheduler process that started after that container (its start is whole seconds; the process starts
+    just after its container) is a restart the pod view has not shown yet."""
+    if check is None or check.process is None or started_at is None:
+        return None
+    try:
+        container_s = parse_rfc3339_ns(started_at) // 1_000_000_000
+    except ValueError:
+        return None
+    if check.process.started_at <= container_s + 2:
+        return None
+    return f"the process table shows pid {check.process.pid} started since"
