@@ -19,6 +19,7 @@ from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.services import engine
 from tests import helpers
+from tests.conftest import FIXTURES
 
 KUBEADM = helpers.KUBEADM.decode()
 PREFIXES = ("scheduler-patcher.io", "example.com")
@@ -232,3 +233,33 @@ class NamedFilesMachine(RuleBasedStateMachine):
 
 TestNamedFiles = NamedFilesMachine.TestCase
 TestNamedFiles.settings = settings(max_examples=30, stateful_step_count=12, deadline=None)
+
+
+# -- a foreign --config the agent cannot read; a --config naming a missing file ------------------------------
+
+FOREIGN = (FIXTURES / "manifests" / "foreign-config.yaml").read_text()
+
+
+def test_a_foreign_config_out_of_reach_names_the_path_looked_at_and_both_ways_out(tmp_path: Path) -> None:
+    make_node(tmp_path)
+    (tmp_path / helpers.MANIFEST).write_text(FOREIGN)
+    with pytest.raises(ManifestError) as exc:
+        engine.plan_apply(opts_for(tmp_path, "scheduler-patcher.io"))
+    assert str(exc.value) == (
+        "/srv/scheduler/scheduler-config.yaml: foreign scheduler config not found (kube-scheduler's "
+        "--config=/etc/kubernetes/custom/scheduler-config.yaml; looked at "
+        f"{tmp_path}/srv/scheduler/scheduler-config.yaml): "
+        "to merge it, mount /srv/scheduler into the agent (Helm: hostPaths.foreignConfigDirs; kustomize: "
+        "manifests/overlays/foreign-config); or replace it with --on-foreign-config=replace")
+
+
+def test_status_reports_a_config_flag_that_names_a_missing_file_as_an_error(tmp_path: Path) -> None:
+    make_node(tmp_path)
+    opts = opts_for(tmp_path, "scheduler-patcher.io")
+    ours = next(line.split()[1] for line in apply(opts) if "/config-" in line)
+    assert "error" not in engine.status(opts)
+    (tmp_path / ours.lstrip("/")).unlink()
+    info = engine.status(opts)
+    assert info["patched"] is True
+    assert info["error"] == (f"{ours}: kube-scheduler's --config={ours} names a missing file; its next start fails "
+                             "(run apply to write it back, or restore)")

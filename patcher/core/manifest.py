@@ -98,6 +98,11 @@ class Scheduler:
         return [str(x) for x in self.flags][_own_start(self.flags, self.flags_key):]
 
 
+def own_start(sched: Scheduler) -> int:
+    """Where kube-scheduler's own arguments start in ``sched.flags`` (after the binary or a wrapper's words)."""
+    return _own_start(sched.flags, sched.flags_key)
+
+
 def _own_start(flags: list[Any], flags_key: str) -> int:
     """Where kube-scheduler's own arguments start in ``flags``: after the binary, or after the leading words
     of a ``command`` (the binary and a wrapper's words before the first flag)."""

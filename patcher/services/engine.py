@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from patcher.adapters import fsio
 from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
-from patcher.core import manifest, schedconfig, timefmt, yamltext
+from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -251,6 +251,21 @@ def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
     return manifest.map_to_node(sched.mounts, sched.volumes, path)
 
 
+#: Where each way of installing the agent mounts another node folder for it (read only, below the host root).
+FOREIGN_MOUNT_HINT = "Helm: hostPaths.foreignConfigDirs; kustomize: manifests/overlays/foreign-config"
+
+
+def foreign_missing(opts: Files, value: str, node_path: str) -> str:
+    """The refusal for a foreign ``--config`` that is not where the agent reads the node: the path it looked at
+    and both ways out. In the DaemonSet only the manifest, config and state folders are mounted, so a
+    foreign config elsewhere is invisible until its folder is mounted too."""
+    looked = str(host_fs(opts).local(node_path))
+    where = f"; looked at {looked}" if looked != node_path else ""
+    return (f"foreign scheduler config not found (kube-scheduler's --config={value}{where}): to merge it, mount "
+            f"{posixpath.dirname(node_path)} into the agent ({FOREIGN_MOUNT_HINT}); or replace it with "
+            "--on-foreign-config=replace")
+
+
 def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
@@ -258,8 +273,10 @@ def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfi
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_file(host_fs(opts).local(node_path), "foreign scheduler config", node_path,
-                           limit=MAX_MANIFEST_BYTES)
+    local = host_fs(opts).local(node_path)
+    if not os.path.lexists(local) or (local.is_symlink() and not local.exists()):
+        raise ManifestError(node_path, foreign_missing(opts, sched.foreign_config, node_path))
+    data = fsio.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
@@ -808,4 +825,22 @@ def status(opts: Files) -> dict[str, Any]:
     except PatcherError as exc:
         out["up_to_date"] = None
         out["error"] = str(exc)
+    missing = missing_config(opts, sched)
+    if missing is not None:  # the most urgent news: the scheduler's next start fails
+        out["error"] = missing + (f"; also: {out['error']}" if out.get("error") else "")
     return out
+
+
+def missing_config(opts: Files, sched: manifest.Scheduler) -> str | None:
+    """The one-line error when the ``--config`` kube-scheduler starts with names a file that is not on the node
+    (or None): its next start fails, whatever the marker says."""
+    item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
+    if item is None:
+        return None
+    node_path = container_to_node_path(sched, item.value)
+    if node_path is None:
+        return None  # not on a hostPath volume: the image's own file, not ours to check
+    if host_fs(opts).local(node_path).exists():
+        return None
+    return (f"{node_path}: kube-scheduler's --config={item.value} names a missing file; its next start fails "
+            "(run apply to write it back, or restore)")
