@@ -59,7 +59,7 @@ def test_plan_apply_plan_restore(node: Path, capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out.splitlines()[0] == "wrote /etc/kubernetes/manifests/kube-scheduler.yaml"
     assert (node / "node" / MANIFEST).read_bytes() == original
     assert main(args(node, "restore")) == 0
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == "/etc/kubernetes/manifests/kube-scheduler.yaml: unchanged\n"
 
 
 def test_errors_are_one_line_naming_the_file(node: Path, capsys: pytest.CaptureFixture[str]) -> None:

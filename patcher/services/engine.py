@@ -155,11 +155,12 @@ class NamedFiles:
                      if target == norm), None)
 
 
-def named_files(opts: Files, *, planned: bytes | None = None) -> NamedFiles:
+def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | None = None) -> NamedFiles:
     """Read every static-pod manifest the kubelet runs from the manifest folder (and ours, wherever its symlink
     points) and collect the files they name. Ours unreadable (gone: ``kubeadm upgrade`` renames it away for a
     moment; too large; not a file): everything is kept, unless ``planned`` gives the manifest the caller
-    planned from and checked under the writer lock (a failed apply takes back only files it created)."""
+    planned from and checked under the writer lock (a failed apply takes back only files it created).
+    ``after``: the manifest as a planned write would leave it, read in place of ours (a dry run's answer)."""
     fs = host_fs(opts)
     try:
         main = fs.resolve(opts.manifest_path)
@@ -168,7 +169,7 @@ def named_files(opts: Files, *, planned: bytes | None = None) -> NamedFiles:
         if planned is None:
             return NamedFiles((), unreadable=f"the manifest cannot be read ({exc})")
         main, data = opts.manifest_path, planned
-    texts = {main: data.decode("utf-8", "replace")}
+    texts = {main: (after if after is not None else data).decode("utf-8", "replace")}
     try:
         entries = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
     except OSError:
@@ -579,6 +580,24 @@ def plan_restore(opts: Files) -> RestorePlan:
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
+
+
+def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], list[str]]:
+    """What ``restore(opts, plan)`` would change, written nowhere: the manifest's change and the config files
+    it would remove, and the ``kept X: why`` lines for those the removal guard would keep (a static pod still
+    names them once the manifest is restored)."""
+    mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
+    configs = [c for c in plan.changes if c.kind == "config"]
+    named = named_files(opts, after=mchange.new if mchange is not None else None) if configs else NamedFiles(())
+    changes: list[FileChange] = [mchange] if mchange is not None else []
+    kept = []
+    for change in configs:
+        why = named.keeps(change.node_path)
+        if why is None:
+            changes.append(change)
+        else:
+            kept.append(f"kept {change.node_path}: {why}")
+    return changes, kept
 
 
 def remove_stale_temp_files(opts: Files) -> list[str]:
