@@ -263,3 +263,17 @@ def test_status_reports_a_config_flag_that_names_a_missing_file_as_an_error(tmp_
     assert info["patched"] is True
     assert info["error"] == (f"{ours}: kube-scheduler's --config={ours} names a missing file; its next start fails "
                              "(run apply to write it back, or restore)")
+
+
+def test_the_agent_says_when_it_writes_back_a_config_file_the_manifest_names(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from patcher.services import patching
+
+    make_node(tmp_path)
+    opts = opts_for(tmp_path, "scheduler-patcher.io")
+    ours = next(line.split()[1] for line in apply(opts) if "/config-" in line)
+    (tmp_path / ours.lstrip("/")).unlink()
+    with caplog.at_level("WARNING", logger="patcher.services.agent"):
+        planned, plan = patching.plan(opts, fallback_version=None, bad_hashes=frozenset())
+    assert planned.kind == "pending" and plan is not None
+    assert f"{ours} is named by the manifest's --config but missing; writing it back" in caplog.text
