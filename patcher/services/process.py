@@ -50,8 +50,10 @@ def install_signal_handlers(agent: Agent) -> None:
 
 
 def start_watching(agent: Agent) -> None:
-    """Watch the source ("source") and the kubelet's manifest folder ("manifest"), and a symlinked manifest's
-    target folder. A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
+    """Watch the source ("source"), the kubelet's manifest folder ("manifest") and a symlinked manifest's
+    target folder, and the host config folder ("config": a config file deleted or edited there is written back
+    at once, not at the next resync; the agent's own writes there are expected, ``Observations.expect_config``).
+    A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
     files = agent.files
     fs = engine.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
@@ -65,9 +67,11 @@ def start_watching(agent: Agent) -> None:
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
         targets.append(("manifest", fs.local(target_dir),
                         lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
+    config_local = fs.local(files.host_config_dir)
+    targets.append(("config", config_local, lambda: folder_fingerprint(config_local, limit=engine.MAX_CONFIG_BYTES)))
     for name, folder, fingerprint in targets:
         try:
-            watcher.add(name, folder, fingerprint)
+            watcher.add(name, folder, fingerprint, missing_ok=name == "config")
         except PatcherError as exc:  # keep running: the periodic resync still covers it
             agent.metrics.error("watch")
             log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=agent.log_extra)
