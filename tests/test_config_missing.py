@@ -24,8 +24,7 @@ from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.runner import build_agent
-from tests.conftest import write_configmap
-from tests.helpers import EXTENDERS, MANIFEST, Node, Running, metric, node_folders
+from tests.helpers import MANIFEST, Node, Running, metric, node_folders
 from tests.helpers import node as node
 from tests.kubeemu import wait_until
 
@@ -58,7 +57,9 @@ def publishes(acts: list[lc.Action]) -> list[lc.Publish]:
 def test_a_missing_file_the_plan_does_not_write_back_is_failed_naming_the_path_once() -> None:
     start = lc.Node(record=State(phase=NodeState.FAILED.value, message="carries the marker …; nothing was changed"))
     n, acts = lc.step(start, refused(GONE), OPTS)
-    assert n.phase == NodeState.FAILED and n.record.message == GONE
+    # The missing file first, then the refusal it would say without it (the way out of both).
+    refusal = "carries the marker of annotation prefix other.example.com; nothing was changed"
+    assert n.phase == NodeState.FAILED and n.record.message == f"{GONE}; also: {refusal}"
     assert publishes(acts) == [lc.Publish()]  # one report; Failed already: a Note is the Event
     assert lc.Note("ConfigMissing", GONE, warning=True) in acts
     assert [a.message for a in acts if isinstance(a, lc.Log) and a.level == "error"][-1] == GONE
@@ -83,7 +84,7 @@ def test_once_the_file_is_back_the_node_says_again_what_it_said_before() -> None
 def test_a_refusal_that_changes_while_the_file_is_missing_comes_back_as_it_is_now() -> None:
     n, _ = lc.step(lc.Node(), refused(GONE, "first refusal"), OPTS)
     n, _ = lc.step(n, refused(GONE, "second refusal"), OPTS)
-    assert n.record.message == GONE
+    assert n.record.message == f"{GONE}; also: second refusal; nothing was changed"
     n, _ = lc.step(n, refused("", "second refusal"), OPTS)
     assert n.phase == NodeState.FAILED and n.record.message == "second refusal; nothing was changed"
 
@@ -258,11 +259,13 @@ def test_the_node_annotation_names_a_missing_config_the_agent_does_not_write_bac
     assert wait_until(lambda: node.annotations().get("message", "").startswith(f"{node_path}: "), 30), \
         node.annotations()
     assert MISSING_FILE in node.annotations()["message"] and node.state() == "Failed"
+    assert f"; also: /{MANIFEST}: carries the scheduler-patcher marker" in node.annotations()["message"]
+    assert f"pass --annotation-prefix {OTHER}" in node.annotations()["message"]  # the way out, still said
     assert metric(agent.metrics, "scheduler_patcher_config_missing") == 1
     assert wait_until(lambda: "ConfigMissing" in [e["reason"] for e in node.emu.events()], 30)
     theirs.write_bytes(content)
-    assert wait_until(lambda: f"pass --annotation-prefix {OTHER}" in node.annotations().get("message", ""), 30)
+    assert wait_until(lambda: MISSING_FILE not in node.annotations().get("message", MISSING_FILE), 30)
+    assert f"pass --annotation-prefix {OTHER}" in node.annotations()["message"] and node.state() == "Failed"
     assert metric(agent.metrics, "scheduler_patcher_config_missing") == 0
-    write_configmap(node.src, {"extenders.yaml": EXTENDERS})  # unchanged source: the agent keeps refusing
     assert agent.stop() == 0
     assert theirs.read_bytes() == content  # never ours to remove

@@ -99,6 +99,13 @@ class Missing:
     phase: str
     phase_message: str | None
 
+    @property
+    def said(self) -> str:
+        """The Node's message: the missing file first (the most urgent news), then a failure it would say
+        without it (a refused source or another prefix's marker: the way out of both)."""
+        also = self.phase_message if self.phase == NodeState.FAILED.value and self.phase_message else ""
+        return f"{self.message}; also: {also}" if also else self.message
+
 
 @dataclass(frozen=True)
 class Node:
@@ -564,17 +571,18 @@ def config_missing(node: Node, message: str, *, said: str = "") -> Step:
     note: list[Action] = [Note("ConfigMissing", message, warning=True)] if new else []
     if node.wait is not None:
         return replace(node, missing=Missing(message, "", None)), [*acts, *note]
-    if m is not None and (node.record.phase, node.record.message) == (NodeState.FAILED.value, m.message):
+    if m is not None and (node.record.phase, node.record.message) == (NodeState.FAILED.value, m.said):
         before = (m.phase, m.phase_message)  # the plan left the node as the missing file had it
     elif m is None and _says_missing(node):
         before = ("", None)  # said by an agent before a restart: what it said without the file is lost
     else:
         before = (node.record.phase, node.record.message)
-    node = replace(node, missing=Missing(message, *before))
+    missing = Missing(message, *before)
+    node = replace(node, missing=missing)
     if said == NodeState.FAILED.value:  # no change of phase: the annotations change, and the Note says why
-        node, more = _phase(node, NodeState.FAILED, message)
+        node, more = _phase(node, NodeState.FAILED, missing.said)
         return node, [*acts, *note, *more]
-    node, more = _phase(node, NodeState.FAILED, message, reason="ConfigMissing")
+    node, more = _phase(node, NodeState.FAILED, missing.said, reason="ConfigMissing")
     return node, [*acts, *more]
 
 
