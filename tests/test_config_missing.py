@@ -24,7 +24,8 @@ from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 from patcher.services import engine
 from patcher.services.runner import build_agent
-from tests.helpers import MANIFEST, Node, Running, metric, node_folders
+from tests.conftest import write_configmap
+from tests.helpers import EXTENDERS, MANIFEST, Node, Running, metric, node_folders
 from tests.helpers import node as node
 from tests.kubeemu import wait_until
 
@@ -203,6 +204,27 @@ def test_a_foreign_config_in_a_folder_the_agent_cannot_see_is_not_called_missing
 
 
 # -- the folder watch -------------------------------------------------------------------------------------------
+
+
+def test_what_the_config_watch_compares_moves_with_a_deletion_and_not_with_the_agents_own_writes(
+        agent_node: tuple[Path, Path]) -> None:
+    """``engine.named_missing_fingerprint``: a write of a new config and the prune of the old one leave it as
+    it was (no second reconcile for our own work, however slow the write); a deletion changes it."""
+    root, src = agent_node
+    files = Files(source=src, host_root=root)
+    agent = build_agent(Settings.build(files=files, check_extenders=False, no_api=True), None).agent
+    assert engine.named_missing_fingerprint(files) == ""  # nothing named yet, and the folder is not there
+    assert agent.start() and agent.phase == NodeState.READY
+    first = agent.state.config_file
+    write_configmap(src, {"extenders.yaml": EXTENDERS.replace("weight: 1", "weight: 4")})
+    agent.reconcile("source changed")  # writes the new config and the manifest; Ready at once; prunes the old
+    assert agent.state.config_file != first and not (root / CONFIG_DIR / first).exists()
+    assert engine.named_missing_fingerprint(files) == ""
+    (root / CONFIG_DIR / agent.state.config_file).unlink()
+    assert engine.named_missing_fingerprint(files) == f"/{CONFIG_DIR}/{agent.state.config_file}"
+    assert agent.shutdown() == 0
+
+
 
 
 def test_a_config_folder_not_there_yet_is_watched_for_then_a_deleted_file_is_seen(tmp_path: Path) -> None:

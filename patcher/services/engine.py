@@ -868,6 +868,21 @@ def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only:
             "(run apply to write it back, or restore)")
 
 
+def named_missing_fingerprint(opts: Files) -> str:
+    """What the agent's watch of the host config folder compares: the files there that the manifest names as a
+    ``--config`` (``manifest.config_names``) and that are not there. A deletion of a named file, or its
+    return, changes it; the agent's own writes do not (a config file is written before the manifest names
+    it, a manifest is put back before a file it named is removed, a prune removes only files nothing names),
+    so they cost no second reconcile however slow the write."""
+    try:
+        _, _, _, text = read_manifest(opts)
+    except PatcherError:
+        return "unreadable"  # the manifest's own watch and the plan's refusal cover it
+    folder, fs = posixpath.normpath(opts.host_config_dir), host_fs(opts)
+    return "\n".join(sorted(p for p in manifest.config_names(text).paths
+                            if posixpath.dirname(p) == folder and not fs.local(p).exists()))
+
+
 def missing_named_config(opts: Files) -> str:
     """``missing_config`` for the manifest as it is now, as the agent sees the node (its mounted folders);
     empty when none is missing, or when the manifest cannot be read (the plan's refusal says why)."""

@@ -51,8 +51,8 @@ def install_signal_handlers(agent: Agent) -> None:
 
 def start_watching(agent: Agent) -> None:
     """Watch the source ("source"), the kubelet's manifest folder ("manifest") and a symlinked manifest's
-    target folder, and the host config folder ("config": a config file deleted or edited there is written back
-    at once, not at the next resync; the agent's own writes there are expected, ``Observations.expect_config``).
+    target folder, and the host config folder ("config": a config file the manifest names, deleted there, is
+    written back at once, not at the next resync; what it compares is ``engine.named_missing_fingerprint``).
     A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
     files = agent.files
     fs = engine.host_fs(files)
@@ -67,8 +67,7 @@ def start_watching(agent: Agent) -> None:
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
         targets.append(("manifest", fs.local(target_dir),
                         lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
-    config_local = fs.local(files.host_config_dir)
-    targets.append(("config", config_local, lambda: folder_fingerprint(config_local, limit=engine.MAX_CONFIG_BYTES)))
+    targets.append(("config", fs.local(files.host_config_dir), lambda: engine.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:
         try:
             watcher.add(name, folder, fingerprint, missing_ok=name == "config")
