@@ -20,7 +20,9 @@ folder cannot take the record), RolledBack, Restored (on exit).
 The state folder is an edge of its own: when the record cannot be saved (read-only, full, gone), nothing else
 may be written (a write that is not recorded cannot be undone), so the node is Failed with the folder's error,
 every other event waits, and the folder is tried again with a doubling delay; once it takes the record the
-node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``).
+node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``). A ``--config``
+that names a missing file the plan does not write back is a Failed of its own, said until the file is back
+(``with_missing``).
 
 The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
 the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
@@ -535,14 +537,69 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
 
 
 def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
-    """What a plan found, and on top of it a ``--config`` that names a missing file the plan does not write back
+    acts: list[Action] = [Count("reconciled")]
+    r = node.record
+    if ev.kind == "known-bad":
+        return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
+    if ev.kind == "refused":
+        acts += [Error(ev.error_kind), Log("error", ev.message)]
+        if node.wait is not None:  # the write we wait for stands; the refusal is about the next one
+            return node, acts
+        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
+        return node, [*acts, *more]
+    if ev.kind == "up-to-date":
+        if node.phase not in (None, NodeState.FAILED, NodeState.PENDING) or node.wait is not None:
+            return node, acts
+        # The manifest already carries our current patch: a restarted agent, or a source fixed after Failed.
+        adopted = replace(r, config_hash=ev.config_hash, config_file=ev.config_file, api_version=ev.api_version,
+                          files=ev.files, patched_sha256=ev.current_sha256, original_sha256=ev.unpatched_sha256,
+                          source_hash=ev.source_hash)
+        if r.last_good is not None and r.last_good.config_hash == ev.config_hash:
+            # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
+            # was refused without touching anything): the scheduler still runs it, nothing to wait for.
+            node, more = _phase(node, NodeState.READY, record=adopted)
+            return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
+                                             "before; back to Ready"), *more]
+        node, more = _start_wait(node, opts, ev.config_hash, ev.mtime_ns or r.manifest_mtime_ns, ev.source_hash,
+                                 ev.now, adopted=True, record=adopted)
+        return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
+                                         "it without a write"), *more]
+    # pending
+    if ev.manifest_change and opts.check_extenders and node.probed != ev.config_hash:
+        # (also while the turn is held: a new config that comes while the last one waits for its restart)
+        # Pre-flight: nothing is written and no turn is taken before the extenders answer.
+        if node.probing == ev.config_hash:
+            return node, acts  # its answer comes as Probed
+        node = replace(node, probing=ev.config_hash,
+                       probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
+        acts.append(Probe(ev.config_hash))
+        if node.phase is None:
+            node, more = _phase(node, NodeState.PENDING)
+            acts += more
+        return node, acts
+    if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
+            r.last_good is not None and r.last_good.config_hash == ev.config_hash):
+        acts.append(TakeTurn(ev.source_hash))
+        node = replace(node, turn="asked")
+        if node.phase is None:
+            node, more = _phase(node, NodeState.PENDING)
+            acts += more
+        return node, acts
+    if ev.manifest_change and node.phase != NodeState.PENDING:
+        node, more = _phase(node, NodeState.PENDING)
+        acts += more
+    return node, [*acts, Apply()]
+
+
+def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
+    """``planned``, and on top of it a ``--config`` that names a missing file the plan does not write back
     (``config_missing``): Failed, naming the path, until the file is back or the manifest names it no more."""
     said = (node.record.phase, node.record.message)
     cleared = not ev.missing and (node.missing is not None or _says_missing(node))
     back: list[Action] = []
     if cleared:
         node, back = _missing_cleared(node)
-    node, acts = _planned(node, ev, opts)
+    node, acts = planned(node, ev, opts)
     if cleared and node.phase is None:  # the agent restarted while the file was missing: what it said is lost
         node, more = _phase(node, NodeState.FAILED if ev.kind in ("known-bad", "refused") else NodeState.PENDING,
                             ev.message or None if ev.kind in ("known-bad", "refused") else None)
@@ -602,61 +659,6 @@ def _missing_cleared(node: Node) -> Step:
         return replace(node, record=replace(node.record, phase="", message=None)), acts
     node, more = _phase(node, NodeState(m.phase), m.phase_message)
     return node, [*acts, *more]
-
-
-def _planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
-    acts: list[Action] = [Count("reconciled")]
-    r = node.record
-    if ev.kind == "known-bad":
-        return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
-    if ev.kind == "refused":
-        acts += [Error(ev.error_kind), Log("error", ev.message)]
-        if node.wait is not None:  # the write we wait for stands; the refusal is about the next one
-            return node, acts
-        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
-        return node, [*acts, *more]
-    if ev.kind == "up-to-date":
-        if node.phase not in (None, NodeState.FAILED, NodeState.PENDING) or node.wait is not None:
-            return node, acts
-        # The manifest already carries our current patch: a restarted agent, or a source fixed after Failed.
-        adopted = replace(r, config_hash=ev.config_hash, config_file=ev.config_file, api_version=ev.api_version,
-                          files=ev.files, patched_sha256=ev.current_sha256, original_sha256=ev.unpatched_sha256,
-                          source_hash=ev.source_hash)
-        if r.last_good is not None and r.last_good.config_hash == ev.config_hash:
-            # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
-            # was refused without touching anything): the scheduler still runs it, nothing to wait for.
-            node, more = _phase(node, NodeState.READY, record=adopted)
-            return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
-                                             "before; back to Ready"), *more]
-        node, more = _start_wait(node, opts, ev.config_hash, ev.mtime_ns or r.manifest_mtime_ns, ev.source_hash,
-                                 ev.now, adopted=True, record=adopted)
-        return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
-                                         "it without a write"), *more]
-    # pending
-    if ev.manifest_change and opts.check_extenders and node.probed != ev.config_hash:
-        # (also while the turn is held: a new config that comes while the last one waits for its restart)
-        # Pre-flight: nothing is written and no turn is taken before the extenders answer.
-        if node.probing == ev.config_hash:
-            return node, acts  # its answer comes as Probed
-        node = replace(node, probing=ev.config_hash,
-                       probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
-        acts.append(Probe(ev.config_hash))
-        if node.phase is None:
-            node, more = _phase(node, NodeState.PENDING)
-            acts += more
-        return node, acts
-    if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
-            r.last_good is not None and r.last_good.config_hash == ev.config_hash):
-        acts.append(TakeTurn(ev.source_hash))
-        node = replace(node, turn="asked")
-        if node.phase is None:
-            node, more = _phase(node, NodeState.PENDING)
-            acts += more
-        return node, acts
-    if ev.manifest_change and node.phase != NodeState.PENDING:
-        node, more = _phase(node, NodeState.PENDING)
-        acts += more
-    return node, [*acts, Apply()]
 
 
 def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
@@ -980,7 +982,7 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
         case Resumed():
             return resumed(node, event, opts)
         case Planned():
-            return planned(node, event, opts)
+            return with_missing(node, event, opts)
         case TurnChanged():
             return turn_changed(node, event, opts)
         case Pruned():
