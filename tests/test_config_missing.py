@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from patcher.core import lifecycle as lc
 from patcher.core.manifest import MISSING_FILE
@@ -120,6 +122,34 @@ def test_after_a_restart_of_the_agent_its_own_earlier_report_is_cleared_by_the_n
     still, _ = lc.step(loaded, lc.Planned(1.0, "known-bad", message="x", missing=GONE), OPTS)
     back, _ = lc.step(still, lc.Planned(2.0, "up-to-date", config_hash=H1, current_sha256="p"), OPTS)
     assert back.phase == NodeState.WAITING_FOR_RESTART  # adopted as any Failed node whose manifest is ours
+
+
+GONE2 = GONE.replace(H2[:12], H1[:12])
+PLANS = st.builds(
+    lc.Planned, now=st.just(1.0), kind=st.sampled_from(["refused", "known-bad", "up-to-date", "pending"]),
+    message=st.sampled_from(["", "refusal one", "refusal two"]), config_hash=st.sampled_from([H1, H2]),
+    current_sha256=st.just("p"), missing=st.sampled_from(["", GONE, GONE2]))
+STARTS = st.sampled_from([lc.Node(), ready_node(),
+                          lc.Node(record=State(phase=NodeState.FAILED.value, message="x; nothing was changed")),
+                          lc.Node(record=State(phase=NodeState.ROLLED_BACK.value, message="rolled back")),
+                          lc.Node(record=State(phase=NodeState.FAILED.value, message=GONE))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(STARTS, st.lists(PLANS, min_size=1, max_size=12))
+def test_any_sequence_of_plans_says_a_missing_file_exactly_while_it_is_missing(
+        start: lc.Node, plans: list[lc.Planned]) -> None:
+    """Whatever the plans find, in any order: while a plan reports a missing file (and no write waits for its
+    restart) the node is Failed with a message that starts with it; once a plan reports none, no message
+    speaks of a missing file; a step reports (Publish) at most once."""
+    n = start
+    for ev in plans:
+        n, acts = lc.step(n, ev, OPTS)
+        assert len(publishes(acts)) <= 1
+        if ev.missing and n.wait is None:
+            assert n.phase == NodeState.FAILED and (n.record.message or "").startswith(ev.missing)
+        if not ev.missing:
+            assert MISSING_FILE not in (n.record.message or "") and n.missing is None
 
 
 # -- the agent on a real tmp_path, no API -----------------------------------------------------------------------
