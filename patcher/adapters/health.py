@@ -106,6 +106,8 @@ _CONFIG_HELP: Final = "Always 1; the labels name the config the node should run 
 _PROBE_HELP: Final = "Seconds one extender took to answer the probe, or to fail it."
 _UNREACHABLE_HELP: Final = "Extenders that did not answer the last probe, by whether the config marks them ignorable."
 _REFUSED_HELP: Final = "1 while the last plan refused the source config (invalid), else 0."
+_MISSING_HELP: Final = ("1 while kube-scheduler's --config names a file that is not on the node and the agent does "
+                        "not write it back (its next start fails), else 0.")
 
 
 class _Histogram:
@@ -158,6 +160,7 @@ class Metrics:
         self._probe = _Histogram(PROBE_BUCKETS)
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
         self._refused = 0.0
+        self._missing = 0.0
         self._config: tuple[str, str] = ("", "")  # (config_hash, source_hash); empty: no series
 
     @property
@@ -217,6 +220,12 @@ class Metrics:
         with self._lock:
             self._refused = 1.0 if refused else 0.0
 
+    def config_missing(self, missing: bool) -> None:
+        """Whether the last plan found kube-scheduler's ``--config`` naming a missing file that it does not write
+        back (another prefix's or a foreign config; a source refused or known bad): the next start fails."""
+        with self._lock:
+            self._missing = 1.0 if missing else 0.0
+
     def set_config(self, config_hash: str, source_hash: str) -> None:
         """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none,
         e.g. ``Restored``): a dashboard shows per node which config runs without reading Node objects."""
@@ -239,6 +248,7 @@ class Metrics:
             restart = self._restart.family(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP)
             probe = self._probe.family(f"{_NAMESPACE}_extender_probe_seconds", _PROBE_HELP)
             unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
+            missing = self._missing
         out: list[Metric] = []
         for attr, (name, help_text) in _COUNTERS.items():
             out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
@@ -263,6 +273,7 @@ class Metrics:
             unreachable_family.add_metric([ignorable], count)
         out.append(unreachable_family)
         out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
+        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_config_missing", _MISSING_HELP, value=missing))
         return out
 
     def render(self) -> bytes:

@@ -310,10 +310,12 @@ class FolderWatcher:
         #: events on an ancestor about its other entries, by ancestor (dropped; a busy parent shows here)
         self.events_ignored: Counter[str] = Counter()
 
-    def add(self, name: str, folder: Path, fingerprint: Callable[[], str]) -> None:
+    def add(self, name: str, folder: Path, fingerprint: Callable[[], str], *, missing_ok: bool = False) -> None:
         """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
-        symlinked manifest changes in its target's folder)."""
-        if not folder.is_dir():
+        symlinked manifest changes in its target's folder). ``missing_ok``: a folder not there yet is watched
+        for from its nearest existing ancestor (the agent's config folder before its first write), as one that
+        goes away later is."""
+        if not missing_ok and not folder.is_dir():
             raise PatcherError(str(folder), "folder to watch does not exist")
         with self._lock:
             if self._observer is None:

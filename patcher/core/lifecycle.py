@@ -20,7 +20,9 @@ folder cannot take the record), RolledBack, Restored (on exit).
 The state folder is an edge of its own: when the record cannot be saved (read-only, full, gone), nothing else
 may be written (a write that is not recorded cannot be undone), so the node is Failed with the folder's error,
 every other event waits, and the folder is tried again with a doubling delay; once it takes the record the
-node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``).
+node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``). A ``--config``
+that names a missing file the plan does not write back is a Failed of its own, said until the file is back
+(``with_missing``).
 
 The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
 the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
@@ -32,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from patcher.core.manifest import MISSING_FILE
 from patcher.core.restart import Verdict
 from patcher.core.settings import Lifecycle
 from patcher.core.state import LastGood, State
@@ -88,6 +91,25 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Missing:
+    """The scheduler's ``--config`` names a file that is not on the node, and the plan does not write it back
+    (another prefix's or a foreign config, a source refused or known bad): its next start fails. ``message``
+    names the path; ``phase``/``phase_message`` are what the node would say without it, said again once the
+    file is back (``phase`` empty: not known, the agent restarted meanwhile; the next plan decides)."""
+
+    message: str
+    phase: str
+    phase_message: str | None
+
+    @property
+    def said(self) -> str:
+        """The Node's message: the missing file first (the most urgent news), then a failure it would say
+        without it (a refused source or another prefix's marker: the way out of both)."""
+        also = self.phase_message if self.phase == NodeState.FAILED.value and self.phase_message else ""
+        return f"{self.message}; also: {also}" if also else self.message
+
+
+@dataclass(frozen=True)
 class Node:
     record: State = field(default_factory=State)
     wait: Wait | None = None
@@ -101,6 +123,7 @@ class Node:
     probe_failures: int = 0
     failed_probe: str = ""  # the config those failures were for
     fault: Fault | None = None  # the state folder cannot take the record: nothing but its retry happens
+    missing: Missing | None = None  # a --config names a missing file the plan does not write back
 
     @property
     def phase(self) -> NodeState | None:
@@ -139,6 +162,9 @@ class Planned:
     current_sha256: str = ""  # up-to-date: the manifest as it is (carries our patch)
     unpatched_sha256: str = ""
     mtime_ns: int = 0
+    #: The manifest as it is names, as the ``--config`` kube-scheduler starts with, a file that is not on the
+    #: node, and this plan does not put it back (one line naming the path; empty: none, or written back).
+    missing: str = ""
 
 
 @dataclass(frozen=True)
@@ -565,6 +591,76 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     return node, [*acts, Apply()]
 
 
+def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
+    """``planned``, and on top of it a ``--config`` that names a missing file the plan does not write back
+    (``config_missing``): Failed, naming the path, until the file is back or the manifest names it no more."""
+    said = (node.record.phase, node.record.message)
+    cleared = not ev.missing and (node.missing is not None or _says_missing(node))
+    back: list[Action] = []
+    if cleared:
+        node, back = _missing_cleared(node)
+    node, acts = planned(node, ev, opts)
+    if cleared and node.phase is None:  # the agent restarted while the file was missing: what it said is lost
+        node, more = _phase(node, NodeState.FAILED if ev.kind in ("known-bad", "refused") else NodeState.PENDING,
+                            ev.message or None if ev.kind in ("known-bad", "refused") else None)
+        acts += more
+    if ev.missing:
+        node, more = config_missing(node, ev.missing, said=said[0])
+        acts += more
+    acts = [*back, *acts]
+    if (node.record.phase, node.record.message) == said and node.phase != NodeState.READY:
+        acts = [a for a in acts if not isinstance(a, Publish)]  # nothing changed in the end: nothing to say
+    elif sum(isinstance(a, Publish) for a in acts) > 1:  # one report of where the node ended up
+        last = max(i for i, a in enumerate(acts) if isinstance(a, Publish))
+        acts = [a for i, a in enumerate(acts) if not isinstance(a, Publish) or i == last]
+    return node, acts
+
+
+def config_missing(node: Node, message: str, *, said: str = "") -> Step:
+    """The scheduler's ``--config`` names a missing file that the plan does not write back: the node is Failed
+    with ``message`` (the path), one Warning Event ``ConfigMissing`` and one error line per distinct message
+    (``said``: the phase the node had reported; a change of phase carries the Event, else a ``Note`` does).
+    A write that waits for its restart keeps its wait (that restart judges it: a scheduler that cannot start
+    is a crash loop, rolled back); the Event alone says it then."""
+    m = node.missing
+    new = m is None or m.message != message
+    acts: list[Action] = [Log("error", message)] if new else []
+    note: list[Action] = [Note("ConfigMissing", message, warning=True)] if new else []
+    if node.wait is not None:
+        return replace(node, missing=Missing(message, "", None)), [*acts, *note]
+    if m is not None and (node.record.phase, node.record.message) == (NodeState.FAILED.value, m.said):
+        before = (m.phase, m.phase_message)  # the plan left the node as the missing file had it
+    elif m is None and _says_missing(node):
+        before = ("", None)  # said by an agent before a restart: what it said without the file is lost
+    else:
+        before = (node.record.phase, node.record.message)
+    missing = Missing(message, *before)
+    node = replace(node, missing=missing)
+    if said == NodeState.FAILED.value:  # no change of phase: the annotations change, and the Note says why
+        node, more = _phase(node, NodeState.FAILED, missing.said)
+        return node, [*acts, *note, *more]
+    node, more = _phase(node, NodeState.FAILED, missing.said, reason="ConfigMissing")
+    return node, [*acts, *more]
+
+
+def _says_missing(node: Node) -> bool:
+    """Whether the node's phase and message are a missing file's report (``config_missing``'s)."""
+    return node.phase == NodeState.FAILED and MISSING_FILE in (node.record.message or "")
+
+
+def _missing_cleared(node: Node) -> Step:
+    """The file is back (or the manifest names it no more): the node says again what it said without it."""
+    m = node.missing
+    node = replace(node, missing=None)
+    acts: list[Action] = [Log("info", "kube-scheduler's --config names no missing file any more")]
+    if not _says_missing(node):
+        return node, acts  # another transition spoke since (a write waited for its restart meanwhile)
+    if m is None or not m.phase:
+        return replace(node, record=replace(node.record, phase="", message=None)), acts
+    node, more = _phase(node, NodeState(m.phase), m.phase_message)
+    return node, [*acts, *more]
+
+
 def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
     """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
     config_hash = ev.config_hash
@@ -886,7 +982,7 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
         case Resumed():
             return resumed(node, event, opts)
         case Planned():
-            return planned(node, event, opts)
+            return with_missing(node, event, opts)
         case TurnChanged():
             return turn_changed(node, event, opts)
         case Pruned():

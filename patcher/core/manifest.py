@@ -536,6 +536,11 @@ def map_to_node(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]], pat
     return best[1] if best else None
 
 
+#: The words of the one-line error for a ``--config`` that names a file not on the node (``engine.missing_config``):
+#: the agent's lifecycle recognises its own earlier report by them in a record it loads after a restart.
+MISSING_FILE = "names a missing file"
+
+
 @dataclass(frozen=True)
 class ConfigNames:
     """The files a static-pod manifest names as a ``--config``: the one rule every removal of a file obeys.

@@ -36,7 +36,8 @@ log = logging.getLogger("patcher.services.agent")
 
 __all__ = ["Agent", "Event"]
 
-#: The loop's events: "source", "manifest" (a watched folder changed), "pod" (mirror pod update), "lease" (the
+#: The loop's events: "source", "manifest", "config" (a watched folder changed: the source, the kubelet's
+#: manifest folder, the host config folder), "pod" (mirror pod update), "lease" (the
 #: Lease actor's snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the
 #: API adapters are there), "probe" (a probe answered), "replan" (the step's ``Replan``: plan again), "stop";
 #: None: a timer is due. ``Observations.events`` says what each one is for the lifecycle.
@@ -269,7 +270,9 @@ class Agent:
             case lifecycle.Watch():
                 return w.watch()
             case lifecycle.Prune():
-                return patching.prune(self.files, self._node.record, log_extra=self.log_extra)
+                pruned = patching.prune(self.files, self._node.record, log_extra=self.log_extra)
+                w.expect_config()
+                return pruned
             case lifecycle.CheckLastGood():
                 return w.check_last_good(action)
             case lifecycle.RollBack():

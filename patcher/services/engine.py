@@ -850,16 +850,46 @@ def status(opts: Files) -> dict[str, Any]:
     return out
 
 
-def missing_config(opts: Files, sched: manifest.Scheduler) -> str | None:
+def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only: bool = False) -> str | None:
     """The one-line error when the ``--config`` kube-scheduler starts with names a file that is not on the node
-    (or None): its next start fails, whatever the marker says."""
+    (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
+    file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
+    elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
     item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
     if item is None:
         return None
     node_path = container_to_node_path(sched, item.value)
     if node_path is None:
         return None  # not on a hostPath volume: the image's own file, not ours to check
-    if host_fs(opts).local(node_path).exists():
+    local = host_fs(opts).local(node_path)
+    if local.exists() or (seen_folders_only and not local.parent.is_dir()):
         return None
-    return (f"{node_path}: kube-scheduler's --config={item.value} names a missing file; its next start fails "
+    return (f"{node_path}: kube-scheduler's --config={item.value} {manifest.MISSING_FILE}; its next start fails "
             "(run apply to write it back, or restore)")
+
+
+def named_missing_fingerprint(opts: Files) -> str:
+    """What the agent's watch of the host config folder compares: the files there that the manifest names as a
+    ``--config`` (``manifest.config_names``) and that are not there. A deletion of a named file, or its
+    return, changes it; the agent's own writes do not (a config file is written before the manifest names
+    it, a manifest is put back before a file it named is removed, a prune removes only files nothing names),
+    so they cost no second reconcile however slow the write."""
+    try:
+        _, _, _, text = read_manifest(opts)
+    except PatcherError:
+        return "unreadable"  # the manifest's own watch and the plan's refusal cover it
+    folder, fs = posixpath.normpath(opts.host_config_dir), host_fs(opts)
+    return "\n".join(sorted(p for p in manifest.config_names(text).paths
+                            if posixpath.dirname(p) == folder and not fs.local(p).exists()))
+
+
+def missing_named_config(opts: Files) -> str:
+    """``missing_config`` for the manifest as it is now, as the agent sees the node (its mounted folders);
+    empty when none is missing, or when the manifest cannot be read (the plan's refusal says why)."""
+    try:
+        node_path, _, _, text = read_manifest(opts)
+        doc = manifest.parse_manifest(text, node_path)
+        sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    except PatcherError:
+        return ""
+    return missing_config(opts, sched, seen_folders_only=True) or ""

@@ -92,6 +92,8 @@ class Observations:
         periodic probe's timer, whatever the event was. None: a timer is due."""
         if event in ("source", "manifest"):
             yield self.plan(f"{event} changed")
+        elif event == "config":
+            yield self.plan("config folder changed")
         elif event == "replan":
             yield self.plan("re-plan")
         elif event == "lease":
@@ -189,6 +191,7 @@ class Observations:
         if plan is not None:
             self._plan = plan
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
+        self.metrics.config_missing(bool(planned.missing))
         return planned
 
     def apply(self) -> lifecycle.Event:
@@ -208,8 +211,15 @@ class Observations:
         return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest)
 
     def _expect_manifest(self) -> None:
+        """Our own write: the folder watch takes the manifest and the config folder as they are now as seen."""
+        self.expect_config()
         if self.watcher:
             self.watcher.expect("manifest")
+
+    def expect_config(self) -> None:
+        """We wrote or removed config files: their folder's events that follow are ours."""
+        if self.watcher:
+            self.watcher.expect("config")
 
     def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
         """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""

@@ -34,15 +34,16 @@ def plan(files: Files, *, fallback_version: str | None,
     try:
         p = engine.plan_apply(files, fallback_version=fallback_version, bad_hashes=bad_hashes)
     except engine.KnownBadConfig as exc:
-        return lifecycle.Planned(now, "known-bad", message=str(exc)), None
+        return lifecycle.Planned(now, "known-bad", message=str(exc), missing=engine.missing_named_config(files)), None
     except PatcherError as exc:
         log.debug("refused", exc_info=True)
         return lifecycle.Planned(now, "refused", message=str(exc),
-                                 error_kind="config" if isinstance(exc, ConfigError) else "manifest"), None
+                                 error_kind="config" if isinstance(exc, ConfigError) else "manifest",
+                                 missing=engine.missing_named_config(files)), None
     except Exception as exc:  # issue 13: any failure of a reconcile is a refusal, never a crash
         log.debug("unexpected error while planning", exc_info=True)
         return lifecycle.Planned(now, "refused", message=f"{files.source}: {type(exc).__name__}: {exc}",
-                                 error_kind="config"), None
+                                 error_kind="config", missing=engine.missing_named_config(files)), None
     config = p.config
     assert config is not None
     if not p.pending:
@@ -52,13 +53,19 @@ def plan(files: Files, *, fallback_version: str | None,
             current_sha256=engine.sha256(p.current), unpatched_sha256=engine.sha256(p.unpatched),
             mtime_ns=fsio.mtime_ns(p.manifest_local) or 0), p
     named = manifest.config_names(p.current.decode("utf-8", "replace"))
+    written_back = False
     for change in p.changes:
         if change.kind == "config" and change.old is None and named.names(change.node_path):
             # The scheduler's next start would fail on it: said before the write that puts it back.
             log.warning("%s is named by the manifest's --config but missing; writing it back", change.node_path)
+            written_back = True
+    manifest_change = p.manifest_change() is not None
+    # A write of the manifest replaces the --config it names; a write of the named file puts it back. Else a
+    # missing file stays missing (e.g. only another of our files is rewritten): said as an error.
+    missing = "" if manifest_change or written_back else engine.missing_named_config(files)
     return lifecycle.Planned(now, "pending", config_hash=config.config_hash, config_file=config.main,
                              api_version=config.api_version, files=tuple(sorted(config.files)),
-                             source_hash=p.source_hash, manifest_change=p.manifest_change() is not None), p
+                             source_hash=p.source_hash, manifest_change=manifest_change, missing=missing), p
 
 
 def apply(files: Files, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],

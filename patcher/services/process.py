@@ -50,8 +50,10 @@ def install_signal_handlers(agent: Agent) -> None:
 
 
 def start_watching(agent: Agent) -> None:
-    """Watch the source ("source") and the kubelet's manifest folder ("manifest"), and a symlinked manifest's
-    target folder. A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
+    """Watch the source ("source"), the kubelet's manifest folder ("manifest") and a symlinked manifest's
+    target folder, and the host config folder ("config": a config file the manifest names, deleted there, is
+    written back at once, not at the next resync; what it compares is ``engine.named_missing_fingerprint``).
+    A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
     files = agent.files
     fs = engine.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
@@ -65,9 +67,10 @@ def start_watching(agent: Agent) -> None:
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
         targets.append(("manifest", fs.local(target_dir),
                         lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
+    targets.append(("config", fs.local(files.host_config_dir), lambda: engine.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:
         try:
-            watcher.add(name, folder, fingerprint)
+            watcher.add(name, folder, fingerprint, missing_ok=name == "config")
         except PatcherError as exc:  # keep running: the periodic resync still covers it
             agent.metrics.error("watch")
             log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=agent.log_extra)
