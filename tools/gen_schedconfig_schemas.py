@@ -4,15 +4,24 @@
 Two steps, so that the repository never holds upstream source files and the generated JSON can be reproduced
 from what *is* committed:
 
-``extract``  reads the Go types of each release branch (``git show release-1.N:<path>`` in bare mirrors or
-             clones of kubernetes/kube-scheduler, kubernetes/component-base, kubernetes/api and
-             kubernetes/apimachinery) and writes the facts we need — for every apiVersion, type and JSON field,
-             its type in our vocabulary and the minors that have it — to ``tools/schedconfig-upstream.json``.
+``extract``  reads the Go types of each minor and writes the facts we need — for every apiVersion, type and
+             JSON field, its type in our vocabulary and the minors that have it — to
+             ``tools/schedconfig-upstream.json``. Either from git (``git show release-1.N:<path>`` in bare mirrors
+             or clones of kubernetes/kube-scheduler, kubernetes/component-base, kubernetes/api and
+             kubernetes/apimachinery), or with ``--modules`` from the published modules of the release each
+             ``tools/realk8s/v1.N.P/`` folder pins (k8s.io/kube-scheduler v0.N.P …, through the Go module proxy
+             with that folder's go.sum: the very sources the oracle's binaries are built from). ``--minor`` limits
+             it to some minors and keeps the facts of the others. With k8s.io/kubernetes at hand (``--modules``)
+             it also reads the extension points ``NewFramework`` builds (``getExtensionPoints`` in
+             pkg/scheduler/framework/runtime/framework.go) and fails unless they are the fields of that minor's
+             ``Plugins`` type but ``multiPoint``, each with the interface ``<Field>Plugin``: what the start-up
+             checks derive from the generated types (``patcher/core/schedconfig/startup.py``).
 ``generate`` turns those facts into one schema per minor,
 ``patcher/core/schedconfig/schemas/kube-scheduler-1.N.json``.
 ``check``    regenerates in memory and exits 1 when the committed JSON differs (the test suite does the same).
 
     python tools/gen_schedconfig_schemas.py extract --mirror-root /work/.mirror   # needs the four mirrors
+    python tools/gen_schedconfig_schemas.py extract --modules --minor 1.37       # the pinned release of 1.37
     python tools/gen_schedconfig_schemas.py generate
     python tools/gen_schedconfig_schemas.py check
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -38,7 +48,7 @@ FACTS = ROOT / "tools" / "schedconfig-upstream.json"
 OUT_DIR = ROOT / "patcher" / "core" / "schedconfig" / "schemas"
 OUT_PREFIX = "kube-scheduler-"  # beside the hand-written per-apiVersion files, which never start with it
 
-MINORS = [f"1.{minor}" for minor in range(19, 37)]
+MINORS = [f"1.{minor}" for minor in range(19, 38)]
 GROUP = "kubescheduler.config.k8s.io"
 ROOT_TYPE = "KubeSchedulerConfiguration"
 
@@ -57,6 +67,17 @@ PACKAGE_FILES = {
     "k8s.io/apimachinery/pkg/apis/meta/v1": ["types.go", "duration.go"],
 }
 SCHEDULER_REPO = "kubernetes+kube-scheduler"
+KUBERNETES_REPO = "kubernetes+kubernetes"
+FRAMEWORK = "pkg/scheduler/framework/runtime/framework.go"
+#: mirror name -> the Go module that publishes the same folder (the staging repositories are published as modules)
+MODULES = {
+    "kubernetes+kube-scheduler": "k8s.io/kube-scheduler",
+    "kubernetes+component-base": "k8s.io/component-base",
+    "kubernetes+api": "k8s.io/api",
+    "kubernetes+apimachinery": "k8s.io/apimachinery",
+    KUBERNETES_REPO: "k8s.io/kubernetes",
+}
+REALK8S = ROOT / "tools" / "realk8s"
 SCHEDULER_FILES = ["types.go", "types_pluginargs.go", "register.go"]
 
 # Named Go types that are scalars on the wire.
@@ -284,6 +305,74 @@ def git_reader(mirror_root: Path) -> Reader:
     return read
 
 
+def pinned_releases(folder: Path = REALK8S) -> dict[str, Path]:
+    """minor -> the ``tools/realk8s/v1.N.P`` module that builds its binaries (the newest patch when several)."""
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for entry in folder.glob("v1.*"):
+        if (entry / "go.mod").is_file():
+            numbers = tuple(int(x) for x in entry.name[1:].split("."))
+            minor = f"{numbers[0]}.{numbers[1]}"
+            if minor not in found or found[minor][0] < numbers:
+                found[minor] = (numbers, entry)
+    return {minor: path for minor, (_, path) in sorted(found.items(), key=lambda kv: _key(kv[0]))}
+
+
+def module_reader(pins: dict[str, Path]) -> Reader:
+    """Files of the modules a pinned release builds from, fetched by ``go mod download`` in its folder: the
+    module proxy only, checked against the committed go.sum (the environment of tools/realk8s/build.py)."""
+    env = dict(os.environ, GOPROXY="https://proxy.golang.org", GOSUMDB="off", GOTOOLCHAIN="local",
+               GOFLAGS="-mod=readonly")
+    folders: dict[tuple[str, str], Path] = {}
+
+    def module_dir(minor: str, module: str) -> Path:
+        if (minor, module) not in folders:
+            done = subprocess.run(["go", "mod", "download", "-json", module], cwd=pins[minor], env=env,
+                                  capture_output=True, text=True, check=False)
+            info = json.loads(done.stdout or "{}")
+            if done.returncode != 0 or "Dir" not in info:
+                raise RuntimeError(f"go mod download {module} in {pins[minor]}: {info.get('Error') or done.stderr}")
+            folders[(minor, module)] = Path(info["Dir"])
+        return folders[(minor, module)]
+
+    def read(repo: str, branch: str, path: str) -> str | None:
+        minor = branch.removeprefix("release-")
+        if minor not in pins or repo not in MODULES:
+            return None
+        file = module_dir(minor, MODULES[repo]) / path
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+
+    return read
+
+
+_EXTENSION_POINT = re.compile(r"\{&plugins\.(\w+),\s*&f\.(\w+)\}")
+_PLUGIN_LIST = re.compile(r"(?m)^\s*(\w+)\s+\[\](?:\w+\.)?(\w+)\s*$")
+
+
+def framework_points(text: str) -> list[tuple[str, str]]:
+    """(Go field of ``Plugins``, Go interface) for every extension point ``getExtensionPoints`` lists, in its
+    order: the points ``NewFramework`` builds and checks every enabled plugin at ("%s %q does not exist")."""
+    body = re.search(r"(?s)func \(f \*frameworkImpl\) getExtensionPoints\(.*?\n\}", text)
+    if body is None:
+        raise ValueError(f"{FRAMEWORK}: no getExtensionPoints")
+    lists = dict(_PLUGIN_LIST.findall(text))
+    return [(field, lists[target]) for field, target in _EXTENSION_POINT.findall(body.group(0))]
+
+
+def check_points(minor: str, read: Reader, extracted: dict[str, Any]) -> None:
+    """Fail unless the framework of this minor builds exactly the points of its generated ``Plugins`` type (but
+    ``multiPoint``), each named ``<Field>Plugin``: the start-up checks derive the points from the types."""
+    text = read(KUBERNETES_REPO, f"release-{minor}", FRAMEWORK)
+    if text is None:
+        return  # no k8s.io/kubernetes for this minor (git mirrors of the staging repositories only)
+    go_names = {f.go_name: f.json_name for f in parse_go(read(SCHEDULER_REPO, f"release-{minor}",
+                                                              "config/v1/types.go") or "").structs["Plugins"]}
+    built = {go_names[field]: interface for field, interface in framework_points(text)}
+    plugins = extracted[f"{GROUP}/v1"]["types"]["Plugins"]
+    expected = {name: name[0].upper() + name[1:] + "Plugin" for name in plugins if name != "multiPoint"}
+    if built != expected:
+        raise ValueError(f"{minor}: the framework builds {built}, the Plugins type gives {expected}")
+
+
 # ---- facts: the extracted data, in ranges of minors -------------------------------------------------------------
 
 
@@ -343,6 +432,22 @@ def to_facts(per_minor: dict[str, dict[str, Any]]) -> dict[str, Any]:
             },
         }
     return facts
+
+
+def from_facts(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The inverse of ``to_facts``: per minor what ``extract_minor`` gave, so that some minors can be extracted
+    again (``extract --minor``) and the others kept."""
+    per_minor: dict[str, dict[str, Any]] = {}
+    for minor in facts["minors"]:
+        for api_version, entry in facts["apiVersions"].items():
+            if not _in(entry["minors"], minor):
+                continue
+            types = {type_name: {name: expr for name, runs in fields.items() if (expr := _at(runs, minor)) is not None}
+                     for type_name, fields in entry["types"].items()}
+            kinds = [kind for kind, ranges in entry["kinds"].items() if _in(ranges, minor)]
+            per_minor.setdefault(minor, {})[api_version] = {
+                "types": {name: fields for name, fields in types.items() if fields}, "kinds": kinds}
+    return per_minor
 
 
 # ---- generate: one schema per minor -----------------------------------------------------------------------------
@@ -411,13 +516,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     extract = sub.add_parser("extract", help="read upstream Go types from git mirrors into the facts file")
-    extract.add_argument("--mirror-root", type=Path, required=True, help="folder with <owner>+<name>/repo git dirs")
+    source = extract.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mirror-root", type=Path, help="folder with <owner>+<name>/repo git dirs")
+    source.add_argument("--modules", action="store_true",
+                        help="the modules of the releases pinned in tools/realk8s (Go module proxy)")
+    extract.add_argument("--minor", action="append", help="only these minors (1.N); the others keep their facts")
     sub.add_parser("generate", help="write the per-minor schemas from the facts file")
     sub.add_parser("check", help="exit 1 when the committed schemas are not what the facts generate")
     args = parser.parse_args(argv)
     if args.command == "extract":
-        read = git_reader(args.mirror_root)
-        per_minor = {minor: extract_minor(minor, read) for minor in MINORS}
+        pins = pinned_releases()
+        read = module_reader(pins) if args.modules else git_reader(args.mirror_root)
+        minors = args.minor or (list(pins) if args.modules else MINORS)
+        unknown = sorted(set(minors) - set(MINORS) | (set(minors) - set(pins) if args.modules else set()))
+        if unknown:
+            parser.error(f"no such minor (or none pinned in tools/realk8s): {', '.join(unknown)}")
+        per_minor = from_facts(json.loads(FACTS.read_text(encoding="utf-8"))) if FACTS.is_file() else {}
+        for minor in minors:
+            per_minor[minor] = extract_minor(minor, read)
+            check_points(minor, read, per_minor[minor])
         FACTS.write_text(json.dumps(to_facts(per_minor), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {FACTS.relative_to(ROOT)}")
         return 0

@@ -25,11 +25,11 @@ from patcher.core.schedconfig.startup_data import (
     LEADER_ELECTION_FLAGS,
     LOCK_TYPES,
     PLUGINS,
-    POINT_TYPES,
     QUEUE_SORT_PLUGINS,
     RULE_BY_KEY,
     UPSTREAM_IMAGES,
     Minor,
+    point_interface,
 )
 from patcher.core.schedconfig.version import Launch
 
@@ -214,7 +214,7 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
     problems: list[str] = []
     multipoint = _uses_multipoint(schema.api_version, minor)
     spec = schema.types.get("Plugins")
-    points = [p for p in POINT_TYPES if spec is not None and p in spec.fields]
+    points = [p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"]  # this minor's points
     # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
     wanted = {*points, "multiPoint"}
     enabled = {point: _names(sets) for point, sets in plugins.items() if point in wanted}
@@ -224,19 +224,18 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
         for index, name in enumerate(enabled.get(point, ())):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
-                problems.append(
-                    f"{path}: {POINT_TYPES[point]} {name!r} does not exist{_hint(name, minor)}{tag(_UNKNOWN, minor)}"
-                )
+                problems.append(f"{path}: {point_interface(point)} {name!r} does not exist{_hint(name, minor)}"
+                                f"{tag(_UNKNOWN, minor)}")
                 continue
             if _implements(name, point, minor) is False:
                 problems.append(
-                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}"
+                    f"{path}: plugin {name!r} does not extend {point_interface(point)}"
                     f"{tag('framework.extensionPoint', minor)}"
                 )
                 continue
             if name in seen:
                 problems.append(
-                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}"
+                    f"{path}: plugin {name!r} already registered as {point_interface(point)!r}"
                     f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
@@ -285,7 +284,7 @@ def _multipoint_duplicates(
             if point in plugin.always or proven:  # certain (every minor, or this minor's binary): met here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
-                    f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
+                    f"{point_interface(point)!r}{tag('framework.multiPointDuplicate', minor)}"
                 )
                 break
     return problems
