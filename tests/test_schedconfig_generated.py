@@ -214,7 +214,7 @@ def test_facts_fold_minors_into_runs() -> None:
 def test_unfolding_the_committed_facts_gives_them_back() -> None:
     """``extract --minor`` re-reads some minors and keeps the others: unfolding and folding again changes nothing."""
     facts = json.loads(gen.FACTS.read_text(encoding="utf-8"))
-    assert gen.to_facts(gen.from_facts(facts)) == json.loads(json.dumps(facts))
+    assert gen.to_facts(*gen.from_facts(facts)) == json.loads(json.dumps(facts))
 
 
 FRAMEWORK = """package runtime
@@ -252,6 +252,44 @@ def test_the_extension_points_are_checked_against_the_framework_of_the_minor() -
     with pytest.raises(ValueError, match="the framework builds"):
         gen.check_points("1.30", read, extracted)
     gen.check_points("1.30", _reader({}), extracted)  # no k8s.io/kubernetes (git mirrors): not checked
+
+
+REGISTRY_GO = """package plugins
+import (
+\t"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+\tsort "k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+)
+func NewInTreeRegistry() runtime.Registry {
+\tfts := plfeature.NewSchedulerFeaturesFromGates(feature.DefaultFeatureGate)
+\tregistry := runtime.Registry{
+\t\tnoderesources.BalancedAllocationName: runtime.FactoryAdapter(fts, noderesources.NewBalancedAllocation),
+\t\tsort.Name:                            queuesort.New,
+\t}
+\treturn registry
+}
+"""
+
+
+def test_the_registry_is_read_through_each_plugin_package_constant() -> None:
+    plugins = "pkg/scheduler/framework/plugins"
+    files = {
+        gen.REGISTRY_GO: REGISTRY_GO,
+        gen.NAMES_GO: 'package names\nconst (\n\tPrioritySort = "PrioritySort"\n'
+                      '\tNodeResourcesBalancedAllocation = "NodeResourcesBalancedAllocation"\n)\n',
+        f"{plugins}/noderesources/balanced_allocation.go": "const (\n\tBalancedAllocationName = "
+                                                           "names.NodeResourcesBalancedAllocation\n)\n",
+        f"{plugins}/queuesort/priority_sort.go": 'const Name = "PrioritySort"\n',
+    }
+    read = _reader({("kubernetes+kubernetes", path): text for path, text in files.items()})
+
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        return [path.rsplit("/", 1)[1] for path in files if path.rsplit("/", 1)[0] == folder]
+
+    assert gen.registry_names("1.30", read, listing) == ["NodeResourcesBalancedAllocation", "PrioritySort"]
+    assert gen.registry_names("1.30", _reader({}), listing) is None
+    del files[f"{plugins}/queuesort/priority_sort.go"]
+    with pytest.raises(ValueError, match="registry key sort.Name"):
+        gen.registry_names("1.30", read, listing)
 
 
 def test_each_pinned_release_gives_its_minor(tmp_path: Path) -> None:

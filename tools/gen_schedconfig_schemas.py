@@ -187,6 +187,7 @@ def _field(line: str) -> GoField | None:
 # ---- resolving to our vocabulary --------------------------------------------------------------------------------
 
 Reader = Callable[[str, str, str], str | None]  # (repository, branch, path) -> file text or None
+Lister = Callable[[str, str, str], list[str]]  # (repository, branch, folder) -> the names of its files
 
 
 class Resolver:
@@ -317,14 +318,18 @@ def pinned_releases(folder: Path = REALK8S) -> dict[str, Path]:
     return {minor: path for minor, (_, path) in sorted(found.items(), key=lambda kv: _key(kv[0]))}
 
 
-def module_reader(pins: dict[str, Path]) -> Reader:
+def module_reader(pins: dict[str, Path]) -> tuple[Reader, Lister]:
     """Files of the modules a pinned release builds from, fetched by ``go mod download`` in its folder: the
     module proxy only, checked against the committed go.sum (the environment of tools/realk8s/build.py)."""
     env = dict(os.environ, GOPROXY="https://proxy.golang.org", GOSUMDB="off", GOTOOLCHAIN="local",
                GOFLAGS="-mod=readonly")
     folders: dict[tuple[str, str], Path] = {}
 
-    def module_dir(minor: str, module: str) -> Path:
+    def module_dir(branch: str, repo: str) -> Path | None:
+        minor = branch.removeprefix("release-")
+        if minor not in pins or repo not in MODULES:
+            return None
+        module = MODULES[repo]
         if (minor, module) not in folders:
             done = subprocess.run(["go", "mod", "download", "-json", module], cwd=pins[minor], env=env,
                                   capture_output=True, text=True, check=False)
@@ -335,13 +340,58 @@ def module_reader(pins: dict[str, Path]) -> Reader:
         return folders[(minor, module)]
 
     def read(repo: str, branch: str, path: str) -> str | None:
-        minor = branch.removeprefix("release-")
-        if minor not in pins or repo not in MODULES:
-            return None
-        file = module_dir(minor, MODULES[repo]) / path
-        return file.read_text(encoding="utf-8") if file.is_file() else None
+        root = module_dir(branch, repo)
+        file = root / path if root is not None else None
+        return file.read_text(encoding="utf-8") if file is not None and file.is_file() else None
 
-    return read
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        root = module_dir(branch, repo)
+        return sorted(p.name for p in (root / folder).iterdir() if p.is_file()) if root is not None else []
+
+    return read, listing
+
+
+def git_lister(mirror_root: Path) -> Lister:
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        done = subprocess.run(["git", f"--git-dir={mirror_root / repo / 'repo'}", "ls-tree", "--name-only",
+                               f"refs/heads/{branch}:{folder}"], capture_output=True, text=True, check=False)
+        return done.stdout.split() if done.returncode == 0 else []
+
+    return listing
+
+
+REGISTRY_GO = "pkg/scheduler/framework/plugins/registry.go"
+NAMES_GO = "pkg/scheduler/framework/plugins/names/names.go"
+_REGISTRY_KEY = re.compile(r"(?m)^\s*(\w+)\.(\w+):")
+_NAME_VIA_NAMES = re.compile(r"(?m)^\s*(?:const\s+)?(\w+)\s*=\s*names\.(\w+)\s*$")
+_NAME_STRING = re.compile(r'(?m)^\s*(?:const\s+)?(\w+)\s*=\s*"(\w+)"\s*$')
+
+
+def registry_names(minor: str, read: Reader, listing: Lister) -> list[str] | None:
+    """The plugin names ``NewInTreeRegistry`` of this minor registers (what an upstream image can build: any other
+    name "does not exist"), each key resolved through its package's constant; None without k8s.io/kubernetes."""
+    branch = f"release-{minor}"
+    text = read(KUBERNETES_REPO, branch, REGISTRY_GO)
+    if text is None:
+        return None
+    body = re.search(r"(?s)func NewInTreeRegistry\(\).*?\n\}", text)
+    if body is None:
+        raise ValueError(f"{minor}: {REGISTRY_GO} has no NewInTreeRegistry")
+    imports = parse_go(text).imports
+    names = dict(_NAME_STRING.findall(read(KUBERNETES_REPO, branch, NAMES_GO) or ""))
+    found = []
+    for alias, const in _REGISTRY_KEY.findall(body.group(0)):
+        folder = imports[alias].removeprefix("k8s.io/kubernetes/")
+        consts: dict[str, str] = {}
+        for name in listing(KUBERNETES_REPO, branch, folder):
+            if name.endswith(".go") and not name.endswith("_test.go"):
+                source = read(KUBERNETES_REPO, branch, f"{folder}/{name}") or ""
+                consts.update(_NAME_STRING.findall(source))  # older packages spell the name out
+                consts.update({key: names[value] for key, value in _NAME_VIA_NAMES.findall(source) if value in names})
+        if const not in consts:
+            raise ValueError(f"{minor}: registry key {alias}.{const}: no constant in {folder}")
+        found.append(consts[const])
+    return sorted(found)
 
 
 _EXTENSION_POINT = re.compile(r"\{&plugins\.(\w+),\s*&f\.(\w+)\}")
@@ -403,8 +453,9 @@ def _key(minor: str) -> tuple[int, int]:
     return int(major), int(number)
 
 
-def to_facts(per_minor: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Fold per-minor extractions into ranges: small, diffable, and the only upstream-derived file we commit."""
+def to_facts(per_minor: dict[str, dict[str, Any]], registries: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Fold per-minor extractions (and the in-tree registry of the minors it was read for) into ranges: small,
+    diffable, and the only upstream-derived file we commit."""
     api_versions: dict[str, Any] = {}
     for minor in MINORS:
         for api_version, content in per_minor.get(minor, {}).items():
@@ -431,12 +482,22 @@ def to_facts(per_minor: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 for type_name, fields in sorted(entry["types"].items())
             },
         }
+    if registries:
+        plugins: dict[str, list[str]] = {}
+        for minor in MINORS:
+            for name in registries.get(minor, ()):
+                plugins.setdefault(name, []).append(minor)
+        facts["registry"] = {
+            "minors": [r[1:] for r in _ranges((m, "") for m in MINORS if m in registries)],
+            "plugins": {name: [r[1:] for r in _ranges((m, "") for m in found)]
+                        for name, found in sorted(plugins.items())},
+        }
     return facts
 
 
-def from_facts(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The inverse of ``to_facts``: per minor what ``extract_minor`` gave, so that some minors can be extracted
-    again (``extract --minor``) and the others kept."""
+def from_facts(facts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The inverse of ``to_facts``: per minor what ``extract_minor`` and ``registry_names`` gave, so that some
+    minors can be extracted again (``extract --minor``) and the others kept."""
     per_minor: dict[str, dict[str, Any]] = {}
     for minor in facts["minors"]:
         for api_version, entry in facts["apiVersions"].items():
@@ -447,7 +508,14 @@ def from_facts(facts: dict[str, Any]) -> dict[str, dict[str, Any]]:
             kinds = [kind for kind, ranges in entry["kinds"].items() if _in(ranges, minor)]
             per_minor.setdefault(minor, {})[api_version] = {
                 "types": {name: fields for name, fields in types.items() if fields}, "kinds": kinds}
-    return per_minor
+    return per_minor, registries_at(facts)
+
+
+def registries_at(facts: dict[str, Any]) -> dict[str, list[str]]:
+    """minor -> its in-tree plugin names, for the minors whose registry was read."""
+    registry = facts.get("registry", {"minors": [], "plugins": {}})
+    return {minor: [name for name, ranges in registry["plugins"].items() if _in(ranges, minor)]
+            for minor in facts["minors"] if _in(registry["minors"], minor)}
 
 
 # ---- generate: one schema per minor -----------------------------------------------------------------------------
@@ -467,6 +535,7 @@ def _in(ranges: list[list[str]], minor: str) -> bool:
 def generate(facts: dict[str, Any]) -> dict[str, str]:
     """{file name: JSON text} for every minor in the facts."""
     out: dict[str, str] = {}
+    registries = registries_at(facts)
     for minor in facts["minors"]:
         api_versions: dict[str, Any] = {}
         for api_version, entry in facts["apiVersions"].items():
@@ -495,6 +564,8 @@ def generate(facts: dict[str, Any]) -> dict[str, str]:
             "kubeScheduler": minor,
             "apiVersions": api_versions,
         }
+        if minor in registries:  # read from k8s.io/kubernetes (extract --modules): the in-tree plugin names
+            document["registry"] = registries[minor]
         out[f"{OUT_PREFIX}{minor}.json"] = json.dumps(document, indent=1, sort_keys=False) + "\n"
     return out
 
@@ -526,16 +597,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "extract":
         pins = pinned_releases()
-        read = module_reader(pins) if args.modules else git_reader(args.mirror_root)
+        read, listing = module_reader(pins) if args.modules else (git_reader(args.mirror_root),
+                                                                   git_lister(args.mirror_root))
         minors = args.minor or (list(pins) if args.modules else MINORS)
         unknown = sorted(set(minors) - set(MINORS) | (set(minors) - set(pins) if args.modules else set()))
         if unknown:
             parser.error(f"no such minor (or none pinned in tools/realk8s): {', '.join(unknown)}")
-        per_minor = from_facts(json.loads(FACTS.read_text(encoding="utf-8"))) if FACTS.is_file() else {}
+        kept = json.loads(FACTS.read_text(encoding="utf-8")) if FACTS.is_file() else {"minors": [], "apiVersions": {}}
+        per_minor, registries = from_facts(kept)
         for minor in minors:
             per_minor[minor] = extract_minor(minor, read)
             check_points(minor, read, per_minor[minor])
-        FACTS.write_text(json.dumps(to_facts(per_minor), indent=1) + "\n", encoding="utf-8")
+            if (names := registry_names(minor, read, listing)) is not None:
+                registries[minor] = names
+        FACTS.write_text(json.dumps(to_facts(per_minor, registries), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {FACTS.relative_to(ROOT)}")
         return 0
     files = generate(json.loads(FACTS.read_text(encoding="utf-8")))

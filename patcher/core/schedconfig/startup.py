@@ -18,7 +18,7 @@ from typing import Any
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
-from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.schema import Schema, registry
 from patcher.core.schedconfig.startup_data import (
     BIND_PLUGINS,
     FIRST_MINOR,
@@ -171,6 +171,9 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     """False only when the scheduler certainly has no such plugin: an upstream image and a name its registry of
     this minor lacks (a boundary that was not verified counts as present)."""
     upstream = launch is not None and launch.upstream_image
+    names = registry(minor) if upstream else None
+    if names is not None:  # the minor's registry, generated from its source
+        return name in names
     if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so (issue 33)
         return False
     plugin = PLUGINS.get(name)
@@ -184,7 +187,7 @@ _WEIGHT = "framework.scoreWeight"
 
 def _hint(name: str, minor: Minor) -> str:
     """``; did you mean 'NodeResourcesFit'?`` for a typo of a plugin this minor registers."""
-    known = [n for n, p in PLUGINS.items() if p.registered(minor)]
+    known = sorted(registry(minor) or (n for n, p in PLUGINS.items() if p.registered(minor)))
     close = get_close_matches(name, known, n=1, cutoff=0.8)
     return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
 
