@@ -414,10 +414,11 @@ def check_points(minor: str, read: Reader, extracted: dict[str, Any]) -> None:
     text = read(KUBERNETES_REPO, f"release-{minor}", FRAMEWORK)
     if text is None:
         return  # no k8s.io/kubernetes for this minor (git mirrors of the staging repositories only)
+    newest = next(v for v in ("v1", "v1beta3", "v1beta2", "v1beta1") if f"{GROUP}/{v}" in extracted)
     go_names = {f.go_name: f.json_name for f in parse_go(read(SCHEDULER_REPO, f"release-{minor}",
-                                                              "config/v1/types.go") or "").structs["Plugins"]}
+                                                              f"config/{newest}/types.go") or "").structs["Plugins"]}
     built = {go_names[field]: interface for field, interface in framework_points(text)}
-    plugins = extracted[f"{GROUP}/v1"]["types"]["Plugins"]
+    plugins = extracted[f"{GROUP}/{newest}"]["types"]["Plugins"]
     expected = {name: name[0].upper() + name[1:] + "Plugin" for name in plugins if name != "multiPoint"}
     if built != expected:
         raise ValueError(f"{minor}: the framework builds {built}, the Plugins type gives {expected}")
