@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from patcher.core.schedconfig.binary import facts_for
-from patcher.core.schedconfig.schema import generated_minor, served_config_schemas, target_schema
+from patcher.core.schedconfig.schema import generated_files, generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.upstream import UPSTREAM
 from patcher.core.schedconfig.version import MIN_MINOR, KubeVersion
@@ -20,7 +20,7 @@ def _short(api_version: str) -> str:
 
 def expected_rows() -> list[str]:
     rows = []
-    for minor in range(MIN_MINOR, 37):
+    for minor in range(MIN_MINOR, max(generated_files())[1] + 1):  # up to the newest generated minor
         version = KubeVersion(1, minor)
         target = target_schema(version)
         rendered = f"`{_short(target.api_version)}`" + (" + `Policy` JSON" if target.extenders == "policy" else "")

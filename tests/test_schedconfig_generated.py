@@ -40,7 +40,7 @@ gen = _generator()
 def test_the_committed_schemas_are_what_the_committed_facts_generate() -> None:
     facts = json.loads(gen.FACTS.read_text(encoding="utf-8"))
     files = gen.generate(facts)
-    assert sorted(files) == sorted(f"kube-scheduler-1.{m}.json" for m in range(19, 37))
+    assert sorted(files) == sorted(f"kube-scheduler-1.{m}.json" for m in range(19, 38))
     assert gen.differences(files, gen.OUT_DIR) == []
     assert gen.main(["check"]) == 0
 
@@ -211,15 +211,104 @@ def test_facts_fold_minors_into_runs() -> None:
     assert at_127["types"]["T"]["fields"] == {"a": "int64", "c": "bool"} and at_127["pluginArgs"] == {}
 
 
+def test_unfolding_the_committed_facts_gives_them_back() -> None:
+    """``extract --minor`` re-reads some minors and keeps the others: unfolding and folding again changes nothing."""
+    facts = json.loads(gen.FACTS.read_text(encoding="utf-8"))
+    assert gen.to_facts(*gen.from_facts(facts)) == json.loads(json.dumps(facts))
+
+
+FRAMEWORK = """package runtime
+type frameworkImpl struct {
+\tpreFilterPlugins          []fwk.PreFilterPlugin
+\tpodGroupPostFilterPlugins []fwk.PodGroupPostFilterPlugin
+\tbatchablePlugins          []fwk.SignPlugin
+}
+
+func (f *frameworkImpl) getExtensionPoints(plugins *config.Plugins) []extensionPoint {
+\treturn []extensionPoint{
+\t\t{&plugins.PreFilter, &f.preFilterPlugins},
+\t\t{&plugins.PodGroupPostFilter, &f.podGroupPostFilterPlugins},
+\t}
+}
+"""
+PLUGINS_GO = """package v1
+type Plugins struct {
+\tPreFilter PluginSet `json:"preFilter,omitempty"`
+\tMultiPoint PluginSet `json:"multiPoint,omitempty"`
+\tPodGroupPostFilter PluginSet `json:"podGroupPostFilter,omitempty"`
+}
+"""
+
+
+def test_the_extension_points_are_checked_against_the_framework_of_the_minor() -> None:
+    assert gen.framework_points(FRAMEWORK) == [("PreFilter", "PreFilterPlugin"),
+                                               ("PodGroupPostFilter", "PodGroupPostFilterPlugin")]
+    read = _reader({("kubernetes+kubernetes", gen.FRAMEWORK): FRAMEWORK,
+                    ("kubernetes+kube-scheduler", "config/v1/types.go"): PLUGINS_GO})
+    fields = {"preFilter": "PluginSet", "multiPoint": "PluginSet", "podGroupPostFilter": "PluginSet"}
+    extracted = {"kubescheduler.config.k8s.io/v1": {"types": {"Plugins": fields}}}
+    gen.check_points("1.30", read, extracted)  # the points are the fields but multiPoint: nothing to say
+    fields["placementScore"] = "PluginSet"  # a field the framework does not build: refused
+    with pytest.raises(ValueError, match="the framework builds"):
+        gen.check_points("1.30", read, extracted)
+    gen.check_points("1.30", _reader({}), extracted)  # no k8s.io/kubernetes (git mirrors): not checked
+
+
+REGISTRY_GO = """package plugins
+import (
+\t"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
+\tsort "k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
+)
+func NewInTreeRegistry() runtime.Registry {
+\tfts := plfeature.NewSchedulerFeaturesFromGates(feature.DefaultFeatureGate)
+\tregistry := runtime.Registry{
+\t\tnoderesources.BalancedAllocationName: runtime.FactoryAdapter(fts, noderesources.NewBalancedAllocation),
+\t\tsort.Name:                            queuesort.New,
+\t}
+\treturn registry
+}
+"""
+
+
+def test_the_registry_is_read_through_each_plugin_package_constant() -> None:
+    plugins = "pkg/scheduler/framework/plugins"
+    files = {
+        gen.REGISTRY_GO: REGISTRY_GO,
+        gen.NAMES_GO: 'package names\nconst (\n\tPrioritySort = "PrioritySort"\n'
+                      '\tNodeResourcesBalancedAllocation = "NodeResourcesBalancedAllocation"\n)\n',
+        f"{plugins}/noderesources/balanced_allocation.go": "const (\n\tBalancedAllocationName = "
+                                                           "names.NodeResourcesBalancedAllocation\n)\n",
+        f"{plugins}/queuesort/priority_sort.go": 'const Name = "PrioritySort"\n',
+    }
+    read = _reader({("kubernetes+kubernetes", path): text for path, text in files.items()})
+
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        return [path.rsplit("/", 1)[1] for path in files if path.rsplit("/", 1)[0] == folder]
+
+    assert gen.registry_names("1.30", read, listing) == ["NodeResourcesBalancedAllocation", "PrioritySort"]
+    assert gen.registry_names("1.30", _reader({}), listing) is None
+    del files[f"{plugins}/queuesort/priority_sort.go"]
+    with pytest.raises(ValueError, match=r"registry key sort\.Name: no constant"):
+        gen.registry_names("1.30", read, listing)
+
+
+def test_each_pinned_release_gives_its_minor(tmp_path: Path) -> None:
+    for version in ("v1.36.1", "v1.36.3", "v1.37.2", "v1.38.0"):
+        (tmp_path / version).mkdir()
+        if version != "v1.38.0":
+            (tmp_path / version / "go.mod").write_text("module x\n")
+    assert gen.pinned_releases(tmp_path) == {"1.36": tmp_path / "v1.36.3", "1.37": tmp_path / "v1.37.2"}
+
+
 # ---- the generated schemas against what upstream serves ---------------------------------------------------------
 
 
-def test_every_minor_from_1_19_to_1_36_has_exactly_the_apiversions_it_serves() -> None:
+def test_every_minor_from_1_19_to_1_37_has_exactly_the_apiversions_it_serves() -> None:
     for minor, api_versions in generated().items():
         version = KubeVersion(*minor)
         served = {s.api_version for s in all_schemas() if s.kind == CONFIG_KIND and s.serves(version)}
         assert set(api_versions) == served, minor
-    assert list(generated()) == [(1, m) for m in range(19, 37)]
+    assert list(generated()) == [(1, m) for m in range(19, 38)]
 
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -253,6 +342,8 @@ def _v(text: str) -> KubeVersion:
          "profiles[0].plugins.placementGenerate: not known to kube-scheduler {v} (added in 1.36)"),
         (V1 + "profiles:\n- plugins:\n    placementScore: {}\n", ["1.35"], ["1.36"],
          "profiles[0].plugins.placementScore: not known to kube-scheduler {v} (added in 1.36)"),
+        (V1 + "profiles:\n- plugins:\n    podGroupPostFilter: {}\n", ["1.25", "1.36"], ["1.37"],
+         "profiles[0].plugins.podGroupPostFilter: not known to kube-scheduler {v} (added in 1.37)"),
         (V1 + "profiles:\n- percentageOfNodesToScore: 50\n", ["1.25"], ["1.26"],
          "profiles[0].percentageOfNodesToScore: not known to kube-scheduler {v} (added in 1.26)"),
         (V1BETA3.replace("v1beta3", "v1beta1") + "parallelism: 8\n", ["1.19"], ["1.20", "1.22"],
@@ -273,7 +364,6 @@ def test_a_field_newer_than_the_node_names_the_version_that_added_it(
 @pytest.mark.parametrize(
     "text",
     [
-        PRE_ENQUEUE.replace("preEnqueue", "podGroupPostFilter"),
         PRE_ENQUEUE.replace("preEnqueue", "placementFeasible"),
         "percentageOfPlacementsToScore: 50\n",
         "profiles:\n- percentageOfPlacementsToScore: 50\n",
@@ -322,10 +412,10 @@ def test_plugin_args_added_later_are_refused_on_the_older_minor() -> None:
 
 
 def test_a_scheduler_newer_than_the_generated_minors_uses_the_newest() -> None:
-    text = V1 + "delayCacheUntilActive: true\nprofiles:\n- plugins:\n    placementGenerate: {}\n"
-    assert check(text, "1.37") is None
-    problem = check(V1 + "sometimesNew: 1\n", "1.37")
-    assert problem is not None and "KubeSchedulerConfiguration of kube-scheduler 1.36 has no such field" in problem
+    text = V1 + "delayCacheUntilActive: true\nprofiles:\n- plugins:\n    podGroupPostFilter: {}\n"
+    assert check(text, "1.38") is None
+    problem = check(V1 + "sometimesNew: 1\n", "1.38")
+    assert problem is not None and "KubeSchedulerConfiguration of kube-scheduler 1.37 has no such field" in problem
 
 
 def test_an_apiversion_the_node_does_not_serve_is_refused_before_the_types() -> None:
@@ -346,7 +436,7 @@ PLAN_CASES = [
     ("1.35", "profiles:\n- plugins:\n    placementGenerate: {}\n", "profiles[0].plugins.placementGenerate: not known "
      "to kube-scheduler 1.35 (added in 1.36)"),
     ("1.36", PRE_ENQUEUE.replace("preEnqueue", "podGroupPostFilter"),
-     "profiles[0].plugins.podGroupPostFilter: unknown"),
+     "profiles[0].plugins.podGroupPostFilter: not known to kube-scheduler 1.36 (added in 1.37)"),
     ("1.36", "percentageOfPlacementsToScore: 5\n", "percentageOfPlacementsToScore: unknown field"),
     ("1.30", "profiles:\n- pluginConfig:\n  - name: NodeAffinity\n    args: str\n", "args: must be a mapping"),
     ("1.30", "leaderElection:\n  resourceLock: endpointsleases\n", 'resourceLock: must be "leases"'),

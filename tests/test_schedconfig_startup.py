@@ -17,7 +17,8 @@ import pytest
 from patcher.commands.cli import main
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
-from patcher.core.schedconfig.startup_data import PLUGINS, POINT_TYPES, RULE_BY_KEY, RULES, rules_table
+from patcher.core.schedconfig.schema import generated
+from patcher.core.schedconfig.startup_data import PLUGINS, RULE_BY_KEY, RULES, point_interface, rules_table
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion, Launch
 from patcher.core.schedconfig.yamlio import load_single
@@ -256,9 +257,36 @@ def test_rules_carry_their_minors_and_source() -> None:
         assert rule.first >= (1, 19) and rule.source and rule.what
         assert rule.last is None or rule.last >= rule.first
         assert RULE_BY_KEY[rule.key] is rule
+    every_point = {point for api_versions in generated().values() for entry in api_versions.values()
+                   for point in entry.types["Plugins"].fields} - {"multiPoint"}
     for name, plugin in PLUGINS.items():
-        assert plugin.points is None or plugin.points <= set(POINT_TYPES), name
+        assert plugin.points is None or plugin.points <= every_point, name
         assert not plugin.always or (plugin.points is not None and plugin.always <= plugin.points), name
+
+
+def _points(minor: int) -> list[str]:
+    return [p for p in generated()[(1, minor)][f"{GROUP}/v1"].types["Plugins"].fields if p != "multiPoint"]
+
+
+@pytest.mark.parametrize("minor", [34, 35, 36, 37])
+def test_an_unknown_plugin_is_refused_at_every_extension_point_of_the_minor(minor: int) -> None:
+    """The points come from the minor's generated types, not a list: the points new in 1.36 (placementGenerate,
+    placementScore) and 1.37 (podGroupPostFilter) are checked like the others ("... does not exist")."""
+    for point in _points(minor):
+        found = problem(profile("v1", f"{point}:\n  enabled:\n  - name: NoSuchPlugin"), minor, UPSTREAM)
+        assert found is not None and f"{point_interface(point)} 'NoSuchPlugin' does not exist" in found, point
+        assert f"kube-scheduler 1.{minor} exits at start-up; rule framework.unknownPlugin" in found
+        if point not in ("queueSort", "bind"):  # without them the profile has no queue sort or no binder
+            assert problem(profile("v1", f"{point}:\n  disabled:\n  - name: '*'"), minor, UPSTREAM) is None, point
+
+
+def test_each_minor_has_its_own_points() -> None:
+    assert {"placementGenerate", "placementScore"} <= set(_points(36)) - set(_points(35))
+    assert set(_points(37)) - set(_points(36)) == {"podGroupPostFilter"}
+    text = profile("v1", "podGroupPostFilter:\n  disabled:\n  - name: '*'")
+    assert problem(text, 37, UPSTREAM) is None
+    found = problem(text, 36, UPSTREAM)
+    assert found == "profiles[0].plugins.podGroupPostFilter: not known to kube-scheduler 1.36 (added in 1.37)"
 
 
 def test_docs_table_is_generated_from_the_data() -> None:

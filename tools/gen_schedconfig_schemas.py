@@ -4,15 +4,24 @@
 Two steps, so that the repository never holds upstream source files and the generated JSON can be reproduced
 from what *is* committed:
 
-``extract``  reads the Go types of each release branch (``git show release-1.N:<path>`` in bare mirrors or
-             clones of kubernetes/kube-scheduler, kubernetes/component-base, kubernetes/api and
-             kubernetes/apimachinery) and writes the facts we need — for every apiVersion, type and JSON field,
-             its type in our vocabulary and the minors that have it — to ``tools/schedconfig-upstream.json``.
+``extract``  reads the Go types of each minor and writes the facts we need — for every apiVersion, type and
+             JSON field, its type in our vocabulary and the minors that have it — to
+             ``tools/schedconfig-upstream.json``. Either from git (``git show release-1.N:<path>`` in bare mirrors
+             or clones of kubernetes/kube-scheduler, kubernetes/component-base, kubernetes/api and
+             kubernetes/apimachinery), or with ``--modules`` from the published modules of the release each
+             ``tools/realk8s/v1.N.P/`` folder pins (k8s.io/kube-scheduler v0.N.P …, through the Go module proxy
+             with that folder's go.sum: the very sources the oracle's binaries are built from). ``--minor`` limits
+             it to some minors and keeps the facts of the others. With k8s.io/kubernetes at hand (``--modules``)
+             it also reads the extension points ``NewFramework`` builds (``getExtensionPoints`` in
+             pkg/scheduler/framework/runtime/framework.go) and fails unless they are the fields of that minor's
+             ``Plugins`` type but ``multiPoint``, each with the interface ``<Field>Plugin``: what the start-up
+             checks derive from the generated types (``patcher/core/schedconfig/startup.py``).
 ``generate`` turns those facts into one schema per minor,
 ``patcher/core/schedconfig/schemas/kube-scheduler-1.N.json``.
 ``check``    regenerates in memory and exits 1 when the committed JSON differs (the test suite does the same).
 
     python tools/gen_schedconfig_schemas.py extract --mirror-root /work/.mirror   # needs the four mirrors
+    python tools/gen_schedconfig_schemas.py extract --modules --minor 1.37       # the pinned release of 1.37
     python tools/gen_schedconfig_schemas.py generate
     python tools/gen_schedconfig_schemas.py check
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -38,7 +48,7 @@ FACTS = ROOT / "tools" / "schedconfig-upstream.json"
 OUT_DIR = ROOT / "patcher" / "core" / "schedconfig" / "schemas"
 OUT_PREFIX = "kube-scheduler-"  # beside the hand-written per-apiVersion files, which never start with it
 
-MINORS = [f"1.{minor}" for minor in range(19, 37)]
+MINORS = [f"1.{minor}" for minor in range(19, 38)]
 GROUP = "kubescheduler.config.k8s.io"
 ROOT_TYPE = "KubeSchedulerConfiguration"
 
@@ -57,6 +67,17 @@ PACKAGE_FILES = {
     "k8s.io/apimachinery/pkg/apis/meta/v1": ["types.go", "duration.go"],
 }
 SCHEDULER_REPO = "kubernetes+kube-scheduler"
+KUBERNETES_REPO = "kubernetes+kubernetes"
+FRAMEWORK = "pkg/scheduler/framework/runtime/framework.go"
+#: mirror name -> the Go module that publishes the same folder (the staging repositories are published as modules)
+MODULES = {
+    "kubernetes+kube-scheduler": "k8s.io/kube-scheduler",
+    "kubernetes+component-base": "k8s.io/component-base",
+    "kubernetes+api": "k8s.io/api",
+    "kubernetes+apimachinery": "k8s.io/apimachinery",
+    KUBERNETES_REPO: "k8s.io/kubernetes",
+}
+REALK8S = ROOT / "tools" / "realk8s"
 SCHEDULER_FILES = ["types.go", "types_pluginargs.go", "register.go"]
 
 # Named Go types that are scalars on the wire.
@@ -166,6 +187,7 @@ def _field(line: str) -> GoField | None:
 # ---- resolving to our vocabulary --------------------------------------------------------------------------------
 
 Reader = Callable[[str, str, str], str | None]  # (repository, branch, path) -> file text or None
+Lister = Callable[[str, str, str], list[str]]  # (repository, branch, folder) -> the names of its files
 
 
 class Resolver:
@@ -284,6 +306,124 @@ def git_reader(mirror_root: Path) -> Reader:
     return read
 
 
+def pinned_releases(folder: Path = REALK8S) -> dict[str, Path]:
+    """minor -> the ``tools/realk8s/v1.N.P`` module that builds its binaries (the newest patch when several)."""
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for entry in folder.glob("v1.*"):
+        if (entry / "go.mod").is_file():
+            numbers = tuple(int(x) for x in entry.name[1:].split("."))
+            minor = f"{numbers[0]}.{numbers[1]}"
+            if minor not in found or found[minor][0] < numbers:
+                found[minor] = (numbers, entry)
+    return {minor: path for minor, (_, path) in sorted(found.items(), key=lambda kv: _key(kv[0]))}
+
+
+def module_reader(pins: dict[str, Path]) -> tuple[Reader, Lister]:
+    """Files of the modules a pinned release builds from, fetched by ``go mod download`` in its folder: the
+    module proxy only, checked against the committed go.sum (the environment of tools/realk8s/build.py)."""
+    env = dict(os.environ, GOPROXY="https://proxy.golang.org", GOSUMDB="off", GOTOOLCHAIN="local",
+               GOFLAGS="-mod=readonly")
+    folders: dict[tuple[str, str], Path] = {}
+
+    def module_dir(branch: str, repo: str) -> Path | None:
+        minor = branch.removeprefix("release-")
+        if minor not in pins or repo not in MODULES:
+            return None
+        module = MODULES[repo]
+        if (minor, module) not in folders:
+            done = subprocess.run(["go", "mod", "download", "-json", module], cwd=pins[minor], env=env,
+                                  capture_output=True, text=True, check=False)
+            info = json.loads(done.stdout or "{}")
+            if done.returncode != 0 or "Dir" not in info:
+                raise RuntimeError(f"go mod download {module} in {pins[minor]}: {info.get('Error') or done.stderr}")
+            folders[(minor, module)] = Path(info["Dir"])
+        return folders[(minor, module)]
+
+    def read(repo: str, branch: str, path: str) -> str | None:
+        root = module_dir(branch, repo)
+        file = root / path if root is not None else None
+        return file.read_text(encoding="utf-8") if file is not None and file.is_file() else None
+
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        root = module_dir(branch, repo)
+        return sorted(p.name for p in (root / folder).iterdir() if p.is_file()) if root is not None else []
+
+    return read, listing
+
+
+def git_lister(mirror_root: Path) -> Lister:
+    def listing(repo: str, branch: str, folder: str) -> list[str]:
+        done = subprocess.run(["git", f"--git-dir={mirror_root / repo / 'repo'}", "ls-tree", "--name-only",
+                               f"refs/heads/{branch}:{folder}"], capture_output=True, text=True, check=False)
+        return done.stdout.split() if done.returncode == 0 else []
+
+    return listing
+
+
+REGISTRY_GO = "pkg/scheduler/framework/plugins/registry.go"
+NAMES_GO = "pkg/scheduler/framework/plugins/names/names.go"
+_REGISTRY_KEY = re.compile(r"(?m)^\s*(\w+)\.(\w+):")
+_NAME_VIA_NAMES = re.compile(r"(?m)^\s*(?:const\s+)?(\w+)\s*=\s*names\.(\w+)\s*$")
+_NAME_STRING = re.compile(r'(?m)^\s*(?:const\s+)?(\w+)\s*=\s*"(\w+)"\s*$')
+
+
+def registry_names(minor: str, read: Reader, listing: Lister) -> list[str] | None:
+    """The plugin names ``NewInTreeRegistry`` of this minor registers (what an upstream image can build: any other
+    name "does not exist"), each key resolved through its package's constant; None without k8s.io/kubernetes."""
+    branch = f"release-{minor}"
+    text = read(KUBERNETES_REPO, branch, REGISTRY_GO)
+    if text is None:
+        return None
+    body = re.search(r"(?s)func NewInTreeRegistry\(\).*?\n\}", text)
+    if body is None:
+        raise ValueError(f"{minor}: {REGISTRY_GO} has no NewInTreeRegistry")
+    imports = parse_go(text).imports
+    names = dict(_NAME_STRING.findall(read(KUBERNETES_REPO, branch, NAMES_GO) or ""))
+    found = []
+    for alias, const in _REGISTRY_KEY.findall(body.group(0)):
+        folder = imports[alias].removeprefix("k8s.io/kubernetes/")
+        consts: dict[str, str] = {}
+        for name in listing(KUBERNETES_REPO, branch, folder):
+            if name.endswith(".go") and not name.endswith("_test.go"):
+                source = read(KUBERNETES_REPO, branch, f"{folder}/{name}") or ""
+                consts.update(_NAME_STRING.findall(source))  # older packages spell the name out
+                consts.update({key: names[value] for key, value in _NAME_VIA_NAMES.findall(source) if value in names})
+        if const not in consts:
+            raise ValueError(f"{minor}: registry key {alias}.{const}: no constant in {folder}")
+        found.append(consts[const])
+    return sorted(found)
+
+
+_EXTENSION_POINT = re.compile(r"\{&plugins\.(\w+),\s*&f\.(\w+)\}")
+_PLUGIN_LIST = re.compile(r"(?m)^\s*(\w+)\s+\[\](?:\w+\.)?(\w+)\s*$")
+
+
+def framework_points(text: str) -> list[tuple[str, str]]:
+    """(Go field of ``Plugins``, Go interface) for every extension point ``getExtensionPoints`` lists, in its
+    order: the points ``NewFramework`` builds and checks every enabled plugin at ("%s %q does not exist")."""
+    body = re.search(r"(?s)func \(f \*frameworkImpl\) getExtensionPoints\(.*?\n\}", text)
+    if body is None:
+        raise ValueError(f"{FRAMEWORK}: no getExtensionPoints")
+    lists = dict(_PLUGIN_LIST.findall(text))
+    return [(field, lists[target]) for field, target in _EXTENSION_POINT.findall(body.group(0))]
+
+
+def check_points(minor: str, read: Reader, extracted: dict[str, Any]) -> None:
+    """Fail unless the framework of this minor builds exactly the points of its generated ``Plugins`` type (but
+    ``multiPoint``), each named ``<Field>Plugin``: the start-up checks derive the points from the types."""
+    text = read(KUBERNETES_REPO, f"release-{minor}", FRAMEWORK)
+    if text is None:
+        return  # no k8s.io/kubernetes for this minor (git mirrors of the staging repositories only)
+    newest = next(v for v in ("v1", "v1beta3", "v1beta2", "v1beta1") if f"{GROUP}/{v}" in extracted)
+    go_names = {f.go_name: f.json_name for f in parse_go(read(SCHEDULER_REPO, f"release-{minor}",
+                                                              f"config/{newest}/types.go") or "").structs["Plugins"]}
+    built = {go_names[field]: interface for field, interface in framework_points(text)}
+    plugins = extracted[f"{GROUP}/{newest}"]["types"]["Plugins"]
+    expected = {name: name[0].upper() + name[1:] + "Plugin" for name in plugins if name != "multiPoint"}
+    if built != expected:
+        raise ValueError(f"{minor}: the framework builds {built}, the Plugins type gives {expected}")
+
+
 # ---- facts: the extracted data, in ranges of minors -------------------------------------------------------------
 
 
@@ -314,8 +454,9 @@ def _key(minor: str) -> tuple[int, int]:
     return int(major), int(number)
 
 
-def to_facts(per_minor: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Fold per-minor extractions into ranges: small, diffable, and the only upstream-derived file we commit."""
+def to_facts(per_minor: dict[str, dict[str, Any]], registries: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """Fold per-minor extractions (and the in-tree registry of the minors it was read for) into ranges: small,
+    diffable, and the only upstream-derived file we commit."""
     api_versions: dict[str, Any] = {}
     for minor in MINORS:
         for api_version, content in per_minor.get(minor, {}).items():
@@ -342,7 +483,40 @@ def to_facts(per_minor: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 for type_name, fields in sorted(entry["types"].items())
             },
         }
+    if registries:
+        plugins: dict[str, list[str]] = {}
+        for minor in MINORS:
+            for name in registries.get(minor, ()):
+                plugins.setdefault(name, []).append(minor)
+        facts["registry"] = {
+            "minors": [r[1:] for r in _ranges((m, "") for m in MINORS if m in registries)],
+            "plugins": {name: [r[1:] for r in _ranges((m, "") for m in found)]
+                        for name, found in sorted(plugins.items())},
+        }
     return facts
+
+
+def from_facts(facts: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """The inverse of ``to_facts``: per minor what ``extract_minor`` and ``registry_names`` gave, so that some
+    minors can be extracted again (``extract --minor``) and the others kept."""
+    per_minor: dict[str, dict[str, Any]] = {}
+    for minor in facts["minors"]:
+        for api_version, entry in facts["apiVersions"].items():
+            if not _in(entry["minors"], minor):
+                continue
+            types = {type_name: {name: expr for name, runs in fields.items() if (expr := _at(runs, minor)) is not None}
+                     for type_name, fields in entry["types"].items()}
+            kinds = [kind for kind, ranges in entry["kinds"].items() if _in(ranges, minor)]
+            per_minor.setdefault(minor, {})[api_version] = {
+                "types": {name: fields for name, fields in types.items() if fields}, "kinds": kinds}
+    return per_minor, registries_at(facts)
+
+
+def registries_at(facts: dict[str, Any]) -> dict[str, list[str]]:
+    """minor -> its in-tree plugin names, for the minors whose registry was read."""
+    registry = facts.get("registry", {"minors": [], "plugins": {}})
+    return {minor: [name for name, ranges in registry["plugins"].items() if _in(ranges, minor)]
+            for minor in facts["minors"] if _in(registry["minors"], minor)}
 
 
 # ---- generate: one schema per minor -----------------------------------------------------------------------------
@@ -362,6 +536,7 @@ def _in(ranges: list[list[str]], minor: str) -> bool:
 def generate(facts: dict[str, Any]) -> dict[str, str]:
     """{file name: JSON text} for every minor in the facts."""
     out: dict[str, str] = {}
+    registries = registries_at(facts)
     for minor in facts["minors"]:
         api_versions: dict[str, Any] = {}
         for api_version, entry in facts["apiVersions"].items():
@@ -390,6 +565,8 @@ def generate(facts: dict[str, Any]) -> dict[str, str]:
             "kubeScheduler": minor,
             "apiVersions": api_versions,
         }
+        if minor in registries:  # read from k8s.io/kubernetes (extract --modules): the in-tree plugin names
+            document["registry"] = registries[minor]
         out[f"{OUT_PREFIX}{minor}.json"] = json.dumps(document, indent=1, sort_keys=False) + "\n"
     return out
 
@@ -411,14 +588,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     extract = sub.add_parser("extract", help="read upstream Go types from git mirrors into the facts file")
-    extract.add_argument("--mirror-root", type=Path, required=True, help="folder with <owner>+<name>/repo git dirs")
+    source = extract.add_mutually_exclusive_group(required=True)
+    source.add_argument("--mirror-root", type=Path, help="folder with <owner>+<name>/repo git dirs")
+    source.add_argument("--modules", action="store_true",
+                        help="the modules of the releases pinned in tools/realk8s (Go module proxy)")
+    extract.add_argument("--minor", action="append", help="only these minors (1.N); the others keep their facts")
     sub.add_parser("generate", help="write the per-minor schemas from the facts file")
     sub.add_parser("check", help="exit 1 when the committed schemas are not what the facts generate")
     args = parser.parse_args(argv)
     if args.command == "extract":
-        read = git_reader(args.mirror_root)
-        per_minor = {minor: extract_minor(minor, read) for minor in MINORS}
-        FACTS.write_text(json.dumps(to_facts(per_minor), indent=1) + "\n", encoding="utf-8")
+        pins = pinned_releases()
+        read, listing = module_reader(pins) if args.modules else (git_reader(args.mirror_root),
+                                                                   git_lister(args.mirror_root))
+        minors = args.minor or (list(pins) if args.modules else MINORS)
+        unknown = sorted(set(minors) - set(MINORS) | (set(minors) - set(pins) if args.modules else set()))
+        if unknown:
+            parser.error(f"no such minor (or none pinned in tools/realk8s): {', '.join(unknown)}")
+        kept = json.loads(FACTS.read_text(encoding="utf-8")) if FACTS.is_file() else {"minors": [], "apiVersions": {}}
+        per_minor, registries = from_facts(kept)
+        for minor in minors:
+            per_minor[minor] = extract_minor(minor, read)
+            check_points(minor, read, per_minor[minor])
+            if (names := registry_names(minor, read, listing)) is not None:
+                registries[minor] = names
+        FACTS.write_text(json.dumps(to_facts(per_minor, registries), indent=1) + "\n", encoding="utf-8")
         print(f"wrote {FACTS.relative_to(ROOT)}")
         return 0
     files = generate(json.loads(FACTS.read_text(encoding="utf-8")))

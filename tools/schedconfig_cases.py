@@ -8,7 +8,8 @@ Deterministic: the same repository gives the same list, in the same order, every
   ``make config-oracle-collect``);
 - generated, each rule at its boundary and mutations of valid configs: top-level ranges, leader election and
   the lock types, the manifest's ``--leader-elect*`` flags over the config, removed flags beside ``--config``,
-  every in-tree plugin at every extension point, unknown plugins, profiles without queueSort or bind, plugin
+  every in-tree plugin at every extension point of any minor's generated types (``POINTS``), an unknown plugin and
+  everything disabled at each of them, profiles without queueSort or bind, plugin
   args at and past their limits, extenders, dropped fields and wrong types.
 """
 
@@ -18,18 +19,33 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from patcher.core.schedconfig.schema import generated, generated_files, registry
 from tools.schedconfig_oracle import DATA, KUBEADM_FLAGS, Case
 
 V1 = "kubescheduler.config.k8s.io/v1"
 HEAD = f"apiVersion: {V1}\nkind: KubeSchedulerConfiguration\n"
-POINTS = ("preEnqueue", "queueSort", "preFilter", "filter", "postFilter", "preScore", "score", "reserve",
-          "permit", "preBind", "bind", "postBind", "multiPoint")
-PLUGINS = ("PrioritySort", "DefaultBinder", "DefaultPreemption", "ImageLocality", "TaintToleration", "NodeName",
+
+
+def extension_points() -> tuple[str, ...]:
+    """Every field of ``Plugins`` in any minor's generated v1 types (multiPoint included), oldest minor first: a
+    point a minor gains reaches the cases with its types, no list to keep."""
+    found: dict[str, None] = {}
+    for api_versions in generated().values():
+        if V1 in api_versions:
+            found.update(dict.fromkeys(api_versions[V1].types["Plugins"].fields))
+    return tuple(found)
+
+
+POINTS = extension_points()
+_LISTED = ("PrioritySort", "DefaultBinder", "DefaultPreemption", "ImageLocality", "TaintToleration", "NodeName",
            "NodePorts", "NodeAffinity", "PodTopologySpread", "NodeUnschedulable", "NodeResourcesFit",
            "NodeResourcesBalancedAllocation", "VolumeBinding", "VolumeRestrictions", "VolumeZone",
            "NodeVolumeLimits", "InterPodAffinity", "SchedulingGates", "DynamicResources", "EBSLimits",
            "SelectorSpread", "NodeLabel", "NodeDeclaredFeatures", "GangScheduling", "TopologyAware",
            "PodGroupPodsCount")
+#: and every name a generated registry has that the list above lacks (1.36 TopologyPlacementGenerator, 1.37
+#: DeferredPodScheduling …): the list keeps the gone and foreign names, the registries bring the new ones
+PLUGINS = _LISTED + tuple(sorted(set().union(*(registry(m) or () for m in generated_files())) - set(_LISTED)))
 
 
 def doc(body: str = "") -> str:
@@ -150,7 +166,8 @@ def leader_flags() -> Iterator[Case]:
 
 
 def plugins() -> Iterator[Case]:
-    """Every in-tree plugin (and some gone or foreign) enabled at every extension point, and disabled."""
+    """Every in-tree plugin of any minor (and some gone or foreign) enabled at every extension point, and
+    disabled."""
     for name in PLUGINS:
         for point in POINTS:
             yield Case(profile(f"{point}:\n  enabled:\n  - name: {name}"), origin=f"plugin {name} at {point}")
@@ -160,6 +177,11 @@ def plugins() -> Iterator[Case]:
         for point in ("filter", "multiPoint", "score"):
             yield Case(profile(f"{point}:\n  enabled:\n  - name: {unknown}"), origin=f"unknown {unknown} at {point}")
     yield Case(profile(config="- name: NodeNmae\n  args: {}"), origin="unknown plugin in pluginConfig")
+    # per extension point: an unknown plugin, and every plugin disabled (a known one at each point is above: every
+    # in-tree plugin at every point); run on every minor, so a point a minor lacks is its strict decoding's case
+    for point in POINTS:
+        yield Case(profile(f"{point}:\n  enabled:\n  - name: NoSuchPlugin"), origin=f"unknown NoSuchPlugin at {point}")
+        yield Case(profile(f"{point}:\n  disabled:\n  - name: '*'"), origin=f"all disabled at {point}")
     yield Case(profile("filter:\n  enabled:\n  - name: NodeName\n  - name: NodeName"), origin="duplicate at filter")
     yield Case(profile("multiPoint:\n  enabled:\n  - name: NodeName\n  - name: NodeName"),
                origin="duplicate in multiPoint")
@@ -169,6 +191,9 @@ def plugins() -> Iterator[Case]:
     yield Case(profile("score:\n  enabled:\n  - name: ImageLocality\n    weight: -1"), origin="score weight -1")
     yield Case(profile("score:\n  enabled:\n  - name: ImageLocality\n    weight: 100"), origin="score weight 100")
     yield Case(profile("score:\n  enabled:\n  - name: ImageLocality\n    weight: 101"), origin="score weight 101")
+    for weight in ("-1", "0", "101"):  # placementScore weighs its plugins like score (getValidScoreWeights)
+        yield Case(profile(f"placementScore:\n  enabled:\n  - name: NodeResourcesFit\n    weight: {weight}"),
+                   origin=f"placementScore weight {weight}")
     yield Case(profile("score:\n  disabled:\n  - name: '*'"), origin="score all disabled")
     yield Case(profile("filter:\n  disabled:\n  - name: '*'"), origin="filter all disabled")
     yield Case(profile("multiPoint:\n  disabled:\n  - name: '*'"), origin="multiPoint all disabled")

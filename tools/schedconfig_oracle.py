@@ -13,6 +13,7 @@ carries the manifest's ``--kubeconfig`` into the config). Nothing else of the ca
 
     python tools/schedconfig_oracle.py run            # every case, every built minor: rewrites the data
     python tools/schedconfig_oracle.py run --minor 36 --limit 20 --print
+    python tools/schedconfig_oracle.py run --new      # only the cases a minor has no verdict for, merged in
 """
 
 from __future__ import annotations
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--workers", type=int, default=WORKERS)
     run.add_argument("--print", action="store_true", help="print the verdicts instead of writing the data")
     run.add_argument("--keys", help="only these cases (comma-separated hashes), merged into the recorded data")
+    run.add_argument("--new", action="store_true",
+                     help="only the cases each minor has no recorded verdict for, merged into the recorded data")
     compare = sub.add_parser("compare", help="list where plan and the recorded verdicts differ")
     compare.add_argument("--minor", type=int, action="append")
     args = parser.parse_args(argv)
@@ -369,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     from tools.schedconfig_cases import generate
 
     cases = generate()
-    if args.keys:
-        wanted = set(args.keys.split(","))
+    current = {case.key for case in cases}  # what the recorded data keeps when new verdicts are merged into it
+    if args.keys or args.new:
+        wanted = set(args.keys.split(",")) if args.keys else {case.key for case in cases}
         if not args.print:
             write_cases(cases)
         cases = [case for case in cases if case.key in wanted]
@@ -382,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     if not releases:
         print("no built releases: run `make real-k8s`", file=sys.stderr)
         return 1
+    everything = cases
     for binaries in releases:
+        known = read_results(binaries.minor) if data_path(binaries.minor).is_file() else {"verdicts": {}, "seconds": 0}
+        if args.new:
+            cases = [case for case in everything if case.key not in known["verdicts"]]
         began = time.monotonic()
         results = run_minor(binaries, cases, args.workers, progress=True)
         took = time.monotonic() - began
@@ -393,13 +401,11 @@ def main(argv: list[str] | None = None) -> int:
             for case in cases:
                 v = results[case.key]
                 print(f"  {case.key} {v.outcome:8} {v.seconds:5.1f}s {case.origin}: {v.message}")
-        elif args.keys:  # merged into the recorded data, which keeps only the cases the generator still makes
-            recorded = read_results(binaries.minor)
-            current = {case.key for case in generate()}
-            merged = {key: Verdict(v["outcome"], v["message"]) for key, v in recorded["verdicts"].items()
+        elif args.keys or args.new:  # merged into the recorded data, which keeps the cases the generator still makes
+            merged = {key: Verdict(v["outcome"], v["message"]) for key, v in known["verdicts"].items()
                       if key in current}
             merged.update(results)
-            write_results(binaries, merged, float(recorded["seconds"]))
+            write_results(binaries, merged, float(known["seconds"]))
         else:
             write_results(binaries, results, took)
     return 0

@@ -190,12 +190,28 @@ def generated_files() -> dict[tuple[int, int], Path]:
 
 
 @cache
+def _generated_raw(minor: tuple[int, int]) -> dict[str, Any]:
+    entry = generated_files()[minor]
+    raw: dict[str, Any] = json.loads(_read_schema(entry))
+    assert _minor(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
+    return raw
+
+
+def registry(minor: tuple[int, int]) -> frozenset[str] | None:
+    """The plugin names the in-tree registry of this minor holds (``NewInTreeRegistry``, generated from its
+    k8s.io/kubernetes where that was read); None when not generated for it."""
+    if minor not in generated_files():
+        return None
+    names = _generated_raw(minor).get("registry")
+    return frozenset(names) if names is not None else None
+
+
+@cache
 def minor_types(minor: tuple[int, int]) -> dict[str, MinorTypes]:
     """apiVersion -> types of one generated minor, read once. A start reads only its node's minor (~0.4 ms),
     not all of them (~6 ms): ``for_version`` needs no other."""
     entry = generated_files()[minor]
-    raw = json.loads(_read_schema(entry))
-    assert _minor(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
+    raw = _generated_raw(minor)
     return {
         api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
         for api_version, content in raw["apiVersions"].items()

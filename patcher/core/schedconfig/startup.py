@@ -18,18 +18,18 @@ from typing import Any
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
-from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.schema import Schema, registry
 from patcher.core.schedconfig.startup_data import (
     BIND_PLUGINS,
     FIRST_MINOR,
     LEADER_ELECTION_FLAGS,
     LOCK_TYPES,
     PLUGINS,
-    POINT_TYPES,
     QUEUE_SORT_PLUGINS,
     RULE_BY_KEY,
     UPSTREAM_IMAGES,
     Minor,
+    point_interface,
 )
 from patcher.core.schedconfig.version import Launch
 
@@ -171,6 +171,9 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     """False only when the scheduler certainly has no such plugin: an upstream image and a name its registry of
     this minor lacks (a boundary that was not verified counts as present)."""
     upstream = launch is not None and launch.upstream_image
+    names = registry(minor) if upstream else None
+    if names is not None:  # the minor's registry, generated from its source
+        return name in names
     if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so (issue 33)
         return False
     plugin = PLUGINS.get(name)
@@ -184,7 +187,7 @@ _WEIGHT = "framework.scoreWeight"
 
 def _hint(name: str, minor: Minor) -> str:
     """``; did you mean 'NodeResourcesFit'?`` for a typo of a plugin this minor registers."""
-    known = [n for n, p in PLUGINS.items() if p.registered(minor)]
+    known = sorted(registry(minor) or (n for n, p in PLUGINS.items() if p.registered(minor)))
     close = get_close_matches(name, known, n=1, cutoff=0.8)
     return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
 
@@ -214,7 +217,7 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
     problems: list[str] = []
     multipoint = _uses_multipoint(schema.api_version, minor)
     spec = schema.types.get("Plugins")
-    points = [p for p in POINT_TYPES if spec is not None and p in spec.fields]
+    points = [p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"]  # this minor's points
     # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
     wanted = {*points, "multiPoint"}
     enabled = {point: _names(sets) for point, sets in plugins.items() if point in wanted}
@@ -224,19 +227,18 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
         for index, name in enumerate(enabled.get(point, ())):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
-                problems.append(
-                    f"{path}: {POINT_TYPES[point]} {name!r} does not exist{_hint(name, minor)}{tag(_UNKNOWN, minor)}"
-                )
+                problems.append(f"{path}: {point_interface(point)} {name!r} does not exist{_hint(name, minor)}"
+                                f"{tag(_UNKNOWN, minor)}")
                 continue
             if _implements(name, point, minor) is False:
                 problems.append(
-                    f"{path}: plugin {name!r} does not extend {POINT_TYPES[point]}"
+                    f"{path}: plugin {name!r} does not extend {point_interface(point)}"
                     f"{tag('framework.extensionPoint', minor)}"
                 )
                 continue
             if name in seen:
                 problems.append(
-                    f"{path}: plugin {name!r} already registered as {POINT_TYPES[point]!r}"
+                    f"{path}: plugin {name!r} already registered as {point_interface(point)!r}"
                     f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
@@ -285,7 +287,7 @@ def _multipoint_duplicates(
             if point in plugin.always or proven:  # certain (every minor, or this minor's binary): met here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
-                    f"{POINT_TYPES[point]!r}{tag('framework.multiPointDuplicate', minor)}"
+                    f"{point_interface(point)!r}{tag('framework.multiPointDuplicate', minor)}"
                 )
                 break
     return problems

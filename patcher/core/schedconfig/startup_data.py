@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from patcher.core.schedconfig.schema import generated
+
 Minor = tuple[int, int]
 
 FIRST_MINOR: Minor = (1, 19)  # the oldest minor with generated types; the checks below start there
@@ -140,21 +142,12 @@ RULES: tuple[Rule, ...] = (
 
 RULE_BY_KEY = {rule.key: rule for rule in RULES}
 
-# Extension points, in framework.go getExtensionPoints order, with the Go interface named in its errors.
-POINT_TYPES: dict[str, str] = {
-    "preFilter": "PreFilterPlugin",
-    "filter": "FilterPlugin",
-    "postFilter": "PostFilterPlugin",
-    "reserve": "ReservePlugin",
-    "preScore": "PreScorePlugin",
-    "score": "ScorePlugin",
-    "preBind": "PreBindPlugin",
-    "bind": "BindPlugin",
-    "postBind": "PostBindPlugin",
-    "permit": "PermitPlugin",
-    "preEnqueue": "PreEnqueuePlugin",
-    "queueSort": "QueueSortPlugin",
-}
+def point_interface(point: str) -> str:
+    """The Go interface ``NewFramework`` names in its errors for an extension point: ``<Field>Plugin``. The points
+    themselves are the fields of the minor's generated ``Plugins`` type but ``multiPoint``: tools/gen_schedconfig_
+    schemas.py fails unless ``getExtensionPoints`` of each minor whose k8s.io/kubernetes it reads builds exactly
+    those, with those interfaces, so nothing here lists them."""
+    return point[0].upper() + point[1:] + "Plugin"
 
 
 @dataclass(frozen=True)
@@ -275,9 +268,11 @@ def rules_table() -> str:
         lines.append(f"| `{rule.key}` | {rule.cls} | {_text(rule.first)} | {last} | {rule.what} | {rule.source} |")
     lines += ["", "| in-tree plugin | registered from | registered until | extension points it ever implemented |",
               "|---|---|---|---|"]
+    newest = max(generated())  # its Plugins fields, in the order of upstream's types.go
+    order = list(generated()[newest]["kubescheduler.config.k8s.io/v1"].types["Plugins"].fields)
     for name, plugin in PLUGINS.items():
         first = _text(plugin.first) + ("" if plugin.first_exact else " (not verified)")
         last = (_text(plugin.last) or "—") + ("" if plugin.last_exact else " (not verified)")
-        points = ", ".join(p for p in POINT_TYPES if plugin.points and p in plugin.points) or "not verified"
+        points = ", ".join(p for p in order if plugin.points and p in plugin.points) or "not verified"
         lines.append(f"| {name} | {first} | {last} | {points} |")
     return "\n".join(lines) + "\n"
