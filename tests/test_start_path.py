@@ -179,6 +179,7 @@ CALLS = st.lists(st.one_of(
     st.tuples(st.lists(st.one_of(st.floats(-1, 30, allow_nan=False), st.sampled_from(PROBE_BUCKETS)), max_size=3),
               st.integers(0, 3), st.integers(0, 3)).map(lambda a: ("extenders_probed", a)),
     st.booleans().map(lambda b: ("source_refused", (b,))),
+    st.booleans().map(lambda b: ("set_held", (b,))),
     st.tuples(st.sampled_from(["", "a" * 64, "c" * 64]), st.sampled_from(["", "b" * 64])).map(
         lambda h: ("set_config", h)),
 ), max_size=40)
@@ -208,7 +209,9 @@ class Reference:
                                       "whether the config marks them ignorable.", ["ignorable"], **kw)
         self.refused = prom.Gauge("source_refused", "1 while the last plan refused the source config (invalid), "
                                   "else 0.", **kw)
-        self.states = tuple(map(str, NodeState))
+        self.held = prom.Gauge("held", "1 while an operator holds the node (its hold annotation): the agent writes "
+                               "nothing there, else 0.", **kw)
+        self.states = tuple(str(s) for s in NodeState if s is not NodeState.HELD)
         for state in self.states:
             self.state.labels(state=state).set(0)
         for ignorable in ("false", "true"):
@@ -231,6 +234,8 @@ class Reference:
             self.unreachable.labels(ignorable="true").set(ignorable)
         elif name == "source_refused":
             self.refused.set(1 if args[0] else 0)
+        elif name == "set_held":
+            self.held.set(1 if args[0] else 0)
         elif name == "set_config":
             self.config.clear()
             if args[0]:

@@ -106,6 +106,9 @@ _CONFIG_HELP: Final = "Always 1; the labels name the config the node should run 
 _PROBE_HELP: Final = "Seconds one extender took to answer the probe, or to fail it."
 _UNREACHABLE_HELP: Final = "Extenders that did not answer the last probe, by whether the config marks them ignorable."
 _REFUSED_HELP: Final = "1 while the last plan refused the source config (invalid), else 0."
+#: The states of the record (the one-hot gauge's fixed labels); ``Held`` is said on the Node, and by its own gauge.
+PHASES: Final = tuple(s.value for s in NodeState if s is not NodeState.HELD)
+_HELD_HELP: Final = "1 while an operator holds the node (its hold annotation): the agent writes nothing there, else 0."
 
 
 class _Histogram:
@@ -145,7 +148,8 @@ class Metrics:
     prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/test_health.py).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, states: Iterable[str] = tuple(NodeState)) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 states: Iterable[str] = PHASES) -> None:
         self._given = registry
         self._registry: CollectorRegistry | None = None
         self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
@@ -158,6 +162,7 @@ class Metrics:
         self._probe = _Histogram(PROBE_BUCKETS)
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
         self._refused = 0.0
+        self._held = 0.0
         self._config: tuple[str, str] = ("", "")  # (config_hash, source_hash); empty: no series
 
     @property
@@ -217,6 +222,11 @@ class Metrics:
         with self._lock:
             self._refused = 1.0 if refused else 0.0
 
+    def set_held(self, held: bool) -> None:
+        """Whether an operator holds the node: an alert can say how long a hold has lasted."""
+        with self._lock:
+            self._held = 1.0 if held else 0.0
+
     def set_config(self, config_hash: str, source_hash: str) -> None:
         """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none,
         e.g. ``Restored``): a dashboard shows per node which config runs without reading Node objects."""
@@ -239,6 +249,7 @@ class Metrics:
             restart = self._restart.family(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP)
             probe = self._probe.family(f"{_NAMESPACE}_extender_probe_seconds", _PROBE_HELP)
             unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
+            held = self._held
         out: list[Metric] = []
         for attr, (name, help_text) in _COUNTERS.items():
             out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
@@ -263,6 +274,7 @@ class Metrics:
             unreachable_family.add_metric([ignorable], count)
         out.append(unreachable_family)
         out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
+        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_held", _HELD_HELP, value=held))
         return out
 
     def render(self) -> bytes:
