@@ -29,7 +29,8 @@ FOREIGN = {
     "--algorithm-provider": "kube-scheduler", "--hard-pod-affinity-symmetric-weight": "kube-scheduler",
     "--feature-gates": "kube-scheduler", "--lock-object-": "kube-scheduler (--lock-object-*)",
     "--leader-elect-": "kube-scheduler (--leader-elect-*)", "--kube-api-": "kube-scheduler (--kube-api-*)",
-    "--runtime-config": "kube-apiserver", "--pod-max-in-unschedulable-pods-duration": "kube-scheduler", "--pull": "podman build",
+    "--runtime-config": "kube-apiserver", "--pod-max-in-unschedulable-pods-duration": "kube-scheduler",
+    "--pull": "podman build",
     "--dry-run": "helm", "--no-hooks": "helm", "--create-namespace": "helm", "--set-json": "helm",
 }
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:=([^\s`]+))?")

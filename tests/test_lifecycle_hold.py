@@ -280,3 +280,41 @@ def test_the_hold_is_read_from_the_agents_own_node_by_a_watch(emu: KubeEmulatorE
         w.stop()
     watches = [r.query for r in emu.requests("GET", "/api/v1/nodes") if r.query.get("watch")]
     assert watches and all(q.get("fieldSelector") == "metadata.name=cp-1" for q in watches)
+
+
+def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_and_goes_on(tmp_path: Path) -> None:
+    """The hold goes while the operator's `restore` still runs: the agent does not wait for it past ``lock_wait``; it
+    reads the record as it is and each of its writes takes the lock itself until it holds it again."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    files = Files(source=src, host_root=root, lock_wait=0.05)
+    agent = Agent(Settings.build(files=files, node_name="cp-1", restart_timeout=3600.0, restart_settle=0.0,
+                                 check_extenders=False), pods=kubelet)
+    hold = Hold()
+    agent.world.holds = hold
+    with contextlib.ExitStack() as stack:
+        assert agent.record.hold_for_life(stack, agent.metrics)
+        agent.start()
+        hold.value = "x"
+        agent._handle("hold")
+        taken, release = threading.Event(), threading.Event()
+
+        def hand_writer() -> None:
+            with engine.writer_lock(replace(files, lock_wait=5.0)):
+                taken.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hand_writer)
+        t.start()
+        assert taken.wait(10)
+        hold.value = None
+        agent._handle("hold")  # the lock is busy: reclaim reads the record without it
+        assert agent.node.hold is None and agent.state.phase == "WaitingForRestart"
+        release.set()
+        t.join(10)
+        assert lock_free(agent.files)  # not the agent's yet: its next save takes it back
+        agent._handle("replan")
+        kubelet.sync()
+        agent.check_restart()
+        assert agent.phase == NodeState.READY and not lock_free(agent.files)

@@ -86,6 +86,11 @@ class RecordKeeper:
             except (fsio.LockBusy, StateFolderError) as exc:
                 log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
                             extra=self._log_extra)
+                try:  # the record only: the left-overs check would wait for the same busy lock again
+                    return self.store.load()
+                except PatcherError as err:
+                    log.error("state record unreadable, starting fresh: %s", err, extra=self._log_extra)
+                    return State()
             else:
                 self._lock_held = True
         return self.load()
