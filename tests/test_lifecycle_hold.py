@@ -58,7 +58,7 @@ PATCHED = State(manifest="/m", config_hash=H, files=("/c/config-aaaaaaaaaaaa.yam
 
 
 def writes(actions: list[lifecycle.Action]) -> list[lifecycle.Action]:
-    return [a for a in actions if isinstance(a, lifecycle.WRITES)]
+    return [a for a in actions if isinstance(a, lifecycle.NOT_WHILE_HELD)]
 
 
 # -- the step --------------------------------------------------------------------------------------------
