@@ -54,6 +54,8 @@ INSTALL = ["base", "overlays/kubeadm", "overlays/rke2", "overlays/master-label",
 UNINSTALL = ["uninstall/base", "uninstall/kubeadm", "uninstall/rke2"]
 #: Overlays that add permissions of their own (checked by their own tests, not the exact-RBAC one).
 COMPAT = ["overlays/csi-baremetal"]
+#: The overlay that mounts a node folder holding a foreign --config (read only) for the agent to merge.
+FOREIGN = ["overlays/foreign-config"]
 #: The admission components (kustomize Components: rendered through the overlays) and the overlays that add
 #: them to the gatekeeper; tests/test_gate_admission.py renders and checks them.
 GATE_ADMISSION = ["gatekeeper/admission", "gatekeeper/admission-v1beta1", "overlays/gatekeeper-admission",
@@ -213,10 +215,11 @@ def quantity(value: str) -> float:
 
 def test_every_kustomization_is_covered() -> None:
     found = sorted(str(p.parent.relative_to(MANIFESTS)) for p in MANIFESTS.rglob("kustomization.yaml"))
-    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, "gatekeeper", *GATE_ADMISSION, *GATE_WEBHOOK, *MONITORING])
+    assert found == sorted([*INSTALL, *UNINSTALL, *COMPAT, *FOREIGN, "gatekeeper", *GATE_ADMISSION, *GATE_WEBHOOK,
+                            *MONITORING])
 
 
-@pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT)
+@pytest.mark.parametrize("name", INSTALL + UNINSTALL + COMPAT + FOREIGN)
 def test_objects_validate_against_the_openapi_schema_strictly(name: str) -> None:
     assert K8S_SCHEMA in {kubernetes_validate.utils.major_minor(v) for v in kubernetes_validate.utils.all_versions()}
     for obj in objects(name):
@@ -889,3 +892,24 @@ def test_gatekeeper_deployment_runs_the_gatekeeper_with_real_flags(clean_env: py
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["serviceAccountName"] == "scheduler-patcher-gatekeeper"
     assert "volumes" not in spec
+
+
+def test_the_foreign_config_overlay_adds_one_read_only_mount_below_the_host_root(
+        clean_env: pytest.MonkeyPatch) -> None:
+    """What the agent's "foreign scheduler config not found" error points at: the folder, read-only, at the node
+    path below /host (where the agent reads the node), and nothing else changed."""
+    from patcher.services import engine
+
+    name = FOREIGN[0]
+    assert name in engine.FOREIGN_MOUNT_HINT and (MANIFESTS / name / "kustomization.yaml").is_file()
+    base, overlay = pod_spec(one("overlays/kubeadm", "DaemonSet")), pod_spec(one(name, "DaemonSet"))
+    assert {k for k in set(base) | set(overlay) if base.get(k) != overlay.get(k)} == {"volumes", "containers"}
+    container = agent_container(name)
+    added = {k: v for k, v in host_mounts(overlay, container).items()
+             if k not in host_mounts(base, agent_container("overlays/kubeadm"))}
+    assert added == {"foreign-config-0": ("/etc/kubernetes/scheduler", "Directory",
+                                          HOST_ROOT + "/etc/kubernetes/scheduler")}
+    assert next(m for m in container["volumeMounts"] if m["name"] == "foreign-config-0")["readOnly"] is True
+    assert parsed(clean_env, container, "run").host_root == HOST_ROOT
+    assert [o for o in objects(name) if o["kind"] != "DaemonSet"] == \
+        [o for o in objects("overlays/kubeadm") if o["kind"] != "DaemonSet"]

@@ -179,6 +179,8 @@ def kustomize(*names: str) -> list[Obj]:
     return list(seen.values())
 
 
+#: The folder the kustomize overlay for a foreign --config mounts (csi-baremetal-operator's patcher's).
+FOREIGN_DIRS = ["/etc/kubernetes/scheduler"]
 MASTER_ONLY = {"kubernetes.io/os": "linux", "node-role.kubernetes.io/master": ""}
 #: kustomizations -> the values that render the same objects (besides the chart's restore Job: its uninstall folder).
 EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
@@ -187,6 +189,7 @@ EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
     (("overlays/local-check", "uninstall/kubeadm"), {"agent": {"localCheck": True}}),
     (("overlays/master-label", "uninstall/kubeadm"), {"nodeSelector": MASTER_ONLY}),
     (("overlays/csi-baremetal", "uninstall/kubeadm"), {"csiBaremetal": {"enabled": True}}),
+    (("overlays/foreign-config", "uninstall/kubeadm"), {"hostPaths": {"foreignConfigDirs": FOREIGN_DIRS}}),
     (("overlays/kubeadm", "uninstall/kubeadm", "gatekeeper"), {"gatekeeper": {"enabled": True}}),
     (("overlays/kubeadm", "uninstall/kubeadm", "overlays/gatekeeper-admission"),
      {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
@@ -326,6 +329,8 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     node_spec = find(objs, "PodTemplate")["template"]["spec"]
     restore = node_spec["containers"][0]
     mounts = host_mounts(spec, agent)
+    foreign = {k: mounts.pop(k) for k in list(mounts) if k.startswith("foreign-config-")}  # the agent's only
+    assert foreign == {"foreign-config-0": ("/etc/kubernetes/scheduler", "Directory", "/host/etc/kubernetes/scheduler")}
     assert host_mounts(node_spec, restore) == mounts
     assert mounts["manifests"] == ("/opt/k8s/manifests", "Directory", "/host/opt/k8s/manifests")
     assert {e["name"]: e.get("value") for e in restore["env"]} == {
@@ -605,3 +610,22 @@ def test_the_webhook_follows_the_release_namespace(render: Render) -> None:
         for obj in objs:
             if obj["kind"] not in CERT_MANAGER_KINDS:  # CRDs: no schema in kubernetes-validate
                 kubernetes_validate.validate(obj, ADMISSION_SCHEMA.get(obj["apiVersion"], K8S_SCHEMA), strict=True)
+
+
+def test_foreign_config_dirs_mount_read_only_in_the_agent_only(render: Render) -> None:
+    """hostPaths.foreignConfigDirs: each folder read-only at its node path below /host in the agent (where its
+    "foreign scheduler config not found" error says to mount it); the restore Job reads no foreign config."""
+    from patcher.services import engine
+
+    assert "Helm: hostPaths.foreignConfigDirs" in engine.FOREIGN_MOUNT_HINT
+    objs = render({"hostPaths": {"foreignConfigDirs": ["/etc/kubernetes/scheduler", "/opt/sched"]}})
+    spec = pod_spec(find(objs, "DaemonSet"))
+    agent = next(c for c in spec["containers"] if c["name"] == "agent")
+    mounts = host_mounts(spec, agent)
+    assert mounts["foreign-config-0"] == ("/etc/kubernetes/scheduler", "Directory", "/host/etc/kubernetes/scheduler")
+    assert mounts["foreign-config-1"] == ("/opt/sched", "Directory", "/host/opt/sched")
+    assert all(m.get("readOnly") is True for m in agent["volumeMounts"] if m["name"].startswith("foreign-config-"))
+    node_spec = find(objs, "PodTemplate")["template"]["spec"]
+    assert not any(v["name"].startswith("foreign-config-") for v in node_spec["volumes"])
+    for bad in (["relative/dir"], ["/"], ["/a", "/a"]):
+        render({"hostPaths": {"foreignConfigDirs": bad}}, expect_error=True)

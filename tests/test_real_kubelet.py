@@ -654,3 +654,79 @@ def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Pat
               f"running {took:.1f} s, restore -> original running {back_in:.1f} s")
         forms_run_by_the_kubelet(scene, tmp_path)
 
+
+
+#: A folder another tool left a kube-scheduler config in (csi-baremetal-operator's patcher uses this one): not
+#: one of the three the DaemonSet mounts by default.
+FOREIGN_DIR = "/etc/kubernetes/scheduler"
+FOREIGN_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+leaderElection:
+  leaderElect: true
+percentageOfNodesToScore: 40
+"""
+
+
+def with_foreign_config(text: str) -> str:
+    """The example manifest as the other tool left it: its --config, and a hostPath volume for its folder."""
+    text = text.replace("    - --leader-elect=true\n",
+                        f"    - --leader-elect=true\n    - --config={FOREIGN_DIR}/config.yaml\n")
+    text = text.replace("    volumeMounts:\n", f"    volumeMounts:\n    - mountPath: {FOREIGN_DIR}\n"
+                                               "      name: foreign\n      readOnly: true\n")
+    return text.replace("  volumes:\n", f"  volumes:\n  - hostPath:\n      path: {FOREIGN_DIR}\n"
+                                        "      type: Directory\n    name: foreign\n")
+
+
+@pytest.mark.timeout(900)
+def test_the_agent_as_a_pod_merges_a_foreign_config_once_its_folder_is_mounted(scene: Scene) -> None:
+    """A manifest whose --config another tool wrote outside the folders the DaemonSet mounts: the agent's pod
+    refuses, naming the path it looked at and both ways out, and writes nothing; with the foreign-config overlay
+    (the folder mounted read-only below /host) the next pod merges it: the scheduler runs our extender and keeps
+    the other tool's setting. The uninstall puts the other tool's --config back, and its file is still there."""
+    require_podman()
+    image = agent_image()
+    scene.node.ctr("images", "import", str(image.archive))
+    foreign = scene.node.host(f"{FOREIGN_DIR}/config.yaml")
+    foreign.parent.mkdir(parents=True, exist_ok=True)
+    foreign.write_text(FOREIGN_CONFIG)
+    manifest, original, started = scene.install(KUBEADM_MANIFESTS, with_foreign_config(EXAMPLE.read_text()))
+    as_control_plane_node(scene)
+    scene.cp.ok("POST", f"/api/v1/namespaces/{AGENT_NS}/configmaps", {
+        "metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": (scene.cp.pki / "ca.crt").read_text()}})
+    with ExtenderServer() as server:
+        scene.cp.ok("PATCH", f"/api/v1/namespaces/{AGENT_NS}/configmaps/scheduler-patcher-source",
+                    {"data": {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)}},
+                    "application/merge-patch+json")
+        blind = AgentPod(scene, image.name, 1).create()
+        message = wait_until(lambda: (scene.annotations().get("message") or "") if "foreign" in (
+            scene.annotations().get("message") or "") else None, 180, f"the refusal\n{blind.log()}")
+        assert f"looked at /host{FOREIGN_DIR}/config.yaml" in message, message
+        assert f"mount {FOREIGN_DIR} into the agent" in message and "--on-foreign-config=replace" in message
+        assert manifest.read_bytes() == original and scene.node.running() == started
+        blind.delete()
+        blind.gone()
+
+        proc = scene.cp.kubectl("apply", "--server-side", "--force-conflicts", "-k",
+                                str(ROOT / "manifests" / "overlays" / "foreign-config"))
+        assert proc.returncode == 0, proc.stderr
+        scene.cp.ok("PATCH", f"/api/v1/namespaces/{AGENT_NS}/configmaps/scheduler-patcher-source",
+                    {"data": {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)}},
+                    "application/merge-patch+json")  # the overlay's apply put the example's back
+        agent = AgentPod(scene, image.name, 2).create()
+        running, _ = running_after(scene, manifest, started)
+        wait_until(lambda: scene.annotations().get("state") == "Ready", 180,
+                   f"the agent Ready\n{agent.log()}\n{scene.node.log('kubelet')}")
+        assert extenders_on(scene, server)[0]["urlprefix"] == server.url
+        config = {str(k).casefold(): v for k, v in scene.configz()["componentconfig"].items()}
+        assert config["percentageofnodestoscore"] == 40, config  # the other tool's setting, kept
+        assert foreign.read_text() == FOREIGN_CONFIG  # read, never written
+
+        scene.cp.ok("DELETE", f"/apis/apps/v1/namespaces/{AGENT_NS}/daemonsets/{AGENT_DS}",
+                    {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
+        agent.delete()
+        back, _ = running_after(scene, manifest, running)
+        agent.gone()
+        assert manifest.read_bytes() == original and back[1] == started[1]
+        assert foreign.read_text() == FOREIGN_CONFIG

@@ -239,11 +239,39 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _changes_doc(changes: Sequence[engine.FileChange]) -> list[dict[str, object]]:
+    return [{"path": c.node_path, "kind": c.kind,
+             "action": "create" if c.old is None else "delete" if c.new is None else "update",
+             "diff": c.diff()} for c in changes]
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     opts = _files(args)
     plan = engine.plan_restore(opts)
-    _report(args, plan.manifest_path, engine.restore(opts, plan), plan.notes)
+    if getattr(args, "dry_run", False):
+        return _restore_dry_run(args, opts, plan)
+    lines = engine.restore(opts, plan)
+    _report(args, plan.manifest_path, lines, plan.notes)
+    if not lines and args.output == "text":
+        print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK
+
+
+def _restore_dry_run(args: argparse.Namespace, opts: Files, plan: engine.RestorePlan) -> int:
+    """The diff a restore would make, as ``plan`` prints apply's (exit 2 when it would change something)."""
+    changes, kept = engine.restore_preview(opts, plan)
+    if args.output != "text":
+        emit({"manifest": plan.manifest_path, "pending": bool(changes), "notes": plan.notes + kept,
+              "changes": _changes_doc(changes)}, args.output)
+        return EXIT_PENDING if changes else EXIT_OK
+    for note in plan.notes + kept:
+        sys.stdout.write(f"# note: {note}\n")
+    if not changes:
+        sys.stdout.write(f"# {plan.manifest_path}: unchanged, nothing to restore\n")
+        return EXIT_OK
+    for change in changes:
+        sys.stdout.write(change.diff())
+    return EXIT_PENDING
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -401,6 +429,9 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.Argu
             Flags(p).add("--check-extenders", "false", "call each extender of the config once (a filter request "
                          "with no nodes) and print URL, answer or error, time; apply writes nothing when one that "
                          "is not ignorable does not answer", type=boolean, nargs="?", const=True)
+        if name == "restore":
+            p.add_argument("--dry-run", action="store_true", help="print the diff the restore would make and write "
+                           "nothing (exit 2 when it would change something, as plan)")
         if name == "run":
             _run_flags(p)
         p.set_defaults(func=func)

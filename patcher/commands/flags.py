@@ -21,7 +21,7 @@ exit codes:
   {EXIT_OK:<4}success; plan: nothing to do
   {EXIT_ERROR:<4}error (one line on stderr, naming the file and the problem); status: a row reports an error;
       readiness: the cluster is not Ready
-  {EXIT_PENDING:<4}plan only: changes pending (the diffs are on stdout; nothing was written)
+  {EXIT_PENDING:<4}plan, restore --dry-run: changes pending (the diffs are on stdout; nothing was written)
   {EXIT_USAGE:<4}usage error: unknown flag, invalid flag value, a --host-root that does not exist
   {EXIT_PIPE:<4}the output pipe was closed early (e.g. `plan | head`)
 """

@@ -98,6 +98,11 @@ class Scheduler:
         return [str(x) for x in self.flags][_own_start(self.flags, self.flags_key):]
 
 
+def own_start(sched: Scheduler) -> int:
+    """Where kube-scheduler's own arguments start in ``sched.flags`` (after the binary or a wrapper's words)."""
+    return _own_start(sched.flags, sched.flags_key)
+
+
 def _own_start(flags: list[Any], flags_key: str) -> int:
     """Where kube-scheduler's own arguments start in ``flags``: after the binary, or after the leading words
     of a ``command`` (the binary and a wrapper's words before the first flag)."""
@@ -513,3 +518,134 @@ def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: s
         ops.append(yt.Remove((*path, key)))
     else:
         ops.extend(yt.Remove((*path, key, i)) for i in hits[:1])
+
+
+def map_to_node(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]], path: str) -> str | None:
+    """Map a path inside a container to the node, through its volumeMounts and hostPath volumes (the longest
+    mountPath wins, as in the kubelet); None when no hostPath volume holds it."""
+    best: tuple[int, str] | None = None
+    for mount in mounts:
+        mp = str(mount.get("mountPath", "")).rstrip("/") or "/"
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            volume = next((v for v in volumes if v.get("name") == mount.get("name")), None)
+            host = (volume or {}).get("hostPath") or {}
+            if isinstance(host, dict) and host.get("path") and (best is None or len(mp) > best[0]):
+                sub = str(mount.get("subPath") or "")
+                base = posixpath.join(str(host["path"]), sub) if sub else str(host["path"])
+                best = (len(mp), posixpath.normpath(base + path[len(mp.rstrip("/")):]))
+    return best[1] if best else None
+
+
+@dataclass(frozen=True)
+class ConfigNames:
+    """The files a static-pod manifest names as a ``--config``: the one rule every removal of a file obeys.
+
+    Why so wide: a file the kubelet's next start of kube-scheduler reads must never be removed, whoever added
+    the flag and whatever annotation prefix a command was given. ``paths`` holds every ``--config`` value of
+    every container (as written and mapped to the node through the container's hostPath mounts), and the
+    ``--config`` each scheduler-patcher marker of any prefix replaced (a restore puts it back). ``text`` is the
+    manifest itself: a path written anywhere in it (a shell string, a comment) is kept too, and a manifest that
+    cannot be parsed keeps every file whose name it contains. Erring this way only ever leaves a file behind.
+    """
+
+    paths: frozenset[str]
+    text: str
+    parsed: bool = True
+
+    def names(self, node_path: str) -> bool:
+        norm = posixpath.normpath(node_path)
+        if norm in self.paths or norm in self.text:
+            return True
+        return not self.parsed and posixpath.basename(norm) in self.text
+
+
+def _marker_prefixes(metadata: dict[str, Any]) -> dict[str, Marker]:
+    """Every scheduler-patcher marker on the manifest, by the annotation prefix it was written with."""
+    annotations = metadata.get("annotations")
+    found: dict[str, Marker] = {}
+    if not isinstance(annotations, dict):
+        return found
+    for key, raw in annotations.items():
+        if not isinstance(key, str) or not key.endswith("/patch"):
+            continue
+        try:
+            found[key[: -len("/patch")]] = Marker.from_json(str(raw))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def marker_prefixes(text: str) -> list[str]:
+    """The annotation prefixes of the scheduler-patcher markers a manifest carries (sorted; [] when it cannot
+    be parsed). A command given another ``--annotation-prefix`` uses this to name the one to pass."""
+    try:
+        data = yt.load_data(text)
+    except yt.YamlTextError:
+        return []
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    return sorted(_marker_prefixes(metadata)) if isinstance(metadata, dict) else []
+
+
+CONFIG_FLAG_EQ = schedflags.CONFIG_FLAG + "="
+
+
+def _config_value(item: str) -> str:
+    return item.split("=", 1)[1] if item.startswith(CONFIG_FLAG_EQ) else item
+
+
+def config_names(text: str) -> ConfigNames:
+    """Which files ``text`` (a static-pod manifest) names as a ``--config`` (see ``ConfigNames``)."""
+    try:
+        data = yt.load_data(text)
+    except yt.YamlTextError:
+        return ConfigNames(frozenset(), text, parsed=False)
+    if not isinstance(data, dict):
+        return ConfigNames(frozenset(), text)  # not a pod: the kubelet runs nothing from it
+    spec: dict[str, Any] = data["spec"] if isinstance(data.get("spec"), dict) else {}
+    metadata: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict)] \
+        if isinstance(spec.get("volumes"), list) else []
+    containers = [c for key in ("containers", "initContainers") if isinstance(spec.get(key), list)
+                  for c in spec[key] if isinstance(c, dict)]
+    paths: set[str] = set()
+
+    def add(container: dict[str, Any], value: str) -> None:
+        mounts = container.get("volumeMounts")
+        mounts = [m for m in mounts if isinstance(m, dict)] if isinstance(mounts, list) else []
+        if value:
+            paths.add(posixpath.normpath(value))
+            node = map_to_node(mounts, volumes, posixpath.normpath(value))
+            if node is not None:
+                paths.add(node)
+
+    for container in containers:
+        items = [x for key in ("command", "args") if isinstance(container.get(key), list) for x in container[key]]
+        for found in schedflags.config_flags(items):
+            add(container, found.value)
+    by_name = {str(c.get("name")): c for c in containers}
+    for m in _marker_prefixes(metadata).values():
+        container = by_name.get(m.container, containers[0] if containers else {})
+        add(container, _config_value(m.flag))
+        if m.replaced is not None:
+            try:
+                replaced = yt.load_data(m.replaced)
+            except yt.YamlTextError:
+                continue
+            if isinstance(replaced, str):
+                add(container, _config_value(replaced))
+    return ConfigNames(frozenset(paths), text)
+
+
+def check_prefix(doc: yt.Document, prefix: str, where: str) -> None:
+    """A manifest patched under another annotation prefix is refused, naming the prefix to pass: read without
+    it, our items look foreign (a restore would find nothing to undo and an apply would patch twice)."""
+    data = doc.data
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(metadata, dict):
+        return
+    found = _marker_prefixes(metadata)
+    if prefix in found or not found:
+        return
+    others = sorted(found)
+    raise ManifestError(where, f"carries the scheduler-patcher marker of annotation prefix {others[0]} "
+                        f"({marker_key(others[0])}), not {prefix}; pass --annotation-prefix {others[0]}")

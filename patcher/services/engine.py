@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from patcher.adapters import fsio
 from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
-from patcher.core import manifest, schedconfig, timefmt, yamltext
+from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -134,6 +134,79 @@ def _check_folders(opts: Files) -> None:
                                "every file there as a pod")
 
 
+@dataclass(frozen=True)
+class NamedFiles:
+    """What the static pods in the manifest folder name as a ``--config`` now (``manifest.config_names`` for
+    each, symlinks followed on the node): every removal of a config file asks ``keeps`` first."""
+
+    names: tuple[tuple[str, manifest.ConfigNames], ...]  # (manifest node path, what it names)
+    resolved: tuple[tuple[str, str], ...] = ()  # (manifest node path, a named path's symlink target)
+    unreadable: str = ""  # the manifest could not be read: nothing is removed
+
+    def keeps(self, node_path: str) -> str | None:
+        """Why ``node_path`` must stay (a phrase for the output line), or None when nothing names it."""
+        if self.unreadable:
+            return f"{self.unreadable}; nothing it may name is removed"
+        for where, names in self.names:
+            if names.names(node_path):
+                return f"{where} names it in a --config"
+        norm = posixpath.normpath(node_path)
+        return next((f"{where} names it in a --config (through a symlink)" for where, target in self.resolved
+                     if target == norm), None)
+
+
+def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | None = None) -> NamedFiles:
+    """Read every static-pod manifest the kubelet runs from the manifest folder (and ours, wherever its symlink
+    points) and collect the files they name. Ours unreadable (gone: ``kubeadm upgrade`` renames it away for a
+    moment; too large; not a file): everything is kept, unless ``planned`` gives the manifest the caller
+    planned from and checked under the writer lock (a failed apply takes back only files it created).
+    ``after``: the manifest as a planned write would leave it, read in place of ours (a dry run's answer)."""
+    fs = host_fs(opts)
+    try:
+        main = fs.resolve(opts.manifest_path)
+        data = fsio.read_file(fs.local(main), "manifest", main, limit=MAX_MANIFEST_BYTES)
+    except PatcherError as exc:
+        if planned is None:
+            return NamedFiles((), unreadable=f"the manifest cannot be read ({exc})")
+        main, data = opts.manifest_path, planned
+    texts = {main: (after if after is not None else data).decode("utf-8", "replace")}
+    try:
+        entries = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
+    except OSError:
+        entries = []
+    for name in entries:
+        try:
+            other = fs.resolve(posixpath.join(opts.manifest_dir, name))
+            if other not in texts:
+                texts[other] = fsio.read_file(fs.local(other), "manifest", other,
+                                              limit=MAX_MANIFEST_BYTES).decode("utf-8", "replace")
+        except PatcherError:
+            continue  # not a file the kubelet could run as a pod (a folder, too large, a dangling link)
+    names = tuple((where, manifest.config_names(text)) for where, text in texts.items())
+    resolved = []
+    for where, named in names:
+        for path in named.paths:
+            try:
+                target = fs.resolve(path) if path.startswith("/") else path
+            except (PatcherError, OSError):
+                continue
+            if target != path:
+                resolved.append((where, target))
+    return NamedFiles(names, tuple(resolved))
+
+
+def remove_config_file(opts: Files, named: NamedFiles, node_path: str) -> str:
+    """The one way a config file is removed: not when a manifest names it (``named``, read under the writer
+    lock after the manifest's last write). Returns the output line: ``removed X``, ``kept X: why``, or ""
+    when there was no file."""
+    why = named.keeps(node_path)
+    if why is not None:
+        if not host_fs(opts).local(node_path).exists():
+            return ""
+        return f"kept {node_path}: {why}"
+    return f"removed {node_path}" if fsio.remove(host_fs(opts).local(node_path)) else ""
+
+
 def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
     """The manifest as (node path, local path, bytes, text), within every limit and refusal of this module."""
     _check_folders(opts)
@@ -176,17 +249,22 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
 
 def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
     """Map a path inside the scheduler container to the node, through volumeMounts and hostPath volumes."""
-    best: tuple[int, str] | None = None
-    for mount in sched.mounts:
-        mp = str(mount.get("mountPath", "")).rstrip("/") or "/"
-        if path == mp or path.startswith(mp.rstrip("/") + "/"):
-            volume = next((v for v in sched.volumes if v.get("name") == mount.get("name")), None)
-            host = (volume or {}).get("hostPath") or {}
-            if isinstance(host, dict) and host.get("path") and (best is None or len(mp) > best[0]):
-                sub = str(mount.get("subPath") or "")
-                base = posixpath.join(str(host["path"]), sub) if sub else str(host["path"])
-                best = (len(mp), posixpath.normpath(base + path[len(mp.rstrip("/")):]))
-    return best[1] if best else None
+    return manifest.map_to_node(sched.mounts, sched.volumes, path)
+
+
+#: Where each way of installing the agent mounts another node folder for it (read only, below the host root).
+FOREIGN_MOUNT_HINT = "Helm: hostPaths.foreignConfigDirs; kustomize: manifests/overlays/foreign-config"
+
+
+def foreign_missing(opts: Files, value: str, node_path: str) -> str:
+    """The refusal for a foreign ``--config`` that is not where the agent reads the node: the path it looked at
+    and both ways out. In the DaemonSet only the manifest, config and state folders are mounted, so a
+    foreign config elsewhere is invisible until its folder is mounted too."""
+    looked = str(host_fs(opts).local(node_path))
+    where = f"; looked at {looked}" if looked != node_path else ""
+    return (f"foreign scheduler config not found (kube-scheduler's --config={value}{where}): to merge it, mount "
+            f"{posixpath.dirname(node_path)} into the agent ({FOREIGN_MOUNT_HINT}); or replace it with "
+            "--on-foreign-config=replace")
 
 
 def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
@@ -196,8 +274,10 @@ def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfi
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
-    data = fsio.read_file(host_fs(opts).local(node_path), "foreign scheduler config", node_path,
-                           limit=MAX_MANIFEST_BYTES)
+    local = host_fs(opts).local(node_path)
+    if not os.path.lexists(local) or (local.is_symlink() and not local.exists()):
+        raise ManifestError(node_path, foreign_missing(opts, sched.foreign_config, node_path))
+    data = fsio.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
@@ -211,6 +291,8 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
     doc = manifest.parse_manifest(text, node_path)
     current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    if current[1].marker is None:
+        manifest.check_prefix(doc, opts.prefix, node_path)
     unpatched_text, unpatched = text, current
     if current[1].marker is not None:
         unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
@@ -378,9 +460,10 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
             done = [*lines, f"wrote {mchange.node_path}"]
             raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(done)}; not done: making it "
                                "durable (run apply again once this is fixed)", done) from None
+        named = named_files(opts, planned=plan.current) if created else NamedFiles(())
         for change in created:
             with contextlib.suppress(PatcherError):
-                fsio.remove(change.local)
+                remove_config_file(opts, named, change.node_path)
         if made_config_dir:
             with contextlib.suppress(OSError):
                 config_dir.rmdir()  # only when empty: the disk is as it was
@@ -422,11 +505,14 @@ def _prune_locked(opts: Files, state: State, keep_previous: bool) -> tuple[list[
     keep = set(state.files) | (set(state.previous_files) if keep_previous else set())
     keep |= set(state.last_good.files if state.last_good else ())
     lines = []
-    for name in sorted(set(state.written) - keep):
-        if OUR_FILES.match(name):
-            node = posixpath.join(opts.host_config_dir, name)
-            if fsio.remove(host_fs(opts).local(node)):
-                lines.append(f"removed {node}")
+    candidates = [name for name in sorted(set(state.written) - keep) if OUR_FILES.match(name)]
+    named = named_files(opts) if candidates else NamedFiles(())
+    for name in candidates:
+        line = remove_config_file(opts, named, posixpath.join(opts.host_config_dir, name))
+        if line.startswith("kept "):
+            keep.add(name)  # still ours to remove, once nothing names it
+        if line:
+            lines.append(line)
     return lines, replace(state, written=tuple(sorted(keep & set(state.written))),
                           previous_files=state.previous_files if keep_previous else ())
 
@@ -469,6 +555,8 @@ def plan_restore(opts: Files) -> RestorePlan:
     state = store.load()
     notes: list[str] = []
     try:
+        doc = manifest.parse_manifest(text, node_path)
+        manifest.check_prefix(doc, opts.prefix, node_path)
         new_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
     except ManifestError as exc:
@@ -492,6 +580,24 @@ def plan_restore(opts: Files) -> RestorePlan:
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
+
+
+def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], list[str]]:
+    """What ``restore(opts, plan)`` would change, written nowhere: the manifest's change and the config files
+    it would remove, and the ``kept X: why`` lines for those the removal guard would keep (a static pod still
+    names them once the manifest is restored)."""
+    mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
+    configs = [c for c in plan.changes if c.kind == "config"]
+    named = named_files(opts, after=mchange.new if mchange is not None else None) if configs else NamedFiles(())
+    changes: list[FileChange] = [mchange] if mchange is not None else []
+    kept = []
+    for change in configs:
+        why = named.keeps(change.node_path)
+        if why is None:
+            changes.append(change)
+        else:
+            kept.append(f"kept {change.node_path}: {why}")
+    return changes, kept
 
 
 def remove_stale_temp_files(opts: Files) -> list[str]:
@@ -688,11 +794,19 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[s
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
-            for change in plan.changes:
-                if change.kind == "config" and fsio.remove(change.local):
-                    lines.append(f"removed {change.node_path}")
+            configs = [c for c in plan.changes if c.kind == "config"]
+            named = named_files(opts) if configs else NamedFiles(())
+            kept = []
+            for change in configs:
+                line = remove_config_file(opts, named, change.node_path)
+                if line:
+                    lines.append(line)
+                if line.startswith("kept "):
+                    kept.append(posixpath.basename(change.node_path))
             step = "clearing the state record"
             state_store(opts).clear()
+            if kept:  # still ours: a later restore or prune removes them once nothing names them
+                state_store(opts).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None
@@ -730,4 +844,22 @@ def status(opts: Files) -> dict[str, Any]:
     except PatcherError as exc:
         out["up_to_date"] = None
         out["error"] = str(exc)
+    missing = missing_config(opts, sched)
+    if missing is not None:  # the most urgent news: the scheduler's next start fails
+        out["error"] = missing + (f"; also: {out['error']}" if out.get("error") else "")
     return out
+
+
+def missing_config(opts: Files, sched: manifest.Scheduler) -> str | None:
+    """The one-line error when the ``--config`` kube-scheduler starts with names a file that is not on the node
+    (or None): its next start fails, whatever the marker says."""
+    item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
+    if item is None:
+        return None
+    node_path = container_to_node_path(sched, item.value)
+    if node_path is None:
+        return None  # not on a hostPath volume: the image's own file, not ours to check
+    if host_fs(opts).local(node_path).exists():
+        return None
+    return (f"{node_path}: kube-scheduler's --config={item.value} names a missing file; its next start fails "
+            "(run apply to write it back, or restore)")

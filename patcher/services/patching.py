@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from patcher.adapters import fsio
-from patcher.core import lifecycle
+from patcher.core import lifecycle, manifest
 from patcher.core.errors import ConfigError, PatcherError, StateFolderError
 from patcher.core.settings import Files
 from patcher.core.state import State
@@ -51,6 +51,11 @@ def plan(files: Files, *, fallback_version: str | None,
             api_version=config.api_version, files=tuple(sorted(config.files)), source_hash=p.source_hash,
             current_sha256=engine.sha256(p.current), unpatched_sha256=engine.sha256(p.unpatched),
             mtime_ns=fsio.mtime_ns(p.manifest_local) or 0), p
+    named = manifest.config_names(p.current.decode("utf-8", "replace"))
+    for change in p.changes:
+        if change.kind == "config" and change.old is None and named.names(change.node_path):
+            # The scheduler's next start would fail on it: said before the write that puts it back.
+            log.warning("%s is named by the manifest's --config but missing; writing it back", change.node_path)
     return lifecycle.Planned(now, "pending", config_hash=config.config_hash, config_file=config.main,
                              api_version=config.api_version, files=tuple(sorted(config.files)),
                              source_hash=p.source_hash, manifest_change=p.manifest_change() is not None), p

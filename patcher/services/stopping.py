@@ -165,7 +165,8 @@ class Stopping:
                 pods_silent = not self._wait_restored(action.restored_until, pods)
             if record.bad_hashes:  # a failed config stays failed for the next agent here
                 try:
-                    self.store.save(State(bad_hashes=record.bad_hashes))
+                    # What the restore left (config files a static pod still names) stays recorded too.
+                    self.store.save(replace(self.store.load(), bad_hashes=record.bad_hashes))
                 except PatcherError as exc:  # the manifest is restored: that is what the stop is for
                     log.warning("the manifest is restored, but the configs that failed here cannot be recorded "
                                 "for the next agent: %s", exc, extra=self._log_extra)

@@ -85,6 +85,26 @@ node-role.kubernetes.io/control-plane: {{ if eq .Values.platform "rke2" }}"true"
   mountPath: {{ printf "/host%s" .Values.hostPaths.stateDir | quote }}
 {{- end -}}
 
+{{/* The agent's read-only mounts of node folders that hold a foreign --config (hostPaths.foreignConfigDirs): the
+     agent merges it; the restore Job never reads it. */}}
+{{- define "sp.foreignMounts" -}}
+{{- range $i, $dir := .Values.hostPaths.foreignConfigDirs }}
+- name: {{ printf "foreign-config-%d" $i }}
+  mountPath: {{ printf "/host%s" $dir | quote }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "sp.foreignVolumes" -}}
+{{- range $i, $dir := .Values.hostPaths.foreignConfigDirs }}
+# A folder holding a --config the agent did not write (merged into ours): read only, and it must exist.
+- name: {{ printf "foreign-config-%d" $i }}
+  hostPath:
+    path: {{ $dir | quote }}
+    type: Directory
+{{- end }}
+{{- end -}}
+
 {{- define "sp.hostVolumes" -}}
 # The kubelet's static-pod folder: it must exist (Directory), the agent never creates it.
 - name: manifests
