@@ -95,6 +95,7 @@ DEFAULT_RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "nodes", "Node", False),
     Resource("", "v1", "namespaces", "Namespace", False),
     Resource("", "v1", "pods", "Pod", True),
+    Resource("", "v1", "podtemplates", "PodTemplate", True),
     Resource("", "v1", "events", "Event", True),
     Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),

@@ -83,7 +83,7 @@ ALL_VALUES: Obj = {
                    "webhook": {"enabled": True, "port": 9443, "timeoutSeconds": 3, "certManager": False,
                                "certValidityDays": 30},
                    "release": {"concurrency": 8, "batch": 64, "kubeApiQps": 500.5, "kubeApiBurst": 16}},
-    "restoreJob": {"enabled": True, "controlPlaneNodes": 5, "activeDeadlineSeconds": 600,
+    "restoreJob": {"enabled": True, "timeout": "3m", "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
     "monitoring": {"podMonitor": {"enabled": True, "interval": "1m", "scrapeTimeout": "20s",
                                   "labels": {"release": "kps"}},

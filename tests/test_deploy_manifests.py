@@ -40,6 +40,7 @@ from patcher.adapters import fsio
 from patcher.adapters.health import parse_listen
 from patcher.adapters.kube import transport
 from patcher.commands.cli import build_parser
+from patcher.core.readiness import node_selectors
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.status import DEFAULT_PREFIX, NODE_EVENT_NAMESPACE
@@ -135,10 +136,16 @@ def agent_container(name: str) -> dict[str, Any]:
     return containers[0]
 
 
+def restore_spec(name: str) -> dict[str, Any]:
+    """The pod spec of the uninstall's per-node restore pod (the PodTemplate restore-nodes creates each from)."""
+    spec: dict[str, Any] = one(name, "PodTemplate")["template"]["spec"]
+    return spec
+
+
 def restore_container(name: str) -> dict[str, Any]:
-    inits: list[dict[str, Any]] = pod_spec(one(name, "Job"))["initContainers"]
-    assert [c["name"] for c in inits] == ["restore"]
-    return inits[0]
+    containers: list[dict[str, Any]] = restore_spec(name)["containers"]
+    assert [c["name"] for c in containers] == ["restore"]
+    return containers[0]
 
 
 def host_mounts(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
@@ -229,7 +236,7 @@ def test_strict_validation_rejects_what_the_api_server_would() -> None:
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(ds, K8S_SCHEMA, strict=True)
     job = one("uninstall/base", "Job")
-    job["spec"]["parallelism"] = "3"
+    job["spec"]["backoffLimit"] = "1"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, K8S_SCHEMA, strict=True)
 
@@ -255,7 +262,7 @@ def test_the_namespace_admits_hostpath_pods_and_is_the_same_for_uninstall() -> N
 LEASE_GROUP = "coordination.k8s.io"
 EXPECTED_RULES = {
     ("ClusterRole", None, "scheduler-patcher-nodes"): [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}],
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}],
     ("Role", NODE_EVENT_NAMESPACE, "scheduler-patcher-node-events"): [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
     ("Role", "kube-system", "scheduler-patcher-mirror-pod"): [
@@ -273,11 +280,10 @@ EXPECTED_RULES = {
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "resourceNames": ["scheduler-patcher"],
          "verbs": ["get", "list", "watch"]}],
 }
-#: Granted although the agent makes no such call: issue 5 asks for nodes get; a pod get costs nothing next to list.
-GRANTED_BEYOND_CODE = {("", "nodes", "get"), ("", "pods", "get")}
-#: In the agent's modules but never called by the agent: ``readiness --wait`` watches Nodes (the CLI runs with
-#: the user's credentials); the agent only calls ``collect`` and ``publish_status``.
-CALLED_ONLY_BY_CLI = {("", "nodes", "watch")}
+#: Granted although the agent makes no such call (none: its Node's get and its pod's get are the stop's reads).
+GRANTED_BEYOND_CODE: set[tuple[str, str, str]] = set()
+#: In the agent's modules but never called by the agent (none any more: the agent watches its own Node for a hold).
+CALLED_ONLY_BY_CLI: set[tuple[str, str, str]] = set()
 
 
 @pytest.mark.parametrize("name", INSTALL)
@@ -293,7 +299,7 @@ def test_rbac_is_exactly_the_least_privilege_set(name: str) -> None:
                 assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}  # no nonResourceURLs
                 assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
                 if o["kind"] == "ClusterRole":
-                    assert rule["resources"] == ["nodes"] and rule["verbs"] == ["get", "list", "patch"]
+                    assert rule["resources"] == ["nodes"] and rule["verbs"] == ["get", "list", "watch", "patch"]
     bindings = [o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]
     bound = set()
     for b in bindings:
@@ -323,7 +329,12 @@ def test_the_lease_role_names_the_lease_the_agent_uses(name: str, clean_env: pyt
 
 def agent_modules() -> list[Path]:
     """The source files of the agent process: patcher/services/runner.py and every patcher module it imports."""
-    todo, seen = ["patcher.services.runner"], set()
+    return modules_of("patcher.services.runner")
+
+
+def modules_of(root: str) -> list[Path]:
+    """The source files of module ``root`` and of every patcher module it imports (also inside functions)."""
+    todo, seen = [root], set()
     while todo:
         module = todo.pop()
         if module in seen:
@@ -343,7 +354,11 @@ def agent_modules() -> list[Path]:
 
 
 def api_calls_in_agent() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every Kubernetes API call in the agent's modules: a verb of
+    return api_calls_in(agent_modules())
+
+
+def api_calls_in(modules: list[Path]) -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every Kubernetes API call in ``modules``: a verb of
     ``kube.transport.Api`` on one of its ``Resource`` constants (``api.get(NODES, ...``, or passed on:
     ``api_json(..., self._api.patch, NODES, ...)``), and the list and watch of each ``ListWatcher(api, PODS, ...``.
     The agent uses no generated API class (its client is ``kube.transport.Api``): one would escape this scan."""
@@ -351,10 +366,12 @@ def api_calls_in_agent() -> set[tuple[str, str, str]]:
     call = re.compile(r"\.(get|list|create|patch|update|delete)[(,]\s*([A-Z][A-Z_]*)\b")
     watcher = re.compile(r"ListWatcher\(\s*[\w.]+,\s*([A-Z][A-Z_]*)\b")
     calls: set[tuple[str, str, str]] = set()
-    for path in agent_modules():
+    for path in modules:
+        if path.name == "transport.py":  # the verbs' definitions and their docstring's examples, no call
+            continue
         text = path.read_text("utf-8")
         generated = re.findall(r"\b([A-Z][A-Za-z0-9]*Api)\(|\.(generated)\(\)", text)
-        assert not generated or path.name == "transport.py", \
+        assert not generated, \
             f"{path.name} uses the generated client {generated}: the RBAC scan cannot see it"
         found = [(verb, name) for verb, name in call.findall(text)]
         found += [(verb, name) for name in watcher.findall(text) for verb in ("list", "watch")]
@@ -387,15 +404,27 @@ def test_node_events_go_where_the_role_is() -> None:
 
 
 def workloads(name: str) -> list[dict[str, Any]]:
-    return [o for o in objects(name) if o["kind"] in ("DaemonSet", "Job")]
+    return [o for o in objects(name) if o["kind"] in ("DaemonSet", "Job", "PodTemplate")]
+
+
+def spec_of(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = (workload["template"]["spec"] if workload["kind"] == "PodTemplate"
+                            else pod_spec(workload))
+    return spec
 
 
 @pytest.mark.parametrize("name", INSTALL + UNINSTALL)
 def test_pods_run_as_root_with_nothing_else(name: str) -> None:
+    """The pods that touch node files run as root with nothing else; the uninstall's Job pod, which only talks to the
+    API, is not root at all."""
     for workload in workloads(name):
-        spec = pod_spec(workload)
+        spec = spec_of(workload)
         pod_sc = spec["securityContext"]
-        assert pod_sc["runAsUser"] == 0 and pod_sc["runAsGroup"] == 0 and pod_sc["runAsNonRoot"] is False
+        if workload["kind"] == "Job":
+            assert pod_sc["runAsUser"] == pod_sc["runAsGroup"] == 65534 and pod_sc["runAsNonRoot"] is True
+            assert not any(v.get("hostPath") for v in spec.get("volumes", []))
+        else:
+            assert pod_sc["runAsUser"] == 0 and pod_sc["runAsGroup"] == 0 and pod_sc["runAsNonRoot"] is False
         assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
         # the agent shares the host's network with kube-scheduler (the extender pre-flight); nothing else does
         agent = workload["kind"] == "DaemonSet"
@@ -584,17 +613,16 @@ def test_the_csi_baremetal_overlay_publishes_extender_readiness_where_csi_reads_
         "PATCHER_COMPAT_CSI_BAREMETAL", "PATCHER_COMPAT_NAMESPACE"}
 
 
-def test_the_documented_restore_job_overlay_sets_the_node_count(tmp_path: Path) -> None:
-    """The uninstall README's heredoc, as written there, renders a Job with N pods: no sed on rendered YAML."""
-    text = (MANIFESTS / "uninstall/README.md").read_text()
-    found = re.search(r"cat > restore-job/kustomization.yaml <<EOF\n(.*?)\nEOF\n", text, re.S)
-    assert found, "the restore-job overlay is no longer in manifests/uninstall/README.md"
-    shutil.copytree(MANIFESTS, tmp_path / "manifests")
-    (tmp_path / "restore-job").mkdir()
-    (tmp_path / "restore-job/kustomization.yaml").write_text(found.group(1).replace("$N", "5") + "\n")
-    (job,) = [o for o in render(tmp_path / "restore-job") if o["kind"] == "Job"]
-    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 5
-    assert restore_container("uninstall/kubeadm")["args"] == ["restore"]
+def test_the_uninstall_needs_no_node_count() -> None:
+    """restore-nodes finds the control-plane nodes itself: nothing in the uninstall folders, the chart or the docs
+    asks for their number any more."""
+    for folder in UNINSTALL:
+        job = one(folder, "Job")
+        assert "parallelism" not in job["spec"] and "completions" not in job["spec"], folder
+    for doc in ("README.md", "manifests/uninstall/README.md", "charts/scheduler-patcher/values.yaml",
+                "charts/scheduler-patcher/README.md"):
+        text = (ROOT / doc).read_text("utf-8")
+        assert "controlPlaneNodes" not in text and "parallelism" not in text, doc
 
 
 # -- the example ConfigMap ----------------------------------------------------------------------------------
@@ -657,36 +685,62 @@ def test_the_restore_job_undoes_what_the_agent_wrote(install: str, clean_env: py
     restore_args = parsed(clean_env, restore, "restore")
     for field in ("host_root", "manifest_dir", "manifest_name", "host_config_dir", "state_dir", "annotation_prefix"):
         assert getattr(restore_args, field) == getattr(run_args, field), field
-    ds_spec, job_spec = pod_spec(one(install, "DaemonSet")), pod_spec(one(uninstall, "Job"))
-    assert host_mounts(job_spec, restore) == host_mounts(ds_spec, agent)
-    assert all(t in job_spec["tolerations"] for t in ds_spec["tolerations"])
-    # the Job reaches every node the DaemonSet runs on: each control-plane label is matched by Exists
-    terms = job_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    exists = {e["key"] for t in terms for e in t["matchExpressions"] if e["operator"] == "Exists"}
-    assert set(ds_spec["nodeSelector"]) - {"kubernetes.io/os"} <= exists
-    assert "nodeSelector" not in job_spec
+    ds_spec, node_spec = pod_spec(one(install, "DaemonSet")), restore_spec(uninstall)
+    assert host_mounts(node_spec, restore) == host_mounts(ds_spec, agent)
+    assert node_spec["tolerations"] == [{"operator": "Exists"}]  # bound by nodeName: whatever the node's taints
+    # restore-nodes reaches every node the DaemonSet runs on: its selectors name each control-plane label
+    job_args = build_parser(load=["restore-nodes"]).parse_args(pod_spec(one(uninstall, "Job"))["containers"][0]["args"])
+    selectors = node_selectors(job_args.node_selector, job_args.legacy_master_label)
+    assert set(ds_spec["nodeSelector"]) - {"kubernetes.io/os"} <= set(selectors)
+    assert job_args.annotation_prefix == run_args.annotation_prefix
+
+
+RESTORE_SA = ("scheduler-patcher", "scheduler-patcher-restore")
+RESTORE_RULES = {
+    ("ClusterRole", None, "scheduler-patcher-restore"): [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]}],
+    ("Role", "scheduler-patcher", "scheduler-patcher-restore"): [
+        {"apiGroups": [""], "resources": ["podtemplates"], "resourceNames": ["scheduler-patcher-restore"],
+         "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "watch"]}],
+}
 
 
 @pytest.mark.parametrize("name", UNINSTALL)
-def test_the_restore_job_puts_one_pod_on_each_node(name: str) -> None:
+def test_the_restore_job_runs_restore_nodes_with_its_own_least_privilege(name: str) -> None:
+    """One Job pod, no node count: restore-nodes with the PodTemplate of the same folder, under a ServiceAccount whose
+    rules are exactly what its code calls (see the next test)."""
+    objs = objects(name)
     job = one(name, "Job")
     spec = pod_spec(job)
-    assert job["spec"]["parallelism"] == job["spec"]["completions"] >= 1
-    assert job["spec"].get("completionMode", "NonIndexed") == "NonIndexed"
-    assert job["spec"]["activeDeadlineSeconds"] > 0  # extra pods that cannot be placed end the Job visibly
-    assert spec["restartPolicy"] == "OnFailure"
-    assert spec["automountServiceAccountToken"] is False  # `restore` works on files only
-    terms = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert len(terms) == 1 and terms[0]["topologyKey"] == "kubernetes.io/hostname"
-    selector = terms[0]["labelSelector"]["matchLabels"]
-    labels = job["spec"]["template"]["metadata"]["labels"]
-    assert selector.items() <= labels.items()
-    agent_labels = one("base", "DaemonSet")["spec"]["template"]["metadata"]["labels"]
-    assert not selector.items() <= agent_labels.items()  # the agent's own pods do not repel the Job
-    # the hold container keeps the node taken after the restore (the scheduler ignores finished pods)
-    hold = spec["containers"][0]
-    assert hold["name"] == "hold" and "sleep" in " ".join(hold["command"])
+    assert "parallelism" not in job["spec"] and job["spec"]["activeDeadlineSeconds"] > 0
+    assert spec["restartPolicy"] == "Never" and spec["serviceAccountName"] == RESTORE_SA[1]
+    (container,) = spec["containers"]
+    args = build_parser(load=["restore-nodes"]).parse_args(container["args"])
+    assert args.command == "restore-nodes" and args.timeout <= 240  # under helm's 5 min hook wait
+    template = one(name, "PodTemplate")
+    assert template["metadata"]["name"] == args.pod_template
+    assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_NAMESPACE"}
+    node_spec = restore_spec(name)
+    assert node_spec["restartPolicy"] == "OnFailure" and node_spec["automountServiceAccountToken"] is False
+    assert "nodeName" not in node_spec and "affinity" not in node_spec  # restore-nodes binds each pod
     assert restore_container(name)["args"] == ["restore"]
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o["rules"]
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    assert roles == RESTORE_RULES
+    for b in (o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": RESTORE_SA[1], "namespace": RESTORE_SA[0]}]
+        assert (b["roleRef"]["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"]) in roles
+    sa = one(name, "ServiceAccount")
+    assert (sa["metadata"]["namespace"], sa["metadata"]["name"]) == RESTORE_SA
+
+
+def test_the_restore_rbac_matches_the_api_calls_restore_nodes_makes() -> None:
+    granted = {(g, res, verb) for rules in RESTORE_RULES.values() for r in rules
+               for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
+    used = api_calls_in(modules_of("patcher.commands.restorenodes"))
+    assert ("", "pods", "create") in used and ("", "pods", "watch") in used, "the scan is broken"
+    assert used == granted
 
 
 # -- capabilities: what the agent can do with every capability dropped --------------------------------------

@@ -25,6 +25,13 @@ FOREIGN = {
     "--config": "kube-scheduler", "--leader-elect": "kube-scheduler", "--kube-api-qps": "kube-scheduler",
     "--policy-config-file": "kube-scheduler", "--profiling": "kube-scheduler",
     "--force": "kubectl delete", "--profile": "kubectl debug",
+    "--port": "kube-scheduler", "--address": "kube-scheduler", "--scheduler-name": "kube-scheduler",
+    "--algorithm-provider": "kube-scheduler", "--hard-pod-affinity-symmetric-weight": "kube-scheduler",
+    "--feature-gates": "kube-scheduler", "--lock-object-": "kube-scheduler (--lock-object-*)",
+    "--leader-elect-": "kube-scheduler (--leader-elect-*)", "--kube-api-": "kube-scheduler (--kube-api-*)",
+    "--runtime-config": "kube-apiserver", "--pod-max-in-unschedulable-pods-duration": "kube-scheduler",
+    "--pull": "podman build",
+    "--dry-run": "helm", "--no-hooks": "helm", "--create-namespace": "helm", "--set-json": "helm",
 }
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?:=([^\s`]+))?")
 
@@ -175,3 +182,154 @@ def test_every_relative_link_resolves() -> None:
                 if anchor not in headings:
                     broken.append(f"{doc.relative_to(ROOT)}: {target}: no such heading")
     assert not broken, "\n".join(broken)
+
+
+# -- every doc: the flags, Helm values, metrics and repository files it names exist ------------------------
+
+CHART = ROOT / "charts/scheduler-patcher"
+#: README.md, docs/*.md, every README under manifests/, the chart's README: what a user reads.
+ALL_DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+            *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "manifests").rglob("README.md")),
+            "charts/scheduler-patcher/README.md"]
+#: The top-level folders of this repository: a code span that starts with one names a file of ours.
+REPO_DIRS = ("patcher", "tests", "docs", "manifests", "charts", "bench", "tools", "examples", "fuzz", ".ci")
+REPO_PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(re.escape(d) for d in REPO_DIRS)})/[\w./-]*)(.?)")
+METRIC = re.compile(r"\bscheduler_patcher_[a-z0-9_]+")
+FILE_SUFFIX = re.compile(r"\.(ya?ml|json|md|py|txt|tpl|sh|cfg|toml)$")
+
+
+#: Where a doc's history begins: the modules as they were named before a move are not files any more.
+HISTORY = ("## Old → new module map",)
+
+
+def current(text: str) -> str:
+    """``text`` without its history sections (see ``HISTORY``)."""
+    for heading in HISTORY:
+        text = text.split(heading, 1)[0]
+    return text
+
+
+def values_comments() -> str:
+    """The comments of the chart's values.yaml, where each value is documented."""
+    return "\n".join(line.split("#", 1)[1] for line in (CHART / "values.yaml").read_text().splitlines()
+                     if "#" in line)
+
+
+def all_spans(doc: str) -> list[str]:
+    """Inline code spans of ``doc``'s prose, and every command line of its fenced blocks."""
+    text = current((ROOT / doc).read_text())
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    return [*re.findall(r"`([^`\n]+)`", prose(text)), *(line for block in fenced for line in block.splitlines())]
+
+
+def repo_paths(doc: str, text: str) -> list[str]:
+    """Paths of this repository named in ``text`` (placeholders such as ``<yours>`` and globs left out), and, in
+    a doc below the root, paths relative to its own folder (``base/daemonset.yaml`` in manifests/README.md)."""
+    out = []
+    for path, after in REPO_PATH.findall(text):
+        if after in ("<", "*", "{", "$") or re.search(r"(?:^|[./-])N(?:[./-]|$)", path):
+            continue  # a placeholder, a glob, or a numbered family (``1.N.json``)
+        out.append(path.rstrip("./").split("::")[0])
+    folder = (ROOT / doc).parent
+    if folder != ROOT:
+        for token in re.findall(r"(?<![\w./-])([\w-]+/[\w./-]*[\w/])(?![\w./<*{$-])", text):
+            if (folder / token.split("/")[0]).is_dir() and token.split("/")[0] not in REPO_DIRS:
+                out.append(str((folder / token.rstrip("/")).relative_to(ROOT)))
+    return out
+
+
+def test_every_repository_path_a_doc_names_exists() -> None:
+    missing, seen = [], set()
+    for doc in ALL_DOCS:
+        for span in all_spans(doc):
+            seen.update(repo_paths(doc, span))
+            missing += [f"{doc}: `{span}`: {p}" for p in repo_paths(doc, span) if not (ROOT / p).exists()]
+    assert {"manifests/uninstall/README.md", "patcher/core/lifecycle.py", "manifests/base/rbac-daemonset.yaml"} <= seen
+    missing += [f"values.yaml: {p}" for p in repo_paths("charts/scheduler-patcher/values.yaml", values_comments())
+                if not (ROOT / p).exists() and not (CHART / p).exists()]
+    assert not missing, "files the repository does not have:\n" + "\n".join(missing)
+
+
+def test_the_path_check_finds_a_missing_file() -> None:
+    assert repo_paths("README.md", "see `manifests/overlays/kubeadmm` and manifests/overlays/<yours>") == [
+        "manifests/overlays/kubeadmm"]
+    assert repo_paths("manifests/README.md", "base/nope.yaml") == ["manifests/base/nope.yaml"]
+
+
+def schema() -> dict[str, Any]:
+    import json
+
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def helm_value_known(path: list[str]) -> bool:
+    """Whether ``a.b.c`` is a value of the chart: a property of the values schema all the way down, or inside a
+    free-form map (``podAnnotations.x``, ``monitoring.prometheusRule.for.<alert>``)."""
+    node = schema()
+    for key in path:
+        props = node.get("properties") or {}
+        if key in props:
+            node = props[key]
+            continue
+        extra = node.get("additionalProperties", True)
+        return extra is not False and not props
+    return True
+
+
+def helm_values_in(text: str) -> list[str]:
+    """``agent.restartTimeout``-like names in ``text`` whose first part is a top-level value of the chart."""
+    tops = sorted(schema()["properties"], key=len, reverse=True)
+    pattern = re.compile(rf"(?<![\w./$-])((?:{'|'.join(tops)})(?:\.[A-Za-z][A-Za-z0-9]*)+)(?!\.?[\w/-])")
+    return [m for m in pattern.findall(text) if not FILE_SUFFIX.search(m)]
+
+
+def test_every_helm_value_a_doc_names_exists() -> None:
+    unknown, seen = [], set()
+    for doc in ALL_DOCS:
+        for span in all_spans(doc):
+            seen.update(helm_values_in(span))
+            unknown += [f"{doc}: `{span}`: {v}" for v in helm_values_in(span) if not helm_value_known(v.split("."))]
+    assert {"restoreJob.timeout", "agent.restoreOnExit", "gatekeeper.admission.enabled"} <= seen
+    unknown += [f"values.yaml: {v}" for v in helm_values_in(values_comments()) if not helm_value_known(v.split("."))]
+    assert not unknown, "Helm values the chart does not have:\n" + "\n".join(unknown)
+
+
+def test_the_helm_value_check_finds_a_removed_value() -> None:
+    assert helm_values_in("set `restoreJob.controlPlaneNodes: 3` and agent.restartTimeout") == [
+        "restoreJob.controlPlaneNodes", "agent.restartTimeout"]
+    assert not helm_value_known(["restoreJob", "controlPlaneNodes"])
+    assert helm_value_known(["agent", "restartTimeout"]) and helm_value_known(["podAnnotations", "example.com/x"])
+    assert helm_values_in("extenders.yaml in the ConfigMap") == []
+
+
+def test_every_metric_a_doc_names_is_exported() -> None:
+    from tests.test_monitoring import exported
+
+    names = exported()
+    families = names | {n.rsplit("_", 1)[0] for n in names if n.endswith(("_bucket", "_count", "_sum"))}
+    assert "scheduler_patcher_restart_seconds" in families and "scheduler_patcher_held" in families
+    assert "scheduler_patcher_restarts_total" not in families  # a name that was never exported is caught
+    unknown = []
+    for doc in ALL_DOCS:
+        text = (ROOT / doc).read_text()
+        unknown += [f"{doc}: {m}" for m in sorted(set(METRIC.findall(text))) if m not in families]
+    unknown += [f"values.yaml: {m}" for m in sorted(set(METRIC.findall(values_comments()))) if m not in families]
+    assert not unknown, "metrics neither the agent nor the gatekeeper exports:\n" + "\n".join(unknown)
+
+
+def test_every_flag_any_doc_or_the_values_comments_name_exists(actions: dict[str, list[argparse.Action]]) -> None:
+    """The check above (``test_every_flag_named_in_the_docs_exists``) for the prose of every doc and the values'
+    comments: a flag in a sentence or a span, ours unless it is listed as another program's."""
+    unknown = []
+    for doc in ALL_DOCS:
+        for span in re.findall(r"`([^`\n]+)`", prose((ROOT / doc).read_text())):
+            if span.startswith(("kubectl", "helm", "kube-", "crictl", "docker", "podman", "go ", "pip", "make",
+                                "git", "etcd", "kubeadm", "promtool", "pytest", "python", "ruff", "mypy", "twine",
+                                "bench/", "tools/", "main.py")):  # other programs, and our scripts' own flags
+                continue
+            unknown += [f"{doc}: `{span}`: {f}" for f, _ in FLAG.findall(span)
+                        if f not in actions and f not in FOREIGN]
+    for line in values_comments().splitlines():
+        unknown += [f"values.yaml: {f}" for f, _ in FLAG.findall(line) if f not in actions and f not in FOREIGN]
+    assert not unknown, "flags the CLI does not have:\n" + "\n".join(unknown)

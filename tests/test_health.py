@@ -110,7 +110,11 @@ def test_metrics_text(server: HealthServer, health: Health, metrics: Metrics) ->
     assert s[("scheduler_patcher_errors_total", (("kind", "api"),))] == 2
     assert s[("scheduler_patcher_errors_total", (("kind", "manifest"),))] == 1
     states = {dict(labels)["state"]: v for (name, labels), v in s.items() if name == "scheduler_patcher_state"}
-    assert states == {str(st): (1.0 if st is NodeState.WAITING_FOR_RESTART else 0.0) for st in NodeState}
+    assert states == {str(st): (1.0 if st is NodeState.WAITING_FOR_RESTART else 0.0) for st in NodeState
+                      if st is not NodeState.HELD}  # Held is the Node's word for a hold, with a gauge of its own
+    assert s[("scheduler_patcher_held", ())] == 0
+    metrics.set_held(True)
+    assert samples(server)[("scheduler_patcher_held", ())] == 1
     assert s[("scheduler_patcher_restart_seconds_count", ())] == 2
     assert s[("scheduler_patcher_restart_seconds_sum", ())] == pytest.approx(49.2)
     assert s[("scheduler_patcher_restart_seconds_bucket", (("le", "5.0"),))] == 1

@@ -59,7 +59,7 @@ HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.
                "app.kubernetes.io/version"}
 #: Annotations that only mean something to helm: the restore Job is a post-delete hook, and a chart-made
 #: Namespace is kept on uninstall so that hook can still run in it.
-HELM_ANNOTATIONS = {"helm.sh/hook", "helm.sh/hook-delete-policy", "helm.sh/resource-policy"}
+HELM_ANNOTATIONS = {"helm.sh/hook", "helm.sh/hook-delete-policy", "helm.sh/hook-weight", "helm.sh/resource-policy"}
 #: ConfigMap keys holding YAML that the chart writes from values (toYaml: no comments, sorted keys): compared parsed.
 YAML_DATA = {"extenders.yaml"}
 
@@ -243,10 +243,10 @@ def test_the_comparison_catches_drift(render: Render) -> None:
     cases: list[tuple[Callable[[list[Obj]], object], str]] = [
         (lambda o: pod_spec(find(o, "DaemonSet"))["containers"][0]["securityContext"].update(privileged=True),
          "DaemonSet/scheduler-patcher: spec.template.spec.containers[agent].securityContext.privileged"),
-        (lambda o: find(o, "ClusterRole")["rules"][0]["verbs"].append("update"),
+        (lambda o: find(o, "ClusterRole", "scheduler-patcher-nodes")["rules"][0]["verbs"].append("update"),
          "ClusterRole/scheduler-patcher-nodes: rules[0].verbs"),
-        (lambda o: pod_spec(find(o, "Job"))["volumes"][2]["hostPath"].update(path="/var/lib/other"),
-         "Job/scheduler-patcher-restore: spec.template.spec.volumes[state].hostPath.path"),
+        (lambda o: find(o, "PodTemplate")["template"]["spec"]["volumes"][2]["hostPath"].update(path="/var/lib/other"),
+         "PodTemplate/scheduler-patcher-restore: template.spec.volumes[state].hostPath.path"),
         (lambda o: pod_spec(find(o, "DaemonSet"))["tolerations"].reverse(),
          "DaemonSet/scheduler-patcher: spec.template.spec.tolerations["),
         (lambda o: find(o, "DaemonSet")["metadata"]["labels"].update({"app.kubernetes.io/component": "x"}),
@@ -326,15 +326,17 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     assert readiness["metadata"]["namespace"] == find(objs, "RoleBinding", readiness["metadata"]["name"])[
         "metadata"]["namespace"] == "csi"
     # the restore Job undoes what this agent wrote: same node paths, same prefix, same mounts
-    restore = pod_spec(job)["initContainers"][0]
+    node_spec = find(objs, "PodTemplate")["template"]["spec"]
+    restore = node_spec["containers"][0]
     mounts = host_mounts(spec, agent)
     foreign = {k: mounts.pop(k) for k in list(mounts) if k.startswith("foreign-config-")}  # the agent's only
     assert foreign == {"foreign-config-0": ("/etc/kubernetes/scheduler", "Directory", "/host/etc/kubernetes/scheduler")}
-    assert host_mounts(pod_spec(job), restore) == mounts
+    assert host_mounts(node_spec, restore) == mounts
     assert mounts["manifests"] == ("/opt/k8s/manifests", "Directory", "/host/opt/k8s/manifests")
     assert {e["name"]: e.get("value") for e in restore["env"]} == {
         k: v.get("value") for k, v in env_of(agent).items() if k in {e["name"] for e in restore["env"]}}
-    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 5
+    job_args = build_parser(load=["restore-nodes"]).parse_args(pod_spec(job)["containers"][0]["args"])
+    assert (job_args.timeout, job_args.annotation_prefix) == (180, "sp.example.com")
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (600, 3600)
     # the gatekeeper
     gspec = pod_spec(gk)
@@ -526,10 +528,20 @@ def test_the_daemonset_role_comes_with_restore_on_exit_auto_only(render: Render)
 def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
     """The drift tests forgive the hook annotations; here they are pinned. Post-delete: while the agents run they
     would patch a restored node again within a second, so the restore must come after the DaemonSet is deleted."""
-    job = find(render(), "Job")
+    objs = render()
+    job = find(objs, "Job")
     assert job["metadata"]["annotations"] == {"helm.sh/hook": "post-delete",
                                               "helm.sh/hook-delete-policy": "before-hook-creation"}
-    assert "Job" not in {o["kind"] for o in render({"restoreJob": {"enabled": False}})}
+    # its ServiceAccount, RBAC and PodTemplate: hooks too (the release's own are deleted before a post-delete hook
+    # runs), created before the Job (lower weight) and removed once the hook succeeded
+    restore_objs = [o for o in objs if o["metadata"]["name"] == "scheduler-patcher-restore" and o["kind"] != "Job"]
+    assert sorted(o["kind"] for o in restore_objs) == ["ClusterRole", "ClusterRoleBinding", "PodTemplate", "Role",
+                                                       "RoleBinding", "ServiceAccount"]
+    for o in restore_objs:
+        assert o["metadata"]["annotations"] == {"helm.sh/hook": "post-delete", "helm.sh/hook-weight": "-10",
+                                                "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
+    kinds = {o["kind"] for o in render({"restoreJob": {"enabled": False}})}
+    assert not kinds & {"Job", "PodTemplate"}
 
 
 # -- the admission webhook's certificate ----------------------------------------------------------------------
@@ -613,7 +625,7 @@ def test_foreign_config_dirs_mount_read_only_in_the_agent_only(render: Render) -
     assert mounts["foreign-config-0"] == ("/etc/kubernetes/scheduler", "Directory", "/host/etc/kubernetes/scheduler")
     assert mounts["foreign-config-1"] == ("/opt/sched", "Directory", "/host/opt/sched")
     assert all(m.get("readOnly") is True for m in agent["volumeMounts"] if m["name"].startswith("foreign-config-"))
-    job = pod_spec(find(objs, "Job"))
-    assert not any(v["name"].startswith("foreign-config-") for v in job["volumes"])
+    node_spec = find(objs, "PodTemplate")["template"]["spec"]
+    assert not any(v["name"].startswith("foreign-config-") for v in node_spec["volumes"])
     for bad in (["relative/dir"], ["/"], ["/a", "/a"]):
         render({"hostPaths": {"foreignConfigDirs": bad}}, expect_error=True)

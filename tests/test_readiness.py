@@ -24,7 +24,7 @@ from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.adapters.kube.transport import Api
 from patcher.commands import readiness
-from patcher.core.readiness import ClusterVerdict, evaluate, render_table, scheduler_pods
+from patcher.core.readiness import ClusterVerdict, NodeRow, evaluate, render_table, scheduler_pods
 from tests.kubeemu import make_mirror_pod, wait_until
 from tests.kubeemu_ext import (
     BEFORE,
@@ -105,7 +105,7 @@ def test_three_ready_nodes_give_a_ready_table_and_exit_0(emu: KubeEmulatorExt, k
     assert [line.split()[:4] for line in lines[1:4]] == [[n, "Ready", SOURCE_HASH[:12], CONFIG_HASH[:12]]
                                                          for n in NODES]
     assert lines[1].split()[4:] == [MTIME, STARTED, "2026-11-21T23:40:03.000000000Z", "yes", "-"]
-    assert lines[4] == f"verdict: Ready: 3/3 nodes run config {SOURCE_HASH[:12]}"
+    assert lines[4] == f"verdict: Ready: 3/3 nodes run source {SOURCE_HASH[:12]}"
     assert "worker-1" not in out
     assert len(lines) == 5
 
@@ -125,7 +125,7 @@ def test_json_output_carries_every_row_and_the_overall_verdict(emu: KubeEmulator
                      "mirrorPod": "kube-scheduler-cp-1", "ready": True, "reason": None, "selected": True}
     assert doc["nodes"][2]["reason"] == "state is RolledBack: kube-scheduler crash-loops with config x."
     assert doc["nodes"][2]["message"] == "kube-scheduler crash-loops with config x."
-    assert doc["summary"] == f"NotReady: 2/3 nodes ready for config {SOURCE_HASH[:12]}"
+    assert doc["summary"] == f"NotReady: 2/3 nodes ready for source {SOURCE_HASH[:12]}"
 
 
 def test_each_reason_for_not_ready_is_named(emu: KubeEmulatorExt, api: Api) -> None:
@@ -305,7 +305,7 @@ def test_wait_returns_0_as_soon_as_the_last_node_becomes_ready(emu: KubeEmulator
     t.join()
     assert code == 0, err
     assert "verdict: Ready: 3/3" in out
-    assert err.startswith(f"waiting: NotReady: 2/3 nodes ready for config {SOURCE_HASH[:12]}; "
+    assert err.startswith(f"waiting: NotReady: 2/3 nodes ready for source {SOURCE_HASH[:12]}; "
                           "cp-3: state is WaitingForRestart")
     watches = [r for r in emu.requests("GET", "/api/v1/nodes") if r.query.get("watch") == "true"]
     assert {r.query.get("labelSelector") for r in watches} == {CP, MASTER}
@@ -550,3 +550,13 @@ def test_scheduler_pods_prefers_the_mirror_name_when_two_pods_claim_a_node() -> 
     unscheduled = make_mirror_pod(node_name="cp-2", annotations={})
     del unscheduled["spec"]["nodeName"], unscheduled["metadata"]["ownerReferences"]
     assert scheduler_pods([unscheduled], []).by_node == {}
+
+
+def test_the_summary_names_the_kind_of_hash_it_held_the_nodes_against() -> None:
+    """The agreed hash is the ConfigMap's source hash, not a config: the summary says so; a config hash given as
+    --expected-hash is called a config."""
+    row = NodeRow(node="cp-1", state="Ready", source_hash="5" * 64, config_hash="c" * 64, manifest_mtime=None,
+                  scheduler_started=None, restarted_at=None, message=None, mirror_pod="kube-scheduler-cp-1",
+                  ready=True)
+    assert ClusterVerdict((row,), "5" * 64).summary() == "Ready: 1/1 nodes run source 555555555555"
+    assert ClusterVerdict((row,), "c" * 12).summary() == "Ready: 1/1 nodes run config cccccccccccc"

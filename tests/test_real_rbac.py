@@ -44,6 +44,7 @@ STEPS: dict[tuple[str, str], str] = {
     ("nodes", "get"): "read its Node (does the DaemonSet still select it?)",
     ("nodes", "list"): "list the control-plane Nodes for the published verdict",
     ("nodes", "patch"): "annotate its Node with its state",
+    ("nodes", "watch"): "watch its Node for an operator's hold",
     ("events", "create"): "record a Node event per state change",
     ("pods", "list"): "list its mirror pod (and kube-system's schedulers for the verdict)",
     ("pods", "watch"): "watch its mirror pod for the scheduler's restart",

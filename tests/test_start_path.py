@@ -180,6 +180,7 @@ CALLS = st.lists(st.one_of(
               st.integers(0, 3), st.integers(0, 3)).map(lambda a: ("extenders_probed", a)),
     st.booleans().map(lambda b: ("source_refused", (b,))),
     st.booleans().map(lambda b: ("config_missing", (b,))),
+    st.booleans().map(lambda b: ("set_held", (b,))),
     st.tuples(st.sampled_from(["", "a" * 64, "c" * 64]), st.sampled_from(["", "b" * 64])).map(
         lambda h: ("set_config", h)),
 ), max_size=40)
@@ -211,7 +212,9 @@ class Reference:
                                   "else 0.", **kw)
         self.missing = prom.Gauge("config_missing", "1 while kube-scheduler's --config names a file that is not on "
                                   "the node and the agent does not write it back (its next start fails), else 0.", **kw)
-        self.states = tuple(map(str, NodeState))
+        self.held = prom.Gauge("held", "1 while an operator holds the node (its hold annotation): the agent writes "
+                               "nothing there, else 0.", **kw)
+        self.states = tuple(str(s) for s in NodeState if s is not NodeState.HELD)
         for state in self.states:
             self.state.labels(state=state).set(0)
         for ignorable in ("false", "true"):
@@ -236,6 +239,8 @@ class Reference:
             self.refused.set(1 if args[0] else 0)
         elif name == "config_missing":
             self.missing.set(1 if args[0] else 0)
+        elif name == "set_held":
+            self.held.set(1 if args[0] else 0)
         elif name == "set_config":
             self.config.clear()
             if args[0]:

@@ -108,6 +108,9 @@ _UNREACHABLE_HELP: Final = "Extenders that did not answer the last probe, by whe
 _REFUSED_HELP: Final = "1 while the last plan refused the source config (invalid), else 0."
 _MISSING_HELP: Final = ("1 while kube-scheduler's --config names a file that is not on the node and the agent does "
                         "not write it back (its next start fails), else 0.")
+#: The states of the record (the one-hot gauge's fixed labels); ``Held`` is said on the Node, and by its own gauge.
+PHASES: Final = tuple(s.value for s in NodeState if s is not NodeState.HELD)
+_HELD_HELP: Final = "1 while an operator holds the node (its hold annotation): the agent writes nothing there, else 0."
 
 
 class _Histogram:
@@ -147,7 +150,8 @@ class Metrics:
     prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/test_health.py).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None, states: Iterable[str] = tuple(NodeState)) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 states: Iterable[str] = PHASES) -> None:
         self._given = registry
         self._registry: CollectorRegistry | None = None
         self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
@@ -161,6 +165,7 @@ class Metrics:
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
         self._refused = 0.0
         self._missing = 0.0
+        self._held = 0.0
         self._config: tuple[str, str] = ("", "")  # (config_hash, source_hash); empty: no series
 
     @property
@@ -225,6 +230,10 @@ class Metrics:
         back (another prefix's or a foreign config; a source refused or known bad): the next start fails."""
         with self._lock:
             self._missing = 1.0 if missing else 0.0
+    def set_held(self, held: bool) -> None:
+        """Whether an operator holds the node: an alert can say how long a hold has lasted."""
+        with self._lock:
+            self._held = 1.0 if held else 0.0
 
     def set_config(self, config_hash: str, source_hash: str) -> None:
         """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none,
@@ -249,6 +258,7 @@ class Metrics:
             probe = self._probe.family(f"{_NAMESPACE}_extender_probe_seconds", _PROBE_HELP)
             unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
             missing = self._missing
+            held = self._held
         out: list[Metric] = []
         for attr, (name, help_text) in _COUNTERS.items():
             out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
@@ -274,6 +284,7 @@ class Metrics:
         out.append(unreachable_family)
         out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
         out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_config_missing", _MISSING_HELP, value=missing))
+        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_held", _HELD_HELP, value=held))
         return out
 
     def render(self) -> bytes:

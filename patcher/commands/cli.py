@@ -1,4 +1,4 @@
-"""Command line: ``scheduler-patcher plan|apply|restore|status|run|readiness|gatekeeper|completion``.
+"""Command line: ``scheduler-patcher plan|apply|restore|status|run|readiness|gatekeeper|restore-nodes|completion``.
 
 Exit codes are a contract for scripts and operators (the table is in ``--help`` and in
 docs/operator-contract.md): a usage error never shares a code with a result, so a typo in CI cannot pass for
@@ -402,6 +402,8 @@ CLUSTER_COMMANDS = {
         "cluster verdict: is every control-plane scheduler Ready with the config?",
     ),
     "gatekeeper": ("patcher.commands.gatekeeper", "release scheduling gates once every scheduler runs the extender"),
+    "restore-nodes": ("patcher.commands.restorenodes",
+                      "restore every control-plane node (one pod each, from a PodTemplate); the uninstall's Job"),
 }
 
 

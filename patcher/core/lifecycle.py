@@ -24,6 +24,12 @@ node says again what it said before and plans again (``StateFolderFailed``/``Sta
 that names a missing file the plan does not write back is a Failed of its own, said until the file is back
 (``with_missing``).
 
+An operator's hold (the Node annotation ``<prefix>/hold``, as kured's lock) is an edge too: while the node is
+held the step emits no write and takes no turn (no re-patch, no rollback, no prune, no restore on SIGTERM: a stop
+keeps), and the agent lets go of the node's writer lock so that ``scheduler-patcher restore``/``apply`` can run
+there by hand; once the hold is removed the agent takes the lock back, reads the record from disk again (a hand
+restore changed it) and plans as a freshly started agent would (``HoldChanged``/``Reclaimed``).
+
 The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
 the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
 ``Keep``, then ``ReleaseTurn`` and ``Finish``; the executor reports the restore back with ``RestoreDone``.
@@ -124,6 +130,9 @@ class Node:
     failed_probe: str = ""  # the config those failures were for
     fault: Fault | None = None  # the state folder cannot take the record: nothing but its retry happens
     missing: Missing | None = None  # a --config names a missing file the plan does not write back
+    #: The operator's hold (the ``<prefix>/hold`` annotation's value, may be empty); None: not held. While
+    #: held, no write, no turn, and a stop keeps.
+    hold: str | None = None
 
     @property
     def phase(self) -> NodeState | None:
@@ -329,8 +338,26 @@ class StateFolderOk:
     now: float
 
 
+@dataclass(frozen=True)
+class HoldChanged:
+    """The Node's hold annotation as the agent's watch last saw it: its value (may be empty), None when absent."""
+
+    now: float
+    hold: str | None
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """The hold is gone and the executor took the writer lock back: ``record`` is the state record as it is on
+    disk now (a hand ``restore`` during the hold cleared it)."""
+
+    now: float
+    record: State
+
+
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
-         | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk)
+         | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged
+         | Reclaimed)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -488,8 +515,25 @@ class CheckStateFolder:
     delay: float
 
 
+@dataclass(frozen=True)
+class LetGo:
+    """The node is held: release the node's writer lock (a hand ``restore`` may run) and drop the restore
+    prepared for a stop. No answer."""
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """The hold is gone: take the writer lock back (waiting for a hand writer that holds it) and read the state
+    record from disk; report with ``Reclaimed``."""
+
+
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | CheckLastGood | RollBack | Prune | Publish | Note | Log | Count
-          | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder)
+          | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder | LetGo
+          | Reclaim)
+#: What a held node never gets: the writes (patch, rollback, prune, restore) and what leads to one (the turn, a
+#: re-plan, the pre-flight and its retry, the rollback's check, the restart's watch).
+NOT_WHILE_HELD: tuple[type, ...] = (Apply, TakeTurn, RollBack, Prune, Restore, Replan, Probe, RetryLater,
+                                    CheckLastGood, Watch)
 Step = tuple[Node, list[Action]]
 
 
@@ -913,9 +957,12 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
     return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
 
 
-def restores(opts: Lifecycle, daemonset: DaemonSetView) -> bool:
+def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
     """Whether a stop restores (see ``stop``), by the mode and what is known of the DaemonSet: ``stop`` decides
-    by it, and the agent asks it too, to write a prepared restore before the rest of the stop (issue 26)."""
+    by it, and the agent asks it too, to write a prepared restore before the rest of the stop (issue 26). A held
+    node is never restored by its agent."""
+    if held:
+        return False
     return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
 
 
@@ -937,10 +984,12 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
     confirm, turn_until, restored_until, end = stop_budget(ev.now, opts)
     waiting = node.wait is not None
+    held = node.hold is not None
     node = replace(node, stopping=True, stop_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
-    if not restores(opts, ev.daemonset):
-        reason = ("--restore-on-exit=never" if opts.restore_on_exit == "never"
+    if not restores(opts, ev.daemonset, held=held):
+        reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
+                  else "--restore-on-exit=never" if opts.restore_on_exit == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
         acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]
         if waiting and node.turn == "held":
@@ -972,12 +1021,65 @@ def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
     return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
 
 
-def step(node: Node, event: Event, opts: Lifecycle) -> Step:
-    """The one transition function."""
+# -- the operator's hold ------------------------------------------------------------------------------------
+
+
+HELD_MESSAGE = "held by an operator: the agent leaves this node as it is until the hold annotation is removed"
+
+
+def held_message(hold: str) -> str:
+    return HELD_MESSAGE + (f" ({hold})" if hold else "")
+
+
+def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
+    """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock, and say
+    so on the Node. Released: take the lock back and re-read the record (``Reclaimed`` goes on from there)."""
+    if ev.hold == node.hold:
+        return node, []
+    if ev.hold is not None:
+        first = node.hold is None
+        node2, rel = _release(replace(node, hold=ev.hold, wait=None, probing=""))
+        acts: list[Action] = [Log("warning", held_message(ev.hold)), *rel]
+        if first:
+            acts.append(LetGo())
+        return node2, [*acts, Publish("NodeHeld")]
+    return replace(node, hold=None), [Log("info", "the hold annotation was removed: the agent takes the node back"),
+                                      Reclaim()]
+
+
+def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
+    """Back from a hold: as a freshly started agent on the record as it is on disk now, then plan."""
+    node = replace(node, record=ev.record, wait=None, turn="none", probing="", probed="")
+    node, acts = resumed(node, Resumed(ev.now), opts)
+    phase = node.phase
+    return node, [*acts, *([Publish("HoldReleased")] if phase is not None else []), Replan()]
+
+
+def _while_held(node: Node, event: Event) -> Step:
+    """Nothing is written or judged while held; a turn that comes anyway is given back."""
+    if isinstance(event, TurnChanged) and event.held:
+        return replace(node, turn="none"), [ReleaseTurn()]
+    return node, []
+
+
+def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
+    """What the stop, the hold and the state folder's fault let through (None: the event's own transition)."""
     if node.stopping and not isinstance(event, RestoreDone):
         return node, []  # after SIGTERM nothing but the restore (or the keep) happens
-    if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk)):
+    if isinstance(event, HoldChanged):
+        return hold_changed(node, event, opts)
+    if node.hold is not None and not isinstance(event, Stop):
+        return _while_held(node, event)  # a stop while held keeps (``stop``)
+    if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk,
+                                                         Reclaimed)):
         return node, []  # nothing is planned, written or judged while the record cannot be saved
+    return None
+
+
+def step(node: Node, event: Event, opts: Lifecycle) -> Step:
+    """The one transition function."""
+    if (gated := _gate(node, event, opts)) is not None:
+        return gated
     match event:
         case Resumed():
             return resumed(node, event, opts)
@@ -1011,6 +1113,8 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
             return stop(node, event, opts)
         case RestoreDone():
             return restore_done(node, event, opts)
+        case Reclaimed():
+            return reclaimed(node, event, opts)
     raise AssertionError(f"unknown event {event!r}")
 
 

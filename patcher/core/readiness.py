@@ -101,10 +101,22 @@ class ClusterVerdict:
     def not_ready(self) -> list[NodeRow]:
         return [r for r in self.rows if not r.ready]
 
+    def hash_kind(self) -> str:
+        """What ``expected_hash`` is: ``source`` (the ConfigMap's fingerprint, what nodes agree on) unless it is
+        only some node's ``config-hash`` (given as ``--expected-hash``, or agents that publish no source hash)."""
+        e = (self.expected_hash or "").lower()
+        if any(r.source_hash and r.source_hash.lower().startswith(e) for r in self.rows):
+            return "source"
+        if any(r.config_hash and r.config_hash.lower().startswith(e) for r in self.rows):
+            return "config"
+        return "source"
+
     def summary(self) -> str:
-        """One line: ``Ready: 3/3 nodes run config 0123456789ab`` or ``NotReady: …``."""
+        """One line: ``Ready: 3/3 nodes run source 0123456789ab`` or ``NotReady: …`` (``config`` when the hash
+        held against is a config hash)."""
         ready = sum(r.ready for r in self.rows)
-        config = f" config {self.expected_hash[:restart.MIN_HASH_DIGITS]}" if self.expected_hash else ""
+        config = (f" {self.hash_kind()} {self.expected_hash[:restart.MIN_HASH_DIGITS]}" if self.expected_hash
+                  else "")
         if self.ready:
             return f"Ready: {ready}/{len(self.rows)} nodes run{config}"
         return f"NotReady: {ready}/{len(self.rows)} nodes ready" + (f" for{config}" if config else "")

@@ -13,6 +13,9 @@ from typing import Any, Final
 from patcher.core.timefmt import rfc3339, rfc3339_ns
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
+#: The operator's hold: ``<prefix>/hold`` on a Node (any value, e.g. who and why) makes its agent leave the node as
+#: it is until the annotation is removed (``patcher.core.lifecycle``, "the operator's hold").
+HOLD_KEY: Final = "hold"
 COMPONENT: Final = "scheduler-patcher"
 #: Node events live in ``default``, like the kubelet's: a Node is cluster-scoped and the events API accepts
 #: an event about a cluster-scoped object only in the empty or the ``default`` namespace.
@@ -31,13 +34,15 @@ class NodeState(enum.StrEnum):
     FAILED = "Failed"
     ROLLED_BACK = "RolledBack"
     RESTORED = "Restored"
+    #: Not a phase of the record: what the Node says while an operator holds it (its ``<prefix>/hold``).
+    HELD = "Held"
 
 
 #: The only states whose ``message`` annotation is kept; in every other state a stale sentence would mislead.
 #: Pending carries one only while the extender pre-flight holds the write back (which extender, which error);
 #: Ready only while the periodic probe finds an extender that stopped answering (the cluster verdict: NotReady).
 STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.PENDING,
-                                        NodeState.READY})
+                                        NodeState.READY, NodeState.HELD})
 
 #: Event reason for entering each state (CamelCase, as ``kubectl describe`` shows them).
 TRANSITION_REASONS: Final[dict[NodeState, str]] = {
@@ -47,9 +52,10 @@ TRANSITION_REASONS: Final[dict[NodeState, str]] = {
     NodeState.FAILED: "PatchFailed",
     NodeState.ROLLED_BACK: "PatchRolledBack",
     NodeState.RESTORED: "SchedulerRestored",
+    NodeState.HELD: "NodeHeld",
 }
 
-_WARNING_STATES: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK})
+_WARNING_STATES: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.HELD})
 
 
 @dataclass(frozen=True)

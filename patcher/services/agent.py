@@ -95,6 +95,7 @@ class Agent:
             if self.health.metrics is not self.metrics:
                 self.metrics.set_state(value.phase.value)
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
+        self.metrics.set_held(value.hold is not None)
 
     @property
     def phase(self) -> NodeState | None:
@@ -133,7 +134,7 @@ class Agent:
         try:
             view = self.world.daemonset_view(self.rules, read=False)
             if view is not None:
-                self.stopper.write_first(self._node.record, self.rules, view)
+                self.stopper.write_first(self._node.record, self.rules, view, held=self._node.hold is not None)
         except Exception as exc:  # a bug must not escape into the loop's wait: the stop below goes on as always
             self.metrics.error("internal")
             log.error("internal error in the restore at the stop signal: %s: %s", type(exc).__name__, exc,
@@ -221,7 +222,8 @@ class Agent:
 
     def _prepare_restore(self) -> None:
         """While patched, plan the restore now, so that on SIGTERM only the write remains (``stopping``)."""
-        self.stopper.prepare(self._node.record, enabled=self.rules.restore_on_exit != "never")
+        self.stopper.prepare(self._node.record,
+                             enabled=self.rules.restore_on_exit != "never" and self._node.hold is None)
 
     def _transition(self, event: lifecycle.Event) -> tuple[list[lifecycle.Event | _Unsaved], bool]:
         """One step: save its record (the one save of a transition), then say it and execute its actions.
@@ -281,18 +283,33 @@ class Agent:
                 self.notify("replan")
             case lifecycle.Probe(config_hash=config_hash):
                 w.start_probe(config_hash)
-            case lifecycle.RetryLater(delay=delay):
-                self.timers.probe_retry_at = time.monotonic() + delay
-            case lifecycle.CheckStateFolder(delay=delay):
-                self.timers.state_retry_at = time.monotonic() + delay
+            case lifecycle.RetryLater() | lifecycle.CheckStateFolder():
+                self._set_timer(action)
             case lifecycle.Restore():
                 return self.stopper.restore(action, self._node.record, w.coordinator, w.pods)
             case lifecycle.Keep():
                 self.stopper.keep(action, w.reporter)
+            case lifecycle.LetGo() | lifecycle.Reclaim():
+                return self._hold(action)
             case lifecycle.Finish():
                 self._exit_code = self._exit_code or action.code
                 w.finish(action)
         return None
+
+    def _set_timer(self, action: lifecycle.RetryLater | lifecycle.CheckStateFolder) -> None:
+        if isinstance(action, lifecycle.RetryLater):
+            self.timers.probe_retry_at = time.monotonic() + action.delay
+        else:
+            self.timers.state_retry_at = time.monotonic() + action.delay
+
+    def _hold(self, action: lifecycle.LetGo | lifecycle.Reclaim) -> lifecycle.Reclaimed | None:
+        """Held: the prepared restore goes and the writer lock is let go. Released: the lock taken back and the
+        record read again from disk."""
+        if isinstance(action, lifecycle.LetGo):
+            self.stopper.drop()
+            self.record.let_go()
+            return None
+        return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
 
     def shutdown(self) -> int:
         """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
@@ -303,7 +320,8 @@ class Agent:
         # (``write_at_signal``) was decided by the view it had then: the stop goes on from that same view, even
         # if the API adapters attached meanwhile (a later view could keep what was already put back).
         view = self.stopper.written_view or self.world.daemonset_view(self.rules)
-        self.stopper.write_first(self._node.record, self.rules, view)  # issue 26: the restore's write first
+        self.stopper.write_first(self._node.record, self.rules, view,  # issue 26: the restore's write first
+                                 held=self._node.hold is not None)
         todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)

@@ -30,7 +30,7 @@ from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck, patching
-from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, HoldSource, OwnerSource, PodSource, Reporter
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.timers import Timers
@@ -39,10 +39,14 @@ log = logging.getLogger("patcher.services.agent")
 
 
 def node_status(node: Node) -> NodeStatus:
-    """The Node's annotations for ``node`` (it has a phase)."""
+    """The Node's annotations for ``node`` (it has a phase, or is held). While held: ``Held``, the message naming
+    the hold, and the hashes of what the record last said (the files may differ: the operator works there)."""
+    r = node.record
+    if node.hold is not None:
+        return NodeStatus(state=NodeState.HELD, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
+                          manifest_mtime_ns=r.manifest_mtime_ns or None, message=lifecycle.held_message(node.hold))
     phase = node.phase
     assert phase is not None
-    r = node.record
     return NodeStatus(state=phase, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
                       manifest_mtime_ns=r.manifest_mtime_ns or None,
                       restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
@@ -60,6 +64,7 @@ class Observations:
         self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
         self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
+        self.holds: HoldSource | None = None
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.api_pending = api_pending
         self.attached_event = threading.Event()
@@ -77,9 +82,10 @@ class Observations:
 
     def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
-               owner: OwnerSource | None = None) -> None:
+               owner: OwnerSource | None = None, holds: HoldSource | None = None) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
+        self.holds = holds
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
         self.notify("attached")
@@ -102,6 +108,8 @@ class Observations:
             yield from self._attached()
         elif event == "daemonset":
             self._daemonset_changed(rules)
+        elif event == "hold":
+            yield self.hold_changed()
         elif event == "probe":
             yield self._probe_done.get_nowait()
         elif event == "pod" or event is None:  # a pod update also runs a due timer: a busy pod must not starve it
@@ -159,9 +167,17 @@ class Observations:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
+        if self.holds is not None and self.holds.hold() is not None:  # seen before the adapters were attached
+            yield self.hold_changed()
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
+
+    def hold_changed(self) -> lifecycle.HoldChanged | None:
+        """The Node's hold as the watch sees it now (several changes between two looks: the last one counts)."""
+        if self.holds is None:
+            return None
+        return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
 
     def say_started(self) -> None:
         """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""

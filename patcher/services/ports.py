@@ -44,3 +44,9 @@ class OwnerSource(Protocol):
 
     def view(self) -> lifecycle.DaemonSetView: ...
     def confirm(self, timeout: float) -> lifecycle.DaemonSetView: ...
+
+
+class HoldSource(Protocol):
+    """The operator's hold on this node (``adapters/kube/nodehold``): its value, None when the Node has none."""
+
+    def hold(self) -> str | None: ...

@@ -54,8 +54,9 @@ class RecordKeeper:
         node meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread).
         A state folder that cannot hold it is not fatal: the first save says so on the Node, and retries. False:
         another writer holds it."""
+        own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
-            stack.enter_context(engine.writer_lock(self.files))
+            own.enter_context(engine.writer_lock(self.files))
         except fsio.LockBusy as exc:
             metrics.error("lock")
             log.error("%s", exc, extra=self._log_extra)
@@ -64,8 +65,35 @@ class RecordKeeper:
             pass  # the state folder cannot hold it: the first save says so on the Node, and retries
         else:
             self._lock_held = True
-        self._lock = stack
+        stack.callback(own.close)
+        self._lock = own
         return True
+
+    def let_go(self) -> None:
+        """The node is held: release the writer lock, so that a hand ``restore``/``apply`` can run on the node.
+        Until ``reclaim`` every engine call takes the lock itself, as before ``hold_for_life``."""
+        if self._lock is not None and self._lock_held:
+            self._lock.close()
+            self._lock_held = False
+            log.info("released the node's writer lock while the node is held", extra=self._log_extra)
+
+    def reclaim(self) -> State:
+        """The hold is gone: take the writer lock back (waiting ``lock_wait`` for a hand writer that holds it;
+        still busy: the next save tries again) and read the record as it is on disk now."""
+        if self._lock is not None and not self._lock_held:
+            try:
+                self._lock.enter_context(engine.writer_lock(self.files))
+            except (fsio.LockBusy, StateFolderError) as exc:
+                log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
+                            extra=self._log_extra)
+                try:  # the record only: the left-overs check would wait for the same busy lock again
+                    return self.store.load()
+                except PatcherError as err:
+                    log.error("state record unreadable, starting fresh: %s", err, extra=self._log_extra)
+                    return State()
+            else:
+                self._lock_held = True
+        return self.load()
 
     def _hold_lock(self) -> None:
         """Take the writer lock for the rest of the agent's life if it could not be taken at its start (the

@@ -29,6 +29,7 @@ from patcher.services.agent import Agent, Event
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
+    from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.adapters.kube.transport import Api as KubeApi
     from patcher.services.rollout import RolloutLease
@@ -106,10 +107,13 @@ class ApiParts:
     publisher: StatusPublisher | None
     versions: _VersionCache
     owner: OwnerWatcher | None = None
+    holds: NodeHoldWatcher | None = None
 
     def start(self) -> None:
         self.reporter.start()
         self.pods.start()
+        if self.holds is not None:
+            self.holds.start()
         if self.owner is not None:
             self.owner.start()
         if self.publisher is not None:
@@ -122,6 +126,8 @@ class ApiParts:
             self.publisher.stop()
         if self.owner is not None:
             self.owner.stop()
+        if self.holds is not None:
+            self.holds.stop()
         self.pods.stop()
         self.reporter.close()
         self.api.close()
@@ -133,7 +139,8 @@ class ApiParts:
 
     def attach_to(self, agent: Agent) -> None:
         agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
-                           fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner)
+                           fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner,
+                           holds=self.holds)
 
 
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
@@ -141,6 +148,7 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
     from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+    from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.services.rollout import RolloutLease
     from patcher.services.statuspub import StatusPublisher, StatusTarget
@@ -169,7 +177,9 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
     if config.watches_owner:
         owner = OwnerWatcher(api, config.pod.namespace, config.pod.pod_name, node_name,
                              backoff=Backoff(*retry) if retry else None, on_update=lambda: notify("daemonset"))
-    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner)
+    holds = NodeHoldWatcher(api, node_name, files.prefix, on_update=lambda: notify("hold"),
+                            backoff=Backoff(*retry) if retry else None)
+    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner, holds)
 
 
 class Wiring:
@@ -241,6 +251,8 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
                   on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
+    if parts is not None:
+        agent.world.holds = parts.holds
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 

@@ -65,7 +65,8 @@ class Stopping:
         if signum is not None:
             log.info("received %s", signal.Signals(signum).name, extra=self._log_extra)
 
-    def write_first(self, record: State, rules: Lifecycle, view: lifecycle.DaemonSetView) -> None:
+    def write_first(self, record: State, rules: Lifecycle, view: lifecycle.DaemonSetView, *,
+                    held: bool = False) -> None:
         """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
         rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
         transition is computed; its ``Restore`` action then finds it done, or meets its refusal as if it had
@@ -75,7 +76,7 @@ class Stopping:
         shutdown."""
         p = self.prepared
         if (self.written_first is not None or p is None or p[1].staged is None or rules.coordinated
-                or (p[0] is not record and p[0] != record) or not lifecycle.restores(rules, view)):
+                or (p[0] is not record and p[0] != record) or not lifecycle.restores(rules, view, held=held)):
             return
         prepared = p[1]
         self.written_view = view
@@ -123,6 +124,12 @@ class Stopping:
             return None
         self._settling = (p[1], seen, changes)
         return wait
+
+    def drop(self) -> None:
+        """Forget the prepared restore and remove its staged file (the node is held: nothing of ours is written)."""
+        if self.prepared is not None:
+            engine.discard(self.prepared[1])
+            self.prepared = None
 
     def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
         """Leave everything for the successor: only the staged restore goes (hidden, and stale for it)."""

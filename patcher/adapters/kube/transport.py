@@ -84,6 +84,7 @@ class Resource:
 
 NODES: Final = Resource("", "v1", "nodes", namespaced=False)
 PODS: Final = Resource("", "v1", "pods")
+PODTEMPLATES: Final = Resource("", "v1", "podtemplates")
 EVENTS: Final = Resource("", "v1", "events")
 CONFIGMAPS: Final = Resource("", "v1", "configmaps")
 DAEMONSETS: Final = Resource("apps", "v1", "daemonsets")
