@@ -335,8 +335,12 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
         stop.set()
         thread.join(5)
     assert result == [0]
-    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path}
+    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path
+               and "PartialObjectMetadata" not in r.headers.get("accept", "")}
     assert watched == {"/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods"}
+    # and the scheduler index's metadata-only watch of kube-system (the unlabelled kube-schedulers)
+    assert {r.path for r in emu.requests("GET") if r.query.get("watch") == "true"
+            and "PartialObjectMetadata" in r.headers.get("accept", "")} == {"/api/v1/namespaces/kube-system/pods"}
     lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
     assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
 
