@@ -391,6 +391,32 @@ def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubec
             a.close()
 
 
+def test_the_leader_renews_with_one_write_a_period_and_reads_after_a_conflict(emu: KubeEmulatorExt,
+                                                                            api: Api) -> None:
+    # client-go's leader renews so: its last write's resourceVersion makes the update a CAS, so no read is
+    # needed while nobody else writes the Lease (an idle install's requests: issue 44).
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
+    e = elector(api, "gk-1")
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.clear_requests()
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= 5, 5)
+        assert emu.requests("GET", lease_path) == [] and e.is_leader()
+        # another writer (an operator's annotation): the next renewal conflicts, reads, and renews
+        emu.mutate("leases", DEFAULT_LEASE, lambda lease: {**lease, "metadata": {
+            **lease["metadata"], "annotations": {"example.com/note": "x"}}}, NS, group="coordination.k8s.io")
+        assert wait_until(lambda: len(emu.requests("GET", lease_path)) >= 1, 5)
+        puts = len(emu.requests("PUT", lease_path))
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= puts + 3, 5)
+        assert e.is_leader() and emu.count("PUT", 409) >= 1
+        held = emu.get("leases", DEFAULT_LEASE, NS, group="coordination.k8s.io")
+        assert held is not None and held["metadata"]["annotations"] == {"example.com/note": "x"}
+        assert held["spec"]["holderIdentity"] == "gk-1"
+    finally:
+        e.stop()
+
+
 def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,
                                                                         api: Api) -> None:
     # The dead holder's renewTime lies in the future (a skewed clock): only our own clock counts.
