@@ -399,6 +399,8 @@ def build(cp: ControlPlane, conn: Conn, args: argparse.Namespace, api: Api, inde
         t_pods += time.perf_counter() - t1
         done = point
         growth.append(growth_point(cp, api, index, old, point))
+        out["growth"] = growth
+        checkpoint(args, out)
     out["build_kube_system_pods_s"] = round(t_pods, 1)
     sample = cp.ok("GET", "/api/v1/namespaces/kube-system/pods/kube-proxy-00000")
     out["kube_system_pod_bytes"] = len(json.dumps(sample, separators=(",", ":")))
@@ -408,6 +410,11 @@ def build(cp: ControlPlane, conn: Conn, args: argparse.Namespace, api: Api, inde
     say(f"  {args.gated} gated pods in {out['build_gated_s']} s")
     out["build_s"] = round(time.perf_counter() - t0, 1)
     _ = t2
+
+
+def checkpoint(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    if args.save is not None:
+        args.save.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
 
 
 def _ok(answer: tuple[int, bytes]) -> None:
@@ -427,6 +434,8 @@ def main() -> int:
     ap.add_argument("--old-ref", default="50c20db", help="the release whose read path is 'old'")
     ap.add_argument("--no-old", action="store_true", help="measure the new read path only")
     ap.add_argument("--create-workers", type=int, default=8)
+    ap.add_argument("--save", type=Path, default=None, help="also write the figures so far to this file after "
+                    "each phase (a long run that fails late keeps what it measured)")
     args = ap.parse_args()
     args.idle_minutes = args.idle_minutes if args.idle_minutes is not None else (1.0 if args.quick else 5.0)
     if (why := missing_reason()) is not None:
@@ -477,6 +486,7 @@ def main() -> int:
                 if "old" in final:
                     out["old"] = dict(final["old"])
                 say(f"  verdict: {final['new']['summary']}")
+                checkpoint(args, out)
             finally:
                 index.stop()
                 api.close()
@@ -486,6 +496,7 @@ def main() -> int:
                 new = install_run(cp, agents, bare, conn, tmp, args, ROOT, "new", "gated-new", args.gated)
                 out["new"].update(new)
                 out["new"]["drain_ratio"] = round(out["ceiling_s"] / new["drain_s"], 3)
+                checkpoint(args, out)
                 if old_root is not None:
                     cp.ok("DELETE", f"/api/v1/namespaces/{WORKLOAD}/pods")
                     wait(lambda: not cp.ok("GET", f"/api/v1/namespaces/{WORKLOAD}/pods?limit=1")["items"], 300, 1)
@@ -494,6 +505,7 @@ def main() -> int:
                                           args.old_drain_pods)
                     out["old"].update(old_run)
                     out["old"]["drain_ratio"] = round(old_run["drain_pods_per_s"] / out["ceiling_pods_per_s"], 3)
+                    checkpoint(args, out)
             finally:
                 agents.kill_all()
     out["load_at_end"] = round(os.getloadavg()[0], 2)
