@@ -434,6 +434,8 @@ def main() -> int:
     ap.add_argument("--old-ref", default="50c20db", help="the release whose read path is 'old'")
     ap.add_argument("--no-old", action="store_true", help="measure the new read path only")
     ap.add_argument("--create-workers", type=int, default=8)
+    ap.add_argument("--no-lock", action="store_true",
+                    help="do not take the real-cluster lock (the caller holds it: a real_cluster test)")
     ap.add_argument("--save", type=Path, default=None, help="also write the figures so far to this file after "
                     "each phase (a long run that fails late keeps what it measured)")
     args = ap.parse_args()
@@ -449,8 +451,10 @@ def main() -> int:
                            "nodes": args.nodes, "kube_system_pods": args.kube_system_pods, "gated": args.gated,
                            "idle_minutes": args.idle_minutes, "old_ref": None if args.no_old else args.old_ref,
                            "goals": GOALS}
-    say("taking the real-cluster lock (tests/realk8s.one_at_a_time)")
-    with one_at_a_time(), tempfile.TemporaryDirectory(prefix="verdict-scale-") as t:
+    if not args.no_lock:
+        say("taking the real-cluster lock (tests/realk8s.one_at_a_time)")
+    lock = contextlib.nullcontext() if args.no_lock else one_at_a_time()
+    with lock, tempfile.TemporaryDirectory(prefix="verdict-scale-") as t:
         tmp = Path(t)
         old_root = None if args.no_old else old_package(args.old_ref, tmp / "old")
         old = None if old_root is None else old_collect(old_root)
