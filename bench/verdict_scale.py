@@ -222,9 +222,10 @@ def start_gatekeeper(cp: ControlPlane, tmp: Path, package_root: Path, tag: str) 
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root), "KUBECONFIG": str(kubeconfig),
            "POD_NAMESPACE": NS, "POD_NAME": f"gatekeeper-{tag}"}
     with log.open("wb") as out:
+        # cwd: `python -m` imports from the working folder first, so the package_root's package runs
         proc = subprocess.Popen([sys.executable, "-m", "patcher", "gatekeeper", "--listen", "127.0.0.1:0",
                                  "--log-format", "json", "--log-level", "info"], env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, cwd=package_root)
     return proc, listening_port(proc, log)
 
 
@@ -236,7 +237,8 @@ def bare_says(cp: ControlPlane, bare: RealNode, ready: bool) -> None:
     """The unlabelled node's agent (the operator widened the DaemonSet's placement) as tests/test_readiness.py
     plays it: Ready copies cp-1's annotations and its scheduler pod's proof (marker, start); not Ready clears
     them (no agent there)."""
-    if not ready:
+    if not ready:  # the scheduler as it was (a new mirror pod once it runs the patch again) and no agent
+        bare.set_pod(bare_pod(cp.binaries.version))
         node = cp.ok("GET", f"/api/v1/nodes/{BARE}")
         gone = {k: None for k in (node["metadata"].get("annotations") or {}) if k.startswith("scheduler-patcher.io/")}
         if gone:
@@ -253,6 +255,16 @@ def bare_says(cp: ControlPlane, bare: RealNode, ready: bool) -> None:
            "spec": mirror["spec"], "status": {k: mirror["status"][k] for k in ("phase", "conditions",
                                                                                "containerStatuses")}}
     bare.set_pod(pod)
+
+
+def bare_pod(version: str) -> dict[str, Any]:
+    """The unlabelled node's scheduler before any patch: a mirror pod without labels."""
+    return {"metadata": {"name": f"kube-scheduler-{BARE}", "namespace": "kube-system",
+                         "annotations": static_pod_annotations({}, "0b5e1ec7ed0000000000000000000001")},
+            "spec": {"containers": [{"name": "kube-scheduler", "image": f"registry.k8s.io/kube-scheduler:v{version}"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "kube-scheduler", "ready": True, "restartCount": 0,
+                                              "state": {"running": {"startedAt": "2026-11-21T23:40:01Z"}}}]}}
 
 
 def idle_requests(cp: ControlPlane, since: float, until: float) -> tuple[float, dict[str, int]]:
@@ -469,14 +481,7 @@ def main() -> int:
             for name in CP_NODES:
                 agents.add_node(name)
             bare = RealNode(cp, BARE).register()
-            bare.set_pod({"metadata": {"name": f"kube-scheduler-{BARE}", "namespace": "kube-system",
-                                       "annotations": static_pod_annotations({}, "0b5e1ec7ed0000000000000000000001")},
-                          "spec": {"containers": [{"name": "kube-scheduler", "image": "registry.k8s.io/kube-scheduler"
-                                                   f":v{binaries.version}"}]},
-                          "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                                     "containerStatuses": [{"name": "kube-scheduler", "ready": True,
-                                                            "restartCount": 0, "state": {"running": {
-                                                                "startedAt": "2026-11-21T23:40:01Z"}}}]}})
+            bare.set_pod(bare_pod(binaries.version))
             conn = Conn(cp)
             api = build_api_client(ClientSettings(kubeconfig=str(cp.kubeconfig), timeout=(10.0, 300.0)))
             index = SchedulerIndex(api)

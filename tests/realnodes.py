@@ -166,7 +166,7 @@ class Agents:
              # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
              "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--check-extenders=false", "--log-format", "json", *self.extra_args],
-            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=self.package_root)
 
     def stop_agent(self, sim: NodeSim, *, delete_pod: bool = False, timeout: float = 60) -> str:
         """SIGTERM, as the kubelet does for a deleted pod; the agent must exit 0. Returns its log."""
