@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/probe_burst.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/gate_real_bench.py  # needs make real-k8s; says so in one line
+	$(BIN)/python bench/verdict_scale.py --json  # the verdict at 5 000 nodes (issue 44); needs make real-k8s
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/extprobe_bench.py
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/webhook_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl

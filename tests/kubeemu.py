@@ -216,6 +216,33 @@ def _fields(r: Resource, text: str | None) -> Selector:
     return selector
 
 
+# --- metadata-only answers (PartialObjectMetadata) ------------------------------------------------------
+
+
+def _as_metadata(accept: str, want: str) -> bool:
+    """Whether the ``Accept`` header asks for ``want`` (``PartialObjectMetadata``, or its ``...List`` for a
+    list): its first entry the server can serve decides, as kube-apiserver's negotiation does; an entry with
+    another ``as=`` (a list's form for a watch) is skipped, and 406 when none is left."""
+    if not accept.strip():
+        return False
+    for entry in accept.split(","):
+        mime, *params = (p.strip() for p in entry.split(";"))
+        if mime not in ("application/json", "application/*", "*/*"):
+            continue
+        given = dict(p.split("=", 1) for p in params if "=" in p)
+        if "as" not in given:
+            return False
+        if given["as"] == want and given.get("g") == "meta.k8s.io" and given.get("v") == "v1":
+            return True
+    raise ApiError(406, f"only the following media types are accepted: application/json, "
+                        f"application/json;as={want};g=meta.k8s.io;v=v1 (asked: {accept})", "NotAcceptable")
+
+
+def metadata_of(obj: Obj) -> Obj:
+    """``obj`` as a ``PartialObjectMetadata``: its metadata, nothing else."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
+
+
 # --- patches ------------------------------------------------------------------------------------------
 
 
@@ -366,6 +393,8 @@ class _Event:
 
     type: str
     object: Obj
+    #: Sent as a ``PartialObjectMetadata`` (a watch that asked for metadata only).
+    metadata_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -382,6 +411,7 @@ class _Subscription:
     fields: Selector
     labels: Selector
     queue: queue.Queue[Any] = field(default_factory=queue.Queue)
+    metadata_only: bool = False
 
     def _matches(self, obj: Obj | None) -> bool:
         return obj is not None and self.fields.matches(obj) and self.labels.matches(obj)
@@ -393,13 +423,13 @@ class _Subscription:
         if change.new is None:
             return None
         if change.type == "DELETED":
-            return _Event("DELETED", change.new) if was else None
+            return _Event("DELETED", change.new, self.metadata_only) if was else None
         if was and now:
-            return _Event(change.type, change.new)
+            return _Event(change.type, change.new, self.metadata_only)
         if now:
-            return _Event("ADDED", change.new)
+            return _Event("ADDED", change.new, self.metadata_only)
         if was:
-            return _Event("DELETED", change.new)
+            return _Event("DELETED", change.new, self.metadata_only)
         return None
 
 
@@ -1053,6 +1083,8 @@ class KubeEmulator:
         """One watch-stream record, without its newline."""
         if isinstance(event, RawLine):
             return event.data
+        if isinstance(event, _Event) and event.metadata_only:
+            return json.dumps({"type": event.type, "object": metadata_of(event.object)}).encode()
         if isinstance(event, _Event):  # the same text as json.dumps({"type": ..., "object": ...})
             return b'{"type": ' + json.dumps(event.type).encode() + b', "object": ' + \
                 self._stored_text(event.object) + b"}"
@@ -1100,16 +1132,19 @@ class KubeEmulator:
                          "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                          "goVersion": "go1.22.8", "compiler": "gc", "platform": "linux/amd64"}
         r, ns, name, _sub = self._route(path)
+        accept = headers.get("accept", "")
         if method == "GET" and name is None and query.get("watch") in ("true", "1"):
-            return self._watch(r, ns, query)
+            return self._watch(r, ns, query, _as_metadata(accept, "PartialObjectMetadata"))
         if method == "GET":
             if name is None:
-                return 200, self._list_response(r, ns, query)
+                return 200, self._list_response(r, ns, query, _as_metadata(accept, "PartialObjectMetadataList"))
+            metadata = _as_metadata(accept, "PartialObjectMetadata")
             with self._lock:
                 found = self._get(r, ns, name)
             if found is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')
-            return 200, self._stored_text(found)  # serialized at once, never changed: no copy
+            # serialized at once, never changed: no copy
+            return 200, json.dumps(metadata_of(found)).encode() if metadata else self._stored_text(found)
         payload = self._json_body(body)
         if method == "POST" and name is None and r.plural == "pods" and not r.group and isinstance(payload, dict):
             # The API server drops a created pod's status (Pending until a kubelet reports through pods/status);
@@ -1134,7 +1169,7 @@ class KubeEmulator:
         except ValueError as exc:
             raise ApiError(400, f"request body is not JSON: {exc}") from exc
 
-    def _list_response(self, r: Resource, ns: str, query: dict[str, str]) -> bytes:
+    def _list_response(self, r: Resource, ns: str, query: dict[str, str], metadata: bool = False) -> bytes:
         fields = _fields(r, query.get("fieldSelector"))
         labels = Selector.parse(query.get("labelSelector"), labels=True)
         limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
@@ -1163,6 +1198,9 @@ class KubeEmulator:
                 self._snapshots.pop(token.split(":")[0], None)
             items = list(page)  # serialized at once, never changed: no copies
         # The text of json.dumps({... "items": items}), each item's made once (see ``_JsonText``).
+        if metadata:
+            return json.dumps({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": meta,
+                               "items": [metadata_of(i) for i in items]}).encode()
         head = json.dumps({"apiVersion": r.api_version, "kind": r.kind + "List", "metadata": meta})
         return (head[:-1] + ', "items": [').encode() + b", ".join(map(self._stored_text, items)) + b"]}"
 
@@ -1187,9 +1225,9 @@ class KubeEmulator:
             result["metadata"]["resourceVersion"] = wanted or current["metadata"]["resourceVersion"]
             return self._replace(r, ns, name, result, owned=True)
 
-    def _watch(self, r: Resource, ns: str, query: dict[str, str]) -> Iterator[Obj | object]:
+    def _watch(self, r: Resource, ns: str, query: dict[str, str], metadata: bool = False) -> Iterator[Obj | object]:
         sub = _Subscription(r, ns or None, _fields(r, query.get("fieldSelector")),
-                            Selector.parse(query.get("labelSelector"), labels=True))
+                            Selector.parse(query.get("labelSelector"), labels=True), metadata_only=metadata)
         rv_text = query.get("resourceVersion", "")
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1") and self.bookmark_interval is not None
@@ -1198,7 +1236,7 @@ class KubeEmulator:
             if rv_text in ("", "0"):
                 for obj in self._scan(r, ns):
                     if sub._matches(obj):
-                        replay.append(_Event("ADDED", obj))
+                        replay.append(_Event("ADDED", obj, metadata))
             else:
                 try:
                     since = int(rv_text)

@@ -118,6 +118,8 @@ class Agents:
     kubeconfig: Path
     sims: dict[str, NodeSim] = field(default_factory=dict)
     extra_args: tuple[str, ...] = ()
+    #: Where the agents' `patcher` package is imported from (bench/verdict_scale.py runs an older release's).
+    package_root: Path = ROOT
 
     def add_node(self, name: str, *, control_plane: bool = True) -> NodeSim:
         """Register the node as its kubelet does, label it as kubeadm does, and start its kubelet."""
@@ -156,7 +158,7 @@ class Agents:
         log = self.tmp / f"{sim.pod}.log"
         sim.logs.append(log)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")}
-        env.update(PYTHONPATH=str(ROOT), NODE_NAME=sim.name, KUBECONFIG=str(self.kubeconfig),
+        env.update(PYTHONPATH=str(self.package_root), NODE_NAME=sim.name, KUBECONFIG=str(self.kubeconfig),
                    POD_NAMESPACE=self.namespace, POD_NAME=sim.pod)
         sim.proc = subprocess.Popen(
             [sys.executable, "-m", "patcher", "run", "--host-root", str(sim.root), "--source", str(sim.src),
@@ -164,7 +166,7 @@ class Agents:
              # kubeletsim shows a refused scheduler ready for 0.3 s (no startup probe): well above that
              "--restart-settle", "2s", "--rollout-lease-duration", "10s",
              "--check-extenders=false", "--log-format", "json", *self.extra_args],
-            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=self.package_root)
 
     def stop_agent(self, sim: NodeSim, *, delete_pod: bool = False, timeout: float = 60) -> str:
         """SIGTERM, as the kubelet does for a deleted pod; the agent must exit 0. Returns its log."""

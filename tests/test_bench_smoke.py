@@ -70,6 +70,28 @@ def run_env(*argv: str, env: dict[str, str]) -> str:
     return proc.stdout
 
 
+@pytest.mark.real_cluster
+def test_the_verdict_scale_bench_measures_both_read_paths(tmp_path: Path) -> None:
+    """bench/verdict_scale.py, tiny: the old and the new read path measured in one run on the real server, the
+    unlabelled scheduler keeping the verdict NotReady until the bench's agent there says Ready (the drains)."""
+    from tests.realk8s import missing_reason
+
+    if (why := missing_reason()) is not None:
+        pytest.skip(why)
+    proc = subprocess.run([sys.executable, "bench/verdict_scale.py", "--json", "--no-lock", "--nodes", "40",
+                           "--kube-system-pods", "200", "--gated", "100", "--old-drain-pods", "50",
+                           "--idle-minutes", "0.2"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    new, old = out["new"], out["old"]
+    assert new["summary"] == old["summary"] == "NotReady: 0/4 nodes ready"
+    assert new["verdict_requests"] <= 10 and new["verdict_bytes"] < old["verdict_bytes"] / 10, (new, old)
+    for side in (new, old):
+        assert side["drain_s"] > 0 and side["agent_rss_mib"] > 0 and side["idle_requests_per_min"] > 0
+    assert [p["kube_system_pods"] for p in out["growth"]] == [200]
+
+
 def test_gate_bench_runs() -> None:
     out = run("bench/gate_bench.py", "--pods", "150", "--stop-pods", "120", "--stop-at", "40")
     for what in ("drain: 150 pods released", "requests", "peak RSS", "stop:", "released after it", "targets ("):

@@ -335,8 +335,12 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
         stop.set()
         thread.join(5)
     assert result == [0]
-    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path}
+    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path
+               and "PartialObjectMetadata" not in r.headers.get("accept", "")}
     assert watched == {"/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods"}
+    # and the scheduler index's metadata-only watch of kube-system (the unlabelled kube-schedulers)
+    assert {r.path for r in emu.requests("GET") if r.query.get("watch") == "true"
+            and "PartialObjectMetadata" in r.headers.get("accept", "")} == {"/api/v1/namespaces/kube-system/pods"}
     lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
     assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
 
@@ -385,6 +389,32 @@ def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubec
             e.stop(release=False)
         for a in apis:
             a.close()
+
+
+def test_the_leader_renews_with_one_write_a_period_and_reads_after_a_conflict(emu: KubeEmulatorExt,
+                                                                            api: Api) -> None:
+    # client-go's leader renews so: its last write's resourceVersion makes the update a CAS, so no read is
+    # needed while nobody else writes the Lease (an idle install's requests: issue 44).
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
+    e = elector(api, "gk-1")
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.clear_requests()
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= 5, 5)
+        assert emu.requests("GET", lease_path) == [] and e.is_leader()
+        # another writer (an operator's annotation): the next renewal conflicts, reads, and renews
+        emu.mutate("leases", DEFAULT_LEASE, lambda lease: {**lease, "metadata": {
+            **lease["metadata"], "annotations": {"example.com/note": "x"}}}, NS, group="coordination.k8s.io")
+        assert wait_until(lambda: len(emu.requests("GET", lease_path)) >= 1, 5)
+        puts = len(emu.requests("PUT", lease_path))
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= puts + 3, 5)
+        assert e.is_leader() and emu.count("PUT", 409) >= 1
+        held = emu.get("leases", DEFAULT_LEASE, NS, group="coordination.k8s.io")
+        assert held is not None and held["metadata"]["annotations"] == {"example.com/note": "x"}
+        assert held["spec"]["holderIdentity"] == "gk-1"
+    finally:
+        e.stop()
 
 
 def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,

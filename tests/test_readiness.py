@@ -219,16 +219,19 @@ def test_the_legacy_master_label_counts_once(emu: KubeEmulatorExt, api: Api) -> 
     assert [r.node for r in collect(api, legacy_master_label=False).rows] == ["cp-1"]
 
 
-def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt, api: Api) -> None:
+def test_scheduler_pods_come_from_the_labelled_list_the_metadata_and_reads_by_name(emu: KubeEmulatorExt,
+                                                                                    api: Api) -> None:
     ready_cluster(emu)
     pods = "/api/v1/namespaces/kube-system/pods"
     emu.clear_requests()
     # kubeletsim-style mirror pods without kubeadm's labels: the labelled list misses them, the namespace's
-    # list has them (Node-owned, named kube-scheduler-<node>); no GET per pod
+    # metadata has them (Node-owned, named kube-scheduler-<node>), each is then read by name; no GET
     assert collect(api).ready
-    reads = [(r.path, r.query.get("labelSelector"), r.query.get("limit")) for r in emu.requests("GET")]
-    assert reads == [("/api/v1/nodes", CP, None), ("/api/v1/nodes", MASTER, None),
-                     (pods, "component=kube-scheduler", "500"), (pods, None, "500")]
+    reads = [(r.path, r.query.get("labelSelector"), r.query.get("fieldSelector"), r.query.get("limit"),
+              "as=PartialObjectMetadataList" in r.headers.get("accept", "")) for r in emu.requests("GET")]
+    assert reads == [("/api/v1/nodes", CP, None, None, False), ("/api/v1/nodes", MASTER, None, None, False),
+                     (pods, "component=kube-scheduler", None, "500", False), (pods, None, None, "500", True),
+                     *((pods, None, f"metadata.name=kube-scheduler-{n}", None, False) for n in NODES)]
     # A caller that may not list pods reads each selected node's mirror pod, and cannot call the cluster Ready:
     # a scheduler outside the selector would be invisible.
     emu.fail("GET", pods, 403)
@@ -241,9 +244,10 @@ def test_scheduler_pods_come_from_two_lists_or_one_get_each(emu: KubeEmulatorExt
                                 "node selector cannot be counted",)
 
 
-def test_with_an_executor_the_four_reads_go_at_once_and_decide_the_same(emu: KubeEmulatorExt,
+def test_with_an_executor_the_four_lists_go_at_once_and_decide_the_same(emu: KubeEmulatorExt,
                                                                          api: Api) -> None:
-    # The gatekeeper reads the verdict between two batches of releases: one round trip, not four (issue 25).
+    # The gatekeeper reads the verdict between two batches of releases: one round trip for the four lists (two
+    # of Nodes, the labelled pods and the namespace's metadata), one for the reads by name (issue 25).
     ready_cluster(emu, ("cp-1", "cp-2", "old-master"))
     set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
     set_node(emu, "cp-4", {}, labels={})

@@ -35,7 +35,8 @@ when the files change), the verdict read from the readiness ConfigMap (``--webho
 answer ``allowed: true``. Every replica serves it, leader or not.
 
 RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
-watch``, ``pods: get, list`` in the mirror-pod namespace, and ``leases: get, create, update`` in its own; with
+watch``, ``pods: get, list, watch`` in the mirror-pod namespace (the verdict's reads, and the metadata-only
+watch that finds the unlabelled kube-schedulers there), and ``leases: get, create, update`` in its own; with
 the webhook, ``configmaps: get, list, watch`` of the verdict ConfigMap only.
 """
 
@@ -57,6 +58,7 @@ from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_a
 from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME, collect
 from patcher.adapters.kube.configmapview import ConfigMapView
 from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.tlsserver import CertReloader, TlsServer
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
@@ -73,9 +75,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LEASE: Final = "scheduler-patcher-gatekeeper"
 DEFAULT_LISTEN: Final = ":9809"
-#: Threads that read the verdict: its Node lists (two selectors) and kube-system pod lists (labelled and all)
-#: go at once, so the pause between two batches of releases is one round trip, not four (issue 25: four
-#: sequential reads were a fifth of a 10 000-pod drain at 5 ms per request).
+#: Threads that read the verdict: its Node lists (two selectors), the labelled kube-system pod list and the reads
+#: by name of the unlabelled schedulers go at once, so the pause between two batches of releases is a round trip
+#: or two, not one per read (issue 25: four sequential reads were a fifth of a 10 000-pod drain at 5 ms each).
 VERDICT_READS: Final = 4
 
 
@@ -104,7 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-batch", None, f"pods released between two reads of the verdict (default: {BATCH_ROUNDS} x "
           "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
-    f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (mirror pods are not watched)",
+    f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (and on every "
+          "change of a control-plane Node's annotations or of a kube-scheduler pod)",
           type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
     f.add("--webhook-listen", "", "serve the admission webhook (HTTPS, POST /mutate) on this address, e.g. "
@@ -189,15 +192,18 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                                     lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
                                     retry_period=args.retry_period,
                                     on_change=leadership_changed)
+        index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
+                               on_change=lambda: gatekeeper.schedulers_changed() if gatekeeper else None,
+                               failure_level=logging.WARNING)
         gatekeeper = Gatekeeper(
-            api, verdict_fn=lambda: collect(api, executor=reads, **kwargs), gate_name=args.gate_name,
+            api, verdict_fn=lambda: collect(api, executor=reads, index=index, **kwargs), gate_name=args.gate_name,
             namespaces=[n.strip() for n in args.namespaces.split(",") if n.strip()],
             node_label_selectors=node_selectors(args.node_selector, args.legacy_master_label),
             prefix=args.annotation_prefix, elector=elector, metrics=metrics, health=health,
             resync_interval=args.resync_interval,
             scheduler_names=[n.strip() for n in args.scheduler_names.split(",") if n.strip()],
             throttle=Throttle(args.kube_api_qps, args.kube_api_burst), concurrency=concurrency,
-            batch_size=args.release_batch or None)
+            batch_size=args.release_batch or None, scheduler_index=index)
         server = HealthServer(health, metrics, args.listen, ready=health.alive)
         webhook = build_webhook(api, args, metrics)
     except (ValueError, OSError, ssl.SSLError) as exc:

@@ -18,6 +18,7 @@ from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_a
 from patcher.adapters.kube.cluster import collect, collect_retrying, node_watchers, wait_ready
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.core import restart
 from patcher.core.readiness import (
     DEFAULT_NODE_SELECTOR,
@@ -90,9 +91,10 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     except ApiConfigError as exc:
         return _fail(str(exc), err)
     kwargs = verdict_kwargs(args)
+    index: SchedulerIndex | None = None
 
     def verdict_fn() -> ClusterVerdict:
-        return collect(api, **kwargs)
+        return collect(api, index=index, **kwargs)
 
     watchers: list[ListWatcher] = []
     error: ApiError | None = None
@@ -103,6 +105,11 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
                                      on_sync=lambda _nodes: changed.set(), on_event=lambda _kind, _node: changed.set())
             for w in watchers:
                 w.start()
+            # Waiting re-reads the verdict: the unlabelled schedulers from a watch of kube-system's metadata (a
+            # scheduler pod's change wakes the wait too), not a list of it each time; one read lists it once.
+            index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
+                                   on_change=changed.set)
+            index.start()
 
             def progress(v: ClusterVerdict) -> None:
                 if not v.ready and args.output == "text":
@@ -115,6 +122,8 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     finally:
         for w in watchers:
             w.stop()
+        if index is not None:
+            index.stop()
         api.close()
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)

@@ -266,6 +266,19 @@ def _other_controller(pod: Obj) -> str | None:
     return None
 
 
+def may_be_unlabelled_scheduler(meta: Obj, static_pod_name: str = "kube-scheduler") -> bool:
+    """Whether a pod with this ``metadata`` could be one ``scheduler_pods`` counts without its label. Pure.
+
+    ``scheduler_pods`` counts an unlabelled pod when a Node owns it and its name is ``<static-pod-name>-<node>``
+    for the node it runs on; the node (``spec.nodeName``) is not in the metadata, so this asks for a Node owner
+    and the name's prefix: a superset, judged in full once the pod itself is read. In a kube-system of
+    thousands of pods it is the few kube-schedulers (other mirror pods have other names).
+    """
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return (isinstance(name, str) and name.startswith(f"{static_pod_name}-")
+            and _node_owner({"metadata": meta}) is not None)
+
+
 @dataclass(frozen=True)
 class SchedulerPods:
     """The static kube-scheduler pods found in the cluster, by the node they run on."""

@@ -34,6 +34,7 @@ from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.gaterelease import GateOutcome, pending_pod_watchers, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
 from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
 from patcher.core.kubeobj import Obj, dig
@@ -55,7 +56,8 @@ WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 
 #: and every 429 pauses the whole pool for the server's Retry-After.
 DEFAULT_QPS: Final = 2000.0
 DEFAULT_BURST: Final = 32
-#: Batches of this many times the concurrency: the verdict is read again (three requests) between two.
+#: Batches of this many times the concurrency: the verdict is read again between two (its Node lists, the labelled
+#: kube-scheduler pods and the unlabelled ones by name: a few small requests, whatever kube-system holds).
 BATCH_ROUNDS: Final = 4
 
 
@@ -117,7 +119,9 @@ class Gatekeeper:
     changes trigger a re-evaluation. Without an ``elector`` this replica always acts (one replica, or tests).
     ``scheduler_names`` narrows the pod watch to pods of those schedulers (default: any).
     ``concurrency`` releases run at once (default: the throttle's burst), ``batch_size`` pods go between two
-    reads of the verdict (default: ``BATCH_ROUNDS`` times the concurrency).
+    reads of the verdict (default: ``BATCH_ROUNDS`` times the concurrency). ``scheduler_index`` (the one
+    ``verdict_fn`` reads) is started and stopped with the watches; give it ``schedulers_changed`` as its
+    ``on_change``: a scheduler pod that came, went or changed makes the verdict stale, as a Node change does.
     """
 
     def __init__(
@@ -139,6 +143,7 @@ class Gatekeeper:
         throttle: Throttle | None = None,
         concurrency: int | None = None,
         batch_size: int | None = None,
+        scheduler_index: SchedulerIndex | None = None,
     ) -> None:
         if not gate_name:
             raise ValueError("the gate name must not be empty")
@@ -169,6 +174,7 @@ class Gatekeeper:
         self._verdict_backoff = self._backoff.fresh()
         self._release_backoff = self._backoff.fresh()
         self.verdict: ClusterVerdict | None = None
+        self._index = scheduler_index
         wb = self._backoff.fresh()
         self._watchers: list[ListWatcher] = [
             *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
@@ -182,6 +188,12 @@ class Gatekeeper:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def schedulers_changed(self) -> None:
+        """A kube-scheduler pod came, went or changed (the scheduler index's watch): read the verdict again."""
+        with self._lock:
+            self._verdict_stale = True
+        self.wake()
 
     def _pods_synced(self, scope: str | None, items: list[GatedPod]) -> None:
         with self._lock:
@@ -223,17 +235,22 @@ class Gatekeeper:
     # -- the loop --------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self._index is not None:
+            self._index.start()
         for w in self._watchers:
             w.start()
 
     def stop(self) -> None:
         for w in self._watchers:
             w.stop()
+        if self._index is not None:
+            self._index.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def wait_synced(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
+        synced = all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
+        return synced and (self._index is None or self._index.wait_fresh(max(0.0, deadline - time.monotonic())))
 
     def waiting(self) -> list[GatedPod]:
         """The gated pods known right now."""

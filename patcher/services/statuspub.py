@@ -1,7 +1,10 @@
 """The agents' copy of the cluster verdict: ConfigMaps for readers that cannot run our code.
 
-Every agent republishes after each of its own state changes (and at a slow pace otherwise), from its own
-thread: the verdict reads every control-plane Node and mirror pod, which must never delay the agent loop.
+Every agent republishes after each of its own state changes, after a change of a kube-scheduler pod its
+``SchedulerIndex`` sees (and at a slow pace otherwise), from its own thread: the verdict reads every
+control-plane Node and scheduler pod, which must never delay the agent loop. The index (a metadata-only watch
+of the mirror pods' namespace, reduced to the few unlabelled scheduler candidates) keeps a verdict's reads to
+the control plane's size, not kube-system's.
 ``publish_status`` re-reads the ConfigMap before writing and retries on conflicts, so several agents writing
 at once always leave the newest verdict behind.
 """
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError
+from patcher.adapters.kube.schedindex import SchedulerIndex
 
 if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
     from patcher.adapters.kube.transport import Api
@@ -35,7 +39,7 @@ class StatusTarget:
 
 class StatusPublisher:
     def __init__(self, api: Api, target: StatusTarget, *, backoff: Backoff | None = None,
-                 refresh: float = 300.0) -> None:
+                 refresh: float = 300.0, index: bool = True) -> None:
         self.api = api
         self.target = target
         self.backoff = backoff or Backoff(1.0, 60.0)
@@ -43,12 +47,16 @@ class StatusPublisher:
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
+        self.index = SchedulerIndex(api, target.mirror_namespace, target.static_pod_name, on_change=self.kick,
+                                    backoff=Backoff(1.0, 60.0)) if index else None
 
     def start(self) -> None:
         # Publish once at start, not only after a phase change: an agent whose first write is held back (the
         # extender down, its turn not come) starts and stays Pending, and until a verdict is published the
         # admission policy gates nothing (its ConfigMap missing). Seen on the real API server (issue 31 d).
         self._kick.set()
+        if self.index is not None:
+            self.index.start()
         self._thread.start()
 
     def kick(self) -> None:
@@ -58,6 +66,8 @@ class StatusPublisher:
     def stop(self) -> None:
         self._stop.set()
         self._kick.set()
+        if self.index is not None:
+            self.index.stop()
         self._thread.join(3)
 
     def publish_once(self) -> None:
@@ -65,7 +75,7 @@ class StatusPublisher:
         publish_status(
             self.api,
             lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
-                            mirror_namespace=t.mirror_namespace),
+                            mirror_namespace=t.mirror_namespace, index=self.index),
             namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal, compat_namespace=t.compat_namespace)
 
     def _run(self) -> None:
@@ -76,6 +86,8 @@ class StatusPublisher:
             self._kick.clear()
             if self._stop.wait(1.0):  # let the node reporter deliver the annotation this verdict reads
                 return
+            if self.index is not None:  # the first verdict: from the index, not a list of its own beside it
+                self.index.wait_fresh(10.0)
             try:
                 self.publish_once()
                 self.backoff.reset()

@@ -1,6 +1,7 @@
 """The cluster as the readiness verdict sees it: the API reads behind it, its watch, its ConfigMaps.
 
-``collect`` lists the control-plane Nodes and reads their mirror pods, then hands them to the pure
+``collect`` lists the control-plane Nodes and reads the kube-scheduler pods (the labelled list, and by name
+the unlabelled ones a ``schedindex.SchedulerIndex`` or a metadata-only list found), then hands them to the pure
 ``patcher.core.readiness.evaluate``; ``wait_ready``/``collect_retrying`` repeat it through API failures;
 ``publish_status`` writes the verdict into ConfigMaps (``scheduler-patcher-status``, and the csi-baremetal
 ``extender-readiness``) with a resourceVersion check, so several writers always leave the newest behind.
@@ -21,7 +22,8 @@ from typing import Final, TypeVar
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher
-from patcher.adapters.kube.transport import CONFIGMAPS, NODES, PODS, Api
+from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
+from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.readiness import (
@@ -110,13 +112,15 @@ def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
     return found
 
 
-#: Page size of the namespace-wide pod list: kube-system holds a pod per node for every node agent (CNI,
+#: Page size of the namespace's pod lists: kube-system holds a pod per node for every node agent (CNI,
 #: kube-proxy), thousands on a large cluster; pages keep each response bounded.
 POD_PAGE: Final = 500
 
 
-def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
-    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
+def list_pods(api: Api, namespace: str, label_selector: str | None = None, *,
+              accept: str | None = None) -> list[Obj]:
+    """Every pod of ``namespace`` (matching ``label_selector``), page by page (``accept=METADATA_LIST``: their
+    metadata only)."""
     items: list[Obj] = []
     token: str | None = None
     what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
@@ -126,42 +130,73 @@ def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> li
             kwargs["label_selector"] = label_selector
         if token:
             kwargs["continue_"] = token
-        body = api_json(what, api.list, PODS, namespace=namespace, **kwargs)
+        body = api_json(what, api.list, PODS, namespace=namespace, accept=accept, **kwargs)
         items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
         token = dig(body, "metadata", "continue") or None
         if not token:
             return items
 
 
-def _scheduler_lists(api: Api, namespace: str,
-                     label_selector: str | None) -> list[Callable[[], list[Obj]]]:
-    """The reads behind ``find_schedulers``: the labelled list (when there is a selector), then the whole
-    namespace."""
-    calls: list[Callable[[], list[Obj]]] = [functools.partial(list_pods, api, namespace)]
-    if label_selector:
-        calls.insert(0, functools.partial(list_pods, api, namespace, label_selector))
-    return calls
+def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
+    """``schedindex.candidate_names`` of one metadata-only list of ``namespace``, page by page: the one-shot
+    read (``readiness``), and the fallback of a ``SchedulerIndex`` that does not follow the server right now."""
+    names: list[str] = []
+    token: str | None = None
+    while True:
+        kwargs: dict[str, object] = {"limit": POD_PAGE}
+        if token:
+            kwargs["continue_"] = token
+        body = api_json(f"list pods in {namespace} (metadata)", api.list, PODS, namespace=namespace,
+                        accept=METADATA_LIST, **kwargs)
+        names.extend(candidate_names(body.get("items") or [], static_pod_name))
+        token = dig(body, "metadata", "continue") or None
+        del body  # a page is the most held at once
+        if not token:
+            return sorted(names)
+
+
+def read_pod(api: Api, namespace: str, name: str) -> Obj | None:
+    """One pod by name (``None`` when absent), as a list with a ``metadata.name`` field selector: ``list`` is
+    what every verdict reader is granted in that namespace (the agent has no ``get`` there); the server
+    answers it from one key."""
+    body = api_json(f"list pods in {namespace} (metadata.name={name})", api.list, PODS, namespace=namespace,
+                    field_selector=f"metadata.name={name}")
+    items = [i for i in body.get("items") or [] if isinstance(i, dict) and dig(i, "metadata", "name") == name]
+    return items[0] if items else None
 
 
 def find_schedulers(api: Api, namespace: str, label_selector: str | None,
-                    static_pod_name: str, executor: Executor | None = None) -> SchedulerPods | None:
+                    static_pod_name: str, executor: Executor | None = None,
+                    index: SchedulerIndex | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
     may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
 
-    Two lists (at once on ``executor``): the labelled one (the server applies the selector, set-based forms
-    included) and the whole namespace for Node-owned pods without the label (the owner cannot be selected on
-    server-side).
+    The labelled list (the server applies the selector, set-based forms included) finds kubeadm's and RKE2's
+    schedulers; a Node-owned ``<static-pod-name>-<node>`` without the label (the owner cannot be selected on
+    server-side) is found by name among the namespace's metadata: ``index``'s when it follows the server, else
+    one metadata-only list. Each candidate the labelled list did not bring is then read by name. Requests, with
+    a fresh ``index``: the labelled list and one read per unlabelled candidate, whatever the namespace's size.
+    On ``executor`` the labelled list and the metadata list go at once, then the reads at once.
     """
+    lists: list[Callable[[], object]] = []
+    if label_selector:
+        lists.append(functools.partial(list_pods, api, namespace, label_selector))
+    known = index.candidates() if index is not None else None
+    if known is None:
+        lists.append(functools.partial(listed_candidates, api, namespace, static_pod_name))
     try:
-        return _schedulers(fan_out(executor, _scheduler_lists(api, namespace, label_selector)), static_pod_name)
+        answers = fan_out(executor, lists)
+        labelled: list[Obj] = answers.pop(0) if label_selector else []  # type: ignore[assignment]
+        names: list[str] = answers.pop(0) if known is None else known  # type: ignore[assignment]
+        have = {dig(p, "metadata", "name") for p in labelled}
+        missing = [n for n in names if n not in have]
+        read = fan_out(executor, [functools.partial(read_pod, api, namespace, n) for n in missing])
     except Forbidden:
         return None
-
-
-def _schedulers(lists: list[list[Obj]], static_pod_name: str) -> SchedulerPods:
-    """``scheduler_pods`` of what the reads of ``_scheduler_lists`` returned."""
-    *labelled, everything = lists
-    return scheduler_pods(labelled[0] if labelled else [], everything, static_pod_name=static_pod_name)
+    # In the namespace's order (by name), as the whole list gave them: the labelled ones and the candidates.
+    node_owned = sorted([*labelled, *(p for p in read if p is not None)],
+                        key=lambda p: str(dig(p, "metadata", "name")))
+    return scheduler_pods(labelled, node_owned, static_pod_name=static_pod_name)
 
 
 def _read_node(api: Api, name: str) -> Obj:
@@ -172,14 +207,6 @@ def _read_node(api: Api, name: str) -> Obj:
     body = api_json(f"list nodes (metadata.name={name})", api.list, NODES, field_selector=f"metadata.name={name}")
     items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
     return items[0] if items else {"metadata": {"name": name}}
-
-
-def _unless_forbidden(call: Callable[[], list[Obj]]) -> list[Obj] | None:
-    """``call()``, or ``None`` when RBAC forbids it."""
-    try:
-        return call()
-    except Forbidden:
-        return None
 
 
 def collect(
@@ -194,6 +221,7 @@ def collect(
     container_name: str = restart.DEFAULT_CONTAINER,
     expected_hash: str | None = None,
     executor: Executor | None = None,
+    index: SchedulerIndex | None = None,
 ) -> ClusterVerdict:
     """Read the kube-scheduler pods and the control-plane Nodes and decide. Raises ``ApiError``.
 
@@ -201,29 +229,28 @@ def collect(
     selector misses (an installer that does not label its control plane) runs without the extender and
     without an agent, and must make the verdict NotReady. ``node_selector`` is unioned with the legacy
     ``node-role.kubernetes.io/master`` label unless ``legacy_master_label`` is false; a selected node without a
-    scheduler pod is NotReady too. Requests: one Node list per selector, the labelled pod list and the
-    namespace's pod list (paged), a Node list by name for each node only a scheduler pod led to. A caller
-    that may not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere
-    cannot be counted).
+    scheduler pod is NotReady too. Requests: one Node list per selector, the labelled pod list, a read by name
+    of each unlabelled candidate (``find_schedulers``; without a fresh ``index`` one metadata-only list of the
+    namespace first, paged), a Node list by name for each node only a scheduler pod led to. A caller that may
+    not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere cannot be
+    counted).
 
-    With an ``executor`` the Node lists and the pod lists are sent all at once (one round trip instead of
-    four): the gatekeeper reads the verdict between two batches of releases, with its release pool idle.
+    With an ``executor`` the Node lists and the pod reads are sent at once (a round trip for the lists, one
+    for the reads by name): the gatekeeper reads the verdict between two batches of releases, with its release
+    pool idle.
     """
     check_expected_hash(expected_hash)
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
         nodes = list_nodes(api, selectors)
-        found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name)
+        found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
-        pod_reads = [executor.submit(_unless_forbidden, call)
-                     for call in _scheduler_lists(api, mirror_namespace, mirror_label_selector)]
-        concurrent.futures.wait(node_reads)
-        concurrent.futures.wait(pod_reads)  # both sets ended: no read outlives this verdict
+        try:
+            found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, executor, index)
+        finally:
+            concurrent.futures.wait(node_reads)  # no read outlives this verdict
         nodes = _merge_nodes(f.result() for f in node_reads)
-        pod_lists = [f.result() for f in pod_reads]
-        found = None if any(p is None for p in pod_lists) else _schedulers(
-            [p or [] for p in pod_lists], static_pod_name)
     selected = {str(dig(n, "metadata", "name")) for n in nodes}
     problems: list[str] = []
     if found is None:

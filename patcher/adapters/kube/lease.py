@@ -76,6 +76,8 @@ class Lease:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self.holder: str | None = None  # the holder seen on the last read
+        #: The Lease as our last write of it left it (ours), for a renewal without a read first.
+        self._ours: Obj | None = None
 
     # -- one round trip each -------------------------------------------------------------------------------
 
@@ -128,9 +130,28 @@ class Lease:
                 "leaseTransitions": int(previous.get("leaseTransitions") or 0)
                 + (1 if previous.get("holderIdentity") and not mine else 0)}
 
+    def _renew_unread(self, *, deadline: float) -> bool:
+        """Renew with one write of the Lease as our last write left it: its resourceVersion makes it a CAS, so it
+        succeeds only if nobody wrote the Lease since, which is what a read would have shown (client-go's
+        leader renews so too). False when someone did (409) or it failed: then read, as for a first take."""
+        if self._ours is None:
+            return False
+        try:
+            self._ours = self._write({**self._ours, "spec": self._spec(self._ours.get("spec") or {})},
+                                     deadline=deadline)
+        except ApiError as exc:
+            self._ours = None
+            log.debug("renewing Lease %s/%s without a read: %s", self.namespace, self.name, exc)
+            return False
+        self.holder = self.identity
+        return True
+
     def acquire_or_renew(self, *, deadline: float, refuse: Callable[[Obj], bool] | None = None) -> Outcome:
         """One read and at most one CAS write. ``refuse(lease)`` is checked on the very object we would
-        replace, so "is it allowed?" and "take it" cannot be split by another writer."""
+        replace, so "is it allowed?" and "take it" cannot be split by another writer. Without ``refuse``, a
+        holder renews with the write alone (``_renew_unread``): one request a period, not two."""
+        if refuse is None and self._renew_unread(deadline=deadline):
+            return Outcome.HELD
         try:
             lease = self.read(deadline=deadline)
             if lease is not None and refuse is not None and refuse(lease):
@@ -143,7 +164,8 @@ class Lease:
                 log.warning("taking over Lease %s/%s from %s (unchanged for %.0fs on our clock)", self.namespace,
                             self.name, self.holder, float(spec.get("leaseDurationSeconds") or self.duration))
             body = lease or {}
-            self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
+            written = self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
+            self._ours = written if refuse is None else None
             self.holder = self.identity
             return Outcome.HELD
         except Conflict as exc:  # another writer came first: an answer (the next read tells who)
@@ -156,6 +178,7 @@ class Lease:
     def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None,
                 attempts: int = 5) -> bool:
         """Hand the Lease back (when ours) and/or change its annotations, retrying a 409 with a fresh read."""
+        self._ours = None
         for _ in range(attempts):
             try:
                 lease = self.read(deadline=deadline)

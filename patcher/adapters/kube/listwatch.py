@@ -173,6 +173,8 @@ class ListWatcher:
     each object as it arrives, so a full page is the most that is ever held at once, never the whole list.
     ``shortcut`` sees each whole (newline-ended) watch line first: ``(type, item, resourceVersion)`` delivers
     ``item`` as it is, without decoding the line in full (see ``event_metadata``); ``None`` decodes it as usual.
+    ``metadata_only`` asks the server for each object's metadata only (``PartialObjectMetadata``: names, labels,
+    owners), what a cache of a large namespace needs when it only looks for a few objects in it.
 
     ``fresh`` is true while the view follows the server: the last list succeeded and a watch from it is
     open, or ended normally and is being resumed. It turns false on any failure, undecodable data or a
@@ -199,8 +201,14 @@ class ListWatcher:
         page_size: int | None = None,
         transform: Callable[[Obj], Any] | None = None,
         shortcut: Callable[[bytes], tuple[str, Any, str] | None] | None = None,
+        metadata_only: bool = False,
     ) -> None:
         self._api = api
+        self._accept: dict[str, str] = {}
+        if metadata_only:
+            from patcher.adapters.kube.transport import METADATA_LIST, METADATA_WATCH
+
+            self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH}
         self._resource = resource
         self._namespace = namespace
         self._shortcut = shortcut
@@ -337,7 +345,7 @@ class ListWatcher:
         while True:
             try:
                 body = api_json(what, self._api.list, self._resource, namespace=self._namespace,
-                                **self._selectors, **paging)
+                                accept=self._accept.get("list"), **self._selectors, **paging)
             except ApiError as exc:
                 if exc.status == 410:  # the continue token outlived the snapshot it pointed into
                     raise _Gone() from exc
@@ -366,7 +374,8 @@ class ListWatcher:
             with api_call(what):
                 resp: Any = self._api.watch(
                     self._resource, namespace=self._namespace, resource_version=rv,
-                    timeout_seconds=self._watch_timeout, connect_timeout=self._connect_timeout, **self._selectors,
+                    timeout_seconds=self._watch_timeout, connect_timeout=self._connect_timeout,
+                    accept=self._accept.get("watch"), **self._selectors,
                 )
         except ApiError as exc:
             if exc.status == 410:

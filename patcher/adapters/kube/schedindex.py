@@ -1,0 +1,129 @@
+"""The names of the kube-scheduler pods a label cannot find, kept by a metadata-only watch of their namespace.
+
+The readiness verdict counts a kube-scheduler on a node the control-plane selector misses, and one without
+kubeadm's ``component=kube-scheduler`` label: a Node-owned mirror pod ``kube-scheduler-<node>`` (an installer
+that labels neither its control-plane nodes nor their static pods). Neither the node nor the pod can be
+selected on the server, so the verdict used to list every pod of kube-system, whole, page by page: on a large
+cluster a pod per node for each node agent (kube-proxy, the CNI, CSI node plugins), 20 000 pods and 100+ MB
+a verdict.
+
+Here the namespace is listed once and then watched, metadata only (``PartialObjectMetadata``: no spec, no
+status), and each pod is reduced as it arrives to whether it may be such a scheduler
+(``core.readiness.may_be_unlabelled_scheduler``: a Node owner and the name's prefix). What is kept is a set of
+a few names; a verdict reads those pods by name (``cluster.collect``), beside the labelled list. The
+agents' status publisher and the gatekeeper each keep one; ``on_change`` tells them when a candidate came,
+went or changed (a scheduler's status shows in its metadata's resourceVersion), so they read the verdict
+again. RBAC: ``list`` and ``watch`` on pods in the namespace, what the agent's mirror-pod watch has already.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import PODS, Api
+from patcher.core.kubeobj import Obj, dig
+from patcher.core.readiness import may_be_unlabelled_scheduler
+
+log = logging.getLogger(__name__)
+
+#: Pods a page when the namespace is listed: metadata only, ~1-4 KB a pod (its managed fields are most of it).
+PAGE: Final = 500
+
+#: What a pod is reduced to: its name, and whether it may be an unlabelled scheduler.
+Reduced = tuple[str, bool]
+
+
+class SchedulerIndex:
+    """The candidate names (``candidates()``), followed by a metadata-only list and watch of ``namespace``."""
+
+    def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
+                 on_change: Callable[[], None] | None = None, backoff: Backoff | None = None,
+                 watch_timeout_s: int = 240, failure_level: int = logging.INFO, page_size: int = PAGE) -> None:
+        self.namespace = namespace
+        self.static_pod_name = static_pod_name
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._names: set[str] = set()
+        self._watcher = ListWatcher(
+            api, PODS, namespace, on_sync=self._synced, on_event=self._event, name=f"scheduler index ({namespace})",
+            backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=failure_level, page_size=page_size,
+            transform=self._reduce, metadata_only=True)
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._watcher.stop(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._watcher.wait_synced(timeout)
+
+    def wait_fresh(self, timeout: float) -> bool:
+        """Wait until the view follows the server (listed, and the watch from that list open)."""
+        deadline = time.monotonic() + timeout
+        if not self._watcher.wait_synced(timeout):
+            return False
+        while not self._watcher.fresh:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    @property
+    def fresh(self) -> bool:
+        return self._watcher.fresh
+
+    @property
+    def lists(self) -> int:
+        """How many times the namespace was listed (once, unless the watch could not resume)."""
+        return self._watcher.lists
+
+    def candidates(self) -> list[str] | None:
+        """The candidate pods' names, sorted; ``None`` unless the view follows the server right now (listed and
+        watching): then the caller lists the namespace itself, a stale view could miss a scheduler."""
+        if not self._watcher.fresh:
+            return None
+        with self._lock:
+            return sorted(self._names)
+
+    def _reduce(self, obj: Obj) -> Reduced:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        return str(meta.get("name") or ""), may_be_unlabelled_scheduler(meta, self.static_pod_name)
+
+    def _synced(self, items: list[Reduced]) -> None:
+        names = {name for name, candidate in items if candidate}
+        with self._lock:
+            changed, self._names = names != self._names, names
+        if changed:
+            self._changed()
+
+    def _event(self, kind: str, item: Reduced) -> None:
+        name, candidate = item
+        with self._lock:
+            known = name in self._names
+            if candidate and kind != "DELETED":
+                self._names.add(name)
+            else:
+                self._names.discard(name)
+        if known or candidate:  # a candidate came, went, or changed (its status, its owner)
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:
+                log.exception("scheduler index change hook failed")
+
+
+def candidate_names(items: list[Any], static_pod_name: str) -> list[str]:
+    """The candidates among listed pods (whole or metadata only), sorted: the one-shot form of the index."""
+    return sorted(str(dig(i, "metadata", "name")) for i in items
+                  if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
