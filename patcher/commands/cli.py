@@ -267,7 +267,9 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
           "the agent's namespace (rollout Lease, status ConfigMaps)")
     f = _section(p, "api")
-    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
+          "else ~/.kube/config, else the in-cluster service account)")
+    f.add("--context", None, "the kubeconfig context to use (kubectl's --context; default: its current context)")
     f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
     f = _section(p, "lifecycle")
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
@@ -341,7 +343,7 @@ def run_settings(args: argparse.Namespace) -> Settings:
         loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
                   extender_probe_interval=args.extender_probe_interval),
         pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace),
-        api=None if args.no_api else Api(kubeconfig=args.kubeconfig),
+        api=None if args.no_api else Api(kubeconfig=args.kubeconfig, context=args.context),
         rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
         status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
                       compat_namespace=args.compat_namespace),

@@ -169,7 +169,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         concurrency = args.release_concurrency or args.kube_api_burst
         # Every worker and verdict reader keeps its connection, plus the watches and the Lease: none opened and
         # dropped per request.
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, pool_size=concurrency + VERDICT_READS + 8))
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context,
+                                              pool_size=concurrency + VERDICT_READS + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
         return 1

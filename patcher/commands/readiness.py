@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -37,7 +36,9 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     from patcher.commands.flags import Flags, boolean
 
     f = Flags(p)
-    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
+          "else ~/.kube/config, else the in-cluster service account)")
+    f.add("--context", None, "the kubeconfig context to use (kubectl's --context; default: its current context)")
     f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of the agents' Node annotations")
     f.add("--node-selector", DEFAULT_NODE_SELECTOR, "label selector of the control-plane nodes")
     f.add("--legacy-master-label", "true", f"also count nodes labelled {LEGACY_MASTER_SELECTOR}", type=boolean)
@@ -86,7 +87,7 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     except ValueError as exc:
         return _fail(f"--expected-hash: {exc}", err)
     try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
     except ApiConfigError as exc:
         return _fail(str(exc), err)
     kwargs = verdict_kwargs(args)
