@@ -272,7 +272,7 @@ RUN_FLAG_VALUES = {
     "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
     "--log-format": "json", "--log-level": "debug", "--check-extenders": "false",
-    "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1",
+    "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1", "--termination-grace-period": "60",
 }
 
 

@@ -289,6 +289,8 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
           "--restore-on-exit=auto its DaemonSet is read through it")
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
           "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f.add("--termination-grace-period", None, "the pod's terminationGracePeriodSeconds (the DaemonSet sets it; the "
+          "downward API cannot): --grace-period must be shorter", type=duration)
     f = _section(p, "api")
     f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
           "else ~/.kube/config, else the in-cluster service account)")
@@ -354,6 +356,11 @@ def run_settings(args: argparse.Namespace) -> Settings:
     if args.restart_settle >= args.restart_timeout:
         raise RunFlagError(f"--restart-settle {args.restart_settle:g}s: must be shorter than --restart-timeout "
                            f"({args.restart_timeout:g}s), or no restart could ever count as Ready")
+    grace, kill = args.grace_period, args.termination_grace_period
+    if kill is not None and grace >= kill:
+        raise RunFlagError(f"--grace-period {grace:g}s: must be shorter than --termination-grace-period ({kill:g}s, "
+                           "the pod's terminationGracePeriodSeconds), or the kubelet kills the agent inside its "
+                           "restore")
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
@@ -365,7 +372,8 @@ def run_settings(args: argparse.Namespace) -> Settings:
                             check_extenders=args.check_extenders),
         loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
                   extender_probe_interval=args.extender_probe_interval),
-        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace),
+        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace,
+                termination_grace=args.termination_grace_period),
         api=None if args.no_api else Api(kubeconfig=args.kubeconfig, context=args.context),
         rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
         status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,

@@ -146,6 +146,9 @@ class Pod:
     pod_name: str = field(default="", metadata=flag("--pod-name"))
     #: The agent's namespace: the rollout Lease and the status ConfigMaps live there.
     namespace: str = field(default="scheduler-patcher", metadata=flag("--namespace"))
+    #: The pod's ``terminationGracePeriodSeconds``, as its DaemonSet says (the downward API cannot): the stop's
+    #: ``--grace-period`` must end before it, or the kubelet kills the agent inside its restore. None: unknown.
+    termination_grace: float | None = field(default=None, metadata=flag("--termination-grace-period"))
 
 
 @dataclass(frozen=True)
