@@ -190,3 +190,11 @@ def test_sync_version_rewrites_every_copy(tmp_path: Path) -> None:
     assert chart["version"] == chart["appVersion"] == "7.8.9"
     for rel in sync_version.KUSTOMIZATIONS:
         assert yaml.safe_load((tmp_path / rel).read_text())["images"][0]["newTag"] == "7.8.9"
+
+
+def test_the_charts_list_of_run_flags_is_the_clis() -> None:
+    """templates/validate.yaml refuses an ``extraArgs`` flag ``run`` does not have (the agent would exit 64)."""
+    guards = (CHART / "templates/validate.yaml").read_text("utf-8")
+    [listed] = re.findall(r"\$runFlags := list (.*) \}\}", guards)
+    flags = {o for a in subparser("run")._actions for o in a.option_strings if o.startswith("--")}
+    assert set(json.loads("[" + listed.replace('" "', '", "') + "]")) == flags, "add the new flag to the list"
