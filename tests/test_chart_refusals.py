@@ -206,3 +206,28 @@ def test_the_pods_termination_grace_reaches_the_agent(charts: tuple[Path, Path],
         spec = pod_spec(ds)
         env = env_of(spec["containers"][0])
         assert env["PATCHER_TERMINATION_GRACE_PERIOD"]["value"] == f"{spec['terminationGracePeriodSeconds']}s"
+
+
+def test_helm_install_refuses_too(charts: tuple[Path, Path], tmp_path: Path) -> None:
+    """``helm install`` runs the same guards as ``helm template`` (before anything reaches the cluster)."""
+    assert HELM is not None
+    chart, _ = charts
+    proc = run_helm(HELM, "install", "--dry-run=client", RELEASE, str(chart), "--namespace", NAMESPACE,
+                    values={"agent": {"restartSettle": "20m"}}, tmp=tmp_path)
+    assert proc.returncode != 0
+    assert ("agent.restartSettle: --restart-settle 1200s: must be shorter than --restart-timeout (600s), or no "
+            "restart could ever count as Ready") in proc.stderr
+
+
+@pytest.mark.parametrize(("version", "installs"), [
+    ("{}.{}.0".format(*SUPPORTED_MINORS[0]), True), ("{}.{}.9".format(*SUPPORTED_MINORS[1]), True),
+    (f"{SUPPORTED_MINORS[0][0]}.{SUPPORTED_MINORS[0][1] - 1}.5", False),
+    (f"{SUPPORTED_MINORS[1][0]}.{SUPPORTED_MINORS[1][1] + 1}.0", False),
+])
+def test_the_charts_kube_version_is_the_supported_range(charts: tuple[Path, Path], tmp_path: Path, version: str,
+                                                        installs: bool) -> None:
+    chart, _ = charts
+    code, err, _ = helm_template(chart, {}, tmp_path, "--kube-version", version)
+    assert (code == 0) == installs, err
+    if not installs:
+        assert "incompatible with Kubernetes" in err

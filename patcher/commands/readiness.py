@@ -46,7 +46,16 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     f.add("--static-pod-name", "kube-scheduler", "name of the scheduler static pod (mirror pods: <name>-<node>)")
     f.add("--container-name", restart.DEFAULT_CONTAINER, "the scheduler container in the mirror pod")
     f.add("--expected-hash", None, "source-hash (or config-hash) every node must run, 12 to 64 hex digits "
-          "(default: the one they all agree on)")
+          "(default: the one they all agree on)", type=expected_hash)
+
+
+def expected_hash(value: str) -> str:
+    """``--expected-hash``: checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
+    try:
+        check_expected_hash(value or None)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
