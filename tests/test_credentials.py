@@ -80,7 +80,8 @@ def test_kubeconfig_is_a_merged_list_where_the_first_file_wins(two: tuple[KubeEm
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    (ClientSettings(context="nope"), "cannot load the kubeconfig {kc} ($KUBECONFIG): "),
+    (ClientSettings(context="nope"), "--context nope: no such context in the kubeconfig {kc} ($KUBECONFIG; its "
+                                     "contexts: a)"),
     (ClientSettings(kubeconfig="{tmp}/absent"), "cannot load the kubeconfig {tmp}/absent (--kubeconfig): no such file"),
 ])
 def test_refusals_are_one_line(tmp_path: Path, settings: ClientSettings, message: str) -> None:

@@ -92,17 +92,24 @@ def kubeconfig_files(explicit: str | None, environ: Mapping[str, str]) -> tuple[
     return ([path] if path and os.path.isfile(path) else []), "~/.kube/config"
 
 
-def _first_current_context(files: list[str]) -> str | None:
-    """The current context of a merged kubeconfig as kubectl takes it: the first file that sets one. (The
-    official client's merger lets the last one win; passing this as the context keeps kubectl's choice.)"""
+def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
+    """The current context of a merged kubeconfig as kubectl takes it (the first file that sets one; the official
+    client's merger lets the last one win, so it is passed on as the context) and every context's name."""
     import yaml
 
+    current: str | None = None
+    names: list[str] = []
     for path in files:
         data = yaml.safe_load(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT))
-        current = data.get("current-context") if isinstance(data, dict) else None
-        if isinstance(current, str) and current:
-            return current
-    return None
+        if not isinstance(data, dict):
+            continue
+        if current is None and isinstance(data.get("current-context"), str) and data["current-context"]:
+            current = data["current-context"]
+        for entry in data.get("contexts") or []:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+    return current, names
 
 
 def load_configuration(
@@ -121,7 +128,11 @@ def load_configuration(
         if files:
             from kubernetes.config import load_kube_config  # the whole config package: YAML, OAuth, exec
 
-            context = settings.context or _first_current_context(files)
+            current, names = _contexts(files)
+            if settings.context and settings.context not in names:
+                raise ApiConfigError(f"--context {settings.context}: no such context in the kubeconfig {shown} "
+                                     f"({named_by}; its contexts: {', '.join(names) or 'none'})")
+            context = settings.context or current
             load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=shown, context=context, client_configuration=cfg, persist_config=False
             )
