@@ -30,7 +30,8 @@ _CODES: dict[str, list[tuple[int, str]]] = {
             (EXIT_ERROR, "could not start (no NODE_NAME, no usable credentials), or the restore on exit failed")],
     "readiness": [(EXIT_OK, "every control-plane scheduler is Ready with the config"),
                   (EXIT_ERROR, "not Ready (after --timeout with --wait), or the API failed")],
-    "gatekeeper": [(EXIT_OK, "stopped by SIGTERM/SIGINT"), (EXIT_ERROR, "could not start (credentials, flags)")],
+    "gatekeeper": [(EXIT_OK, "stopped by SIGTERM/SIGINT"),
+                   (EXIT_ERROR, "could not start (credentials, a certificate, the listen address)")],
     "completion": [(EXIT_OK, "the script is on stdout")],
 }
 _USAGE = (EXIT_USAGE, "usage error: unknown flag, invalid flag or PATCHER_* value, a --host-root that does not exist")
