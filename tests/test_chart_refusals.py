@@ -58,6 +58,7 @@ CASES: list[tuple[str, Obj]] = [
     ("settle just under the timeout", {"agent": {"restartTimeout": "30", "restartSettle": "29.5s"}}),
     ("grace just under the termination", {"agent": {"gracePeriod": "59s"}}),
     ("gatekeeper", {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
+    ("gatekeeper webhook", {"gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}),
     ("config.yaml", {"extenders": [], "schedulerConfig": KSC}),
     ("https extender with weight", extender(urlPrefix="HTTPS://ext.example:8443/x", prioritizeVerb="p", weight=2)),
     ("extra args", {"extraArgs": ["--resync-interval=10m"]}),
@@ -137,6 +138,10 @@ def flag_refusal(container: Obj) -> str | None:
                 run_settings(args)
             except RunFlagError as exc:
                 return str(exc)
+        if argv[0] == "gatekeeper":
+            from patcher.commands.gatekeeper import usage_problems
+
+            return next(iter(usage_problems(args)), None)
     return None
 
 
