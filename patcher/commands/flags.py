@@ -97,10 +97,11 @@ class Flags:
         env = env_name(flag)
         value = os.environ.get(env, default)
         choices = kw.get("choices")
-        if choices and value is not None and value not in choices:
-            # a usage error, as the same value given as the flag would be
-            print(f"scheduler-patcher: error: {env}={value!r} is not one of {', '.join(choices)}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
+        if choices and "type" not in kw:
+            # Checked when the command that has the flag parses (argparse converts a string default through
+            # `type`, never through `choices`): a bad PATCHER_* value is then that command's usage error (64), and
+            # no concern of the other commands (PATCHER_OUTPUT=xml must not stop `run`, which has no --output).
+            kw["type"] = _one_of(tuple(choices), env, os.environ.get(env))
         if kw.get("type") is boolean:
             kw.setdefault("metavar", "true|false")
         elif kw.get("type") is duration:
@@ -112,6 +113,16 @@ class Flags:
         shown = f" (default: {default})" if default not in (None, "") and "(default:" not in help else ""
         text = help if help == argparse.SUPPRESS else f"{help}{shown} [env {env}]"  # hidden: accepted, not listed
         self.parser.add_argument(*names, flag, default=value, help=text, **kw)
+
+
+def _one_of(choices: tuple[str, ...], env: str, from_env: str | None) -> Any:
+    def check(value: str) -> str:
+        if value in choices:
+            return value
+        where = f" (from {env})" if value == from_env else ""
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(choices)}{where}")
+
+    return check
 
 
 def emit(obj: Any, fmt: str, out: TextIO | None = None) -> None:
