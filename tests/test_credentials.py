@@ -91,6 +91,9 @@ def test_refusals_are_one_line(tmp_path: Path, settings: ClientSettings, message
     with pytest.raises(ApiConfigError) as info:
         load_configuration(settings, {"KUBECONFIG": str(kc)})
     assert str(info.value).startswith(message.format(kc=kc, tmp=tmp_path)) and "\n" not in str(info.value)
+    (tmp_path / "broken").write_text("clusters: [\n")
+    with pytest.raises(ApiConfigError, match=f"cannot load the kubeconfig {tmp_path}/broken: not YAML"):
+        load_configuration(ClientSettings(kubeconfig=str(tmp_path / "broken")), {})
     with pytest.raises(ApiConfigError, match="--context nope: no kubeconfig found"):
         load_configuration(ClientSettings(context="nope"), {"HOME": str(tmp_path / "nobody")})
 

@@ -100,7 +100,10 @@ def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
     current: str | None = None
     names: list[str] = []
     for path in files:
-        data = yaml.safe_load(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT))
+        try:
+            data = yaml.safe_load(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT))
+        except yaml.YAMLError as exc:
+            raise ApiConfigError(f"cannot load the kubeconfig {path}: not YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(data, dict):
             continue
         if current is None and isinstance(data.get("current-context"), str) and data["current-context"]:
