@@ -12,6 +12,7 @@ Usage: ``python bench/ours_incluster.py TOKEN CA -- run ARGS`` with ``KUBERNETES
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,10 @@ def main() -> int:
         from patcher.adapters.kube.client import DEFAULT_TIMEOUT, ClientSettings, build_api_client
 
         assert given.kubeconfig is None, "in-cluster: no kubeconfig"
-        return build_api_client(ClientSettings(token_file=token, ca_file=ca, timeout=given.timeout or DEFAULT_TIMEOUT))
+        # without HOME and KUBECONFIG: a ~/.kube/config on the bench machine would come first, as for kubectl
+        environ = {k: v for k, v in os.environ.items() if k not in ("HOME", "KUBECONFIG")}
+        return build_api_client(ClientSettings(token_file=token, ca_file=ca, timeout=given.timeout or DEFAULT_TIMEOUT),
+                                environ)
 
     runner.api_client = incluster_client
     sys.argv = ["scheduler-patcher", *args]

@@ -147,28 +147,29 @@ def test_the_schema_enums_are_the_clis_choices() -> None:
 
 
 
-def test_the_schema_accepts_exactly_the_durations_and_ports_the_agent_accepts() -> None:
-    """A value the schema lets through but `run` refuses would crash-loop the agent on every control-plane node.
-    (The schema may be stricter: the agent also reads "5 m" or "1e3s", which nobody should write.)"""
-    agent = values_schema()["properties"]["agent"]["properties"]
+def test_the_chart_accepts_exactly_the_durations_and_ports_the_agent_accepts() -> None:
+    """A value the chart lets through but `run` refuses would crash-loop the agent on every control-plane node.
+    (The chart may be stricter: the agent also reads "5 m" or "1e3s", which nobody should write.) The check is
+    templates/validate.yaml's, which says the agent's message (tests/test_chart_refusals.py renders it)."""
+    guards = (CHART / "templates/validate.yaml").read_text("utf-8")
+    [quoted] = re.findall(r'regexMatch ("\^\[0-9\][^"]*")', guards)
+    pattern = json.loads(quoted)  # a Go string literal: its escapes are JSON's
     documented = ["30", "30s", "500ms", "5m", "1h", "1.5m", "0", "0s"]
-    samples = [*documented, "1h30m", "10us", "5 m", "-1s", "m", "", "1d", "1e3s", "inf", "nan"]
+    samples = [*documented, "1h30m", "10us", "5 m", "-1s", "m", "1d", "1e3s", "inf", "nan"]
+    for sample in samples:
+        try:
+            duration(sample)
+            accepted = True
+        except argparse.ArgumentTypeError:
+            accepted = False
+        chart_accepts = bool(re.search(pattern, sample))
+        assert accepted or not chart_accepts, (sample, "the chart accepts what the agent refuses")
+        assert chart_accepts or sample not in documented, (sample, "the chart refuses a documented form")
     for key in ("restartTimeout", "restartSettle", "gracePeriod", "extenderProbeInterval"):
-        pattern = agent[key]["pattern"]
-        for sample in samples:
-            if key in ("extenderProbeInterval", "restartSettle") and sample == "":
-                assert re.search(pattern, sample), "empty: the agent's default"
-                continue
-            try:
-                duration(sample)
-                accepted = True
-            except argparse.ArgumentTypeError:
-                accepted = False
-            schema_accepts = bool(re.search(pattern, sample))
-            assert accepted or not schema_accepts, (key, sample, "the schema accepts what the agent refuses")
-            assert schema_accepts or sample not in documented, (key, sample, "the schema refuses a documented form")
-    refused = agent["port"]["not"]["enum"]
-    assert sorted(str(p) for p in refused) == sorted(SCHEDULER_PORTS)
+        assert f'"agent.{key}"' in guards, f"agent.{key} is not checked"
+    [ports] = re.findall(r"\$schedulerPorts := dict (.*) \}\}", guards)
+    words = json.loads("[" + ports.replace('" "', '", "') + "]")
+    assert dict(zip(words[::2], words[1::2], strict=True)) == SCHEDULER_PORTS
 
 
 def test_the_chart_version_is_the_project_version() -> None:
@@ -190,3 +191,11 @@ def test_sync_version_rewrites_every_copy(tmp_path: Path) -> None:
     assert chart["version"] == chart["appVersion"] == "7.8.9"
     for rel in sync_version.KUSTOMIZATIONS:
         assert yaml.safe_load((tmp_path / rel).read_text())["images"][0]["newTag"] == "7.8.9"
+
+
+def test_the_charts_list_of_run_flags_is_the_clis() -> None:
+    """templates/validate.yaml refuses an ``extraArgs`` flag ``run`` does not have (the agent would exit 64)."""
+    guards = (CHART / "templates/validate.yaml").read_text("utf-8")
+    [listed] = re.findall(r"\$runFlags := list (.*) \}\}", guards)
+    flags = {o for a in subparser("run")._actions for o in a.option_strings if o.startswith("--")}
+    assert set(json.loads("[" + listed.replace('" "', '", "') + "]")) == flags, "add the new flag to the list"

@@ -91,8 +91,9 @@ def test_python_dash_m_entry_point(node: Path) -> None:
 # -- conventions: paths, exit codes, argparse, pipes, output formats (issue 11) -------------------------------
 
 
-def run_cli(*argv: str, cwd: Path | None = None, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")}
+def run_cli(*argv: str, cwd: Path | None = None, stdout: Any = subprocess.PIPE,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")} | (extra_env or {})
     env["PYTHONPATH"] = str(ROOT)
     env["COLUMNS"] = "200"  # argparse wraps help at the terminal width: keep each flag on one line
     return subprocess.run([sys.executable, "-m", "patcher", *argv], stdout=stdout, stderr=subprocess.PIPE,
@@ -184,11 +185,18 @@ def help_of(*command: str) -> str:
     return proc.stdout
 
 
+#: The exit codes each command's --help lists: only those it can give.
+HELP_CODES = {"plan": {0, 1, 2, 64, 141}, "apply": {0, 1, 64, 141}, "restore": {0, 1, 2, 64, 141},
+              "status": {0, 1, 64, 141}, "run": {0, 1, 64}, "readiness": {0, 1, 64, 141}, "gatekeeper": {0, 1, 64},
+              "completion": {0, 64, 141}}
+
+
 @pytest.mark.parametrize("command", ["plan", "apply", "restore", "status", "run", "readiness", "gatekeeper"])
 def test_help_has_the_exit_code_table_and_no_argparse_leaks(command: str) -> None:
     text = help_of(command)
-    assert "exit codes:" in text and "64  usage error" in text
-    assert "2   plan, restore --dry-run: changes pending" in text
+    table = text.split("exit codes:\n", 1)[1]
+    assert {int(line.split()[0]) for line in table.splitlines() if line.strip()} == HELP_CODES[command]
+    assert "64  usage error" in table
     assert not re.search(r"--[a-z-]+ \[[A-Z_]+\]", text), "an optional value shown as its dest, e.g. [NO_API]"
     assert not re.search(r"\(default: [^)]*\)\s*\(default:", text), "a default shown twice"
     assert "(default: )" not in text
@@ -256,14 +264,15 @@ RUN_FLAG_VALUES = {
     "--manifest-dir": "/m", "--manifest-name": "s.yaml", "--source": "/s", "--host-config-dir": "/h",
     "--state-dir": "/st", "--host-root": "/r", "--annotation-prefix": "p.example", "--container-name": "sched",
     "--on-foreign-config": "fail", "--kube-version": "v1.30.0",
-    "--node-name": "cp-9", "--kubeconfig": "/kc", "--no-api": "true", "--resync-interval": "7s",
+    "--node-name": "cp-9", "--kubeconfig": "/kc", "--context": "admin@other", "--no-api": "true",
+    "--resync-interval": "7s",
     "--restart-timeout": "12s", "--restart-settle": "3s", "--rollback-on-failure": "false",
     "--restore-on-exit": "never",
     "--local-check": "true", "--listen": ":1", "--grace-period": "3s", "--rollout": "independent",
     "--rollout-lease": "other", "--rollout-lease-duration": "9s", "--namespace": "ns",
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
     "--log-format": "json", "--log-level": "debug", "--check-extenders": "false",
-    "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1",
+    "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1", "--termination-grace-period": "60",
 }
 
 
@@ -322,3 +331,70 @@ def test_a_settle_time_as_long_as_the_restart_timeout_is_a_usage_error(capsys: p
                                        "--restart-timeout (20s), or no restart could ever count as Ready\n")
     assert run_config().lifecycle.restart_settle == 10.0
     assert run_config("--restart-timeout", "20s", "--restart-settle", "0s").lifecycle.restart_settle == 0.0
+
+
+# --- usage errors: exit 64, the subcommand's usage, a "did you mean" ------------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "env", "message"), [
+    (["plan", "--kube-version", "banana"], {},
+     "scheduler-patcher plan: error: argument --kube-version: not a Kubernetes version: 'banana' "
+     "(expected e.g. 1.34 or v1.34.2)"),
+    (["apply", "--kube-version=1.18"], {},
+     "scheduler-patcher apply: error: argument --kube-version: kube-scheduler 1.18 is outside the supported range "
+     "(supported: 1.19 to 1.37)"),
+    (["plan", "--kube-version", "v1.38.0"], {}, "kube-scheduler 1.38.0 is outside the supported range"),
+    (["plan"], {"PATCHER_KUBE_VERSION": "banana"}, "not a Kubernetes version: 'banana'"),
+    (["plan"], {"PATCHER_OUTPUT": "xml"},
+     "scheduler-patcher plan: error: argument -o/--output: 'xml' is not one of text, json, yaml (from PATCHER_OUTPUT)"),
+    (["status", "-o", "xml"], {}, "scheduler-patcher status: error: argument -o/--output: 'xml' is not one of text, "
+                                  "json, yaml"),
+    (["plan", "--sourse", "src"], {},
+     "scheduler-patcher plan: error: unrecognized arguments: --sourse src; did you mean --source?"),
+    (["readiness", "--kubeconfg=kc"], {},
+     "scheduler-patcher readiness: error: unrecognized arguments: --kubeconfg=kc; did you mean --kubeconfig?"),
+    (["restore", "--annotation-prefx", "x", "--stat-dir", "/s"], {},
+     "unrecognized arguments: --annotation-prefx x --stat-dir /s; --annotation-prefx: did you mean "
+     "--annotation-prefix?; --stat-dir: did you mean --state-dir?"),
+    (["--verison"], {}, "scheduler-patcher: error: unrecognized arguments: --verison; did you mean --version?"),
+])
+def test_usage_errors_exit_64_with_the_commands_usage(node: Path, argv: list[str], env: dict[str, str],
+                                                      message: str) -> None:
+    node_flags = args(node)[:2] if argv[0] in ("plan", "apply", "restore") else []
+    proc = run_cli(*argv, *node_flags, extra_env=env)
+    assert proc.returncode == 64, proc.stderr
+    assert message in proc.stderr and proc.stdout == ""
+    command = argv[0] if not argv[0].startswith("-") else ""
+    if command:
+        assert proc.stderr.startswith(f"usage: scheduler-patcher {command} ")  # its own usage, not the top level's
+
+
+def test_a_bad_variable_is_the_concern_of_the_command_that_reads_it(node: Path) -> None:
+    proc = run_cli("run", "--no-api", "--host-root", str(node / "node"), "--source", str(node / "src"), "--help",
+                   extra_env={"PATCHER_OUTPUT": "xml"})  # run has no --output
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("plan", *args(node)[:2], "--source", str(node / "src"), extra_env={"PATCHER_LOG_FORMAT": "yaml"})
+    assert proc.returncode == 2, proc.stderr  # plan has no --log-format: changes pending, as without it
+
+
+def test_restore_help_lists_only_what_restore_reads(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_of("restore")
+    for flag in ("--source", "--on-foreign-config", "--kube-version", "--check-extenders"):
+        assert flag not in text
+    assert "--annotation-prefix" in text and "--state-dir" in text
+    # still accepted (one flag set serves apply and restore in a script), and ignored
+    assert main(args(node, "apply")) == 0
+    assert main(args(node, "restore", "--on-foreign-config", "fail")) == 0
+    assert "wrote /etc/kubernetes/manifests/kube-scheduler.yaml" in capsys.readouterr().out.splitlines()
+
+
+def test_yaml_output_prints_diffs_as_block_text(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ruamel.yaml import YAML
+
+    assert main(args(node, "plan", "-o", "json")) == 2
+    as_json = json.loads(capsys.readouterr().out)
+    assert main(args(node, "plan", "-o", "yaml")) == 2
+    text = capsys.readouterr().out
+    assert YAML(typ="safe", pure=True).load(text) == as_json  # the same document
+    assert text.count("  diff: |") == len(as_json["changes"]) == 2  # literal blocks, not escaped strings
+    assert "\\n" not in text and "+    - --config=/etc/kubernetes/scheduler-patcher/config-" in text

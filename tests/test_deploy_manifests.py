@@ -512,6 +512,7 @@ def test_grace_period_fits_in_the_pods(name: str, clean_env: pytest.MonkeyPatch)
     grace = pod_spec(one(name, "DaemonSet"))["terminationGracePeriodSeconds"]
     assert grace > args.grace_period + TEARDOWN_S, (grace, args.grace_period)
     assert grace >= 30
+    assert args.termination_grace_period == grace  # what the agent checks --grace-period against at start
 
 
 @pytest.mark.parametrize("name", INSTALL)

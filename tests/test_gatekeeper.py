@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import socket
 import threading
 import time
@@ -591,3 +592,19 @@ def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeE
         emu.mutate("pods", "mine", lambda p: p["spec"].update(schedulingGates=[{"name": GATE}]), "default")
         assert wait_until(lambda: [(p.name, p.gates) for p in gk.waiting()] == [("mine", (GATE,))], 5)
     assert not patches(emu)
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-deadline 20s, --lease-duration 15s: leader election "
+                                  "needs 0 < retry period < renew deadline < lease duration"),
+    (["--webhook-listen", ":8443"], "--webhook-listen needs --webhook-cert and --webhook-key"),
+    (["--webhook-verdict-configmap", "ns/"], "--webhook-verdict-configmap: no name in 'ns/'"),
+    (["--gate-name", ""], "--gate-name: the gate name must not be empty"),
+])
+def test_flags_that_cannot_work_together_are_a_usage_error(argv: list[str], problem: str, tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    parser = argparse.ArgumentParser()
+    gatekeeper.add_arguments(parser)
+    args = parser.parse_args(["--kubeconfig", str(tmp_path / "never-read"), *argv])
+    assert gatekeeper.run(args, threading.Event()) == 64  # before any client is built: the kubeconfig is not read
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [problem]

@@ -416,8 +416,8 @@ def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) ->
     ({"hostPaths": {"stateDir": "var/lib/x"}}, "stateDir"),
     ({"schedulerConfig": "kind: KubeSchedulerConfiguration\n"}, "not both"),
     ({"extenders": []}, "no scheduler configuration"),
-    ({"agent": {"port": 10259}}, "/agent/port"),  # kube-scheduler's port in the host network the agent shares
-    ({"agent": {"port": 10251}}, "/agent/port"),
+    ({"agent": {"port": 10259}}, "agent.port: --listen :10259: port 10259 is kube-scheduler's"),  # in the host network
+    ({"agent": {"port": 10251}}, "agent.port: --listen :10251"),
     ({"agent": {"checkExtender": False}}, "additional properties 'checkExtender' not allowed"),
     ({"agent": {"restartTimeout": "1h30m"}}, "restartTimeout"),  # a Go duration the agent does not read
     ({"agent": {"extenderProbeInterval": "1 minute"}}, "extenderProbeInterval"),

@@ -23,7 +23,7 @@ from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.adapters.kube.transport import Api
-from patcher.commands import readiness
+from patcher.commands import cli, readiness
 from patcher.core.readiness import ClusterVerdict, NodeRow, evaluate, render_table, scheduler_pods
 from tests.kubeemu import make_mirror_pod, wait_until
 from tests.kubeemu_ext import (
@@ -329,7 +329,8 @@ def test_wait_gives_up_with_1_and_names_the_nodes(emu: KubeEmulatorExt, kubeconf
                            "kube-scheduler-cp-3: container kube-scheduler started at")
 
 
-def test_api_errors_give_1_and_one_clear_line(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+def test_api_errors_give_1_and_one_clear_line(emu: KubeEmulatorExt, kubeconfig: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     ready_cluster(emu)
     emu.go_down("503")
     code, out, err = run_main(kubeconfig)
@@ -343,8 +344,11 @@ def test_api_errors_give_1_and_one_clear_line(emu: KubeEmulatorExt, kubeconfig: 
     assert err.startswith("scheduler-patcher: error: cannot list nodes") and err.count("\n") == 1
 
     emu.come_up()
-    code, _, err = run_main(kubeconfig, "--expected-hash", "abc")
-    assert code == 1 and err.startswith("scheduler-patcher: error: --expected-hash: the expected config hash")
+    with pytest.raises(SystemExit) as exit_info:  # a bad flag value is a usage error, as for every command
+        cli.main(["readiness", "--kubeconfig", str(kubeconfig), "--expected-hash", "abc"])
+    assert exit_info.value.code == 64
+    assert capsys.readouterr().err.endswith("scheduler-patcher readiness: error: argument --expected-hash: the "
+                                            "expected config hash must be 12 to 64 hex digits, got 'abc'\n")
 
 
 def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Path) -> None:

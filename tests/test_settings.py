@@ -33,6 +33,7 @@ ELSEWHERE = {
     ("adapters/fsio.py", "Write", "mode"): "a file mode, not the rollout mode",
     ("adapters/kube/client.py", "ClientSettings", "kubeconfig"): "the client adapter's, shared by every command",
     ("adapters/kube/client.py", "ClientSettings", "timeout"): "idem",
+    ("adapters/kube/client.py", "ClientSettings", "context"): "idem",
 }
 
 

@@ -30,8 +30,10 @@ from patcher.commands.flags import (
     boolean,
     duration,
     emit,
+    exit_codes,
 )
 from patcher.core.errors import PatcherError
+from patcher.core.schedconfig.version import SUPPORTED_TEXT
 from patcher.core.settings import Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status
 from patcher.services import engine
 
@@ -62,21 +64,42 @@ def _section(p: argparse.ArgumentParser, group: str) -> Flags:
     return Flags(p.add_argument_group(SECTIONS[group]))
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+#: Flags of the shared set that ``restore`` does not read (it removes what the marker lists, whatever the source
+#: and version): accepted, so one flag set still serves apply and restore in a script, but not in its --help.
+RESTORE_IGNORES = frozenset({"--source", "--on-foreign-config", "--kube-version"})
+
+
+def kube_version(value: str) -> str:
+    """``--kube-version``: a Kubernetes version inside the supported range, else a usage error (exit 64)."""
+    from patcher.core.schedconfig.version import supported_version
+
+    try:
+        return supported_version(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common(p: argparse.ArgumentParser, command: str = "") -> None:
     f = _section(p, "files")
+    hidden = RESTORE_IGNORES if command == "restore" else frozenset()
+
+    def add(flag: str, default: str | None, help_text: str, **kw: Any) -> None:
+        f.add(flag, default, argparse.SUPPRESS if flag in hidden else help_text, **kw)
+
     f.add("--manifest-dir", "/etc/kubernetes/manifests",
           f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
     f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
-    f.add("--source", "/etc/scheduler-patcher/source", "source folder with the scheduler config (ConfigMap mount)")
+    add("--source", "/etc/scheduler-patcher/source", "source folder with the scheduler config (ConfigMap mount)")
     f.add("--host-config-dir", "/etc/kubernetes/scheduler-patcher", "node folder for the rendered config (node path)")
     f.add("--state-dir", "/var/lib/scheduler-patcher", "node folder for the agent's state and backups (node path)")
     f.add("--host-root", "/", "where the node's file system is mounted (/host in the container); node paths "
           "are read below it")
     f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of our annotations")
     f.add("--container-name", None, "kube-scheduler container name (default: detected)")
-    f.add("--on-foreign-config", "merge", "what to do with a --config we did not add",
-          choices=["fail", "replace", "merge"])
-    f.add("--kube-version", None, "kube-scheduler version, when the image tag does not tell")
+    add("--on-foreign-config", "merge", "what to do with a --config we did not add",
+        choices=["fail", "replace", "merge"])
+    add("--kube-version", None, f"kube-scheduler version, when the image tag does not tell ({SUPPORTED_TEXT})",
+        type=kube_version)
 
 
 def _output_flag(p: argparse.ArgumentParser) -> None:
@@ -294,8 +317,12 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
           "--restore-on-exit=auto its DaemonSet is read through it")
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
           "the agent's namespace (rollout Lease, status ConfigMaps)")
+    f.add("--termination-grace-period", None, "the pod's terminationGracePeriodSeconds (the DaemonSet sets it; the "
+          "downward API cannot): --grace-period must be shorter", type=duration)
     f = _section(p, "api")
-    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
+          "else ~/.kube/config, else the in-cluster service account)")
+    f.add("--context", None, "the kubeconfig context to use (kubectl's --context; default: its current context)")
     f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
     f = _section(p, "lifecycle")
     f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
@@ -357,6 +384,11 @@ def run_settings(args: argparse.Namespace) -> Settings:
     if args.restart_settle >= args.restart_timeout:
         raise RunFlagError(f"--restart-settle {args.restart_settle:g}s: must be shorter than --restart-timeout "
                            f"({args.restart_timeout:g}s), or no restart could ever count as Ready")
+    grace, kill = args.grace_period, args.termination_grace_period
+    if kill is not None and grace >= kill:
+        raise RunFlagError(f"--grace-period {grace:g}s: must be shorter than --termination-grace-period ({kill:g}s, "
+                           "the pod's terminationGracePeriodSeconds), or the kubelet kills the agent inside its "
+                           "restore")
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
@@ -368,8 +400,9 @@ def run_settings(args: argparse.Namespace) -> Settings:
                             check_extenders=args.check_extenders),
         loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
                   extender_probe_interval=args.extender_probe_interval),
-        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace),
-        api=None if args.no_api else Api(kubeconfig=args.kubeconfig),
+        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace,
+                termination_grace=args.termination_grace_period),
+        api=None if args.no_api else Api(kubeconfig=args.kubeconfig, context=args.context),
         rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
         status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
                       compat_namespace=args.compat_namespace),
@@ -407,7 +440,7 @@ CLUSTER_COMMANDS = {
 }
 
 
-def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.ArgumentParser:
+def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> Parser:
     parser = Parser(
         prog="scheduler-patcher",
         description="Plug a scheduler extender into a static-pod kube-scheduler, reversibly.")
@@ -421,8 +454,8 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.Argu
         ("run", "the node agent: keep the node patched, report, restore on SIGTERM", cmd_run),
     ]
     for name, help_text, func in commands:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        _common(p)
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=exit_codes(name))
+        _common(p, name)
         if name != "run":
             _output_flag(p)
         if name in ("plan", "apply"):
@@ -436,14 +469,14 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> argparse.Argu
             _run_flags(p)
         p.set_defaults(func=func)
     for name, (module_name, help_text) in CLUSTER_COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=exit_codes(name))
         if name in load:  # importing them loads the Kubernetes client: only for the command that runs
             module = importlib.import_module(module_name)
             module.add_arguments(p)
             p.set_defaults(func=module.main)
     p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
                        description="print a shell completion script, e.g. "
-                                   "`source <(scheduler-patcher completion bash)`")
+                                   "`source <(scheduler-patcher completion bash)`", epilog=exit_codes("completion"))
     p.add_argument("shell", choices=["bash", "zsh"])
     p.set_defaults(func=cmd_completion)
     return parser
@@ -462,7 +495,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not words:
         parser.print_help()
         return EXIT_OK
-    args = parser.parse_args(words)
+    if command is None and not {"-h", "--help", "--version"} & set(words):
+        parser.unknown(words)  # e.g. `--verison`: the closest top-level flag, not "COMMAND is required"
+    args, extra = parser.parse_known_args(words)
+    if extra:  # refused by the subcommand's parser: its usage, and the closest flag it has
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub = commands.choices[args.command]
+        (sub if isinstance(sub, Parser) else parser).unknown(extra)
     problems = resolve_paths(args, os.getcwd())
     if problems:
         for problem in problems:

@@ -16,15 +16,42 @@ EXIT_USAGE = 64
 #: What a shell reports for a process killed by SIGPIPE: the reader of our output went away (``plan | head``).
 EXIT_PIPE = 141
 
-EXIT_CODES = f"""\
-exit codes:
-  {EXIT_OK:<4}success; plan: nothing to do
-  {EXIT_ERROR:<4}error (one line on stderr, naming the file and the problem); status: a row reports an error;
-      readiness: the cluster is not Ready
-  {EXIT_PENDING:<4}plan, restore --dry-run: changes pending (the diffs are on stdout; nothing was written)
-  {EXIT_USAGE:<4}usage error: unknown flag, invalid flag value, a --host-root that does not exist
-  {EXIT_PIPE:<4}the output pipe was closed early (e.g. `plan | head`)
-"""
+#: Each command's exit codes, as its --help ends with them (docs/operator-contract.md has the same table): a
+#: command lists only the codes it can give.
+_CODES: dict[str, list[tuple[int, str]]] = {
+    "plan": [(EXIT_OK, "nothing to do"), (EXIT_ERROR, "error (one line on stderr, naming the file and the problem)"),
+             (EXIT_PENDING, "changes pending (the diffs are on stdout; nothing was written)")],
+    "apply": [(EXIT_OK, "applied, or nothing to do (\"unchanged\")"),
+              (EXIT_ERROR, "error (one line on stderr, naming the file and the problem; nothing written)")],
+    "restore": [(EXIT_OK, "restored, or nothing to restore (\"unchanged\"); --dry-run: nothing to restore"),
+                (EXIT_ERROR, "error (one line on stderr, naming the file and the problem; nothing written)"),
+                (EXIT_PENDING, "--dry-run: changes pending (the diffs are on stdout; nothing was written)")],
+    "status": [(EXIT_OK, "every row is fine"), (EXIT_ERROR, "a row reports an error, or the command failed")],
+    "run": [(EXIT_OK, "stopped by SIGTERM/SIGINT, the manifest restored or kept"),
+            (EXIT_ERROR, "could not start (no NODE_NAME, no usable credentials), or the restore on exit failed")],
+    "readiness": [(EXIT_OK, "every control-plane scheduler is Ready with the config"),
+                  (EXIT_ERROR, "not Ready (after --timeout with --wait), or the API failed")],
+    "gatekeeper": [(EXIT_OK, "stopped by SIGTERM/SIGINT"),
+                   (EXIT_ERROR, "could not start (credentials, a certificate, the listen address)")],
+    "restore-nodes": [(EXIT_OK, "every control-plane node restored"),
+                      (EXIT_ERROR, "a node not restored within --timeout (each one named), or the API failed")],
+    "completion": [(EXIT_OK, "the script is on stdout")],
+}
+_USAGE = (EXIT_USAGE, "usage error: unknown flag, invalid flag or PATCHER_* value, a --host-root that does not exist")
+_PIPE = (EXIT_PIPE, "the output pipe was closed early (e.g. `plan | head`)")
+#: Commands that print to a pipe a reader may close.
+_PRINTERS = ("plan", "apply", "restore", "status", "readiness", "completion")
+
+
+def exit_codes(command: str | None = None) -> str:
+    """The ``exit codes:`` section of ``command``'s --help (``None``: the top-level help, every code)."""
+    if command is None:
+        rows = [(EXIT_OK, "success"), (EXIT_ERROR, "error (see each command's --help)"),
+                (EXIT_PENDING, "plan, restore --dry-run: changes pending"), _USAGE, _PIPE]
+    else:
+        rows = [*_CODES[command], _USAGE] + ([_PIPE] if command in _PRINTERS else [])
+    return "exit codes:\n" + "".join(f"  {code:<4}{meaning}\n" for code, meaning in rows)
+
 
 OUTPUTS = ("text", "json", "yaml")
 
@@ -39,12 +66,28 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # `--sour` must not silently mean `--source`
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("epilog", exit_codes())
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def unknown(self, words: list[str]) -> NoReturn:
+        """Refuse words this (sub)command does not take, with its own usage and the closest flag it has."""
+        import difflib
+
+        flags = sorted({o for a in self._actions if a.help != argparse.SUPPRESS for o in a.option_strings
+                        if o.startswith("--")})
+        hints = {}
+        for word in words:
+            typed = word.split("=", 1)[0]
+            close = difflib.get_close_matches(typed, flags, n=1, cutoff=0.6) if typed.startswith("--") else []
+            if close:
+                hints[typed] = close[0]
+        said = [f"did you mean {flag}?" if len(hints) == 1 else f"{typed}: did you mean {flag}?"
+                for typed, flag in hints.items()]
+        self.error(f"unrecognized arguments: {' '.join(words)}" + "".join(f"; {h}" for h in said))
 
 
 class Flags:
@@ -57,8 +100,11 @@ class Flags:
         env = env_name(flag)
         value = os.environ.get(env, default)
         choices = kw.get("choices")
-        if choices and value is not None and value not in choices:
-            raise SystemExit(f"scheduler-patcher: error: {env}={value!r} is not one of {', '.join(choices)}")
+        if choices and "type" not in kw:
+            # Checked when the command that has the flag parses (argparse converts a string default through
+            # `type`, never through `choices`): a bad PATCHER_* value is then that command's usage error (64), and
+            # no concern of the other commands (PATCHER_OUTPUT=xml must not stop `run`, which has no --output).
+            kw["type"] = _one_of(tuple(choices), env, os.environ.get(env))
         if kw.get("type") is boolean:
             kw.setdefault("metavar", "true|false")
         elif kw.get("type") is duration:
@@ -68,7 +114,18 @@ class Flags:
         # A help text that explains its own default (e.g. "(default: detected)") keeps it; an empty default
         # says nothing worth showing.
         shown = f" (default: {default})" if default not in (None, "") and "(default:" not in help else ""
-        self.parser.add_argument(*names, flag, default=value, help=f"{help}{shown} [env {env}]", **kw)
+        text = help if help == argparse.SUPPRESS else f"{help}{shown} [env {env}]"  # hidden: accepted, not listed
+        self.parser.add_argument(*names, flag, default=value, help=text, **kw)
+
+
+def _one_of(choices: tuple[str, ...], env: str, from_env: str | None) -> Any:
+    def check(value: str) -> str:
+        if value in choices:
+            return value
+        where = f" (from {env})" if value == from_env else ""
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(choices)}{where}")
+
+    return check
 
 
 def emit(obj: Any, fmt: str, out: TextIO | None = None) -> None:
@@ -81,7 +138,15 @@ def emit(obj: Any, fmt: str, out: TextIO | None = None) -> None:
 
         yaml = YAML(typ="safe", pure=True)
         yaml.default_flow_style = False
+        yaml.representer.add_representer(str, _block_text)
         yaml.dump(obj, out)
+
+
+def _block_text(representer: Any, text: str) -> Any:
+    """A string of several lines (a diff) as a literal block (``|``), read as it is printed; the emitter falls
+    back to a quoted scalar by itself for text a block cannot hold (trailing spaces on a line, control bytes)."""
+    style = "|" if "\n" in text.rstrip("\n") else None
+    return representer.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
 def duration(value: str) -> float:

@@ -160,8 +160,31 @@ def main(args: argparse.Namespace) -> int:
     return run(args, stop)
 
 
+def usage_problems(args: argparse.Namespace) -> list[str]:
+    """Flags that cannot work together: a usage error (exit 64) before anything starts, as for every command."""
+    problems = []
+    if args.leader_elect and not 0 < args.retry_period < args.renew_deadline < args.lease_duration:
+        problems.append(f"--retry-period {args.retry_period:g}s, --renew-deadline {args.renew_deadline:g}s, "
+                        f"--lease-duration {args.lease_duration:g}s: leader election needs 0 < retry period < renew "
+                        "deadline < lease duration")
+    if args.webhook_listen and not (args.webhook_cert and args.webhook_key):
+        problems.append("--webhook-listen needs --webhook-cert and --webhook-key")
+    if not args.webhook_verdict_configmap.rpartition("/")[2]:
+        problems.append(f"--webhook-verdict-configmap: no name in {args.webhook_verdict_configmap!r}")
+    if not args.gate_name:
+        problems.append("--gate-name: the gate name must not be empty")
+    return problems
+
+
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
     """The gatekeeper until ``stop`` is set (``main`` without signals and logging setup, for tests)."""
+    from patcher.commands.flags import EXIT_USAGE
+
+    problems = usage_problems(args)
+    for problem in problems:
+        log.error("%s", problem)
+    if problems:
+        return EXIT_USAGE
     kwargs = verdict_kwargs(args)
     try:
         check_expected_hash(kwargs["expected_hash"])
@@ -172,7 +195,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         concurrency = args.release_concurrency or args.kube_api_burst
         # Every worker and verdict reader keeps its connection, plus the watches and the Lease: none opened and
         # dropped per request.
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, pool_size=concurrency + VERDICT_READS + 8))
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context,
+                                              pool_size=concurrency + VERDICT_READS + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
         return 1

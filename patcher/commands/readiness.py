@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -38,7 +37,9 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     from patcher.commands.flags import Flags, boolean
 
     f = Flags(p)
-    f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
+    f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
+          "else ~/.kube/config, else the in-cluster service account)")
+    f.add("--context", None, "the kubeconfig context to use (kubectl's --context; default: its current context)")
     f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of the agents' Node annotations")
     f.add("--node-selector", DEFAULT_NODE_SELECTOR, "label selector of the control-plane nodes")
     f.add("--legacy-master-label", "true", f"also count nodes labelled {LEGACY_MASTER_SELECTOR}", type=boolean)
@@ -46,7 +47,16 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     f.add("--static-pod-name", "kube-scheduler", "name of the scheduler static pod (mirror pods: <name>-<node>)")
     f.add("--container-name", restart.DEFAULT_CONTAINER, "the scheduler container in the mirror pod")
     f.add("--expected-hash", None, "source-hash (or config-hash) every node must run, 12 to 64 hex digits "
-          "(default: the one they all agree on)")
+          "(default: the one they all agree on)", type=expected_hash)
+
+
+def expected_hash(value: str) -> str:
+    """``--expected-hash``: checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
+    try:
+        check_expected_hash(value or None)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
 
 
 def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +97,7 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     except ValueError as exc:
         return _fail(f"--expected-hash: {exc}", err)
     try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
+        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
     except ApiConfigError as exc:
         return _fail(str(exc), err)
     kwargs = verdict_kwargs(args)

@@ -146,6 +146,9 @@ class Pod:
     pod_name: str = field(default="", metadata=flag("--pod-name"))
     #: The agent's namespace: the rollout Lease and the status ConfigMaps live there.
     namespace: str = field(default="scheduler-patcher", metadata=flag("--namespace"))
+    #: The pod's ``terminationGracePeriodSeconds``, as its DaemonSet says (the downward API cannot): the stop's
+    #: ``--grace-period`` must end before it, or the kubelet kills the agent inside its restore. None: unknown.
+    termination_grace: float | None = field(default=None, metadata=flag("--termination-grace-period"))
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,10 @@ class Api:
     """How to reach the API server and how patiently its adapters retry (the tests use short values). The
     group is None for a run without a cluster (``--no-api``)."""
 
-    #: None: in-cluster, or $KUBECONFIG / ~/.kube/config (see kube.client).
+    #: None: $KUBECONFIG, ~/.kube/config, else in-cluster, as kubectl (see kube.client).
     kubeconfig: str | None = field(default=None, metadata=flag("--kubeconfig"))
+    #: The kubeconfig context (kubectl's ``--context``); None: its current context.
+    context: str | None = field(default=None, metadata=flag("--context"))
     #: (connect, read) per request; None: the client's default.
     timeout: tuple[float, float] | None = None
     #: (first, longest) delay of the reporter's, pod watch's and owner watch's backoff; None: theirs.

@@ -262,8 +262,9 @@ def api_client(given: settings.Api) -> KubeApi:
     from patcher.adapters.kube.client import ClientSettings, build_api_client
 
     if given.timeout is None:
-        return build_api_client(ClientSettings(kubeconfig=given.kubeconfig))
-    return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, timeout=given.timeout))
+        return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, context=given.context))
+    return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, context=given.context,
+                                           timeout=given.timeout))
 
 
 def run(config: Settings) -> int:

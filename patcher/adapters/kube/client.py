@@ -1,4 +1,10 @@
-"""Build the Kubernetes API client the agent uses: in-cluster by default, a kubeconfig for local runs.
+"""Build the Kubernetes API client: the credentials found the way kubectl finds them.
+
+kubectl's order (client-go's ``ClientConfigLoadingRules``): ``--kubeconfig`` (one file, which must exist), else
+``$KUBECONFIG`` (a colon-separated list, merged; missing files are skipped, and for each name, the current
+context included, the first file that sets it wins), else ``~/.kube/config``, else the in-cluster service
+account. ``--context`` picks a context of the kubeconfig, as kubectl's does. An admin's machine therefore needs
+no flag, and the agent's pod (no kubeconfig anywhere) uses its service account.
 
 The client is ``kube.transport.Api``: the official client's ``Configuration`` and pool manager without its
 generated classes. The in-cluster path imports only the official ``incluster_config`` loader (see
@@ -21,6 +27,8 @@ from dataclasses import dataclass
 from patcher.adapters.kube import lightimport
 from patcher.adapters.kube.errors import ApiError, api_json
 from patcher.adapters.kube.transport import DEFAULT_TIMEOUT, Api
+from patcher.core.errors import PatcherError
+from patcher.core.fileread import read_file
 
 lightimport.install()  # before the first kubernetes import (done by errors and transport already; said here too)
 
@@ -34,8 +42,16 @@ from kubernetes.config.incluster_config import (  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TIMEOUT", "Api", "ApiConfigError", "ClientSettings", "build_api_client", "load_configuration",
-           "server_version"]
+__all__ = ["DEFAULT_TIMEOUT", "Api", "ApiConfigError", "ClientSettings", "build_api_client", "kubeconfig_files",
+           "load_configuration", "server_version"]
+
+#: kubectl's default kubeconfig, below the home folder (the official client's ``KUBE_CONFIG_DEFAULT_LOCATION``
+#: when ``$KUBECONFIG`` is unset; that constant is read once at import, this is looked up at each load).
+HOME_KUBECONFIG = os.path.join(".kube", "config")
+#: A kubeconfig larger than this is not one (kubectl's are a few KiB; embedded certificates a few more).
+KUBECONFIG_LIMIT = 4 * 1024 * 1024
+#: What the messages call the order the credentials are looked for in.
+ORDER = "--kubeconfig, $KUBECONFIG, ~/.kube/config, then the in-cluster service account"
 
 
 class ApiConfigError(Exception):
@@ -57,33 +73,89 @@ class ClientSettings:
     ca_file: str = SERVICE_CERT_FILENAME
 
 
+def kubeconfig_files(explicit: str | None, environ: Mapping[str, str]) -> tuple[list[str], str]:
+    """The kubeconfig files kubectl would read, in merge order, and what named them (``--kubeconfig``,
+    ``$KUBECONFIG``, ``~/.kube/config``); no file: in-cluster. An explicit file that does not exist is an
+    ``ApiConfigError`` (kubectl refuses it too); missing files of ``$KUBECONFIG`` are skipped, as kubectl does."""
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise ApiConfigError(f"cannot load the kubeconfig {explicit} (--kubeconfig): no such file")
+        return [explicit], "--kubeconfig"
+    listed = environ.get("KUBECONFIG", "")
+    if listed:
+        paths = [os.path.expanduser(p) for p in listed.split(os.pathsep) if p]
+        return [p for p in dict.fromkeys(paths) if os.path.isfile(p)], "$KUBECONFIG"
+    # no $HOME: the user database's, as kubectl's homedir (only for the process's own environment: a given one
+    # without HOME has no home)
+    home = environ.get("HOME") or (os.path.expanduser("~") if environ is os.environ else "")
+    path = os.path.join(home, HOME_KUBECONFIG) if home else ""
+    return ([path] if path and os.path.isfile(path) else []), "~/.kube/config"
+
+
+def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
+    """The current context of a merged kubeconfig as kubectl takes it (the first file that sets one; the official
+    client's merger lets the last one win, so it is passed on as the context) and every context's name."""
+    import yaml
+
+    current: str | None = None
+    names: list[str] = []
+    for path in files:
+        try:
+            data = yaml.safe_load(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT))
+        except yaml.YAMLError as exc:
+            raise ApiConfigError(f"cannot load the kubeconfig {path}: not YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            continue
+        if current is None and isinstance(data.get("current-context"), str) and data["current-context"]:
+            current = data["current-context"]
+        for entry in data.get("contexts") or []:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name not in names:
+                names.append(name)
+    return current, names
+
+
 def load_configuration(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None
 ) -> Configuration:
-    """Resolve the API configuration: explicit kubeconfig, else ``$KUBECONFIG``, else in-cluster.
+    """Resolve the API configuration in kubectl's order (the module docstring): ``--kubeconfig``, else
+    ``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster; ``settings.context`` as kubectl's ``--context``.
 
     Raises ``ApiConfigError`` with one sentence an operator can act on.
     """
     env = os.environ if environ is None else environ
     cfg = Configuration()
-    path = settings.kubeconfig or env.get("KUBECONFIG") or None
+    files, named_by = kubeconfig_files(settings.kubeconfig, env)
+    shown = os.pathsep.join(files)
     try:
-        if path:
+        if files:
             from kubernetes.config import load_kube_config  # the whole config package: YAML, OAuth, exec
 
+            current, names = _contexts(files)
+            if settings.context and settings.context not in names:
+                raise ApiConfigError(f"--context {settings.context}: no such context in the kubeconfig {shown} "
+                                     f"({named_by}; its contexts: {', '.join(names) or 'none'})")
+            context = settings.context or current
             load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=settings.context, client_configuration=cfg, persist_config=False
+                config_file=shown, context=context, client_configuration=cfg, persist_config=False
             )
-            source = f"kubeconfig {path}"
+            source = f"kubeconfig {shown} ({named_by})"
+        elif settings.context:
+            raise ApiConfigError(f"--context {settings.context}: no kubeconfig found ({ORDER})")
+        elif not env.get("KUBERNETES_SERVICE_HOST"):
+            raise ApiConfigError(f"no Kubernetes credentials found: looked for {ORDER} (KUBERNETES_SERVICE_HOST "
+                                 "is not set: not in a pod)")
         else:
             loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
                 token_filename=settings.token_file, cert_filename=settings.ca_file, environ=env
             )
             loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
             source = "in-cluster service account"
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        where = f"kubeconfig {path}" if path else "in-cluster configuration"
-        raise ApiConfigError(f"cannot load the {where}: {exc}") from exc
+    except (ConfigException, PatcherError, OSError, ValueError, TypeError) as exc:
+        where = f"kubeconfig {shown} ({named_by})" if files else "in-cluster configuration"
+        detail = (exc.problem if isinstance(exc, PatcherError) else str(exc).splitlines()[0] if str(exc)
+                  else type(exc).__name__)
+        raise ApiConfigError(f"cannot load the {where}: {detail}") from exc
     if not cfg.verify_ssl:
         log.warning("%s asks to skip TLS verification; ignored, verification stays on", source)
         cfg.verify_ssl = True

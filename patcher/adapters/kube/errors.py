@@ -9,6 +9,8 @@ The message names what was being done: ``cannot read ConfigMap ns/name: HTTP 404
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -94,12 +96,78 @@ def error_class(status: int | None) -> type[ApiError]:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One short line for an API failure (the client's own messages span lines and dump headers)."""
+    """One short line for an API failure (the client's own messages span lines and dump headers): for no
+    answer, ``cannot reach https://10.0.0.1:6443: connection refused`` instead of urllib3's ``MaxRetryError``
+    with its pool, URL and nested cause."""
     if isinstance(exc, ApiError):
         return str(exc)
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
+    why = _no_answer(exc)
+    if why is not None:
+        where = _endpoint(exc)
+        return f"cannot reach {where}: {why}" if where else why
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what caused it: urllib3's ``reason`` (a ``MaxRetryError``'s last failure), then the
+    ``__cause__``/``__context__`` links, each once."""
+    found: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or any(e is f for f in found):
+            continue
+        found.append(e)
+        reason = getattr(e, "reason", None)
+        todo += [reason if isinstance(reason, BaseException) else None, e.__cause__, e.__context__]
+    return found
+
+
+def _endpoint(exc: BaseException) -> str | None:
+    """``https://host:port`` of the connection that failed (urllib3 errors carry their pool or connection)."""
+    for e in _chain(exc):
+        holder = getattr(e, "pool", None) or getattr(e, "conn", None)
+        host, port = getattr(holder, "host", None), getattr(holder, "port", None)
+        if isinstance(host, str) and host:
+            scheme = getattr(holder, "scheme", None) or ("https" if "HTTPS" in type(holder).__name__ else "http")
+            shown = f"[{host}]" if ":" in host else host
+            return f"{scheme}://{shown}" + (f":{port}" if port else "")
+    return None
+
+
+def _no_answer(exc: BaseException) -> str | None:
+    """Why no answer came, in a few words (``connection refused``, ``cannot resolve the host name``, ``TLS:
+    certificate verify failed: …``); ``None`` when ``exc`` is not a transport failure."""
+    chain = _chain(exc)
+    kinds = tuple(type(e) for e in chain)
+
+    def has(*types: type[BaseException]) -> BaseException | None:
+        return next((e for e in chain if isinstance(e, types)), None)
+
+    if not any(issubclass(k, (urllib3.exceptions.HTTPError, OSError)) for k in kinds):
+        return None
+    if has(ConnectionRefusedError):
+        return "connection refused"
+    if has(socket.gaierror) or has(urllib3.exceptions.NameResolutionError):
+        return "cannot resolve the host name"
+    tls = has(ssl.SSLError)
+    if tls is not None:
+        return f"TLS: {getattr(tls, 'verify_message', None) or getattr(tls, 'reason', None) or tls}".splitlines()[0]
+    if has(urllib3.exceptions.ConnectTimeoutError):
+        return "no connection within the timeout"
+    if has(urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout):
+        return "no answer within the timeout"
+    if has(ConnectionResetError, ConnectionAbortedError, BrokenPipeError, urllib3.exceptions.ProtocolError):
+        return "the connection was closed without an answer"
+    if has(urllib3.exceptions.ProxyError):
+        return "the proxy failed"
+    last = chain[-1]
+    os_error = has(OSError)
+    if isinstance(os_error, OSError) and os_error.strerror:
+        return str(os_error.strerror).lower()
+    return f"{type(last).__name__}: {last}".splitlines()[0][:200]
 
 
 def error_status(exc: BaseException) -> int | None:

@@ -14,8 +14,18 @@ from dataclasses import dataclass
 
 from patcher.core.errors import ConfigError
 
-# The oldest kube-scheduler that takes --config with an algorithm source (componentconfig/v1alpha1).
+# The oldest kube-scheduler that takes --config with an algorithm source (componentconfig/v1alpha1): the oldest
+# the renderer knows (a manifest's image tag down to it is rendered), not the oldest supported.
 MIN_MINOR = 10
+
+#: The supported kube-scheduler minors, both ends inclusive: the one statement the README ("Supported Kubernetes
+#: versions"), the chart's ``kubeVersion`` and the ``--kube-version`` check follow (tests/test_supported.py
+#: checks they agree). The newest end is the newest release whose real binaries the tests run
+#: (``tools/realk8s/v1.37.*``: the config oracle, the real API server and scheduler, the real kubelet); the
+#: oldest is the oldest minor whose config types are generated from its release branch
+#: (``schemas/kube-scheduler-1.19.json``), the first with scheduling profiles (``v1beta1``).
+SUPPORTED_MINORS: tuple[tuple[int, int], tuple[int, int]] = ((1, 19), (1, 37))
+SUPPORTED_TEXT = "supported: {}.{} to {}.{}".format(*SUPPORTED_MINORS[0], *SUPPORTED_MINORS[1])
 
 _VERSION = re.compile(r"v?(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?(?P<rest>[-+_.~].*)?")
 _FIX_HINT = "pass --kube-version (e.g. --kube-version=1.29)"
@@ -97,6 +107,18 @@ def version_from_image(image: str) -> KubeVersion | None:
     if version is None or version.major != 1:
         return None
     return version
+
+
+def supported_version(text: str) -> str:
+    """``text`` when it is a Kubernetes version inside ``SUPPORTED_MINORS``; else ``ValueError`` saying why
+    (the ``--kube-version`` check: an operator's claim outside the tested range is refused, not rendered)."""
+    version = parse_version(text, source="--kube-version")
+    if version is None or version.major != 1:
+        raise ValueError(f"not a Kubernetes version: {text!r} (expected e.g. 1.34 or v1.34.2)")
+    first, last = SUPPORTED_MINORS
+    if not first <= version.key <= last:
+        raise ValueError(f"kube-scheduler {version} is outside the supported range ({SUPPORTED_TEXT})")
+    return text
 
 
 def resolve_version(

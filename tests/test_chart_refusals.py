@@ -1,0 +1,238 @@
+"""The chart refuses at install what the agent would refuse at start, with the agent's message.
+
+The agent is the judge: each row of the table is rendered twice with the real helm, once as the chart is and once
+without its guards (``templates/validate.yaml`` removed, the values schema skipped): what would reach the nodes.
+The unguarded render's containers (their environment and arguments, read by the CLI's own parser and
+``run_settings``) and its ConfigMap (read by the agent's ``build_config``) say whether the agent starts. Whatever
+it refuses, the chart must refuse, and helm's error must carry the agent's message; whatever it accepts, the chart
+must install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from patcher.commands.cli import RunFlagError, build_parser, run_settings
+from patcher.core.errors import PatcherError
+from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig.version import SUPPORTED_MINORS
+from tests.helmtool import CHART, NAMESPACE, RELEASE, find_helm, run_helm
+from tests.test_chart_values import ALL_VALUES
+from tests.test_deploy_manifests import DOWNWARD, all_containers, configmap_folder, env_of, pod_spec
+
+Obj = dict[str, Any]
+
+HELM, WHY_NOT = find_helm()
+if HELM is None:
+    pytest.skip(f"real helm unavailable ({WHY_NOT})", allow_module_level=True)
+
+KSC = ("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nextenders:\n"
+       "- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n")
+
+
+def extender(**fields: Any) -> Obj:
+    return {"extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", **fields}]}
+
+
+#: Each switch, and each value the agent refuses (None: the agent starts with it).
+CASES: list[tuple[str, Obj]] = [
+    ("defaults", {}),
+    ("every value changed", ALL_VALUES),
+    ("rke2", {"platform": "rke2"}),
+    ("csi-baremetal", {"csiBaremetal": {"enabled": True}}),
+    ("local check", {"agent": {"localCheck": True}}),
+    ("no pre-flight", {"agent": {"checkExtenders": False}}),
+    ("restore never", {"agent": {"restoreOnExit": "never"}}),
+    ("independent", {"agent": {"rollout": "independent"}}),
+    ("no probe", {"agent": {"extenderProbeInterval": "0"}}),
+    ("settle just under the timeout", {"agent": {"restartTimeout": "30", "restartSettle": "29.5s"}}),
+    ("grace just under the termination", {"agent": {"gracePeriod": "59s"}}),
+    ("gatekeeper", {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
+    ("gatekeeper webhook", {"gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}),
+    ("config.yaml", {"extenders": [], "schedulerConfig": KSC}),
+    ("https extender with weight", extender(urlPrefix="HTTPS://ext.example:8443/x", prioritizeVerb="p", weight=2)),
+    ("extra args", {"extraArgs": ["--resync-interval=10m"]}),
+    # refused by the agent
+    ("settle over the timeout", {"agent": {"restartSettle": "20m"}}),
+    ("settle equal to the timeout", {"agent": {"restartSettle": "10m"}}),
+    ("timeout under the default settle", {"agent": {"restartTimeout": "5s"}}),
+    ("grace over the termination", {"agent": {"gracePeriod": "90s"}}),
+    ("grace equal to the termination", {"agent": {"gracePeriod": "60s"}}),
+    ("termination under the grace", {"agent": {"terminationGracePeriodSeconds": 30}}),
+    ("timeout in Go syntax", {"agent": {"restartTimeout": "1h30m"}}),
+    ("grace in words", {"agent": {"gracePeriod": "45 seconds"}}),
+    ("probe interval in words", {"agent": {"extenderProbeInterval": "1 minute"}}),
+    ("settle in words", {"agent": {"restartSettle": "ten seconds"}}),
+    ("the scheduler's port", {"agent": {"port": 10259}}),
+    ("the old scheduler's port", {"agent": {"port": 10251}}),
+    ("urlPrefix without a scheme", extender(urlPrefix="127.0.0.1:8889")),
+    ("urlPrefix host:port", extender(urlPrefix="localhost:8889")),
+    ("urlPrefix ftp", extender(urlPrefix="ftp://127.0.0.1:8889")),
+    ("urlPrefix without //", extender(urlPrefix="http:127.0.0.1:8889")),
+    ("urlPrefix without a host", extender(urlPrefix="http://:8889")),
+    ("urlPrefix with a query", extender(urlPrefix="http://127.0.0.1:8889/?x=1")),
+    ("prioritizeVerb without weight", extender(prioritizeVerb="prioritize")),
+    ("prioritizeVerb with weight 0", extender(prioritizeVerb="prioritize", weight=0)),
+    ("extra arg mistyped", {"extraArgs": ["--resync-intreval=10m"]}),
+    ("extra arg of another command", {"extraArgs": ["--check-extender", "true"]}),
+]
+
+
+@pytest.fixture(scope="module")
+def charts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(the chart, a copy without its guards)."""
+    bare = tmp_path_factory.mktemp("bare") / "chart"
+    shutil.copytree(CHART, bare)
+    (bare / "templates/validate.yaml").unlink()
+    yield CHART, bare
+
+
+def helm_template(chart: Path, values: Obj, tmp: Path, *extra: str) -> tuple[int, str, list[Obj]]:
+    assert HELM is not None
+    proc = run_helm(HELM, "template", RELEASE, str(chart), "--namespace", NAMESPACE, *extra, values=values, tmp=tmp)
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)] if proc.returncode == 0 else []
+    return proc.returncode, proc.stderr, objs
+
+
+@contextlib.contextmanager
+def container_env(container: Obj) -> Iterator[None]:
+    """The process environment of ``container`` (its ``PATCHER_*`` and downward-API variables), for the parser."""
+    saved = {k: v for k, v in os.environ.items()
+             if k.startswith("PATCHER_") or k in ("NODE_NAME", "POD_NAME", "POD_NAMESPACE", "KUBECONFIG")}
+    for key in saved:
+        del os.environ[key]
+    for name, entry in env_of(container).items():
+        os.environ[name] = entry["value"] if "value" in entry else DOWNWARD[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+    try:
+        yield
+    finally:
+        for name in env_of(container):
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+
+
+def flag_refusal(container: Obj) -> str | None:
+    """What the CLI says when this container starts (None: it starts): the parser's, then ``run_settings``'."""
+    argv = list(container.get("args", []))
+    with container_env(container):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                args = build_parser(load=[argv[0]] if argv[0] == "gatekeeper" else []).parse_args(argv)
+            except SystemExit:
+                line = err.getvalue().strip().splitlines()[-1]
+                problem = line.split(": error: ", 1)[1]
+                return problem.split(": ", 1)[1] if problem.startswith("argument ") else problem
+        if argv[0] == "run":
+            try:
+                run_settings(args)
+            except RunFlagError as exc:
+                return str(exc)
+        if argv[0] == "gatekeeper":
+            from patcher.commands.gatekeeper import usage_problems
+
+            return next(iter(usage_problems(args)), None)
+    return None
+
+
+def agent_refusal(objs: list[Obj], tmp: Path) -> str | None:
+    """What the agent (and the restore Job, the gatekeeper) would refuse in this render, in their words."""
+    ours = [c for o in objs if o["kind"] in ("DaemonSet", "Job", "Deployment")
+            for c in all_containers(pod_spec(o)) if c.get("args")]
+    assert any(c["args"][0] == "run" for c in ours)
+    for container in ours:
+        refusal = flag_refusal(container)
+        if refusal is not None:
+            return refusal
+    [cm] = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "scheduler-patcher-source"]
+    newest = "{}.{}".format(*SUPPORTED_MINORS[1])
+    try:
+        source = configmap_folder(Path(tempfile.mkdtemp(dir=tmp)) / "source", cm["data"])
+        build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version=newest))
+    except PatcherError as exc:
+        return exc.problem
+    return None
+
+
+@pytest.mark.parametrize(("values",), [pytest.param(v, id=name) for name, v in CASES])
+def test_the_chart_refuses_what_the_agent_refuses_in_its_words(charts: tuple[Path, Path], values: Obj,
+                                                              tmp_path: Path) -> None:
+    chart, bare = charts
+    code, _, unguarded = helm_template(bare, values, tmp_path, "--skip-schema-validation")
+    assert code == 0, "the unguarded chart must render, for the agent to judge it"
+    verdict = agent_refusal(unguarded, tmp_path)
+    code, err, _ = helm_template(chart, values, tmp_path)
+    if verdict is None:
+        assert code == 0, f"the agent starts with {values}, the chart refuses it: {err}"
+    else:
+        assert code != 0, f"the agent refuses {values} ({verdict}), the chart installs it"
+        [line] = [x for x in err.splitlines() if x.startswith("Error:")]
+        said = verdict.split("; did you mean")[0]  # the agent's hint needs its flag list; the chart names --help
+        assert said in line, f"helm does not say the agent's message {said!r}: {line}"
+
+
+def test_the_table_has_both_verdicts(charts: tuple[Path, Path], tmp_path: Path) -> None:
+    """Each refusal kind is in the table: a flag the parser refuses, one run_settings refuses, a config one."""
+    names = dict(CASES)
+    _, bare = charts
+    kinds = []
+    for name in ("timeout in Go syntax", "settle over the timeout", "grace over the termination",
+                 "urlPrefix without a scheme", "prioritizeVerb without weight", "defaults"):
+        _, _, objs = helm_template(bare, names[name], tmp_path, "--skip-schema-validation")
+        kinds.append(agent_refusal(objs, tmp_path))
+    assert kinds == [
+        "not a duration: '1h30m' (examples: 30, 30s, 500ms, 5m, 1h)",
+        "--restart-settle 1200s: must be shorter than --restart-timeout (600s), or no restart could ever count as "
+        "Ready",
+        "--grace-period 90s: must be shorter than --termination-grace-period (60s, the pod's "
+        "terminationGracePeriodSeconds), or the kubelet kills the agent inside its restore",
+        "extenders[0].urlPrefix: must be an http:// or https:// URL with a host (missing protocol scheme), got "
+        "'127.0.0.1:8889'",
+        "extenders[0].weight: must be > 0 when prioritizeVerb is set (got None)",
+        None,
+    ]
+
+
+def test_the_pods_termination_grace_reaches_the_agent(charts: tuple[Path, Path], tmp_path: Path) -> None:
+    chart, _ = charts
+    for values in ({}, {"agent": {"terminationGracePeriodSeconds": 75, "gracePeriod": "70s"}}):
+        _, _, objs = helm_template(chart, values, tmp_path)
+        [ds] = [o for o in objs if o["kind"] == "DaemonSet"]
+        spec = pod_spec(ds)
+        env = env_of(spec["containers"][0])
+        assert env["PATCHER_TERMINATION_GRACE_PERIOD"]["value"] == f"{spec['terminationGracePeriodSeconds']}s"
+
+
+def test_helm_install_refuses_too(charts: tuple[Path, Path], tmp_path: Path) -> None:
+    """``helm install`` runs the same guards as ``helm template`` (before anything reaches the cluster)."""
+    assert HELM is not None
+    chart, _ = charts
+    proc = run_helm(HELM, "install", "--dry-run=client", RELEASE, str(chart), "--namespace", NAMESPACE,
+                    values={"agent": {"restartSettle": "20m"}}, tmp=tmp_path)
+    assert proc.returncode != 0
+    assert ("agent.restartSettle: --restart-settle 1200s: must be shorter than --restart-timeout (600s), or no "
+            "restart could ever count as Ready") in proc.stderr
+
+
+@pytest.mark.parametrize(("version", "installs"), [
+    ("{}.{}.0".format(*SUPPORTED_MINORS[0]), True), ("{}.{}.9".format(*SUPPORTED_MINORS[1]), True),
+    (f"{SUPPORTED_MINORS[0][0]}.{SUPPORTED_MINORS[0][1] - 1}.5", False),
+    (f"{SUPPORTED_MINORS[1][0]}.{SUPPORTED_MINORS[1][1] + 1}.0", False),
+])
+def test_the_charts_kube_version_is_the_supported_range(charts: tuple[Path, Path], tmp_path: Path, version: str,
+                                                        installs: bool) -> None:
+    chart, _ = charts
+    code, err, _ = helm_template(chart, {}, tmp_path, "--kube-version", version)
+    assert (code == 0) == installs, err
+    if not installs:
+        assert "incompatible with Kubernetes" in err
