@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from patcher.commands.cli import RunFlagError, build_parser, run_settings
+from patcher.commands.cli import CLUSTER_COMMANDS, RunFlagError, build_parser, run_settings
 from patcher.core.errors import PatcherError
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.core.schedconfig.version import SUPPORTED_MINORS
@@ -128,7 +128,7 @@ def flag_refusal(container: Obj) -> str | None:
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             try:
-                args = build_parser(load=[argv[0]] if argv[0] == "gatekeeper" else []).parse_args(argv)
+                args = build_parser(load=[argv[0]] if argv[0] in CLUSTER_COMMANDS else []).parse_args(argv)
             except SystemExit:
                 line = err.getvalue().strip().splitlines()[-1]
                 problem = line.split(": error: ", 1)[1]
@@ -147,8 +147,9 @@ def flag_refusal(container: Obj) -> str | None:
 
 def agent_refusal(objs: list[Obj], tmp: Path) -> str | None:
     """What the agent (and the restore Job, the gatekeeper) would refuse in this render, in their words."""
-    ours = [c for o in objs if o["kind"] in ("DaemonSet", "Job", "Deployment")
-            for c in all_containers(pod_spec(o)) if c.get("args")]
+    specs = [o["template"]["spec"] if o["kind"] == "PodTemplate" else pod_spec(o)
+             for o in objs if o["kind"] in ("DaemonSet", "Job", "Deployment", "PodTemplate")]
+    ours = [c for spec in specs for c in all_containers(spec) if c.get("args")]
     assert any(c["args"][0] == "run" for c in ours)
     for container in ours:
         refusal = flag_refusal(container)
