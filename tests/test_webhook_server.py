@@ -384,7 +384,7 @@ def test_the_gatekeeper_serves_the_webhook_with_the_verdict_of_the_configmap(
 def test_the_webhook_flags_must_come_together(kubeconfig: Path, mount: SecretMount, emu: KubeEmulatorExt) -> None:
     args, _ = command_args(kubeconfig, mount)
     args.webhook_key = ""
-    assert gatekeeper.run(args, threading.Event()) == 1
+    assert gatekeeper.run(args, threading.Event()) == 64  # flags that cannot work together: a usage error
     args, _ = command_args(kubeconfig, mount)
     args.webhook_cert = str(Path(mount.cert).with_name("missing.crt"))
     assert gatekeeper.run(args, threading.Event()) == 1
