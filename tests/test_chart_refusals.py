@@ -85,6 +85,10 @@ CASES: list[tuple[str, Obj]] = [
     ("prioritizeVerb with weight 0", extender(prioritizeVerb="prioritize", weight=0)),
     ("extra arg mistyped", {"extraArgs": ["--resync-intreval=10m"]}),
     ("extra arg of another command", {"extraArgs": ["--check-extender", "true"]}),
+    ("httpTimeout in words", extender(httpTimeout="5 seconds")),
+    ("restore Job timeout in Go syntax", {"restoreJob": {"timeout": "1h30m"}}),
+    ("release concurrency 0", {"gatekeeper": {"enabled": True, "release": {"concurrency": 0}}}),
+    ("release qps 0", {"gatekeeper": {"enabled": True, "release": {"kubeApiQps": 0}}}),
 ]
 
 
@@ -237,3 +241,128 @@ def test_the_charts_kube_version_is_the_supported_range(charts: tuple[Path, Path
     assert (code == 0) == installs, err
     if not installs:
         assert "incompatible with Kubernetes" in err
+
+
+# -- every value check reads as a sentence --------------------------------------------------------------------
+
+#: One bad value per check that values.schema.json would say in JSON-schema wording (a pattern, a range, a length,
+#: a list of choices, a duplicate): (the value's path, as the error must name it; the values).
+SENTENCES: list[tuple[str, Obj]] = [
+    ("platform", {"platform": "k3s"}),
+    ("image.repository", {"image": {"repository": ""}}),
+    ("image.digest", {"image": {"digest": "abc"}}),
+    ("image.pullPolicy", {"image": {"pullPolicy": "always"}}),
+    ("imagePullSecrets[0].name", {"imagePullSecrets": [{"name": ""}]}),
+    ("extenders[0].urlPrefix", extender(urlPrefix="")),
+    ("extenders[0].httpTimeout", extender(httpTimeout="5 seconds")),
+    ("extenders[0].managedResources[0].name", extender(managedResources=[{"name": ""}])),
+    ("hostPaths.manifestDir", {"hostPaths": {"manifestDir": "etc/kubernetes/manifests"}}),
+    ("hostPaths.manifestName", {"hostPaths": {"manifestName": "manifests/kube-scheduler.yaml"}}),
+    ("hostPaths.manifestName", {"hostPaths": {"manifestName": ""}}),
+    ("hostPaths.configDir", {"hostPaths": {"configDir": "etc/sp"}}),
+    ("hostPaths.stateDir", {"hostPaths": {"stateDir": "var/lib/x"}}),
+    ("hostPaths.foreignConfigDirs[0]", {"hostPaths": {"foreignConfigDirs": ["/"]}}),
+    ("hostPaths.foreignConfigDirs", {"hostPaths": {"foreignConfigDirs": ["/etc/a", "/etc/a"]}}),
+    ("agent.annotationPrefix", {"agent": {"annotationPrefix": ""}}),
+    ("agent.port", {"agent": {"port": 0}}),
+    ("agent.port", {"agent": {"port": 65536}}),
+    ("agent.restoreOnExit", {"agent": {"restoreOnExit": "sometimes"}}),
+    ("agent.rollout", {"agent": {"rollout": "serial"}}),
+    ("agent.rolloutLease", {"agent": {"rolloutLease": ""}}),
+    ("agent.terminationGracePeriodSeconds", {"agent": {"terminationGracePeriodSeconds": 0}}),
+    ("agent.logFormat", {"agent": {"logFormat": "xml"}}),
+    ("agent.logLevel", {"agent": {"logLevel": "trace"}}),
+    ("csiBaremetal.namespace", {"csiBaremetal": {"namespace": ""}}),
+    ("dnsPolicy", {"dnsPolicy": "ClusterFirstWithHostnet"}),
+    ("dnsConfig.nameservers[0]", {"dnsConfig": {"nameservers": [""]}}),
+    ("dnsConfig.searches[0]", {"dnsConfig": {"searches": [""]}}),
+    ("dnsConfig.options[0].name", {"dnsConfig": {"options": [{"name": ""}]}}),
+    ("extraEnv[0].name", {"extraEnv": [{"name": ""}]}),
+    ("gatekeeper.replicas", {"gatekeeper": {"replicas": -1}}),
+    ("gatekeeper.gateName", {"gatekeeper": {"gateName": "ready'"}}),
+    ("gatekeeper.gateName", {"gatekeeper": {"gateName": "a" * 317}}),
+    ("gatekeeper.port", {"gatekeeper": {"port": 70000}}),
+    ("gatekeeper.logFormat", {"gatekeeper": {"logFormat": "xml"}}),
+    ("gatekeeper.admission.apiVersion", {"gatekeeper": {"admission": {"apiVersion": "v1alpha1"}}}),
+    ("gatekeeper.admission.namespaceSelector.matchExpressions[0].key",
+     {"gatekeeper": {"admission": {"namespaceSelector": {"matchExpressions": [{"key": "", "operator": "Exists"}]}}}}),
+    ("gatekeeper.admission.objectSelector.matchExpressions[0].operator",
+     {"gatekeeper": {"admission": {"objectSelector": {"matchExpressions": [{"key": "a", "operator": "in"}]}}}}),
+    ("gatekeeper.admission.schedulerNames[0]", {"gatekeeper": {"admission": {"schedulerNames": ["x') || true"]}}}),
+    ("gatekeeper.admission.schedulerNames", {"gatekeeper": {"admission": {"schedulerNames": ["a", "a"]}}}),
+    ("gatekeeper.admission.storageClasses[0]", {"gatekeeper": {"admission": {"storageClasses": ["Fast"]}}}),
+    ("gatekeeper.admission.storageClasses", {"gatekeeper": {"admission": {"storageClasses": ["a", "a"]}}}),
+    ("gatekeeper.admission.csiDrivers[0]", {"gatekeeper": {"admission": {"csiDrivers": ["csi'x"]}}}),
+    ("gatekeeper.admission.csiDrivers[0]", {"gatekeeper": {"admission": {"csiDrivers": ["c" * 64]}}}),
+    ("gatekeeper.admission.csiDrivers", {"gatekeeper": {"admission": {"csiDrivers": ["a", "a"]}}}),
+    ("gatekeeper.release.concurrency", {"gatekeeper": {"release": {"concurrency": 0}}}),
+    ("gatekeeper.release.batch", {"gatekeeper": {"release": {"batch": 0}}}),
+    ("gatekeeper.release.kubeApiQps", {"gatekeeper": {"release": {"kubeApiQps": 0}}}),
+    ("gatekeeper.release.kubeApiBurst", {"gatekeeper": {"release": {"kubeApiBurst": 0}}}),
+    ("gatekeeper.webhook.port", {"gatekeeper": {"webhook": {"port": 0}}}),
+    ("gatekeeper.webhook.timeoutSeconds", {"gatekeeper": {"webhook": {"timeoutSeconds": 31}}}),
+    ("gatekeeper.webhook.certValidityDays", {"gatekeeper": {"webhook": {"certValidityDays": 0}}}),
+    ("restoreJob.timeout", {"restoreJob": {"timeout": "4 minutes"}}),
+    ("restoreJob.activeDeadlineSeconds", {"restoreJob": {"activeDeadlineSeconds": 0}}),
+    ("restoreJob.ttlSecondsAfterFinished", {"restoreJob": {"ttlSecondsAfterFinished": -1}}),
+    ("monitoring.podMonitor.interval", {"monitoring": {"podMonitor": {"interval": "1 minute"}}}),
+    ("monitoring.podMonitor.scrapeTimeout", {"monitoring": {"podMonitor": {"scrapeTimeout": "10"}}}),
+    ("monitoring.prometheusRule.for", {"monitoring": {"prometheusRule": {"for": {"Foo": "5m"}}}}),
+    ("monitoring.prometheusRule.for.SchedulerPatcherVerdictNotReady",
+     {"monitoring": {"prometheusRule": {"for": {"SchedulerPatcherVerdictNotReady": "five minutes"}}}}),
+    ("monitoring.prometheusRule.disabled[0]", {"monitoring": {"prometheusRule": {"disabled": ["foo"]}}}),
+]
+
+#: What helm's JSON-schema errors say instead of a sentence.
+JARGON = ("does not match pattern", "'not' failed", "minimum:", "maximum:", "exclusiveMinimum", "minLength:",
+          "maxLength:", ", want ", "value must be one of", "are equal", "invalid propertyName",
+          "don't meet the specifications")
+
+
+@pytest.mark.parametrize(("path", "values"), [pytest.param(p, v, id=f"{p}={v}"[:90]) for p, v in SENTENCES])
+def test_every_value_error_is_a_sentence_naming_the_value(charts: tuple[Path, Path], path: str, values: Obj,
+                                                           tmp_path: Path) -> None:
+    chart, _ = charts
+    code, err, _ = helm_template(chart, values, tmp_path)
+    assert code != 0, f"the chart installs {values}"
+    [line] = [x for x in err.splitlines() if x.startswith("Error:")]
+    said = line.split("): ", 1)[1] if line.startswith("Error: execution error at (") else line
+    assert said.startswith(f"{path}: "), f"the error does not start with the value's path {path}: {line}"
+    assert not [j for j in JARGON if j in said], f"JSON-schema wording in {line}"
+    assert [w for w in ("must", "is not one of", "(examples:") if w in said], f"not what {path} must be: {line}"
+
+
+#: The schema's keywords that stay: types, nesting, required keys and the refusal of unknown keys (a typo).
+KEPT_KEYWORDS = {"$schema", "title", "type", "properties", "additionalProperties", "items", "required",
+                 "description"}
+
+
+def test_the_schema_keeps_only_types_and_keys() -> None:
+    """A pattern, range, length or enum added to values.schema.json would be said in JSON-schema wording: such a
+    check belongs in templates/validate.yaml, with a sentence, and a row in SENTENCES."""
+    import json
+
+    def keywords(node: Any, inside_properties: bool = False) -> set[str]:
+        if isinstance(node, list):
+            return {k for x in node for k in keywords(x)}
+        if not isinstance(node, dict):
+            return set()
+        if inside_properties:  # value names, not keywords
+            return {k for x in node.values() for k in keywords(x)}
+        return set(node) | {k for key, x in node.items() for k in keywords(x, key == "properties")}
+
+    schema = json.loads((CHART / "values.schema.json").read_text("utf-8"))
+    assert keywords(schema) - KEPT_KEYWORDS == set()
+    assert schema["additionalProperties"] is False
+
+
+def test_the_sentence_table_has_every_guarded_path() -> None:
+    """Each value path templates/validate.yaml names in a failure has a row (or a row in CASES, the agent's)."""
+    import re
+
+    guards = (CHART / "templates/validate.yaml").read_text("utf-8")
+    tested = " ".join([p for p, _ in SENTENCES] + [repr(v) for _, v in CASES])
+    literals = set(re.findall(r'"((?:[a-z][A-Za-z]*\.)+[a-z][A-Za-z]*)"', guards))
+    for literal in sorted(x for x in literals if not x.startswith("sp.")):
+        leaf = literal.rsplit(".", 1)[1]
+        assert literal in tested or f"'{leaf}'" in tested, f"{literal}: no bad value in SENTENCES or CASES"

@@ -136,15 +136,22 @@ def test_the_extender_schema_is_the_projects_v1_extender() -> None:
     assert set(managed["properties"]) == set(types["ExtenderManagedResource"]["fields"])
 
 
-def test_the_schema_enums_are_the_clis_choices() -> None:
-    agent = values_schema()["properties"]["agent"]["properties"]
+def chart_choices() -> dict[str, list[str]]:
+    """The choices templates/validate.yaml allows each value (its ``sp.oneOf`` checks), by value path."""
+    guards = (CHART / "templates/validate.yaml").read_text("utf-8")
+    found = re.findall(r'include "sp.oneOf" \(list "([^"]+)" \S+ \(list ((?:"[^"]*" ?)+)\)\)', guards)
+    return {path: json.loads("[" + words.strip().replace('" "', '", "') + "]") for path, words in found}
+
+
+def test_the_charts_choices_are_the_clis_choices() -> None:
+    """The chart refuses a choice the agent would not start with, and allows each one it has."""
+    choices = chart_choices()
     run = {a.dest: a for a in subparser("run")._actions}
     for value, dest in [("restoreOnExit", "restore_on_exit"), ("rollout", "rollout"), ("logFormat", "log_format"),
                         ("logLevel", "log_level")]:
-        assert agent[value]["enum"] == list(run[dest].choices or []), value
-    gate = values_schema()["properties"]["gatekeeper"]["properties"]
-    assert gate["logFormat"]["enum"] == list(run["log_format"].choices or [])
-
+        assert choices[f"agent.{value}"] == list(run[dest].choices or []), value
+    assert choices["gatekeeper.logFormat"] == list(run["log_format"].choices or [])
+    assert "platform" in choices and "dnsPolicy" in choices
 
 
 def test_the_chart_accepts_exactly_the_durations_and_ports_the_agent_accepts() -> None:
