@@ -66,12 +66,6 @@ def subscribe(listener: Callable[[int], None]) -> None:
         listener(early)
 
 
-def unsubscribe(listener: Callable[[int], None]) -> None:
-    with _lock:
-        if listener in _listeners:
-            _listeners.remove(listener)
-
-
 def received() -> int | None:
     """The first stop signal received so far, if any."""
     with _lock:

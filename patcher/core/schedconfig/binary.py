@@ -52,10 +52,6 @@ def facts_for(minor: int | None) -> BinaryFacts | None:
     return _all().get(minor) if minor is not None else None
 
 
-def proven_minors() -> tuple[int, ...]:
-    return tuple(sorted(_all()))
-
-
 def gate_settings(raw: str | None) -> dict[str, bool | None]:
     """``--feature-gates=A=true,kube:B=false`` as gate -> value (None when the value is not a boolean)."""
     found: dict[str, bool | None] = {}
