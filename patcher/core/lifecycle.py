@@ -530,10 +530,6 @@ class Reclaim:
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | CheckLastGood | RollBack | Prune | Publish | Note | Log | Count
           | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder | LetGo
           | Reclaim)
-#: What a held node never gets: the writes (patch, rollback, prune, restore) and what leads to one (the turn, a
-#: re-plan, the pre-flight and its retry, the rollback's check, the restart's watch).
-NOT_WHILE_HELD: tuple[type, ...] = (Apply, TakeTurn, RollBack, Prune, Restore, Replan, Probe, RetryLater,
-                                    CheckLastGood, Watch)
 Step = tuple[Node, list[Action]]
 
 

@@ -580,17 +580,6 @@ def _marker_prefixes(metadata: dict[str, Any]) -> dict[str, Marker]:
     return found
 
 
-def marker_prefixes(text: str) -> list[str]:
-    """The annotation prefixes of the scheduler-patcher markers a manifest carries (sorted; [] when it cannot
-    be parsed). A command given another ``--annotation-prefix`` uses this to name the one to pass."""
-    try:
-        data = yt.load_data(text)
-    except yt.YamlTextError:
-        return []
-    metadata = data.get("metadata") if isinstance(data, dict) else None
-    return sorted(_marker_prefixes(metadata)) if isinstance(metadata, dict) else []
-
-
 CONFIG_FLAG_EQ = schedflags.CONFIG_FLAG + "="
 
 

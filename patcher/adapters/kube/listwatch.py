@@ -93,11 +93,6 @@ def split_records(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
         yield buffer, False
 
 
-def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Newline-delimited records from a chunked body (a record may span chunks; a trailing one is kept)."""
-    return (line for line, _ in split_records(chunks))
-
-
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 _CHANGES = ("ADDED", "MODIFIED", "DELETED")
