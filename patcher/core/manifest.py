@@ -27,7 +27,7 @@ from patcher.core.errors import ManifestError
 
 VOLUME_NAME = "scheduler-patcher-config"
 # Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
-# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
+# agent seconds and hundreds of MB: it is refused before parsing. See docs/operator-contract.md.
 # Here, not in services/engine, so that the state store bounds the saved original by it too.
 MAX_MANIFEST_BYTES = 128 * 1024
 MARKER_VERSION = 1

@@ -59,7 +59,7 @@ class Document:
         return root
 
 
-_loaders = threading.local()  # YAML objects cost ~0.3 ms to build; one per thread, as a load is not reentrant
+_loaders = threading.local()  # a YAML object is costly to build: one per thread, as a load is not reentrant
 
 
 # Where libyaml's marks and the pure composer's part: a BOM (libyaml does not count it) and the line breaks
@@ -151,7 +151,7 @@ def _describe(exc: YAMLError) -> str:
 
 # A kube-scheduler manifest nests about 8 levels and has a few hundred nodes. Larger shapes are refused before
 # they are composed: composing recurses (the C composer without a recursion check: 10^5 levels crash the
-# process) and the pure-Python composer costs ~30 us a node.
+# process) and the pure-Python composer's time grows with every node.
 MAX_DEPTH = 64
 MAX_NODES = 5_000
 _SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
@@ -261,8 +261,8 @@ def _construct(y: YAML, root: Node) -> Any:
 
 def _unhashable(exc: TypeError) -> str:
     """ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
-    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error (found by
-    fuzzing the manifest splice, issue 32)."""
+    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error, so it gets a
+    message of its own here."""
     return f"found unhashable key ({exc})"
 
 

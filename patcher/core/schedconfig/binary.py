@@ -1,4 +1,4 @@
-"""What the real kube-scheduler of a built minor knows before it reads ``--config`` (issue 33).
+"""What the real kube-scheduler of a built minor knows before it reads ``--config``: its own facts, not guesses.
 
 The manifest's flags are parsed by pflag and component-base before the config: an unknown flag (``--port``,
 ``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
