@@ -72,7 +72,7 @@ def _positions_by_libyaml(text: str) -> bool:
 
 
 def _composer(text: str) -> YAML:
-    """libyaml's composer (5x faster), unless the text holds a character where its marks are known to differ.
+    """libyaml's composer (C, far faster), unless the text holds a character where its marks are known to differ.
 
     Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
     characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
@@ -120,7 +120,7 @@ third of a manifest's load time). Same tags, same data (tests/test_yamltext_comp
 
 
 def _data_loader() -> YAML:
-    # Plain data from the C parser when ruamel.yaml.clib is there (about 6x faster); duplicate keys refused,
+    # Plain data from the C parser when ruamel.yaml.clib is there (far faster); duplicate keys refused,
     # as the API server refuses them. Original and edited text always go through this same loader.
     y: YAML | None = getattr(_loaders, "data", None)
     if y is None:
@@ -160,7 +160,7 @@ _PREFIX = re.compile(r"^[ \t?-]*", re.MULTILINE)
 
 
 def _loose_depth_bound(text: str) -> int:
-    """A looser bound than ``depth_bound`` at a quarter of its cost (the matching stays in C): every character
+    """A looser bound than ``depth_bound`` at a fraction of its cost (the matching stays in C): every character
     of a line's leading run of spaces, tabs, dashes and question marks counts twice, which is at least what
     ``depth_bound`` counts for the same line."""
     return 2 * max(map(len, _PREFIX.findall(text)), default=0) + 2 + text.count("[") + text.count("{")
@@ -216,7 +216,7 @@ class _Unusual(Exception):
 
 
 def _construct(y: YAML, root: Node) -> Any:
-    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, at a third of its cost.
+    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, for less.
 
     Strings, lists and dicts are built here (shared for aliases, as ruamel shares them); every other scalar
     goes through ruamel's own constructor for its tag. Anything else, and every error, is ruamel's to handle.

@@ -120,7 +120,7 @@ def event_metadata(line: bytes) -> tuple[str, Obj] | None:
     layout, another type, a large value before ``metadata``, or data that is not JSON): decode it in full.
 
     Why: a watch on pods receives whole pods (kilobytes each), and a consumer that needs only the metadata of
-    most of them (the gatekeeper: a released pod's event only evicts it) spent a third of its CPU decoding
+    most of them (the gatekeeper: a released pod's event only evicts it) would spend most of its CPU decoding
     the rest. The API server sends ``{"type": ..., "object": {"kind": ..., "apiVersion": ..., "metadata": ...``
     (Go struct order), so the metadata comes first. Nothing after the metadata is read, so the caller must
     know the line is whole (newline-ended): a stream cut short is caught by the full decode.
