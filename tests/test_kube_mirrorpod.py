@@ -19,7 +19,6 @@ from patcher.adapters.kube.listwatch import (
     _Undecodable,
     decode_event,
     event_metadata,
-    split_lines,
     split_records,
 )
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
@@ -190,7 +189,7 @@ def test_decoding_events_and_splitting_chunks() -> None:
     assert decode_event(b"  \r") is None
     assert decode_event(b'{"type": "BOOKMARK", "object": {"metadata": {}}}') == ("BOOKMARK", {"metadata": {}})
     chunks = [b'{"a"', b': 1}\n{"b": 2}\n\n{"c"', b": 3}"]
-    assert list(split_lines(chunks)) == [b'{"a": 1}', b'{"b": 2}', b"", b'{"c": 3}']
+    assert [line for line, _ in split_records(chunks)] == [b'{"a": 1}', b'{"b": 2}', b"", b'{"c": 3}']
 
 
 def test_a_record_cut_short_by_the_end_of_the_stream_is_not_ended() -> None:

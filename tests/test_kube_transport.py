@@ -13,7 +13,7 @@ import pytest
 
 from patcher.adapters.kube.client import ClientSettings, build_api_client, load_configuration
 from patcher.adapters.kube.errors import NotFound, TooManyRequests, Unauthorized, Unreachable, api_call
-from patcher.adapters.kube.listwatch import decode_event, split_lines
+from patcher.adapters.kube.listwatch import decode_event, split_records
 from patcher.adapters.kube.transport import LEASES, MERGE_PATCH, NODES, PODS, Api, Resource
 from tests.blackhole import BlackHole
 from tests.kubeemu import tls_available
@@ -168,7 +168,7 @@ def test_a_watch_streams_events_and_its_error_answer_is_the_clients_exception(em
     resp = api.watch(PODS, namespace="default", resource_version=rv, timeout_seconds=60, connect_timeout=0.5)
     emu.create(make_pod("q"))
     events = []
-    for line in split_lines(resp.stream(amt=None, decode_content=True)):
+    for line, _ in split_records(resp.stream(amt=None, decode_content=True)):
         event = decode_event(line)
         if event is not None and event[0] != "BOOKMARK":
             events.append((event[0], event[1]["metadata"]["name"]))

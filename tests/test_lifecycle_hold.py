@@ -57,8 +57,15 @@ PATCHED = State(manifest="/m", config_hash=H, files=("/c/config-aaaaaaaaaaaa.yam
                 original_sha256="o", manifest_mtime_ns=1, phase="WaitingForRestart", source_hash="s" * 64)
 
 
+#: What a held node never gets: the writes (patch, rollback, prune, restore) and what leads to one (the turn, a
+#: re-plan, the pre-flight and its retry, the rollback's check, the restart's watch).
+NOT_WHILE_HELD: tuple[type, ...] = (lifecycle.Apply, lifecycle.TakeTurn, lifecycle.RollBack, lifecycle.Prune,
+                                    lifecycle.Restore, lifecycle.Replan, lifecycle.Probe, lifecycle.RetryLater,
+                                    lifecycle.CheckLastGood, lifecycle.Watch)
+
+
 def writes(actions: list[lifecycle.Action]) -> list[lifecycle.Action]:
-    return [a for a in actions if isinstance(a, lifecycle.NOT_WHILE_HELD)]
+    return [a for a in actions if isinstance(a, NOT_WHILE_HELD)]
 
 
 # -- the step --------------------------------------------------------------------------------------------

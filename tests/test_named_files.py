@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from patcher.core import manifest
+from patcher.core import yamltext as yt
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.services import engine
@@ -71,11 +72,15 @@ def test_an_unparsable_manifest_keeps_every_file_whose_name_it_contains() -> Non
     assert names.names("/elsewhere/config-aaaaaaaaaaaa.yaml") and not names.names("/x/config-bbbbbbbbbbbb.yaml")
 
 
-def test_marker_prefixes_finds_the_prefix_a_manifest_was_patched_with(tmp_path: Path) -> None:
+def test_check_prefix_names_the_prefix_a_manifest_was_patched_with(tmp_path: Path) -> None:
     make_node(tmp_path)
     apply(opts_for(tmp_path, "scheduler-patcher.io"))
-    assert manifest.marker_prefixes((tmp_path / helpers.MANIFEST).read_text()) == ["scheduler-patcher.io"]
-    assert manifest.marker_prefixes(KUBEADM) == []
+    patched = yt.parse((tmp_path / helpers.MANIFEST).read_text())
+    manifest.check_prefix(patched, "scheduler-patcher.io", "m.yaml")
+    with pytest.raises(ManifestError, match=r"m\.yaml.*prefix scheduler-patcher\.io .*--annotation-prefix "
+                       r"scheduler-patcher\.io$"):
+        manifest.check_prefix(patched, "other.example", "m.yaml")
+    manifest.check_prefix(yt.parse(KUBEADM), "other.example", "m.yaml")  # no marker: any prefix is ours to write
 
 
 # -- the admin's session: restore and apply with another prefix ----------------------------------------------

@@ -68,10 +68,10 @@ def flagged() -> dict[str, tuple[str, str]]:
     """Flag -> the (group, field) whose metadata names it (``("api", "")`` for ``--no-api``)."""
     out: dict[str, tuple[str, str]] = {}
     for g in dataclasses.fields(Settings):
-        if (name := settings.flag_of(g)) is not None:
+        if (name := g.metadata.get(settings.FLAG)) is not None:
             out[name] = (g.name, "")
         for f in dataclasses.fields(settings.groups()[g.name]):
-            if (name := settings.flag_of(f)) is not None:
+            if (name := f.metadata.get(settings.FLAG)) is not None:
                 assert name not in out, f"{name} names two settings: {out[name]} and {(g.name, f.name)}"
                 out[name] = (g.name, f.name)
     return out

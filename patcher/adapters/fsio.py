@@ -74,7 +74,7 @@ class HostFS:
         raise PatcherError(node_path, "too many levels of symbolic links")
 
 
-# The one reader (issue 32): every read of a file of the node goes through ``patcher.core.fileread``, re-exported
+# The one reader: every read of a file of the node goes through ``patcher.core.fileread`` (bounded), re-exported
 # here for the layers above. ``limit`` is always given: nothing on the node is read without a bound.
 read_file = fileread.read_file
 read_if_exists = fileread.read_if_exists
@@ -162,7 +162,7 @@ def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
 Identity = tuple[int, int, int, int, int, int, int, int]
 
 #: How long ago a file's last change must be before its identity stands for its bytes: file timestamps come
-#: from a coarse clock (one tick, 1-10 ms by kernel), so a same-size write within the tick of our read could
+#: from a coarse clock (one tick, its length set by the kernel), so a same-size write within the tick of our read could
 #: leave the identity as it was. Past this age, a later write can only move the ctime.
 SETTLED_NS = 50_000_000
 
@@ -203,8 +203,8 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
     mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
     ``atomic_write``). ``seen``: the settled ``identity_holding`` of the staged file (holding ``data``) and of
     ``path`` (holding ``expect``), with the same mode and owner: while both files still have
-    them, one ``stat`` each answers the comparison before the rename, which then reads nothing (issue 26: the
-    reads were a third of SIGTERM -> restored); else both are read and compared. The published file gets the
+    them, one ``stat`` each answers the comparison before the rename, which then reads nothing (the reads are
+    on the path from SIGTERM to the restored manifest); else both are read and compared. The published file gets the
     current time as its mtime: the write happens now. The file it displaced is left at ``staged`` (hidden)
     once the folder is synced: the caller removes it, after the work that waits for the restore."""
     name = shown or str(path)
@@ -220,8 +220,8 @@ def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str 
     try:
         _publish(str(staged), path, data, expect, name, sync=False)
         # The write happens now: its mtime too. Touched after the rename, not before: a touch of the staged
-        # file woke the folder's watchers (our own among them) just before the rename, and on 2 busy cores the
-        # woken thread preempted this one (issue 26). The folder's fsync below makes both durable.
+        # file would wake the folder's watchers (our own among them) just before the rename, and on busy cores
+        # the woken thread could preempt this one. The folder's fsync below makes both durable.
         os.utime(path)
         fsync_dir(path.parent)
     except OSError as exc:

@@ -8,8 +8,8 @@ tells a human that every scheduler restarted with the new config. ``/metrics`` s
 process collector and a ``build_info`` gauge, and no ``_created`` series (they double the series count for
 nothing a dashboard uses).
 
-Neither asyncio nor prometheus_client is imported with this module (issue 26: ~50 ms of imports, which were on
-the path from exec to the first manifest write): the server's thread imports asyncio once it is woken
+Neither asyncio nor prometheus_client is imported with this module (their imports would be on the path from
+exec to the first manifest write): the server's thread imports asyncio once it is woken
 (``HealthServer.wake``, or a connection that arrives first), and the metrics reach prometheus_client at the
 first scrape of ``/metrics`` (``Metrics.render``).
 """
@@ -56,7 +56,7 @@ MAX_CONNECTIONS: Final = 256
 #: only idle and half-open connections reach it, and they are closed instead of held forever.
 REQUEST_TIMEOUT: Final = 5.0
 #: Seconds from a request's first byte to the end of its head: a probe or a scraper sends its head in one
-#: segment, so a head still unfinished after this is a client holding a slot, and is closed (issue 32).
+#: segment, so a head still unfinished after this is a client holding a slot, and is closed to free it.
 HEAD_TIMEOUT: Final = 1.0
 #: A request head larger than this is refused (probes and scrapers send a few hundred bytes): 414 when its
 #: request line alone is longer, 431 otherwise.
@@ -387,7 +387,7 @@ class HealthServer:
     ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
     because a standby replica is as ready as its leader.
 
-    ``start(deferred=True)`` (the agent's case) lets the thread wait, before it imports asyncio (~25 ms, which
+    ``start(deferred=True)`` (the agent's case) lets the thread wait, before it imports asyncio (which
     would share the interpreter with the agent's first reconcile), until ``wake`` is called or a connection
     arrives: the socket listens from the constructor on, so the kernel queues a probe meanwhile, and the first
     one wakes the server itself.

@@ -3,9 +3,9 @@
 A full (generation 2) collection walks every container object the process holds and stops every thread,
 the agent loop and its signal handling included, while it does. Almost all of those objects are the program
 itself: modules, classes and functions, the Kubernetes client's ~900 model classes, the compiled schemas.
-Measured on a 2-core machine (issue 12): the agent with the API client holds ~128 000 such objects and a full
-collection takes ~73 ms (~6.5 ms without the client), and one falls, at an unpredictable moment, every few
-hundred reconciles: the slowest ConfigMap swaps were those. Under CPU load the same pause grows threefold.
+With the API client imported they are many, so a full collection is a pause a user can see, and it falls at
+an unpredictable moment: the slowest ConfigMap swaps were those (the measured figures are in
+docs/benchmarks.md).
 
 ``settle`` is called once a start-up phase has imported and built what the agent keeps for its life: it
 collects once (so no garbage is kept forever), then moves every survivor to the permanent generation, which

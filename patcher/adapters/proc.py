@@ -108,8 +108,8 @@ def _boot_offset() -> float:
 def find_schedulers() -> list[SchedulerProcess]:
     """Every live process that runs kube-scheduler. Zombies and processes we may not read are skipped.
 
-    psutil is imported here, at the first scan: the restart watch scans only after a write, so its ~10 ms of
-    imports stay off the path from exec to the first write (issue 26)."""
+    psutil is imported here, at the first scan: the restart watch scans only after a write, so its imports
+    stay off the path from exec to the first write."""
     import psutil
 
     found: list[SchedulerProcess] = []

@@ -69,13 +69,8 @@ class StateStore:
         with self._faults():
             fsio.atomic_write(self._path(STATE_FILE), encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}")
 
-    def save_original(self, data: bytes) -> None:
-        self._ensure()
-        with self._faults():
-            fsio.atomic_write(self._path(ORIGINAL_FILE), data, mode=0o600, shown=f"{self.shown}/{ORIGINAL_FILE}")
-
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
-        """``save(state)`` (and ``save_original(original)``) as writes for ``fsio.write_in_order``; their
+        """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
         failures are ``StateFolderError``s."""
         self._ensure()
         out = [] if original is None else [fsio.Write(self._path(ORIGINAL_FILE), original,

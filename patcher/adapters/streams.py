@@ -1,5 +1,6 @@
 """The health server's stream reader. A module of its own so that asyncio is imported with it, by the server's
-thread once it serves (``health.HealthServer``), not by whoever imports the health module (issue 26)."""
+thread once it serves (``health.HealthServer``), not by whoever imports the health module: the agent's
+start, which imports it, does not pay for asyncio before its first write."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ class HeadReader(asyncio.StreamReader):
     """A stream reader that says when its request's first byte arrives (``on_first``: its head has a short
     deadline from then on) and when the whole head has (``on_head``: from then on the connection carries a
     request and is never evicted). Until the head is complete a connection is as evictable as an idle one
-    (issue 32: 500 half-sent heads held every slot, and a probe waited 2 s for their timeout)."""
+    (else enough half-sent heads hold every slot, and a probe waits for their timeout)."""
 
     def __init__(self, limit: int, on_head: Callable[[], object]) -> None:
         super().__init__(limit=limit)

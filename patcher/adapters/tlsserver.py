@@ -136,7 +136,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         """The HTTP layer's refusals (a request line it cannot read, headers over its limits, a method without a
         ``do_``) answered as every other answer here: HTTP/1.1, plain text, one write; then the connection is
         closed. The base class answered a request line with a bad version as HTTP/0.9, with no status line
-        and an HTML page (found by fuzzing, issue 32): not an answer the API server could read."""
+        and an HTML page: not an answer the API server could read."""
         self.close_connection = True
         reason = message or self.responses.get(code, ("",))[0]
         self._send(code, f"{code} {reason}\n".encode("utf-8", "replace"), "text/plain; charset=utf-8")

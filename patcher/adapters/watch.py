@@ -13,7 +13,7 @@ look waits for every writer in the target's folders to close, then for a short q
 that covers a writer's next syscall (rename after close, a second ``>>``), and never longer than
 ``max_wait`` for a writer that keeps a file open. The kubelet's rename of ``..data_tmp`` over ``..data`` is
 the one step known to be the last that matters: once the visible names match the new ``..data``
-(``configmap_published``), the look starts at once, without the quiet time (issue 12). The timing core
+(``configmap_published``), the look starts at once, without the quiet time it no longer needs. The timing core
 (``Settler``) is pure and takes the clock as an argument; ``classify`` (what one watchdog event means) is pure too.
 
 A watched folder can be deleted and recreated, renamed away, or have a parent replaced (a host-config

@@ -13,7 +13,7 @@ FLUSH_BOUND = 1.0
 
 def main() -> int:
     agent = signals.install_for(sys.argv[1:])
-    from patcher.commands.cli import main as cli_main  # ~0.35 s of imports: after the handlers are in
+    from patcher.commands.cli import main as cli_main  # the heavy imports: after the handlers are in
 
     code = cli_main()
     if agent:
@@ -31,7 +31,7 @@ def exit_now(code: int) -> None:
     shutdown, possibly due to daemon threads". Here the output is flushed while those threads still run (so a
     write in progress finishes), bounded by ``FLUSH_BOUND`` (a thread blocked on a full pipe never finishes),
     then ``os._exit``: nothing of the agent's is left to run at that point."""
-    import contextlib  # here, not above: the module's imports are on the exec -> handlers-in path (issue 12)
+    import contextlib  # here, not above: the module's imports are on the exec -> handlers-in path
     import logging
     import threading
 

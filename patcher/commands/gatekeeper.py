@@ -77,7 +77,7 @@ DEFAULT_LEASE: Final = "scheduler-patcher-gatekeeper"
 DEFAULT_LISTEN: Final = ":9809"
 #: Threads that read the verdict: its Node lists (two selectors), the labelled kube-system pod list and the reads
 #: by name of the unlabelled schedulers go at once, so the pause between two batches of releases is a round trip
-#: or two, not one per read (issue 25: four sequential reads were a fifth of a 10 000-pod drain at 5 ms each).
+#: or two, not one per read (sequential reads would stall a large drain at every batch).
 VERDICT_READS: Final = 4
 
 

@@ -72,10 +72,6 @@ class Target:
     def url(self) -> str:
         return f"{self.url_prefix.rstrip('/')}/{self.verb.lstrip('/')}" if self.verb else self.url_prefix
 
-    @property
-    def https(self) -> bool:
-        return self.url_prefix.lower().startswith("https://")
-
 
 @dataclass(frozen=True)
 class Result:

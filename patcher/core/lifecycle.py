@@ -54,7 +54,7 @@ Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
 ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "state", "restore"]
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
-#: the restore must follow SIGTERM within a second whatever the API does (issue 22). At most 40 % of the grace
+#: the restore must follow SIGTERM within a second whatever the API does. At most 40 % of the grace
 #: period, the share the whole wait for the turn may take.
 LEASE_CONFIRM_WAIT = 0.5
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
@@ -530,10 +530,6 @@ class Reclaim:
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | CheckLastGood | RollBack | Prune | Publish | Note | Log | Count
           | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder | LetGo
           | Reclaim)
-#: What a held node never gets: the writes (patch, rollback, prune, restore) and what leads to one (the turn, a
-#: re-plan, the pre-flight and its retry, the rollback's check, the restart's watch).
-NOT_WHILE_HELD: tuple[type, ...] = (Apply, TakeTurn, RollBack, Prune, Restore, Replan, Probe, RetryLater,
-                                    CheckLastGood, Watch)
 Step = tuple[Node, list[Action]]
 
 
@@ -853,7 +849,7 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
         return node, []  # bounded: the settle time past the deadline at most, and the loop wakes at its end
     if ev.now >= w.deadline and ev.blind and ev.now < w.deadline + opts.restart_timeout:
         # A broken watch alone never decides a rollback: "not restarted yet" from a stale view says nothing about
-        # the scheduler. One more timeout, bounded, for the view to come back (issue 13 item 8).
+        # the scheduler. One more timeout, bounded, for the view to come back before the verdict.
         return node, []
     if ev.now >= w.deadline:
         return _fail_wait(node, opts, f"kube-scheduler did not come back Ready with config {w.config_hash[:12]} "
@@ -948,10 +944,11 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float]:
     """The stop's deadlines from the grace period: (confirm wait in seconds, turn until, restored until, end).
 
-    ``end`` keeps a reserve for the teardown of the API adapters (bounded at 1 s by the runner) and the process
-    exit, which on a loaded 2-core node took up to 3 s more (a 3 s reserve let the exit overrun a 25 s grace
-    period by up to 2.9 s). The turn may take 40 % of the grace period, the wait for the restored scheduler
-    up to 70 % and never the last 2 s before ``end`` (the release and the report come after it)."""
+    ``end`` keeps a reserve (a fifth of the grace period, at most 5 s) for the teardown of the API adapters
+    (bounded at 1 s by the runner) and the process exit, which is slow on a loaded node: the exit must come
+    before the kubelet's kill, not merely start before it. The turn may take 40 % of the grace period, the
+    wait for the restored scheduler up to 70 % and never the last 2 s before ``end`` (the release and the
+    report come after it)."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
     return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
@@ -959,8 +956,8 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
 
 def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
     """Whether a stop restores (see ``stop``), by the mode and what is known of the DaemonSet: ``stop`` decides
-    by it, and the agent asks it too, to write a prepared restore before the rest of the stop (issue 26). A held
-    node is never restored by its agent."""
+    by it, and the agent asks it too, to write a prepared restore before the rest of the stop, so nothing
+    delays it. A held node is never restored by its agent."""
     if held:
         return False
     return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)

@@ -27,7 +27,7 @@ from patcher.core.errors import ManifestError
 
 VOLUME_NAME = "scheduler-patcher-config"
 # Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
-# agent seconds and hundreds of MB (issue 13): it is refused before parsing. See docs/operator-contract.md.
+# agent seconds and hundreds of MB: it is refused before parsing. See docs/operator-contract.md.
 # Here, not in services/engine, so that the state store bounds the saved original by it too.
 MAX_MANIFEST_BYTES = 128 * 1024
 MARKER_VERSION = 1
@@ -578,17 +578,6 @@ def _marker_prefixes(metadata: dict[str, Any]) -> dict[str, Marker]:
         except (ValueError, KeyError, TypeError):
             continue
     return found
-
-
-def marker_prefixes(text: str) -> list[str]:
-    """The annotation prefixes of the scheduler-patcher markers a manifest carries (sorted; [] when it cannot
-    be parsed). A command given another ``--annotation-prefix`` uses this to name the one to pass."""
-    try:
-        data = yt.load_data(text)
-    except yt.YamlTextError:
-        return []
-    metadata = data.get("metadata") if isinstance(data, dict) else None
-    return sorted(_marker_prefixes(metadata)) if isinstance(metadata, dict) else []
 
 
 CONFIG_FLAG_EQ = schedflags.CONFIG_FLAG + "="

@@ -12,7 +12,7 @@ rhythm), ``pod`` (who the agent is: the downward API), ``api``, ``rollout``, ``s
 (probes and logs). Each consumer takes its group: the engine ``Files``, the step ``Lifecycle``, the agent's
 loop ``Loop``; nothing is declared twice.
 
-A field with a flag says so in its metadata (``flag_of``); ``tests/test_settings.py`` checks that each ``run``
+A field with a flag says so in its metadata (under ``FLAG``); ``tests/test_settings.py`` checks that each ``run``
 flag sets exactly the field that names it and that the flag's default is the field's. Fields without a flag are
 tunables the tests shorten (retries, debounce). Pure data: frozen, and free of I/O, so building one costs
 nothing and the core may import it.
@@ -40,12 +40,6 @@ FLAG = "flag"
 def flag(name: str) -> dict[str, str]:
     """The metadata of a field set by the ``run`` flag ``name`` (``--...``)."""
     return {FLAG: name}
-
-
-def flag_of(f: dataclasses.Field[Any]) -> str | None:
-    """The flag that sets this field, or None for a tunable without one."""
-    name = f.metadata.get(FLAG)
-    return str(name) if name else None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class Document:
         return root
 
 
-_loaders = threading.local()  # YAML objects cost ~0.3 ms to build; one per thread, as a load is not reentrant
+_loaders = threading.local()  # a YAML object is costly to build: one per thread, as a load is not reentrant
 
 
 # Where libyaml's marks and the pure composer's part: a BOM (libyaml does not count it) and the line breaks
@@ -72,7 +72,7 @@ def _positions_by_libyaml(text: str) -> bool:
 
 
 def _composer(text: str) -> YAML:
-    """libyaml's composer (5x faster), unless the text holds a character where its marks are known to differ.
+    """libyaml's composer (C, far faster), unless the text holds a character where its marks are known to differ.
 
     Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
     characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
@@ -120,7 +120,7 @@ third of a manifest's load time). Same tags, same data (tests/test_yamltext_comp
 
 
 def _data_loader() -> YAML:
-    # Plain data from the C parser when ruamel.yaml.clib is there (about 6x faster); duplicate keys refused,
+    # Plain data from the C parser when ruamel.yaml.clib is there (far faster); duplicate keys refused,
     # as the API server refuses them. Original and edited text always go through this same loader.
     y: YAML | None = getattr(_loaders, "data", None)
     if y is None:
@@ -151,7 +151,7 @@ def _describe(exc: YAMLError) -> str:
 
 # A kube-scheduler manifest nests about 8 levels and has a few hundred nodes. Larger shapes are refused before
 # they are composed: composing recurses (the C composer without a recursion check: 10^5 levels crash the
-# process) and the pure-Python composer costs ~30 us a node.
+# process) and the pure-Python composer's time grows with every node.
 MAX_DEPTH = 64
 MAX_NODES = 5_000
 _SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
@@ -160,7 +160,7 @@ _PREFIX = re.compile(r"^[ \t?-]*", re.MULTILINE)
 
 
 def _loose_depth_bound(text: str) -> int:
-    """A looser bound than ``depth_bound`` at a quarter of its cost (the matching stays in C): every character
+    """A looser bound than ``depth_bound`` at a fraction of its cost (the matching stays in C): every character
     of a line's leading run of spaces, tabs, dashes and question marks counts twice, which is at least what
     ``depth_bound`` counts for the same line."""
     return 2 * max(map(len, _PREFIX.findall(text)), default=0) + 2 + text.count("[") + text.count("{")
@@ -216,7 +216,7 @@ class _Unusual(Exception):
 
 
 def _construct(y: YAML, root: Node) -> Any:
-    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, at a third of its cost.
+    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, for less.
 
     Strings, lists and dicts are built here (shared for aliases, as ruamel shares them); every other scalar
     goes through ruamel's own constructor for its tag. Anything else, and every error, is ruamel's to handle.
@@ -261,8 +261,8 @@ def _construct(y: YAML, root: Node) -> Any:
 
 def _unhashable(exc: TypeError) -> str:
     """ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
-    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error (found by
-    fuzzing the manifest splice, issue 32)."""
+    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error, so it gets a
+    message of its own here."""
     return f"found unhashable key ({exc})"
 
 

@@ -121,7 +121,7 @@ class Agent:
         self.events.put("stop")
 
     def write_at_signal(self) -> None:
-        """Issue 26: the stop signal's handler runs on the loop's thread, between two bytecodes. When it came
+        """The stop signal's handler runs on the loop's thread, between two bytecodes. When it came
         while the loop waited for its next event (nothing of ours half done: the common case, an idle agent), and
         whether this stop restores needs no API read, the prepared restore is written here, before the rest of the
         stop is even requested; ``shutdown`` then finds it written (``Stopping.write_first``). Anywhere else the
@@ -153,14 +153,14 @@ class Agent:
 
         ``settled`` is called once, the first time the loop would wait with nothing to do and no pre-flight
         probe of a config to write running: the start's work is done (the first write with it, when one was
-        due), and what can wait for that (the probes' server) is started then (issue 26)."""
+        due), and what can wait for that (the probes' server) is started then, off the path to that write."""
         while not self._stopping.is_set():
             self.health.beat()
             if settled is not None and self.events.empty() and not self._node.probing:
                 then, settled = settled, None
                 then()
             timeout = self.world.timeout(self.rules)
-            settle = self.stopper.settle()  # issue 26: the prepared restore's identities, once settled
+            settle = self.stopper.settle()  # the prepared restore's identities, once settled: a cheaper check at stop
             only_settle = settle is not None and settle < timeout
             self._idle_thread = threading.get_ident()  # a stop signal may write the restore (``write_at_signal``)
             try:
@@ -320,14 +320,14 @@ class Agent:
         # (``write_at_signal``) was decided by the view it had then: the stop goes on from that same view, even
         # if the API adapters attached meanwhile (a later view could keep what was already put back).
         view = self.stopper.written_view or self.world.daemonset_view(self.rules)
-        self.stopper.write_first(self._node.record, self.rules, view,  # issue 26: the restore's write first
+        self.stopper.write_first(self._node.record, self.rules, view,  # the restore's write before all the rest
                                  held=self._node.hold is not None)
         todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)
             for action in actions:
                 if not isinstance(action, lifecycle.Restore):
-                    self.stopper.say_signal()  # issue 26: said before anything but the restore's write
+                    self.stopper.say_signal()  # said before anything but the restore's write, which it must not delay
                 if (event := self._execute(action)) is not None:
                     todo.append(event)
         self.stopper.say_signal()

@@ -691,7 +691,8 @@ class PreparedRestore:
     #: The settled ``fsio.identity_holding`` of the staged file and of the manifest (see ``fsio.swap_in``):
     #: None until ``settle`` found both settled (until then the restore compares them byte for byte).
     seen: tuple[fsio.Identity, fsio.Identity] | None = field(default=None, compare=False)
-    # Derived once here, not at SIGTERM (issue 26): the manifest's change and its folder (as a str).
+    # Derived once here, not at SIGTERM, where nothing but the write should run: the manifest's change and its
+    # folder (as a str).
     manifest: FileChange = field(init=False, repr=False, compare=False)
     folder: str = field(init=False, repr=False, compare=False)
 
@@ -767,7 +768,7 @@ def restore_prepared(opts: Files, prepared: PreparedRestore) -> list[str]:
     # so the folder exists: one access() answers the usual case; the full check words a refusal.
     if not os.access(prepared.folder, os.W_OK | os.X_OK):
         _check_writable(opts, [change], state=False)
-    # The agent holds the writer lock for its life: re-entering it cost more than the rename (issue 26).
+    # The agent holds the writer lock for its life: re-entering it would be a second lock on the stop's path.
     held = bool(prepared.lock_key) and fsio.holds_writer_lock(prepared.lock_key)
     with contextlib.nullcontext() if held else writer_lock(opts):
         if prepared.staged is not None:

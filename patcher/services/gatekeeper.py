@@ -361,7 +361,7 @@ class Gatekeeper:
     def _release_batch(self, pods: list[GatedPod]) -> list[bool | None]:
         """``_release_unless_halted`` of each pod, on the pool: one task per worker, each taking the next pod
         (in order: oldest first) until none is left. Not a task per pod: a future per pod, its queue and its
-        wake-ups were a tenth of the gatekeeper's CPU per released pod (issue 25)."""
+        wake-ups would cost CPU for every released pod, where a task per worker costs it once per batch."""
         outcomes: list[bool | None] = [None] * len(pods)
         taken = itertools.count()
         lock = threading.Lock()

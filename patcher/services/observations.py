@@ -137,7 +137,7 @@ class Observations:
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
         its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
-        and the bound itself is the next timer, never a busy 50 ms loop), the local tracker's poll, and the end
+        and the bound itself is the next timer, never a busy loop), the local tracker's poll, and the end
         of a restarted scheduler's settle time (nothing else may change then)."""
         now, n = time.monotonic(), self.current()
         w = n.wait

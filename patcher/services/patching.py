@@ -40,7 +40,7 @@ def plan(files: Files, *, fallback_version: str | None,
         return lifecycle.Planned(now, "refused", message=str(exc),
                                  error_kind="config" if isinstance(exc, ConfigError) else "manifest",
                                  missing=engine.missing_named_config(files)), None
-    except Exception as exc:  # issue 13: any failure of a reconcile is a refusal, never a crash
+    except Exception as exc:  # a reconcile that fails is a refusal the agent reports, never a crash
         log.debug("unexpected error while planning", exc_info=True)
         return lifecycle.Planned(now, "refused", message=f"{files.source}: {type(exc).__name__}: {exc}",
                                  error_kind="config", missing=engine.missing_named_config(files)), None

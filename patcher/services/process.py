@@ -43,7 +43,7 @@ def install_signal_handlers(agent: Agent) -> None:
         # write itself when the loop was waiting, then the stop request; the "received" line is said once the
         # manifest is back (``Stopping.heard``).
         agent.stopper.heard(signum)
-        agent.write_at_signal()  # issue 26: the prepared restore first, when the loop was waiting
+        agent.write_at_signal()  # the prepared restore first, when the loop was waiting: nothing delays it
         agent.request_stop()
 
     signals.subscribe(on_signal)
@@ -58,7 +58,7 @@ def start_watching(agent: Agent) -> None:
     fs = engine.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
     watcher = FolderWatcher(agent.events.put, debounce=agent.opts.debounce)
-    # Bounded as the reads they announce (issue 32): a FIFO or a huge file is a fingerprint, never a read.
+    # Bounded as the reads they announce: a FIFO or a huge file is a fingerprint, never a read that hangs.
     targets = [("source", files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
                ("manifest", fs.local(files.manifest_dir),
                 lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES))]

@@ -86,9 +86,8 @@ class _VersionCache:
 @dataclass(frozen=True)
 class Deferred:
     """An API client to build in a background thread (the ``run`` command's case): importing the client's
-    transport and loading its TLS context take a tenth of a second or more on a small node (the whole
-    generated client took ~1 s before ``kube.transport``), and the first reconcile's file work (and the signal
-    handling) must not wait for it. The adapters are attached to the running agent once they are built."""
+    transport and loading its TLS context are slow on a small node, and the first reconcile's file work (and
+    the signal handling) must not wait for it. The adapters are attached to the running agent once they are built."""
 
     build: Callable[[], KubeApi]
 
@@ -291,7 +290,7 @@ def run(config: Settings) -> int:
 
     def settled() -> None:
         """The start's work is done (``Agent.loop``): serve the probes; without the API, settle the heap now
-        (no import runs beside it: its full collection, ~5 ms, waited before the first write)."""
+        (no import runs beside it now; its full collection would otherwise come before the first write)."""
         if server:
             server.wake()
         if api is None:

@@ -53,7 +53,7 @@ class StatusPublisher:
     def start(self) -> None:
         # Publish once at start, not only after a phase change: an agent whose first write is held back (the
         # extender down, its turn not come) starts and stays Pending, and until a verdict is published the
-        # admission policy gates nothing (its ConfigMap missing). Seen on the real API server (issue 31 d).
+        # admission policy gates nothing (its ConfigMap missing).
         self._kick.set()
         if self.index is not None:
             self.index.start()

@@ -23,7 +23,7 @@ from patcher.services.ports import Coordinator, PodSource, Reporter
 log = logging.getLogger("patcher.services.agent")
 
 #: How many times ``Stopping.settle`` finds one preparation's files changed since its last ask (same bytes,
-#: touched) before it leaves the comparison to the restore: the loop must not wake every 50 ms for them. Asks
+#: touched) before it leaves the comparison to the restore: the loop must not keep waking for them. Asks
 #: that find them unchanged (the loop woken by other events meanwhile) do not count.
 SETTLE_ASKS: Final = 5
 
@@ -40,12 +40,12 @@ class Stopping:
         self.store = store
         self.prepared: tuple[State, engine.PreparedRestore] | None = None
         self._log_extra = log_extra
-        #: Issue 26: the prepared restore written ahead of the stop's transition (``write_first``), with its
-        #: lines or its refusal, for the ``Restore`` action to find.
+        #: The prepared restore written ahead of the stop's transition (``write_first``), with its lines or its
+        #: refusal, for the ``Restore`` action to find: it must not be written twice.
         self.written_first: tuple[engine.PreparedRestore, list[str] | PatcherError] | None = None
         #: The view of the DaemonSet ``write_first`` decided by when it wrote (the stop goes on from it).
         self.written_view: lifecycle.DaemonSetView | None = None
-        self._signal: int | None = None  # the stop signal received, until its log line is said (issue 26)
+        self._signal: int | None = None  # the stop signal received, until its log line is said (after the restore)
         self._unsettled: engine.PreparedRestore | None = None  # a preparation ``settle`` gave up on
         #: The preparation ``settle`` waits for, the identities it saw last and how often they had changed.
         self._settling: tuple[engine.PreparedRestore | None, tuple[fsio.Identity, fsio.Identity] | None, int] = (
@@ -54,8 +54,8 @@ class Stopping:
 
     def heard(self, signum: int) -> None:
         """A stop signal came (``process.install_signal_handlers``). Nothing is said yet: the handler runs on the
-        loop's thread, so a line written there comes before the restore; as the handler's first write it cost
-        SIGTERM -> restored a quarter of a millisecond (issue 26). ``say_signal`` says it, once."""
+        loop's thread, so a line written there would delay the restore behind a log write. ``say_signal`` says
+        it, once."""
         if self._signal is None:
             self._signal = signum
 
@@ -67,7 +67,7 @@ class Stopping:
 
     def write_first(self, record: State, rules: Lifecycle, view: lifecycle.DaemonSetView, *,
                     held: bool = False) -> None:
-        """Issue 26: when this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
+        """When this stop restores (``lifecycle.restores``, the rule ``stop`` decides by) and no
         rollout turn is taken before a write, the prepared restore's write comes first, before the stop's
         transition is computed; its ``Restore`` action then finds it done, or meets its refusal as if it had
         written itself. Anything unusual (nothing staged, a stale preparation) is left to that action, which
@@ -102,8 +102,8 @@ class Stopping:
         self.prepared = (record, prepared) if prepared is not None else None
 
     def settle(self) -> float | None:
-        """Issue 26: once the prepared restore's files have settled, keep their identities, so that the
-        restore's comparison before its rename is one ``stat`` each (``engine.settle``). The loop asks before it
+        """Once the prepared restore's files have settled, keep their identities, so that the restore's
+        comparison before its rename is one ``stat`` each (``engine.settle``). The loop asks before it
         waits; the answer is how soon to ask again (None: nothing left to settle). Files found changed (touched,
         same bytes) at ``SETTLE_ASKS`` asks in a row are left to the restore's full comparison."""
         p = self.prepared
@@ -234,7 +234,7 @@ class Stopping:
         """The restore planned while Ready: the manifest first, then the clean-up. None when the manifest is not
         what we wrote any more (a ``kubeadm upgrade`` since): nothing was written, and the caller plans again."""
         try:
-            first = self.written_first  # issue 26: written by ``write_first`` already (or refused)
+            first = self.written_first  # written by ``write_first`` already (or refused): not again
             if first is not None and first[0] is prepared:
                 if isinstance(first[1], PatcherError):
                     raise first[1]

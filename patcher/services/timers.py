@@ -44,7 +44,7 @@ class Timers:
     def timeout(self, now: float, *, fault: bool, heartbeat: float, also: tuple[float, ...] = ()) -> float:
         """Seconds until the next timer, the heartbeat or one of ``also`` (other deadlines, absolute). While
         the record cannot be saved, only the folder's retry counts: the other timers stay due (``due`` holds
-        them back), and counting them woke the loop every 50 ms for the whole fault."""
+        them back), and counting them would wake the loop again and again for the whole fault."""
         if fault:
             return max(FLOOR, min([heartbeat, *([] if self.state_retry_at is None else [self.state_retry_at - now])]))
         wake = [self.resync - now, heartbeat, *(t - now for t in also)]

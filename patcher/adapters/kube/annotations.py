@@ -168,12 +168,6 @@ class NodeReporter:
             return None if self._published is None else dict(self._published)
 
     @property
-    def pending_events(self) -> int:
-        """Events not delivered yet."""
-        with self._cond:
-            return len(self._events)
-
-    @property
     def retry_in(self) -> float | None:
         """Seconds until the next attempt after a failure (``None``: none failed since the last success)."""
         with self._cond:

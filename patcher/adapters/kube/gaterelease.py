@@ -81,13 +81,13 @@ def gate_absent(gate: str) -> Callable[[bytes], tuple[str, GatedPod, str] | None
     and only its metadata is decoded (``without_gate``); any other line is decoded in full.
 
     Draining a backlog, every release comes back as a watch event of the whole pod, which the gatekeeper only
-    needs to evict it: decoding those pods whole was a third of its CPU per released pod (issue 25). The gate
+    needs to evict it: decoding those pods whole would be most of the work per released pod. The gate
     "cannot occur" when the line has no ``\\u`` escape at all (one could spell any character of the name), its
     name as JSON writes it otherwise (``"`` as ``\\"``, ``\\`` as ``\\\\``, control characters by their short
     escapes) is not in the line, and, for a name with a ``/``, no ``\\/`` is either: each ``/`` may be spelled
-    either way: a name spelled half one way, half the other (``a/b\\/c``) was skipped, and so was one with a
-    quote (both found while writing issue 32's fuzz target; only names the API server refuses, with two
-    slashes or a quote, were affected, but the shortcut must not rely on that)."""
+    either way, and a name may hold a quote: a pod whose name is spelled half one way, half the other
+    (``a/b\\/c``), or holds a quote, must not be skipped (the API server refuses such names, but the
+    shortcut must not rely on that)."""
     spelled = json.dumps(gate, ensure_ascii=False)[1:-1].encode()
     slashed = "/" in gate
 
@@ -140,7 +140,7 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
     ``MAX_THROTTLED`` times. Raises ``ApiError`` for any other failure of the patch or the read.
 
     The patch is serialised here and sent as bytes (``Api.send``, see ``kube.transport``): the generated
-    method's per-call overhead was half of the gatekeeper's CPU per released pod (issue 25).
+    method's per-call overhead would cost more CPU per released pod than the rest of the release.
     """
     view = pod if isinstance(pod, GatedPod) else slim(pod)
     where = f"{view.namespace}/{view.name}"

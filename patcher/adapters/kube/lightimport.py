@@ -2,12 +2,12 @@
 
 Why: ``import kubernetes.client`` runs the package files ``kubernetes/__init__.py`` (which imports ``client``,
 ``config``, ``dynamic``, ``watch``, ``stream``, ``utils``, ``leaderelection`` and ``informer``) and
-``kubernetes/client/__init__.py`` (every generated API class and ~700 pydantic models): ~270 ms and ~47 MiB on
-a small node, ~600 modules. The agent needs four modules of it: ``client.configuration`` (the
-``Configuration``), ``client.rest`` (the pool manager with the TLS, CA, client certificate and proxy settings),
-``client.exceptions`` (``ApiException``) and ``config.incluster_config`` (the service-account loader with its
-token refresh). Python imports a submodule only after its parent packages, so reaching those four through
-the normal import runs the three package files first.
+``kubernetes/client/__init__.py`` (every generated API class and all its pydantic models): hundreds of modules, a
+large share of the agent's start time and memory (figures in docs/benchmarks.md). The agent needs four modules of
+it: ``client.configuration`` (the ``Configuration``), ``client.rest`` (the pool manager with the TLS, CA, client
+certificate and proxy settings), ``client.exceptions`` (``ApiException``) and ``config.incluster_config`` (the
+service-account loader with its token refresh). Python imports a submodule only after its parent packages, so
+reaching those four through the normal import runs the three package files first.
 
 ``install()`` registers the packages ``kubernetes``, ``kubernetes.client``, ``kubernetes.config`` and
 ``kubernetes.utils`` (the latter two are imported by ``rest`` and ``incluster_config``) as module objects that

@@ -93,11 +93,6 @@ def split_records(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
         yield buffer, False
 
 
-def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Newline-delimited records from a chunked body (a record may span chunks; a trailing one is kept)."""
-    return (line for line, _ in split_records(chunks))
-
-
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 _CHANGES = ("ADDED", "MODIFIED", "DELETED")
@@ -125,7 +120,7 @@ def event_metadata(line: bytes) -> tuple[str, Obj] | None:
     layout, another type, a large value before ``metadata``, or data that is not JSON): decode it in full.
 
     Why: a watch on pods receives whole pods (kilobytes each), and a consumer that needs only the metadata of
-    most of them (the gatekeeper: a released pod's event only evicts it) spent a third of its CPU decoding
+    most of them (the gatekeeper: a released pod's event only evicts it) would spend most of its CPU decoding
     the rest. The API server sends ``{"type": ..., "object": {"kind": ..., "apiVersion": ..., "metadata": ...``
     (Go struct order), so the metadata comes first. Nothing after the metadata is read, so the caller must
     know the line is whole (newline-ended): a stream cut short is caught by the full decode.

@@ -33,8 +33,6 @@ class Throttle:
         self._tokens = float(burst)
         self._stamp = clock()
         self._not_before = -float("inf")
-        self.holds = 0  #: how many times the server asked us to wait (429)
-        self.waited = 0.0  #: seconds spent waiting for a token or a hold, summed over all callers
 
     def acquire(self) -> None:
         """Block until one request may be sent."""
@@ -50,7 +48,6 @@ class Throttle:
                         self._tokens = max(0.0, self._tokens - 1.0)
                         return
                     delay = (1.0 - self._tokens) / self.qps
-                self.waited += delay
             self._sleep(delay)
 
     def hold(self, seconds: float) -> None:
@@ -61,9 +58,3 @@ class Throttle:
             self._not_before = max(self._not_before, now + max(0.0, seconds))
             self._tokens = 0.0
             self._stamp = max(self._stamp, self._not_before)
-            self.holds += 1
-
-    def paused_for(self) -> float:
-        """Seconds left of the server's pause (0 when none)."""
-        with self._lock:
-            return max(0.0, self._not_before - self._clock())

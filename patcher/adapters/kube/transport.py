@@ -1,10 +1,10 @@
 """The one request path to the API server: the official client's configuration and pool manager, JSON in and out.
 
-Why not the generated client: ``ApiClient`` imports pydantic and every model (``kubernetes.client.api_client``
-alone costs ~110 ms and ~11 MiB more than what is used here), each generated method validates its arguments,
-serialises a model and negotiates headers (issue 25: half the gatekeeper's CPU per release), and its models
-refuse answers that lack fields servers omit, so every caller asked for raw JSON anyway. The agent is a
-resident process on every control-plane node: it should weigh what its few requests need (issue 26).
+Why not the generated client: ``ApiClient`` imports pydantic and every model (far more time and memory than
+what is used here), each generated method validates its arguments, serialises a model and negotiates headers
+(CPU on every request the gatekeeper sends), and its models refuse answers that lack fields servers omit, so
+every caller asked for raw JSON anyway. The agent is a resident process on every control-plane node: it
+should weigh what its few requests need. The measured costs are in docs/benchmarks.md.
 
 What makes a request safe is not re-implemented but reused from the official client:
 

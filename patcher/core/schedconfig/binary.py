@@ -1,4 +1,4 @@
-"""What the real kube-scheduler of a built minor knows before it reads ``--config`` (issue 33).
+"""What the real kube-scheduler of a built minor knows before it reads ``--config``: its own facts, not guesses.
 
 The manifest's flags are parsed by pflag and component-base before the config: an unknown flag (``--port``,
 ``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
@@ -50,10 +50,6 @@ def _all() -> dict[int, BinaryFacts]:
 def facts_for(minor: int | None) -> BinaryFacts | None:
     """The facts of this minor's binary, or None when it was not built (then nothing here is checked)."""
     return _all().get(minor) if minor is not None else None
-
-
-def proven_minors() -> tuple[int, ...]:
-    return tuple(sorted(_all()))
 
 
 def gate_settings(raw: str | None) -> dict[str, bool | None]:

@@ -123,7 +123,7 @@ def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
 
 
 #: encoding/pem's Decode needs a whole block: a BEGIN line and its END line (the scheduler's TLS setup finds no
-#: PEM data otherwise; a BEGIN header alone exits kube-scheduler 1.34-1.37 the same way, issue 33)
+#: PEM data otherwise; a BEGIN header alone exits kube-scheduler 1.34-1.37 the same way)
 _PEM_BLOCK = re.compile(rb"-----BEGIN ([^\n-]+)-----\r?\n.*?-----END \1-----", re.DOTALL)
 
 

@@ -33,7 +33,7 @@ from patcher.core.schedconfig.version import KubeVersion, Launch
 CONFIG_KIND = "KubeSchedulerConfiguration"
 POLICY_KIND = "Policy"
 #: The data files, beside this module (the package is installed as files; ``importlib.resources`` would add
-#: ~2.5 ms of imports, zipfile's among them, to the agent's start for nothing).
+#: its imports, zipfile's among them, to the agent's start for nothing).
 SCHEMAS = Path(__file__).with_name("schemas")
 
 
@@ -208,8 +208,8 @@ def registry(minor: tuple[int, int]) -> frozenset[str] | None:
 
 @cache
 def minor_types(minor: tuple[int, int]) -> dict[str, MinorTypes]:
-    """apiVersion -> types of one generated minor, read once. A start reads only its node's minor (~0.4 ms),
-    not all of them (~6 ms): ``for_version`` needs no other."""
+    """apiVersion -> types of one generated minor, read once. A start reads only its node's minor, not all of
+    them: ``for_version`` needs no other."""
     entry = generated_files()[minor]
     raw = _generated_raw(minor)
     return {

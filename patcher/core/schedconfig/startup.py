@@ -174,7 +174,7 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     names = registry(minor) if upstream else None
     if names is not None:  # the minor's registry, generated from its source
         return name in names
-    if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so (issue 33)
+    if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so: its facts outrank the table
         return False
     plugin = PLUGINS.get(name)
     if plugin is not None:
@@ -193,7 +193,7 @@ def _hint(name: str, minor: Minor) -> str:
 
 
 def _implements(name: str, point: str, minor: Minor) -> bool | None:
-    """Whether ``name`` extends ``point``: the minor's binary where it settled it (issue 33), else the union of
+    """Whether ``name`` extends ``point``: the minor's binary where it settled it (what runs decides), else the union of
     every minor's points in ``PLUGINS``."""
     proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
     if proven is not None:
@@ -383,7 +383,7 @@ def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: 
     disables DynamicResources (its args are then not used to build it)."""
     multi = _map(_map(profile.get("plugins")).get("multiPoint"))
     # validation.go checks every pluginConfig's args, built or not: kube-scheduler 1.35 exits on a forbidden
-    # bindingTimeout of a disabled DynamicResources (issue 33); unproven minors keep the reading of the source
+    # bindingTimeout of a disabled DynamicResources (its binary shows it); unproven minors keep the source's reading
     if {"*", "DynamicResources"} & _disabled(multi) and binary.facts_for(minor[1]) is None:
         return []
     off = launch.gates_off if launch is not None else frozenset()

@@ -1,4 +1,5 @@
-"""What kube-scheduler refuses at start-up outside ``validation.go``, per minor, as data (issue 24).
+"""What kube-scheduler refuses at start-up outside ``validation.go``, per minor, as data: one table to check and
+document.
 
 Each ``Rule`` is one refusal with the minors it holds for (both ends inclusive; ``last=None``: still in the newest
 minor we know, 1.36) and the upstream file, function and PR it comes from. ``PLUGINS`` is the in-tree plugin
@@ -115,7 +116,7 @@ RULES: tuple[Rule, ...] = (
          "the manifest's --leader-elect* flags override the config's leaderElection; the effective config "
          "(config + flags) is what is validated",
          f"{_OPTIONS} ApplyTo / ApplyLeaderElectionTo, kubernetes#105712 (1.23)"),
-    # ---- 5. proven by the binary of each built minor (issue 33; earlier minors not checked) ---------------
+    # ---- 5. proven by the binary of each built minor (earlier minors not checked) --------------------------
     Rule("framework.scoreWeight", "framework", (1, 34), None,
          "a negative weight of a score plugin (proven from 1.34; earlier minors not run)",
          "kube-scheduler 1.34-1.37 binaries: 'total score of Score plugins could overflow' (NewFramework)"),

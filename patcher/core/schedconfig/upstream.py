@@ -260,7 +260,7 @@ def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> lis
         seen.add(name)
         removed = _removed(name, schema)
         # kube-scheduler 1.34-1.37 refuse only the v1 volume-limit plugins in pluginConfig and start with the other
-        # removed ones (NodeLabel, SelectorSpread …: issue 33, the binary decides); older minors keep the reading
+        # removed ones (NodeLabel, SelectorSpread …: the binary decides); older minors keep the reading
         proven = binary.facts_for(schema.node_minor[1] if schema.node_minor else None) is not None
         if removed and (not proven or name in INVALID_VOLUME_LIMITS):
             problems.append(
@@ -323,7 +323,7 @@ def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
         if _effective_queue_sort(profile, schema) != canon:
             problems.append(f"profiles[{index}].plugins.queueSort: must be the same for all profiles")
         # NewFramework compares the queueSort plugin's args of every profile, an absent entry included: args {}
-        # in one profile and none in another differ (kube-scheduler 1.34-1.37 exit, issue 33)
+        # in one profile and none in another differ (kube-scheduler 1.34-1.37 exit)
         if name is not None and args_of(profile) != canon_args:
             problems.append(
                 f"profiles[{index}].pluginConfig: the args of queueSort {name} must be the same for all profiles"
@@ -366,7 +366,7 @@ def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str
     if fields:
         problems = []
         # no rule on the key: nodeSelectorRequirementsAsFieldSelector takes any (only the API server's pod
-        # validation limits it to metadata.name); kube-scheduler 1.34-1.37 start with metadata.uid (issue 33)
+        # validation limits it to metadata.name); kube-scheduler 1.34-1.37 start with metadata.uid
         del key
         if operator not in ("In", "NotIn"):
             problems.append(f"{path}.operator: {operator!r} is not a valid field selector operator (In, NotIn)")

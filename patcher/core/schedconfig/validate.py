@@ -116,7 +116,7 @@ class _Walker:
             self.check(item, spec.fields[name], join(path, key_text))
         for required in spec.required:
             if spec.name == "PluginConfig" and required == "name":
-                continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig entry (issue 33)
+                continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig entry
             given = seen.get(required)
             if given is None or value.get(given) in (None, ""):
                 self.errors.append(f"{join(path, required)}: required field is missing or empty")

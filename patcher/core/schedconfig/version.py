@@ -33,8 +33,9 @@ _FIX_HINT = "pass --kube-version (e.g. --kube-version=1.29)"
 
 @dataclass(frozen=True)
 class Launch:
-    """What the scheduler's manifest adds to its config at start-up (issue 24): the ``--leader-elect*`` flags as
-    written, and whether the image is upstream's kube-scheduler (only the in-tree plugin registry)."""
+    """What the scheduler's manifest adds to its config at start-up, so that the config is judged as it will
+    run: the ``--leader-elect*`` flags as written, and whether the image is upstream's kube-scheduler (only the
+    in-tree plugin registry)."""
 
     leader_election: tuple[tuple[str, str | None], ...] = ()
     upstream_image: bool = False

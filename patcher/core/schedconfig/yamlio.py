@@ -86,7 +86,7 @@ def check_limits(text: str, path: str) -> None:
 
 
 def _check_events(events: Iterable[Any], path: str) -> None:
-    """The limits on one event stream; libyaml's (15x faster than the pure parser) or the pure parser's."""
+    """The limits on one event stream; libyaml's (far faster than the pure parser) or the pure parser's."""
     depth = 0
     nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
@@ -157,7 +157,7 @@ def load_documents(text: str, path: str) -> list[Any]:
 
 def load_plain(text: str, path: str) -> Any:
     """``load_single`` for text that is only read, never edited or re-dumped (our own output, checked once more):
-    plain dicts, lists and scalars from libyaml, about 6x faster than the round-trip loader.
+    plain dicts, lists and scalars from libyaml, far faster than the round-trip loader.
 
     Falls back to ``load_single`` (same data as ``to_plain`` of it, and its errors word for word) where the two
     could part: no libyaml, a ``%`` directive (libyaml reads by YAML 1.2 whatever it says), any parse error.
