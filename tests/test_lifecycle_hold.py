@@ -184,6 +184,9 @@ class Hold:
     def hold(self) -> str | None:
         return self.value
 
+    def known(self) -> bool:
+        return True
+
 
 def lock_free(files: Files) -> bool:
     """Whether another writer (here: another thread) could take the node's writer lock right now."""
@@ -274,9 +277,12 @@ def emu() -> Iterator[KubeEmulatorExt]:
 def test_the_hold_is_read_from_the_agents_own_node_by_a_watch(emu: KubeEmulatorExt, api: Api) -> None:
     changes = threading.Event()
     w = NodeHoldWatcher(api, "cp-1", "example.com", on_update=changes.set)
+    assert not w.known()  # before its first list nothing is known: the agent writes nothing then
     w.start()
     try:
-        assert w.wait_synced(10) and w.hold() is None and not changes.is_set()
+        # the first list answers once, held or not: an agent that waited for it goes on
+        assert w.wait_synced(10) and w.hold() is None and w.known() and changes.is_set()
+        changes.clear()
         emu.mutate("nodes", "cp-2", lambda n: n["metadata"]["annotations"].update({"example.com/hold": "x"}))
         emu.mutate("nodes", "cp-1", lambda n: n["metadata"]["annotations"].update({"example.com/hold": "bob"}))
         assert wait_until(lambda: w.hold() == "bob", 10) and changes.is_set()
@@ -325,3 +331,148 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         kubelet.sync()
         agent.check_restart()
         assert agent.phase == NodeState.READY and not lock_free(agent.files)
+
+
+# -- the start: nothing is written before the hold is known --------------------------------------------------
+
+PENDING = lifecycle.Planned(1.0, "pending", config_hash=H, source_hash="s" * 64, manifest_change=True)
+
+
+def test_before_the_hold_is_known_a_plan_writes_nothing_and_says_nothing() -> None:
+    start = Node(hold_known=False)
+    node, acts = lifecycle.step(start, PENDING, OPTS)
+    assert (node, acts) == (start, [])  # no turn asked, no Pending said, no Apply
+    node, acts = lifecycle.step(node, HoldChanged(2.0, None), OPTS)  # the watch's first list: not held
+    assert node.hold_known and node.hold is None
+    assert [type(a) for a in acts] == [lifecycle.Log, lifecycle.Replan]  # what was held back is planned now
+    _, acts = lifecycle.step(node, PENDING, OPTS)
+    assert lifecycle.TakeTurn in [type(a) for a in acts]  # and it goes through the rollout Lease as always
+
+
+def test_a_start_on_a_held_node_lets_go_and_says_held() -> None:
+    node, acts = lifecycle.step(Node(record=PATCHED, hold_known=False), HoldChanged(2.0, "alice"), OPTS)
+    assert node.hold_known and node.hold == "alice"
+    assert [type(a) for a in acts] == [lifecycle.Log, LetGo, Publish]
+    assert node_status(node).state == NodeState.HELD
+
+
+def test_a_start_that_cannot_learn_the_hold_goes_on_after_the_wait_and_says_so_once() -> None:
+    node, acts = lifecycle.step(Node(hold_known=False), lifecycle.HoldUnknown(30.0, 30.0), OPTS)
+    assert node.hold_known and [type(a) for a in acts] == [lifecycle.Log, lifecycle.Replan]
+    assert isinstance(acts[0], lifecycle.Log) and acts[0].level == "warning" and "30s" in acts[0].message
+    assert lifecycle.step(node, lifecycle.HoldUnknown(31.0, 30.0), OPTS) == (node, [])  # said once
+    _, acts = lifecycle.step(node, HoldChanged(40.0, None), OPTS)  # the watch answers later: nothing to do
+    assert acts == []
+    node, acts = lifecycle.step(node, HoldChanged(41.0, "bob"), OPTS)  # a hold seen later takes effect then
+    assert node.hold == "bob" and any(isinstance(a, LetGo) for a in acts)
+
+
+def test_a_restarted_agent_adopts_its_wait_but_judges_no_restart_before_the_hold_is_known() -> None:
+    node, _ = lifecycle.step(Node(record=PATCHED, hold_known=False), lifecycle.Resumed(0.0), OPTS)
+    assert node.wait is not None  # adopted, as always: no write in that
+    crash = lifecycle.Observed(700.0, 0, Verdict.CRASH_LOOPING, "crash")
+    assert lifecycle.step(node, crash, OPTS) == (node, [])  # a rollback would write: not before the hold is known
+    node, _ = lifecycle.step(node, HoldChanged(701.0, "alice"), OPTS)
+    assert node.wait is None and node.hold == "alice"
+
+
+#: What an agent that does not know the hold yet never does: the writes (patch, rollback, prune), and the
+#: rollback's check that leads to one. (Its stop restores or keeps as always: ``Stop`` is not drawn.)
+NOT_BEFORE_KNOWN: tuple[type, ...] = (lifecycle.Apply, lifecycle.RollBack, lifecycle.Prune, lifecycle.Restore,
+                                      lifecycle.CheckLastGood)
+UNKNOWN_EVENTS = EVENTS.filter(lambda e: not isinstance(e, (HoldChanged, Stop)))  # the watch has not answered
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(UNKNOWN_EVENTS, max_size=30), record=st.sampled_from([State(), PATCHED]),
+       mode=st.sampled_from(["auto", "always", "never"]), coordinated=st.booleans(), check=st.booleans())
+def test_while_the_hold_is_unknown_no_write_action_is_ever_emitted(events: list[lifecycle.Event], record: State,
+                                                                   mode: Literal["auto", "always", "never"],
+                                                                   coordinated: bool, check: bool) -> None:
+    opts = replace(OPTS, restore_on_exit=mode, coordinated=coordinated, check_extenders=check)
+    node = Node(record=record, hold_known=False)
+    for event in events:
+        try:
+            node, acts = lifecycle.step(node, event, opts)
+        except AssertionError:
+            continue
+        assert not [a for a in acts if isinstance(a, NOT_BEFORE_KNOWN)], (event, acts)
+        assert node.hold is None and not node.hold_known  # never said Held, never known by itself
+        assert not (isinstance(event, lifecycle.Planned) and acts)  # a plan is held back whole
+
+
+class Unanswered(Hold):
+    """A hold watch whose first list has not answered (the API is down or slow): ``answer`` makes it answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered = False
+
+    def known(self) -> bool:
+        return self.answered
+
+
+@pytest.fixture
+def starting_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Unanswered]]:
+    """An agent as ``run`` builds it with the API (``learns_hold``), on a node whose manifest needs the patch."""
+    root, src = helpers.node_folders(tmp_path)
+    kubelet = FakeKubelet(root)
+    kubelet.sync()
+    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", restart_timeout=3600.0,
+                                 restart_settle=0.0, check_extenders=False), pods=kubelet, learns_hold=True)
+    hold = Unanswered()
+    agent.world.holds = hold
+    with contextlib.ExitStack() as stack:
+        assert agent.record.hold_for_life(stack, agent.metrics)
+        agent.start()
+        yield agent, root / helpers.MANIFEST, hold
+
+
+def test_an_agent_whose_hold_watch_has_not_answered_writes_nothing_until_it_does(
+        starting_agent: tuple[Agent, Path, Unanswered]) -> None:
+    agent, manifest, hold = starting_agent
+    assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.phase is None
+    agent._handle("source")
+    agent._handle("hold")  # a change the watch has not listed yet says nothing
+    assert manifest.read_bytes() == helpers.KUBEADM and agent.node.hold is None
+    hold.answered = True
+    agent._handle("hold")
+    assert agent.node.hold_known and agent.timers.hold_wait_at is None  # the wait's timer is no longer needed
+    assert agent.events.get_nowait() == "replan"
+    agent._handle("replan")
+    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+
+
+def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
+        starting_agent: tuple[Agent, Path, Unanswered], caplog: pytest.LogCaptureFixture) -> None:
+    agent, manifest, _ = starting_agent
+    assert agent.timers.hold_wait_at is not None
+    agent._handle(None)  # the loop wakes before the bound (the heartbeat): still nothing
+    assert manifest.read_bytes() == helpers.KUBEADM
+    agent.timers.hold_wait_at -= agent.opts.hold_wait  # the bound has passed (the loop's timer, no sleep)
+    with caplog.at_level("WARNING"):
+        agent._handle(None)
+    assert [r.getMessage() for r in caplog.records if "could not learn the node's hold" in r.getMessage()] == [
+        "could not learn the node's hold within 30s (no answer from the API): going on as not held"]
+    assert agent.node.hold_known and agent.events.get_nowait() == "replan"
+    agent._handle("replan")
+    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+
+
+def test_an_agent_that_starts_on_a_held_node_writes_nothing_and_says_held(tmp_path: Path) -> None:
+    """The operator held the node and restored it by hand; then the agent's pod restarts (a rolling update) and
+    starts before its API client is built, as ``run`` does: it must not patch the node again."""
+    with helpers.kubeadm_node(tmp_path) as node:
+        node.emu.mutate("nodes", helpers.NODE, lambda n: n["metadata"].setdefault("annotations", {}).update(
+            {helpers.P + "hold": "alice: INC-42"}) and None)
+        agent = helpers.Running(node, deferred=True)
+        try:
+            assert wait_until(lambda: node.state() == "Held", 30)
+            assert node.annotations().get("message", "").endswith("(alice: INC-42)")
+            agent.agent.notify("source")  # a reconcile after the hold is known writes nothing either
+            assert wait_until(lambda: agent.agent.events.empty(), 10)
+            assert node.manifest.read_bytes() == helpers.KUBEADM
+            assert not [p for p in node.manifest.parent.iterdir() if p.name != node.manifest.name]
+        finally:
+            assert agent.stop() == 0
+        assert node.manifest.read_bytes() == helpers.KUBEADM  # its stop kept the node as it is

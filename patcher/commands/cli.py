@@ -342,6 +342,8 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
           "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
           type=duration)
+    f.add("--hold-wait", "30s", "with the API, how long the agent waits at its start to learn whether its Node is "
+          "held (the hold annotation) before it writes anything; then it goes on as not held", type=duration)
     f = _section(p, "rollout")
     f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
           choices=["coordinated", "independent"])
@@ -399,7 +401,7 @@ def run_settings(args: argparse.Namespace) -> Settings:
                             restore_on_exit=args.restore_on_exit, grace_period=args.grace_period,
                             check_extenders=args.check_extenders),
         loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
-                  extender_probe_interval=args.extender_probe_interval),
+                  extender_probe_interval=args.extender_probe_interval, hold_wait=args.hold_wait),
         pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace,
                 termination_grace=args.termination_grace_period),
         api=None if args.no_api else Api(kubeconfig=args.kubeconfig, context=args.context),

@@ -28,7 +28,10 @@ An operator's hold (the Node annotation ``<prefix>/hold``, as kured's lock) is a
 held the step emits no write and takes no turn (no re-patch, no rollback, no prune, no restore on SIGTERM: a stop
 keeps), and the agent lets go of the node's writer lock so that ``scheduler-patcher restore``/``apply`` can run
 there by hand; once the hold is removed the agent takes the lock back, reads the record from disk again (a hand
-restore changed it) and plans as a freshly started agent would (``HoldChanged``/``Reclaimed``).
+restore changed it) and plans as a freshly started agent would (``HoldChanged``/``Reclaimed``). An agent that
+runs with the API starts with the hold not known (``Node.hold_known``): until the watch's first list answers, it
+writes nothing either (as if held, but without saying Held); when the watch does not answer within the loop's
+``hold_wait``, ``HoldUnknown`` lets it go on as not held, so that an API that is down does not stall the file work.
 
 The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
 the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
@@ -133,6 +136,10 @@ class Node:
     #: The operator's hold (the ``<prefix>/hold`` annotation's value, may be empty); None: not held. While
     #: held, no write, no turn, and a stop keeps.
     hold: str | None = None
+    #: Whether the hold is known: False from an API agent's start until the hold watch's first list answered
+    #: (``HoldChanged``) or its bounded wait ran out (``HoldUnknown``). Until then, as while held, nothing is
+    #: written (the node may have been held and restored by hand before this agent started).
+    hold_known: bool = True
 
     @property
     def phase(self) -> NodeState | None:
@@ -347,6 +354,14 @@ class HoldChanged:
 
 
 @dataclass(frozen=True)
+class HoldUnknown:
+    """The hold watch did not answer within ``waited`` seconds of the start: go on as not held."""
+
+    now: float
+    waited: float
+
+
+@dataclass(frozen=True)
 class Reclaimed:
     """The hold is gone and the executor took the writer lock back: ``record`` is the state record as it is on
     disk now (a hand ``restore`` during the hold cleared it)."""
@@ -357,7 +372,7 @@ class Reclaimed:
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
          | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged
-         | Reclaimed)
+         | HoldUnknown | Reclaimed)
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------
@@ -1030,7 +1045,12 @@ def held_message(hold: str) -> str:
 
 def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
     """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock, and say
-    so on the Node. Released: take the lock back and re-read the record (``Reclaimed`` goes on from there)."""
+    so on the Node. Released: take the lock back and re-read the record (``Reclaimed`` goes on from there). The
+    first answer after a start that did not know the hold: not held, plan what was held back."""
+    if not node.hold_known:
+        node = replace(node, hold_known=True)
+        if ev.hold is None:
+            return node, [Log("info", "the node is not held: the agent goes on"), Replan()]
     if ev.hold == node.hold:
         return node, []
     if ev.hold is not None:
@@ -1052,6 +1072,22 @@ def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
     return node, [*acts, *([Publish("HoldReleased")] if phase is not None else []), Replan()]
 
 
+def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
+    """The bounded wait for the hold ran out: the API is down or slow, and the file work must not stall for it.
+    Said once; the watch's answer, when it comes, is a ``HoldChanged`` like any other."""
+    if node.hold_known:
+        return node, []
+    return replace(node, hold_known=True), [
+        Log("warning", f"could not learn the node's hold within {ev.waited:g}s (no answer from the API): going on "
+                       "as not held"), Replan()]
+
+
+#: What may happen while the hold is not known yet: nothing that writes or judges a restart (a verdict could
+#: roll back); the start's resume (which only adopts a wait), the turn's answer and the pre-flight's answer
+#: (both end in a plan, held back too), the state folder's edge, and the stop.
+_BEFORE_HOLD_KNOWN = (Resumed, TurnChanged, Probed, StateFolderFailed, StateFolderOk, Stop, RestoreDone)
+
+
 def _while_held(node: Node, event: Event) -> Step:
     """Nothing is written or judged while held; a turn that comes anyway is given back."""
     if isinstance(event, TurnChanged) and event.held:
@@ -1065,6 +1101,10 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
         return node, []  # after SIGTERM nothing but the restore (or the keep) happens
     if isinstance(event, HoldChanged):
         return hold_changed(node, event, opts)
+    if isinstance(event, HoldUnknown):
+        return hold_unknown(node, event, opts)
+    if not node.hold_known and not isinstance(event, _BEFORE_HOLD_KNOWN):
+        return node, []  # planned again once the hold is known (``hold_changed``/``hold_unknown``)
     if node.hold is not None and not isinstance(event, Stop):
         return _while_held(node, event)  # a stop while held keeps (``stop``)
     if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk,

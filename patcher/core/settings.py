@@ -117,6 +117,9 @@ class Loop:
     #: While Ready, probe the extenders this often (jittered by 20 %); 0: never. One that stops answering makes
     #: the cluster verdict NotReady; the manifest is not touched.
     extender_probe_interval: float = field(default=60.0, metadata=flag("--extender-probe-interval"))
+    #: How long an agent that runs with the API waits at its start for the hold watch's first answer before it
+    #: writes anything (it may start on a node an operator holds); past it, it goes on as not held.
+    hold_wait: float = field(default=30.0, metadata=flag("--hold-wait"))
     #: Quiet time after a folder event (open writers are waited for on top: watch.py).
     debounce: float = 0.02
     #: Restarts after our write that make a crash loop.

@@ -57,15 +57,18 @@ class Agent:
                  health: Health | None = None, metrics: Metrics | None = None,
                  fallback_version: Callable[[], str | None] = lambda: None, coordinator: Coordinator | None = None,
                  owner: OwnerSource | None = None, on_phase: Callable[[NodeState], None] | None = None,
-                 coordinated: bool | None = None, api_pending: bool = False,
+                 coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
                  events: queue.SimpleQueue[Event] | None = None) -> None:
-        """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``events``: the
-        queue the adapters were handed (``runner.build_agent`` makes it before them); the rest: ``Observations``."""
+        """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
+        a hold watch comes (the agent runs with the API), so nothing is written before it answered or
+        ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
+        it before them); the rest: ``Observations``."""
         self.files, self.opts = settings.files, settings.loop
         self.health, self.metrics = health or Health(), metrics or Metrics()
         self.rules = replace(settings.lifecycle,
                              coordinated=coordinator is not None if coordinated is None else coordinated)
         self._exit_code = 0
+        self._learns_hold = learns_hold
         self._stop_why: lifecycle.StopWhy = "signal"
         self._idle_thread: int | None = None  # the loop's thread while it waits for an event (``write_at_signal``)
         self._stopping = threading.Event()
@@ -183,7 +186,11 @@ class Agent:
 
     def start(self) -> bool:
         """Resume from the record and reconcile once. False: a stop came while starting; only the stop follows."""
-        self.node = Node(record=self.record.load())
+        self.node = Node(record=self.record.load(), hold_known=not self._learns_hold)
+        if self._learns_hold:
+            self.timers.hold_wait_at = time.monotonic() + self.opts.hold_wait
+            log.info("nothing is written before the node's hold is known (at most %gs)", self.opts.hold_wait,
+                     extra=self.log_extra)
         if self._stopping.is_set():  # the manifest's state is known now: restore what carries our marker
             log.info("stop requested during start-up; restoring without a reconcile", extra=self.log_extra)
             return False

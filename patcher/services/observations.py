@@ -118,11 +118,15 @@ class Observations:
             raise AssertionError(f"unknown loop event {event!r}")
         yield self.observe()
         self._schedule_periodic_probe(rules)
+        if self.current().hold_known:
+            self.timers.hold_wait_at = None
 
     def _due(self) -> Iterator[lifecycle.Event]:
         """The one timer that is due, if any (``timers.Timers.due``)."""
         now = time.monotonic()
         match self.timers.due(now, fault=self.current().fault is not None):
+            case "hold-wait":
+                yield lifecycle.HoldUnknown(now, self.opts.hold_wait)
             case "state-folder":
                 yield self.check_state_folder()
             case "resync":
@@ -167,15 +171,16 @@ class Observations:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
-        if self.holds is not None and self.holds.hold() is not None:  # seen before the adapters were attached
+        if self.holds is not None and self.holds.known():  # seen before the adapters were attached
             yield self.hold_changed()
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
 
     def hold_changed(self) -> lifecycle.HoldChanged | None:
-        """The Node's hold as the watch sees it now (several changes between two looks: the last one counts)."""
-        if self.holds is None:
+        """The Node's hold as the watch sees it now (several changes between two looks: the last one counts);
+        None before its first list answered (nothing is known then)."""
+        if self.holds is None or not self.holds.known():
             return None
         return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
 

@@ -50,3 +50,4 @@ class HoldSource(Protocol):
     """The operator's hold on this node (``adapters/kube/nodehold``): its value, None when the Node has none."""
 
     def hold(self) -> str | None: ...
+    def known(self) -> bool: ...  # the watch's first list answered: ``hold`` is the Node's, not a default

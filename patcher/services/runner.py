@@ -245,7 +245,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
     agent = Agent(config, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
-                  api_pending=isinstance(api, Deferred),
+                  api_pending=isinstance(api, Deferred), learns_hold=api is not None,
                   reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,

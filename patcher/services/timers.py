@@ -1,5 +1,6 @@
 """The agent loop's timers: when to plan again (the resync), retry a failed pre-flight, probe the extenders
-while Ready, ask for the rollout Lease again, and save the record into a state folder that refused it. All on
+while Ready, ask for the rollout Lease again, save the record into a state folder that refused it, and stop
+waiting at the start for the hold watch's answer. All on
 the monotonic clock; ``due`` names the one that fires, ``timeout`` is how long the loop may sleep."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Due = Literal["state-folder", "resync", "probe-retry", "periodic-probe", "lease-retry"]
+Due = Literal["hold-wait", "state-folder", "resync", "probe-retry", "periodic-probe", "lease-retry"]
 
 #: The loop's shortest sleep: a timer already due must not make it spin.
 FLOOR = 0.05
@@ -20,10 +21,16 @@ class Timers:
     probe_retry_at: float | None = None
     periodic_probe_at: float | None = None
     state_retry_at: float | None = None
+    #: The end of the start's wait for the hold (``Loop.hold_wait``); cleared once the hold is known.
+    hold_wait_at: float | None = None
 
     def due(self, now: float, *, fault: bool) -> Due | None:
         """The one timer that fires now, in this order, cleared (the resync and the Lease retry are set again by
-        what they run). During a state folder fault only the folder's retry fires: the others stay due."""
+        what they run). During a state folder fault only the folder's retry and the end of the wait for the hold
+        fire: the others stay due."""
+        if self.hold_wait_at is not None and now >= self.hold_wait_at:
+            self.hold_wait_at = None
+            return "hold-wait"
         if self.state_retry_at is not None and now >= self.state_retry_at:
             self.state_retry_at = None
             return "state-folder"
@@ -46,9 +53,11 @@ class Timers:
         the record cannot be saved, only the folder's retry counts: the other timers stay due (``due`` holds
         them back), and counting them would wake the loop again and again for the whole fault."""
         if fault:
-            return max(FLOOR, min([heartbeat, *([] if self.state_retry_at is None else [self.state_retry_at - now])]))
+            return max(FLOOR, min([heartbeat, *(t - now for t in (self.state_retry_at, self.hold_wait_at)
+                                                if t is not None)]))
         wake = [self.resync - now, heartbeat, *(t - now for t in also)]
-        for t in (self.lease_retry_at, self.probe_retry_at, self.periodic_probe_at, self.state_retry_at):
+        for t in (self.lease_retry_at, self.probe_retry_at, self.periodic_probe_at, self.state_retry_at,
+                  self.hold_wait_at):
             if t is not None:
                 wake.append(t - now)
         return max(FLOOR, min(wake))

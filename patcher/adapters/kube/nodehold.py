@@ -3,7 +3,8 @@
 kured's lock annotation, for one node: while the Node carries it, its agent leaves the node as it is (the decision
 is ``patcher.core.lifecycle``); this adapter only reads it. A list-then-watch narrowed to the Node by a
 ``metadata.name`` field selector (RBAC: ``nodes`` list and watch); ``on_update`` is called when the hold appears,
-changes or goes. Until the first list answers nothing is known, and the node counts as not held.
+changes or goes, and once when the first list answers (``known``: the agent writes nothing before, see
+``patcher.core.lifecycle``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class NodeHoldWatcher:
         self._on_update = on_update
         self._lock = threading.Lock()
         self._hold: str | None = None
+        self._known = False
         self._watcher = ListWatcher(
             api, NODES, field_selector=f"metadata.name={node_name}", on_sync=self._sync, on_event=self._event,
             name=f"node-hold-{node_name}", backoff=backoff, failure_level=logging.WARNING)
@@ -51,9 +53,14 @@ class NodeHoldWatcher:
         with self._lock:
             return self._hold
 
+    def known(self) -> bool:
+        with self._lock:
+            return self._known
+
     def _set(self, hold: str | None) -> None:
         with self._lock:
-            changed, self._hold = hold != self._hold, hold
+            changed, self._hold = hold != self._hold or not self._known, hold
+            self._known = True
         if changed:
             self._on_update()
 
