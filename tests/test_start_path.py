@@ -79,8 +79,14 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
         url = next(line.split("url=")[1].split()[0] for line in list(lines) if "health server listening" in line)
         with urllib.request.urlopen(url + "/healthz", timeout=30) as resp:
             assert resp.status == 200
-        with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
-            assert b"scheduler_patcher_writes_total 1.0" in resp.read()
+
+        def metrics() -> bytes:
+            with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+                body: bytes = resp.read()
+                return body
+
+        # The probe saw the manifest's rename; the loop counts the write once the write call has returned.
+        assert wait_until(lambda: b"scheduler_patcher_writes_total 1.0" in metrics(), 30), metrics()
         # Without the API the heap is settled once the start has settled: after the write, not before it.
         assert wait_until(lambda: any("heap settled after start-up" in line for line in list(lines)), 60)
         said = [line for line in list(lines) if "heap settled after start-up" in line
