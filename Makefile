@@ -41,7 +41,14 @@ PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 ## folder check, the kill of the old scheduler), one at a time since each node's scheduler binds the host's
 ## port; together ~9 min of mostly idle waiting, which would more than double this target's time.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet"
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet and not real_bench"
+
+## The smoke run of bench/verdict_scale.py (marker real_bench): it starts its own control plane, the old and the new
+## package's agents and gatekeepers, and holds the real-test lock ~2 min, which make test's other real tests waited
+## out. .ci/run runs it after `make test-real-node`.
+.PHONY: test-real-bench
+test-real-bench: $(STAMP)
+	$(BIN)/python -m pytest -q -m real_bench tests/test_bench_smoke.py
 
 ## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and the
 ## agent's patch, restart and restore and every manifest form on each older release's (marker real_releases).

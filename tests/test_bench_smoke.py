@@ -71,6 +71,7 @@ def run_env(*argv: str, env: dict[str, str]) -> str:
 
 
 @pytest.mark.real_cluster
+@pytest.mark.real_bench
 def test_the_verdict_scale_bench_measures_both_read_paths(tmp_path: Path) -> None:
     """bench/verdict_scale.py, tiny: the old and the new read path measured in one run on the real server, the
     unlabelled scheduler keeping the verdict NotReady until the bench's agent there says Ready (the drains)."""
