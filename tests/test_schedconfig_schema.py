@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from patcher.core.schedconfig.rules import RULES
 from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, generated, policy_schema
 from patcher.core.schedconfig.validate import _SCALARS
 
@@ -53,7 +52,6 @@ def test_schema_is_consistent(schema: Schema) -> None:
             assert base in SCALARS or base in schema.types, (spec.name, field, type_expr)
         assert set(spec.required) <= set(spec.fields), spec.name
         assert set(spec.canonical) <= set(spec.fields), spec.name
-    assert set(schema.rules) <= set(RULES)
     assert schema.extenders in ("inline", "policy")
     assert schema.kind != CONFIG_KIND or schema.leader_election_names in ("resource", "lockObject")
     if schema.extenders == "inline":

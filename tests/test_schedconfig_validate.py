@@ -156,11 +156,6 @@ def test_ranges() -> None:
     assert "percentageOfNodesToScore: not in valid range [0-100]" in found
 
 
-def test_policy_priorities_need_a_positive_weight() -> None:
-    text = POLICY + "priorities:\n- name: LeastRequestedPriority\n  weight: 0\n"
-    assert problem(text, policy=True) == "priorities[0].weight: must be > 0 (got 0)"
-
-
 def test_legacy_policy_extenders_match_field_names_ignoring_case() -> None:
     text = POLICY + "extenders:\n- URLPrefix: http://a\n  EnableHTTPS: true\n  filterverb: filter\n"
     assert validate_document(load_single(text, "p.yaml"), "p.yaml", allow_policy=True).kind == "Policy"

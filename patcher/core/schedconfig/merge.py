@@ -9,7 +9,6 @@ reject (two binders, a managed resource claimed twice, an apiVersion it does not
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -17,7 +16,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical, url_of
 from patcher.core.schedconfig.render import Output, finish, header, node_path, render_policy
-from patcher.core.schedconfig.rules import rule_problems
+from patcher.core.schedconfig.rules import extender_problems
 from patcher.core.schedconfig.schema import Schema
 from patcher.core.schedconfig.validate import check_served, validate_document
 from patcher.core.schedconfig.version import KubeVersion
@@ -160,7 +159,7 @@ def merge_foreign(
     else:
         ours = [from_canonical(item, schema) for item in extenders]
         merged, origins, replaced = _merged_extenders(data.get("extenders"), ours, schema)
-        _refuse_problems(foreign_path, source, rule_problems({"extenders": merged}, _only_extenders(schema)), origins)
+        _refuse_problems(foreign_path, source, extender_problems(merged, schema.extender_type), origins)
         data["extenders"] = merged
         if replaced:
             notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
@@ -168,7 +167,3 @@ def merge_foreign(
     label = f"{source} merged into {foreign_path}"
     return finish(header(label, version, schema.api_version) + body, version, extra, notes)
 
-
-def _only_extenders(schema: Schema) -> Schema:
-    """The schema with only the extender rule, to explain merge conflicts before full validation."""
-    return replace(schema, rules=("extenders",))

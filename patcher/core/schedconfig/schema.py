@@ -74,7 +74,6 @@ class Schema:
     extenders: str  # "inline" or "policy"
     leader_election_names: str  # "resource" (resourceName) or "lockObject" (lockObjectName)
     profiles: bool
-    rules: tuple[str, ...]
     root: str
     types: dict[str, TypeSpec]
     file: str
@@ -137,7 +136,6 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
         extenders=raw["extenders"],
         leader_election_names=raw["leaderElectionNames"],
         profiles=bool(raw["profiles"]),
-        rules=tuple(raw["rules"]),
         root=raw["root"],
         types=types,
         file=name,

@@ -2,8 +2,8 @@
 
 kube-scheduler decodes its config strictly (an unknown or misspelt field is fatal) and then validates it; either
 failure makes it exit at start-up, and a static pod that exits is a cluster without a scheduler. Everything we
-write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and the rules that
-schema names (``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
+write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and upstream's rules
+(``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
 at once.
 """
 
