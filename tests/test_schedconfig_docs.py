@@ -8,7 +8,7 @@ from patcher.core.schedconfig.binary import facts_for
 from patcher.core.schedconfig.schema import generated_files, generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.startup_data import RULES
-from patcher.core.schedconfig.version import MIN_MINOR, KubeVersion
+from patcher.core.schedconfig.version import SUPPORTED_MINORS, KubeVersion
 from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "scheduler-config.md").read_text(encoding="utf-8")
@@ -20,10 +20,10 @@ def _short(api_version: str) -> str:
 
 def expected_rows() -> list[str]:
     rows = []
-    for minor in range(MIN_MINOR, max(generated_files())[1] + 1):  # up to the newest generated minor
+    for minor in range(SUPPORTED_MINORS[0][1], max(generated_files())[1] + 1):  # up to the newest generated minor
         version = KubeVersion(1, minor)
         target = target_schema(version)
-        rendered = f"`{_short(target.api_version)}`" + (" + `Policy` JSON" if target.extenders == "policy" else "")
+        rendered = f"`{_short(target.api_version)}`"
         served = ", ".join(f"`{_short(s.api_version)}`" for s in served_config_schemas(version))
         generated = generated_minor(version) == version.key
         types = f"generated `kube-scheduler-1.{minor}.json`" if generated else "hand-written per apiVersion"

@@ -27,7 +27,7 @@ from typing import Any, TypeGuard
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.gourl import url_problem
-from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, TypeSpec
+from patcher.core.schedconfig.schema import Schema
 from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY
 
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
@@ -579,37 +579,29 @@ def is_extended_resource_name(name: str) -> bool:
     return is_qualified_name("requests." + name)
 
 
-
-def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
+def extender_problems(extenders: list[Any]) -> list[str]:
     """The scheduler's extender validation, plus a URL check: problems as ``extenders[i].field: rule`` lines."""
     problems: list[str] = []
     binders: list[int] = []
     owners: dict[str, int] = {}
 
-    def field(extender: Mapping[str, Any], canonical: str) -> Any:
-        for key, item in extender.items():
-            name = spec.lookup(str(key))
-            if name is not None and spec.to_canonical(name) == canonical:
-                return item
-        return None
-
     for index, extender in enumerate(extenders):
         if not isinstance(extender, dict):
             continue
         path = f"extenders[{index}]"
-        url = _str(field(extender, "urlPrefix"))
+        url = _str(extender.get("urlPrefix"))
         problem = url_problem(url) if url else None
         if problem:
             problems.append(f"{path}.urlPrefix: {problem}, got {url!r}")
-        weight = field(extender, "weight")
-        if _str(field(extender, "prioritizeVerb")) and not (is_int(weight) and weight > 0):
+        weight = extender.get("weight")
+        if _str(extender.get("prioritizeVerb")) and not (is_int(weight) and weight > 0):
             problems.append(f"{path}.weight: must be > 0 when prioritizeVerb is set (got {weight})")
-        if _str(field(extender, "bindVerb")):
+        if _str(extender.get("bindVerb")):
             binders.append(index)
-        tls = field(extender, "tlsConfig")
+        tls = extender.get("tlsConfig")
         if isinstance(tls, dict):
             problems += _tls_problems(tls, f"{path}.tlsConfig")
-        resources = field(extender, "managedResources")
+        resources = extender.get("managedResources")
         for r_index, resource in enumerate(resources if isinstance(resources, list) else []):
             name = _str(resource.get("name")) if isinstance(resource, dict) else ""
             r_path = f"{path}.managedResources[{r_index}].name"
@@ -635,15 +627,14 @@ def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
 
 def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
     """A client certificate needs its key and vice versa, else the extender's transport cannot be built."""
-    lowered = {str(key).casefold(): value for key, value in tls.items()}
-    has_cert = bool(lowered.get("certfile") or lowered.get("certdata"))
-    has_key = bool(lowered.get("keyfile") or lowered.get("keydata"))
+    has_cert = bool(tls.get("certFile") or tls.get("certData"))
+    has_key = bool(tls.get("keyFile") or tls.get("keyData"))
     if has_cert != has_key:
         missing = "keyFile/keyData" if has_cert else "certFile/certData"
         return [f"{path}: a client certificate needs both cert and key; {missing} is missing"]
     problems = []
-    for key, field in (("certdata", "certData"), ("keydata", "keyData"), ("cadata", "caData")):
-        value = lowered.get(key)
+    for field in ("certData", "keyData", "caData"):
+        value = tls.get(field)
         if isinstance(value, str) and value and not _PEM_BLOCK.search(_base64(value)):
             problems.append(f"{path}.{field}: no PEM data in it (the scheduler exits building the extender's "
                             "client: 'tls: failed to find any PEM data'; rule extender.tlsPEM)")
@@ -676,17 +667,14 @@ def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
 
 
 def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    """Every validation error of ``data`` after defaulting, in upstream's order (a Policy: its extenders).
+    """Every validation error of ``data`` after defaulting, in upstream's order.
 
     Without the node's minor, a rule that changed between minors reads the newest minor serving the apiVersion
     (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27)."""
-    problems = _extenders(data, schema)
-    if schema.kind != CONFIG_KIND:
-        return problems
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
     return (
-        problems
+        _extenders(data)
         + _kubeconfig_problems(data)
         + _client_connection(data)
         + _leader_election(data, schema)
@@ -695,8 +683,6 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     )
 
 
-def _extenders(data: Mapping[str, Any], schema: Schema) -> list[str]:
+def _extenders(data: Mapping[str, Any]) -> list[str]:
     extenders = data.get("extenders")
-    if isinstance(extenders, list) and "Extender" in schema.types:
-        return extender_problems(extenders, schema.extender_type)
-    return []
+    return extender_problems(extenders) if isinstance(extenders, list) else []
