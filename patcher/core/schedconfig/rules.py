@@ -33,7 +33,6 @@ from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
 # RecommendedDefaultLeaderElectionConfiguration): the same in v1beta2, v1beta3 and v1 for what is validated.
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
-_DEFAULT_PARALLELISM = 16
 _DEFAULT_INITIAL_BACKOFF = 1
 _DEFAULT_MAX_BACKOFF = 10
 _DEFAULT_LEASE = 15 * 10**9
