@@ -36,11 +36,11 @@ def source(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("version", "rendered"), [
-    ("1.18", "policy-"), ("1.22", "kubescheduler.config.k8s.io/v1beta2"), ("1.30", "kubescheduler.config.k8s.io/v1")])
+    ("1.19", "kubescheduler.config.k8s.io/v1beta1"), ("1.22", "kubescheduler.config.k8s.io/v1beta2"),
+    ("1.30", "kubescheduler.config.k8s.io/v1")])
 def test_plan_accepts_the_example_for_each_kind_of_config(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           version: str, rendered: str) -> None:
-    # The version as the node tells it, by the image tag: an older node's (1.18, before the supported range) is
-    # still rendered from its tag, though --kube-version refuses it.
+    # The version as the node tells it, by the image tag (one older than the supported range is refused).
     root = node(tmp_path, KUBEADM_EXAMPLE.read_text().replace("kube-scheduler:v1.30.4", f"kube-scheduler:v{version}.0"))
     code = main(["plan", "--host-root", str(root), "--source", str(source(tmp_path))])
     out = capsys.readouterr()

@@ -7,8 +7,8 @@ from pathlib import Path
 from patcher.core.schedconfig.binary import facts_for
 from patcher.core.schedconfig.schema import generated_files, generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.core.schedconfig.upstream import UPSTREAM
-from patcher.core.schedconfig.version import MIN_MINOR, KubeVersion
+from patcher.core.schedconfig.startup_data import RULES
+from patcher.core.schedconfig.version import SUPPORTED_MINORS, KubeVersion
 from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "scheduler-config.md").read_text(encoding="utf-8")
@@ -20,21 +20,16 @@ def _short(api_version: str) -> str:
 
 def expected_rows() -> list[str]:
     rows = []
-    for minor in range(MIN_MINOR, max(generated_files())[1] + 1):  # up to the newest generated minor
+    for minor in range(SUPPORTED_MINORS[0][1], max(generated_files())[1] + 1):  # up to the newest generated minor
         version = KubeVersion(1, minor)
         target = target_schema(version)
-        rendered = f"`{_short(target.api_version)}`" + (" + `Policy` JSON" if target.extenders == "policy" else "")
+        rendered = f"`{_short(target.api_version)}`"
         served = ", ".join(f"`{_short(s.api_version)}`" for s in served_config_schemas(version))
         generated = generated_minor(version) == version.key
         types = f"generated `kube-scheduler-1.{minor}.json`" if generated else "hand-written per apiVersion"
-        rules = (
-            "upstream validation after defaults"
-            if "upstream" in target.rules
-            else "extender, profile, leader-election and range rules"
-        )
         facts = facts_for(minor)
         proof = f"the {facts.version} binary (oracle)" if facts is not None else "reading upstream source"
-        rows.append(f"| 1.{minor} | {rendered} | {served} | {types} | {rules} | {proof} |")
+        rows.append(f"| 1.{minor} | {rendered} | {served} | {types} | upstream validation after defaults | {proof} |")
     return rows
 
 
@@ -52,6 +47,7 @@ def test_the_limits_match_the_code() -> None:
 
 
 def test_every_ported_rule_names_its_upstream_function_in_the_docs() -> None:
-    for source in UPSTREAM.values():
-        function = source.split()[-1] if "(" not in source else source.split(" (")[0].split()[-1]
-        assert function in DOC, function
+    for rule in RULES:
+        if rule.cls == "validation":
+            function = rule.source.split(" (")[0].split()[-1].split(":")[0]
+            assert function in DOC, function

@@ -203,7 +203,7 @@ def test_the_cached_extenders_are_not_shared_with_callers(tmp_path: Path) -> Non
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(weight=st.integers(1, 100000), timeout=st.sampled_from(["1s", "15s", "2m30s", "500ms"]),
        url=st.sampled_from(["http://127.0.0.1:8889", "https://ext.example:8443/api", "http://[::1]:80"]),
-       version=st.sampled_from(["1.18", "1.22", "1.25", "1.31"]), warm_first=st.booleans())
+       version=st.sampled_from(["1.19", "1.22", "1.25", "1.31"]), warm_first=st.booleans())
 def test_warm_caches_render_what_cold_ones_do(tmp_path_factory: pytest.TempPathFactory, weight: int, timeout: str,
                                               url: str, version: str, warm_first: bool) -> None:
     text = (f"extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: {weight}\n"

@@ -80,8 +80,6 @@ def test_every_deprecated_flag_with_a_field() -> None:
 
 def test_lock_object_names_follow_the_api_version() -> None:
     flags = ["--lock-object-name=old", "--lock-object-namespace=kube-system"]
-    assert carried(flags, f"{G}/v1alpha1") == {
-        "leaderElection.lockObjectName": "old", "leaderElection.lockObjectNamespace": "kube-system"}
     assert carried(flags, f"{G}/v1beta1") == {
         "leaderElection.resourceName": "old", "leaderElection.resourceNamespace": "kube-system"}
 
@@ -93,9 +91,7 @@ def test_newer_lock_flag_wins_over_the_deprecated_one() -> None:
 
 def test_scheduler_name_and_hard_pod_affinity() -> None:
     flags = ["--scheduler-name=golden-scheduler", "--hard-pod-affinity-symmetric-weight=10"]
-    assert carried(flags, f"{G}/v1alpha1") == {"schedulerName": "golden-scheduler",
-                                               "hardPodAffinitySymmetricWeight": 10}
-    assert carried(flags) == {
+    assert carried(flags) == carried(flags, f"{G}/v1beta1") == {
         "profiles[0].schedulerName": "golden-scheduler",
         "profiles[0].pluginConfig": [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 10}}],
     }
@@ -104,8 +100,6 @@ def test_scheduler_name_and_hard_pod_affinity() -> None:
 def test_flag_without_a_field_in_this_version_is_noted() -> None:
     values, notes = carried_settings(parse_flags(["--failure-domains=kubernetes.io/hostname"]), schema(f"{G}/v1"))
     assert values == [] and "--failure-domains has no field" in notes[0]
-    assert carried(["--failure-domains=kubernetes.io/hostname"], "componentconfig/v1alpha1") == {
-        "failureDomains": "kubernetes.io/hostname"}
 
 
 def test_real_flags_are_not_carried() -> None:

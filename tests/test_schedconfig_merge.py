@@ -158,42 +158,9 @@ def test_invalid_foreign_config_is_refused_with_its_path(ours: Path) -> None:
     assert err.value.problem == "extenders[2].weight: must be > 0 when prioritizeVerb is set (got 0)"
 
 
-# ---- 1.18 and older: extenders live in a Policy ------------------------------------------------------------
+def test_a_foreign_config_of_1_18_and_older_is_refused(ours: Path) -> None:
+    """v1alpha1 (and its legacy Policy) is outside the supported range: refused, not merged."""
+    foreign = "apiVersion: kubescheduler.config.k8s.io/v1alpha1\nkind: KubeSchedulerConfiguration\n"
+    with pytest.raises(ConfigError, match=r"apiVersion: 'kubescheduler\.config\.k8s\.io/v1alpha1' is not a known"):
+        merge(ours, foreign, "1.19.0")
 
-V1ALPHA1 = """apiVersion: kubescheduler.config.k8s.io/v1alpha1
-kind: KubeSchedulerConfiguration
-schedulerName: default-scheduler
-algorithmSource:
-  provider: DefaultProvider   # the default algorithm
-clientConnection:
-  kubeconfig: /etc/kubernetes/scheduler.conf
-"""
-
-
-def test_v1alpha1_foreign_gets_our_policy(ours: Path) -> None:
-    rendered = merge(ours, V1ALPHA1, "1.16.2")
-    (policy_name,) = [n for n in rendered.files if n.startswith("policy-")]
-    data = main_data(rendered)
-    assert data["algorithmSource"] == {"policy": {"file": {"path": f"{HOST_DIR}/{policy_name}"}}}
-    assert data["schedulerName"] == "default-scheduler"
-
-
-@pytest.mark.parametrize(
-    ("source", "message"),
-    [
-        ("  policy:\n    file:\n      path: /etc/kubernetes/policy.cfg\n", "this config reads its own Policy"),
-        ("  provider: ClusterAutoscalerProvider\n", "'ClusterAutoscalerProvider' cannot be combined"),
-    ],
-)
-def test_v1alpha1_foreign_with_its_own_algorithm_is_refused(ours: Path, source: str, message: str) -> None:
-    foreign = V1ALPHA1.replace("  provider: DefaultProvider   # the default algorithm\n", source)
-    with pytest.raises(ConfigError, match=message):
-        merge(ours, foreign, "1.16.2")
-
-
-def test_v1alpha2_foreign_gets_legacy_spelled_extenders(ours: Path) -> None:
-    foreign = "apiVersion: kubescheduler.config.k8s.io/v1alpha2\nkind: KubeSchedulerConfiguration\nextenders: null\n"
-    rendered = merge(ours, foreign, "1.18.3")
-    extenders = main_data(rendered)["extenders"]
-    assert isinstance(extenders, list)
-    assert extenders[1]["enableHttps"] is True and extenders[1]["httpTimeout"] == 90_000_000_000

@@ -7,7 +7,6 @@ Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change (then r
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 
@@ -43,27 +42,16 @@ def extenders_source(tmp_path: Path) -> Path:
 def check_golden(name: str, rendered: RenderedConfig) -> None:
     folder = GOLDEN / name
     main = rendered.files[rendered.main]
-    policies = {n: b for n, b in rendered.files.items() if n.startswith("policy-")}
     if os.environ.get("UPDATE_GOLDEN"):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.yaml").write_bytes(main)
-        for data in policies.values():
-            (folder / "policy.json").write_bytes(data)
     assert main.decode() == (folder / "config.yaml").read_text(encoding="utf-8")
     assert rendered.main == f"config-{hashlib.sha256(main).hexdigest()[:12]}.yaml"
     assert rendered.config_hash == hashlib.sha256(main).hexdigest()
-    golden_policy = folder / "policy.json"
-    assert len(policies) == (1 if golden_policy.exists() else 0)
-    for policy_name, data in policies.items():
-        assert data.decode() == golden_policy.read_text(encoding="utf-8")
-        assert policy_name == f"policy-{hashlib.sha256(data).hexdigest()[:12]}.json"
-        assert f"path: {HOST_DIR}/{policy_name}\n" in main.decode()  # referenced by absolute node path
+    assert list(rendered.files) == [rendered.main]  # one file: its hash covers everything the scheduler reads
 
 
 ROWS = [
-    ("1.11.2", "componentconfig/v1alpha1"),
-    ("1.14.0", "kubescheduler.config.k8s.io/v1alpha1"),
-    ("1.18.16", "kubescheduler.config.k8s.io/v1alpha1"),
     ("1.19.0", "kubescheduler.config.k8s.io/v1beta1"),
     ("1.21.1", "kubescheduler.config.k8s.io/v1beta1"),
     ("1.22.17", "kubescheduler.config.k8s.io/v1beta2"),
@@ -87,14 +75,6 @@ def test_version_table_rows_against_golden(extenders_source: Path, version: str,
     assert first_line == (f"# Rendered by scheduler-patcher from extenders.yaml for kube-scheduler {minor} "
                           f"({api_version}); do not edit.")
     check_golden(f"extenders-{minor}", rendered)
-
-
-def test_policy_row_writes_integer_nanoseconds_and_enable_https(extenders_source: Path) -> None:
-    rendered = build(extenders_source, "1.16.2")
-    (policy,) = [json.loads(b) for n, b in rendered.files.items() if n.startswith("policy-")]
-    assert policy["kind"] == "Policy"
-    assert [e["httpTimeout"] for e in policy["extenders"]] == [15_000_000_000, 90_000_000_000]
-    assert policy["extenders"][1]["enableHttps"] is True and "enableHTTPS" not in policy["extenders"][1]
 
 
 def test_same_input_same_bytes_wherever_the_source_is_mounted(tmp_path: Path) -> None:
@@ -238,16 +218,10 @@ def test_csi_layout_picks_the_file_for_the_version(
     assert text.startswith(f"# Rendered by scheduler-patcher from {picked} for kube-scheduler")
 
 
-def test_csi_layout_on_1_18_copies_the_policy_and_points_at_it(csi_source: Path) -> None:
-    rendered = build(csi_source, "1.18.16")
-    assert rendered.sources == ("config.yaml", "policy.yaml")
-    assert rendered.api_version == "kubescheduler.config.k8s.io/v1alpha1"
-    (policy_name,) = [n for n in rendered.files if n.startswith("policy-")]
-    policy = json.loads(rendered.files[policy_name])
-    assert policy["extenders"][0]["httpTimeout"] == 15_000_000_000
-    data = load_single(rendered.files[rendered.main].decode(), rendered.main)
-    assert data["algorithmSource"]["policy"]["file"]["path"] == f"{HOST_DIR}/{policy_name}"
-    check_golden("csi-baremetal-1.18", rendered)
+def test_csi_layout_on_1_18_is_refused_as_too_old(csi_source: Path) -> None:
+    """The operator's config.yaml + policy.yaml are for 1.18 and older, outside the supported range."""
+    with pytest.raises(ConfigError, match=r"kube-scheduler 1\.18\.16 \(--kube-version\) is too old"):
+        build(csi_source, "1.18.16")
 
 
 def test_csi_layout_without_the_file_for_this_version(tmp_path: Path) -> None:
@@ -259,12 +233,6 @@ def test_csi_layout_without_the_file_for_this_version(tmp_path: Path) -> None:
     assert err.value.problem.startswith("source file not found: the csi-baremetal-operator layout uses config-23.yaml")
     assert "kube-scheduler 1.25.0 (--kube-version)" in err.value.problem  # the version it detected (issue 11)
     assert "config-19.yaml, config.yaml, policy.yaml" in err.value.problem
-
-
-def test_csi_layout_on_1_16_without_policy_is_refused(tmp_path: Path) -> None:
-    files = {n: fixture_text(f"csi-baremetal/{n}") for n in ("config.yaml", "config-19.yaml")}
-    with pytest.raises(ConfigError, match=r"has no policy\.yaml"):
-        build(make_configmap(tmp_path / "cm", files), "1.16.0")
 
 
 @pytest.mark.parametrize("text", ["y", "No", "ON", "off", "null", "~", "0x1F", "1e3", "12:30", ".inf"])

@@ -6,13 +6,11 @@ import re
 
 import pytest
 
-from patcher.core.schedconfig.rules import RULES
-from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, generated, policy_schema
+from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, canonical_schema, generated
 from patcher.core.schedconfig.validate import _SCALARS
 
 SCALARS = {
-    "string", "bool", "int32", "int64", "float", "float32", "float64", "duration", "nanoseconds", "bytes", "any",
-    "object",
+    "string", "bool", "int32", "int64", "float", "float32", "float64", "duration", "bytes", "any", "object",
 }
 
 
@@ -52,15 +50,9 @@ def test_schema_is_consistent(schema: Schema) -> None:
             base = _base(type_expr)
             assert base in SCALARS or base in schema.types, (spec.name, field, type_expr)
         assert set(spec.required) <= set(spec.fields), spec.name
-        assert set(spec.canonical) <= set(spec.fields), spec.name
-    assert set(schema.rules) <= set(RULES)
-    assert schema.extenders in ("inline", "policy")
-    assert schema.kind != CONFIG_KIND or schema.leader_election_names in ("resource", "lockObject")
-    if schema.extenders == "inline":
-        assert "Extender" in schema.types
+    assert schema.kind == CONFIG_KIND and "Extender" in schema.types
     group, _, version = schema.api_version.rpartition("/")
-    expected = f"policy-{version}.json" if schema.kind == "Policy" else f"{group}-{version}.json"
-    assert schema.file == expected
+    assert schema.file == f"{group}-{version}.json"
     assert re.fullmatch(r"v\d+((alpha|beta)\d+)?", version)
 
 
@@ -69,9 +61,7 @@ def test_one_schema_per_api_version_and_kind() -> None:
     assert len(keys) == len(set(keys))
 
 
-def test_canonical_spelling_is_v1_and_policy_is_legacy() -> None:
+def test_canonical_spelling_is_v1_and_every_api_version_spells_extenders_alike() -> None:
     assert canonical_schema().api_version == "kubescheduler.config.k8s.io/v1"
-    legacy = policy_schema().extender_type
-    assert legacy.case_insensitive and legacy.fields["httpTimeout"] == "nanoseconds"
-    assert legacy.to_canonical("enableHttps") == "enableHTTPS"
     assert canonical_schema().extender_type.fields["httpTimeout"] == "duration"
+    assert {tuple(s.extender_type.fields) for s in all_schemas()} == {tuple(canonical_schema().extender_type.fields)}

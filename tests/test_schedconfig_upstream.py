@@ -1,5 +1,6 @@
 """kube-scheduler's validation, ported and applied after its defaulting (issue 14). Each case names the upstream
-function it mirrors (``UPSTREAM`` in patcher/core/schedconfig/upstream.py); configs that upstream accepts still pass."""
+function it mirrors (a ``validation`` row of ``RULES`` in patcher/core/schedconfig/startup_data.py); configs that
+upstream accepts still pass."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
-from patcher.core.schedconfig.upstream import UPSTREAM
+from patcher.core.schedconfig.startup_data import RULES
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single
@@ -17,6 +18,8 @@ from patcher.core.schedconfig.yamlio import load_single
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
 V1BETA2 = "apiVersion: kubescheduler.config.k8s.io/v1beta2\nkind: KubeSchedulerConfiguration\n"
 V1BETA3 = "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n"
+V1BETA1 = "apiVersion: kubescheduler.config.k8s.io/v1beta1\nkind: KubeSchedulerConfiguration\n"
+VALIDATION = {rule.key for rule in RULES if rule.cls == "validation"}
 
 
 def problem(text: str, version: str = "1.30") -> str | None:
@@ -33,7 +36,7 @@ def args(name: str, body: str) -> str:
     return V1 + f"profiles:\n- pluginConfig:\n  - name: {name}\n    args:\n{indented}"
 
 
-# (upstream rule key, config, version, expected problem); the key must be in UPSTREAM.
+# (rule key, config, version, expected problem); the key must be a validation rule of RULES.
 REFUSED = [
     ("clientConnection.burst", V1 + "clientConnection:\n  burst: -1\n", "1.30",
      "clientConnection.burst: must be non-negative"),
@@ -121,19 +124,30 @@ REFUSED = [
      "profiles[0].pluginConfig[0].args.resources[1].name: duplicate resource 'cpu'"),
     ("VolumeBinding", args("VolumeBinding", "bindTimeoutSeconds: -1\n"), "1.30",
      "profiles[0].pluginConfig[0].args.bindTimeoutSeconds: invalid BindTimeoutSeconds, should not be a negative value"),
+    ("extender.url", V1 + "extenders:\n- urlPrefix: 127.0.0.1:8889\n", "1.30", "extenders[0].urlPrefix: "),
+    ("extender.tlsPEM", V1 + "extenders:\n- urlPrefix: http://a/\n  tlsConfig:\n    certFile: /c.crt\n", "1.30",
+     "extenders[0].tlsConfig: a client certificate needs both cert and key; keyFile/keyData is missing"),
+    ("kubeconfig", V1 + "clientConnection:\n  kubeconfig: scheduler.conf\n", "1.30",
+     "clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got 'scheduler.conf'"),
+    # v1beta1 (1.19-1.22) is judged by the same rules, with the same messages
+    ("leaderElection", V1BETA1 + "leaderElection:\n  leaseDuration: 5s\n", "1.21",
+     "leaderElection.leaseDuration: must be greater than renewDeadline (5s <= 10s, the default)"),
+    ("profiles.schedulerName", V1BETA1 + "profiles:\n- schedulerName: a\n- schedulerName: ''\n", "1.20",
+     "profiles[1].schedulerName: required; with more than one profile each needs its own"),
+    ("parallelism", V1BETA1 + "parallelism: 0\n", "1.20", "parallelism: should be an integer value greater than zero"),
 ]
 
 
 @pytest.mark.parametrize(("rule", "text", "version", "expected"), REFUSED, ids=[f"{r[0]}-{i}" for i, r in
                                                                                enumerate(REFUSED)])
 def test_upstream_rule_is_applied(rule: str, text: str, version: str, expected: str) -> None:
-    assert rule in UPSTREAM, f"{rule} must name its upstream function"
+    assert rule in VALIDATION, f"{rule} must name its upstream function in RULES"
     found = problem(text, version)
     assert found is not None and found.startswith(expected), found
 
 
 def test_every_ported_rule_has_a_test() -> None:
-    assert {rule for rule, *_ in REFUSED} == set(UPSTREAM)
+    assert {rule for rule, *_ in REFUSED} == VALIDATION
 
 
 ACCEPTED = [
@@ -168,6 +182,10 @@ ACCEPTED = [
     (args("NodeResourcesBalancedAllocation", "resources:\n- {name: cpu, weight: 1}\n- {name: memory}\n"), "1.30"),
     (args("VolumeBinding", "bindTimeoutSeconds: 0\n"), "1.30"),
     (V1 + "extenders:\n- urlPrefix: http://a/\n  managedResources:\n  - name: example.com/gpu\n", "1.30"),
+    # v1beta1 still has the plugins v1beta2 refuses by name, and merges queueSort into the default PrioritySort
+    (V1BETA1 + "profiles:\n- pluginConfig:\n  - name: NodeLabel\n    args: {}\n", "1.21"),
+    (V1BETA1 + "profiles:\n- schedulerName: a\n  plugins:\n    queueSort:\n      enabled:\n      - name: PrioritySort\n"
+     "- schedulerName: b\n", "1.21"),
 ]
 
 

@@ -11,13 +11,12 @@ from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-POLICY = "apiVersion: v1\nkind: Policy\n"
 GOOD_EXTENDER = "- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
 
 
-def problem(text: str, *, path: str = "/src/config.yaml", policy: bool = False) -> str:
+def problem(text: str, *, path: str = "/src/config.yaml") -> str:
     with pytest.raises(ConfigError) as err:
-        validate_document(load_single(text, path), path, allow_policy=policy)
+        validate_document(load_single(text, path), path)
     assert err.value.path == path
     return err.value.problem
 
@@ -96,11 +95,6 @@ def test_http_timeout_must_be_a_duration() -> None:
         V1 + "extenders:\n- urlPrefix: http://a\n  httpTimeout: 15000000000\n")
 
 
-def test_policy_http_timeout_is_integer_nanoseconds() -> None:
-    text = POLICY + "extenders:\n- urlPrefix: http://a\n  httpTimeout: 15s\n"
-    assert "extenders[0].httpTimeout: must be an integer number of nanoseconds" in problem(text, policy=True)
-
-
 def test_managed_resource_names_are_qualified() -> None:
     text = V1 + "extenders:\n- urlPrefix: http://a\n  managedResources:\n  - name: gpu\n"
     assert "extenders[0].managedResources[0].name: 'gpu' must be a qualified extended resource name" in problem(text)
@@ -156,18 +150,10 @@ def test_ranges() -> None:
     assert "percentageOfNodesToScore: not in valid range [0-100]" in found
 
 
-def test_policy_priorities_need_a_positive_weight() -> None:
-    text = POLICY + "priorities:\n- name: LeastRequestedPriority\n  weight: 0\n"
-    assert problem(text, policy=True) == "priorities[0].weight: must be > 0 (got 0)"
-
-
-def test_legacy_policy_extenders_match_field_names_ignoring_case() -> None:
-    text = POLICY + "extenders:\n- URLPrefix: http://a\n  EnableHTTPS: true\n  filterverb: filter\n"
-    assert validate_document(load_single(text, "p.yaml"), "p.yaml", allow_policy=True).kind == "Policy"
-    dup = POLICY + "extenders:\n- urlPrefix: http://a\n  URLPREFIX: http://b\n"
-    assert "extenders[0].URLPREFIX: duplicate of field 'urlPrefix'" in problem(dup, policy=True)
-    unknown = POLICY + "extenders:\n- urlPrefix: http://a\n  apiVersion: v1beta1\n"
-    assert "the legacy decoder would silently ignore it" in problem(unknown, policy=True)
+def test_a_legacy_policy_is_refused() -> None:
+    """kind: Policy was read by kube-scheduler 1.18 and older only, outside the supported range."""
+    text = "apiVersion: v1\nkind: Policy\nextenders:\n- urlPrefix: http://a\n"
+    assert problem(text) == "not a KubeSchedulerConfiguration (kind is 'Policy')"
 
 
 def test_document_shape() -> None:

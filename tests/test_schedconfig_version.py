@@ -80,13 +80,14 @@ def test_bad_override_is_refused() -> None:
 def test_too_old_scheduler_is_refused() -> None:
     with pytest.raises(ConfigError, match="too old"):
         resolve_version("quay.io/coreos/hyperkube:v1.8.5_coreos.0", None, None)
+    with pytest.raises(ConfigError) as err:  # an image tag below the supported range, as --kube-version is
+        resolve_version("registry.k8s.io/kube-scheduler:v1.18.20", None, None)
+    assert err.value.problem == (
+        "kube-scheduler 1.18.20 (image tag v1.18.20) is too old: outside the supported range (supported: 1.19 to 1.37)")
 
 
-# The table from the issue, plus componentconfig/v1alpha1 for 1.10-1.11 (kubescheduler.config.k8s.io exists
-# since 1.12 only).
+# The table from the issue, in the supported range.
 TABLE = {
-    **{m: "componentconfig/v1alpha1" for m in (10, 11)},
-    **{m: f"{G}/v1alpha1" for m in range(12, 19)},
     **{m: f"{G}/v1beta1" for m in (19, 20, 21)},
     22: f"{G}/v1beta2",
     23: f"{G}/v1beta3",
@@ -103,8 +104,6 @@ def test_version_table(minor: int) -> None:
 @pytest.mark.parametrize(
     ("api", "first", "last"),
     [
-        ("v1alpha1", 12, 18),
-        ("v1alpha2", 18, 18),
         ("v1beta1", 19, 22),
         ("v1beta2", 22, 27),
         ("v1beta3", 23, 28),
@@ -112,6 +111,6 @@ def test_version_table(minor: int) -> None:
     ],
 )
 def test_served_ranges(api: str, first: int, last: int) -> None:
-    for minor in range(10, 41):
+    for minor in range(19, 41):
         served = {s.api_version for s in served_config_schemas(KubeVersion(1, minor))}
         assert (f"{G}/{api}" in served) == (first <= minor <= last), (api, minor)

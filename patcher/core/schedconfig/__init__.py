@@ -34,7 +34,6 @@ from patcher.core.schedconfig.source import (
     FORM_CONFIG,
     FORM_CSI,
     FORM_EXTENDERS,
-    POLICY_FILE,
     SourceFile,
     SourceForm,
     csi_pick,
@@ -112,16 +111,13 @@ class _Source:
     files: list[SourceFile]
     extenders: list[Extender] | None = None
     complete: SourceFile | None = None
-    policy: SourceFile | None = None  # csi layout on 1.18 and older
     api_version: str | None = None  # of the complete config (for the merge's mismatch check)
     notes: list[str] = field(default_factory=list)
 
 
-def _parsed(
-    source: SourceFile, *, allow_policy: bool = False, version: KubeVersion | None = None
-) -> tuple[Any, Schema]:
+def _parsed(source: SourceFile, *, version: KubeVersion | None = None) -> tuple[Any, Schema]:
     data = load_single(strip_header(source.text), source.path)
-    return data, validate_document(data, source.path, allow_policy=allow_policy, version=version)
+    return data, validate_document(data, source.path, version=version)
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
@@ -151,19 +147,12 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
             f"({version.source}); the folder has {has}",
         )
     complete = read_source_file(source_dir, name)
-    policy = None
-    if form.form == FORM_CSI and version.minor <= 18 and POLICY_FILE in form.present:
-        policy = read_source_file(source_dir, POLICY_FILE)
-    found = _Source(files=[complete] + ([policy] if policy else []), complete=complete, policy=policy)
+    found = _Source(files=[complete], complete=complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
         data, schema = _parsed(complete, version=version)
         check_served(schema, version, complete.path)
         found.api_version = schema.api_version
-        if policy is not None and schema.extenders == "policy":
-            policy_data, policy_schema = _parsed(policy, allow_policy=True)
-            found.extenders = _extenders_of(policy_data, policy_schema)
-        else:
-            found.extenders = _extenders_of(data, schema)
+        found.extenders = _extenders_of(data, schema)
         if not found.extenders:
             raise ConfigError(complete.path, "extenders: nothing to merge, the source config lists no extenders")
         unused = [str(key) for key in data if key not in ("apiVersion", "kind", "extenders")]
@@ -243,7 +232,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             source=" + ".join(names),
             source_api_version=source.api_version,
             version=version,
-            host_config_dir=req.host_config_dir,
         )
     elif source.extenders is not None:
         schema = target_schema(version)
@@ -264,8 +252,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             version=version,
             carry=lambda schema: _carry(req, schema),
             host_config_dir=req.host_config_dir,
-            policy=source.policy,
-            policy_required=form.form == FORM_CSI,
         )
     notes += out.notes
     main_bytes = out.files[out.main]

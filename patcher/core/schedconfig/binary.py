@@ -19,8 +19,6 @@ from pathlib import Path
 from patcher.core import fileread
 
 FACTS = Path(__file__).with_name("schemas") / "binary-facts.json"  # beside the schemas: the same package data
-#: The flag names as pflag reads them are the long names; ``-v`` is the short form of ``--v``.
-_SHORT = {"v": "v"}
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Go durations, as kube-scheduler parses them.
 
 Extender timeouts and leader-election periods are ``metav1.Duration`` strings (``15s``, ``1m30s``) in every
-KubeSchedulerConfiguration since v1beta1, but plain integer nanoseconds in the legacy Policy file. Rendering one
-source for both means converting exactly (no float rounding: ``0.1s`` must become 100000000, not 99999999), and
-validating means accepting exactly what Go's ``time.ParseDuration`` accepts — anything else makes the scheduler exit.
+KubeSchedulerConfiguration since v1beta1. Validating means accepting exactly what Go's ``time.ParseDuration``
+accepts — anything else makes the scheduler exit — and comparing them exactly (no float rounding: ``0.1s`` is
+100000000 ns, not 99999999).
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ def is_duration(text: str) -> bool:
 def format_duration(ns: int) -> str:
     """Format nanoseconds the way Go's ``Duration.String`` does for whole units (``15s``, ``1m30s``, ``250ms``).
 
-    Used when a legacy Policy (integer nanoseconds) is turned into a v1beta1+ config, so that the rendered file
-    reads like what kube-scheduler itself would write.
+    Used in messages about a duration (``5s <= 10s, the default``), so that they read like the config.
     """
     if ns == 0:
         return "0s"

@@ -183,12 +183,11 @@ def _path_for(setting: str, schema: Schema) -> tuple[str | int, ...] | None:
     root = schema.types[schema.root].fields
     if setting in ("LOCK_NAME", "LOCK_NAMESPACE"):
         suffix = "Name" if setting == "LOCK_NAME" else "Namespace"
-        prefix = "lockObject" if schema.leader_election_names == "lockObject" else "resource"
-        return ("leaderElection", prefix + suffix)
+        return ("leaderElection", "resource" + suffix)
     if setting == "SCHEDULER_NAME":
-        return ("profiles", 0, "schedulerName") if schema.profiles else ("schedulerName",)
+        return ("profiles", 0, "schedulerName")
     if setting == "HARD_POD_AFFINITY":
-        return ("profiles", 0, "pluginConfig") if schema.profiles else ("hardPodAffinitySymmetricWeight",)
+        return ("profiles", 0, "pluginConfig")
     path = tuple(setting.split("."))
     return path if path[0] in root else None
 
@@ -236,7 +235,7 @@ def carried_settings(
         if path is None:
             notes.append(f"--{flag} has no field in {schema.api_version}; not carried (the scheduler ignores it)")
             continue
-        if setting == "HARD_POD_AFFINITY" and schema.profiles:
+        if setting == "HARD_POD_AFFINITY":
             value = [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": value}}]
         chosen[path] = Carried(flag=f"--{flag}", path=path, value=value)
     flag_order = list(_CARRIED)
@@ -252,9 +251,6 @@ def carried_settings(
 
 # Order of the top-level keys we add, following the order kube-scheduler itself writes them.
 _CARRY_ORDER = (
-    "schedulerName",
-    "hardPodAffinitySymmetricWeight",
-    "failureDomains",
     "leaderElection",
     "clientConnection",
     "enableProfiling",

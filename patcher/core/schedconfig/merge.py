@@ -9,16 +9,14 @@ reject (two binders, a managed resource claimed twice, an apiVersion it does not
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical, url_of
-from patcher.core.schedconfig.render import Output, finish, header, node_path, render_policy
-from patcher.core.schedconfig.rules import rule_problems
-from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.render import Output, finish, header
+from patcher.core.schedconfig.rules import extender_problems
 from patcher.core.schedconfig.validate import check_served, validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
@@ -59,12 +57,9 @@ def _move_trailing_comment(dropped: Any, onto: Any) -> None:
         t_slot[t_position].value += token.value.lstrip(" ")
 
 
-def _merged_extenders(
-    existing: Any, ours: list[dict[str, Any]], schema: Schema
-) -> tuple[CommentedSeq, list[str], list[str]]:
+def _merged_extenders(existing: Any, ours: list[dict[str, Any]]) -> tuple[CommentedSeq, list[str], list[str]]:
     """The new extenders list, where each entry came from ("this file"/"ours"), and the stale URLs replaced."""
-    spec = schema.extender_type
-    our_urls = {url_of(item, spec) for item in ours}
+    our_urls = {url_of(item) for item in ours}
     our_nodes = [to_commented(item) for item in ours]
     old: list[Any] = list(existing) if isinstance(existing, list) else []
     merged = CommentedSeq()
@@ -72,7 +67,7 @@ def _merged_extenders(
     replaced: list[str] = []
     inserted = False
     for index, item in enumerate(old):
-        url = url_of(item, spec) if isinstance(item, dict) else ""
+        url = url_of(item) if isinstance(item, dict) else ""
         if url and url in our_urls:
             replaced.append(url)
             if not inserted:
@@ -106,27 +101,6 @@ def _refuse_problems(path: str, source: str, problems: list[str], origins: list[
     raise ConfigError(path, f"cannot merge {source} into this config: {'; '.join(problems)} ({legend})")
 
 
-def _policy_source_merge(data: CommentedMap, path: str) -> None:
-    """A v1alpha1 config gets our Policy only if it does not already take its algorithm from elsewhere."""
-    source = data.get("algorithmSource")
-    if not isinstance(source, dict):
-        return
-    if source.get("policy") is not None:
-        raise ConfigError(
-            path,
-            "algorithmSource.policy: this config reads its own Policy, which scheduler-patcher cannot merge into "
-            "(it is not in the config file); move that Policy's extenders into the source extenders.yaml, or use "
-            "--on-foreign-config=replace",
-        )
-    provider = source.get("provider")
-    if provider not in (None, "", "DefaultProvider"):
-        raise ConfigError(
-            path,
-            f"algorithmSource.provider: {provider!r} cannot be combined with a Policy holding our extenders "
-            "(a Policy replaces the provider); use --on-foreign-config=replace",
-        )
-
-
 def merge_foreign(
     *,
     foreign_path: str,
@@ -135,9 +109,8 @@ def merge_foreign(
     source: str,
     source_api_version: str | None,
     version: KubeVersion,
-    host_config_dir: str,
 ) -> Output:
-    """Our own config file: the foreign config plus our extenders (and a Policy file on 1.18 and older)."""
+    """Our own config file: the foreign config plus our extenders."""
     text = strip_header(foreign_text)
     data = load_single(text, foreign_path)
     schema = validate_document(data, foreign_path, version=version)
@@ -150,25 +123,13 @@ def merge_foreign(
             "apiVersion",
         )
     notes = [f"merged {len(extenders)} extender(s) from {source} into {foreign_path}"]
-    extra: dict[str, bytes] = {}
-    if schema.extenders == "policy":
-        _policy_source_merge(data, foreign_path)
-        name, policy = render_policy(extenders, host_config_dir)
-        extra[name] = policy
-        data["algorithmSource"] = to_commented({"policy": {"file": {"path": node_path(host_config_dir, name)}}})
-        notes.append(f"our extenders go to the legacy Policy {name}, referenced from algorithmSource")
-    else:
-        ours = [from_canonical(item, schema) for item in extenders]
-        merged, origins, replaced = _merged_extenders(data.get("extenders"), ours, schema)
-        _refuse_problems(foreign_path, source, rule_problems({"extenders": merged}, _only_extenders(schema)), origins)
-        data["extenders"] = merged
-        if replaced:
-            notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
+    ours = [from_canonical(item, schema) for item in extenders]
+    merged, origins, replaced = _merged_extenders(data.get("extenders"), ours)
+    _refuse_problems(foreign_path, source, extender_problems(merged), origins)
+    data["extenders"] = merged
+    if replaced:
+        notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
     body = dump(from_json(data) if is_json(text) else data, style=layout(text))
     label = f"{source} merged into {foreign_path}"
-    return finish(header(label, version, schema.api_version) + body, version, extra, notes)
+    return finish(header(label, version, schema.api_version) + body, version, notes)
 
-
-def _only_extenders(schema: Schema) -> Schema:
-    """The schema with only the extender rule, to explain merge conflicts before full validation."""
-    return replace(schema, rules=("extenders",))

@@ -1,17 +1,15 @@
 """Render the files the scheduler reads, for its apiVersion, as exact and reproducible bytes.
 
 Two paths: from version-neutral extenders (we write the whole config), and from a complete config that the user
-wrote (used as is; only the deprecated-flag settings it leaves unset are filled in, and a Policy reference is
-pointed at our copy). Either way the result gets a header naming its source and the scheduler version, is
-validated again from its own bytes, and any second file (the legacy Policy) is named by its content and
-referenced by absolute node path, so that the main file's hash covers everything the scheduler will read.
+wrote (used as is; only the deprecated-flag settings it leaves unset are filled in). Either way the result gets a
+header naming its source and the scheduler version, is validated again from its own bytes, and is named by its
+content.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical
 from patcher.core.schedconfig.flags import Carried
-from patcher.core.schedconfig.schema import CONFIG_KIND, POLICY_KIND, Schema, policy_schema
+from patcher.core.schedconfig.schema import CONFIG_KIND, Schema
 from patcher.core.schedconfig.source import SourceFile
 from patcher.core.schedconfig.startup import flags_apply, override_notes
 from patcher.core.schedconfig.startup_data import LEADER_ELECTION_FLAGS
@@ -36,7 +34,6 @@ from patcher.core.schedconfig.yamlio import (
     layout,
     load_plain,
     load_single,
-    safe_scalar,
     strip_header,
     to_commented,
     to_plain,
@@ -60,15 +57,6 @@ def short_hash(data: bytes) -> str:
 def header(source: str, version: KubeVersion, api_version: str) -> str:
     """The first line of every file we render: where it came from and for which scheduler."""
     return f"{HEADER_PREFIX} from {source} for kube-scheduler {version.short} ({api_version}); do not edit.\n"
-
-
-def policy_bytes(policy: dict[str, Any]) -> bytes:
-    """A legacy Policy as JSON: the scheduler reads it as JSON or YAML, and JSON cannot be mis-indented."""
-    return (json.dumps(policy, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def policy_name(data: bytes) -> str:
-    return f"policy-{short_hash(data)}.json"
 
 
 def config_name(data: bytes) -> str:
@@ -144,22 +132,12 @@ def _flag_overrides(text: str, name: str, version: KubeVersion) -> tuple[str, ..
     return tuple(override_notes(data, version.key, version.launch)) if isinstance(data, dict) else ()
 
 
-def finish(text: str, version: KubeVersion, extra: dict[str, bytes], notes: list[str]) -> Output:
+def finish(text: str, version: KubeVersion, notes: list[str]) -> Output:
     main_bytes = text.encode("utf-8")
     name = config_name(main_bytes)
     schema = _check_output(text, name, version)
     notes = notes + list(_flag_overrides(text, name, version))
-    return Output(files={name: main_bytes, **extra}, main=name, api_version=schema.api_version, notes=notes)
-
-
-def render_policy(extenders: list[Extender], host_config_dir: str) -> tuple[str, bytes]:
-    """Our extenders as a legacy Policy file: (file name, bytes)."""
-    schema = policy_schema()
-    policy = {"kind": POLICY_KIND, "apiVersion": "v1", "extenders": [from_canonical(e, schema) for e in extenders]}
-    data = policy_bytes(policy)
-    name = policy_name(data)
-    validate_document(json.loads(data), node_path(host_config_dir, name), allow_policy=True)
-    return name, data
+    return Output(files={name: main_bytes}, main=name, api_version=schema.api_version, notes=notes)
 
 
 def render_extenders(
@@ -176,22 +154,11 @@ def render_extenders(
     doc["apiVersion"] = schema.api_version
     doc["kind"] = CONFIG_KIND
     notes: list[str] = []
-    extra: dict[str, bytes] = {}
     for item in carried:
-        if item.path[0] == "schedulerName":
-            set_path(doc, item, fill_only=False, notes=notes, source=source)
-    if schema.extenders == "policy":
-        name, data = render_policy(extenders, host_config_dir)
-        extra[name] = data
-        doc["algorithmSource"] = to_commented({"policy": {"file": {"path": node_path(host_config_dir, name)}}})
-        notes.append(f"extenders go to the legacy Policy {name}, referenced from {schema.api_version} algorithmSource")
-    for item in carried:
-        if item.path[0] != "schedulerName":
-            set_path(doc, item, fill_only=False, notes=notes, source=source)
-    if schema.extenders == "inline":
-        doc["extenders"] = to_commented([from_canonical(e, schema) for e in extenders])
+        set_path(doc, item, fill_only=False, notes=notes, source=source)
+    doc["extenders"] = to_commented([from_canonical(e, schema) for e in extenders])
     text = header(source, version, schema.api_version) + dump(doc)
-    return finish(text, version, extra, notes)
+    return finish(text, version, notes)
 
 
 def render_complete(
@@ -200,16 +167,11 @@ def render_complete(
     version: KubeVersion,
     carry: Callable[[Schema], tuple[list[Carried], list[str]]],
     host_config_dir: str,
-    policy: SourceFile | None = None,
-    policy_required: bool = False,
 ) -> Output:
     """A user-written KubeSchedulerConfiguration, used as is once validated and served-checked.
 
     Flag settings (``carry``: the carried values for the config's own schema, and notes on what was skipped)
-    fill only the fields it leaves unset; the config is parsed once for both. When ``policy`` is given (the
-    csi-baremetal layout on 1.18 and older), the config's ``algorithmSource.policy.file.path`` is pointed at
-    our copy of it; with ``policy_required`` a config that references a Policy file we were not given is
-    refused, since the path in it names a file on some other node layout.
+    fill only the fields it leaves unset; the config is parsed once for both.
     """
     text = strip_header(source.text)
     data = load_single(text, source.path)
@@ -217,28 +179,7 @@ def render_complete(
     check_served(schema, version, source.path)
     carried, notes = carry(schema)
     notes = list(notes)
-    extra: dict[str, bytes] = {}
     changed = False
-    reference = policy_file_source(data)
-    if reference is not None and policy is not None:
-        name, data_bytes = _copy_policy(policy, version)
-        extra[name] = data_bytes
-        reference["path"] = safe_scalar(node_path(host_config_dir, name))
-        notes.append(f"{source.name}: algorithmSource.policy.file.path points at {name} (from {policy.name})")
-        changed = True
-    elif reference is not None and policy_required:
-        raise ConfigError(
-            source.path,
-            f"algorithmSource.policy.file.path: {reference.get('path')!r} needs the Policy, but the source folder "
-            "has no policy.yaml",
-        )
-    elif reference is not None:
-        notes.append(
-            f"{source.name} reads the Policy file {reference.get('path')} on the node; scheduler-patcher does not "
-            "manage that file"
-        )
-    elif policy is not None:
-        notes.append(f"{policy.name} is not used: {source.name} has no algorithmSource.policy.file")
     for item in carried:
         wins = item.flag[2:] in LEADER_ELECTION_FLAGS and flags_apply(version.key)
         changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, flag_wins=wins)
@@ -247,24 +188,5 @@ def render_complete(
         body = dump(from_json(data) if is_json(text) else data, style=layout(text))
     newline = "\r\n" if "\r\n" in body else "\n"
     out = header(source.name, version, schema.api_version).replace("\n", newline) + body
-    return finish(out, version, extra, notes)
+    return finish(out, version, notes)
 
-
-def policy_file_source(data: Any) -> CommentedMap | None:
-    """``algorithmSource.policy.file`` of a v1alpha1 config, or None when it has no Policy file source."""
-    node: Any = data
-    for key in ("algorithmSource", "policy", "file"):
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, CommentedMap) else None
-
-
-def _copy_policy(policy: SourceFile, version: KubeVersion) -> tuple[str, bytes]:
-    """The csi layout's policy.yaml, validated and written as JSON under its content name."""
-    data = load_single(strip_header(policy.text), policy.path)
-    schema = validate_document(data, policy.path, allow_policy=True)
-    if schema.kind != POLICY_KIND:
-        raise ConfigError(policy.path, f"must be a kind: Policy file, found kind {schema.kind}")
-    if not schema.serves(version):
-        raise ConfigError(policy.path, f"kind: Policy is not served by kube-scheduler {version} (removed in 1.23)")
-    payload = policy_bytes(to_plain(data))
-    return policy_name(payload), payload

@@ -1,8 +1,17 @@
-"""The scheduler's semantic rules, applied after the strict type check passed.
+"""kube-scheduler's validation of a KubeSchedulerConfiguration, ported: one path, one message per rule.
 
-Each rule mirrors a check kube-scheduler makes at start-up (its config validation, or an error it would hit while
-building an extender's client), plus two that catch what would make it exit later: a relative or placeholder
-kubeconfig path and an extender URL that is not one. A schema names the rules that apply to it (``rules``).
+kube-scheduler decodes the file, fills defaults (``pkg/scheduler/apis/config/<version>/defaults.go`` and
+component-base ``RecommendedDefault*``), then validates (``pkg/scheduler/apis/config/validation``); any error
+makes it exit at start-up. Several rules only bite *after* defaulting — a lone ``leaseDuration: 5s`` is not longer
+than the default 10 s renew deadline, a lone ``podInitialBackoffSeconds: 20`` is above the default 10 s maximum —
+so every rule here reads the value the scheduler will see: the one written, else upstream's default. Two more
+catch what would make it exit later: a relative or placeholder kubeconfig path, and an extender whose URL or TLS
+material its client cannot be built from.
+
+Each rule is a row of ``startup_data.RULES`` (class ``validation``), which names the upstream function it mirrors
+and the minors it holds for; the docs table is generated from it. ``schema.node_minor`` selects what changed
+between minors (unknown: the newest behaviour). Values of the wrong type are skipped: the type check reports
+them. Pure functions of (document, schema) returning ``field.path: problem`` lines.
 """
 
 from __future__ import annotations
@@ -12,16 +21,47 @@ import binascii
 import posixpath
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeGuard
 
-from patcher.core.schedconfig.duration import parse_duration_ns
+from patcher.core.schedconfig import binary
+from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.gourl import url_problem
-from patcher.core.schedconfig.schema import Schema, TypeSpec
-from patcher.core.schedconfig.upstream import upstream_problems
+from patcher.core.schedconfig.schema import Schema
+from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY
 
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+# Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
+# RecommendedDefaultLeaderElectionConfiguration): the same in v1beta2, v1beta3 and v1 for what is validated.
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
+_DEFAULT_INITIAL_BACKOFF = 1
+_DEFAULT_MAX_BACKOFF = 10
+_DEFAULT_LEASE = 15 * 10**9
+_DEFAULT_RENEW = 10 * 10**9
+_DEFAULT_RETRY = 2 * 10**9
+_DEFAULT_RESOURCE_LOCK = "leases"
+_MAX_CUSTOM_PRIORITY_SCORE = 10  # config.MaxCustomPriorityScore
+
+# isPluginInvalid: plugins removed from the registry, refused by name. v1beta2's list holds from its start for
+# every later apiVersion (the loop walks the versions in order); the in-tree volume-limit plugins left in 1.32.
+_REMOVED_IN_V1BETA2 = (
+    "NodeLabel",
+    "ServiceAffinity",
+    "NodePreferAvoidPods",
+    "NodeResourcesLeastAllocated",
+    "NodeResourcesMostAllocated",
+    "RequestedToCapacityRatio",
+)
+# Refused in v1 only, from the minor in startup_data.RULES (framework.invalid*): SelectorSpread from v1's start,
+# the in-tree volume-limit plugins from 1.31.
+_INVALID_IN_V1 = {name: "framework.invalidVolumeLimits" for name in INVALID_VOLUME_LIMITS} | {
+    "SelectorSpread": "framework.invalidSelectorSpread"
+}
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+# ---- reading values the way the scheduler sees them ---------------------------------------------------------
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -29,12 +69,502 @@ def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _int(value: Any) -> int | None:
+    return value if is_int(value) else None
+
+
+def _map(value: Any) -> Mapping[Any, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _duration(value: Any, default: int) -> int | None:
+    """A metav1.Duration after RecommendedDefault*: zero or absent means the default; None if unreadable."""
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        return None
+    try:
+        ns = parse_duration_ns(value)
+    except ValueError:
+        return None
+    return default if ns == 0 else ns
+
+
+def qualified_name_problem(name: str) -> str | None:
+    """apimachinery ``validation.IsQualifiedName`` (also ``ValidateLabelName``), first reason only."""
+    prefix, slash, local = name.rpartition("/")
+    if slash and not prefix:
+        return "prefix part must be non-empty"
+    if slash and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return "prefix part must be a lowercase RFC 1123 subdomain"
+    if not local:
+        return "name part must be non-empty"
+    if len(local) > 63:
+        return "name part must be no more than 63 characters"
+    if not _LABEL_NAME.fullmatch(local):
+        return "name part must consist of alphanumeric characters, '-', '_' or '.', and start and end with one"
+    return None
+
+
+# ---- the configuration ------------------------------------------------------------------------------------------
+
+
+def _client_connection(data: Mapping[str, Any]) -> list[str]:
+    burst = _int(_map(data.get("clientConnection")).get("burst"))
+    return ["clientConnection.burst: must be non-negative"] if burst is not None and burst < 0 else []
+
+
+def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
+    election = _map(data.get("leaderElection"))
+    if election.get("leaderElect") is False:
+        return []
+    problems = []
+    lock = election.get("resourceLock")
+    leases_only = RULE_BY_KEY["leaderElection.resourceLock"].holds(schema.node_minor)
+    if leases_only and isinstance(lock, str) and lock and lock != _DEFAULT_RESOURCE_LOCK:
+        problems.append(f'leaderElection.resourceLock: must be "leases", got {lock!r}')
+    lease = _duration(election.get("leaseDuration"), _DEFAULT_LEASE)
+    renew = _duration(election.get("renewDeadline"), _DEFAULT_RENEW)
+    retry = _duration(election.get("retryPeriod"), _DEFAULT_RETRY)
+    if lease is not None and renew is not None and lease <= renew:
+        shown = f"{_shown(lease, 'leaseDuration', election)} <= {_shown(renew, 'renewDeadline', election)}"
+        problems.append(f"leaderElection.leaseDuration: must be greater than renewDeadline ({shown})")
+    # client-go leaderelection.NewLeaderElector: the scheduler exits when it cannot build its elector.
+    if renew is not None and retry is not None and renew * 5 <= retry * 6:
+        shown = f"{_shown(renew, 'renewDeadline', election)} vs {_shown(retry, 'retryPeriod', election)}"
+        problems.append(f"leaderElection.renewDeadline: must be greater than retryPeriod*1.2 ({shown})")
+    return problems
+
+
+def _shown(ns: int, key: str, given: Mapping[Any, Any]) -> str:
+    """``5s`` or ``10s, the default``: a rule that bites after defaulting must say so."""
+    text = format_duration(ns)
+    written = given.get(key)
+    return text if isinstance(written, str) and parse_duration_ns(written) != 0 else f"{text}, the default"
+
+
+def _top_level(data: Mapping[str, Any]) -> list[str]:
+    problems = []
+    parallelism = _int(data.get("parallelism"))
+    if parallelism is not None and parallelism <= 0:
+        problems.append("parallelism: should be an integer value greater than zero")
+    problems += _percentage("percentageOfNodesToScore", data.get("percentageOfNodesToScore"))
+    initial = _int(data.get("podInitialBackoffSeconds"))
+    maximum = _int(data.get("podMaxBackoffSeconds"))
+    if "podInitialBackoffSeconds" in data and initial is None and data.get("podInitialBackoffSeconds") is not None:
+        return problems  # a type error
+    initial_seen = _DEFAULT_INITIAL_BACKOFF if data.get("podInitialBackoffSeconds") is None else initial
+    maximum_seen = _DEFAULT_MAX_BACKOFF if data.get("podMaxBackoffSeconds") is None else maximum
+    if initial_seen is not None and initial_seen <= 0:
+        problems.append("podInitialBackoffSeconds: must be greater than 0")
+    if initial_seen is not None and maximum_seen is not None and maximum_seen < initial_seen:
+        default = ", the default" if data.get("podMaxBackoffSeconds") is None else ""
+        problems.append(
+            f"podMaxBackoffSeconds: must be greater than or equal to podInitialBackoffSeconds "
+            f"({maximum_seen}{default} < {initial_seen})"
+        )
+    return problems
+
+
+def _percentage(path: str, value: Any) -> list[str]:
+    number = _int(value)
+    return [f"{path}: not in valid range [0-100]"] if number is not None and not 0 <= number <= 100 else []
+
+
+def _profiles(data: Mapping[str, Any], schema: Schema) -> list[str]:
+    profiles = [p if isinstance(p, Mapping) else {} for p in _list(data.get("profiles"))]
+    if not profiles:
+        return []  # defaulting adds one profile named default-scheduler
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for index, profile in enumerate(profiles):
+        path = f"profiles[{index}]"
+        name = profile.get("schedulerName")
+        if name is None and len(profiles) == 1:
+            name = DEFAULT_SCHEDULER_NAME  # "Only apply a default scheduler name when there is a single profile"
+        if name is None or name == "":
+            more = "; with more than one profile each needs its own" if len(profiles) > 1 else ""
+            problems.append(f"{path}.schedulerName: required{more}")
+        elif isinstance(name, str):
+            if name in seen:
+                problems.append(
+                    f"{path}.schedulerName: {name!r} is already used by profiles[{seen[name]}]; schedulerName must "
+                    "be unique"
+                )
+            else:
+                seen[name] = index
+        problems += _percentage(f"{path}.percentageOfNodesToScore", profile.get("percentageOfNodesToScore"))
+        problems += _plugin_config(profile, path, schema)
+    problems += _queue_sort(profiles, schema)
+    return problems
+
+
+def _version(schema: Schema) -> str:
+    """``v1beta2`` of ``kubescheduler.config.k8s.io/v1beta2``."""
+    return schema.api_version.rsplit("/", 1)[-1]
+
+
+def _removed(name: str, schema: Schema) -> str | None:
+    """isPluginInvalid: the apiVersion in which ``name`` became invalid, for this config's apiVersion (from
+    v1beta2: v1beta1 still has every plugin)."""
+    if name in _REMOVED_IN_V1BETA2 and _version(schema) in ("v1beta2", "v1beta3", "v1"):
+        return schema.api_version.rsplit("/", 1)[0] + "/v1beta2"
+    rule = _INVALID_IN_V1.get(name)
+    if schema.api_version.endswith("/v1") and rule is not None and RULE_BY_KEY[rule].holds(schema.node_minor):
+        return schema.api_version
+    return None
+
+
+def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    problems = []
+    plugins = _map(profile.get("plugins"))
+    spec = schema.types.get("Plugins")
+    # validatePluginConfig's stagesToPluginSet: the minor's extension points; multiPoint is not checked upstream
+    for stage in (p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"):
+        for index, plugin in enumerate(_list(_map(plugins.get(stage)).get("enabled"))):
+            name = _str(_map(plugin).get("name"))
+            removed = _removed(name, schema)
+            if removed:
+                problems.append(
+                    f"{path}.plugins.{stage}.enabled[{index}]: {name} was invalid in version {removed} "
+                    f"(KubeSchedulerConfiguration is version {schema.api_version}): the plugin no longer exists"
+                )
+    seen: set[str] = set()
+    for index, config in enumerate(_list(profile.get("pluginConfig"))):
+        name = _str(_map(config).get("name"))
+        where = f"{path}.pluginConfig[{index}]"
+        if name in seen:
+            problems.append(f"{where}: duplicate pluginConfig for {name}")
+        seen.add(name)
+        removed = _removed(name, schema)
+        # kube-scheduler 1.34-1.37 refuse only the v1 volume-limit plugins in pluginConfig and start with the other
+        # removed ones (NodeLabel, SelectorSpread …: the binary decides); older minors keep the reading
+        proven = binary.facts_for(schema.node_minor[1] if schema.node_minor else None) is not None
+        if removed and (not proven or name in INVALID_VOLUME_LIMITS):
+            problems.append(
+                f"{where}: {name} was invalid in version {removed} (KubeSchedulerConfiguration is version "
+                f"{schema.api_version})"
+            )
+            continue
+        check = PLUGIN_ARGS.get(name)
+        args = _map(config).get("args")
+        if check is not None and isinstance(args, Mapping):
+            problems += check(args, f"{where}.args", schema)
+    return problems
+
+
+def _effective_queue_sort(profile: Mapping[Any, Any], schema: Schema) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """A profile's queueSort after defaulting (mergePluginSet), as (enabled (name, weight), disabled names).
+
+    v1beta3 and v1 default every plugin through multiPoint, so queueSort is what the profile wrote; the older
+    apiVersions have PrioritySort as the default queue sort, which the profile's own set is merged into.
+    """
+    queue = _map(_map(profile.get("plugins")).get("queueSort"))
+    custom = [(_str(_map(p).get("name")), _int(_map(p).get("weight")) or 0) for p in _list(queue.get("enabled"))]
+    disabled = tuple(_str(_map(p).get("name")) for p in _list(queue.get("disabled")))
+    defaults = [("PrioritySort", 0)] if _version(schema) not in ("v1beta3", "v1") else []
+    enabled: list[tuple[str, int]] = []
+    replaced: set[int] = set()
+    if "*" not in disabled:
+        for name, weight in defaults:
+            if name in disabled:
+                continue
+            for index, (custom_name, custom_weight) in enumerate(custom):
+                if custom_name == name:
+                    weight = custom_weight
+                    replaced.add(index)
+                    break
+            enabled.append((name, weight))
+    enabled += [plugin for index, plugin in enumerate(custom) if index not in replaced]
+    return tuple(enabled), disabled
+
+
+def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
+    problems = []
+    canon = _effective_queue_sort(profiles[0], schema)
+    if len(canon[0]) > 1:
+        problems.append(
+            f"profiles[0].plugins.queueSort.enabled: only one queue sort plugin can be enabled, found {len(canon[0])}"
+        )
+    name = canon[0][0][0] if canon[0] else None
+    if name is None and "*" not in canon[1] and "PrioritySort" not in canon[1]:
+        name = "PrioritySort"  # v1beta3/v1 enable it through the default multiPoint set
+
+    def args_of(profile: Mapping[Any, Any]) -> Any:
+        for config in _list(profile.get("pluginConfig")):
+            if name is not None and _map(config).get("name") == name:
+                return _map(config).get("args")
+        return None
+
+    canon_args = args_of(profiles[0])
+    for index, profile in enumerate(profiles[1:], start=1):
+        if _effective_queue_sort(profile, schema) != canon:
+            problems.append(f"profiles[{index}].plugins.queueSort: must be the same for all profiles")
+        # NewFramework compares the queueSort plugin's args of every profile, an absent entry included: args {}
+        # in one profile and none in another differ (kube-scheduler 1.34-1.37 exit)
+        if name is not None and args_of(profile) != canon_args:
+            problems.append(
+                f"profiles[{index}].pluginConfig: the args of queueSort {name} must be the same for all profiles"
+            )
+    return problems
+
+
+# ---- per-plugin args (after SetDefaults_<Plugin>Args) -------------------------------------------------------------
+
+
+def _default_preemption(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    percentage = _int(args.get("minCandidateNodesPercentage"))
+    absolute = _int(args.get("minCandidateNodesAbsolute"))
+    percentage = 10 if args.get("minCandidateNodesPercentage") is None else percentage
+    absolute = 100 if args.get("minCandidateNodesAbsolute") is None else absolute
+    problems = []
+    if percentage is not None and not 0 <= percentage <= 100:
+        problems.append(f"{path}.minCandidateNodesPercentage: not in valid range [0, 100]")
+    if absolute is not None and absolute < 0:
+        problems.append(f"{path}.minCandidateNodesAbsolute: not in valid range [0, inf)")
+    if percentage == 0 and absolute == 0:
+        problems.append(
+            f"{path}.minCandidateNodesPercentage: cannot be zero at the same time as minCandidateNodesAbsolute"
+        )
+    return problems
+
+
+def _inter_pod_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    weight = _int(args.get("hardPodAffinityWeight"))
+    if weight is not None and not 0 <= weight <= 100:
+        return [f"{path}.hardPodAffinityWeight: not in valid range [0, 100]"]
+    return []
+
+
+def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str]:
+    """component-helpers nodeaffinity: nodeSelectorRequirementsAsSelector / nodeSelectorRequirementsAsFieldSelector."""
+    operator = _str(req.get("operator"))
+    values = [v for v in _list(req.get("values")) if isinstance(v, str)]
+    key = _str(req.get("key"))
+    if fields:
+        problems = []
+        # no rule on the key: nodeSelectorRequirementsAsFieldSelector takes any (only the API server's pod
+        # validation limits it to metadata.name); kube-scheduler 1.34-1.37 start with metadata.uid
+        del key
+        if operator not in ("In", "NotIn"):
+            problems.append(f"{path}.operator: {operator!r} is not a valid field selector operator (In, NotIn)")
+        elif len(values) != 1:
+            problems.append(f"{path}.values: must have one element")
+        return problems
+    problems = []
+    if operator in ("In", "NotIn"):
+        if not values:
+            problems.append(f"{path}.values: must be specified when `operator` is 'In' or 'NotIn'")
+    elif operator in ("Exists", "DoesNotExist"):
+        if values:
+            problems.append(f"{path}.values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1 or not re.fullmatch(r"[-+]?\d+", values[0]):
+            problems.append(f"{path}.values: must be a single integer value when `operator` is 'Gt' or 'Lt'")
+    else:
+        problems.append(f"{path}.operator: {operator!r} is not a valid node selector operator")
+    reason = qualified_name_problem(key)
+    if reason is not None:
+        problems.append(f"{path}.key: {key!r}: {reason}")
+    for v_index, value in enumerate(values):
+        if operator in ("In", "NotIn") and (len(value) > 63 or not _LABEL_VALUE.fullmatch(value)):
+            problems.append(f"{path}.values[{v_index}]: {value!r} is not a valid label value")
+    return problems
+
+
+def _term(term: Mapping[Any, Any], path: str) -> list[str]:
+    problems = []
+    for index, req in enumerate(_list(term.get("matchExpressions"))):
+        problems += _requirement(_map(req), f"{path}.matchExpressions[{index}]", fields=False)
+    for index, req in enumerate(_list(term.get("matchFields"))):
+        problems += _requirement(_map(req), f"{path}.matchFields[{index}]", fields=True)
+    return problems
+
+
+def _node_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    affinity = _map(args.get("addedAffinity"))
+    base = f"{path}.addedAffinity"
+    problems = []
+    required = _map(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    for index, term in enumerate(_list(required.get("nodeSelectorTerms"))):
+        where = f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{index}]"
+        problems += _term(_map(term), where)
+    for index, preferred in enumerate(_list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))):
+        where = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{index}].preference"
+        problems += _term(_map(_map(preferred).get("preference")), where)
+    return problems
+
+
+def _pod_topology_spread(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    constraints = _list(args.get("defaultConstraints"))
+    defaulting = args.get("defaultingType") or "System"
+    problems = []
+    if defaulting not in ("System", "List"):
+        problems.append(f'{path}.defaultingType: Unsupported value: {defaulting!r}: supported values: "List", "System"')
+    elif defaulting == "System" and constraints:
+        problems.append(f"{path}.defaultingType: must be List when defaultConstraints are not empty")
+    seen: dict[tuple[str, str], int] = {}
+    for index, constraint in enumerate(constraints):
+        item = _map(constraint)
+        where = f"{path}.defaultConstraints[{index}]"
+        skew = _int(item.get("maxSkew"))
+        if skew is None or skew <= 0:
+            problems.append(f"{where}.maxSkew: not in valid range (0, inf)")
+        key = _str(item.get("topologyKey"))
+        reason = "can not be empty" if not key else qualified_name_problem(key)
+        if reason:
+            problems.append(f"{where}.topologyKey: {reason}")
+        action = _str(item.get("whenUnsatisfiable"))
+        if not action:
+            problems.append(f"{where}.whenUnsatisfiable: can not be empty")
+        elif action not in ("DoNotSchedule", "ScheduleAnyway"):
+            problems.append(
+                f'{where}.whenUnsatisfiable: Unsupported value: {action!r}: supported values: "DoNotSchedule", '
+                '"ScheduleAnyway"'
+            )
+        if item.get("labelSelector") is not None:
+            problems.append(
+                f"{where}.labelSelector: constraint must not define a selector, as they deduced for each pod"
+            )
+        if (key, action) in seen:
+            problems.append(f"{where}: duplicate of [{seen[(key, action)]}] {{{key}, {action}}}")
+        else:
+            seen[(key, action)] = index
+    return problems
+
+
+def _shape(shape: list[Any], path: str) -> list[str]:
+    """validateFunctionShape."""
+    if not shape:
+        return [f"{path}: at least one point must be specified"]
+    points = [(_int(_map(p).get("utilization")) or 0, _int(_map(p).get("score")) or 0) for p in shape]
+    problems = []
+    for index in range(1, len(points)):
+        if points[index - 1][0] >= points[index][0]:
+            problems.append(f"{path}[{index}].utilization: values must be sorted in increasing order")
+            break
+    for index, (utilization, score) in enumerate(points):
+        if not 0 <= utilization <= 100:
+            problems.append(f"{path}[{index}].utilization: not in valid range [0, 100]")
+        if not 0 <= score <= _MAX_CUSTOM_PRIORITY_SCORE:
+            problems.append(f"{path}[{index}].score: not in valid range [0, {_MAX_CUSTOM_PRIORITY_SCORE}]")
+    return problems
+
+
+def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    problems = []
+    for index, name in enumerate(_list(args.get("ignoredResources"))):
+        reason = qualified_name_problem(_str(name))
+        if reason:
+            problems.append(f"{path}.ignoredResources[{index}]: {reason}")
+    for index, group in enumerate(_list(args.get("ignoredResourceGroups"))):
+        text = _str(group)
+        if "/" in text:
+            problems.append(f"{path}.ignoredResourceGroups[{index}]: resource group name can't contain '/'")
+        elif qualified_name_problem(text):
+            problems.append(f"{path}.ignoredResourceGroups[{index}]: {qualified_name_problem(text)}")
+    strategy = args.get("scoringStrategy")
+    if strategy is None:
+        return problems  # SetDefaults_NodeResourcesFitArgs: LeastAllocated on cpu and memory
+    strategy = _map(strategy)
+    where = f"{path}.scoringStrategy"
+    kind = strategy.get("type")
+    if kind not in ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"):
+        problems.append(
+            f'{where}.type: Unsupported value: {kind!r}: supported values: "LeastAllocated", "MostAllocated", '
+            '"RequestedToCapacityRatio"'
+        )
+    for index, resource in enumerate(_list(strategy.get("resources"))):
+        weight = _int(_map(resource).get("weight"))
+        weight = 1 if weight in (None, 0) and _map(resource).get("weight") in (None, 0) else weight
+        if weight is not None and not 0 < weight <= 100:
+            name = _map(resource).get("name")
+            problems.append(f"{where}.resources[{index}].weight: resource weight of {name} not in valid range (0, 100]")
+    ratio = strategy.get("requestedToCapacityRatio")
+    minor = schema.node_minor
+    if kind == "RequestedToCapacityRatio" and ratio is None:
+        # 1.34+ validation (kubernetes#132120); before it NewFit dereferenced the nil field and panicked
+        problems.append(f"{where}.requestedToCapacityRatio: must be specified when type is RequestedToCapacityRatio")
+    if ratio is not None:
+        shape = _list(_map(ratio).get("shape"))
+        if shape or RULE_BY_KEY["pluginArgs.rtcrEmptyShape"].holds(minor):  # empty shape: checked from 1.23
+            problems += _shape(shape, f"{where}.requestedToCapacityRatio.shape")
+    if kind != "RequestedToCapacityRatio" and ratio is not None and RULE_BY_KEY["pluginArgs.rtcrOnlyWithType"].holds(
+        minor
+    ):
+        problems.append(
+            f"{where}.requestedToCapacityRatio: must be nil when type is not RequestedToCapacityRatio "
+            f"(kube-scheduler {_minor_str(minor)}; rule pluginArgs.rtcrOnlyWithType)"
+        )
+    return problems
+
+
+def _minor_str(minor: tuple[int, int] | None) -> str:
+    return "1.36 and later" if minor is None else f"{minor[0]}.{minor[1]}"
+
+
+def _balanced_allocation(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    problems = []
+    seen: set[str] = set()
+    for index, resource in enumerate(_list(args.get("resources"))):
+        item = _map(resource)
+        name = _str(item.get("name"))
+        if name in seen:
+            problems.append(f"{path}.resources[{index}].name: duplicate resource {name!r}")
+        seen.add(name)
+        weight = item.get("weight")
+        if weight not in (None, 0, 1) and _int(weight) is not None:  # 0/absent is defaulted to 1
+            problems.append(f"{path}.resources[{index}].weight: must be 1")
+    return problems
+
+
+def _volume_binding(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+    problems = []
+    timeout = _int(args.get("bindTimeoutSeconds"))
+    if timeout is not None and timeout < 0:
+        problems.append(f"{path}.bindTimeoutSeconds: invalid BindTimeoutSeconds, should not be a negative value")
+    shape = args.get("shape")
+    if shape is None:
+        return problems
+    gate = _shape_gate(schema)
+    if schema.node_gates is None or gate in schema.node_gates:  # gates unknown (no manifest): check the shape
+        problems += _shape(_list(shape), f"{path}.shape")
+    else:
+        problems.append(
+            f"{path}.shape: unexpected field `shape`, remove it or turn on the feature gate {gate} "
+            "(--feature-gates in the scheduler's manifest)"
+        )
+    return problems
+
+
+def _shape_gate(schema: Schema) -> str:
+    """The alpha gate behind VolumeBinding's ``shape``: VolumeCapacityPriority, StorageCapacityScoring from 1.33."""
+    recent = schema.node_minor is None or schema.node_minor >= (1, 33)
+    return "StorageCapacityScoring" if recent else "VolumeCapacityPriority"
+
+
+PLUGIN_ARGS: dict[str, Callable[[Mapping[Any, Any], str, Schema], list[str]]] = {
+    "DefaultPreemption": _default_preemption,
+    "InterPodAffinity": _inter_pod_affinity,
+    "NodeAffinity": _node_affinity,
+    "PodTopologySpread": _pod_topology_spread,
+    "NodeResourcesFit": _node_resources_fit,
+    "NodeResourcesBalancedAllocation": _balanced_allocation,
+    "VolumeBinding": _volume_binding,
+}
+
+
 def is_qualified_name(name: str) -> bool:
     """Kubernetes ``IsQualifiedName``: an optional DNS subdomain prefix, ``/``, and a 63-character name."""
-    prefix, _, local = name.rpartition("/")
-    if "/" in name and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
-        return False
-    return len(local) <= 63 and bool(_QUALIFIED_NAME.fullmatch(local))
+    return qualified_name_problem(name) is None
 
 
 def is_extended_resource_name(name: str) -> bool:
@@ -48,42 +578,31 @@ def is_extended_resource_name(name: str) -> bool:
     return is_qualified_name("requests." + name)
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
+def extender_problems(extenders: list[Any]) -> list[str]:
     """The scheduler's extender validation, plus a URL check: problems as ``extenders[i].field: rule`` lines."""
     problems: list[str] = []
     binders: list[int] = []
     owners: dict[str, int] = {}
 
-    def field(extender: Mapping[str, Any], canonical: str) -> Any:
-        for key, item in extender.items():
-            name = spec.lookup(str(key))
-            if name is not None and spec.to_canonical(name) == canonical:
-                return item
-        return None
-
     for index, extender in enumerate(extenders):
         if not isinstance(extender, dict):
             continue
         path = f"extenders[{index}]"
-        url = _text(field(extender, "urlPrefix"))
+        url = _str(extender.get("urlPrefix"))
         problem = url_problem(url) if url else None
         if problem:
             problems.append(f"{path}.urlPrefix: {problem}, got {url!r}")
-        weight = field(extender, "weight")
-        if _text(field(extender, "prioritizeVerb")) and not (is_int(weight) and weight > 0):
+        weight = extender.get("weight")
+        if _str(extender.get("prioritizeVerb")) and not (is_int(weight) and weight > 0):
             problems.append(f"{path}.weight: must be > 0 when prioritizeVerb is set (got {weight})")
-        if _text(field(extender, "bindVerb")):
+        if _str(extender.get("bindVerb")):
             binders.append(index)
-        tls = field(extender, "tlsConfig")
+        tls = extender.get("tlsConfig")
         if isinstance(tls, dict):
             problems += _tls_problems(tls, f"{path}.tlsConfig")
-        resources = field(extender, "managedResources")
+        resources = extender.get("managedResources")
         for r_index, resource in enumerate(resources if isinstance(resources, list) else []):
-            name = _text(resource.get("name")) if isinstance(resource, dict) else ""
+            name = _str(resource.get("name")) if isinstance(resource, dict) else ""
             r_path = f"{path}.managedResources[{r_index}].name"
             if not name:
                 continue
@@ -107,15 +626,14 @@ def extender_problems(extenders: list[Any], spec: TypeSpec) -> list[str]:
 
 def _tls_problems(tls: Mapping[str, Any], path: str) -> list[str]:
     """A client certificate needs its key and vice versa, else the extender's transport cannot be built."""
-    lowered = {str(key).casefold(): value for key, value in tls.items()}
-    has_cert = bool(lowered.get("certfile") or lowered.get("certdata"))
-    has_key = bool(lowered.get("keyfile") or lowered.get("keydata"))
+    has_cert = bool(tls.get("certFile") or tls.get("certData"))
+    has_key = bool(tls.get("keyFile") or tls.get("keyData"))
     if has_cert != has_key:
         missing = "keyFile/keyData" if has_cert else "certFile/certData"
         return [f"{path}: a client certificate needs both cert and key; {missing} is missing"]
     problems = []
-    for key, field in (("certdata", "certData"), ("keydata", "keyData"), ("cadata", "caData")):
-        value = lowered.get(key)
+    for field in ("certData", "keyData", "caData"):
+        value = tls.get(field)
         if isinstance(value, str) and value and not _PEM_BLOCK.search(_base64(value)):
             problems.append(f"{path}.{field}: no PEM data in it (the scheduler exits building the extender's "
                             "client: 'tls: failed to find any PEM data'; rule extender.tlsPEM)")
@@ -135,31 +653,9 @@ def _base64(value: str) -> bytes:
         return b""
 
 
-def _profile_problems(data: Mapping[str, Any]) -> list[str]:
-    problems: list[str] = []
-    profiles = data.get("profiles")
-    seen: dict[str, int] = {}
-    for index, profile in enumerate(profiles if isinstance(profiles, list) else []):
-        if not isinstance(profile, dict):
-            continue
-        name = profile.get("schedulerName", "default-scheduler")
-        if name == "":
-            problems.append(f"profiles[{index}].schedulerName: must not be empty")
-            continue
-        name = name if isinstance(name, str) else "default-scheduler"
-        if name in seen:
-            problems.append(
-                f"profiles[{index}].schedulerName: {name!r} is already used by profiles[{seen[name]}]; "
-                "schedulerName must be unique"
-            )
-        else:
-            seen[name] = index
-    return problems
-
-
 def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
     client = data.get("clientConnection")
-    kubeconfig = _text(client.get("kubeconfig")) if isinstance(client, dict) else ""
+    kubeconfig = _str(client.get("kubeconfig")) if isinstance(client, dict) else ""
     if kubeconfig and not posixpath.isabs(kubeconfig):
         return [
             f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
@@ -168,84 +664,24 @@ def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _leader_election_problems(data: Mapping[str, Any]) -> list[str]:
-    election = data.get("leaderElection")
-    if not isinstance(election, dict) or election.get("leaderElect") is False:
-        return []
-    durations = {}
-    for key in ("leaseDuration", "renewDeadline", "retryPeriod"):
-        value = election.get(key)
-        if isinstance(value, str):
-            try:
-                durations[key] = parse_duration_ns(value)
-            except ValueError:
-                continue  # the type check reports it
-    problems = []
-    lease, renew, retry = (durations.get(k) for k in ("leaseDuration", "renewDeadline", "retryPeriod"))
-    if lease is not None and renew is not None and lease <= renew:
-        problems.append("leaderElection.leaseDuration: must be greater than renewDeadline")
-    if renew is not None and retry is not None and renew * 5 <= retry * 6:  # renewDeadline > 1.2 * retryPeriod
-        problems.append("leaderElection.renewDeadline: must be greater than retryPeriod*1.2")
-    return problems
-
-
-def _range_problems(data: Mapping[str, Any]) -> list[str]:
-    problems = []
-
-    def number(key: str) -> int | None:
-        value = data.get(key)
-        return value if is_int(value) else None
-
-    parallelism = number("parallelism")
-    if parallelism is not None and parallelism <= 0:
-        problems.append("parallelism: must be > 0")
-    percentage = number("percentageOfNodesToScore")
-    if percentage is not None and not 0 <= percentage <= 100:
-        problems.append("percentageOfNodesToScore: must be between 0 and 100")
-    initial = number("podInitialBackoffSeconds")
-    if initial is not None and initial <= 0:
-        problems.append("podInitialBackoffSeconds: must be > 0")
-    maximum = number("podMaxBackoffSeconds")
-    if maximum is not None and maximum < (initial if initial is not None else 1):
-        problems.append("podMaxBackoffSeconds: must be >= podInitialBackoffSeconds")
-    weight = number("hardPodAffinitySymmetricWeight")
-    if weight is not None and not 0 <= weight <= 100:
-        problems.append("hardPodAffinitySymmetricWeight: must be between 0 and 100")
-    return problems
-
-
-def _policy_problems(data: Mapping[str, Any]) -> list[str]:
-    problems = []
-    priorities = data.get("priorities")
-    for index, priority in enumerate(priorities if isinstance(priorities, list) else []):
-        weight = priority.get("weight") if isinstance(priority, dict) else None
-        if not (is_int(weight) and weight > 0):
-            problems.append(f"priorities[{index}].weight: must be > 0 (got {weight})")
-    return problems + _range_problems(data)
-
-
-def _extenders_rule(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    extenders = data.get("extenders")
-    if isinstance(extenders, list) and "Extender" in schema.types:
-        return extender_problems(extenders, schema.extender_type)
-    return []
-
-
-# The rules a schema may name in its ``rules`` list.
-RULES: dict[str, Callable[[Mapping[str, Any], Schema], list[str]]] = {
-    "extenders": _extenders_rule,
-    "profiles": lambda data, schema: _profile_problems(data),
-    "kubeconfig": lambda data, schema: _kubeconfig_problems(data),
-    "leaderElection": lambda data, schema: _leader_election_problems(data),
-    "ranges": lambda data, schema: _range_problems(data),
-    "policy": lambda data, schema: _policy_problems(data),
-    "upstream": upstream_problems,
-}
-
 
 def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    """Apply the rules the schema names (``rules`` in its JSON)."""
-    problems: list[str] = []
-    for rule in schema.rules:
-        problems += RULES[rule](data, schema)
-    return problems
+    """Every validation error of ``data`` after defaulting, in upstream's order.
+
+    Without the node's minor, a rule that changed between minors reads the newest minor serving the apiVersion
+    (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27)."""
+    if schema.node_minor is None and schema.removed_in is not None:
+        schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
+    return (
+        _extenders(data)
+        + _kubeconfig_problems(data)
+        + _client_connection(data)
+        + _leader_election(data, schema)
+        + _top_level(data)
+        + _profiles(data, schema)
+    )
+
+
+def _extenders(data: Mapping[str, Any]) -> list[str]:
+    extenders = data.get("extenders")
+    return extender_problems(extenders) if isinstance(extenders, list) else []

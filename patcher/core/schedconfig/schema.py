@@ -1,8 +1,7 @@
 """The scheduler's configuration APIs, kept as data: one JSON file per apiVersion under ``schemas/``.
 
-Each file says which kube-scheduler versions serve the apiVersion, whether we may render it, where extenders live
-(``inline`` in the config, or ``policy``: in a separate legacy Policy file), how leader-election names are
-spelled, and the strict field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
+Each file says which kube-scheduler versions serve the apiVersion, whether we may render it, and the strict
+field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
 therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
 
 From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
@@ -12,11 +11,9 @@ apiVersion. The hand-written file of the apiVersion still says when it is served
 ``for_version`` swaps in the types of the node's minor.
 
 Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``,
-``duration`` (Go duration string), ``nanoseconds`` (integer), ``bytes`` (base64 string), ``any``, ``object``
-(a mapping, any content), ``[]T``, ``map[string]T``, or the name of another type.
-A type may set ``required`` (fields that must be present and non-empty), ``caseInsensitive`` (the legacy
-extender decoder matches field names ignoring case) and ``canonical`` (its field name → the v1 field name, for
-converting extenders between the legacy and the v1 spelling).
+``duration`` (Go duration string), ``bytes`` (base64 string), ``object`` (a mapping, any content), ``[]T``,
+``map[string]T``, or the name of another type. A type may set ``required`` (fields that must be present and
+non-empty).
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from patcher.core import fileread
 from patcher.core.schedconfig.version import KubeVersion, Launch
 
 CONFIG_KIND = "KubeSchedulerConfiguration"
-POLICY_KIND = "Policy"
 #: The data files, beside this module (the package is installed as files; ``importlib.resources`` would add
 #: its imports, zipfile's among them, to the agent's start for nothing).
 SCHEMAS = Path(__file__).with_name("schemas")
@@ -44,22 +40,6 @@ class TypeSpec:
     name: str
     fields: dict[str, str]
     required: tuple[str, ...] = ()
-    case_insensitive: bool = False
-    canonical: dict[str, str] = field(default_factory=dict)
-
-    def lookup(self, key: str) -> str | None:
-        """The declared field name that ``key`` decodes into, or None when the scheduler would reject it."""
-        if key in self.fields:
-            return key
-        if self.case_insensitive:
-            folded = key.casefold()
-            for name in self.fields:
-                if name.casefold() == folded:
-                    return name
-        return None
-
-    def to_canonical(self, name: str) -> str:
-        return self.canonical.get(name, name)
 
 
 @dataclass(frozen=True)
@@ -71,10 +51,6 @@ class Schema:
     served_from: tuple[int, int]
     removed_in: tuple[int, int] | None
     render: bool
-    extenders: str  # "inline" or "policy"
-    leader_election_names: str  # "resource" (resourceName) or "lockObject" (lockObjectName)
-    profiles: bool
-    rules: tuple[str, ...]
     root: str
     types: dict[str, TypeSpec]
     file: str
@@ -117,8 +93,6 @@ def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
             name=type_name,
             fields=dict(spec["fields"]),
             required=tuple(spec.get("required", ())),
-            case_insensitive=bool(spec.get("caseInsensitive", False)),
-            canonical=dict(spec.get("canonical", {})),
         )
         for type_name, spec in raw.items()
     }
@@ -134,10 +108,6 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
         served_from=served_from,
         removed_in=_minor(raw["served"].get("removedIn")),
         render=bool(raw["render"]),
-        extenders=raw["extenders"],
-        leader_election_names=raw["leaderElectionNames"],
-        profiles=bool(raw["profiles"]),
-        rules=tuple(raw["rules"]),
         root=raw["root"],
         types=types,
         file=name,
@@ -285,13 +255,6 @@ def target_schema(version: KubeVersion) -> Schema:
     raise LookupError(f"no renderable KubeSchedulerConfiguration apiVersion is served by kube-scheduler {version}")
 
 
-def policy_schema() -> Schema:
-    schema = find_schema("v1", POLICY_KIND)
-    assert schema is not None, "policy-v1.json is missing from the package"
-    return schema
-
-
 def canonical_schema() -> Schema:
-    """The newest config apiVersion with inline extenders: its field names are the version-neutral spelling."""
-    inline = [s for s in all_schemas() if s.kind == CONFIG_KIND and s.render and s.extenders == "inline"]
-    return max(inline, key=lambda s: s.served_from)
+    """The newest config apiVersion: its field names are the version-neutral spelling."""
+    return max((s for s in all_schemas() if s.kind == CONFIG_KIND and s.render), key=lambda s: s.served_from)

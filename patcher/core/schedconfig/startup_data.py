@@ -1,10 +1,10 @@
-"""What kube-scheduler refuses at start-up outside ``validation.go``, per minor, as data: one table to check and
-document.
+"""Every rule a config is judged by, per minor, as data: one table to check and document.
 
-Each ``Rule`` is one refusal with the minors it holds for (both ends inclusive; ``last=None``: still in the newest
-minor we know, 1.36) and the upstream file, function and PR it comes from. ``PLUGINS`` is the in-tree plugin
+Each ``Rule`` is one refusal — of ``validation.go`` (``rules.py``) or at start-up outside it (``startup.py``) —
+with the minors it holds for (both ends inclusive; ``last=None``: still in the newest minor we know, 1.37) and the
+upstream file, function and PR it comes from. ``PLUGINS`` is the in-tree plugin
 registry (``pkg/scheduler/framework/plugins/registry.go``) with the minors each plugin is registered in and the
-extension points it ever implemented. The checks in ``startup.py`` read only these tables, and the table in
+extension points it ever implemented. The checks read their minors only from these tables, and the table in
 ``docs/scheduler-config.md`` is generated from them (``tools/gen_startup_rules_doc.py``; a test fails when the
 doc is stale).
 
@@ -25,7 +25,6 @@ from patcher.core.schedconfig.schema import generated
 Minor = tuple[int, int]
 
 FIRST_MINOR: Minor = (1, 19)  # the oldest minor with generated types; the checks below start there
-NEWEST_MINOR: Minor = (1, 36)
 
 _FRAMEWORK = "kubernetes pkg/scheduler/framework/runtime/framework.go"
 _REGISTRY = "kubernetes pkg/scheduler/framework/plugins/registry.go"
@@ -33,12 +32,13 @@ _VALIDATION = "kubernetes pkg/scheduler/apis/config/validation/validation.go"
 _ARGS = "kubernetes pkg/scheduler/apis/config/validation/validation_pluginargs.go"
 _LOCK = "client-go tools/leaderelection/resourcelock/interface.go New"
 _OPTIONS = "kubernetes cmd/kube-scheduler/app/options/options.go"
+_COMPONENT = "component-base config/validation/validation.go"
 
 
 @dataclass(frozen=True)
 class Rule:
     key: str
-    cls: str  # framework | resourceLock | pluginArgs | flags
+    cls: str  # validation | framework | resourceLock | pluginArgs | flags
     first: Minor
     last: Minor | None
     what: str
@@ -52,6 +52,73 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    # ---- 0. validation.go, after upstream's defaults (rules.py) ----------------------------------------------
+    Rule("clientConnection.burst", "validation", FIRST_MINOR, None, "`clientConnection.burst` below 0",
+         f"{_COMPONENT} ValidateClientConnectionConfiguration"),
+    Rule("leaderElection", "validation", FIRST_MINOR, None,
+         "leader election on with leaseDuration <= renewDeadline (after defaults) or renewDeadline <= 1.2 x "
+         "retryPeriod (client-go `leaderelection.NewLeaderElector`: the scheduler exits when it fails)",
+         f"{_COMPONENT} ValidateLeaderElectionConfiguration"),
+    Rule("leaderElection.resourceLock", "validation", (1, 27), None,
+         "leader election on with a `resourceLock` other than `leases` (kubernetes#114055)",
+         f"{_VALIDATION} ValidateKubeSchedulerConfiguration"),
+    Rule("parallelism", "validation", FIRST_MINOR, None, "`parallelism` of 0 or less",
+         f"{_VALIDATION} ValidateKubeSchedulerConfiguration"),
+    Rule("percentageOfNodesToScore", "validation", FIRST_MINOR, None,
+         "`percentageOfNodesToScore` outside 0–100, top level and per profile",
+         f"{_VALIDATION} validatePercentageOfNodesToScore"),
+    Rule("backoff", "validation", FIRST_MINOR, None,
+         "`podInitialBackoffSeconds` of 0 or less, or `podMaxBackoffSeconds` below it (after defaults: 1 s / 10 s)",
+         f"{_VALIDATION} ValidateKubeSchedulerConfiguration"),
+    Rule("profiles.schedulerName", "validation", FIRST_MINOR, None,
+         "a profile without a `schedulerName` (the default only fills a single profile), or a name used twice",
+         f"{_VALIDATION} ValidateKubeSchedulerConfiguration, validateKubeSchedulerProfile"),
+    Rule("queueSort", "validation", FIRST_MINOR, None,
+         "more than one queueSort plugin, or a queueSort (after the merge with the defaults) or its args that "
+         "differ between profiles",
+         f"{_VALIDATION} validateCommonQueueSort"),
+    Rule("pluginConfig.duplicate", "validation", FIRST_MINOR, None, "two `pluginConfig` entries for one plugin",
+         f"{_VALIDATION} validatePluginConfig"),
+    Rule("removedPlugins", "validation", (1, 22), None,
+         "from v1beta2, a removed plugin in `enabled` (not `multiPoint`) or `pluginConfig`: NodeLabel, "
+         "ServiceAffinity, NodePreferAvoidPods, NodeResourcesLeastAllocated, NodeResourcesMostAllocated, "
+         "RequestedToCapacityRatio; in v1 also SelectorSpread and the in-tree volume limits (rules below)",
+         f"{_VALIDATION} isPluginInvalid, validatePluginSetForInvalidPlugins"),
+    Rule("extenders", "validation", FIRST_MINOR, None,
+         "an extender with prioritizeVerb and a weight of 0 or less, two binders, a managed resource twice or not "
+         "an extended-resource name (a domain prefix, nothing in `kubernetes.io/`, not `requests.`)",
+         f"{_VALIDATION} validateExtenders, validateExtendedResourceName"),
+    Rule("extender.url", "validation", FIRST_MINOR, None,
+         "an extender `urlPrefix` that Go's url.Parse refuses or that has no scheme and host (stricter than "
+         "upstream: the scheduler starts and every call fails)",
+         "net/url Parse; kubernetes pkg/scheduler/extender.go NewHTTPExtender"),
+    Rule("extender.tlsPEM", "validation", FIRST_MINOR, None,
+         "extender TLS with a certificate and no key or the reverse, or certData/keyData/caData without a PEM "
+         "block",
+         "client-go transport TLSConfigFor: 'tls: failed to find any PEM data'"),
+    Rule("kubeconfig", "validation", FIRST_MINOR, None,
+         "a relative `clientConnection.kubeconfig` (a placeholder left in: the scheduler exits when it cannot "
+         "read it)",
+         "kubernetes cmd/kube-scheduler/app/options/options.go createKubeConfig"),
+    Rule("DefaultPreemption", "validation", FIRST_MINOR, None, "DefaultPreemption args out of range",
+         f"{_ARGS} ValidateDefaultPreemptionArgs"),
+    Rule("InterPodAffinity", "validation", FIRST_MINOR, None, "InterPodAffinity hardPodAffinityWeight outside 0–100",
+         f"{_ARGS} ValidateInterPodAffinityArgs"),
+    Rule("NodeAffinity", "validation", FIRST_MINOR, None,
+         "NodeAffinity addedAffinity with a bad operator, values or label key (`matchFields`: In/NotIn, one value)",
+         f"{_ARGS} ValidateNodeAffinityArgs (component-helpers nodeaffinity.NewNodeSelector)"),
+    Rule("PodTopologySpread", "validation", FIRST_MINOR, None,
+         "PodTopologySpread default constraints or defaulting type upstream refuses",
+         f"{_ARGS} ValidatePodTopologySpreadArgs"),
+    Rule("NodeResourcesFit", "validation", FIRST_MINOR, None,
+         "NodeResourcesFit args: strategy type, weights outside (0, 100], shapes, ignored resources",
+         f"{_ARGS} ValidateNodeResourcesFitArgs"),
+    Rule("NodeResourcesBalancedAllocation", "validation", FIRST_MINOR, None,
+         "NodeResourcesBalancedAllocation resources twice or with a weight other than 1",
+         f"{_ARGS} ValidateNodeResourcesBalancedAllocationArgs"),
+    Rule("VolumeBinding", "validation", FIRST_MINOR, None,
+         "VolumeBinding a negative bindTimeoutSeconds, a bad shape, or a `shape` without its feature gate",
+         f"{_ARGS} ValidateVolumeBindingArgs, ValidateVolumeBindingArgsWithOptions"),
     # ---- 1. framework construction ------------------------------------------------------------------------
     Rule("framework.unknownPlugin", "framework", FIRST_MINOR, None,
          "a plugin enabled at an extension point (or in multiPoint) is not in the registry of this minor "
@@ -177,7 +244,7 @@ def _p(*points: str) -> frozenset[str]:
     return frozenset(points)
 
 
-_ALWAYS = f"{_REGISTRY} release-1.19 … release-1.36"
+_ALWAYS = f"{_REGISTRY} release-1.19 … release-1.37"
 _SCORING_FILTER = ("preFilter", "filter", "preScore", "score")
 PLUGINS: dict[str, Plugin] = {
     **{
@@ -226,10 +293,13 @@ PLUGINS: dict[str, Plugin] = {
                      last_exact=False)
         for name in ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "RequestedToCapacityRatio")
     },
-    # in the newest registry; the minor they arrived in was not read upstream: never refused as unknown
+    # newer than 1.34: the minor each arrived in is that of the first generated registry holding it (1.34-1.37);
+    # on another image they are never refused as unknown (first_exact=False)
     **{
-        name: Plugin(NEWEST_MINOR, None, None, f"{_REGISTRY} (master)", first_exact=False)
-        for name in ("NodeDeclaredFeatures", "GangScheduling", "TopologyAware", "PodGroupPodsCount")
+        name: Plugin(first, None, None, f"{_REGISTRY} (generated registry of 1.{first[1]})", first_exact=False)
+        for name, first in (("NodeDeclaredFeatures", (1, 35)), ("GangScheduling", (1, 35)),
+                            ("TopologyPlacementGenerator", (1, 36)), ("PodGroupPodsCount", (1, 36)),
+                            ("DeferredPodScheduling", (1, 37)))
     },
 }
 

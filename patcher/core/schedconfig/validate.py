@@ -2,8 +2,8 @@
 
 kube-scheduler decodes its config strictly (an unknown or misspelt field is fatal) and then validates it; either
 failure makes it exit at start-up, and a static pod that exits is a cluster without a scheduler. Everything we
-write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and the rules that
-schema names (``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
+write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and upstream's rules
+(``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
 at once.
 """
 
@@ -20,7 +20,6 @@ from patcher.core.schedconfig.duration import parse_duration_ns
 from patcher.core.schedconfig.rules import extender_problems, is_int, rule_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
-    POLICY_KIND,
     Schema,
     TypeSpec,
     added_in,
@@ -100,25 +99,18 @@ class _Walker:
         if not isinstance(value, dict):
             self.errors.append(f"{path or '(document)'}: must be a mapping ({spec.name}), got {_describe(value)}")
             return
-        seen: dict[str, str] = {}
         for key, item in value.items():
             key_text = key if isinstance(key, str) and key.isprintable() else _clip(repr(key), 40)
-            name = spec.lookup(key_text) if isinstance(key, str) else None
-            if name is None:
+            if not isinstance(key, str) or key_text not in spec.fields:
                 self.errors.append(self._unknown(spec, key_text, path))
                 continue
-            if name in seen:
-                self.errors.append(f"{join(path, key_text)}: duplicate of field {seen[name]!r}")
-                continue
-            seen[name] = key_text
-            if spec.name == "PluginConfig" and name == "args" and not self._in_tree(value):
+            if spec.name == "PluginConfig" and key == "args" and not self._in_tree(value):
                 continue  # runtime.Unknown: kube-scheduler keeps another plugin's args as raw bytes
-            self.check(item, spec.fields[name], join(path, key_text))
+            self.check(item, spec.fields[key], join(path, key_text))
         for required in spec.required:
             if spec.name == "PluginConfig" and required == "name":
                 continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig entry
-            given = seen.get(required)
-            if given is None or value.get(given) in (None, ""):
+            if value.get(required) in (None, ""):
                 self.errors.append(f"{join(path, required)}: required field is missing or empty")
         if spec.name == "PluginConfig" and self.schema.plugin_args:
             self.check_args(value, path)
@@ -163,11 +155,6 @@ class _Walker:
             close = [name for name in spec.fields if name.casefold() == key.casefold()]
         if close:
             hint = f"; did you mean {close[0]!r}?"
-        if spec.case_insensitive:
-            return (
-                f"{join(path, key)}: unknown field ({where} has no such field{hint}; the legacy decoder would "
-                "silently ignore it, scheduler-patcher refuses it so that a typo cannot switch a setting off)"
-            )
         return f"{join(path, key)}: unknown field (strict decoding: {where} has no such field{hint})"
 
 
@@ -221,12 +208,6 @@ def _check_duration(value: Any) -> str | None:
     return "must not be negative" if ns < 0 else None
 
 
-def _check_nanoseconds(value: Any) -> str | None:
-    if not is_int(value):
-        return f"must be an integer number of nanoseconds (e.g. 15000000000 for 15s), got {_describe(value)}"
-    return "must not be negative" if value < 0 else None
-
-
 def _check_bytes(value: Any) -> str | None:
     if not isinstance(value, str):
         return f"must be base64 text, got {_describe(value)}"
@@ -247,7 +228,6 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
     "float32": _check_float32,
     "object": _check_object,
     "duration": _check_duration,
-    "nanoseconds": _check_nanoseconds,
     "bytes": _check_bytes,
     "any": lambda value: None,
 }
@@ -279,34 +259,29 @@ def raise_problems(path: str, problems: list[str]) -> None:
     raise ConfigError(path, text)
 
 
-def identify(data: Any, path: str, *, allow_policy: bool = False) -> Schema:
+def identify(data: Any, path: str) -> Schema:
     """The schema for a parsed document, from its ``kind`` and ``apiVersion``; refuses anything else."""
     if not isinstance(data, dict):
         raise ConfigError(path, f"not a KubeSchedulerConfiguration: the document is {_describe(data)}")
     kind = data.get("kind")
     api_version = data.get("apiVersion")
-    kinds = (CONFIG_KIND, POLICY_KIND) if allow_policy else (CONFIG_KIND,)
-    if kind not in kinds:
-        raise ConfigError(path, f"not a {' or '.join(kinds)} (kind is {kind!r})")
-    schema = find_schema(str(api_version), str(kind))
+    if kind != CONFIG_KIND:
+        raise ConfigError(path, f"not a {CONFIG_KIND} (kind is {kind!r})")
+    schema = find_schema(str(api_version), kind)
     if schema is None:
-        known = config_api_versions() if kind == CONFIG_KIND else ["v1"]
-        raise ConfigError(
-            path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {', '.join(known)})"
-        )
+        known = ", ".join(config_api_versions())
+        raise ConfigError(path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {known})")
     return schema
 
 
-def validate_document(
-    data: Any, path: str, *, allow_policy: bool = False, version: KubeVersion | None = None
-) -> Schema:
+def validate_document(data: Any, path: str, *, version: KubeVersion | None = None) -> Schema:
     """Identify and strictly validate one document; returns its schema or raises ConfigError.
 
     With ``version`` (the node's scheduler), an apiVersion it does not serve is refused first, and the
     document is checked against the types of that minor (``schema.for_version``) rather than the union of all.
     """
-    schema = identify(data, path, allow_policy=allow_policy)
-    if version is not None and schema.kind == CONFIG_KIND:
+    schema = identify(data, path)
+    if version is not None:
         check_served(schema, version, path)
         schema = for_version(schema, version)
     raise_problems(path, problems_for(data, schema, version))
@@ -337,6 +312,6 @@ def validate_extenders_file(data: Any, path: str) -> Schema:
     if isinstance(extenders, list) and not extenders:
         problems.append("extenders: must list at least one extender")
     if isinstance(extenders, list):
-        problems += [p for p in extender_problems(extenders, schema.extender_type) if p not in problems]
+        problems += [p for p in extender_problems(extenders) if p not in problems]
     raise_problems(path, problems)
     return schema

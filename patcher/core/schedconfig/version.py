@@ -14,10 +14,6 @@ from dataclasses import dataclass
 
 from patcher.core.errors import ConfigError
 
-# The oldest kube-scheduler that takes --config with an algorithm source (componentconfig/v1alpha1): the oldest
-# the renderer knows (a manifest's image tag down to it is rendered), not the oldest supported.
-MIN_MINOR = 10
-
 #: The supported kube-scheduler minors, both ends inclusive: the one statement the README ("Supported Kubernetes
 #: versions"), the chart's ``kubeVersion`` and the ``--kube-version`` check follow (tests/test_supported.py
 #: checks they agree). The newest end is the newest release whose real binaries the tests run
@@ -151,10 +147,8 @@ def resolve_version(
 
 
 def _supported(version: KubeVersion, where: str | None) -> KubeVersion:
-    if version.minor < MIN_MINOR:
-        raise ConfigError(
-            where,
-            f"kube-scheduler {version} ({version.source}) is too old: --config with a scheduler policy needs "
-            f"1.{MIN_MINOR} or newer",
-        )
+    """Older than the supported range: refused, whatever says so (a newer one is judged with the newest types)."""
+    if version.key < SUPPORTED_MINORS[0]:
+        shown = f"kube-scheduler {version} ({version.source})"
+        raise ConfigError(where, f"{shown} is too old: outside the supported range ({SUPPORTED_TEXT})")
     return version
