@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.backoff import DENIED_QUICK_RETRIES, Backoff
+from patcher.adapters.kube.publish import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.transport import Api
 from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
 from tests.helpers import NODE, P
@@ -252,7 +252,7 @@ def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulator
 
 def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api: Api,
                                                       caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.annotations")
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.publish")
     quick = Backoff(initial=0.01, maximum=600.0)  # any other failure would be retried within 10 ms
     emu.fail("PATCH", NODE_PATH, 403, times=100)
     with NodeReporter(api, NODE, backoff=quick) as rep:
