@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from patcher import __version__
-from patcher.commands.flags import (
+from patcher.commands.conventions import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_PENDING,

@@ -83,7 +83,7 @@ VERDICT_READS: Final = 4
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher gatekeeper``."""
-    from patcher.commands.flags import Flags, boolean, duration
+    from patcher.commands.conventions import Flags, boolean, duration
 
     add_verdict_arguments(p)
     f = Flags(p)
@@ -178,7 +178,7 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
     """The gatekeeper until ``stop`` is set (``main`` without signals and logging setup, for tests)."""
-    from patcher.commands.flags import EXIT_USAGE
+    from patcher.commands.conventions import EXIT_USAGE
 
     problems = usage_problems(args)
     for problem in problems:
