@@ -241,7 +241,7 @@ def test_a_head_just_within_the_limit_is_served(server: HealthServer, health: He
     assert raw(server, request).startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-# -- under load (issue 13 item 7): counts, never durations; the latency figures are in bench/probe_burst.py --
+# -- under load: counts, never durations; the latency figures are in bench/probe_burst.py --
 
 
 def ready_server(**kw: float) -> HealthServer:
@@ -324,7 +324,7 @@ def test_idle_connections_never_hold_more_than_the_cap() -> None:
                 sock.close()
 
 
-# -- slow clients holding connections open (issue 22 point 5): the latency figure is in bench/probe_burst.py --
+# -- slow clients holding connections open: the latency figure is in bench/probe_burst.py --
 
 
 def test_500_idle_connections_do_not_keep_a_probe_waiting_the_oldest_are_evicted() -> None:
@@ -360,8 +360,8 @@ class BigBody:
 
 def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
     """Cap 3: one connection waits for its large answer to be read, one has sent half its head; idle
-    connections arriving after them evict the oldest connection whose head is not complete (issue 32: the
-    half-sent one too, which used to hold its slot until its timeout), never the one being answered."""
+    connections arriving after them evict the oldest connection whose head is not complete (the
+    half-sent one too: it would hold its slot until its timeout), never the one being answered."""
     metrics = Metrics()
     health = Health(metrics=metrics)
     health.beat()
@@ -389,7 +389,7 @@ def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
                 sock.close()
 
 
-# -- half-sent requests (issue 32): the latency figure is in bench/probe_burst.py --half-sent ------------------
+# -- half-sent requests: the latency figure is in bench/probe_burst.py --half-sent ------------------
 
 
 def test_a_half_sent_head_is_closed_after_the_head_timeout_an_idle_connection_is_not() -> None:
@@ -420,7 +420,7 @@ def test_a_head_finished_in_pieces_within_the_head_timeout_is_answered() -> None
 
 
 def test_500_half_sent_requests_do_not_keep_a_probe_waiting() -> None:
-    """Issue 32: 500 connections that each sent a request line and a Host header and never finished their
+    """500 connections that each sent a request line and a Host header and never finished their
     head, against the default cap: they count toward it as idle ones do, so the oldest are evicted to make
     room and the probe is answered at once, with no timeout firing (both are 600 s here)."""
     with ready_server(timeout=600.0, head_timeout=600.0) as server:

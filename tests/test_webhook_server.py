@@ -236,40 +236,44 @@ def test_a_missing_certificate_is_an_error_at_start(tmp_path: Path) -> None:
         CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
 
 
-def test_connections_served_at_once_are_bounded(mount: SecretMount, pkis: tuple[Pki, Pki]) -> None:
-    release = threading.Event()
-    lock = threading.Lock()
-    seen = {"now": 0, "most": 0}
-
-    def slow(method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        with lock:
-            seen["now"] += 1
-            seen["most"] = max(seen["most"], seen["now"])
-        release.wait(10)
-        with lock:
-            seen["now"] -= 1
-        return 200, b"{}", "application/json"
-
-    s = tls_server(mount, slow, max_connections=2, keep_alive=True)
+def test_connections_open_at_once_are_bounded(mount: SecretMount, webhook: AdmissionWebhook,
+                                             pkis: tuple[Pki, Pki]) -> None:
+    """Cap 2, both connections busy (their heads complete, their bodies not sent yet): a third review waits for
+    a slot (neither busy one is evicted for it; one in its handshake would be, as a half-sent head is), and is
+    answered once one of them is done."""
+    s = tls_server(mount, webhook.handle, max_connections=2, timeout=600, keep_alive=True)
     s.start()
-    results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(post(s.port, pkis[0].path("ca.crt"), b"{}")[0]))
-               for _ in range(3)]
+    ca = pkis[0].path("ca.crt")
+    context = ssl.create_default_context(cafile=str(ca))
+    body = json.dumps(review(samples.new_pod())).encode()
+    busy = []
+    result: list[list[str] | None] = []
+    third = threading.Thread(target=lambda: result.append(samples.gates(admit(s.port, ca, samples.new_pod())[1])))
     try:
-        for t in threads[:2]:
-            t.start()
-        assert wait_until(lambda: seen["now"] == 2, 10)
-        # The third waits for a slot: the two open connections are not idle (their heads are complete), so
-        # neither is evicted for it (one in its handshake would be, as a half-sent head is).
-        threads[2].start()
-        assert not wait_until(lambda: seen["now"] == 3, 0.5)
-        release.set()
-        for t in threads:
-            t.join(10)
-        assert results == [200, 200, 200] and seen["most"] == 2
+        for _ in range(2):
+            tls = context.wrap_socket(socket.create_connection(("127.0.0.1", s.port), timeout=60),
+                                      server_hostname="127.0.0.1")
+            tls.sendall(f"POST {MUTATE_PATH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n".encode())
+            busy.append(tls)
+        third.start()
+        assert not wait_until(lambda: bool(result), 0.5)  # no slot: it waits
+        busy[0].sendall(body)
+        assert closed_after(busy[0]).startswith(b"HTTP/1.1 200 OK\r\n")
+        third.join(60)
+        assert result == [[G]]
     finally:
-        release.set()
+        for tls in busy:
+            tls.close()
         s.stop()
+
+
+def closed_after(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
 
 
 def test_a_client_that_stalls_in_the_handshake_gives_its_slot_up(mount: SecretMount, webhook: AdmissionWebhook,

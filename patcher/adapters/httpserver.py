@@ -16,8 +16,10 @@ unless ``keep_alive``: the webhook's, because the API server keeps its connectio
 TLS handshake per review costs several times the review; a kept-alive connection waiting for its next request
 is idle again (evictable, with its timeouts anew).
 
-The application is a plain function ``(method, path, body) -> (status, body, content type)``, run in a worker
-thread so that a slow one (a large metrics registry) never stalls the loop that accepts the next probe.
+The application is a plain function ``(method, path, body) -> (status, body, content type)``, called on the
+loop: it must be quick (the probe routes, a metrics render, the webhook's rules are; a worker thread per
+request halved the webhook's reviews per second). Each server has its own loop, so the webhook's never delays
+the probes'.
 
 With ``certs`` the server speaks TLS only. The certificate follows its files: kubelet updates a mounted Secret by
 swapping a symlink (``..data``), so the files' identity (device, inode, size, mtime of what the paths resolve
@@ -270,8 +272,6 @@ class HttpServer:
     async def _answer(self, head: bytes, reader: asyncio.StreamReader) -> tuple[bytes, bool]:
         """The answer to the request of ``head`` (its body read from ``reader``) and whether the connection
         stays open for another."""
-        import asyncio
-
         parts = head.split(b"\r\n", 1)[0].split()
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
             return response(400, b"bad request\n", TEXT), False
@@ -284,7 +284,7 @@ class HttpServer:
         body = await reader.readexactly(length) if length else b""
         keep = self.keep_alive and parts[2] == b"HTTP/1.1" and not _asks_close(head)
         try:
-            code, payload, ctype = await asyncio.to_thread(self.app, method, parts[1].decode("latin-1"), body)
+            code, payload, ctype = self.app(method, parts[1].decode("latin-1"), body)
         except Exception:
             log.exception("%s: the answer to %s %r failed", self.name, method, parts[1][:200])
             return response(500, b"internal error\n", TEXT), False
@@ -333,8 +333,8 @@ class HttpServer:
         self._room.set()  # an accepted connection may be waiting for one to evict
         writer: asyncio.StreamWriter | None = None
         try:
-            # The answer at once, not held back by Nagle until the client's delayed ACK (40 ms) of what was sent
-            # before it (TLS session tickets). asyncio sets this only on sockets made with IPPROTO_TCP.
+            # The answer at once, not held back by Nagle until the client's delayed ACK of what was sent before
+            # it (TLS session tickets). asyncio sets this only on sockets made with IPPROTO_TCP.
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             loop = asyncio.get_running_loop()
             reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
