@@ -182,12 +182,6 @@ class NodeReporter:
             return None if self._published is None else dict(self._published)
 
     @property
-    def retry_in(self) -> float | None:
-        """Seconds until the next attempt after a failure (``None``: none failed since the last success)."""
-        with self._cond:
-            return None if self._retry_at == 0.0 else max(0.0, self._retry_at - time.monotonic())
-
-    @property
     def node_uid(self) -> str | None:
         """The Node's uid, learned from the first successful patch."""
         with self._cond:
