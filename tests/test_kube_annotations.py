@@ -70,7 +70,6 @@ def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, a
         assert rep.flush(5)
         assert len(emu.requests("PATCH", NODE_PATH)) == 2
         assert ours(emu)[P + "restarted-at"] == "2026-11-21T23:40:04.123456789Z"
-        assert rep.published == successful_patches(emu)[-1]
         assert annotation_snapshot(emu.get("nodes", NODE) or {})["state"] == "Ready"
 
 
@@ -122,7 +121,6 @@ def test_publish_is_a_hand_over_that_sends_nothing_on_the_callers_thread(emu: Ku
     rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
     rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + NS))
     assert len(emu.requests()) == before
-    assert rep.published is None
     rep.start()
     assert rep.flush(30)
     rep.close()
@@ -136,7 +134,7 @@ def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: Api) -
         rep.start()
         rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
         assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) >= 2, 5)
-        assert rep.published is None  # nothing is claimed as published while the API refuses it
+        assert rep.flush(0.2) is False  # nothing is claimed as delivered while the API refuses it
         assert all(r.status == 503 for r in emu.requests("PATCH", NODE_PATH))
     assert rep.flush(5)
     rep.close()
@@ -231,11 +229,12 @@ def test_a_conflict_after_which_the_node_already_carries_the_state_is_not_patche
     emu.before("GET", NODE_PATH, lambda e: e.mutate(
         "nodes", NODE, lambda n: merge_patch(n, {"metadata": {"annotations": wanted}})))
     with NodeReporter(api, NODE, backoff=Backoff(initial=60.0, maximum=120.0)) as rep:
-        rep.publish(status)
+        rep.publish(status)  # a transition from nothing: its event is sent once the state is delivered
         assert rep.flush(20)
-        assert rep.published == wanted
-        assert rep.node_uid == (emu.get("nodes", NODE) or {})["metadata"]["uid"]  # learned from the read
     assert [r.status for r in emu.requests("PATCH", NODE_PATH)] == [409]
+    # The uid, learned from the read (no patch was answered), names the Node in the event.
+    uid = (emu.get("nodes", NODE) or {})["metadata"]["uid"]
+    assert [e["involvedObject"]["uid"] for e in emu.events("default")] == [uid]
     assert ours(emu) == {k: v for k, v in wanted.items() if v is not None}
 
 

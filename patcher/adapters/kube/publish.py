@@ -175,18 +175,6 @@ class NodeReporter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @property
-    def published(self) -> dict[str, str | None] | None:
-        """The annotation set last accepted by the API server (``None`` before the first success)."""
-        with self._cond:
-            return None if self._published is None else dict(self._published)
-
-    @property
-    def node_uid(self) -> str | None:
-        """The Node's uid, learned from the first successful patch."""
-        with self._cond:
-            return self._node_uid
-
     # -- worker side -------------------------------------------------------------------------------------
 
     def _delivered_locked(self) -> bool:
