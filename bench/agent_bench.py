@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
 from patcher.adapters.health import Health, HealthServer, Metrics  # noqa: E402
-from patcher.adapters.kube.annotations import NodeReporter  # noqa: E402
 from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
+from patcher.adapters.kube.publish import NodeReporter  # noqa: E402
 from patcher.core import timefmt  # noqa: E402
 from patcher.core.settings import Files, Settings  # noqa: E402
 from patcher.services import process  # noqa: E402

@@ -1,6 +1,6 @@
 """What the extender pre-flight adds to a patch when the extender answers (issue 21: goal <= 50 ms).
 
-The agent's pre-flight is ``extcheck.check`` on the rendered config before the write: one thread per
+The agent's pre-flight is ``extprobe.check`` on the rendered config before the write: one thread per
 extender, resolve, connect, TLS, one POST, the answer judged. Measured here against real extenders on
 127.0.0.1 (``tests/extservers.py``): plain HTTP, and HTTPS with a CA file read below the host root (a fresh
 TLS handshake each time, as each probe makes). The patch step itself (``plan_apply`` + ``apply`` on a real
@@ -21,9 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows as bench_rows  # noqa: E402
 from bench.rows import stats, timed  # noqa: E402
+from patcher.adapters import extprobe  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
-from patcher.services import engine, extcheck  # noqa: E402
+from patcher.services import engine  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.extservers import ExtenderServer, Pki  # noqa: E402
 
@@ -61,11 +62,11 @@ def main() -> None:
             }
             for label, extender in cases.items():
                 opts, config = node(tmp, extender)
-                probe = extcheck.check(opts, config)
+                probe = extprobe.check(opts, config)
                 assert probe and probe[0].answered, probe
 
                 def check(opts: Files = opts, config: RenderedConfig = config) -> object:
-                    return extcheck.check(opts, config)
+                    return extprobe.check(opts, config)
 
                 ms = [timed(check) for _ in range(args.n)]
                 results.append((f"extender pre-flight added to a patch ({label}, answering)", ms))

@@ -68,8 +68,8 @@ KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 #: What ``run --no-api`` imports, and what ``run`` adds with the API (in a background thread, after the patch).
 OURS_IMPORTS_NO_API = "patcher.commands.cli, patcher.services.runner"
-OURS_IMPORTS_API = ("patcher.adapters.kube.client, patcher.adapters.kube.annotations, patcher.adapters.kube.mirrorpod, "
-                    "patcher.adapters.kube.owner, patcher.services.rollout, patcher.services.statuspub")
+OURS_IMPORTS_API = ("patcher.adapters.kube.client, patcher.adapters.kube.publish, patcher.adapters.kube.mirrorpod, "
+                    "patcher.adapters.kube.owner, patcher.services.rollout")
 
 #: figure -> highest ratio ours / peer that meets issue 26 (None: shown, no target).
 TARGETS: dict[str, float | None] = {

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows as bench_rows  # noqa: E402
 from bench.rows import stats, timed  # noqa: E402
-from patcher.adapters.tlsserver import CertReloader, TlsServer  # noqa: E402
+from patcher.adapters.httpserver import CertReloader, HttpServer  # noqa: E402
 from patcher.core.admission import Selection  # noqa: E402
 from patcher.services.webhook import MUTATE_PATH, AdmissionWebhook  # noqa: E402
 from tests.admission_samples import NOT_READY, configmap, new_pod  # noqa: E402
@@ -56,8 +56,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pki = Pki.make(Path(tmp) / "pki")
         ctx = ssl.create_default_context(cafile=str(pki.path("ca.crt")))
-        server = TlsServer("127.0.0.1:0", CertReloader(str(pki.path("server.crt")), str(pki.path("server.key"))),
-                           webhook.handle)
+        server = HttpServer(webhook.handle, "127.0.0.1:0", keep_alive=True,
+                            certs=CertReloader(str(pki.path("server.crt")), str(pki.path("server.key"))))
         server.start()
         try:
             warm: list[list[float]] = [[] for _ in range(args.clients)]

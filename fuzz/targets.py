@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from patcher.adapters.health import Health, HealthServer, Metrics
+from patcher.adapters.httpserver import HttpServer
 from patcher.adapters.kube.gaterelease import gate_absent
 from patcher.adapters.kube.listwatch import _Undecodable, decode_event
 from patcher.core import admission, manifest
@@ -127,7 +128,7 @@ def source_config(data: bytes) -> None:
 # -- the health server's request parsing -----------------------------------------------------------------------
 
 class _Writer:
-    """What ``HealthServer._handle`` writes with, kept in memory."""
+    """What ``HttpServer._handle`` writes with, kept in memory."""
 
     def __init__(self) -> None:
         self.out = io.BytesIO()
@@ -139,6 +140,9 @@ class _Writer:
     def write_eof(self) -> None:
         pass
 
+    def can_write_eof(self) -> bool:
+        return True
+
     async def drain(self) -> None:
         pass
 
@@ -147,21 +151,22 @@ class _Writer:
 
 
 @functools.cache
-def _health() -> tuple[HealthServer, asyncio.AbstractEventLoop]:
+def _health() -> HealthServer:
     metrics = Metrics()
     health = Health(metrics=metrics)
     health.beat()
     health.set_state(NodeState.READY)
-    return HealthServer(health, metrics, "127.0.0.1:0", timeout=5.0), asyncio.new_event_loop()
+    return HealthServer(health, metrics, "127.0.0.1:0", timeout=5.0)
 
 
-@target
-def health_request(data: bytes) -> None:
-    """Any bytes a client sends, then its end: one HTTP answer (or none for a head that never ended), and the
-    connection closed; never an exception out of the handler."""
+@functools.cache
+def _loop() -> asyncio.AbstractEventLoop:
+    return asyncio.new_event_loop()
+
+
+def _one_request(server: HttpServer, data: bytes) -> tuple[bytes, bool]:
+    """What ``server`` writes for a connection that sends ``data`` then ends, and whether it closed it."""
     from patcher.adapters.streams import HeadReader
-
-    server, loop = _health()
 
     async def one() -> _Writer:
         reader = HeadReader(8192, lambda: None)
@@ -171,9 +176,16 @@ def health_request(data: bytes) -> None:
         await server._handle(reader, writer)  # type: ignore[arg-type]
         return writer
 
-    writer = loop.run_until_complete(one())
-    out = writer.out.getvalue()
-    assert writer.closed, "the connection was left open"
+    writer = _loop().run_until_complete(one())
+    return writer.out.getvalue(), writer.closed
+
+
+@target
+def health_request(data: bytes) -> None:
+    """Any bytes a client sends, then its end: one HTTP answer (or none for a head that never ended), and the
+    connection closed; never an exception out of the handler."""
+    out, closed = _one_request(_health(), data)
+    assert closed, "the connection was left open"
     assert not out or (out.startswith(b"HTTP/1.1 ") and b"\r\n\r\n" in out), f"not an HTTP answer: {out[:80]!r}"
     if b"\r\n\r\n" in data and len(data.split(b"\r\n\r\n")[0]) < 8000:
         assert out, "a complete head got no answer"
@@ -205,39 +217,18 @@ def admission_review(data: bytes) -> None:
         assert isinstance(json.loads(base64.b64decode(response["patch"])), list)
 
 
-class _FakeServer:
-    """The parts of ``TlsServer`` its request handler uses."""
-
-    max_body = 1 << 16
-
-    def app(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        return _webhook().handle(method, path, body)
-
-    def next_request_arrives(self, conn: object) -> bool:
-        return True  # keep-alive: read the next request from the same bytes until they end
-
-    def started(self, conn: object) -> None:
-        pass
+@functools.cache
+def _webhook_server() -> HttpServer:
+    return HttpServer(_webhook().handle, "127.0.0.1:0", timeout=5.0, max_body=1 << 16)
 
 
 @target
 def webhook_request(data: bytes) -> None:
-    """Any bytes on a webhook connection (after TLS): HTTP answers only, and nothing raised but the end of the
-    connection (``OSError``, which ``TlsServer`` counts as a dropped connection)."""
-    from patcher.adapters.tlsserver import _RequestHandler
-
-    handler = _RequestHandler.__new__(_RequestHandler)
-    handler.rfile = io.BytesIO(data)
-    handler.wfile = io.BytesIO()
-    handler.server = _FakeServer()  # type: ignore[assignment]
-    handler.client_address = ("fuzz", 0)
-    handler.request = handler.connection = None
-    try:
-        handler.handle()
-    except OSError:
-        return
-    out = handler.wfile.getvalue()
-    assert not out or out.startswith(b"HTTP/1."), f"not an HTTP answer: {out[:80]!r}"
+    """Any bytes on a webhook connection (after TLS): one HTTP answer or none, the connection closed, and
+    nothing raised out of the handler."""
+    out, closed = _one_request(_webhook_server(), data)
+    assert closed, "the connection was left open"
+    assert not out or out.startswith(b"HTTP/1.1 "), f"not an HTTP answer: {out[:80]!r}"
 
 
 # -- the gatekeeper's watch-line shortcut ----------------------------------------------------------------------

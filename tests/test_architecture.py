@@ -266,13 +266,60 @@ def test_no_import_cycles() -> None:
     assert cycles == [], "import cycles (lazy imports count): move the shared part down a layer"
 
 
-def test_the_architecture_page_names_every_module() -> None:
-    """docs/architecture.md is the newcomer's map: a module it does not name is a module they will not find."""
+def _listed_modules(page: str) -> dict[str, set[str]]:
+    """The modules the layer diagram of docs/architecture.md lists, by layer: its right-hand column (after a
+    run of 3+ spaces on each line), ``kube/{a, b}`` read as ``kube/a, kube/b``, ``schedconfig/`` as one entry."""
+    block = page.split("```", 2)[1]
+    text: dict[str, list[str]] = {}
+    layer = ""
+    for line in block.splitlines():
+        if found := re.match(r"^ (\w+)/ ", line):
+            layer = found.group(1)
+        pieces = re.split(r"\s{3,}", line.rstrip())
+        if layer and len(pieces) > 1 and re.fullmatch(r"[\w{}/, ]+", pieces[-1]):
+            text.setdefault(layer, []).append(pieces[-1])
+    listed: dict[str, set[str]] = {}
+    for name, lines in text.items():
+        joined = re.sub(r"(\w+)/\{([^}]*)\}",
+                        lambda m: ", ".join(f"{m.group(1)}/{n.strip()}" for n in m.group(2).split(",")),
+                        " ".join(lines))
+        listed[name] = {n.strip().removesuffix("/") for n in joined.split(",") if n.strip()}
+    return listed
+
+
+def _modules_by_layer() -> dict[str, set[str]]:
+    """Each layer's modules as the diagram names them: ``state``, ``kube/publish``, ``schedconfig`` (a package,
+    one entry, with a page of its own)."""
+    out: dict[str, set[str]] = {layer: set() for layer in LAYERS}
+    for name in MODULES:
+        parts = name.split(".")[1:]
+        if len(parts) < 2 or parts[0] not in out:
+            continue  # patcher, patcher.__main__, the layer packages themselves
+        if parts[1] == "kube" and len(parts) == 3:
+            out[parts[0]].add(f"kube/{parts[2]}")
+        elif len(parts) == 2 and parts[1] != "kube":
+            out[parts[0]].add(parts[1])
+    return out
+
+
+def test_the_architecture_page_lists_every_module_and_only_modules_that_exist() -> None:
+    """docs/architecture.md is the newcomer's map: a module its layer diagram does not list is one they will not
+    find, and a listed one that is gone (a removed service) sends them looking for nothing. Both directions, in
+    the right layer."""
     page = (ROOT.parent / "docs" / "architecture.md").read_text("utf-8")
-    # the top-level ones; schedconfig/ is one entry there, with its own page
-    named = {m.split(".")[-1] for m in MODULES if m.count(".") == 2 or m.startswith("patcher.adapters.kube.")}
-    missing = sorted(n for n in named if not re.search(rf"\b{n}\b", page))
-    assert missing == [], "docs/architecture.md names no module called " + ", ".join(missing)
+    listed, actual = _listed_modules(page), _modules_by_layer()
+    assert set(listed) == set(LAYERS), f"the diagram's layers: {sorted(listed)}"
+    for layer in LAYERS:
+        assert sorted(actual[layer] - listed[layer]) == [], f"{layer}/: modules the diagram does not list"
+        assert sorted(listed[layer] - actual[layer]) == [], f"{layer}/: the diagram lists modules that do not exist"
+
+
+def test_the_diagram_reader_sees_a_missing_and_a_stale_module() -> None:
+    """The check above can fail: a diagram without ``engine`` and with a removed ``config`` is read as such."""
+    page = """x\n```\n services/   the protocol      agent, config,\n    │                  kube/{a, b}\n```\n"""
+    assert _listed_modules(page) == {"services": {"agent", "config", "kube/a", "kube/b"}}
+    assert "config" not in _modules_by_layer()["services"]
+    assert "engine" in _modules_by_layer()["services"]
 
 
 def _executor_branches() -> list[str]:

@@ -17,7 +17,7 @@ import yaml
 
 import patcher
 from patcher.commands.cli import SCHEDULER_PORTS
-from patcher.commands.flags import duration
+from patcher.commands.conventions import duration
 from tests.test_deploy_manifests import ROOT, subparser
 from tools import sync_version
 

@@ -37,7 +37,7 @@ import yaml
 
 import patcher
 from patcher.adapters import fsio
-from patcher.adapters.health import parse_listen
+from patcher.adapters.httpserver import parse_listen
 from patcher.adapters.kube import transport
 from patcher.commands.cli import build_parser
 from patcher.core.readiness import node_selectors

@@ -13,9 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import patcher
-from patcher.adapters.health import MAX_REQUEST_HEAD, Health, HealthServer, Metrics, parse_listen
+from patcher.adapters.health import Health, HealthServer, Metrics
+from patcher.adapters.httpserver import MAX_REQUEST_HEAD, parse_listen
 from patcher.core.status import NodeState
 from tests.helpers import Clock
+from tests.kubeemu import wait_until
 from tests.loadgen import burst, get_once
 
 
@@ -239,7 +241,7 @@ def test_a_head_just_within_the_limit_is_served(server: HealthServer, health: He
     assert raw(server, request).startswith(b"HTTP/1.1 200 OK\r\n")
 
 
-# -- under load (issue 13 item 7): counts, never durations; the latency figures are in bench/probe_burst.py --
+# -- under load: counts, never durations; the latency figures are in bench/probe_burst.py --
 
 
 def ready_server(**kw: float) -> HealthServer:
@@ -250,11 +252,19 @@ def ready_server(**kw: float) -> HealthServer:
     return HealthServer(health, metrics, "127.0.0.1:0", **kw)  # type: ignore[arg-type]
 
 
+def closed_now(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it sends nothing else here): reads without waiting."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+
+
 def test_a_burst_of_1000_requests_is_answered_in_full() -> None:
     with ready_server() as server:
         result = burst("127.0.0.1", server.port, requests=1000, concurrency=100, timeout=60.0)
         assert result.outcomes == {"200": 1000}
-        assert server.timed_out_connections == 0
 
 
 def test_connections_that_arrive_before_the_server_accepts_wait_in_the_backlog() -> None:
@@ -276,7 +286,6 @@ def test_connections_that_arrive_before_the_server_accepts_wait_in_the_backlog()
                 data += chunk
             answers.append(data.split(b" ", 2)[1])
         assert collections.Counter(answers) == {b"200": 300}
-        assert server.peak_connections <= server.max_connections
     finally:
         for sock in socks:
             sock.close()
@@ -288,33 +297,34 @@ def test_idle_connections_are_closed_after_the_timeout() -> None:
         idle = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(20)]
         try:
             idle[0].sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
-            for sock in idle:
+            for sock in idle:  # 20 is under the cap: none was evicted, the timeout closed them
                 assert sock.recv(1) == b""  # the server closed it; a client timeout would raise instead
         finally:
             for sock in idle:
                 sock.close()
-        assert server.timed_out_connections == 20
         assert get_once("127.0.0.1", server.port, "/readyz", 60.0)[0] == "200"
 
 
 def test_idle_connections_never_hold_more_than_the_cap() -> None:
-    """50 idle connections against a cap of 5: never more than 5 open at once, every one is closed (evicted by
-    a newer one, or after the timeout: none waits forever), and a probe is answered afterwards."""
-    with ready_server(max_connections=5, timeout=0.1) as server:
-        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=60) for _ in range(50)]
+    """50 idle connections against a cap of 5, with a timeout that never fires here: the 45 oldest are closed
+    (each evicted by a newer one), the 5 newest stay open, and a probe is answered afterwards (evicting one)."""
+    with ready_server(max_connections=5, timeout=600.0) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=600) for _ in range(50)]
         try:
-            for sock in idle:
-                assert sock.recv(1) == b""
+            for sock in idle[:45]:
+                assert sock.recv(1) == b""  # closed by the server (a client timeout would raise)
+            for sock in idle[45:]:
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(1)
+            assert get_once("127.0.0.1", server.port, "/readyz", 600.0)[0] == "200"
+            assert idle[45].recv(1) == b""  # the oldest one made room for the probe
         finally:
             for sock in idle:
                 sock.close()
-        assert server.peak_connections == 5
-        assert server.timed_out_connections + server.evicted_connections == 50
-        assert server.evicted_connections >= 45 - server.timed_out_connections
-        assert get_once("127.0.0.1", server.port, "/readyz", 60.0)[0] == "200"
 
 
-# -- slow clients holding connections open (issue 22 point 5): the latency figure is in bench/probe_burst.py --
+# -- slow clients holding connections open: the latency figure is in bench/probe_burst.py --
 
 
 def test_500_idle_connections_do_not_keep_a_probe_waiting_the_oldest_are_evicted() -> None:
@@ -328,14 +338,12 @@ def test_500_idle_connections_do_not_keep_a_probe_waiting_the_oldest_are_evicted
             status, _ = get_once("127.0.0.1", server.port, "/healthz", 600.0)
             assert status == "200"
             evicted = 500 - (cap - 1)  # the probe's slot came from one more
-            assert server.evicted_connections == evicted and server.timed_out_connections == 0
             for sock in idle[:evicted]:
                 assert sock.recv(1) == b""  # closed by the server (a client timeout would raise)
             for sock in idle[evicted:]:  # the newest still open, nothing sent on them
                 sock.setblocking(False)
                 with pytest.raises(BlockingIOError):
                     sock.recv(1)
-            assert server.peak_connections == cap
         finally:
             for sock in idle:
                 sock.close()
@@ -352,8 +360,8 @@ class BigBody:
 
 def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
     """Cap 3: one connection waits for its large answer to be read, one has sent half its head; idle
-    connections arriving after them evict the oldest connection whose head is not complete (issue 32: the
-    half-sent one too, which used to hold its slot until its timeout), never the one being answered."""
+    connections arriving after them evict the oldest connection whose head is not complete (the
+    half-sent one too: it would hold its slot until its timeout), never the one being answered."""
     metrics = Metrics()
     health = Health(metrics=metrics)
     health.beat()
@@ -369,8 +377,7 @@ def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
         idle = [socket.create_connection(("127.0.0.1", server.port), timeout=600) for _ in range(10)]
         try:
             assert get_once("127.0.0.1", server.port, "/healthz", 600.0)[0] == "200"
-            assert server.evicted_connections == 10 and server.timed_out_connections == 0
-            for sock in [half, *idle[:9]]:
+            for sock in [half, *idle[:9]]:  # evicted (the timeouts are 600 s)
                 assert sock.recv(1) == b""
             idle[9].setblocking(False)
             with pytest.raises(BlockingIOError):  # the newest: still open
@@ -382,7 +389,7 @@ def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
                 sock.close()
 
 
-# -- half-sent requests (issue 32): the latency figure is in bench/probe_burst.py --half-sent ------------------
+# -- half-sent requests: the latency figure is in bench/probe_burst.py --half-sent ------------------
 
 
 def test_a_half_sent_head_is_closed_after_the_head_timeout_an_idle_connection_is_not() -> None:
@@ -393,7 +400,6 @@ def test_a_half_sent_head_is_closed_after_the_head_timeout_an_idle_connection_is
         try:
             half.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
             assert half.recv(1) == b""  # closed by the server (a client timeout would raise instead)
-            assert server.timed_out_connections == 1
             idle.setblocking(False)
             with pytest.raises(BlockingIOError):
                 idle.recv(1)
@@ -411,11 +417,10 @@ def test_a_head_finished_in_pieces_within_the_head_timeout_is_answered() -> None
         for piece in (b"GET /healthz HTTP/1.1\r", b"\nHost: x\r\n\r", b"\n"):  # the end split across segments
             sock.sendall(piece)
         assert closed_after(sock).startswith(b"HTTP/1.1 200 OK\r\n")
-        assert server.evicted_connections == 0
 
 
 def test_500_half_sent_requests_do_not_keep_a_probe_waiting() -> None:
-    """Issue 32: 500 connections that each sent a request line and a Host header and never finished their
+    """500 connections that each sent a request line and a Host header and never finished their
     head, against the default cap: they count toward it as idle ones do, so the oldest are evicted to make
     room and the probe is answered at once, with no timeout firing (both are 600 s here)."""
     with ready_server(timeout=600.0, head_timeout=600.0) as server:
@@ -427,8 +432,10 @@ def test_500_half_sent_requests_do_not_keep_a_probe_waiting() -> None:
                 held.append(sock)
                 sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             assert get_once("127.0.0.1", server.port, "/healthz", 600.0)[0] == "200"
-            assert server.evicted_connections == 500 - (cap - 1) and server.timed_out_connections == 0
-            assert server.peak_connections == cap
+            # As many evicted as make room (the probe's slot came from one more); mostly the oldest, but one
+            # whose bytes still wait in the kernel is passed over. The others stay open.
+            evicted = 500 - (cap - 1)
+            assert wait_until(lambda: sum(map(closed_now, held)) == evicted, 60)
         finally:
             for sock in held:
                 sock.close()

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 import patcher
-from patcher.adapters.tlsserver import CertReloader, TlsServer
+from patcher.adapters.httpserver import CertReloader, HttpServer
 from patcher.commands.cli import build_parser
 from patcher.core.admission import Selection
 from patcher.core.schedconfig import ConfigRequest, build_config
@@ -571,8 +571,8 @@ def test_the_webhook_without_cert_manager_is_the_overlay_with_a_generated_certif
         (tmp_path / name).write_bytes(base64.b64decode(secret["data"][name]))
     service = "scheduler-patcher-gatekeeper-webhook.scheduler-patcher.svc"
     webhook = AdmissionWebhook(Selection(), lambda: (True, {"data": {"ready": "false"}}))
-    server = TlsServer("127.0.0.1:0", CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
-                       webhook.handle)
+    server = HttpServer(webhook.handle, "127.0.0.1:0",
+                        certs=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")))
     server.start()
     try:
         ctx = ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())

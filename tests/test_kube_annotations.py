@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from patcher.adapters.kube.annotations import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.backoff import DENIED_QUICK_RETRIES, Backoff
+from patcher.adapters.kube.publish import MAX_CONFLICTS, NodeReporter
 from patcher.adapters.kube.transport import Api
 from patcher.core.status import NodeState, NodeStatus, annotation_snapshot, desired_annotations
 from tests.helpers import NODE, P
@@ -70,7 +70,6 @@ def test_one_merge_patch_per_change_and_none_when_unchanged(emu: KubeEmulator, a
         assert rep.flush(5)
         assert len(emu.requests("PATCH", NODE_PATH)) == 2
         assert ours(emu)[P + "restarted-at"] == "2026-11-21T23:40:04.123456789Z"
-        assert rep.published == successful_patches(emu)[-1]
         assert annotation_snapshot(emu.get("nodes", NODE) or {})["state"] == "Ready"
 
 
@@ -122,7 +121,6 @@ def test_publish_is_a_hand_over_that_sends_nothing_on_the_callers_thread(emu: Ku
     rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
     rep.publish(NodeStatus(NodeState.READY, HASH, MTIME, restarted_at_ns=MTIME + NS))
     assert len(emu.requests()) == before
-    assert rep.published is None
     rep.start()
     assert rep.flush(30)
     rep.close()
@@ -136,7 +134,7 @@ def test_503_is_retried_like_a_refused_connection(emu: KubeEmulator, api: Api) -
         rep.start()
         rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME))
         assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) >= 2, 5)
-        assert rep.published is None  # nothing is claimed as published while the API refuses it
+        assert rep.flush(0.2) is False  # nothing is claimed as delivered while the API refuses it
         assert all(r.status == 503 for r in emu.requests("PATCH", NODE_PATH))
     assert rep.flush(5)
     rep.close()
@@ -231,11 +229,12 @@ def test_a_conflict_after_which_the_node_already_carries_the_state_is_not_patche
     emu.before("GET", NODE_PATH, lambda e: e.mutate(
         "nodes", NODE, lambda n: merge_patch(n, {"metadata": {"annotations": wanted}})))
     with NodeReporter(api, NODE, backoff=Backoff(initial=60.0, maximum=120.0)) as rep:
-        rep.publish(status)
+        rep.publish(status)  # a transition from nothing: its event is sent once the state is delivered
         assert rep.flush(20)
-        assert rep.published == wanted
-        assert rep.node_uid == (emu.get("nodes", NODE) or {})["metadata"]["uid"]  # learned from the read
     assert [r.status for r in emu.requests("PATCH", NODE_PATH)] == [409]
+    # The uid, learned from the read (no patch was answered), names the Node in the event.
+    uid = (emu.get("nodes", NODE) or {})["metadata"]["uid"]
+    assert [e["involvedObject"]["uid"] for e in emu.events("default")] == [uid]
     assert ours(emu) == {k: v for k, v in wanted.items() if v is not None}
 
 
@@ -252,20 +251,21 @@ def test_a_node_that_keeps_conflicting_is_retried_with_backoff(emu: KubeEmulator
 
 def test_forbidden_is_logged_once_and_not_retried_hot(emu: KubeEmulatorExt, api: Api,
                                                       caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.annotations")
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.publish")
     quick = Backoff(initial=0.01, maximum=600.0)  # any other failure would be retried within 10 ms
     emu.fail("PATCH", NODE_PATH, 403, times=100)
     with NodeReporter(api, NODE, backoff=quick) as rep:
         rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
-        # A few ordinary retries (a restarting API server denies for a moment), then the longest delay.
-        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == DENIED_QUICK_RETRIES + 1
-                          and rep.retry_in is not None and rep.retry_in > 300, 5)
+        # A few ordinary retries (a restarting API server denies for a moment), then the longest delay: no
+        # more attempts (at the ordinary 10 ms pace there would be dozens in half a second).
+        def patches() -> int:
+            return len(emu.requests("PATCH", NODE_PATH))
+
+        assert wait_until(lambda: patches() == DENIED_QUICK_RETRIES + 1, 5)
+        assert not wait_until(lambda: patches() > DENIED_QUICK_RETRIES + 1, 0.5)
         assert rep.flush(0.3) is False  # a flush tries once more at once, then waits again
-        # (the flush cleared the pending retry: it is set again once the worker has handled the answer)
-        assert wait_until(lambda: len(emu.requests("PATCH", NODE_PATH)) == DENIED_QUICK_RETRIES + 2
-                          and rep.retry_in is not None, 5)
-        later = rep.retry_in
-        assert later is not None and later > 300
+        assert wait_until(lambda: patches() == DENIED_QUICK_RETRIES + 2, 5)
+        assert not wait_until(lambda: patches() > DENIED_QUICK_RETRIES + 2, 0.5)
     denied = [r for r in caplog.records if "not allowed" in r.getMessage()]
     assert [r.levelno for r in denied] == [logging.ERROR] + [logging.DEBUG] * (DENIED_QUICK_RETRIES + 1)
     assert "HTTP 403" in denied[0].getMessage()
@@ -286,9 +286,8 @@ def test_a_refused_connection_backs_off_and_recovers(emu: KubeEmulatorExt, api: 
     with NodeReporter(api, NODE, backoff=backoff) as rep:
         with emu.outage("refuse"):
             rep.publish(NodeStatus(NodeState.READY, HASH, MTIME))
-            assert wait_until(lambda: backoff.failures >= 3, 10)  # retried, each time a little later
-            retry_in = rep.retry_in
-            assert retry_in is not None and retry_in < 600 * 0.5  # not the denied pace
+            # retried, each time a little later, at the ordinary pace (the denied one would wait 600 s)
+            assert wait_until(lambda: backoff.failures >= 3, 10)
         assert rep.flush(20)
-        assert rep.retry_in is None and backoff.failures == 0
+        assert backoff.failures == 0
     assert ours(emu)[P + "state"] == "Ready"

@@ -103,11 +103,10 @@ def test_a_client_imported_normally_first_is_left_as_it_is() -> None:
 AGENT_API_PATH = """
 import json, sys, time
 from patcher.adapters.kube.client import ClientSettings, build_api_client, server_version
-from patcher.adapters.kube.annotations import NodeReporter
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
 from patcher.adapters.kube.owner import OwnerWatcher
 from patcher.services.rollout import RolloutLease
-from patcher.services.statuspub import StatusPublisher, StatusTarget
+from patcher.adapters.kube.publish import NodeReporter, StatusPublisher, StatusTarget
 from patcher.core.status import NodeState, NodeStatus
 
 token, ca, node = sys.argv[1:4]

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from patcher.adapters.kube.publish import StatusPublisher, StatusTarget
 from patcher.adapters.kube.transport import Api
-from patcher.services.statuspub import StatusPublisher, StatusTarget
 from tests.kubeemu import wait_until
 from tests.kubeemu_ext import KubeEmulatorExt
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from patcher.adapters.tlsserver import CertReloader, TlsServer
+from patcher.adapters.httpserver import CertReloader, Handler, HttpServer
 from patcher.commands import gatekeeper
 from patcher.core.admission import Selection
 from patcher.core.kubeobj import Obj
@@ -130,15 +130,19 @@ def webhook(params: Params) -> AdmissionWebhook:
     return AdmissionWebhook(Selection(), params, GateMetrics().registry)
 
 
+def tls_server(mount: SecretMount, app: Handler, **limits: Any) -> HttpServer:
+    return HttpServer(app, "127.0.0.1:0", certs=CertReloader(mount.cert, mount.key), **limits)
+
+
 @pytest.fixture
-def server(mount: SecretMount, webhook: AdmissionWebhook) -> Iterator[TlsServer]:
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle)
+def server(mount: SecretMount, webhook: AdmissionWebhook) -> Iterator[HttpServer]:
+    s = tls_server(mount, webhook.handle)
     s.start()
     yield s
     s.stop()
 
 
-def test_a_review_gets_the_gate_as_a_json_patch(server: TlsServer, pkis: tuple[Pki, Pki]) -> None:
+def test_a_review_gets_the_gate_as_a_json_patch(server: HttpServer, pkis: tuple[Pki, Pki]) -> None:
     ca = pkis[0].path("ca.crt")
     _, pod = admit(server.port, ca, samples.new_pod())
     assert samples.gates(pod) == [G]
@@ -147,7 +151,7 @@ def test_a_review_gets_the_gate_as_a_json_patch(server: TlsServer, pkis: tuple[P
 
 
 @pytest.mark.parametrize("sample", samples.SAMPLES, ids=lambda s: s.id)
-def test_the_shared_samples_over_https(server: TlsServer, pkis: tuple[Pki, Pki], params: Params,
+def test_the_shared_samples_over_https(server: HttpServer, pkis: tuple[Pki, Pki], params: Params,
                                        webhook: AdmissionWebhook, sample: samples.Sample) -> None:
     webhook.selection = sample.webhook_selection()
     params.value = (True, configmap(sample.verdict))
@@ -155,13 +159,13 @@ def test_the_shared_samples_over_https(server: TlsServer, pkis: tuple[Pki, Pki],
     assert samples.gates(pod) == sample.gates
 
 
-def test_no_patch_while_the_verdict_is_ready(server: TlsServer, pkis: tuple[Pki, Pki], params: Params) -> None:
+def test_no_patch_while_the_verdict_is_ready(server: HttpServer, pkis: tuple[Pki, Pki], params: Params) -> None:
     params.value = (True, configmap(READY))
     response, pod = admit(server.port, pkis[0].path("ca.crt"), samples.new_pod())
     assert "patch" not in response and samples.gates(pod) is None
 
 
-def test_the_verdict_not_read_yet_gates_and_no_configmap_does_not(server: TlsServer, pkis: tuple[Pki, Pki],
+def test_the_verdict_not_read_yet_gates_and_no_configmap_does_not(server: HttpServer, pkis: tuple[Pki, Pki],
                                                                   params: Params) -> None:
     ca = pkis[0].path("ca.crt")
     params.value = (False, None)  # the ConfigMap watch has not listed yet: fail safe, the gatekeeper releases
@@ -175,7 +179,7 @@ def test_the_verdict_not_read_yet_gates_and_no_configmap_does_not(server: TlsSer
                                               "request": {"uid": "u-1", "operation": "CREATE",
                                                           "kind": {"group": "", "kind": "Pod"},
                                                           "resource": {"resource": "pods"}}}).encode()])
-def test_a_malformed_review_is_allowed_unchanged_and_logged(server: TlsServer, pkis: tuple[Pki, Pki],
+def test_a_malformed_review_is_allowed_unchanged_and_logged(server: HttpServer, pkis: tuple[Pki, Pki],
                                                             webhook: AdmissionWebhook, body: bytes,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="patcher.services.webhook"):
@@ -188,7 +192,7 @@ def test_a_malformed_review_is_allowed_unchanged_and_logged(server: TlsServer, p
 
 def test_other_paths_methods_and_oversized_bodies(mount: SecretMount, webhook: AdmissionWebhook,
                                                   pkis: tuple[Pki, Pki]) -> None:
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_body=1000)
+    s = tls_server(mount, webhook.handle, max_body=1000)
     s.start()
     try:
         ca = pkis[0].path("ca.crt")
@@ -203,7 +207,7 @@ def test_other_paths_methods_and_oversized_bodies(mount: SecretMount, webhook: A
         s.stop()
 
 
-def test_a_rotated_certificate_is_picked_up_on_the_next_connection(server: TlsServer, mount: SecretMount,
+def test_a_rotated_certificate_is_picked_up_on_the_next_connection(server: HttpServer, mount: SecretMount,
                                                                    pkis: tuple[Pki, Pki]) -> None:
     old, new = pkis
     assert samples.gates(admit(server.port, old.path("ca.crt"), samples.new_pod())[1]) == [G]
@@ -211,18 +215,17 @@ def test_a_rotated_certificate_is_picked_up_on_the_next_connection(server: TlsSe
     assert samples.gates(admit(server.port, new.path("ca.crt"), samples.new_pod())[1]) == [G]
     with pytest.raises(ssl.SSLCertVerificationError):
         admit(server.port, old.path("ca.crt"), samples.new_pod())
-    assert server.certs.loads == 2
 
 
-def test_a_pair_that_does_not_load_keeps_the_previous_certificate(server: TlsServer, mount: SecretMount,
+def test_a_pair_that_does_not_load_keeps_the_previous_certificate(server: HttpServer, mount: SecretMount,
                                                                   pkis: tuple[Pki, Pki],
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     old, new = pkis
-    with caplog.at_level(logging.WARNING, logger="patcher.adapters.tlsserver"):
+    with caplog.at_level(logging.WARNING, logger="patcher.adapters.httpserver"):
         mount.publish(new.path("server.crt"), old.path("server.key"))  # a key that does not match
         for _ in range(2):
             assert samples.gates(admit(server.port, old.path("ca.crt"), samples.new_pod())[1]) == [G]
-    warnings = [r for r in caplog.records if "cannot load the new webhook certificate" in r.getMessage()]
+    warnings = [r for r in caplog.records if "cannot load the new certificate" in r.getMessage()]
     assert len(warnings) == 1  # once per change, not per connection
     mount.publish(new.path("server.crt"), new.path("server.key"))  # the next good pair is taken
     assert samples.gates(admit(server.port, new.path("ca.crt"), samples.new_pod())[1]) == [G]
@@ -233,49 +236,55 @@ def test_a_missing_certificate_is_an_error_at_start(tmp_path: Path) -> None:
         CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
 
 
-def test_connections_served_at_once_are_bounded(mount: SecretMount, pkis: tuple[Pki, Pki]) -> None:
-    release = threading.Event()
-    lock = threading.Lock()
-    seen = {"now": 0, "most": 0}
-
-    def slow(method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        with lock:
-            seen["now"] += 1
-            seen["most"] = max(seen["most"], seen["now"])
-        release.wait(10)
-        with lock:
-            seen["now"] -= 1
-        return 200, b"{}", "application/json"
-
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), slow, max_workers=2)
+def test_connections_open_at_once_are_bounded(mount: SecretMount, webhook: AdmissionWebhook,
+                                             pkis: tuple[Pki, Pki]) -> None:
+    """Cap 2, both connections busy (their heads complete, their bodies not sent yet): a third review waits for
+    a slot (neither busy one is evicted for it; one in its handshake would be, as a half-sent head is), and is
+    answered once one of them is done."""
+    s = tls_server(mount, webhook.handle, max_connections=2, timeout=600, keep_alive=True)
     s.start()
-    results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(post(s.port, pkis[0].path("ca.crt"), b"{}")[0]))
-               for _ in range(3)]
+    ca = pkis[0].path("ca.crt")
+    context = ssl.create_default_context(cafile=str(ca))
+    body = json.dumps(review(samples.new_pod())).encode()
+    busy = []
+    result: list[list[str] | None] = []
+    third = threading.Thread(target=lambda: result.append(samples.gates(admit(s.port, ca, samples.new_pod())[1])))
     try:
-        for t in threads:
-            t.start()
-        # Two are being served, the third was accepted and waits for a slot.
-        assert wait_until(lambda: seen["now"] == 2 and s.waiting == 1, 10)
-        assert s.active == 2
-        release.set()
-        for t in threads:
-            t.join(10)
-        assert results == [200, 200, 200] and seen["most"] == 2
+        for _ in range(2):
+            tls = context.wrap_socket(socket.create_connection(("127.0.0.1", s.port), timeout=60),
+                                      server_hostname="127.0.0.1")
+            tls.sendall(f"POST {MUTATE_PATH} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n".encode())
+            busy.append(tls)
+        third.start()
+        assert not wait_until(lambda: bool(result), 0.5)  # no slot: it waits
+        busy[0].sendall(body)
+        assert closed_after(busy[0]).startswith(b"HTTP/1.1 200 OK\r\n")
+        third.join(60)
+        assert result == [[G]]
     finally:
-        release.set()
+        for tls in busy:
+            tls.close()
         s.stop()
 
 
-def test_a_client_that_stalls_frees_its_slot_after_the_timeout(mount: SecretMount, webhook: AdmissionWebhook,
+def closed_after(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_client_that_stalls_in_the_handshake_gives_its_slot_up(mount: SecretMount, webhook: AdmissionWebhook,
                                                               pkis: tuple[Pki, Pki]) -> None:
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_workers=1, timeout=0.3)
+    s = tls_server(mount, webhook.handle, max_connections=1, timeout=600)
     s.start()
     try:
-        with socket.create_connection(("127.0.0.1", s.port)):  # never starts the TLS handshake
-            # Accepted first, it takes the only slot: this request is served once the stalled one timed out.
+        with socket.create_connection(("127.0.0.1", s.port), timeout=600) as stalled:  # never starts the handshake
+            # Accepted first, it takes the only slot; idle, it gives it up to this request (no timeout fires).
             assert samples.gates(admit(s.port, pkis[0].path("ca.crt"), samples.new_pod())[1]) == [G]
-            assert s.dropped == 1
+            assert stalled.recv(1) == b""  # closed by the server (a client timeout would raise instead)
     finally:
         s.stop()
 
@@ -285,7 +294,7 @@ def test_a_client_that_trickles_its_request_frees_its_slot_after_the_timeout(
     """A client that sends a byte of its body now and then, each before the socket's timeout, held the slot
     for as long as it liked (the timeout is per read): a few such clients starve the webhook, and every pod
     creation waits the API server's ``timeoutSeconds``. A request has ``timeout`` seconds in all."""
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_workers=1, timeout=0.5)
+    s = tls_server(mount, webhook.handle, max_connections=1, timeout=0.5)
     s.start()
     ca = pkis[0].path("ca.crt")
     stop = threading.Event()
@@ -294,16 +303,17 @@ def test_a_client_that_trickles_its_request_frees_its_slot_after_the_timeout(
 
     def trickle() -> None:
         with contextlib.suppress(OSError):
-            slow.sendall(f"POST {MUTATE_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n".encode())
             while not stop.wait(0.1):  # well within the per-read timeout
                 slow.sendall(b" ")
 
     thread = threading.Thread(target=trickle, daemon=True)
+    # Accepted first, it holds the only slot; its head is complete, so it is not idle and cannot be evicted.
+    slow.sendall(f"POST {MUTATE_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n".encode())
+    thread.start()
     try:
-        assert wait_until(lambda: s.active == 1, 10)  # accepted first: it holds the only slot
-        thread.start()
         assert samples.gates(admit(s.port, ca, samples.new_pod())[1]) == [G]
-        assert s.dropped == 1
+        slow.settimeout(60)
+        assert slow.recv(1) == b""  # cut off by the server (its head was complete: it could not be evicted)
     finally:
         stop.set()
         thread.join(10)
@@ -393,20 +403,26 @@ def test_the_webhook_flags_must_come_together(kubeconfig: Path, mount: SecretMou
 def test_an_idle_keep_alive_connection_gives_its_slot_to_a_waiting_one(mount: SecretMount, webhook: AdmissionWebhook,
                                                                       pkis: tuple[Pki, Pki]) -> None:
     """The API server keeps connections open between reviews: one that idles must not hold a review waiting
-    until its timeout (30 s here, longer than the client below waits)."""
-    s = TlsServer("127.0.0.1:0", CertReloader(mount.cert, mount.key), webhook.handle, max_workers=1, timeout=30)
+    until its timeout (600 s here, longer than the client below waits); nor one that sent nothing after its
+    TLS handshake."""
+    s = tls_server(mount, webhook.handle, max_connections=1, timeout=600, keep_alive=True)
     s.start()
     ca = pkis[0].path("ca.crt")
-    idle = http.client.HTTPSConnection("127.0.0.1", s.port, context=ssl.create_default_context(cafile=str(ca)),
-                                       timeout=10)
+    context = ssl.create_default_context(cafile=str(ca))
+    idle = http.client.HTTPSConnection("127.0.0.1", s.port, context=context, timeout=10)
     try:
-        idle.request("POST", MUTATE_PATH, body=json.dumps(review(samples.new_pod())).encode())
-        first = idle.getresponse()
-        first.read()
-        assert first.status == 200 and first.getheader("Connection") != "close" and s.active == 1
+        for _ in range(2):  # two reviews on one connection
+            idle.request("POST", MUTATE_PATH, body=json.dumps(review(samples.new_pod())).encode())
+            answer = idle.getresponse()
+            answer.read()
+            assert answer.status == 200 and answer.getheader("Connection") != "close"
         # The slot is held by the idle connection; this one is served once it is given up.
         assert samples.gates(admit(s.port, ca, samples.new_pod())[1]) == [G]
+        assert idle.sock is not None and idle.sock.recv(1) == b""  # closed by the server
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", s.port), timeout=60),
+                                 server_hostname="127.0.0.1") as quiet:  # handshake, then nothing
+            assert samples.gates(admit(s.port, ca, samples.new_pod())[1]) == [G]
+            assert quiet.recv(1) == b""
     finally:
         idle.close()
         s.stop()
-

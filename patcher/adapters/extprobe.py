@@ -6,12 +6,18 @@ The pure half (which extenders, what to send, what counts as an answer, kube-sch
 lookup, which no socket timeout does. The probes of several extenders run side by side, so the whole check
 takes as long as the slowest one, never their sum. Files named by ``tlsConfig`` are node paths, read below
 the host root through ``local``.
+
+``check`` probes one rendered config's extenders on this node: ``plan``/``apply --check-extenders`` and the
+agent's pre-flight (``start_probe``, in a thread of its own) share it, so a laptop dry run and the node agent
+judge an extender the same way. TLS files named in the config are node paths, read below the host root
+(``--host-root``), where the scheduler's own hostPath mounts find them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
 import os
 import socket
 import ssl
@@ -21,7 +27,13 @@ import time
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from patcher.core.extprobe import Result, Target, Tls, judge
+from patcher.adapters.fsio import HostFS
+from patcher.core import lifecycle
+from patcher.core.extprobe import Result, Target, Tls, blocking, judge, summary, targets
+from patcher.core.schedconfig import RenderedConfig
+from patcher.core.settings import Files
+
+log = logging.getLogger("patcher.services.agent")
 
 #: Bytes read of an answer: enough for any filter result; a huge body proves nothing more.
 MAX_BODY = 1 << 20
@@ -159,3 +171,37 @@ def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda
             why = "cancelled" if cancel is not None and cancel.is_set() else f"no answer within {target.timeout:g}s"
             results[i] = Result(url=target.url, ignorable=target.ignorable, seconds=clock() - start, error=why)
     return [r for r in results if r is not None]
+
+
+def check(files: Files, config: RenderedConfig, *, cancel: threading.Event | None = None,
+          deadline: float | None = None) -> list[Result]:
+    """Probe every extender of ``config`` at once; one result each, in config order."""
+    fs = HostFS(files.host_root)
+    return probe_all(targets(config.files), local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
+
+
+def start_probe(files: Files, config: RenderedConfig, *, cancel: threading.Event,
+                done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str],
+                observe: Callable[[list[Result]], None] | None = None) -> None:
+    """The agent's probe, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once (the
+    probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed; ``observe``
+    (the metrics) gets every extender's result first, so the gauges an alert reads are current when the state
+    changes."""
+
+    def run() -> None:
+        try:
+            results = check(files, config, cancel=cancel)
+        except Exception as exc:  # a bug in the probe must not pass for an answer
+            log.debug("extender probe failed", exc_info=True)
+            answer = lifecycle.Probed(time.monotonic(), config.config_hash,
+                                      blocking=f"extender probe failed: {type(exc).__name__}: {exc}")
+        else:
+            for result in results:
+                log.info("extender %s", result.line(), extra=log_extra)
+            if observe is not None:
+                observe(results)
+            answer = lifecycle.Probed(time.monotonic(), config.config_hash, blocking=summary(blocking(results)),
+                                      ignored=summary(r for r in results if r.ignorable))
+        done(answer)
+
+    threading.Thread(target=run, name="extender-probe", daemon=True).start()

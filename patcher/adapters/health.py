@@ -1,4 +1,4 @@
-"""Liveness, readiness and Prometheus metrics over one small asyncio HTTP server.
+"""Liveness, readiness and Prometheus metrics, served by the one HTTP server (``httpserver``).
 
 ``/healthz`` (alias ``/livez``) answers 200 while the agent loop keeps beating (a heartbeat younger than
 ``max_age`` seconds): a stuck loop gets the container restarted. ``/readyz`` answers 200 only when the node's
@@ -8,37 +8,27 @@ tells a human that every scheduler restarted with the new config. ``/metrics`` s
 process collector and a ``build_info`` gauge, and no ``_created`` series (they double the series count for
 nothing a dashboard uses).
 
-Neither asyncio nor prometheus_client is imported with this module (their imports would be on the path from
-exec to the first manifest write): the server's thread imports asyncio once it is woken
-(``HealthServer.wake``, or a connection that arrives first), and the metrics reach prometheus_client at the
-first scrape of ``/metrics`` (``Metrics.render``).
+prometheus_client is not imported with this module (its import would be on the path from exec to the first
+manifest write): the metrics reach it at the first scrape of ``/metrics`` (``Metrics.render``); the server
+imports asyncio only once it serves (``HttpServer.start(deferred=True)``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
-import select
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final, Protocol
 
 from patcher import __version__
+from patcher.adapters.httpserver import HEAD_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, TEXT, HttpServer
 from patcher.core.status import NodeState
 
 if TYPE_CHECKING:
-    import asyncio
     from types import ModuleType
 
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
-
-    from patcher.adapters.streams import HeadReader
-
-log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN: Final = ":9808"
 #: Seconds from the manifest write to the restarted scheduler seen Ready: a static pod restart takes seconds,
@@ -47,24 +37,6 @@ RESTART_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 6
 #: Seconds one extender took to answer the probe (or to fail it): milliseconds on a healthy loopback or LAN
 #: extender, up to its ``httpTimeout`` (5 s unset, kube-scheduler's default) when it hangs.
 PROBE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: Connections the kernel queues while the loop is busy (Linux caps it at net.core.somaxconn).
-BACKLOG: Final = 1024
-#: Open connections at once (a few KB each). At the cap a new connection closes the oldest idle one (no byte
-#: of a request received yet); when none is idle it waits in the backlog until one closes.
-MAX_CONNECTIONS: Final = 256
-#: Seconds a connection has to send its request head (and to take the answer): a probe sends it at once, so
-#: only idle and half-open connections reach it, and they are closed instead of held forever.
-REQUEST_TIMEOUT: Final = 5.0
-#: Seconds from a request's first byte to the end of its head: a probe or a scraper sends its head in one
-#: segment, so a head still unfinished after this is a client holding a slot, and is closed to free it.
-HEAD_TIMEOUT: Final = 1.0
-#: A request head larger than this is refused (probes and scrapers send a few hundred bytes): 414 when its
-#: request line alone is longer, 431 otherwise.
-MAX_REQUEST_HEAD: Final = 8192
-#: After refusing an oversized head, bytes of it still read and dropped (within ``timeout``) before closing,
-#: so that the client reads the answer instead of a reset caused by its own unread request.
-MAX_DISCARD: Final = 1 << 20
-TEXT: Final = "text/plain; charset=utf-8"
 
 
 def prometheus() -> ModuleType:
@@ -341,111 +313,32 @@ class Health:
         return self.alive() and self.state == NodeState.READY
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``host:port``, ``:port`` (all interfaces) or ``[v6]:port`` into (host, port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--listen must be host:port or :port, got {listen!r}")
-    return host.strip("[]"), int(port)
-
-
 class Renderable(Protocol):
     """Anything that renders Prometheus text: the agent's Metrics, the gatekeeper's GateMetrics."""
 
     def render(self) -> bytes: ...
 
 
-_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                   414: "URI Too Long", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
-
-
-def _has_data(conn: socket.socket) -> bool:
-    """Whether bytes wait in the kernel for ``conn`` (a request the loop has not read yet); an error or
-    the peer's close count as none: such a connection is as idle as one that never sent anything."""
-    try:
-        return bool(conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-    except OSError:  # BlockingIOError (nothing there) included
-        return False
-
-
-class HealthServer:
-    """Serves ``/healthz`` (alias ``/livez``), ``/readyz`` and ``/metrics`` from one asyncio loop in a thread.
-
-    Why asyncio and these limits: the kubelet's probes have 2-5 s timeouts and must be answered while anything
-    else hammers the port. One event loop holds an idle connection for a few kilobytes instead of a thread, the
-    listen backlog (``backlog``) queues a burst in the kernel instead of refusing it, every connection must send
-    its request head within ``timeout`` seconds, and finish it within ``head_timeout`` of its first byte
-    (half-open and half-sent connections are closed, not kept forever), and at most ``max_connections`` are
-    open at once, so memory stays bounded. At the cap, a new connection closes the oldest idle one (connected,
-    its request head not complete: nothing sent, or a part of a head, as in the kernel and the loop): slow
-    clients holding connections open, silent or half-way through a head, cannot keep a probe waiting for their
-    timeout. A connection whose head is complete is never evicted; when every open one's is, new ones wait in
-    the backlog. A head over
-    ``MAX_REQUEST_HEAD`` gets 414 (request line) or 431 (headers) and the connection is closed. Each
-    connection carries one request (``Connection: close``), which is what probes and Prometheus handle.
+class HealthServer(HttpServer):
+    """``/healthz`` (alias ``/livez``), ``/readyz`` and ``/metrics`` on ``listen``, GET and HEAD only.
 
     ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
-    because a standby replica is as ready as its leader.
-
-    ``start(deferred=True)`` (the agent's case) lets the thread wait, before it imports asyncio (which
-    would share the interpreter with the agent's first reconcile), until ``wake`` is called or a connection
-    arrives: the socket listens from the constructor on, so the kernel queues a probe meanwhile, and the first
-    one wakes the server itself.
+    because a standby replica is as ready as its leader. The limits are ``HttpServer``'s.
     """
 
     def __init__(self, health: Health, metrics: Renderable, listen: str = DEFAULT_LISTEN,
-                 ready: Callable[[], bool] | None = None, *, backlog: int = BACKLOG,
-                 max_connections: int = MAX_CONNECTIONS, timeout: float = REQUEST_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT) -> None:
-        host, port = parse_listen(listen)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.listen(backlog)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
+                 ready: Callable[[], bool] | None = None, *, max_connections: int = MAX_CONNECTIONS,
+                 timeout: float = REQUEST_TIMEOUT, head_timeout: float = HEAD_TIMEOUT) -> None:
+        super().__init__(self.route, listen, max_connections=max_connections, timeout=timeout,
+                         head_timeout=head_timeout, name="health server")
         self.health = health
         self.metrics = metrics
         self.ready = ready or health.ready
-        self.max_connections = max_connections
-        self.timeout = timeout
-        self.head_timeout = head_timeout
-        self.open_connections = 0
-        self.peak_connections = 0  # the most open at once: never above max_connections
-        self.timed_out_connections = 0  # no complete request head within the timeout (or the head's)
-        self.evicted_connections = 0  # idle ones closed to make room for a new connection at the cap
-        # idle connections (head not complete), oldest first: serial -> (socket, writer); the end of a request's
-        # head takes one out
-        self._idle: dict[int, tuple[socket.socket, asyncio.StreamWriter]] = {}
-        self._evicted: set[int] = set()  # their slot went to the connection that evicted them
-        self._room: asyncio.Event | None = None  # set when a slot frees or a connection turns idle
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._stop_requested = False  # stop() came: a loop not running yet does not start
-        self._started = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._wake_pipe: tuple[int, int] | None = None  # (read, write) while a deferred start waits
-        self._wake_lock = threading.Lock()  # a wake never writes to a descriptor stop() closed (and reused)
-        self._woken = False  # the one byte is written: the thread is past its wait, or on its way
 
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return int(self._sock.getsockname()[1])
-
-    @property
-    def url(self) -> str:
-        host = str(self._sock.getsockname()[0])
-        host = "127.0.0.1" if host in ("", "0.0.0.0") else f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}"
-
-    def route(self, path: str) -> tuple[int, bytes, str]:
-        """(status, body, content type) for a GET of ``path``."""
+    def route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+        """(status, body, content type) for a request of ``path``."""
+        if method not in ("GET", "HEAD"):
+            return 405, b"only GET and HEAD\n", TEXT
         path = path.split("?", 1)[0]
         if path in ("/healthz", "/livez"):
             alive = self.health.alive()
@@ -457,228 +350,3 @@ class HealthServer:
         if path == "/metrics":
             return 200, self.metrics.render(), prometheus().CONTENT_TYPE_LATEST
         return 404, b"not found\n", TEXT
-
-    async def _read_head(self, reader: HeadReader) -> bytes:
-        """The request head, within ``timeout`` of the connection and ``head_timeout`` of its first byte."""
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.timeout) as deadline:
-                def shorten() -> None:
-                    now_due = loop.time() + self.head_timeout
-                    when = deadline.when()
-                    deadline.reschedule(now_due if when is None else min(when, now_due))
-
-                reader.when_first_byte(shorten)
-                return await reader.readuntil(b"\r\n\r\n")
-        finally:
-            reader.when_first_byte(None)
-
-    async def _handle(self, reader: HeadReader, writer: asyncio.StreamWriter) -> None:
-        import asyncio
-
-        try:
-            try:
-                head = await self._read_head(reader)
-            except TimeoutError:
-                self.timed_out_connections += 1
-                return
-            except asyncio.LimitOverrunError:
-                await self._refuse_oversized(reader, writer)
-                return
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            parts = head.split(b"\r\n", 1)[0].split()
-            if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
-                writer.write(_response(400, b"bad request\n", TEXT, head_only=False))
-            elif parts[0] not in (b"GET", b"HEAD"):
-                writer.write(_response(405, b"only GET and HEAD\n", TEXT, head_only=False))
-            else:
-                code, body, ctype = self.route(parts[1].decode("latin-1"))
-                writer.write(_response(code, body, ctype, head_only=parts[0] == b"HEAD"))
-        finally:
-            with contextlib.suppress(TimeoutError, ConnectionError):
-                await asyncio.wait_for(writer.drain(), self.timeout)
-            writer.close()
-
-    async def _refuse_oversized(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """414 when the request line alone passes the limit, 431 when the headers do; then close our side and
-        drop what the client still sends (bounded by ``timeout`` and ``MAX_DISCARD``): closing a socket with
-        unread data sends a reset, and the client would lose the answer."""
-        import asyncio
-
-        start = await reader.read(MAX_REQUEST_HEAD)  # buffered already: returns at once
-        code = 431 if b"\r\n" in start else 414
-        writer.write(_response(code, f"{_REASONS[code].lower()}\n".encode(), TEXT, head_only=False))
-        end = time.monotonic() + self.timeout
-        with contextlib.suppress(TimeoutError, ConnectionError):
-            await asyncio.wait_for(writer.drain(), self.timeout)
-            writer.write_eof()
-            dropped = 0
-            while dropped < MAX_DISCARD and (chunk := await asyncio.wait_for(reader.read(65536),
-                                                                             end - time.monotonic())):
-                dropped += len(chunk)
-
-    def _evict_oldest_idle(self) -> bool:
-        """Close the oldest idle connection (its head not complete) and hand its slot over; False when none is."""
-        for serial, (conn, writer) in list(self._idle.items()):
-            if _has_data(conn):  # more of its request arrived, not read yet: it may be complete; not now
-                continue
-            del self._idle[serial]
-            self._evicted.add(serial)
-            self.evicted_connections += 1
-            self.open_connections -= 1
-            writer.close()  # its read ends (EOF), the handler returns and does not release the slot
-            return True
-        return False
-
-    async def _connection(self, conn: socket.socket, serial: int) -> None:
-        import asyncio
-
-        from patcher.adapters.streams import HeadReader
-
-        assert self._room is not None
-        try:
-            loop = asyncio.get_running_loop()
-            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
-            protocol = asyncio.StreamReaderProtocol(reader)
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock=conn)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            if not reader.head_done and not reader.at_eof():
-                self._idle[serial] = (conn, writer)
-                self._room.set()  # an accepted connection may be waiting for one to evict
-            await self._handle(reader, writer)
-        except OSError:
-            conn.close()
-        finally:
-            self._idle.pop(serial, None)
-            if serial in self._evicted:
-                self._evicted.discard(serial)
-            else:
-                self.open_connections -= 1
-                self._room.set()
-
-    async def _slot(self) -> None:
-        """Wait until a connection may be opened: a free slot, or the slot of the oldest idle connection."""
-        assert self._room is not None
-        while self.open_connections >= self.max_connections and not self._evict_oldest_idle():
-            self._room.clear()
-            await self._room.wait()
-        self.open_connections += 1
-        self.peak_connections = max(self.peak_connections, self.open_connections)
-
-    async def _accept(self) -> None:
-        """Accept, then take a slot (at most one accepted connection waits for it; beyond it, connections
-        wait in the kernel's backlog)."""
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        tasks: set[asyncio.Task[None]] = set()
-        serial = 0
-        try:
-            while True:
-                try:
-                    conn, _ = await loop.sock_accept(self._sock)
-                except OSError as exc:  # e.g. out of file descriptors: do not spin
-                    log.warning("health server cannot accept a connection", extra={"error": str(exc)})
-                    await asyncio.sleep(0.1)
-                    continue
-                try:
-                    await self._slot()
-                except BaseException:
-                    conn.close()
-                    raise
-                serial += 1
-                task = asyncio.create_task(self._connection(conn, serial))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-        finally:
-            for task in list(tasks):
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _serve(self) -> None:
-        import asyncio
-
-        self._room = asyncio.Event()
-        self._stopping = asyncio.Event()
-        if self._stop_requested:  # stop() came before the loop ran: it could not reach this event (see stop)
-            self._started.set()
-            return
-        accepting = asyncio.create_task(self._accept())
-        self._started.set()
-        await self._stopping.wait()
-        accepting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await accepting
-
-    def _run(self) -> None:
-        if self._wake_pipe is not None:
-            self._wait_for_wake(self._wake_pipe[0])
-        if self._stop_requested:
-            self._started.set()
-            return
-        import asyncio
-
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            self._started.set()
-            loop.close()
-
-    def _wait_for_wake(self, wake_fd: int) -> None:
-        """Block until ``wake`` or ``stop`` writes to the pipe, or a connection waits in the backlog."""
-        select.select([self._sock.fileno(), wake_fd], [], [])
-
-    def start(self, *, deferred: bool = False) -> None:
-        """Serve from a thread. Without ``deferred``, return once the loop runs; with it, at once: the thread
-        waits for ``wake`` or a first connection before it imports asyncio and serves (the class says why)."""
-        if self._thread is None:
-            if deferred:
-                self._wake_pipe = os.pipe()
-            self._thread = threading.Thread(target=self._run, name="health-server", daemon=True)
-            self._thread.start()
-            if not deferred:
-                self._started.wait()
-            log.info("health server listening", extra={"url": self.url})
-
-    def wake(self) -> None:
-        """Serve now (a deferred start); nothing when serving already."""
-        with self._wake_lock:
-            if self._wake_pipe is not None and not self._woken:
-                os.write(self._wake_pipe[1], b"w")  # the pipe's only byte: never blocks
-                self._woken = True
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            # The flag before the loop's event is read: a loop that has not made its event yet sees the flag.
-            self._stop_requested = True
-            self.wake()
-            loop, stopping = self._loop, self._stopping
-            if loop is not None and stopping is not None and not loop.is_closed():
-                with contextlib.suppress(RuntimeError):  # the loop ended meanwhile
-                    loop.call_soon_threadsafe(stopping.set)
-            self._thread.join(2.0)
-            self._thread = None
-        with self._wake_lock:
-            if self._wake_pipe is not None:
-                for fd in self._wake_pipe:
-                    os.close(fd)
-                self._wake_pipe = None
-        self._sock.close()
-
-    def __enter__(self) -> HealthServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-def _response(code: int, body: bytes, content_type: str, *, head_only: bool) -> bytes:
-    head = (f"HTTP/1.1 {code} {_REASONS.get(code, 'Unknown')}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    return head.encode("latin-1") + (b"" if head_only else body)

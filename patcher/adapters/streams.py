@@ -21,6 +21,7 @@ class HeadReader(asyncio.StreamReader):
         super().__init__(limit=limit)
         self.received = False
         self.head_done = False
+        self._heads = 0  # request heads that arrived and were not answered yet (kept-alive connections)
         self._on_head = on_head
         self._on_first: Callable[[], object] | None = None
         self._tail = b""  # the last bytes fed: the end of the head may come split across segments
@@ -37,10 +38,20 @@ class HeadReader(asyncio.StreamReader):
             self.received = True
             if self._on_first is not None:
                 self._on_first()
-        if chunk and not self.head_done:
+        if chunk:
             seen = self._tail + chunk
-            if END_OF_HEAD in seen:
+            self._heads += seen.count(END_OF_HEAD)  # a body holding one only makes the connection look busy
+            if self._heads and not self.head_done:
                 self.head_done = True
                 self._on_head()
             self._tail = seen[-(len(END_OF_HEAD) - 1):]
         super().feed_data(chunk)
+
+    def answered(self) -> bool:
+        """One request was answered and the connection stays open for the next: True when no other head
+        arrived meanwhile (the connection is idle again, evictable, and its next head's deadlines start anew)."""
+        self._heads = max(0, self._heads - 1)
+        if self._heads:
+            return False
+        self.received = self.head_done = False
+        return True

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from patcher import __version__
-from patcher.commands.flags import (
+from patcher.commands.conventions import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_PENDING,
@@ -183,9 +183,9 @@ def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list
     """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
     if not getattr(args, "check_extenders", False) or config is None:
         return None
-    from patcher.services import extcheck
+    from patcher.adapters import extprobe
 
-    return extcheck.check(opts, config)
+    return extprobe.check(opts, config)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -195,7 +195,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     notes = [n for n in plan.notes if not n.startswith("source form")]
     probes = _check_extenders(args, opts, config)
     if args.output != "text":
-        from patcher.services import extcheck
+        from patcher.core.extprobe import as_data
 
         changes = [{"path": c.node_path, "kind": c.kind,
                     "action": "create" if c.old is None else "delete" if c.new is None else "update",
@@ -203,7 +203,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
                "source_hash": plan.source_hash or None, "notes": notes, "changes": changes}
         if probes is not None:
-            doc["extenders"] = extcheck.as_data(probes)
+            doc["extenders"] = as_data(probes)
         emit(doc, args.output)
         return EXIT_PENDING if plan.pending else EXIT_OK
     out = sys.stdout
@@ -254,9 +254,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_ERROR
     lines = engine.apply(opts, plan)[0] if plan.pending else []
-    from patcher.services import extcheck
+    from patcher.core.extprobe import as_data
 
-    _report(args, plan.manifest_path, lines, plan.notes, extcheck.as_data(probes) if probes is not None else None)
+    _report(args, plan.manifest_path, lines, plan.notes, as_data(probes) if probes is not None else None)
     if not lines and args.output == "text":
         print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK

@@ -54,13 +54,13 @@ from typing import TYPE_CHECKING, Final
 
 from patcher.adapters import heap, logs
 from patcher.adapters.health import Health, HealthServer
+from patcher.adapters.httpserver import CertReloader, HttpServer
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME, collect
 from patcher.adapters.kube.configmapview import ConfigMapView
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
-from patcher.adapters.tlsserver import CertReloader, TlsServer
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
@@ -83,7 +83,7 @@ VERDICT_READS: Final = 4
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher gatekeeper``."""
-    from patcher.commands.flags import Flags, boolean, duration
+    from patcher.commands.conventions import Flags, boolean, duration
 
     add_verdict_arguments(p)
     f = Flags(p)
@@ -178,7 +178,7 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
     """The gatekeeper until ``stop`` is set (``main`` without signals and logging setup, for tests)."""
-    from patcher.commands.flags import EXIT_USAGE
+    from patcher.commands.conventions import EXIT_USAGE
 
     problems = usage_problems(args)
     for problem in problems:
@@ -280,7 +280,7 @@ def webhook_selection(args: argparse.Namespace) -> Selection:
 
 
 def build_webhook(api: Api, args: argparse.Namespace,
-                  metrics: GateMetrics) -> tuple[ConfigMapView, TlsServer] | None:
+                  metrics: GateMetrics) -> tuple[ConfigMapView, HttpServer] | None:
     """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen.
     Raises ``ValueError`` for a missing flag, ``OSError``/``ssl.SSLError`` for a certificate that does not load."""
     if not args.webhook_listen:
@@ -292,4 +292,5 @@ def build_webhook(api: Api, args: argparse.Namespace,
         raise ValueError(f"--webhook-verdict-configmap: no name in {args.webhook_verdict_configmap!r}")
     view = ConfigMapView(api, namespace or args.namespace, name)
     app = AdmissionWebhook(webhook_selection(args), view.state, metrics.registry)
-    return view, TlsServer(args.webhook_listen, CertReloader(args.webhook_cert, args.webhook_key), app.handle)
+    return view, HttpServer(app.handle, args.webhook_listen, certs=CertReloader(args.webhook_cert, args.webhook_key),
+                            keep_alive=True, name="webhook server")

@@ -34,7 +34,7 @@ EXIT_READY, EXIT_NOT_READY = 0, 1
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``readiness`` and ``gatekeeper``: where the verdict's inputs are."""
-    from patcher.commands.flags import Flags, boolean
+    from patcher.commands.conventions import Flags, boolean
 
     f = Flags(p)
     f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
@@ -71,7 +71,7 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher readiness``."""
-    from patcher.commands.flags import Flags, boolean, duration
+    from patcher.commands.conventions import Flags, boolean, duration
 
     add_verdict_arguments(p)
     f = Flags(p)
@@ -138,7 +138,7 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)
     if args.output == "yaml":
-        from patcher.commands.flags import emit
+        from patcher.commands.conventions import emit
 
         emit(json.loads(render_json(verdict)), "yaml", out)
     else:

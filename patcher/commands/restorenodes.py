@@ -23,7 +23,7 @@ EXIT_RESTORED, EXIT_NOT_RESTORED = 0, 1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from patcher.commands.flags import Flags, boolean, duration
+    from patcher.commands.conventions import Flags, boolean, duration
 
     f = Flags(p)
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")

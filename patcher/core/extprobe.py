@@ -4,8 +4,8 @@ kube-scheduler never checks its extenders at start-up: a wrong URL, an extender 
 the scheduler rejects shows only when pods fail to schedule (``ignorable: false``) or are silently placed
 without the extender (``ignorable: true``). The agent probes first. This module reads the probe targets out of
 the rendered config files, builds the harmless request (a filter, else a prioritize, call with an empty node
-list; never bind or preempt, which change the cluster), and judges the answer; the network part is
-``patcher.adapters.extprobe``.
+list; never bind or preempt, which change the cluster), and judges the answer; the network part (and the
+probe of one rendered config on this node) is ``patcher.adapters.extprobe``.
 
 The transport follows kube-scheduler's ``makeTransport``: the ``tlsConfig`` fields as given; with
 ``enableHTTPS`` and no CA (file or data) the server certificate is not verified; a CA together with
@@ -226,3 +226,9 @@ def summary(results: Iterable[Result]) -> str:
     """One line naming every extender that did not answer (the ``message`` annotation, the Event)."""
     failed = [r for r in results if not r.answered and not r.skipped]
     return "; ".join(f"extender {r.url} does not answer: {r.error}" for r in failed)
+
+
+def as_data(results: Iterable[Result]) -> list[dict[str, object]]:
+    """The ``-o json``/``yaml`` form: one object per extender."""
+    return [{"url": r.url, "answered": r.answered, "ignorable": r.ignorable, "skipped": r.skipped,
+             "error": r.error or None, "seconds": round(r.seconds, 3)} for r in results]

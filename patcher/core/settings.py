@@ -2,7 +2,7 @@
 comes from.
 
 ``scheduler-patcher run`` is told one ``Settings`` value; the command line builds it from the flags (each
-flag's default comes from ``PATCHER_<FLAG>``, see ``patcher.commands.flags``) in
+flag's default comes from ``PATCHER_<FLAG>``, see ``patcher.commands.conventions``) in
 ``patcher.commands.cli.run_settings``, ``patcher.services.runner.build_agent`` wires the agent from it, and the
 tests build it too (``Settings.build``): so a flag cannot reach the agent by a path the tests do not take.
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, overload
 
+from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
 from patcher.adapters.watch import FolderWatcher
 from patcher.core import extprobe, lifecycle
@@ -29,7 +30,7 @@ from patcher.core.schedconfig import RenderedConfig
 from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
-from patcher.services import engine, extcheck, patching
+from patcher.services import engine, patching
 from patcher.services.ports import Coordinator, HoldSource, OwnerSource, PodSource, Reporter
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
@@ -312,7 +313,7 @@ class Observations:
             self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
-        extcheck.start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
+        start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
                              log_extra=self._log_extra, observe=self._probe_metrics)
 
     def _probe_metrics(self, results: list[extprobe.Result]) -> None:

@@ -27,13 +27,12 @@ from patcher.services import engine, process
 from patcher.services.agent import Agent, Event
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
-    from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
+    from patcher.adapters.kube.publish import NodeReporter, StatusPublisher
     from patcher.adapters.kube.transport import Api as KubeApi
     from patcher.services.rollout import RolloutLease
-    from patcher.services.statuspub import StatusPublisher
 
 log = logging.getLogger("patcher.services.runner")
 
@@ -145,12 +144,11 @@ class ApiParts:
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
                metrics: Metrics) -> ApiParts:
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
-    from patcher.adapters.kube.annotations import NodeReporter
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
+    from patcher.adapters.kube.publish import NodeReporter, StatusPublisher, StatusTarget
     from patcher.services.rollout import RolloutLease
-    from patcher.services.statuspub import StatusPublisher, StatusTarget
 
     assert config.api is not None
     files, node_name, retry = config.files, config.pod.node_name, config.api.backoff

@@ -1,7 +1,7 @@
 """The admission webhook: AdmissionReview in, ``allowed: true`` and maybe the gate's JSON patch out.
 
 For clusters without MutatingAdmissionPolicy, ``scheduler-patcher gatekeeper --webhook-listen`` serves the
-policy's rules (``patcher.core.admission``) over HTTPS (``patcher.adapters.tlsserver``), with the verdict read
+policy's rules (``patcher.core.admission``) over HTTPS (``patcher.adapters.httpserver``), with the verdict read
 from the same readiness ConfigMap the policy's ``paramRef`` names (``patcher.adapters.kube.configmapview``).
 
 Every answer allows the pod: a webhook fault must never block pod creation (``failurePolicy: Ignore`` covers a
@@ -40,7 +40,7 @@ ParamsFn = Callable[[], "tuple[bool, Obj | None]"]
 
 
 class AdmissionWebhook:
-    """``handle(method, path, body)`` for ``TlsServer``; ``params()`` gives ``(known, ConfigMap or None)``."""
+    """``handle(method, path, body)`` for ``HttpServer``; ``params()`` gives ``(known, ConfigMap or None)``."""
 
     def __init__(self, selection: Selection, params: ParamsFn, registry: CollectorRegistry | None = None) -> None:
         self.selection = selection

@@ -1,9 +1,12 @@
-"""Publish the node's state (annotations + events) in the background, so the API being down never blocks.
+"""What the agent publishes in the cluster: its Node's state (``NodeReporter``: annotations and events) and the
+agents' copy of the cluster verdict (``StatusPublisher``: ConfigMaps for readers that cannot run our code).
+Both in the background, so the API being down never blocks the agent loop. The vocabulary (annotation names,
+states, event texts, the verdict's form) is pure and lives in ``patcher.core.status``.
 
-``publish()`` only records the desired state and returns. A worker thread sends one JSON merge patch when the
-desired annotations differ from what it last published successfully, then the queued transition events, and
-retries failures with capped exponential backoff. A newer desired state simply replaces a pending one (the
-latest state wins); events are kept in order (bounded) because each transition is worth a line in
+``NodeReporter.publish()`` only records the desired state and returns. A worker thread sends one JSON merge
+patch when the desired annotations differ from what it last published successfully, then the queued transition
+events, and retries failures with capped exponential backoff. A newer desired state simply replaces a pending
+one (the latest state wins); events are kept in order (bounded) because each transition is worth a line in
 ``kubectl describe node``. ``flush()`` is for shutdown: try hard to deliver the final state within a deadline.
 
 Failures arrive as ``patcher.adapters.kube.errors`` classes and are handled by what they mean: a ``Conflict``
@@ -11,6 +14,14 @@ on the Node (busy Nodes: the kubelet and controllers write them too) is not an o
 the Node and patches again at once; ``Forbidden``/``Unauthorized`` are logged once as an error naming the
 right and, after a few ordinary retries (a restarting API server denies until its RBAC caches synced), wait the
 backoff's longest delay (``backoff.after_denial``); anything else backs off.
+
+``StatusPublisher``: every agent republishes the verdict after each of its own state changes, after a change
+of a kube-scheduler pod its ``SchedulerIndex`` sees (and at a slow pace otherwise), from its own thread: the
+verdict reads every control-plane Node and scheduler pod, which must never delay the agent loop. The index (a
+metadata-only watch of the mirror pods' namespace, reduced to the few unlabelled scheduler candidates) keeps a
+verdict's reads to the control plane's size, not kube-system's. ``publish_status`` re-reads the ConfigMap
+before writing and retries on conflicts, so several agents writing at once always leave the newest verdict
+behind.
 """
 
 from __future__ import annotations
@@ -20,9 +31,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from patcher.adapters.kube.backoff import Backoff, after_denial
+from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
     COMPONENT,
@@ -160,24 +174,6 @@ class NodeReporter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @property
-    def published(self) -> dict[str, str | None] | None:
-        """The annotation set last accepted by the API server (``None`` before the first success)."""
-        with self._cond:
-            return None if self._published is None else dict(self._published)
-
-    @property
-    def retry_in(self) -> float | None:
-        """Seconds until the next attempt after a failure (``None``: none failed since the last success)."""
-        with self._cond:
-            return None if self._retry_at == 0.0 else max(0.0, self._retry_at - time.monotonic())
-
-    @property
-    def node_uid(self) -> str | None:
-        """The Node's uid, learned from the first successful patch."""
-        with self._cond:
-            return self._node_uid
 
     # -- worker side -------------------------------------------------------------------------------------
 
@@ -321,3 +317,74 @@ def _carries(node: object, annotations: dict[str, str | None]) -> bool:
         return False
     current = (node.get("metadata") or {}).get("annotations") or {}
     return isinstance(current, dict) and all(current.get(k) == v for k, v in annotations.items())
+
+
+@dataclass(frozen=True)
+class StatusTarget:
+    namespace: str  # the agent's namespace: scheduler-patcher-status lives there
+    prefix: str
+    static_pod_name: str
+    mirror_namespace: str
+    compat_csi_baremetal: bool  # the defaults are the Status settings' (patcher.core.settings)
+    compat_namespace: str | None
+
+
+class StatusPublisher:
+    def __init__(self, api: Api, target: StatusTarget, *, backoff: Backoff | None = None,
+                 refresh: float = 300.0, index: bool = True) -> None:
+        self.api = api
+        self.target = target
+        self.backoff = backoff or Backoff(1.0, 60.0)
+        self.refresh = refresh
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
+        self.index = SchedulerIndex(api, target.mirror_namespace, target.static_pod_name, on_change=self.kick,
+                                    backoff=Backoff(1.0, 60.0)) if index else None
+
+    def start(self) -> None:
+        # Publish once at start, not only after a phase change: an agent whose first write is held back (the
+        # extender down, its turn not come) starts and stays Pending, and until a verdict is published the
+        # admission policy gates nothing (its ConfigMap missing).
+        self._kick.set()
+        if self.index is not None:
+            self.index.start()
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Something changed here: publish soon."""
+        self._kick.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        if self.index is not None:
+            self.index.stop()
+        self._thread.join(3)
+
+    def publish_once(self) -> None:
+        t = self.target
+        publish_status(
+            self.api,
+            lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
+                            mirror_namespace=t.mirror_namespace, index=self.index),
+            namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal, compat_namespace=t.compat_namespace)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._kick.wait(self.refresh)
+            if self._stop.is_set():
+                return
+            self._kick.clear()
+            if self._stop.wait(1.0):  # let the node reporter deliver the annotation this verdict reads
+                return
+            if self.index is not None:  # the first verdict: from the index, not a list of its own beside it
+                self.index.wait_fresh(10.0)
+            try:
+                self.publish_once()
+                self.backoff.reset()
+            except ApiError as exc:
+                delay = self.backoff.next_delay()
+                log.info("cannot publish the status ConfigMap (%s); again in %.1fs", exc, delay)
+                if not self._stop.wait(delay):
+                    self._kick.set()
