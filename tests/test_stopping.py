@@ -62,9 +62,8 @@ def patched(tmp_path: Path) -> tuple[Files, Stopping]:
 def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path: Path,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """Under load the Lease's answer can take longer than the confirm wait: the restore goes ahead without it
-    (it must follow SIGTERM within a second), but the API did answer, so the final report keeps the rest of
-    the grace period instead of 2 s (``SILENT_API_REPORT``), which a loaded API server may need to take the
-    Restored annotation."""
+    (it must follow SIGTERM within a second), but the API did answer: not silent, so a restore that ends
+    past the stop's answers deadline still gives the final report ``FINAL_REPORT``."""
     files, stopper = patched(tmp_path)
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     with caplog.at_level(logging.WARNING):
@@ -94,7 +93,7 @@ def test_holding_the_turn_with_a_stale_pod_view_is_a_silent_api(tmp_path: Path) 
     """The node held the turn (its own write waited for the restart) when the API went black: the restore does
     not ask for the turn, and the mirror pod's view is stale, so the API is silent, whatever an earlier round
     trip of the Lease actor said (its ``api_answered`` is from before the black hole). The final report then
-    gets 2 s, not the rest of the grace period (the exit took 21 s in bench_black_hole(uninstall=True))."""
+    gets nothing past the stop's answers deadline (the exit took 21 s in bench_black_hole(uninstall=True))."""
     files, stopper = patched(tmp_path)
     lease = SlowLease(late=False)
     lease.held, lease.api_answered = True, True

@@ -57,15 +57,18 @@ Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
 ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "state", "restore"]
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
-#: the restore must follow SIGTERM within a second whatever the API does. At most 40 % of the grace
-#: period, the share the whole wait for the turn may take.
-LEASE_CONFIRM_WAIT = 0.5
+#: at most 40 % of the grace period, the share the whole wait for the turn may take.
+LEASE_CONFIRM_WAIT = 0.4
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
-#: when no answer comes): with the Lease's confirm wait, still well under a second.
-OWNER_LOOKUP = 0.25
-#: Seconds the last report may take after a restore the API did not answer (its Lease request timed out): the
-#: report would not get through either, and the pod should not hold its node for the rest of the grace period.
-SILENT_API_REPORT = 2.0
+#: when no answer comes).
+OWNER_LOOKUP = 0.2
+#: Seconds from the stop to the end of its last wait for an answer (the DaemonSet read and the Lease request
+#: above, the Lease's release and the final report): SIGTERM -> exit within a second whatever the API does,
+#: the API adapters' close and the interpreter's exit included. Only waits on an API that answers (another
+#: node holds the turn, the restored scheduler is not back yet) may take the grace period's share.
+STOP_ANSWERS = 0.6
+#: Seconds the release and the final report get after such a wait on an answering API.
+FINAL_REPORT = 0.5
 
 
 # -- the value -------------------------------------------------------------------------------------------------
@@ -124,7 +127,7 @@ class Node:
     wait: Wait | None = None
     turn: Literal["none", "asked", "held"] = "none"
     stopping: bool = False
-    stop_until: float = 0.0  # set by Stop: when the stop's own work must be done (monotonic)
+    stop_until: float = 0.0  # set by Stop: when the release and the final report must be done (monotonic)
     #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
     #: probes of the current one failed in a row (the retry backoff).
     probing: str = ""
@@ -957,16 +960,17 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 
 
 def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float]:
-    """The stop's deadlines from the grace period: (confirm wait in seconds, turn until, restored until, end).
+    """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until).
 
-    ``end`` keeps a reserve (a fifth of the grace period, at most 5 s) for the teardown of the API adapters
-    (bounded at 1 s by the runner) and the process exit, which is slow on a loaded node: the exit must come
-    before the kubelet's kill, not merely start before it. The turn may take 40 % of the grace period, the
-    wait for the restored scheduler up to 70 % and never the last 2 s before ``end`` (the release and the
-    report come after it)."""
+    ``answers until``: every wait for an answer ends by then (``STOP_ANSWERS``), whatever the grace period.
+    The waits on an API that answers come from the grace period, ending before a reserve (a fifth of it, at
+    most 5 s) for the release, the report and the exit, which is slow on a loaded node: the turn may take
+    40 % of the grace period, the wait for the restored scheduler up to 70 % and never the last 2 s before
+    that reserve."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
-    return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
+    return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
+            min(end, now + STOP_ANSWERS))
 
 
 def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
@@ -1019,10 +1023,12 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
-    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released."""
+    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released. A restore
+    that waited on an answering API past the stop's answers deadline gives the release and the report
+    ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
     node = replace(node, turn="held" if ev.held else "none")
-    if ev.api_silent:
-        node = replace(node, stop_until=min(node.stop_until, ev.now + SILENT_API_REPORT))
+    if not ev.api_silent and ev.now >= node.stop_until:
+        node = replace(node, stop_until=ev.now + FINAL_REPORT)
     if not ev.ok:
         node, rel = _release(node)
         return node, [Error("restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,

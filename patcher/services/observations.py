@@ -358,16 +358,16 @@ class Observations:
             self.reporter.note(action.reason, action.message, warning=action.warning)
 
     def finish(self, action: lifecycle.Finish) -> None:
-        """Stop the folder watch, close the Lease (its release sent) and send the pending report, by
-        ``action.until``."""
+        """Stop the folder watch, close the Lease (its release sent) and send the pending report, all by
+        ``action.until``: past it, nothing waits for the API."""
         if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
             self.watcher.stop()
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.2, 0.5 * (action.until - time.monotonic())))
+            self.coordinator.close(max(0.0, 0.5 * (action.until - time.monotonic())))
         if self.api_pending and self.reporter is None:  # stopped while the API side was still being built:
-            # the manifest is restored already; give the report a share of what is left of the grace period
+            # the manifest is restored already; give the report a share of what is left
             self.attached_event.wait(max(0.0, 0.5 * (action.until - time.monotonic())))
             if self.reporter is not None and self.current().phase == NodeState.RESTORED:
                 self.reporter.publish(node_status(self.current()))
-        if self.reporter is not None and not self.reporter.flush(max(0.2, action.until - time.monotonic())):
-            log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
+        if self.reporter is not None and not self.reporter.flush(max(0.0, action.until - time.monotonic())):
+            log.warning("could not publish the final state before the stop's deadline", extra=self._log_extra)

@@ -299,6 +299,8 @@ def run(config: Settings) -> int:
     try:
         return process.run(agent, settled=settled)
     finally:
-        wiring.close()
+        # The stop's release and final report are done or given up already: the exit does not wait for the
+        # adapters' threads (the sockets close with the process).
+        wiring.close(0.1)
         if server:
             server.stop()
