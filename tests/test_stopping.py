@@ -1,17 +1,30 @@
-"""The stop's executor (``patcher.services.stopping``): what it reports back to the step about the API."""
+"""The stop (``patcher.services.stopping`` and ``Agent.shutdown``): the restored content, wherever the stop lands
+in the loop, and what the executor reports back to the step about the API. Real files on tmp folders."""
 
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import signal
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, reject, settings
+from hypothesis import strategies as st
 
+from patcher.adapters import signals
 from patcher.core import lifecycle
-from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.core.errors import PatcherError
+from patcher.core.settings import Files, Settings
+from patcher.core.status import NodeState
+from patcher.services import engine, process
+from patcher.services.agent import Agent
 from patcher.services.stopping import Stopping
 from tests import helpers
+from tests.conftest import corpus_manifests, fixture_manifests
+from tests.helpers import MANIFEST
 
 
 class SlowLease:
@@ -100,3 +113,114 @@ def test_holding_the_turn_with_a_stale_pod_view_is_a_silent_api(tmp_path: Path) 
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=1e12)
     done = stopper.restore(action, engine.state_store(files).load(), lease, StalePods())
     assert done.ok and done.api_silent
+
+
+# -- the restored content, wherever the stop lands ----------------------------------------------------------
+
+CONFIG = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n"
+TEXTS = sorted(fixture_manifests().items()) + [(p.name, p.read_bytes().decode("utf-8")) for p in corpus_manifests()]
+#: What may happen to the patched manifest before the stop.
+CHANGES = ("nothing", "edited, our items kept", "rewritten without our items")
+
+
+def node(tmp: Path, text: str) -> Files:
+    root = tmp / "node"
+    (root / MANIFEST).parent.mkdir(parents=True)
+    (root / MANIFEST).write_bytes(text.encode("utf-8"))
+    (tmp / "src").mkdir()
+    (tmp / "src" / "extenders.yaml").write_text(CONFIG)
+    return Files(source=tmp / "src", host_root=root, on_foreign="replace")
+
+
+def ready_agent(tmp: Path, text: str, events: queue.SimpleQueue[str] | None = None) -> Agent:
+    """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
+    agent = Agent(Settings.build(check_extenders=False, files=node(tmp, text)), events=events)
+    assert agent.start() and agent.phase == NodeState.READY
+    return agent
+
+
+def change(path: Path, what: str, original: str) -> None:
+    if what == "edited, our items kept":
+        path.write_bytes(b"# edited by an upgrade\n" + path.read_bytes())
+    elif what == "rewritten without our items":
+        path.write_bytes(original.encode("utf-8"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(TEXTS), st.sampled_from(CHANGES))
+def test_the_stop_restores_exactly_what_we_added_whatever_happened_since(item: tuple[str, str], what: str) -> None:
+    """Every manifest of the fixtures and the corpus, patched by the agent, then changed or not: the stop
+    removes exactly our items (the original bytes when nothing else changed) and leaves nothing beside the
+    manifest, no config file, no record."""
+    _, text = item
+    with tempfile.TemporaryDirectory() as t:
+        try:
+            agent = ready_agent(Path(t), text)
+        except (PatcherError, AssertionError):
+            reject()  # refused by rule (a shell-wrapped scheduler, say): nothing patched, nothing to restore
+        path = agent.files.host_root / MANIFEST
+        change(path, what, text)
+        assert agent.shutdown() == 0 and agent.phase == NodeState.RESTORED
+        if what == "edited, our items kept":
+            assert path.read_bytes() == b"# edited by an upgrade\n" + text.encode("utf-8")
+        else:
+            assert path.read_bytes() == text.encode("utf-8")
+        assert os.listdir(path.parent) == ["kube-scheduler.yaml"]
+        assert not os.listdir(engine.host_fs(agent.files).local(agent.files.host_config_dir))
+        assert not engine.state_store(agent.files).present()
+
+
+LOOP_EVENTS = ("source", "manifest", "config", "replan", "pod", "stop")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.sampled_from(LOOP_EVENTS), max_size=6), st.sampled_from(["weight: 1", "weight: 5"]))
+def test_a_stop_anywhere_among_the_loops_events_restores(before: list[str], weight: str) -> None:
+    """The stop lands anywhere in the loop's queue (after a source change it has not seen yet, a re-plan, a
+    pod update, another stop): the loop ends at it and the node is restored, byte for byte."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    with tempfile.TemporaryDirectory() as t:
+        events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        agent = ready_agent(Path(t), text, events)
+        (agent.files.source / "extenders.yaml").write_text(CONFIG + f"  {weight}\n")
+        for event in [*before, "stop"]:  # the last one: the stop request's own event (``request_stop``)
+            events.put(event)
+        agent.loop()  # handles each event before the stop as it comes, then ends at the first stop
+        assert agent.shutdown() == 0
+        assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+        assert agent.phase == NodeState.RESTORED
+
+
+def test_a_manifest_upgraded_since_the_patch_keeps_the_upgrade(tmp_path: Path) -> None:
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    path = agent.files.host_root / MANIFEST
+    path.write_text(path.read_text().replace("v1.31.2", "v1.32.0"))  # kubeadm upgrade, our items kept
+    assert agent.shutdown() == 0
+    assert path.read_text() == text.replace("v1.31.2", "v1.32.0")  # only our items went, the upgrade stays
+    assert agent.phase == NodeState.RESTORED
+
+
+def test_the_signal_is_said_once_and_the_stop_restores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The handler runs on the loop's thread and only requests the stop (no log line, no write there); the
+    stop says the signal once, then restores; a second signal is ignored, said as such."""
+    text = fixture_manifests()["kubeadm.yaml"]
+    agent = ready_agent(tmp_path, text)
+    monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
+    signals.reset()
+    try:
+        process.install_signal_handlers(agent)
+        with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
+            signals._handler(signal.SIGTERM, None)  # what the interpreter runs on the main thread
+            assert "received SIGTERM" not in caplog.text
+            assert (agent.files.host_root / MANIFEST).read_bytes() != text.encode()  # nothing written there
+            signals._handler(signal.SIGINT, None)
+            assert agent.shutdown() == 0
+    finally:
+        signals.reset()
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count("received SIGTERM") == 1 and "received SIGINT" not in said
+    assert "second stop signal ignored: the restore is running and must finish" in said
+    assert said.index("received SIGTERM") < said.index(f"wrote /{MANIFEST} (stopping)")
+    assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()

@@ -128,6 +128,7 @@ class Node:
     turn: Literal["none", "asked", "held"] = "none"
     stopping: bool = False
     stop_until: float = 0.0  # set by Stop: when the release and the final report must be done (monotonic)
+    grace_until: float = 0.0  # set by Stop: the grace period's end, less the exit's reserve (monotonic)
     #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
     #: probes of the current one failed in a row (the retry backoff).
     probing: str = ""
@@ -493,7 +494,7 @@ class RetryLater:
 
 @dataclass(frozen=True)
 class Restore:
-    """Restore the manifest and remove our files (the prepared restore first), report with ``RestoreDone``.
+    """Restore the manifest and remove our files, report with ``RestoreDone``.
 
     When the restore writes the manifest and the rollout is coordinated, the executor first asks for the
     rollout Lease, so that an uninstall restarts one scheduler at a time: each request that gets no answer
@@ -520,10 +521,13 @@ class Keep:
 @dataclass(frozen=True)
 class Finish:
     """The last action of a stop: close the rollout Lease (its release sent), send the pending report,
-    all before ``until`` (monotonic); then the process exits with ``code``."""
+    all before ``until`` (monotonic); then the process exits with ``code``. A stop that comes while the API
+    client is still being built (imports, TLS: no network) waits for it until ``build_until`` at most; the
+    report then gets ``FINAL_REPORT``."""
 
     until: float
     code: int = 0
+    build_until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -535,8 +539,7 @@ class CheckStateFolder:
 
 @dataclass(frozen=True)
 class LetGo:
-    """The node is held: release the node's writer lock (a hand ``restore`` may run) and drop the restore
-    prepared for a stop. No answer."""
+    """The node is held: release the node's writer lock (a hand ``restore`` may run). No answer."""
 
 
 @dataclass(frozen=True)
@@ -959,8 +962,8 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 # -- the stop ------------------------------------------------------------------------------------------------
 
 
-def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float]:
-    """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until).
+def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float, float]:
+    """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until, end).
 
     ``answers until``: every wait for an answer ends by then (``STOP_ANSWERS``), whatever the grace period.
     The waits on an API that answers come from the grace period, ending before a reserve (a fifth of it, at
@@ -970,13 +973,12 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
     return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
-            min(end, now + STOP_ANSWERS))
+            min(end, now + STOP_ANSWERS), end)
 
 
 def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
-    """Whether a stop restores (see ``stop``), by the mode and what is known of the DaemonSet: ``stop`` decides
-    by it, and the agent asks it too, to write a prepared restore before the rest of the stop, so nothing
-    delays it. A held node is never restored by its agent."""
+    """Whether a stop restores (see ``stop``, which decides by it), by the mode and what is known of the
+    DaemonSet. A held node is never restored by its agent."""
     if held:
         return False
     return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
@@ -998,10 +1000,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     A stop that keeps leaves the rollout turn held while a write waits for its restart (the successor resumes
     the wait under the same holder name, and no other node may start a restart meanwhile); any other turn,
     asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
-    confirm, turn_until, restored_until, end = stop_budget(ev.now, opts)
+    confirm, turn_until, restored_until, answers_until, end = stop_budget(ev.now, opts)
     waiting = node.wait is not None
     held = node.hold is not None
-    node = replace(node, stopping=True, stop_until=end, wait=None, probing="")
+    node = replace(node, stopping=True, stop_until=answers_until, grace_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
     if not restores(opts, ev.daemonset, held=held):
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
@@ -1015,7 +1017,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
         else:
             node, rel = _release(node)
             acts += rel
-        return node, [*acts, Finish(end)]
+        return node, [*acts, Finish(answers_until, build_until=end)]
     reason = "--restore-on-exit=always" if opts.restore_on_exit == "always" else ev.daemonset.gone()
     # The restore first: the log line after it costs a write to stdout that SIGTERM -> restored need not wait for.
     return node, [Restore(reason, confirm, turn_until, restored_until),
@@ -1032,11 +1034,11 @@ def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
     if not ev.ok:
         node, rel = _release(node)
         return node, [Error("restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
-                      Finish(node.stop_until, code=1)]
+                      Finish(node.stop_until, code=1, build_until=node.grace_until)]
     record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
     node, acts = _phase(node, NodeState.RESTORED, record=record)
     node, rel = _release(node)
-    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
+    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until, build_until=node.grace_until)]
 
 
 # -- the operator's hold ------------------------------------------------------------------------------------

@@ -362,12 +362,15 @@ class Observations:
         ``action.until``: past it, nothing waits for the API."""
         if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
             self.watcher.stop()
+        until = action.until
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.0, 0.5 * (action.until - time.monotonic())))
-        if self.api_pending and self.reporter is None:  # stopped while the API side was still being built:
-            # the manifest is restored already; give the report a share of what is left
-            self.attached_event.wait(max(0.0, 0.5 * (action.until - time.monotonic())))
-            if self.reporter is not None and self.current().phase == NodeState.RESTORED:
-                self.reporter.publish(node_status(self.current()))
-        if self.reporter is not None and not self.reporter.flush(max(0.0, action.until - time.monotonic())):
+            self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
+        if self.api_pending and self.reporter is None:  # stopped while the API client was still being built
+            # (imports, TLS; no network): the manifest is restored already; the report waits for it
+            self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic())))
+            if self.reporter is not None:
+                until = max(until, time.monotonic() + lifecycle.FINAL_REPORT)
+                if self.current().phase == NodeState.RESTORED:
+                    self.reporter.publish(node_status(self.current()))
+        if self.reporter is not None and not self.reporter.flush(max(0.0, until - time.monotonic())):
             log.warning("could not publish the final state before the stop's deadline", extra=self._log_extra)

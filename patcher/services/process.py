@@ -39,12 +39,7 @@ def install_signal_handlers(agent: Agent) -> None:
         signals.install()
 
     def on_signal(signum: int) -> None:
-        # The handler runs on the loop's thread, so every line of it comes before the restore: the restore's
-        # write itself when the loop was waiting, then the stop request; the "received" line is said once the
-        # manifest is back (``Stopping.heard``).
-        agent.stopper.heard(signum)
-        agent.write_at_signal()  # the prepared restore first, when the loop was waiting: nothing delays it
-        agent.request_stop()
+        agent.request_stop(signum=signum)
 
     signals.subscribe(on_signal)
 
