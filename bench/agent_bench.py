@@ -44,6 +44,7 @@ from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.core import timefmt  # noqa: E402
+from patcher.core.lifecycle import LoopEvent  # noqa: E402
 from patcher.core.settings import Files, Settings  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
@@ -153,7 +154,7 @@ def bench_pod_to_readyz(n: int) -> None:
         reporter = NodeReporter(api, "cp-1", backoff=fast)
         holder: list[Agent] = []
         pods = MirrorPodWatcher(api, "kube-system", "kube-scheduler-cp-1", backoff=fast,
-                                on_update=lambda pod: holder[0].notify("pod") if holder else None)
+                                on_update=lambda pod: holder[0].notify(LoopEvent.POD) if holder else None)
         files = Files(source=src, host_root=root)
         # No settle time: the figure is the agent's reaction to the pod, not the 10 s wait for it to stay up.
         settings = Settings.build(check_extenders=False, files=files, node_name="cp-1", resync_interval=3600,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from patcher.adapters import signals
 from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine, process
@@ -132,7 +133,7 @@ def node(tmp: Path, text: str) -> Files:
     return Files(source=tmp / "src", host_root=root, on_foreign="replace")
 
 
-def ready_agent(tmp: Path, text: str, events: queue.SimpleQueue[str] | None = None) -> Agent:
+def ready_agent(tmp: Path, text: str, events: queue.SimpleQueue[LoopEvent] | None = None) -> Agent:
     """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
     agent = Agent(Settings.build(check_extenders=False, files=node(tmp, text)), events=events)
     assert agent.start() and agent.phase == NodeState.READY
@@ -170,20 +171,20 @@ def test_the_stop_restores_exactly_what_we_added_whatever_happened_since(item: t
         assert not engine.state_store(agent.files).present()
 
 
-LOOP_EVENTS = ("source", "manifest", "config", "replan", "pod", "stop")
+LOOP_EVENTS = (LoopEvent.SOURCE, LoopEvent.MANIFEST, LoopEvent.CONFIG, LoopEvent.REPLAN, LoopEvent.POD, LoopEvent.STOP)
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.sampled_from(LOOP_EVENTS), max_size=6), st.sampled_from(["weight: 1", "weight: 5"]))
-def test_a_stop_anywhere_among_the_loops_events_restores(before: list[str], weight: str) -> None:
+def test_a_stop_anywhere_among_the_loops_events_restores(before: list[LoopEvent], weight: str) -> None:
     """The stop lands anywhere in the loop's queue (after a source change it has not seen yet, a re-plan, a
     pod update, another stop): the loop ends at it and the node is restored, byte for byte."""
     text = fixture_manifests()["kubeadm.yaml"]
     with tempfile.TemporaryDirectory() as t:
-        events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        events: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()
         agent = ready_agent(Path(t), text, events)
         (agent.files.source / "extenders.yaml").write_text(CONFIG + f"  {weight}\n")
-        for event in [*before, "stop"]:  # the last one: the stop request's own event (``request_stop``)
+        for event in [*before, LoopEvent.STOP]:  # the last one: the stop request's own event (``request_stop``)
             events.put(event)
         agent.loop()  # handles each event before the stop as it comes, then ends at the first stop
         assert agent.shutdown() == 0

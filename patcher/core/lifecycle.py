@@ -41,6 +41,7 @@ the step answers ``Restore`` (with the deadlines of every bounded wait, computed
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Literal
 
 from patcher.core.manifest import MISSING_FILE
@@ -377,6 +378,23 @@ class Reclaimed:
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
          | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged
          | HoldUnknown | Reclaimed)
+
+
+class LoopEvent(StrEnum):
+    """What wakes the agent's loop, from its adapters' threads and the signal handler (the executor turns each
+    into the events above, ``services/observations``; a timer that is due wakes it with none)."""
+
+    SOURCE = "source"  # the source folder changed
+    MANIFEST = "manifest"  # the kubelet's manifest folder (or a symlinked manifest's target folder) changed
+    CONFIG = "config"  # the host config folder changed
+    POD = "pod"  # the mirror pod's view changed
+    LEASE = "lease"  # the Lease actor's snapshot changed
+    DAEMONSET = "daemonset"  # what the agent knows of its DaemonSet changed
+    HOLD = "hold"  # the Node's hold annotation changed
+    ATTACHED = "attached"  # the API adapters are there
+    PROBE = "probe"  # an extender probe answered
+    REPLAN = "replan"  # the step's ``Replan``: plan again
+    STOP = "stop"  # a stop was requested
 
 
 # -- actions (what the agent must do) ------------------------------------------------------------------------

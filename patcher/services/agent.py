@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from patcher.adapters.health import Health, Metrics
 from patcher.core import lifecycle
-from patcher.core.lifecycle import Node
+from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.settings import Settings
 from patcher.core.state import State
 from patcher.core.status import NodeState
@@ -35,14 +35,7 @@ from patcher.services.timers import Timers
 
 log = logging.getLogger("patcher.services.agent")
 
-__all__ = ["Agent", "Event"]
-
-#: The loop's events: "source", "manifest", "config" (a watched folder changed: the source, the kubelet's
-#: manifest folder, the host config folder), "pod" (mirror pod update), "lease" (the
-#: Lease actor's snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the
-#: API adapters are there), "probe" (a probe answered), "replan" (the step's ``Replan``: plan again), "stop";
-#: None: a timer is due. ``Observations.events`` says what each one is for the lifecycle.
-Event = str
+__all__ = ["Agent"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +52,7 @@ class Agent:
                  fallback_version: Callable[[], str | None] = lambda: None, coordinator: Coordinator | None = None,
                  owner: OwnerSource | None = None, on_phase: Callable[[NodeState], None] | None = None,
                  coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
-                 events: queue.SimpleQueue[Event] | None = None) -> None:
+                 events: queue.SimpleQueue[LoopEvent] | None = None) -> None:
         """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
         a hold watch comes (the agent runs with the API), so nothing is written before it answered or
         ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
@@ -75,7 +68,7 @@ class Agent:
         self._stopping = threading.Event()
         # A SimpleQueue: the stop signal's handler puts on it from the loop's own thread, between any two
         # bytecodes; queue.Queue's put takes a non-reentrant lock its get may hold at that moment (deadlock).
-        self.events: queue.SimpleQueue[Event] = events if events is not None else queue.SimpleQueue()
+        self.events: queue.SimpleQueue[LoopEvent] = events if events is not None else queue.SimpleQueue()
         self._node = Node()
         log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
         self.log_extra, self.timers = log_extra, Timers()
@@ -111,7 +104,7 @@ class Agent:
 
     # -- inputs from other threads (``process`` installs the signals and starts the watch) --------------------
 
-    def notify(self, event: Event) -> None:
+    def notify(self, event: LoopEvent) -> None:
         self.events.put(event)
 
     def request_stop(self, code: int = 0, why: lifecycle.StopWhy = "signal", *, signum: int | None = None) -> None:
@@ -124,7 +117,7 @@ class Agent:
         self._stop_why, self._signal = why, signum
         self._stopping.set()
         self.world.probe_cancel.set()
-        self.events.put("stop")
+        self.events.put(LoopEvent.STOP)
 
     def api_unavailable(self) -> None:
         """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
@@ -149,7 +142,7 @@ class Agent:
                 event = self.events.get(timeout=self.world.timeout(self.rules))
             except queue.Empty:
                 event = None
-            if event == "stop" or self._stopping.is_set():
+            if event is LoopEvent.STOP or self._stopping.is_set():
                 return
             try:
                 self._handle(event)
@@ -181,7 +174,7 @@ class Agent:
     def check_restart(self) -> None:
         self._feed(self.world.observe())
 
-    def _handle(self, event: Event | None) -> None:
+    def _handle(self, event: LoopEvent | None) -> None:
         for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
             self._feed(made)
 
@@ -252,7 +245,7 @@ class Agent:
             case lifecycle.RollBack():
                 return w.roll_back(action)
             case lifecycle.Replan():
-                self.notify("replan")
+                self.notify(LoopEvent.REPLAN)
             case lifecycle.Probe(config_hash=config_hash):
                 w.start_probe(config_hash)
             case lifecycle.RetryLater() | lifecycle.CheckStateFolder():

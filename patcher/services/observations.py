@@ -1,8 +1,9 @@
-"""What the agent's thread sees, as ``lifecycle`` events: the loop's string events (a folder changed, the mirror
-pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a timer) turned into
-``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``, ``StateFolderOk``/``Failed``, and the
-answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` → ``Observed``, ``TakeTurn`` →
-``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` → ``RollbackDone``).
+"""What the agent's thread sees, as ``lifecycle`` events: the loop's events (``lifecycle.LoopEvent``: a folder
+changed, the mirror pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a
+timer) turned into ``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``,
+``StateFolderOk``/``Failed``, and the answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` →
+``Observed``, ``TakeTurn`` → ``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` →
+``RollbackDone``).
 
 It holds what the API side handed the agent (``attach``) and what those observations carry forward: the plan an
 ``Apply`` writes, the rollback's plan, the mirror pod before a write (the restart baseline), the timers. What
@@ -19,12 +20,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, overload
+from typing import Any, assert_never, overload
 
 from patcher.adapters.health import Metrics
 from patcher.adapters.watch import FolderWatcher
 from patcher.core import extprobe, lifecycle
-from patcher.core.lifecycle import Node
+from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.schedconfig import RenderedConfig
 from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
@@ -55,7 +56,7 @@ def node_status(node: Node) -> NodeStatus:
 
 class Observations:
     def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
-                 notify: Callable[[str], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
+                 notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
                  reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
                  owner: OwnerSource | None, fallback_version: Callable[[], str | None],
                  on_phase: Callable[[NodeState], None] | None) -> None:
@@ -88,34 +89,37 @@ class Observations:
         self.holds = holds
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
-        self.notify("attached")
+        self.notify(LoopEvent.ATTACHED)
 
     # -- the loop's events ------------------------------------------------------------------------------------
 
-    def events(self, event: str | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
+    def events(self, event: LoopEvent | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
         """One loop event as lifecycle events, lazily (each is fed before the next is made: a re-plan reads the
         record the turn left); then the restart check (it reads the mirror pod and the process table) and the
         periodic probe's timer, whatever the event was. None: a timer is due."""
-        if event in ("source", "manifest"):
-            yield self.plan(f"{event} changed")
-        elif event == "config":
-            yield self.plan("config folder changed")
-        elif event == "replan":
-            yield self.plan("re-plan")
-        elif event == "lease":
-            yield self.turn_changed()
-        elif event == "attached":
-            yield from self._attached()
-        elif event == "daemonset":
-            self._daemonset_changed(rules)
-        elif event == "hold":
-            yield self.hold_changed()
-        elif event == "probe":
-            yield self._probe_done.get_nowait()
-        elif event == "pod" or event is None:  # a pod update also runs a due timer: a busy pod must not starve it
-            yield from self._due()
-        else:
-            raise AssertionError(f"unknown loop event {event!r}")
+        match event:
+            case LoopEvent.SOURCE | LoopEvent.MANIFEST:
+                yield self.plan(f"{event} changed")
+            case LoopEvent.CONFIG:
+                yield self.plan("config folder changed")
+            case LoopEvent.REPLAN:
+                yield self.plan("re-plan")
+            case LoopEvent.LEASE:
+                yield self.turn_changed()
+            case LoopEvent.ATTACHED:
+                yield from self._attached()
+            case LoopEvent.DAEMONSET:
+                self._daemonset_changed(rules)
+            case LoopEvent.HOLD:
+                yield self.hold_changed()
+            case LoopEvent.PROBE:
+                yield self._probe_done.get_nowait()
+            case LoopEvent.POD | None:  # a pod update also runs a due timer: a busy pod must not starve it
+                yield from self._due()
+            case LoopEvent.STOP:  # the loop ends at it; nothing to observe
+                return
+            case _ as unknown:
+                assert_never(unknown)
         yield self.observe()
         self._schedule_periodic_probe(rules)
         if self.current().hold_known:
@@ -324,7 +328,7 @@ class Observations:
 
     def _probed(self, answer: lifecycle.Probed) -> None:
         self._probe_done.put(answer)
-        self.notify("probe")
+        self.notify(LoopEvent.PROBE)
 
     # -- the stop ---------------------------------------------------------------------------------------------
 
