@@ -84,13 +84,13 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     monkeypatch.setattr(agent.record.store, "save", save)
     agent.start()
     kubelet.sync()  # the scheduler runs the first config
-    agent.check_restart()
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.state.phase == "Ready"
     first, first_files = agent.state.config_hash, agent.state.files
     (src / "extenders.yaml").write_text(SECOND)
     agent.reconcile("source changed")
     kubelet.sync()
-    agent.check_restart()
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.state.phase == "Ready" and agent.state.config_hash != first
     gone = [f for f in first_files if f not in agent.state.files]
     fs = engine.host_fs(agent.files)
@@ -143,7 +143,7 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
                   on_phase=lambda phase: heard.append(phase.value))
     agent.start()
     kubelet.sync()
-    agent.check_restart()
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.state.phase == "Ready"
     heard.clear()
     config = agent.state.config_hash

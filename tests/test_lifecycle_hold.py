@@ -220,7 +220,7 @@ def node_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Path, Hold]]:
         assert agent.record.hold_for_life(stack, agent.metrics)  # as process.run does
         agent.start()
         kubelet.sync()
-        agent.check_restart()
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
         assert agent.phase == NodeState.READY
         yield agent, root, src, hold
 
@@ -330,7 +330,7 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         assert lock_free(agent.files)  # not the agent's yet: its next save takes it back
         agent._handle(LoopEvent.REPLAN)
         kubelet.sync()
-        agent.check_restart()
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
         assert agent.phase == NodeState.READY and not lock_free(agent.files)
 
 

@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ruamel.yaml import YAML
 
 from patcher.core import manifest
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services.agent import Agent
@@ -117,7 +118,7 @@ class Lifecycle(RuleBasedStateMachine):
         while not agent.events.empty():
             if agent.events.get_nowait() in ("manifest", "source"):
                 agent.reconcile("manifest changed")
-        agent.check_restart()
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
         self.written_bad |= set(agent.state.bad_hashes)
 
     @property

@@ -26,6 +26,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from patcher.adapters import fsio
 from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
 from patcher.services import engine
@@ -349,7 +350,7 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     health.said.clear()
     reporter.published.clear()
     with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
-        agent.check_restart()
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.state.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
     assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works

@@ -171,9 +171,6 @@ class Agent:
     def reconcile(self, why: str) -> None:
         self._feed(self.world.plan(why))
 
-    def check_restart(self) -> None:
-        self._feed(self.world.observe())
-
     def _handle(self, event: LoopEvent | None) -> None:
         for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
             self._feed(made)
