@@ -360,14 +360,14 @@ def test_sigterm_with_a_change_waiting_for_its_turn_and_the_api_black_holed_rest
     try:
         with caplog.at_level(logging.INFO):
             agent.agent.request_stop()
-            # Measured, generous: the old code waited 10 s here; the bound below is 0.4 s plus a loaded machine.
+            # Measured, generous: the old code waited 10 s here; the bound below is 0.3 s plus a loaded machine.
             assert wait_until(lambda: node.manifest.read_bytes() == KUBEADM, 5.0)
             hole.close()  # the API back: the hand-over (release, final report) need not use up the grace period
             node.emu.come_up()
             agent.thread.join(30)
         assert not agent.thread.is_alive() and agent.code == 0
         messages = [r.getMessage() for r in caplog.records]
-        skip = "restoring without the rollout lease (the API server did not answer within 0.4 s)"
+        skip = "restoring without the rollout lease (the API server did not answer within 0.3 s)"
         assert skip in messages, messages
         restored = next(i for i, m in enumerate(messages) if m.endswith("(stopping)"))
         assert messages.index(skip) < restored  # decided before the restore, not after a wait for the turn
@@ -380,7 +380,7 @@ def test_sigterm_waiting_for_another_nodes_turn_restores_once_the_api_goes_black
         node: Node, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 22, point 3: the stop asks for the rollout Lease to restore, the API answers that another node
     holds it, and then the API goes black. The old stop kept waiting for the turn, up to 40 % of the grace
-    period (10 s of 25 s); now every request of the wait must be answered within the confirm wait (0.4 s),
+    period (10 s of 25 s); now every request of the wait must be answered within the confirm wait (0.3 s),
     so the restore follows the black hole within about a second, and the log says why."""
     agent = Running(node, coordinated=True)  # the default grace period, 25 s
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
@@ -403,7 +403,7 @@ def test_sigterm_waiting_for_another_nodes_turn_restores_once_the_api_goes_black
             agent.thread.join(30)
         assert not agent.thread.is_alive() and agent.code == 0
         messages = [r.getMessage() for r in caplog.records]
-        assert "restoring without the rollout lease (the API server did not answer within 0.4 s)" in messages
+        assert "restoring without the rollout lease (the API server did not answer within 0.3 s)" in messages
     finally:
         if hole is not None:
             hole.close()

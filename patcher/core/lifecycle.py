@@ -59,15 +59,15 @@ ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "stat
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
 #: at most 40 % of the grace period, the share the whole wait for the turn may take.
-LEASE_CONFIRM_WAIT = 0.4
+LEASE_CONFIRM_WAIT = 0.3
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
-OWNER_LOOKUP = 0.2
+OWNER_LOOKUP = 0.15
 #: Seconds from the stop to the end of its last wait for an answer (the DaemonSet read and the Lease request
 #: above, the Lease's release and the final report): SIGTERM -> exit within a second whatever the API does,
 #: the API adapters' close and the interpreter's exit included. Only waits on an API that answers (another
 #: node holds the turn, the restored scheduler is not back yet) may take the grace period's share.
-STOP_ANSWERS = 0.6
+STOP_ANSWERS = 0.45
 #: Seconds the release and the final report get after such a wait on an answering API.
 FINAL_REPORT = 0.5
 
