@@ -28,7 +28,7 @@ from patcher.core.status import NodeState
 from patcher.services import patching
 from patcher.services.observations import Observations
 from patcher.services.patching import state_folder_message
-from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
 from patcher.services.record import RecordKeeper
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
@@ -76,7 +76,7 @@ class Agent:
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
-                                  reporter=reporter, pods=pods, coordinator=coordinator, owner=owner,
+                                  reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
                                   fallback_version=fallback_version, on_phase=on_phase)
 
     @property

@@ -31,7 +31,7 @@ from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck, patching
-from patcher.services.ports import Coordinator, HoldSource, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, HoldSource, NoHold, OwnerSource, PodSource, Reporter
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.timers import Timers
@@ -57,7 +57,7 @@ def node_status(node: Node) -> NodeStatus:
 class Observations:
     def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
                  notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
-                 reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+                 reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
                  owner: OwnerSource | None, fallback_version: Callable[[], str | None],
                  on_phase: Callable[[NodeState], None] | None) -> None:
         """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
@@ -65,7 +65,8 @@ class Observations:
         self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
         self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds: HoldSource | None = None
+        self.holds: HoldSource = NoHold()
+        self.attached = False  # the API adapters are there (``attach``)
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.api_pending = api_pending
         self.attached_event = threading.Event()
@@ -81,12 +82,13 @@ class Observations:
                                      crash_restarts=self.opts.crash_restarts,
                                      settle=settings.lifecycle.restart_settle)
 
-    def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+    def attach(self, *, reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
                owner: OwnerSource | None = None, holds: HoldSource | None = None) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds = holds
+        self.holds = holds or NoHold()
+        self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
         self.notify(LoopEvent.ATTACHED)
@@ -171,11 +173,11 @@ class Observations:
         log.info("API connected", extra=self._log_extra)
         self.say_started()
         n = self.current()
-        if self.reporter is not None and n.probe_failures and n.record.message:
+        if n.probe_failures and n.record.message:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
-        if self.holds is not None and self.holds.known():  # seen before the adapters were attached
+        if self.holds.known():  # seen before the adapters were attached
             yield self.hold_changed()
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
@@ -184,14 +186,14 @@ class Observations:
     def hold_changed(self) -> lifecycle.HoldChanged | None:
         """The Node's hold as the watch sees it now (several changes between two looks: the last one counts);
         None before its first list answered (nothing is known then)."""
-        if self.holds is None or not self.holds.known():
+        if not self.holds.known():
             return None
         return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
 
     def say_started(self) -> None:
         """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""
         phase = self.current().phase
-        if self.reporter is not None and phase is not None:
+        if phase is not None:
             self.reporter.publish(node_status(self.current()), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {phase.value}")
 
@@ -344,7 +346,7 @@ class Observations:
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
         if self.owner is None:
-            why = "the API adapters are not there" if self.api_pending or self.reporter is None else (
+            why = "the API adapters are not there" if self.api_pending or not self.attached else (
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
         return self.owner.confirm(lifecycle.OWNER_LOOKUP) if read else None
@@ -354,8 +356,6 @@ class Observations:
     def report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
         """To the Node's annotations and events; nothing before the API adapters are attached (the agent
         re-publishes its phase when they are)."""
-        if self.reporter is None:
-            return
         if isinstance(action, lifecycle.Publish):
             self.reporter.publish(node_status(self.current()), reason=action.reason)
         else:
@@ -369,12 +369,12 @@ class Observations:
         until = action.until
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
             self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
-        if self.api_pending and self.reporter is None:  # stopped while the API client was still being built
+        if self.api_pending and not self.attached:  # stopped while the API client was still being built
             # (imports, TLS; no network): the manifest is restored already; the report waits for it
             self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic())))
-            if self.reporter is not None:
+            if self.attached:
                 until = max(until, time.monotonic() + lifecycle.FINAL_REPORT)
                 if self.current().phase == NodeState.RESTORED:
                     self.reporter.publish(node_status(self.current()))
-        if self.reporter is not None and not self.reporter.flush(max(0.0, until - time.monotonic())):
+        if not self.reporter.flush(max(0.0, until - time.monotonic())):
             log.warning("could not publish the final state before the stop's deadline", extra=self._log_extra)

@@ -51,3 +51,27 @@ class HoldSource(Protocol):
 
     def hold(self) -> str | None: ...
     def known(self) -> bool: ...  # the watch's first list answered: ``hold`` is the Node's, not a default
+
+
+class NoReporter:
+    """The reporter of an agent without the API (``--no-api``, or until the API adapters are attached): nothing
+    to tell, everything delivered."""
+
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
+        pass
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        pass
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+class NoHold:
+    """The hold of an agent without the API: none, and never known (the start does not wait for it)."""
+
+    def hold(self) -> str | None:
+        return None
+
+    def known(self) -> bool:
+        return False

@@ -251,7 +251,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
                   on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
-    if parts is not None:
+    if parts is not None and parts.holds is not None:
         agent.world.holds = parts.holds
     return Wiring(config, events, health, metrics, agent, api, parts)
 

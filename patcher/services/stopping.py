@@ -34,10 +34,9 @@ class Stopping:
         self.store = store
         self._log_extra = log_extra
 
-    def keep(self, action: lifecycle.Keep, reporter: Reporter | None) -> None:
+    def keep(self, action: lifecycle.Keep, reporter: Reporter) -> None:
         """Leave everything for the successor."""
-        if reporter is not None:
-            reporter.note("PatchKept", action.reason)
+        reporter.note("PatchKept", action.reason)
 
     def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator | None,
                 pods: PodSource | None) -> lifecycle.RestoreDone:
