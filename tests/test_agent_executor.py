@@ -85,14 +85,14 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     agent.start()
     kubelet.sync()  # the scheduler runs the first config
     agent._handle(LoopEvent.POD)  # what a mirror pod update does
-    assert agent.state.phase == "Ready"
-    first, first_files = agent.state.config_hash, agent.state.files
+    assert agent.node.record.phase == "Ready"
+    first, first_files = agent.node.record.config_hash, agent.node.record.files
     (src / "extenders.yaml").write_text(SECOND)
     agent.reconcile("source changed")
     kubelet.sync()
     agent._handle(LoopEvent.POD)  # what a mirror pod update does
-    assert agent.state.phase == "Ready" and agent.state.config_hash != first
-    gone = [f for f in first_files if f not in agent.state.files]
+    assert agent.node.record.phase == "Ready" and agent.node.record.config_hash != first
+    gone = [f for f in first_files if f not in agent.node.record.files]
     fs = engine.host_fs(agent.files)
     assert gone and not any(fs.local(f"{agent.files.host_config_dir}/{f}").exists() for f in gone)
     assert not any(inside for _, inside in steps), "a step was fed from inside an action"
@@ -111,10 +111,10 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False),
                   pods=kubelet, coordinator=Granting())
     agent.start()
-    assert agent.node.turn == "held" and agent.state.phase == "Pending"  # the turn came: nothing written yet
+    assert agent.node.turn == "held" and agent.node.record.phase == "Pending"  # the turn came: nothing written yet
     assert agent.events.get_nowait() is LoopEvent.REPLAN and agent.events.empty()
     agent._handle(LoopEvent.REPLAN)
-    assert agent.state.phase == "WaitingForRestart" and b"--config=" in (root / helpers.MANIFEST).read_bytes()
+    assert agent.node.record.phase == "WaitingForRestart" and b"--config=" in (root / helpers.MANIFEST).read_bytes()
 
 
 def test_every_loop_event_has_its_branch(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_every_loop_event_has_its_branch(tmp_path: Path) -> None:
     for event in LoopEvent:
         if event is not LoopEvent.PROBE:  # its answer comes with it: test_agent_preflight
             agent._handle(event)
-    assert agent.phase is not None and agent.metrics.render().count(b'kind="internal"') == 0
+    assert agent.node.phase is not None and agent.metrics.render().count(b'kind="internal"') == 0
 
 
 def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message(tmp_path: Path) -> None:
@@ -144,9 +144,9 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
     agent.start()
     kubelet.sync()
     agent._handle(LoopEvent.POD)  # what a mirror pod update does
-    assert agent.state.phase == "Ready"
+    assert agent.node.record.phase == "Ready"
     heard.clear()
-    config = agent.state.config_hash
+    config = agent.node.record.config_hash
 
     def periodic_probe(blocking: str = "") -> None:
         """The periodic probe of the running config (its timer set `probing`), answered."""
@@ -154,8 +154,8 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
         agent._feed(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
 
     periodic_probe("extender http://x/filter: refused")
-    assert agent.state.phase == "Ready" and agent.state.message and heard == ["Ready"]
+    assert agent.node.record.phase == "Ready" and agent.node.record.message and heard == ["Ready"]
     periodic_probe()
-    assert agent.state.message is None and heard == ["Ready", "Ready"]
+    assert agent.node.record.message is None and heard == ["Ready", "Ready"]
     periodic_probe()  # nothing changed: nothing to say
     assert heard == ["Ready", "Ready"]

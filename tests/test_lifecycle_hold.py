@@ -221,7 +221,7 @@ def node_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Path, Hold]]:
         agent.start()
         kubelet.sync()
         agent._handle(LoopEvent.POD)  # what a mirror pod update does
-        assert agent.phase == NodeState.READY
+        assert agent.node.phase == NodeState.READY
         yield agent, root, src, hold
 
 
@@ -251,7 +251,7 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     assert agent.node.hold is None and not lock_free(agent.files)
     assert agent.events.get_nowait() == "replan"
     agent._handle(LoopEvent.REPLAN)
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_sigterm_while_held_leaves_the_patched_node_as_it_is(node_agent: tuple[Agent, Path, Path, Hold]) -> None:
@@ -324,14 +324,14 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         assert taken.wait(10)
         hold.value = None
         agent._handle(LoopEvent.HOLD)  # the lock is busy: reclaim reads the record without it
-        assert agent.node.hold is None and agent.state.phase == "WaitingForRestart"
+        assert agent.node.hold is None and agent.node.record.phase == "WaitingForRestart"
         release.set()
         t.join(10)
         assert lock_free(agent.files)  # not the agent's yet: its next save takes it back
         agent._handle(LoopEvent.REPLAN)
         kubelet.sync()
         agent._handle(LoopEvent.POD)  # what a mirror pod update does
-        assert agent.phase == NodeState.READY and not lock_free(agent.files)
+        assert agent.node.phase == NodeState.READY and not lock_free(agent.files)
 
 
 # -- the start: nothing is written before the hold is known --------------------------------------------------
@@ -432,7 +432,7 @@ def starting_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Unanswered]]:
 def test_an_agent_whose_hold_watch_has_not_answered_writes_nothing_until_it_does(
         starting_agent: tuple[Agent, Path, Unanswered]) -> None:
     agent, manifest, hold = starting_agent
-    assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.phase is None
+    assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.node.phase is None
     agent._handle(LoopEvent.SOURCE)
     agent._handle(LoopEvent.HOLD)  # a change the watch has not listed yet says nothing
     assert manifest.read_bytes() == helpers.KUBEADM and agent.node.hold is None
@@ -441,7 +441,7 @@ def test_an_agent_whose_hold_watch_has_not_answered_writes_nothing_until_it_does
     assert agent.node.hold_known and agent.timers.hold_wait_at is None  # the wait's timer is no longer needed
     assert agent.events.get_nowait() == "replan"
     agent._handle(LoopEvent.REPLAN)
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
@@ -457,7 +457,7 @@ def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
         "could not learn the node's hold within 30s (no answer from the API): going on as not held"]
     assert agent.node.hold_known and agent.events.get_nowait() == "replan"
     agent._handle(LoopEvent.REPLAN)
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_an_agent_that_starts_on_a_held_node_writes_nothing_and_says_held(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ class Lifecycle(RuleBasedStateMachine):
             if agent.events.get_nowait() in ("manifest", "source"):
                 agent.reconcile("manifest changed")
         agent._handle(LoopEvent.POD)  # what a mirror pod update does
-        self.written_bad |= set(agent.state.bad_hashes)
+        self.written_bad |= set(agent.node.record.bad_hashes)
 
     @property
     def manifest_bytes(self) -> bytes:
@@ -184,7 +184,7 @@ class Lifecycle(RuleBasedStateMachine):
     def sigterm(self) -> None:
         assert self.agent.shutdown() == 0
         assert self.manifest_bytes == self.original  # byte for byte
-        assert self.agent.phase == NodeState.RESTORED and self.agent.health.state == NodeState.RESTORED
+        assert self.agent.node.phase == NodeState.RESTORED and self.agent.health.state == NodeState.RESTORED
         self.kubelet.sync()
         self.agent = self._start()  # the DaemonSet starts a new pod
 
@@ -199,13 +199,13 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def ready_only_when_the_pod_proves_it(self) -> None:
-        if self.agent.phase == NodeState.READY:
+        if self.agent.node.phase == NodeState.READY:
             assert self.kubelet.digest == hashlib.sha256(self.manifest_bytes).hexdigest()
             assert not self.kubelet.crashing
 
     @invariant()
     def health_equals_state(self) -> None:
-        phase = self.agent.phase
+        phase = self.agent.node.phase
         if phase is not None:
             assert self.agent.health.state == phase.value
         self.agent.health.beat()

@@ -136,7 +136,7 @@ def node(tmp: Path, text: str) -> Files:
 def ready_agent(tmp: Path, text: str, events: queue.SimpleQueue[LoopEvent] | None = None) -> Agent:
     """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
     agent = Agent(Settings.build(check_extenders=False, files=node(tmp, text)), events=events)
-    assert agent.start() and agent.phase == NodeState.READY
+    assert agent.start() and agent.node.phase == NodeState.READY
     return agent
 
 
@@ -161,7 +161,7 @@ def test_the_stop_restores_exactly_what_we_added_whatever_happened_since(item: t
             reject()  # refused by rule (a shell-wrapped scheduler, say): nothing patched, nothing to restore
         path = agent.files.host_root / MANIFEST
         change(path, what, text)
-        assert agent.shutdown() == 0 and agent.phase == NodeState.RESTORED
+        assert agent.shutdown() == 0 and agent.node.phase == NodeState.RESTORED
         if what == "edited, our items kept":
             assert path.read_bytes() == b"# edited by an upgrade\n" + text.encode("utf-8")
         else:
@@ -189,7 +189,7 @@ def test_a_stop_anywhere_among_the_loops_events_restores(before: list[LoopEvent]
         agent.loop()  # handles each event before the stop as it comes, then ends at the first stop
         assert agent.shutdown() == 0
         assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
-        assert agent.phase == NodeState.RESTORED
+        assert agent.node.phase == NodeState.RESTORED
 
 
 def test_a_manifest_upgraded_since_the_patch_keeps_the_upgrade(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_a_manifest_upgraded_since_the_patch_keeps_the_upgrade(tmp_path: Path) -
     path.write_text(path.read_text().replace("v1.31.2", "v1.32.0"))  # kubeadm upgrade, our items kept
     assert agent.shutdown() == 0
     assert path.read_text() == text.replace("v1.31.2", "v1.32.0")  # only our items went, the upgrade stays
-    assert agent.phase == NodeState.RESTORED
+    assert agent.node.phase == NodeState.RESTORED
 
 
 def test_the_signal_is_said_once_and_the_stop_restores(

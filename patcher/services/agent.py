@@ -23,7 +23,6 @@ from patcher.adapters.health import Health, Metrics
 from patcher.core import lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.settings import Settings
-from patcher.core.state import State
 from patcher.core.status import NodeState
 from patcher.services import patching
 from patcher.services.observations import Observations
@@ -93,14 +92,6 @@ class Agent:
                 self.metrics.set_state(value.phase.value)
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
         self.metrics.set_held(value.hold is not None)
-
-    @property
-    def phase(self) -> NodeState | None:
-        return self._node.phase
-
-    @property
-    def state(self) -> State:
-        return self._node.record
 
     # -- inputs from other threads (``process`` installs the signals and starts the watch) --------------------
 
