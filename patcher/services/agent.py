@@ -37,6 +37,10 @@ log = logging.getLogger("patcher.services.agent")
 __all__ = ["Agent"]
 
 
+def _said(phase: NodeState) -> None:
+    """What a phase change tells nobody (no status publisher: the agent without the API)."""
+
+
 @dataclass(frozen=True)
 class _Unsaved:
     """On the local queue after the events of a transition whose record the state folder refused: unless the
@@ -76,7 +80,7 @@ class Agent:
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
                                   reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
-                                  fallback_version=fallback_version, on_phase=on_phase)
+                                  fallback_version=fallback_version, on_phase=on_phase or _said)
 
     @property
     def node(self) -> Node:
@@ -198,7 +202,7 @@ class Agent:
             return [*produced, _Unsaved(state_folder_message(refused))]
         self.node = node
         produced = [e for a in actions if (e := self._execute(a)) is not None]
-        if (node.phase, node.record.message) != before and node.phase is not None and self.world.on_phase is not None:
+        if (node.phase, node.record.message) != before and node.phase is not None:
             self.world.on_phase(node.phase)
         return produced
 

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, assert_never, overload
 
 from patcher.adapters.health import Metrics
-from patcher.adapters.watch import FolderWatcher
 from patcher.core import extprobe, lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.schedconfig import RenderedConfig
@@ -31,7 +30,7 @@ from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, extcheck, patching
-from patcher.services.ports import Coordinator, HoldSource, NoHold, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, HoldSource, NoHold, NoWatcher, OwnerSource, PodSource, Reporter, Watcher
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.timers import Timers
@@ -59,7 +58,7 @@ class Observations:
                  notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
                  reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
                  owner: OwnerSource | None, fallback_version: Callable[[], str | None],
-                 on_phase: Callable[[NodeState], None] | None) -> None:
+                 on_phase: Callable[[NodeState], None]) -> None:
         """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
         API adapters are being built and come with ``attach`` (no restart verdict before that)."""
         self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
@@ -77,13 +76,13 @@ class Observations:
         self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
-        self.watcher: FolderWatcher | None = None
+        self.watcher: Watcher = NoWatcher()
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
                                      crash_restarts=self.opts.crash_restarts,
                                      settle=settings.lifecycle.restart_settle)
 
     def attach(self, *, reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
-               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
                owner: OwnerSource | None = None, holds: HoldSource | None = None) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
@@ -240,13 +239,11 @@ class Observations:
     def _expect_manifest(self) -> None:
         """Our own write: the folder watch takes the manifest and the config folder as they are now as seen."""
         self.expect_config()
-        if self.watcher:
-            self.watcher.expect("manifest")
+        self.watcher.expect(LoopEvent.MANIFEST)
 
     def expect_config(self) -> None:
         """We wrote or removed config files: their folder's events that follow are ours."""
-        if self.watcher:
-            self.watcher.expect("config")
+        self.watcher.expect(LoopEvent.CONFIG)
 
     def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
         """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""
@@ -364,8 +361,7 @@ class Observations:
     def finish(self, action: lifecycle.Finish) -> None:
         """Stop the folder watch, close the Lease (its release sent) and send the pending report, all by
         ``action.until``: past it, nothing waits for the API."""
-        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
-            self.watcher.stop()
+        self.watcher.stop()  # after the restore: stopping it joins a thread, and the restore comes first
         until = action.until
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
             self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
