@@ -8,6 +8,8 @@ import os
 import queue
 import signal
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -225,3 +227,63 @@ def test_the_signal_is_said_once_and_the_stop_restores(
     assert "second stop signal ignored: the restore is running and must finish" in said
     assert said.index("received SIGTERM") < said.index(f"wrote /{MANIFEST} (stopping)")
     assert (agent.files.host_root / MANIFEST).read_bytes() == text.encode()
+
+
+class Recording:
+    """A reporter and a Lease actor in one, of an API that never answers: records the time each wait of the
+    stop is given."""
+
+    def __init__(self) -> None:
+        self.waits: list[tuple[str, float]] = []
+        self.held, self.refused_bad = False, False
+        self.current_holder: str | None = None
+        self.api_answered: bool | None = None
+
+    def publish(self, status: object, *, reason: str | None = None, message: str | None = None) -> None:
+        pass
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        pass
+
+    def flush(self, timeout: float) -> bool:
+        self.waits.append(("flush", timeout))
+        return False  # a black-holed API: nothing delivered
+
+    def close(self, timeout: float) -> None:
+        self.waits.append(("close", timeout))
+
+    @property
+    def unanswered(self) -> bool:
+        return True  # the Lease request never answered
+
+    def acquire(self, source_hash: str = "") -> bool:
+        return False
+
+    def release(self, *, bad_hash: str | None = None) -> None:
+        pass
+
+    def settle(self, timeout: float) -> bool:
+        self.waits.append(("settle", timeout))
+        return False
+
+    def wait_held(self, timeout: float) -> bool:
+        self.waits.append(("wait_held", timeout))
+        return False
+
+
+@pytest.mark.parametrize("grace", [25.0, 300.0])
+def test_the_stops_release_and_report_are_given_no_more_than_its_answers_deadline(tmp_path: Path,
+                                                                                  grace: float) -> None:
+    """What the stop hands the API's adapters to wait for (the Lease's release, the final report) ends by the
+    ``Finish`` the step computed, ``STOP_ANSWERS`` after the stop, whatever the grace period: the report waited
+    for the rest of it (20 s of 25) when nothing had told the stop that the API was silent."""
+    agent = ready_agent(tmp_path, fixture_manifests()["kubeadm.yaml"])
+    fake = Recording()
+    agent.world.reporter = fake
+    agent.world.coordinator = fake
+    agent.rules = replace(agent.rules, grace_period=grace)
+    t0 = time.monotonic()
+    assert agent.shutdown() == 0
+    assert [name for name, _ in fake.waits] == ["settle", "close", "flush"]
+    assert all(0 <= wait <= lifecycle.STOP_ANSWERS for _, wait in fake.waits), fake.waits
+    assert agent.node.stop_until - t0 <= lifecycle.STOP_ANSWERS + (time.monotonic() - t0)
