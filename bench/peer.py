@@ -170,9 +170,8 @@ def _reset(node: Any, data: bytes, fresh: bool) -> None:
 def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, list[float]]:
     from bench import baselines
     from patcher.core import yamltext
-    from patcher.services import engine
 
-    out: dict[str, list[float]] = {"patch": [], "restore": [], "restore_cold": [], "cleanup": [], "floor": []}
+    out: dict[str, list[float]] = {"patch": [], "restore": [], "floor": []}
     for _ in range(n):
         _reset(node, data, fresh)
         out["patch"].append(timed(node.patch))
@@ -181,15 +180,7 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
             continue
         out["floor"].append(timed(functools.partial(baselines.floor, node.manifest)))  # the same bytes back
         yamltext.parse.cache_clear()
-        prepared = engine.prepare_restore(node.opts, stage=True)  # while patched, as the agent does
-        assert prepared is not None
-        out["restore"].append(timed(functools.partial(engine.restore_prepared, node.opts, prepared)))
-        out["cleanup"].append(timed(functools.partial(engine.finish_restore, node.opts, prepared)))
-        if node.manifest.read_bytes() != data:
-            raise AssertionError("restore(patch(m)) != m")
-        _reset(node, data, False)
-        node.patch()
-        out["restore_cold"].append(timed(node.restore))
+        out["restore"].append(timed(node.restore))  # as on SIGTERM: planned, written and cleaned up then
         if node.manifest.read_bytes() != data:
             raise AssertionError("restore(patch(m)) != m")
     return out
@@ -201,9 +192,7 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
 IN_PROCESS = {
     "patch step in-process": ("patch", "patch", False),
     "patch step in-process, config file(s) written too": ("patch", "patch", True),
-    "restore in-process, prepared (as on SIGTERM)": ("restore", "restore", False),
-    "restore in-process, cold (plan + restore + clean-up)": ("restore_cold", "restore", False),
-    "clean-up after a prepared restore (no peer counterpart)": ("cleanup", None, False),
+    "restore in-process (plan + restore + clean-up, as on SIGTERM)": ("restore", "restore", False),
     "floor: read + temp write + fsync + rename + fsync folder": ("floor", None, False),
 }
 

@@ -20,6 +20,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem
 
 from patcher.adapters.health import Metrics
 from patcher.core import schedconfig
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Api, Files, Rollout, Settings, Status
 from patcher.services import process
 from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
@@ -200,5 +201,5 @@ def settled(agent: Running) -> None:
 
     for _ in range(2):
         done = reached(reconciles(agent) + 1)
-        agent.agent.notify("source")
+        agent.agent.notify(LoopEvent.SOURCE)
         assert wait_until(done, 30)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from patcher.core import lifecycle
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Lifecycle, Settings
 from patcher.core.state import State
 from patcher.services import engine
@@ -83,15 +84,15 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     monkeypatch.setattr(agent.record.store, "save", save)
     agent.start()
     kubelet.sync()  # the scheduler runs the first config
-    agent.check_restart()
-    assert agent.state.phase == "Ready"
-    first, first_files = agent.state.config_hash, agent.state.files
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.node.record.phase == "Ready"
+    first, first_files = agent.node.record.config_hash, agent.node.record.files
     (src / "extenders.yaml").write_text(SECOND)
     agent.reconcile("source changed")
     kubelet.sync()
-    agent.check_restart()
-    assert agent.state.phase == "Ready" and agent.state.config_hash != first
-    gone = [f for f in first_files if f not in agent.state.files]
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.node.record.phase == "Ready" and agent.node.record.config_hash != first
+    gone = [f for f in first_files if f not in agent.node.record.files]
     fs = engine.host_fs(agent.files)
     assert gone and not any(fs.local(f"{agent.files.host_config_dir}/{f}").exists() for f in gone)
     assert not any(inside for _, inside in steps), "a step was fed from inside an action"
@@ -110,22 +111,23 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False),
                   pods=kubelet, coordinator=Granting())
     agent.start()
-    assert agent.node.turn == "held" and agent.state.phase == "Pending"  # the turn came: nothing written yet
-    assert agent.events.get_nowait() == "replan" and agent.events.empty()
-    agent._handle("replan")
-    assert agent.state.phase == "WaitingForRestart" and b"--config=" in (root / helpers.MANIFEST).read_bytes()
+    assert agent.node.turn == "held" and agent.node.record.phase == "Pending"  # the turn came: nothing written yet
+    assert agent.events.get_nowait() is LoopEvent.REPLAN and agent.events.empty()
+    agent._handle(LoopEvent.REPLAN)
+    assert agent.node.record.phase == "WaitingForRestart" and b"--config=" in (root / helpers.MANIFEST).read_bytes()
 
 
-def test_an_unknown_loop_event_is_a_bug_not_a_timer(tmp_path: Path) -> None:
-    """Every loop event has its branch (the mirror pod's "pod" runs the restart check and a due timer); one
-    that has none is an internal error (logged and counted by the loop), not silently a timer tick."""
+def test_every_loop_event_has_its_branch(tmp_path: Path) -> None:
+    """Each event an adapter can send reaches the step without an internal error (the mirror pod's "pod" runs
+    the restart check and a due timer; the stop's own event ends the loop before it is handled)."""
     root, src = helpers.node_folders(tmp_path)
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
                                  check_extenders=False))
     agent.start()
-    agent._handle("pod")
-    with pytest.raises(AssertionError, match="unknown loop event 'podd'"):
-        agent._handle("podd")
+    for event in LoopEvent:
+        if event is not LoopEvent.PROBE:  # its answer comes with it: test_agent_preflight
+            agent._handle(event)
+    assert agent.node.phase is not None and agent.metrics.render().count(b'kind="internal"') == 0
 
 
 def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message(tmp_path: Path) -> None:
@@ -141,10 +143,10 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
                   on_phase=lambda phase: heard.append(phase.value))
     agent.start()
     kubelet.sync()
-    agent.check_restart()
-    assert agent.state.phase == "Ready"
+    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.node.record.phase == "Ready"
     heard.clear()
-    config = agent.state.config_hash
+    config = agent.node.record.config_hash
 
     def periodic_probe(blocking: str = "") -> None:
         """The periodic probe of the running config (its timer set `probing`), answered."""
@@ -152,8 +154,8 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
         agent._feed(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
 
     periodic_probe("extender http://x/filter: refused")
-    assert agent.state.phase == "Ready" and agent.state.message and heard == ["Ready"]
+    assert agent.node.record.phase == "Ready" and agent.node.record.message and heard == ["Ready"]
     periodic_probe()
-    assert agent.state.message is None and heard == ["Ready", "Ready"]
+    assert agent.node.record.message is None and heard == ["Ready", "Ready"]
     periodic_probe()  # nothing changed: nothing to say
     assert heard == ["Ready", "Ready"]

@@ -28,8 +28,9 @@ def test_engine_bench_runs() -> None:
 
 def test_agent_bench_runs() -> None:
     out = run("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1",
-              "--starts", "1", "--black-holes", "0", "--rolling-updates", "0")
-    for what in ("manifest rewritten", "/readyz 200", "SIGTERM -> manifest restored", "RSS", "signal-safe"):
+              "--starts", "1", "--black-holes", "0", "--rolling-updates", "0", "--report-only")
+    for what in ("manifest rewritten", "/readyz 200", "SIGTERM -> manifest restored", "RSS", "signal-safe",
+                 "bound ok   idle agent RSS MiB (run --no-api)"):
         assert what in out
 
 
@@ -52,7 +53,7 @@ def test_make_bench_prints_one_table_of_the_recorded_figures(tmp_path: Path) -> 
     env = {"BENCH_ROWS": str(rows)}
     run_env("bench/run.py", "-n", "3", env=env)
     run_env("bench/agent_bench.py", "--changes", "2", "--pods", "1", "--sigterms", "1", "--idle-seconds", "1",
-            "--starts", "1", "--black-holes", "0", "--rolling-updates", "0", env=env)
+            "--starts", "1", "--black-holes", "0", "--rolling-updates", "0", "--report-only", env=env)
     out = run("bench/table.py", str(rows))
     corpus = ("corpus: patch step",) if (ROOT.parent / "shared" / "corpus" / "manifests").is_dir() else ()
     for figure in (*corpus, "ConfigMap ..data swap -> manifest rewritten (run --no-api)",

@@ -165,7 +165,7 @@ def test_the_agents_own_config_deleted_is_written_back_without_touching_the_mani
     root, src = agent_node
     agent = build_agent(Settings.build(files=Files(source=src, host_root=root), check_extenders=False,
                                        no_api=True), None).agent
-    assert agent.start() and agent.phase == NodeState.READY
+    assert agent.start() and agent.node.phase == NodeState.READY
     (config,) = (root / CONFIG_DIR).iterdir()
     content, manifest = config.read_bytes(), (root / MANIFEST)
     before = (manifest.read_bytes(), manifest.stat().st_mtime_ns, manifest.stat().st_ino)
@@ -177,7 +177,7 @@ def test_the_agents_own_config_deleted_is_written_back_without_touching_the_mani
     # The kubelet restarts a static pod when its manifest changes: not a byte, not an inode, not an mtime.
     assert (manifest.read_bytes(), manifest.stat().st_mtime_ns, manifest.stat().st_ino) == before
     assert metric(agent.metrics, "scheduler_patcher_writes_total") == (wrote or 0) + 1
-    assert agent.phase == NodeState.READY and agent.state.message is None
+    assert agent.node.phase == NodeState.READY and agent.node.record.message is None
     assert metric(agent.metrics, "scheduler_patcher_config_missing") == 0
     assert any("missing; writing it back" in r.getMessage() for r in caplog.records)
     assert agent.shutdown() == 0
@@ -203,14 +203,14 @@ def test_another_prefixs_config_missing_is_failed_with_the_path_until_it_is_back
                                        no_api=True, restore_on_exit="never"), None).agent
     assert agent.start()
     node_path = "/" + str(theirs.relative_to(root))
-    assert agent.phase == NodeState.FAILED and agent.state.message is not None
-    assert agent.state.message.startswith(f"{node_path}: kube-scheduler's --config={node_path} {MISSING_FILE}")
+    assert agent.node.phase == NodeState.FAILED and agent.node.record.message is not None
+    assert agent.node.record.message.startswith(f"{node_path}: kube-scheduler's --config={node_path} {MISSING_FILE}")
     assert metric(agent.metrics, "scheduler_patcher_config_missing") == 1
     assert not theirs.exists()  # not ours to write: the other prefix's agent or a restore with it does
     theirs.write_bytes(content)
     agent.reconcile("config folder changed")
-    assert agent.phase == NodeState.FAILED and agent.state.message is not None
-    assert f"pass --annotation-prefix {OTHER}" in agent.state.message  # the refusal it had without the file
+    assert agent.node.phase == NodeState.FAILED and agent.node.record.message is not None
+    assert f"pass --annotation-prefix {OTHER}" in agent.node.record.message  # the refusal it had without the file
     assert metric(agent.metrics, "scheduler_patcher_config_missing") == 0
     assert agent.shutdown() == 0
 
@@ -244,14 +244,14 @@ def test_what_the_config_watch_compares_moves_with_a_deletion_and_not_with_the_a
     files = Files(source=src, host_root=root)
     agent = build_agent(Settings.build(files=files, check_extenders=False, no_api=True), None).agent
     assert engine.named_missing_fingerprint(files) == ""  # nothing named yet, and the folder is not there
-    assert agent.start() and agent.phase == NodeState.READY
-    first = agent.state.config_file
+    assert agent.start() and agent.node.phase == NodeState.READY
+    first = agent.node.record.config_file
     write_configmap(src, {"extenders.yaml": EXTENDERS.replace("weight: 1", "weight: 4")})
     agent.reconcile("source changed")  # writes the new config and the manifest; Ready at once; prunes the old
-    assert agent.state.config_file != first and not (root / CONFIG_DIR / first).exists()
+    assert agent.node.record.config_file != first and not (root / CONFIG_DIR / first).exists()
     assert engine.named_missing_fingerprint(files) == ""
-    (root / CONFIG_DIR / agent.state.config_file).unlink()
-    assert engine.named_missing_fingerprint(files) == f"/{CONFIG_DIR}/{agent.state.config_file}"
+    (root / CONFIG_DIR / agent.node.record.config_file).unlink()
+    assert engine.named_missing_fingerprint(files) == f"/{CONFIG_DIR}/{agent.node.record.config_file}"
     assert agent.shutdown() == 0
 
 

@@ -316,38 +316,14 @@ def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesys
     assert seen == [patched, KUBEADM]
 
 
-def test_a_prepared_restore_writes_what_the_cold_one_writes(node: FakeFilesystem) -> None:
-    before = snapshot()
+def test_a_restore_writes_nothing_over_a_manifest_changed_since_it_was_planned(node: FakeFilesystem) -> None:
     apply()
-    prepared = engine.prepare_restore(OPTS)
-    assert prepared is not None and prepared.written == Path(MANIFEST).read_bytes()
-    lines = engine.restore_prepared(OPTS, prepared)
-    assert lines == [f"wrote {MANIFEST}"] and Path(MANIFEST).read_text() == KUBEADM
-    assert os.listdir("/etc/kubernetes/scheduler-patcher")  # the clean-up is a step of its own
-    cleaned = engine.finish_restore(OPTS, prepared)
-    assert cleaned[0].startswith("removed /etc/kubernetes/scheduler-patcher/config-")
-    after = snapshot()
-    assert {k: v for k, v in after.items() if k in before} == before
-    assert not os.listdir("/etc/kubernetes/scheduler-patcher")
-    assert not Path("/var/lib/scheduler-patcher/state.json").exists()
-
-
-def test_a_prepared_restore_writes_nothing_over_a_manifest_changed_since(node: FakeFilesystem) -> None:
-    apply()
-    prepared = engine.prepare_restore(OPTS)
-    assert prepared is not None
+    plan = engine.plan_restore(OPTS)
     upgraded = Path(MANIFEST).read_text().replace("v1.31.2", "v1.32.0")  # a kubeadm upgrade keeps our items
     Path(MANIFEST).write_text(upgraded)
     before = snapshot()
     with pytest.raises(fsio.ChangedUnderneath, match="changed by someone else"):
-        engine.restore_prepared(OPTS, prepared)
+        engine.restore(OPTS, plan)
     assert snapshot() == before
-    engine.restore(OPTS, engine.plan_restore(OPTS))  # the fallback: planned from what is there now
+    engine.restore(OPTS, engine.plan_restore(OPTS))  # the stop's fallback: planned from what is there now
     assert Path(MANIFEST).read_text() == KUBEADM.replace("v1.31.2", "v1.32.0")
-
-
-def test_nothing_is_prepared_for_a_manifest_we_did_not_write_last(node: FakeFilesystem) -> None:
-    assert engine.prepare_restore(OPTS) is None  # never patched
-    apply()
-    Path(MANIFEST).write_text(Path(MANIFEST).read_text().replace("v1.31.2", "v1.32.0"))
-    assert engine.prepare_restore(OPTS) is None  # ours no more byte for byte: planned when it happens

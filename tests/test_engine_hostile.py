@@ -187,23 +187,6 @@ def test_restore_with_a_read_only_state_folder_still_puts_the_manifest_back(node
     assert not [n for n in os.listdir("/etc/kubernetes/manifests") if n != "kube-scheduler.yaml"]
 
 
-def test_a_prepared_restore_with_a_read_only_state_folder_still_puts_the_manifest_back(
-        node: FakeFilesystem) -> None:
-    """The agent's SIGTERM path: the restore prepared (and staged) while Ready, the state folder read-only
-    since. Before the review ``restore_prepared`` refused and the manifest stayed patched."""
-    engine.apply(OPTS, engine.plan_apply(OPTS))
-    prepared = engine.prepare_restore(OPTS, stage=True)
-    assert prepared is not None and prepared.staged is not None
-    read_only_state_folder()
-    with engine.writer_lock(OPTS):  # held, as the agent holds it for its life
-        assert engine.restore_prepared(OPTS, prepared) == [f"wrote {MANIFEST}"]
-        with pytest.raises(engine.PartialWrite, match="not done: clearing the state record"):
-            engine.finish_restore(OPTS, prepared)
-    set_uid(0)
-    assert Path(MANIFEST).read_text() == KUBEADM
-    assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]  # nothing left beside it
-
-
 def test_restore_of_a_never_patched_node_with_a_read_only_state_folder_has_nothing_to_do(
         node: FakeFilesystem) -> None:
     """No marker, no record, no files of ours: nothing to write and nothing to clear. Before the review the

@@ -64,7 +64,7 @@ def test_409_on_every_lease_write_keeps_the_manifest_untouched_and_the_loop_idle
     assert used / span < 0.05, (used, span)  # a busy retry loop would be ~1.0
     assert xnode.manifest.read_bytes() == KUBEADM  # no turn, no write
     assert agent.thread.is_alive() and agent.health.alive()
-    assert agent.agent.phase is not None and agent.agent.phase.value == "Pending"
+    assert agent.agent.node.phase is not None and agent.agent.node.phase.value == "Pending"
     assert agent.stop() == 0
     assert xnode.manifest.read_bytes() == KUBEADM
 

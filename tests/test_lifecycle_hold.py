@@ -29,6 +29,7 @@ from patcher.core.lifecycle import (
     HoldChanged,
     Keep,
     LetGo,
+    LoopEvent,
     Node,
     Publish,
     Reclaim,
@@ -219,8 +220,8 @@ def node_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Path, Hold]]:
         assert agent.record.hold_for_life(stack, agent.metrics)  # as process.run does
         agent.start()
         kubelet.sync()
-        agent.check_restart()
-        assert agent.phase == NodeState.READY
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.node.phase == NodeState.READY
         yield agent, root, src, hold
 
 
@@ -230,7 +231,7 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     manifest = root / helpers.MANIFEST
     assert not lock_free(agent.files)  # the agent holds the writer lock for its life: a hand writer would wait
     hold.value = "alice: INC-42"
-    agent._handle("hold")
+    agent._handle(LoopEvent.HOLD)
     assert agent.node.hold == "alice: INC-42" and agent.metrics.families()[-1].samples[0].value == 1.0
     assert lock_free(agent.files)
     # the operator restores the node by hand, with the agent running
@@ -241,23 +242,23 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     assert done == [0] and manifest.read_bytes() == helpers.KUBEADM
     # a config change, a resync, a SIGTERM of an uninstall: nothing is written while held
     write_configmap(src, {"extenders.yaml": SECOND})
-    agent._handle("source")
+    agent._handle(LoopEvent.SOURCE)
     agent._handle(None)
     assert manifest.read_bytes() == helpers.KUBEADM
     # released: the lock is the agent's again, the record is read from disk, and it patches as a new agent would
     hold.value = None
-    agent._handle("hold")
+    agent._handle(LoopEvent.HOLD)
     assert agent.node.hold is None and not lock_free(agent.files)
     assert agent.events.get_nowait() == "replan"
-    agent._handle("replan")
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    agent._handle(LoopEvent.REPLAN)
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_sigterm_while_held_leaves_the_patched_node_as_it_is(node_agent: tuple[Agent, Path, Path, Hold]) -> None:
     agent, root, _, hold = node_agent
     before = (root / helpers.MANIFEST).read_bytes()
     hold.value = ""
-    agent._handle("hold")
+    agent._handle(LoopEvent.HOLD)
     assert agent.shutdown() == 0
     assert (root / helpers.MANIFEST).read_bytes() == before and b"--config=" in before
     assert not [p for p in (root / helpers.MANIFEST).parent.iterdir() if p.name.startswith(".")]  # no staged file
@@ -310,7 +311,7 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         assert agent.record.hold_for_life(stack, agent.metrics)
         agent.start()
         hold.value = "x"
-        agent._handle("hold")
+        agent._handle(LoopEvent.HOLD)
         taken, release = threading.Event(), threading.Event()
 
         def hand_writer() -> None:
@@ -322,15 +323,15 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         t.start()
         assert taken.wait(10)
         hold.value = None
-        agent._handle("hold")  # the lock is busy: reclaim reads the record without it
-        assert agent.node.hold is None and agent.state.phase == "WaitingForRestart"
+        agent._handle(LoopEvent.HOLD)  # the lock is busy: reclaim reads the record without it
+        assert agent.node.hold is None and agent.node.record.phase == "WaitingForRestart"
         release.set()
         t.join(10)
         assert lock_free(agent.files)  # not the agent's yet: its next save takes it back
-        agent._handle("replan")
+        agent._handle(LoopEvent.REPLAN)
         kubelet.sync()
-        agent.check_restart()
-        assert agent.phase == NodeState.READY and not lock_free(agent.files)
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.node.phase == NodeState.READY and not lock_free(agent.files)
 
 
 # -- the start: nothing is written before the hold is known --------------------------------------------------
@@ -431,16 +432,16 @@ def starting_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Unanswered]]:
 def test_an_agent_whose_hold_watch_has_not_answered_writes_nothing_until_it_does(
         starting_agent: tuple[Agent, Path, Unanswered]) -> None:
     agent, manifest, hold = starting_agent
-    assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.phase is None
-    agent._handle("source")
-    agent._handle("hold")  # a change the watch has not listed yet says nothing
+    assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.node.phase is None
+    agent._handle(LoopEvent.SOURCE)
+    agent._handle(LoopEvent.HOLD)  # a change the watch has not listed yet says nothing
     assert manifest.read_bytes() == helpers.KUBEADM and agent.node.hold is None
     hold.answered = True
-    agent._handle("hold")
+    agent._handle(LoopEvent.HOLD)
     assert agent.node.hold_known and agent.timers.hold_wait_at is None  # the wait's timer is no longer needed
     assert agent.events.get_nowait() == "replan"
-    agent._handle("replan")
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    agent._handle(LoopEvent.REPLAN)
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
@@ -455,8 +456,8 @@ def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
     assert [r.getMessage() for r in caplog.records if "could not learn the node's hold" in r.getMessage()] == [
         "could not learn the node's hold within 30s (no answer from the API): going on as not held"]
     assert agent.node.hold_known and agent.events.get_nowait() == "replan"
-    agent._handle("replan")
-    assert b"--config=" in manifest.read_bytes() and agent.phase == NodeState.WAITING_FOR_RESTART
+    agent._handle(LoopEvent.REPLAN)
+    assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
 def test_an_agent_that_starts_on_a_held_node_writes_nothing_and_says_held(tmp_path: Path) -> None:
@@ -469,7 +470,7 @@ def test_an_agent_that_starts_on_a_held_node_writes_nothing_and_says_held(tmp_pa
         try:
             assert wait_until(lambda: node.state() == "Held", 30)
             assert node.annotations().get("message", "").endswith("(alice: INC-42)")
-            agent.agent.notify("source")  # a reconcile after the hold is known writes nothing either
+            agent.agent.notify(LoopEvent.SOURCE)  # a reconcile after the hold is known writes nothing either
             assert wait_until(lambda: agent.agent.events.empty(), 10)
             assert node.manifest.read_bytes() == helpers.KUBEADM
             assert not [p for p in node.manifest.parent.iterdir() if p.name != node.manifest.name]

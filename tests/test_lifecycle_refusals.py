@@ -31,21 +31,21 @@ def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
     agent = build_agent(config, None).agent  # as `run --no-api` builds it
     with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
         assert agent.start()
-    phase = agent.phase  # a local, so the check below does not narrow agent.phase for the rest of the test
+    phase = agent.node.phase  # a local, so the check below does not narrow agent.node.phase for the rest of the test
     assert phase == NodeState.FAILED and agent.health.state == "Failed"
     assert (root / MANIFEST).read_bytes() == KUBEADM  # nothing changed
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "\n" not in errors[0].getMessage() and not errors[0].exc_info
-    assert agent.state.message and "nothing was changed" in agent.state.message
+    assert agent.node.record.message and "nothing was changed" in agent.node.record.message
     assert metric(agent.metrics, "scheduler_patcher_source_refused") == 1  # the SourceRefused alert's gauge
     assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash="", source_hash="") is None
     write_configmap(src, {"extenders.yaml": GOOD})
     agent.reconcile("source changed")
     assert metric(agent.metrics, "scheduler_patcher_source_refused") == 0
-    assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash=agent.state.config_hash,
-                  source_hash=agent.state.source_hash) == 1
+    assert metric(agent.metrics, "scheduler_patcher_config_info", config_hash=agent.node.record.config_hash,
+                  source_hash=agent.node.record.source_hash) == 1
     assert b"--config=" in (root / MANIFEST).read_bytes()
-    assert agent.phase == NodeState.READY  # no API, no local check: live at once
+    assert agent.node.phase == NodeState.READY  # no API, no local check: live at once
     assert agent.shutdown() == 0
     assert (root / MANIFEST).read_bytes() == KUBEADM
 

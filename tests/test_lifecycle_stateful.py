@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ruamel.yaml import YAML
 
 from patcher.core import manifest
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services.agent import Agent
@@ -117,8 +118,8 @@ class Lifecycle(RuleBasedStateMachine):
         while not agent.events.empty():
             if agent.events.get_nowait() in ("manifest", "source"):
                 agent.reconcile("manifest changed")
-        agent.check_restart()
-        self.written_bad |= set(agent.state.bad_hashes)
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        self.written_bad |= set(agent.node.record.bad_hashes)
 
     @property
     def manifest_bytes(self) -> bytes:
@@ -183,7 +184,7 @@ class Lifecycle(RuleBasedStateMachine):
     def sigterm(self) -> None:
         assert self.agent.shutdown() == 0
         assert self.manifest_bytes == self.original  # byte for byte
-        assert self.agent.phase == NodeState.RESTORED and self.agent.health.state == NodeState.RESTORED
+        assert self.agent.node.phase == NodeState.RESTORED and self.agent.health.state == NodeState.RESTORED
         self.kubelet.sync()
         self.agent = self._start()  # the DaemonSet starts a new pod
 
@@ -198,13 +199,13 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def ready_only_when_the_pod_proves_it(self) -> None:
-        if self.agent.phase == NodeState.READY:
+        if self.agent.node.phase == NodeState.READY:
             assert self.kubelet.digest == hashlib.sha256(self.manifest_bytes).hexdigest()
             assert not self.kubelet.crashing
 
     @invariant()
     def health_equals_state(self) -> None:
-        phase = self.agent.phase
+        phase = self.agent.node.phase
         if phase is not None:
             assert self.agent.health.state == phase.value
         self.agent.health.beat()

@@ -186,15 +186,10 @@ class NamedFilesMachine(RuleBasedStateMachine):
 
     @rule(prefix=st.sampled_from(PREFIXES))
     def stop(self, prefix: str) -> None:
-        """The agent's restore on SIGTERM: prepared, staged, swapped in, cleaned up."""
+        """The agent's restore on SIGTERM: planned, written, cleaned up."""
         opts = opts_for(self.root, prefix)
-        try:
-            prepared = engine.prepare_restore(opts, stage=True)
-            if prepared is not None:
-                engine.restore_prepared(opts, prepared)
-                engine.finish_restore(opts, prepared)
-        except PatcherError:
-            pass
+        with contextlib.suppress(PatcherError):
+            engine.restore(opts, engine.plan_restore(opts))
 
     @rule(data=st.data())
     def swap_prefix(self, data: st.DataObject) -> None:

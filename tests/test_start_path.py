@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patcher.adapters.health import PROBE_BUCKETS, RESTART_BUCKETS, Health, HealthServer, Metrics, prometheus
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import process
@@ -118,7 +119,7 @@ def test_the_loop_says_settled_once_and_after_the_first_write(tmp_path: Path) ->
     runner.start()
     try:
         assert done.wait(60)
-        agent.notify("source")  # more passes of the loop: it is said once only
+        agent.notify(LoopEvent.SOURCE)  # more passes of the loop: it is said once only
         assert wait_until(lambda: agent.events.empty(), 30)
     finally:
         agent.request_stop()

@@ -26,6 +26,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from patcher.adapters import fsio
 from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
 from patcher.services import engine
@@ -155,7 +156,7 @@ def test_a_read_only_state_folder_at_start_keeps_the_agent_up_and_recovers_witho
             assert message.startswith(f"state folder unusable: {STATE_DIR}")
             assert node.manifest.read_bytes() == KUBEADM  # nothing written while it cannot be recorded
             assert http_status(server.url + "/healthz") == 200 and http_status(server.url + "/readyz") == 503
-            assert agent.agent.phase is not None and agent.agent.phase.value == "Failed"  # health = the phase
+            assert agent.agent.node.phase is not None and agent.agent.node.phase.value == "Failed"  # health = the phase
             assert agent.thread.is_alive()
             # the retry keeps trying (a doubling delay, capped): a few more failures, still one Warning
             assert wait_until(lambda: state_errors(agent) >= 4, 30)
@@ -192,7 +193,7 @@ def test_a_ready_node_whose_state_folder_is_read_only_at_start_fails_and_recover
         agent = Running(node, state_retry=0.05, state_retry_max=0.2)
         try:
             assert wait_until(failed_with(node, STATE_DIR, "Read-only file system"), 30), node.annotations()
-            assert agent.agent.state.config_hash == node.annotations()["config-hash"]  # the record did load
+            assert agent.agent.node.record.config_hash == node.annotations()["config-hash"]  # the record did load
         except BaseException:
             agent.stop()
             raise
@@ -344,17 +345,17 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
                                  restart_timeout=3600.0, restart_settle=0.0, state_retry=0.05),
                   pods=kubelet, health=health, reporter=reporter)
     agent.start()
-    assert agent.phase is not None and agent.phase.value == "WaitingForRestart"
+    assert agent.node.phase is not None and agent.node.phase.value == "WaitingForRestart"
     kubelet.sync()  # the scheduler runs the patched manifest
     health.said.clear()
     reporter.published.clear()
     with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
-        agent.check_restart()
-    assert agent.state.phase == "Failed"
+        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.node.record.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
     assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
     agent._feed(agent.world.check_state_folder())  # the folder's retry, due
-    assert agent.state.phase == "Ready"
+    assert agent.node.record.phase == "Ready"
     assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
 
 

@@ -41,6 +41,7 @@ the step answers ``Restore`` (with the deadlines of every bounded wait, computed
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Literal
 
 from patcher.core.manifest import MISSING_FILE
@@ -57,15 +58,18 @@ Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
 ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "state", "restore"]
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
-#: the restore must follow SIGTERM within a second whatever the API does. At most 40 % of the grace
-#: period, the share the whole wait for the turn may take.
-LEASE_CONFIRM_WAIT = 0.5
+#: at most 40 % of the grace period, the share the whole wait for the turn may take.
+LEASE_CONFIRM_WAIT = 0.3
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
-#: when no answer comes): with the Lease's confirm wait, still well under a second.
-OWNER_LOOKUP = 0.25
-#: Seconds the last report may take after a restore the API did not answer (its Lease request timed out): the
-#: report would not get through either, and the pod should not hold its node for the rest of the grace period.
-SILENT_API_REPORT = 2.0
+#: when no answer comes).
+OWNER_LOOKUP = 0.15
+#: Seconds from the stop to the end of its last wait for an answer (the DaemonSet read and the Lease request
+#: above, the Lease's release and the final report): SIGTERM -> exit within a second whatever the API does,
+#: the API adapters' close and the interpreter's exit included. Only waits on an API that answers (another
+#: node holds the turn, the restored scheduler is not back yet) may take the grace period's share.
+STOP_ANSWERS = 0.45
+#: Seconds the release and the final report get after such a wait on an answering API.
+FINAL_REPORT = 0.5
 
 
 # -- the value -------------------------------------------------------------------------------------------------
@@ -124,7 +128,8 @@ class Node:
     wait: Wait | None = None
     turn: Literal["none", "asked", "held"] = "none"
     stopping: bool = False
-    stop_until: float = 0.0  # set by Stop: when the stop's own work must be done (monotonic)
+    stop_until: float = 0.0  # set by Stop: when the release and the final report must be done (monotonic)
+    grace_until: float = 0.0  # set by Stop: the grace period's end, less the exit's reserve (monotonic)
     #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
     #: probes of the current one failed in a row (the retry backoff).
     probing: str = ""
@@ -375,6 +380,23 @@ Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Prun
          | HoldUnknown | Reclaimed)
 
 
+class LoopEvent(StrEnum):
+    """What wakes the agent's loop, from its adapters' threads and the signal handler (the executor turns each
+    into the events above, ``services/observations``; a timer that is due wakes it with none)."""
+
+    SOURCE = "source"  # the source folder changed
+    MANIFEST = "manifest"  # the kubelet's manifest folder (or a symlinked manifest's target folder) changed
+    CONFIG = "config"  # the host config folder changed
+    POD = "pod"  # the mirror pod's view changed
+    LEASE = "lease"  # the Lease actor's snapshot changed
+    DAEMONSET = "daemonset"  # what the agent knows of its DaemonSet changed
+    HOLD = "hold"  # the Node's hold annotation changed
+    ATTACHED = "attached"  # the API adapters are there
+    PROBE = "probe"  # an extender probe answered
+    REPLAN = "replan"  # the step's ``Replan``: plan again
+    STOP = "stop"  # a stop was requested
+
+
 # -- actions (what the agent must do) ------------------------------------------------------------------------
 
 
@@ -490,7 +512,7 @@ class RetryLater:
 
 @dataclass(frozen=True)
 class Restore:
-    """Restore the manifest and remove our files (the prepared restore first), report with ``RestoreDone``.
+    """Restore the manifest and remove our files, report with ``RestoreDone``.
 
     When the restore writes the manifest and the rollout is coordinated, the executor first asks for the
     rollout Lease, so that an uninstall restarts one scheduler at a time: each request that gets no answer
@@ -517,10 +539,13 @@ class Keep:
 @dataclass(frozen=True)
 class Finish:
     """The last action of a stop: close the rollout Lease (its release sent), send the pending report,
-    all before ``until`` (monotonic); then the process exits with ``code``."""
+    all before ``until`` (monotonic); then the process exits with ``code``. A stop that comes while the API
+    client is still being built (imports, TLS: no network) waits for it until ``build_until`` at most; the
+    report then gets ``FINAL_REPORT``."""
 
     until: float
     code: int = 0
+    build_until: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -532,8 +557,7 @@ class CheckStateFolder:
 
 @dataclass(frozen=True)
 class LetGo:
-    """The node is held: release the node's writer lock (a hand ``restore`` may run) and drop the restore
-    prepared for a stop. No answer."""
+    """The node is held: release the node's writer lock (a hand ``restore`` may run). No answer."""
 
 
 @dataclass(frozen=True)
@@ -956,23 +980,23 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 # -- the stop ------------------------------------------------------------------------------------------------
 
 
-def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float]:
-    """The stop's deadlines from the grace period: (confirm wait in seconds, turn until, restored until, end).
+def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float, float]:
+    """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until, end).
 
-    ``end`` keeps a reserve (a fifth of the grace period, at most 5 s) for the teardown of the API adapters
-    (bounded at 1 s by the runner) and the process exit, which is slow on a loaded node: the exit must come
-    before the kubelet's kill, not merely start before it. The turn may take 40 % of the grace period, the
-    wait for the restored scheduler up to 70 % and never the last 2 s before ``end`` (the release and the
-    report come after it)."""
+    ``answers until``: every wait for an answer ends by then (``STOP_ANSWERS``), whatever the grace period.
+    The waits on an API that answers come from the grace period, ending before a reserve (a fifth of it, at
+    most 5 s) for the release, the report and the exit, which is slow on a loaded node: the turn may take
+    40 % of the grace period, the wait for the restored scheduler up to 70 % and never the last 2 s before
+    that reserve."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
-    return min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0), end
+    return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
+            min(end, now + STOP_ANSWERS), end)
 
 
 def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
-    """Whether a stop restores (see ``stop``), by the mode and what is known of the DaemonSet: ``stop`` decides
-    by it, and the agent asks it too, to write a prepared restore before the rest of the stop, so nothing
-    delays it. A held node is never restored by its agent."""
+    """Whether a stop restores (see ``stop``, which decides by it), by the mode and what is known of the
+    DaemonSet. A held node is never restored by its agent."""
     if held:
         return False
     return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
@@ -994,10 +1018,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     A stop that keeps leaves the rollout turn held while a write waits for its restart (the successor resumes
     the wait under the same holder name, and no other node may start a restart meanwhile); any other turn,
     asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
-    confirm, turn_until, restored_until, end = stop_budget(ev.now, opts)
+    confirm, turn_until, restored_until, answers_until, end = stop_budget(ev.now, opts)
     waiting = node.wait is not None
     held = node.hold is not None
-    node = replace(node, stopping=True, stop_until=end, wait=None, probing="")
+    node = replace(node, stopping=True, stop_until=answers_until, grace_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
     if not restores(opts, ev.daemonset, held=held):
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
@@ -1011,7 +1035,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
         else:
             node, rel = _release(node)
             acts += rel
-        return node, [*acts, Finish(end)]
+        return node, [*acts, Finish(answers_until, build_until=end)]
     reason = "--restore-on-exit=always" if opts.restore_on_exit == "always" else ev.daemonset.gone()
     # The restore first: the log line after it costs a write to stdout that SIGTERM -> restored need not wait for.
     return node, [Restore(reason, confirm, turn_until, restored_until),
@@ -1019,18 +1043,20 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
-    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released."""
+    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released. A restore
+    that waited on an answering API past the stop's answers deadline gives the release and the report
+    ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
     node = replace(node, turn="held" if ev.held else "none")
-    if ev.api_silent:
-        node = replace(node, stop_until=min(node.stop_until, ev.now + SILENT_API_REPORT))
+    if not ev.api_silent and ev.now >= node.stop_until:
+        node = replace(node, stop_until=ev.now + FINAL_REPORT)
     if not ev.ok:
         node, rel = _release(node)
         return node, [Error("restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
-                      Finish(node.stop_until, code=1)]
+                      Finish(node.stop_until, code=1, build_until=node.grace_until)]
     record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
     node, acts = _phase(node, NodeState.RESTORED, record=record)
     node, rel = _release(node)
-    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until)]
+    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until, build_until=node.grace_until)]
 
 
 # -- the operator's hold ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import threading
 import time
 from collections import deque
@@ -20,28 +21,24 @@ from dataclasses import dataclass, replace
 
 from patcher.adapters.health import Health, Metrics
 from patcher.core import lifecycle
-from patcher.core.lifecycle import Node
+from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.settings import Settings
-from patcher.core.state import State
 from patcher.core.status import NodeState
 from patcher.services import patching
 from patcher.services.observations import Observations
 from patcher.services.patching import state_folder_message
-from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
 from patcher.services.record import RecordKeeper
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
 
 log = logging.getLogger("patcher.services.agent")
 
-__all__ = ["Agent", "Event"]
+__all__ = ["Agent"]
 
-#: The loop's events: "source", "manifest", "config" (a watched folder changed: the source, the kubelet's
-#: manifest folder, the host config folder), "pod" (mirror pod update), "lease" (the
-#: Lease actor's snapshot changed), "daemonset" (what the agent knows of its DaemonSet changed), "attached" (the
-#: API adapters are there), "probe" (a probe answered), "replan" (the step's ``Replan``: plan again), "stop";
-#: None: a timer is due. ``Observations.events`` says what each one is for the lifecycle.
-Event = str
+
+def _said(phase: NodeState) -> None:
+    """What a phase change tells nobody (no status publisher: the agent without the API)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,7 @@ class Agent:
                  fallback_version: Callable[[], str | None] = lambda: None, coordinator: Coordinator | None = None,
                  owner: OwnerSource | None = None, on_phase: Callable[[NodeState], None] | None = None,
                  coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
-                 events: queue.SimpleQueue[Event] | None = None) -> None:
+                 events: queue.SimpleQueue[LoopEvent] | None = None) -> None:
         """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
         a hold watch comes (the agent runs with the API), so nothing is written before it answered or
         ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
@@ -70,11 +67,11 @@ class Agent:
         self._exit_code = 0
         self._learns_hold = learns_hold
         self._stop_why: lifecycle.StopWhy = "signal"
-        self._idle_thread: int | None = None  # the loop's thread while it waits for an event (``write_at_signal``)
+        self._signal: int | None = None  # the stop signal received, said when the stop begins
         self._stopping = threading.Event()
         # A SimpleQueue: the stop signal's handler puts on it from the loop's own thread, between any two
         # bytecodes; queue.Queue's put takes a non-reentrant lock its get may hold at that moment (deadlock).
-        self.events: queue.SimpleQueue[Event] = events if events is not None else queue.SimpleQueue()
+        self.events: queue.SimpleQueue[LoopEvent] = events if events is not None else queue.SimpleQueue()
         self._node = Node()
         log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
         self.log_extra, self.timers = log_extra, Timers()
@@ -82,8 +79,8 @@ class Agent:
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
-                                  reporter=reporter, pods=pods, coordinator=coordinator, owner=owner,
-                                  fallback_version=fallback_version, on_phase=on_phase)
+                                  reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
+                                  fallback_version=fallback_version, on_phase=on_phase or _said)
 
     @property
     def node(self) -> Node:
@@ -100,48 +97,22 @@ class Agent:
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
         self.metrics.set_held(value.hold is not None)
 
-    @property
-    def phase(self) -> NodeState | None:
-        return self._node.phase
-
-    @property
-    def state(self) -> State:
-        return self._node.record
-
     # -- inputs from other threads (``process`` installs the signals and starts the watch) --------------------
 
-    def notify(self, event: Event) -> None:
+    def notify(self, event: LoopEvent) -> None:
         self.events.put(event)
 
-    def request_stop(self, code: int = 0, why: lifecycle.StopWhy = "signal") -> None:
+    def request_stop(self, code: int = 0, why: lifecycle.StopWhy = "signal", *, signum: int | None = None) -> None:
+        """From any thread or the signal handler (which runs on the loop's thread, between two bytecodes: it
+        only puts on the queue; the loop ends after the event it is handling, and ``shutdown`` decides)."""
         self._exit_code = self._exit_code or code
         if self._stopping.is_set():
             log.warning("second stop signal ignored: the restore is running and must finish", extra=self.log_extra)
             return
-        self._stop_why = why
+        self._stop_why, self._signal = why, signum
         self._stopping.set()
         self.world.probe_cancel.set()
-        self.events.put("stop")
-
-    def write_at_signal(self) -> None:
-        """The stop signal's handler runs on the loop's thread, between two bytecodes. When it came
-        while the loop waited for its next event (nothing of ours half done: the common case, an idle agent), and
-        whether this stop restores needs no API read, the prepared restore is written here, before the rest of the
-        stop is even requested; ``shutdown`` then finds it written (``Stopping.write_first``). Anywhere else the
-        handler only requests the stop, and ``shutdown`` writes first as the loop's last act. A second signal
-        that comes during this write runs its handler inside this one: the write is marked begun first, so that
-        one only requests the stop (two writes interleaved would swap the manifest back and forth)."""
-        if self._idle_thread != threading.get_ident() or self._stopping.is_set():
-            return
-        self._idle_thread = None  # begun: the loop's wait is no proof any more (a nested signal, above)
-        try:
-            view = self.world.daemonset_view(self.rules, read=False)
-            if view is not None:
-                self.stopper.write_first(self._node.record, self.rules, view, held=self._node.hold is not None)
-        except Exception as exc:  # a bug must not escape into the loop's wait: the stop below goes on as always
-            self.metrics.error("internal")
-            log.error("internal error in the restore at the stop signal: %s: %s", type(exc).__name__, exc,
-                      extra=self.log_extra)
+        self.events.put(LoopEvent.STOP)
 
     def api_unavailable(self) -> None:
         """The API adapters will not come (no usable API config): stop with exit 1, and let the shutdown not
@@ -162,20 +133,12 @@ class Agent:
             if settled is not None and self.events.empty() and not self._node.probing:
                 then, settled = settled, None
                 then()
-            timeout = self.world.timeout(self.rules)
-            settle = self.stopper.settle()  # the prepared restore's identities, once settled: a cheaper check at stop
-            only_settle = settle is not None and settle < timeout
-            self._idle_thread = threading.get_ident()  # a stop signal may write the restore (``write_at_signal``)
             try:
-                event = self.events.get(timeout=settle if only_settle else timeout)
+                event = self.events.get(timeout=self.world.timeout(self.rules))
             except queue.Empty:
                 event = None
-            finally:
-                self._idle_thread = None
-            if event == "stop" or self._stopping.is_set():
+            if event is LoopEvent.STOP or self._stopping.is_set():
                 return
-            if event is None and only_settle:  # no timer is due: only ``settle`` asks again
-                continue
             try:
                 self._handle(event)
             except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
@@ -203,45 +166,32 @@ class Agent:
     def reconcile(self, why: str) -> None:
         self._feed(self.world.plan(why))
 
-    def check_restart(self) -> None:
-        self._feed(self.world.observe())
-
-    def _handle(self, event: Event | None) -> None:
+    def _handle(self, event: LoopEvent | None) -> None:
         for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
             self._feed(made)
 
     def _feed(self, first: lifecycle.Event | None) -> None:
         """Step ``first`` and every event its actions produce, in order, from one local queue (no action feeds
-        the step itself). The restore is prepared once, for the record the queue ends with."""
+        the step itself)."""
         todo: deque[lifecycle.Event | _Unsaved] = deque([first] if first is not None else [])
-        saved = False
         while todo:
             item = todo.popleft()
             if isinstance(item, _Unsaved):
                 if self._node.fault is not None or self._node.record == self.record.saved:
                     continue  # an action met the fault already, or a later transition saved the record
                 item = lifecycle.StateFolderFailed(time.monotonic(), item.message)
-            produced, did_save = self._transition(item)
-            saved = saved or did_save
-            todo.extend(produced)
-        if saved and self._node.fault is None:
-            self._prepare_restore()
+            todo.extend(self._transition(item))
 
-    def _prepare_restore(self) -> None:
-        """While patched, plan the restore now, so that on SIGTERM only the write remains (``stopping``)."""
-        self.stopper.prepare(self._node.record,
-                             enabled=self.rules.restore_on_exit != "never" and self._node.hold is None)
-
-    def _transition(self, event: lifecycle.Event) -> tuple[list[lifecycle.Event | _Unsaved], bool]:
+    def _transition(self, event: lifecycle.Event) -> list[lifecycle.Event | _Unsaved]:
         """One step: save its record (the one save of a transition), then say it and execute its actions.
-        Returns the events they produced and whether the record was saved."""
+        Returns the events they produced."""
         node, actions = lifecycle.step(self._node, event, self.rules)
         # What the cluster verdict reads of this node: its phase, and its message (Ready with a message is an
         # extender that stopped answering: NotReady for the cluster, though the phase stays Ready).
         before = (self._node.phase, self._node.record.message)
         if node.wait is None:
             self.world.restarts.forget()
-        refused, saved = self.record.save(node)  # the record first: a phase is said only once it is recorded
+        refused, _ = self.record.save(node)  # the record first: a phase is said only once it is recorded
         if refused is not None:
             # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
             # transition; the fault's transition says Failed, and this phase again once the folder works.
@@ -249,12 +199,12 @@ class Agent:
             produced: list[lifecycle.Event | _Unsaved] = [
                 e for a in actions if not isinstance(a, (lifecycle.Publish, lifecycle.Prune))
                 and (e := self._execute(a)) is not None]
-            return [*produced, _Unsaved(state_folder_message(refused))], False
+            return [*produced, _Unsaved(state_folder_message(refused))]
         self.node = node
         produced = [e for a in actions if (e := self._execute(a)) is not None]
-        if (node.phase, node.record.message) != before and node.phase is not None and self.world.on_phase is not None:
+        if (node.phase, node.record.message) != before and node.phase is not None:
             self.world.on_phase(node.phase)
-        return produced, saved
+        return produced
 
     def _execute(self, action: lifecycle.Action) -> lifecycle.Event | None:
         """Do one action; an action that observes something returns the event it produced."""
@@ -287,7 +237,7 @@ class Agent:
             case lifecycle.RollBack():
                 return w.roll_back(action)
             case lifecycle.Replan():
-                self.notify("replan")
+                self.notify(LoopEvent.REPLAN)
             case lifecycle.Probe(config_hash=config_hash):
                 w.start_probe(config_hash)
             case lifecycle.RetryLater() | lifecycle.CheckStateFolder():
@@ -310,10 +260,8 @@ class Agent:
             self.timers.state_retry_at = time.monotonic() + action.delay
 
     def _hold(self, action: lifecycle.LetGo | lifecycle.Reclaim) -> lifecycle.Reclaimed | None:
-        """Held: the prepared restore goes and the writer lock is let go. Released: the lock taken back and the
-        record read again from disk."""
+        """Held: the writer lock is let go. Released: the lock taken back and the record read again from disk."""
         if isinstance(action, lifecycle.LetGo):
-            self.stopper.drop()
             self.record.let_go()
             return None
         return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
@@ -321,21 +269,15 @@ class Agent:
     def shutdown(self) -> int:
         """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
         release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
-        the record the stop leaves is the restore's (``stopping``). Returns the exit code."""
+        the record a stop leaves is the restore's (``stopping``). Returns the exit code."""
         now = time.monotonic()
-        # With an owner in auto mode: one short API read. A restore the signal's handler wrote already
-        # (``write_at_signal``) was decided by the view it had then: the stop goes on from that same view, even
-        # if the API adapters attached meanwhile (a later view could keep what was already put back).
-        view = self.stopper.written_view or self.world.daemonset_view(self.rules)
-        self.stopper.write_first(self._node.record, self.rules, view,  # the restore's write before all the rest
-                                 held=self._node.hold is not None)
+        if self._signal is not None:
+            log.info("received %s", signal.Signals(self._signal).name, extra=self.log_extra)
+        view = self.world.daemonset_view(self.rules)  # auto with an owner: one short read, within the deadline
         todo: deque[lifecycle.Event] = deque([lifecycle.Stop(now, self._stop_why, view)])
         while todo:
             self.node, actions = lifecycle.step(self._node, todo.popleft(), self.rules)
             for action in actions:
-                if not isinstance(action, lifecycle.Restore):
-                    self.stopper.say_signal()  # said before anything but the restore's write, which it must not delay
                 if (event := self._execute(action)) is not None:
                     todo.append(event)
-        self.stopper.say_signal()
         return self._exit_code

@@ -14,7 +14,7 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -672,123 +672,6 @@ def _write_restored_locked(plan: RestorePlan) -> list[str]:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
             lines.append(f"wrote {change.node_path}")
     return lines
-
-
-@dataclass(frozen=True)
-class PreparedRestore:
-    """A restore planned while the node is patched, so that on SIGTERM only the write is left.
-
-    ``written`` is the manifest as this node's last write left it (its sha256 is the state record's
-    ``patched_sha256``); the restore goes ahead only while the manifest is still byte for byte that.
-    ``staged``: the restored manifest already written and fsynced beside it (a hidden temp file), so that the
-    write itself is one rename; None: written in full at restore time.
-    """
-
-    plan: RestorePlan
-    written: bytes
-    staged: Path | None = None
-    lock_key: str = ""  # ``fsio.lock_key`` of the state folder: a holder of the writer lock need not re-enter it
-    #: The settled ``fsio.identity_holding`` of the staged file and of the manifest (see ``fsio.swap_in``):
-    #: None until ``settle`` found both settled (until then the restore compares them byte for byte).
-    seen: tuple[fsio.Identity, fsio.Identity] | None = field(default=None, compare=False)
-    # Derived once here, not at SIGTERM, where nothing but the write should run: the manifest's change and its
-    # folder (as a str).
-    manifest: FileChange = field(init=False, repr=False, compare=False)
-    folder: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        change = next(c for c in self.plan.changes if c.kind == "manifest")
-        object.__setattr__(self, "manifest", change)
-        object.__setattr__(self, "folder", str(change.local.parent))
-
-
-def prepare_restore(opts: Files, *, stage: bool = False, previous: PreparedRestore | None = None
-                    ) -> PreparedRestore | None:
-    """The restore of the manifest as it is now, when it is the one we wrote; None otherwise (a manifest
-    someone else changed since, or nothing of ours to undo): such a restore is planned when it happens.
-
-    ``stage``: write the restored bytes beside the manifest now (see ``PreparedRestore.staged``), or keep the
-    file ``previous`` staged when it is the same restore and still intact on disk."""
-    plan = plan_restore(opts)
-    state = plan.state
-    if plan.current is None or state is None or not state.patched or sha256(plan.current) != state.patched_sha256:
-        return None
-    if not any(c.kind == "manifest" for c in plan.changes) or plan.notes:  # notes: the saved-original fallback
-        return None
-    prepared = PreparedRestore(plan, plan.current, lock_key=fsio.lock_key(host_fs(opts).local(opts.state_dir)))
-    if not stage:
-        return prepared
-    new = prepared.manifest.new
-    assert new is not None
-    if previous is not None and previous.staged is not None and previous.written == plan.current \
-            and previous.manifest.new == new and previous.manifest.local == prepared.manifest.local \
-            and fsio.holds(previous.staged, new):
-        return replace(prepared, staged=previous.staged)
-    with writer_lock(opts):
-        return replace(prepared, staged=fsio.stage(prepared.manifest.local, new, shown=plan.manifest_path))
-
-
-def settle(prepared: PreparedRestore, now_ns: Callable[[], int] = time.time_ns
-           ) -> tuple[tuple[fsio.Identity, fsio.Identity], float] | None:
-    """The identities of the staged file and of the manifest while both hold what was prepared (with the same
-    mode and owner, ``swap_in``'s check), and the seconds left until they stand for those bytes (``<= 0``: now;
-    then ``replace(prepared, seen=...)`` lets the restore read nothing before its rename). None when a file is
-    not what was prepared: the restore compares it in full, and refuses."""
-    new = prepared.manifest.new
-    assert new is not None
-    if prepared.staged is None:
-        return None
-    ours = fsio.identity_holding(prepared.staged, new, now_ns)
-    theirs = fsio.identity_holding(prepared.manifest.local, prepared.written, now_ns) if ours is not None else None
-    if ours is None or theirs is None or ours[0][5:] != theirs[0][5:]:
-        return None
-    return (ours[0], theirs[0]), max(ours[1], theirs[1])
-
-
-def discard(prepared: PreparedRestore | None) -> None:
-    """Remove the file a prepared restore staged (it is hidden, and a later clean-up would remove it too)."""
-    if prepared is not None and prepared.staged is not None:
-        with contextlib.suppress(OSError):
-            prepared.staged.unlink()
-
-
-def restore_prepared(opts: Files, prepared: PreparedRestore) -> list[str]:
-    """Write a prepared restore of the manifest (``finish_restore`` cleans up after it). Raises
-    ``fsio.ChangedUnderneath``, writing nothing, when the manifest is not what we wrote any more (a ``kubeadm
-    upgrade`` since) or the staged file is not what was staged: the caller plans the restore again from what
-    is there.
-
-    For a writer that has held the writer lock since it prepared (the agent holds it for its life): the state
-    record cannot have changed in between, and is not read again. The manifest is compared twice: before the
-    write, and the file the write displaced (the rename is an exchange), so a write that races this one is
-    put back, not lost."""
-    plan, change = prepared.plan, prepared.manifest
-    assert change.new is not None
-    # The state folder is not needed to put the manifest back. The staged file lives in the manifest's folder,
-    # so the folder exists: one access() answers the usual case; the full check words a refusal.
-    if not os.access(prepared.folder, os.W_OK | os.X_OK):
-        _check_writable(opts, [change], state=False)
-    # The agent holds the writer lock for its life: re-entering it would be a second lock on the stop's path.
-    held = bool(prepared.lock_key) and fsio.holds_writer_lock(prepared.lock_key)
-    with contextlib.nullcontext() if held else writer_lock(opts):
-        if prepared.staged is not None:
-            fsio.swap_in(prepared.staged, change.local, data=change.new, expect=prepared.written,
-                         shown=change.node_path, seen=prepared.seen)
-            return [f"wrote {change.node_path}"]
-        _verify_unchanged(plan.manifest_local, prepared.written, plan.manifest_path)
-        return _write_restored_locked(plan)
-
-
-def finish_restore(opts: Files, prepared: PreparedRestore) -> list[str]:
-    """After ``restore_prepared``: remove the manifest it displaced (left at the staged file's name), our
-    config files and the state record (and stale temp files)."""
-    with writer_lock(opts):
-        if prepared.staged is not None:
-            with contextlib.suppress(OSError):
-                prepared.staged.unlink()
-        lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-                 _remove_stale_temp_files_locked(opts)]
-        return _clean_up_locked(opts, prepared.plan, lines)
 
 
 def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[str]:

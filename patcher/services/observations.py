@@ -1,8 +1,9 @@
-"""What the agent's thread sees, as ``lifecycle`` events: the loop's string events (a folder changed, the mirror
-pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a timer) turned into
-``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``, ``StateFolderOk``/``Failed``, and the
-answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` → ``Observed``, ``TakeTurn`` →
-``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` → ``RollbackDone``).
+"""What the agent's thread sees, as ``lifecycle`` events: the loop's events (``lifecycle.LoopEvent``: a folder
+changed, the mirror pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a
+timer) turned into ``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``,
+``StateFolderOk``/``Failed``, and the answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` →
+``Observed``, ``TakeTurn`` → ``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` →
+``RollbackDone``).
 
 It holds what the API side handed the agent (``attach``) and what those observations carry forward: the plan an
 ``Apply`` writes, the rollback's plan, the mirror pod before a write (the restart baseline), the timers. What
@@ -19,19 +20,18 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, overload
+from typing import Any, assert_never, overload
 
 from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
-from patcher.adapters.watch import FolderWatcher
 from patcher.core import extprobe, lifecycle
-from patcher.core.lifecycle import Node
+from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.schedconfig import RenderedConfig
 from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import engine, patching
-from patcher.services.ports import Coordinator, HoldSource, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, HoldSource, NoHold, NoWatcher, OwnerSource, PodSource, Reporter, Watcher
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.timers import Timers
@@ -56,16 +56,17 @@ def node_status(node: Node) -> NodeStatus:
 
 class Observations:
     def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
-                 notify: Callable[[str], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
-                 reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
+                 notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
+                 reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
                  owner: OwnerSource | None, fallback_version: Callable[[], str | None],
-                 on_phase: Callable[[NodeState], None] | None) -> None:
+                 on_phase: Callable[[NodeState], None]) -> None:
         """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
         API adapters are being built and come with ``attach`` (no restart verdict before that)."""
         self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
         self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds: HoldSource | None = None
+        self.holds: HoldSource = NoHold()
+        self.attached = False  # the API adapters are there (``attach``)
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.api_pending = api_pending
         self.attached_event = threading.Event()
@@ -76,47 +77,51 @@ class Observations:
         self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
-        self.watcher: FolderWatcher | None = None
+        self.watcher: Watcher = NoWatcher()
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
                                      crash_restarts=self.opts.crash_restarts,
                                      settle=settings.lifecycle.restart_settle)
 
-    def attach(self, *, reporter: Reporter | None, pods: PodSource | None, coordinator: Coordinator | None,
-               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None] | None,
+    def attach(self, *, reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
+               fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
                owner: OwnerSource | None = None, holds: HoldSource | None = None) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds = holds
+        self.holds = holds or NoHold()
+        self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
-        self.notify("attached")
+        self.notify(LoopEvent.ATTACHED)
 
     # -- the loop's events ------------------------------------------------------------------------------------
 
-    def events(self, event: str | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
+    def events(self, event: LoopEvent | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
         """One loop event as lifecycle events, lazily (each is fed before the next is made: a re-plan reads the
         record the turn left); then the restart check (it reads the mirror pod and the process table) and the
         periodic probe's timer, whatever the event was. None: a timer is due."""
-        if event in ("source", "manifest"):
-            yield self.plan(f"{event} changed")
-        elif event == "config":
-            yield self.plan("config folder changed")
-        elif event == "replan":
-            yield self.plan("re-plan")
-        elif event == "lease":
-            yield self.turn_changed()
-        elif event == "attached":
-            yield from self._attached()
-        elif event == "daemonset":
-            self._daemonset_changed(rules)
-        elif event == "hold":
-            yield self.hold_changed()
-        elif event == "probe":
-            yield self._probe_done.get_nowait()
-        elif event == "pod" or event is None:  # a pod update also runs a due timer: a busy pod must not starve it
-            yield from self._due()
-        else:
-            raise AssertionError(f"unknown loop event {event!r}")
+        match event:
+            case LoopEvent.SOURCE | LoopEvent.MANIFEST:
+                yield self.plan(f"{event} changed")
+            case LoopEvent.CONFIG:
+                yield self.plan("config folder changed")
+            case LoopEvent.REPLAN:
+                yield self.plan("re-plan")
+            case LoopEvent.LEASE:
+                yield self.turn_changed()
+            case LoopEvent.ATTACHED:
+                yield from self._attached()
+            case LoopEvent.DAEMONSET:
+                self._daemonset_changed(rules)
+            case LoopEvent.HOLD:
+                yield self.hold_changed()
+            case LoopEvent.PROBE:
+                yield self._probe_done.get_nowait()
+            case LoopEvent.POD | None:  # a pod update also runs a due timer: a busy pod must not starve it
+                yield from self._due()
+            case LoopEvent.STOP:  # the loop ends at it; nothing to observe
+                return
+            case _ as unknown:
+                assert_never(unknown)
         yield self.observe()
         self._schedule_periodic_probe(rules)
         if self.current().hold_known:
@@ -168,11 +173,11 @@ class Observations:
         log.info("API connected", extra=self._log_extra)
         self.say_started()
         n = self.current()
-        if self.reporter is not None and n.probe_failures and n.record.message:
+        if n.probe_failures and n.record.message:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
-        if self.holds is not None and self.holds.known():  # seen before the adapters were attached
+        if self.holds.known():  # seen before the adapters were attached
             yield self.hold_changed()
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
@@ -181,14 +186,14 @@ class Observations:
     def hold_changed(self) -> lifecycle.HoldChanged | None:
         """The Node's hold as the watch sees it now (several changes between two looks: the last one counts);
         None before its first list answered (nothing is known then)."""
-        if self.holds is None or not self.holds.known():
+        if not self.holds.known():
             return None
         return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
 
     def say_started(self) -> None:
         """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""
         phase = self.current().phase
-        if self.reporter is not None and phase is not None:
+        if phase is not None:
             self.reporter.publish(node_status(self.current()), reason="AgentStarted",
                                   message=f"scheduler-patcher started; the node is {phase.value}")
 
@@ -235,13 +240,11 @@ class Observations:
     def _expect_manifest(self) -> None:
         """Our own write: the folder watch takes the manifest and the config folder as they are now as seen."""
         self.expect_config()
-        if self.watcher:
-            self.watcher.expect("manifest")
+        self.watcher.expect(LoopEvent.MANIFEST)
 
     def expect_config(self) -> None:
         """We wrote or removed config files: their folder's events that follow are ours."""
-        if self.watcher:
-            self.watcher.expect("config")
+        self.watcher.expect(LoopEvent.CONFIG)
 
     def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
         """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""
@@ -325,7 +328,7 @@ class Observations:
 
     def _probed(self, answer: lifecycle.Probed) -> None:
         self._probe_done.put(answer)
-        self.notify("probe")
+        self.notify(LoopEvent.PROBE)
 
     # -- the stop ---------------------------------------------------------------------------------------------
 
@@ -341,7 +344,7 @@ class Observations:
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
         if self.owner is None:
-            why = "the API adapters are not there" if self.api_pending or self.reporter is None else (
+            why = "the API adapters are not there" if self.api_pending or not self.attached else (
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
         return self.owner.confirm(lifecycle.OWNER_LOOKUP) if read else None
@@ -351,24 +354,24 @@ class Observations:
     def report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
         """To the Node's annotations and events; nothing before the API adapters are attached (the agent
         re-publishes its phase when they are)."""
-        if self.reporter is None:
-            return
         if isinstance(action, lifecycle.Publish):
             self.reporter.publish(node_status(self.current()), reason=action.reason)
         else:
             self.reporter.note(action.reason, action.message, warning=action.warning)
 
     def finish(self, action: lifecycle.Finish) -> None:
-        """Stop the folder watch, close the Lease (its release sent) and send the pending report, by
-        ``action.until``."""
-        if self.watcher:  # after the restore: stopping it joins a thread, and the restore comes first
-            self.watcher.stop()
+        """Stop the folder watch, close the Lease (its release sent) and send the pending report, all by
+        ``action.until``: past it, nothing waits for the API."""
+        self.watcher.stop()  # after the restore: stopping it joins a thread, and the restore comes first
+        until = action.until
         if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.2, 0.5 * (action.until - time.monotonic())))
-        if self.api_pending and self.reporter is None:  # stopped while the API side was still being built:
-            # the manifest is restored already; give the report a share of what is left of the grace period
-            self.attached_event.wait(max(0.0, 0.5 * (action.until - time.monotonic())))
-            if self.reporter is not None and self.current().phase == NodeState.RESTORED:
-                self.reporter.publish(node_status(self.current()))
-        if self.reporter is not None and not self.reporter.flush(max(0.2, action.until - time.monotonic())):
-            log.warning("could not publish the final state before the grace period ended", extra=self._log_extra)
+            self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
+        if self.api_pending and not self.attached:  # stopped while the API client was still being built
+            # (imports, TLS; no network): the manifest is restored already; the report waits for it
+            self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic())))
+            if self.attached:
+                until = max(until, time.monotonic() + lifecycle.FINAL_REPORT)
+                if self.current().phase == NodeState.RESTORED:
+                    self.reporter.publish(node_status(self.current()))
+        if not self.reporter.flush(max(0.0, until - time.monotonic())):
+            log.warning("could not publish the final state before the stop's deadline", extra=self._log_extra)

@@ -1,6 +1,8 @@
 """What the agent's thread is handed by the API side (``patcher.services.runner`` builds them): the Node's
-reporter, the mirror pod's view, the rollout Lease actor and the view of the agent's own DaemonSet. Protocols
-only, so that the executor's parts (``restartwatch``, ``stopping``) and the tests' fakes share one shape."""
+reporter, the mirror pod's view, the rollout Lease actor and the view of the agent's own DaemonSet; and the
+folder watch (``process``). Protocols, so that the executor's parts (``restartwatch``, ``stopping``) and the
+tests' fakes share one shape, and the reporter, hold and watch that do nothing, for an agent without them
+(``--no-api``), so that the executor calls them without asking whether they are there."""
 
 from __future__ import annotations
 
@@ -51,3 +53,44 @@ class HoldSource(Protocol):
 
     def hold(self) -> str | None: ...
     def known(self) -> bool: ...  # the watch's first list answered: ``hold`` is the Node's, not a default
+
+
+class Watcher(Protocol):
+    """The folder watch (``adapters/watch.FolderWatcher``) as the agent's thread uses it."""
+
+    def expect(self, name: str) -> None: ...  # our own write: the folder's events that follow are ours
+    def stop(self) -> None: ...
+
+
+class NoWatcher:
+    """Before ``process.start_watching`` (an agent driven by hand): nothing watched, nothing to expect or stop."""
+
+    def expect(self, name: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class NoReporter:
+    """The reporter of an agent without the API (``--no-api``, or until the API adapters are attached): nothing
+    to tell, everything delivered."""
+
+    def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
+        pass
+
+    def note(self, reason: str, message: str, *, warning: bool = False) -> None:
+        pass
+
+    def flush(self, timeout: float) -> bool:
+        return True
+
+
+class NoHold:
+    """The hold of an agent without the API: none, and never known (the start does not wait for it)."""
+
+    def hold(self) -> str | None:
+        return None
+
+    def known(self) -> bool:
+        return False

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from patcher.adapters import signals
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
 from patcher.core.errors import PatcherError
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.services import engine
 from patcher.services.agent import Agent
@@ -39,12 +40,7 @@ def install_signal_handlers(agent: Agent) -> None:
         signals.install()
 
     def on_signal(signum: int) -> None:
-        # The handler runs on the loop's thread, so every line of it comes before the restore: the restore's
-        # write itself when the loop was waiting, then the stop request; the "received" line is said once the
-        # manifest is back (``Stopping.heard``).
-        agent.stopper.heard(signum)
-        agent.write_at_signal()  # the prepared restore first, when the loop was waiting: nothing delays it
-        agent.request_stop()
+        agent.request_stop(signum=signum)
 
     signals.subscribe(on_signal)
 
@@ -57,20 +53,20 @@ def start_watching(agent: Agent) -> None:
     files = agent.files
     fs = engine.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
-    watcher = FolderWatcher(agent.events.put, debounce=agent.opts.debounce)
+    watcher = FolderWatcher(lambda name: agent.events.put(LoopEvent(name)), debounce=agent.opts.debounce)
     # Bounded as the reads they announce: a FIFO or a huge file is a fingerprint, never a read that hangs.
-    targets = [("source", files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
-               ("manifest", fs.local(files.manifest_dir),
+    targets = [(LoopEvent.SOURCE, files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
+               (LoopEvent.MANIFEST, fs.local(files.manifest_dir),
                 lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES))]
     target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
     if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
-        targets.append(("manifest", fs.local(target_dir),
+        targets.append((LoopEvent.MANIFEST, fs.local(target_dir),
                         lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
-    targets.append(("config", fs.local(files.host_config_dir), lambda: engine.named_missing_fingerprint(files)))
+    targets.append((LoopEvent.CONFIG, fs.local(files.host_config_dir), lambda: engine.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:
         try:
-            watcher.add(name, folder, fingerprint, missing_ok=name == "config")
+            watcher.add(name, folder, fingerprint, missing_ok=name is LoopEvent.CONFIG)
         except PatcherError as exc:  # keep running: the periodic resync still covers it
             agent.metrics.error("watch")
             log.error("cannot watch %s: %s; relying on the periodic resync", name, exc, extra=agent.log_extra)

@@ -21,10 +21,11 @@ from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifest, settings, yamltext
 from patcher.core.errors import PatcherError
+from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine, process
-from patcher.services.agent import Agent, Event
+from patcher.services.agent import Agent
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
@@ -141,7 +142,7 @@ class ApiParts:
                            holds=self.holds)
 
 
-def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
+def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
                metrics: Metrics) -> ApiParts:
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
@@ -157,12 +158,12 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
                             backoff=Backoff(*retry) if retry else None,
                             on_error=lambda kind, exc: metrics.error(f"api-{kind}"))
     pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, node_name),
-                            backoff=Backoff(*retry) if retry else None, on_update=lambda pod: notify("pod"))
+                            backoff=Backoff(*retry) if retry else None, on_update=lambda pod: notify(LoopEvent.POD))
     coordinator = None
     if config.coordinated:
         r = config.rollout
         coordinator = RolloutLease(api, config.pod.namespace, r.lease, node_name, duration=r.lease_duration,
-                                   prefix=files.prefix, retry=r.retry, on_change=lambda: notify("lease"))
+                                   prefix=files.prefix, retry=r.retry, on_change=lambda: notify(LoopEvent.LEASE))
     publisher = None
     if config.publishes_status:
         s = config.status
@@ -173,8 +174,8 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[Event], None],
     owner = None
     if config.watches_owner:
         owner = OwnerWatcher(api, config.pod.namespace, config.pod.pod_name, node_name,
-                             backoff=Backoff(*retry) if retry else None, on_update=lambda: notify("daemonset"))
-    holds = NodeHoldWatcher(api, node_name, files.prefix, on_update=lambda: notify("hold"),
+                             backoff=Backoff(*retry) if retry else None, on_update=lambda: notify(LoopEvent.DAEMONSET))
+    holds = NodeHoldWatcher(api, node_name, files.prefix, on_update=lambda: notify(LoopEvent.HOLD),
                             backoff=Backoff(*retry) if retry else None)
     return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner, holds)
 
@@ -183,7 +184,7 @@ class Wiring:
     """The agent and its parts, as ``build_agent`` made them: ``start`` the adapters, run ``process.run(agent)``
     (in this thread or another), then ``close``."""
 
-    def __init__(self, config: Settings, events: queue.SimpleQueue[Event], health: Health, metrics: Metrics,
+    def __init__(self, config: Settings, events: queue.SimpleQueue[LoopEvent], health: Health, metrics: Metrics,
                  agent: Agent, api: Api, parts: ApiParts | None) -> None:
         self.config, self.events, self.health, self.metrics, self.agent = config, events, health, metrics, agent
         self.parts = parts  # set by the connect thread when the client is Deferred
@@ -238,7 +239,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
     which ``config.api`` must say too. The returned wiring owns the client and closes it."""
     if (api is None) != (config.api is None):
         raise ValueError("build_agent: the API client and config.api disagree about running with a cluster")
-    events: queue.SimpleQueue[Event] = queue.SimpleQueue()  # see Agent.events: a signal handler puts on it
+    events: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()  # see Agent.events: a signal handler puts on it
     metrics = Metrics()
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
@@ -248,7 +249,7 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
                   on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
-    if parts is not None:
+    if parts is not None and parts.holds is not None:
         agent.world.holds = parts.holds
     return Wiring(config, events, health, metrics, agent, api, parts)
 
@@ -297,6 +298,8 @@ def run(config: Settings) -> int:
     try:
         return process.run(agent, settled=settled)
     finally:
-        wiring.close()
+        # The stop's release and final report are done or given up already: the exit does not wait for the
+        # adapters' threads (the sockets close with the process).
+        wiring.close(0.1)
         if server:
             server.stop()
