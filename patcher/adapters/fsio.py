@@ -406,7 +406,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 return None
-        if expect is not None and not _holds(path, expect):  # no RENAME_EXCHANGE: check, then rename
+        if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
             _point("before-rename", path)  # the window this fallback leaves open
@@ -431,9 +431,9 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
 def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
     """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
     from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
-    if _holds(Path(tmp), expect):
+    if holds(tmp, expect, refuse=True):
         return  # the caller removes it, once the folder is synced (the rename is what must be durable first)
-    if not _exchange(tmp, path) or not _holds(Path(tmp), data):
+    if not _exchange(tmp, path) or not holds(tmp, data, refuse=True):
         # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
         # is the newest): either way the file at tmp is theirs and goes in place.
         os.replace(tmp, path)
@@ -465,15 +465,6 @@ def _exchange(a: str | Path, b: str | Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP, errno.EXDEV):
         return False  # ENOENT: the target is gone (the fallback check reports it), or a fake file system
     raise OSError(err, os.strerror(err), str(b))
-
-
-def _holds(path: Path, data: bytes) -> bool:
-    """Whether ``path`` holds ``data``, reading at most one byte more; a FIFO or other non-file is refused as
-    ``read_file`` refuses it (a missing or larger file just does not hold it)."""
-    try:
-        return read_if_exists(path, "file", limit=len(data)) == data
-    except TooLarge:
-        return False
 
 
 def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:
