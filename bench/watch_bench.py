@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
-from patcher.adapters import fsio, heap  # noqa: E402
+from patcher.adapters import fsio  # noqa: E402
 from patcher.adapters.health import Metrics  # noqa: E402
 from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
@@ -118,7 +118,6 @@ def bench_swap_to_manifest(n: int) -> None:
         th.start()
         manifest = root / MANIFEST
         wait(lambda: b"--config=" in manifest.read_bytes())
-        heap.settle("bench start-up")  # as `run` does: this process's test-helper heap out of the collector's walks
         out = []
         reconciles = metrics.reconciles
         for i in range(n):
