@@ -446,7 +446,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
             new_state = replace(new_state, patched_sha256=sha256(plan.current),
                                 manifest_mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0)
         # In this order, each durable before the next: config files, the record (and the saved original), the
-        # manifest. Every file's temp copy is written and fsynced first (one journal commit, not one per file),
+        # manifest. Every file's temp copy is written and fsynced first,
         # so a state folder that cannot take the record (read-only, full, gone) fails the apply before any file
         # is in place: a write that could not be recorded is never made (it could not be undone). The record is
         # the last thing written in the state folder: nothing after the manifest depends on that folder.
