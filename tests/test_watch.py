@@ -222,7 +222,7 @@ def test_nearest_ancestor_deleted_while_the_folder_is_gone(tree: tuple[Path, Loo
     etc = folder.parent.parent.stat().st_ino
     folder.parent.rmdir()  # .../etc/kubernetes: the nearest existing ancestor, watched for "manifests"
     # Re-armed: .../etc is now the nearest existing ancestor, watched for "kubernetes" to appear.
-    assert wait_until(lambda: inotify_masks().get(etc, 0) & IN_CREATE, timeout=30)
+    assert wait_until(lambda: bool(inotify_masks().get(etc, 0) & IN_CREATE), timeout=30)
     folder.parent.parent.rmdir()  # .../etc
     folder.mkdir(parents=True)
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
