@@ -104,7 +104,6 @@ _ATTRIB: tuple[type[FileSystemEvent], ...] = tuple(
 
 
 class Action(Enum):
-    IGNORE = "ignore"
     CHANGE = "change"  # an entry changed: look at the target
     WRITING = "writing"  # a writer is at work on ``name``
     CLOSED = "closed"  # ``name``'s writer is done (or the file is gone)
@@ -189,11 +188,10 @@ class Settler:
             writers.discard(name)
         elif action is Action.REARM:
             writers.clear()  # a new watch cannot see old writers close: do not wait for them
-        if action is not Action.IGNORE:
-            for target in self.targets_of(folder):
-                self._touch(target, now)
-                if action is Action.COMMIT:
-                    self._pending[target].commit = now
+        for target in self.targets_of(folder):
+            self._touch(target, now)
+            if action is Action.COMMIT:
+                self._pending[target].commit = now
 
     def writers(self) -> list[str]:
         return sorted(f"{folder}/{name}" for folder, names in self._writers.items() for name in names)
@@ -470,7 +468,7 @@ class FolderWatcher:
                         action = Action.CHANGE
                     if action is Action.REARM:
                         rearm = True
-                    elif action is not Action.IGNORE:
+                    else:
                         self._settler.event(role.folder, action, name, now)
             if rearm:
                 log.debug("a watched folder or its parent changed: watching again")
