@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
-from patcher.adapters import fsio, heap  # noqa: E402
+from patcher.adapters import fsio  # noqa: E402
 from patcher.adapters.health import Metrics  # noqa: E402
 from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
@@ -118,7 +118,6 @@ def bench_swap_to_manifest(n: int) -> None:
         th.start()
         manifest = root / MANIFEST
         wait(lambda: b"--config=" in manifest.read_bytes())
-        heap.settle("bench start-up")  # as `run` does: this process's test-helper heap out of the collector's walks
         out = []
         reconciles = metrics.reconciles
         for i in range(n):
@@ -244,8 +243,7 @@ def bench_busy_parent(n: int) -> None:
         w.stop()
     wakeups = sum(b[tid] - a.get(tid, b[tid]) for tid in b)
     label = f"busy parent: {n} sibling files created+deleted"
-    print(f"{label:<58} threads {len(ours):<3} "
-          f"wake-ups {wakeups:7d}  events to the watcher {w.events_read}")
+    print(f"{label:<58} threads {len(ours):<3} wake-ups {wakeups:7d}")
 
 
 def bench_closing_watches(seconds: float) -> None:

@@ -24,11 +24,8 @@ from typing import Any
 
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.httpserver import HttpServer
-from patcher.adapters.kube.gaterelease import gate_absent
-from patcher.adapters.kube.listwatch import _Undecodable, decode_event
 from patcher.core import admission, manifest
 from patcher.core.errors import PatcherError
-from patcher.core.gates import slim
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, build_config
 from patcher.core.schedconfig.source import CONFIG_FILE, EXTENDERS_FILE, MAX_SOURCE_BYTES
 from patcher.core.status import NodeState
@@ -230,33 +227,3 @@ def webhook_request(data: bytes) -> None:
     assert closed, "the connection was left open"
     assert not out or out.startswith(b"HTTP/1.1 "), f"not an HTTP answer: {out[:80]!r}"
 
-
-# -- the gatekeeper's watch-line shortcut ----------------------------------------------------------------------
-
-_GATES = ("scheduler-patcher.io/wait", "example.com/g", "g", "a/b/c", "\u00e9t\u00e9/x")
-
-
-@target
-def watch_line(data: bytes) -> None:
-    """``gate_absent`` may skip (decode only the metadata of) a watch line only when the full decode shows a
-    pod that does not carry the gate. The first byte picks the gate (from a list, or the bytes up to the first
-    newline: any name, not only the qualified names the API server accepts)."""
-    if not data:
-        return
-    if data[0] < 0xF0:
-        gate, line = _GATES[data[0] % len(_GATES)], data[1:]
-    else:
-        raw, _, line = data[1:].partition(b"\n")
-        gate = raw.decode("utf-8", "replace")
-        if not gate:
-            return
-    hit = gate_absent(gate)(line)
-    if hit is None:
-        return
-    try:
-        full = decode_event(line)
-    except (_Undecodable, RecursionError):
-        return  # the full decode refuses the line: so does the watcher, which then lists again
-    if full is None:
-        return
-    assert gate not in slim(full[1]).gates, f"the shortcut skipped a line that carries the gate {gate!r}"

@@ -100,6 +100,19 @@ def test_holds_compares_reading_at_most_one_byte_more(tmp_path: Path, reads: lis
     assert max(reads) <= len(b"patched\n") + 1
 
 
+def test_holds_with_refuse_names_a_file_it_cannot_read_and_still_answers_for_the_others(tmp_path: Path) -> None:
+    """A re-check before a write must not take a FIFO in the file's place for "changed by someone else"."""
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(PatcherError, match=r"^/etc/m\.yaml: file is not a regular file \(a FIFO\)"):
+        fileread.holds(tmp_path / "fifo", b"x", "/etc/m.yaml", refuse=True)
+    path = tmp_path / "f"
+    path.write_bytes(b"patched\n")
+    assert fileread.holds(path, b"patched\n", refuse=True)
+    assert not fileread.holds(path, b"patch\n", refuse=True)  # larger than asked: differs, not refused
+    assert not fileread.holds(tmp_path / "gone", b"x", refuse=True) and fileread.holds(tmp_path / "gone", None,
+                                                                                        refuse=True)
+
+
 def test_a_fingerprint_of_a_refused_file_is_its_refusal_not_its_content(tmp_path: Path, reads: list[int]) -> None:
     """The same on every node for the same refusal, and nothing read: whoever acts on it refuses it."""
     os.mkfifo(tmp_path / "fifo")

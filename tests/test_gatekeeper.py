@@ -7,7 +7,6 @@ as the API server stores them (``status.phase: Pending``). Everything else goes 
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import threading
 import time
@@ -23,7 +22,7 @@ from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.errors import Forbidden, ServerError, TooManyRequests
-from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, gate_absent, release_gate
+from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import Api
@@ -560,21 +559,6 @@ def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api
         assert gk.waiting() == [GatedPod("default", "fat", stored_pod["metadata"]["uid"],
                                          stored_pod["metadata"]["resourceVersion"], CREATED,
                                          ("example.com/a", GATE), True)]
-
-
-def test_a_watch_line_that_cannot_carry_the_gate_is_read_no_further_than_its_metadata() -> None:
-    shortcut = gate_absent(GATE)
-    line = json.dumps({"type": "MODIFIED", "object": {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "n", "uid": "u1", "resourceVersion": "42",
-                     "creationTimestamp": CREATED},
-        "spec": {"schedulingGates": [{"name": "example.com/other"}]}, "status": {"phase": "Pending"}}})
-    assert shortcut(line.encode()) == ("MODIFIED", GatedPod("n", "p", "u1", "42", CREATED, (), False), "42")
-    # Wherever the gate's name might be spelled, the line is decoded in full: plain, with "\/", or any "\u".
-    assert shortcut(line.replace("example.com/other", GATE).encode()) is None
-    assert shortcut(line.replace("example.com/other", GATE.replace("/", "\\/")).encode()) is None
-    assert shortcut(line.replace('"p"', '"\\u0070"').encode()) is None
-    assert shortcut(b'{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "43"}}}') is None
 
 
 def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeEmulatorExt,

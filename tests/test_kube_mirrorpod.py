@@ -18,7 +18,6 @@ from patcher.adapters.kube.listwatch import (
     ListWatcher,
     _Undecodable,
     decode_event,
-    event_metadata,
     split_records,
 )
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
@@ -189,34 +188,7 @@ def test_decoding_events_and_splitting_chunks() -> None:
     assert decode_event(b"  \r") is None
     assert decode_event(b'{"type": "BOOKMARK", "object": {"metadata": {}}}') == ("BOOKMARK", {"metadata": {}})
     chunks = [b'{"a"', b': 1}\n{"b": 2}\n\n{"c"', b": 3}"]
-    assert [line for line, _ in split_records(chunks)] == [b'{"a": 1}', b'{"b": 2}', b"", b'{"c": 3}']
-
-
-def test_a_record_cut_short_by_the_end_of_the_stream_is_not_ended() -> None:
-    chunks = [b'{"a"', b': 1}\n{"b": 2}\n\n{"c"', b": 3}"]
-    assert list(split_records(chunks)) == [(b'{"a": 1}', True), (b'{"b": 2}', True), (b"", True),
-                                           (b'{"c": 3}', False)]
-
-
-COMPACT = (b'{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n",'
-           b'"resourceVersion":"7"},"spec":{"containers":[{"name":"app"}]},"status":{"phase":"Pending"}}}')
-
-
-@pytest.mark.parametrize(("line", "expected"), [
-    # kube-apiserver's layout (Go struct order, no spaces) and json.dumps's (the emulator's)
-    (COMPACT, ("MODIFIED", {"name": "p", "namespace": "n", "resourceVersion": "7"})),
-    (b' { "type" : "DELETED" , "object" : { "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {',
-     ("DELETED", {"name": "p"})),  # what follows the metadata is not read: the caller knows the line is whole
-    (b'{"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}}', None),
-    (b'{"type": "ERROR", "object": {"kind": "Status", "code": 410}}', None),
-    (b'{"object": {"metadata": {"name": "p"}}, "type": "ADDED"}', None),  # another layout: decoded in full
-    (b'{"type": "ADDED", "object": {"spec": {"containers": []}, "metadata": {"name": "p"}}}', None),  # large first
-    (b'{"type": "ADDED", "object": {"kind": "Pod", "metadata": [1]}}', None),
-    (b"<html>502 Bad Gateway</html>", None), (b"\xff\xfe{", None), (b'{"type": "ADDED", "object": {"kind"', None),
-])
-def test_the_metadata_of_an_event_is_read_without_decoding_the_object(line: bytes,
-                                                                      expected: tuple[str, Any] | None) -> None:
-    assert event_metadata(line) == expected
+    assert list(split_records(chunks)) == [b'{"a": 1}', b'{"b": 2}', b"", b'{"c": 3}']
 
 
 def test_a_stream_that_closes_after_one_event_backs_off(tmp_path: Path) -> None:

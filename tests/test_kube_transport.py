@@ -168,7 +168,7 @@ def test_a_watch_streams_events_and_its_error_answer_is_the_clients_exception(em
     resp = api.watch(PODS, namespace="default", resource_version=rv, timeout_seconds=60, connect_timeout=0.5)
     emu.create(make_pod("q"))
     events = []
-    for line, _ in split_records(resp.stream(amt=None, decode_content=True)):
+    for line in split_records(resp.stream(amt=None, decode_content=True)):
         event = decode_event(line)
         if event is not None and event[0] != "BOOKMARK":
             events.append((event[0], event[1]["metadata"]["name"]))

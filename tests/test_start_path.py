@@ -88,11 +88,6 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
 
         # The probe saw the manifest's rename; the loop counts the write once the write call has returned.
         assert wait_until(lambda: b"scheduler_patcher_writes_total 1.0" in metrics(), 30), metrics()
-        # Without the API the heap is settled once the start has settled: after the write, not before it.
-        assert wait_until(lambda: any("heap settled after start-up" in line for line in list(lines)), 60)
-        said = [line for line in list(lines) if "heap settled after start-up" in line
-                or "wrote /etc/kubernetes/manifests/kube-scheduler.yaml" in line]
-        assert "wrote" in said[0] and "heap settled" in said[1], said
     finally:
         child.send_signal(signal.SIGTERM)
         assert child.wait(60) == 0, "".join(lines)

@@ -253,7 +253,7 @@ def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     for a new file)."""
     fd, tmp = _written_temp(path, data, mode, mtime_ns, name)
     try:
-        failed = _fsync_together([fd])
+        failed = _fsync_all([fd])
     finally:
         os.close(fd)
     if failed is not None:
@@ -299,28 +299,15 @@ def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     return fd, tmp
 
 
-def _fsync_together(fds: list[int]) -> tuple[int, OSError] | None:
-    """fsync every descriptor, all at once (one in this thread, the others in short-lived threads): a journaling
-    file system commits fsyncs that wait at the same time together (ext4: one journal commit for all, where
-    one after the other waits for one commit each; beside a neighbour's I/O a commit costs milliseconds).
-    Returns the first failure as (index in ``fds``, error), so the caller names the file that failed (a full
-    disk can answer the fsync, not the write, with ENOSPC)."""
-    errors: list[tuple[int, OSError]] = []
-
-    def one(i: int) -> None:
+def _fsync_all(fds: list[int]) -> tuple[int, OSError] | None:
+    """fsync every descriptor; the first failure as (index in ``fds``, error), so the caller names the file that
+    failed (a full disk can answer the fsync, not the write, with ENOSPC)."""
+    for i, fd in enumerate(fds):
         try:
-            os.fsync(fds[i])
+            os.fsync(fd)
         except OSError as exc:
-            errors.append((i, exc))
-
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(fds))]
-    for t in threads:
-        t.start()
-    if fds:
-        one(0)
-    for t in threads:
-        t.join()
-    return min(errors, key=lambda e: e[0]) if errors else None
+            return i, exc
+    return None
 
 
 @dataclass(frozen=True)
@@ -339,10 +326,9 @@ class Write:
 def write_in_order(*groups: list[Write]) -> None:
     """Atomic writes of several files, published group after group: every group's files are renamed in place
     and their folders fsynced before the next group's first rename, as that many ``atomic_write`` calls in
-    that order would. Only the fsyncs of the files' contents, which nothing orders, happen together, before
-    the first rename (``_fsync_together``). A failure to write or fsync any file's content (a read-only or
-    full folder) changes nothing; a failure of a rename leaves the groups before it written, the rest not.
-    Errors are raised as the failing ``Write``'s ``error`` type."""
+    that order would. Every file's content is written and fsynced before the first rename: a failure to
+    write or fsync any of them (a read-only or full folder) changes nothing; a failure of a rename leaves the
+    groups before it written, the rest not. Errors are raised as the failing ``Write``'s ``error`` type."""
     writes = [w for group in groups for w in group]
     temps: list[str] = []
     fds: list[int] = []
@@ -351,7 +337,7 @@ def write_in_order(*groups: list[Write]) -> None:
             fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, w.error)
             fds.append(fd)
             temps.append(tmp)
-        failed = _fsync_together(fds)
+        failed = _fsync_all(fds)
         if failed is not None:
             w = writes[failed[0]]
             raise w.error(w.shown, f"write failed: {failed[1].strerror or failed[1]}")
@@ -406,7 +392,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 return None
-        if expect is not None and not _holds(path, expect):  # no RENAME_EXCHANGE: check, then rename
+        if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
             _point("before-rename", path)  # the window this fallback leaves open
@@ -431,9 +417,9 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
 def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
     """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
     from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
-    if _holds(Path(tmp), expect):
+    if holds(tmp, expect, refuse=True):
         return  # the caller removes it, once the folder is synced (the rename is what must be durable first)
-    if not _exchange(tmp, path) or not _holds(Path(tmp), data):
+    if not _exchange(tmp, path) or not holds(tmp, data, refuse=True):
         # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
         # is the newest): either way the file at tmp is theirs and goes in place.
         os.replace(tmp, path)
@@ -465,15 +451,6 @@ def _exchange(a: str | Path, b: str | Path) -> bool:
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP, errno.EXDEV):
         return False  # ENOENT: the target is gone (the fallback check reports it), or a fake file system
     raise OSError(err, os.strerror(err), str(b))
-
-
-def _holds(path: Path, data: bytes) -> bool:
-    """Whether ``path`` holds ``data``, reading at most one byte more; a FIFO or other non-file is refused as
-    ``read_file`` refuses it (a missing or larger file just does not hold it)."""
-    try:
-        return read_if_exists(path, "file", limit=len(data)) == data
-    except TooLarge:
-        return False
 
 
 def remove_stale_temp_files(folder: Path, name: str) -> list[Path]:

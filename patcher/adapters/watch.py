@@ -42,7 +42,6 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -105,7 +104,6 @@ _ATTRIB: tuple[type[FileSystemEvent], ...] = tuple(
 
 
 class Action(Enum):
-    IGNORE = "ignore"
     CHANGE = "change"  # an entry changed: look at the target
     WRITING = "writing"  # a writer is at work on ``name``
     CLOSED = "closed"  # ``name``'s writer is done (or the file is gone)
@@ -190,11 +188,10 @@ class Settler:
             writers.discard(name)
         elif action is Action.REARM:
             writers.clear()  # a new watch cannot see old writers close: do not wait for them
-        if action is not Action.IGNORE:
-            for target in self.targets_of(folder):
-                self._touch(target, now)
-                if action is Action.COMMIT:
-                    self._pending[target].commit = now
+        for target in self.targets_of(folder):
+            self._touch(target, now)
+            if action is Action.COMMIT:
+                self._pending[target].commit = now
 
     def writers(self) -> list[str]:
         return sorted(f"{folder}/{name}" for folder, names in self._writers.items() for name in names)
@@ -304,11 +301,6 @@ class FolderWatcher:
         self._watched: set[str] = set()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self.rearms = 0  # how many times the watches were set up again (tests and metrics)
-        self.rounds = 0  # loop rounds done: events read, due looks taken (tests wait on it, never on time)
-        self.events_read = 0  # events about the watched folders (what an idle node costs shows here)
-        #: events on an ancestor about its other entries, by ancestor (dropped; a busy parent shows here)
-        self.events_ignored: Counter[str] = Counter()
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str], *, missing_ok: bool = False) -> None:
         """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
@@ -460,8 +452,6 @@ class FolderWatcher:
                 self._look_at_due()
             except Exception:  # a bug in a fingerprint or callback must not end the watch for good
                 log.exception("folder watch: unexpected error")
-            with self._lock:
-                self.rounds += 1
 
     def _handle(self, batch: list[tuple[int, str, _Role, FileSystemEvent]]) -> None:
         now = time.monotonic()
@@ -473,19 +463,14 @@ class FolderWatcher:
                 if generation != self._generation:
                     continue  # a watch dropped by a re-arm
                 actions = classify(event, watched=path, ancestor_of=role.ancestor_of)
-                if role.ancestor_of is not None and not actions:
-                    self.events_ignored[path] += 1
-                    continue
-                self.events_read += 1
                 for action, name in actions:
                     if action is Action.COMMIT and not self._published(role.folder):
                         action = Action.CHANGE
                     if action is Action.REARM:
                         rearm = True
-                    elif action is not Action.IGNORE:
+                    else:
                         self._settler.event(role.folder, action, name, now)
             if rearm:
-                self.rearms += 1
                 log.debug("a watched folder or its parent changed: watching again")
                 self._arm_locked()
                 self._settler.touch_all(now)

@@ -52,7 +52,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
-from patcher.adapters import heap, logs
+from patcher.adapters import logs
 from patcher.adapters.health import Health, HealthServer
 from patcher.adapters.httpserver import CertReloader, HttpServer
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
@@ -242,9 +242,6 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         gk.wake()
 
     threading.Thread(target=wake_on_stop, name="gatekeeper-stop", daemon=True).start()
-    # The program and the Kubernetes client (~128 000 objects) out of every later full collection: a drain
-    # decodes thousands of pods, and each full collection would walk them all again.
-    heap.settle("gatekeeper built")
     server.start()
     if webhook is not None:
         webhook[0].start()

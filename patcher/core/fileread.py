@@ -119,12 +119,19 @@ def read_if_exists(path: Path | str, what: str, shown: str | None = None, *, lim
         raise
 
 
-def holds(path: Path | str, data: bytes | None) -> bool:
-    """Whether the file holds exactly ``data`` (None: that there is no file). Reads at most ``len(data) + 1``
-    bytes: a larger file differs without being read; one that cannot be read does not hold it."""
+def holds(path: Path | str, data: bytes | None, shown: str | None = None, *, refuse: bool = False) -> bool:
+    """Whether the file holds exactly ``data`` (None: that there is no file): the one answer to "does this file
+    hold these bytes", for a re-check before a write as for a check after one. Reads at most ``len(data) + 1``
+    bytes: a larger file differs without being read. A file that cannot be read (a FIFO in its place, no
+    permission) does not hold it; with ``refuse`` it is refused instead, in one line naming it as ``shown``
+    (a re-check must not take a FIFO for a changed file and go on)."""
     try:
-        return read_if_exists(path, "file", limit=len(data) if data is not None else 0) == data
+        return read_if_exists(path, "file", shown, limit=len(data) if data is not None else 0) == data
+    except TooLarge:
+        return False
     except PatcherError:
+        if refuse:
+            raise
         return False
 
 

@@ -63,15 +63,6 @@ def slim(pod: Obj) -> GatedPod:
                     and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
 
 
-def without_gate(meta: Obj) -> GatedPod:
-    """The ``GatedPod`` of a pod known not to carry the gate we release, from its metadata alone: it does not
-    wait (``unbound`` false), and its other gates, if any, were not read (``gates`` is empty). What the
-    gatekeeper does with it: drop it from its cache. For a released pod's watch event (see
-    ``patcher.adapters.kube.listwatch.event_metadata``)."""
-    return GatedPod(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""),
-                    str(meta.get("resourceVersion") or ""), str(meta.get("creationTimestamp") or ""), (), False)
-
-
 def release_patch(pod: Obj | GatedPod, gate: str) -> list[Obj]:
     """The JSON patch that removes ``gate`` from ``pod`` only if its gates are still exactly what we read."""
     if isinstance(pod, GatedPod):

@@ -386,7 +386,7 @@ def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = Tru
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
     """Under the writer lock: the file must still be what the plan was computed from."""
-    if not _holds_or_refuse(local, planned, shown):
+    if not fsio.holds(local, planned, shown, refuse=True):
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
@@ -446,7 +446,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
             new_state = replace(new_state, patched_sha256=sha256(plan.current),
                                 manifest_mtime_ns=fsio.mtime_ns(plan.manifest_local) or 0)
         # In this order, each durable before the next: config files, the record (and the saved original), the
-        # manifest. Every file's temp copy is written and fsynced first (one journal commit, not one per file),
+        # manifest. Every file's temp copy is written and fsynced first,
         # so a state folder that cannot take the record (read-only, full, gone) fails the apply before any file
         # is in place: a write that could not be recorded is never made (it could not be undone). The record is
         # the last thing written in the state folder: nothing after the manifest depends on that folder.
@@ -454,7 +454,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
     except PatcherError as exc:
-        if mchange is not None and mchange.new is not None and _holds(mchange.local, mchange.new):
+        if mchange is not None and mchange.new is not None and fsio.holds(mchange.local, mchange.new):
             # The manifest is in place (the failure came after its rename, e.g. its folder's fsync): the config
             # files it names and the record of it stay.
             done = [*lines, f"wrote {mchange.node_path}"]
@@ -480,19 +480,6 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
                            lines) from None
     lines.extend(pruned)
     return lines, new_state
-
-
-def _holds(local: Path, data: bytes | None) -> bool:
-    """Whether the file holds ``data`` now (an unreadable file does not); reads at most one byte more."""
-    return fsio.holds(local, data)
-
-
-def _holds_or_refuse(local: Path, data: bytes | None, shown: str) -> bool:
-    """``_holds``, but a file that cannot be read (a FIFO in its place) is refused in its own words."""
-    try:
-        return fsio.read_if_exists(local, "file", shown, limit=len(data) if data is not None else 0) == data
-    except fsio.TooLarge:
-        return False
 
 
 def prune(opts: Files, state: State, keep_previous: bool = True) -> tuple[list[str], State]:

@@ -178,7 +178,7 @@ class Gatekeeper:
         wb = self._backoff.fresh()
         self._watchers: list[ListWatcher] = [
             *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
-                                  scheduler_names=scheduler_names, gate=gate_name, failure_level=logging.WARNING),
+                                  scheduler_names=scheduler_names, failure_level=logging.WARNING),
             *node_watchers(api, node_label_selectors if node_label_selectors is not None else node_selectors(),
                            on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb,
                            failure_level=logging.WARNING),

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from patcher.adapters import heap, logs
+from patcher.adapters import logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifest, settings, yamltext
@@ -218,7 +218,6 @@ class Wiring:
             # (the owner watch's "daemonset") must find the agent holding the adapter, or it is dropped.
             self.parts.attach_to(self.agent)
             self.parts.start()
-        heap.settle("API client built")  # the Kubernetes client's classes, out of every later collection
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the API side, bounded: with the API black-holed a close can hang, and the process must exit."""
@@ -280,20 +279,15 @@ def run(config: Settings) -> int:
         # Listening from here on (the kernel queues a probe); served once the start has settled, or at the
         # first connection: its asyncio import stays off the path to the first write (HealthServer's doc).
         server.start(deferred=True)
-    if api is not None:
-        heap.settle("start-up")  # before the API client's import starts in its thread: this walk stays short
     wiring.start()
     log.info("agent started", extra={"node": config.pod.node_name or "-",
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
 
     def settled() -> None:
-        """The start's work is done (``Agent.loop``): serve the probes; without the API, settle the heap now
-        (no import runs beside it now; its full collection would otherwise come before the first write)."""
+        """The start's work is done (``Agent.loop``): serve the probes."""
         if server:
             server.wake()
-        if api is None:
-            heap.settle("start-up")
 
     try:
         return process.run(agent, settled=settled)

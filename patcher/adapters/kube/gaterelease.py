@@ -28,10 +28,10 @@ from patcher.adapters.kube.errors import (
     Unreachable,
     translate,
 )
-from patcher.adapters.kube.listwatch import ListWatcher, event_metadata
+from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api
-from patcher.core.gates import GatedPod, release_patch, slim, without_gate
+from patcher.core.gates import GatedPod, release_patch, slim
 from patcher.core.kubeobj import Obj
 
 log = logging.getLogger(__name__)
@@ -76,43 +76,14 @@ def pending_selector(scheduler_name: str | None = None) -> str:
     return PENDING + (f",spec.schedulerName={scheduler_name}" if scheduler_name else "")
 
 
-def gate_absent(gate: str) -> Callable[[bytes], tuple[str, GatedPod, str] | None]:
-    """A ``ListWatcher`` shortcut: a watch line in which ``gate`` cannot occur is a pod that does not wait on it,
-    and only its metadata is decoded (``without_gate``); any other line is decoded in full.
-
-    Draining a backlog, every release comes back as a watch event of the whole pod, which the gatekeeper only
-    needs to evict it: decoding those pods whole would be most of the work per released pod. The gate
-    "cannot occur" when the line has no ``\\u`` escape at all (one could spell any character of the name), its
-    name as JSON writes it otherwise (``"`` as ``\\"``, ``\\`` as ``\\\\``, control characters by their short
-    escapes) is not in the line, and, for a name with a ``/``, no ``\\/`` is either: each ``/`` may be spelled
-    either way, and a name may hold a quote: a pod whose name is spelled half one way, half the other
-    (``a/b\\/c``), or holds a quote, must not be skipped (the API server refuses such names, but the
-    shortcut must not rely on that)."""
-    spelled = json.dumps(gate, ensure_ascii=False)[1:-1].encode()
-    slashed = "/" in gate
-
-    def shortcut(line: bytes) -> tuple[str, GatedPod, str] | None:
-        if b"\\u" in line or spelled in line or (slashed and b"\\/" in line):
-            return None
-        found = event_metadata(line)
-        if found is None:
-            return None
-        kind, meta = found
-        pod = without_gate(meta)
-        return kind, pod, pod.resource_version
-
-    return shortcut
-
-
 def pending_pod_watchers(api: Api, namespaces: Sequence[str], *,
                          on_sync: Callable[[str | None, list[GatedPod]], None],
                          on_event: Callable[[str, GatedPod], None],
-                         scheduler_names: Sequence[str] = (), gate: str | None = None,
+                         scheduler_names: Sequence[str] = (),
                          backoff: Backoff | None = None, failure_level: int = logging.INFO) -> list[ListWatcher]:
     """Unbound Pending pods, as ``GatedPod``s (the rest of each pod is dropped as it arrives): one watcher per
     namespace (or one across the cluster for none) and per scheduler name (or any scheduler for none).
-    ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods. With ``gate``, a
-    watch event that cannot carry it is decoded no further than its metadata (``gate_absent``)."""
+    ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods."""
     fresh = backoff.fresh if backoff is not None else (lambda: None)
     watchers = []
     scopes: list[str | None] = list(namespaces) or [None]
@@ -124,7 +95,7 @@ def pending_pod_watchers(api: Api, namespaces: Sequence[str], *,
                                         name=f"watch pods ({label})" if label else "watch pods",
                                         on_sync=functools.partial(on_sync, ns), on_event=on_event,
                                         backoff=fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
-                                        transform=slim, shortcut=gate_absent(gate) if gate else None))
+                                        transform=slim))
     return watchers
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 import socket
 import threading
 import time
@@ -80,74 +79,16 @@ def decode_event(line: bytes) -> tuple[str, Obj] | None:
     return kind, obj
 
 
-def split_records(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """Newline-delimited records from a chunked body, each with whether a newline ended it (a record may span
-    chunks; a trailing one, from a stream that broke off mid-record, is kept, not ended)."""
+def split_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Newline-delimited records from a chunked body (a record may span chunks; a trailing one, from a stream
+    that broke off mid-record, is kept: its decode fails, and the collection is listed again)."""
     buffer = b""
     for chunk in chunks:
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            yield line, True
+        yield from lines
     if buffer:
-        yield buffer, False
-
-
-_WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
-_CHANGES = ("ADDED", "MODIFIED", "DELETED")
-
-
-def _past(text: str, pos: int, char: str) -> int:
-    """The position after ``char`` (whitespace around it skipped); ValueError when it is not there."""
-    pos = _WS.match(text, pos).end()  # type: ignore[union-attr]  # matches the empty string at least
-    if text[pos:pos + 1] != char:
-        raise ValueError(f"expected {char!r} at {pos}")
-    return _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
-
-
-def _member(text: str, pos: int) -> tuple[str, int]:
-    """The key of the object member at ``pos`` and the position of its value."""
-    if text[pos:pos + 1] != '"':
-        raise ValueError(f"expected a key at {pos}")
-    key, pos = _DECODER.raw_decode(text, pos)
-    return str(key), _past(text, pos, ":")
-
-
-def event_metadata(line: bytes) -> tuple[str, Obj] | None:
-    """``(type, object.metadata)`` of an ``ADDED``/``MODIFIED``/``DELETED`` event, decoding nothing of the object
-    but its ``metadata`` and the scalars before it; ``None`` when that cannot be done so cheaply (another
-    layout, another type, a large value before ``metadata``, or data that is not JSON): decode it in full.
-
-    Why: a watch on pods receives whole pods (kilobytes each), and a consumer that needs only the metadata of
-    most of them (the gatekeeper: a released pod's event only evicts it) would spend most of its CPU decoding
-    the rest. The API server sends ``{"type": ..., "object": {"kind": ..., "apiVersion": ..., "metadata": ...``
-    (Go struct order), so the metadata comes first. Nothing after the metadata is read, so the caller must
-    know the line is whole (newline-ended): a stream cut short is caught by the full decode.
-    """
-    try:
-        text = line.decode("utf-8")
-        key, pos = _member(text, _past(text, 0, "{"))
-        if key != "type":
-            return None
-        kind, pos = _DECODER.raw_decode(text, pos)
-        if kind not in _CHANGES:
-            return None
-        key, pos = _member(text, _past(text, pos, ","))
-        if key != "object":
-            return None
-        pos = _past(text, pos, "{")
-        while True:
-            key, pos = _member(text, pos)
-            if key == "metadata":
-                meta, _ = _DECODER.raw_decode(text, pos)
-                return (kind, meta) if isinstance(meta, dict) else None
-            if text[pos:pos + 1] in ("{", "["):
-                return None  # a large value first: not worth it
-            _, pos = _DECODER.raw_decode(text, pos)
-            pos = _past(text, pos, ",")
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
-        return None
+        yield buffer
 
 
 class ListWatcher:
@@ -166,8 +107,6 @@ class ListWatcher:
     For large collections: ``page_size`` lists in pages (``limit``/``continue``; the server serves every page
     from the first page's snapshot, so the pages add up to one consistent list), and ``transform`` reduces
     each object as it arrives, so a full page is the most that is ever held at once, never the whole list.
-    ``shortcut`` sees each whole (newline-ended) watch line first: ``(type, item, resourceVersion)`` delivers
-    ``item`` as it is, without decoding the line in full (see ``event_metadata``); ``None`` decodes it as usual.
     ``metadata_only`` asks the server for each object's metadata only (``PartialObjectMetadata``: names, labels,
     owners), what a cache of a large namespace needs when it only looks for a few objects in it.
 
@@ -195,7 +134,6 @@ class ListWatcher:
         clock: Callable[[], float] = time.monotonic,
         page_size: int | None = None,
         transform: Callable[[Obj], Any] | None = None,
-        shortcut: Callable[[bytes], tuple[str, Any, str] | None] | None = None,
         metadata_only: bool = False,
     ) -> None:
         self._api = api
@@ -206,7 +144,6 @@ class ListWatcher:
             self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH}
         self._resource = resource
         self._namespace = namespace
-        self._shortcut = shortcut
         self._page_size = page_size
         self._transform = transform
         self._selectors: dict[str, str | None] = {"label_selector": label_selector or None,
@@ -383,16 +320,7 @@ class ListWatcher:
         try:
             self._denials = 0
             self._set_fresh(True)  # listed, and the server accepted a watch from that version
-            for line, ended in split_records(_chunks(resp, what)):
-                hit = self._shortcut(line) if self._shortcut is not None and ended else None
-                if hit is not None:
-                    kind, item, new_rv = hit
-                    self._on_event(kind, item)
-                    if new_rv:
-                        self._resume_rv = new_rv  # after delivery, as below
-                    if self._stop.is_set():
-                        break
-                    continue
+            for line in split_records(_chunks(resp, what)):
                 decoded = decode_event(line)
                 if decoded is None:
                     continue
