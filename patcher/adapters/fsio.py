@@ -144,110 +144,6 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     _publish(tmp, path, data, expect, name)
 
 
-def stage(path: Path, data: bytes, *, shown: str | None = None) -> Path:
-    """Write ``data`` now into a hidden temp file beside ``path`` (fsynced, ``path``'s mode and owner), so that
-    ``swap_in`` later publishes it with one rename: the slow half of ``atomic_write``, done ahead of time.
-
-    The name is a temp file's (``.<name>.*.tmp``): whoever cleans up after a killed writer removes it too."""
-    return Path(_durable_temp(path, data, None, None, shown or str(path)))
-
-
-#: What ``stat`` tells of a file: (device, inode, size, mtime, ctime, mode, owner, group). The kernel sets the
-#: ctime on every write, truncate, chmod and chown, and a file put in its place has another inode: while the
-#: identity stays the same, so do the bytes, provided it was taken from the descriptor they were read from and
-#: the file had not changed within the timestamps' granularity before (``identity_holding``). Not covered:
-#: writes through a shared writable mapping (their ctime may lag) — nothing maps a manifest — and file systems
-#: whose timestamps have whole seconds (ext4 with 128-byte inodes, FAT) or come from a server (NFS, FUSE):
-#: there ``identity_holding`` gives no identity (a ctime without a sub-second part), and the restore reads.
-Identity = tuple[int, int, int, int, int, int, int, int]
-
-#: How long ago a file's last change must be before its identity stands for its bytes: file timestamps come
-#: from a coarse clock (one tick, its length set by the kernel), so a same-size write within the tick of our read could
-#: leave the identity as it was. Past this age, a later write can only move the ctime.
-SETTLED_NS = 50_000_000
-
-
-def _identity(st: os.stat_result) -> Identity:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_uid, st.st_gid)
-
-
-def identity_holding(path: Path, data: bytes, now_ns: Callable[[], int] = time.time_ns
-                     ) -> tuple[Identity, float] | None:
-    """The identity of ``path`` while it holds ``data`` (read and compared from one descriptor, the identity
-    from that descriptor's ``fstat``), and how many seconds are left until it stands for those bytes (``<= 0``:
-    it does now; see ``SETTLED_NS``: ask again then). None when it does not hold ``data``, is not a regular
-    file, cannot be read, or its ctime has no sub-second part (see ``Identity``)."""
-    try:
-        st, held = read_with_stat(path, "file", limit=len(data))
-    except PatcherError:  # not a regular file, larger than ``data``, unreadable
-        return None
-    if held != data:
-        return None
-    if st.st_ctime_ns % 1_000_000_000 == 0:  # whole seconds: a same-size write within one would not show
-        return None
-    return _identity(st), (st.st_ctime_ns + SETTLED_NS - now_ns()) / 1e9
-
-
-def _same(path: Path, seen: Identity) -> bool:
-    try:
-        return _identity(os.stat(path)) == seen
-    except OSError:
-        return False
-
-
-def swap_in(staged: Path, path: Path, *, data: bytes, expect: bytes, shown: str | None = None,
-            seen: tuple[Identity, Identity] | None = None) -> None:
-    """Publish a ``stage``d file over ``path``, as ``atomic_write(path, data, expect=expect)`` would write it.
-
-    Raises ``ChangedUnderneath``, changing nothing, unless the staged file still holds ``data`` with ``path``'s
-    mode and owner and ``path`` still holds ``expect``; what the rename displaced is compared too (see
-    ``atomic_write``). ``seen``: the settled ``identity_holding`` of the staged file (holding ``data``) and of
-    ``path`` (holding ``expect``), with the same mode and owner: while both files still have
-    them, one ``stat`` each answers the comparison before the rename, which then reads nothing (the reads are
-    on the path from SIGTERM to the restored manifest); else both are read and compared. The published file gets the
-    current time as its mtime: the write happens now. The file it displaced is left at ``staged`` (hidden)
-    once the folder is synced: the caller removes it, after the work that waits for the restore."""
-    name = shown or str(path)
-    if seen is None or not _same(staged, seen[0]) or not _same(path, seen[1]):
-        limit = max(len(data), len(expect))  # a larger file is not what either comparison wants: not read
-        ours, theirs = _snapshot(staged, limit), _snapshot(path, limit)  # one open, fstat and read each
-        if ours is None or theirs is None:
-            raise ChangedUnderneath(name, "the staged file or the file itself is gone; not overwriting it")
-        if ours[0] != theirs[0] or ours[1] != data:
-            raise ChangedUnderneath(name, "the staged file is not what was staged; not overwriting it")
-        if theirs[1] != expect:
-            raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
-    try:
-        _publish(str(staged), path, data, expect, name, sync=False)
-        # The write happens now: its mtime too. Touched after the rename, not before: a touch of the staged
-        # file would wake the folder's watchers (our own among them) just before the rename, and on busy cores
-        # the woken thread could preempt this one. The folder's fsync below makes both durable.
-        os.utime(path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise PatcherError(name, f"write failed: {exc.strerror or exc}") from None
-
-
-def _snapshot(path: Path, limit: int) -> tuple[tuple[int, int, int], bytes | None] | None:
-    """(mode, owner, group) and the bytes of a file (None for anything but a regular file, or one over
-    ``limit``: neither is read), from one descriptor; None when it is missing. What ``swap_in`` compares before
-    its rename, in half the system calls of a ``stat`` and a read; a file it cannot open is refused as
-    ``read_file`` words it."""
-    try:
-        st, data = read_with_stat(path, "file", limit=limit)
-        return (st.st_mode, st.st_uid, st.st_gid), data
-    except PatcherError:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        except OSError:
-            raise PatcherError(str(path), "file cannot be read") from None
-        if stat.S_ISREG(st.st_mode) and st.st_size <= limit:  # a regular file it could not read: say why
-            read_file(path, "file", limit=limit)
-        return (st.st_mode, st.st_uid, st.st_gid), None
-
-
 def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
     """A dot-named temp file beside ``path`` holding ``data``, fsynced, with ``path``'s mode and owner (``mode``
     for a new file)."""
@@ -517,19 +413,6 @@ _held: dict[str, list[int]] = {}
 _held_guard = threading.Lock()
 
 
-def lock_key(folder: Path) -> str:
-    """The key ``writer_lock`` holds ``folder`` under (for ``holds_writer_lock``)."""
-    return os.path.abspath(folder)
-
-
-def holds_writer_lock(key: str) -> bool:
-    """Whether the calling thread holds the writer lock on the folder ``lock_key`` named: then a write may
-    skip re-entering it (nothing else can release it meanwhile: only the holding thread does). One dict look-up
-    instead of the context managers of a reentrant ``writer_lock``, for the SIGTERM -> restored path."""
-    entry = _held.get(key)
-    return entry is not None and entry[1] == threading.get_ident()
-
-
 @contextlib.contextmanager
 def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
                 clock: Callable[[], float] = time.monotonic,
@@ -538,7 +421,7 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
 
     Waits up to ``wait`` seconds, then refuses in one line naming the holder.
     """
-    key = lock_key(folder)
+    key = os.path.abspath(folder)
     me = threading.get_ident()
     with _held_guard:
         entry = _held.get(key)
