@@ -16,13 +16,13 @@ import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, TypeAlias
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.resolver import Resolver
 
 Path: TypeAlias = tuple[str | int, ...]
 
@@ -82,41 +82,25 @@ def _composer(text: str) -> YAML:
         return YAML(typ="safe", pure=True)
     y: YAML | None = getattr(_loaders, "composer", None)
     if y is None:
-        y = _loaders.composer = YAML(typ="safe")
-        if y.Parser.__name__ == "CParser":
-            y.Resolver = _Resolver12
+        y = _loaders.composer = _with_libyaml_resolver(YAML(typ="safe"))
     return y
 
 
-class _Resolver12(VersionedResolver):
-    """The resolver the C parser gets anyway, without its cost: with libyaml, ruamel.yaml finds no scanner to
-    ask for a ``%YAML`` directive and resolves by YAML 1.2, but works that out through two caught
-    AttributeErrors for every scalar, and rebuilds its table of implicit resolvers for every load (together a
-third of a manifest's load time). Same tags, same data (tests/test_yamltext_compose.py)."""
+def _with_libyaml_resolver(y: YAML) -> YAML:
+    """With libyaml, ruamel.yaml resolves plain scalars by YAML 1.2 whatever the text says (the pure parser reads
+    a ``%YAML`` directive); its public 1.2 ``Resolver`` gives those same tags from a table built once, where the
+    default versioned one rebuilds its table every load and asks for a version the C parser cannot give."""
+    if y.Parser.__name__ == "CParser":
+        y.Resolver = _Resolver12
+    return y
 
-    _table: ClassVar[dict[Any, Any]] = {}  # the implicit-resolver table for 1.2, built once instead of per load
 
-    @property
-    def processing_version(self) -> Any:
-        return (1, 2)
+class _Resolver12(Resolver):
+    """ruamel.yaml's public YAML 1.2 ``Resolver``, built the way ``YAML`` builds its resolver (it passes the
+    version, which a YAML 1.2-only resolver has no use for)."""
 
-    _plain: ClassVar[dict[str, Any]] = {}  # plain scalar -> its tag: by 1.2 rules it depends on nothing else
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
-            return super().resolve(kind, value, implicit)
-        tag = _Resolver12._plain.get(value)
-        if tag is None:
-            if len(_Resolver12._plain) > 4096:  # bounded: manifests repeat the same keys and words
-                _Resolver12._plain.clear()
-            tag = _Resolver12._plain[value] = super().resolve(kind, value, implicit)
-        return tag
-
-    @property
-    def versioned_resolver(self) -> Any:
-        if not _Resolver12._table:
-            _Resolver12._table.update(VersionedResolver.versioned_resolver.fget(self))  # type: ignore[attr-defined]
-        return _Resolver12._table
+    def __init__(self, version: Any = None, loader: Any = None, loadumper: Any = None) -> None:
+        super().__init__(loader if loader is not None else loadumper)
 
 
 def _data_loader() -> YAML:
@@ -124,10 +108,8 @@ def _data_loader() -> YAML:
     # as the API server refuses them. Original and edited text always go through this same loader.
     y: YAML | None = getattr(_loaders, "data", None)
     if y is None:
-        y = _loaders.data = YAML(typ="safe")
+        y = _loaders.data = _with_libyaml_resolver(YAML(typ="safe"))
         y.allow_duplicate_keys = False
-        if y.Parser.__name__ == "CParser":  # the pure parser does read %YAML directives: keep its resolver
-            y.Resolver = _Resolver12
     return y
 
 
