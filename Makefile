@@ -7,9 +7,11 @@ STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.runtime
 # A second venv with every runtime dependency at the lower bound pyproject.toml declares.
 MIN_VENV := .venv-min
+# A third venv with the newest release of every runtime dependency (make test-max).
+MAX_VENV := .venv-max
 VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' patcher/__init__.py)
 
-.PHONY: demo test test-min lint bench e2e image clean
+.PHONY: demo test test-min test-max lint bench e2e image clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +68,19 @@ test-min:
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
 	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_releases"
 
+## The tests of what relies on a dependency beyond its public API, against the newest release of every runtime
+## dependency (pyproject.toml caps none of them for it): kube.lightimport loads kubernetes' transport without the
+## package's __init__ (the start-time and memory bound of the agent needs it, docs/benchmarks.md), and the YAML
+## tests pin what ruamel.yaml resolves. Fails when pip did not get the newest kubernetes or ruamel.yaml.
+MAX_TESTS := tests/test_kube_lightimport.py tests/test_kube_transport.py tests/test_kube_client.py \
+	tests/test_yamltext_compose.py tests/test_dependency_api.py
+test-max:
+	test -x $(MAX_VENV)/bin/python || $(PYTHON) -m venv $(MAX_VENV)
+	$(MAX_VENV)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	@old=$$($(MAX_VENV)/bin/python -m pip list --outdated 2>/dev/null | grep -iE '^(kubernetes|ruamel\.yaml) ' || true); \
+	if [ -n "$$old" ]; then echo "make test-max: not the newest release: $$old" >&2; exit 1; fi
+	$(MAX_VENV)/bin/python -m pytest -q -p no:cacheprovider -n 0 $(MAX_TESTS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check patcher tests bench tools fuzz
 	$(BIN)/mypy
@@ -87,7 +102,7 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) .bench-peer build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MIN_VENV) $(MAX_VENV) .bench-peer build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 IMAGE ?= scheduler-patcher:$(VERSION)
 # docker or podman, whichever answers (a docker CLI without a daemon does not count); ENGINE=... picks one.

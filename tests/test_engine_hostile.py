@@ -64,9 +64,9 @@ def test_a_manifest_that_would_outgrow_the_limit_once_patched_is_refused(node: F
 
 
 @pytest.mark.parametrize(("body", "problem"), [
-    ("[" * 60_000 + "]" * 60_000, f"nested more than {yamltext.MAX_DEPTH} levels deep"),  # crashed the process
-    ("- " * 50_000 + "x", f"nested more than {yamltext.MAX_DEPTH} levels deep"),
-    ("x: [" + ",".join(["{}"] * (yamltext.MAX_NODES + 1)) + "]", f"more than {yamltext.MAX_NODES} YAML nodes"),
+    ("[" * 60_000 + "]" * 60_000, f"line 1: nested more than {yamltext.MAX_DEPTH} levels deep"),  # crashed it
+    ("- " * 50_000 + "x", f"line 1: nested more than {yamltext.MAX_DEPTH} levels deep"),
+    ("x: [" + ",".join(["{}"] * (yamltext.MAX_NODES + 1)) + "]", f"line 1: more than {yamltext.MAX_NODES} YAML nodes"),
 ])
 def test_deep_or_huge_yaml_in_the_manifest_is_refused_in_one_line(node: FakeFilesystem, body: str,
                                                                     problem: str) -> None:
@@ -83,14 +83,14 @@ def test_alias_expansion_is_bounded(node: FakeFilesystem) -> None:
     Path(MANIFEST).write_text(KUBEADM.replace("  labels:\n", "  labels:\n" + laughs.replace("  x", "    x"), 1))
     with pytest.raises(ManifestError) as exc:
         engine.plan_apply(OPTS)
-    assert "YAML nodes (aliases expanded)" in refusal(exc)
+    assert "YAML nodes (the limit; aliases count as what they repeat)" in refusal(exc)
 
 
 def test_node_count_counts_each_alias_as_its_expansion() -> None:
     text = "a: &x [1, 2]\nb: *x\nc: &y {k: *x}\nd: [*y, *y]\n"  # 1 + 4 keys + 3 + 3 + 5 + 11 = 27 nodes
-    yamltext.check_shape(text, max_nodes=27)
+    yamltext.check_limits(text, max_nodes=27)
     with pytest.raises(yamltext.YamlTextError, match="more than 26 YAML nodes"):
-        yamltext.check_shape(text, max_nodes=26)
+        yamltext.check_limits(text, max_nodes=26)
 
 
 def test_the_depth_bound_never_underestimates_the_corpus_and_stays_cheap_for_it() -> None:
@@ -98,7 +98,7 @@ def test_the_depth_bound_never_underestimates_the_corpus_and_stays_cheap_for_it(
 
     texts = list(fixture_manifests().values()) + [p.read_text() for p in corpus_manifests()]
     for text in texts:
-        yamltext.check_shape(text)  # no real manifest comes near a limit
+        yamltext.check_limits(text)  # no real manifest comes near a limit
         assert yamltext.depth_bound(text) <= yamltext.MAX_DEPTH
         assert yamltext._loose_depth_bound(text) <= yamltext.MAX_DEPTH  # the cheapest check answers for it
 

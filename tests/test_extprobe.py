@@ -191,3 +191,10 @@ def test_mutual_tls_with_a_client_certificate_from_files_or_inline(pki: Pki) -> 
         ca_only = f"tlsConfig: {{caData: {b64('ca.crt')}}}"
         without = probe(one(f'{{urlPrefix: "{server.url}", filterVerb: filter, {ca_only}}}'))
         assert not without.answered and without.error, without
+
+
+def test_a_rendered_file_past_the_yaml_limits_names_no_target() -> None:
+    # The probe reads through the one bounded loader: 10^5 levels would crash the composer, not just fail.
+    deep = b"extenders: " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+    good = b"extenders:\n- urlPrefix: http://127.0.0.1:8888/\n  filterVerb: filter\n"
+    assert [t.url_prefix for t in targets({"a.yaml": deep, "b.yaml": good})] == ["http://127.0.0.1:8888/"]

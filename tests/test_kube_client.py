@@ -117,6 +117,21 @@ def test_missing_configuration_is_one_clear_error(tmp_path: Path) -> None:
         load_configuration(ClientSettings(kubeconfig=str(tmp_path / "missing")), {})
 
 
+@pytest.mark.parametrize(("body", "problem"), [
+    ("clusters: " + "[" * 100 + "]" * 100 + "\n", "line 1: nested more than 64 levels deep (the limit)"),
+    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"b{i}: &b{i} [{', '.join([f'*b{i - 1}' if i else '*a'] * 9)}]\n"
+                                                  for i in range(5)), "YAML nodes (the limit; aliases count as"),
+])
+def test_a_hostile_kubeconfig_is_refused_by_the_yaml_limits_naming_the_file(tmp_path: Path, body: str,
+                                                                               problem: str) -> None:
+    # Refused before the official loader (PyYAML, no limits) reads it: composing 10^5 levels crashes a process.
+    (tmp_path / "kc").write_text(body)
+    with pytest.raises(ApiConfigError) as info:
+        load_configuration(ClientSettings(kubeconfig=str(tmp_path / "kc")), {})
+    assert str(info.value).startswith(f"cannot load the kubeconfig {tmp_path}/kc: not YAML (")
+    assert problem in str(info.value) and "\n" not in str(info.value)
+
+
 def test_requests_time_out_against_a_hung_server_with_one_retry_at_most(tmp_path: Path) -> None:
     # A server that accepts connections but never answers: every attempt ends in the read timeout, so the
     # number of connections it saw is the number of attempts (the time taken is the bench's business).

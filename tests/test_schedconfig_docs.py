@@ -9,7 +9,8 @@ from patcher.core.schedconfig.schema import generated_files, generated_minor, se
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.startup_data import RULES
 from patcher.core.schedconfig.version import SUPPORTED_MINORS, KubeVersion
-from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, MAX_NUMBER_CHARS
+from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS
+from patcher.core.yamltext import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "scheduler-config.md").read_text(encoding="utf-8")
 

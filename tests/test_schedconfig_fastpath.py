@@ -21,8 +21,8 @@ from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, RenderedConfig, _parsed_extenders, build_config, render, yamlio
 from patcher.core.schedconfig.validate import check_served, validate_document
 from patcher.core.schedconfig.version import KubeVersion
-from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_NODES, load_documents, load_plain, load_single, to_plain
-from patcher.core.yamltext import libyaml_loader
+from patcher.core.schedconfig.yamlio import load_documents, load_plain, load_single, to_plain
+from patcher.core.yamltext import MAX_DEPTH, MAX_NODES, libyaml_loader
 from tests.conftest import write_configmap
 from tests.test_schedconfig_source import make_configmap
 

@@ -18,7 +18,8 @@ from patcher.core.schedconfig.schema import all_schemas, for_version
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.validate import problems_for
 from patcher.core.schedconfig.version import KubeVersion
-from patcher.core.schedconfig.yamlio import MAX_DEPTH, MAX_DOCUMENT_CHARS, MAX_NODES, check_limits, load_single
+from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS, check_limits, load_single
+from patcher.core.yamltext import MAX_DEPTH, MAX_NODES
 from tests.test_schedconfig_source import make_configmap
 
 V1 = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"

@@ -1,5 +1,5 @@
 """The fast paths of yamltext give exactly what the slow ones gave (issue 12): libyaml's composer has the same
-node tree and marks as the pure-Python one on ASCII text, and the cached 1.2 resolver the same data."""
+node tree and marks as the pure-Python one on ASCII text, and ruamel's public 1.2 resolver the same data."""
 
 from __future__ import annotations
 
@@ -103,13 +103,23 @@ def test_text_where_the_marks_differ_uses_the_pure_composer(odd: str) -> None:
 
 
 @pytest.mark.parametrize("text", texts() + configs())
-def test_the_cached_resolver_loads_the_same_data_as_ruamel_safe(text: str) -> None:
+def test_the_data_loader_loads_the_same_data_as_ruamel_safe(text: str) -> None:
     plain = YAML(typ="safe")
     try:
         expected = list(plain.load_all(text))
     except Exception:  # not a text any loader reads; nothing to compare
         return
     assert list(yamltext._data_loader().load_all(text)) == expected
+
+
+def test_plain_scalars_resolve_by_yaml_1_2_as_manifests_always_have() -> None:
+    # What the kubelet then reads is the file's bytes; these are the values the re-parse proof compares.
+    plain = ["yes", "on", "No", "017", "0o17", "0x1F", "1_000", "1:20", ".inf", "null", "~", "True"]
+    text = "a:\n" + "".join(f"- {v}\n" for v in plain)
+    data = yamltext.load_data(text)
+    assert data["a"] == ["yes", "on", "No", 17, 15, 31, 1000, "1:20", float("inf"), None, None, True]
+    assert yamltext.parse(text).data == data
+    assert yamltext.parse("%YAML 1.2\n---\n" + text).data == data
 
 
 scalars = st.sampled_from(["1", "0x1F", "0o17", "017", "1_000", "1.5", ".inf", "-.Inf", ".nan", "true", "True",

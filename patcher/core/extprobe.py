@@ -22,9 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
+from patcher.core import yamltext
 from patcher.core.schedconfig.duration import parse_duration_ns
 
 #: kube-scheduler's ``DefaultExtenderTimeout``.
@@ -186,8 +184,8 @@ def _documents(name: str, data: bytes) -> Iterable[Any]:
     if not name.endswith((".yaml", ".yml", ".json")):
         return []
     try:
-        return list(YAML(typ="safe", pure=True).load_all(data.decode("utf-8", "replace")))
-    except YAMLError:
+        return yamltext.load_plain_all(data.decode("utf-8", "replace"))
+    except yamltext.YamlTextError:
         return []  # not ours to judge here: the render validated what it wrote
 
 

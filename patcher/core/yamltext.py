@@ -9,20 +9,28 @@ exactly the data edit, or nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, TypeAlias
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    CollectionStartEvent,
+    DocumentStartEvent,
+    NodeEvent,
+    ScalarEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.resolver import Resolver
 
 Path: TypeAlias = tuple[str | int, ...]
 
@@ -82,41 +90,25 @@ def _composer(text: str) -> YAML:
         return YAML(typ="safe", pure=True)
     y: YAML | None = getattr(_loaders, "composer", None)
     if y is None:
-        y = _loaders.composer = YAML(typ="safe")
-        if y.Parser.__name__ == "CParser":
-            y.Resolver = _Resolver12
+        y = _loaders.composer = _with_libyaml_resolver(YAML(typ="safe"))
     return y
 
 
-class _Resolver12(VersionedResolver):
-    """The resolver the C parser gets anyway, without its cost: with libyaml, ruamel.yaml finds no scanner to
-    ask for a ``%YAML`` directive and resolves by YAML 1.2, but works that out through two caught
-    AttributeErrors for every scalar, and rebuilds its table of implicit resolvers for every load (together a
-third of a manifest's load time). Same tags, same data (tests/test_yamltext_compose.py)."""
+def _with_libyaml_resolver(y: YAML) -> YAML:
+    """With libyaml, ruamel.yaml resolves plain scalars by YAML 1.2 whatever the text says (the pure parser reads
+    a ``%YAML`` directive); its public 1.2 ``Resolver`` gives those same tags from a table built once, where the
+    default versioned one rebuilds its table every load and asks for a version the C parser cannot give."""
+    if y.Parser.__name__ == "CParser":
+        y.Resolver = _Resolver12
+    return y
 
-    _table: ClassVar[dict[Any, Any]] = {}  # the implicit-resolver table for 1.2, built once instead of per load
 
-    @property
-    def processing_version(self) -> Any:
-        return (1, 2)
+class _Resolver12(Resolver):
+    """ruamel.yaml's public YAML 1.2 ``Resolver``, built the way ``YAML`` builds its resolver (it passes the
+    version, which a YAML 1.2-only resolver has no use for)."""
 
-    _plain: ClassVar[dict[str, Any]] = {}  # plain scalar -> its tag: by 1.2 rules it depends on nothing else
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is not ScalarNode or not implicit[0] or self.yaml_path_resolvers:
-            return super().resolve(kind, value, implicit)
-        tag = _Resolver12._plain.get(value)
-        if tag is None:
-            if len(_Resolver12._plain) > 4096:  # bounded: manifests repeat the same keys and words
-                _Resolver12._plain.clear()
-            tag = _Resolver12._plain[value] = super().resolve(kind, value, implicit)
-        return tag
-
-    @property
-    def versioned_resolver(self) -> Any:
-        if not _Resolver12._table:
-            _Resolver12._table.update(VersionedResolver.versioned_resolver.fget(self))  # type: ignore[attr-defined]
-        return _Resolver12._table
+    def __init__(self, version: Any = None, loader: Any = None, loadumper: Any = None) -> None:
+        super().__init__(loader if loader is not None else loadumper)
 
 
 def _data_loader() -> YAML:
@@ -124,10 +116,8 @@ def _data_loader() -> YAML:
     # as the API server refuses them. Original and edited text always go through this same loader.
     y: YAML | None = getattr(_loaders, "data", None)
     if y is None:
-        y = _loaders.data = YAML(typ="safe")
+        y = _loaders.data = _with_libyaml_resolver(YAML(typ="safe"))
         y.allow_duplicate_keys = False
-        if y.Parser.__name__ == "CParser":  # the pure parser does read %YAML directives: keep its resolver
-            y.Resolver = _Resolver12
     return y
 
 
@@ -149,11 +139,22 @@ def _describe(exc: YAMLError) -> str:
     return "invalid YAML: " + (first[0] if first else type(exc).__name__)
 
 
-# A kube-scheduler manifest nests about 8 levels and has a few hundred nodes. Larger shapes are refused before
-# they are composed: composing recurses (the C composer without a recursion check: 10^5 levels crash the
-# process) and the pure-Python composer's time grows with every node.
+# The limits of every YAML text patcher reads (manifests, scheduler configs, kubeconfigs, the rendered files the
+# extender probes read), checked here and only here, on the parser's event stream before any document is built:
+# composing recurses (the C composer without a recursion check: 10^5 levels crash the process), the pure-Python
+# composer's time grows with every node, and every later step copies and compares the plain data. A manifest
+# nests about 8 levels, a scheduler config about 10 (NodeAffinity args, the deepest upstream type, need 9); the
+# largest real ones hold a few hundred nodes.
 MAX_DEPTH = 64
-MAX_NODES = 5_000
+MAX_NODES = 5_000  # scalars + collections, aliases counted as the nodes they stand for
+MAX_NUMBER_CHARS = 64  # an unquoted number longer than this cannot fit any int64/float64 field
+# The tags a Kubernetes YAML decoder knows (sigs.k8s.io/yaml turns YAML into JSON); ruamel would construct
+# anything else (!!set, !!omap, !!timestamp, application tags) into objects that JSON has no form for.
+JSON_TAGS = frozenset(
+    {None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+     "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+)
+_NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
 _SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
 _LEAD = re.compile(r"^( *)((?:[-?][ \t]+)*)", re.MULTILINE)
 _PREFIX = re.compile(r"^[ \t?-]*", re.MULTILINE)
@@ -175,37 +176,93 @@ def depth_bound(text: str) -> int:
     return worst + 2 + text.count("[") + text.count("{")
 
 
-def check_shape(text: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> None:
-    """Refuse text nested deeper than ``max_depth`` or with more than ``max_nodes`` nodes once aliases are
-    expanded (every later step copies and compares the plain data), without composing it: events come from
-    libyaml's iterative parser. Skipped when cheap bounds already prove the text small."""
-    if len(text) <= _SMALL and "*" not in text and (_loose_depth_bound(text) <= max_depth
-                                                     or depth_bound(text) <= max_depth):
+def check_limits(text: str, *, json_only: bool = False, max_depth: int = MAX_DEPTH,
+                 max_nodes: int = MAX_NODES) -> None:
+    """Refuse, in one line naming the line, text nested deeper than ``max_depth`` or with more than ``max_nodes``
+    nodes once aliases are expanded; with ``json_only`` (a config a Kubernetes decoder reads as JSON) also a tag
+    JSON has no form for and an unquoted number no field can hold. Nothing is composed: the events come from
+    libyaml's iterative parser, or from the pure one where their marks differ. Skipped when cheap bounds already
+    prove the text small (not with ``json_only``: its rules need every scalar).
+
+    Raises ``YamlTextError`` for a limit and the parser's ``YAMLError`` for text that is not YAML, for the caller
+    to word as its loader does; with ``json_only`` the pure parser (which loads configs) has the last word.
+    """
+    if not json_only and len(text) <= _SMALL and "*" not in text and (
+            _loose_depth_bound(text) <= max_depth or depth_bound(text) <= max_depth):
         return
-    total = 0
-    open_at: list[tuple[int, str | None]] = []  # node count when each open collection started, its anchor
-    sizes: dict[str, int] = {}  # expanded node count of each anchored node
+    fast = libyaml_loader(text)
+    if fast is not None:
+        try:
+            _check_events(fast, text, json_only, max_depth, max_nodes)
+            return
+        except (YAMLError, YamlTextError):
+            if not json_only:
+                raise
+    # The pure parser of the loader that builds the data: round-trip for configs, safe for the rest.
+    _check_events(YAML(typ="rt" if json_only else "safe", pure=True), text, json_only, max_depth, max_nodes)
+
+
+def _check_events(y: YAML, text: str, json_only: bool, max_depth: int, max_nodes: int) -> None:
+    """The limits on the events of ``y``; the stream is closed at once when abandoned, so that ``y`` (a
+    thread's loader, reused) is not left mid-parse while the error is kept."""
+    with contextlib.closing(y.parse(text)) as events:
+        _check_stream(events, json_only, max_depth, max_nodes)
+
+
+def _check_stream(events: Iterator[Any], json_only: bool, max_depth: int, max_nodes: int) -> None:
+    depth = nodes = 0
+    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
+    sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
+    for event in events:
+        line = event.start_mark.line + 1 if event.start_mark is not None else 0
+        if isinstance(event, DocumentStartEvent):
+            depth, stack = 0, []
+            continue
+        if isinstance(event, AliasEvent):
+            nodes += sizes.get(str(event.anchor), 1)
+        elif isinstance(event, NodeEvent):
+            nodes += 1
+            if json_only:
+                _check_json(event, line)
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    raise YamlTextError(f"line {line}: nested more than {max_depth} levels deep (the limit)")
+                stack.append((event.anchor, nodes - 1))
+            elif isinstance(event, ScalarEvent) and event.anchor is not None:
+                sizes[str(event.anchor)] = 1
+        elif isinstance(event, CollectionEndEvent) and stack:
+            depth -= 1
+            anchor, start = stack.pop()
+            if anchor is not None:
+                sizes[str(anchor)] = nodes - start
+        if nodes > max_nodes:
+            raise YamlTextError(
+                f"line {line}: more than {max_nodes} YAML nodes (the limit; aliases count as what they repeat)")
+
+
+def _check_json(event: NodeEvent, line: int) -> None:
+    tag = getattr(event, "tag", None)
+    tag = None if tag is None else str(getattr(tag, "value", tag))  # a Tag or a string, depending on the event
+    if tag not in JSON_TAGS:
+        raise YamlTextError(f"line {line}: YAML tag {tag} is not allowed (a Kubernetes config is JSON-compatible "
+                            "YAML)")
+    if isinstance(event, ScalarEvent) and not event.style and len(event.value) > MAX_NUMBER_CHARS \
+            and _NUMBERISH.fullmatch(event.value):
+        raise YamlTextError(f"line {line}: number {event.value[:12]}… has {len(event.value)} characters; no "
+                            "configuration field holds it")
+
+
+def load_plain_all(text: str) -> list[Any]:
+    """Plain data of every document of a text that is only read (a kubeconfig, a rendered config), within the
+    limits; ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
     try:
-        for event in _data_loader().parse(text):
-            if isinstance(event, AliasEvent):
-                total += sizes.get(str(event.anchor), 1)
-            elif isinstance(event, ScalarEvent):
-                total += 1
-                if event.anchor is not None:
-                    sizes[str(event.anchor)] = 1
-            elif isinstance(event, CollectionStartEvent):
-                total += 1
-                open_at.append((total - 1, event.anchor))
-                if len(open_at) > max_depth:
-                    raise YamlTextError(f"nested more than {max_depth} levels deep")
-            elif isinstance(event, CollectionEndEvent):
-                start, anchor = open_at.pop()
-                if anchor is not None:
-                    sizes[str(anchor)] = total - start
-            if total > max_nodes:
-                raise YamlTextError(f"more than {max_nodes} YAML nodes (aliases expanded)")
+        check_limits(text)
+        return list(_data_loader().load_all(text))
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise YamlTextError(f"invalid YAML: {exc}".splitlines()[0][:200]) from None
 
 
 _STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
@@ -273,11 +330,11 @@ def parse(text: str) -> Document:
     Cached by text: a plan parses the same manifest several times (restore, inspect, patch). Callers must
     treat the returned data as read-only.
     """
-    check_shape(text)
     # For ASCII text libyaml composes the nodes the edits need, so compose once and construct the data from
     # those nodes instead of parsing twice. Not with merge keys: constructing them rewrites the nodes.
     together = "<<" not in text and _positions_by_libyaml(text)
     try:
+        check_limits(text)
         if together:
             y = _data_loader()
             pairs = [(n, _construct(y, n)) for n in y.compose_all(text) if n is not None]
@@ -303,8 +360,8 @@ def parse(text: str) -> Document:
 
 def load_data(text: str) -> Any:
     """Plain data of a single-document text (also used to verify an edit)."""
-    check_shape(text)
     try:
+        check_limits(text)
         y = _data_loader()
         if "<<" not in text:  # as in parse: merge keys are ruamel's
             node = y.compose(text)

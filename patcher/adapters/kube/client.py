@@ -29,6 +29,7 @@ from patcher.adapters.kube.errors import ApiError, api_json
 from patcher.adapters.kube.transport import DEFAULT_TIMEOUT, Api
 from patcher.core.errors import PatcherError
 from patcher.core.fileread import read_file
+from patcher.core.yamltext import YamlTextError, load_plain_all
 
 lightimport.install()  # before the first kubernetes import (done by errors and transport already; said here too)
 
@@ -95,15 +96,14 @@ def kubeconfig_files(explicit: str | None, environ: Mapping[str, str]) -> tuple[
 def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
     """The current context of a merged kubeconfig as kubectl takes it (the first file that sets one; the official
     client's merger lets the last one win, so it is passed on as the context) and every context's name."""
-    import yaml
-
     current: str | None = None
     names: list[str] = []
     for path in files:
-        try:
-            data = yaml.safe_load(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT))
-        except yaml.YAMLError as exc:
-            raise ApiConfigError(f"cannot load the kubeconfig {path}: not YAML ({str(exc).splitlines()[0]})") from None
+        try:  # within the limits of every YAML input, before the official loader parses it too
+            docs = load_plain_all(read_file(path, "kubeconfig", limit=KUBECONFIG_LIMIT).decode("utf-8", "replace"))
+        except YamlTextError as exc:
+            raise ApiConfigError(f"cannot load the kubeconfig {path}: not YAML ({exc})") from None
+        data = docs[0] if docs else None
         if not isinstance(data, dict):
             continue
         if current is None and isinstance(data.get("current-context"), str) and data["current-context"]:

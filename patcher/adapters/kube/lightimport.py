@@ -21,6 +21,11 @@ so the classes are the official ones (``isinstance`` and ``except ApiException``
 
 Nothing is done when ``kubernetes`` is already imported (fully or by an earlier ``install``), so the order in
 which a process imports things does not matter.
+
+This is the one place that relies on more than the client's public API (its package layout and which names its
+submodules import from their parents): without it, the agent's start with the API misses its time bound
+(docs/benchmarks.md). ``make test-max`` runs its tests against the newest ``kubernetes`` release instead of a
+cap in pyproject.toml.
 """
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ What makes a request safe is not re-implemented but reused from the official cli
   account with its token refresh hook, or a kubeconfig), TLS verification forced on;
 * the transport is its ``rest.RESTClientObject(configuration).pool_manager``: the CA, client certificate,
   ``verify_ssl``, ``tls_server_name``, proxy (and ``no_proxy``), TCP keepalive, pool size and ``retries``
-  (one: the callers retry with backoff). Without a proxy a request goes straight to the manager's pool for
-  the API server (what ``PoolManager.urlopen`` does after parsing the URL and looking the pool up);
+  (one: the callers retry with backoff); every request goes through the manager's public ``urlopen``;
 * authentication is ``configuration.auth_settings()`` on every request, as the generated methods do it, so
   a refresh hook (in-cluster token rotation, exec plugins) runs each time;
 * every request has a timeout: the client's default unless the call gives one, plus a deadline (connect +
@@ -37,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlencode
 
 import urllib3
-from urllib3.util import parse_url
 
 from patcher.adapters.kube import lightimport
 
@@ -112,11 +110,9 @@ class Api:
         self.default_timeout = timeout
         self.rest_client = RESTClientObject(configuration)
         self.host = str(configuration.host).rstrip("/")
-        self._prefix = parse_url(self.host).path or ""  # a server URL with a path (behind a gateway)
         self._safe = str(configuration.safe_chars_for_path_param or "")
         self.default_headers: dict[str, str] = {"Accept": JSON, "User-Agent": USER_AGENT}
         self._lock = threading.Lock()
-        self._pool: tuple[object, urllib3.HTTPConnectionPool] | None = None
         self._generated: ApiClient | None = None
         #: Answers received and their body bytes (a watch: one answer, its bytes not counted): what one
         #: verdict costs the API server (tests, benches).
@@ -133,17 +129,6 @@ class Api:
         self.default_headers["User-Agent"] = value
 
     # -- the request path ---------------------------------------------------------------------------------
-
-    def _direct_pool(self, manager: object) -> urllib3.HTTPConnectionPool | None:
-        """The connection pool ``manager`` keeps for the API server (``None`` through a proxy, where the
-        manager must build the request); looked up again once it was closed."""
-        if type(manager) is not urllib3.PoolManager:  # ProxyManager, SOCKSProxyManager: not direct
-            return None
-        with self._lock:
-            cached = self._pool
-            if cached is None or cached[0] is not manager or cached[1].pool is None:
-                cached = self._pool = (manager, manager.connection_from_url(self.host))
-            return cached[1]
 
     def _timeout(self, timeout: Timeout | None, stream: bool) -> urllib3.Timeout:
         given = self.default_timeout if timeout is None else timeout
@@ -173,15 +158,10 @@ class Api:
         params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
         target = path + ("?" + urlencode(params) if params else "")
         headers = self.headers(content_type if body is not None else None, accept)
-        manager = self.rest_client.pool_manager
-        pool = self._direct_pool(manager)
-        limit = self._timeout(timeout, stream)
-        if pool is not None:  # as PoolManager.urlopen calls it, without the URL parsing and pool lookup
-            resp = pool.urlopen(method, self._prefix + target, body=body, headers=headers, timeout=limit,
-                                preload_content=not stream, redirect=False, assert_same_host=False)
-        else:
-            resp = manager.urlopen(method, self.host + target, body=body, headers=headers, timeout=limit,
-                                   preload_content=not stream)
+        # The API server does not redirect; following one would carry the credentials elsewhere.
+        resp = self.rest_client.pool_manager.urlopen(
+            method, self.host + target, body=body, headers=headers, timeout=self._timeout(timeout, stream),
+            preload_content=not stream, redirect=False)
         with self._lock:
             self.requests += 1
             self.received += 0 if stream else len(resp.data or b"")

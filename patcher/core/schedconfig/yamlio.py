@@ -9,45 +9,25 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
 from itertools import pairwise
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
-from ruamel.yaml.events import (
-    AliasEvent,
-    CollectionEndEvent,
-    CollectionStartEvent,
-    DocumentStartEvent,
-    NodeEvent,
-    ScalarEvent,
-)
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.core.errors import ConfigError
-from patcher.core.yamltext import libyaml_loader, yaml11_ambiguous
+from patcher.core.yamltext import YamlTextError, libyaml_loader, yaml11_ambiguous
+from patcher.core.yamltext import check_limits as check_text_limits
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
 _KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
 
-# Limits on what a configuration document may be, checked on the parser's event stream before any document is
-# built (the stream is read lazily and abandoned at the first excess, so a hostile file costs at most the limit).
-# A real scheduler config is a few hundred nodes, about ten levels deep; these leave two orders of magnitude.
-MAX_DEPTH = 32  # nested mappings/lists; NodeAffinity args, the deepest upstream type, need 9
-MAX_NODES = 5_000  # scalars + collections, aliases counted as the nodes they stand for (largest real: ~300)
-MAX_NUMBER_CHARS = 64  # an unquoted number longer than this cannot fit any int64/float64 field
 # Any text parsed here: a source file is capped at 256 KiB when read (source.py); this also bounds a foreign
-# --config read from the node for a merge, and leaves room for the header and carried flags of our output.
+# --config read from the node for a merge, and leaves room for the header and carried flags of our output. The
+# limits on what a document may hold are yamltext's, the same for every YAML input.
 MAX_DOCUMENT_CHARS = 512 * 1024
-# The tags a Kubernetes YAML decoder knows (sigs.k8s.io/yaml turns YAML into JSON); ruamel would construct
-# anything else (!!set, !!omap, !!timestamp, application tags) into objects that JSON has no form for.
-_ALLOWED_TAGS = frozenset(
-    {None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-     "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
-)
-_NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
 
 
 def _yaml() -> YAML:
@@ -58,79 +38,17 @@ def _yaml() -> YAML:
     return yaml
 
 
-def _tag_text(tag: Any) -> str | None:
-    """ruamel gives tags as ``Tag`` objects or strings depending on the event; compare them as text."""
-    if tag is None:
-        return None
-    value = getattr(tag, "value", tag)
-    return str(value) if value is not None else None
-
-
 def check_limits(text: str, path: str) -> None:
-    """Refuse, in one line, a document too deep, too big, with a number too long or a tag JSON cannot hold.
-
-    Runs on the event stream (no recursion, no document built) and stops at the first excess, so that the
-    recursive composer, our validator and the scheduler itself only ever see bounded input.
-    """
+    """Refuse, in one line, a document too large, too deep, too big, with a number too long or a tag JSON cannot
+    hold (``yamltext.check_limits``), so that the recursive composer, our validator and the scheduler itself only
+    ever see bounded input."""
     if len(text) > MAX_DOCUMENT_CHARS:
         limit = f"the limit for a YAML document is {MAX_DOCUMENT_CHARS}"
         raise ConfigError(path, f"too large ({len(text)} characters; {limit})")
-    fast = libyaml_loader(text)
-    if fast is not None:
-        try:
-            _check_events(fast.parse(text), path)
-            return
-        except (YAMLError, ConfigError):
-            pass  # only a pass is libyaml's to give: the pure parser words (or overrules) every refusal
-    _check_events(_yaml().parse(text), path)
-
-
-def _check_events(events: Iterable[Any], path: str) -> None:
-    """The limits on one event stream; libyaml's (far faster than the pure parser) or the pure parser's."""
-    depth = 0
-    nodes = 0
-    stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
-    sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
-    for event in events:
-        line = event.start_mark.line + 1 if event.start_mark is not None else 0
-        if isinstance(event, DocumentStartEvent):
-            depth, stack = 0, []
-            continue
-        if isinstance(event, AliasEvent):
-            nodes += sizes.get(str(event.anchor), 1)
-        elif isinstance(event, NodeEvent):
-            nodes += 1
-            tag = _tag_text(getattr(event, "tag", None))
-            if tag not in _ALLOWED_TAGS:
-                raise ConfigError(
-                    path, f"line {line}: YAML tag {tag} is not allowed (a Kubernetes config is JSON-compatible YAML)"
-                )
-            if isinstance(event, CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ConfigError(path, f"line {line}: nested more than {MAX_DEPTH} levels deep (the limit)")
-                stack.append((event.anchor, nodes - 1))
-            elif isinstance(event, ScalarEvent):
-                _check_number(event, path, line)
-                if event.anchor is not None:
-                    sizes[str(event.anchor)] = 1
-        elif isinstance(event, CollectionEndEvent) and stack:
-            depth -= 1
-            anchor, start = stack.pop()
-            if anchor is not None:
-                sizes[str(anchor)] = nodes - start
-        if nodes > MAX_NODES:
-            raise ConfigError(
-                path, f"line {line}: more than {MAX_NODES} YAML nodes (the limit; aliases count as what they repeat)"
-            )
-
-
-def _check_number(event: ScalarEvent, path: str, line: int) -> None:
-    value = event.value
-    if not event.style and len(value) > MAX_NUMBER_CHARS and _NUMBERISH.fullmatch(value):
-        raise ConfigError(
-            path, f"line {line}: number {value[:12]}… has {len(value)} characters; no configuration field holds it"
-        )
+    try:
+        check_text_limits(text, json_only=True)
+    except YamlTextError as exc:
+        raise ConfigError(path, str(exc)) from None
 
 
 def load_documents(text: str, path: str) -> list[Any]:
