@@ -4,6 +4,7 @@ node tree and marks as the pure-Python one on ASCII text, and ruamel's public 1.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
 from patcher.core import manifest, yamltext
 from patcher.core.errors import ManifestError
+from patcher.core.schedconfig.yamlio import load_single
 from tests.conftest import CORPUS, corpus_manifests, fixture_manifests
 
 SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
@@ -120,6 +122,14 @@ def test_plain_scalars_resolve_by_yaml_1_2_as_manifests_always_have() -> None:
     assert data["a"] == ["yes", "on", "No", 17, 15, 31, 1000, "1:20", float("inf"), None, None, True]
     assert yamltext.parse(text).data == data
     assert yamltext.parse("%YAML 1.2\n---\n" + text).data == data
+
+
+def test_a_float_without_a_dot_loads_by_yaml_1_2_without_a_warning() -> None:
+    # ruamel's float constructor warns (on stderr, in the agent's log) on `1e3` unless its resolver says 1.2.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert yamltext.load_data("a: 1e3\nb: 2E-2\n") == {"a": 1000.0, "b": 0.02}
+        assert load_single("apiVersion: v1\nx: 1e3\n", "c.yaml")["x"] == 1000.0
 
 
 scalars = st.sampled_from(["1", "0x1F", "0o17", "017", "1_000", "1.5", ".inf", "-.Inf", ".nan", "true", "True",

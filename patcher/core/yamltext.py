@@ -110,6 +110,11 @@ class _Resolver12(Resolver):
     def __init__(self, version: Any = None, loader: Any = None, loadumper: Any = None) -> None:
         super().__init__(loader if loader is not None else loadumper)
 
+    @property
+    def processing_version(self) -> tuple[int, int]:
+        """1.2, the version it resolves by: the float constructor asks, and warns (YAML 1.1) on ``1e3`` otherwise."""
+        return (1, 2)
+
 
 def _data_loader() -> YAML:
     # Plain data from the C parser when ruamel.yaml.clib is there (far faster); duplicate keys refused,
