@@ -48,14 +48,14 @@ test: $(STAMP)
 ## out. .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-bench
 test-real-bench: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_bench tests/test_bench_smoke.py
+	$(BIN)/python -m pytest -q -m real_bench tests/real/test_bench_smoke.py
 
 ## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and the
 ## agent's patch, restart and restore and every manifest form on each older release's (marker real_releases).
 ## One at a time (the real-test lock); .ci/run runs it after `make test`.
 .PHONY: test-real-node
 test-real-node: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_kubelet tests/test_real_kubelet.py
+	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
@@ -164,7 +164,7 @@ config-oracle-new: $(STAMP)
 ## Refresh the configs of the project's own schedconfig tests that are part of the oracle's cases.
 config-oracle-collect: $(STAMP)
 	SCHEDCONFIG_COLLECT=tests/fixtures/schedconfig_oracle/from_tests.json $(BIN)/python -m pytest -q -p no:xdist \
-	  -p tools.schedconfig_collect tests/test_schedconfig_*.py --deselect tests/test_schedconfig_oracle.py
+	  -p tools.schedconfig_collect tests/unit/test_schedconfig_*.py tests/deploy/test_schedconfig_docs.py
 
 .PHONY: test-stress
 ## The suite 10 times in a row with a CPU-bound process beside it (issue 9: a test that fails under load is a bug).

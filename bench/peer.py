@@ -340,7 +340,7 @@ def settled(side: str, node: Node, emu: Any) -> None:
 
 def one_process(side: str, peer_py: Path) -> tuple[float, float, float]:
     """exec -> patched, SIGTERM -> restored, SIGTERM -> exit, for one fresh start of ``side``."""
-    from tests.kubeemu import KubeEmulator
+    from tests.harness.emu.kubeemu import KubeEmulator
 
     with tempfile.TemporaryDirectory() as t, KubeEmulator(tls=True) as emu:
         node = Node(Path(t), emu)
@@ -377,7 +377,7 @@ def processes(peer_py: Path, n: int) -> Figures:
 
 def idle(peer_py: Path, seconds: float) -> Figures:
     """All three patched and idle at the same time, over the same window: CPU % of a core and RSS."""
-    from tests.kubeemu import KubeEmulator
+    from tests.harness.emu.kubeemu import KubeEmulator
 
     with contextlib.ExitStack() as stack:
         t = Path(stack.enter_context(tempfile.TemporaryDirectory()))

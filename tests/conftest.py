@@ -52,7 +52,7 @@ def write_configmap(folder: Path, files: dict[str, str]) -> None:
             (folder / name).symlink_to(f"..data/{name}")
 
 
-# API fixtures: each test module defines its own ``emu`` (a tests.kubeemu.KubeEmulator set up for it).
+# API fixtures: each test module defines its own ``emu`` (a tests.harness.emu.kubeemu.KubeEmulator set up for it).
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def kubeadm_text() -> str:
     return (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
 
 
-# -- the real control plane (tests/realk8s.py, built by `make real-k8s`) ------------------------------------
+# -- the real control plane (tests/harness/real/controlplane.py, built by `make real-k8s`) ----------------------
 
 REAL_CLUSTER = "real_cluster"
 REAL_KUBELET = "real_kubelet"
@@ -107,14 +107,14 @@ def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator
     if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
         yield
         return
-    from tests.realk8s import one_at_a_time
+    from tests.harness.real.controlplane import one_at_a_time
 
     with one_at_a_time():
         yield
 
 
 def _require_real_binaries() -> None:
-    from tests.realk8s import missing_reason
+    from tests.harness.real.controlplane import missing_reason
 
     why = missing_reason()
     if why is None:
@@ -127,7 +127,7 @@ def _require_real_binaries() -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`real_release` runs a test once per built release (newest first), or once to skip where none is."""
     if "real_release" in metafunc.fixturenames:
-        from tests.realk8s import built_releases
+        from tests.harness.real.controlplane import built_releases
 
         versions = [b.version for b in built_releases()] or ["none"]
         metafunc.parametrize("real_release", versions, indirect=True, scope="session")
@@ -140,7 +140,7 @@ class _ControlPlanes:
         self.started: dict[str, Any] = {}
 
     def get(self, version: str) -> Any:
-        from tests.realk8s import ControlPlane, built_releases
+        from tests.harness.real.controlplane import ControlPlane, built_releases
 
         if version not in self.started:
             binaries = next(b for b in built_releases() if b.version == version)
@@ -163,15 +163,16 @@ def _control_planes() -> Iterator[_ControlPlanes]:
 
 @pytest.fixture(scope="session")
 def real_release(request: pytest.FixtureRequest, _control_planes: _ControlPlanes) -> Any:
-    """The control plane of one built release (tests/realk8s.ControlPlane), shared by the session's tests."""
+    """The control plane of one built release (tests/harness/real/controlplane.ControlPlane), shared by the session's
+    tests."""
     _require_real_binaries()
     return _control_planes.get(request.param)
 
 
 @pytest.fixture
 def real_cluster(_control_planes: _ControlPlanes) -> Any:
-    """The newest built release's control plane (tests/realk8s.ControlPlane)."""
-    from tests.realk8s import built_releases
+    """The newest built release's control plane (tests/harness/real/controlplane.ControlPlane)."""
+    from tests.harness.real.controlplane import built_releases
 
     _require_real_binaries()
     return _control_planes.get(built_releases()[0].version)

@@ -75,7 +75,7 @@ def _composer(text: str) -> YAML:
     """libyaml's composer (C, far faster), unless the text holds a character where its marks are known to differ.
 
     Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
-    characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
+    characters, marks included (tests/unit/test_yamltext_compose.py), except that libyaml gives plain scalars
     style "" where the pure one gives None. A mark's index is the code-point index into the str we splice.
     """
     if not _positions_by_libyaml(text):
@@ -92,7 +92,7 @@ class _Resolver12(VersionedResolver):
     """The resolver the C parser gets anyway, without its cost: with libyaml, ruamel.yaml finds no scanner to
     ask for a ``%YAML`` directive and resolves by YAML 1.2, but works that out through two caught
     AttributeErrors for every scalar, and rebuilds its table of implicit resolvers for every load (together a
-third of a manifest's load time). Same tags, same data (tests/test_yamltext_compose.py)."""
+third of a manifest's load time). Same tags, same data (tests/unit/test_yamltext_compose.py)."""
 
     _table: ClassVar[dict[Any, Any]] = {}  # the implicit-resolver table for 1.2, built once instead of per load
 
