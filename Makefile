@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.runtime
 MIN_VENV := .venv-min
 VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' patcher/__init__.py)
 
-.PHONY: demo test test-min lint bench e2e image clean
+.PHONY: demo test test-fast test-min lint bench e2e image clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 ## port; together ~9 min of mostly idle waiting, which would more than double this target's time.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet and not real_bench"
+
+## A contributor's loop: the pure core and unit tests (tests/unit/) without the corpus sweeps (marker sweep), in one
+## process (xdist's workers would each collect again: slower on a shared 2-core machine).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:xdist -m "not sweep" tests/unit
 
 ## The smoke run of bench/verdict_scale.py (marker real_bench): it starts its own control plane, the old and the new
 ## package's agents and gatekeepers, and holds the real-test lock ~2 min, which make test's other real tests waited
@@ -130,7 +135,7 @@ version-sync:
 
 ## Whole-lifecycle simulation: three nodes, real agent processes, API emulator, simulated kubelets (prints a timeline).
 e2e: $(STAMP)
-	$(BIN)/python -m pytest -q -s tests/e2e
+	$(BIN)/python -m pytest -q -s tests/e2e/test_lifecycle.py tests/e2e/test_agent_upgrade.py
 
 .PHONY: real-k8s
 ## kube-apiserver, kube-scheduler and kubelet of each release pinned in tools/realk8s/, and etcd, built through the

@@ -33,9 +33,9 @@ from bench.rows import stats, timed  # noqa: E402
 from patcher.adapters.tlsserver import CertReloader, TlsServer  # noqa: E402
 from patcher.core.admission import Selection  # noqa: E402
 from patcher.services.webhook import MUTATE_PATH, AdmissionWebhook  # noqa: E402
+from tests.deploy.test_webhook_rules import review  # noqa: E402
 from tests.harness.admission_samples import NOT_READY, configmap, new_pod  # noqa: E402
 from tests.harness.emu.extservers import Pki  # noqa: E402
-from tests.unit.test_webhook_rules import review  # noqa: E402
 
 
 def post(conn: http.client.HTTPSConnection, body: bytes) -> None:

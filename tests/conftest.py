@@ -89,6 +89,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(`make test-real-node`, not `make test`)")
     config.addinivalue_line("markers", "real_bench: a bench's smoke run that builds a cluster of its own on the real "
                                        "components (`make test-real-bench`, not `make test`)")
+    for kind, what in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {what} (set from the test's folder, tests/{kind}/)")
+    config.addinivalue_line("markers", "sweep: a pure test run once per file of a whole corpus (../shared/corpus, "
+                                       "every fixture): `make test-fast` leaves it out, `make test` runs it")
+
+
+#: The folders tests are sorted into, by what a test needs to run; each test carries its folder's marker, so a kind
+#: can be selected or left out across folders (`-m "not e2e"`) and a test moved between kinds changes no decorator.
+KINDS = {
+    "unit": "pure core logic on values, pyfakefs or a few files in tmp_path: no agent, emulator or server",
+    "component": "one adapter or service on tmp_path, with the API emulator or a local server",
+    "e2e": "the agent as a process, end to end, against the emulator and simulated kubelets",
+    "real": "the real kube-apiserver, kube-scheduler or kubelet of `make real-k8s` (markers real_*)",
+    "deploy": "what ships: the chart, the kustomize manifests, the Dockerfile, packaging and the docs",
+}
 
 
 #: pytest-timeout counts fixture set-up, and so the wait for the lock: a real test may wait for every other one.
@@ -96,8 +111,13 @@ REAL_TEST_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one)."""
+    """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one); each test
+    gets its folder's kind marker."""
+    tests = Path(__file__).parent
     for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        if folder in KINDS:
+            item.add_marker(getattr(pytest.mark, folder))
         if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
             item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT), append=False)
 

@@ -30,12 +30,12 @@ from patcher.core.admission import Selection
 from patcher.core.kubeobj import Obj
 from patcher.services.gatekeeper import GateMetrics
 from patcher.services.webhook import MUTATE_PATH, AdmissionWebhook
+from tests.deploy.test_webhook_rules import review
 from tests.harness import admission_samples as samples
 from tests.harness.admission_samples import NOT_READY, READY, G, configmap
 from tests.harness.emu.extservers import Pki
 from tests.harness.emu.kubeemu import json_patch, wait_until
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
-from tests.unit.test_webhook_rules import review
 
 NS = "scheduler-patcher"
 

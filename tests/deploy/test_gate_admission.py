@@ -193,7 +193,7 @@ def policy_for(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("sample", samples.SAMPLES, ids=lambda s: s.id)
 def test_the_shared_samples(policy_for: MakePolicy, sample: samples.Sample) -> None:
-    """The table tests/unit/test_webhook_rules.py runs through the webhook's rules: both paths give these gates."""
+    """The table tests/deploy/test_webhook_rules.py runs through the webhook's rules: both paths give these gates."""
     policy = policy_for(**sample.selection)
     assert samples.gates(policy.admit(sample.pod(), samples.configmap(sample.verdict))) == sample.gates
 

@@ -50,9 +50,9 @@ from tests.deploy.test_deploy_manifests import (
 from tests.deploy.test_deploy_manifests import clean_env as cli_env  # noqa: F401  (a fixture: no PATCHER_* leaks in)
 from tests.deploy.test_gate_admission import SCHEMA as ADMISSION_SCHEMA
 from tests.deploy.test_gate_admission import Policy, configmap, gates, readme_overlay
+from tests.deploy.test_webhook_rules import review
 from tests.harness.admission_samples import new_pod
 from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm, run_helm, template
-from tests.unit.test_webhook_rules import review
 
 #: Labels helm's convention adds to every object (kustomize's objects carry only name/part-of/component).
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",

@@ -1,7 +1,7 @@
 """One table of sample pods for both admission paths, so that they cannot drift apart.
 
 tests/deploy/test_gate_admission.py runs every sample through the MutatingAdmissionPolicy's CEL (kustomize and Helm
-renders); tests/unit/test_webhook_rules.py runs the same samples through the webhook's rules
+renders); tests/deploy/test_webhook_rules.py runs the same samples through the webhook's rules
 (``patcher.core.admission``) and through the real HTTPS server. Each sample says which selection is set (the
 policy's variables / the chart's ``gatekeeper.admission.*`` values / the webhook's flags), what the readiness
 ConfigMap says, and which gates the pod must have after admission (``None``: no ``schedulingGates``).

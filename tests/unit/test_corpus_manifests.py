@@ -21,6 +21,7 @@ FILES = corpus_manifests()
 
 
 @pytest.mark.skipif(not FILES, reason="../shared/corpus is not present")
+@pytest.mark.sweep
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_corpus_manifest_round_trips(path: Path) -> None:
     raw = path.read_bytes()

@@ -19,7 +19,7 @@ from patcher.core.schedconfig.yamlio import load_single, to_plain
 from tests.unit.test_schedconfig_source import make_configmap
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "configs"
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
+pytestmark = [pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present"), pytest.mark.sweep]
 
 REPLACE_ME = "clientConnection.kubeconfig: must be an absolute path"
 LEGACY_APIVERSION = "extenders[0].apiVersion: unknown field (v1 Extender has no such field; the legacy decoder"

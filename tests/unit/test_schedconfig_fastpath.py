@@ -82,6 +82,7 @@ def reference_documents(text: str) -> tuple[str, Any]:
         return load_outcome(text)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", HOSTILE + corpus_texts())
 def test_the_limits_read_from_libyaml_decide_as_the_pure_parser_did(text: str) -> None:
     assert load_outcome(text) == reference_documents(text)
@@ -103,6 +104,7 @@ def reference_load(text: str) -> tuple[str, Any]:
 
 
 @needs_libyaml
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", HOSTILE + corpus_texts())
 def test_plain_load_is_the_round_trip_loads_data(text: str) -> None:
     assert outcome(lambda: load_plain(text, "f.yaml")) == reference_load(text)
@@ -133,6 +135,7 @@ def test_plain_load_agrees_on_any_document(data: Any, style: str) -> None:
     assert outcome(lambda: load_plain(text, "f.yaml")) == reference_load(text)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", [t for t in HOSTILE + corpus_texts() if t.strip()])
 @pytest.mark.parametrize("version", [KubeVersion(1, 17), KubeVersion(1, 31)])
 def test_the_output_check_answers_as_the_round_trip_check_did(text: str, version: KubeVersion) -> None:

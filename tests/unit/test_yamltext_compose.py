@@ -82,6 +82,7 @@ def one_document(text: str) -> bool:
     return True
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", [t for t in texts() + unicode_variants() if yamltext._positions_by_libyaml(t)])
 def test_libyaml_composes_the_same_tree_and_marks_as_the_pure_composer(text: str) -> None:
     yamltext.parse.cache_clear()
@@ -102,6 +103,7 @@ def test_text_where_the_marks_differ_uses_the_pure_composer(odd: str) -> None:
     assert shape(yamltext.parse(text).root) == expected
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", texts() + configs())
 def test_the_cached_resolver_loads_the_same_data_as_ruamel_safe(text: str) -> None:
     plain = YAML(typ="safe")
@@ -129,6 +131,7 @@ def test_resolution_of_every_kind_of_plain_scalar_is_unchanged(pairs: list[tuple
     assert yamltext._data_loader().load(text) == expected
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("text", texts() + configs())
 def test_parse_composes_once_and_gives_the_data_and_nodes_of_two_separate_parses(text: str) -> None:
     try:
