@@ -81,7 +81,7 @@ from tests.harness.real.controlplane import (  # noqa: E402
     one_at_a_time,
     terminate,
 )
-from tests.harness.real.node_client import RealNode  # noqa: E402
+from tests.harness.real.node_client import NodeClient  # noqa: E402
 
 NODES = ("cp-1", "cp-2", "cp-3")
 LAST = NODES[-1]  #: the node whose scheduler restarts last: its Ready annotation turns the verdict Ready
@@ -190,10 +190,10 @@ def delete_backlog(cp: ControlPlane, batch: str) -> None:
 
 # -- the control-plane nodes, as their kubelets and agents leave them -----------------------------------------
 
-def run_scheduler(node: RealNode, config_hash: str, started: str) -> None:
+def run_scheduler(node: NodeClient, config_hash: str, started: str) -> None:
     """The node's kubelet (re)starts kube-scheduler from a manifest patched for ``config_hash`` (its marker) and
     publishes the mirror pod, kubeadm's labels included: a new config is a new static pod, so the old mirror pod
-    is deleted and a new one created (tests/harness/real/node_client.RealNode.set_pod), then the status follows."""
+    is deleted and a new one created (tests/harness/real/node_client.NodeClient.set_pod), then the status follows."""
     uid = f"{config_hash[:16]}-{node.name}"
     pod = make_mirror_pod(node_name=node.name, annotations=static_pod_annotations(marker(config_hash), uid),
                           started_at=started)
@@ -206,12 +206,12 @@ def agent_says(cp: ControlPlane, node: str, state: str) -> None:
     cp.ok("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"annotations": node_annotations_for(state)}}, MERGE)
 
 
-def control_plane_nodes(cp: ControlPlane) -> dict[str, RealNode]:
+def control_plane_nodes(cp: ControlPlane) -> dict[str, NodeClient]:
     """Three registered control-plane Nodes: the first two run the patched scheduler and say Ready, the last one
     still runs the old scheduler while its agent waits for the restart (the verdict is NotReady)."""
     nodes = {}
     for name in NODES:
-        node = nodes[name] = RealNode(cp, name).register()
+        node = nodes[name] = NodeClient(cp, name).register()
         node.mark_control_plane()
         last = name == LAST
         run_scheduler(node, OTHER_HASH if last else CONFIG_HASH, BEFORE if last else STARTED)
@@ -348,7 +348,7 @@ def wait_released(port: int, pods: int, timeout: float) -> int:
         time.sleep(min(POLL_MAX_S, max(POLL_MIN_S, left_s / 2)))
 
 
-def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, args: argparse.Namespace,
+def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, NodeClient], conn: Conn, args: argparse.Namespace,
                      batch: str, tmp: Path) -> tuple[float, float, float, Usage, int]:
     """(wall s, RSS MiB with the backlog cached, peak RSS MiB, CPU use, counter reads) of the gatekeeper's
     drain."""
@@ -431,7 +431,7 @@ def warm_up(cp: ControlPlane, conn: Conn, args: argparse.Namespace) -> None:
         delete_backlog(cp, "warmup")
 
 
-def one_run(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, args: argparse.Namespace, run: int,
+def one_run(cp: ControlPlane, nodes: dict[str, NodeClient], conn: Conn, args: argparse.Namespace, run: int,
             tmp: Path) -> Run:
     """One drain of each on a fresh backlog; the order alternates from run to run (gatekeeper first in the
     first), so neither side always meets the server as the other left it."""

@@ -81,7 +81,7 @@ from tests.harness.real.controlplane import (  # noqa: E402
     one_at_a_time,
     terminate,
 )
-from tests.harness.real.node_client import RealNode  # noqa: E402
+from tests.harness.real.node_client import NodeClient  # noqa: E402
 from tests.harness.real.simnodes import Agents, audit_events, audit_flags  # noqa: E402
 from tests.real.test_real_install import apply_k  # noqa: E402
 
@@ -233,7 +233,7 @@ def all_ready(agents: Agents) -> bool:
     return all(agents.annotations(n).get("state") == "Ready" for n in CP_NODES)
 
 
-def bare_says(cp: ControlPlane, bare: RealNode, ready: bool) -> None:
+def bare_says(cp: ControlPlane, bare: NodeClient, ready: bool) -> None:
     """The unlabelled node's agent (the operator widened the DaemonSet's placement) as tests/component/test_readiness.py
     plays it: Ready copies cp-1's annotations and its scheduler pod's proof (marker, start); not Ready clears
     them (no agent there)."""
@@ -336,7 +336,7 @@ def ceiling(cp: ControlPlane, conn: Conn, count: int, workers: int) -> float:
     return wall
 
 
-def install_run(cp: ControlPlane, agents: Agents, bare: RealNode, conn: Conn, tmp: Path, args: argparse.Namespace,
+def install_run(cp: ControlPlane, agents: Agents, bare: NodeClient, conn: Conn, tmp: Path, args: argparse.Namespace,
                 package_root: Path, tag: str, batch: str, pods: int) -> dict[str, Any]:
     """The agents and the gatekeeper of ``package_root``: idle minutes, RSS, then the drain of ``batch``."""
     out: dict[str, Any] = {}
@@ -480,7 +480,7 @@ def main() -> int:
             agents = Agents(cp, tmp, NS, cp.token_kubeconfig(NS, "scheduler-patcher", tmp / "agent.kubeconfig"))
             for name in CP_NODES:
                 agents.add_node(name)
-            bare = RealNode(cp, BARE).register()
+            bare = NodeClient(cp, BARE).register()
             bare.set_pod(bare_pod(binaries.version))
             conn = Conn(cp)
             api = build_api_client(ClientSettings(kubeconfig=str(cp.kubeconfig), timeout=(10.0, 300.0)))

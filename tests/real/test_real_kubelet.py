@@ -48,7 +48,7 @@ from tests.harness.real.kubelet_node import (
     runtime_missing,
     scheduler_images,
 )
-from tests.harness.real.node_client import RealNode as StandInNode
+from tests.harness.real.node_client import NodeClient
 
 # The group is also given by tests/conftest.py, but there too late for pytest-xdist's loadgroup (it read the
 # marks first; `make test` ran two nodes at once, one per worker): two nodes compete for the 2 cores.
@@ -297,7 +297,7 @@ def stand_in_node_as_the_real_one(scene: Scene) -> None:
     taint, which stays here on the real node (no node lifecycle controller takes it off; the agent-pod test does
     that)."""
     real = scene.cp.ok("GET", f"/api/v1/nodes/{scene.node.name}")
-    stand_in = StandInNode(scene.cp, "node-b").create()
+    stand_in = NodeClient(scene.cp, "node-b").create()
 
     def taints(node: dict[str, Any]) -> list[tuple[str, str]]:
         return sorted((t["key"], t["effect"]) for t in node["spec"].get("taints") or [])

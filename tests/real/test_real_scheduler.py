@@ -301,7 +301,7 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
     the extender's filter. The extender goes away: the agent's probe turns the verdict NotReady and a new pod is
     gated again. SIGTERM: the manifest is the original again, and the kubelet runs the original scheduler."""
     cp = newest
-    from tests.harness.emu.staticpods import ProcessKubelet
+    from tests.harness.emu.process_kubelet import ProcessKubelet
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

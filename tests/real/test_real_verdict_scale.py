@@ -27,7 +27,7 @@ from patcher.adapters.kube.transport import METADATA_LIST, PODS, Api
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod
 from tests.harness.emu.kubeletsim import static_pod_annotations
 from tests.harness.real.controlplane import ControlPlane, built_releases, control_plane, missing_reason
-from tests.harness.real.node_client import RealNode
+from tests.harness.real.node_client import NodeClient
 
 pytestmark = pytest.mark.real_cluster
 
@@ -46,7 +46,7 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 def populate(cp: ControlPlane) -> None:
     control_plane_nodes(cp)
-    bare = RealNode(cp, BARE).register()
+    bare = NodeClient(cp, BARE).register()
     pod = make_mirror_pod(node_name=BARE, annotations=static_pod_annotations({}, "0b5e1ec7ed0000000000000000000001"),
                           started_at="2026-11-21T23:40:01Z")
     bare.set_pod(pod)  # no labels: the kubelet copies a manifest's labels, and this one has none

@@ -25,9 +25,9 @@
   kubeadm's startup probe keeps it unready;
 
 Where the mirror pod goes is a ``PodSink``: the API emulator (``KubeEmulator.set_pod``), or the real API server
-through tests/harness/real/node_client.py (``RealNode``: the node's own credentials, the mirror pod deleted and created
-again on a new hash, its status through the status subresource). ``full_spec`` sends the static pod's own spec, as the
-kubelet does, instead of a one-container stand-in (the real server validates it and admits it as a mirror pod).
+through tests/harness/real/node_client.py (``NodeClient``: the node's own credentials, the mirror pod deleted and
+created again on a new hash, its status through the status subresource). ``full_spec`` sends the static pod's own spec,
+as the kubelet does, instead of a one-container stand-in (the real server validates it and admits it as a mirror pod).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ NOT_READY = "node.kubernetes.io/not-ready"
 
 class KubeletApiError(OSError):
     """An answer the kubelet did not expect; an OSError, so the simulated kubelet retries on its next pass,
-    as the real one does (the test asserts on `RealNode.errors` that none was a refusal)."""
+    as the real one does (the test asserts on `NodeClient.errors` that none was a refusal)."""
 
 
 def _now() -> str:
@@ -46,7 +46,7 @@ def _now() -> str:
 
 
 @dataclass
-class RealNode:
+class NodeClient:
     """One node's kubelet identity on the real API server; `set_pod` is tests/harness/emu/kubeletsim.py's `PodSink`."""
 
     cp: ControlPlane
@@ -70,7 +70,7 @@ class RealNode:
             raise KubeletApiError(message)
         return out
 
-    def register(self) -> RealNode:
+    def register(self) -> NodeClient:
         """The node's client certificate, its Node object and a Ready status, as kubelet registration does, and
         the not-ready taint off, as the node lifecycle controller does then."""
         self.create()

@@ -29,7 +29,7 @@ from tests.conftest import FIXTURES, write_configmap
 from tests.harness.emu.kubeletsim import SimKubelet
 from tests.harness.helpers import MANIFEST, P
 from tests.harness.real.controlplane import ROOT, ControlPlane
-from tests.harness.real.node_client import RealNode
+from tests.harness.real.node_client import NodeClient
 
 Obj = dict[str, Any]
 DS = "scheduler-patcher"
@@ -85,7 +85,7 @@ class NodeSim:
     root: Path
     src: Path
     original: bytes
-    real: RealNode
+    real: NodeClient
     kubelet: SimKubelet
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
@@ -123,7 +123,7 @@ class Agents:
 
     def add_node(self, name: str, *, control_plane: bool = True) -> NodeSim:
         """Register the node as its kubelet does, label it as kubeadm does, and start its kubelet."""
-        real = RealNode(self.cp, name).register()
+        real = NodeClient(self.cp, name).register()
         if control_plane:
             real.mark_control_plane()
         root = self.tmp / name
