@@ -280,7 +280,7 @@ class Node:
 
     def ours(self, api: bool) -> tuple[list[str], dict[str, str]]:
         """Ours without the API, or with it in-cluster as the DaemonSet runs it (and as the peer runs: the same
-        token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/helpers)."""
+        token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/harness/helpers)."""
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env |= {"PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1"}
         # No settle time (default 10 s): the peer has none, and it is a fixed wait, not work to compare.
