@@ -301,7 +301,9 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
     the extender's filter. The extender goes away: the agent's probe turns the verdict NotReady and a new pod is
     gated again. SIGTERM: the manifest is the original again, and the kubelet runs the original scheduler."""
     cp = newest
-    from tests.harness.emu.process_kubelet import ProcessKubelet
+    from tests.harness.emu.kubeletsim import SimKubelet
+    from tests.harness.real.node_client import NodeClient
+    from tests.harness.real.scheduler_process import SchedulerProcess
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -316,7 +318,9 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
     register_node(cp, "worker-1")
     root = node_root(cp, tmp_path)
     original = (root / "etc/kubernetes/manifests/kube-scheduler.yaml").read_bytes()
-    kubelet = ProcessKubelet(cp, "cp-1", root, cp.binaries, tmp_path).start()
+    node = NodeClient(cp, "cp-1").credentials()
+    scheduler = SchedulerProcess(cp.binaries, tmp_path)
+    kubelet = SimKubelet(node, "cp-1", root, full_spec=True, process=scheduler).start()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1", "KUBECONFIG": str(cp.kubeconfig),
            "POD_NAMESPACE": "scheduler-patcher"}
     log = tmp_path / "agent.log"
@@ -336,7 +340,8 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
         extender.passthrough = True
         wait_until(lambda: agent_state(cp, "cp-1") == "Ready", timeout=120, what="the agent Ready")
         assert b"--config=" in (root / "etc/kubernetes/manifests/kube-scheduler.yaml").read_bytes()
-        assert len({digest for _, digest in kubelet.starts}) == 2, kubelet.starts  # the original, then patched
+        # the original, then the patched pod
+        assert len({r.content_hash for r in kubelet.restarts}) == 2, kubelet.restarts
         wait_until(lambda: verdict(cp) == "true", timeout=60, what="the verdict Ready")
         assert wait_until(lambda: bound_to(cp, "app-1"), timeout=90, what="app-1 released and bound") == "worker-1"
         assert filtered(extender, "app-1"), "the real scheduler bound app-1 without the extender's filter"
@@ -349,7 +354,7 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=60) == 0, log.read_text()[-3000:]
         assert (root / "etc/kubernetes/manifests/kube-scheduler.yaml").read_bytes() == original
-        wait_until(lambda: kubelet.starts[-1][1] == kubelet.starts[0][1], timeout=30,
+        wait_until(lambda: kubelet.restarts[-1].content_hash == kubelet.restarts[0].content_hash, timeout=30,
                    what="the kubelet back on the original manifest")
     except AssertionError as e:
         node_annotations = cp.ok("GET", "/api/v1/nodes/cp-1")["metadata"].get("annotations")
@@ -357,7 +362,7 @@ def test_the_agent_the_real_scheduler_and_the_gate_together(newest: ControlPlane
             "items"]]
         raise AssertionError(f"{e}\nnode cp-1: {node_annotations}\nconfigmaps: {configmaps}\n"
                              f"--- agent log:\n{log.read_text()[-4000:]}\n--- kubelet errors: "
-                             f"{kubelet.errors[-5:]}\n--- kube-scheduler log:\n{kubelet.tail()}") from e
+                             f"{node.errors[-5:]}\n--- kube-scheduler log:\n{scheduler.tail()}") from e
     finally:
         if agent.poll() is None:
             agent.kill()

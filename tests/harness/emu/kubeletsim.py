@@ -24,6 +24,11 @@
   kubelet showed for the second a refused scheduler lives, its first run included (published before its exit);
   kubeadm's startup probe keeps it unready;
 
+Given a ``Containers`` (tests/harness/real/scheduler_process.py), the scheduler container is the release's own
+kube-scheduler process instead: it decides for itself whether it starts, and one that exits is shown terminated,
+then waiting in ``CrashLoopBackOff`` until its back-off (``BACKOFF``, shortened) has passed, then running again
+with its restartCount one higher.
+
 Where the mirror pod goes is a ``PodSink``: the API emulator (``KubeEmulator.set_pod``), or the real API server
 through tests/harness/real/node_client.py (``NodeClient``: the node's own credentials, the mirror pod deleted and
 created again on a new hash, its status through the status subresource). ``full_spec`` sends the static pod's own spec,
@@ -59,6 +64,21 @@ class PodSink(Protocol):
     """Where a kubelet publishes its mirror pods: create, or replace, the pod as given."""
 
     def set_pod(self, pod: dict[str, Any]) -> object: ...
+
+
+class Containers(Protocol):
+    """Runs a static pod's scheduler container as a real process (tests/harness/real/scheduler_process.py)."""
+
+    def start(self, pod: dict[str, Any], container: dict[str, Any], host_root: Path) -> None: ...
+
+    def exit_code(self) -> int | None: ...  # None while it runs
+
+    def stop(self) -> None: ...
+
+
+#: Seconds between the restarts of a real scheduler process that exited: the kubelet's back-off (10 s doubling to
+#: 5 min) shortened, so a test sees the process come back.
+BACKOFF = (1.0, 2.0, 4.0, 8.0, 10.0)
 
 
 def _stamp(ns: int) -> str:
@@ -107,6 +127,17 @@ class Restart:
 
 
 @dataclass
+class _Process:
+    """The static pod whose container runs as a real process: its mirror pod as last published, what to start it
+    from again, and when."""
+
+    pod: dict[str, Any]
+    manifest: dict[str, Any]
+    container: dict[str, Any]
+    next_try: float = 0.0
+
+
+@dataclass
 class SimKubelet:
     emu: PodSink
     node: str
@@ -114,6 +145,7 @@ class SimKubelet:
     manifest_dir: str = "/etc/kubernetes/manifests"
     interval: float = 0.05
     full_spec: bool = False
+    process: Containers | None = None  #: runs the real scheduler, instead of the "reject-me" rule deciding
     restarts: list[Restart] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)
     _seen: dict[str, str] = field(default_factory=dict)
@@ -121,6 +153,7 @@ class SimKubelet:
     _crashing: dict[str, tuple[dict[str, Any], int, bool]] = field(default_factory=dict)  # pod, steps, probed
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _running: _Process | None = None
 
     def start(self) -> SimKubelet:
         self.sync()
@@ -132,12 +165,15 @@ class SimKubelet:
         self._stop.set()
         if self._thread:
             self._thread.join(2)
+        if self.process is not None:
+            self.process.stop()
 
     def _loop(self) -> None:
         last_crash = time.monotonic()
         while not self._stop.wait(self.interval):
             try:
                 self.sync()
+                self._watch_process()
                 if time.monotonic() - last_crash > 0.3:
                     last_crash = time.monotonic()
                     self._crash_again()
@@ -169,7 +205,7 @@ class SimKubelet:
                                                 usedforsecurity=False).hexdigest()
         annotations = static_pod_annotations(meta.get("annotations") or {}, str(uid))
         now = time.time_ns()
-        crashed = self._rejects(container)
+        crashed = self._rejects(container) if self.process is None else False
         pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),
                               namespace=meta.get("namespace", "kube-system"), annotations=annotations,
                               waiting_reason="ContainerCreating", ready=False)
@@ -180,6 +216,9 @@ class SimKubelet:
         if isinstance(self.emu, KubeEmulator) and self.emu.get("pods", mirror_name, namespace) is not None:
             self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
         self.emu.set_pod(copy.deepcopy(pod))  # Pending: the container being created
+        if self.process is not None:
+            self.process.start({"metadata": meta, "spec": spec}, container, self.host_root)
+            now = time.time_ns()
         status = pod["status"]["containerStatuses"][0]
         probed = any(container.get(k) for k in ("startupProbe", "readinessProbe"))
         if crashed and probed:  # its exit is the first state published: it never got past the startup probe
@@ -193,10 +232,37 @@ class SimKubelet:
         self.emu.set_pod(pod)
         self._uids[name] = str(uid)  # once the API took the mirror pod: a retry starts it again
         self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
-        if crashed:  # the crash loop's next step: restarted (after the exit shown), or exits (after the run shown)
+        if self.process is not None:
+            self._running = _Process(pod, {"metadata": meta, "spec": spec}, container)
+        elif crashed:  # the crash loop's next step: restarted (after the exit shown), or exits (after the run shown)
             self._crashing[name] = (pod, 0 if probed else -1, probed)
         else:
             self._crashing.pop(name, None)
+
+    def _watch_process(self) -> None:
+        """A real scheduler that exited: terminated and waiting in back-off, then started again once it passed."""
+        run = self._running
+        if run is None or self.process is None or (code := self.process.exit_code()) is None:
+            return
+        status = run.pod["status"]["containerStatuses"][0]
+        now = time.time_ns()
+        if "running" in status["state"]:  # it exited since the last pass
+            back_off = BACKOFF[min(status["restartCount"], len(BACKOFF) - 1)]
+            status["lastState"] = {"terminated": {**self._exited(now), "exitCode": code}}
+            status["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": (
+                f"back-off {back_off:g}s restarting failed container={status['name']} "
+                f"pod={run.pod['metadata']['name']}_{run.pod['metadata'].get('namespace', 'kube-system')}")}}
+            status["ready"] = False
+            run.next_try = time.monotonic() + back_off
+        elif time.monotonic() >= run.next_try:
+            self.process.start(run.manifest, run.container, self.host_root)
+            status["restartCount"] += 1
+            status["state"] = {"running": {"startedAt": _stamp(now)}}
+            status["ready"] = True
+        else:
+            return
+        run.pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if status["ready"] else "False"}]
+        self.emu.set_pod(run.pod)
 
     @staticmethod
     def _exited(now_ns: int) -> dict[str, Any]:

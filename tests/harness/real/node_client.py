@@ -78,6 +78,12 @@ class NodeClient:
         self.untaint_ready()
         return self
 
+    def credentials(self) -> NodeClient:
+        """The node's client certificate only, for a Node that exists already (its uid: the mirror pods' owner)."""
+        issue(self.cp.pki, self.user, f"/O=system:nodes/CN=system:node:{self.name}", client=True)
+        self.uid = self.cp.ok("GET", f"/api/v1/nodes/{self.name}")["metadata"]["uid"]
+        return self
+
     def create(self) -> Obj:
         """The node's client certificate and the Node as the kubelet creates it (labels, the not-ready taint)."""
         issue(self.cp.pki, self.user, f"/O=system:nodes/CN=system:node:{self.name}", client=True)
