@@ -11,7 +11,7 @@ MIN_VENV := .venv-min
 MAX_VENV := .venv-max
 VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' patcher/__init__.py)
 
-.PHONY: demo test test-min test-max lint bench e2e image clean
+.PHONY: demo test test-fast test-min test-max lint bench e2e image clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,19 +45,24 @@ PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet and not real_bench"
 
+## A contributor's loop: the pure core and unit tests (tests/unit/) without the corpus sweeps (marker sweep), in one
+## process (xdist's workers would each collect again: slower on a shared 2-core machine).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:xdist -m "not sweep" tests/unit
+
 ## The smoke run of bench/verdict_scale.py (marker real_bench): it starts its own control plane, the old and the new
 ## package's agents and gatekeepers, and holds the real-test lock ~2 min, which make test's other real tests waited
 ## out. .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-bench
 test-real-bench: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_bench tests/test_bench_smoke.py
+	$(BIN)/python -m pytest -q -m real_bench tests/real/test_bench_smoke.py
 
 ## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and the
 ## agent's patch, restart and restore and every manifest form on each older release's (marker real_releases).
 ## One at a time (the real-test lock); .ci/run runs it after `make test`.
 .PHONY: test-real-node
 test-real-node: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_kubelet tests/test_real_kubelet.py
+	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
@@ -145,7 +150,7 @@ version-sync:
 
 ## Whole-lifecycle simulation: three nodes, real agent processes, API emulator, simulated kubelets (prints a timeline).
 e2e: $(STAMP)
-	$(BIN)/python -m pytest -q -s tests/e2e
+	$(BIN)/python -m pytest -q -s tests/e2e/test_lifecycle.py tests/e2e/test_agent_upgrade.py
 
 .PHONY: real-k8s
 ## kube-apiserver, kube-scheduler and kubelet of each release pinned in tools/realk8s/, and etcd, built through the
@@ -179,7 +184,7 @@ config-oracle-new: $(STAMP)
 ## Refresh the configs of the project's own schedconfig tests that are part of the oracle's cases.
 config-oracle-collect: $(STAMP)
 	SCHEDCONFIG_COLLECT=tests/fixtures/schedconfig_oracle/from_tests.json $(BIN)/python -m pytest -q -p no:xdist \
-	  -p tools.schedconfig_collect tests/test_schedconfig_*.py --deselect tests/test_schedconfig_oracle.py
+	  -p tools.schedconfig_collect tests/unit/test_schedconfig_*.py tests/deploy/test_schedconfig_docs.py
 
 .PHONY: test-stress
 ## The suite 10 times in a row with a CPU-bound process beside it (issue 9: a test that fails under load is a bug).

@@ -49,7 +49,7 @@ from patcher.core.settings import Files, Settings  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
-from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -309,7 +309,7 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
     agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), the DaemonSet is deleted, then
     the black hole: the stop's read of the DaemonSet (0.25 s) and its Lease request (0.5 s) both go unanswered,
     the slowest way to a restore."""
-    from tests.blackhole import BlackHole
+    from tests.harness.emu.blackhole import BlackHole
 
     if n <= 0:
         return

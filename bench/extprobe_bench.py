@@ -2,7 +2,7 @@
 
 The agent's pre-flight is ``extprobe.check`` on the rendered config before the write: one thread per
 extender, resolve, connect, TLS, one POST, the answer judged. Measured here against real extenders on
-127.0.0.1 (``tests/extservers.py``): plain HTTP, and HTTPS with a CA file read below the host root (a fresh
+127.0.0.1 (``tests/harness/emu/extservers.py``): plain HTTP, and HTTPS with a CA file read below the host root (a fresh
 TLS handshake each time, as each probe makes). The patch step itself (``plan_apply`` + ``apply`` on a real
 node folder) is measured in the same run, so the added cost reads as a ratio on a busy machine too.
 """
@@ -26,7 +26,7 @@ from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
-from tests.extservers import ExtenderServer, Pki  # noqa: E402
+from tests.harness.emu.extservers import ExtenderServer, Pki  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"

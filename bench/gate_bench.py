@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 from bench import rows  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE  # noqa: E402
 from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST  # noqa: E402
-from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
-from tests.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, marker, node_annotations_for  # noqa: E402
+from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, marker, node_annotations_for  # noqa: E402
 
 CP = "node-role.kubernetes.io/control-plane"
 NODES = ("cp-1", "cp-2", "cp-3")

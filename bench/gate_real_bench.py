@@ -2,9 +2,9 @@
 
 bench/gate_bench.py measures the gatekeeper against the emulator with an injected latency; this one runs it
 against the newest release `make real-k8s` built (``--release`` picks another): etcd and kube-apiserver on
-loopback (tests/realk8s.py), three control-plane Nodes registered by their kubelets' identities and their
-kube-scheduler mirror pods published as the kubelet publishes them (tests/realkubelet.py), so the verdict the
-gatekeeper reads is the real one:
+loopback (tests/harness/real/controlplane.py), three control-plane Nodes registered by their kubelets' identities and
+their kube-scheduler mirror pods published as the kubelet publishes them (tests/harness/real/node_client.py), so the
+verdict the gatekeeper reads is the real one:
 
 * **gatekeeper**: ``--pods`` gated pods (bench/gate_bench.real_pod, ~5 KB each, created concurrently: set-up,
   not measured) while the last node waits for its scheduler's restart; the real ``scheduler-patcher
@@ -27,7 +27,8 @@ other process used meanwhile, and the load average are printed beside the figure
 per released pod of each side (releaser + kube-apiserver + etcd), ceiling over gatekeeper: where the cores are
 the bound, the ratio the wall-time ratio tends to, and one that a neighbour's burst during one drain moves far
 less (four runs with bursts on either side: wall ratios 0.84-1.41, CPU ratios 0.98-1.11). The real-cluster lock
-of the tests (tests/realk8s.py) is held throughout, so no real-cluster test runs its API server beside this one.
+of the tests (tests/harness/real/controlplane.py) is held throughout, so no real-cluster test runs its API server beside
+this one.
 
 Run: ``.venv/bin/python bench/gate_real_bench.py`` (10 000 pods, about 2 minutes a run; ``--pods 300 --runs 1``
 for a smoke run). Without built binaries it says why in one line and exits 0.
@@ -68,10 +69,10 @@ from patcher.adapters.kube.transport import JSON, JSON_PATCH, USER_AGENT  # noqa
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim  # noqa: E402
 from patcher.core.readiness import render_table  # noqa: E402
 from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
-from tests.kubeemu import make_mirror_pod  # noqa: E402
-from tests.kubeemu_ext import BEFORE, CONFIG_HASH, OTHER_HASH, STARTED, marker, node_annotations_for  # noqa: E402
-from tests.kubeletsim import static_pod_annotations  # noqa: E402
-from tests.realk8s import (  # noqa: E402
+from tests.harness.emu.kubeemu import make_mirror_pod  # noqa: E402
+from tests.harness.emu.kubeemu_ext import BEFORE, CONFIG_HASH, OTHER_HASH, STARTED, marker, node_annotations_for  # noqa: E402
+from tests.harness.emu.kubeletsim import static_pod_annotations  # noqa: E402
+from tests.harness.real.controlplane import (  # noqa: E402
     Binaries,
     ControlPlane,
     built_releases,
@@ -80,7 +81,7 @@ from tests.realk8s import (  # noqa: E402
     one_at_a_time,
     terminate,
 )
-from tests.realkubelet import RealNode  # noqa: E402
+from tests.harness.real.node_client import NodeClient  # noqa: E402
 
 NODES = ("cp-1", "cp-2", "cp-3")
 LAST = NODES[-1]  #: the node whose scheduler restarts last: its Ready annotation turns the verdict Ready
@@ -189,10 +190,10 @@ def delete_backlog(cp: ControlPlane, batch: str) -> None:
 
 # -- the control-plane nodes, as their kubelets and agents leave them -----------------------------------------
 
-def run_scheduler(node: RealNode, config_hash: str, started: str) -> None:
+def run_scheduler(node: NodeClient, config_hash: str, started: str) -> None:
     """The node's kubelet (re)starts kube-scheduler from a manifest patched for ``config_hash`` (its marker) and
     publishes the mirror pod, kubeadm's labels included: a new config is a new static pod, so the old mirror pod
-    is deleted and a new one created (tests/realkubelet.RealNode.set_pod), then the status follows."""
+    is deleted and a new one created (tests/harness/real/node_client.NodeClient.set_pod), then the status follows."""
     uid = f"{config_hash[:16]}-{node.name}"
     pod = make_mirror_pod(node_name=node.name, annotations=static_pod_annotations(marker(config_hash), uid),
                           started_at=started)
@@ -205,12 +206,12 @@ def agent_says(cp: ControlPlane, node: str, state: str) -> None:
     cp.ok("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"annotations": node_annotations_for(state)}}, MERGE)
 
 
-def control_plane_nodes(cp: ControlPlane) -> dict[str, RealNode]:
+def control_plane_nodes(cp: ControlPlane) -> dict[str, NodeClient]:
     """Three registered control-plane Nodes: the first two run the patched scheduler and say Ready, the last one
     still runs the old scheduler while its agent waits for the restart (the verdict is NotReady)."""
     nodes = {}
     for name in NODES:
-        node = nodes[name] = RealNode(cp, name).register()
+        node = nodes[name] = NodeClient(cp, name).register()
         node.mark_control_plane()
         last = name == LAST
         run_scheduler(node, OTHER_HASH if last else CONFIG_HASH, BEFORE if last else STARTED)
@@ -347,7 +348,7 @@ def wait_released(port: int, pods: int, timeout: float) -> int:
         time.sleep(min(POLL_MAX_S, max(POLL_MIN_S, left_s / 2)))
 
 
-def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, args: argparse.Namespace,
+def gatekeeper_drain(cp: ControlPlane, nodes: dict[str, NodeClient], conn: Conn, args: argparse.Namespace,
                      batch: str, tmp: Path) -> tuple[float, float, float, Usage, int]:
     """(wall s, RSS MiB with the backlog cached, peak RSS MiB, CPU use, counter reads) of the gatekeeper's
     drain."""
@@ -430,7 +431,7 @@ def warm_up(cp: ControlPlane, conn: Conn, args: argparse.Namespace) -> None:
         delete_backlog(cp, "warmup")
 
 
-def one_run(cp: ControlPlane, nodes: dict[str, RealNode], conn: Conn, args: argparse.Namespace, run: int,
+def one_run(cp: ControlPlane, nodes: dict[str, NodeClient], conn: Conn, args: argparse.Namespace, run: int,
             tmp: Path) -> Run:
     """One drain of each on a fresh backlog; the order alternates from run to run (gatekeeper first in the
     first), so neither side always meets the server as the other left it."""
@@ -528,8 +529,8 @@ def main() -> int:
     binaries = pick(args.release)
     lock = contextlib.nullcontext() if args.no_lock else one_at_a_time()
     if not args.no_lock:
-        print("taking the real-cluster lock (tests/realk8s.one_at_a_time; a real-cluster test may hold it)",
-              flush=True)
+        print("taking the real-cluster lock (tests/harness/real/controlplane.one_at_a_time; a real-cluster test may "
+              "hold it)", flush=True)
     with lock, tempfile.TemporaryDirectory(prefix="gate-real-") as t, \
             control_plane(binaries, Path(t) / "cp") as cp:
         print(f"kube-apiserver v{binaries.version} ready in {cp.started_in:.1f}s; {args.pods} pods a backlog, "

@@ -269,7 +269,7 @@ class Node:
 
     def ours(self, api: bool) -> tuple[list[str], dict[str, str]]:
         """Ours without the API, or with it in-cluster as the DaemonSet runs it (and as the peer runs: the same
-        token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/helpers)."""
+        token and CA files, ``bench/ours_incluster.py``); the kubeconfig path is the tests' (tests/harness/helpers)."""
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env |= {"PYTHONPATH": str(ROOT), "NODE_NAME": "cp-1"}
         # No settle time (default 10 s): the peer has none, and it is a fixed wait, not work to compare.
@@ -329,7 +329,7 @@ def settled(side: str, node: Node, emu: Any) -> None:
 
 def one_process(side: str, peer_py: Path) -> tuple[float, float, float]:
     """exec -> patched, SIGTERM -> restored, SIGTERM -> exit, for one fresh start of ``side``."""
-    from tests.kubeemu import KubeEmulator
+    from tests.harness.emu.kubeemu import KubeEmulator
 
     with tempfile.TemporaryDirectory() as t, KubeEmulator(tls=True) as emu:
         node = Node(Path(t), emu)
@@ -366,7 +366,7 @@ def processes(peer_py: Path, n: int) -> Figures:
 
 def idle(peer_py: Path, seconds: float) -> Figures:
     """All three patched and idle at the same time, over the same window: CPU % of a core and RSS."""
-    from tests.kubeemu import KubeEmulator
+    from tests.harness.emu.kubeemu import KubeEmulator
 
     with contextlib.ExitStack() as stack:
         t = Path(stack.enter_context(tempfile.TemporaryDirectory()))

@@ -3,7 +3,7 @@
 Prints the outcome counts and p50/p99/max latency of the answered requests. Then (issue 22 point 5) ``--idle``
 connections that send nothing are held open and ``/healthz`` is probed one request at a time: before the
 eviction of idle connections a probe waited for the idle ones' timeout (2.0 s with 500). The test suite
-asserts only counts (tests/test_health.py); the latency figures live here, where a busy machine cannot turn
+asserts only counts (tests/component/test_health.py); the latency figures live here, where a busy machine cannot turn
 them into a failure. Last (issue 32), the same beside ``--idle`` connections that each sent a request line and
 a Host header and never finished their head ("half-sent"): before, they were never evicted and a probe waited
 for their timeout (2.0 s with 500).
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.loadgen import burst, get_once  # noqa: E402
+from tests.harness.emu.loadgen import burst, get_once  # noqa: E402
 
 #: The server runs in a process of its own, as in the agent: client threads here must not share its GIL.
 SERVER = """

@@ -22,7 +22,7 @@ from typing import IO
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers import EXTENDERS, MANIFEST, node_folders  # noqa: E402
+from tests.harness.helpers import EXTENDERS, MANIFEST, node_folders  # noqa: E402
 
 BIG = 200 * 1024 * 1024
 LIMIT_S = 10.0

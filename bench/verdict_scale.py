@@ -1,10 +1,10 @@
 """The readiness verdict at cluster scale on the real kube-apiserver (issue 44), today's read path beside the old one.
 
-On etcd and kube-apiserver of the newest release `make real-k8s` built (tests/realk8s.py, with the audit log of
-the project's ServiceAccounts that tests/realnodes.py writes), this builds:
+On etcd and kube-apiserver of the newest release `make real-k8s` built (tests/harness/real/controlplane.py, with the
+audit log of the project's ServiceAccounts that tests/harness/real/simnodes.py writes), this builds:
 
 * ``--nodes`` Node objects (5 000): three control-plane nodes registered by their kubelets' identities, each with
-  a real agent (tests/realnodes.Agents: the manifests' RBAC, a ServiceAccount token, a kubelet stand-in that
+  a real agent (tests/harness/real/simnodes.Agents: the manifests' RBAC, a ServiceAccount token, a kubelet stand-in that
   restarts the scheduler and publishes its mirror pod as the kubelet does), one node without labels whose
   kube-scheduler mirror pod has no labels either (the seed's corner case: no agent there, so the verdict is
   NotReady until the bench plays its agent saying Ready), and the rest plain worker Nodes;
@@ -71,8 +71,8 @@ from patcher.adapters.kube.transport import JSON_PATCH, Api  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim  # noqa: E402
 from patcher.core.readiness import ClusterVerdict  # noqa: E402
 from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
-from tests.kubeletsim import static_pod_annotations  # noqa: E402
-from tests.realk8s import (  # noqa: E402
+from tests.harness.emu.kubeletsim import static_pod_annotations  # noqa: E402
+from tests.harness.real.controlplane import (  # noqa: E402
     ControlPlane,
     built_releases,
     control_plane,
@@ -81,9 +81,9 @@ from tests.realk8s import (  # noqa: E402
     one_at_a_time,
     terminate,
 )
-from tests.realkubelet import RealNode  # noqa: E402
-from tests.realnodes import Agents, audit_events, audit_flags  # noqa: E402
-from tests.test_real_install import apply_k  # noqa: E402
+from tests.harness.real.node_client import NodeClient  # noqa: E402
+from tests.harness.real.simnodes import Agents, audit_events, audit_flags  # noqa: E402
+from tests.real.test_real_install import apply_k  # noqa: E402
 
 NS = "scheduler-patcher"
 WORKLOAD = "workload"
@@ -233,8 +233,8 @@ def all_ready(agents: Agents) -> bool:
     return all(agents.annotations(n).get("state") == "Ready" for n in CP_NODES)
 
 
-def bare_says(cp: ControlPlane, bare: RealNode, ready: bool) -> None:
-    """The unlabelled node's agent (the operator widened the DaemonSet's placement) as tests/test_readiness.py
+def bare_says(cp: ControlPlane, bare: NodeClient, ready: bool) -> None:
+    """The unlabelled node's agent (the operator widened the DaemonSet's placement) as tests/component/test_readiness.py
     plays it: Ready copies cp-1's annotations and its scheduler pod's proof (marker, start); not Ready clears
     them (no agent there)."""
     if not ready:  # the scheduler as it was (a new mirror pod once it runs the patch again) and no agent
@@ -336,7 +336,7 @@ def ceiling(cp: ControlPlane, conn: Conn, count: int, workers: int) -> float:
     return wall
 
 
-def install_run(cp: ControlPlane, agents: Agents, bare: RealNode, conn: Conn, tmp: Path, args: argparse.Namespace,
+def install_run(cp: ControlPlane, agents: Agents, bare: NodeClient, conn: Conn, tmp: Path, args: argparse.Namespace,
                 package_root: Path, tag: str, batch: str, pods: int) -> dict[str, Any]:
     """The agents and the gatekeeper of ``package_root``: idle minutes, RSS, then the drain of ``batch``."""
     out: dict[str, Any] = {}
@@ -465,7 +465,7 @@ def main() -> int:
                            "idle_minutes": args.idle_minutes, "old_ref": None if args.no_old else args.old_ref,
                            "goals": GOALS}
     if not args.no_lock:
-        say("taking the real-cluster lock (tests/realk8s.one_at_a_time)")
+        say("taking the real-cluster lock (tests/harness/real/controlplane.one_at_a_time)")
     lock = contextlib.nullcontext() if args.no_lock else one_at_a_time()
     with lock, tempfile.TemporaryDirectory(prefix="verdict-scale-") as t:
         tmp = Path(t)
@@ -480,7 +480,7 @@ def main() -> int:
             agents = Agents(cp, tmp, NS, cp.token_kubeconfig(NS, "scheduler-patcher", tmp / "agent.kubeconfig"))
             for name in CP_NODES:
                 agents.add_node(name)
-            bare = RealNode(cp, BARE).register()
+            bare = NodeClient(cp, BARE).register()
             bare.set_pod(bare_pod(binaries.version))
             conn = Conn(cp)
             api = build_api_client(ClientSettings(kubeconfig=str(cp.kubeconfig), timeout=(10.0, 300.0)))

@@ -45,7 +45,7 @@ from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 
 LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
-from tests.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"

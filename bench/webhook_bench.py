@@ -2,7 +2,7 @@
 
 The API server calls the webhook once per pod CREATE in a selected namespace, over connections it keeps open;
 a controller creating pods in bulk calls it from several connections at once. Measured here, with a CA and
-certificate made by the openssl CLI (tests/extservers.Pki) and the rules of the default selection:
+certificate made by the openssl CLI (tests/harness/emu/extservers.Pki) and the rules of the default selection:
 
 * a review on a kept-open connection, ``--clients`` connections at once (the steady case), per review and
   reviews per second over all of them;
@@ -33,9 +33,9 @@ from bench.rows import stats, timed  # noqa: E402
 from patcher.adapters.httpserver import CertReloader, HttpServer  # noqa: E402
 from patcher.core.admission import Selection  # noqa: E402
 from patcher.services.webhook import MUTATE_PATH, AdmissionWebhook  # noqa: E402
-from tests.admission_samples import NOT_READY, configmap, new_pod  # noqa: E402
-from tests.extservers import Pki  # noqa: E402
-from tests.test_webhook_rules import review  # noqa: E402
+from tests.deploy.test_webhook_rules import review  # noqa: E402
+from tests.harness.admission_samples import NOT_READY, configmap, new_pod  # noqa: E402
+from tests.harness.emu.extservers import Pki  # noqa: E402
 
 
 def post(conn: http.client.HTTPSConnection, body: bytes) -> None:

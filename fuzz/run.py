@@ -8,7 +8,7 @@ dictionary ``fuzz/dicts/<target>.dict`` when there is one). ``make fuzz`` adds t
 inputs libFuzzer keeps to that folder (commit the ones worth keeping); ``--ci`` keeps them in a temporary
 folder instead, so a CI run changes nothing in the checkout. An input that fails is written to
 ``fuzz/crashes/<target>/`` and the run exits 1: fix the code, then move the input to
-``tests/fuzz_found/<target>/``, where ``tests/test_fuzz_found.py`` replays it in every ``make test``.
+``tests/fuzz_found/<target>/``, where ``tests/unit/test_fuzz_found.py`` replays it in every ``make test``.
 
 The closing table gives per target the executions per second, the coverage (libFuzzer's ``cov``: edges of the
 instrumented code reached; ``ft``: features) and the corpus size.

@@ -3,7 +3,7 @@
 Each target is ``name(data: bytes) -> None``: it returns for an input handled as the project means to (a result,
 or a refusal as one of its own errors), and raises anything else, an ``AssertionError`` for a broken property
 included. The targets import neither atheris nor anything the test extra lacks: ``fuzz/run.py`` drives them
-with atheris (``make fuzz``, the short pass in ``.ci/run``) and ``tests/test_fuzz_found.py`` replays their
+with atheris (``make fuzz``, the short pass in ``.ci/run``) and ``tests/unit/test_fuzz_found.py`` replays their
 seeds and every input that once failed, as ordinary tests.
 
 Inputs are split by their first byte where a target has choices (which source file, which Kubernetes minor,

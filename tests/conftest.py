@@ -52,7 +52,7 @@ def write_configmap(folder: Path, files: dict[str, str]) -> None:
             (folder / name).symlink_to(f"..data/{name}")
 
 
-# API fixtures: each test module defines its own ``emu`` (a tests.kubeemu.KubeEmulator set up for it).
+# API fixtures: each test module defines its own ``emu`` (a tests.harness.emu.kubeemu.KubeEmulator set up for it).
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def kubeadm_text() -> str:
     return (FIXTURES / "manifests" / "kubeadm.yaml").read_text()
 
 
-# -- the real control plane (tests/realk8s.py, built by `make real-k8s`) ------------------------------------
+# -- the real control plane (tests/harness/real/controlplane.py, built by `make real-k8s`) ----------------------
 
 REAL_CLUSTER = "real_cluster"
 REAL_KUBELET = "real_kubelet"
@@ -89,6 +89,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(`make test-real-node`, not `make test`)")
     config.addinivalue_line("markers", "real_bench: a bench's smoke run that builds a cluster of its own on the real "
                                        "components (`make test-real-bench`, not `make test`)")
+    for kind, what in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {what} (set from the test's folder, tests/{kind}/)")
+    config.addinivalue_line("markers", "sweep: a pure test run once per file of a whole corpus (../shared/corpus, "
+                                       "every fixture): `make test-fast` leaves it out, `make test` runs it")
+
+
+#: The folders tests are sorted into, by what a test needs to run; each test carries its folder's marker, so a kind
+#: can be selected or left out across folders (`-m "not e2e"`) and a test moved between kinds changes no decorator.
+KINDS = {
+    "unit": "pure core logic on values, pyfakefs or a few files in tmp_path: no agent, emulator or server",
+    "component": "one adapter or service on tmp_path, with the API emulator or a local server",
+    "e2e": "the agent as a process, end to end, against the emulator and simulated kubelets",
+    "real": "the real kube-apiserver, kube-scheduler or kubelet of `make real-k8s` (markers real_*)",
+    "deploy": "what ships: the chart, the kustomize manifests, the Dockerfile, packaging and the docs",
+}
 
 
 #: pytest-timeout counts fixture set-up, and so the wait for the lock: a real test may wait for every other one.
@@ -96,8 +111,13 @@ REAL_TEST_TIMEOUT = 1800
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one)."""
+    """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one); each test
+    gets its folder's kind marker."""
+    tests = Path(__file__).parent
     for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        if folder in KINDS:
+            item.add_marker(getattr(pytest.mark, folder))
         if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
             item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT), append=False)
 
@@ -107,14 +127,14 @@ def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator
     if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
         yield
         return
-    from tests.realk8s import one_at_a_time
+    from tests.harness.real.controlplane import one_at_a_time
 
     with one_at_a_time():
         yield
 
 
 def _require_real_binaries() -> None:
-    from tests.realk8s import missing_reason
+    from tests.harness.real.controlplane import missing_reason
 
     why = missing_reason()
     if why is None:
@@ -127,7 +147,7 @@ def _require_real_binaries() -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """`real_release` runs a test once per built release (newest first), or once to skip where none is."""
     if "real_release" in metafunc.fixturenames:
-        from tests.realk8s import built_releases
+        from tests.harness.real.controlplane import built_releases
 
         versions = [b.version for b in built_releases()] or ["none"]
         metafunc.parametrize("real_release", versions, indirect=True, scope="session")
@@ -140,7 +160,7 @@ class _ControlPlanes:
         self.started: dict[str, Any] = {}
 
     def get(self, version: str) -> Any:
-        from tests.realk8s import ControlPlane, built_releases
+        from tests.harness.real.controlplane import ControlPlane, built_releases
 
         if version not in self.started:
             binaries = next(b for b in built_releases() if b.version == version)
@@ -163,15 +183,16 @@ def _control_planes() -> Iterator[_ControlPlanes]:
 
 @pytest.fixture(scope="session")
 def real_release(request: pytest.FixtureRequest, _control_planes: _ControlPlanes) -> Any:
-    """The control plane of one built release (tests/realk8s.ControlPlane), shared by the session's tests."""
+    """The control plane of one built release (tests/harness/real/controlplane.ControlPlane), shared by the session's
+    tests."""
     _require_real_binaries()
     return _control_planes.get(request.param)
 
 
 @pytest.fixture
 def real_cluster(_control_planes: _ControlPlanes) -> Any:
-    """The newest built release's control plane (tests/realk8s.ControlPlane)."""
-    from tests.realk8s import built_releases
+    """The newest built release's control plane (tests/harness/real/controlplane.ControlPlane)."""
+    from tests.harness.real.controlplane import built_releases
 
     _require_real_binaries()
     return _control_planes.get(built_releases()[0].version)

@@ -2,7 +2,7 @@
 """Write (or check) the start-up rules table of docs/scheduler-config.md from ``startup_data`` (issue 24).
 
 The table sits between two markers in the doc; ``write`` replaces it, ``check`` exits 1 when the committed doc
-differs from what the data gives (tests/test_schedconfig_startup.py does the same), so the doc cannot go stale.
+differs from what the data gives (tests/unit/test_schedconfig_startup.py does the same), so the doc cannot go stale.
 
     python tools/gen_startup_rules_doc.py write
     python tools/gen_startup_rules_doc.py check

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.realk8s import Binaries, built_releases  # noqa: E402
+from tests.harness.real.controlplane import Binaries, built_releases  # noqa: E402
 
 OUT = ROOT / "patcher/core/schedconfig/schemas/binary-facts.json"
 _FLAG = re.compile(r"^\s+(?:-\w, )?--([a-z0-9-]+)")

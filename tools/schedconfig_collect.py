@@ -4,7 +4,7 @@ The project's own tests are the first part of the oracle's case set. Their confi
 (module constants, f-strings, helpers that assemble profiles), so reading the test sources would miss most of
 them; recording what reaches the YAML loader while the tests run catches every one, whatever its shape:
 
-    SCHEDCONFIG_COLLECT=out.json python -m pytest -q -p tools.schedconfig_collect tests/test_schedconfig_*.py
+    SCHEDCONFIG_COLLECT=out.json python -m pytest -q -p tools.schedconfig_collect tests/unit/test_schedconfig_*.py
 
 The texts are sorted and deduplicated, so the output is stable across runs; property tests (hypothesis), whose
 configs are random draws, are left out.

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.realk8s import (  # noqa: E402
+from tests.harness.real.controlplane import (  # noqa: E402
     Binaries,
     ControlPlane,
     built_releases,

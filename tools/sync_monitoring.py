@@ -4,7 +4,8 @@ PrometheusRule (``manifests/monitoring/prometheusrule.yaml``).
 The rules file is the one source: promtool checks and unit-tests it, Prometheus without the operator loads it, and
 the chart wraps it at render time. kustomize cannot read a file outside its folder, nor wrap one into an object, so
 the component carries a copy: the file's ``groups:`` block, indented under ``spec:``, comments included. Run this
-after editing the rules; ``--check`` only reports a stale copy (exit 1), and tests/test_monitoring.py fails on one.
+after editing the rules; ``--check`` only reports a stale copy (exit 1), and tests/deploy/test_monitoring.py fails on
+one.
 
 Usage: ``python tools/sync_monitoring.py [--check]``
 """

@@ -2,7 +2,7 @@
 
 helm reads ``version``/``appVersion`` from ``charts/scheduler-patcher/Chart.yaml`` and kustomize reads ``newTag``
 from the kustomizations' ``images:``; neither can import Python. Run ``make version-sync`` after a version bump;
-``--check`` only reports the copies that differ (exit 1), and tests/test_helm_chart.py fails on any of them.
+``--check`` only reports the copies that differ (exit 1), and tests/deploy/test_helm_chart.py fails on any of them.
 The chart's version is the project's: chart and image are released together.
 
 Usage: ``python tools/sync_version.py [--check]``

@@ -119,7 +119,7 @@ class Metrics:
     The values are plain numbers here, under one lock; prometheus_client sees them only when ``/metrics`` is
     scraped (``render``, through a collector of ours): the agent counts from its first reconcile on, and the
     library's imports come with the first scrape, not before the first write. The text is the one
-    prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/test_health.py).
+    prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/component/test_health.py).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None,

@@ -47,7 +47,7 @@ LOCAL_PATH_FLAGS = ("source", "kubeconfig")
 RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
 
 #: The --help sections of the node commands, one per group of ``patcher.core.settings.Settings`` (named by its
-#: field there): a flag is listed under the group it sets (tests/test_settings.py checks it).
+#: field there): a flag is listed under the group it sets (tests/unit/test_settings.py checks it).
 SECTIONS = {
     "files": "node files (every node command)",
     "pod": "this agent (the DaemonSet's downward API)",
@@ -376,7 +376,7 @@ class RunFlagError(Exception):
 
 def run_settings(args: argparse.Namespace) -> Settings:
     """The agent's settings from the parsed ``run`` flags: the one place a flag becomes a setting (each field
-    of ``patcher.core.settings`` names its flag; tests/test_settings.py checks the two agree)."""
+    of ``patcher.core.settings`` names its flag; tests/unit/test_settings.py checks the two agree)."""
     port = args.listen.rpartition(":")[2]
     if port in SCHEDULER_PORTS:
         raise RunFlagError(f"--listen {args.listen}: port {port} is kube-scheduler's "

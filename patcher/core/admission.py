@@ -16,7 +16,7 @@ server decides and what this code decides is the policy's, too:
   installed yet) means no gate — the binding's ``parameterNotFoundAction: Allow``, a gate nobody would
   release — and present it gates unless its ``data.ready`` is exactly ``"true"``.
 
-tests/admission_samples.py holds the sample pods both paths are tested with: the policy's CEL and
+tests/harness/admission_samples.py holds the sample pods both paths are tested with: the policy's CEL and
 ``review_patch`` must give the same pod for every one of them.
 """
 

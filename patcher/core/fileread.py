@@ -2,7 +2,7 @@
 
 Every file the agent or the CLI reads — the manifest, the source folder, the config files and the record on
 the node, the packaged schemas — and every fingerprint, cache key and comparison made of one goes through
-here (``tests/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``).
+here (``tests/unit/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``).
 Why one reader: a second, quicker read beside it (``Path.read_bytes``, say) is all it takes for a FIFO in a
 folder to hang ``plan``, ``apply`` and the agent, or for a huge file to cost its size in memory. One reader
 cannot be bypassed by the next optimisation without the architecture test saying so.

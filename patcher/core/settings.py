@@ -12,7 +12,7 @@ rhythm), ``pod`` (who the agent is: the downward API), ``api``, ``rollout``, ``s
 (probes and logs). Each consumer takes its group: the engine ``Files``, the step ``Lifecycle``, the agent's
 loop ``Loop``; nothing is declared twice.
 
-A field with a flag says so in its metadata (under ``FLAG``); ``tests/test_settings.py`` checks that each ``run``
+A field with a flag says so in its metadata (under ``FLAG``); ``tests/unit/test_settings.py`` checks that each ``run``
 flag sets exactly the field that names it and that the flag's default is the field's. Fields without a flag are
 tunables the tests shorten (retries, debounce). Pure data: frozen, and free of I/O, so building one costs
 nothing and the core may import it.
@@ -229,7 +229,7 @@ class Settings:
     def build(cls, *, no_api: bool = False, **values: Any) -> Settings:
         """Settings from flat ``name=value`` pairs, a group (``files=Files(...)``) or a field of one
         (``restart_timeout=30.0``), each routed to the one group that declares it: the field names are unique
-        across groups (``tests/test_settings.py``). ``no_api``: a run without a cluster (no API field then)."""
+        across groups (``tests/unit/test_settings.py``). ``no_api``: a run without a cluster (no API field then)."""
         kinds = groups()
         made: dict[str, dict[str, Any]] = {}
         whole: dict[str, Any] = {}

@@ -83,7 +83,7 @@ def _composer(text: str) -> YAML:
     """libyaml's composer (C, far faster), unless the text holds a character where its marks are known to differ.
 
     Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
-    characters, marks included (tests/test_yamltext_compose.py), except that libyaml gives plain scalars
+    characters, marks included (tests/unit/test_yamltext_compose.py), except that libyaml gives plain scalars
     style "" where the pure one gives None. A mark's index is the code-point index into the str we splice.
     """
     if not _positions_by_libyaml(text):

@@ -1,5 +1,5 @@
 """The agent's own upgrade and uninstall with ``--restore-on-exit=auto`` (issue 22, point 1), end to end: three
-control-plane nodes, each with its folders, a simulated kubelet (``tests.kubeletsim``, which counts the
+control-plane nodes, each with its folders, a simulated kubelet (``tests.harness.emu.kubeletsim``, which counts the
 scheduler's restarts) and real ``scheduler-patcher run`` processes, each started as a pod of the DaemonSet
 ``scheduler-patcher`` in the API emulator (downward API ``POD_NAME``/``POD_NAMESPACE``, an ownerReference).
 
@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, write_configmap
-from tests.helpers import MANIFEST, P
-from tests.kubeemu import KubeEmulator, wait_until
-from tests.kubeletsim import SimKubelet
+from tests.harness.emu.kubeemu import KubeEmulator, wait_until
+from tests.harness.emu.kubeletsim import SimKubelet
+from tests.harness.helpers import MANIFEST, P
 
 ROOT = Path(__file__).resolve().parents[2]
 NS, DS = "scheduler-patcher", "scheduler-patcher"

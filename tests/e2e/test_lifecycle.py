@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, write_configmap
-from tests.extservers import ExtenderServer, free_port
-from tests.helpers import MANIFEST, P
-from tests.kubeemu import KubeEmulator, wait_until
-from tests.kubeletsim import SimKubelet
+from tests.harness.emu.extservers import ExtenderServer, free_port
+from tests.harness.emu.kubeemu import KubeEmulator, wait_until
+from tests.harness.emu.kubeletsim import SimKubelet
+from tests.harness.helpers import MANIFEST, P
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTENDERS = "extenders:\n- urlPrefix: {url}\n  filterVerb: filter\n  weight: {w}\n"

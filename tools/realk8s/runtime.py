@@ -1,4 +1,5 @@
-"""`make real-k8s`, second step: the container runtime the real node's kubelet talks to (tests/realnode.py).
+"""`make real-k8s`, second step: the container runtime the real node's kubelet talks to
+(tests/harness/real/kubelet_node.py).
 
 containerd and runc from the machine's Debian packages: the kubelets pinned here accept Debian 12's containerd
 1.6 (its CRI v1 API) and run static pods on it; and Debian's CNI plugins, of which the node uses `loopback`
@@ -7,7 +8,7 @@ Debian-like system; otherwise it says what is missing and the real-node tests sk
 
 Then podman and the local stand-in for the Dockerfile's base image, through `../shared/tools/offline-base-image.sh`
 (no registry is reachable here): the real-node test that runs the agent as a pod builds the project's image with
-them (tests/realimage.py). The script skips every step already done (~0.4 s then).
+them (tests/harness/real/agent_image.py). The script skips every step already done (~0.4 s then).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import sys
 from pathlib import Path
 
 PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
-#: The CNI loopback plugin: the node's only pod network (tests/realnode.py), so the runtime reports its network
-#: ready and the kubelet its node Ready. Debian's package puts the plugins here, off PATH.
+#: The CNI loopback plugin: the node's only pod network (tests/harness/real/kubelet_node.py), so the runtime reports its
+#: network ready and the kubelet its node Ready. Debian's package puts the plugins here, off PATH.
 CNI_PLUGINS = {Path("/usr/lib/cni/loopback"): "containernetworking-plugins"}
 OFFLINE_BASE = Path(__file__).resolve().parents[3] / "shared" / "tools" / "offline-base-image.sh"
 

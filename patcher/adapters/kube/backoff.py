@@ -16,7 +16,7 @@ from typing import Final
 
 #: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay. A
 #: denial is not always the Role or the token: kube-apiserver answers 403 to requests that reach it after it
-#: listens but before its RBAC informers synced (a restart: tests/test_real_nodes.py sees the agents' and the
+#: listens but before its RBAC informers synced (a restart: tests/real/test_real_nodes.py sees the agents' and the
 #: gatekeeper's watches refused for a moment, "clusterrole ... not found"), and a Role applied a moment after
 #: the pod starts heals as fast. One that persists is the Role or the token: asking more often would not help.
 DENIED_QUICK_RETRIES: Final = 3

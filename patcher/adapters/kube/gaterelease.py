@@ -2,7 +2,7 @@
 (rebuilding the patch after a conflict).
 
 Its own module, not ``cluster``: the node agent imports ``cluster`` (the status publisher), and the RBAC scan in
-``tests/test_deploy_manifests.py`` rightly counts every API call in the agent's modules as a right it needs;
+``tests/deploy/test_deploy_manifests.py`` rightly counts every API call in the agent's modules as a right it needs;
 the agent must not be granted ``patch pods`` nor a cluster-wide pod watch. The patch itself is pure
 (``patcher.core.gates``); here it is sent, and a pod that changed meanwhile is read again. Failures leave as
 ``patcher.adapters.kube.errors`` classes.

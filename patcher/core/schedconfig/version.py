@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from patcher.core.errors import ConfigError
 
 #: The supported kube-scheduler minors, both ends inclusive: the one statement the README ("Supported Kubernetes
-#: versions"), the chart's ``kubeVersion`` and the ``--kube-version`` check follow (tests/test_supported.py
+#: versions"), the chart's ``kubeVersion`` and the ``--kube-version`` check follow (tests/deploy/test_supported.py
 #: checks they agree). The newest end is the newest release whose real binaries the tests run
 #: (``tools/realk8s/v1.37.*``: the config oracle, the real API server and scheduler, the real kubelet); the
 #: oldest is the oldest minor whose config types are generated from its release branch

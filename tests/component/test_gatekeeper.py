@@ -1,0 +1,592 @@
+"""The gatekeeper against the API emulator: three control-plane nodes, gated pods, two replicas.
+
+The nodes' annotations and mirror pods are set directly, as the agents and kubelets would; pods are created
+as the API server stores them (``status.phase: Pending``). Everything else goes through the official client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.errors import Forbidden, ServerError, TooManyRequests
+from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, release_gate
+from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.throttle import Throttle
+from patcher.adapters.kube.transport import Api
+from patcher.commands import gatekeeper
+from patcher.commands.gatekeeper import DEFAULT_LEASE
+from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
+from patcher.services.gatekeeper import Gatekeeper, GateMetrics
+from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, wait_until
+from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
+
+CP = "node-role.kubernetes.io/control-plane"
+NODES = ("cp-1", "cp-2", "cp-3")
+GATE = DEFAULT_GATE
+NS = "scheduler-patcher"
+CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
+METRIC = "scheduler_patcher_gatekeeper_"
+
+
+@pytest.fixture
+def emu() -> Iterator[KubeEmulatorExt]:
+    with KubeEmulatorExt() as e:
+        yield e
+
+
+def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> Api:
+    api = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
+    api.user_agent = agent  # tells the replicas' requests apart in the emulator's log
+    return api
+
+
+@pytest.fixture
+def api(kubeconfig: Path) -> Iterator[Api]:
+    c = client(kubeconfig)
+    yield c
+    c.close()
+
+
+def node_state(emu: KubeEmulator, node: str, ready: bool) -> None:
+    """Play kubelet and agent: a ready node has the restarted mirror pod and says Ready."""
+    emu.set_pod(make_mirror_pod(node_name=node, annotations=marker(), started_at=STARTED if ready else BEFORE))
+    emu.upsert({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "labels": {CP: ""},
+                             "annotations": node_annotations_for("Ready" if ready else "WaitingForRestart")}})
+
+
+def cluster(emu: KubeEmulator, *ready: str) -> None:
+    for n in NODES:
+        node_state(emu, n, n in ready)
+
+
+def gates(emu: KubeEmulator, name: str, namespace: str = "default") -> list[str]:
+    """The pod's gate names; none stored as no field at all, as the API server does with an emptied list."""
+    pod = emu.get("pods", name, namespace)
+    assert pod is not None
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+def patches(emu: KubeEmulator) -> list[Any]:
+    return [r for r in emu.requests("PATCH") if "/pods/" in r.path]
+
+
+@contextmanager
+def running(api: Api, **kw: Any) -> Iterator[Gatekeeper]:
+    """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
+    gk = Gatekeeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
+        "resync_interval", 60.0), **kw)
+    stop = threading.Event()
+    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
+    gk.start()
+    assert gk.wait_synced(5)
+    thread.start()
+    try:
+        yield gk
+    finally:
+        stop.set()
+        gk.wake()
+        thread.join(5)
+        gk.stop()
+        assert not thread.is_alive()
+
+
+def metric(gk: Gatekeeper, name: str) -> float:
+    return gk.metrics.value(METRIC + name)
+
+
+# --- pure parts ---------------------------------------------------------------------------------------
+
+
+def test_the_patch_tests_the_whole_array_and_keeps_other_gates_in_order() -> None:
+    pod = make_pod("p", gates=["a", GATE, "b"])
+    assert release_patch(pod, GATE) == [
+        {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": GATE}, {"name": "b"}]},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": "b"}]},
+    ]
+    assert waits_on(pod, GATE)
+    assert not waits_on(make_pod("p", gates=["a"]), GATE)
+    assert not waits_on(make_pod("p", gates=[GATE], phase="Running"), GATE)
+    deleting = make_pod("p", gates=[GATE])
+    deleting["metadata"]["deletionTimestamp"] = CREATED
+    assert not waits_on(deleting, GATE)
+
+
+# --- releasing ----------------------------------------------------------------------------------------
+
+
+def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, "cp-1", "cp-2")
+    emu.create(make_pod("multi", gates=["example.com/a", GATE, "example.com/b"], created=CREATED))
+    emu.create(make_pod("only", "team-a", gates=[GATE], created=CREATED))
+    emu.create(make_pod("foreign", gates=["example.com/a"]))
+    emu.create(make_pod("plain"))
+    with running(api) as gk:
+        assert wait_until(lambda: metric(gk, "gated_pods") == 2, 5)
+        time.sleep(0.3)
+        assert gk.verdict is not None and not gk.verdict.ready
+        assert patches(emu) == []
+        assert metric(gk, "verdict_ready") == 0
+        # The pod watch is one cluster-wide watch of unbound Pending pods: the API server cannot select on gates.
+        watches = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") == "true"]
+        assert watches and {q.get("fieldSelector") for q in watches} == {"status.phase=Pending,spec.nodeName="}
+        lists = [r.query for r in emu.requests("GET", "/api/v1/pods") if r.query.get("watch") != "true"]
+        assert lists and all(q.get("limit") == "100" for q in lists)  # listed in pages
+
+        emu.clear_requests()
+        node_state(emu, "cp-3", True)  # the last scheduler comes back with the config
+        assert wait_until(lambda: gates(emu, "multi") == ["example.com/a", "example.com/b"]
+                          and gates(emu, "only", "team-a") == [], 5)
+        assert wait_until(lambda: metric(gk, "gated_pods") == 0, 5)
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 2, 5)  # counted once the PATCH answered
+        assert metric(gk, "wait_seconds_count") == 2
+        assert metric(gk, "wait_seconds_sum") >= 2 * 119  # from the pods' creation, two minutes ago
+        assert metric(gk, "verdict_ready") == 1
+    assert gates(emu, "foreign") == ["example.com/a"]
+    assert gates(emu, "plain") == []  # and not patched (below)
+    sent = patches(emu)
+    assert sorted(r.path for r in sent) == ["/api/v1/namespaces/default/pods/multi",
+                                            "/api/v1/namespaces/team-a/pods/only"]
+    assert {r.headers["content-type"] for r in sent} == {"application/json-patch+json"}
+    multi = next(r for r in sent if r.path.endswith("/multi")).json()
+    assert [op["op"] for op in multi] == ["test", "replace"]
+
+
+def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_ready(
+        emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    with running(api) as gk:
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        emu.create(make_pod("late", gates=[GATE, "example.com/b"]))
+        assert wait_until(lambda: gates(emu, "late") == ["example.com/b"], 5)
+
+        node_state(emu, "cp-2", False)  # a node rolls over to a new config (or back)
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+        emu.create(make_pod("later", gates=[GATE]))
+        assert wait_until(lambda: metric(gk, "gated_pods") == 1, 5)
+        time.sleep(0.3)
+        assert gates(emu, "later") == [GATE]
+        assert gates(emu, "late") == ["example.com/b"]  # released pods stay released: gates cannot be added
+
+        node_state(emu, "cp-2", True)
+        assert wait_until(lambda: gates(emu, "later") == [], 5)
+        emu.delete("pods", "later", "default")
+        emu.create(make_pod("gone", gates=[GATE]))
+        assert wait_until(lambda: gates(emu, "gone") == [], 5)
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 3, 5)  # counted once the PATCH answered
+
+
+def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEmulatorExt,
+                                                                     api: Api) -> None:
+    cluster(emu, *NODES)
+    with running(api) as gk:
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        time.sleep(0.1)
+        emu.clear_requests()
+
+        def heartbeat(node: dict[str, Any]) -> None:
+            node.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True",
+                                                            "lastHeartbeatTime": time.strftime("%H:%M:%S")}]
+
+        for n in NODES:
+            emu.mutate("nodes", n, heartbeat)
+        time.sleep(0.3)
+        reads = [r for r in emu.requests("GET") if r.query.get("watch") != "true"]
+        assert reads == []  # no verdict was re-evaluated
+        node_state(emu, "cp-1", False)
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+
+
+def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: KubeEmulatorExt,
+                                                                       api: Api) -> None:
+    cluster(emu, *NODES)
+    emu.create(make_pod("raced", gates=["example.com/a", GATE, "example.com/b"]))
+    emu.create(make_pod("conflict", gates=[GATE, "example.com/c"]))
+    raced = "/api/v1/namespaces/default/pods/raced"
+    conflict = "/api/v1/namespaces/default/pods/conflict"
+
+    def other_controller(e: KubeEmulator) -> None:  # removes its own gate between our read and our patch
+        e.mutate("pods", "raced", lambda p: p["spec"].update(
+            schedulingGates=[g for g in p["spec"]["schedulingGates"] if g["name"] != "example.com/a"]),
+            namespace="default")
+
+    emu.before("PATCH", raced, other_controller)
+    emu.fail("PATCH", conflict, 409)
+    with running(api) as gk:
+        assert wait_until(lambda: gates(emu, "raced") == ["example.com/b"] and gates(emu, "conflict") ==
+                          ["example.com/c"], 5)
+        assert metric(gk, "patch_conflicts_total") == 2
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 2, 5)  # counted once the PATCH answered
+    assert [r.status for r in emu.requests("PATCH", raced)] == [422, 200]
+    assert [r.status for r in emu.requests("PATCH", conflict)] == [409, 200]
+    second = emu.requests("PATCH", raced)[1].json()
+    assert second[0]["value"] == [{"name": GATE}, {"name": "example.com/b"}]  # rebuilt from the pod read again
+    assert len(emu.requests("GET", raced)) == 1 and len(emu.requests("GET", conflict)) == 1  # read again, once
+
+
+def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 503, times=2)
+    with running(api):
+        assert wait_until(lambda: gates(emu, "p") == [], 5)
+    assert [r.status for r in emu.requests("PATCH", path)] == [503, 503, 200]
+
+
+# --- release_gate, the adapter: one pod, by what the API answers ---------------------------------------
+
+
+def stored(emu: KubeEmulator, name: str) -> dict[str, Any]:
+    pod = emu.get("pods", name, "default")
+    assert pod is not None
+    return pod
+
+
+def test_release_gate_a_pod_deleted_meanwhile_no_longer_waits(emu: KubeEmulatorExt, api: Api) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    pod = stored(emu, "p")
+    emu.delete("pods", "p", "default")
+    conflicts: list[None] = []
+    result = release_gate(api, pod, GATE, attempts=3, on_conflict=lambda: conflicts.append(None))
+    assert result.outcome is GateOutcome.NOT_WAITING and conflicts == []
+    assert [r.status for r in emu.requests("PATCH", "/api/v1/namespaces/default/pods/p")] == [404]
+
+
+def test_release_gate_gives_up_on_a_pod_that_keeps_changing(emu: KubeEmulatorExt, api: Api) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 409, times=3)
+    conflicts: list[None] = []
+    result = release_gate(api, stored(emu, "p"), GATE, attempts=3,
+                          on_conflict=lambda: conflicts.append(None))
+    assert result.outcome is GateOutcome.KEPT_CHANGING and len(conflicts) == 3
+    assert len(emu.requests("GET", path)) == 3 and gates(emu, "p") == [GATE]
+    again = release_gate(api, result.pod, GATE, attempts=3)  # a later pass
+    assert again.outcome is GateOutcome.RELEASED and gates(emu, "p") == []
+
+
+def test_release_gate_raises_the_failure_of_the_read_again_by_its_class(emu: KubeEmulatorExt,
+                                                                          api: Api) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 422)
+    emu.fail("GET", path, 503)
+    conflicts: list[None] = []
+    with pytest.raises(ServerError, match=r"^cannot read pod default/p: HTTP 503"):
+        release_gate(api, stored(emu, "p"), GATE, attempts=3,
+                     on_conflict=lambda: conflicts.append(None))
+    assert len(conflicts) == 1  # counted although the pass then failed
+    emu.fail("PATCH", path, 403)
+    with pytest.raises(Forbidden, match=r"^cannot release pod default/p: HTTP 403"):
+        release_gate(api, stored(emu, "p"), GATE, attempts=3)
+    assert gates(emu, "p") == [GATE]
+
+
+# --- the command, namespaces, leader election ---------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metrics(
+        emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+    cluster(emu, *NODES)
+    for ns in ("a", "b", "c"):
+        emu.create(make_pod("p", ns, gates=[GATE]))
+    parser = argparse.ArgumentParser()
+    gatekeeper.add_arguments(parser)
+    port = free_port()
+    args = parser.parse_args(["--kubeconfig", str(kubeconfig), "--namespaces", "a, b", "--namespace", NS,
+                              "--identity", "gk-0", "--listen", f"127.0.0.1:{port}", "--retry-period", "0.2s"])
+    stop = threading.Event()
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(gatekeeper.run(args, stop)), daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: gates(emu, "p", "a") == [] and gates(emu, "p", "b") == [], 10)
+        time.sleep(0.2)
+        assert gates(emu, "p", "c") == [GATE]
+        lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
+        assert lease is not None and lease["spec"]["holderIdentity"] == "gk-0"
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        url = f"http://127.0.0.1:{port}"
+        body = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        assert f"{METRIC}pods_released_total 2.0" in body and f"{METRIC}leader 1.0" in body
+        assert urllib.request.urlopen(url + "/healthz", timeout=2).status == 200
+    finally:
+        stop.set()
+        thread.join(5)
+    assert result == [0]
+    watched = {r.path for r in emu.requests("GET") if r.query.get("watch") == "true" and "/pods" in r.path
+               and "PartialObjectMetadata" not in r.headers.get("accept", "")}
+    assert watched == {"/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods"}
+    # and the scheduler index's metadata-only watch of kube-system (the unlabelled kube-schedulers)
+    assert {r.path for r in emu.requests("GET") if r.query.get("watch") == "true"
+            and "PartialObjectMetadata" in r.headers.get("accept", "")} == {"/api/v1/namespaces/kube-system/pods"}
+    lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
+    assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
+
+
+def elector(api: Api, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
+    return LeaderElector(api, namespace=NS, name=DEFAULT_LEASE, identity=identity, lease_duration=1.5,
+                         renew_deadline=1.0, retry_period=0.1, on_change=on_change)
+
+
+def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+    cluster(emu, *NODES)
+    for i in range(4):
+        emu.create(make_pod(f"p{i}", gates=[GATE]))
+    apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
+    gks: list[Gatekeeper] = []
+
+    def waker(i: int) -> Callable[[bool], None]:
+        def wake(_leading: bool) -> None:
+            if len(gks) > i:
+                gks[i].wake()
+        return wake
+
+    electors = [elector(a, name, waker(i)) for i, (a, name) in enumerate(zip(apis, ("gk-a", "gk-b"), strict=True))]
+    try:
+        with running(apis[0], elector=electors[0]) as gk_a, running(apis[1], elector=electors[1]) as gk_b:
+            gks += [gk_a, gk_b]
+            for e in electors:
+                e.start()
+            assert wait_until(lambda: all(gates(emu, f"p{i}") == [] for i in range(4)), 5)
+            leaders = [e for e in electors if e.is_leader()]
+            assert len(leaders) == 1
+            leader = leaders[0]
+            standby = next(e for e in electors if e is not leader)
+            assert {r.headers["user-agent"] for r in patches(emu)} == {leader.identity}
+            assert wait_until(lambda: standby.holder == leader.identity, 2)  # it saw who leads
+
+            leader.stop(release=True)  # a rolling update: the old replica hands the Lease over
+            assert wait_until(standby.is_leader, 3)
+            emu.create(make_pod("after", gates=[GATE]))
+            assert wait_until(lambda: gates(emu, "after") == [], 5)
+            after = [r for r in patches(emu) if r.path.endswith("/after")]
+            assert {r.headers["user-agent"] for r in after} == {standby.identity}
+            assert metric(gks[electors.index(leader)], "leader") == 0
+    finally:
+        for e in electors:
+            e.stop(release=False)
+        for a in apis:
+            a.close()
+
+
+def test_the_leader_renews_with_one_write_a_period_and_reads_after_a_conflict(emu: KubeEmulatorExt,
+                                                                            api: Api) -> None:
+    # client-go's leader renews so: its last write's resourceVersion makes the update a CAS, so no read is
+    # needed while nobody else writes the Lease (an idle install's requests: issue 44).
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
+    e = elector(api, "gk-1")
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.clear_requests()
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= 5, 5)
+        assert emu.requests("GET", lease_path) == [] and e.is_leader()
+        # another writer (an operator's annotation): the next renewal conflicts, reads, and renews
+        emu.mutate("leases", DEFAULT_LEASE, lambda lease: {**lease, "metadata": {
+            **lease["metadata"], "annotations": {"example.com/note": "x"}}}, NS, group="coordination.k8s.io")
+        assert wait_until(lambda: len(emu.requests("GET", lease_path)) >= 1, 5)
+        puts = len(emu.requests("PUT", lease_path))
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= puts + 3, 5)
+        assert e.is_leader() and emu.count("PUT", 409) >= 1
+        held = emu.get("leases", DEFAULT_LEASE, NS, group="coordination.k8s.io")
+        assert held is not None and held["metadata"]["annotations"] == {"example.com/note": "x"}
+        assert held["spec"]["holderIdentity"] == "gk-1"
+    finally:
+        e.stop()
+
+
+def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,
+                                                                        api: Api) -> None:
+    # The dead holder's renewTime lies in the future (a skewed clock): only our own clock counts.
+    emu.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "scheduler-patcher-gatekeeper", "namespace": NS},
+                "spec": {"holderIdentity": "dead", "leaseDurationSeconds": 1, "leaseTransitions": 4,
+                         "renewTime": "2099-01-01T00:00:00.000000Z"}})
+    e = elector(api, "gk-new")
+    started = time.monotonic()
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 5)
+        assert time.monotonic() - started >= 0.9
+        spec = (emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io") or {})["spec"]
+        assert spec["holderIdentity"] == "gk-new" and spec["leaseTransitions"] == 5
+        assert spec["leaseDurationSeconds"] == 2  # 1.5 s, rounded up
+    finally:
+        e.stop()
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_its_lease_expires(emu: KubeEmulatorExt,
+                                                                         api: Api) -> None:
+    e = elector(api, "gk-1")
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.go_down("503")
+        lost_at = time.monotonic()  # no renewal attempted after this can succeed
+        # Leadership is judged on the clock, not by the renew thread: once the renew deadline (1.0 s, less than
+        # the lease duration 1.5 s) has passed since the outage began, it is over however busy the machine is.
+        assert wait_until(lambda: time.monotonic() >= lost_at + 1.0, 10)
+        assert not e.is_leader()
+    finally:
+        emu.come_up()
+        e.stop()
+
+
+def test_metrics_registry_is_private() -> None:
+    a, b = GateMetrics(), GateMetrics()
+    a.released(3.0)
+    assert a.value(METRIC + "pods_released_total") == 1 and b.value(METRIC + "pods_released_total") == 0
+    assert b"scheduler_patcher_gatekeeper_wait_seconds_bucket" in a.render()
+
+
+# --- a backlog: parallel, throttled, oldest first, stopped by the verdict ------------------------------
+
+
+def backlog(emu: KubeEmulatorExt, count: int) -> list[str]:
+    """``count`` gated pods, created a second apart, oldest first (names sort the other way on purpose)."""
+    names = []
+    for i in range(count):
+        name = f"z{count - i:03d}"
+        emu.create(make_pod(name, gates=[GATE], created=time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3600 + i))))
+        names.append(name)
+    return names
+
+
+def released(emu: KubeEmulator, names: list[str]) -> list[str]:
+    return [n for n in names if gates(emu, n) == []]
+
+
+def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    emu.latency = 0.05  # a remote API server: requests that overlap show as more than one in flight
+    with running(api, concurrency=3, batch_size=6) as gk:
+        assert wait_until(lambda: released(emu, names) == names, 20)
+        assert wait_until(lambda: metric(gk, "pods_released_total") == 24, 5)
+        assert metric(gk, "release_batches_total") == 4
+    order = [r.path.rsplit("/", 1)[1] for r in patches(emu)]
+    assert sorted(order) == sorted(names)
+    # Oldest first, batch by batch (within a batch three workers race).
+    assert [set(order[i:i + 6]) for i in range(0, 24, 6)] == [set(names[i:i + 6]) for i in range(0, 24, 6)]
+    assert 2 <= emu.peak_in_flight <= 3 + 1  # in parallel, never more than the pool (+1: a verdict read)
+
+
+def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu: KubeEmulatorExt,
+                                                                           api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 40)
+    # A node rolls back while the sixth-oldest pod is being released (the second batch of four).
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", lambda e: node_state(e, "cp-2", False))
+    with running(api, concurrency=2, batch_size=4) as gk:
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+        time.sleep(0.3)
+        done = set(released(emu, names))
+        # The first batch, the pod being patched when it turned, at most the rest of its batch (a worker that
+        # sees the Node change first skips its pod), and nothing after: oldest first, stopped within one batch.
+        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
+        assert len(patches(emu)) == len(done)
+        node_state(emu, "cp-2", True)
+        assert wait_until(lambda: released(emu, names) == names, 10)
+
+
+def test_a_429_pauses_the_whole_pool_for_retry_after_and_the_pod_is_sent_again(emu: KubeEmulatorExt,
+                                                                               api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 6)
+    emu.fail("PATCH", None, 429, retry_after=7)  # API Priority and Fairness: the queue is full, come back in 7 s
+    slept: list[float] = []
+    now = [1000.0]
+    lock = threading.Lock()
+
+    def sleep(seconds: float) -> None:  # no real sleep: a fake clock, and a record of what the pool waited
+        with lock:
+            slept.append(seconds)
+            now[0] += seconds
+
+    throttle = Throttle(1000.0, 4, clock=lambda: now[0], sleep=sleep)
+    with running(api, concurrency=2, throttle=throttle) as gk:
+        assert wait_until(lambda: released(emu, names) == names, 10)
+        assert metric(gk, "throttled_total") == 1
+    assert sum(slept) >= 7.0  # the one 429 (counted just above) held the pool for its Retry-After
+    statuses = [r.status for r in patches(emu)]
+    assert statuses.count(429) == 1 and statuses.count(200) == 6
+    assert metric(gk, "pods_released_total") == 6
+
+
+def test_release_gate_raises_too_many_requests_after_riding_out_max_throttled(emu: KubeEmulatorExt,
+                                                                               api: Api) -> None:
+    emu.create(make_pod("p", gates=[GATE]))
+    path = "/api/v1/namespaces/default/pods/p"
+    emu.fail("PATCH", path, 429, times=MAX_THROTTLED + 1, retry_after=0)
+    with pytest.raises(TooManyRequests, match=r"^cannot release pod default/p: HTTP 429") as info:
+        release_gate(api, stored(emu, "p"), GATE, attempts=3)
+    assert info.value.retry_after == 0.0
+    assert len(emu.requests("PATCH", path)) == MAX_THROTTLED + 1 and gates(emu, "p") == [GATE]
+    assert release_gate(api, stored(emu, "p"), GATE, attempts=3).outcome is GateOutcome.RELEASED
+
+
+def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, "cp-1")
+    pod = make_pod("fat", gates=["example.com/a", GATE], created=CREATED)
+    pod["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": "x" * 100} for i in range(50)]
+    stored_pod = emu.create(pod)
+    emu.create(make_pod("bound", gates=[GATE]) | {"spec": {"nodeName": "w-1", "containers": [],
+                                                           "schedulingGates": [{"name": GATE}]}})
+    with running(api) as gk:
+        assert wait_until(lambda: len(gk.waiting()) == 1, 5)
+        assert gk.waiting() == [GatedPod("default", "fat", stored_pod["metadata"]["uid"],
+                                         stored_pod["metadata"]["resourceVersion"], CREATED,
+                                         ("example.com/a", GATE), True)]
+
+
+def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeEmulatorExt,
+                                                                      api: Api) -> None:
+    cluster(emu, "cp-1")  # not Ready: the gatekeeper itself releases nothing
+    emu.create(make_pod("mine", gates=["example.com/a", GATE], created=CREATED))
+    emu.create(make_pod("other", gates=["example.com/a"], created=CREATED))
+    with running(api) as gk:
+        assert [p.name for p in gk.waiting()] == ["mine"]
+        emu.mutate("pods", "mine", lambda p: p["spec"].update(schedulingGates=[{"name": "example.com/a"}]),
+                   "default")
+        assert wait_until(lambda: gk.waiting() == [], 5)
+        # ... and comes back when the gate does (the full decode of a line that carries it)
+        emu.mutate("pods", "mine", lambda p: p["spec"].update(schedulingGates=[{"name": GATE}]), "default")
+        assert wait_until(lambda: [(p.name, p.gates) for p in gk.waiting()] == [("mine", (GATE,))], 5)
+    assert not patches(emu)
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-deadline 20s, --lease-duration 15s: leader election "
+                                  "needs 0 < retry period < renew deadline < lease duration"),
+    (["--webhook-listen", ":8443"], "--webhook-listen needs --webhook-cert and --webhook-key"),
+    (["--webhook-verdict-configmap", "ns/"], "--webhook-verdict-configmap: no name in 'ns/'"),
+    (["--gate-name", ""], "--gate-name: the gate name must not be empty"),
+])
+def test_flags_that_cannot_work_together_are_a_usage_error(argv: list[str], problem: str, tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    gatekeeper.add_arguments(parser)
+    args = parser.parse_args(["--kubeconfig", str(tmp_path / "never-read"), *argv])
+    assert gatekeeper.usage_problems(args) == [problem]
+    assert gatekeeper.run(args, threading.Event()) == 64  # before any client is built: the kubeconfig is not read

@@ -1,0 +1,241 @@
+"""The verdict's reads at cluster scale, against the emulator: sized by the control plane, not by kube-system.
+
+A kube-system of node agents' pods (a DaemonSet-like pod per node and agent) beside the schedulers: a verdict
+read through a fresh ``SchedulerIndex`` makes the same requests, and reads the same bytes, whatever their
+number, and decides as the one-shot read (a metadata-only list) does; the seed's corner case, an unlabelled
+kube-scheduler on an unlabelled node, stays counted. The equivalence with the whole-namespace read of before
+is a property of ``core.readiness`` (the last test). The real kube-apiserver's figures:
+tests/real/test_real_verdict_scale.py and bench/verdict_scale.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.client import ClientSettings, build_api_client
+from patcher.adapters.kube.cluster import collect
+from patcher.adapters.kube.schedindex import SchedulerIndex
+from patcher.adapters.kube.transport import METADATA_LIST, Api
+from patcher.adapters.kube.transport import PODS as POD_RESOURCE
+from patcher.core.gates import DEFAULT_GATE
+from patcher.core.readiness import may_be_unlabelled_scheduler, scheduler_pods
+from patcher.services.gatekeeper import Gatekeeper
+from tests.harness.emu.kubeemu import make_mirror_pod, wait_until
+from tests.harness.emu.kubeemu_ext import CONFIG_HASH, STARTED, KubeEmulatorExt, marker, node_annotations_for
+
+CP = "node-role.kubernetes.io/control-plane"
+NODES = ("cp-1", "cp-2", "cp-3")
+PODS = "/api/v1/namespaces/kube-system/pods"
+
+
+@pytest.fixture
+def emu() -> Iterator[KubeEmulatorExt]:
+    with KubeEmulatorExt() as e:
+        yield e
+
+
+@pytest.fixture
+def api(kubeconfig: Path) -> Iterator[Api]:
+    client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
+    yield client
+    client.close()
+
+
+def node(emu: KubeEmulatorExt, name: str, *, control_plane: bool = True, ready: bool = True) -> None:
+    emu.upsert({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {CP: ""} if control_plane else {},
+                             "annotations": node_annotations_for() if ready else {}}})
+
+
+def scheduler(emu: KubeEmulatorExt, on: str, *, labelled: bool, **kw: Any) -> None:
+    pod = make_mirror_pod(node_name=on, annotations=marker(CONFIG_HASH), started_at=STARTED, **kw)
+    if labelled:
+        pod["metadata"]["labels"] = {"component": "kube-scheduler", "tier": "control-plane"}
+    emu.set_pod(pod)
+
+
+def node_agents(emu: KubeEmulatorExt, first: int, count: int) -> None:
+    """``count`` DaemonSet-like pods (four agents a node), Running, each ~2 KB."""
+    for i in range(first, first + count):
+        host, agent = f"worker-{i // 4}", ("kube-proxy", "cni", "csi-node", "node-exporter")[i % 4]
+        emu.set_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{agent}-{i:05d}", "namespace": "kube-system", "labels": {"app": agent},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": agent, "uid": agent,
+                                 "controller": True}]},
+            "spec": {"nodeName": host, "containers": [{"name": agent, "image": f"registry.example/{agent}:v1",
+                                                        "args": ["--v=2"] * 60}]},
+            "status": {"phase": "Running"}})
+
+
+def cluster(emu: KubeEmulatorExt) -> None:
+    """Three labelled control-plane nodes with kubeadm's labelled schedulers, and the seed's corner case: an
+    unlabelled kube-scheduler on an unlabelled node (no agent there: the verdict is NotReady)."""
+    for n in NODES:
+        node(emu, n)
+        scheduler(emu, n, labelled=True)
+    node(emu, "bare-1", control_plane=False, ready=False)
+    scheduler(emu, "bare-1", labelled=False)
+    emu.set_pod(make_mirror_pod(node_name="cp-1", static_name="etcd", annotations={}))  # Node-owned, not ours
+
+
+def warm_verdict(emu: KubeEmulatorExt, api: Api, index: SchedulerIndex) -> tuple[list[tuple[str, str]], int]:
+    """The requests (path, selector) and the bytes of one verdict read through ``index``."""
+    emu.clear_requests()
+    before = api.received
+    collect(api, index=index)
+    reads = [(r.path, r.query.get("labelSelector") or r.query.get("fieldSelector") or "")
+             for r in emu.requests("GET")]
+    return reads, api.received - before
+
+
+def test_a_warm_verdict_reads_the_same_whatever_kube_systems_size(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu)
+    node_agents(emu, 0, 40)
+    changes: list[int] = []
+    index = SchedulerIndex(api, on_change=lambda: changes.append(1))
+    index.start()
+    try:
+        assert index.wait_fresh(5)
+        assert index.candidates() == ["kube-scheduler-bare-1", *(f"kube-scheduler-{n}" for n in NODES)]
+        verdict = collect(api, index=index)
+        assert verdict == collect(api)  # the one-shot read (a metadata-only list) decides alike
+        assert not verdict.ready and [(r.node, r.selected, r.reason) for r in verdict.rows if not r.ready] == [
+            ("bare-1", False, "kube-scheduler runs here, no agent reports")]
+        small, small_bytes = warm_verdict(emu, api, index)
+        assert small == [("/api/v1/nodes", CP), ("/api/v1/nodes", "node-role.kubernetes.io/master"),
+                         (PODS, "component=kube-scheduler"), (PODS, "metadata.name=kube-scheduler-bare-1"),
+                         ("/api/v1/nodes", "metadata.name=bare-1")]
+        node_agents(emu, 40, 800)  # twenty times as many node agents
+        assert wait_until(lambda: index.fresh and len(emu.list_objects("pods", "kube-system")) == 845, 5)
+        large, large_bytes = warm_verdict(emu, api, index)
+        assert large == small
+        assert abs(large_bytes - small_bytes) < 64  # the lists' resourceVersions have more digits, nothing else
+        assert index.lists == 1  # listed once, then only watched
+        assert collect(api, index=index) == verdict
+    finally:
+        index.stop()
+
+
+def test_the_index_follows_schedulers_that_come_change_and_go(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu)
+    changes: list[int] = []
+    index = SchedulerIndex(api, on_change=lambda: changes.append(1))
+    index.start()
+    try:
+        assert index.wait_fresh(5)
+        seen = len(changes)
+        node_agents(emu, 0, 8)  # not a scheduler: nobody is told
+        node(emu, "bare-2", control_plane=False, ready=False)
+        scheduler(emu, "bare-2", labelled=False)
+        assert wait_until(lambda: "kube-scheduler-bare-2" in (index.candidates() or []), 5)
+        assert len(changes) == seen + 1
+        scheduler(emu, "bare-2", labelled=False, waiting_reason="CrashLoopBackOff")  # its status changed
+        assert wait_until(lambda: len(changes) == seen + 2, 5)
+        emu.delete("pods", "kube-scheduler-bare-2", namespace="kube-system")
+        assert wait_until(lambda: "kube-scheduler-bare-2" not in (index.candidates() or ["x"]), 5)
+        assert len(changes) == seen + 3
+    finally:
+        index.stop()
+    # a view that does not follow the server says so: the verdict then lists the metadata itself
+    assert index.candidates() is None
+    emu.clear_requests()
+    assert collect(api, index=index) == collect(api)
+    assert any(METADATA_LIST.split(",")[0] in r.headers.get("accept", "") for r in emu.requests("GET"))
+
+
+def test_the_gatekeeper_reads_the_verdict_again_when_a_scheduler_pod_changes(emu: KubeEmulatorExt,
+                                                                            api: Api) -> None:
+    for n in NODES:
+        node(emu, n)
+        scheduler(emu, n, labelled=True)
+    keeper: list[Gatekeeper] = []
+    index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None)
+    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
+                    resync_interval=600.0, scheduler_index=index)
+    keeper.append(gk)
+    stop = threading.Event()
+    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
+    gk.start()
+    try:
+        assert gk.wait_synced(5)
+        thread.start()
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        # a scheduler crash-loops: no Node changes, no resync due; the index's watch alone tells
+        scheduler(emu, "cp-2", labelled=True, waiting_reason="CrashLoopBackOff")
+        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
+        emu.set_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "default"},
+                     "spec": {"schedulingGates": [{"name": DEFAULT_GATE}], "containers": [{"name": "c"}]}})
+        time.sleep(0.3)
+        held = emu.get("pods", "app", "default")
+        assert held is not None and held["spec"]["schedulingGates"] == [{"name": DEFAULT_GATE}]
+    finally:
+        stop.set()
+        gk.wake()
+        thread.join(5)
+        gk.stop()
+
+
+def test_the_emulator_answers_metadata_only_as_asked(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu)
+    listed = api.list(POD_RESOURCE, namespace="kube-system", accept=METADATA_LIST)
+    assert listed["kind"] == "PartialObjectMetadataList" and listed["apiVersion"] == "meta.k8s.io/v1"
+    assert {tuple(sorted(i)) for i in listed["items"]} == {("apiVersion", "kind", "metadata")}
+    assert listed["metadata"]["resourceVersion"]
+    # a list's form for one object is not served (kube-apiserver answers 406 Not Acceptable)
+    status, _ = emu_request(api, f"{PODS}/kube-scheduler-cp-1", METADATA_LIST.split(",")[0])
+    assert status == 406
+
+
+def emu_request(api: Api, path: str, accept: str) -> tuple[int, Any]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return 200, api.call("GET", path, accept=accept)
+    except ApiException as exc:
+        return int(exc.status), exc.body
+
+
+# --- the same verdict as the whole namespace's list: a property of the pure part ---------------------------
+
+NAMES = st.sampled_from(["kube-scheduler", "etcd", "kube-proxy", "second-scheduler", "kube-scheduler-x"])
+HOSTS = st.sampled_from(["a", "b", "c"])
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for _ in range(draw(st.integers(0, 12))):
+        host = draw(HOSTS)
+        name = f"{draw(NAMES)}-{draw(st.sampled_from(['a', 'b', 'c', 'zz']))}"
+        owner = draw(st.sampled_from([None, "Node", "ReplicaSet", "DaemonSet"]))
+        refs = [] if owner is None else [{"kind": owner, "name": draw(HOSTS) if owner == "Node" else "o",
+                                          "controller": draw(st.booleans())}]
+        meta: dict[str, Any] = {"name": name, "ownerReferences": refs}
+        if draw(st.booleans()):
+            meta["labels"] = {"component": "kube-scheduler"}
+        spec = {"nodeName": host} if draw(st.booleans()) else {}
+        out[name] = {"metadata": meta, "spec": spec}
+    return [out[n] for n in sorted(out)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pods())
+def test_the_candidates_and_the_labelled_list_judge_as_the_whole_namespace_did(
+        everything: list[dict[str, Any]]) -> None:
+    """What a verdict reads now (the labelled pods, and the candidates by name) gives the schedulers the whole
+    namespace gave: ``may_be_unlabelled_scheduler`` misses no pod ``scheduler_pods`` counts without its label."""
+    labelled = [p for p in everything if (p["metadata"].get("labels") or {}).get("component") == "kube-scheduler"]
+    have = {p["metadata"]["name"] for p in labelled}
+    read = [p for p in everything
+            if may_be_unlabelled_scheduler(p["metadata"]) and p["metadata"]["name"] not in have]
+    node_owned = sorted([*labelled, *read], key=lambda p: str(p["metadata"]["name"]))
+    assert scheduler_pods(labelled, node_owned) == scheduler_pods(labelled, everything)
