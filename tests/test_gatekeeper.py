@@ -594,8 +594,15 @@ def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeE
 
 
 @pytest.mark.parametrize(("argv", "problem"), [
-    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-deadline 20s, --lease-duration 15s: leader election "
-                                  "needs 0 < retry period < renew deadline < lease duration"),
+    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-period 10s, --renew-deadline 20s, --lease-duration "
+                                  "15s: leader election needs 0 < retry period <= renew period < renew deadline < "
+                                  "lease duration"),
+    (["--renew-period", "1s"], "--retry-period 2s, --renew-period 1s, --renew-deadline 10s, --lease-duration 15s: "
+                               "leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                               "duration"),
+    (["--renew-period", "10s"], "--retry-period 2s, --renew-period 10s, --renew-deadline 10s, --lease-duration 15s: "
+                                "leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                                "duration"),
     (["--webhook-listen", ":8443"], "--webhook-listen needs --webhook-cert and --webhook-key"),
     (["--webhook-verdict-configmap", "ns/"], "--webhook-verdict-configmap: no name in 'ns/'"),
     (["--gate-name", ""], "--gate-name: the gate name must not be empty"),

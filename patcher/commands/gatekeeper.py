@@ -65,7 +65,7 @@ from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import check_expected_hash, node_selectors
-from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, Gatekeeper, GateMetrics
+from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, HEARTBEAT, Gatekeeper, GateMetrics
 from patcher.services.webhook import AdmissionWebhook
 
 if TYPE_CHECKING:
@@ -96,7 +96,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           "this replica's name in the Lease")
     f.add("--lease-duration", "15s", "a leader that stopped renewing is replaced after this long", type=duration)
     f.add("--renew-deadline", "10s", "a leader that cannot renew for this long stops acting", type=duration)
-    f.add("--retry-period", "2s", "how often the Lease is renewed or tried", type=duration)
+    f.add("--retry-period", "2s", "how often a standby tries the Lease, and a leader a failed renewal",
+          type=duration)
+    f.add("--renew-period", None, "how often the leader renews the Lease (default: half --renew-deadline, at "
+          "least --retry-period); a standby takes over --lease-duration after the last renewal it saw, whatever "
+          "this period", type=duration)
     f.add("--scheduler-names", "", "comma-separated spec.schedulerName values whose pods are watched "
           "(default: any); each becomes a server-side field selector")
     f.add("--kube-api-qps", str(DEFAULT_QPS), "release requests per second (client-go's QPS)", type=positive_float)
@@ -106,9 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-batch", None, f"pods released between two reads of the verdict (default: {BATCH_ROUNDS} x "
           "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
-    f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (and on every "
-          "change of a control-plane Node's annotations or of a kube-scheduler pod)",
-          type=duration)
+    f.add("--resync-interval", "5m", "re-evaluate the verdict at least this often, a safety net: it is read "
+          "again on every change of a watched Node's annotations (the control-plane Nodes, and each Node only a "
+          "kube-scheduler pod led to) or of a kube-scheduler pod", type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
     f.add("--webhook-listen", "", "serve the admission webhook (HTTPS, POST /mutate) on this address, e.g. "
           "':8443' (default: off); for clusters without MutatingAdmissionPolicy")
@@ -160,13 +164,22 @@ def main(args: argparse.Namespace) -> int:
     return run(args, stop)
 
 
+def renew_period(retry_period: float, renew_deadline: float) -> float:
+    """The leader's default renewal period: half the renew deadline (a failed renewal is then tried again every
+    ``retry_period`` for the other half before the leader stops acting), never below ``retry_period``."""
+    return max(retry_period, renew_deadline / 2)
+
+
 def usage_problems(args: argparse.Namespace) -> list[str]:
     """Flags that cannot work together: a usage error (exit 64) before anything starts, as for every command."""
     problems = []
-    if args.leader_elect and not 0 < args.retry_period < args.renew_deadline < args.lease_duration:
-        problems.append(f"--retry-period {args.retry_period:g}s, --renew-deadline {args.renew_deadline:g}s, "
-                        f"--lease-duration {args.lease_duration:g}s: leader election needs 0 < retry period < renew "
-                        "deadline < lease duration")
+    if args.renew_period is None:
+        args.renew_period = renew_period(args.retry_period, args.renew_deadline)
+    if args.leader_elect and not (0 < args.retry_period <= args.renew_period < args.renew_deadline
+                                  < args.lease_duration):
+        problems.append(f"--retry-period {args.retry_period:g}s, --renew-period {args.renew_period:g}s, "
+                        f"--renew-deadline {args.renew_deadline:g}s, --lease-duration {args.lease_duration:g}s: "
+                        "leader election needs 0 < retry period <= renew period < renew deadline < lease duration")
     if args.webhook_listen and not (args.webhook_cert and args.webhook_key):
         problems.append("--webhook-listen needs --webhook-cert and --webhook-key")
     if not args.webhook_verdict_configmap.rpartition("/")[2]:
@@ -201,7 +214,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         log.error("%s", exc)
         return 1
     metrics = GateMetrics()
-    health = Health(max_age=max(60.0, 3 * args.resync_interval))
+    health = Health(max_age=max(60.0, 3 * min(args.resync_interval, HEARTBEAT)))
     gatekeeper: Gatekeeper | None = None
     elector: LeaderElector | None = None
     reads = ThreadPoolExecutor(VERDICT_READS, thread_name_prefix="verdict-read")
@@ -214,7 +227,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if args.leader_elect:
             elector = LeaderElector(api, namespace=args.namespace, name=args.lease_name, identity=args.identity,
                                     lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
-                                    retry_period=args.retry_period,
+                                    retry_period=args.retry_period, renew_period=args.renew_period,
                                     on_change=leadership_changed)
         index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
                                on_change=lambda: gatekeeper.schedulers_changed() if gatekeeper else None,

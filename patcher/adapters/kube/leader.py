@@ -1,7 +1,8 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease: one replica acts at a time.
 
 A thread around ``patcher.adapters.kube.lease.Lease`` (the one Lease primitive, shared with the agents'
-rollout coordinator): it renews every ``retry_period`` and answers ``is_leader()``. Used by the gatekeeper.
+rollout coordinator): the leader renews every ``renew_period``, a standby or a leader whose renewal failed tries
+every ``retry_period``, and ``is_leader()`` answers. Used by the gatekeeper.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class LeaderElector:
     itself leader only until ``renew_deadline`` after its last successful renewal — shorter than the lease
     duration, so it stops acting before anyone else may take over. Writes carry the resourceVersion that was
     read: of two replicas racing for an expired Lease, exactly one wins.
+
+    Unlike client-go, the leader's renewal period is its own (``renew_period``, default ``retry_period`` as in
+    client-go): a renewal every 2 s is 30 writes a minute for a Lease whose holder is replaced only after
+    ``lease_duration`` anyway. Renewing every few seconds less often moves nothing a standby sees (it takes
+    over ``lease_duration`` after the last change it saw, whatever the period), and a failed renewal is tried
+    again every ``retry_period`` until ``renew_deadline``, so ``renew_period + retry_period < renew_deadline``
+    keeps a second attempt before the leader stops acting.
     """
 
     def __init__(
@@ -39,12 +47,15 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        renew_period: float | None = None,
         on_change: Callable[[bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if not 0 < retry_period < renew_deadline < lease_duration:
-            raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
+        renew_period = retry_period if renew_period is None else renew_period
+        if not 0 < retry_period <= renew_period < renew_deadline < lease_duration:
+            raise ValueError("leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                             "duration")
         self._lease = Lease(api, namespace, name, identity, lease_duration, clock=clock, wall=wall)
         self.namespace = namespace
         self.name = name
@@ -52,6 +63,7 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
+        self.renew_period = renew_period
         self._on_change = on_change
         self._clock = clock
         self._wall = wall
@@ -93,7 +105,7 @@ class LeaderElector:
                 self._set_leader(True)
             elif outcome == "other" or now - self._renewed >= self.renew_deadline:
                 self._set_leader(False)
-            self._stop.wait(self.retry_period)
+            self._stop.wait(self.renew_period if outcome == "held" else self.retry_period)
 
     def _set_leader(self, value: bool) -> None:
         with self._lock:
