@@ -27,7 +27,9 @@ Safety rules, and why:
 * One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
   ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
   the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
-  they did, the ``test`` op makes their patches idempotent anyway.
+  they did, the ``test`` op makes their patches idempotent anyway. The leader renews every ``--renew-period``
+  (half the renew deadline, 5 s); a standby watches the Lease rather than reading it, and tries only when it is
+  handed back (at once) or has gone ``--lease-duration`` without a change (15 s after the last renewal it saw).
 
 With ``--webhook-listen`` it also serves the admission webhook (``patcher.services.webhook``) for clusters
 without MutatingAdmissionPolicy: the policy's rules over HTTPS (``--webhook-cert``/``--webhook-key``, reloaded
@@ -36,8 +38,9 @@ answer ``allowed: true``. Every replica serves it, leader or not.
 
 RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
 watch``, ``pods: get, list, watch`` in the mirror-pod namespace (the verdict's reads, and the metadata-only
-watch that finds the unlabelled kube-schedulers there), and ``leases: get, create, update`` in its own; with
-the webhook, ``configmaps: get, list, watch`` of the verdict ConfigMap only.
+watch that finds the unlabelled kube-schedulers there), ``leases: create`` and ``get, update, list, watch`` of
+its Lease by name (a standby watches it) in its own; with the webhook, ``configmaps: get, list, watch`` of the
+verdict ConfigMap only.
 """
 
 from __future__ import annotations
@@ -228,7 +231,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             elector = LeaderElector(api, namespace=args.namespace, name=args.lease_name, identity=args.identity,
                                     lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
                                     retry_period=args.retry_period, renew_period=args.renew_period,
-                                    on_change=leadership_changed)
+                                    on_change=leadership_changed, watch=True)
         index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
                                on_change=lambda: gatekeeper.schedulers_changed() if gatekeeper else None,
                                failure_level=logging.WARNING)
