@@ -77,8 +77,8 @@ test-min:
 ## dependency (pyproject.toml caps none of them for it): kube.lightimport loads kubernetes' transport without the
 ## package's __init__ (the start-time and memory bound of the agent needs it, docs/benchmarks.md), and the YAML
 ## tests pin what ruamel.yaml resolves. Fails when pip did not get the newest kubernetes or ruamel.yaml.
-MAX_TESTS := tests/test_kube_lightimport.py tests/test_kube_transport.py tests/test_kube_client.py \
-	tests/test_yamltext_compose.py tests/test_dependency_api.py
+MAX_TESTS := tests/component/test_kube_lightimport.py tests/component/test_kube_transport.py tests/component/test_kube_client.py \
+	tests/unit/test_yamltext_compose.py tests/unit/test_dependency_api.py
 test-max:
 	test -x $(MAX_VENV)/bin/python || $(PYTHON) -m venv $(MAX_VENV)
 	$(MAX_VENV)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'

@@ -215,8 +215,8 @@ def wait_fresh(index: SchedulerIndex) -> bool:
 
 def start_gatekeeper(cp: ControlPlane, tmp: Path, package_root: Path, tag: str) -> tuple[subprocess.Popen[bytes],
                                                                                           int]:
-    """``scheduler-patcher gatekeeper`` as the Deployment runs it (its defaults: leader election, 30 s resync)
-    with its ServiceAccount's token."""
+    """``scheduler-patcher gatekeeper`` as the Deployment runs it (its defaults: leader election, the Lease
+    renewed every 5 s, a 5-minute resync) with its ServiceAccount's token."""
     kubeconfig = cp.token_kubeconfig(NS, "scheduler-patcher-gatekeeper", tmp / f"gatekeeper-{tag}.kubeconfig")
     log = tmp / f"gatekeeper-{tag}.log"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package_root), "KUBECONFIG": str(kubeconfig),

@@ -27,7 +27,9 @@ Safety rules, and why:
 * One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
   ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
   the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
-  they did, the ``test`` op makes their patches idempotent anyway.
+  they did, the ``test`` op makes their patches idempotent anyway. The leader renews every ``--renew-period``
+  (half the renew deadline, 5 s); a standby watches the Lease rather than reading it, and tries only when it is
+  handed back (at once) or has gone ``--lease-duration`` without a change (15 s after the last renewal it saw).
 
 With ``--webhook-listen`` it also serves the admission webhook (``patcher.services.webhook``) for clusters
 without MutatingAdmissionPolicy: the policy's rules over HTTPS (``--webhook-cert``/``--webhook-key``, reloaded
@@ -36,8 +38,9 @@ answer ``allowed: true``. Every replica serves it, leader or not.
 
 RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
 watch``, ``pods: get, list, watch`` in the mirror-pod namespace (the verdict's reads, and the metadata-only
-watch that finds the unlabelled kube-schedulers there), and ``leases: get, create, update`` in its own; with
-the webhook, ``configmaps: get, list, watch`` of the verdict ConfigMap only.
+watch that finds the unlabelled kube-schedulers there), ``leases: create`` and ``get, update, list, watch`` of
+its Lease by name (a standby watches it) in its own; with the webhook, ``configmaps: get, list, watch`` of the
+verdict ConfigMap only.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import check_expected_hash, node_selectors
-from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, Gatekeeper, GateMetrics
+from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, HEARTBEAT, Gatekeeper, GateMetrics
 from patcher.services.webhook import AdmissionWebhook
 
 if TYPE_CHECKING:
@@ -96,7 +99,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           "this replica's name in the Lease")
     f.add("--lease-duration", "15s", "a leader that stopped renewing is replaced after this long", type=duration)
     f.add("--renew-deadline", "10s", "a leader that cannot renew for this long stops acting", type=duration)
-    f.add("--retry-period", "2s", "how often the Lease is renewed or tried", type=duration)
+    f.add("--retry-period", "2s", "how often a standby tries the Lease, and a leader a failed renewal",
+          type=duration)
+    f.add("--renew-period", None, "how often the leader renews the Lease (default: half --renew-deadline, at "
+          "least --retry-period); a standby takes over --lease-duration after the last renewal it saw, whatever "
+          "this period", type=duration)
     f.add("--scheduler-names", "", "comma-separated spec.schedulerName values whose pods are watched "
           "(default: any); each becomes a server-side field selector")
     f.add("--kube-api-qps", str(DEFAULT_QPS), "release requests per second (client-go's QPS)", type=positive_float)
@@ -106,9 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-batch", None, f"pods released between two reads of the verdict (default: {BATCH_ROUNDS} x "
           "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
-    f.add("--resync-interval", "30s", "re-evaluate the verdict at least this often (and on every "
-          "change of a control-plane Node's annotations or of a kube-scheduler pod)",
-          type=duration)
+    f.add("--resync-interval", "5m", "re-evaluate the verdict at least this often, a safety net: it is read "
+          "again on every change of a watched Node's annotations (the control-plane Nodes, and each Node only a "
+          "kube-scheduler pod led to) or of a kube-scheduler pod", type=duration)
     f.add("--listen", DEFAULT_LISTEN, "address of /healthz, /readyz and /metrics")
     f.add("--webhook-listen", "", "serve the admission webhook (HTTPS, POST /mutate) on this address, e.g. "
           "':8443' (default: off); for clusters without MutatingAdmissionPolicy")
@@ -160,13 +167,22 @@ def main(args: argparse.Namespace) -> int:
     return run(args, stop)
 
 
+def renew_period(retry_period: float, renew_deadline: float) -> float:
+    """The leader's default renewal period: half the renew deadline (a failed renewal is then tried again every
+    ``retry_period`` for the other half before the leader stops acting), never below ``retry_period``."""
+    return max(retry_period, renew_deadline / 2)
+
+
 def usage_problems(args: argparse.Namespace) -> list[str]:
     """Flags that cannot work together: a usage error (exit 64) before anything starts, as for every command."""
     problems = []
-    if args.leader_elect and not 0 < args.retry_period < args.renew_deadline < args.lease_duration:
-        problems.append(f"--retry-period {args.retry_period:g}s, --renew-deadline {args.renew_deadline:g}s, "
-                        f"--lease-duration {args.lease_duration:g}s: leader election needs 0 < retry period < renew "
-                        "deadline < lease duration")
+    if args.renew_period is None:
+        args.renew_period = renew_period(args.retry_period, args.renew_deadline)
+    if args.leader_elect and not (0 < args.retry_period <= args.renew_period < args.renew_deadline
+                                  < args.lease_duration):
+        problems.append(f"--retry-period {args.retry_period:g}s, --renew-period {args.renew_period:g}s, "
+                        f"--renew-deadline {args.renew_deadline:g}s, --lease-duration {args.lease_duration:g}s: "
+                        "leader election needs 0 < retry period <= renew period < renew deadline < lease duration")
     if args.webhook_listen and not (args.webhook_cert and args.webhook_key):
         problems.append("--webhook-listen needs --webhook-cert and --webhook-key")
     if not args.webhook_verdict_configmap.rpartition("/")[2]:
@@ -201,7 +217,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         log.error("%s", exc)
         return 1
     metrics = GateMetrics()
-    health = Health(max_age=max(60.0, 3 * args.resync_interval))
+    health = Health(max_age=max(60.0, 3 * min(args.resync_interval, HEARTBEAT)))
     gatekeeper: Gatekeeper | None = None
     elector: LeaderElector | None = None
     reads = ThreadPoolExecutor(VERDICT_READS, thread_name_prefix="verdict-read")
@@ -214,8 +230,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if args.leader_elect:
             elector = LeaderElector(api, namespace=args.namespace, name=args.lease_name, identity=args.identity,
                                     lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
-                                    retry_period=args.retry_period,
-                                    on_change=leadership_changed)
+                                    retry_period=args.retry_period, renew_period=args.renew_period,
+                                    on_change=leadership_changed, watch=True)
         index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
                                on_change=lambda: gatekeeper.schedulers_changed() if gatekeeper else None,
                                failure_level=logging.WARNING)

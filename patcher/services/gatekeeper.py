@@ -2,7 +2,12 @@
 
 ``scheduler-patcher gatekeeper`` (``patcher.commands.gatekeeper``) runs it; the rules and why are in that
 command's docstring. Here: a cache of gated pods (pod watch), the Node annotations behind the verdict (Node
-watch), the loop that re-evaluates the verdict and releases, and its Prometheus metrics. The verdict is
+watch), the loop that re-evaluates the verdict and releases, and its Prometheus metrics.
+
+The verdict is read again when something it reads changes, as the watches see it: a control-plane Node's
+annotations (the selector watches), a Node that only a kube-scheduler pod led to (an unlabelled control-plane
+node: a watch of that Node by name, opened once a verdict names it), a kube-scheduler pod (the scheduler index).
+The periodic resync (``resync_interval``, 5 minutes in the command) is a safety net only. The verdict is
 ``patcher.core.readiness`` read through ``patcher.adapters.kube.cluster``; the patch is ``patcher.core.gates``,
 sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; leadership is
 ``patcher.adapters.kube.leader``.
@@ -36,6 +41,7 @@ from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
+from patcher.adapters.kube.transport import NODES
 from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import ClusterVerdict, node_selectors
@@ -59,6 +65,9 @@ DEFAULT_BURST: Final = 32
 #: Batches of this many times the concurrency: the verdict is read again between two (its Node lists, the labelled
 #: kube-scheduler pods and the unlabelled ones by name: a few small requests, whatever kube-system holds).
 BATCH_ROUNDS: Final = 4
+#: The loop wakes at least this often (its /healthz beat), whatever the verdict's resync interval: a stuck loop is
+#: seen within a few of these, not a few resyncs.
+HEARTBEAT: Final = 30.0
 
 
 class GateMetrics:
@@ -136,7 +145,7 @@ class Gatekeeper:
         elector: LeaderElector | None = None,
         metrics: GateMetrics | None = None,
         health: Health | None = None,
-        resync_interval: float = 30.0,
+        resync_interval: float = 300.0,
         backoff: Backoff | None = None,
         wall: Callable[[], float] = time.time,
         scheduler_names: Sequence[str] = (),
@@ -175,13 +184,17 @@ class Gatekeeper:
         self._release_backoff = self._backoff.fresh()
         self.verdict: ClusterVerdict | None = None
         self._index = scheduler_index
+        self._node_selectors = list(node_label_selectors if node_label_selectors is not None else node_selectors())
+        #: Nodes the selector watches follow; the verdict's other nodes get a watch by name each (``_by_name``).
+        self._selected: set[str] = set()
+        self._by_name: dict[str, ListWatcher] = {}
+        self._running = False
         wb = self._backoff.fresh()
         self._watchers: list[ListWatcher] = [
             *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
                                   scheduler_names=scheduler_names, failure_level=logging.WARNING),
-            *node_watchers(api, node_label_selectors if node_label_selectors is not None else node_selectors(),
-                           on_sync=self._nodes_synced, on_event=self._node_event, backoff=wb,
-                           failure_level=logging.WARNING),
+            *node_watchers(api, self._node_selectors, on_sync=self._selected_synced,
+                           on_event=self._selected_event, backoff=wb, failure_level=logging.WARNING),
         ]
 
     # -- watch callbacks (watcher threads) -------------------------------------------------------------
@@ -212,6 +225,20 @@ class Gatekeeper:
                 return  # not one of ours, before or after: nothing to do
         self.wake()
 
+    def _selected_synced(self, items: list[Obj]) -> None:
+        with self._lock:
+            self._selected.update(str(dig(n, "metadata", "name")) for n in items)
+        self._nodes_synced(items)
+
+    def _selected_event(self, kind: str, node: Obj) -> None:
+        name = str(dig(node, "metadata", "name"))
+        with self._lock:
+            if kind == "DELETED":  # deleted, or no longer matches the selector (a label removed)
+                self._selected.discard(name)
+            else:
+                self._selected.add(name)
+        self._node_event(kind, node)
+
     def _nodes_synced(self, items: list[Obj]) -> None:
         with self._lock:
             for node in items:
@@ -239,9 +266,14 @@ class Gatekeeper:
             self._index.start()
         for w in self._watchers:
             w.start()
+        with self._lock:
+            self._running = True
 
     def stop(self) -> None:
-        for w in self._watchers:
+        with self._lock:
+            self._running = False
+            by_name, self._by_name = list(self._by_name.values()), {}
+        for w in [*self._watchers, *by_name]:
             w.stop()
         if self._index is not None:
             self._index.stop()
@@ -297,7 +329,7 @@ class Gatekeeper:
         wake_at = self._verdict_retry_at if self._verdict_retry_at > now else self._next_resync
         if pods and self._release_retry_at > now:
             wake_at = min(wake_at, self._release_retry_at)
-        return min(self._resync, max(0.05, wake_at - time.monotonic()))
+        return min(self._resync, HEARTBEAT, max(0.05, wake_at - time.monotonic()))
 
     def _refresh_verdict(self, now: float) -> None:
         before = self.verdict
@@ -317,12 +349,40 @@ class Gatekeeper:
         self._verdict_retry_at = 0.0
         self._next_resync = now + self._resync
         self.verdict = verdict
+        self._follow_nodes(verdict)
         self.metrics.verdict_ready(verdict.ready)
         if before is None or before.ready != verdict.ready or before.explain() != verdict.explain():
             if verdict.ready:
                 log.info("verdict %s: releasing gate %s", verdict.summary(), self.gate)
             else:
                 log.info("verdict %s (%s): gate %s stays", verdict.summary(), "; ".join(verdict.explain()), self.gate)
+
+    def _follow_nodes(self, verdict: ClusterVerdict) -> None:
+        """Watch by name each Node of the verdict that no selector watch follows (a kube-scheduler pod led to
+        it: an unlabelled control-plane node), so that its agent's annotations wake the verdict as a labelled
+        node's do, not the next resync; stop watching the ones the verdict no longer names."""
+        with self._lock:
+            if not self._running:
+                return
+            wanted = {r.node for r in verdict.rows} - self._selected
+            gone = [self._by_name.pop(n) for n in list(self._by_name) if n not in wanted]
+            new = sorted(n for n in wanted if n not in self._by_name)
+            for name in new:
+                self._by_name[name] = ListWatcher(
+                    self._api, NODES, field_selector=f"metadata.name={name}", name=f"watch node {name}",
+                    on_sync=self._nodes_synced, on_event=self._node_event, backoff=self._backoff.fresh(),
+                    failure_level=logging.WARNING)
+            started = [self._by_name[n] for n in new]
+        for w in gone:
+            w.stop(0.0)
+        for w in started:
+            w.start()
+
+    @property
+    def watched_by_name(self) -> list[str]:
+        """The Nodes watched by name (the verdict's nodes that no selector watch follows), sorted."""
+        with self._lock:
+            return sorted(self._by_name)
 
     def _leading(self) -> bool:
         return self._elector is None or self._elector.is_leader()

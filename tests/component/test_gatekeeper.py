@@ -344,9 +344,11 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
     assert lease is not None and not lease["spec"].get("holderIdentity")  # handed back on the way out
 
 
-def elector(api: Api, identity: str, on_change: Callable[[bool], None] | None = None) -> LeaderElector:
+def elector(api: Api, identity: str, on_change: Callable[[bool], None] | None = None, *,
+            watch: bool = False, renew_period: float | None = None) -> LeaderElector:
     return LeaderElector(api, namespace=NS, name=DEFAULT_LEASE, identity=identity, lease_duration=1.5,
-                         renew_deadline=1.0, retry_period=0.1, on_change=on_change)
+                         renew_deadline=1.0, retry_period=0.1, renew_period=renew_period, on_change=on_change,
+                         watch=watch)
 
 
 def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
@@ -414,6 +416,77 @@ def test_the_leader_renews_with_one_write_a_period_and_reads_after_a_conflict(em
         assert held["spec"]["holderIdentity"] == "gk-1"
     finally:
         e.stop()
+
+
+def test_the_leader_renews_every_renew_period_not_every_retry_period(emu: KubeEmulatorExt, api: Api) -> None:
+    # An idle install's requests: a renewal every retry period (client-go's 2 s) is 30 writes a minute.
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
+    e = elector(api, "gk-1", renew_period=0.3)
+    e.start()
+    try:
+        assert wait_until(e.is_leader, 3)
+        emu.clear_requests()
+        started = time.monotonic()
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= 4, 10)
+        # four renewals are at least three renew periods apart (a lower bound: a busy machine only adds to it)
+        assert time.monotonic() - started >= 3 * 0.3
+        assert e.is_leader()
+    finally:
+        e.stop()
+    with pytest.raises(ValueError, match="retry period <= renew period < renew deadline"):
+        elector(api, "gk-2", renew_period=1.0)
+
+
+def test_a_standby_that_watches_the_lease_sends_nothing_while_the_leader_renews(emu: KubeEmulatorExt,
+                                                                               kubeconfig: Path) -> None:
+    apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
+    leader = elector(apis[0], "gk-a", watch=True)
+    standby = elector(apis[1], "gk-b", watch=True)
+    try:
+        leader.start()
+        assert wait_until(leader.is_leader, 5)
+        standby.start()
+        assert wait_until(lambda: standby.holder == "gk-a", 5)
+        assert wait_until(lambda: standby._watcher is not None and standby._watcher.fresh, 5)
+        settled = standby.attempts
+        emu.clear_requests()
+        # the leader renews five more times, each a change the standby's watch delivers, and each restarts its
+        # count of the lease duration (1.5 s, longer than a renewal period): it never reads the Lease
+        assert wait_until(lambda: len(emu.requests("PUT", lease_path)) >= 5, 10)
+        assert standby.attempts == settled and not standby.is_leader()
+        assert [r for r in emu.requests(None, lease_path) if r.headers.get("user-agent") == "gk-b"] == []
+        # a rolling update: the leader hands the Lease back, the standby sees it on the watch and takes it
+        leader.stop(release=True)
+        assert wait_until(standby.is_leader, 3)
+        assert standby.attempts <= settled + 2
+    finally:
+        leader.stop(release=False)
+        standby.stop(release=False)
+        for a in apis:
+            a.close()
+
+
+def test_a_watching_standby_takes_over_a_crashed_leaders_lease_after_its_duration(emu: KubeEmulatorExt,
+                                                                                 kubeconfig: Path) -> None:
+    apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
+    leader = elector(apis[0], "gk-a", watch=True)
+    standby = elector(apis[1], "gk-b", watch=True)
+    try:
+        leader.start()
+        assert wait_until(leader.is_leader, 5)
+        standby.start()
+        assert wait_until(lambda: standby.holder == "gk-a", 5)
+        leader.stop(release=False)  # a crash: the Lease stays as its last renewal left it
+        crashed = time.monotonic()
+        assert wait_until(standby.is_leader, 10)
+        assert time.monotonic() - crashed >= 1.5 - 0.3 - 0.1  # its duration since the last renewal it saw
+        spec = (emu.get("leases", DEFAULT_LEASE, NS, group="coordination.k8s.io") or {})["spec"]
+        assert spec["holderIdentity"] == "gk-b"
+    finally:
+        standby.stop(release=False)
+        for a in apis:
+            a.close()
 
 
 def test_a_lease_left_by_a_dead_replica_is_taken_over_after_its_duration(emu: KubeEmulatorExt,
@@ -578,8 +651,15 @@ def test_a_pod_whose_gate_another_controller_removed_leaves_the_cache(emu: KubeE
 
 
 @pytest.mark.parametrize(("argv", "problem"), [
-    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-deadline 20s, --lease-duration 15s: leader election "
-                                  "needs 0 < retry period < renew deadline < lease duration"),
+    (["--renew-deadline", "20s"], "--retry-period 2s, --renew-period 10s, --renew-deadline 20s, --lease-duration "
+                                  "15s: leader election needs 0 < retry period <= renew period < renew deadline < "
+                                  "lease duration"),
+    (["--renew-period", "1s"], "--retry-period 2s, --renew-period 1s, --renew-deadline 10s, --lease-duration 15s: "
+                               "leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                               "duration"),
+    (["--renew-period", "10s"], "--retry-period 2s, --renew-period 10s, --renew-deadline 10s, --lease-duration 15s: "
+                                "leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                                "duration"),
     (["--webhook-listen", ":8443"], "--webhook-listen needs --webhook-cert and --webhook-key"),
     (["--webhook-verdict-configmap", "ns/"], "--webhook-verdict-configmap: no name in 'ns/'"),
     (["--gate-name", ""], "--gate-name: the gate name must not be empty"),

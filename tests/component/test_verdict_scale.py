@@ -143,6 +143,19 @@ def test_the_index_follows_schedulers_that_come_change_and_go(emu: KubeEmulatorE
         emu.delete("pods", "kube-scheduler-bare-2", namespace="kube-system")
         assert wait_until(lambda: "kube-scheduler-bare-2" not in (index.candidates() or ["x"]), 5)
         assert len(changes) == seen + 3
+        # a labelled scheduler no Node owns (the verdict's labelled list counts it): not a candidate to read
+        # by name, but its changes make the verdict stale all the same
+        hand_made = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "my-scheduler", "namespace": "kube-system", "labels": {"component": "kube-scheduler"}},
+            "spec": {"nodeName": "cp-1", "containers": [{"name": "kube-scheduler"}]}, "status": {"phase": "Running"}}
+        emu.set_pod(hand_made)
+        assert wait_until(lambda: len(changes) == seen + 4, 5)
+        assert "my-scheduler" not in (index.candidates() or [])
+        emu.set_pod({**hand_made, "status": {"phase": "Failed"}})
+        assert wait_until(lambda: len(changes) == seen + 5, 5)
+        node_agents(emu, 8, 4)
+        emu.delete("pods", "my-scheduler", namespace="kube-system")
+        assert wait_until(lambda: len(changes) == seen + 6, 5)
     finally:
         index.stop()
     # a view that does not follow the server says so: the verdict then lists the metadata itself
@@ -182,6 +195,38 @@ def test_the_gatekeeper_reads_the_verdict_again_when_a_scheduler_pod_changes(emu
         gk.wake()
         thread.join(5)
         gk.stop()
+
+
+def test_the_gatekeeper_watches_by_name_a_node_only_a_scheduler_pod_led_to(emu: KubeEmulatorExt, api: Api) -> None:
+    # The seed's corner case made Ready: an agent on the unlabelled node annotates it. No selector watch sees that
+    # Node and its scheduler pod does not change; with a long resync, only a watch of that Node by name tells.
+    cluster(emu)
+    keeper: list[Gatekeeper] = []
+    index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None)
+    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
+                    resync_interval=600.0, scheduler_index=index)
+    keeper.append(gk)
+    stop = threading.Event()
+    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
+    gk.start()
+    try:
+        assert gk.wait_synced(5)
+        thread.start()
+        assert wait_until(lambda: gk.verdict is not None and gk.watched_by_name == ["bare-1"], 5)
+        assert gk.verdict is not None and not gk.verdict.ready
+        node(emu, "bare-1", control_plane=False, ready=True)
+        assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
+        assert any(r.query.get("fieldSelector") == "metadata.name=bare-1" and r.query.get("watch") == "true"
+                   for r in emu.requests("GET", "/api/v1/nodes"))
+        # the scheduler pod goes (the node left the control plane): the verdict names the node no more
+        emu.delete("pods", "kube-scheduler-bare-1", namespace="kube-system")
+        assert wait_until(lambda: gk.watched_by_name == [], 5)
+    finally:
+        stop.set()
+        gk.wake()
+        thread.join(5)
+        gk.stop()
+    assert gk.watched_by_name == []
 
 
 def test_the_emulator_answers_metadata_only_as_asked(emu: KubeEmulatorExt, api: Api) -> None:

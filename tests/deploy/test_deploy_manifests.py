@@ -861,7 +861,7 @@ def test_gatekeeper_objects_validate_and_carry_only_its_own_permissions() -> Non
         ("Role", "scheduler-patcher", "scheduler-patcher-gatekeeper-lease"): [
             {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "resourceNames": ["scheduler-patcher-gatekeeper"],
-             "verbs": ["get", "update"]}],
+             "verbs": ["get", "update", "list", "watch"]}],  # list and watch: a standby follows the Lease
     }
     for b in (o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "scheduler-patcher-gatekeeper",

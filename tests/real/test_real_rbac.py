@@ -244,6 +244,8 @@ GK_STEPS: dict[tuple[str, str], str] = {
     ("leases", "create"): "create the leader Lease",
     ("leases", "get"): "read the leader Lease",
     ("leases", "update"): "take, renew and give back the leadership",
+    ("leases", "list"): "list the leader Lease by name before watching it",
+    ("leases", "watch"): "watch the leader Lease (a standby reads it only when it is free or due)",
 }
 
 

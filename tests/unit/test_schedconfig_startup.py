@@ -244,7 +244,7 @@ def test_rule_at_its_boundary(rule: str, minor: int, text: str, launch: Launch |
 
 def test_every_rule_has_boundary_cases() -> None:
     """A refused and an accepted case for each rule, at its first minor or the one before it (validation.go's
-    rules: tests/test_schedconfig_upstream.py)."""
+    rules: tests/unit/test_schedconfig_upstream.py)."""
     for rule in (r for r in RULES if r.cls != "validation"):
         cases = [c for c in CASES if c[0] == rule.key] + [(k, m, "", None, r) for k, m, _, r in FLAG_CASES
                                                           if k == rule.key]

@@ -1,7 +1,15 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease: one replica acts at a time.
 
 A thread around ``patcher.adapters.kube.lease.Lease`` (the one Lease primitive, shared with the agents'
-rollout coordinator): it renews every ``retry_period`` and answers ``is_leader()``. Used by the gatekeeper.
+rollout coordinator): the leader renews every ``renew_period``, a standby or a leader whose renewal failed tries
+every ``retry_period``, and ``is_leader()`` answers. Used by the gatekeeper.
+
+With ``watch`` a standby follows the Lease with a watch (by name) instead of reading it every ``retry_period``:
+each renewal it sees restarts its count of ``lease_duration`` on its own clock, as a read would, and it sends a
+request only when the Lease is free (handed back: it tries at once) or has gone unchanged for its duration
+(it reads and takes it, a CAS as before). While the watch does not follow the server (a failure, before its
+first list) the standby reads every ``retry_period`` as without it. RBAC: ``list`` and ``watch`` on the Lease
+(by name) beside ``get`` and ``update``.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from patcher.adapters.kube.lease import Lease, Outcome
-from patcher.adapters.kube.transport import Api
+from patcher.adapters.kube.lease import Lease, Obj, Outcome
+from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.transport import LEASES, Api
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,13 @@ class LeaderElector:
     itself leader only until ``renew_deadline`` after its last successful renewal — shorter than the lease
     duration, so it stops acting before anyone else may take over. Writes carry the resourceVersion that was
     read: of two replicas racing for an expired Lease, exactly one wins.
+
+    Unlike client-go, the leader's renewal period is its own (``renew_period``, default ``retry_period`` as in
+    client-go): a renewal every 2 s is 30 writes a minute for a Lease whose holder is replaced only after
+    ``lease_duration`` anyway. Renewing every few seconds less often moves nothing a standby sees (it takes
+    over ``lease_duration`` after the last change it saw, whatever the period), and a failed renewal is tried
+    again every ``retry_period`` until ``renew_deadline``, so ``renew_period + retry_period < renew_deadline``
+    keeps a second attempt before the leader stops acting.
     """
 
     def __init__(
@@ -39,12 +55,16 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        renew_period: float | None = None,
         on_change: Callable[[bool], None] | None = None,
+        watch: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if not 0 < retry_period < renew_deadline < lease_duration:
-            raise ValueError("leader election needs 0 < retry period < renew deadline < lease duration")
+        renew_period = retry_period if renew_period is None else renew_period
+        if not 0 < retry_period <= renew_period < renew_deadline < lease_duration:
+            raise ValueError("leader election needs 0 < retry period <= renew period < renew deadline < lease "
+                             "duration")
         self._lease = Lease(api, namespace, name, identity, lease_duration, clock=clock, wall=wall)
         self.namespace = namespace
         self.name = name
@@ -52,6 +72,7 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
+        self.renew_period = renew_period
         self._on_change = on_change
         self._clock = clock
         self._wall = wall
@@ -60,13 +81,23 @@ class LeaderElector:
         self._renewed = -math.inf
         self.holder: str | None = None
         self._stop = threading.Event()
+        self._woken = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Guards the Lease's bookkeeping, written by this thread's attempts and by the watch's callbacks.
+        self._seen_lock = threading.Lock()
+        self._watcher = ListWatcher(
+            api, LEASES, namespace, field_selector=f"metadata.name={name}", name=f"watch lease {namespace}/{name}",
+            on_sync=self._lease_listed, on_event=self._lease_event) if watch else None
+        #: Requests this elector sent for the Lease itself (reads, writes), not counting its watch: for tests.
+        self.attempts = 0
 
     def is_leader(self) -> bool:
         with self._lock:
             return self._leader and self._clock() - self._renewed < self.renew_deadline
 
     def start(self) -> None:
+        if self._watcher is not None:
+            self._watcher.start()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"lease-{self.name}", daemon=True)
             self._thread.start()
@@ -74,6 +105,9 @@ class LeaderElector:
     def stop(self, *, release: bool = True, timeout: float = 3.0) -> None:
         """Stop renewing; with ``release`` hand the Lease back so a standby takes over at once."""
         self._stop.set()
+        self._woken.set()
+        if self._watcher is not None:
+            self._watcher.stop(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
         was_leader = self.is_leader()
@@ -83,6 +117,11 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._woken.clear()  # before the attempt: a change the watch sees meanwhile wakes the next wait
+            standby = self._standing_by()
+            if standby > 0:
+                self._woken.wait(standby)
+                continue
             # The renew deadline runs from before the request: an answer that arrives late must not extend it.
             attempted = self._clock()
             outcome = self._try_acquire_or_renew()
@@ -93,7 +132,42 @@ class LeaderElector:
                 self._set_leader(True)
             elif outcome == "other" or now - self._renewed >= self.renew_deadline:
                 self._set_leader(False)
-            self._stop.wait(self.retry_period)
+            self._woken.wait(self.renew_period if outcome == "held" else self.retry_period)
+
+    def _standing_by(self) -> float:
+        """Seconds to wait without a request: while another holder's Lease, as the watch follows it, is valid
+        on our clock; 0 to send an attempt now (we lead, the watch does not follow, the Lease is free or due)."""
+        if self._watcher is None or not self._watcher.fresh:
+            return 0.0
+        with self._lock:
+            if self._leader:
+                return 0.0
+        with self._seen_lock:
+            return self._lease.expires_in()
+
+    def _lease_listed(self, items: list[Obj]) -> None:
+        if not items:  # no Lease: whoever comes first creates it
+            self._woken.set()
+        for lease in items:
+            self._lease_seen(lease)
+
+    def _lease_event(self, kind: str, lease: Obj) -> None:
+        if kind == "DELETED":
+            self._woken.set()
+        else:
+            self._lease_seen(lease)
+
+    def _lease_seen(self, lease: Obj) -> None:
+        """A Lease the watch delivered: restart the count of its duration if it changed; wake the thread when
+        it is free or due (a handover), or when we lead (someone else wrote it: our next renewal tells)."""
+        spec = lease.get("spec") or {}
+        with self._seen_lock:
+            due = self._lease.expired_for_us(spec)
+            self.holder = spec.get("holderIdentity") or None
+        with self._lock:
+            leader = self._leader
+        if due and not leader:
+            self._woken.set()
 
     def _set_leader(self, value: bool) -> None:
         with self._lock:
@@ -106,8 +180,10 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> str:
         """``held`` (we hold it now), ``other`` (someone else validly does) or ``error``."""
-        outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
-        self.holder = self._lease.holder
+        self.attempts += 1
+        with self._seen_lock:
+            outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
+            self.holder = self._lease.holder
         return {Outcome.HELD: "held", Outcome.OTHER: "other"}.get(outcome, "error")
 
     def _release(self) -> None:

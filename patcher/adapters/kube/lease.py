@@ -119,6 +119,14 @@ class Lease:
         duration = float(spec.get("leaseDurationSeconds") or self.duration)
         return now >= self._observed_at + duration
 
+    def expires_in(self) -> float:
+        """Seconds until the record last seen held by someone else may be taken, on our own clock (0 when no
+        such record was seen): a standby that follows the Lease by a watch sleeps this long, no read between."""
+        if self._observed is None or self._observed[0] in (None, self.identity):
+            return 0.0
+        duration = float(self._observed[3] or self.duration)
+        return max(0.0, self._observed_at + duration - self.clock())
+
     def _spec(self, previous: Obj) -> Obj:
         now = micro_time(self.wall())
         mine = previous.get("holderIdentity") == self.identity

@@ -11,9 +11,10 @@ Here the namespace is listed once and then watched, metadata only (``PartialObje
 status), and each pod is reduced as it arrives to whether it may be such a scheduler
 (``core.readiness.may_be_unlabelled_scheduler``: a Node owner and the name's prefix). What is kept is a set of
 a few names; a verdict reads those pods by name (``cluster.collect``), beside the labelled list. The
-agents' status publisher and the gatekeeper each keep one; ``on_change`` tells them when a candidate came,
-went or changed (a scheduler's status shows in its metadata's resourceVersion), so they read the verdict
-again. RBAC: ``list`` and ``watch`` on pods in the namespace, what the agent's mirror-pod watch has already.
+agents' status publisher and the gatekeeper each keep one; ``on_change`` tells them when a candidate or a
+pod with the scheduler's labels (the verdict's labelled list) came, went or changed (a scheduler's status shows
+in its metadata's resourceVersion), so they read the verdict again. RBAC: ``list`` and ``watch`` on pods in
+the namespace, what the agent's mirror-pod watch has already.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
@@ -35,8 +36,11 @@ log = logging.getLogger(__name__)
 #: Pods a page when the namespace is listed: metadata only, ~1-4 KB a pod (its managed fields are most of it).
 PAGE: Final = 500
 
-#: What a pod is reduced to: its name, and whether it may be an unlabelled scheduler.
-Reduced = tuple[str, bool]
+#: What a pod is reduced to: its name, whether it may be an unlabelled scheduler, and whether it may be any
+#: scheduler the verdict counts (a candidate, or a pod with the scheduler's labels): its changes wake ``on_change``.
+Reduced = tuple[str, bool, bool]
+#: kubeadm's label of the kube-scheduler static pod, the verdict's labelled list.
+SCHEDULER_LABELS: Final = {"component": "kube-scheduler"}
 
 
 class SchedulerIndex:
@@ -44,12 +48,15 @@ class SchedulerIndex:
 
     def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
                  on_change: Callable[[], None] | None = None, backoff: Backoff | None = None,
-                 watch_timeout_s: int = 240, failure_level: int = logging.INFO, page_size: int = PAGE) -> None:
+                 watch_timeout_s: int = 240, failure_level: int = logging.INFO, page_size: int = PAGE,
+                 labels: Mapping[str, str] = SCHEDULER_LABELS) -> None:
         self.namespace = namespace
         self.static_pod_name = static_pod_name
+        self._labels = dict(labels)
         self._on_change = on_change
         self._lock = threading.Lock()
         self._names: set[str] = set()
+        self._schedulers: set[str] = set()
         self._watcher = ListWatcher(
             api, PODS, namespace, on_sync=self._synced, on_event=self._event, name=f"scheduler index ({namespace})",
             backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=failure_level, page_size=page_size,
@@ -95,24 +102,34 @@ class SchedulerIndex:
     def _reduce(self, obj: Obj) -> Reduced:
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         meta = meta if isinstance(meta, dict) else {}
-        return str(meta.get("name") or ""), may_be_unlabelled_scheduler(meta, self.static_pod_name)
+        candidate = may_be_unlabelled_scheduler(meta, self.static_pod_name)
+        labels = meta.get("labels")
+        labelled = isinstance(labels, dict) and bool(self._labels) and all(
+            labels.get(k) == v for k, v in self._labels.items())
+        return str(meta.get("name") or ""), candidate, candidate or labelled
 
     def _synced(self, items: list[Reduced]) -> None:
-        names = {name for name, candidate in items if candidate}
+        names = {name for name, candidate, _ in items if candidate}
+        schedulers = {name for name, _, scheduler in items if scheduler}
         with self._lock:
-            changed, self._names = names != self._names, names
+            changed = names != self._names or schedulers != self._schedulers
+            self._names, self._schedulers = names, schedulers
         if changed:
             self._changed()
 
     def _event(self, kind: str, item: Reduced) -> None:
-        name, candidate = item
+        name, candidate, scheduler = item
         with self._lock:
-            known = name in self._names
+            known = name in self._schedulers
             if candidate and kind != "DELETED":
                 self._names.add(name)
             else:
                 self._names.discard(name)
-        if known or candidate:  # a candidate came, went, or changed (its status, its owner)
+            if scheduler and kind != "DELETED":
+                self._schedulers.add(name)
+            else:
+                self._schedulers.discard(name)
+        if known or scheduler:  # a scheduler came, went, or changed (its status, its owner, its labels)
             self._changed()
 
     def _changed(self) -> None:
