@@ -385,7 +385,7 @@ def test_rbac_matches_the_api_calls_the_agent_makes() -> None:
     granted = {(g, res, verb) for rules in EXPECTED_RULES.values() for r in rules
                for g in r["apiGroups"] for res in r["resources"] for verb in r["verbs"]}
     used = api_calls_in_agent()
-    assert {"runner.py", "annotations.py", "mirrorpod.py", "rollout.py"} <= {p.name for p in agent_modules()}
+    assert {"runner.py", "publish.py", "mirrorpod.py", "rollout.py"} <= {p.name for p in agent_modules()}
     assert ("", "nodes", "patch") in used, "the scan found no Node patch: it is broken"
     assert (LEASE_GROUP, "leases", "update") in used and ("", "pods", "watch") in used, "the scan is broken"
     missing = used - granted - CALLED_ONLY_BY_CLI
