@@ -26,9 +26,8 @@ from patcher.core.settings import Settings
 from patcher.core.status import NodeState
 from patcher.services import patching
 from patcher.services.observations import Observations
-from patcher.services.patching import state_folder_message
 from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
-from patcher.services.record import RecordKeeper
+from patcher.services.record import RecordKeeper, state_folder_message
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
 

@@ -14,19 +14,23 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
+from patcher.services.record import (
+    ORIGINAL_FILE,
+    remove_stale_temp_files_locked,
+    state_store,
+    writer_lock,
+)
 
 
 class KnownBadConfig(ConfigError):
@@ -55,34 +59,10 @@ def host_fs(files: Files) -> fsio.HostFS:
     return fsio.HostFS(files.host_root)
 
 
-def state_store(files: Files) -> StateStore:
-    """The state record in the node's state folder."""
-    return StateStore(host_fs(files).local(files.state_dir), files.state_dir)
-
-
 def manifest_local(files: Files) -> Path:
     """Where the manifest is on this machine, its symlinks resolved on the node (kubelet's view)."""
     fs = host_fs(files)
     return fs.local(fs.resolve(files.manifest_path))
-
-
-def writer_lock(files: Files) -> contextlib.AbstractContextManager[None]:
-    """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It lives
-    in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
-    return _state_folder_lock(files)
-
-
-@contextlib.contextmanager
-def _state_folder_lock(opts: Files) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        try:
-            folder = host_fs(opts).local(opts.state_dir)
-            stack.enter_context(fsio.writer_lock(folder, opts.state_dir, wait=opts.lock_wait))
-        except fsio.LockBusy:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-        yield
 
 
 @dataclass(frozen=True)
@@ -407,7 +387,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
     store = state_store(opts)
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             _remove_stale_temp_files_locked(opts)]
+             remove_stale_temp_files_locked(opts)]
     created: list[FileChange] = []
     config = plan.config
     assert config is not None
@@ -587,31 +567,6 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
     return changes, kept
 
 
-def remove_stale_temp_files(opts: Files) -> list[str]:
-    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
-
-    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
-    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
-    """
-    try:
-        with writer_lock(opts):
-            return _remove_stale_temp_files_locked(opts)
-    except PatcherError:
-        return []
-
-
-def _remove_stale_temp_files_locked(opts: Files) -> list[str]:
-    fs = host_fs(opts)
-    removed = []
-    manifest_path = fs.resolve(opts.manifest_path)
-    targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
-               (opts.host_config_dir, "*"), (opts.state_dir, "*")]
-    for folder, name in targets:
-        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
-            removed.append(posixpath.join(folder, path.name))
-    return removed
-
-
 def _unparsable(text: str) -> bool:
     try:
         yamltext.parse(text)
@@ -645,7 +600,7 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list
 
 def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             _remove_stale_temp_files_locked(opts)]
+             remove_stale_temp_files_locked(opts)]
     lines += _write_restored_locked(plan)
     if keep_files:
         return lines

@@ -16,15 +16,9 @@ from patcher.core.errors import ConfigError, PatcherError, StateFolderError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
+from patcher.services.record import state_folder_message
 
 log = logging.getLogger("patcher.services.agent")
-
-
-def state_folder_message(exc: PatcherError) -> str:
-    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
-    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
-    on device``."""
-    return f"state folder unusable: {exc}"
 
 
 def plan(files: Files, *, fallback_version: str | None,

@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import Final
 
 from patcher.adapters import fsio
-from patcher.adapters.statestore import StateStore
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
 from patcher.services.ports import Coordinator, PodSource, Reporter
+from patcher.services.record import StateStore
 
 log = logging.getLogger("patcher.services.agent")
 

@@ -31,6 +31,7 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
 from patcher.services import engine
 from patcher.services.agent import Agent
+from patcher.services.record import state_store, writer_lock
 from tests.component.test_lifecycle_stateful import FakeKubelet
 from tests.harness import helpers
 from tests.harness.childproc import Child
@@ -95,7 +96,7 @@ def test_a_state_folder_that_cannot_be_made_fails_the_apply_and_the_lock(fake: F
         engine.apply(OPTS, plan)
     assert STATE_DIR in str(exc.value)
     assert snapshot() == before
-    with pytest.raises(StateFolderError, match=r"Not a directory"), engine.writer_lock(OPTS):
+    with pytest.raises(StateFolderError, match=r"Not a directory"), writer_lock(OPTS):
         pass
 
 
@@ -430,4 +431,4 @@ def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_man
     config = plan.config
     assert config is not None
     assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
-    assert engine.state_store(opts).load().patched_sha256 == engine.sha256(patched)
+    assert state_store(opts).load().patched_sha256 == engine.sha256(patched)

@@ -19,6 +19,7 @@ from patcher.adapters import fsio
 from patcher.core import manifest
 from patcher.core.settings import Files
 from patcher.services import engine
+from patcher.services.record import state_store, writer_lock
 from tests.harness.helpers import KUBEADM, MANIFEST
 
 CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
@@ -48,7 +49,7 @@ def consistent(opts: Files) -> None:
     local = engine.host_fs(opts).local(opts.manifest_path)
     text = local.read_text()
     sched = manifest.inspect(manifest.parse_manifest(text, "m"), "m", prefix=opts.prefix)
-    state = engine.state_store(opts).load()
+    state = state_store(opts).load()
     if sched.marker is not None:
         path = sched.marker.flag.split("=", 1)[1]
         assert engine.host_fs(opts).local(path).is_file(), f"manifest points at a missing {path}"
@@ -127,11 +128,11 @@ def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: F
             t.join(WAIT)
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
-    assert engine.state_store(opts).load().config_hash == first.config.config_hash
+    assert state_store(opts).load().config_hash == first.config.config_hash
     again = engine.plan_apply(opts)  # the second writer plans again from the new bytes and wins cleanly
     engine.apply(opts, again)
     consistent(opts)
-    assert engine.state_store(opts).load().config_hash == second.config.config_hash
+    assert state_store(opts).load().config_hash == second.config.config_hash
 
 
 def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> None:
@@ -150,7 +151,7 @@ def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> N
         engine.apply(opts, plan)
     assert local.read_bytes() == upgraded
     assert os.listdir(local.parent) == ["kube-scheduler.yaml"]  # no temp file of ours left behind
-    assert not engine.state_store(opts).load().patched  # the record was rewound: it does not claim a patch
+    assert not state_store(opts).load().patched  # the record was rewound: it does not claim a patch
     consistent(opts)
 
 
@@ -166,7 +167,7 @@ def test_checked_write_swaps_in_place_and_leaves_nothing_else(tmp_path: Path) ->
 
 def test_the_lock_is_reentrant_for_its_holder(opts: Files) -> None:
     quick = replace(opts, lock_wait=0.0)
-    with engine.writer_lock(quick):  # the agent holds it for its whole life and still applies
+    with writer_lock(quick):  # the agent holds it for its whole life and still applies
         lines, _ = engine.apply(quick, engine.plan_apply(quick))
     assert lines
     consistent(quick)
@@ -204,10 +205,10 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: Files) -
 def test_another_thread_waits_like_another_process(opts: Files) -> None:
     """In-process writers are serialised too (the lock is reentrant only for the thread that holds it)."""
     got: list[object] = []
-    with engine.writer_lock(opts):
+    with writer_lock(opts):
         def other() -> None:
             try:
-                with engine.writer_lock(replace(opts, lock_wait=0.0)):
+                with writer_lock(replace(opts, lock_wait=0.0)):
                     got.append("entered")
             except fsio.LockBusy as exc:
                 got.append(exc)
