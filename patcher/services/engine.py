@@ -370,21 +370,22 @@ def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
-def apply(opts: Files, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
+def apply(opts: Files, plan: Plan, state: State | None = None, *,
+          ops: fsio.FileOps = fsio.REAL) -> tuple[list[str], State]:
     """Write a plan under the writer lock, after checking that every file is still what it was planned from.
-    Returns one line per file changed and the new state record."""
+    Returns one line per file changed and the new state record. Every write goes through ``ops``."""
     _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
-    with writer_lock(opts):
+    with writer_lock(opts, ops):
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         for change in plan.changes:
             if change.kind == "config":
                 _verify_unchanged(change.local, change.old, change.node_path)
-        lines, new_state = _apply_locked(opts, plan, state)
+        lines, new_state = _apply_locked(opts, plan, state, ops)
     return lines, new_state
 
 
-def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[str], State]:
-    store = state_store(opts)
+def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOps) -> tuple[list[str], State]:
+    store = state_store(opts, ops)
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
@@ -430,7 +431,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
         # so a state folder that cannot take the record (read-only, full, gone) fails the apply before any file
         # is in place: a write that could not be recorded is never made (it could not be undone). The record is
         # the last thing written in the state folder: nothing after the manifest depends on that folder.
-        fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes)
+        fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes, ops=ops)
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
     except PatcherError as exc:
@@ -575,11 +576,11 @@ def _unparsable(text: str) -> bool:
     return False
 
 
-def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
+def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
     """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
 
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
-    must still remember which config failed).
+    must still remember which config failed). Every write goes through ``ops``.
     """
     # A manifest that carries our marker is put back even when the state folder is read-only, full or gone
     # (a SIGTERM during that fault must not leave the node patched): only the record's clearing needs it, and
@@ -589,34 +590,34 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list
     record_left = not keep_files and state_store(opts).present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
-    with writer_lock(opts):
+    with writer_lock(opts, ops):
         if plan.current is not None:
             _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         if plan.state is not None and state_store(opts).load() != plan.state:
             raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
                                          "since the restore was planned; nothing written")
-        return _restore_locked(opts, plan, keep_files)
+        return _restore_locked(opts, plan, keep_files, ops)
 
 
-def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool) -> list[str]:
+def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
-    lines += _write_restored_locked(plan)
+    lines += _write_restored_locked(plan, ops)
     if keep_files:
         return lines
-    return _clean_up_locked(opts, plan, lines)
+    return _clean_up_locked(opts, plan, lines, ops)
 
 
-def _write_restored_locked(plan: RestorePlan) -> list[str]:
+def _write_restored_locked(plan: RestorePlan, ops: fsio.FileOps) -> list[str]:
     lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
-            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
+            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
             lines.append(f"wrote {change.node_path}")
     return lines
 
 
-def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[str]:
+def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
@@ -630,9 +631,9 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[s
                 if line.startswith("kept "):
                     kept.append(posixpath.basename(change.node_path))
             step = "clearing the state record"
-            state_store(opts).clear()
+            state_store(opts, ops).clear()
             if kept:  # still ours: a later restore or prune removes them once nothing names them
-                state_store(opts).save(State(written=tuple(kept)))
+                state_store(opts, ops).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None

@@ -63,11 +63,12 @@ def plan(files: Files, *, fallback_version: str | None,
 
 
 def apply(files: Files, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],
-          log_extra: dict[str, str]) -> lifecycle.Event:
-    """Write ``plan`` (``expect``: the folder watch is told the manifest event that follows is ours)."""
+          log_extra: dict[str, str], ops: fsio.FileOps = fsio.REAL) -> lifecycle.Event:
+    """Write ``plan`` through ``ops`` (``expect``: the folder watch is told the manifest event that follows is
+    ours)."""
     assert plan.config is not None
     try:
-        lines, record = engine.apply(files, plan, record)
+        lines, record = engine.apply(files, plan, record, ops=ops)
     except fsio.ChangedUnderneath as exc:
         return lifecycle.WriteFailed(str(exc), changed_underneath=True)
     except StateFolderError as exc:  # nothing was written: the write waits for the folder
@@ -102,7 +103,8 @@ def check_last_good(files: Files, action: lifecycle.CheckLastGood) -> tuple[life
 
 
 def roll_back(files: Files, action: lifecycle.RollBack, plan: engine.Plan | None, record: State, *,
-              expect: Callable[[], None]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+              expect: Callable[[], None],
+              ops: fsio.FileOps = fsio.REAL) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
     """Execute the rollback the step chose: to the last Ready config (``plan``, from ``check_last_good``) or to
     the original manifest (our changes removed from the manifest as it is now, the config files kept)."""
     try:
@@ -111,11 +113,11 @@ def roll_back(files: Files, action: lifecycle.RollBack, plan: engine.Plan | None
             if plan is None or good is None or plan.config is None:
                 raise PatcherError(None, "the rollback to the last Ready config has no plan")
             if plan.pending:
-                _, record = engine.apply(files, plan, record)
+                _, record = engine.apply(files, plan, record, ops=ops)
             target = f"the last Ready config {plan.config.short_hash}"
             record = replace(record, source_hash=good.source_hash)
         else:
-            engine.restore(files, engine.plan_restore(files), keep_files=True)
+            engine.restore(files, engine.plan_restore(files), keep_files=True, ops=ops)
             record = replace(record, patched_sha256="", config_hash="", source_hash="")
             target = "the original manifest"
     except PatcherError as exc:

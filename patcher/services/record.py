@@ -37,6 +37,11 @@ from patcher.core.state import State, decode, encode
 
 log = logging.getLogger("patcher.services.agent")
 
+#: What the record's writes, and every other file write of the agent, go through: named here so that the agent
+#: (``Agent(file_ops=)``) is handed them without reaching into an adapter itself.
+FileOps = fsio.FileOps
+REAL_FILE_OPS = fsio.REAL
+
 STATE_FILE = "state.json"
 ORIGINAL_FILE = "original-manifest.yaml"
 #: The record is a few KiB (hashes, file names, the last Ready config's names): 1 MiB bounds a read of one
@@ -46,9 +51,10 @@ LIMITS = {STATE_FILE: MAX_STATE_BYTES, ORIGINAL_FILE: MAX_MANIFEST_BYTES}
 
 
 class StateStore:
-    def __init__(self, folder: Path, shown: str) -> None:
+    def __init__(self, folder: Path, shown: str, ops: fsio.FileOps = fsio.REAL) -> None:
         self.folder = folder
         self.shown = shown
+        self.ops = ops  # every write here, and every writer handed this store, writes through them
 
     def _path(self, name: str) -> Path:
         return self.folder / name
@@ -82,7 +88,8 @@ class StateStore:
     def save(self, state: State) -> None:
         self._ensure()
         with self._faults():
-            fsio.atomic_write(self._path(STATE_FILE), encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}")
+            fsio.atomic_write(self._path(STATE_FILE), encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
+                              ops=self.ops)
 
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
@@ -113,7 +120,7 @@ class StateStore:
             if data is None:
                 fsio.remove(self._path(name))
             elif not fsio.holds(self._path(name), data):
-                fsio.atomic_write(self._path(name), data, mode=0o600)
+                fsio.atomic_write(self._path(name), data, mode=0o600, ops=self.ops)
 
     def present(self) -> bool:
         """Whether the record or the saved original is there (what ``clear`` would remove); reads neither."""
@@ -127,9 +134,9 @@ class StateStore:
                     fsio.remove(self._path(name))
 
 
-def state_store(files: Files) -> StateStore:
-    """The state record in the node's state folder."""
-    return StateStore(fsio.HostFS(files.host_root).local(files.state_dir), files.state_dir)
+def state_store(files: Files, ops: fsio.FileOps = fsio.REAL) -> StateStore:
+    """The state record in the node's state folder, written through ``ops``."""
+    return StateStore(fsio.HostFS(files.host_root).local(files.state_dir), files.state_dir, ops)
 
 
 def state_folder_message(exc: PatcherError) -> str:
@@ -140,13 +147,14 @@ def state_folder_message(exc: PatcherError) -> str:
 
 
 @contextlib.contextmanager
-def writer_lock(files: Files) -> Iterator[None]:
+def writer_lock(files: Files, ops: fsio.FileOps = fsio.REAL) -> Iterator[None]:
     """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It lives
-    in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
+    in the state folder: when the folder cannot hold it, a ``StateFolderError``. While another writer holds it,
+    ``ops.sleep`` waits."""
     with contextlib.ExitStack() as stack:
         try:
             folder = fsio.HostFS(files.host_root).local(files.state_dir)
-            stack.enter_context(fsio.writer_lock(folder, files.state_dir, wait=files.lock_wait))
+            stack.enter_context(fsio.writer_lock(folder, files.state_dir, wait=files.lock_wait, sleep=ops.sleep))
         except fsio.LockBusy:
             raise
         except PatcherError as exc:
@@ -181,9 +189,9 @@ def remove_stale_temp_files_locked(files: Files) -> list[str]:
 
 
 class RecordKeeper:
-    def __init__(self, files: Files, *, log_extra: dict[str, str]) -> None:
+    def __init__(self, files: Files, *, log_extra: dict[str, str], ops: fsio.FileOps = fsio.REAL) -> None:
         self.files = files
-        self.store = state_store(files)
+        self.store = state_store(files, ops)  # its ``ops`` are every file write of the agent
         self.saved: State | None = None  # the record the state folder holds, as far as this agent knows
         self._lock: contextlib.ExitStack | None = None  # holds the writer lock while the agent runs, once taken
         self._lock_held = False
@@ -209,7 +217,7 @@ class RecordKeeper:
         another writer holds it."""
         own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
-            own.enter_context(writer_lock(self.files))
+            own.enter_context(writer_lock(self.files, self.store.ops))
         except fsio.LockBusy as exc:
             metrics.error("lock")
             log.error("%s", exc, extra=self._log_extra)
@@ -235,7 +243,7 @@ class RecordKeeper:
         still busy: the next save tries again) and read the record as it is on disk now."""
         if self._lock is not None and not self._lock_held:
             try:
-                self._lock.enter_context(writer_lock(self.files))
+                self._lock.enter_context(writer_lock(self.files, self.store.ops))
             except (fsio.LockBusy, StateFolderError) as exc:
                 log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
                             extra=self._log_extra)
@@ -255,7 +263,7 @@ class RecordKeeper:
         if self._lock is None or self._lock_held:
             return
         try:
-            self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0)))
+            self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0), self.store.ops))
         except fsio.LockBusy as exc:
             raise StateFolderError(exc.path, exc.problem) from None
         self._lock_held = True

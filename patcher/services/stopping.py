@@ -49,9 +49,9 @@ class Stopping:
             turn_silent = self._take_turn(action, coordinator) if writes else False
             pods_silent = False
             try:
-                lines = engine.restore(self.files, plan)
+                lines = engine.restore(self.files, plan, ops=self.store.ops)
             except fsio.ChangedUnderneath:  # rewritten since it was planned (the turn's wait): plan again
-                lines = engine.restore(self.files, engine.plan_restore(self.files))
+                lines = engine.restore(self.files, engine.plan_restore(self.files), ops=self.store.ops)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:
