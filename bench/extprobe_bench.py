@@ -25,6 +25,7 @@ from patcher.adapters import extprobe  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
+from patcher.services.record import state_store  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.harness.emu.extservers import ExtenderServer, Pki  # noqa: E402
 
@@ -74,7 +75,7 @@ def main() -> None:
             patch = []
             for _ in range(args.n):
                 shutil.copy(KUBEADM, opts.host_root / MANIFEST)
-                engine.state_store(opts).clear()
+                state_store(opts).clear()
                 patch.append(timed(lambda: engine.apply(opts, engine.plan_apply(opts, config=config))))
             results.append(("patch step without the pre-flight (kubeadm)", patch))
     base = statistics.median(patch)

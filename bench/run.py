@@ -33,6 +33,7 @@ from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
+from patcher.services.record import state_store  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 CORPUS = ROOT.parent / "shared" / "corpus" / "manifests"
@@ -61,7 +62,7 @@ class Node:
 
     def reset(self, data: bytes) -> None:
         self.manifest.write_bytes(data)
-        engine.state_store(self.opts).clear()
+        state_store(self.opts).clear()
         yamltext.parse.cache_clear()  # a real parse each time, not the per-text cache
 
     def patch(self) -> None:

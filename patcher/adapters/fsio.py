@@ -29,27 +29,26 @@ from patcher.core.errors import PatcherError
 MAX_LINK_HOPS = 40
 LOCK_NAME = ".lock"
 
-# Test seam: called with a point name and a path at the steps where writers race ("before-rename" right
-# before a checked rename, "lock-busy" when the writer lock is held by someone else), and where a file is
-# created ("create", with the file's path, right before its temp file is made: an ``OSError`` the hook raises
-# there is reported as the kernel's would be, which is how tests running as root make a folder read-only or
-# full). Races and faults are forced through it in tests instead of being left to timing or privileges.
-_pause: Callable[[str, Path], None] | None = None
+class FileOps:
+    """The steps of a write where the kernel can refuse it or another writer can come in, as methods: these are
+    the real ones, and every writer takes them as an argument (``REAL`` by default). A caller hands a subclass
+    to meet a refusal the kernel will not give it (a read-only or full folder, for a test running as root) or
+    another writer at one exact step, instead of leaving either to privileges or timing."""
+
+    def create_temp(self, path: Path) -> tuple[int, str]:
+        """A new dot-named temp file beside ``path``: its open descriptor and its path."""
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+    def before_rename(self, path: Path) -> None:
+        """The last moment before a checked write (``expect``) puts its file at ``path``: another writer that
+        comes now is caught by the check. Nothing to do here."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait for a writer lock that another writer holds."""
+        time.sleep(seconds)
 
 
-@contextlib.contextmanager
-def pause_points(hook: Callable[[str, Path], None]) -> Iterator[None]:
-    global _pause
-    previous, _pause = _pause, hook
-    try:
-        yield
-    finally:
-        _pause = previous
-
-
-def _point(name: str, path: Path) -> None:
-    if _pause is not None:
-        _pause(name, path)
+REAL = FileOps()
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ class ChangedUnderneath(PatcherError):
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None,
-                 expect: bytes | None = None, mtime_ns: int | None = None) -> None:
+                 expect: bytes | None = None, mtime_ns: int | None = None, ops: FileOps = REAL) -> None:
     """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept.
 
     ``expect``: the content the caller planned from. The new file is swapped in with RENAME_EXCHANGE and
@@ -140,14 +139,14 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
     name = shown or str(path)
-    tmp = _durable_temp(path, data, mode, mtime_ns, name)
-    _publish(tmp, path, data, expect, name)
+    tmp = _durable_temp(path, data, mode, mtime_ns, name, ops)
+    _publish(tmp, path, data, expect, name, ops=ops)
 
 
-def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str) -> str:
+def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str, ops: FileOps) -> str:
     """A dot-named temp file beside ``path`` holding ``data``, fsynced, with ``path``'s mode and owner (``mode``
     for a new file)."""
-    fd, tmp = _written_temp(path, data, mode, mtime_ns, name)
+    fd, tmp = _written_temp(path, data, mode, mtime_ns, name, ops)
     try:
         failed = _fsync_all([fd])
     finally:
@@ -159,7 +158,7 @@ def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     return tmp
 
 
-def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str,
+def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str, ops: FileOps,
                   error: type[PatcherError] = PatcherError) -> tuple[int, str]:
     """The temp file of ``_durable_temp``, written but not yet fsynced: its open descriptor and its path.
     Failures are raised as ``error``, naming the folder (or the file) as ``name`` shows it."""
@@ -171,8 +170,7 @@ def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     except FileNotFoundError:
         keep_mode, uid, gid = (mode if mode is not None else 0o644), -1, -1
     try:
-        _point("create", path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = ops.create_temp(path)
     except FileNotFoundError:
         raise error(shown_folder, "folder does not exist") from None
     except OSError as exc:
@@ -219,7 +217,7 @@ class Write:
     error: type[PatcherError] = PatcherError  # what a failure of this file is raised as
 
 
-def write_in_order(*groups: list[Write]) -> None:
+def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
     """Atomic writes of several files, published group after group: every group's files are renamed in place
     and their folders fsynced before the next group's first rename, as that many ``atomic_write`` calls in
     that order would. Every file's content is written and fsynced before the first rename: a failure to
@@ -230,7 +228,7 @@ def write_in_order(*groups: list[Write]) -> None:
     fds: list[int] = []
     try:
         for w in writes:
-            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, w.error)
+            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, ops, w.error)
             fds.append(fd)
             temps.append(tmp)
         failed = _fsync_all(fds)
@@ -252,7 +250,8 @@ def write_in_order(*groups: list[Write]) -> None:
             displaced = []
             for w in group:
                 _, tmp = pending.pop(0)
-                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False, error=w.error))
+                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False, error=w.error,
+                                          ops=ops))
                 folders.setdefault(str(w.path.parent), (posixpath.dirname(w.shown) or str(w.path.parent),
                                                         w.path.parent))
             for shown, folder in folders.values():
@@ -271,7 +270,7 @@ def write_in_order(*groups: list[Write]) -> None:
 
 
 def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, *, sync: bool = True,
-             error: type[PatcherError] = PatcherError) -> str | None:
+             error: type[PatcherError] = PatcherError, ops: FileOps = REAL) -> str | None:
     """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``), then fsync the folder.
 
     With ``sync`` False the caller fsyncs the folder, then removes the file this returns (the one an exchange
@@ -279,7 +278,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
     folder = path.parent
     try:
         if expect is not None and _renameat2() is not None:
-            _point("before-rename", path)
+            ops.before_rename(path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
                 _settle_exchange(tmp, path, data, expect, name)
                 if not sync:
@@ -291,7 +290,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
         if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
-            _point("before-rename", path)  # the window this fallback leaves open
+            ops.before_rename(path)  # the window this fallback leaves open
         os.replace(tmp, path)
     except PatcherError:  # changed underneath, or not a regular file any more
         with contextlib.suppress(OSError):
@@ -416,7 +415,7 @@ _held_guard = threading.Lock()
 @contextlib.contextmanager
 def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
                 clock: Callable[[], float] = time.monotonic,
-                sleep: Callable[[float], None] = time.sleep) -> Iterator[None]:
+                sleep: Callable[[float], None] = REAL.sleep) -> Iterator[None]:
     """One writer at a time on the node: ``flock`` on ``<state folder>/.lock``, holder pid written in it.
 
     Waits up to ``wait`` seconds, then refuses in one line naming the holder.
@@ -482,7 +481,6 @@ def _flock(fd: int, folder: Path, shown: str, wait: float, clock: Callable[[], f
             return
         except BlockingIOError:
             pass
-        _point("lock-busy", folder)
         left = deadline - clock()
         if left <= 0:
             try:

@@ -193,9 +193,6 @@ class Settler:
             if action is Action.COMMIT:
                 self._pending[target].commit = now
 
-    def writers(self) -> list[str]:
-        return sorted(f"{folder}/{name}" for folder, names in self._writers.items() for name in names)
-
     def touch_all(self, now: float) -> None:
         self._writers.clear()
         for target in self._folders:
@@ -281,6 +278,12 @@ class _Handler(FileSystemEventHandler):
         self._inbox(self._generation, self._path, self._role, event)
 
 
+def _inotify_observer() -> BaseObserver:
+    observer = InotifyObserver(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
+    observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
+    return observer
+
+
 class FolderWatcher:
     """Calls ``on_change(name)`` once a watched target's fingerprint differs from the last one seen.
 
@@ -288,17 +291,25 @@ class FolderWatcher:
     up to ``max_wait``). The callback runs on the watcher's thread: keep it short (queue the work).
     """
 
-    def __init__(self, on_change: Callable[[str], None], debounce: float = 0.02, max_wait: float = 2.0) -> None:
+    def __init__(self, on_change: Callable[[str], None], debounce: float = 0.02, max_wait: float = 2.0, *,
+                 published: Callable[[str], bool] = configmap_published,
+                 observer: Callable[[], BaseObserver] | None = None, settler: Settler | None = None) -> None:
+        """``published``: whether a ConfigMap swap in a folder may be looked at at once; ``observer``: makes the
+        started watchdog observer every watch is scheduled on (default: inotify); ``settler``: the timing core
+        (default: ``Settler(debounce, max_wait)``). They are the watcher's collaborators, given so that a test can
+        record what they were asked, or refuse paths as the kernel would, instead of reading the watcher's
+        insides."""
         self.on_change = on_change
+        self._is_published = published
+        self._make_observer = observer or _inotify_observer
         self.debounce = debounce
         self.targets: dict[str, Target] = {}
-        self._settler = Settler(debounce, max_wait)
+        self._settler = settler or Settler(debounce, max_wait)
         self._lock = threading.Lock()  # targets, settler, watches; never taken on watchdog's threads
         self._cv = threading.Condition(threading.Lock())  # the inbox, and waking our thread
         self._inbox: list[tuple[int, str, _Role, FileSystemEvent]] = []
         self._observer: BaseObserver | None = None
         self._generation = 0  # events of watches dropped by a re-arm are ignored
-        self._watched: set[str] = set()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -312,7 +323,7 @@ class FolderWatcher:
         with self._lock:
             if self._observer is None:
                 try:
-                    self._observer = self._new_observer()
+                    self._observer = self._make_observer()
                 except OSError as exc:  # e.g. fs.inotify.max_user_instances reached
                     raise PatcherError(str(folder), f"cannot watch: {exc.strerror or exc}") from exc
             target = self.targets.get(name)
@@ -354,39 +365,13 @@ class FolderWatcher:
             with self._lock:
                 target.last = target.fingerprint()
 
-    def writers_at_work(self) -> list[str]:
-        """Files seen modified and not yet closed, as ``folder/name`` (their target's look waits for them)."""
-        with self._lock:
-            return self._settler.writers()
-
-    def watched_folders(self) -> list[str]:
-        """The folders watched right now (not the ancestors): a folder that is gone is missing here."""
-        with self._lock:
-            return sorted(self._watched)
-
     # -- internals --------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _new_observer() -> BaseObserver:
-        observer = InotifyObserver(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
-        observer.start()  # before any schedule: a watch that cannot be set up fails in schedule(), not later
-        return observer
-
-    def _published(self, folder: str) -> bool:
-        """Whether a ConfigMap swap in ``folder`` may be looked at at once (the seam for tests, which record)."""
-        return configmap_published(folder)
-
-    def _schedule(self, path: str, events: tuple[type[FileSystemEvent], ...], handler: _Handler) -> None:
-        """One watch (the seam where tests refuse a path as the kernel would)."""
-        assert self._observer is not None
-        self._observer.schedule(handler, path, recursive=False, event_filter=list(events))
 
     def _arm_locked(self) -> str:
         """(Re)create every watch from the paths; returns the first error for a folder that exists."""
         assert self._observer is not None
         self._generation += 1  # before the new watches exist: none of their events is taken for an old one
         self._observer.unschedule_all()
-        self._watched = set()
         first_error = ""
         folders = sorted({f for t in self.targets.values() for f in t.folders})
         for folder in folders:
@@ -413,15 +398,16 @@ class FolderWatcher:
                 retries += 1  # created between the failed add and the creation watch: try again
                 continue
             return False
-        self._watched.add(folder)
         return True
 
     def _add_locked(self, path: str, events: tuple[type[FileSystemEvent], ...], role: _Role) -> bool | None:
         """True: watched; False: the path does not exist (or is no folder); None: another error."""
         if not os.path.isdir(path):
             return False  # watchdog would watch a file, or raise ENOENT
+        assert self._observer is not None
         try:
-            self._schedule(path, events, _Handler(self._receive, self._generation, path, role))
+            self._observer.schedule(_Handler(self._receive, self._generation, path, role), path, recursive=False,
+                                    event_filter=list(events))
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
                 return False
@@ -464,7 +450,7 @@ class FolderWatcher:
                     continue  # a watch dropped by a re-arm
                 actions = classify(event, watched=path, ancestor_of=role.ancestor_of)
                 for action, name in actions:
-                    if action is Action.COMMIT and not self._published(role.folder):
+                    if action is Action.COMMIT and not self._is_published(role.folder):
                         action = Action.CHANGE
                     if action is Action.REARM:
                         rearm = True

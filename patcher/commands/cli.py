@@ -386,15 +386,10 @@ def run_settings(args: argparse.Namespace) -> Settings:
     if args.restart_settle >= args.restart_timeout:
         raise RunFlagError(f"--restart-settle {args.restart_settle:g}s: must be shorter than --restart-timeout "
                            f"({args.restart_timeout:g}s), or no restart could ever count as Ready")
-    grace, kill = args.grace_period, args.termination_grace_period
-    if kill is not None and grace >= kill:
-        raise RunFlagError(f"--grace-period {grace:g}s: must be shorter than --termination-grace-period ({kill:g}s, "
-                           "the pod's terminationGracePeriodSeconds), or the kubelet kills the agent inside its "
-                           "restore")
     if not args.no_api and not args.node_name:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
-    return Settings(
+    settings = Settings(
         files=_files(args),
         lifecycle=Lifecycle(restart_timeout=args.restart_timeout, restart_settle=args.restart_settle,
                             rollback_on_failure=args.rollback_on_failure,
@@ -410,6 +405,12 @@ def run_settings(args: argparse.Namespace) -> Settings:
                       compat_namespace=args.compat_namespace),
         serve=Serve(listen=args.listen, log_format=args.log_format, log_level=args.log_level),
     )
+    grace, kill = settings.lifecycle.grace_period, settings.pod.termination_grace
+    if kill is not None and grace >= kill:
+        raise RunFlagError(f"--grace-period {grace:g}s: must be shorter than --termination-grace-period ({kill:g}s, "
+                           "the pod's terminationGracePeriodSeconds), or the kubelet kills the agent inside its "
+                           "restore")
+    return settings
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """The agent's record on the node, as a value: what it wrote, what it is waiting for, what last worked.
 
 Pure: the typed, frozen record and its versioned (de)serialisation to bytes. Where the bytes live (the state
-folder, never the kubelet's manifest folder) and how they are written is ``patcher.adapters.statestore``.
+folder, never the kubelet's manifest folder) and how they are written is ``patcher.services.record``.
 """
 
 from __future__ import annotations

@@ -26,9 +26,8 @@ from patcher.core.settings import Settings
 from patcher.core.status import NodeState
 from patcher.services import patching
 from patcher.services.observations import Observations
-from patcher.services.patching import state_folder_message
 from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
-from patcher.services.record import RecordKeeper
+from patcher.services.record import REAL_FILE_OPS, FileOps, RecordKeeper, state_folder_message
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
 
@@ -55,11 +54,12 @@ class Agent:
                  fallback_version: Callable[[], str | None] = lambda: None, coordinator: Coordinator | None = None,
                  owner: OwnerSource | None = None, on_phase: Callable[[NodeState], None] | None = None,
                  coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
-                 events: queue.SimpleQueue[LoopEvent] | None = None) -> None:
+                 events: queue.SimpleQueue[LoopEvent] | None = None, file_ops: FileOps = REAL_FILE_OPS) -> None:
         """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
         a hold watch comes (the agent runs with the API), so nothing is written before it answered or
         ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
-        it before them); the rest: ``Observations``."""
+        it before them); ``file_ops``: what every file write of the agent goes through; the rest:
+        ``Observations``."""
         self.files, self.opts = settings.files, settings.loop
         self.health, self.metrics = health or Health(), metrics or Metrics()
         self.rules = replace(settings.lifecycle,
@@ -75,7 +75,7 @@ class Agent:
         self._node = Node()
         log_extra = {"node": settings.pod.node_name or "-", "manifest": self.files.manifest_path}
         self.log_extra, self.timers = log_extra, Timers()
-        self.record = RecordKeeper(self.files, log_extra=log_extra)
+        self.record = RecordKeeper(self.files, log_extra=log_extra, ops=file_ops)
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,

@@ -14,19 +14,23 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.adapters.statestore import ORIGINAL_FILE, StateStore
 from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
+from patcher.services.record import (
+    ORIGINAL_FILE,
+    remove_stale_temp_files_locked,
+    state_store,
+    writer_lock,
+)
 
 
 class KnownBadConfig(ConfigError):
@@ -55,34 +59,10 @@ def host_fs(files: Files) -> fsio.HostFS:
     return fsio.HostFS(files.host_root)
 
 
-def state_store(files: Files) -> StateStore:
-    """The state record in the node's state folder."""
-    return StateStore(host_fs(files).local(files.state_dir), files.state_dir)
-
-
 def manifest_local(files: Files) -> Path:
     """Where the manifest is on this machine, its symlinks resolved on the node (kubelet's view)."""
     fs = host_fs(files)
     return fs.local(fs.resolve(files.manifest_path))
-
-
-def writer_lock(files: Files) -> contextlib.AbstractContextManager[None]:
-    """The node's writer lock (reentrant for the thread that holds it): every write happens under it. It lives
-    in the state folder: when the folder cannot hold it, a ``StateFolderError``."""
-    return _state_folder_lock(files)
-
-
-@contextlib.contextmanager
-def _state_folder_lock(opts: Files) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        try:
-            folder = host_fs(opts).local(opts.state_dir)
-            stack.enter_context(fsio.writer_lock(folder, opts.state_dir, wait=opts.lock_wait))
-        except fsio.LockBusy:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-        yield
 
 
 @dataclass(frozen=True)
@@ -390,24 +370,25 @@ def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
-def apply(opts: Files, plan: Plan, state: State | None = None) -> tuple[list[str], State]:
+def apply(opts: Files, plan: Plan, state: State | None = None, *,
+          ops: fsio.FileOps = fsio.REAL) -> tuple[list[str], State]:
     """Write a plan under the writer lock, after checking that every file is still what it was planned from.
-    Returns one line per file changed and the new state record."""
+    Returns one line per file changed and the new state record. Every write goes through ``ops``."""
     _check_writable(opts, plan.changes)  # before the lock, which creates the state folder: a refusal writes nothing
-    with writer_lock(opts):
+    with writer_lock(opts, ops):
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         for change in plan.changes:
             if change.kind == "config":
                 _verify_unchanged(change.local, change.old, change.node_path)
-        lines, new_state = _apply_locked(opts, plan, state)
+        lines, new_state = _apply_locked(opts, plan, state, ops)
     return lines, new_state
 
 
-def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[str], State]:
-    store = state_store(opts)
+def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOps) -> tuple[list[str], State]:
+    store = state_store(opts, ops)
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             _remove_stale_temp_files_locked(opts)]
+             remove_stale_temp_files_locked(opts)]
     created: list[FileChange] = []
     config = plan.config
     assert config is not None
@@ -450,7 +431,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None) -> tuple[list[st
         # so a state folder that cannot take the record (read-only, full, gone) fails the apply before any file
         # is in place: a write that could not be recorded is never made (it could not be undone). The record is
         # the last thing written in the state folder: nothing after the manifest depends on that folder.
-        fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes)
+        fsio.write_in_order(configs, store.writes(new_state, original), manifest_writes, ops=ops)
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
     except PatcherError as exc:
@@ -587,31 +568,6 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
     return changes, kept
 
 
-def remove_stale_temp_files(opts: Files) -> list[str]:
-    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
-
-    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
-    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
-    """
-    try:
-        with writer_lock(opts):
-            return _remove_stale_temp_files_locked(opts)
-    except PatcherError:
-        return []
-
-
-def _remove_stale_temp_files_locked(opts: Files) -> list[str]:
-    fs = host_fs(opts)
-    removed = []
-    manifest_path = fs.resolve(opts.manifest_path)
-    targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
-               (opts.host_config_dir, "*"), (opts.state_dir, "*")]
-    for folder, name in targets:
-        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
-            removed.append(posixpath.join(folder, path.name))
-    return removed
-
-
 def _unparsable(text: str) -> bool:
     try:
         yamltext.parse(text)
@@ -620,11 +576,11 @@ def _unparsable(text: str) -> bool:
     return False
 
 
-def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list[str]:
+def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
     """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
 
     ``keep_files`` keeps the host config files and the state record (a rollback to the original manifest
-    must still remember which config failed).
+    must still remember which config failed). Every write goes through ``ops``.
     """
     # A manifest that carries our marker is put back even when the state folder is read-only, full or gone
     # (a SIGTERM during that fault must not leave the node patched): only the record's clearing needs it, and
@@ -634,34 +590,34 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False) -> list
     record_left = not keep_files and state_store(opts).present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
-    with writer_lock(opts):
+    with writer_lock(opts, ops):
         if plan.current is not None:
             _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         if plan.state is not None and state_store(opts).load() != plan.state:
             raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
                                          "since the restore was planned; nothing written")
-        return _restore_locked(opts, plan, keep_files)
+        return _restore_locked(opts, plan, keep_files, ops)
 
 
-def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool) -> list[str]:
+def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             _remove_stale_temp_files_locked(opts)]
-    lines += _write_restored_locked(plan)
+             remove_stale_temp_files_locked(opts)]
+    lines += _write_restored_locked(plan, ops)
     if keep_files:
         return lines
-    return _clean_up_locked(opts, plan, lines)
+    return _clean_up_locked(opts, plan, lines, ops)
 
 
-def _write_restored_locked(plan: RestorePlan) -> list[str]:
+def _write_restored_locked(plan: RestorePlan, ops: fsio.FileOps) -> list[str]:
     lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
-            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old)
+            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
             lines.append(f"wrote {change.node_path}")
     return lines
 
 
-def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[str]:
+def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
     step = "removing the config files"
     try:
         with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
@@ -675,9 +631,9 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str]) -> list[s
                 if line.startswith("kept "):
                     kept.append(posixpath.basename(change.node_path))
             step = "clearing the state record"
-            state_store(opts).clear()
+            state_store(opts, ops).clear()
             if kept:  # still ours: a later restore or prune removes them once nothing names them
-                state_store(opts).save(State(written=tuple(kept)))
+                state_store(opts, ops).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None

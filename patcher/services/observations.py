@@ -227,7 +227,7 @@ class Observations:
         self.timers.lease_retry_at = None
         self._pod_before = self.pods.latest() if self.pods else None
         return patching.apply(self.files, plan, self.current().record, why=self._why, expect=self._expect_manifest,
-                              log_extra=self._log_extra)
+                              log_extra=self._log_extra, ops=self.record.store.ops)
 
     def check_last_good(self, action: lifecycle.CheckLastGood) -> lifecycle.LastGoodChecked:
         answer, self._rollback_plan = patching.check_last_good(self.files, action)
@@ -235,7 +235,8 @@ class Observations:
 
     def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
         plan, self._rollback_plan = self._rollback_plan, None
-        return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest)
+        return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest,
+                                  ops=self.record.store.ops)
 
     def _expect_manifest(self) -> None:
         """Our own write: the folder watch takes the manifest and the config folder as they are now as seen."""

@@ -16,15 +16,9 @@ from patcher.core.errors import ConfigError, PatcherError, StateFolderError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
+from patcher.services.record import state_folder_message
 
 log = logging.getLogger("patcher.services.agent")
-
-
-def state_folder_message(exc: PatcherError) -> str:
-    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
-    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
-    on device``."""
-    return f"state folder unusable: {exc}"
 
 
 def plan(files: Files, *, fallback_version: str | None,
@@ -69,11 +63,12 @@ def plan(files: Files, *, fallback_version: str | None,
 
 
 def apply(files: Files, plan: engine.Plan, record: State, *, why: str, expect: Callable[[], None],
-          log_extra: dict[str, str]) -> lifecycle.Event:
-    """Write ``plan`` (``expect``: the folder watch is told the manifest event that follows is ours)."""
+          log_extra: dict[str, str], ops: fsio.FileOps = fsio.REAL) -> lifecycle.Event:
+    """Write ``plan`` through ``ops`` (``expect``: the folder watch is told the manifest event that follows is
+    ours)."""
     assert plan.config is not None
     try:
-        lines, record = engine.apply(files, plan, record)
+        lines, record = engine.apply(files, plan, record, ops=ops)
     except fsio.ChangedUnderneath as exc:
         return lifecycle.WriteFailed(str(exc), changed_underneath=True)
     except StateFolderError as exc:  # nothing was written: the write waits for the folder
@@ -108,7 +103,8 @@ def check_last_good(files: Files, action: lifecycle.CheckLastGood) -> tuple[life
 
 
 def roll_back(files: Files, action: lifecycle.RollBack, plan: engine.Plan | None, record: State, *,
-              expect: Callable[[], None]) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+              expect: Callable[[], None],
+              ops: fsio.FileOps = fsio.REAL) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
     """Execute the rollback the step chose: to the last Ready config (``plan``, from ``check_last_good``) or to
     the original manifest (our changes removed from the manifest as it is now, the config files kept)."""
     try:
@@ -117,11 +113,11 @@ def roll_back(files: Files, action: lifecycle.RollBack, plan: engine.Plan | None
             if plan is None or good is None or plan.config is None:
                 raise PatcherError(None, "the rollback to the last Ready config has no plan")
             if plan.pending:
-                _, record = engine.apply(files, plan, record)
+                _, record = engine.apply(files, plan, record, ops=ops)
             target = f"the last Ready config {plan.config.short_hash}"
             record = replace(record, source_hash=good.source_hash)
         else:
-            engine.restore(files, engine.plan_restore(files), keep_files=True)
+            engine.restore(files, engine.plan_restore(files), keep_files=True, ops=ops)
             record = replace(record, patched_sha256="", config_hash="", source_hash="")
             target = "the original manifest"
     except PatcherError as exc:

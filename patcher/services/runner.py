@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
-from patcher.adapters import logs
+from patcher.adapters import fsio, logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifest, settings, yamltext
@@ -232,10 +232,11 @@ class Wiring:
         closer.join(timeout)
 
 
-def build_agent(config: Settings, api: Api) -> Wiring:
+def build_agent(config: Settings, api: Api, *, file_ops: fsio.FileOps = fsio.REAL) -> Wiring:
     """The agent as deployed. ``api``: a client (its adapters are built here and attached from the start), a
     ``Deferred`` one (built and attached by a thread ``start`` runs), or None for a run without a cluster,
-    which ``config.api`` must say too. The returned wiring owns the client and closes it."""
+    which ``config.api`` must say too; ``file_ops``: what the agent's file writes go through. The returned
+    wiring owns the client and closes it."""
     if (api is None) != (config.api is None):
         raise ValueError("build_agent: the API client and config.api disagree about running with a cluster")
     events: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()  # see Agent.events: a signal handler puts on it
@@ -247,7 +248,8 @@ def build_agent(config: Settings, api: Api) -> Wiring:
                   reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
                   coordinator=parts.coordinator if parts else None,
                   fallback_version=parts.versions if parts else lambda: None,
-                  on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None)
+                  on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None,
+                  file_ops=file_ops)
     if parts is not None and parts.holds is not None:
         agent.world.holds = parts.holds
     return Wiring(config, events, health, metrics, agent, api, parts)

@@ -11,13 +11,13 @@ from dataclasses import replace
 from typing import Final
 
 from patcher.adapters import fsio
-from patcher.adapters.statestore import StateStore
 from patcher.core import lifecycle, manifest, restart
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
 from patcher.services.ports import Coordinator, PodSource, Reporter
+from patcher.services.record import StateStore
 
 log = logging.getLogger("patcher.services.agent")
 
@@ -49,9 +49,9 @@ class Stopping:
             turn_silent = self._take_turn(action, coordinator) if writes else False
             pods_silent = False
             try:
-                lines = engine.restore(self.files, plan)
+                lines = engine.restore(self.files, plan, ops=self.store.ops)
             except fsio.ChangedUnderneath:  # rewritten since it was planned (the turn's wait): plan again
-                lines = engine.restore(self.files, engine.plan_restore(self.files))
+                lines = engine.restore(self.files, engine.plan_restore(self.files), ops=self.store.ops)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:

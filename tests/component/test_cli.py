@@ -334,6 +334,17 @@ def test_a_settle_time_as_long_as_the_restart_timeout_is_a_usage_error(capsys: p
     assert run_config("--restart-timeout", "20s", "--restart-settle", "0s").lifecycle.restart_settle == 0.0
 
 
+def test_a_stop_grace_as_long_as_the_pods_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """The kubelet would kill the agent inside its restore: the setting the pod's grace lands in is checked."""
+    assert main(["run", "--node-name", "cp-1", "--grace-period", "30s", "--termination-grace-period", "30"]) == 64
+    assert capsys.readouterr().err == (
+        "scheduler-patcher run: error: --grace-period 30s: must be shorter than --termination-grace-period (30s, "
+        "the pod's terminationGracePeriodSeconds), or the kubelet kills the agent inside its restore\n")
+    config = run_config("--grace-period", "20s", "--termination-grace-period", "30")
+    assert (config.lifecycle.grace_period, config.pod.termination_grace) == (20.0, 30.0)
+    assert run_config("--grace-period", "90s").pod.termination_grace is None  # unknown: nothing to check against
+
+
 # --- usage errors: exit 64, the subcommand's usage, a "did you mean" ------------------------------------------
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from patcher.adapters import fsio
 from patcher.core.errors import PatcherError
+from tests.harness.fileops import Hooked
 
 
 def test_atomic_write_keeps_mode_and_owner_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -111,9 +112,8 @@ def test_write_in_order_publishes_group_after_group_and_leaves_no_temp_file(tmp_
         if point == "before-rename":
             seen.append((a.exists(), b.exists()))
 
-    with fsio.pause_points(at):
-        fsio.write_in_order([fsio.Write(a, b"a", "a", mode=0o600), fsio.Write(b, b"b", "b")],
-                            [fsio.Write(c, b"c", "c", expect=b"old c")])
+    fsio.write_in_order([fsio.Write(a, b"a", "a", mode=0o600), fsio.Write(b, b"b", "b")],
+                        [fsio.Write(c, b"c", "c", expect=b"old c")], ops=Hooked(at))
     assert (a.read_bytes(), b.read_bytes(), c.read_bytes()) == (b"a", b"b", b"c")
     assert seen == [(True, True)] and a.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "c", "sub"]

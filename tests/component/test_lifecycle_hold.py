@@ -42,9 +42,9 @@ from patcher.core.restart import Verdict
 from patcher.core.settings import Files, Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
-from patcher.services import engine
 from patcher.services.agent import Agent
 from patcher.services.observations import node_status
+from patcher.services.record import writer_lock
 from tests.component.test_agent_executor import SECOND
 from tests.component.test_lifecycle_stateful import FakeKubelet
 from tests.conftest import write_configmap
@@ -195,7 +195,7 @@ def lock_free(files: Files) -> bool:
 
     def take() -> None:
         try:
-            with engine.writer_lock(replace(files, lock_wait=0.0)):
+            with writer_lock(replace(files, lock_wait=0.0)):
                 result.append(True)
         except fsio.LockBusy:
             result.append(False)
@@ -315,7 +315,7 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         taken, release = threading.Event(), threading.Event()
 
         def hand_writer() -> None:
-            with engine.writer_lock(replace(files, lock_wait=5.0)):
+            with writer_lock(replace(files, lock_wait=5.0)):
                 taken.set()
                 release.wait(10)
 

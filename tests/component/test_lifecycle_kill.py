@@ -21,6 +21,7 @@ import pytest
 
 from patcher.core.settings import Files, Settings
 from patcher.services import engine
+from patcher.services.record import remove_stale_temp_files
 from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES
 from tests.harness.helpers import MANIFEST, node_folders
@@ -95,7 +96,7 @@ def check_consistent(opts: Files, original: bytes, patched: bytes, where: str) -
     folder = opts.host_root / "etc/kubernetes/manifests"
     assert sorted(p for p in os.listdir(folder) if not p.startswith(".")) == ["kube-scheduler.yaml"], where
     assert (opts.host_root / MANIFEST).read_bytes() in (original, patched), where
-    engine.remove_stale_temp_files(opts)  # what the agent does first when it starts again
+    remove_stale_temp_files(opts)  # what the agent does first when it starts again
     assert sorted(os.listdir(folder)) == ["kube-scheduler.yaml"], where
     do_apply(opts)
     assert (opts.host_root / MANIFEST).read_bytes() == patched, where

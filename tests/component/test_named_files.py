@@ -19,6 +19,7 @@ from patcher.core import yamltext as yt
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.services import engine
+from patcher.services.record import state_store
 from tests.conftest import FIXTURES
 from tests.harness import helpers
 
@@ -131,7 +132,7 @@ def test_the_agents_prune_keeps_a_previous_config_the_manifest_was_pointed_back_
     assert current is not None
     path.write_text(text.replace(f"- --config={current.group(1)}", f"- --config={old}"))
     opts = opts_for(tmp_path, "scheduler-patcher.io")
-    state = engine.state_store(opts).load()
+    state = state_store(opts).load()
     lines, state = engine.prune(opts, state, keep_previous=False)
     assert lines == [f"kept {old}: /etc/kubernetes/manifests/kube-scheduler.yaml names it in a --config"]
     assert (tmp_path / old.lstrip("/")).exists() and old.rsplit("/", 1)[1] in state.written
@@ -179,8 +180,8 @@ class NamedFilesMachine(RuleBasedStateMachine):
     def prune(self, prefix: str, keep_previous: bool) -> None:
         opts = opts_for(self.root, prefix)
         try:
-            _, state = engine.prune(opts, engine.state_store(opts).load(), keep_previous=keep_previous)
-            engine.state_store(opts).save(state)
+            _, state = engine.prune(opts, state_store(opts).load(), keep_previous=keep_previous)
+            state_store(opts).save(state)
         except PatcherError:
             pass
 

@@ -10,6 +10,7 @@ from patcher.core import lifecycle
 from patcher.core.settings import Files
 from patcher.core.state import LastGood
 from patcher.services import engine, patching
+from patcher.services.record import state_store
 from tests.harness import helpers
 
 
@@ -19,7 +20,7 @@ def patched(tmp_path: Path) -> tuple[Files, LastGood]:
     files = Files(source=src, host_root=root)
     plan = engine.plan_apply(files)
     assert plan.config is not None
-    _, record = engine.apply(files, plan, engine.state_store(files).load())
+    _, record = engine.apply(files, plan, state_store(files).load())
     good = LastGood(config_hash=record.config_hash, config_file=record.config_file, files=record.files,
                     original_sha256=engine.sha256(plan.unpatched), api_version=record.api_version)
     return files, good

@@ -5,9 +5,9 @@ nothing is written (a manifest write whose record cannot be saved could not be u
 again with a doubling delay, and once it works the node goes on by the usual protocol, without a restart.
 
 The tests run as root, for whom ``chmod`` makes nothing read-only. So: the engine on pyfakefs with the root
-user switched off and a tiny mount for the full disk; the agent with the fault injected at the file system
-seam (``fsio.pause_points``' ``create`` point raises the kernel's ``OSError`` where a temp file would be made
-in the state folder), and with a file where the folder's parent should be (``ENOTDIR``, real for root too).
+user switched off and a tiny mount for the full disk; the agent with the fault injected through the file
+operations it is handed (``Hooked``: its ``create`` hook raises the kernel's ``OSError`` where a temp file would
+be made in the state folder), and with a file where the folder's parent should be (``ENOTDIR``, real for root too).
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
 from patcher.services import engine
 from patcher.services.agent import Agent
+from patcher.services.record import state_store, writer_lock
 from tests.component.test_lifecycle_stateful import FakeKubelet
 from tests.harness import helpers
 from tests.harness.childproc import Child
+from tests.harness.fileops import Hooked
 from tests.harness.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
 
 __all__ = ["node"]  # the fixture, imported for the tests below
@@ -95,7 +97,7 @@ def test_a_state_folder_that_cannot_be_made_fails_the_apply_and_the_lock(fake: F
         engine.apply(OPTS, plan)
     assert STATE_DIR in str(exc.value)
     assert snapshot() == before
-    with pytest.raises(StateFolderError, match=r"Not a directory"), engine.writer_lock(OPTS):
+    with pytest.raises(StateFolderError, match=r"Not a directory"), writer_lock(OPTS):
         pass
 
 
@@ -116,7 +118,7 @@ def test_a_state_folder_that_fills_up_on_the_record_leaves_the_config_files_alon
 
 
 def refuse(point_path: Path, code: int) -> Callable[[str, Path], None]:
-    """A ``pause_points`` hook: every file made in ``point_path`` (a folder) fails with ``code``."""
+    """A ``Hooked`` file operations' hook: every file made in ``point_path`` (a folder) fails with ``code``."""
     def hook(point: str, path: Path) -> None:
         if point == "create" and path.parent == point_path:
             raise OSError(code, os.strerror(code), str(path))
@@ -146,8 +148,9 @@ def test_a_read_only_state_folder_at_start_keeps_the_agent_up_and_recovers_witho
     """Before issue 22 the write failed (Failed, "nothing was changed") and was never tried again; a folder
     the lock could not be made in ended the agent with exit 1 (below)."""
     state_dir = node.root / STATE_DIR.lstrip("/")
-    with fsio.pause_points(refuse(state_dir, errno.EROFS)):
-        agent = Running(node, state_retry=0.05, state_retry_max=0.2)
+    ops = Hooked()
+    with ops.calling(refuse(state_dir, errno.EROFS)):
+        agent = Running(node, state_retry=0.05, state_retry_max=0.2, file_ops=ops)
         server = HealthServer(agent.health, agent.metrics, "127.0.0.1:0")
         server.start()
         try:
@@ -189,8 +192,9 @@ def test_a_ready_node_whose_state_folder_is_read_only_at_start_fails_and_recover
         assert first.stop() == 0
     patched, restarts = node.manifest.read_bytes(), len(node.kubelet.restarts)
     state_dir = node.root / STATE_DIR.lstrip("/")
-    with fsio.pause_points(refuse(state_dir, errno.EROFS)):
-        agent = Running(node, state_retry=0.05, state_retry_max=0.2)
+    ops = Hooked()
+    with ops.calling(refuse(state_dir, errno.EROFS)):
+        agent = Running(node, state_retry=0.05, state_retry_max=0.2, file_ops=ops)
         try:
             assert wait_until(failed_with(node, STATE_DIR, "Read-only file system"), 30), node.annotations()
             assert agent.agent.node.record.config_hash == node.annotations()["config-hash"]  # the record did load
@@ -206,12 +210,13 @@ def test_a_ready_node_whose_state_folder_is_read_only_at_start_fails_and_recover
 
 
 def test_a_state_folder_that_fills_up_while_ready_holds_the_next_change_back(node: Node) -> None:
-    agent = Running(node, state_retry=0.05, state_retry_max=0.2)
+    ops = Hooked()
+    agent = Running(node, state_retry=0.05, state_retry_max=0.2, file_ops=ops)
     try:
         assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
         ready_manifest, ready_hash = node.manifest.read_bytes(), node.annotations()["config-hash"]
         state_dir = node.root / STATE_DIR.lstrip("/")
-        with fsio.pause_points(refuse(state_dir, errno.ENOSPC)):
+        with ops.calling(refuse(state_dir, errno.ENOSPC)):
             node.set_source(node.src.joinpath("extenders.yaml").read_text().replace("weight: 1", "weight: 3"))
             assert wait_until(failed_with(node, STATE_DIR, "No space left on device"), 30), node.annotations()
             assert node.manifest.read_bytes() == ready_manifest  # the scheduler keeps its Ready config
@@ -239,8 +244,9 @@ def test_a_transition_whose_save_fails_is_held_and_said_again_once_the_folder_wo
         if broken["on"]:
             eio(point, path)
 
-    with fsio.pause_points(hook):
-        agent = Running(node, state_retry=0.05, state_retry_max=0.2)
+    ops = Hooked()
+    with ops.calling(hook):
+        agent = Running(node, state_retry=0.05, state_retry_max=0.2, file_ops=ops)
         try:
             assert wait_until(failed_with(node, STATE_DIR, "Input/output error"), 30), node.annotations()
             assert b"--config=" in node.manifest.read_bytes()  # the write itself was recorded
@@ -343,13 +349,13 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     health, reporter = SaidHealth(), SaidReporter()
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
                                  restart_timeout=3600.0, restart_settle=0.0, state_retry=0.05),
-                  pods=kubelet, health=health, reporter=reporter)
+                  pods=kubelet, health=health, reporter=reporter, file_ops=(ops := Hooked()))
     agent.start()
     assert agent.node.phase is not None and agent.node.phase.value == "WaitingForRestart"
     kubelet.sync()  # the scheduler runs the patched manifest
     health.said.clear()
     reporter.published.clear()
-    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+    with ops.calling(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.node.record.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
@@ -369,8 +375,8 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
     agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
                                  restart_timeout=3600.0, restart_settle=0.0, resync_interval=0.0, state_retry=30.0,
                                  state_retry_max=30.0),
-                  pods=kubelet)
-    with fsio.pause_points(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
+                  pods=kubelet, file_ops=(ops := Hooked()))
+    with ops.calling(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent.start()
         assert agent.node.fault is not None
         agent._handle(None)  # a loop turn with the resync due: held back by the fault
@@ -430,4 +436,4 @@ def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_man
     config = plan.config
     assert config is not None
     assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
-    assert engine.state_store(opts).load().patched_sha256 == engine.sha256(patched)
+    assert state_store(opts).load().patched_sha256 == engine.sha256(patched)

@@ -24,6 +24,7 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import engine, process
 from patcher.services.agent import Agent
+from patcher.services.record import state_store
 from patcher.services.stopping import Stopping
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.harness import helpers
@@ -71,8 +72,8 @@ class SlowLease:
 def patched(tmp_path: Path) -> tuple[Files, Stopping]:
     root, src = helpers.node_folders(tmp_path)
     files = Files(source=src, host_root=root)
-    engine.apply(files, engine.plan_apply(files), engine.state_store(files).load())
-    return files, Stopping(files, engine.state_store(files), log_extra={})
+    engine.apply(files, engine.plan_apply(files), state_store(files).load())
+    return files, Stopping(files, state_store(files), log_extra={})
 
 
 def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path: Path,
@@ -83,7 +84,7 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
     files, stopper = patched(tmp_path)
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     with caplog.at_level(logging.WARNING):
-        done = stopper.restore(action, engine.state_store(files).load(), SlowLease(late=True), None)
+        done = stopper.restore(action, state_store(files).load(), SlowLease(late=True), None)
     assert done.ok and not done.api_silent
     assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
     assert any("restoring without the rollout lease" in r.getMessage() for r in caplog.records)
@@ -92,7 +93,7 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
 def test_a_lease_request_never_answered_is_a_silent_api(tmp_path: Path) -> None:
     files, stopper = patched(tmp_path)
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
-    done = stopper.restore(action, engine.state_store(files).load(), SlowLease(late=False), None)
+    done = stopper.restore(action, state_store(files).load(), SlowLease(late=False), None)
     assert done.ok and done.api_silent
 
 
@@ -114,7 +115,7 @@ def test_holding_the_turn_with_a_stale_pod_view_is_a_silent_api(tmp_path: Path) 
     lease = SlowLease(late=False)
     lease.held, lease.api_answered = True, True
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=1e12)
-    done = stopper.restore(action, engine.state_store(files).load(), lease, StalePods())
+    done = stopper.restore(action, state_store(files).load(), lease, StalePods())
     assert done.ok and done.api_silent
 
 
@@ -170,7 +171,7 @@ def test_the_stop_restores_exactly_what_we_added_whatever_happened_since(item: t
             assert path.read_bytes() == text.encode("utf-8")
         assert os.listdir(path.parent) == ["kube-scheduler.yaml"]
         assert not os.listdir(engine.host_fs(agent.files).local(agent.files.host_config_dir))
-        assert not engine.state_store(agent.files).present()
+        assert not state_store(agent.files).present()
 
 
 LOOP_EVENTS = (LoopEvent.SOURCE, LoopEvent.MANIFEST, LoopEvent.CONFIG, LoopEvent.REPLAN, LoopEvent.POD, LoopEvent.STOP)

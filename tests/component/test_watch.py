@@ -27,15 +27,18 @@ from watchdog.events import (
     FileMovedEvent,
     FileOpenedEvent,
     FileSystemEvent,
+    FileSystemEventHandler,
 )
+from watchdog.observers.api import BaseObserver, ObservedWatch
+from watchdog.observers.inotify import InotifyObserver
 
 from patcher.adapters import fsio
 from patcher.adapters.watch import (
     FULL_EVENTS,
+    OBSERVER_TIMEOUT,
     Action,
     FolderWatcher,
     Settler,
-    _Handler,
     classify,
     configmap_published,
     file_fingerprint,
@@ -43,6 +46,7 @@ from patcher.adapters.watch import (
 )
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
+from tests.harness.inotify import inotify_masks, watched_for_content, watched_for_return
 
 LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
 
@@ -163,7 +167,7 @@ def tree(tmp_path: Path) -> Iterator[tuple[Path, Looks, FolderWatcher]]:
 
 
 def test_deleted_and_recreated_folder_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
-    folder, looks, w = tree
+    folder, looks, _ = tree
     shutil.rmtree(folder)
     assert looks.wait_for("<missing>")
     folder.mkdir()
@@ -171,7 +175,7 @@ def test_deleted_and_recreated_folder_is_watched_again(tree: tuple[Path, Looks, 
     assert looks.wait_for("v2")
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"v3")  # later kubeadm rewrites too
     assert looks.wait_for("v3")
-    assert w.watched_folders() == [str(folder)]
+    assert watched_for_content(folder)
 
 
 def test_folder_renamed_away_and_replaced_is_watched_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
@@ -198,27 +202,27 @@ def test_replaced_parent_is_watched_again(tree: tuple[Path, Looks, FolderWatcher
 
 
 def test_folder_missing_with_its_parents_then_created_again(tree: tuple[Path, Looks, FolderWatcher]) -> None:
-    folder, looks, w = tree
+    folder, looks, _ = tree
     shutil.rmtree(folder.parent.parent)  # .../etc
     assert looks.wait_for("<missing>")
     # The file's deletion can be looked at in one batch and the folders' in the next (a busy machine splits
     # them): the watch list is eventually empty, not at the first look.
-    assert wait_until(lambda: w.watched_folders() == [], timeout=30)
+    assert wait_until(lambda: watched_for_return(folder), timeout=30)
     folder.mkdir(parents=True)
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
     assert looks.wait_for("back")
-    assert wait_until(lambda: w.watched_folders() == [str(folder)], timeout=30)
+    assert wait_until(lambda: watched_for_content(folder), timeout=30)
 
 
 def test_nearest_ancestor_deleted_while_the_folder_is_gone(tree: tuple[Path, Looks, FolderWatcher]) -> None:
     """The folder goes first, then (after the re-arm) the ancestor that was watched for its return: that
     ancestor's own deletion must re-arm too, or the recreated tree is never seen (a busy machine split an
     ``rmtree`` this way, and the watch stayed on a deleted inode for good)."""
-    folder, looks, w = tree
+    folder, looks, _ = tree
     (folder / "kube-scheduler.yaml").unlink()
     folder.rmdir()
     assert looks.wait_for("<missing>")
-    assert wait_until(lambda: w.watched_folders() == [], timeout=30)
+    assert wait_until(lambda: watched_for_return(folder), timeout=30)
     etc = folder.parent.parent.stat().st_ino
     folder.parent.rmdir()  # .../etc/kubernetes: the nearest existing ancestor, watched for "manifests"
     # Re-armed: .../etc is now the nearest existing ancestor, watched for "kubernetes" to appear.
@@ -227,7 +231,7 @@ def test_nearest_ancestor_deleted_while_the_folder_is_gone(tree: tuple[Path, Loo
     folder.mkdir(parents=True)
     fsio.atomic_write(folder / "kube-scheduler.yaml", b"back")
     assert looks.wait_for("back")
-    assert wait_until(lambda: w.watched_folders() == [str(folder)], timeout=30)
+    assert wait_until(lambda: watched_for_content(folder), timeout=30)
 
 
 def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
@@ -317,15 +321,14 @@ def test_configmap_published_needs_every_new_name_and_no_dangling_one(tmp_path: 
     assert not configmap_published(str(plain))  # no ..data: not a ConfigMap, the quiet time applies
 
 
-class RecordingWatcher(FolderWatcher):
-    """Records, for each ConfigMap swap it handles, whether it was published."""
+class RecordedAnswers:
+    """``configmap_published`` for a watcher, recording its answer for each ConfigMap swap the watcher handles."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self) -> None:
         self.published: list[bool] = []
 
-    def _published(self, folder: str) -> bool:
-        answer = super()._published(folder)
+    def __call__(self, folder: str) -> bool:
+        answer = configmap_published(folder)
         self.published.append(answer)
         return answer
 
@@ -352,7 +355,8 @@ def test_a_swap_whose_names_are_not_published_yet_waits_for_them(tmp_path: Path)
         return read_or_missing(tmp_path / "extenders.yaml") + read_or_missing(tmp_path / "config.yaml")
 
     looks = Looks(both)
-    w = RecordingWatcher(looks, debounce=3600.0, max_wait=3600.0)  # only a published swap makes it due
+    answers = RecordedAnswers()
+    w = FolderWatcher(looks, debounce=3600.0, max_wait=3600.0, published=answers)  # only a published swap is due
     try:
         w.add("source", tmp_path, lambda: folder_fingerprint(tmp_path, limit=LIMIT))
         w.start()
@@ -363,8 +367,8 @@ def test_a_swap_whose_names_are_not_published_yet_waits_for_them(tmp_path: Path)
                 (gen / name).write_text(text)
             (tmp_path / "..data_tmp").symlink_to(gen.name)
             os.replace(tmp_path / "..data_tmp", tmp_path / "..data")  # at i=2 config.yaml has no name yet
-            assert wait_until(lambda n=i: len(w.published) == n - 1, 30)  # type: ignore[misc]
-            assert w.published[-1] is (i == 3)
+            assert wait_until(lambda n=i: len(answers.published) == n - 1, 30)  # type: ignore[misc]
+            assert answers.published[-1] is (i == 3)
             if i == 2:
                 (tmp_path / "config.yaml").symlink_to("..data/config.yaml")  # the kubelet's next step
         assert looks.wait_for("a: 3\nb: 3\n")
@@ -395,7 +399,7 @@ def test_a_rearm_forgets_writers_it_can_no_longer_see_close() -> None:
     s = settler()
     s.event(F, Action.WRITING, "f", now=0.0)
     s.touch_all(now=0.1)
-    assert s.writers() == [] and s.next_due() == pytest.approx(0.12)
+    assert s.next_due() == pytest.approx(0.12)  # the quiet time only: no writer is waited for
 
 
 def test_events_of_other_folders_and_ancestors_are_sorted_out() -> None:
@@ -472,26 +476,52 @@ def test_configmap_swap_is_delivered_with_the_new_content(tmp_path: Path) -> Non
         w.stop()
 
 
+class RecordedWriters(Settler):
+    """The watcher's timing core, recording each writer it is told of (on the watcher's thread, in the round
+    that handles the event: the round's look comes after)."""
+
+    def __init__(self, quiet: float, max_wait: float) -> None:
+        super().__init__(quiet, max_wait)
+        self.writing: queue.Queue[str] = queue.Queue()
+
+    def event(self, folder: str, action: Action, name: str, now: float) -> None:
+        super().event(folder, action, name, now)
+        if action is Action.WRITING:
+            self.writing.put(f"{folder}/{name}")
+
+    def told_of(self, path: Path) -> bool:
+        """Wait (generously) until the watcher handled a write by ``path``."""
+        while True:
+            try:
+                if self.writing.get(timeout=30) == str(path):
+                    return True
+            except queue.Empty:
+                return False
+
+
 def test_a_writer_with_the_file_open_is_waited_for(tmp_path: Path) -> None:
     f = tmp_path / "kube-scheduler.yaml"
     f.write_text("old: 1\n")
     looks = Looks(lambda: read_or_missing(f))
-    w = FolderWatcher(looks, debounce=0.0, max_wait=600.0)  # no quiet time: only the open writer holds it
+    settler = RecordedWriters(0.0, 600.0)  # no quiet time: only the open writer holds it
+    w = FolderWatcher(looks, settler=settler)
     try:
         w.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
         w.start()
         with f.open("w") as fh:  # truncate, then write in steps
             fh.write("new: ")
             fh.flush()
-            assert wait_until(lambda: w.writers_at_work() == [str(f)], 10)
+            assert settler.told_of(f)
             with (tmp_path / ".other").open("w") as other:  # a later event: its round comes after the
                 other.write("x")  # round that saw the first write ended, look included
                 other.flush()
-                assert wait_until(lambda: len(w.writers_at_work()) == 2, 10)
+                assert settler.told_of(tmp_path / ".other")
             assert looks.seen == []  # a half-written file was not looked at
             fh.write("2\n")
         assert looks.wait_for("new: 2\n")
-        assert looks.seen == ["new: 2\n"] and w.writers_at_work() == []
+        assert looks.seen == ["new: 2\n"]
+        fsio.atomic_write(f, b"after\n")  # no writer left behind: the next write is looked at (not held 600 s)
+        assert looks.wait_for("after\n")
     finally:
         w.stop()
 
@@ -501,7 +531,7 @@ def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path,
     f = tmp_path / "kube-scheduler.yaml"
     f.write_text("old\n")
     looks = Looks(lambda: read_or_missing(f))
-    w = FolderWatcher(looks)
+    w = FolderWatcher(looks, max_wait=3600.0)  # a writer left behind would hold every later look for good
     final = "".join(f"line {i}\n" for i in range(50))
     try:
         w.add("manifest", tmp_path, lambda: file_fingerprint(f, limit=LIMIT))
@@ -519,7 +549,8 @@ def test_multi_step_writers_end_up_seen_with_their_final_content(tmp_path: Path,
             os.truncate(f, 0)
             f.write_text(final)
         assert looks.wait_for(final)
-        assert w.writers_at_work() == []
+        fsio.atomic_write(f, b"after\n")  # no writer left behind: the next write is looked at
+        assert looks.wait_for("after\n")
     finally:
         w.stop()
 
@@ -539,23 +570,6 @@ def test_a_folder_replaced_by_a_rename_over_it_is_watched_again(tree: tuple[Path
 #: inotify's event bits (linux/inotify.h), as /proc/<pid>/fdinfo shows a watch's mask.
 IN_ACCESS, IN_MODIFY, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x1, 0x2, 0x8, 0x10, 0x20
 IN_CREATE, IN_DELETE = 0x100, 0x200
-
-
-def inotify_masks() -> dict[int, int]:
-    """What the kernel will report to this process: the event mask of every inotify watch, by inode (watches
-    of one inode in several inotify instances together)."""
-    masks: dict[int, int] = {}
-    for fd in os.listdir("/proc/self/fdinfo"):
-        try:
-            text = Path("/proc/self/fdinfo", fd).read_text()
-        except OSError:  # closed meanwhile (this listing's own descriptor, among others)
-            continue
-        for line in text.splitlines():
-            if line.startswith("inotify "):
-                fields = dict(f.split(":", 1) for f in line.split()[1:])
-                ino = int(fields["ino"], 16)
-                masks[ino] = masks.get(ino, 0) | int(fields["mask"], 16)
-    return masks
 
 
 def test_a_busy_parent_costs_no_events(tree: tuple[Path, Looks, FolderWatcher]) -> None:
@@ -612,17 +626,29 @@ def test_watch_bench_runs() -> None:
         assert what in proc.stdout
 
 
-class _DenyingWatcher(FolderWatcher):
-    """The real watcher, refused some paths as the kernel would without read permission (tests run as root)."""
+class _DenyingObserver(InotifyObserver):
+    """The real inotify observer, refused some paths as the kernel would without read permission (tests run as
+    root)."""
 
-    def __init__(self, on_change: Callable[[str], None], denied: set[str]) -> None:
-        super().__init__(on_change)
+    def __init__(self, denied: set[str]) -> None:
+        super().__init__(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
         self.denied = denied
 
-    def _schedule(self, path: str, events: tuple[type[FileSystemEvent], ...], handler: _Handler) -> None:
-        if path in self.denied:
-            raise PermissionError(errno.EACCES, "Permission denied", path)
-        super()._schedule(path, events, handler)
+    def schedule(self, event_handler: FileSystemEventHandler, path: str | Path, *, recursive: bool = False,
+                 event_filter: list[type[FileSystemEvent]] | None = None,
+                 follow_symlink: bool = False) -> ObservedWatch:
+        if str(path) in self.denied:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return super().schedule(event_handler, path, recursive=recursive, event_filter=event_filter,
+                                follow_symlink=follow_symlink)
+
+
+def denying_watcher(on_change: Callable[[str], None], denied: set[str]) -> FolderWatcher:
+    def observer() -> BaseObserver:
+        made = _DenyingObserver(denied)
+        made.start()
+        return made
+    return FolderWatcher(on_change, observer=observer)
 
 
 def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_path: Path) -> None:
@@ -630,11 +656,11 @@ def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_p
     folder.mkdir()
     f = folder / "kube-scheduler.yaml"
     looks = Looks(lambda: read_or_missing(f))
-    w = _DenyingWatcher(looks, {str(tmp_path)})
+    w = denying_watcher(looks, {str(tmp_path)})
     try:
         w.add("manifest", folder, lambda: file_fingerprint(f, limit=LIMIT))
         w.start()
-        assert w.watched_folders() == [str(folder)]
+        assert watched_for_content(folder) and tmp_path.stat().st_ino not in inotify_masks()
         fsio.atomic_write(f, b"v1")
         assert looks.wait_for("v1")
     finally:
@@ -644,7 +670,7 @@ def test_an_ancestor_that_cannot_be_watched_does_not_stop_the_folder_watch(tmp_p
 def test_a_folder_that_cannot_be_watched_is_one_clear_error(tmp_path: Path) -> None:
     from patcher.core.errors import PatcherError
 
-    w = _DenyingWatcher(lambda name: None, {str(tmp_path)})
+    w = denying_watcher(lambda name: None, {str(tmp_path)})
     try:
         with pytest.raises(PatcherError, match="cannot watch"):
             w.add("manifest", tmp_path, lambda: "")

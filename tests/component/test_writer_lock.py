@@ -1,4 +1,4 @@
-"""One writer at a time (issue 13 item 1): races forced through the file layer's pause points, on a real
+"""One writer at a time (issue 13 item 1): races forced through the writers' file operations (``Hooked``), on a real
 file system, with threads that hand over through events (no sleeps, no timing)."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from patcher.adapters import fsio
 from patcher.core import manifest
 from patcher.core.settings import Files
 from patcher.services import engine
+from patcher.services.record import state_store, writer_lock
+from tests.harness.fileops import Hooked
 from tests.harness.helpers import KUBEADM, MANIFEST
 
 CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
@@ -48,7 +50,7 @@ def consistent(opts: Files) -> None:
     local = engine.host_fs(opts).local(opts.manifest_path)
     text = local.read_text()
     sched = manifest.inspect(manifest.parse_manifest(text, "m"), "m", prefix=opts.prefix)
-    state = engine.state_store(opts).load()
+    state = state_store(opts).load()
     if sched.marker is not None:
         path = sched.marker.flag.split("=", 1)[1]
         assert engine.host_fs(opts).local(path).is_file(), f"manifest points at a missing {path}"
@@ -58,9 +60,10 @@ def consistent(opts: Files) -> None:
         assert engine.host_fs(opts).local(os.path.join(opts.host_config_dir, name)).is_file()
 
 
-def paused_at_manifest_rename(opts: Files, other: Callable[[], None]) -> Callable[[str, Path], None]:
-    """A hook that, when the paused writer reaches its manifest rename, runs ``other`` in a thread and lets
-    the paused writer go on only once ``other`` has found the lock busy (or finished)."""
+def paused_at_manifest_rename(opts: Files, other: Callable[[fsio.FileOps], None]) -> Hooked:
+    """File operations that, when the paused writer reaches its manifest rename, run ``other`` (handed them
+    too) in a thread and let the paused writer go on only once ``other`` has found the lock busy (or
+    finished)."""
     manifest_local = str(engine.host_fs(opts).local(opts.manifest_path))
     busy = threading.Event()
     started: list[threading.Thread] = []
@@ -70,7 +73,7 @@ def paused_at_manifest_rename(opts: Files, other: Callable[[], None]) -> Callabl
             busy.set()
         elif point == "before-rename" and str(path) == manifest_local and not started:
             def run_other() -> None:
-                other()
+                other(ops)
                 busy.set()
 
             t = threading.Thread(target=run_other)
@@ -78,8 +81,9 @@ def paused_at_manifest_rename(opts: Files, other: Callable[[], None]) -> Callabl
             t.start()
             assert busy.wait(WAIT)
 
-    hook.threads = started  # type: ignore[attr-defined]
-    return hook
+    ops = Hooked(hook)
+    ops.threads = started  # type: ignore[attr-defined]
+    return ops
 
 
 def test_restore_during_an_apply_waits_and_never_deletes_the_config_the_manifest_points_at(
@@ -87,18 +91,17 @@ def test_restore_during_an_apply_waits_and_never_deletes_the_config_the_manifest
     plan = engine.plan_apply(opts)
     outcome: list[object] = []
 
-    def restore() -> None:
+    def restore(ops: fsio.FileOps) -> None:
         try:
             rplan = engine.plan_restore(opts)  # planned while the apply is paused: state names the new file
-            outcome.append(engine.restore(opts, rplan))
+            outcome.append(engine.restore(opts, rplan, ops=ops))
         except fsio.ChangedUnderneath as exc:
             outcome.append(exc)
 
-    hook = paused_at_manifest_rename(opts, restore)
-    with fsio.pause_points(hook):
-        lines, _ = engine.apply(opts, plan)
-        for t in hook.threads:  # type: ignore[attr-defined]
-            t.join(WAIT)
+    ops = paused_at_manifest_rename(opts, restore)
+    lines, _ = engine.apply(opts, plan, ops=ops)
+    for t in ops.threads:  # type: ignore[attr-defined]
+        t.join(WAIT)
     assert lines[-1].startswith("wrote ") and lines[-1].endswith("kube-scheduler.yaml")
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
@@ -114,24 +117,23 @@ def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: F
     assert first.config and second.config and first.config.config_hash != second.config.config_hash
     outcome: list[object] = []
 
-    def apply_second() -> None:
+    def apply_second(ops: fsio.FileOps) -> None:
         try:
-            outcome.append(engine.apply(opts, second))
+            outcome.append(engine.apply(opts, second, ops=ops))
         except fsio.ChangedUnderneath as exc:
             outcome.append(exc)
 
-    hook = paused_at_manifest_rename(opts, apply_second)
-    with fsio.pause_points(hook):
-        engine.apply(opts, first)
-        for t in hook.threads:  # type: ignore[attr-defined]
-            t.join(WAIT)
+    ops = paused_at_manifest_rename(opts, apply_second)
+    engine.apply(opts, first, ops=ops)
+    for t in ops.threads:  # type: ignore[attr-defined]
+        t.join(WAIT)
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
-    assert engine.state_store(opts).load().config_hash == first.config.config_hash
+    assert state_store(opts).load().config_hash == first.config.config_hash
     again = engine.plan_apply(opts)  # the second writer plans again from the new bytes and wins cleanly
     engine.apply(opts, again)
     consistent(opts)
-    assert engine.state_store(opts).load().config_hash == second.config.config_hash
+    assert state_store(opts).load().config_hash == second.config.config_hash
 
 
 def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> None:
@@ -146,11 +148,11 @@ def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> N
             tmp.write_bytes(upgraded)
             os.replace(tmp, local)
 
-    with fsio.pause_points(kubeadm_writes), pytest.raises(fsio.ChangedUnderneath):
-        engine.apply(opts, plan)
+    with pytest.raises(fsio.ChangedUnderneath):
+        engine.apply(opts, plan, ops=Hooked(kubeadm_writes))
     assert local.read_bytes() == upgraded
     assert os.listdir(local.parent) == ["kube-scheduler.yaml"]  # no temp file of ours left behind
-    assert not engine.state_store(opts).load().patched  # the record was rewound: it does not claim a patch
+    assert not state_store(opts).load().patched  # the record was rewound: it does not claim a patch
     consistent(opts)
 
 
@@ -166,7 +168,7 @@ def test_checked_write_swaps_in_place_and_leaves_nothing_else(tmp_path: Path) ->
 
 def test_the_lock_is_reentrant_for_its_holder(opts: Files) -> None:
     quick = replace(opts, lock_wait=0.0)
-    with engine.writer_lock(quick):  # the agent holds it for its whole life and still applies
+    with writer_lock(quick):  # the agent holds it for its whole life and still applies
         lines, _ = engine.apply(quick, engine.plan_apply(quick))
     assert lines
     consistent(quick)
@@ -204,10 +206,10 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: Files) -
 def test_another_thread_waits_like_another_process(opts: Files) -> None:
     """In-process writers are serialised too (the lock is reentrant only for the thread that holds it)."""
     got: list[object] = []
-    with engine.writer_lock(opts):
+    with writer_lock(opts):
         def other() -> None:
             try:
-                with engine.writer_lock(replace(opts, lock_wait=0.0)):
+                with writer_lock(replace(opts, lock_wait=0.0)):
                     got.append("entered")
             except fsio.LockBusy as exc:
                 got.append(exc)

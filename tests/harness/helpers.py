@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
+from patcher.adapters import fsio
 from patcher.adapters.health import Metrics
 from patcher.core import schedconfig
 from patcher.core.lifecycle import LoopEvent
@@ -145,7 +146,7 @@ class Running:
     """An agent in a thread, built by ``runner.build_agent`` as ``run`` builds it, with fast retries."""
 
     def __init__(self, node: Node, *, coordinated: bool = False, publish: bool = False, deferred: bool = False,
-                 **overrides: object) -> None:
+                 file_ops: fsio.FileOps = fsio.REAL, **overrides: object) -> None:
         files = Files(source=node.src, host_root=node.root)
         overrides.setdefault("check_extenders", False)  # the fixtures' extenders do not answer: a test opts in
         # kubeletsim's scheduler exits at its start or never: a test whose config it refuses on a manifest
@@ -160,7 +161,7 @@ class Running:
         assert settings is not None
         # Deferred: built in the connect thread, as `run` does it; else built here and attached from the start.
         self.wiring = build_agent(self.config, Deferred(lambda: api_client(settings)) if deferred
-                                  else api_client(settings))
+                                  else api_client(settings), file_ops=file_ops)
         self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
         self.wiring.start()
         self.code: int | None = None

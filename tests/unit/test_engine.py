@@ -17,6 +17,7 @@ from patcher.core.settings import Files
 from patcher.services import engine
 from tests.conftest import FIXTURES
 from tests.harness import helpers
+from tests.harness.fileops import Hooked
 from tests.harness.helpers import fake_node, snapshot
 
 MANIFEST = "/" + helpers.MANIFEST
@@ -237,8 +238,8 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
             os.remove(MANIFEST)
             os.mkdir(MANIFEST)  # the checked rename refuses a directory in place of the manifest
 
-    with fsio.pause_points(replace_by_folder), pytest.raises(PatcherError, match="is a directory"):
-        engine.apply(OPTS, plan)
+    with pytest.raises(PatcherError, match="is a directory"):
+        engine.apply(OPTS, plan, ops=Hooked(replace_by_folder))
     assert not os.path.exists("/etc/kubernetes/scheduler-patcher")  # the folder it made goes too
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
     assert set(snapshot()) - set(before) == {"/var/", "/var/lib/",

@@ -19,7 +19,9 @@ from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import engine
+from patcher.services.record import remove_stale_temp_files, state_store, writer_lock
 from tests.harness import helpers
+from tests.harness.fileops import Hooked
 from tests.harness.helpers import fake_node, snapshot
 
 KUBEADM = helpers.KUBEADM.decode()
@@ -215,7 +217,7 @@ def test_restore_without_a_manifest_write_still_refuses_a_read_only_state_folder
 
 
 def state_folder_turns_read_only(point: str, path: Path) -> None:
-    """A ``pause_points`` hook: right before the manifest's rename, the state folder turns read-only for the
+    """A ``Hooked`` file operations' hook: right before the manifest's rename, the state folder turns read-only for the
     writer, who is no longer root."""
     if point == "before-rename" and str(path) == MANIFEST:
         for folder in ("/etc/kubernetes/manifests", "/etc/kubernetes/scheduler-patcher"):
@@ -231,16 +233,15 @@ def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_nee
     patched)."""
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
     node.create_file(stale, contents="old")
-    engine.state_store(OPTS).save(State(written=("config-aaaaaaaaaaaa.yaml",)))
+    state_store(OPTS).save(State(written=("config-aaaaaaaaaaaa.yaml",)))
     plan = engine.plan_apply(OPTS)
 
-    with fsio.pause_points(state_folder_turns_read_only):
-        lines, state = engine.apply(OPTS, plan)
+    lines, state = engine.apply(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
     set_uid(0)
     config = plan.config
     assert config is not None
     assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
-    on_disk = engine.state_store(OPTS).load()
+    on_disk = state_store(OPTS).load()
     assert on_disk.patched_sha256 == engine.sha256(Path(MANIFEST).read_bytes())  # the write is recorded
     assert state.written == (config.main,)  # the returned record no longer lists the pruned file
 
@@ -250,8 +251,8 @@ def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exact
     engine.apply(OPTS, engine.plan_apply(OPTS))
     plan = engine.plan_restore(OPTS)
 
-    with fsio.pause_points(state_folder_turns_read_only), pytest.raises(engine.PartialWrite) as exc:
-        engine.restore(OPTS, plan)
+    with pytest.raises(engine.PartialWrite) as exc:
+        engine.restore(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
     set_uid(0)
     line = refusal(exc)
     assert f"already done: wrote {MANIFEST}, removed /etc/kubernetes/scheduler-patcher/config-" in line
@@ -301,12 +302,12 @@ def test_temp_files_of_a_live_writer_are_left_alone(tmp_path: Path) -> None:
     import threading
 
     got: list[list[str]] = []
-    with engine.writer_lock(opts):  # another writer (here: another thread) is mid-write
-        t = threading.Thread(target=lambda: got.append(engine.remove_stale_temp_files(opts)))
+    with writer_lock(opts):  # another writer (here: another thread) is mid-write
+        t = threading.Thread(target=lambda: got.append(remove_stale_temp_files(opts)))
         t.start()
         t.join(30)
     assert got == [[]] and live.exists()
-    assert engine.remove_stale_temp_files(opts) == ["/etc/kubernetes/manifests/.kube-scheduler.yaml.l1ve.tmp"]
+    assert remove_stale_temp_files(opts) == ["/etc/kubernetes/manifests/.kube-scheduler.yaml.l1ve.tmp"]
 
 
 def test_a_second_scheduler_manifest_in_the_folder_is_reported(node: FakeFilesystem) -> None:

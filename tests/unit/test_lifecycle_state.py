@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from patcher.adapters.statestore import StateStore
 from patcher.core.errors import PatcherError
 from patcher.core.state import FORMAT_VERSION, LastGood, State, decode, encode
+from patcher.services.record import StateStore
 
 V1 = {  # a state.json as the agent wrote it before the typed record
     "manifest": "/etc/kubernetes/manifests/kube-scheduler.yaml", "config_hash": "a" * 64,
