@@ -110,9 +110,13 @@ KINDS = {
 REAL_TEST_TIMEOUT = 1800
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the group marks in this same hook
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The real tests' timeout covers the lock's wait (prepended: it wins over a test's own, shorter one); each test
-    gets its folder's kind marker."""
+    gets its folder's kind marker.
+
+    The real tests are one xdist group: one worker runs them in turn while the other runs the rest, where two
+    workers would otherwise each pick one and one of them idle on the real-test lock."""
     tests = Path(__file__).parent
     for item in items:
         folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
@@ -120,6 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, folder))
         if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
             item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT), append=False)
+            item.add_marker(pytest.mark.xdist_group("real"))
 
 
 @pytest.fixture(autouse=True)

@@ -50,8 +50,6 @@ from tests.harness.real.kubelet_node import (
 )
 from tests.harness.real.node_client import NodeClient
 
-# The group is also given by tests/conftest.py, but there too late for pytest-xdist's loadgroup (it read the
-# marks first; `make test` ran two nodes at once, one per worker): two nodes compete for the 2 cores.
 pytestmark = pytest.mark.real_kubelet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,8 +39,8 @@ from tools.realk8s.build import STAMP, cache_root  # noqa: E402
 
 #: One real-cluster or real-node test (or real bench) at a time on this machine, whichever worker or session runs
 #: it: the schedulers they run listen on kube-scheduler's default port (the manifests set none), and two API servers
-#: with their etcds (or two nodes) at once only slow each other down, and a bench's figures with them. A file lock,
-#: since xdist's loadgroup does not group these tests under pytest 9.
+#: with their etcds (or two nodes) at once only slow each other down, and a bench's figures with them. A file lock:
+#: the xdist group of tests/conftest.py keeps them apart only within one pytest session.
 REAL_CLUSTER_LOCK = Path(tempfile.gettempdir()) / "scheduler-patcher-real-cluster.lock"
 START_DEADLINE = 60.0  # seconds: a busy 2-core CI runner starts in ~5-10 s; past this something is wrong
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
