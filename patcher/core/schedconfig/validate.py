@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
-from patcher.core.schedconfig.rules import extender_problems, is_int, rule_problems
+from patcher.core.schedconfig.rules import extender_problems, rule_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
     Schema,
@@ -29,7 +29,7 @@ from patcher.core.schedconfig.schema import (
     for_version,
     served_config_schemas,
 )
-from patcher.core.schedconfig.startup import effective, startup_problems
+from patcher.core.schedconfig.startup import effective, is_int
 from patcher.core.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -246,7 +246,7 @@ def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) 
     walker.check_struct(data, schema.types[schema.root], "")
     if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
         data = effective(data, schema)
-    found = rule_problems(data, schema) + (startup_problems(data, schema) if isinstance(data, dict) else [])
+    found = rule_problems(data, schema)
     return walker.errors + [p for p in found if p not in walker.errors]
 
 
