@@ -17,6 +17,7 @@ from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
+from patcher.core.schedconfig.flags import parse_bool
 from patcher.core.schedconfig.schema import Schema, registry
 from patcher.core.schedconfig.startup_data import (
     BIND_PLUGINS,
@@ -34,8 +35,6 @@ from patcher.core.schedconfig.version import Launch
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _UNKNOWN = "framework.unknownPlugin"
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 def holds(key: str, minor: Minor | None) -> bool:
@@ -82,9 +81,7 @@ def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, s
 def _flag_value(flag: str, raw: str | None) -> Any:
     kind = LEADER_ELECTION_FLAGS[flag][1]
     if kind == "bool":
-        if raw is None or raw in _TRUE:
-            return True
-        return False if raw in _FALSE else None
+        return parse_bool(raw)
     if kind == "duration":
         return raw if raw is not None and is_duration(raw) else None
     return raw
@@ -368,18 +365,11 @@ def upstream_image(image: str | None) -> bool:
 
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
     return Launch(
-        leader_election=leader_election_flags(flags), upstream_image=upstream_image(image), gates_off=_gates_off(flags)
+        leader_election=leader_election_flags(flags),
+        upstream_image=upstream_image(image),
+        # gates that --feature-gates=A=false switches off: a gated field is then refused whatever the default
+        gates_off=binary.gates_set_to(flags, False),
     )
-
-
-def _gates_off(flags: Mapping[str, str | None]) -> frozenset[str]:
-    """Gates that ``--feature-gates=A=false`` switches off: a gated field is then refused whatever the default."""
-    off = set()
-    for item in (flags.get("feature-gates") or "").split(","):
-        name, _, value = item.strip().partition("=")
-        if name and value.strip().lower() == "false":
-            off.add(name)
-    return frozenset(off)
 
 
 # ---- plugin args checked when the plugin is built ----------------------------------------------------------------
