@@ -242,7 +242,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             schema=schema,
             version=version,
             carried=carried,
-            host_config_dir=req.host_config_dir,
             source=names[0],
         )
     else:
@@ -251,7 +250,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             source.complete,
             version=version,
             carry=lambda schema: _carry(req, schema),
-            host_config_dir=req.host_config_dir,
         )
     notes += out.notes
     main_bytes = out.files[out.main]
