@@ -261,20 +261,11 @@ def _effective_queue_sort(profile: Mapping[Any, Any], schema: Schema) -> tuple[t
     queue = as_map(as_map(profile.get("plugins")).get("queueSort"))
     custom = [(_str(as_map(p).get("name")), _int(as_map(p).get("weight")) or 0) for p in as_list(queue.get("enabled"))]
     disabled = tuple(_str(as_map(p).get("name")) for p in as_list(queue.get("disabled")))
-    defaults = [("PrioritySort", 0)] if _version(schema) not in ("v1beta3", "v1") else []
-    enabled: list[tuple[str, int]] = []
-    replaced: set[int] = set()
-    if "*" not in disabled:
-        for name, weight in defaults:
-            if name in disabled:
-                continue
-            for index, (custom_name, custom_weight) in enumerate(custom):
-                if custom_name == name:
-                    weight = custom_weight
-                    replaced.add(index)
-                    break
-            enabled.append((name, weight))
-    enabled += [plugin for index, plugin in enumerate(custom) if index not in replaced]
+    enabled = list(custom)
+    if _version(schema) not in ("v1beta3", "v1") and "*" not in disabled and "PrioritySort" not in disabled:
+        # the default comes first, with the weight the profile gives it where it lists it too
+        mine = [index for index, (name, _) in enumerate(custom) if name == "PrioritySort"]
+        enabled.insert(0, enabled.pop(mine[0]) if mine else ("PrioritySort", 0))
     return tuple(enabled), disabled
 
 
@@ -645,8 +636,7 @@ def _base64(value: str) -> bytes:
 
 
 def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
-    client = data.get("clientConnection")
-    kubeconfig = _str(client.get("kubeconfig")) if isinstance(client, dict) else ""
+    kubeconfig = _str(as_map(data.get("clientConnection")).get("kubeconfig"))
     if kubeconfig and not posixpath.isabs(kubeconfig):
         return [
             f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
@@ -666,12 +656,7 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
     at_start = startup.config_problems(data, minor, schema.node_launch) if minor is not None else []
-    validation = _extenders(data) + _kubeconfig_problems(data) + _client_connection(data)
-    validation += _leader_election(data, schema) + _top_level(data)
+    validation = extender_problems(as_list(data.get("extenders"))) + _kubeconfig_problems(data)
+    validation += _client_connection(data) + _leader_election(data, schema) + _top_level(data)
     validation += _profiles(data, schema, minor, at_start)
     return validation + at_start
-
-
-def _extenders(data: Mapping[str, Any]) -> list[str]:
-    extenders = data.get("extenders")
-    return extender_problems(extenders) if isinstance(extenders, list) else []

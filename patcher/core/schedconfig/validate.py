@@ -13,7 +13,7 @@ import base64
 import binascii
 from collections.abc import Callable
 from difflib import get_close_matches
-from typing import Any, TypeGuard
+from typing import Any
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
@@ -41,16 +41,12 @@ def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _is_bool(value: Any) -> TypeGuard[bool]:
-    return isinstance(value, bool)
-
-
 def _describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    if _is_bool(value):
+    if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
         return f"string {_clip(repr(value))}"
@@ -163,7 +159,7 @@ def _check_string(value: Any) -> str | None:
 
 
 def _check_bool(value: Any) -> str | None:
-    return None if _is_bool(value) else f"must be true or false, got {_describe(value)}"
+    return None if isinstance(value, bool) else f"must be true or false, got {_describe(value)}"
 
 
 def _int_checker(kind: str) -> Callable[[Any], str | None]:
@@ -182,7 +178,7 @@ def _int_checker(kind: str) -> Callable[[Any], str | None]:
 
 
 def _check_float(value: Any) -> str | None:
-    if isinstance(value, int | float) and not _is_bool(value):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return None
     return f"must be a number, got {_describe(value)}"
 
