@@ -197,7 +197,7 @@ def _hint(name: str, minor: Minor) -> str:
 def _implements(name: str, point: str, minor: Minor) -> bool | None:
     """Whether ``name`` extends ``point``: the minor's binary where it settled it (what runs decides), else the union of
     every minor's points in ``PLUGINS``."""
-    proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+    proven = binary.implements(name, point, minor[1])
     if proven is not None:
         return proven
     plugin = PLUGINS.get(name)
@@ -285,7 +285,7 @@ def _multipoint_duplicates(
             disabled = sets[1].get(point, set())
             if "*" in disabled or name in disabled or name in sets[0].get(point, ()):
                 continue
-            proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+            proven = binary.implements(name, point, minor[1])
             if point in plugin.always or proven:  # certain (every minor, or this minor's binary): met here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
