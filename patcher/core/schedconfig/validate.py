@@ -135,6 +135,7 @@ class _Walker:
             )
 
     def _unknown(self, spec: TypeSpec, key: str, path: str) -> str:
+        where = f"{self.schema.api_version} {spec.name}"
         if self.schema.minor is not None and self.version is not None:
             added = added_in(self.schema.api_version, spec.name, key, self.schema.minor)
             if added is not None:
@@ -142,8 +143,6 @@ class _Walker:
                     f"{join(path, key)}: not known to kube-scheduler {self.version.short} "
                     f"(added in {added[0]}.{added[1]})"
                 )
-        where = f"{self.schema.api_version} {spec.name}"
-        if self.schema.minor is not None and self.version is not None:
             where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
         hint = ""
         close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6)
