@@ -18,11 +18,12 @@ from patcher.commands.cli import main
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.core.schedconfig.schema import generated
-from patcher.core.schedconfig.startup_data import PLUGINS, RULE_BY_KEY, RULES, point_interface, rules_table
+from patcher.core.schedconfig.startup_data import PLUGINS, RULE_BY_KEY, RULES, point_interface
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion, Launch
 from patcher.core.schedconfig.yamlio import load_single
 from tests.conftest import FIXTURES
+from tools.gen_startup_rules_doc import rules_table
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUP = "kubescheduler.config.k8s.io"

@@ -191,7 +191,7 @@ def _with_flags(version: KubeVersion, flags: dict[str, str | None], req: ConfigR
     binary was built (``binary``), its flags and gates are checked first, as pflag and component-base do before
     the config is read, and the gates are the binary's defaults with the manifest's over them, so a rule gated
     by a default (DynamicResources' timeouts, VolumeBinding's shape) follows that minor."""
-    minor = version.minor if version.major == 1 else None
+    minor = version.minor  # resolve_version takes only 1.x
     problems = flag_problems(flags, minor)
     if problems:
         raise_problems(req.manifest or "the scheduler's flags", problems)
@@ -242,7 +242,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             schema=schema,
             version=version,
             carried=carried,
-            host_config_dir=req.host_config_dir,
             source=names[0],
         )
     else:
@@ -251,7 +250,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             source.complete,
             version=version,
             carry=lambda schema: _carry(req, schema),
-            host_config_dir=req.host_config_dir,
         )
     notes += out.notes
     main_bytes = out.files[out.main]

@@ -61,6 +61,11 @@ def gate_settings(raw: str | None) -> dict[str, bool | None]:
     return found
 
 
+def gates_set_to(flags: Mapping[str, str | None], value: bool) -> frozenset[str]:
+    """The gates the manifest's ``--feature-gates`` sets to ``value``."""
+    return frozenset(gate for gate, given in gate_settings(flags.get("feature-gates")).items() if given is value)
+
+
 def effective_gates(flags: Mapping[str, str | None], minor: int | None) -> frozenset[str] | None:
     """The gates on in this scheduler: the binary's defaults with the manifest's ``--feature-gates`` over them;
     None when the minor's defaults are not known."""

@@ -6,9 +6,9 @@ have, and it exits. Every deprecated flag that has a config field is therefore c
 Flags that are still real flags (``--bind-address``, ``--secure-port``, ``--authentication-kubeconfig``, logging,
 feature gates, …) keep working next to ``--config`` and need nothing.
 
-The legacy algorithm-source flags (``--policy-config-file`` and friends) cannot be carried: with ``--config`` a
-1.10–1.18 scheduler ignores them (their extenders would vanish), 1.19–1.22 lets the Policy's extenders replace
-ours, and 1.23+ no longer knows the flags at all. They are refused with a way out.
+The legacy algorithm-source flags (``--policy-config-file`` and friends) cannot be carried: with ``--config``
+1.19–1.22 let the Policy's extenders replace ours, and 1.23+ no longer knows the flags. They are refused with a
+way out.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from patcher.core import schedflags
 from patcher.core.errors import ConfigError
+from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
 
@@ -142,22 +143,22 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
 def enabled_feature_gates(flags: dict[str, str | None]) -> frozenset[str]:
     """Gates that ``--feature-gates=A=true,B=false`` switches on (component-base's syntax; ``AllAlpha``/``AllBeta``
     name no single gate and are ignored, which keeps gated rules on the safe side)."""
-    enabled = set()
-    for item in (flags.get("feature-gates") or "").split(","):
-        name, _, value = item.strip().partition("=")
-        if name and value.strip().lower() == "true":
-            enabled.add(name)
-    return frozenset(enabled)
+    return gates_set_to(flags, True)
+
+
+def parse_bool(raw: str | None) -> bool | None:
+    """A pflag boolean: the flag alone is true; None when the value is not one of strconv.ParseBool's."""
+    if raw is None or raw in _TRUE:
+        return True
+    return False if raw in _FALSE else None
 
 
 def _convert(flag: str, kind: str, raw: str | None, where: str | None) -> Any:
     shown = f"--{flag}" if raw is None else f"--{flag}={raw}"
     if kind == "bool":
-        if raw is None or raw in _TRUE:
-            return True
-        if raw in _FALSE:
-            return False
-        raise ConfigError(where, f"{shown}: not a boolean (true or false)")
+        if (value := parse_bool(raw)) is None:
+            raise ConfigError(where, f"{shown}: not a boolean (true or false)")
+        return value
     if raw is None:
         raise ConfigError(where, f"--{flag}: the flag needs a value")
     if kind == "int":
@@ -200,7 +201,7 @@ def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
         value = flags[flag]
         shown = f"--{flag}" if value is None else f"--{flag}={value}"
         if flag == "use-legacy-policy-config":
-            if value is None or value in _TRUE:
+            if parse_bool(value):
                 return shown
         elif value and not (flag == "algorithm-provider" and value == "DefaultProvider"):
             return shown

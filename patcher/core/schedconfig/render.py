@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,21 +49,9 @@ class Output:
     notes: list[str] = field(default_factory=list)
 
 
-def short_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:12]
-
-
 def header(source: str, version: KubeVersion, api_version: str) -> str:
     """The first line of every file we render: where it came from and for which scheduler."""
     return f"{HEADER_PREFIX} from {source} for kube-scheduler {version.short} ({api_version}); do not edit.\n"
-
-
-def config_name(data: bytes) -> str:
-    return f"config-{short_hash(data)}.yaml"
-
-
-def node_path(host_config_dir: str, name: str) -> str:
-    return posixpath.join(host_config_dir, name)
 
 
 def set_path(
@@ -134,7 +121,7 @@ def _flag_overrides(text: str, name: str, version: KubeVersion) -> tuple[str, ..
 
 def finish(text: str, version: KubeVersion, notes: list[str]) -> Output:
     main_bytes = text.encode("utf-8")
-    name = config_name(main_bytes)
+    name = f"config-{hashlib.sha256(main_bytes).hexdigest()[:12]}.yaml"
     schema = _check_output(text, name, version)
     notes = notes + list(_flag_overrides(text, name, version))
     return Output(files={name: main_bytes}, main=name, api_version=schema.api_version, notes=notes)
@@ -146,7 +133,6 @@ def render_extenders(
     schema: Schema,
     version: KubeVersion,
     carried: list[Carried],
-    host_config_dir: str,
     source: str,
 ) -> Output:
     """The whole config for ``schema`` from version-neutral extenders and the carried flag values."""
@@ -166,7 +152,6 @@ def render_complete(
     *,
     version: KubeVersion,
     carry: Callable[[Schema], tuple[list[Carried], list[str]]],
-    host_config_dir: str,
 ) -> Output:
     """A user-written KubeSchedulerConfiguration, used as is once validated and served-checked.
 

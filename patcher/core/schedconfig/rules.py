@@ -22,17 +22,17 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeGuard
+from typing import Any
 
-from patcher.core.schedconfig import binary
+from patcher.core.schedconfig import binary, startup
 from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.gourl import url_problem
 from patcher.core.schedconfig.schema import Schema
-from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY
+from patcher.core.schedconfig.startup import DEFAULT_SCHEDULER_NAME, as_list, as_map, is_int
+from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY, Minor
 
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
 # RecommendedDefaultLeaderElectionConfiguration): the same in v1beta2, v1beta3 and v1 for what is validated.
-DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _DEFAULT_INITIAL_BACKOFF = 1
 _DEFAULT_MAX_BACKOFF = 10
 _DEFAULT_LEASE = 15 * 10**9
@@ -64,21 +64,8 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 # ---- reading values the way the scheduler sees them ---------------------------------------------------------
 
 
-def is_int(value: Any) -> TypeGuard[int]:
-    """An integer as the decoder sees it (YAML's true is not 1)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _int(value: Any) -> int | None:
     return value if is_int(value) else None
-
-
-def _map(value: Any) -> Mapping[Any, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _str(value: Any) -> str:
@@ -118,12 +105,12 @@ def qualified_name_problem(name: str) -> str | None:
 
 
 def _client_connection(data: Mapping[str, Any]) -> list[str]:
-    burst = _int(_map(data.get("clientConnection")).get("burst"))
+    burst = _int(as_map(data.get("clientConnection")).get("burst"))
     return ["clientConnection.burst: must be non-negative"] if burst is not None and burst < 0 else []
 
 
 def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    election = _map(data.get("leaderElection"))
+    election = as_map(data.get("leaderElection"))
     if election.get("leaderElect") is False:
         return []
     problems = []
@@ -179,8 +166,10 @@ def _percentage(path: str, value: Any) -> list[str]:
     return [f"{path}: not in valid range [0-100]"] if number is not None and not 0 <= number <= 100 else []
 
 
-def _profiles(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    profiles = [p if isinstance(p, Mapping) else {} for p in _list(data.get("profiles"))]
+def _profiles(data: Mapping[str, Any], schema: Schema, minor: Minor | None, at_start: list[str]) -> list[str]:
+    """Validation's problems of the profiles; start-up's (with a minor to judge) are added to ``at_start``."""
+    given = as_list(data.get("profiles"))
+    profiles = [p if isinstance(p, Mapping) else {} for p in given]
     if not profiles:
         return []  # defaulting adds one profile named default-scheduler
     problems: list[str] = []
@@ -203,6 +192,8 @@ def _profiles(data: Mapping[str, Any], schema: Schema) -> list[str]:
                 seen[name] = index
         problems += _percentage(f"{path}.percentageOfNodesToScore", profile.get("percentageOfNodesToScore"))
         problems += _plugin_config(profile, path, schema)
+        if minor is not None and isinstance(given[index], Mapping):
+            at_start += startup.profile_problems(profile, path, schema, minor)
     problems += _queue_sort(profiles, schema)
     return problems
 
@@ -225,12 +216,12 @@ def _removed(name: str, schema: Schema) -> str | None:
 
 def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
-    plugins = _map(profile.get("plugins"))
+    plugins = as_map(profile.get("plugins"))
     spec = schema.types.get("Plugins")
     # validatePluginConfig's stagesToPluginSet: the minor's extension points; multiPoint is not checked upstream
     for stage in (p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"):
-        for index, plugin in enumerate(_list(_map(plugins.get(stage)).get("enabled"))):
-            name = _str(_map(plugin).get("name"))
+        for index, plugin in enumerate(as_list(as_map(plugins.get(stage)).get("enabled"))):
+            name = _str(as_map(plugin).get("name"))
             removed = _removed(name, schema)
             if removed:
                 problems.append(
@@ -238,8 +229,8 @@ def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> lis
                     f"(KubeSchedulerConfiguration is version {schema.api_version}): the plugin no longer exists"
                 )
     seen: set[str] = set()
-    for index, config in enumerate(_list(profile.get("pluginConfig"))):
-        name = _str(_map(config).get("name"))
+    for index, config in enumerate(as_list(profile.get("pluginConfig"))):
+        name = _str(as_map(config).get("name"))
         where = f"{path}.pluginConfig[{index}]"
         if name in seen:
             problems.append(f"{where}: duplicate pluginConfig for {name}")
@@ -255,7 +246,7 @@ def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> lis
             )
             continue
         check = PLUGIN_ARGS.get(name)
-        args = _map(config).get("args")
+        args = as_map(config).get("args")
         if check is not None and isinstance(args, Mapping):
             problems += check(args, f"{where}.args", schema)
     return problems
@@ -267,23 +258,14 @@ def _effective_queue_sort(profile: Mapping[Any, Any], schema: Schema) -> tuple[t
     v1beta3 and v1 default every plugin through multiPoint, so queueSort is what the profile wrote; the older
     apiVersions have PrioritySort as the default queue sort, which the profile's own set is merged into.
     """
-    queue = _map(_map(profile.get("plugins")).get("queueSort"))
-    custom = [(_str(_map(p).get("name")), _int(_map(p).get("weight")) or 0) for p in _list(queue.get("enabled"))]
-    disabled = tuple(_str(_map(p).get("name")) for p in _list(queue.get("disabled")))
-    defaults = [("PrioritySort", 0)] if _version(schema) not in ("v1beta3", "v1") else []
-    enabled: list[tuple[str, int]] = []
-    replaced: set[int] = set()
-    if "*" not in disabled:
-        for name, weight in defaults:
-            if name in disabled:
-                continue
-            for index, (custom_name, custom_weight) in enumerate(custom):
-                if custom_name == name:
-                    weight = custom_weight
-                    replaced.add(index)
-                    break
-            enabled.append((name, weight))
-    enabled += [plugin for index, plugin in enumerate(custom) if index not in replaced]
+    queue = as_map(as_map(profile.get("plugins")).get("queueSort"))
+    custom = [(_str(as_map(p).get("name")), _int(as_map(p).get("weight")) or 0) for p in as_list(queue.get("enabled"))]
+    disabled = tuple(_str(as_map(p).get("name")) for p in as_list(queue.get("disabled")))
+    enabled = list(custom)
+    if _version(schema) not in ("v1beta3", "v1") and "*" not in disabled and "PrioritySort" not in disabled:
+        # the default comes first, with the weight the profile gives it where it lists it too
+        mine = [index for index, (name, _) in enumerate(custom) if name == "PrioritySort"]
+        enabled.insert(0, enabled.pop(mine[0]) if mine else ("PrioritySort", 0))
     return tuple(enabled), disabled
 
 
@@ -299,9 +281,9 @@ def _queue_sort(profiles: list[Mapping[Any, Any]], schema: Schema) -> list[str]:
         name = "PrioritySort"  # v1beta3/v1 enable it through the default multiPoint set
 
     def args_of(profile: Mapping[Any, Any]) -> Any:
-        for config in _list(profile.get("pluginConfig")):
-            if name is not None and _map(config).get("name") == name:
-                return _map(config).get("args")
+        for config in as_list(profile.get("pluginConfig")):
+            if name is not None and as_map(config).get("name") == name:
+                return as_map(config).get("args")
         return None
 
     canon_args = args_of(profiles[0])
@@ -347,7 +329,7 @@ def _inter_pod_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> l
 def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str]:
     """component-helpers nodeaffinity: nodeSelectorRequirementsAsSelector / nodeSelectorRequirementsAsFieldSelector."""
     operator = _str(req.get("operator"))
-    values = [v for v in _list(req.get("values")) if isinstance(v, str)]
+    values = [v for v in as_list(req.get("values")) if isinstance(v, str)]
     key = _str(req.get("key"))
     if fields:
         problems = []
@@ -382,29 +364,29 @@ def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str
 
 def _term(term: Mapping[Any, Any], path: str) -> list[str]:
     problems = []
-    for index, req in enumerate(_list(term.get("matchExpressions"))):
-        problems += _requirement(_map(req), f"{path}.matchExpressions[{index}]", fields=False)
-    for index, req in enumerate(_list(term.get("matchFields"))):
-        problems += _requirement(_map(req), f"{path}.matchFields[{index}]", fields=True)
+    for index, req in enumerate(as_list(term.get("matchExpressions"))):
+        problems += _requirement(as_map(req), f"{path}.matchExpressions[{index}]", fields=False)
+    for index, req in enumerate(as_list(term.get("matchFields"))):
+        problems += _requirement(as_map(req), f"{path}.matchFields[{index}]", fields=True)
     return problems
 
 
 def _node_affinity(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
-    affinity = _map(args.get("addedAffinity"))
+    affinity = as_map(args.get("addedAffinity"))
     base = f"{path}.addedAffinity"
     problems = []
-    required = _map(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
-    for index, term in enumerate(_list(required.get("nodeSelectorTerms"))):
+    required = as_map(affinity.get("requiredDuringSchedulingIgnoredDuringExecution"))
+    for index, term in enumerate(as_list(required.get("nodeSelectorTerms"))):
         where = f"{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{index}]"
-        problems += _term(_map(term), where)
-    for index, preferred in enumerate(_list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))):
+        problems += _term(as_map(term), where)
+    for index, preferred in enumerate(as_list(affinity.get("preferredDuringSchedulingIgnoredDuringExecution"))):
         where = f"{base}.preferredDuringSchedulingIgnoredDuringExecution[{index}].preference"
-        problems += _term(_map(_map(preferred).get("preference")), where)
+        problems += _term(as_map(as_map(preferred).get("preference")), where)
     return problems
 
 
 def _pod_topology_spread(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
-    constraints = _list(args.get("defaultConstraints"))
+    constraints = as_list(args.get("defaultConstraints"))
     defaulting = args.get("defaultingType") or "System"
     problems = []
     if defaulting not in ("System", "List"):
@@ -413,7 +395,7 @@ def _pod_topology_spread(args: Mapping[Any, Any], path: str, schema: Schema) -> 
         problems.append(f"{path}.defaultingType: must be List when defaultConstraints are not empty")
     seen: dict[tuple[str, str], int] = {}
     for index, constraint in enumerate(constraints):
-        item = _map(constraint)
+        item = as_map(constraint)
         where = f"{path}.defaultConstraints[{index}]"
         skew = _int(item.get("maxSkew"))
         if skew is None or skew <= 0:
@@ -445,7 +427,7 @@ def _shape(shape: list[Any], path: str) -> list[str]:
     """validateFunctionShape."""
     if not shape:
         return [f"{path}: at least one point must be specified"]
-    points = [(_int(_map(p).get("utilization")) or 0, _int(_map(p).get("score")) or 0) for p in shape]
+    points = [(_int(as_map(p).get("utilization")) or 0, _int(as_map(p).get("score")) or 0) for p in shape]
     problems = []
     for index in range(1, len(points)):
         if points[index - 1][0] >= points[index][0]:
@@ -461,11 +443,11 @@ def _shape(shape: list[Any], path: str) -> list[str]:
 
 def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
-    for index, name in enumerate(_list(args.get("ignoredResources"))):
+    for index, name in enumerate(as_list(args.get("ignoredResources"))):
         reason = qualified_name_problem(_str(name))
         if reason:
             problems.append(f"{path}.ignoredResources[{index}]: {reason}")
-    for index, group in enumerate(_list(args.get("ignoredResourceGroups"))):
+    for index, group in enumerate(as_list(args.get("ignoredResourceGroups"))):
         text = _str(group)
         if "/" in text:
             problems.append(f"{path}.ignoredResourceGroups[{index}]: resource group name can't contain '/'")
@@ -474,7 +456,7 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
     strategy = args.get("scoringStrategy")
     if strategy is None:
         return problems  # SetDefaults_NodeResourcesFitArgs: LeastAllocated on cpu and memory
-    strategy = _map(strategy)
+    strategy = as_map(strategy)
     where = f"{path}.scoringStrategy"
     kind = strategy.get("type")
     if kind not in ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"):
@@ -482,11 +464,11 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
             f'{where}.type: Unsupported value: {kind!r}: supported values: "LeastAllocated", "MostAllocated", '
             '"RequestedToCapacityRatio"'
         )
-    for index, resource in enumerate(_list(strategy.get("resources"))):
-        weight = _int(_map(resource).get("weight"))
-        weight = 1 if weight in (None, 0) and _map(resource).get("weight") in (None, 0) else weight
+    for index, resource in enumerate(as_list(strategy.get("resources"))):
+        weight = _int(as_map(resource).get("weight"))
+        weight = 1 if weight in (None, 0) and as_map(resource).get("weight") in (None, 0) else weight
         if weight is not None and not 0 < weight <= 100:
-            name = _map(resource).get("name")
+            name = as_map(resource).get("name")
             problems.append(f"{where}.resources[{index}].weight: resource weight of {name} not in valid range (0, 100]")
     ratio = strategy.get("requestedToCapacityRatio")
     minor = schema.node_minor
@@ -494,7 +476,7 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
         # 1.34+ validation (kubernetes#132120); before it NewFit dereferenced the nil field and panicked
         problems.append(f"{where}.requestedToCapacityRatio: must be specified when type is RequestedToCapacityRatio")
     if ratio is not None:
-        shape = _list(_map(ratio).get("shape"))
+        shape = as_list(as_map(ratio).get("shape"))
         if shape or RULE_BY_KEY["pluginArgs.rtcrEmptyShape"].holds(minor):  # empty shape: checked from 1.23
             problems += _shape(shape, f"{where}.requestedToCapacityRatio.shape")
     if kind != "RequestedToCapacityRatio" and ratio is not None and RULE_BY_KEY["pluginArgs.rtcrOnlyWithType"].holds(
@@ -514,8 +496,8 @@ def _minor_str(minor: tuple[int, int] | None) -> str:
 def _balanced_allocation(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
     problems = []
     seen: set[str] = set()
-    for index, resource in enumerate(_list(args.get("resources"))):
-        item = _map(resource)
+    for index, resource in enumerate(as_list(args.get("resources"))):
+        item = as_map(resource)
         name = _str(item.get("name"))
         if name in seen:
             problems.append(f"{path}.resources[{index}].name: duplicate resource {name!r}")
@@ -536,7 +518,7 @@ def _volume_binding(args: Mapping[Any, Any], path: str, schema: Schema) -> list[
         return problems
     gate = _shape_gate(schema)
     if schema.node_gates is None or gate in schema.node_gates:  # gates unknown (no manifest): check the shape
-        problems += _shape(_list(shape), f"{path}.shape")
+        problems += _shape(as_list(shape), f"{path}.shape")
     else:
         problems.append(
             f"{path}.shape: unexpected field `shape`, remove it or turn on the feature gate {gate} "
@@ -654,8 +636,7 @@ def _base64(value: str) -> bytes:
 
 
 def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
-    client = data.get("clientConnection")
-    kubeconfig = _str(client.get("kubeconfig")) if isinstance(client, dict) else ""
+    kubeconfig = _str(as_map(data.get("clientConnection")).get("kubeconfig"))
     if kubeconfig and not posixpath.isabs(kubeconfig):
         return [
             f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
@@ -666,22 +647,16 @@ def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
 
 
 def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    """Every validation error of ``data`` after defaulting, in upstream's order.
+    """Every refusal of ``data`` after defaulting: validation's, then start-up's (the scheduler validates first,
+    so what it would report first comes first); one walk over the profiles finds both.
 
     Without the node's minor, a rule that changed between minors reads the newest minor serving the apiVersion
-    (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27)."""
+    (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27), and nothing is judged at start-up."""
+    minor = startup.checked_minor(schema)
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
-    return (
-        _extenders(data)
-        + _kubeconfig_problems(data)
-        + _client_connection(data)
-        + _leader_election(data, schema)
-        + _top_level(data)
-        + _profiles(data, schema)
-    )
-
-
-def _extenders(data: Mapping[str, Any]) -> list[str]:
-    extenders = data.get("extenders")
-    return extender_problems(extenders) if isinstance(extenders, list) else []
+    at_start = startup.config_problems(data, minor, schema.node_launch) if minor is not None else []
+    validation = extender_problems(as_list(data.get("extenders"))) + _kubeconfig_problems(data)
+    validation += _client_connection(data) + _leader_election(data, schema) + _top_level(data)
+    validation += _profiles(data, schema, minor, at_start)
+    return validation + at_start

@@ -5,19 +5,19 @@ kube-scheduler validates its config, then ``options.Config()`` applies the ``--l
 (1.23 and later), creates the leader-election lock (client-go refuses lock types it dropped) and builds one
 framework per profile (``NewFramework``: every enabled plugin must exist and implement its extension point,
 nothing twice, exactly one queueSort and at least one bind plugin after defaults and the multiPoint expansion).
-Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema).
-
-Computed once per config text (the render caches its output check by text and version), never per write.
+Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema), called
+by the one walker over the config (``rules.rule_problems``), which also reads documents with the helpers here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from difflib import get_close_matches
-from typing import Any
+from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
+from patcher.core.schedconfig.flags import parse_bool
 from patcher.core.schedconfig.schema import Schema, registry
 from patcher.core.schedconfig.startup_data import (
     BIND_PLUGINS,
@@ -33,10 +33,8 @@ from patcher.core.schedconfig.startup_data import (
 )
 from patcher.core.schedconfig.version import Launch
 
-_DEFAULT_NAME = "default-scheduler"
+DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _UNKNOWN = "framework.unknownPlugin"
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 def holds(key: str, minor: Minor | None) -> bool:
@@ -49,20 +47,26 @@ def tag(key: str, minor: Minor | None) -> str:
     return f" ({shown} exits at start-up; rule {key})"
 
 
-def _map(value: Any) -> Mapping[Any, Any]:
-    return value if isinstance(value, dict) else {}  # dict, not the Mapping ABC: this runs on every validation
+def is_int(value: Any) -> TypeGuard[int]:
+    """An integer as the decoder sees it (YAML's true is not 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _list(value: Any) -> list[Any]:
+def as_map(value: Any) -> Mapping[Any, Any]:
+    """A decoded mapping, or an empty one when the value has another type (the type check reports it)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
 def _names(plugin_set: Any) -> list[str]:
-    return [name for p in _list(_map(plugin_set).get("enabled")) if isinstance(name := _map(p).get("name"), str)]
+    return [name for p in as_list(as_map(plugin_set).get("enabled")) if isinstance(name := as_map(p).get("name"), str)]
 
 
 def _disabled(plugin_set: Any) -> set[str]:
-    return {name for p in _list(_map(plugin_set).get("disabled")) if isinstance(name := _map(p).get("name"), str)}
+    return {name for p in as_list(as_map(plugin_set).get("disabled")) if isinstance(name := as_map(p).get("name"), str)}
 
 
 # ---- flags applied over the config --------------------------------------------------------------------------
@@ -77,9 +81,7 @@ def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, s
 def _flag_value(flag: str, raw: str | None) -> Any:
     kind = LEADER_ELECTION_FLAGS[flag][1]
     if kind == "bool":
-        if raw is None or raw in _TRUE:
-            return True
-        return False if raw in _FALSE else None
+        return parse_bool(raw)
     if kind == "duration":
         return raw if raw is not None and is_duration(raw) else None
     return raw
@@ -88,7 +90,7 @@ def _flag_value(flag: str, raw: str | None) -> Any:
 def _zero_flag_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
     """A ``--leader-elect-*`` duration flag of zero or less: applied after the config's defaults, it is not
     replaced by the default (as a zero in the config is), and validation refuses it while leader election is on."""
-    if launch is None or not flags_apply(minor) or _map(data.get("leaderElection")).get("leaderElect") is False:
+    if launch is None or not flags_apply(minor) or as_map(data.get("leaderElection")).get("leaderElect") is False:
         return []
     problems = []
     for flag, raw in launch.leader_election:
@@ -109,7 +111,7 @@ def effective(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
     launch = schema.node_launch
     if launch is None or not launch.leader_election or not flags_apply(schema.node_minor):
         return data
-    election = dict(_map(data.get("leaderElection")))
+    election = dict(as_map(data.get("leaderElection")))
     for flag, raw in launch.leader_election:
         value = _flag_value(flag, raw)
         if value is not None:  # an unreadable value is refused where the flags are read
@@ -121,7 +123,7 @@ def override_notes(data: Mapping[str, Any], minor: Minor | None, launch: Launch 
     """One note per manifest flag that replaces a value the config sets (what ``plan`` shows)."""
     if launch is None or not flags_apply(minor):
         return []
-    election = _map(data.get("leaderElection"))
+    election = as_map(data.get("leaderElection"))
     notes = []
     shown_minor = f"{minor[0]}.{minor[1]}" if minor else "this"
     for flag, raw in launch.leader_election:
@@ -140,7 +142,7 @@ def override_notes(data: Mapping[str, Any], minor: Minor | None, launch: Launch 
 
 
 def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
-    election = _map(data.get("leaderElection"))
+    election = as_map(data.get("leaderElection"))
     if election.get("leaderElect") is False:
         return []
     lock = election.get("resourceLock")
@@ -195,7 +197,7 @@ def _hint(name: str, minor: Minor) -> str:
 def _implements(name: str, point: str, minor: Minor) -> bool | None:
     """Whether ``name`` extends ``point``: the minor's binary where it settled it (what runs decides), else the union of
     every minor's points in ``PLUGINS``."""
-    proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+    proven = binary.implements(name, point, minor[1])
     if proven is not None:
         return proven
     plugin = PLUGINS.get(name)
@@ -211,9 +213,9 @@ def _uses_multipoint(api_version: str, minor: Minor) -> bool:
 
 def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
     launch = schema.node_launch
-    plugins = _map(profile.get("plugins"))
+    plugins = as_map(profile.get("plugins"))
     given = profile.get("schedulerName")
-    scheduler = given if isinstance(given, str) else _DEFAULT_NAME
+    scheduler = given if isinstance(given, str) else DEFAULT_SCHEDULER_NAME
     problems: list[str] = []
     multipoint = _uses_multipoint(schema.api_version, minor)
     spec = schema.types.get("Plugins")
@@ -242,9 +244,9 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
                     f"{tag('framework.duplicate', minor)}"
                 )
             seen.add(name)
-    for index, plugin in enumerate(_list(_map(plugins.get("score")).get("enabled"))):
-        weight = _map(plugin).get("weight")
-        if isinstance(weight, int) and not isinstance(weight, bool) and weight < 0 and holds(_WEIGHT, minor):
+    for index, plugin in enumerate(as_list(as_map(plugins.get("score")).get("enabled"))):
+        weight = as_map(plugin).get("weight")
+        if is_int(weight) and weight < 0 and holds(_WEIGHT, minor):
             problems.append(
                 f"{where}.plugins.score.enabled[{index}].weight: {weight} is negative: total score of Score plugins "
                 f"could overflow{tag(_WEIGHT, minor)}"
@@ -283,7 +285,7 @@ def _multipoint_duplicates(
             disabled = sets[1].get(point, set())
             if "*" in disabled or name in disabled or name in sets[0].get(point, ()):
                 continue
-            proven = binary.implements(name, point, minor[1] if minor[0] == 1 else None)
+            proven = binary.implements(name, point, minor[1])
             if point in plugin.always or proven:  # certain (every minor, or this minor's binary): met here
                 problems.append(
                     f"{where}.plugins.multiPoint.enabled: plugin {name!r} already registered as "
@@ -333,19 +335,23 @@ def _count(
     return []
 
 
-def startup_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
-    """Every start-up refusal of the (effective) document for the node's minor; nothing without a known minor
-    at or after 1.19 (the generated types start there)."""
+def checked_minor(schema: Schema) -> Minor | None:
+    """The minor whose start-up is judged: the node's, when known and at or after 1.19 (the generated types
+    start there); None: no start-up check."""
     minor = schema.node_minor
     if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
-        return []
-    problems = _lock_problems(data, minor, schema.node_launch)
-    problems += _zero_flag_problems(data, minor, schema.node_launch)
-    for index, profile in enumerate(_list(data.get("profiles"))):
-        if isinstance(profile, Mapping):
-            problems += _profile_problems(profile, f"profiles[{index}]", schema, minor)
-            problems += _dra_problems(profile, f"profiles[{index}]", minor, schema.node_launch)
-    return problems
+        return None
+    return minor
+
+
+def config_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
+    """The start-up refusals of the whole config (lock, flags); the profiles' are ``profile_problems``."""
+    return _lock_problems(data, minor, launch) + _zero_flag_problems(data, minor, launch)
+
+
+def profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
+    """The start-up refusals of one profile: framework construction, then the plugin args read when built."""
+    return _profile_problems(profile, where, schema, minor) + _dra_problems(profile, where, minor, schema.node_launch)
 
 
 def upstream_image(image: str | None) -> bool:
@@ -359,18 +365,11 @@ def upstream_image(image: str | None) -> bool:
 
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
     return Launch(
-        leader_election=leader_election_flags(flags), upstream_image=upstream_image(image), gates_off=_gates_off(flags)
+        leader_election=leader_election_flags(flags),
+        upstream_image=upstream_image(image),
+        # gates that --feature-gates=A=false switches off: a gated field is then refused whatever the default
+        gates_off=binary.gates_set_to(flags, False),
     )
-
-
-def _gates_off(flags: Mapping[str, str | None]) -> frozenset[str]:
-    """Gates that ``--feature-gates=A=false`` switches off: a gated field is then refused whatever the default."""
-    off = set()
-    for item in (flags.get("feature-gates") or "").split(","):
-        name, _, value = item.strip().partition("=")
-        if name and value.strip().lower() == "false":
-            off.add(name)
-    return frozenset(off)
 
 
 # ---- plugin args checked when the plugin is built ----------------------------------------------------------------
@@ -381,17 +380,17 @@ def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: 
     is off and below its minimum when on. Only what holds whatever the gates' defaults of this minor: a
     bindingTimeout under 1s, or a timeout whose gate the manifest switches off. Not checked when the profile
     disables DynamicResources (its args are then not used to build it)."""
-    multi = _map(_map(profile.get("plugins")).get("multiPoint"))
+    multi = as_map(as_map(profile.get("plugins")).get("multiPoint"))
     # validation.go checks every pluginConfig's args, built or not: kube-scheduler 1.35 exits on a forbidden
     # bindingTimeout of a disabled DynamicResources (its binary shows it); unproven minors keep the source's reading
     if {"*", "DynamicResources"} & _disabled(multi) and binary.facts_for(minor[1]) is None:
         return []
     off = launch.gates_off if launch is not None else frozenset()
     problems = []
-    for index, config in enumerate(_list(profile.get("pluginConfig"))):
-        if _map(config).get("name") != "DynamicResources":
+    for index, config in enumerate(as_list(profile.get("pluginConfig"))):
+        if as_map(config).get("name") != "DynamicResources":
             continue
-        args = _map(_map(config).get("args"))
+        args = as_map(as_map(config).get("args"))
         path = f"{where}.pluginConfig[{index}].args"
         timed = args.get("filterTimeout") is not None and holds("pluginArgs.draFilterTimeout", minor)
         if timed and "DRASchedulerFilterTimeout" in off:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patcher.core.schedconfig.schema import generated
-
 Minor = tuple[int, int]
 
 FIRST_MINOR: Minor = (1, 19)  # the oldest minor with generated types; the checks below start there
@@ -324,26 +322,3 @@ LEADER_ELECTION_FLAGS: dict[str, tuple[str, str]] = {
 
 # Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
 UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
-
-
-def _text(minor: Minor | None) -> str:
-    return "" if minor is None else f"{minor[0]}.{minor[1]}"
-
-
-def rules_table() -> str:
-    """The markdown table of ``RULES`` for docs/scheduler-config.md (generated; a test compares)."""
-    lines = ["| rule | class | first minor | last minor | what is refused | upstream source |",
-             "|---|---|---|---|---|---|"]
-    for rule in RULES:
-        last = _text(rule.last) or "—"
-        lines.append(f"| `{rule.key}` | {rule.cls} | {_text(rule.first)} | {last} | {rule.what} | {rule.source} |")
-    lines += ["", "| in-tree plugin | registered from | registered until | extension points it ever implemented |",
-              "|---|---|---|---|"]
-    newest = max(generated())  # its Plugins fields, in the order of upstream's types.go
-    order = list(generated()[newest]["kubescheduler.config.k8s.io/v1"].types["Plugins"].fields)
-    for name, plugin in PLUGINS.items():
-        first = _text(plugin.first) + ("" if plugin.first_exact else " (not verified)")
-        last = (_text(plugin.last) or "—") + ("" if plugin.last_exact else " (not verified)")
-        points = ", ".join(p for p in order if plugin.points and p in plugin.points) or "not verified"
-        lines.append(f"| {name} | {first} | {last} | {points} |")
-    return "\n".join(lines) + "\n"

@@ -13,11 +13,11 @@ import base64
 import binascii
 from collections.abc import Callable
 from difflib import get_close_matches
-from typing import Any, TypeGuard
+from typing import Any
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
-from patcher.core.schedconfig.rules import extender_problems, is_int, rule_problems
+from patcher.core.schedconfig.rules import extender_problems, rule_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
     Schema,
@@ -29,7 +29,7 @@ from patcher.core.schedconfig.schema import (
     for_version,
     served_config_schemas,
 )
-from patcher.core.schedconfig.startup import effective, startup_problems
+from patcher.core.schedconfig.startup import effective, is_int
 from patcher.core.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -41,16 +41,12 @@ def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _is_bool(value: Any) -> TypeGuard[bool]:
-    return isinstance(value, bool)
-
-
 def _describe(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    if _is_bool(value):
+    if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
         return f"string {_clip(repr(value))}"
@@ -139,6 +135,7 @@ class _Walker:
             )
 
     def _unknown(self, spec: TypeSpec, key: str, path: str) -> str:
+        where = f"{self.schema.api_version} {spec.name}"
         if self.schema.minor is not None and self.version is not None:
             added = added_in(self.schema.api_version, spec.name, key, self.schema.minor)
             if added is not None:
@@ -146,8 +143,6 @@ class _Walker:
                     f"{join(path, key)}: not known to kube-scheduler {self.version.short} "
                     f"(added in {added[0]}.{added[1]})"
                 )
-        where = f"{self.schema.api_version} {spec.name}"
-        if self.schema.minor is not None and self.version is not None:
             where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
         hint = ""
         close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6)
@@ -163,7 +158,7 @@ def _check_string(value: Any) -> str | None:
 
 
 def _check_bool(value: Any) -> str | None:
-    return None if _is_bool(value) else f"must be true or false, got {_describe(value)}"
+    return None if isinstance(value, bool) else f"must be true or false, got {_describe(value)}"
 
 
 def _int_checker(kind: str) -> Callable[[Any], str | None]:
@@ -182,7 +177,7 @@ def _int_checker(kind: str) -> Callable[[Any], str | None]:
 
 
 def _check_float(value: Any) -> str | None:
-    if isinstance(value, int | float) and not _is_bool(value):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return None
     return f"must be a number, got {_describe(value)}"
 
@@ -246,7 +241,7 @@ def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) 
     walker.check_struct(data, schema.types[schema.root], "")
     if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
         data = effective(data, schema)
-    found = rule_problems(data, schema) + (startup_problems(data, schema) if isinstance(data, dict) else [])
+    found = rule_problems(data, schema)
     return walker.errors + [p for p in found if p not in walker.errors]
 
 
