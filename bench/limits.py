@@ -1,4 +1,4 @@
-"""Time and RSS for the largest manifest the file side accepts (issue 13's closing figures).
+"""Time and RSS for the largest manifest the file side accepts.
 
 Run in a fresh process (``python bench/limits.py``): RSS is the process's peak, imports included.
 """

@@ -1,4 +1,4 @@
-"""In-process figures of issue 12, side by side with two baselines measured in the same run (``make bench``).
+"""In-process figures of the file side, side by side with two baselines measured in the same run (``make bench``).
 
 For every manifest set (the shared corpus, examples/), repetition i patches or restores manifest i mod N on a
 real temporary node folder:
@@ -39,7 +39,7 @@ EXAMPLES = ROOT / "examples" / "manifests"
 SOURCE = ROOT / "examples" / "scheduler-config" / "extenders.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 
-TARGETS = {"patch step": 15.0, "restore step": 5.0}  # ms, issue 12
+TARGETS = {"patch step": 15.0, "restore step": 5.0}  # ms
 
 
 class Node:

@@ -44,7 +44,7 @@ from patcher.adapters.watch import (
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
 
-LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
+LIMIT = 1 << 20  # every fingerprint is bounded; these files are a few bytes
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_missing_folder_is_an_error(tmp_path: Path, watcher: FolderWatcher) -> N
         watcher.add("source", tmp_path / "nope", lambda: "")
 
 
-# -- a replaced folder is watched again (issue 13 item 6) --------------------------------------------------
+# -- a replaced folder is watched again -------------------------------------------------------------------------
 
 
 class Looks:
@@ -249,7 +249,7 @@ def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
         w.stop()
 
 
-# -- settling: fast for a swap, patient with writers (issue 12) ---------------------------------------------
+# -- settling: fast for a swap, patient with writers ------------------------------------------------------------
 
 F = "/cfg"
 

@@ -1,4 +1,4 @@
-"""Hostile inputs and a bad day on the node (issue 13 items 3, 4, 5, 9): every one is a one-line refusal or a
+"""Hostile inputs and a bad day on the node: every one is a one-line refusal or a
 precise account of what was written, never a hang, a crash or a traceback."""
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def state_folder_turns_read_only(point: str, path: Path) -> None:
 
 def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_needed(node: FakeFilesystem) -> None:
     """The record goes in before the manifest and nothing after the manifest writes in the state folder: a
-    folder that turns read-only right then cannot leave a manifest write without its record (before issue 22
+    folder that turns read-only right then cannot leave a manifest write without its record (once,
     the record was saved a second time after the prune, and that save failed with the manifest already
     patched)."""
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
