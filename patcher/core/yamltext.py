@@ -272,6 +272,17 @@ def node_at(root: Node, path: Path) -> Node | None:
     return node
 
 
+def quote_style(node: Node) -> str | None:
+    """The quotes of a scalar as written ('"' or "'"), None for plain or block style."""
+    style = getattr(node, "style", None)
+    return style if style in ('"', "'") else None
+
+
+def source(text: str, node: Node) -> str:
+    """The text of ``node`` as written."""
+    return text[int(node.start_mark.index): int(node.end_mark.index)]
+
+
 def _is_empty_scalar(node: Node) -> bool:
     return isinstance(node, ScalarNode) and node.value == "" and not node.style  # plain: None or "" (libyaml)
 
@@ -432,14 +443,14 @@ def learn_hints(text: str, node: Node | None) -> Hints:
                     continue
                 sub = (*path, str(k.value))
                 if isinstance(v, ScalarNode):
-                    quotes[sub] = v.style if v.style in ('"', "'") else None
+                    quotes[sub] = quote_style(v)
                 elif isinstance(v, MappingNode) and not v.flow_style and v.value:
                     indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
                     walk(v, sub)
                 else:
                     walk(v, sub)
         elif isinstance(n, ScalarNode):
-            quotes[path] = n.style if n.style in ('"', "'") else None
+            quotes[path] = quote_style(n)
 
     walk(node, ())
     nested = indents[0] if indents and indents[0] > 0 else 2
