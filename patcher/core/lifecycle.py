@@ -998,14 +998,6 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
             min(end, now + STOP_ANSWERS), end)
 
 
-def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
-    """Whether a stop restores (see ``stop``, which decides by it), by the mode and what is known of the
-    DaemonSet. A held node is never restored by its agent."""
-    if held:
-        return False
-    return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
-
-
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
 
@@ -1027,7 +1019,8 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     held = node.hold is not None
     node = replace(node, stopping=True, stop_until=answers_until, grace_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
-    if not restores(opts, ev.daemonset, held=held):
+    mode = opts.restore_on_exit
+    if held or mode == "never" or (mode == "auto" and successor is not None):  # a held node is never restored
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
                   else "--restore-on-exit=never" if opts.restore_on_exit == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
