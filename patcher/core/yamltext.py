@@ -14,7 +14,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -194,38 +194,34 @@ def _check_json(event: NodeEvent, line: int) -> None:
 
 
 
+def _load(text: str, load: Callable[[YAML], Any]) -> Any:
+    """``load`` with the data loader, within the limits; whatever ruamel.yaml raises becomes one line."""
+    try:
+        check_limits(text)
+        return load(_data_loader())
+    except YAMLError as exc:
+        raise YamlTextError(_describe(exc)) from None
+    except TypeError as exc:
+        # ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
+        # when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error.
+        raise YamlTextError(f"found unhashable key ({exc})") from None
+    except (ValueError, OverflowError) as exc:
+        raise YamlTextError(f"invalid YAML: {exc}".splitlines()[0][:200]) from None
+    except RecursionError:
+        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
+
+
 def load_plain_all(text: str) -> list[Any]:
     """Plain data of every document of a text that is only read (a kubeconfig, a rendered config), within the
     limits; ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
-    try:
-        check_limits(text)
-        return list(_data_loader().load_all(text))
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise YamlTextError(f"invalid YAML: {exc}".splitlines()[0][:200]) from None
-
-
-def _unhashable(exc: TypeError) -> str:
-    """ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
-    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error, so it gets a
-    message of its own here."""
-    return f"found unhashable key ({exc})"
+    return list(_load(text, lambda y: list(y.load_all(text))))
 
 
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
 
     Callers must treat the returned data as read-only: an edit computes new data (``apply_data``)."""
-    try:
-        check_limits(text)
-        docs = [d for d in _data_loader().load_all(text) if d is not None]
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except TypeError as exc:
-        raise YamlTextError(_unhashable(exc)) from None
-    except RecursionError:
-        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
+    docs = [d for d in _load(text, lambda y: list(y.load_all(text))) if d is not None]
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
@@ -235,13 +231,7 @@ def parse(text: str) -> Document:
 
 def load_data(text: str) -> Any:
     """Plain data of a single-document text (also used to verify an edit)."""
-    try:
-        check_limits(text)
-        return _data_loader().load(text)
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except TypeError as exc:
-        raise YamlTextError(_unhashable(exc)) from None
+    return _load(text, lambda y: y.load(text))
 
 
 # --------------------------------------------------------------------------------------------------------------
