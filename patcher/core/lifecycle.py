@@ -1022,7 +1022,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     mode = opts.restore_on_exit
     if held or mode == "never" or (mode == "auto" and successor is not None):  # a held node is never restored
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
-                  else "--restore-on-exit=never" if opts.restore_on_exit == "never"
+                  else "--restore-on-exit=never" if mode == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
         acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]
         if waiting and node.turn == "held":
@@ -1033,7 +1033,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
             node, rel = _release(node)
             acts += rel
         return node, [*acts, Finish(answers_until, build_until=end)]
-    reason = "--restore-on-exit=always" if opts.restore_on_exit == "always" else ev.daemonset.gone()
+    reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
                   Restore(reason, confirm, turn_until, restored_until)]
 
