@@ -305,7 +305,7 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
     that the API is silent (the exit came 21 s after SIGTERM before the stop's answers deadline).
 
     ``pending``: before the black hole, another node holds the rollout Lease and a new config waits for its
-    turn (issue 22 point 2: the stop waited for the turn, 40 % of the grace period, 10 s). ``uninstall``: the
+    turn. ``uninstall``: the
     agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), the DaemonSet is deleted, then
     the black hole: the stop's read of the DaemonSet (0.25 s) and its Lease request (0.5 s) both go unanswered,
     the slowest way to a restore."""
@@ -376,7 +376,7 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
 
 
 def bench_rolling_update(rounds: int) -> None:
-    """Issue 22, point 1: SIGTERM the old agent, start the new one (same config), node by node, on three nodes;
+    """SIGTERM the old agent, start the new one (same config), node by node, on three nodes;
     the simulated kubelet counts each scheduler restart. ``auto`` keeps the patch for the successor (goal 0);
     ``always``, the old default, restores and the successor patches again (2 per node)."""
     from tests.e2e.test_agent_upgrade import installed, three_nodes

@@ -1,4 +1,4 @@
-"""The two baselines our in-process figures are compared with, in the same run (issue 12).
+"""The two baselines our in-process figures are compared with, in the same run.
 
 * naive: what most patchers do — ruamel.yaml round-trip load of the whole manifest, edit the data, dump the
   whole document, write it (temp file, fsync, rename). It loses bytes (that is why we do not do it), but it is

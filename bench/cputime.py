@@ -1,4 +1,4 @@
-"""The CPU time a whole process has used, in nanoseconds, threads that have exited included (issue 26).
+"""The CPU time a whole process has used, in nanoseconds, threads that have exited included.
 
 Why not ``psutil.Process.cpu_times()``: it reads ``/proc/<pid>/stat``, whose times come in clock ticks (10 ms).
 An idle agent uses a few milliseconds a minute, so over the bench's 60 s window either side showed 0 or 1 tick

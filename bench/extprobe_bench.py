@@ -1,4 +1,4 @@
-"""What the extender pre-flight adds to a patch when the extender answers (issue 21: goal <= 50 ms).
+"""What the extender pre-flight adds to a patch when the extender answers.
 
 The agent's pre-flight is ``extprobe.check`` on the rendered config before the write: one thread per
 extender, resolve, connect, TLS, one POST, the answer judged. Measured here against real extenders on

@@ -1,4 +1,4 @@
-"""Gatekeeper benchmark (issue 25): a backlog of gated pods released once the verdict turns Ready.
+"""Gatekeeper benchmark: a backlog of gated pods released once the verdict turns Ready.
 
 Against the API emulator in this process (threaded: every connection has its own thread) with an injected
 latency per request (``--latency-ms``, 5 by default), the real ``scheduler-patcher gatekeeper`` process (its

@@ -1,4 +1,4 @@
-"""Gate release against the real kube-apiserver (issue 31 f), beside the same-run ceiling.
+"""Gate release against the real kube-apiserver, beside the same-run ceiling.
 
 bench/gate_bench.py measures the gatekeeper against the emulator with an injected latency; this one runs it
 against the newest release `make real-k8s` built (``--release`` picks another): etcd and kube-apiserver on

@@ -1,4 +1,4 @@
-"""Time and RSS for the largest manifest the file side accepts (issue 13's closing figures).
+"""Time and RSS for the largest manifest the file side accepts.
 
 Run in a fresh process (``python bench/limits.py``): RSS is the process's peak, imports included.
 """
@@ -15,7 +15,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from patcher.core import yamltext  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import engine  # noqa: E402
 
@@ -47,7 +46,6 @@ def main() -> None:
         t0 = time.perf_counter()
         engine.apply(opts, engine.plan_apply(opts))
         t1 = time.perf_counter()
-        yamltext.parse.cache_clear()
         engine.restore(opts, engine.plan_restore(opts))
         t2 = time.perf_counter()
         assert manifest.read_text() == text

@@ -1,5 +1,5 @@
 """Send SIGTERM to a process and see when a file holds given bytes again: ``bench/peer.py``'s "SIGTERM ->
-manifest restored", for every side alike (issue 26). Standard library only, and nothing else runs in this
+manifest restored", for every side alike. Standard library only, and nothing else runs in this
 process.
 
 Usage: ``observe.py PID FILE EXPECTED``: once the watch is in place, sends SIGTERM to PID and prints one JSON

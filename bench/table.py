@@ -1,4 +1,4 @@
-"""The one table of issue 12's figures, from the rows the bench scripts of one ``make bench`` run recorded.
+"""The one table of the figures, from the rows the bench scripts of one ``make bench`` run recorded.
 
 Each script appends its figures to the file named by ``BENCH_ROWS`` (``bench/rows.py``); this prints them with
 their targets, so one run on one (possibly busy) machine gives every figure and its verdict side by side.
@@ -28,7 +28,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "exec -> signal-safe floor (python -c, a handler, nothing else)": (None, None),
     "exec -> manifest patched (run --rollout=independent (API emulator))": (700.0, None),
     "SIGTERM -> manifest restored (real process)": (5.0, None),
-    # issue 22: the stop (bench/agent_bench.py)
+    # the stop (bench/agent_bench.py)
     "SIGTERM -> restored, API black-holed (coordinated)": (1000.0, 1000.0),
     "SIGTERM -> restored, API black-holed (coordinated, a change waiting for its turn)": (1000.0, 1000.0),
     "SIGTERM -> restored, API black-holed (coordinated, DaemonSet deleted, auto)": (1000.0, 1000.0),
@@ -36,7 +36,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "scheduler restarts per node during an agent rolling update (restore-on-exit=always)": (None, None),
     "idle agent CPU % of a core (run --no-api)": (0.03, None),
     "idle agent RSS MiB (run --no-api)": (50.0, None),
-    # issue 25: the gatekeeper draining 10 000 gated pods (bench/gate_bench.py)
+    # the gatekeeper draining 10 000 gated pods (bench/gate_bench.py)
     "gatekeeper: 10k gated pods released, s (5 ms/request)": (10.0, None),
     "gatekeeper: pods/s released (5 ms/request)": (None, None),  # at least: AT_LEAST
     "gatekeeper: ms per released pod (target >= 1000 pods/s)": (1.0, None),
@@ -46,7 +46,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "emulator (+ bench script): CPU ms per request": (None, None),
     "gatekeeper: peak RSS MiB, 10k pods cached": (100.0, None),
     "gatekeeper: batches released after a NotReady flip": (1.0, None),
-    # issue 31 f: the gatekeeper against the real kube-apiserver, beside a plain client's ceiling
+    # the gatekeeper against the real kube-apiserver, beside a plain client's ceiling
     # (bench/gate_real_bench.py; absent where `make real-k8s` built nothing)
     "real apiserver: 10k gated pods released by the gatekeeper, s": (None, None),
     "real apiserver: gatekeeper pods/s released": (None, None),
@@ -55,10 +55,10 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "real apiserver: machine CPU per pod, ceiling / gatekeeper": (None, None),
     "real apiserver: gatekeeper CPU ms per released pod": (None, None),
     "real apiserver: gatekeeper peak RSS MiB, backlog cached": (None, None),
-    # issue 21: what the extender pre-flight adds to a patch (bench/extprobe_bench.py)
+    # what the extender pre-flight adds to a patch (bench/extprobe_bench.py)
     "extender pre-flight added to a patch (HTTP, answering)": (50.0, None),
     "extender pre-flight added to a patch (HTTPS, CA file, answering)": (50.0, None),
-    # issue 25: what the admission webhook adds to a pod's creation (bench/webhook_bench.py)
+    # what the admission webhook adds to a pod's creation (bench/webhook_bench.py)
     "webhook review, kept-open connection (8 at once)": (10.0, None),
     "webhook review, new TLS connection": (20.0, None),
     "webhook rules alone (no server)": (None, None),
@@ -87,7 +87,7 @@ def verdict(row: Row) -> str:
 def main() -> None:
     rows = {row.figure: row for row in load(Path(sys.argv[1]))}  # the last of a figure wins
     shown = [rows[f] for f in TARGETS if f in rows]
-    print(f"\n== issues 12, 25, 31: figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says "
+    print(f"\n== figures of this run ({len(shown)} of {len(TARGETS)}; ms unless the figure says "
           "else)")
     width = max((len(row.figure) for row in shown), default=6)
     print(f"{'figure':<{width}} {'n':>5} {'median':>9} {'p99':>9}  verdict")

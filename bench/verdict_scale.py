@@ -1,4 +1,4 @@
-"""The readiness verdict at cluster scale on the real kube-apiserver (issue 44), today's read path beside the old one.
+"""The readiness verdict at cluster scale on the real kube-apiserver, today's read path beside the old one.
 
 On etcd and kube-apiserver of the newest release `make real-k8s` built (tests/harness/real/controlplane.py, with the
 audit log of the project's ServiceAccounts that tests/harness/real/simnodes.py writes), this builds:

@@ -1,4 +1,4 @@
-"""Watcher benchmarks (issue 12: config-change latency and idle cost; issue 13 item 8: misbehaving watches).
+"""Watcher benchmarks: config-change latency, idle cost and misbehaving watches.
 
 * ConfigMap ``..data`` swap -> ``FolderWatcher`` callback, kubeadm-style temp+rename -> callback, and the
   swap -> manifest rewritten by an in-process agent (defaults, no API): p50/p99 over ``-n`` repetitions;
@@ -44,7 +44,7 @@ from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 
-LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
+LIMIT = 1 << 20  # every fingerprint is bounded; these files are a few bytes
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"

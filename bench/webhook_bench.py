@@ -1,4 +1,4 @@
-"""What the admission webhook adds to a pod's creation (issue 25), measured on its real HTTPS server.
+"""What the admission webhook adds to a pod's creation, measured on its real HTTPS server.
 
 The API server calls the webhook once per pod CREATE in a selected namespace, over connections it keeps open;
 a controller creating pods in bulk calls it from several connections at once. Measured here, with a CA and

@@ -584,6 +584,11 @@ def _phase(node: Node, phase: NodeState, message: str | None = None, *, reason: 
     return new, ([Publish(reason)] if changed or phase == NodeState.READY else [])
 
 
+def _backoff(first: float, most: float, failures: int) -> float:
+    """The delay before the next try: ``first`` after one failure, doubling with each, ``most`` at most."""
+    return min(most, first * 2.0 ** (failures - 1))
+
+
 def _release(node: Node, bad_source: str | None = None) -> Step:
     if node.turn == "none":
         return node, []
@@ -651,23 +656,22 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
             return node, acts  # its answer comes as Probed
         node = replace(node, probing=ev.config_hash,
                        probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
-        acts.append(Probe(ev.config_hash))
-        if node.phase is None:
-            node, more = _phase(node, NodeState.PENDING)
-            acts += more
-        return node, acts
+        return _pending_if_new(node, [*acts, Probe(ev.config_hash)])
     if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
             r.last_good is not None and r.last_good.config_hash == ev.config_hash):
-        acts.append(TakeTurn(ev.source_hash))
-        node = replace(node, turn="asked")
-        if node.phase is None:
-            node, more = _phase(node, NodeState.PENDING)
-            acts += more
-        return node, acts
+        return _pending_if_new(replace(node, turn="asked"), [*acts, TakeTurn(ev.source_hash)])
     if ev.manifest_change and node.phase != NodeState.PENDING:
         node, more = _phase(node, NodeState.PENDING)
         acts += more
     return node, [*acts, Apply()]
+
+
+def _pending_if_new(node: Node, acts: list[Action]) -> Step:
+    """A node that has said nothing yet says Pending while its write waits (for the pre-flight or the turn)."""
+    if node.phase is not None:
+        return node, acts
+    node, more = _phase(node, NodeState.PENDING)
+    return node, [*acts, *more]
 
 
 def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
@@ -780,7 +784,7 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
         return _periodic_probed(node, ev)
     if ev.blocking:
         failures = node.probe_failures + 1
-        delay = min(opts.probe_retry_max, opts.probe_retry * 2 ** (failures - 1))
+        delay = _backoff(opts.probe_retry, opts.probe_retry_max, failures)
         message = f"{ev.blocking}; config {short} not written"
         acts: list[Action] = [Error("extender"),
                               Log("warning", f"{message}; probing again in {delay:g}s")]
@@ -950,7 +954,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> S
     One Warning per distinct error; the retry delay doubles up to ``state_retry_max``."""
     f = node.fault
     failures = (f.failures if f else 0) + 1
-    delay = min(opts.state_retry_max, opts.state_retry * 2 ** (failures - 1))
+    delay = _backoff(opts.state_retry, opts.state_retry_max, failures)
     message = f"{ev.message}; {STATE_FOLDER_WAIT}"
     acts: list[Action] = [Error("state"), Log("error", f"{ev.message}; trying again in {delay:g}s")]
     if f is None or f.message != ev.message:
@@ -994,14 +998,6 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
             min(end, now + STOP_ANSWERS), end)
 
 
-def restores(opts: Lifecycle, daemonset: DaemonSetView, *, held: bool = False) -> bool:
-    """Whether a stop restores (see ``stop``, which decides by it), by the mode and what is known of the
-    DaemonSet. A held node is never restored by its agent."""
-    if held:
-        return False
-    return opts.restore_on_exit == "always" or (opts.restore_on_exit == "auto" and daemonset.successor() is None)
-
-
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
 
@@ -1023,9 +1019,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     held = node.hold is not None
     node = replace(node, stopping=True, stop_until=answers_until, grace_until=end, wait=None, probing="")
     successor = ev.daemonset.successor()
-    if not restores(opts, ev.daemonset, held=held):
+    mode = opts.restore_on_exit
+    if held or mode == "never" or (mode == "auto" and successor is not None):  # a held node is never restored
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
-                  else "--restore-on-exit=never" if opts.restore_on_exit == "never"
+                  else "--restore-on-exit=never" if mode == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
         acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]
         if waiting and node.turn == "held":
@@ -1036,10 +1033,9 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
             node, rel = _release(node)
             acts += rel
         return node, [*acts, Finish(answers_until, build_until=end)]
-    reason = "--restore-on-exit=always" if opts.restore_on_exit == "always" else ev.daemonset.gone()
-    # The restore first: the log line after it costs a write to stdout that SIGTERM -> restored need not wait for.
-    return node, [Restore(reason, confirm, turn_until, restored_until),
-                  Log("info", f"stop ({ev.why}): restore on exit: {reason}")]
+    reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
+    return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
+                  Restore(reason, confirm, turn_until, restored_until)]
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:

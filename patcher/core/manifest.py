@@ -131,12 +131,12 @@ def patched_uid(original: str, short_hash: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _uid_text(doc: yt.Document) -> str | None:
-    """The YAML source text of ``metadata.uid`` when it is a scalar."""
-    node = yt.node_at(doc.root, ("metadata", "uid"))
-    if not isinstance(node, ScalarNode):
+def _written(raw: str) -> Any:
+    """The value of YAML source text the marker keeps (a flag item or a UID as written); None when unreadable."""
+    try:
+        return yt.load_data(raw)
+    except yt.YamlTextError:
         return None
-    return doc.text[int(node.start_mark.index): int(node.end_mark.index)]
 
 
 def _names_scheduler(container: dict[str, Any]) -> bool:
@@ -145,6 +145,9 @@ def _names_scheduler(container: dict[str, Any]) -> bool:
     if "kube-scheduler" in bases:
         return True
     return any(b == "hyperkube" for b in bases) and "scheduler" in bases
+
+
+_IN_SHELL = "kube-scheduler is started through a shell string (sh -c); refusing to edit inside a shell command"
 
 
 def _runs_in_shell(container: dict[str, Any]) -> bool:
@@ -167,8 +170,7 @@ def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | 
         hits = [i for i, c in enumerate(dicts) if _names_scheduler(c)]
     if not hits:
         if any(_runs_in_shell(c) for c in dicts):
-            raise ManifestError(where, "kube-scheduler is started through a shell string (sh -c); "
-                                "refusing to edit inside a shell command")
+            raise ManifestError(where, _IN_SHELL)
         raise ManifestError(where, "no kube-scheduler container (no container named kube-scheduler and none "
                             "whose command or args run kube-scheduler); use --container-name")
     if len(hits) > 1:
@@ -219,13 +221,8 @@ def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tupl
             foreign, foreign_index = found.value, start + found.index
     if foreign is not None or marker is None or marker.replaced is None:
         return foreign, foreign_index
-    try:
-        replaced = yt.load_data(marker.replaced)
-    except yt.YamlTextError:
-        return None, None
-    if not isinstance(replaced, str):
-        return None, None
-    return (replaced.split("=", 1)[1] if replaced.startswith("--config=") else replaced), None
+    replaced = _written(marker.replaced)
+    return (_config_value(replaced), None) if isinstance(replaced, str) else (None, None)
 
 
 def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
@@ -234,8 +231,7 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     idx = _container_index(data, containers, container_name, where)
     container = containers[idx]
     if _runs_in_shell(container):
-        raise ManifestError(where, "kube-scheduler is started through a shell string (sh -c); "
-                            "refusing to edit inside a shell command")
+        raise ManifestError(where, _IN_SHELL)
     args, command = container.get("args"), container.get("command")
     if isinstance(args, list) and args:
         flags_key, flags = "args", args
@@ -335,10 +331,7 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
 def _original_uid(m: Marker) -> str:
     """The value of the UID the marker keeps (its source text read as YAML)."""
     assert m.uid is not None
-    try:
-        value = yt.load_data(m.uid)
-    except yt.YamlTextError:
-        return m.uid
+    value = _written(m.uid)
     return "" if value is None else str(value)
 
 
@@ -396,14 +389,11 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
                          flags_style))
 
     # 3. a UID of ours where the manifest sets one: the kubelet restarts a static pod only for a new UID.
-    uid_text = _uid_text(doc) if sched.uid is not None else None
-    if uid_text is not None:
-        assert sched.uid is not None
-        node = yt.node_at(root, ("metadata", "uid"))
-        assert isinstance(node, ScalarNode)
+    uid_node = yt.node_at(root, ("metadata", "uid")) if sched.uid is not None else None
+    uid_text = yt.source(doc.text, uid_node) if isinstance(uid_node, ScalarNode) else None
+    if sched.uid is not None and uid_node is not None and uid_text is not None:
         new_uid = patched_uid(sched.uid, spec.short_hash)
-        style = node.style if node.style in ('"', "'") else None
-        ops.append(yt.Replace(("metadata", "uid"), new_uid, yt.render_scalar(new_uid, style)))
+        ops.append(yt.Replace(("metadata", "uid"), new_uid, yt.render_scalar(new_uid, yt.quote_style(uid_node))))
 
     # 4. the marker, last: it describes the items above.
     if yt.node_at(root, ("metadata", "annotations")) is None:
@@ -438,10 +428,9 @@ def _config_flag(doc: yt.Document, sched: Scheduler, spec: PatchSpec) -> tuple[y
     idx = sched.foreign_index + 1 if split else sched.foreign_index
     item_node = yt.node_at(doc.root, (*sched.flags_path, idx))
     assert isinstance(item_node, ScalarNode)
-    replaced = doc.text[int(item_node.start_mark.index): int(item_node.end_mark.index)]
     flag = spec.config_path if split else f"--config={spec.config_path}"
-    style = item_node.style if item_node.style in ('"', "'") else None
-    return yt.Replace((*sched.flags_path, idx), flag, yt.render_scalar(flag, style)), flag, replaced
+    op = yt.Replace((*sched.flags_path, idx), flag, yt.render_scalar(flag, yt.quote_style(item_node)))
+    return op, flag, yt.source(doc.text, item_node)
 
 
 def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | None:
@@ -620,13 +609,9 @@ def config_names(text: str) -> ConfigNames:
     for m in _marker_prefixes(metadata).values():
         container = by_name.get(m.container, containers[0] if containers else {})
         add(container, _config_value(m.flag))
-        if m.replaced is not None:
-            try:
-                replaced = yt.load_data(m.replaced)
-            except yt.YamlTextError:
-                continue
-            if isinstance(replaced, str):
-                add(container, _config_value(replaced))
+        replaced = None if m.replaced is None else _written(m.replaced)
+        if isinstance(replaced, str):
+            add(container, _config_value(replaced))
     return ConfigNames(frozenset(paths), text)
 
 

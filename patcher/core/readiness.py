@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Final
 
 from ruamel.yaml import YAML
 
@@ -133,14 +133,6 @@ class ClusterVerdict:
         }
 
 
-def _started_at(pod: Mapping[str, Any] | None, container: str) -> str | None:
-    if pod is None:
-        return None
-    status = restart.container_status(pod, container)
-    value = dig(status, "state", "running", "startedAt")
-    return value if isinstance(value, str) and value else None
-
-
 def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, static_pod_name: str,
          container: str, selected: bool) -> NodeRow:
     name = str(dig(node, "metadata", "name"))
@@ -150,7 +142,8 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
     mtime, message = ann.get("manifest-mtime") or None, ann.get("message") or None
     pod_name = str(dig(pod, "metadata", "name") or "") or mirror_pod_name(static_pod_name, name)
     row = NodeRow(node=name, state=state, source_hash=source_hash, config_hash=config_hash, manifest_mtime=mtime,
-                  scheduler_started=_started_at(pod, container), restarted_at=ann.get("restarted-at") or None,
+                  scheduler_started=restart.started_at(pod, container) if pod is not None else None,
+                  restarted_at=ann.get("restarted-at") or None,
                   message=message, mirror_pod=pod_name if pod is not None else None, ready=False, selected=selected)
 
     def not_ready(reason: str) -> NodeRow:

@@ -102,6 +102,12 @@ def container_status(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTA
     return statuses[0] if len(statuses) == 1 else None
 
 
+def started_at(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTAINER) -> str | None:
+    """The ``startedAt`` of the scheduler container's current run, as written; None when it does not run."""
+    status = container_status(pod, container_name)
+    return _str(_dig(status, "state", "running", "startedAt")) if status else None
+
+
 def marker_hash(pod: Mapping[str, Any], marker_key: str) -> str | None:
     """The ``hash`` recorded in the marker annotation, ``None`` when absent or not the expected JSON."""
     raw = _dig(pod, "metadata", "annotations", marker_key)
@@ -243,7 +249,5 @@ def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_m
     """After a restore: the mirror pod carries no marker and its scheduler runs, started since the write."""
     if pod is None or marker_hash(pod, marker_key) is not None or not _pod_ready(pod):
         return False
-    status = container_status(pod, container_name)
-    running = _dig(status, "state", "running") if status else None
-    started = _seconds(running.get("startedAt")) if isinstance(running, Mapping) else None
+    started = _seconds(started_at(pod, container_name))
     return started is not None and started >= manifest_mtime_ns // _NS_PER_S

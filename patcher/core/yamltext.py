@@ -14,8 +14,7 @@ import copy
 import functools
 import json
 import re
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -55,57 +54,29 @@ class Document:
 
     @functools.cached_property
     def root(self) -> Node:
+        """The node tree, whose marks are the code-point indices into ``text`` that edits splice at: libyaml's,
+        as it reads what the data loader reads (a tab inside a key, which the pure scanner refuses), except where
+        its marks are wrong (``libyaml_loader``): there the pure-Python composer's."""
+        composer = libyaml_loader(self.text) or YAML(typ="safe", pure=True)
         try:
-            nodes = [n for n in _composer(self.text).compose_all(self.text) if n is not None]
-        except YAMLError as exc:  # the C parser accepted it: a disagreement between parsers, refuse to edit
+            nodes = [n for n in composer.compose_all(self.text) if n is not None]
+        except YAMLError as exc:  # the data loader accepted it: a disagreement between parsers, refuse to edit
             raise YamlTextError(_describe(exc)) from None
-        except RecursionError:
-            raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
         if len(nodes) != 1:
             raise YamlTextError(f"holds {len(nodes)} YAML documents, expected exactly one")
         root: Node = nodes[0]
         return root
 
 
-_loaders = threading.local()  # a YAML object is costly to build: one per thread, as a load is not reentrant
-
-
-# Where libyaml's marks and the pure composer's part: a BOM (libyaml does not count it) and the line breaks
+# Where libyaml's marks and the pure parser's part: a BOM (libyaml does not count it) and the line breaks
 # YAML 1.1 added (NEL, LS, PS), which libyaml and ruamel's scanner place differently.
 _MARKS_DIFFER = re.compile("[\ufeff\x85\u2028\u2029]")
 
 
-def _positions_by_libyaml(text: str) -> bool:
-    return text.isascii() or not _MARKS_DIFFER.search(text)
-
-
-def _composer(text: str) -> YAML:
-    """libyaml's composer (C, far faster), unless the text holds a character where its marks are known to differ.
-
-    Their node trees are the same on the corpus and on variants with accented, CJK, astral and invisible
-    characters, marks included (tests/unit/test_yamltext_compose.py), except that libyaml gives plain scalars
-    style "" where the pure one gives None. A mark's index is the code-point index into the str we splice.
-    """
-    if not _positions_by_libyaml(text):
-        return YAML(typ="safe", pure=True)
-    y: YAML | None = getattr(_loaders, "composer", None)
-    if y is None:
-        y = _loaders.composer = _with_libyaml_resolver(YAML(typ="safe"))
-    return y
-
-
-def _with_libyaml_resolver(y: YAML) -> YAML:
-    """With libyaml, ruamel.yaml resolves plain scalars by YAML 1.2 whatever the text says (the pure parser reads
-    a ``%YAML`` directive); its public 1.2 ``Resolver`` gives those same tags from a table built once, where the
-    default versioned one rebuilds its table every load and asks for a version the C parser cannot give."""
-    if y.Parser.__name__ == "CParser":
-        y.Resolver = _Resolver12
-    return y
-
-
 class _Resolver12(Resolver):
     """ruamel.yaml's public YAML 1.2 ``Resolver``, built the way ``YAML`` builds its resolver (it passes the
-    version, which a YAML 1.2-only resolver has no use for)."""
+    version, which a YAML 1.2-only resolver has no use for). The C parser cannot read a ``%YAML`` directive,
+    so every loader here resolves by 1.2, whichever parser ruamel.yaml picks."""
 
     def __init__(self, version: Any = None, loader: Any = None, loadumper: Any = None) -> None:
         super().__init__(loader if loader is not None else loadumper)
@@ -117,20 +88,21 @@ class _Resolver12(Resolver):
 
 
 def _data_loader() -> YAML:
-    # Plain data from the C parser when ruamel.yaml.clib is there (far faster); duplicate keys refused,
-    # as the API server refuses them. Original and edited text always go through this same loader.
-    y: YAML | None = getattr(_loaders, "data", None)
-    if y is None:
-        y = _loaders.data = _with_libyaml_resolver(YAML(typ="safe"))
-        y.allow_duplicate_keys = False
+    """The loader of plain data: ruamel.yaml's safe loader (libyaml when ruamel.yaml.clib is there), YAML 1.2,
+    duplicate keys refused as the API server refuses them. Original and edited text both go through it."""
+    y = YAML(typ="safe")
+    y.Resolver = _Resolver12
+    y.allow_duplicate_keys = False
     return y
 
 
 def libyaml_loader(text: str) -> YAML | None:
     """The C loader for plain data and events, when libyaml is there and its line numbers in ``text`` are the
-    pure parser's (see ``_composer``); None otherwise: the caller keeps the pure path."""
+    pure parser's; None otherwise: the caller keeps the pure path."""
     y = _data_loader()
-    return y if y.Parser.__name__ == "CParser" and _positions_by_libyaml(text) else None
+    if y.Parser.__name__ != "CParser" or not (text.isascii() or not _MARKS_DIFFER.search(text)):
+        return None
+    return y
 
 
 def _describe(exc: YAMLError) -> str:
@@ -146,10 +118,10 @@ def _describe(exc: YAMLError) -> str:
 
 # The limits of every YAML text patcher reads (manifests, scheduler configs, kubeconfigs, the rendered files the
 # extender probes read), checked here and only here, on the parser's event stream before any document is built:
-# composing recurses (the C composer without a recursion check: 10^5 levels crash the process), the pure-Python
-# composer's time grows with every node, and every later step copies and compares the plain data. A manifest
-# nests about 8 levels, a scheduler config about 10 (NodeAffinity args, the deepest upstream type, need 9); the
-# largest real ones hold a few hundred nodes.
+# composing recurses (the C composer without a recursion check: deep enough nesting crashes the process), the
+# pure-Python composer's time grows with every node, and every later step copies and compares the plain data. A
+# manifest nests about 8 levels, a scheduler config about 10 (NodeAffinity args, the deepest upstream type, need
+# 9); the largest real ones hold a few hundred nodes.
 MAX_DEPTH = 64
 MAX_NODES = 5_000  # scalars + collections, aliases counted as the nodes they stand for
 MAX_NUMBER_CHARS = 64  # an unquoted number longer than this cannot fit any int64/float64 field
@@ -160,61 +132,24 @@ JSON_TAGS = frozenset(
      "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 )
 _NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
-_SMALL = 8 * 1024  # below this many characters a text cannot hold MAX_NODES nodes
-_LEAD = re.compile(r"^( *)((?:[-?][ \t]+)*)", re.MULTILINE)
-_PREFIX = re.compile(r"^[ \t?-]*", re.MULTILINE)
 
 
-def _loose_depth_bound(text: str) -> int:
-    """A looser bound than ``depth_bound`` at a fraction of its cost (the matching stays in C): every character
-    of a line's leading run of spaces, tabs, dashes and question marks counts twice, which is at least what
-    ``depth_bound`` counts for the same line."""
-    return 2 * max(map(len, _PREFIX.findall(text)), default=0) + 2 + text.count("[") + text.count("{")
-
-
-def depth_bound(text: str) -> int:
-    """A cheap upper bound on the nesting depth: a block collection starts at a deeper indentation or after
-    a ``-``/``?`` indicator on its line (a flow one after ``[``/``{``); ``:`` cannot open one on the same line."""
-    worst = 0
-    for m in _LEAD.finditer(text):
-        worst = max(worst, 2 * len(m.group(1)) + m.group(2).count("-") + m.group(2).count("?"))
-    return worst + 2 + text.count("[") + text.count("{")
-
-
-def check_limits(text: str, *, json_only: bool = False, max_depth: int = MAX_DEPTH,
-                 max_nodes: int = MAX_NODES) -> None:
-    """Refuse, in one line naming the line, text nested deeper than ``max_depth`` or with more than ``max_nodes``
+def check_limits(text: str, *, json_only: bool = False) -> None:
+    """Refuse, in one line naming the line, text nested deeper than ``MAX_DEPTH`` or with more than ``MAX_NODES``
     nodes once aliases are expanded; with ``json_only`` (a config a Kubernetes decoder reads as JSON) also a tag
-    JSON has no form for and an unquoted number no field can hold. Nothing is composed: the events come from
-    libyaml's iterative parser, or from the pure one where their marks differ. Skipped when cheap bounds already
-    prove the text small (not with ``json_only``: its rules need every scalar).
+    JSON has no form for and an unquoted number no field can hold. Nothing is composed: the events come from the
+    parser of the loader that builds the data (the data loader's, or for a config the pure round-trip one), so
+    that the line and the wording of an error are that loader's.
 
     Raises ``YamlTextError`` for a limit and the parser's ``YAMLError`` for text that is not YAML, for the caller
-    to word as its loader does; with ``json_only`` the pure parser (which loads configs) has the last word.
+    to word as its loader does.
     """
-    if not json_only and len(text) <= _SMALL and "*" not in text and (
-            _loose_depth_bound(text) <= max_depth or depth_bound(text) <= max_depth):
-        return
-    fast = libyaml_loader(text)
-    if fast is not None:
-        try:
-            _check_events(fast, text, json_only, max_depth, max_nodes)
-            return
-        except (YAMLError, YamlTextError):
-            if not json_only:
-                raise
-    # The pure parser of the loader that builds the data: round-trip for configs, safe for the rest.
-    _check_events(YAML(typ="rt" if json_only else "safe", pure=True), text, json_only, max_depth, max_nodes)
-
-
-def _check_events(y: YAML, text: str, json_only: bool, max_depth: int, max_nodes: int) -> None:
-    """The limits on the events of ``y``; the stream is closed at once when abandoned, so that ``y`` (a
-    thread's loader, reused) is not left mid-parse while the error is kept."""
+    y = YAML(typ="rt", pure=True) if json_only else _data_loader()
     with contextlib.closing(y.parse(text)) as events:
-        _check_stream(events, json_only, max_depth, max_nodes)
+        _check_stream(events, json_only)
 
 
-def _check_stream(events: Iterator[Any], json_only: bool, max_depth: int, max_nodes: int) -> None:
+def _check_stream(events: Iterator[Any], json_only: bool) -> None:
     depth = nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
     sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
@@ -231,8 +166,8 @@ def _check_stream(events: Iterator[Any], json_only: bool, max_depth: int, max_no
                 _check_json(event, line)
             if isinstance(event, CollectionStartEvent):
                 depth += 1
-                if depth > max_depth:
-                    raise YamlTextError(f"line {line}: nested more than {max_depth} levels deep (the limit)")
+                if depth > MAX_DEPTH:
+                    raise YamlTextError(f"line {line}: nested more than {MAX_DEPTH} levels deep (the limit)")
                 stack.append((event.anchor, nodes - 1))
             elif isinstance(event, ScalarEvent) and event.anchor is not None:
                 sizes[str(event.anchor)] = 1
@@ -241,9 +176,9 @@ def _check_stream(events: Iterator[Any], json_only: bool, max_depth: int, max_no
             anchor, start = stack.pop()
             if anchor is not None:
                 sizes[str(anchor)] = nodes - start
-        if nodes > max_nodes:
+        if nodes > MAX_NODES:
             raise YamlTextError(
-                f"line {line}: more than {max_nodes} YAML nodes (the limit; aliases count as what they repeat)")
+                f"line {line}: more than {MAX_NODES} YAML nodes (the limit; aliases count as what they repeat)")
 
 
 def _check_json(event: NodeEvent, line: int) -> None:
@@ -258,124 +193,45 @@ def _check_json(event: NodeEvent, line: int) -> None:
                             "configuration field holds it")
 
 
+
+def _load(text: str, load: Callable[[YAML], Any]) -> Any:
+    """``load`` with the data loader, within the limits; whatever ruamel.yaml raises becomes one line."""
+    try:
+        check_limits(text)
+        return load(_data_loader())
+    except YAMLError as exc:
+        raise YamlTextError(_describe(exc)) from None
+    except TypeError as exc:
+        # ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
+        # when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error.
+        raise YamlTextError(f"found unhashable key ({exc})") from None
+    except (ValueError, OverflowError) as exc:
+        raise YamlTextError(f"invalid YAML: {exc}".splitlines()[0][:200]) from None
+    except RecursionError:
+        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
+
+
 def load_plain_all(text: str) -> list[Any]:
     """Plain data of every document of a text that is only read (a kubeconfig, a rendered config), within the
     limits; ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
-    try:
-        check_limits(text)
-        return list(_data_loader().load_all(text))
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise YamlTextError(f"invalid YAML: {exc}".splitlines()[0][:200]) from None
+    return list(_load(text, lambda y: list(y.load_all(text))))
 
 
-_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
-
-
-class _Unusual(Exception):
-    """A node the fast constructor leaves to ruamel.yaml (another collection tag, a duplicate or odd key)."""
-
-
-def _construct(y: YAML, root: Node) -> Any:
-    """Plain data of a composed document, as ruamel.yaml's safe constructor gives it, for less.
-
-    Strings, lists and dicts are built here (shared for aliases, as ruamel shares them); every other scalar
-    goes through ruamel's own constructor for its tag. Anything else, and every error, is ruamel's to handle.
-    """
-    constructor = y.constructor
-    scalars = type(constructor).yaml_constructors
-    memo: dict[int, Any] = {}
-
-    def build(node: Node) -> Any:
-        if id(node) in memo:
-            return memo[id(node)]
-        tag = node.ctag.suffix
-        if isinstance(node, ScalarNode):
-            fn = scalars.get(tag)
-            if tag != _STR and fn is None:
-                raise _Unusual
-            value = node.value if tag == _STR else fn(constructor, node)
-        elif isinstance(node, SequenceNode) and tag == _SEQ:
-            value = memo[id(node)] = []
-            value.extend(build(item) for item in node.value)
-        elif isinstance(node, MappingNode) and tag == _MAP:
-            value = memo[id(node)] = {}
-            for k, v in node.value:
-                key = build(k)
-                if isinstance(key, (dict, list)) or key in value:
-                    raise _Unusual
-                value[key] = build(v)
-        else:
-            raise _Unusual
-        memo[id(node)] = value
-        return value
-
-    try:
-        return build(root)
-    except (_Unusual, TypeError):
-        pass
-    try:
-        return constructor.construct_document(root)
-    except TypeError as exc:
-        raise YamlTextError(_unhashable(exc)) from None
-
-
-def _unhashable(exc: TypeError) -> str:
-    """ruamel.yaml turns a sequence key into a tuple, which passes its hashability check, and hashing it fails
-    when it holds a mapping or a sequence (``? [{a: 1}]``): a TypeError, not its own error, so it gets a
-    message of its own here."""
-    return f"found unhashable key ({exc})"
-
-
-@functools.lru_cache(maxsize=16)
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
 
-    Cached by text: a plan parses the same manifest several times (restore, inspect, patch). Callers must
-    treat the returned data as read-only.
-    """
-    # For ASCII text libyaml composes the nodes the edits need, so compose once and construct the data from
-    # those nodes instead of parsing twice. Not with merge keys: constructing them rewrites the nodes.
-    together = "<<" not in text and _positions_by_libyaml(text)
-    try:
-        check_limits(text)
-        if together:
-            y = _data_loader()
-            pairs = [(n, _construct(y, n)) for n in y.compose_all(text) if n is not None]
-            pairs = [(n, d) for n, d in pairs if d is not None]
-            docs = [d for _, d in pairs]
-        else:
-            docs = [d for d in _data_loader().load_all(text) if d is not None]
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except TypeError as exc:  # the same, through ruamel's own loader (merge keys)
-        raise YamlTextError(_unhashable(exc)) from None
-    except RecursionError:
-        raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
+    Callers must treat the returned data as read-only: an edit computes new data (``apply_data``)."""
+    docs = [d for d in _load(text, lambda y: list(y.load_all(text))) if d is not None]
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
         raise YamlTextError("holds no YAML document")
-    doc = Document(text=text, data=docs[0])
-    if together:
-        doc.__dict__["root"] = pairs[0][0]  # the cached_property, already known
-    return doc
+    return Document(text=text, data=docs[0])
 
 
 def load_data(text: str) -> Any:
     """Plain data of a single-document text (also used to verify an edit)."""
-    try:
-        check_limits(text)
-        y = _data_loader()
-        if "<<" not in text:  # as in parse: merge keys are ruamel's
-            node = y.compose(text)
-            return None if node is None else _construct(y, node)
-        return y.load(text)
-    except YAMLError as exc:
-        raise YamlTextError(_describe(exc)) from None
-    except TypeError as exc:
-        raise YamlTextError(_unhashable(exc)) from None
+    return _load(text, lambda y: y.load(text))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -404,6 +260,17 @@ def node_at(root: Node, path: Path) -> Node | None:
             found = map_lookup(node, step)
             node = found[1] if found else None
     return node
+
+
+def quote_style(node: Node) -> str | None:
+    """The quotes of a scalar as written ('"' or "'"), None for plain or block style."""
+    style = getattr(node, "style", None)
+    return style if style in ('"', "'") else None
+
+
+def source(text: str, node: Node) -> str:
+    """The text of ``node`` as written."""
+    return text[int(node.start_mark.index): int(node.end_mark.index)]
 
 
 def _is_empty_scalar(node: Node) -> bool:
@@ -566,14 +433,14 @@ def learn_hints(text: str, node: Node | None) -> Hints:
                     continue
                 sub = (*path, str(k.value))
                 if isinstance(v, ScalarNode):
-                    quotes[sub] = v.style if v.style in ('"', "'") else None
+                    quotes[sub] = quote_style(v)
                 elif isinstance(v, MappingNode) and not v.flow_style and v.value:
                     indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
                     walk(v, sub)
                 else:
                     walk(v, sub)
         elif isinstance(n, ScalarNode):
-            quotes[path] = n.style if n.style in ('"', "'") else None
+            quotes[path] = quote_style(n)
 
     walk(node, ())
     nested = indents[0] if indents and indents[0] > 0 else 2

@@ -135,7 +135,7 @@ def test_first_config_rejected_rolls_back_to_the_original_manifest(node: Node) -
 
 def test_a_refused_scheduler_ready_for_the_moment_it_lives_is_rolled_back_on_an_rke2_manifest(
         tmp_path: Path) -> None:
-    """Issue 34, seen on the real kubelet: RKE2's manifest has no startup probe and its own metadata.uid, so
+    """RKE2's manifest has no startup probe and its own metadata.uid, so
     each run of the refused scheduler shows running, ready and the pod Ready for the moment it lives. The
     settle time asks the same container to stay that long: the agent sees the exit and rolls back, never
     Ready, and the manifest is RKE2's again."""
@@ -183,8 +183,8 @@ def test_sigterm_restores_byte_exactly_and_kill_9_restart_adopts(node: Node) -> 
     assert node.manifest.read_bytes() == patched
 
     proc = _spawn(node)
-    # The readiness signal of the child itself: a restarted agent on a Ready node is Ready again (issue 9,
-    # defect 1: it used to answer 503 forever), and it got there without a write or a scheduler restart.
+    # The readiness signal of the child itself: a restarted agent on a Ready node is Ready again (it used to
+    # answer 503 forever), and it got there without a write or a scheduler restart.
     assert wait_until(lambda: proc.get("/readyz") == 200, 60), proc.output
     assert wait_until(lambda: node.state() == "Ready", 30)
     assert node.manifest.stat().st_mtime_ns == mtime  # adopted: no second write
@@ -286,7 +286,7 @@ def test_coordinated_rollout_takes_and_releases_the_lease(node: Node) -> None:
 
 
 def test_sigterm_with_the_api_black_holed_restores_and_stops_within_the_grace_period(node: Node) -> None:
-    """Issue 9, defect 3: the Lease calls ran on the loop, 20 s each against an API that never answers, and
+    """The Lease calls ran on the loop, 20 s each against an API that never answers, and
     the restore waited behind them. Now the Lease actor's calls have deadlines and the restore goes first."""
     agent = Running(node, coordinated=True, grace_period=4.0)
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
@@ -343,7 +343,7 @@ def lease_to_another_node(node: Node, holder: str = "cp-2") -> None:
 
 def test_sigterm_with_a_change_waiting_for_its_turn_and_the_api_black_holed_restores_without_waiting(
         node: Node, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 22, point 2: another node holds the rollout turn, a config change waits for it, then the API
+    """Another node holds the rollout turn, a config change waits for it, then the API
     server accepts connections and never answers. The stop asked for the Lease, got no answer, and because an
     earlier call had been answered it waited for the turn, up to 40 % of the grace period (10 s of 25 s).
     Now no answer within LEASE_CONFIRM_WAIT means: restore without it, and say so."""
@@ -379,7 +379,7 @@ def test_sigterm_with_a_change_waiting_for_its_turn_and_the_api_black_holed_rest
 
 def test_sigterm_waiting_for_another_nodes_turn_restores_once_the_api_goes_black(
         node: Node, caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 22, point 3: the stop asks for the rollout Lease to restore, the API answers that another node
+    """The stop asks for the rollout Lease to restore, the API answers that another node
     holds it, and then the API goes black. The old stop kept waiting for the turn, up to 40 % of the grace
     period (10 s of 25 s); now every request of the wait must be answered within the confirm wait (0.3 s),
     so the restore follows the black hole within about a second, and the log says why."""

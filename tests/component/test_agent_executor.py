@@ -1,4 +1,4 @@
-"""Issue 22 point 3: the agent is an executor. Each lifecycle event is stepped from one local queue: no action
+"""The agent is an executor. Each lifecycle event is stepped from one local queue: no action
 feeds the step itself (an action that observes something returns its event), each transition saves the record
 once, and a re-plan is its own loop event, not a manifest event in disguise.
 

@@ -88,7 +88,7 @@ def test_python_dash_m_entry_point(node: Path) -> None:
     assert "--config=/etc/kubernetes/scheduler-patcher/config-" in proc.stdout
 
 
-# -- conventions: paths, exit codes, argparse, pipes, output formats (issue 11) -------------------------------
+# -- conventions: paths, exit codes, argparse, pipes, output formats -------------------------------
 
 
 def run_cli(*argv: str, cwd: Path | None = None, stdout: Any = subprocess.PIPE,

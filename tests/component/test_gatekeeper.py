@@ -395,7 +395,7 @@ def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubec
 def test_the_leader_renews_with_one_write_a_period_and_reads_after_a_conflict(emu: KubeEmulatorExt,
                                                                             api: Api) -> None:
     # client-go's leader renews so: its last write's resourceVersion makes the update a CAS, so no read is
-    # needed while nobody else writes the Lease (an idle install's requests: issue 44).
+    # needed while nobody else writes the Lease (an idle install's requests).
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
     e = elector(api, "gk-1")
     e.start()

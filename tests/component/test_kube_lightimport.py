@@ -1,5 +1,5 @@
-"""The agent's API path loads the official client's transport only (``kube.lightimport``, ``kube.transport``;
-issue 26), and the light packages complete themselves for everyone else.
+"""The agent's API path loads the official client's transport only (``kube.lightimport``,
+``kube.transport``), and the light packages complete themselves for everyone else.
 
 Each case runs in a fresh interpreter: which modules a process loads depends on what it imported before, and
 pytest's own process has imported the whole client long ago.

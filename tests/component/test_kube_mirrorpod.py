@@ -173,7 +173,7 @@ def test_server_side_timeout_resumes_without_listing_again(tmp_path: Path) -> No
         api.close()
 
 
-# -- misbehaving watches (issue 13 item 8) ------------------------------------------------------------------
+# -- misbehaving watches ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("line", [b"<html>502 Bad Gateway</html>", b"[1, 2]", b'"ADDED"', b'{"type": "ADDED"}',

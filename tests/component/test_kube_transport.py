@@ -1,4 +1,4 @@
-"""The one request path (``kube.transport.Api``, issues 25 and 26): the official client's configuration and pool
+"""The one request path (``kube.transport.Api``): the official client's configuration and pool
 manager without its generated classes; its TLS, token (refreshed per request), retries and timeouts all apply,
 and its errors are the client's own."""
 

@@ -1,4 +1,4 @@
-"""The simulated kubelet follows what the real one was seen doing (tests/real/test_real_kubelet.py, issue 34)."""
+"""The simulated kubelet follows what the real one was seen doing (tests/real/test_real_kubelet.py)."""
 
 from __future__ import annotations
 

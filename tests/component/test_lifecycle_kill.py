@@ -1,4 +1,4 @@
-"""SIGKILL of ``apply``, ``restore`` and the agent at every step of their file work (issue 9, fault suite).
+"""SIGKILL of ``apply``, ``restore`` and the agent at every step of their file work.
 
 Each writer runs in a forked child that kills itself with SIGKILL at its k-th file-system step (open, write
 of a temp file's fsync, rename, unlink): a hook in the child, not a sleep race, so every moment is reached and

@@ -1,4 +1,4 @@
-"""Issue 13 item 2, agent side: whatever a ConfigMap typo makes the parser or renderer raise, the agent
+"""Whatever a ConfigMap typo makes the parser or renderer raise, the agent
 refuses it in one line with state Failed, changes nothing on disk, and keeps running (a fix brings it back)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hypothesis *stateful* test of the agent's lifecycle on real files (issue 9, fault suite).
+"""Hypothesis *stateful* test of the agent's lifecycle on real files.
 
 Random sequences of: config changes, a ConfigMap typo and its fix, a config the scheduler rejects (crash
 loop), an external manifest rewrite (kubeadm upgrade), kubelet syncs and further crashes, the API going down

@@ -247,7 +247,7 @@ def test_scheduler_pods_come_from_the_labelled_list_the_metadata_and_reads_by_na
 def test_with_an_executor_the_four_lists_go_at_once_and_decide_the_same(emu: KubeEmulatorExt,
                                                                          api: Api) -> None:
     # The gatekeeper reads the verdict between two batches of releases: one round trip for the four lists (two
-    # of Nodes, the labelled pods and the namespace's metadata), one for the reads by name (issue 25).
+    # of Nodes, the labelled pods and the namespace's metadata), one for the reads by name.
     ready_cluster(emu, ("cp-1", "cp-2", "old-master"))
     set_node(emu, "old-master", node_annotations_for(), labels={MASTER: ""})
     set_node(emu, "cp-4", {}, labels={})
@@ -474,7 +474,7 @@ def test_a_concurrent_writer_makes_publish_read_and_evaluate_again(emu: KubeEmul
     assert info.value.status == 503
 
 
-# --- every scheduler counted (issue 21) ----------------------------------------------------------------
+# --- every scheduler counted -----------------------------------------------------------------------------------
 
 
 def test_a_scheduler_on_an_unlabelled_node_is_not_ready(emu: KubeEmulatorExt, api: Api,

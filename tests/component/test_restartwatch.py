@@ -1,4 +1,4 @@
-"""The restart watch's settle time (issue 34): both checks, the mirror pod and the local process table, say
+"""The restart watch's settle time: both checks, the mirror pod and the local process table, say
 Ready only once the scheduler they see has run ``--restart-settle`` without a restart, and the watch names the
 moment to look again (the loop's timeout), since nothing else may wake the agent then. Clocks and the process
 table are injected: no real time passes."""

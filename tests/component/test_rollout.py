@@ -56,7 +56,7 @@ def test_one_holder_at_a_time_and_release_hands_over(emu: KubeEmulator, tmp_path
 
 def test_a_dead_holder_is_superseded_only_after_a_full_duration_on_the_observers_clock(
         emu: KubeEmulator, tmp_path: Path) -> None:
-    """Issue 9, defect 5: the remote renewTime is never compared with the local wall clock (skew decides
+    """The remote renewTime is never compared with the local wall clock (skew decides
     nothing); a record unchanged for leaseDurationSeconds since *we* first saw it is expired."""
     clock = Clock()
     a, b = lease(emu, tmp_path, "cp-1", clock), lease(emu, tmp_path, "cp-2", clock)
@@ -113,7 +113,7 @@ def test_api_down_means_not_acquired_never_an_exception(emu: KubeEmulator, tmp_p
 
 
 def test_a_black_holed_api_never_blocks_the_caller_and_close_keeps_its_budget(tmp_path: Path) -> None:
-    """Issue 9, defect 3: acquire/release took 20 s each against an API that never answers."""
+    """Acquire/release took 20 s each against an API that never answers."""
     hole = BlackHole()
     try:
         kc = tmp_path / "kc"

@@ -1,4 +1,4 @@
-"""plan against the real kube-scheduler (issue 33): every recorded verdict of the binary, on every machine.
+"""plan against the real kube-scheduler: every recorded verdict of the binary, on every machine.
 
 `make config-oracle` runs every case of ``tools/schedconfig_cases.py`` on the kube-scheduler of each built minor
 and records what it did in ``tests/fixtures/schedconfig_oracle/1.N.json`` (keyed by the case's content hash;

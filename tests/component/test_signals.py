@@ -1,4 +1,4 @@
-"""Stop signals at the very start of the process (issue 22, "Early SIGTERM"; docs/operator-contract.md).
+"""Stop signals at the very start of the process ("Early SIGTERM" in docs/operator-contract.md).
 
 The agent runs as PID 1 of its container. For PID 1 the kernel drops a signal whose disposition is the default
 one, also when it comes from outside the container: a SIGTERM before ``signals.install`` is lost (the kubelet's

@@ -1,4 +1,4 @@
-"""Issue 22 point 4: a state folder that cannot take the record (read-only, full, gone) keeps the agent up.
+"""A state folder that cannot take the record (read-only, full, gone) keeps the agent up.
 
 The node says ``Failed`` with the folder and the kernel's answer, ``/healthz`` stays 200 and ``/readyz`` 503,
 nothing is written (a manifest write whose record cannot be saved could not be undone), the folder is tried
@@ -145,7 +145,7 @@ def failed_with(node: Node, *words: str) -> Callable[[], bool]:
 
 
 def test_a_read_only_state_folder_at_start_keeps_the_agent_up_and_recovers_without_a_restart(node: Node) -> None:
-    """Before issue 22 the write failed (Failed, "nothing was changed") and was never tried again; a folder
+    """Once, the write failed (Failed, "nothing was changed") and was never tried again; a folder
     the lock could not be made in ended the agent with exit 1 (below)."""
     state_dir = node.root / STATE_DIR.lstrip("/")
     ops = Hooked()
@@ -263,7 +263,7 @@ def test_a_transition_whose_save_fails_is_held_and_said_again_once_the_folder_wo
 
 
 def test_a_state_folder_that_cannot_be_made_does_not_end_the_agent(node: Node) -> None:
-    """A file where the folder's parent should be: ENOTDIR for root too. Before issue 22 ``run`` raised out of
+    """A file where the folder's parent should be: ENOTDIR for root too. Once, ``run`` raised out of
     the writer lock (the process exited 1)."""
     blocker = node.root / "var/lib"
     blocker.parent.mkdir(parents=True)
@@ -283,7 +283,7 @@ def test_a_state_folder_that_cannot_be_made_does_not_end_the_agent(node: Node) -
 
 def test_the_agent_process_with_an_unmakeable_state_folder_stays_up_serves_probes_and_recovers(
         tmp_path: Path) -> None:
-    """The process as the DaemonSet runs it (``run``, here without an API). Before issue 22 it exited 1 at once:
+    """The process as the DaemonSet runs it (``run``, here without an API). Once, it exited 1 at once:
     ``<state-dir>: folder is not writable (cannot create the writer lock .lock: Not a directory)``."""
     root, src = helpers.node_folders(tmp_path)
     blocker = root / "var/lib"

@@ -48,7 +48,7 @@ from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.inotify import inotify_masks, watched_for_content, watched_for_return
 
-LIMIT = 1 << 20  # every fingerprint is bounded (issue 32); these files are a few bytes
+LIMIT = 1 << 20  # every fingerprint is bounded; these files are a few bytes
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_missing_folder_is_an_error(tmp_path: Path, watcher: FolderWatcher) -> N
         watcher.add("source", tmp_path / "nope", lambda: "")
 
 
-# -- a replaced folder is watched again (issue 13 item 6) --------------------------------------------------
+# -- a replaced folder is watched again -------------------------------------------------------------------------
 
 
 class Looks:
@@ -253,7 +253,7 @@ def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
         w.stop()
 
 
-# -- settling: fast for a swap, patient with writers (issue 12) ---------------------------------------------
+# -- settling: fast for a swap, patient with writers ------------------------------------------------------------
 
 F = "/cfg"
 

@@ -1,4 +1,4 @@
-"""One writer at a time (issue 13 item 1): races forced through the writers' file operations (``Hooked``), on a real
+"""One writer at a time: races forced through the writers' file operations (``Hooked``), on a real
 file system, with threads that hand over through events (no sleeps, no timing)."""
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def slug(heading: str) -> str:
 
 
 def test_every_relative_link_resolves() -> None:
-    """The README and docs/ link into each other (issue 35 moved the README's depth into docs/): every relative
+    """The README and docs/ link into each other: every relative
     link names a file that exists, and every #anchor a heading of that file."""
     broken = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "manifests/README.md"]:

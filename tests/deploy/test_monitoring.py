@@ -1,4 +1,4 @@
-"""Issue 35: what an operator on a Prometheus stack gets, checked against the code and the real tools.
+"""What an operator on a Prometheus stack gets, checked against the code and the real tools.
 
 - The agents' and the gatekeeper's real ``/metrics`` pass ``promtool check metrics`` (naming, units, suffixes).
 - The alert rules (charts/scheduler-patcher/files/alerts.yaml) pass ``promtool check rules``, and

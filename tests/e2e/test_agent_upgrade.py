@@ -1,4 +1,4 @@
-"""The agent's own upgrade and uninstall with ``--restore-on-exit=auto`` (issue 22, point 1), end to end: three
+"""The agent's own upgrade and uninstall with ``--restore-on-exit=auto``, end to end: three
 control-plane nodes, each with its folders, a simulated kubelet (``tests.harness.emu.kubeletsim``, which counts the
 scheduler's restarts) and real ``scheduler-patcher run`` processes, each started as a pod of the DaemonSet
 ``scheduler-patcher`` in the API emulator (downward API ``POD_NAME``/``POD_NAMESPACE``, an ownerReference).

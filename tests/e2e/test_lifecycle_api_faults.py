@@ -1,4 +1,4 @@
-"""API faults against the emulator (issue 9, fault suite): 500s, 409 on every Lease write, the API down at
+"""API faults against the emulator: 500s, 409 on every Lease write, the API down at
 start. The file side stays correct, the loop keeps beating, and the agent's thread stays nearly idle while it
 waits (a busy retry loop would show as ~100 % of a core).
 

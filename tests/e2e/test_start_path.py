@@ -1,4 +1,4 @@
-"""The path from exec to the first manifest write carries only what that write needs (issue 26), and what was
+"""The path from exec to the first manifest write carries only what that write needs, and what was
 moved off it still works when it is needed: the probes' server (asyncio) once the start has settled or at the
 first connection, the metrics (prometheus_client) at the first scrape. (The process table, psutil, comes with the
 restart watch's first scan: tests/component/test_proc.py scans real processes.)"""
@@ -189,7 +189,7 @@ CALLS = st.lists(st.one_of(
 
 
 class Reference:
-    """The agent's metrics as they were before issue 26: prometheus_client's Counter, Gauge and Histogram."""
+    """The agent's metrics as they once were: prometheus_client's Counter, Gauge and Histogram."""
 
     def __init__(self) -> None:
         prom = prometheus()

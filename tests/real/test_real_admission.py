@@ -1,4 +1,4 @@
-"""Admission for real (issue 31 e): the 26 sample pods of tests/harness/admission_samples.py created in the real API
+"""Admission for real: the 26 sample pods of tests/harness/admission_samples.py created in the real API
 server.
 
 The same table the CEL runtime and the webhook's rules are held to offline, now judged by kube-apiserver itself:

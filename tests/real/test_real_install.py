@@ -1,4 +1,4 @@
-"""Install for real (issue 31 a): every kustomize overlay and the Helm chart applied to the real kube-apiserver.
+"""Install for real: every kustomize overlay and the Helm chart applied to the real kube-apiserver.
 
 The offline tests validate the rendered objects against OpenAPI schemas; only the server runs its own validation,
 defaulting, admission and the admission policy's CEL compilation. Each release's control plane gets every

@@ -1,4 +1,4 @@
-"""The real kubelet runs the static pod (issue 34): the agent patches a manifest that the upstream kubelet reads.
+"""The real kubelet runs the static pod: the agent patches a manifest that the upstream kubelet reads.
 
 Everywhere else tests/harness/emu/kubeletsim.py plays the kubelet. Here one real node
 (tests/harness/real/kubelet_node.py: the release's kubelet on containerd and runc, registered with the release's
@@ -379,7 +379,7 @@ def test_a_static_pod_with_its_own_uid_restarts_only_for_a_new_uid(scene: Scene)
 
 #: A config `plan` must let through and the real scheduler refuses: a CA file the scheduler's container does not
 #: have (only the node can tell, and the path is the container's). A non-PEM certificate was the first such config;
-#: the oracle of issue 33 made `plan` refuse it (rule extender.tlsPEM), so it no longer reaches the kubelet.
+#: the oracle made `plan` refuse it (rule extender.tlsPEM), so it no longer reaches the kubelet.
 #: kube-scheduler exits 1: `couldn't build extenders: open /nonexistent/ca.crt: no such file or directory`.
 #: Ignorable, on a closed port: the agent's pre-flight does not hold the write back.
 REFUSED_TLS = ("extenders:\n- urlPrefix: https://127.0.0.1:9\n  filterVerb: filter\n  weight: 1\n"
@@ -394,7 +394,7 @@ def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working:
 
     With RKE2's manifest (no startup probe) the real kubelet shows each run of the refused scheduler
     `started: true`, `ready: true` and the pod Ready for the second it lives; the agent took that second for a
-    healthy restart (issue 34) until it asked the same container to run `--restart-settle`."""
+    healthy restart until it asked the same container to run `--restart-settle`."""
     before, config = manifest.read_bytes(), scene.annotations()["config-hash"]
     changed_at = time.monotonic()
     write_configmap(source, {"extenders.yaml": REFUSED_TLS})

@@ -1,4 +1,4 @@
-"""The monitoring objects on the real API server (issue 35's done-when, on issue 31's harness).
+"""The monitoring objects on the real API server.
 
 The Prometheus Operator's CRDs (tests/harness/real/promcrds.py, from the Go module proxy) are installed into a real
 kube-apiserver, then what `helm template` renders with every monitoring switch on and the kustomize overlay

@@ -1,4 +1,4 @@
-"""The node story on real objects (issue 31 c): three Nodes, their mirror pods and three agents on kube-apiserver.
+"""The node story on real objects: three Nodes, their mirror pods and three agents on kube-apiserver.
 
 tests/e2e/test_lifecycle.py and test_agent_upgrade.py tell this story against the emulator; here every object is
 the real server's: Nodes registered by their kubelets (client certificates of `system:node:<name>`, so the Node

@@ -1,4 +1,4 @@
-"""The emulator against the real server, request for request (issue 31): where tests/harness/emu/kubeemu.py answered
+"""The emulator against the real server, request for request: where tests/harness/emu/kubeemu.py answered
 differently from kube-apiserver, found while telling the node story on the real server (tests/real/test_real_nodes.py).
 
 Each probe sends the same requests to both and reduces the answers to what the project's code depends on; the two

@@ -1,4 +1,4 @@
-"""Least privilege, proven on kube-apiserver (issue 31 b): remove each verb of each rule in turn, see what fails.
+"""Least privilege, proven on kube-apiserver: remove each verb of each rule in turn, see what fails.
 
 tests/real/test_real_nodes.py runs the whole story under the manifests' RBAC and finds no request refused and every
 granted verb used. This is the other half: for every verb of every rule of the agent's Roles and ClusterRole

@@ -1,4 +1,4 @@
-"""The real kube-scheduler on the agent's work (issue 31 d), for every built release.
+"""The real kube-scheduler on the agent's work, for every built release.
 
 `scheduler-patcher apply` patches a kubeadm manifest of that release on a host-root folder and renders the config
 for its minor; the release's own kube-scheduler then starts from the patched manifest's command line, its flags as

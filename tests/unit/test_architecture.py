@@ -134,7 +134,7 @@ def test_the_core_writes_no_files(name: str) -> None:
     assert list(writes(name)) == [], f"{name} is in core/ but changes files; that belongs in an adapter"
 
 
-#: The one reader of files (issue 32): bounded, ``O_NONBLOCK``, ``fstat`` before a byte is read, a one-line
+#: The one reader of files: bounded, ``O_NONBLOCK``, ``fstat`` before a byte is read, a one-line
 #: refusal. A read beside it is how a speed-up (the render cache's fingerprint) once hung on a FIFO.
 READER = "patcher.core.fileread"
 #: Calls that read a file by themselves, whatever they are called on.
@@ -178,7 +178,7 @@ def reads(source: str) -> Iterator[tuple[str, str]]:
 
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m != READER))
 def test_every_file_read_goes_through_the_one_reader(name: str) -> None:
-    """Issue 32: a fingerprint added for speed read the source folder with ``Path.read_bytes``, and a FIFO hung
+    """A fingerprint added for speed read the source folder with ``Path.read_bytes``, and a FIFO hung
     ``plan``, ``apply`` and the agent. Files are read by ``patcher.core.fileread`` (``fsio`` re-exports it);
     the few reads of the writer lock's own pid are named in ``NOT_CONTENT_READS``, with why."""
     found = [what for function, what in reads(MODULES[name].read_text("utf-8"))

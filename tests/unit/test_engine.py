@@ -297,7 +297,7 @@ def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: F
 
 def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesystem,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 12: it inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
+    """It inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
     from patcher.core import manifest
 
     seen: list[str] = []

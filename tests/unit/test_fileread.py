@@ -1,4 +1,4 @@
-"""The one reader (issue 32): bounded, non-blocking, ``fstat`` before reading, a one-line refusal; and the
+"""The one reader: bounded, non-blocking, ``fstat`` before reading, a one-line refusal; and the
 fingerprints, cache keys and comparisons made with it. FIFOs here are real ones: a read that blocked would hang
 the test until pytest-timeout ends it, which is the failure this guards against."""
 
@@ -138,7 +138,7 @@ def opts(tmp_path: Path) -> Files:
 
 @pytest.mark.parametrize("name", ["extenders.yaml", "notes.txt"])
 def test_plan_and_apply_refuse_a_fifo_in_the_source_folder_and_do_not_block(opts: Files, name: str) -> None:
-    """Issue 32: the render cache's fingerprint opened it with ``Path.read_bytes`` and waited for a writer."""
+    """The render cache's fingerprint opened it with ``Path.read_bytes`` and waited for a writer."""
     target = opts.source / name
     if target.exists():
         target.unlink()

@@ -1,4 +1,4 @@
-"""The restart timeout and a stale mirror-pod view: a broken watch alone never decides a rollback (issue 13.8)."""
+"""The restart timeout and a stale mirror-pod view: a broken watch alone never decides a rollback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stop as a transition of the lifecycle (issue 22, points 1 to 3): one test per row of the decision table
+"""The stop as a transition of the lifecycle: one test per row of the decision table
 (mode x what the agent knows of its DaemonSet x state), the deadlines the step computes from the grace period,
 and what follows the restore's report. Pure: no files, no API."""
 
@@ -58,8 +58,6 @@ def test_each_row_of_the_stop_table(node: lc.Node, mode: RestoreOnExit, view: lc
     after, acts = stop(node, mode, view)
     assert after.stopping and after.wait is None
     assert any(isinstance(a, lc.Restore) for a in acts) == restores
-    # The rule the agent asks to write a prepared restore before the stop's transition (issue 26).
-    assert lc.restores(replace(OPTS, restore_on_exit=mode), view) == restores
     assert any(isinstance(a, lc.Keep) for a in acts) == (not restores)
     assert not any(isinstance(a, lc.Publish) for a in acts)  # a kept node's annotations stay as they are
     assert after.record.phase == node.record.phase  # Restored only once the restore is reported done

@@ -1,4 +1,4 @@
-"""The fast paths of config rendering (issue 12) give exactly what the slow ones give.
+"""The fast paths of config rendering give exactly what the slow ones give.
 
 libyaml reads the limits' events and our own output; the pure round-trip parser stays the reference. Caches
 are keyed by exact text (and version): a changed byte or version always renders again, and a warm cache
@@ -68,7 +68,7 @@ def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
 
 @contextmanager
 def pure_only() -> Iterator[None]:
-    """The reference: every path as before issue 12, on the pure parser alone (libyaml is not offered)."""
+    """The reference: every path without its shortcuts, on the pure parser alone (libyaml is not offered)."""
     with mock.patch.object(yamlio, "libyaml_loader", lambda text: None):  # the name yamlio calls
         yield
 
@@ -139,7 +139,7 @@ def test_plain_load_agrees_on_any_document(data: Any, style: str) -> None:
 @pytest.mark.parametrize("text", [t for t in HOSTILE + corpus_texts() if t.strip()])
 @pytest.mark.parametrize("version", [KubeVersion(1, 17), KubeVersion(1, 31)])
 def test_the_output_check_answers_as_the_round_trip_check_did(text: str, version: KubeVersion) -> None:
-    def reference() -> str:  # _check_output before issue 12
+    def reference() -> str:  # _check_output without its shortcuts
         data = load_single(text, "out.yaml")
         schema = validate_document(data, "out.yaml", version=version)
         check_served(schema, version, "out.yaml")

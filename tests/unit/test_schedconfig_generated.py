@@ -1,4 +1,4 @@
-"""Per-minor schemas (issue 14): generated from the upstream Go types, reproducible from the committed facts, and
+"""Per-minor schemas: generated from the upstream Go types, reproducible from the committed facts, and
 used so that a field the node's minor does not know is refused with the version that added it."""
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def test_fields_in_no_released_branch_are_unknown_everywhere(text: str) -> None:
 
 def test_plugin_args_must_be_a_mapping() -> None:
     """An in-tree plugin's args decode into its kind; another plugin's are kept raw (runtime.Unknown), and
-    kube-scheduler 1.34-1.37 start with a string there (issue 33's oracle)."""
+    kube-scheduler 1.34-1.37 start with a string there."""
     text = V1 + "profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args: just a string\n"
     assert check(text, "1.30") == "profiles[0].pluginConfig[0].args: must be a mapping, got string 'just a string'"
     assert check(text.replace("NodeResourcesFit", "MyOutOfTreePlugin"), "1.30") is None

@@ -1,4 +1,4 @@
-"""Hostile and broken sources (issue 13 items 2, 3, 9; issue 11): every one is a single ConfigError line naming
+"""Hostile and broken sources: every one is a single ConfigError line naming
 the file, never a traceback, and the input limits are enforced before a document is built."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def refusal(tmp_path: Path, files: dict[str, str], version: str = "1.29.2") -> C
     return err.value
 
 
-# ---- the four inputs of issue 13 item 2, in both source forms ------------------------------------------------
+# ---- four typos a ConfigMap may carry, in both source forms ------------------------------------------------------
 
 HOSTILE = {
     "ipv6 bracket never closed": ("extenders:\n- urlPrefix: http://[::1\n", "missing ']' in host"),
@@ -70,7 +70,7 @@ def test_the_2kb_nesting_costs_nothing(tmp_path: Path) -> None:
 
 
 def test_node_count_limit_stops_the_200k_item_list() -> None:
-    text = "extenders:\n" + "- {}\n" * 200_000  # the 1 MiB source of issue 13 item 3 …
+    text = "extenders:\n" + "- {}\n" * 200_000  # a 1 MiB source …
     text = text[:MAX_SOURCE_BYTES]  # … as much of it as a source file may hold
     with pytest.raises(ConfigError, match=rf"more than {MAX_NODES} YAML nodes") as err:
         check_limits(text, "/src/extenders.yaml")
@@ -120,7 +120,7 @@ def test_a_64bit_number_in_any_spelling_is_not_a_long_number(tmp_path: Path) -> 
     assert b"burst: 0x7fffffff" in rendered.files[rendered.main]
 
 
-# ---- issue 11: every problem is reported, not the first -------------------------------------------------------
+# ---- every problem is reported, not the first --------------------------------------------------------------
 
 
 def test_a_misspelt_field_does_not_hide_a_bad_url(tmp_path: Path) -> None:

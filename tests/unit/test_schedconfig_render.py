@@ -231,7 +231,7 @@ def test_csi_layout_without_the_file_for_this_version(tmp_path: Path) -> None:
         build(source, "1.25.0")
     assert err.value.path == str(source / "config-23.yaml")
     assert err.value.problem.startswith("source file not found: the csi-baremetal-operator layout uses config-23.yaml")
-    assert "kube-scheduler 1.25.0 (--kube-version)" in err.value.problem  # the version it detected (issue 11)
+    assert "kube-scheduler 1.25.0 (--kube-version)" in err.value.problem  # the version it detected
     assert "config-19.yaml, config.yaml, policy.yaml" in err.value.problem
 
 

@@ -1,4 +1,4 @@
-"""What kube-scheduler refuses at start-up outside validation.go, per minor (issue 24).
+"""What kube-scheduler refuses at start-up outside validation.go, per minor.
 
 For every start-up rule in ``startup_data.RULES``: at the minor where it starts (and, when that is after 1.19, at the
 minor before) one config the scheduler refuses and one it accepts, written from the upstream source the rule names.
@@ -183,7 +183,7 @@ CASES: list[tuple[str, int, str, Launch | None, bool]] = [
      flags("leader-elect=false", "leader-elect-resource-lock=x"), False),
     ("flags.leaderElection", 36, doc("v1", "leaderElection:\n  resourceLock: leases\n"),
      flags("leader-elect-resource-lock=endpoints"), True),
-    # proven by the binaries (issue 33): a negative score weight; a zero leader-election duration flag
+    # proven by the binaries: a negative score weight; a zero leader-election duration flag
     ("framework.scoreWeight", 33, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: -1"),
      None, False),
     ("framework.scoreWeight", 34, profile("v1", "score:\n  enabled:\n  - name: ImageLocality\n    weight: -1"),

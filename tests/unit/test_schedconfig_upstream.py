@@ -1,4 +1,4 @@
-"""kube-scheduler's validation, ported and applied after its defaulting (issue 14). Each case names the upstream
+"""kube-scheduler's validation, ported and applied after its defaulting. Each case names the upstream
 function it mirrors (a ``validation`` row of ``RULES`` in patcher/core/schedconfig/startup_data.py); configs that
 upstream accepts still pass."""
 

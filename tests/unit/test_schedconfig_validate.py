@@ -39,7 +39,7 @@ PEM_KEY = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCkFBQUEKLS0tLS1FTkQgUFJJVkFURSBLR
 
 def test_extender_tls_data_must_be_pem() -> None:
     """kube-scheduler 1.34-1.37 exit on certData that holds no PEM block ('tls: failed to find any PEM data in
-    certificate input', issue 33's oracle); the config used to pass here with base64 of 'ABC'."""
+    certificate input', as the oracle found); the config used to pass here with base64 of 'ABC'."""
     text = V1 + "extenders:\n" + GOOD_EXTENDER + "  tlsConfig:\n    certData: QUJD\n    keyData: " + PEM_KEY + "\n"
     assert problem(text).startswith("extenders[0].tlsConfig.certData: no PEM data in it")
     assert "rule extender.tlsPEM" in problem(text)

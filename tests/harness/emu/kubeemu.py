@@ -441,7 +441,7 @@ class _JsonText:
 
     A write answers with the object it stored, and every watch that follows the collection is sent the same
     object: without this, releasing one pod serialised it twice (the answer and the watch event), which was
-    most of the emulator's CPU per request in ``bench/gate_bench.py`` (issue 25). Stored objects are never
+    most of the emulator's CPU per request in ``bench/gate_bench.py``. Stored objects are never
     changed in place (every write stores a new dict), so a text made once stays right; entries are keyed by
     identity and keep their object alive, so an id cannot be reused while its entry exists. Bounded: the
     oldest entries go first. Only stored objects may be given (not a dict that is changed afterwards).
@@ -539,8 +539,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         """The request line and header fields, without the email parser the base class uses for the fields
-        (with it, header parsing was a tenth of the emulator's CPU per request in ``bench/gate_bench.py``,
-        issue 25). HTTP/1.0 and 1.1 only (a client of the API speaks 1.1); anything else is a 400."""
+        (with it, header parsing was a tenth of the emulator's CPU per request in ``bench/gate_bench.py``).
+        HTTP/1.0 and 1.1 only (a client of the API speaks 1.1); anything else is a 400."""
         self.command = ""
         self.request_version = self.default_request_version  # until known: an error answer has no status line
         self.close_connection = True

@@ -1,4 +1,4 @@
-"""The project's own image for the real node (issue 34): built with podman from the unmodified Dockerfile, never
+"""The project's own image for the real node: built with podman from the unmodified Dockerfile, never
 pulled, and imported into the node's containerd.
 
 No registry is reachable here, so the Dockerfile's base (`python:3.11-slim`, pinned by digest) is the local

@@ -53,7 +53,7 @@ def template(helm: str, values: dict[str, Any], tmp: Path, namespace: str = NAME
     return [d for d in yaml.safe_load_all(proc.stdout) if isinstance(d, dict)]
 
 
-#: Every monitoring switch on (issue 35): the agents' and the gatekeeper's PodMonitors, the PrometheusRule and the
+#: Every monitoring switch on: the agents' and the gatekeeper's PodMonitors, the PrometheusRule and the
 #: dashboard ConfigMap. A real-cluster test applies ``tests.harness.real.promcrds.crd_paths()`` first, then this render.
 MONITORING_VALUES: dict[str, Any] = {
     "gatekeeper": {"enabled": True},

@@ -1,4 +1,4 @@
-"""One real node for tests (issue 34): the upstream kubelet of `make real-k8s`, containerd and runc, and a folder.
+"""One real node for tests: the upstream kubelet of `make real-k8s`, containerd and runc, and a folder.
 
 tests/harness/emu/kubeletsim.py plays the kubelet everywhere else; here the program the agent writes for reads the
 files. A `RealNode` is:

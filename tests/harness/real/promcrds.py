@@ -6,7 +6,7 @@ No package registry reachable here ships the CRDs as YAML, but the operator's Go
 says where. sum.golang.org is not reachable, so the download runs with ``GOSUMDB=off`` and the module's hash is
 checked here against the pinned ``MODULE_SUM`` instead (the go.sum line of that version).
 
-For a test that applies them to a real API server (issue 31's harness): ``crd_paths()`` are the files to apply
+For a test that applies them to a real API server: ``crd_paths()`` are the files to apply
 first, then the objects ``tests.harness.real.helmtool.template(helm, MONITORING_VALUES, tmp)`` renders.
 """
 
