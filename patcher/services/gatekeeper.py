@@ -66,8 +66,8 @@ WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 
 #: and every 429 pauses the whole pool for the server's Retry-After.
 DEFAULT_QPS: Final = 2000.0
 DEFAULT_BURST: Final = 32
-#: Batches of this many times the concurrency: the verdict is read again between two (its Node lists, the labelled
-#: kube-scheduler pods and the unlabelled ones by name: a few small requests, whatever kube-system holds).
+#: Batches of this many times the concurrency: the verdict is checked between two, and read again (its Node lists,
+#: the labelled kube-scheduler pods and the unlabelled ones by name) when a watch says it may have changed.
 BATCH_ROUNDS: Final = 4
 #: The loop wakes at least this often (its /healthz beat), whatever the verdict's resync interval: a stuck loop is
 #: seen within a few of these, not a few resyncs.
