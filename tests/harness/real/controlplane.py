@@ -109,7 +109,9 @@ def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 12
                 record = json.loads(line)
             except ValueError:
                 continue  # a line being written
-            if record.get("msg") == "health server listening":
+            # the JSON log keeps the constant message and its arguments apart ("%s listening", ["health server"])
+            args = record.get("args") or []
+            if record.get("msg") == "%s listening" and args[:1] == ["health server"]:
                 return int(str(record["url"]).rpartition(":")[2])
         if proc.poll() is not None:
             raise AssertionError(f"exited with {proc.returncode} before listening:\n{log.read_text()[-2000:]}")
