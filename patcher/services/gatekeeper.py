@@ -18,9 +18,10 @@ oldest pods first, in batches. Between two batches the verdict is read again fro
 have changed since the last read: a watch behind it delivered a change (or re-listed), one of them lost its
 connection since (or is still down: then every batch is preceded by a read, as without the watches), the resync
 came due, or there is no scheduler index (the kube-scheduler pods are then not watched). Otherwise the last
-verdict stands: at full size a read between every two batches cost the drain half its rate, while the watches
-would have told. A change delivered during a batch stops it before its next send (what is in flight completes),
-so a change that turns the verdict NotReady lets at most the rest of one batch through once a watch delivers it.
+verdict stands: on a large cluster a read between every two batches, while kube-apiserver takes the releases,
+slows a drain the watches would have stopped anyway. A change delivered during a batch stops it before its next
+send (what is in flight completes), so a change that turns the verdict NotReady lets at most the rest of one
+batch through once a watch delivers it.
 """
 
 from __future__ import annotations
