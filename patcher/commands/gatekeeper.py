@@ -20,9 +20,10 @@ Safety rules, and why:
   back to NotReady (a node rolled back) stops further releases, but the pods already let through stay
   schedulable — that is the API's contract, not a choice of ours.
 * A backlog is released by ``--release-concurrency`` workers (default: ``--kube-api-burst``) at
-  ``--kube-api-qps``, oldest pods first, in batches of ``--release-batch``; the verdict is read again
-  between two batches, so a verdict that turns NotReady lets at most one batch through (a Node annotation
-  change seen by the watch stops a batch at once). A ``429`` (API Priority and Fairness shedding load)
+  ``--kube-api-qps``, oldest pods first, in batches of ``--release-batch``; between two batches the verdict
+  is read again when a watch behind it delivered a change, dropped or is down (or the resync is due), so a
+  verdict that turns NotReady lets at most one batch through once a watch delivers the change (a change
+  delivered stops a batch at once). A ``429`` (API Priority and Fairness shedding load)
   pauses every worker for the server's ``Retry-After``; the pod is sent again.
 * One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
   ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
@@ -111,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-concurrency", None, "releases in flight at once (default: --kube-api-burst)",
           type=positive_int)
-    f.add("--release-batch", None, f"pods released between two reads of the verdict (default: {BATCH_ROUNDS} x "
+    f.add("--release-batch", None, f"pods released between two checks of the verdict (default: {BATCH_ROUNDS} x "
           "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
     f.add("--resync-interval", "5m", "re-evaluate the verdict at least this often, a safety net: it is read "
           "again on every change of a watched Node's annotations (the control-plane Nodes, and each Node only a "

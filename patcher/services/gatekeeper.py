@@ -14,9 +14,14 @@ sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; le
 
 A backlog (thousands of pods gated while a scheduler was being patched) is drained by a bounded pool of
 ``concurrency`` workers taking turns from a ``Throttle`` (QPS/burst, and the server's ``429 Retry-After``),
-oldest pods first, in batches: between two batches the verdict is read again from the API, so a verdict that
-turns NotReady half-way lets at most the rest of one batch through. A Node annotation change seen by the
-watch during a batch stops it sooner: the pods not yet sent wait for the re-read verdict.
+oldest pods first, in batches. Between two batches the verdict is read again from the API only when it may
+have changed since the last read: a watch behind it delivered a change (or re-listed), one of them lost its
+connection since (or is still down: then every batch is preceded by a read, as without the watches), the resync
+came due, or there is no scheduler index (the kube-scheduler pods are then not watched). Otherwise the last
+verdict stands: on a large cluster a read between every two batches, while kube-apiserver takes the releases,
+slows a drain the watches would have stopped anyway. A change delivered during a batch stops it before its next
+send (what is in flight completes), so a change that turns the verdict NotReady lets at most the rest of one
+batch through once a watch delivers it.
 """
 
 from __future__ import annotations
@@ -62,8 +67,8 @@ WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 
 #: and every 429 pauses the whole pool for the server's Retry-After.
 DEFAULT_QPS: Final = 2000.0
 DEFAULT_BURST: Final = 32
-#: Batches of this many times the concurrency: the verdict is read again between two (its Node lists, the labelled
-#: kube-scheduler pods and the unlabelled ones by name: a few small requests, whatever kube-system holds).
+#: Batches of this many times the concurrency: the verdict is checked between two, and read again (its Node lists,
+#: the labelled kube-scheduler pods and the unlabelled ones by name) when a watch says it may have changed.
 BATCH_ROUNDS: Final = 4
 #: The loop wakes at least this often (its /healthz beat), whatever the verdict's resync interval: a stuck loop is
 #: seen within a few of these, not a few resyncs.
@@ -153,6 +158,7 @@ class Gatekeeper:
         concurrency: int | None = None,
         batch_size: int | None = None,
         scheduler_index: SchedulerIndex | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not gate_name:
             raise ValueError("the gate name must not be empty")
@@ -171,12 +177,16 @@ class Gatekeeper:
         self._resync = resync_interval
         self._backoff = backoff if backoff is not None else Backoff(0.5, 30.0)
         self._wall = wall
+        self._clock = clock
         self._prefix = prefix
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pods: dict[tuple[str, str], GatedPod] = {}
         self._node_marks: dict[str, dict[str, str]] = {}
         self._verdict_stale = True
+        #: The verdict watches' ``drops`` when the verdict in hand was read (-1: none read yet).
+        self._drops_at_read = -1
+        self.verdict_reads = 0
         self._next_resync = 0.0
         self._verdict_retry_at = 0.0
         self._release_retry_at = 0.0
@@ -190,11 +200,12 @@ class Gatekeeper:
         self._by_name: dict[str, ListWatcher] = {}
         self._running = False
         wb = self._backoff.fresh()
+        self._node_watchers = node_watchers(api, self._node_selectors, on_sync=self._selected_synced,
+                                            on_event=self._selected_event, backoff=wb, failure_level=logging.WARNING)
         self._watchers: list[ListWatcher] = [
             *pending_pod_watchers(api, namespaces, on_sync=self._pods_synced, on_event=self._pod_event, backoff=wb,
                                   scheduler_names=scheduler_names, failure_level=logging.WARNING),
-            *node_watchers(api, self._node_selectors, on_sync=self._selected_synced,
-                           on_event=self._selected_event, backoff=wb, failure_level=logging.WARNING),
+            *self._node_watchers,
         ]
 
     # -- watch callbacks (watcher threads) -------------------------------------------------------------
@@ -284,6 +295,35 @@ class Gatekeeper:
         synced = all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
         return synced and (self._index is None or self._index.wait_fresh(max(0.0, deadline - time.monotonic())))
 
+    @property
+    def verdict_stale(self) -> bool:
+        """Whether a watch delivered a change the verdict in hand has not seen (it is read again next)."""
+        with self._lock:
+            return self._verdict_stale
+
+    def verdict_watches(self) -> tuple[bool, int]:
+        """Whether every watch behind the verdict follows the server right now (the selector Node watches, the
+        by-name ones, the scheduler index; False without an index), and the sum of their ``drops``."""
+        with self._lock:
+            watches = [*self._node_watchers, *self._by_name.values()]
+        fresh = self._index is not None and self._index.fresh and all(w.fresh for w in watches)
+        drops = (self._index.drops if self._index is not None else 0) + sum(w.drops for w in watches)
+        return fresh, drops
+
+    def _verdict_may_have_changed(self) -> bool:
+        """Whether the verdict must be read again before the next batch: a watch behind it delivered a change
+        (``_verdict_stale``), one lost its connection since the read or is down now, or the resync is due.
+
+        A by-name watch that stops (the verdict no longer names its Node) takes its drops out of the sum, which
+        then differs: one read more, never one less."""
+        with self._lock:
+            if self._verdict_stale:
+                return True
+        if self._clock() >= self._next_resync:
+            return True
+        fresh, drops = self.verdict_watches()
+        return not fresh or drops != self._drops_at_read
+
     def waiting(self) -> list[GatedPod]:
         """The gated pods known right now."""
         with self._lock:
@@ -307,7 +347,7 @@ class Gatekeeper:
 
     def step(self) -> float:
         """One pass: refresh the verdict if due, release what may be released; returns the time to sleep."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             due = (self._verdict_stale or now >= self._next_resync) and now >= self._verdict_retry_at
             if due:
@@ -321,7 +361,7 @@ class Gatekeeper:
         if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
             failed = self._drain(pods)
             if failed:
-                self._release_retry_at = time.monotonic() + self._release_backoff.next_delay()
+                self._release_retry_at = self._clock() + self._release_backoff.next_delay()
             else:
                 self._release_backoff.reset()
             pods = self.waiting()
@@ -329,10 +369,12 @@ class Gatekeeper:
         wake_at = self._verdict_retry_at if self._verdict_retry_at > now else self._next_resync
         if pods and self._release_retry_at > now:
             wake_at = min(wake_at, self._release_retry_at)
-        return min(self._resync, HEARTBEAT, max(0.05, wake_at - time.monotonic()))
+        return min(self._resync, HEARTBEAT, max(0.05, wake_at - self._clock()))
 
     def _refresh_verdict(self, now: float) -> None:
         before = self.verdict
+        _, drops = self.verdict_watches()  # before the read: a drop during it is seen at the next check
+        self.verdict_reads += 1
         try:
             verdict = self._verdict_fn()
         except ApiError as exc:
@@ -348,6 +390,7 @@ class Gatekeeper:
         self._verdict_backoff.reset()
         self._verdict_retry_at = 0.0
         self._next_resync = now + self._resync
+        self._drops_at_read = drops
         self.verdict = verdict
         self._follow_nodes(verdict)
         self.metrics.verdict_ready(verdict.ready)
@@ -390,18 +433,19 @@ class Gatekeeper:
     def _drain(self, pods: list[GatedPod]) -> bool:
         """Release ``pods``, oldest first, batch by batch; True when some failed (retry after a backoff).
 
-        Before every batch but the first the verdict is read again (the one read at the start of this pass
-        counts for the first), and the drain ends unless it is still Ready. Within a batch, a worker sends
-        nothing once the Node watch has seen an annotation change (the verdict is then stale) or this replica
-        lost the Lease: what is in flight completes, the rest waits for the next pass.
+        Before every batch but the first the verdict is read again if it may have changed
+        (``_verdict_may_have_changed``; the one read at the start of this pass counts for the first), and the
+        drain ends unless it is still Ready. Within a batch, a worker sends nothing once a watch behind the
+        verdict delivered a change (the verdict is then stale) or this replica lost the Lease: what is in
+        flight completes, the rest waits for the re-read verdict or the next pass.
         """
         ordered = sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
         failed = False
         for start in range(0, len(ordered), self.batch_size):
-            if start:
+            if start and self._verdict_may_have_changed():
                 with self._lock:
                     self._verdict_stale = False
-                self._refresh_verdict(time.monotonic())
+                self._refresh_verdict(self._clock())
                 if self.verdict is None or not self.verdict.ready:
                     log.info("verdict no longer Ready: %d gated pods stay gated", len(ordered) - start)
                     break

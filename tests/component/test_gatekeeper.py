@@ -24,6 +24,7 @@ from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.errors import Forbidden, ServerError, TooManyRequests
 from patcher.adapters.kube.gaterelease import MAX_THROTTLED, GateOutcome, release_gate
 from patcher.adapters.kube.leader import LeaderElector
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import Api
 from patcher.commands import gatekeeper
@@ -670,3 +671,110 @@ def test_flags_that_cannot_work_together_are_a_usage_error(argv: list[str], prob
     args = parser.parse_args(["--kubeconfig", str(tmp_path / "never-read"), *argv])
     assert gatekeeper.usage_problems(args) == [problem]
     assert gatekeeper.run(args, threading.Event()) == 64  # before any client is built: the kubeconfig is not read
+
+
+# --- the verdict between two batches: read again only when a watch says it may have changed ---------------
+
+
+@contextmanager
+def stepped(api: Api, pods: int, index_backoff: Backoff | None = None,
+            **kw: Any) -> Iterator[tuple[Gatekeeper, list[int]]]:
+    """A gatekeeper with its scheduler index, every watch behind the verdict open and ``pods`` gated pods
+    cached; no loop: the test calls ``step()`` (one pass, the whole drain) on its own thread. The list counts
+    the verdict's reads (through ``verdict_fn``, the client untouched)."""
+    keeper: list[Gatekeeper] = []
+    reads = [0]
+
+    def verdict() -> Any:
+        reads[0] += 1
+        return collect(api, index=index)
+
+    index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None,
+                           backoff=index_backoff or Backoff(0.05, 0.2))
+    gk = Gatekeeper(api, verdict_fn=verdict, backoff=Backoff(0.05, 0.2), scheduler_index=index, **kw)
+    keeper.append(gk)
+    gk.start()
+    try:
+        assert gk.wait_synced(5)
+        assert wait_until(lambda: gk.verdict_watches()[0] and len(gk.waiting()) == pods, 5)
+        yield gk, reads
+    finally:
+        gk.stop()
+
+
+def test_a_drain_without_watch_events_reads_the_verdict_once(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+        gk.step()
+        assert released(emu, names) == names
+        assert metric(gk, "release_batches_total") == 6
+        assert reads[0] == gk.verdict_reads == 1  # six batches, the one read at the start of the pass
+        assert gk.verdict is not None and gk.verdict.ready
+
+
+def test_a_change_delivered_mid_drain_that_turns_it_not_ready_stops_it_within_one_batch(
+        emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    seen = threading.Event()
+
+    def roll_back(e: KubeEmulator) -> None:  # while the sixth-oldest pod (the second batch) is being released
+        node_state(e, "cp-2", False)
+        if wait_until(lambda: gk.verdict_stale, 5):  # the Node watch delivered it before this PATCH is answered
+            seen.set()
+
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", roll_back)
+    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+        gk.step()
+        assert seen.is_set()
+        done = set(released(emu, names))
+        # The first batch, the pod being patched when it turned, at most the rest of its batch, nothing after.
+        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
+        assert len(patches(emu)) == len(done)
+        assert reads[0] == 2  # the start of the pass, and before the third batch (which did not go)
+        assert gk.verdict is not None and not gk.verdict.ready
+
+
+def test_a_watch_that_drops_mid_drain_makes_the_next_batch_read_the_verdict_again(emu: KubeEmulatorExt,
+                                                                                  api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+        drops = gk.verdict_watches()[1]
+
+        def drop(e: KubeEmulator) -> None:  # the second batch: every watch is cut, then resumes
+            e.drop_watches()
+            assert wait_until(lambda: gk.verdict_watches()[1] > drops and gk.verdict_watches()[0], 5)
+
+        emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", drop)
+        gk.step()
+        assert released(emu, names) == names  # nothing changed: the verdict read again is still Ready
+        # The drop forced a read before the third batch; a watch that relisted (its events may be lost) or was
+        # still down at the next batches forces more. Without the drop: one read (the test above).
+        assert reads[0] >= 2
+        assert gk.verdict_reads == reads[0]
+
+
+def test_a_watch_that_is_down_makes_every_batch_read_the_verdict(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    # The scheduler index waits a minute before it watches again: it stays down through the whole drain.
+    with stepped(api, 24, concurrency=2, batch_size=4, index_backoff=Backoff(60.0, 60.0)) as (gk, reads):
+        emu.drop_watches()
+        assert wait_until(lambda: not gk.verdict_watches()[0], 5)
+        gk.step()
+        assert released(emu, names) == names
+        assert not gk.verdict_watches()[0]
+        assert reads[0] == 6  # no watch to tell: a read before every batch, as without the watches
+
+
+def test_a_resync_that_comes_due_mid_drain_reads_the_verdict_again(emu: KubeEmulatorExt, api: Api) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 24)
+    now = [1000.0]
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", lambda e: now.__setitem__(0, 1000.0 + 61))
+    with stepped(api, 24, concurrency=2, batch_size=4, resync_interval=60.0, clock=lambda: now[0]) as (gk, reads):
+        gk.step()
+        assert released(emu, names) == names
+        assert reads[0] == 2  # the start of the pass, and the resync that came due during the second batch

@@ -112,7 +112,9 @@ class ListWatcher:
 
     ``fresh`` is true while the view follows the server: the last list succeeded and a watch from it is
     open, or ended normally and is being resumed. It turns false on any failure, undecodable data or a
-    stream that ended too soon, until a watch is open again (``stale_since`` says since when).
+    stream that ended too soon, until a watch is open again (``stale_since`` says since when). ``drops``
+    counts the times it turned false: a consumer that trusts a value read while the view was fresh compares
+    it to tell whether events may have been missed since (a drop comes back fresh, often after a new list).
     """
 
     def __init__(
@@ -168,6 +170,7 @@ class ListWatcher:
         self._undecodable_logged = False
         self._denials = 0  # 401/403 answers in a row
         self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
+        self.drops = 0  # how many times the view stopped following the server (see the class docstring)
         self.lists = 0
 
     def start(self) -> None:
@@ -210,6 +213,8 @@ class ListWatcher:
                 self._stale_since = None
             elif self._fresh or self._stale_since is None:
                 self._stale_since = self._clock()
+            if self._fresh and not fresh:
+                self.drops += 1
             self._fresh = fresh
 
     def _run(self) -> None:

@@ -87,6 +87,11 @@ class SchedulerIndex:
         return self._watcher.fresh
 
     @property
+    def drops(self) -> int:
+        """How many times the view stopped following the server (``ListWatcher.drops``)."""
+        return self._watcher.drops
+
+    @property
     def lists(self) -> int:
         """How many times the namespace was listed (once, unless the watch could not resume)."""
         return self._watcher.lists

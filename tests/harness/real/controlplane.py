@@ -109,7 +109,11 @@ def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 12
                 record = json.loads(line)
             except ValueError:
                 continue  # a line being written
-            if (record.get("msg"), record.get("args")) == ("%s listening", ["health server"]):
+            # the JSON log keeps the constant message and its arguments apart ("%s listening", ["health server"]);
+            # an older release (the benches' "old" side) wrote the line whole
+            args = record.get("args") or []
+            if record.get("msg") == "health server listening" or (
+                    record.get("msg") == "%s listening" and args[:1] == ["health server"]):
                 return int(str(record["url"]).rpartition(":")[2])
         if proc.poll() is not None:
             raise AssertionError(f"exited with {proc.returncode} before listening:\n{log.read_text()[-2000:]}")
