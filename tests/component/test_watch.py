@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -634,13 +635,11 @@ class _DenyingObserver(InotifyObserver):
         super().__init__(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
         self.denied = denied
 
-    def schedule(self, event_handler: FileSystemEventHandler, path: str | Path, *, recursive: bool = False,
-                 event_filter: list[type[FileSystemEvent]] | None = None,
-                 follow_symlink: bool = False) -> ObservedWatch:
+    def schedule(self, event_handler: FileSystemEventHandler, path: str | Path, **options: Any) -> ObservedWatch:
+        # options passed through as given: their set differs across watchdog releases (5.0 has no follow_symlink)
         if str(path) in self.denied:
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
-        return super().schedule(event_handler, path, recursive=recursive, event_filter=event_filter,
-                                follow_symlink=follow_symlink)
+        return super().schedule(event_handler, path, **options)
 
 
 def denying_watcher(on_change: Callable[[str], None], denied: set[str]) -> FolderWatcher:
