@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -105,6 +105,9 @@ class Node:
     emu: KubeEmulator
     kubelet: SimKubelet
     kubeconfig: Path
+    #: The agents started on this node: the node's teardown stops those a failed test left running, so that
+    #: their threads (watches retrying a stopped emulator) cannot reach the tests that follow on the worker.
+    agents: list[Running] = field(default_factory=list)
 
     @property
     def manifest(self) -> Path:
@@ -132,6 +135,8 @@ def kubeadm_node(tmp_path: Path, emulator: type[KubeEmulator] = KubeEmulator,
     try:
         yield n
     finally:
+        for agent in n.agents:
+            agent.stop()
         kubelet.stop()
         emu.stop()
 
@@ -165,7 +170,9 @@ class Running:
         self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
         self.wiring.start()
         self.code: int | None = None
+        self._stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True)
+        node.agents.append(self)
         self.thread.start()
 
     @property
@@ -177,9 +184,12 @@ class Running:
         self.code = process.run(self.agent)
 
     def stop(self) -> int | None:
-        self.agent.request_stop()
-        self.thread.join(30)  # a stop may use up to its grace period (25 s) on a loaded machine
-        self.wiring.close()
+        """Stop the agent and wait for it; again (the node's teardown after the test's own stop) does nothing."""
+        if not self._stopped:
+            self._stopped = True
+            self.agent.request_stop()
+            self.thread.join(30)  # a stop may use up to its grace period (25 s) on a loaded machine
+            self.wiring.close()
         return self.code
 
 
