@@ -9,6 +9,7 @@ fixtures that use these live in the test files (``node`` below is one pytest fix
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -136,6 +137,8 @@ def kubeadm_node(tmp_path: Path, emulator: type[KubeEmulator] = KubeEmulator,
         yield n
     finally:
         for agent in n.agents:
+            if not agent.stopped:  # the test failed before its own stop: show where every thread was
+                faulthandler.dump_traceback(all_threads=True)
             agent.stop()
         kubelet.stop()
         emu.stop()
@@ -170,7 +173,7 @@ class Running:
         self.agent, self.metrics, self.health = self.wiring.agent, self.wiring.metrics, self.wiring.health
         self.wiring.start()
         self.code: int | None = None
-        self._stopped = False
+        self.stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         node.agents.append(self)
         self.thread.start()
@@ -185,8 +188,8 @@ class Running:
 
     def stop(self) -> int | None:
         """Stop the agent and wait for it; again (the node's teardown after the test's own stop) does nothing."""
-        if not self._stopped:
-            self._stopped = True
+        if not self.stopped:
+            self.stopped = True
             self.agent.request_stop()
             self.thread.join(30)  # a stop may use up to its grace period (25 s) on a loaded machine
             self.wiring.close()
