@@ -227,11 +227,6 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
     return found
 
 
-def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
-    """Map a path inside the scheduler container to the node, through volumeMounts and hostPath volumes."""
-    return manifest.map_to_node(sched.mounts, sched.volumes, path)
-
-
 #: Where each way of installing the agent mounts another node folder for it (read only, below the host root).
 FOREIGN_MOUNT_HINT = "Helm: hostPaths.foreignConfigDirs; kustomize: manifests/overlays/foreign-config"
 
@@ -250,7 +245,7 @@ def foreign_missing(opts: Files, value: str, node_path: str) -> str:
 def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
-    node_path = container_to_node_path(sched, sched.foreign_config)
+    node_path = manifest.map_to_node(sched.mounts, sched.volumes, sched.foreign_config)
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
@@ -289,7 +284,9 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
             manifest=node_path,
         )
-        config, source_hash = _render(req)
+        # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
+        source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
+        config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
@@ -316,29 +313,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
                       f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan
-
-
-# The last few configs rendered, by request and source fingerprint: a config is rendered (read, validated,
-# rendered, hashed) once per change of its inputs, not again on every reconcile or manifest write.
-_rendered: dict[tuple[ConfigRequest, str], RenderedConfig] = {}
-_RENDERED_KEPT = 4
-
-
-def _render(req: ConfigRequest) -> tuple[RenderedConfig, str]:
-    """``schedconfig.build_config(req)`` and the source folder's fingerprint; from the cache when the request
-    and the source's content are the same as for an earlier render. A render is kept only when the folder did
-    not change while it was read (the fingerprint before and after agree)."""
-    before = fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES)
-    key = (req, before)
-    config = _rendered.get(key)
-    if config is not None:
-        return config, before
-    config = schedconfig.build_config(req)
-    if before != "missing" and fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES) == before:
-        if len(_rendered) >= _RENDERED_KEPT:
-            del _rendered[next(iter(_rendered))]
-        _rendered[key] = config
-    return config, before
 
 
 def _nearest_existing(local: Path) -> Path:
@@ -602,38 +576,29 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
 def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
-    lines += _write_restored_locked(plan, ops)
-    if keep_files:
-        return lines
-    return _clean_up_locked(opts, plan, lines, ops)
-
-
-def _write_restored_locked(plan: RestorePlan, ops: fsio.FileOps) -> list[str]:
-    lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
             lines.append(f"wrote {change.node_path}")
-    return lines
+    return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
 def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
     step = "removing the config files"
     try:
-        with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
-            configs = [c for c in plan.changes if c.kind == "config"]
-            named = named_files(opts) if configs else NamedFiles(())
-            kept = []
-            for change in configs:
-                line = remove_config_file(opts, named, change.node_path)
-                if line:
-                    lines.append(line)
-                if line.startswith("kept "):
-                    kept.append(posixpath.basename(change.node_path))
-            step = "clearing the state record"
-            state_store(opts, ops).clear()
-            if kept:  # still ours: a later restore or prune removes them once nothing names them
-                state_store(opts, ops).save(State(written=tuple(kept)))
+        configs = [c for c in plan.changes if c.kind == "config"]
+        named = named_files(opts) if configs else NamedFiles(())
+        kept = []
+        for change in configs:
+            line = remove_config_file(opts, named, change.node_path)
+            if line:
+                lines.append(line)
+            if line.startswith("kept "):
+                kept.append(posixpath.basename(change.node_path))
+        step = "clearing the state record"
+        state_store(opts, ops).clear()
+        if kept:  # still ours: a later restore or prune removes them once nothing names them
+            state_store(opts, ops).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None
@@ -685,7 +650,7 @@ def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only:
     item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
     if item is None:
         return None
-    node_path = container_to_node_path(sched, item.value)
+    node_path = manifest.map_to_node(sched.mounts, sched.volumes, item.value)
     if node_path is None:
         return None  # not on a hostPath volume: the image's own file, not ours to check
     local = host_fs(opts).local(node_path)

@@ -251,9 +251,9 @@ def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
     from patcher.core import manifest as m
 
     sched = m.inspect(m.parse_manifest(FOREIGN, "x"), "x", prefix="scheduler-patcher.io")
-    assert engine.container_to_node_path(sched, "/etc/kubernetes/custom/scheduler-config.yaml") == \
+    assert m.map_to_node(sched.mounts, sched.volumes, "/etc/kubernetes/custom/scheduler-config.yaml") == \
         "/srv/scheduler/scheduler-config.yaml"
-    assert engine.container_to_node_path(sched, "/elsewhere/x.yaml") is None
+    assert m.map_to_node(sched.mounts, sched.volumes, "/elsewhere/x.yaml") is None
 
 
 FOREIGN_CONFIG = """# the platform team's own scheduler config
