@@ -95,15 +95,10 @@ class Scheduler:
     def scheduler_flags(self) -> list[str]:
         """Flags meant for kube-scheduler itself, as written (after the binary when a wrapper such as go-runner
         runs it); split values (``--kubeconfig /x``) stay in place."""
-        return [str(x) for x in self.flags][_own_start(self.flags, self.flags_key):]
+        return [str(x) for x in self.flags][own_start(self.flags, self.flags_key):]
 
 
-def own_start(sched: Scheduler) -> int:
-    """Where kube-scheduler's own arguments start in ``sched.flags`` (after the binary or a wrapper's words)."""
-    return _own_start(sched.flags, sched.flags_key)
-
-
-def _own_start(flags: list[Any], flags_key: str) -> int:
+def own_start(flags: list[Any], flags_key: str) -> int:
     """Where kube-scheduler's own arguments start in ``flags``: after the binary, or after the leading words
     of a ``command`` (the binary and a wrapper's words before the first flag)."""
     items = [str(x) for x in flags]
@@ -240,7 +235,7 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     else:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
     marker = _marker(metadata, prefix, where)
-    foreign, foreign_index = _foreign_config(flags, _own_start(flags, flags_key), marker)
+    foreign, foreign_index = _foreign_config(flags, own_start(flags, flags_key), marker)
     for key in ("volumes", "volumeMounts"):
         holder = spec if key == "volumes" else container
         value = holder.get(key)
@@ -401,7 +396,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     marker = Marker(hash=spec.short_hash, flag=flag, volume=VOLUME_NAME, mount=spec.host_config_dir,
                     container=sched.container_name, replaced=replaced, created=tuple(created), uid=uid_text)
     ops.append(yt.SetKey(("metadata", "annotations"), marker_key(spec.prefix), marker.to_json(),
-                         yt.Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
+                         yt.Hints(quotes={(): "'"}, nested_indent=nested)))
     try:
         new_text, _ = yt.edit(doc, ops)
     except yt.YamlTextError as exc:
@@ -463,10 +458,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     for i, item in enumerate(flags):
         if item == m.flag:
             if m.replaced is not None:
-                try:
-                    value = yt.load_data(m.replaced)
-                except yt.YamlTextError as exc:
-                    raise ManifestError(where, f"marker holds an unreadable replaced flag ({exc})") from None
+                value = _marker_value(m.replaced, "replaced flag", where)
                 ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
             else:
                 ops.append(yt.Remove((*sched.flags_path, i)))
@@ -478,11 +470,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
     if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        try:
-            value = yt.load_data(m.uid)
-        except yt.YamlTextError as exc:
-            raise ManifestError(where, f"marker holds an unreadable uid ({exc})") from None
-        ops.append(yt.Replace(("metadata", "uid"), value, m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _marker_value(m.uid, "uid", where), m.uid))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))
@@ -493,6 +481,14 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot restore: {exc}") from None
     return new_text
+
+
+def _marker_value(raw: str, what: str, where: str) -> Any:
+    """The value of YAML source text the marker keeps, for a restore that puts it back: unreadable, a refusal."""
+    try:
+        return yt.load_data(raw)
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: str, ours: Any,

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ruamel.yaml import YAML
@@ -408,19 +409,15 @@ def render_scalar(value: Any, style: str | None = None) -> str:
 class Hints:
     """Style learnt from a sibling: key order and quote style per key path, nested mapping indentation."""
 
-    key_order: dict[Path, list[str]]
-    quotes: dict[Path, str | None]
+    key_order: dict[Path, list[str]] = field(default_factory=dict)
+    quotes: dict[Path, str | None] = field(default_factory=dict)
     nested_indent: int = 2
     flow: bool = False
-
-    @staticmethod
-    def empty() -> Hints:
-        return Hints(key_order={}, quotes={})
 
 
 def learn_hints(text: str, node: Node | None) -> Hints:
     if node is None:
-        return Hints.empty()
+        return Hints()
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
     indents: list[int] = []
@@ -643,7 +640,7 @@ def _seq_append(text: str, seq: SequenceNode, op: Append, depth: int) -> _Edit:
     ref = seq.value[-1]
     dash_col, style = _item_layout(text, ref)
     if isinstance(ref, MappingNode) and ref.flow_style:
-        hints = Hints(hints.key_order, hints.quotes, hints.nested_indent, flow=True)
+        hints = dataclasses.replace(hints, flow=True)
     lines = render_block_item(op.value, dash_col, style, hints)
     return _insert_block_lines(text, content_end(text, seq), lines, depth)
 
@@ -732,7 +729,7 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
             return _seq_append(text, found[1], op, depth)
         if found:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
-        hints = op.hints or Hints.empty()
+        hints = op.hints or Hints()
         style = op.seq_style or SeqStyle()
         col = int(parent.value[0][0].start_mark.column) if not parent.flow_style and parent.value else 0
         item_lines = render_block_item(op.value, col + style.offset, style, hints)
@@ -740,7 +737,7 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
             return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
         return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
     # SetKey
-    hints = op.hints or Hints.empty()
+    hints = op.hints or Hints()
     if found:
         mapping = found[1]
         if not isinstance(mapping, MappingNode):

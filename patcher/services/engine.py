@@ -14,6 +14,7 @@ import os
 import posixpath
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -150,18 +151,8 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
             return NamedFiles((), unreadable=f"the manifest cannot be read ({exc})")
         main, data = opts.manifest_path, planned
     texts = {main: (after if after is not None else data).decode("utf-8", "replace")}
-    try:
-        entries = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
-    except OSError:
-        entries = []
-    for name in entries:
-        try:
-            other = fs.resolve(posixpath.join(opts.manifest_dir, name))
-            if other not in texts:
-                texts[other] = fsio.read_file(fs.local(other), "manifest", other,
-                                              limit=MAX_MANIFEST_BYTES).decode("utf-8", "replace")
-        except PatcherError:
-            continue  # not a file the kubelet could run as a pod (a folder, too large, a dangling link)
+    for _, target, other in _static_pods(opts):
+        texts.setdefault(target, other.decode("utf-8", "replace"))
     names = tuple((where, manifest.config_names(text)) for where, text in texts.items())
     resolved = []
     for where, named in names:
@@ -200,25 +191,33 @@ def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
     return node_path, local, data, text
 
 
+def _static_pods(opts: Files) -> Iterator[tuple[str, str, bytes]]:
+    """Every file the kubelet may run as a static pod from the manifest folder, as (node path, the node path its
+    symlinks lead to, bytes); one that is not a file it could run (a folder, too large, a dangling link) is
+    skipped."""
+    fs = host_fs(opts)
+    try:
+        names = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
+    except OSError:
+        return
+    for name in names:
+        path = posixpath.join(opts.manifest_dir, name)
+        try:
+            target = fs.resolve(path)
+            data = fsio.read_file(fs.local(target), "manifest", target, limit=MAX_MANIFEST_BYTES)
+        except PatcherError:
+            continue
+        yield path, target, data
+
+
 def other_schedulers(opts: Files, node_path: str) -> list[str]:
     """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
     left there, a second manifest): two schedulers fight over leader election and only one is patched."""
-    folder = host_fs(opts).local(opts.manifest_dir)
     found = []
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return []
-    for entry in entries:
-        other = posixpath.join(opts.manifest_dir, entry.name)
-        if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
-            continue
-        if host_fs(opts).resolve(other) == node_path:
+    for other, target, data in _static_pods(opts):
+        if target == node_path or b"kube-scheduler" not in data:
             continue
         try:
-            data = fsio.read_file(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
-            if b"kube-scheduler" not in data:
-                continue
             manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
                              prefix=opts.prefix, container_name=opts.container_name)
         except PatcherError:
@@ -647,7 +646,7 @@ def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only:
     (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
     file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
     elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
-    item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
+    item = schedflags.config_flag(sched.flags[manifest.own_start(sched.flags, sched.flags_key):])
     if item is None:
         return None
     node_path = manifest.map_to_node(sched.mounts, sched.volumes, item.value)
