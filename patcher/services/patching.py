@@ -27,17 +27,16 @@ def plan(files: Files, *, fallback_version: str | None,
     now = time.monotonic()
     try:
         p = engine.plan_apply(files, fallback_version=fallback_version, bad_hashes=bad_hashes)
-    except engine.KnownBadConfig as exc:
-        return lifecycle.Planned(now, "known-bad", message=str(exc), missing=engine.missing_named_config(files)), None
-    except PatcherError as exc:
-        log.debug("refused", exc_info=True)
-        return lifecycle.Planned(now, "refused", message=str(exc),
-                                 error_kind="config" if isinstance(exc, ConfigError) else "manifest",
-                                 missing=engine.missing_named_config(files)), None
     except Exception as exc:  # a reconcile that fails is a refusal the agent reports, never a crash
-        log.debug("unexpected error while planning", exc_info=True)
+        log.debug("refused", exc_info=True)
+        missing = engine.missing_named_config(files)
+        if isinstance(exc, engine.KnownBadConfig):
+            return lifecycle.Planned(now, "known-bad", message=str(exc), missing=missing), None
+        if isinstance(exc, PatcherError):
+            return lifecycle.Planned(now, "refused", message=str(exc), missing=missing,
+                                     error_kind="config" if isinstance(exc, ConfigError) else "manifest"), None
         return lifecycle.Planned(now, "refused", message=f"{files.source}: {type(exc).__name__}: {exc}",
-                                 error_kind="config", missing=engine.missing_named_config(files)), None
+                                 error_kind="config", missing=missing), None
     config = p.config
     assert config is not None
     if not p.pending:
