@@ -28,7 +28,7 @@ from patcher.core.errors import ManifestError
 VOLUME_NAME = "scheduler-patcher-config"
 # Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
 # agent seconds and hundreds of MB: it is refused before parsing. See docs/operator-contract.md.
-# Here, not in services/engine, so that the state store bounds the saved original by it too.
+# Here, not in services/nodefiles, so that the state store bounds the saved original by it too.
 MAX_MANIFEST_BYTES = 128 * 1024
 MARKER_VERSION = 1
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "busybox"}
@@ -338,7 +338,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified.
 
     ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
-    caller that has them (the engine's plan) hands them on instead of having them computed again.
+    caller that has them (``nodefiles.plan_apply``) hands them on instead of having them computed again.
     """
     doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
@@ -521,7 +521,7 @@ def map_to_node(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]], pat
     return best[1] if best else None
 
 
-#: The words of the one-line error for a ``--config`` that names a file not on the node (``engine.missing_config``):
+#: The words of the one-line error for a ``--config`` that names a file not on the node (``nodefiles.missing_config``):
 #: the agent's lifecycle recognises its own earlier report by them in a record it loads after a restart.
 MISSING_FILE = "names a missing file"
 

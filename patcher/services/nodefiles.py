@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
+from patcher.core import manifestedit, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -38,7 +38,7 @@ class KnownBadConfig(ConfigError):
     """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
 
 
-MAX_MANIFEST_BYTES = manifest.MAX_MANIFEST_BYTES
+MAX_MANIFEST_BYTES = manifestedit.MAX_MANIFEST_BYTES
 #: A config file we render is a source file (``MAX_SOURCE_BYTES``) with a few lines added: twice that bounds
 #: every read of one in the host config folder (a larger file there is not one we wrote, and differs).
 MAX_CONFIG_BYTES = 2 * MAX_SOURCE_BYTES
@@ -117,10 +117,10 @@ def _check_folders(opts: Files) -> None:
 
 @dataclass(frozen=True)
 class NamedFiles:
-    """What the static pods in the manifest folder name as a ``--config`` now (``manifest.config_names`` for
+    """What the static pods in the manifest folder name as a ``--config`` now (``manifestedit.config_names`` for
     each, symlinks followed on the node): every removal of a config file asks ``keeps`` first."""
 
-    names: tuple[tuple[str, manifest.ConfigNames], ...]  # (manifest node path, what it names)
+    names: tuple[tuple[str, manifestedit.ConfigNames], ...]  # (manifest node path, what it names)
     resolved: tuple[tuple[str, str], ...] = ()  # (manifest node path, a named path's symlink target)
     unreadable: str = ""  # the manifest could not be read: nothing is removed
 
@@ -153,7 +153,7 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
     texts = {main: (after if after is not None else data).decode("utf-8", "replace")}
     for _, target, other in _static_pods(opts):
         texts.setdefault(target, other.decode("utf-8", "replace"))
-    names = tuple((where, manifest.config_names(text)) for where, text in texts.items())
+    names = tuple((where, manifestedit.config_names(text)) for where, text in texts.items())
     resolved = []
     for where, named in names:
         for path in named.paths:
@@ -218,8 +218,8 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
         if target == node_path or b"kube-scheduler" not in data:
             continue
         try:
-            manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
-                             prefix=opts.prefix, container_name=opts.container_name)
+            manifestedit.inspect(manifestedit.parse_manifest(fsio.decode_utf8(data, other), other), other,
+                                 prefix=opts.prefix, container_name=opts.container_name)
         except PatcherError:
             continue
         found.append(other)
@@ -241,10 +241,10 @@ def foreign_missing(opts: Files, value: str, node_path: str) -> str:
             "--on-foreign-config=replace")
 
 
-def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
+def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
-    node_path = manifest.map_to_node(sched.mounts, sched.volumes, sched.foreign_config)
+    node_path = manifestedit.map_to_node(sched.mounts, sched.volumes, sched.foreign_config)
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
@@ -263,18 +263,19 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     """
     node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
-    doc = manifest.parse_manifest(text, node_path)
-    current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    doc = manifestedit.parse_manifest(text, node_path)
+    current = (doc, manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
     if current[1].marker is None:
-        manifest.check_prefix(doc, opts.prefix, node_path)
+        manifestedit.check_prefix(doc, opts.prefix, node_path)
     unpatched_text, unpatched = text, current
     if current[1].marker is not None:
-        unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
-                                          inspected=current)
-        udoc = manifest.parse_manifest(unpatched_text, node_path)
-        unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+        unpatched_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
+                                              inspected=current)
+        udoc = manifestedit.parse_manifest(unpatched_text, node_path)
+        unpatched = (udoc, manifestedit.inspect(udoc, node_path, prefix=opts.prefix,
+                                                container_name=opts.container_name))
     sched = unpatched[1]
-    manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
+    manifestedit.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     source_hash = ""
     if config is None:
         req = ConfigRequest(
@@ -289,10 +290,10 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
-    spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
-                              config_hash=config.config_hash, prefix=opts.prefix,
-                              container_name=opts.container_name, on_foreign=opts.on_foreign)
-    result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
+    spec = manifestedit.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
+                                  config_hash=config.config_hash, prefix=opts.prefix,
+                                  container_name=opts.container_name, on_foreign=opts.on_foreign)
+    result = manifestedit.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     if config.form != "last-good" and not source_hash:
         source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
@@ -496,16 +497,16 @@ def plan_restore(opts: Files) -> RestorePlan:
     state = store.load()
     notes: list[str] = []
     try:
-        doc = manifest.parse_manifest(text, node_path)
-        manifest.check_prefix(doc, opts.prefix, node_path)
-        new_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        doc = manifestedit.parse_manifest(text, node_path)
+        manifestedit.check_prefix(doc, opts.prefix, node_path)
+        new_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
     except ManifestError as exc:
         saved = store.load_original()
         # The saved original is the last resort, for a file that no longer parses *and* still is the one we
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
-        ours = manifest.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
+        ours = manifestedit.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
         if saved is None or not state.patched or not ours or not _unparsable(text):
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
@@ -607,8 +608,8 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio
 def status(opts: Files) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
     node_path, local, _, text = read_manifest(opts)
-    doc = manifest.parse_manifest(text, node_path)
-    sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    doc = manifestedit.parse_manifest(text, node_path)
+    sched = manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
     state = state_store(opts).load()
     mtime = fsio.mtime_ns(local)
     marker = sched.marker
@@ -641,27 +642,27 @@ def status(opts: Files) -> dict[str, Any]:
     return out
 
 
-def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only: bool = False) -> str | None:
+def missing_config(opts: Files, sched: manifestedit.Scheduler, *, seen_folders_only: bool = False) -> str | None:
     """The one-line error when the ``--config`` kube-scheduler starts with names a file that is not on the node
     (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
     file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
     elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
-    item = schedflags.config_flag(sched.flags[manifest.own_start(sched.flags, sched.flags_key):])
+    item = schedflags.config_flag(sched.flags[manifestedit.own_start(sched.flags, sched.flags_key):])
     if item is None:
         return None
-    node_path = manifest.map_to_node(sched.mounts, sched.volumes, item.value)
+    node_path = manifestedit.map_to_node(sched.mounts, sched.volumes, item.value)
     if node_path is None:
         return None  # not on a hostPath volume: the image's own file, not ours to check
     local = host_fs(opts).local(node_path)
     if local.exists() or (seen_folders_only and not local.parent.is_dir()):
         return None
-    return (f"{node_path}: kube-scheduler's --config={item.value} {manifest.MISSING_FILE}; its next start fails "
+    return (f"{node_path}: kube-scheduler's --config={item.value} {manifestedit.MISSING_FILE}; its next start fails "
             "(run apply to write it back, or restore)")
 
 
 def named_missing_fingerprint(opts: Files) -> str:
     """What the agent's watch of the host config folder compares: the files there that the manifest names as a
-    ``--config`` (``manifest.config_names``) and that are not there. A deletion of a named file, or its
+    ``--config`` (``manifestedit.config_names``) and that are not there. A deletion of a named file, or its
     return, changes it; the agent's own writes do not (a config file is written before the manifest names
     it, a manifest is put back before a file it named is removed, a prune removes only files nothing names),
     so they cost no second reconcile however slow the write."""
@@ -670,7 +671,7 @@ def named_missing_fingerprint(opts: Files) -> str:
     except PatcherError:
         return "unreadable"  # the manifest's own watch and the plan's refusal cover it
     folder, fs = posixpath.normpath(opts.host_config_dir), host_fs(opts)
-    return "\n".join(sorted(p for p in manifest.config_names(text).paths
+    return "\n".join(sorted(p for p in manifestedit.config_names(text).paths
                             if posixpath.dirname(p) == folder and not fs.local(p).exists()))
 
 
@@ -679,8 +680,8 @@ def missing_named_config(opts: Files) -> str:
     empty when none is missing, or when the manifest cannot be read (the plan's refusal says why)."""
     try:
         node_path, _, _, text = read_manifest(opts)
-        doc = manifest.parse_manifest(text, node_path)
-        sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        doc = manifestedit.parse_manifest(text, node_path)
+        sched = manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
     except PatcherError:
         return ""
     return missing_config(opts, sched, seen_folders_only=True) or ""
