@@ -13,6 +13,7 @@ the patch would never reach the scheduler. The marker keeps the original UID's t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -49,15 +50,8 @@ class Marker:
     uid: str | None = None  # YAML source text of the ``metadata.uid`` we replaced (``patched_uid``), put back
 
     def to_json(self) -> str:
-        data: dict[str, Any] = {"v": MARKER_VERSION, "hash": self.hash, "flag": self.flag, "volume": self.volume,
-                                "mount": self.mount, "container": self.container}
-        if self.replaced is not None:
-            data["replaced"] = self.replaced
-        if self.created:
-            data["created"] = list(self.created)
-        if self.uid is not None:
-            data["uid"] = self.uid
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        kept = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and v != ()}
+        return json.dumps({"v": MARKER_VERSION, **kept}, separators=(",", ":"), ensure_ascii=False)
 
     @staticmethod
     def from_json(raw: str) -> Marker:

@@ -731,10 +731,10 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
         hints = op.hints or Hints()
         style = op.seq_style or SeqStyle()
-        col = int(parent.value[0][0].start_mark.column) if not parent.flow_style and parent.value else 0
-        item_lines = render_block_item(op.value, col + style.offset, style, hints)
         if parent.flow_style:
             return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
+        col = (int(parent.value[0][0].start_mark.column) if parent.value else 0) + style.offset
+        item_lines = render_block_item(op.value, col, style, hints)
         return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
     # SetKey
     hints = op.hints or Hints()
