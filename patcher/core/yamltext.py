@@ -672,35 +672,30 @@ def nested_indent(mapping: Node) -> int:
 
 
 def _removal(text: str, root: Node, path: Path) -> _Edit:
+    """Take out a sequence item or a mapping entry, with its line (block) or its separator (flow)."""
     parent = node_at(root, path[:-1])
     step = path[-1]
     if isinstance(parent, SequenceNode) and isinstance(step, int):
-        items = parent.value
-        item = items[step]
-        if parent.flow_style:
-            if step > 0:
-                return _Edit(content_end(text, items[step - 1]), content_end(text, item), "", len(path))
-            if len(items) > 1:
-                return _Edit(int(item.start_mark.index), int(items[1].start_mark.index), "", len(path))
-            return _Edit(int(item.start_mark.index), content_end(text, item), "", len(path))
-        start = line_start(text, dash_pos(text, item))
-        return _Edit(start - newline_before(text, start), eol(text, content_end(text, item)), "", len(path))
-    if isinstance(parent, MappingNode) and isinstance(step, str):
-        pairs = parent.value
-        idx = next(i for i, (k, _) in enumerate(pairs) if isinstance(k, ScalarNode) and k.value == step)
-        key, value = pairs[idx]
-        end = content_end(text, key) if _is_empty_scalar(value) else content_end(text, value)
-        if parent.flow_style:
-            if idx > 0:
-                return _Edit(content_end(text, pairs[idx - 1][1]), end, "", len(path))
-            if len(pairs) > 1:
-                return _Edit(int(key.start_mark.index), int(pairs[1][0].start_mark.index), "", len(path))
-            return _Edit(int(key.start_mark.index), end, "", len(path))
-        start = line_start(text, int(key.start_mark.index))
-        if text[start : int(key.start_mark.index)].strip():
-            raise YamlTextError(f"line {key.start_mark.line + 1}: key {step!r} does not start its line")
-        return _Edit(start - newline_before(text, start), eol(text, end), "", len(path))
-    raise YamlTextError(f"nothing to remove at {format_path(path)}")
+        entries: list[tuple[Node, Node]] = [(item, item) for item in parent.value]
+        idx = step
+    elif isinstance(parent, MappingNode) and isinstance(step, str):
+        entries = parent.value
+        idx = next(i for i, (k, _) in enumerate(entries) if isinstance(k, ScalarNode) and k.value == step)
+    else:
+        raise YamlTextError(f"nothing to remove at {format_path(path)}")
+    first, last = entries[idx]  # the item twice, or the key and its value
+    start = int(first.start_mark.index)
+    end = content_end(text, first if _is_empty_scalar(last) else last)
+    if parent.flow_style:
+        if idx > 0:
+            return _Edit(content_end(text, entries[idx - 1][1]), end, "", len(path))
+        return _Edit(start, int(entries[1][0].start_mark.index) if len(entries) > 1 else end, "", len(path))
+    if isinstance(parent, SequenceNode):
+        start = dash_pos(text, first)
+    elif text[line_start(text, start) : start].strip():
+        raise YamlTextError(f"line {first.start_mark.line + 1}: key {step!r} does not start its line")
+    start = line_start(text, start)
+    return _Edit(start - newline_before(text, start), eol(text, end), "", len(path))
 
 
 def format_path(path: Iterable[str | int]) -> str:
