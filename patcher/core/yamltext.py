@@ -326,20 +326,14 @@ def content_end(text: str, node: Node) -> int:
         return end
     if getattr(node, "flow_style", False):
         return int(node.end_mark.index)
+    if isinstance(node, (MappingNode, SequenceNode)) and not node.value:
+        return int(node.end_mark.index)
     if isinstance(node, MappingNode):
-        if not node.value:
-            return int(node.end_mark.index)
         key, value = node.value[-1]
-        if _is_empty_scalar(value):
-            return content_end(text, key)
-        return content_end(text, value)
+        return content_end(text, key if _is_empty_scalar(value) else value)
     if isinstance(node, SequenceNode):
-        if not node.value:
-            return int(node.end_mark.index)
         last = node.value[-1]
-        if _is_empty_scalar(last):
-            return dash_pos(text, last) + 1
-        return content_end(text, last)
+        return dash_pos(text, last) + 1 if _is_empty_scalar(last) else content_end(text, last)
     raise YamlTextError(f"unexpected node {type(node).__name__}")
 
 
@@ -428,14 +422,9 @@ def learn_hints(text: str, node: Node | None) -> Hints:
             for k, v in n.value:
                 if not isinstance(k, ScalarNode):
                     continue
-                sub = (*path, str(k.value))
-                if isinstance(v, ScalarNode):
-                    quotes[sub] = quote_style(v)
-                elif isinstance(v, MappingNode) and not v.flow_style and v.value:
+                if isinstance(v, MappingNode) and not v.flow_style and v.value:
                     indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
-                    walk(v, sub)
-                else:
-                    walk(v, sub)
+                walk(v, (*path, str(k.value)))
         elif isinstance(n, ScalarNode):
             quotes[path] = quote_style(n)
 
