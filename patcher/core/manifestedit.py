@@ -334,13 +334,13 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
     caller that has them (``nodefiles.plan_apply``) hands them on instead of having them computed again.
     """
-    doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
+    doc, sched = inspected or inspect_text(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
             return PatchResult(text, False, sched.marker, sched)
-        doc, sched = unpatched or _inspected(restore(text, where, prefix=spec.prefix,
-                                                     container_name=spec.container_name, inspected=(doc, sched)),
-                                             where, spec.prefix, spec.container_name)
+        doc, sched = unpatched or inspect_text(restore(text, where, prefix=spec.prefix,
+                                                       container_name=spec.container_name, inspected=(doc, sched)),
+                                               where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
     _check_room(sched, spec, where)
 
@@ -434,7 +434,8 @@ def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | 
         return None
 
 
-def _inspected(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
+def inspect_text(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
+    """``text`` parsed and inspected (``inspect``), both handed on to ``patch`` and ``restore``."""
     doc = parse_manifest(text, where)
     return doc, inspect(doc, where, prefix=prefix, container_name=container_name)
 
@@ -442,7 +443,7 @@ def _inspected(text: str, where: str, prefix: str, container_name: str | None) -
 def restore(text: str, where: str, *, prefix: str, container_name: str | None = None,
             inspected: Inspected | None = None) -> str:
     """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
-    doc, sched = inspected or _inspected(text, where, prefix, container_name)
+    doc, sched = inspected or inspect_text(text, where, prefix, container_name)
     m = sched.marker
     if m is None:
         return text

@@ -218,8 +218,7 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
         if target == node_path or b"kube-scheduler" not in data:
             continue
         try:
-            manifestedit.inspect(manifestedit.parse_manifest(fsio.decode_utf8(data, other), other), other,
-                                 prefix=opts.prefix, container_name=opts.container_name)
+            manifestedit.inspect_text(fsio.decode_utf8(data, other), other, opts.prefix, opts.container_name)
         except PatcherError:
             continue
         found.append(other)
@@ -263,17 +262,14 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     """
     node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
-    doc = manifestedit.parse_manifest(text, node_path)
-    current = (doc, manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    current = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     if current[1].marker is None:
-        manifestedit.check_prefix(doc, opts.prefix, node_path)
+        manifestedit.check_prefix(current[0], opts.prefix, node_path)
     unpatched_text, unpatched = text, current
     if current[1].marker is not None:
         unpatched_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
                                               inspected=current)
-        udoc = manifestedit.parse_manifest(unpatched_text, node_path)
-        unpatched = (udoc, manifestedit.inspect(udoc, node_path, prefix=opts.prefix,
-                                                container_name=opts.container_name))
+        unpatched = manifestedit.inspect_text(unpatched_text, node_path, opts.prefix, opts.container_name)
     sched = unpatched[1]
     manifestedit.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     source_hash = ""
@@ -608,8 +604,7 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio
 def status(opts: Files) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
     node_path, local, _, text = read_manifest(opts)
-    doc = manifestedit.parse_manifest(text, node_path)
-    sched = manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    _, sched = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     state = state_store(opts).load()
     mtime = fsio.mtime_ns(local)
     marker = sched.marker
@@ -680,8 +675,7 @@ def missing_named_config(opts: Files) -> str:
     empty when none is missing, or when the manifest cannot be read (the plan's refusal says why)."""
     try:
         node_path, _, _, text = read_manifest(opts)
-        doc = manifestedit.parse_manifest(text, node_path)
-        sched = manifestedit.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        _, sched = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     except PatcherError:
         return ""
     return missing_config(opts, sched, seen_folders_only=True) or ""
