@@ -24,7 +24,7 @@ from bench.rows import stats, timed  # noqa: E402
 from patcher.adapters import extprobe  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
-from patcher.services import engine  # noqa: E402
+from patcher.services import nodefiles  # noqa: E402
 from patcher.services.record import state_store  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.harness.emu.extservers import ExtenderServer, Pki  # noqa: E402
@@ -42,7 +42,7 @@ def node(tmp: Path, extender: str) -> tuple[Files, RenderedConfig]:
     src.mkdir(exist_ok=True)
     write_configmap(src, {"extenders.yaml": f"extenders:\n- {extender}\n"})
     opts = Files(source=src, host_root=root)
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     assert plan.config is not None
     return opts, plan.config
 
@@ -76,7 +76,7 @@ def main() -> None:
             for _ in range(args.n):
                 shutil.copy(KUBEADM, opts.host_root / MANIFEST)
                 state_store(opts).clear()
-                patch.append(timed(lambda: engine.apply(opts, engine.plan_apply(opts, config=config))))
+                patch.append(timed(lambda: nodefiles.apply(opts, nodefiles.plan_apply(opts, config=config))))
             results.append(("patch step without the pre-flight (kubeadm)", patch))
     base = statistics.median(patch)
     print(f"{'figure':<62} {'n':>5} {'median ms':>10} {'p99 ms':>9} {'/patch':>7} {'goal':>6}")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from patcher.core.settings import Files  # noqa: E402
-from patcher.services import engine  # noqa: E402
+from patcher.services import nodefiles  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 SOURCE = ROOT / "examples/scheduler-config/extenders.yaml"
@@ -28,7 +28,7 @@ def largest_manifest() -> str:
     text = KUBEADM.read_text()
     flags = "".join(f"    - --v{i}={'x' * 12}\n" for i in range(4800))
     text = text.replace("    - --leader-elect=true\n", "    - --leader-elect=true\n" + flags)
-    return text + "#" * (engine.MAX_MANIFEST_BYTES - 700 - len(text.encode()) - 1) + "\n"
+    return text + "#" * (nodefiles.MAX_MANIFEST_BYTES - 700 - len(text.encode()) - 1) + "\n"
 
 
 def main() -> None:
@@ -44,9 +44,9 @@ def main() -> None:
         shutil.copy(SOURCE, src / "extenders.yaml")
         opts = Files(source=src, host_root=node)
         t0 = time.perf_counter()
-        engine.apply(opts, engine.plan_apply(opts))
+        nodefiles.apply(opts, nodefiles.plan_apply(opts))
         t1 = time.perf_counter()
-        engine.restore(opts, engine.plan_restore(opts))
+        nodefiles.restore(opts, nodefiles.plan_restore(opts))
         t2 = time.perf_counter()
         assert manifest.read_text() == text
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -153,11 +153,11 @@ def our_worker(lines: IO[str]) -> None:
 
 def _reset(node: Any, data: bytes, fresh: bool) -> None:
     """The unpatched manifest; our config file in place (as the peer's five are), or absent when ``fresh``."""
-    from patcher.services import engine
+    from patcher.services import nodefiles
 
     node.reset(data)
     for name, content in node.config.files.items():
-        target = engine.host_fs(node.opts).local(f"{node.opts.host_config_dir}/{name}")
+        target = nodefiles.host_fs(node.opts).local(f"{node.opts.host_config_dir}/{name}")
         if fresh:
             target.unlink(missing_ok=True)
         elif not target.exists():

@@ -31,7 +31,7 @@ from bench.rows import stats, timed  # noqa: E402
 from patcher.core.errors import PatcherError  # noqa: E402
 from patcher.core.schedconfig import RenderedConfig  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
-from patcher.services import engine  # noqa: E402
+from patcher.services import nodefiles  # noqa: E402
 from patcher.services.record import state_store  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
@@ -55,7 +55,7 @@ class Node:
         shutil.copy(SOURCE, src / "extenders.yaml")
         self.opts = Files(source=src, host_root=self.root, on_foreign="replace")
         self.manifest.write_bytes(KUBEADM.read_bytes())
-        plan = engine.plan_apply(self.opts)
+        plan = nodefiles.plan_apply(self.opts)
         assert plan.config is not None
         self.config: RenderedConfig = plan.config
 
@@ -64,12 +64,12 @@ class Node:
         state_store(self.opts).clear()
 
     def patch(self) -> None:
-        plan = engine.plan_apply(self.opts, config=self.config)
+        plan = nodefiles.plan_apply(self.opts, config=self.config)
         assert plan.pending
-        engine.apply(self.opts, plan)
+        nodefiles.apply(self.opts, plan)
 
     def restore(self) -> None:
-        engine.restore(self.opts, engine.plan_restore(self.opts))
+        nodefiles.restore(self.opts, nodefiles.plan_restore(self.opts))
 
 
 def usable(node: Node, files: list[Path]) -> tuple[list[bytes], list[str]]:
@@ -128,8 +128,8 @@ def bench_apply_with_render(n: int) -> list[tuple[str, str, int, float, float]]:
         for i in range(n):
             src.write_text(texts[i % 2])
             t0 = time.perf_counter()
-            plan = engine.plan_apply(node.opts)
-            engine.apply(node.opts, plan)
+            plan = nodefiles.plan_apply(node.opts)
+            nodefiles.apply(node.opts, plan)
             ms.append((time.perf_counter() - t0) * 1000)
         return [("kubeadm", "apply (config changed: plan + write, kubeadm)", n, *stats(ms))]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.httpserver import HttpServer
-from patcher.core import admission, manifest
+from patcher.core import admission, manifestedit
 from patcher.core.errors import PatcherError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, build_config
 from patcher.core.schedconfig.source import CONFIG_FILE, EXTENDERS_FILE, MAX_SOURCE_BYTES
@@ -52,8 +52,9 @@ def _text(data: bytes) -> str | None:
 
 # -- the manifest splice ---------------------------------------------------------------------------------------
 
-SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
-                          config_hash="0123456789abcdef" * 4)
+SPEC = manifestedit.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher",
+                              config_file="config-0123456789ab.yaml",
+                              config_hash="0123456789abcdef" * 4)
 WHERE = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 
 
@@ -61,25 +62,25 @@ WHERE = "/etc/kubernetes/manifests/kube-scheduler.yaml"
 def manifest_splice(data: bytes) -> None:
     """Patch, then restore: the original bytes again, or a refusal (``PatcherError``) at either step. A patch
     of what was patched changes nothing (idempotent); ``merge``/``replace`` modes are chosen by the first byte."""
-    if len(data) > manifest.MAX_MANIFEST_BYTES or not data:
+    if len(data) > manifestedit.MAX_MANIFEST_BYTES or not data:
         return
     mode = ("fail", "replace", "merge")[data[0] % 3]
     text = _text(data[1:])
     if text is None:
         return
-    spec = SPEC if mode == "fail" else manifest.PatchSpec(SPEC.host_config_dir, SPEC.config_file, SPEC.config_hash,
-                                                          on_foreign=mode)  # type: ignore[arg-type]
+    spec = SPEC if mode == "fail" else manifestedit.PatchSpec(SPEC.host_config_dir, SPEC.config_file, SPEC.config_hash,
+                                                              on_foreign=mode)  # type: ignore[arg-type]
     try:
-        patched = manifest.patch(text, spec, WHERE)
+        patched = manifestedit.patch(text, spec, WHERE)
     except PatcherError:
         return
     try:
-        restored = manifest.restore(patched.text, WHERE, prefix=spec.prefix)
+        restored = manifestedit.restore(patched.text, WHERE, prefix=spec.prefix)
     except PatcherError as exc:
         raise AssertionError(f"a manifest we patched cannot be restored: {exc}") from None
-    if manifest.inspect(manifest.parse_manifest(text, WHERE), WHERE, prefix=spec.prefix).marker is None:
+    if manifestedit.inspect(manifestedit.parse_manifest(text, WHERE), WHERE, prefix=spec.prefix).marker is None:
         assert restored == text, "patch then restore did not give the original bytes back"
-    again = manifest.patch(patched.text, spec, WHERE)
+    again = manifestedit.patch(patched.text, spec, WHERE)
     assert not again.changed and again.text == patched.text, "a second patch changed the patched manifest"
 
 

@@ -77,9 +77,7 @@ class HostFS:
 # here for the layers above. ``limit`` is always given: nothing on the node is read without a bound.
 read_file = fileread.read_file
 read_if_exists = fileread.read_if_exists
-read_with_stat = fileread.read_with_stat
 holds = fileread.holds
-TooLarge = fileread.TooLarge
 
 
 def decode_utf8(data: bytes, name: str) -> str:
@@ -89,35 +87,7 @@ def decode_utf8(data: bytes, name: str) -> str:
         raise PatcherError(name, f"not UTF-8 (byte {exc.start})") from None
 
 
-_deferred = threading.local()
-
-
-@contextlib.contextmanager
-def one_dir_sync() -> Iterator[None]:
-    """Folder fsyncs asked for inside are done once per folder, on leaving (several removals or writes in one
-    folder need one). Leave it before a step that relies on them being durable."""
-    if getattr(_deferred, "folders", None) is not None:
-        yield  # nested: the outer one syncs
-        return
-    folders: dict[str, Path] = {}
-    _deferred.folders = folders
-    try:
-        yield
-    finally:
-        _deferred.folders = None
-        for folder in folders.values():
-            _fsync_dir_now(folder)
-
-
-def fsync_dir(path: Path) -> None:
-    folders: dict[str, Path] | None = getattr(_deferred, "folders", None)
-    if folders is not None:
-        folders.setdefault(str(path), path)
-        return
-    _fsync_dir_now(path)
-
-
-def _fsync_dir_now(path: Path) -> None:
+def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -138,30 +108,14 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str
     put back instead of lost (where the exchange is not available: compared right before the rename).
     ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
-    name = shown or str(path)
-    tmp = _durable_temp(path, data, mode, mtime_ns, name, ops)
-    _publish(tmp, path, data, expect, name, ops=ops)
-
-
-def _durable_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str, ops: FileOps) -> str:
-    """A dot-named temp file beside ``path`` holding ``data``, fsynced, with ``path``'s mode and owner (``mode``
-    for a new file)."""
-    fd, tmp = _written_temp(path, data, mode, mtime_ns, name, ops)
-    try:
-        failed = _fsync_all([fd])
-    finally:
-        os.close(fd)
-    if failed is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise PatcherError(name, f"write failed: {failed[1].strerror or failed[1]}")
-    return tmp
+    write_in_order([Write(path, data, shown or str(path), mode, expect, mtime_ns)], ops=ops)
 
 
 def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str, ops: FileOps,
                   error: type[PatcherError] = PatcherError) -> tuple[int, str]:
-    """The temp file of ``_durable_temp``, written but not yet fsynced: its open descriptor and its path.
-    Failures are raised as ``error``, naming the folder (or the file) as ``name`` shows it."""
+    """A dot-named temp file beside ``path`` holding ``data`` (not yet fsynced), with ``path``'s mode and owner
+    (``mode`` for a new file): its open descriptor and its path. Failures are raised as ``error``, naming the
+    folder (or the file) as ``name`` shows it."""
     folder = path.parent
     shown_folder = posixpath.dirname(name) or str(folder)
     try:
@@ -193,17 +147,6 @@ def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | Non
     return fd, tmp
 
 
-def _fsync_all(fds: list[int]) -> tuple[int, OSError] | None:
-    """fsync every descriptor; the first failure as (index in ``fds``, error), so the caller names the file that
-    failed (a full disk can answer the fsync, not the write, with ENOSPC)."""
-    for i, fd in enumerate(fds):
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            return i, exc
-    return None
-
-
 @dataclass(frozen=True)
 class Write:
     """One file of ``write_in_order``: ``atomic_write(path, data, mode=, shown=, expect=, mtime_ns=)``."""
@@ -231,10 +174,11 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
             fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, ops, w.error)
             fds.append(fd)
             temps.append(tmp)
-        failed = _fsync_all(fds)
-        if failed is not None:
-            w = writes[failed[0]]
-            raise w.error(w.shown, f"write failed: {failed[1].strerror or failed[1]}")
+        for w, fd in zip(writes, fds, strict=True):
+            try:  # a full disk can answer the fsync, not the write, with ENOSPC
+                os.fsync(fd)
+            except OSError as exc:
+                raise w.error(w.shown, f"write failed: {exc.strerror or exc}") from None
     except PatcherError:
         for tmp in temps:
             with contextlib.suppress(OSError):
@@ -250,13 +194,12 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
             displaced = []
             for w in group:
                 _, tmp = pending.pop(0)
-                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, sync=False, error=w.error,
-                                          ops=ops))
+                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, w.error, ops))
                 folders.setdefault(str(w.path.parent), (posixpath.dirname(w.shown) or str(w.path.parent),
                                                         w.path.parent))
             for shown, folder in folders.values():
                 try:
-                    _fsync_dir_now(folder)
+                    _fsync_dir(folder)
                 except OSError as exc:  # renamed, not known durable: the folder's failure, as its file's type
                     raise group[0].error(shown, f"cannot sync the folder: {exc.strerror or exc}") from None
             for old in displaced:
@@ -269,24 +212,17 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
                 os.unlink(tmp)
 
 
-def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, *, sync: bool = True,
-             error: type[PatcherError] = PatcherError, ops: FileOps = REAL) -> str | None:
-    """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``), then fsync the folder.
-
-    With ``sync`` False the caller fsyncs the folder, then removes the file this returns (the one an exchange
-    displaced: a hidden temp file, left for the clean-up of a killed writer if we die in between)."""
-    folder = path.parent
+def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, error: type[PatcherError],
+             ops: FileOps) -> str | None:
+    """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``); the caller fsyncs the folder,
+    then removes the file this returns (the one an exchange displaced: a hidden temp file, left for the clean-up
+    of a killed writer if we die in between)."""
     try:
         if expect is not None and _renameat2() is not None:
             ops.before_rename(path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
                 _settle_exchange(tmp, path, data, expect, name)
-                if not sync:
-                    return tmp
-                fsync_dir(folder)
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                return None
+                return tmp
         if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
@@ -300,12 +236,6 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise error(name, f"write failed: {exc.strerror or exc}") from None
-    if sync:
-        try:
-            fsync_dir(folder)
-        except OSError as exc:  # renamed, not known durable: a refusal like the others, not a raw OSError
-            raise error(posixpath.dirname(name) or str(folder), f"cannot sync the folder: {exc.strerror or exc}"
-                        ) from None
     return None
 
 
@@ -371,7 +301,7 @@ def remove(path: Path) -> bool:
     except OSError as exc:
         raise PatcherError(str(path), f"cannot remove: {exc.strerror}") from None
     try:
-        fsync_dir(path.parent)
+        _fsync_dir(path.parent)
     except OSError as exc:
         raise PatcherError(str(path.parent), f"cannot sync the folder: {exc.strerror or exc}") from None
     return True
@@ -391,14 +321,8 @@ def mtime_ns(path: Path) -> int | None:
         return None
 
 
-def file_fingerprint(path: Path, *, limit: int) -> str:
-    """Content hash of one file (symlinks followed), bounded by ``limit``: see ``fileread.fingerprint``."""
-    return fileread.fingerprint(path, limit=limit)
-
-
-def folder_fingerprint(folder: Path, *, limit: int) -> str:
-    """Content hash of the visible files of a folder: see ``fileread.folder_fingerprint``."""
-    return fileread.folder_fingerprint(folder, limit=limit)
+file_fingerprint = fileread.fingerprint
+folder_fingerprint = fileread.folder_fingerprint
 
 
 class LockBusy(PatcherError):
@@ -443,11 +367,8 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
         os.close(fd)
         raise
     with contextlib.suppress(OSError):
-        mine = f"{os.getpid()}\n".encode()
-        if os.read(fd, 32) != mine:  # the agent re-takes it often: a truncate costs more than the read
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, mine)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
     with _held_guard:
         _held[key] = [fd, me, 1]
     try:

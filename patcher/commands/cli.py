@@ -35,7 +35,7 @@ from patcher.commands.conventions import (
 from patcher.core.errors import PatcherError
 from patcher.core.schedconfig.version import SUPPORTED_TEXT
 from patcher.core.settings import Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status
-from patcher.services import engine
+from patcher.services import nodefiles
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
 #: they are ordinary local paths and a relative one resolves against the working directory.
@@ -190,7 +190,7 @@ def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list
 
 def cmd_plan(args: argparse.Namespace) -> int:
     opts = _files(args)
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     config = plan.config
     notes = [n for n in plan.notes if not n.startswith("source form")]
     probes = _check_extenders(args, opts, config)
@@ -241,7 +241,7 @@ def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: li
 
 def cmd_apply(args: argparse.Namespace) -> int:
     opts = _files(args)
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     probes = _check_extenders(args, opts, plan.config) if plan.pending else None
     if probes is not None:
         from patcher.core.extprobe import blocking, summary
@@ -253,7 +253,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print(f"scheduler-patcher: error: not writing: {summary(blocking(probes))}; nothing was changed",
                   file=sys.stderr)
             return EXIT_ERROR
-    lines = engine.apply(opts, plan)[0] if plan.pending else []
+    lines = nodefiles.apply(opts, plan)[0] if plan.pending else []
     from patcher.core.extprobe import as_data
 
     _report(args, plan.manifest_path, lines, plan.notes, as_data(probes) if probes is not None else None)
@@ -262,7 +262,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _changes_doc(changes: Sequence[engine.FileChange]) -> list[dict[str, object]]:
+def _changes_doc(changes: Sequence[nodefiles.FileChange]) -> list[dict[str, object]]:
     return [{"path": c.node_path, "kind": c.kind,
              "action": "create" if c.old is None else "delete" if c.new is None else "update",
              "diff": c.diff()} for c in changes]
@@ -270,19 +270,19 @@ def _changes_doc(changes: Sequence[engine.FileChange]) -> list[dict[str, object]
 
 def cmd_restore(args: argparse.Namespace) -> int:
     opts = _files(args)
-    plan = engine.plan_restore(opts)
+    plan = nodefiles.plan_restore(opts)
     if getattr(args, "dry_run", False):
         return _restore_dry_run(args, opts, plan)
-    lines = engine.restore(opts, plan)
+    lines = nodefiles.restore(opts, plan)
     _report(args, plan.manifest_path, lines, plan.notes)
     if not lines and args.output == "text":
         print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK
 
 
-def _restore_dry_run(args: argparse.Namespace, opts: Files, plan: engine.RestorePlan) -> int:
+def _restore_dry_run(args: argparse.Namespace, opts: Files, plan: nodefiles.RestorePlan) -> int:
     """The diff a restore would make, as ``plan`` prints apply's (exit 2 when it would change something)."""
-    changes, kept = engine.restore_preview(opts, plan)
+    changes, kept = nodefiles.restore_preview(opts, plan)
     if args.output != "text":
         emit({"manifest": plan.manifest_path, "pending": bool(changes), "notes": plan.notes + kept,
               "changes": _changes_doc(changes)}, args.output)
@@ -298,7 +298,7 @@ def _restore_dry_run(args: argparse.Namespace, opts: Files, plan: engine.Restore
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    info = engine.status(_files(args))
+    info = nodefiles.status(_files(args))
     if args.output != "text":
         emit(info, args.output)
     else:

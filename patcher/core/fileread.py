@@ -82,10 +82,10 @@ def _read_open(fd: int, st: os.stat_result, what: str, name: str, limit: int) ->
     return b"".join(chunks)
 
 
-def read_with_stat(path: Path | str, what: str, shown: str | None = None, *, limit: int,
-                   error: type[PatcherError] = PatcherError) -> tuple[os.stat_result, bytes]:
-    """The ``fstat`` of a regular file and its bytes, from one descriptor (so the identity is that of the
-    bytes); refused in one line (as ``error``; over ``limit``: ``TooLarge``) for anything else."""
+def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: int,
+              error: type[PatcherError] = PatcherError) -> bytes:
+    """A regular file's bytes (symlinks followed), at most ``limit``; anything else refused in one line (as
+    ``error``; over ``limit``: ``TooLarge``)."""
     name = shown or str(path)
     fd = _open(path, what, name, error)
     try:
@@ -95,17 +95,11 @@ def read_with_stat(path: Path | str, what: str, shown: str | None = None, *, lim
             raise TooLarge(name, problem, st.st_size)
         if problem is not None:
             raise error(name, problem)
-        return st, _read_open(fd, st, what, name, limit)
+        return _read_open(fd, st, what, name, limit)
     except OSError as exc:
         raise error(name, f"cannot read {what}: {exc.strerror}") from None
     finally:
         os.close(fd)
-
-
-def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: int,
-              error: type[PatcherError] = PatcherError) -> bytes:
-    """A regular file's bytes (symlinks followed), at most ``limit``; anything else refused in one line."""
-    return read_with_stat(path, what, shown, limit=limit, error=error)[1]
 
 
 def read_if_exists(path: Path | str, what: str, shown: str | None = None, *, limit: int,

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Literal
 
-from patcher.core.manifest import MISSING_FILE
+from patcher.core.manifestedit import MISSING_FILE
 from patcher.core.restart import Verdict
 from patcher.core.settings import Lifecycle
 from patcher.core.state import LastGood, State
@@ -168,7 +168,7 @@ class Resumed:
 
 @dataclass(frozen=True)
 class Planned:
-    """What a plan of the source against the manifest found (``engine.plan_apply``), reduced to data."""
+    """What a plan of the source against the manifest found (``nodefiles.plan_apply``), reduced to data."""
 
     now: float
     kind: Literal["refused", "known-bad", "up-to-date", "pending"]
@@ -190,7 +190,7 @@ class Planned:
 
 @dataclass(frozen=True)
 class Wrote:
-    """The planned write went through; ``record`` is the engine's new record."""
+    """The planned write went through; ``record`` is the new record ``nodefiles.apply`` wrote."""
 
     now: float
     record: State
@@ -336,7 +336,7 @@ class RestoreDone:
 @dataclass(frozen=True)
 class StateFolderFailed:
     """The state folder refused the record (its save, the write that carries it, or the writer lock in it).
-    ``message`` names the folder and the kernel's answer; nothing was written (``engine.apply`` fails before
+    ``message`` names the folder and the kernel's answer; nothing was written (``nodefiles.apply`` fails before
     any file is in place)."""
 
     now: float

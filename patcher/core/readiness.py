@@ -26,7 +26,7 @@ from typing import Final
 
 from ruamel.yaml import YAML
 
-from patcher.core import manifest, restart
+from patcher.core import manifestedit, restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.status import DEFAULT_PREFIX, NodeState, annotation_snapshot, normalize_prefix
 from patcher.core.timefmt import parse_rfc3339_ns
@@ -177,7 +177,7 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
     # terminated, except for the second each run lives where the manifest has no startup probe. No settle time
     # here: the agent's Ready (required above) had one, and a verdict must not flap for 10 s after every
     # routine restart.
-    decision = restart.decide(pod, marker_key=manifest.marker_key(prefix.rstrip("/")), expected_hash=config_hash,
+    decision = restart.decide(pod, marker_key=manifestedit.marker_key(prefix.rstrip("/")), expected_hash=config_hash,
                               manifest_mtime_ns=mtime_ns, baseline=restart.Baseline.of(pod, container),
                               container_name=container)
     if not decision.ready:

@@ -9,7 +9,7 @@ tests build it too (``Settings.build``): so a flag cannot reach the agent by a p
 The groups follow the flags: ``files`` (the flags every node command shares), ``lifecycle`` (what
 ``patcher.core.lifecycle.step`` decides with: restart, rollback, pre-flight, stop), ``loop`` (the agent's own
 rhythm), ``pod`` (who the agent is: the downward API), ``api``, ``rollout``, ``status`` and ``serve``
-(probes and logs). Each consumer takes its group: the engine ``Files``, the step ``Lifecycle``, the agent's
+(probes and logs). Each consumer takes its group: ``nodefiles`` ``Files``, the step ``Lifecycle``, the agent's
 loop ``Loop``; nothing is declared twice.
 
 A field with a flag says so in its metadata (under ``FLAG``); ``tests/unit/test_settings.py`` checks that each ``run``
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from patcher.core.manifest import ForeignMode
+from patcher.core.manifestedit import ForeignMode
 
 RestoreOnExit = Literal["auto", "always", "never"]
 RolloutMode = Literal["coordinated", "independent"]
@@ -44,8 +44,8 @@ def flag(name: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Files:
-    """The node's files, the flags every node command (plan, apply, restore, status, run) shares: the engine's
-    whole input (``patcher.services.engine`` does the I/O with it)."""
+    """The node's files, the flags every node command (plan, apply, restore, status, run) shares: ``nodefiles``'
+    whole input (``patcher.services.nodefiles`` does the I/O with it)."""
 
     #: The kubelet's static-pod folder (node path; RKE2: /var/lib/rancher/rke2/agent/pod-manifests).
     manifest_dir: str = field(default="/etc/kubernetes/manifests", metadata=flag("--manifest-dir"))

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ruamel.yaml import YAML
@@ -325,20 +326,14 @@ def content_end(text: str, node: Node) -> int:
         return end
     if getattr(node, "flow_style", False):
         return int(node.end_mark.index)
+    if isinstance(node, (MappingNode, SequenceNode)) and not node.value:
+        return int(node.end_mark.index)
     if isinstance(node, MappingNode):
-        if not node.value:
-            return int(node.end_mark.index)
         key, value = node.value[-1]
-        if _is_empty_scalar(value):
-            return content_end(text, key)
-        return content_end(text, value)
+        return content_end(text, key if _is_empty_scalar(value) else value)
     if isinstance(node, SequenceNode):
-        if not node.value:
-            return int(node.end_mark.index)
         last = node.value[-1]
-        if _is_empty_scalar(last):
-            return dash_pos(text, last) + 1
-        return content_end(text, last)
+        return dash_pos(text, last) + 1 if _is_empty_scalar(last) else content_end(text, last)
     raise YamlTextError(f"unexpected node {type(node).__name__}")
 
 
@@ -408,19 +403,15 @@ def render_scalar(value: Any, style: str | None = None) -> str:
 class Hints:
     """Style learnt from a sibling: key order and quote style per key path, nested mapping indentation."""
 
-    key_order: dict[Path, list[str]]
-    quotes: dict[Path, str | None]
+    key_order: dict[Path, list[str]] = field(default_factory=dict)
+    quotes: dict[Path, str | None] = field(default_factory=dict)
     nested_indent: int = 2
     flow: bool = False
-
-    @staticmethod
-    def empty() -> Hints:
-        return Hints(key_order={}, quotes={})
 
 
 def learn_hints(text: str, node: Node | None) -> Hints:
     if node is None:
-        return Hints.empty()
+        return Hints()
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
     indents: list[int] = []
@@ -431,14 +422,9 @@ def learn_hints(text: str, node: Node | None) -> Hints:
             for k, v in n.value:
                 if not isinstance(k, ScalarNode):
                     continue
-                sub = (*path, str(k.value))
-                if isinstance(v, ScalarNode):
-                    quotes[sub] = quote_style(v)
-                elif isinstance(v, MappingNode) and not v.flow_style and v.value:
+                if isinstance(v, MappingNode) and not v.flow_style and v.value:
                     indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
-                    walk(v, sub)
-                else:
-                    walk(v, sub)
+                walk(v, (*path, str(k.value)))
         elif isinstance(n, ScalarNode):
             quotes[path] = quote_style(n)
 
@@ -643,7 +629,7 @@ def _seq_append(text: str, seq: SequenceNode, op: Append, depth: int) -> _Edit:
     ref = seq.value[-1]
     dash_col, style = _item_layout(text, ref)
     if isinstance(ref, MappingNode) and ref.flow_style:
-        hints = Hints(hints.key_order, hints.quotes, hints.nested_indent, flow=True)
+        hints = dataclasses.replace(hints, flow=True)
     lines = render_block_item(op.value, dash_col, style, hints)
     return _insert_block_lines(text, content_end(text, seq), lines, depth)
 
@@ -675,35 +661,30 @@ def nested_indent(mapping: Node) -> int:
 
 
 def _removal(text: str, root: Node, path: Path) -> _Edit:
+    """Take out a sequence item or a mapping entry, with its line (block) or its separator (flow)."""
     parent = node_at(root, path[:-1])
     step = path[-1]
     if isinstance(parent, SequenceNode) and isinstance(step, int):
-        items = parent.value
-        item = items[step]
-        if parent.flow_style:
-            if step > 0:
-                return _Edit(content_end(text, items[step - 1]), content_end(text, item), "", len(path))
-            if len(items) > 1:
-                return _Edit(int(item.start_mark.index), int(items[1].start_mark.index), "", len(path))
-            return _Edit(int(item.start_mark.index), content_end(text, item), "", len(path))
-        start = line_start(text, dash_pos(text, item))
-        return _Edit(start - newline_before(text, start), eol(text, content_end(text, item)), "", len(path))
-    if isinstance(parent, MappingNode) and isinstance(step, str):
-        pairs = parent.value
-        idx = next(i for i, (k, _) in enumerate(pairs) if isinstance(k, ScalarNode) and k.value == step)
-        key, value = pairs[idx]
-        end = content_end(text, key) if _is_empty_scalar(value) else content_end(text, value)
-        if parent.flow_style:
-            if idx > 0:
-                return _Edit(content_end(text, pairs[idx - 1][1]), end, "", len(path))
-            if len(pairs) > 1:
-                return _Edit(int(key.start_mark.index), int(pairs[1][0].start_mark.index), "", len(path))
-            return _Edit(int(key.start_mark.index), end, "", len(path))
-        start = line_start(text, int(key.start_mark.index))
-        if text[start : int(key.start_mark.index)].strip():
-            raise YamlTextError(f"line {key.start_mark.line + 1}: key {step!r} does not start its line")
-        return _Edit(start - newline_before(text, start), eol(text, end), "", len(path))
-    raise YamlTextError(f"nothing to remove at {format_path(path)}")
+        entries: list[tuple[Node, Node]] = [(item, item) for item in parent.value]
+        idx = step
+    elif isinstance(parent, MappingNode) and isinstance(step, str):
+        entries = parent.value
+        idx = next(i for i, (k, _) in enumerate(entries) if isinstance(k, ScalarNode) and k.value == step)
+    else:
+        raise YamlTextError(f"nothing to remove at {format_path(path)}")
+    first, last = entries[idx]  # the item twice, or the key and its value
+    start = int(first.start_mark.index)
+    end = content_end(text, first if _is_empty_scalar(last) else last)
+    if parent.flow_style:
+        if idx > 0:
+            return _Edit(content_end(text, entries[idx - 1][1]), end, "", len(path))
+        return _Edit(start, int(entries[1][0].start_mark.index) if len(entries) > 1 else end, "", len(path))
+    if isinstance(parent, SequenceNode):
+        start = dash_pos(text, first)
+    elif text[line_start(text, start) : start].strip():
+        raise YamlTextError(f"line {first.start_mark.line + 1}: key {step!r} does not start its line")
+    start = line_start(text, start)
+    return _Edit(start - newline_before(text, start), eol(text, end), "", len(path))
 
 
 def format_path(path: Iterable[str | int]) -> str:
@@ -732,15 +713,15 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
             return _seq_append(text, found[1], op, depth)
         if found:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
-        hints = op.hints or Hints.empty()
+        hints = op.hints or Hints()
         style = op.seq_style or SeqStyle()
-        col = int(parent.value[0][0].start_mark.column) if not parent.flow_style and parent.value else 0
-        item_lines = render_block_item(op.value, col + style.offset, style, hints)
         if parent.flow_style:
             return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
+        col = (int(parent.value[0][0].start_mark.column) if parent.value else 0) + style.offset
+        item_lines = render_block_item(op.value, col, style, hints)
         return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
     # SetKey
-    hints = op.hints or Hints.empty()
+    hints = op.hints or Hints()
     if found:
         mapping = found[1]
         if not isinstance(mapping, MappingNode):

@@ -3,7 +3,7 @@
 Every decision is in ``lifecycle`` (pure). The loop takes one event at a time from its queue; ``observations``
 turns it into lifecycle events; ``_feed`` steps each, and every event its actions return, from one local queue
 (no action steps the lifecycle itself), saving each transition's record once (``record``) before its phase is
-said. The actions run in the services beside it (``patching``, ``observations``, ``stopping``, ``process``). The
+said. The actions run in the services beside it (``reconcile``, ``observations``, ``stopping``, ``process``). The
 loop never waits for the API; only the stop waits, within the deadlines the step computed from the grace period.
 ``patcher.services.runner.build_agent`` wires it; ``docs/architecture.md`` ("The executor") tells the whole path.
 """
@@ -24,7 +24,7 @@ from patcher.core import lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.settings import Settings
 from patcher.core.status import NodeState
-from patcher.services import patching
+from patcher.services import reconcile
 from patcher.services.observations import Observations
 from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
 from patcher.services.record import REAL_FILE_OPS, FileOps, RecordKeeper, state_folder_message
@@ -229,7 +229,7 @@ class Agent:
             case lifecycle.Watch():
                 return w.watch()
             case lifecycle.Prune():
-                pruned = patching.prune(self.files, self._node.record, log_extra=self.log_extra)
+                pruned = reconcile.prune(self.files, self._node.record, log_extra=self.log_extra)
                 w.expect_config()
                 return pruned
             case lifecycle.CheckLastGood():

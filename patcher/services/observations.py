@@ -30,7 +30,7 @@ from patcher.core.schedconfig import RenderedConfig
 from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
-from patcher.services import engine, patching
+from patcher.services import nodefiles, reconcile
 from patcher.services.ports import Coordinator, HoldSource, NoHold, NoWatcher, OwnerSource, PodSource, Reporter, Watcher
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
@@ -73,8 +73,8 @@ class Observations:
         self._owner_said = ""
         self.probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
         self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
-        self._plan: engine.Plan | None = None  # the plan an Apply action writes
-        self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
+        self._plan: nodefiles.Plan | None = None  # the plan an Apply action writes
+        self._rollback_plan: nodefiles.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self.watcher: Watcher = NoWatcher()
@@ -213,8 +213,8 @@ class Observations:
         """Plan the source against the manifest (a refusal keeps the last plan); any reconcile is a resync."""
         self.timers.resync = time.monotonic() + self.opts.resync_interval
         self._why = why
-        planned, plan = patching.plan(self.files, fallback_version=self.fallback_version(),
-                                      bad_hashes=frozenset(self.current().record.bad_hashes))
+        planned, plan = reconcile.plan(self.files, fallback_version=self.fallback_version(),
+                                       bad_hashes=frozenset(self.current().record.bad_hashes))
         if plan is not None:
             self._plan = plan
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
@@ -226,17 +226,17 @@ class Observations:
         assert plan is not None and plan.config is not None
         self.timers.lease_retry_at = None
         self._pod_before = self.pods.latest() if self.pods else None
-        return patching.apply(self.files, plan, self.current().record, why=self._why, expect=self._expect_manifest,
-                              log_extra=self._log_extra, ops=self.record.store.ops)
+        return reconcile.apply(self.files, plan, self.current().record, why=self._why, expect=self._expect_manifest,
+                               log_extra=self._log_extra, ops=self.record.store.ops)
 
     def check_last_good(self, action: lifecycle.CheckLastGood) -> lifecycle.LastGoodChecked:
-        answer, self._rollback_plan = patching.check_last_good(self.files, action)
+        answer, self._rollback_plan = reconcile.check_last_good(self.files, action)
         return answer
 
     def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
         plan, self._rollback_plan = self._rollback_plan, None
-        return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest,
-                                  ops=self.record.store.ops)
+        return reconcile.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest,
+                                   ops=self.record.store.ops)
 
     def _expect_manifest(self) -> None:
         """Our own write: the folder watch takes the manifest and the config folder as they are now as seen."""
@@ -311,8 +311,8 @@ class Observations:
             config: RenderedConfig | None = plan.config  # the pre-flight: the config about to be written
         else:  # after the restart: the config that was written, read back from the host folder
             r: State = self.current().record
-            config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
-                                                              files=r.files, api_version=r.api_version))
+            config = nodefiles.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
+                                                                 files=r.files, api_version=r.api_version))
         if config is None or config.config_hash != config_hash:
             self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))

@@ -16,7 +16,7 @@ from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_finge
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.agent import Agent
 
 log = logging.getLogger("patcher.services.agent")
@@ -48,22 +48,23 @@ def install_signal_handlers(agent: Agent) -> None:
 def start_watching(agent: Agent) -> None:
     """Watch the source ("source"), the kubelet's manifest folder ("manifest") and a symlinked manifest's
     target folder, and the host config folder ("config": a config file the manifest names, deleted there, is
-    written back at once, not at the next resync; what it compares is ``engine.named_missing_fingerprint``).
+    written back at once, not at the next resync; what it compares is ``nodefiles.named_missing_fingerprint``).
     A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
     files = agent.files
-    fs = engine.host_fs(files)
+    fs = nodefiles.host_fs(files)
     manifest_local = fs.local(files.manifest_path)
     watcher = FolderWatcher(lambda name: agent.events.put(LoopEvent(name)), debounce=agent.opts.debounce)
     # Bounded as the reads they announce: a FIFO or a huge file is a fingerprint, never a read that hangs.
     targets = [(LoopEvent.SOURCE, files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
                (LoopEvent.MANIFEST, fs.local(files.manifest_dir),
-                lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES))]
+                lambda: file_fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES))]
     target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
     if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
         targets.append((LoopEvent.MANIFEST, fs.local(target_dir),
-                        lambda: file_fingerprint(manifest_local, limit=engine.MAX_MANIFEST_BYTES)))
-    targets.append((LoopEvent.CONFIG, fs.local(files.host_config_dir), lambda: engine.named_missing_fingerprint(files)))
+                        lambda: file_fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES)))
+    targets.append((LoopEvent.CONFIG, fs.local(files.host_config_dir),
+                    lambda: nodefiles.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:
         try:
             watcher.add(name, folder, fingerprint, missing_ok=name is LoopEvent.CONFIG)

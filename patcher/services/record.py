@@ -12,7 +12,7 @@ The agent's executor saves each transition's record here once (``RecordKeeper.sa
 phase. While the state folder refuses it, the step's ``CheckStateFolder`` retry (``retry``) is the only one that
 tries, and its attempt comes back as one ``lifecycle`` event. The writer lock is held for the agent's whole life
 (``hold_for_life``): when the state folder cannot hold it at the start, the first save that works takes it.
-The other writers of ``state.json`` are ``engine.apply`` (the record in the manifest's batch) and the restore
+The other writers of ``state.json`` are ``nodefiles.apply`` (the record in the manifest's batch) and the restore
 on exit (``stopping``), through the same ``StateStore``.
 """
 
@@ -31,7 +31,7 @@ from patcher.adapters import fsio
 from patcher.adapters.health import Metrics
 from patcher.core import lifecycle
 from patcher.core.errors import PatcherError, StateFolderError
-from patcher.core.manifest import MAX_MANIFEST_BYTES
+from patcher.core.manifestedit import MAX_MANIFEST_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import State, decode, encode
 
@@ -232,7 +232,7 @@ class RecordKeeper:
 
     def let_go(self) -> None:
         """The node is held: release the writer lock, so that a hand ``restore``/``apply`` can run on the node.
-        Until ``reclaim`` every engine call takes the lock itself, as before ``hold_for_life``."""
+        Until ``reclaim`` every nodefiles call takes the lock itself, as before ``hold_for_life``."""
         if self._lock is not None and self._lock_held:
             self._lock.close()
             self._lock_held = False

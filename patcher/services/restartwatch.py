@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.proc import LocalCheck, LocalRestartTracker, SchedulerProcess, find_schedulers
-from patcher.core import lifecycle, manifest, restart
+from patcher.core import lifecycle, manifestedit, restart
 from patcher.core.settings import Files
 from patcher.core.timefmt import parse_rfc3339_ns
 from patcher.services.ports import PodSource
@@ -65,7 +65,7 @@ class RestartWatch:
         check = self.tracker.poll(self.scan()) if self.tracker is not None else None
         fresh = pods is not None and getattr(pods, "fresh", True)
         if pods is not None:
-            decision = restart.decide(pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+            decision = restart.decide(pods.latest(), marker_key=manifestedit.marker_key(self.files.prefix),
                                       expected_hash=wait.config_hash, manifest_mtime_ns=wait.written_ns,
                                       baseline=self.baseline, container_name=self.container,
                                       min_restarts=self.crash_restarts, now_ns=now_ns, settle_s=self.settle)

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Union
 from patcher.adapters import fsio, logs
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
-from patcher.core import manifest, settings, yamltext
+from patcher.core import manifestedit, settings, yamltext
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine, process
+from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
@@ -41,9 +41,9 @@ log = logging.getLogger("patcher.services.runner")
 def static_pod_identity(files: Files) -> tuple[str, str]:
     """(name, namespace) of the static pod, from the manifest; kubeadm's defaults when it cannot be read."""
     try:
-        node_path, _, _, text = engine.read_manifest(files)  # bounded, and a FIFO does not block the start
+        node_path, _, _, text = nodefiles.read_manifest(files)  # bounded, and a FIFO does not block the start
         doc = yamltext.parse(text)
-        sched = manifest.inspect(doc, node_path, prefix=files.prefix, container_name=files.container_name)
+        sched = manifestedit.inspect(doc, node_path, prefix=files.prefix, container_name=files.container_name)
         return sched.pod_name or "kube-scheduler", sched.namespace or "kube-system"
     except (OSError, UnicodeDecodeError, yamltext.YamlTextError, PatcherError) as exc:
         log.warning("cannot read the static pod's name (%s); assuming kube-scheduler in kube-system", exc)

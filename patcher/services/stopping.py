@@ -1,7 +1,7 @@
 """The stop's executor: the restore on exit (``lifecycle.Restore``) and the keep (``lifecycle.Keep``).
 ``lifecycle.stop`` decides which one and computes every deadline; this module only acts within them and
 reports the restore back as one ``lifecycle.RestoreDone``. The restore is planned and written when the stop
-comes (``engine.plan_restore``, ``engine.restore``: an atomic write with fsync), whatever the loop was doing."""
+comes (``nodefiles.plan_restore``, ``nodefiles.restore``: an atomic write with fsync), whatever the loop was doing."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from dataclasses import replace
 from typing import Final
 
 from patcher.adapters import fsio
-from patcher.core import lifecycle, manifest, restart
+from patcher.core import lifecycle, manifestedit, restart
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.ports import Coordinator, PodSource, Reporter
 from patcher.services.record import StateStore
 
@@ -44,14 +44,14 @@ class Stopping:
         action's bounds), and, holding it, wait for the restored scheduler. The record left for the next agent
         keeps only the configs that failed here."""
         try:
-            plan = engine.plan_restore(self.files)
+            plan = nodefiles.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
             turn_silent = self._take_turn(action, coordinator) if writes else False
             pods_silent = False
             try:
-                lines = engine.restore(self.files, plan, ops=self.store.ops)
+                lines = nodefiles.restore(self.files, plan, ops=self.store.ops)
             except fsio.ChangedUnderneath:  # rewritten since it was planned (the turn's wait): plan again
-                lines = engine.restore(self.files, engine.plan_restore(self.files), ops=self.store.ops)
+                lines = nodefiles.restore(self.files, nodefiles.plan_restore(self.files), ops=self.store.ops)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
             if writes and coordinator is not None and coordinator.held:
@@ -107,14 +107,14 @@ class Stopping:
         the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
         if pods is None:
             return True
-        local = engine.manifest_local(self.files)
+        local = nodefiles.manifest_local(self.files)
         written = fsio.mtime_ns(local) or 0
         while time.monotonic() < until:
             if not getattr(pods, "fresh", True):
                 log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
                             "scheduler", extra=self._log_extra)
                 return False
-            if restart.runs_unpatched(pods.latest(), marker_key=manifest.marker_key(self.files.prefix),
+            if restart.runs_unpatched(pods.latest(), marker_key=manifestedit.marker_key(self.files.prefix),
                                       manifest_mtime_ns=written,
                                       container_name=self.files.container_name or "kube-scheduler"):
                 return True

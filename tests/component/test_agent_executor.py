@@ -17,7 +17,7 @@ from patcher.core import lifecycle
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Lifecycle, Settings
 from patcher.core.state import State
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.agent import Agent
 from tests.component.test_lifecycle_stateful import FakeKubelet
 from tests.harness import helpers
@@ -93,7 +93,7 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     agent._handle(LoopEvent.POD)  # what a mirror pod update does
     assert agent.node.record.phase == "Ready" and agent.node.record.config_hash != first
     gone = [f for f in first_files if f not in agent.node.record.files]
-    fs = engine.host_fs(agent.files)
+    fs = nodefiles.host_fs(agent.files)
     assert gone and not any(fs.local(f"{agent.files.host_config_dir}/{f}").exists() for f in gone)
     assert not any(inside for _, inside in steps), "a step was fed from inside an action"
     assert not any(saves), "the record was saved from inside an action"

@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patcher.core import lifecycle as lc
-from patcher.core.manifest import MISSING_FILE
+from patcher.core.manifestedit import MISSING_FILE
 from patcher.core.settings import Files, Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.runner import build_agent
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
@@ -186,8 +186,8 @@ def test_the_agents_own_config_deleted_is_written_back_without_touching_the_mani
 def other_prefix_patched(root: Path, src: Path) -> Path:
     """The manifest patched under another annotation prefix (by its own agent or CLI); returns its config."""
     other = Files(source=src, host_root=root, prefix=OTHER)
-    plan = engine.plan_apply(other)
-    engine.apply(other, plan, State())
+    plan = nodefiles.plan_apply(other)
+    nodefiles.apply(other, plan, State())
     assert plan.config is not None
     return root / CONFIG_DIR / plan.config.main
 
@@ -228,9 +228,9 @@ def test_a_foreign_config_in_a_folder_the_agent_cannot_see_is_not_called_missing
     (root / MANIFEST).write_text(text)
     assert "--config=/etc/unmounted/sched.yaml" in (root / MANIFEST).read_text()
     files = Files(source=src, host_root=root)
-    assert engine.missing_named_config(files) == ""
+    assert nodefiles.missing_named_config(files) == ""
     (root / "etc/unmounted").mkdir()  # mounted now, and the file is not there: missing
-    assert engine.missing_named_config(files).startswith("/etc/unmounted/sched.yaml: ")
+    assert nodefiles.missing_named_config(files).startswith("/etc/unmounted/sched.yaml: ")
 
 
 # -- the folder watch -------------------------------------------------------------------------------------------
@@ -238,20 +238,20 @@ def test_a_foreign_config_in_a_folder_the_agent_cannot_see_is_not_called_missing
 
 def test_what_the_config_watch_compares_moves_with_a_deletion_and_not_with_the_agents_own_writes(
         agent_node: tuple[Path, Path]) -> None:
-    """``engine.named_missing_fingerprint``: a write of a new config and the prune of the old one leave it as
+    """``nodefiles.named_missing_fingerprint``: a write of a new config and the prune of the old one leave it as
     it was (no second reconcile for our own work, however slow the write); a deletion changes it."""
     root, src = agent_node
     files = Files(source=src, host_root=root)
     agent = build_agent(Settings.build(files=files, check_extenders=False, no_api=True), None).agent
-    assert engine.named_missing_fingerprint(files) == ""  # nothing named yet, and the folder is not there
+    assert nodefiles.named_missing_fingerprint(files) == ""  # nothing named yet, and the folder is not there
     assert agent.start() and agent.node.phase == NodeState.READY
     first = agent.node.record.config_file
     write_configmap(src, {"extenders.yaml": EXTENDERS.replace("weight: 1", "weight: 4")})
     agent.reconcile("source changed")  # writes the new config and the manifest; Ready at once; prunes the old
     assert agent.node.record.config_file != first and not (root / CONFIG_DIR / first).exists()
-    assert engine.named_missing_fingerprint(files) == ""
+    assert nodefiles.named_missing_fingerprint(files) == ""
     (root / CONFIG_DIR / agent.node.record.config_file).unlink()
-    assert engine.named_missing_fingerprint(files) == f"/{CONFIG_DIR}/{agent.node.record.config_file}"
+    assert nodefiles.named_missing_fingerprint(files) == f"/{CONFIG_DIR}/{agent.node.record.config_file}"
     assert agent.shutdown() == 0
 
 

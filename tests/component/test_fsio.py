@@ -77,31 +77,6 @@ def test_symlink_loop_is_an_error(tmp_path: Path) -> None:
         fsio.HostFS(tmp_path).resolve("/a")
 
 
-def test_one_dir_sync_syncs_each_folder_once_on_leaving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[str] = []
-    real = fsio._fsync_dir_now
-
-    def spy(path: Path) -> None:
-        synced.append(path.name)
-        real(path)
-
-    monkeypatch.setattr(fsio, "_fsync_dir_now", spy)
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    for name in ("x", "y"):
-        (a / name).write_text(name)
-    with fsio.one_dir_sync():
-        assert fsio.remove(a / "x") and fsio.remove(a / "y")
-        fsio.atomic_write(b / "z", b"z")
-        with fsio.one_dir_sync():  # nested: the outer one syncs
-            fsio.atomic_write(b / "w", b"w")
-        assert synced == []  # not yet: nothing relied on them inside
-    assert sorted(synced) == ["a", "b"]
-    fsio.remove(b / "z")
-    assert synced[-1] == "b"  # outside: at once, as before
-
-
 def test_write_in_order_publishes_group_after_group_and_leaves_no_temp_file(tmp_path: Path) -> None:
     a, b, c = tmp_path / "a", tmp_path / "sub" / "b", tmp_path / "c"
     b.parent.mkdir()

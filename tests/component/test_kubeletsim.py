@@ -140,7 +140,7 @@ def test_a_new_mirror_pod_is_pending_before_it_runs(tmp_path: Path) -> None:
 
 def test_an_edit_that_keeps_the_manifests_uid_restarts_nothing(tmp_path: Path) -> None:
     """What the real 1.37 kubelet did with an RKE2 manifest (its own metadata.uid) edited in place: an update, the
-    old container left running; only a new UID is a new pod (the agent writes one, patcher.core.manifest)."""
+    old container left running; only a new UID is a new pod (the agent writes one, patcher.core.manifestedit)."""
     original = (FIXTURES / "manifests" / "args-rke2.yaml").read_text()
     manifest = tmp_path / MANIFEST
     manifest.parent.mkdir(parents=True)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from patcher.core.settings import Files, Settings
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.record import remove_stale_temp_files
 from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES
@@ -45,13 +45,13 @@ def copy_node(template: Files, base: Path) -> Files:
 
 
 def do_apply(opts: Files) -> None:
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     if plan.pending:
-        engine.apply(opts, plan)
+        nodefiles.apply(opts, plan)
 
 
 def do_restore(opts: Files) -> None:
-    engine.restore(opts, engine.plan_restore(opts))
+    nodefiles.restore(opts, nodefiles.plan_restore(opts))
 
 
 def do_run(opts: Files) -> None:

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ruamel.yaml import YAML
 
-from patcher.core import manifest
+from patcher.core import manifestedit
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
@@ -193,8 +193,8 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def manifest_is_the_original_or_the_original_plus_exactly_our_patch(self) -> None:
         text = self.manifest_bytes.decode()
-        manifest.parse_manifest(text, MANIFEST)
-        restored = manifest.restore(text, MANIFEST, prefix="scheduler-patcher.io", container_name=None)
+        manifestedit.parse_manifest(text, MANIFEST)
+        restored = manifestedit.restore(text, MANIFEST, prefix="scheduler-patcher.io", container_name=None)
         assert restored.encode() == self.original
 
     @invariant()
@@ -213,8 +213,8 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def a_config_that_rolled_back_is_never_written_again(self) -> None:
-        marker = manifest.inspect(manifest.parse_manifest(self.manifest_bytes.decode(), MANIFEST), MANIFEST,
-                                  prefix="scheduler-patcher.io", container_name=None).marker
+        marker = manifestedit.inspect(manifestedit.parse_manifest(self.manifest_bytes.decode(), MANIFEST), MANIFEST,
+                                      prefix="scheduler-patcher.io", container_name=None).marker
         if marker is not None:
             assert not any(h.startswith(marker.hash) for h in self.written_bad)
 

@@ -1,5 +1,5 @@
 """No code path removes a config file a manifest still names: CLI restore, the agent's prune and stop, a failed
-apply, whatever the annotation prefix (the removal guard, ``engine.remove_config_file``)."""
+apply, whatever the annotation prefix (the removal guard, ``nodefiles.remove_config_file``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from patcher.core import manifest
+from patcher.core import manifestedit
 from patcher.core import yamltext as yt
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.record import state_store
 from tests.conftest import FIXTURES
 from tests.harness import helpers
@@ -27,7 +27,7 @@ KUBEADM = helpers.KUBEADM.decode()
 PREFIXES = ("scheduler-patcher.io", "example.com")
 CONFIG_DIR = "/etc/kubernetes/scheduler-patcher"
 #: Every ``--config=PATH`` written anywhere in a manifest (its flags and the markers' JSON): the test's own
-#: reading, independent of ``manifest.config_names``.
+#: reading, independent of ``manifestedit.config_names``.
 CONFIG_ITEM = re.compile(r"--config=([^\s'\",]+)")
 
 
@@ -44,8 +44,8 @@ def make_node(root: Path) -> None:
 
 
 def apply(opts: Files) -> list[str]:
-    plan = engine.plan_apply(opts)
-    return engine.apply(opts, plan)[0] if plan.pending else []
+    plan = nodefiles.plan_apply(opts)
+    return nodefiles.apply(opts, plan)[0] if plan.pending else []
 
 
 # -- the rule (core, pure) -----------------------------------------------------------------------------------
@@ -55,20 +55,20 @@ def test_config_names_reads_every_config_flag_mapped_to_the_node_and_every_marke
     text = KUBEADM.replace("    - kube-scheduler\n", "    - kube-scheduler\n    - --config=/in/pod/sched.yaml\n")
     text = text.replace("  volumes:\n", "  volumes:\n  - hostPath:\n      path: /srv/sched\n    name: sched\n")
     text = text.replace("    volumeMounts:\n", "    volumeMounts:\n    - mountPath: /in/pod\n      name: sched\n")
-    names = manifest.config_names(text)
+    names = manifestedit.config_names(text)
     assert {"/in/pod/sched.yaml", "/srv/sched/sched.yaml"} <= names.paths
     assert names.names("/srv/sched/sched.yaml") and not names.names("/srv/sched/other.yaml")
-    marker = manifest.Marker(hash="0" * 12, flag=f"--config={CONFIG_DIR}/config-000000000000.yaml",
-                             volume="v", mount=CONFIG_DIR, container="kube-scheduler",
-                             replaced="--config=/etc/old/sched.yaml")
+    marker = manifestedit.Marker(hash="0" * 12, flag=f"--config={CONFIG_DIR}/config-000000000000.yaml",
+                                 volume="v", mount=CONFIG_DIR, container="kube-scheduler",
+                                 replaced="--config=/etc/old/sched.yaml")
     marked = KUBEADM.replace("metadata:\n", f"metadata:\n  annotations:\n    example.com/patch: '{marker.to_json()}'\n",
                              1)
-    names = manifest.config_names(marked)
+    names = manifestedit.config_names(marked)
     assert names.names(f"{CONFIG_DIR}/config-000000000000.yaml") and names.names("/etc/old/sched.yaml")
 
 
 def test_an_unparsable_manifest_keeps_every_file_whose_name_it_contains() -> None:
-    names = manifest.config_names("a: [\n  --config=/x/config-aaaaaaaaaaaa.yaml")
+    names = manifestedit.config_names("a: [\n  --config=/x/config-aaaaaaaaaaaa.yaml")
     assert not names.parsed
     assert names.names("/elsewhere/config-aaaaaaaaaaaa.yaml") and not names.names("/x/config-bbbbbbbbbbbb.yaml")
 
@@ -77,11 +77,11 @@ def test_check_prefix_names_the_prefix_a_manifest_was_patched_with(tmp_path: Pat
     make_node(tmp_path)
     apply(opts_for(tmp_path, "scheduler-patcher.io"))
     patched = yt.parse((tmp_path / helpers.MANIFEST).read_text())
-    manifest.check_prefix(patched, "scheduler-patcher.io", "m.yaml")
+    manifestedit.check_prefix(patched, "scheduler-patcher.io", "m.yaml")
     with pytest.raises(ManifestError, match=r"m\.yaml.*prefix scheduler-patcher\.io .*--annotation-prefix "
                        r"scheduler-patcher\.io$"):
-        manifest.check_prefix(patched, "other.example", "m.yaml")
-    manifest.check_prefix(yt.parse(KUBEADM), "other.example", "m.yaml")  # no marker: any prefix is ours to write
+        manifestedit.check_prefix(patched, "other.example", "m.yaml")
+    manifestedit.check_prefix(yt.parse(KUBEADM), "other.example", "m.yaml")  # no marker: any prefix is ours to write
 
 
 # -- the admin's session: restore and apply with another prefix ----------------------------------------------
@@ -91,7 +91,7 @@ def test_restore_with_another_prefix_refuses_naming_the_prefix_and_removes_nothi
     make_node(tmp_path)
     apply(opts_for(tmp_path, "scheduler-patcher.io"))
     before = helpers.snapshot(str(tmp_path))
-    for step in (engine.plan_restore, engine.plan_apply):
+    for step in (nodefiles.plan_restore, nodefiles.plan_apply):
         with pytest.raises(ManifestError) as exc:
             step(opts_for(tmp_path, "example.com"))
         assert str(exc.value) == (
@@ -106,18 +106,18 @@ def test_a_restore_keeps_a_file_a_foreign_config_names_and_records_it_for_later(
     opts = opts_for(tmp_path, "scheduler-patcher.io")
     lines = apply(opts)
     ours = next(line.split()[1] for line in lines if "/config-" in line)
-    plan = engine.plan_restore(opts)
-    engine.restore(opts, plan)
+    plan = nodefiles.plan_restore(opts)
+    nodefiles.restore(opts, plan)
     assert not (tmp_path / ours.lstrip("/")).exists()
     # A hand edit points a second scheduler flag at a file we wrote: apply again, then restore keeps it.
     apply(opts)
     (tmp_path / "etc/kubernetes/manifests/extra.yaml").write_text(KUBEADM.replace(
         "    - kube-scheduler\n", f"    - kube-scheduler\n    - --config={ours}\n"))
-    lines = engine.restore(opts, engine.plan_restore(opts))
+    lines = nodefiles.restore(opts, nodefiles.plan_restore(opts))
     assert f"kept {ours}: /etc/kubernetes/manifests/extra.yaml names it in a --config" in lines
     assert (tmp_path / ours.lstrip("/")).exists()
     (tmp_path / "etc/kubernetes/manifests/extra.yaml").unlink()
-    assert engine.restore(opts, engine.plan_restore(opts)) == [f"removed {ours}"]
+    assert nodefiles.restore(opts, nodefiles.plan_restore(opts)) == [f"removed {ours}"]
 
 
 def test_the_agents_prune_keeps_a_previous_config_the_manifest_was_pointed_back_at(tmp_path: Path) -> None:
@@ -133,13 +133,13 @@ def test_the_agents_prune_keeps_a_previous_config_the_manifest_was_pointed_back_
     path.write_text(text.replace(f"- --config={current.group(1)}", f"- --config={old}"))
     opts = opts_for(tmp_path, "scheduler-patcher.io")
     state = state_store(opts).load()
-    lines, state = engine.prune(opts, state, keep_previous=False)
+    lines, state = nodefiles.prune(opts, state, keep_previous=False)
     assert lines == [f"kept {old}: /etc/kubernetes/manifests/kube-scheduler.yaml names it in a --config"]
     assert (tmp_path / old.lstrip("/")).exists() and old.rsplit("/", 1)[1] in state.written
 
 
 def test_every_removal_of_a_config_file_goes_through_the_guard() -> None:
-    source = Path(engine.__file__).read_text()
+    source = Path(nodefiles.__file__).read_text()
     assert source.count("fsio.remove(") == 1
     guard = source[source.index("def remove_config_file"):]
     assert "fsio.remove(" in guard[:guard.index("\ndef ")]
@@ -174,13 +174,13 @@ class NamedFilesMachine(RuleBasedStateMachine):
     def restore(self, prefix: str) -> None:
         opts = opts_for(self.root, prefix)
         with contextlib.suppress(PatcherError):
-            engine.restore(opts, engine.plan_restore(opts))
+            nodefiles.restore(opts, nodefiles.plan_restore(opts))
 
     @rule(prefix=st.sampled_from(PREFIXES), keep_previous=st.booleans())
     def prune(self, prefix: str, keep_previous: bool) -> None:
         opts = opts_for(self.root, prefix)
         try:
-            _, state = engine.prune(opts, state_store(opts).load(), keep_previous=keep_previous)
+            _, state = nodefiles.prune(opts, state_store(opts).load(), keep_previous=keep_previous)
             state_store(opts).save(state)
         except PatcherError:
             pass
@@ -190,7 +190,7 @@ class NamedFilesMachine(RuleBasedStateMachine):
         """The agent's restore on SIGTERM: planned, written, cleaned up."""
         opts = opts_for(self.root, prefix)
         with contextlib.suppress(PatcherError):
-            engine.restore(opts, engine.plan_restore(opts))
+            nodefiles.restore(opts, nodefiles.plan_restore(opts))
 
     @rule(data=st.data())
     def swap_prefix(self, data: st.DataObject) -> None:
@@ -245,7 +245,7 @@ def test_a_foreign_config_out_of_reach_names_the_path_looked_at_and_both_ways_ou
     make_node(tmp_path)
     (tmp_path / helpers.MANIFEST).write_text(FOREIGN)
     with pytest.raises(ManifestError) as exc:
-        engine.plan_apply(opts_for(tmp_path, "scheduler-patcher.io"))
+        nodefiles.plan_apply(opts_for(tmp_path, "scheduler-patcher.io"))
     assert str(exc.value) == (
         "/srv/scheduler/scheduler-config.yaml: foreign scheduler config not found (kube-scheduler's "
         "--config=/etc/kubernetes/custom/scheduler-config.yaml; looked at "
@@ -258,9 +258,9 @@ def test_status_reports_a_config_flag_that_names_a_missing_file_as_an_error(tmp_
     make_node(tmp_path)
     opts = opts_for(tmp_path, "scheduler-patcher.io")
     ours = next(line.split()[1] for line in apply(opts) if "/config-" in line)
-    assert "error" not in engine.status(opts)
+    assert "error" not in nodefiles.status(opts)
     (tmp_path / ours.lstrip("/")).unlink()
-    info = engine.status(opts)
+    info = nodefiles.status(opts)
     assert info["patched"] is True
     assert info["error"] == (f"{ours}: kube-scheduler's --config={ours} names a missing file; its next start fails "
                              "(run apply to write it back, or restore)")
@@ -268,13 +268,13 @@ def test_status_reports_a_config_flag_that_names_a_missing_file_as_an_error(tmp_
 
 def test_the_agent_says_when_it_writes_back_a_config_file_the_manifest_names(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from patcher.services import patching
+    from patcher.services import reconcile
 
     make_node(tmp_path)
     opts = opts_for(tmp_path, "scheduler-patcher.io")
     ours = next(line.split()[1] for line in apply(opts) if "/config-" in line)
     (tmp_path / ours.lstrip("/")).unlink()
     with caplog.at_level("WARNING", logger="patcher.services.agent"):
-        planned, plan = patching.plan(opts, fallback_version=None, bad_hashes=frozenset())
+        planned, plan = reconcile.plan(opts, fallback_version=None, bad_hashes=frozenset())
     assert planned.kind == "pending" and plan is not None
     assert f"{ours} is named by the manifest's --config but missing; writing it back" in caplog.text

@@ -4,7 +4,7 @@ The node says ``Failed`` with the folder and the kernel's answer, ``/healthz`` s
 nothing is written (a manifest write whose record cannot be saved could not be undone), the folder is tried
 again with a doubling delay, and once it works the node goes on by the usual protocol, without a restart.
 
-The tests run as root, for whom ``chmod`` makes nothing read-only. So: the engine on pyfakefs with the root
+The tests run as root, for whom ``chmod`` makes nothing read-only. So: ``nodefiles`` on pyfakefs with the root
 user switched off and a tiny mount for the full disk; the agent with the fault injected through the file
 operations it is handed (``Hooked``: its ``create`` hook raises the kernel's ``OSError`` where a temp file would
 be made in the state folder), and with a file where the folder's parent should be (``ENOTDIR``, real for root too).
@@ -29,7 +29,7 @@ from patcher.core.errors import StateFolderError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeStatus
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.agent import Agent
 from patcher.services.record import state_store, writer_lock
 from tests.component.test_lifecycle_stateful import FakeKubelet
@@ -43,7 +43,7 @@ __all__ = ["node"]  # the fixture, imported for the tests below
 STATE_DIR = "/var/lib/scheduler-patcher"
 
 
-# -- the engine: the fault is found before any file is in place ------------------------------------------------
+# -- nodefiles: the fault is found before any file is in place ------------------------------------------------
 
 
 @pytest.fixture
@@ -71,30 +71,30 @@ def snapshot() -> dict[str, bytes | None]:
 def test_a_full_state_folder_fails_the_apply_before_any_file_is_in_place(fake: FakeFilesystem) -> None:
     fake.create_dir(STATE_DIR)
     fake.add_mount_point(STATE_DIR, total_size=16)  # room for the lock, not for the record
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     before = snapshot()
     with pytest.raises(StateFolderError) as exc:
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     assert str(exc.value) == f"{STATE_DIR}/original-manifest.yaml: write failed: No space left on device"
     assert snapshot() == before  # no config file, no manifest, no temp file left
 
 
 def test_a_read_only_state_folder_fails_the_apply_before_any_file_is_in_place(fake: FakeFilesystem) -> None:
     fake.create_dir(STATE_DIR, perm_bits=0o555)
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     before = snapshot()
     with pytest.raises(StateFolderError) as exc:
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     assert str(exc.value) == f"{STATE_DIR}: folder is not writable; nothing was written"
     assert snapshot() == before
 
 
 def test_a_state_folder_that_cannot_be_made_fails_the_apply_and_the_lock(fake: FakeFilesystem) -> None:
     fake.create_file("/var/lib", contents="a file where a folder should be")
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     before = snapshot()
     with pytest.raises(StateFolderError) as exc:
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     assert STATE_DIR in str(exc.value)
     assert snapshot() == before
     with pytest.raises(StateFolderError, match=r"Not a directory"), writer_lock(OPTS):
@@ -104,13 +104,13 @@ def test_a_state_folder_that_cannot_be_made_fails_the_apply_and_the_lock(fake: F
 def test_a_state_folder_that_fills_up_on_the_record_leaves_the_config_files_alone(fake: FakeFilesystem) -> None:
     """Every temp file is written before any is renamed: the record's ENOSPC comes before the config files'
     renames, so even they are not in place (and the error is raised as the state folder's)."""
-    engine.apply(OPTS, engine.plan_apply(OPTS))
+    nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))
     Path("/src/config.yaml").write_text(SCHEDULER_CONFIG + "percentageOfNodesToScore: 20\n")
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     fake.add_mount_point(STATE_DIR, total_size=os.path.getsize(f"{STATE_DIR}/state.json") + 1)
     before = snapshot()
     with pytest.raises(StateFolderError, match="No space left on device"):
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     assert snapshot() == before
 
 
@@ -386,7 +386,7 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
 def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_apply_cleanly(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The folder's own fsync (after the record's rename, before the manifest's) fails with EIO: a dying disk.
-    Before the review that OSError left ``engine.apply`` raw: the config files it created stayed, the record
+    Before the review that OSError left ``nodefiles.apply`` raw: the config files it created stayed, the record
     claiming the patch stayed, and the agent took it for an internal error instead of the state folder's
     fault. Now it is the state folder's error, raised before the manifest is touched, and the node is as
     it was."""
@@ -400,11 +400,11 @@ def test_a_state_folder_whose_fsync_fails_after_the_record_is_renamed_fails_the_
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real_fsync(fd)
 
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     fsio.ensure_dir(Path(state_dir), 0o700)
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(StateFolderError, match="Input/output error"):
-        engine.apply(opts, plan)
+        nodefiles.apply(opts, plan)
     monkeypatch.undo()
     assert (root / helpers.MANIFEST).read_bytes() == KUBEADM
     assert not (root / "etc/kubernetes/scheduler-patcher").exists()  # made by this apply: removed again
@@ -426,14 +426,14 @@ def test_a_manifest_folder_whose_fsync_fails_after_the_rename_keeps_what_the_man
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real_fsync(fd)
 
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(engine.PartialWrite, match="not done: making it durable") as exc:
-        engine.apply(opts, plan)
+    with pytest.raises(nodefiles.PartialWrite, match="not done: making it durable") as exc:
+        nodefiles.apply(opts, plan)
     monkeypatch.undo()
     patched = (root / helpers.MANIFEST).read_bytes()
     assert b"--config=" in patched and f"wrote /{helpers.MANIFEST}" in exc.value.done
     config = plan.config
     assert config is not None
     assert (root / "etc/kubernetes/scheduler-patcher" / config.main).is_file()
-    assert state_store(opts).load().patched_sha256 == engine.sha256(patched)
+    assert state_store(opts).load().patched_sha256 == nodefiles.sha256(patched)

@@ -22,7 +22,7 @@ from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
-from patcher.services import engine, process
+from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
 from patcher.services.record import state_store
 from patcher.services.stopping import Stopping
@@ -72,7 +72,7 @@ class SlowLease:
 def patched(tmp_path: Path) -> tuple[Files, Stopping]:
     root, src = helpers.node_folders(tmp_path)
     files = Files(source=src, host_root=root)
-    engine.apply(files, engine.plan_apply(files), state_store(files).load())
+    nodefiles.apply(files, nodefiles.plan_apply(files), state_store(files).load())
     return files, Stopping(files, state_store(files), log_extra={})
 
 
@@ -170,7 +170,7 @@ def test_the_stop_restores_exactly_what_we_added_whatever_happened_since(item: t
         else:
             assert path.read_bytes() == text.encode("utf-8")
         assert os.listdir(path.parent) == ["kube-scheduler.yaml"]
-        assert not os.listdir(engine.host_fs(agent.files).local(agent.files.host_config_dir))
+        assert not os.listdir(nodefiles.host_fs(agent.files).local(agent.files.host_config_dir))
         assert not state_store(agent.files).present()
 
 

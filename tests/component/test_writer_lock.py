@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from patcher.adapters import fsio
-from patcher.core import manifest
+from patcher.core import manifestedit
 from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.record import state_store, writer_lock
 from tests.harness.fileops import Hooked
 from tests.harness.helpers import KUBEADM, MANIFEST
@@ -47,24 +47,24 @@ def opts(tmp_path: Path) -> Files:
 def consistent(opts: Files) -> None:
     """The node invariant the races used to break: the manifest's --config file exists, and the state record
     describes exactly the manifest on disk and files that exist."""
-    local = engine.host_fs(opts).local(opts.manifest_path)
+    local = nodefiles.host_fs(opts).local(opts.manifest_path)
     text = local.read_text()
-    sched = manifest.inspect(manifest.parse_manifest(text, "m"), "m", prefix=opts.prefix)
+    sched = manifestedit.inspect(manifestedit.parse_manifest(text, "m"), "m", prefix=opts.prefix)
     state = state_store(opts).load()
     if sched.marker is not None:
         path = sched.marker.flag.split("=", 1)[1]
-        assert engine.host_fs(opts).local(path).is_file(), f"manifest points at a missing {path}"
+        assert nodefiles.host_fs(opts).local(path).is_file(), f"manifest points at a missing {path}"
         assert state.patched_sha256 == hashlib.sha256(text.encode()).hexdigest()
         assert state.config_file == posixpath.basename(path)
     for name in state.files:
-        assert engine.host_fs(opts).local(os.path.join(opts.host_config_dir, name)).is_file()
+        assert nodefiles.host_fs(opts).local(os.path.join(opts.host_config_dir, name)).is_file()
 
 
 def paused_at_manifest_rename(opts: Files, other: Callable[[fsio.FileOps], None]) -> Hooked:
     """File operations that, when the paused writer reaches its manifest rename, run ``other`` (handed them
     too) in a thread and let the paused writer go on only once ``other`` has found the lock busy (or
     finished)."""
-    manifest_local = str(engine.host_fs(opts).local(opts.manifest_path))
+    manifest_local = str(nodefiles.host_fs(opts).local(opts.manifest_path))
     busy = threading.Event()
     started: list[threading.Thread] = []
 
@@ -88,57 +88,57 @@ def paused_at_manifest_rename(opts: Files, other: Callable[[fsio.FileOps], None]
 
 def test_restore_during_an_apply_waits_and_never_deletes_the_config_the_manifest_points_at(
         opts: Files) -> None:
-    plan = engine.plan_apply(opts)
+    plan = nodefiles.plan_apply(opts)
     outcome: list[object] = []
 
     def restore(ops: fsio.FileOps) -> None:
         try:
-            rplan = engine.plan_restore(opts)  # planned while the apply is paused: state names the new file
-            outcome.append(engine.restore(opts, rplan, ops=ops))
+            rplan = nodefiles.plan_restore(opts)  # planned while the apply is paused: state names the new file
+            outcome.append(nodefiles.restore(opts, rplan, ops=ops))
         except fsio.ChangedUnderneath as exc:
             outcome.append(exc)
 
     ops = paused_at_manifest_rename(opts, restore)
-    lines, _ = engine.apply(opts, plan, ops=ops)
+    lines, _ = nodefiles.apply(opts, plan, ops=ops)
     for t in ops.threads:  # type: ignore[attr-defined]
         t.join(WAIT)
     assert lines[-1].startswith("wrote ") and lines[-1].endswith("kube-scheduler.yaml")
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
-    engine.restore(opts, engine.plan_restore(opts))  # planned again after the apply: it works
-    assert engine.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
-    assert not [p for p in engine.host_fs(opts).local(opts.host_config_dir).iterdir() if not p.name.startswith(".")]
+    nodefiles.restore(opts, nodefiles.plan_restore(opts))  # planned again after the apply: it works
+    assert nodefiles.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
+    assert not [p for p in nodefiles.host_fs(opts).local(opts.host_config_dir).iterdir() if not p.name.startswith(".")]
 
 
 def test_two_applies_of_different_configs_end_with_one_consistent_record(opts: Files) -> None:
-    first = engine.plan_apply(opts)
+    first = nodefiles.plan_apply(opts)
     (opts.source / "config.yaml").write_text(CONFIG.format(weight=2))
-    second = engine.plan_apply(opts)
+    second = nodefiles.plan_apply(opts)
     assert first.config and second.config and first.config.config_hash != second.config.config_hash
     outcome: list[object] = []
 
     def apply_second(ops: fsio.FileOps) -> None:
         try:
-            outcome.append(engine.apply(opts, second, ops=ops))
+            outcome.append(nodefiles.apply(opts, second, ops=ops))
         except fsio.ChangedUnderneath as exc:
             outcome.append(exc)
 
     ops = paused_at_manifest_rename(opts, apply_second)
-    engine.apply(opts, first, ops=ops)
+    nodefiles.apply(opts, first, ops=ops)
     for t in ops.threads:  # type: ignore[attr-defined]
         t.join(WAIT)
     assert len(outcome) == 1 and isinstance(outcome[0], fsio.ChangedUnderneath), outcome
     consistent(opts)
     assert state_store(opts).load().config_hash == first.config.config_hash
-    again = engine.plan_apply(opts)  # the second writer plans again from the new bytes and wins cleanly
-    engine.apply(opts, again)
+    again = nodefiles.plan_apply(opts)  # the second writer plans again from the new bytes and wins cleanly
+    nodefiles.apply(opts, again)
     consistent(opts)
     assert state_store(opts).load().config_hash == second.config.config_hash
 
 
 def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> None:
-    plan = engine.plan_apply(opts)
-    local = engine.host_fs(opts).local(opts.manifest_path)
+    plan = nodefiles.plan_apply(opts)
+    local = nodefiles.host_fs(opts).local(opts.manifest_path)
     upgraded = KUBEADM.replace(b"v1.31.2", b"v1.32.0")
     assert upgraded != KUBEADM
 
@@ -149,7 +149,7 @@ def test_a_kubeadm_style_write_during_our_rename_is_never_lost(opts: Files) -> N
             os.replace(tmp, local)
 
     with pytest.raises(fsio.ChangedUnderneath):
-        engine.apply(opts, plan, ops=Hooked(kubeadm_writes))
+        nodefiles.apply(opts, plan, ops=Hooked(kubeadm_writes))
     assert local.read_bytes() == upgraded
     assert os.listdir(local.parent) == ["kube-scheduler.yaml"]  # no temp file of ours left behind
     assert not state_store(opts).load().patched  # the record was rewound: it does not claim a patch
@@ -169,13 +169,13 @@ def test_checked_write_swaps_in_place_and_leaves_nothing_else(tmp_path: Path) ->
 def test_the_lock_is_reentrant_for_its_holder(opts: Files) -> None:
     quick = replace(opts, lock_wait=0.0)
     with writer_lock(quick):  # the agent holds it for its whole life and still applies
-        lines, _ = engine.apply(quick, engine.plan_apply(quick))
+        lines, _ = nodefiles.apply(quick, nodefiles.plan_apply(quick))
     assert lines
     consistent(quick)
 
 
 def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: Files) -> None:
-    state = engine.host_fs(opts).local(opts.state_dir)
+    state = nodefiles.host_fs(opts).local(opts.state_dir)
     code = (
         "import sys, pathlib\n"
         "from patcher.adapters import fsio\n"
@@ -188,18 +188,18 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(opts: Files) -
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         quick = replace(opts, lock_wait=0.0)
-        plan = engine.plan_apply(quick)
+        plan = nodefiles.plan_apply(quick)
         with pytest.raises(fsio.LockBusy) as info:
-            engine.apply(quick, plan)
+            nodefiles.apply(quick, plan)
         assert str(info.value) == (f"{opts.state_dir}/.lock: another scheduler-patcher writer holds the lock "
                                    f"(pid {holder.pid}); gave up after 0 s")
         assert "\n" not in str(info.value)
-        assert engine.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
+        assert nodefiles.host_fs(opts).local(opts.manifest_path).read_bytes() == KUBEADM
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(WAIT)
-    engine.apply(opts, engine.plan_apply(opts))  # released with the holder: the next writer goes ahead
+    nodefiles.apply(opts, nodefiles.plan_apply(opts))  # released with the holder: the next writer goes ahead
     consistent(opts)
 
 

@@ -900,10 +900,10 @@ def test_the_foreign_config_overlay_adds_one_read_only_mount_below_the_host_root
         clean_env: pytest.MonkeyPatch) -> None:
     """What the agent's "foreign scheduler config not found" error points at: the folder, read-only, at the node
     path below /host (where the agent reads the node), and nothing else changed."""
-    from patcher.services import engine
+    from patcher.services import nodefiles
 
     name = FOREIGN[0]
-    assert name in engine.FOREIGN_MOUNT_HINT and (MANIFESTS / name / "kustomization.yaml").is_file()
+    assert name in nodefiles.FOREIGN_MOUNT_HINT and (MANIFESTS / name / "kustomization.yaml").is_file()
     base, overlay = pod_spec(one("overlays/kubeadm", "DaemonSet")), pod_spec(one(name, "DaemonSet"))
     assert {k for k in set(base) | set(overlay) if base.get(k) != overlay.get(k)} == {"volumes", "containers"}
     container = agent_container(name)

@@ -615,9 +615,9 @@ def test_the_webhook_follows_the_release_namespace(render: Render) -> None:
 def test_foreign_config_dirs_mount_read_only_in_the_agent_only(render: Render) -> None:
     """hostPaths.foreignConfigDirs: each folder read-only at its node path below /host in the agent (where its
     "foreign scheduler config not found" error says to mount it); the restore Job reads no foreign config."""
-    from patcher.services import engine
+    from patcher.services import nodefiles
 
-    assert "Helm: hostPaths.foreignConfigDirs" in engine.FOREIGN_MOUNT_HINT
+    assert "Helm: hostPaths.foreignConfigDirs" in nodefiles.FOREIGN_MOUNT_HINT
     objs = render({"hostPaths": {"foreignConfigDirs": ["/etc/kubernetes/scheduler", "/opt/sched"]}})
     spec = pod_spec(find(objs, "DaemonSet"))
     agent = next(c for c in spec["containers"] if c["name"] == "agent")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.services import nodefiles
 from tests.harness.childproc import ROOT, Child
 from tests.harness.emu.kubeemu import KubeEmulator, wait_until
 from tests.harness.emu.kubeletsim import SimKubelet
@@ -37,7 +37,7 @@ def patched_node(tmp_path: Path) -> tuple[Path, Path]:
     """A node whose manifest an earlier agent patched (and then died without restoring)."""
     root, src = node_folders(tmp_path)
     opts = Files(source=src, host_root=root)
-    engine.apply(opts, engine.plan_apply(opts))
+    nodefiles.apply(opts, nodefiles.plan_apply(opts))
     assert b"--config=" in (root / MANIFEST).read_bytes()
     return root, src
 
@@ -73,7 +73,7 @@ stub = types.ModuleType("patcher.commands.cli")  # stands in for the heavy comma
 def main():
     from patcher.adapters import signals
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("kubernetes", "ruamel", "urllib3", "yaml")
-                   or m in ("patcher.services.engine", "patcher.services.runner"))
+                   or m in ("patcher.services.nodefiles", "patcher.services.runner"))
     print(signal.getsignal(signal.SIGTERM) is signals._handler, heavy)
     return 0
 stub.main = main
@@ -91,7 +91,7 @@ def _probe(*argv: str) -> str:
 
 
 def test_the_entry_point_catches_stop_signals_before_any_heavy_import() -> None:
-    """exec -> signal-safe must not wait for ruamel, the engine or the Kubernetes client (~0.4-2 s)."""
+    """exec -> signal-safe must not wait for ruamel, ``nodefiles`` or the Kubernetes client (~0.4-2 s)."""
     assert _probe("run", "--no-api") == "True []"
 
 

@@ -73,8 +73,9 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
         assert wait_until(lambda: out.exists() or child.poll() is not None, 120), "".join(lines)
         assert out.exists(), "".join(lines)
         loaded = set(out.read_text().split())
-        # The probe saw the real start: the agent, its engine and the YAML library were there by the write.
-        assert {"patcher.services.agent", "patcher.services.engine", "patcher.adapters.health", "ruamel.yaml"} <= loaded
+        # The probe saw the real start: the agent, its ``nodefiles`` and the YAML library were there by the write.
+        assert {"patcher.services.agent", "patcher.services.nodefiles", "patcher.adapters.health",
+                "ruamel.yaml"} <= loaded
         assert not {"asyncio", "prometheus_client", "psutil"} & loaded, sorted(loaded)
         # What moved off the path still serves: the probe and the metrics, with the write counted.
         url = next(line.split("url=")[1].split()[0] for line in list(lines) if "health server listening" in line)

@@ -2,7 +2,7 @@
 temp file is made (``"create"``, its target's path: an ``OSError`` the hook raises is the kernel's answer, which
 is how tests running as root meet a read-only or full folder), right before a checked rename (``"before-rename"``)
 and when a writer waits for a lock another writer holds (``"lock-busy"``). Handed to the writer as its ``ops``
-(``engine.apply(..., ops=)``, ``runner.build_agent(..., file_ops=)``); nothing is patched."""
+(``nodefiles.apply(..., ops=)``, ``runner.build_agent(..., file_ops=)``); nothing is patched."""
 
 from __future__ import annotations
 

@@ -244,7 +244,7 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
 def patched_forms(tmp: Path) -> dict[str, bytes]:
     """Every manifest of the corpus (tests/fixtures/manifests) as `scheduler-patcher apply` writes it, the
     foreign `--config` one merged, and the kubeadm one with CRLF line ends (the agent keeps a file's)."""
-    from tests.unit.test_engine import FOREIGN_CONFIG
+    from tests.unit.test_nodefiles import FOREIGN_CONFIG
 
     source = tmp / "source"
     source.mkdir(parents=True)
@@ -352,7 +352,7 @@ def test_the_kubelet_restarts_on_a_changed_pod_not_on_changed_bytes(scene: Scene
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("scene", [RKE2_MANIFESTS], indirect=True, ids=["rke2"])
 def test_a_static_pod_with_its_own_uid_restarts_only_for_a_new_uid(scene: Scene) -> None:
-    """Why the agent writes a UID of its own where the manifest sets one (patcher.core.manifest): RKE2 writes a
+    """Why the agent writes a UID of its own where the manifest sets one (patcher.core.manifestedit): RKE2 writes a
     hash of the pod as `metadata.uid`, and the kubelet keys the static pod by it. An edit that keeps the UID is an
     update: the kubelet logs it and the old container keeps running, the new flags never reach the scheduler
     (the agent would wait for a restart that does not come, and roll back). A new UID is a new pod."""

@@ -142,7 +142,6 @@ READ_CALLS = frozenset({"read_bytes", "read_text", "FileIO", "mmap"})
 #: Reads outside the reader that are not of a file of the node or the source, by (module, function): why.
 NOT_CONTENT_READS = {
     ("patcher.adapters.fsio", "_open_lock"): "opens the writer lock (O_NONBLOCK, O_NOFOLLOW) to flock it",
-    ("patcher.adapters.fsio", "writer_lock"): "reads back its own pid (at most 32 bytes) from the lock it holds",
     ("patcher.adapters.fsio", "_flock"): "the lock holder's pid (at most 32 bytes), for the refusal",
 }
 
@@ -315,11 +314,11 @@ def test_the_architecture_page_lists_every_module_and_only_modules_that_exist() 
 
 
 def test_the_diagram_reader_sees_a_missing_and_a_stale_module() -> None:
-    """The check above can fail: a diagram without ``engine`` and with a removed ``config`` is read as such."""
+    """The check above can fail: a diagram without ``nodefiles`` and with a removed ``config`` is read as such."""
     page = """x\n```\n services/   the protocol      agent, config,\n    │                  kube/{a, b}\n```\n"""
     assert _listed_modules(page) == {"services": {"agent", "config", "kube/a", "kube/b"}}
     assert "config" not in _modules_by_layer()["services"]
-    assert "engine" in _modules_by_layer()["services"]
+    assert "nodefiles" in _modules_by_layer()["services"]
 
 
 def _executor_branches() -> list[str]:
@@ -352,7 +351,7 @@ def test_every_lifecycle_action_has_exactly_one_executor_branch() -> None:
 
 def test_the_executor_does_no_io_of_its_own() -> None:
     """``services/agent`` is the executor only: files, processes, signals, the API and the folder watch are
-    reached through the services beside it (``patching``, ``observations``, ``record``, ``stopping``; the
+    reached through the services beside it (``reconcile``, ``observations``, ``record``, ``stopping``; the
     process around it is ``process``). Of the adapters it imports only ``health``, the probes' state its
     ``node`` setter keeps."""
     adapters = sorted({t for t, _ in imports("patcher.services.agent") if layer(t) == LAYERS.index("adapters")})

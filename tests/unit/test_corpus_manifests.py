@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from patcher.core import manifest as m
+from patcher.core import manifestedit as m
 from patcher.core.errors import ManifestError
 from tests.conftest import corpus_manifests
 

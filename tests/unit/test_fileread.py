@@ -14,7 +14,7 @@ from patcher.core import fileread
 from patcher.core.errors import ConfigError, PatcherError
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.services import nodefiles
 from tests.harness.helpers import EXTENDERS, node_folders
 
 BIG = 200 * 1024 * 1024  # sparse: no disk, and no memory unless someone reads it
@@ -144,11 +144,11 @@ def test_plan_and_apply_refuse_a_fifo_in_the_source_folder_and_do_not_block(opts
         target.unlink()
     os.mkfifo(target)
     if name == "extenders.yaml":
-        for refuse in (engine.plan_apply, lambda o: engine.apply(o, engine.plan_apply(o))):
+        for refuse in (nodefiles.plan_apply, lambda o: nodefiles.apply(o, nodefiles.plan_apply(o))):
             with pytest.raises(ConfigError, match=r"extenders.yaml: not a regular file \(a FIFO\)$"):
                 refuse(opts)
     else:  # not a file the source form reads: fingerprinted by its refusal, never opened for reading
-        plan = engine.plan_apply(opts)
+        plan = nodefiles.plan_apply(opts)
         assert plan.pending and plan.source_hash not in ("", "missing")
 
 
@@ -159,5 +159,5 @@ def test_plan_refuses_a_200_mb_source_file_without_reading_it(opts: Files, reads
     os.truncate(big, BIG)
     with pytest.raises(ConfigError, match=rf"too large \({BIG} bytes; the limit for a source file is "
                                           rf"{MAX_SOURCE_BYTES}\)$"):
-        engine.plan_apply(opts)
-    assert max(reads) <= engine.MAX_MANIFEST_BYTES + 1  # the manifest's read is the largest
+        nodefiles.plan_apply(opts)
+    assert max(reads) <= nodefiles.MAX_MANIFEST_BYTES + 1  # the manifest's read is the largest

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from patcher.adapters import proc
-from patcher.core import manifest
+from patcher.core import manifestedit
 from patcher.core import yamltext as yt
 from patcher.core.schedconfig.flags import parse_flags
 from patcher.core.schedflags import ConfigFlag, config_flag, config_flags
@@ -53,7 +53,7 @@ def manifest_config(args: list[str]) -> str | None:
     text = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-scheduler\n  namespace: kube-system\nspec:\n"
             "  containers:\n  - name: kube-scheduler\n    image: registry.k8s.io/kube-scheduler:v1.31.2\n"
             f"    command: {json.dumps(['kube-scheduler', *args])}\n")
-    return manifest.inspect(yt.parse(text), "m.yaml", prefix="scheduler-patcher.io").foreign_config
+    return manifestedit.inspect(yt.parse(text), "m.yaml", prefix="scheduler-patcher.io").foreign_config
 
 
 @given(st.lists(ITEMS, max_size=8))

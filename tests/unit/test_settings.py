@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[2] / "patcher"
 #: declaration of the setting. A new one fails the test below: take the value from the settings instead, or say
 #: here why it is something else.
 ELSEWHERE = {
-    ("core/manifest.py", "PatchSpec", "prefix"): "the manifest layer's own parameter (tests patch without an engine)",
-    ("core/manifest.py", "PatchSpec", "container_name"): "idem",
-    ("core/manifest.py", "PatchSpec", "on_foreign"): "idem; its default is the strict one, the engine passes ours",
+    ("core/manifestedit.py", "PatchSpec", "prefix"): "the manifest edit's own parameter (tests patch without it)",
+    ("core/manifestedit.py", "PatchSpec", "container_name"): "idem",
+    ("core/manifestedit.py", "PatchSpec", "on_foreign"): "idem; its default is the strict one, nodefiles passes ours",
     ("core/schedconfig/__init__.py", "ConfigRequest", "kube_version"): "what a render was asked for",
     ("core/schedconfig/__init__.py", "RenderedConfig", "kube_version"): "what a render was done for",
     ("core/schedconfig/version.py", "KubeVersion", "source"): "where a version came from, not a folder",

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode
 
-from patcher.core import manifest, yamltext
+from patcher.core import manifestedit, yamltext
 from patcher.core.errors import ManifestError
 from patcher.core.schedconfig.yamlio import load_single
 from tests.conftest import CORPUS, corpus_manifests, fixture_manifests
 
-SPEC = manifest.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
-                          config_hash="0123456789ab" * 5, on_foreign="replace")
+SPEC = manifestedit.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher",
+                              config_file="config-0123456789ab.yaml", config_hash="0123456789ab" * 5,
+                              on_foreign="replace")
 
 
 def shape(node: Node) -> Any:
@@ -40,7 +41,7 @@ def texts() -> list[str]:
     out = list(fixture_manifests().values()) + [p.read_text() for p in corpus_manifests()]
     for text in list(out):
         with contextlib.suppress(ManifestError):  # shell-wrapped schedulers are refused
-            out.append(manifest.patch(text, SPEC, "m").text)
+            out.append(manifestedit.patch(text, SPEC, "m").text)
     return out
 
 

@@ -1,4 +1,4 @@
-"""The executor's observation before a rollback (``patching.check_last_good``): the step chooses the target
+"""The executor's observation before a rollback (``reconcile.check_last_good``): the step chooses the target
 from what it reports, so each way a last Ready config stops fitting must be reported, never guessed."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from patcher.core import lifecycle
 from patcher.core.settings import Files
 from patcher.core.state import LastGood
-from patcher.services import engine, patching
+from patcher.services import nodefiles, reconcile
 from patcher.services.record import state_store
 from tests.harness import helpers
 
@@ -18,16 +18,16 @@ def patched(tmp_path: Path) -> tuple[Files, LastGood]:
     """A node patched with the example config, and that config as the last Ready one."""
     root, src = helpers.node_folders(tmp_path)
     files = Files(source=src, host_root=root)
-    plan = engine.plan_apply(files)
+    plan = nodefiles.plan_apply(files)
     assert plan.config is not None
-    _, record = engine.apply(files, plan, state_store(files).load())
+    _, record = nodefiles.apply(files, plan, state_store(files).load())
     good = LastGood(config_hash=record.config_hash, config_file=record.config_file, files=record.files,
-                    original_sha256=engine.sha256(plan.unpatched), api_version=record.api_version)
+                    original_sha256=nodefiles.sha256(plan.unpatched), api_version=record.api_version)
     return files, good
 
 
-def check(files: Files, good: LastGood) -> tuple[lifecycle.LastGoodChecked, engine.Plan | None]:
-    return patching.check_last_good(files, lifecycle.CheckLastGood("f" * 64, "why", "s" * 64, good))
+def check(files: Files, good: LastGood) -> tuple[lifecycle.LastGoodChecked, nodefiles.Plan | None]:
+    return reconcile.check_last_good(files, lifecycle.CheckLastGood("f" * 64, "why", "s" * 64, good))
 
 
 def test_a_last_ready_config_that_fits_is_reported_with_its_plan(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The engine on a fake node file system (pyfakefs): what apply/restore write, and what they never touch."""
+"""``nodefiles`` on a fake node file system (pyfakefs): what apply/restore write, and what they never touch."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 from patcher.adapters import fsio
 from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
-from patcher.services import engine
+from patcher.services import nodefiles
 from tests.conftest import FIXTURES
 from tests.harness import helpers
 from tests.harness.fileops import Hooked
@@ -43,8 +43,8 @@ OPTS = Files(source=Path("/src"))
 
 
 def apply(opts: Files = OPTS) -> list[str]:
-    plan = engine.plan_apply(opts)
-    return engine.apply(opts, plan)[0] if plan.pending else []
+    plan = nodefiles.plan_apply(opts)
+    return nodefiles.apply(opts, plan)[0] if plan.pending else []
 
 
 def test_apply_writes_config_then_manifest_and_nothing_else_in_the_manifest_folder(node: FakeFilesystem) -> None:
@@ -85,8 +85,8 @@ def test_config_change_keeps_current_and_previous_files(node: FakeFilesystem) ->
 def test_restore_gives_back_the_original_and_removes_our_files(node: FakeFilesystem) -> None:
     before = snapshot()
     apply()
-    plan = engine.plan_restore(OPTS)
-    lines = engine.restore(OPTS, plan)
+    plan = nodefiles.plan_restore(OPTS)
+    lines = nodefiles.restore(OPTS, plan)
     assert lines[0] == f"wrote {MANIFEST}" and lines[1].startswith("removed /etc/kubernetes/scheduler-patcher/")
     assert Path(MANIFEST).read_text() == KUBEADM
     after = snapshot()
@@ -100,7 +100,7 @@ def test_restore_keeps_an_upgrade_made_since(node: FakeFilesystem) -> None:
     apply()
     upgraded = Path(MANIFEST).read_text().replace("v1.31.2", "v1.32.0")
     Path(MANIFEST).write_text(upgraded)
-    engine.restore(OPTS, engine.plan_restore(OPTS))
+    nodefiles.restore(OPTS, nodefiles.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == KUBEADM.replace("v1.31.2", "v1.32.0")
 
 
@@ -108,9 +108,9 @@ def test_restore_falls_back_to_the_saved_original_when_the_manifest_is_broken(no
     apply()
     ours = Path(MANIFEST).read_text()
     Path(MANIFEST).write_text(ours.replace("spec:\n", "spec:\n\tbroken: [\n"))  # still ours, no longer YAML
-    plan = engine.plan_restore(OPTS)
+    plan = nodefiles.plan_restore(OPTS)
     assert "cannot be parsed" in plan.notes[0]
-    engine.restore(OPTS, plan)
+    nodefiles.restore(OPTS, plan)
     assert Path(MANIFEST).read_text() == KUBEADM
 
 
@@ -118,26 +118,26 @@ def test_restore_never_writes_the_saved_original_over_a_manifest_that_is_not_our
     apply()
     upgraded = KUBEADM.replace("v1.31.2", "v1.32.0")
     Path(MANIFEST).write_text(upgraded)  # rewritten by someone else: nothing of ours left to remove
-    assert [c.kind for c in engine.plan_restore(OPTS).changes] == ["config"]
+    assert [c.kind for c in nodefiles.plan_restore(OPTS).changes] == ["config"]
     odd = upgraded.replace("    - kube-scheduler\n", "    - /usr/local/bin/scheduler-wrapper\n").replace(
         "name: kube-scheduler\n    resources", "name: sched\n    resources")
     Path(MANIFEST).write_text(odd)  # valid YAML, but we cannot find the scheduler in it: refuse, no fallback
     before = snapshot()
     with pytest.raises(PatcherError, match="no kube-scheduler container"):
-        engine.plan_restore(OPTS)
+        nodefiles.plan_restore(OPTS)
     Path(MANIFEST).write_text("kind: Pod\n\tbroken by an admin, not by us")
     with pytest.raises(PatcherError, match="invalid YAML"):
-        engine.plan_restore(OPTS)
+        nodefiles.plan_restore(OPTS)
     Path(MANIFEST).write_text(odd)
     assert snapshot() == before
 
 
 def test_apply_does_not_overwrite_a_manifest_rewritten_after_the_plan(node: FakeFilesystem) -> None:
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     upgraded = KUBEADM.replace("v1.31.2", "v1.32.0")
     Path(MANIFEST).write_text(upgraded)  # kubeadm upgrade lands between plan and write
     with pytest.raises(PatcherError, match="changed by someone else"):
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     assert Path(MANIFEST).read_text() == upgraded
     assert not os.path.exists("/etc/kubernetes/scheduler-patcher")  # checked before writing anything
     lines = apply()  # a new plan from the new file works
@@ -156,7 +156,7 @@ def test_our_folders_inside_the_manifest_folder_are_refused(node: FakeFilesystem
 def test_restore_of_an_unparsable_manifest_we_never_patched_is_refused(node: FakeFilesystem) -> None:
     Path(MANIFEST).write_text("kind: Pod\n\tbroken")
     with pytest.raises(PatcherError, match="invalid YAML"):
-        engine.plan_restore(OPTS)
+        nodefiles.plan_restore(OPTS)
 
 
 def test_symlinked_manifest_is_edited_at_its_target(node: FakeFilesystem) -> None:
@@ -183,9 +183,9 @@ def test_host_root_maps_every_node_path(fs_with_schemas: FakeFilesystem) -> None
 
 
 def test_status_reports_the_contract_fields(node: FakeFilesystem) -> None:
-    assert engine.status(OPTS)["patched"] is False
+    assert nodefiles.status(OPTS)["patched"] is False
     apply()
-    info = engine.status(OPTS)
+    info = nodefiles.status(OPTS)
     state = json.loads(Path("/var/lib/scheduler-patcher/state.json").read_text())
     assert info["patched"] is True and info["up_to_date"] is True
     assert info["config_hash"] == state["config_hash"] and len(info["config_hash"]) == 64
@@ -230,7 +230,7 @@ def test_unwritable_manifest_folder_is_refused_before_any_write(node: FakeFilesy
 
 
 def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFilesystem) -> None:
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     before = snapshot()
 
     def replace_by_folder(point: str, path: Path) -> None:  # after the re-check under the lock
@@ -239,7 +239,7 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
             os.mkdir(MANIFEST)  # the checked rename refuses a directory in place of the manifest
 
     with pytest.raises(PatcherError, match="is a directory"):
-        engine.apply(OPTS, plan, ops=Hooked(replace_by_folder))
+        nodefiles.apply(OPTS, plan, ops=Hooked(replace_by_folder))
     assert not os.path.exists("/etc/kubernetes/scheduler-patcher")  # the folder it made goes too
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
     assert set(snapshot()) - set(before) == {"/var/", "/var/lib/",
@@ -248,12 +248,12 @@ def test_failed_manifest_write_removes_the_config_files_it_created(node: FakeFil
 
 
 def test_foreign_config_path_maps_through_hostpath_volumes() -> None:
-    from patcher.core import manifest as m
+    from patcher.core import manifestedit as m
 
     sched = m.inspect(m.parse_manifest(FOREIGN, "x"), "x", prefix="scheduler-patcher.io")
-    assert engine.container_to_node_path(sched, "/etc/kubernetes/custom/scheduler-config.yaml") == \
+    assert m.map_to_node(sched.mounts, sched.volumes, "/etc/kubernetes/custom/scheduler-config.yaml") == \
         "/srv/scheduler/scheduler-config.yaml"
-    assert engine.container_to_node_path(sched, "/elsewhere/x.yaml") is None
+    assert m.map_to_node(sched.mounts, sched.volumes, "/elsewhere/x.yaml") is None
 
 
 FOREIGN_CONFIG = """# the platform team's own scheduler config
@@ -289,25 +289,25 @@ def test_foreign_config_is_merged_from_the_node_and_restore_puts_it_back(node: F
     assert "http://127.0.0.1:7777  # gpu extender" in merged and "http://127.0.0.1:8889" in merged
     assert merged.index("7777") < merged.index("8889")  # theirs first, ours appended
     assert Path("/srv/scheduler/scheduler-config.yaml").read_text() == FOREIGN_CONFIG  # never modified
-    info = engine.status(OPTS)
+    info = nodefiles.status(OPTS)
     assert info["foreign_config"] == "/etc/kubernetes/custom/scheduler-config.yaml"
-    engine.restore(OPTS, engine.plan_restore(OPTS))
+    nodefiles.restore(OPTS, nodefiles.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == FOREIGN
 
 
 def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesystem,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """It inspected 3-5 times. Once as it is; once more only when patched (as restore leaves it)."""
-    from patcher.core import manifest
+    from patcher.core import manifestedit
 
     seen: list[str] = []
-    real = manifest.inspect
+    real = manifestedit.inspect
 
-    def counting(doc: Any, where: str, **kw: Any) -> manifest.Scheduler:
+    def counting(doc: Any, where: str, **kw: Any) -> manifestedit.Scheduler:
         seen.append(doc.text)
         return real(doc, where, **kw)
 
-    monkeypatch.setattr(manifest, "inspect", counting)
+    monkeypatch.setattr(manifestedit, "inspect", counting)
     apply()
     assert seen == [KUBEADM]
     seen.clear()
@@ -319,12 +319,12 @@ def test_plan_apply_inspects_the_manifest_once_and_hands_it_on(node: FakeFilesys
 
 def test_a_restore_writes_nothing_over_a_manifest_changed_since_it_was_planned(node: FakeFilesystem) -> None:
     apply()
-    plan = engine.plan_restore(OPTS)
+    plan = nodefiles.plan_restore(OPTS)
     upgraded = Path(MANIFEST).read_text().replace("v1.31.2", "v1.32.0")  # a kubeadm upgrade keeps our items
     Path(MANIFEST).write_text(upgraded)
     before = snapshot()
     with pytest.raises(fsio.ChangedUnderneath, match="changed by someone else"):
-        engine.restore(OPTS, plan)
+        nodefiles.restore(OPTS, plan)
     assert snapshot() == before
-    engine.restore(OPTS, engine.plan_restore(OPTS))  # the stop's fallback: planned from what is there now
+    nodefiles.restore(OPTS, nodefiles.plan_restore(OPTS))  # the stop's fallback: planned from what is there now
     assert Path(MANIFEST).read_text() == KUBEADM.replace("v1.31.2", "v1.32.0")

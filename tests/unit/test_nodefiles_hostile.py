@@ -16,7 +16,7 @@ from patcher.core import yamltext
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
-from patcher.services import engine
+from patcher.services import nodefiles
 from patcher.services.record import remove_stale_temp_files, state_store, writer_lock
 from tests.harness import helpers
 from tests.harness.fileops import Hooked
@@ -44,23 +44,23 @@ def refusal(exc: pytest.ExceptionInfo[PatcherError]) -> str:
 
 
 def test_an_oversized_manifest_is_refused_before_parsing(node: FakeFilesystem) -> None:
-    Path(MANIFEST).write_text(KUBEADM + "#" * engine.MAX_MANIFEST_BYTES)
+    Path(MANIFEST).write_text(KUBEADM + "#" * nodefiles.MAX_MANIFEST_BYTES)
     before = snapshot()
     with pytest.raises(PatcherError) as exc:
-        engine.plan_apply(OPTS)
-    assert refusal(exc) == (f"{MANIFEST}: manifest is {len(KUBEADM) + engine.MAX_MANIFEST_BYTES} bytes, over the "
-                            f"limit of {engine.MAX_MANIFEST_BYTES} bytes")
+        nodefiles.plan_apply(OPTS)
+    assert refusal(exc) == (f"{MANIFEST}: manifest is {len(KUBEADM) + nodefiles.MAX_MANIFEST_BYTES} bytes, over the "
+                            f"limit of {nodefiles.MAX_MANIFEST_BYTES} bytes")
     assert snapshot() == before
 
 
 def test_a_manifest_that_would_outgrow_the_limit_once_patched_is_refused(node: FakeFilesystem) -> None:
     """Otherwise restore could no longer read what apply wrote."""
-    text = KUBEADM + "#" * (engine.MAX_MANIFEST_BYTES - len(KUBEADM) - 10) + "\n"
+    text = KUBEADM + "#" * (nodefiles.MAX_MANIFEST_BYTES - len(KUBEADM) - 10) + "\n"
     Path(MANIFEST).write_text(text)
     with pytest.raises(ManifestError) as exc:
-        engine.plan_apply(OPTS)
+        nodefiles.plan_apply(OPTS)
     assert refusal(exc).startswith(f"{MANIFEST}: patched, it would be ")
-    assert refusal(exc).endswith(f"bytes, over the limit of {engine.MAX_MANIFEST_BYTES} bytes")
+    assert refusal(exc).endswith(f"bytes, over the limit of {nodefiles.MAX_MANIFEST_BYTES} bytes")
 
 
 @pytest.mark.parametrize(("body", "problem"), [
@@ -72,7 +72,7 @@ def test_deep_or_huge_yaml_in_the_manifest_is_refused_in_one_line(node: FakeFile
                                                                     problem: str) -> None:
     Path(MANIFEST).write_text(body)
     with pytest.raises(ManifestError) as exc:
-        engine.plan_apply(OPTS)
+        nodefiles.plan_apply(OPTS)
     assert refusal(exc).startswith(f"{MANIFEST}: {problem}")
 
 
@@ -82,7 +82,7 @@ def test_alias_expansion_is_bounded(node: FakeFilesystem) -> None:
         f"  x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
     Path(MANIFEST).write_text(KUBEADM.replace("  labels:\n", "  labels:\n" + laughs.replace("  x", "    x"), 1))
     with pytest.raises(ManifestError) as exc:
-        engine.plan_apply(OPTS)
+        nodefiles.plan_apply(OPTS)
     assert "YAML nodes (the limit; aliases count as what they repeat)" in refusal(exc)
 
 
@@ -120,11 +120,11 @@ def test_a_fifo_in_place_of_the_manifest_is_refused_without_blocking(tmp_path: P
         os.replace(fifo, folder / "kube-scheduler.yaml")
     opts = Files(source=tmp_path / "src", host_root=tmp_path)
     with pytest.raises(PatcherError) as exc:  # open() blocked forever here before
-        engine.plan_apply(opts)
+        nodefiles.plan_apply(opts)
     shown = "/fifo" if via_symlink else MANIFEST  # the resolved node path: that is the file that is wrong
     assert refusal(exc) == f"{shown}: manifest is not a regular file (a FIFO); refusing to read it"
     with pytest.raises(PatcherError, match="not a regular file"):
-        engine.plan_restore(opts)
+        nodefiles.plan_restore(opts)
 
 
 def test_a_device_is_refused_too(tmp_path: Path) -> None:
@@ -141,11 +141,11 @@ def test_apply_into_a_read_only_state_or_config_folder_is_refused_before_any_wri
                                                                                     folder: str) -> None:
     os.makedirs(folder)
     os.chmod(folder, 0o555)
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     before = snapshot()
     set_uid(1000)
     with pytest.raises(PatcherError) as exc:
-        engine.apply(OPTS, plan)
+        nodefiles.apply(OPTS, plan)
     set_uid(0)
     assert refusal(exc) == f"{folder}: folder is not writable; nothing was written"
     assert snapshot() == before
@@ -170,11 +170,11 @@ def test_restore_with_a_read_only_state_folder_still_puts_the_manifest_back(node
     SIGTERM while the state folder is read-only must not leave the node patched). Only the record's clearing
     is left undone, and said so. Before the review the restore was refused up front and the manifest stayed
     patched."""
-    engine.apply(OPTS, engine.plan_apply(OPTS))
-    plan = engine.plan_restore(OPTS)
+    nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))
+    plan = nodefiles.plan_restore(OPTS)
     read_only_state_folder()
-    with pytest.raises(engine.PartialWrite) as exc:
-        engine.restore(OPTS, plan)
+    with pytest.raises(nodefiles.PartialWrite) as exc:
+        nodefiles.restore(OPTS, plan)
     set_uid(0)
     line = refusal(exc)
     assert f"already done: wrote {MANIFEST}, removed /etc/kubernetes/scheduler-patcher/config-" in line
@@ -187,9 +187,9 @@ def test_restore_of_a_never_patched_node_with_a_read_only_state_folder_has_nothi
         node: FakeFilesystem) -> None:
     """No marker, no record, no files of ours: nothing to write and nothing to clear. Before the review the
     restore refused ("folder is not writable"), so a SIGTERM during the fault exited 1."""
-    plan = engine.plan_restore(OPTS)
+    plan = nodefiles.plan_restore(OPTS)
     read_only_state_folder()
-    assert engine.restore(OPTS, plan) == []
+    assert nodefiles.restore(OPTS, plan) == []
     set_uid(0)
     assert Path(MANIFEST).read_text() == KUBEADM
 
@@ -198,13 +198,13 @@ def test_restore_without_a_manifest_write_still_refuses_a_read_only_state_folder
         node: FakeFilesystem) -> None:
     """When the manifest carries nothing of ours but a record is there to clear, nothing is gained by going
     ahead: the refusal comes before any file is touched."""
-    engine.apply(OPTS, engine.plan_apply(OPTS))
+    nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))
     Path(MANIFEST).write_text(KUBEADM)  # someone put the original back; our config file and record remain
-    plan = engine.plan_restore(OPTS)
+    plan = nodefiles.plan_restore(OPTS)
     read_only_state_folder()
     before = snapshot()
     with pytest.raises(PatcherError) as exc:
-        engine.restore(OPTS, plan)
+        nodefiles.restore(OPTS, plan)
     set_uid(0)
     assert refusal(exc) == "/var/lib/scheduler-patcher: folder is not writable; nothing was written"
     assert snapshot() == before
@@ -228,25 +228,25 @@ def test_a_state_folder_that_fails_once_the_manifest_is_written_is_no_longer_nee
     stale = "/etc/kubernetes/scheduler-patcher/config-aaaaaaaaaaaa.yaml"  # ours, no longer needed: pruned after
     node.create_file(stale, contents="old")
     state_store(OPTS).save(State(written=("config-aaaaaaaaaaaa.yaml",)))
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
 
-    lines, state = engine.apply(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
+    lines, state = nodefiles.apply(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
     set_uid(0)
     config = plan.config
     assert config is not None
     assert lines == [f"wrote /etc/kubernetes/scheduler-patcher/{config.main}", f"wrote {MANIFEST}", f"removed {stale}"]
     on_disk = state_store(OPTS).load()
-    assert on_disk.patched_sha256 == engine.sha256(Path(MANIFEST).read_bytes())  # the write is recorded
+    assert on_disk.patched_sha256 == nodefiles.sha256(Path(MANIFEST).read_bytes())  # the write is recorded
     assert state.written == (config.main,)  # the returned record no longer lists the pruned file
 
 
 def test_restore_that_put_the_manifest_back_but_could_not_clear_state_says_exactly_that(
         node: FakeFilesystem) -> None:
-    engine.apply(OPTS, engine.plan_apply(OPTS))
-    plan = engine.plan_restore(OPTS)
+    nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))
+    plan = nodefiles.plan_restore(OPTS)
 
-    with pytest.raises(engine.PartialWrite) as exc:
-        engine.restore(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
+    with pytest.raises(nodefiles.PartialWrite) as exc:
+        nodefiles.restore(OPTS, plan, ops=Hooked(state_folder_turns_read_only))
     set_uid(0)
     line = refusal(exc)
     assert f"already done: wrote {MANIFEST}, removed /etc/kubernetes/scheduler-patcher/config-" in line
@@ -263,12 +263,12 @@ def test_a_tab_inside_a_manifest_key_is_patched_or_refused_in_one_line(node: Fak
     line."""
     tabbed = KUBEADM.replace("  labels:", "  lab\tels:")
     Path(MANIFEST).write_text(tabbed)
-    engine.apply(OPTS, engine.plan_apply(OPTS))
-    engine.restore(OPTS, engine.plan_restore(OPTS))
+    nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))
+    nodefiles.restore(OPTS, nodefiles.plan_restore(OPTS))
     assert Path(MANIFEST).read_text() == tabbed
     Path(MANIFEST).write_text("\ufeff" + tabbed)
     with pytest.raises(ManifestError) as exc:  # a YamlTextError traceback before
-        engine.plan_apply(OPTS)
+        nodefiles.plan_apply(OPTS)
     assert refusal(exc).startswith(f"{MANIFEST}: cannot patch: invalid YAML at line 5, column 6: found character")
 
 
@@ -277,11 +277,11 @@ def test_apply_and_restore_clean_temp_files_a_killed_writer_left(node: FakeFiles
              "/var/lib/scheduler-patcher/.state.json.x.tmp"]
     for path in stale:
         node.create_file(path, contents="half")
-    lines = engine.apply(OPTS, engine.plan_apply(OPTS))[0]
+    lines = nodefiles.apply(OPTS, nodefiles.plan_apply(OPTS))[0]
     assert [f"removed {p} (left by a writer that was killed mid-write)" for p in stale] == lines[:2]
     assert not any(os.path.exists(p) for p in stale)
     node.create_file(stale[0], contents="half")
-    lines = engine.restore(OPTS, engine.plan_restore(OPTS))
+    lines = nodefiles.restore(OPTS, nodefiles.plan_restore(OPTS))
     assert lines[0] == f"removed {stale[0]} (left by a writer that was killed mid-write)"
     assert os.listdir("/etc/kubernetes/manifests") == ["kube-scheduler.yaml"]
 
@@ -308,11 +308,11 @@ def test_a_second_scheduler_manifest_in_the_folder_is_reported(node: FakeFilesys
     node.create_file("/etc/kubernetes/manifests/kube-scheduler.yaml.bak", contents=KUBEADM)
     node.create_file("/etc/kubernetes/manifests/etcd.yaml", contents="kind: Pod\nmetadata: {name: etcd}\n")
     node.create_file("/etc/kubernetes/manifests/.hidden.yaml", contents=KUBEADM)  # the kubelet skips dot files
-    plan = engine.plan_apply(OPTS)
+    plan = nodefiles.plan_apply(OPTS)
     others = [n for n in plan.notes if "another kube-scheduler" in n]
     assert others == ["/etc/kubernetes/manifests/kube-scheduler.yaml.bak is another kube-scheduler static pod in "
                       "/etc/kubernetes/manifests; the kubelet runs it too, unpatched"]
-    assert engine.status(OPTS)["other_schedulers"] == ["/etc/kubernetes/manifests/kube-scheduler.yaml.bak"]
+    assert nodefiles.status(OPTS)["other_schedulers"] == ["/etc/kubernetes/manifests/kube-scheduler.yaml.bak"]
 
 
 def test_the_agent_start_does_not_block_on_a_fifo_manifest(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The pure manifest engine: patch, restore, idempotence, fidelity and refusals."""
+"""The pure manifest edit: patch, restore, idempotence, fidelity and refusals."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import difflib
 
 import pytest
 
-from patcher.core import manifest as m
+from patcher.core import manifestedit as m
 from patcher.core.errors import ManifestError
 from tests.conftest import fixture_manifests
 

@@ -13,6 +13,7 @@ the patch would never reach the scheduler. The marker keeps the original UID's t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import posixpath
@@ -28,7 +29,7 @@ from patcher.core.errors import ManifestError
 VOLUME_NAME = "scheduler-patcher-config"
 # Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
 # agent seconds and hundreds of MB: it is refused before parsing. See docs/operator-contract.md.
-# Here, not in services/engine, so that the state store bounds the saved original by it too.
+# Here, not in services/nodefiles, so that the state store bounds the saved original by it too.
 MAX_MANIFEST_BYTES = 128 * 1024
 MARKER_VERSION = 1
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "busybox"}
@@ -49,15 +50,8 @@ class Marker:
     uid: str | None = None  # YAML source text of the ``metadata.uid`` we replaced (``patched_uid``), put back
 
     def to_json(self) -> str:
-        data: dict[str, Any] = {"v": MARKER_VERSION, "hash": self.hash, "flag": self.flag, "volume": self.volume,
-                                "mount": self.mount, "container": self.container}
-        if self.replaced is not None:
-            data["replaced"] = self.replaced
-        if self.created:
-            data["created"] = list(self.created)
-        if self.uid is not None:
-            data["uid"] = self.uid
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        kept = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and v != ()}
+        return json.dumps({"v": MARKER_VERSION, **kept}, separators=(",", ":"), ensure_ascii=False)
 
     @staticmethod
     def from_json(raw: str) -> Marker:
@@ -95,15 +89,10 @@ class Scheduler:
     def scheduler_flags(self) -> list[str]:
         """Flags meant for kube-scheduler itself, as written (after the binary when a wrapper such as go-runner
         runs it); split values (``--kubeconfig /x``) stay in place."""
-        return [str(x) for x in self.flags][_own_start(self.flags, self.flags_key):]
+        return [str(x) for x in self.flags][own_start(self.flags, self.flags_key):]
 
 
-def own_start(sched: Scheduler) -> int:
-    """Where kube-scheduler's own arguments start in ``sched.flags`` (after the binary or a wrapper's words)."""
-    return _own_start(sched.flags, sched.flags_key)
-
-
-def _own_start(flags: list[Any], flags_key: str) -> int:
+def own_start(flags: list[Any], flags_key: str) -> int:
     """Where kube-scheduler's own arguments start in ``flags``: after the binary, or after the leading words
     of a ``command`` (the binary and a wrapper's words before the first flag)."""
     items = [str(x) for x in flags]
@@ -240,7 +229,7 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     else:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
     marker = _marker(metadata, prefix, where)
-    foreign, foreign_index = _foreign_config(flags, _own_start(flags, flags_key), marker)
+    foreign, foreign_index = _foreign_config(flags, own_start(flags, flags_key), marker)
     for key in ("volumes", "volumeMounts"):
         holder = spec if key == "volumes" else container
         value = holder.get(key)
@@ -343,15 +332,15 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     """Add ``--config``, the config folder volume and mount, and the marker. Idempotent; verified.
 
     ``inspected``: ``text`` already parsed and inspected; ``unpatched``: the same for ``restore(text)``. A
-    caller that has them (the engine's plan) hands them on instead of having them computed again.
+    caller that has them (``nodefiles.plan_apply``) hands them on instead of having them computed again.
     """
-    doc, sched = inspected or _inspected(text, where, spec.prefix, spec.container_name)
+    doc, sched = inspected or inspect_text(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
             return PatchResult(text, False, sched.marker, sched)
-        doc, sched = unpatched or _inspected(restore(text, where, prefix=spec.prefix,
-                                                     container_name=spec.container_name, inspected=(doc, sched)),
-                                             where, spec.prefix, spec.container_name)
+        doc, sched = unpatched or inspect_text(restore(text, where, prefix=spec.prefix,
+                                                       container_name=spec.container_name, inspected=(doc, sched)),
+                                               where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
     _check_room(sched, spec, where)
 
@@ -401,7 +390,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     marker = Marker(hash=spec.short_hash, flag=flag, volume=VOLUME_NAME, mount=spec.host_config_dir,
                     container=sched.container_name, replaced=replaced, created=tuple(created), uid=uid_text)
     ops.append(yt.SetKey(("metadata", "annotations"), marker_key(spec.prefix), marker.to_json(),
-                         yt.Hints(key_order={}, quotes={(): "'"}, nested_indent=nested)))
+                         yt.Hints(quotes={(): "'"}, nested_indent=nested)))
     try:
         new_text, _ = yt.edit(doc, ops)
     except yt.YamlTextError as exc:
@@ -445,7 +434,8 @@ def _style_of(doc: yt.Document, parent: Node | None, key: str) -> yt.SeqStyle | 
         return None
 
 
-def _inspected(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
+def inspect_text(text: str, where: str, prefix: str, container_name: str | None) -> Inspected:
+    """``text`` parsed and inspected (``inspect``), both handed on to ``patch`` and ``restore``."""
     doc = parse_manifest(text, where)
     return doc, inspect(doc, where, prefix=prefix, container_name=container_name)
 
@@ -453,7 +443,7 @@ def _inspected(text: str, where: str, prefix: str, container_name: str | None) -
 def restore(text: str, where: str, *, prefix: str, container_name: str | None = None,
             inspected: Inspected | None = None) -> str:
     """Remove exactly what the marker says we added from the current text; unchanged when there is no marker."""
-    doc, sched = inspected or _inspected(text, where, prefix, container_name)
+    doc, sched = inspected or inspect_text(text, where, prefix, container_name)
     m = sched.marker
     if m is None:
         return text
@@ -463,10 +453,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     for i, item in enumerate(flags):
         if item == m.flag:
             if m.replaced is not None:
-                try:
-                    value = yt.load_data(m.replaced)
-                except yt.YamlTextError as exc:
-                    raise ManifestError(where, f"marker holds an unreadable replaced flag ({exc})") from None
+                value = _marker_value(m.replaced, "replaced flag", where)
                 ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
             else:
                 ops.append(yt.Remove((*sched.flags_path, i)))
@@ -478,11 +465,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
     if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        try:
-            value = yt.load_data(m.uid)
-        except yt.YamlTextError as exc:
-            raise ManifestError(where, f"marker holds an unreadable uid ({exc})") from None
-        ops.append(yt.Replace(("metadata", "uid"), value, m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _marker_value(m.uid, "uid", where), m.uid))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))
@@ -493,6 +476,14 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot restore: {exc}") from None
     return new_text
+
+
+def _marker_value(raw: str, what: str, where: str) -> Any:
+    """The value of YAML source text the marker keeps, for a restore that puts it back: unreadable, a refusal."""
+    try:
+        return yt.load_data(raw)
+    except yt.YamlTextError as exc:
+        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: str, ours: Any,
@@ -525,7 +516,7 @@ def map_to_node(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]], pat
     return best[1] if best else None
 
 
-#: The words of the one-line error for a ``--config`` that names a file not on the node (``engine.missing_config``):
+#: The words of the one-line error for a ``--config`` that names a file not on the node (``nodefiles.missing_config``):
 #: the agent's lifecycle recognises its own earlier report by them in a record it loads after a restart.
 MISSING_FILE = "names a missing file"
 

@@ -14,12 +14,13 @@ import os
 import posixpath
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
+from patcher.core import manifestedit, schedconfig, schedflags, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -37,7 +38,7 @@ class KnownBadConfig(ConfigError):
     """This exact config failed on this node before (rolled back): it is not tried again until it changes."""
 
 
-MAX_MANIFEST_BYTES = manifest.MAX_MANIFEST_BYTES
+MAX_MANIFEST_BYTES = manifestedit.MAX_MANIFEST_BYTES
 #: A config file we render is a source file (``MAX_SOURCE_BYTES``) with a few lines added: twice that bounds
 #: every read of one in the host config folder (a larger file there is not one we wrote, and differs).
 MAX_CONFIG_BYTES = 2 * MAX_SOURCE_BYTES
@@ -116,10 +117,10 @@ def _check_folders(opts: Files) -> None:
 
 @dataclass(frozen=True)
 class NamedFiles:
-    """What the static pods in the manifest folder name as a ``--config`` now (``manifest.config_names`` for
+    """What the static pods in the manifest folder name as a ``--config`` now (``manifestedit.config_names`` for
     each, symlinks followed on the node): every removal of a config file asks ``keeps`` first."""
 
-    names: tuple[tuple[str, manifest.ConfigNames], ...]  # (manifest node path, what it names)
+    names: tuple[tuple[str, manifestedit.ConfigNames], ...]  # (manifest node path, what it names)
     resolved: tuple[tuple[str, str], ...] = ()  # (manifest node path, a named path's symlink target)
     unreadable: str = ""  # the manifest could not be read: nothing is removed
 
@@ -150,19 +151,9 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
             return NamedFiles((), unreadable=f"the manifest cannot be read ({exc})")
         main, data = opts.manifest_path, planned
     texts = {main: (after if after is not None else data).decode("utf-8", "replace")}
-    try:
-        entries = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
-    except OSError:
-        entries = []
-    for name in entries:
-        try:
-            other = fs.resolve(posixpath.join(opts.manifest_dir, name))
-            if other not in texts:
-                texts[other] = fsio.read_file(fs.local(other), "manifest", other,
-                                              limit=MAX_MANIFEST_BYTES).decode("utf-8", "replace")
-        except PatcherError:
-            continue  # not a file the kubelet could run as a pod (a folder, too large, a dangling link)
-    names = tuple((where, manifest.config_names(text)) for where, text in texts.items())
+    for _, target, other in _static_pods(opts):
+        texts.setdefault(target, other.decode("utf-8", "replace"))
+    names = tuple((where, manifestedit.config_names(text)) for where, text in texts.items())
     resolved = []
     for where, named in names:
         for path in named.paths:
@@ -200,36 +191,38 @@ def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
     return node_path, local, data, text
 
 
+def _static_pods(opts: Files) -> Iterator[tuple[str, str, bytes]]:
+    """Every file the kubelet may run as a static pod from the manifest folder, as (node path, the node path its
+    symlinks lead to, bytes); one that is not a file it could run (a folder, too large, a dangling link) is
+    skipped."""
+    fs = host_fs(opts)
+    try:
+        names = sorted(e.name for e in os.scandir(fs.local(opts.manifest_dir)) if not e.name.startswith("."))
+    except OSError:
+        return
+    for name in names:
+        path = posixpath.join(opts.manifest_dir, name)
+        try:
+            target = fs.resolve(path)
+            data = fsio.read_file(fs.local(target), "manifest", target, limit=MAX_MANIFEST_BYTES)
+        except PatcherError:
+            continue
+        yield path, target, data
+
+
 def other_schedulers(opts: Files, node_path: str) -> list[str]:
     """Other files in the manifest folder that the kubelet runs as a kube-scheduler pod too (a backup copy
     left there, a second manifest): two schedulers fight over leader election and only one is patched."""
-    folder = host_fs(opts).local(opts.manifest_dir)
     found = []
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return []
-    for entry in entries:
-        other = posixpath.join(opts.manifest_dir, entry.name)
-        if entry.name.startswith(".") or entry.name == opts.manifest_name or not entry.is_file():
-            continue
-        if host_fs(opts).resolve(other) == node_path:
+    for other, target, data in _static_pods(opts):
+        if target == node_path or b"kube-scheduler" not in data:
             continue
         try:
-            data = fsio.read_file(Path(entry.path), "manifest", other, limit=MAX_MANIFEST_BYTES)
-            if b"kube-scheduler" not in data:
-                continue
-            manifest.inspect(manifest.parse_manifest(fsio.decode_utf8(data, other), other), other,
-                             prefix=opts.prefix, container_name=opts.container_name)
+            manifestedit.inspect_text(fsio.decode_utf8(data, other), other, opts.prefix, opts.container_name)
         except PatcherError:
             continue
         found.append(other)
     return found
-
-
-def container_to_node_path(sched: manifest.Scheduler, path: str) -> str | None:
-    """Map a path inside the scheduler container to the node, through volumeMounts and hostPath volumes."""
-    return manifest.map_to_node(sched.mounts, sched.volumes, path)
 
 
 #: Where each way of installing the agent mounts another node folder for it (read only, below the host root).
@@ -247,10 +240,10 @@ def foreign_missing(opts: Files, value: str, node_path: str) -> str:
             "--on-foreign-config=replace")
 
 
-def _foreign(opts: Files, sched: manifest.Scheduler, where: str) -> ForeignConfig | None:
+def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
-    node_path = container_to_node_path(sched, sched.foreign_config)
+    node_path = manifestedit.map_to_node(sched.mounts, sched.volumes, sched.foreign_config)
     if node_path is None:
         raise ManifestError(where, f"--config={sched.foreign_config} is not on a hostPath volume; cannot read it "
                             "to merge (use --on-foreign-config=replace)")
@@ -269,18 +262,16 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     """
     node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
-    doc = manifest.parse_manifest(text, node_path)
-    current = (doc, manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+    current = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     if current[1].marker is None:
-        manifest.check_prefix(doc, opts.prefix, node_path)
+        manifestedit.check_prefix(current[0], opts.prefix, node_path)
     unpatched_text, unpatched = text, current
     if current[1].marker is not None:
-        unpatched_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
-                                          inspected=current)
-        udoc = manifest.parse_manifest(unpatched_text, node_path)
-        unpatched = (udoc, manifest.inspect(udoc, node_path, prefix=opts.prefix, container_name=opts.container_name))
+        unpatched_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
+                                              inspected=current)
+        unpatched = manifestedit.inspect_text(unpatched_text, node_path, opts.prefix, opts.container_name)
     sched = unpatched[1]
-    manifest.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
+    manifestedit.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
     source_hash = ""
     if config is None:
         req = ConfigRequest(
@@ -289,14 +280,16 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
             manifest=node_path,
         )
-        config, source_hash = _render(req)
+        # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
+        source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
+        config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
                           "retried until it changes")
-    spec = manifest.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
-                              config_hash=config.config_hash, prefix=opts.prefix,
-                              container_name=opts.container_name, on_foreign=opts.on_foreign)
-    result = manifest.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
+    spec = manifestedit.PatchSpec(host_config_dir=opts.host_config_dir, config_file=config.main,
+                                  config_hash=config.config_hash, prefix=opts.prefix,
+                                  container_name=opts.container_name, on_foreign=opts.on_foreign)
+    result = manifestedit.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     if config.form != "last-good" and not source_hash:
         source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
@@ -316,29 +309,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     plan.notes.extend(f"{other} is another kube-scheduler static pod in {opts.manifest_dir}; the kubelet runs it "
                       f"too, unpatched" for other in other_schedulers(opts, node_path))
     return plan
-
-
-# The last few configs rendered, by request and source fingerprint: a config is rendered (read, validated,
-# rendered, hashed) once per change of its inputs, not again on every reconcile or manifest write.
-_rendered: dict[tuple[ConfigRequest, str], RenderedConfig] = {}
-_RENDERED_KEPT = 4
-
-
-def _render(req: ConfigRequest) -> tuple[RenderedConfig, str]:
-    """``schedconfig.build_config(req)`` and the source folder's fingerprint; from the cache when the request
-    and the source's content are the same as for an earlier render. A render is kept only when the folder did
-    not change while it was read (the fingerprint before and after agree)."""
-    before = fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES)
-    key = (req, before)
-    config = _rendered.get(key)
-    if config is not None:
-        return config, before
-    config = schedconfig.build_config(req)
-    if before != "missing" and fsio.folder_fingerprint(req.source_dir, limit=MAX_SOURCE_BYTES) == before:
-        if len(_rendered) >= _RENDERED_KEPT:
-            del _rendered[next(iter(_rendered))]
-        _rendered[key] = config
-    return config, before
 
 
 def _nearest_existing(local: Path) -> Path:
@@ -523,16 +493,16 @@ def plan_restore(opts: Files) -> RestorePlan:
     state = store.load()
     notes: list[str] = []
     try:
-        doc = manifest.parse_manifest(text, node_path)
-        manifest.check_prefix(doc, opts.prefix, node_path)
-        new_text = manifest.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        doc = manifestedit.parse_manifest(text, node_path)
+        manifestedit.check_prefix(doc, opts.prefix, node_path)
+        new_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
     except ManifestError as exc:
         saved = store.load_original()
         # The saved original is the last resort, for a file that no longer parses *and* still is the one we
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
-        ours = manifest.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
+        ours = manifestedit.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
         if saved is None or not state.patched or not ours or not _unparsable(text):
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
@@ -602,38 +572,29 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
 def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
-    lines += _write_restored_locked(plan, ops)
-    if keep_files:
-        return lines
-    return _clean_up_locked(opts, plan, lines, ops)
-
-
-def _write_restored_locked(plan: RestorePlan, ops: fsio.FileOps) -> list[str]:
-    lines = []
     for change in plan.changes:
         if change.kind == "manifest" and change.new is not None:
             fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
             lines.append(f"wrote {change.node_path}")
-    return lines
+    return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
 def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
     step = "removing the config files"
     try:
-        with fsio.one_dir_sync():  # the manifest is durable already; these removals need one sync per folder
-            configs = [c for c in plan.changes if c.kind == "config"]
-            named = named_files(opts) if configs else NamedFiles(())
-            kept = []
-            for change in configs:
-                line = remove_config_file(opts, named, change.node_path)
-                if line:
-                    lines.append(line)
-                if line.startswith("kept "):
-                    kept.append(posixpath.basename(change.node_path))
-            step = "clearing the state record"
-            state_store(opts, ops).clear()
-            if kept:  # still ours: a later restore or prune removes them once nothing names them
-                state_store(opts, ops).save(State(written=tuple(kept)))
+        configs = [c for c in plan.changes if c.kind == "config"]
+        named = named_files(opts) if configs else NamedFiles(())
+        kept = []
+        for change in configs:
+            line = remove_config_file(opts, named, change.node_path)
+            if line:
+                lines.append(line)
+            if line.startswith("kept "):
+                kept.append(posixpath.basename(change.node_path))
+        step = "clearing the state record"
+        state_store(opts, ops).clear()
+        if kept:  # still ours: a later restore or prune removes them once nothing names them
+            state_store(opts, ops).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
                            f"{step} (run restore again once this is fixed)", lines) from None
@@ -643,8 +604,7 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio
 def status(opts: Files) -> dict[str, Any]:
     """What is on disk now, plus whether an apply would change anything."""
     node_path, local, _, text = read_manifest(opts)
-    doc = manifest.parse_manifest(text, node_path)
-    sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+    _, sched = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     state = state_store(opts).load()
     mtime = fsio.mtime_ns(local)
     marker = sched.marker
@@ -677,27 +637,27 @@ def status(opts: Files) -> dict[str, Any]:
     return out
 
 
-def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only: bool = False) -> str | None:
+def missing_config(opts: Files, sched: manifestedit.Scheduler, *, seen_folders_only: bool = False) -> str | None:
     """The one-line error when the ``--config`` kube-scheduler starts with names a file that is not on the node
     (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
     file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
     elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
-    item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
+    item = schedflags.config_flag(sched.flags[manifestedit.own_start(sched.flags, sched.flags_key):])
     if item is None:
         return None
-    node_path = container_to_node_path(sched, item.value)
+    node_path = manifestedit.map_to_node(sched.mounts, sched.volumes, item.value)
     if node_path is None:
         return None  # not on a hostPath volume: the image's own file, not ours to check
     local = host_fs(opts).local(node_path)
     if local.exists() or (seen_folders_only and not local.parent.is_dir()):
         return None
-    return (f"{node_path}: kube-scheduler's --config={item.value} {manifest.MISSING_FILE}; its next start fails "
+    return (f"{node_path}: kube-scheduler's --config={item.value} {manifestedit.MISSING_FILE}; its next start fails "
             "(run apply to write it back, or restore)")
 
 
 def named_missing_fingerprint(opts: Files) -> str:
     """What the agent's watch of the host config folder compares: the files there that the manifest names as a
-    ``--config`` (``manifest.config_names``) and that are not there. A deletion of a named file, or its
+    ``--config`` (``manifestedit.config_names``) and that are not there. A deletion of a named file, or its
     return, changes it; the agent's own writes do not (a config file is written before the manifest names
     it, a manifest is put back before a file it named is removed, a prune removes only files nothing names),
     so they cost no second reconcile however slow the write."""
@@ -706,7 +666,7 @@ def named_missing_fingerprint(opts: Files) -> str:
     except PatcherError:
         return "unreadable"  # the manifest's own watch and the plan's refusal cover it
     folder, fs = posixpath.normpath(opts.host_config_dir), host_fs(opts)
-    return "\n".join(sorted(p for p in manifest.config_names(text).paths
+    return "\n".join(sorted(p for p in manifestedit.config_names(text).paths
                             if posixpath.dirname(p) == folder and not fs.local(p).exists()))
 
 
@@ -715,8 +675,7 @@ def missing_named_config(opts: Files) -> str:
     empty when none is missing, or when the manifest cannot be read (the plan's refusal says why)."""
     try:
         node_path, _, _, text = read_manifest(opts)
-        doc = manifest.parse_manifest(text, node_path)
-        sched = manifest.inspect(doc, node_path, prefix=opts.prefix, container_name=opts.container_name)
+        _, sched = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
     except PatcherError:
         return ""
     return missing_config(opts, sched, seen_folders_only=True) or ""
