@@ -1,11 +1,8 @@
 """The node agent's executor: one thread that feeds ``patcher.core.lifecycle.step`` and executes its actions.
 
-Every decision is in ``lifecycle`` (pure). The loop takes one event at a time from its queue; ``observations``
-turns it into lifecycle events; ``_feed`` steps each, and every event its actions return, from one local queue
-(no action steps the lifecycle itself), saving each transition's record once (``record``) before its phase is
-said. The actions run in the services beside it (``patching``, ``observations``, ``stopping``, ``process``). The
-loop never waits for the API; only the stop waits, within the deadlines the step computed from the grace period.
-``patcher.services.runner.build_agent`` wires it; ``docs/architecture.md`` ("The executor") tells the whole path.
+Every decision is in ``lifecycle``. Each transition's record is saved once before its phase is said, and no
+action steps the lifecycle itself (one local queue), so the record and what the node says never disagree. The
+loop never waits for the API; only the stop does, within the deadlines the step computed.
 """
 
 from __future__ import annotations
@@ -34,10 +31,6 @@ from patcher.services.timers import Timers
 log = logging.getLogger("patcher.services.agent")
 
 __all__ = ["Agent"]
-
-
-def _said(phase: NodeState) -> None:
-    """What a phase change tells nobody (no status publisher: the agent without the API)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +73,7 @@ class Agent:
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
                                   reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
-                                  fallback_version=fallback_version, on_phase=on_phase or _said)
+                                  fallback_version=fallback_version, on_phase=on_phase or (lambda _: None))
 
     @property
     def node(self) -> Node:
@@ -133,19 +126,27 @@ class Agent:
             if settled is not None and self.events.empty() and not self._node.probing:
                 then, settled = settled, None
                 then()
-            try:
-                event = self.events.get(timeout=self.world.timeout(self.rules))
-            except queue.Empty:
-                event = None
-            if event is LoopEvent.STOP or self._stopping.is_set():
+            if self.turn(self.world.timeout(self.rules)) is LoopEvent.STOP:
                 return
-            try:
-                self._handle(event)
-            except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
-                self.metrics.error("internal")
-                log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
-                          extra=self.log_extra)
-                log.debug("internal error", exc_info=True)
+
+    def turn(self, timeout: float = 0.0) -> LoopEvent | None:
+        """One turn of the loop: the next event on the queue, waiting at most ``timeout`` (none: the timers that
+        are due), fed to the step. Returns it; ``STOP``: nothing was done, the loop ends."""
+        try:
+            event = self.events.get(timeout=timeout)
+        except queue.Empty:
+            event = None
+        if event is LoopEvent.STOP or self._stopping.is_set():
+            return LoopEvent.STOP
+        try:
+            for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
+                self._feed(made)
+        except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
+            self.metrics.error("internal")
+            log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
+                      extra=self.log_extra)
+            log.debug("internal error", exc_info=True)
+        return event
 
     def start(self) -> bool:
         """Resume from the record and reconcile once. False: a stop came while starting; only the stop follows."""
@@ -165,10 +166,6 @@ class Agent:
 
     def reconcile(self, why: str) -> None:
         self._feed(self.world.plan(why))
-
-    def _handle(self, event: LoopEvent | None) -> None:
-        for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
-            self._feed(made)
 
     def _feed(self, first: lifecycle.Event | None) -> None:
         """Step ``first`` and every event its actions produce, in order, from one local queue (no action feeds
@@ -240,31 +237,18 @@ class Agent:
                 self.notify(LoopEvent.REPLAN)
             case lifecycle.Probe(config_hash=config_hash):
                 w.start_probe(config_hash)
-            case lifecycle.RetryLater() | lifecycle.CheckStateFolder():
-                self._set_timer(action)
+            case lifecycle.RetryLater(timer=timer, delay=delay):
+                self.timers.later(timer, delay)
             case lifecycle.Restore():
                 return self.stopper.restore(action, self._node.record, w.coordinator, w.pods)
-            case lifecycle.Keep():
-                self.stopper.keep(action, w.reporter)
-            case lifecycle.LetGo() | lifecycle.Reclaim():
-                return self._hold(action)
+            case lifecycle.LetGo():
+                self.record.let_go()
+            case lifecycle.Reclaim():
+                return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
             case lifecycle.Finish():
                 self._exit_code = self._exit_code or action.code
                 w.finish(action)
         return None
-
-    def _set_timer(self, action: lifecycle.RetryLater | lifecycle.CheckStateFolder) -> None:
-        if isinstance(action, lifecycle.RetryLater):
-            self.timers.probe_retry_at = time.monotonic() + action.delay
-        else:
-            self.timers.state_retry_at = time.monotonic() + action.delay
-
-    def _hold(self, action: lifecycle.LetGo | lifecycle.Reclaim) -> lifecycle.Reclaimed | None:
-        """Held: the writer lock is let go. Released: the lock taken back and the record read again from disk."""
-        if isinstance(action, lifecycle.LetGo):
-            self.record.let_go()
-            return None
-        return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
 
     def shutdown(self) -> int:
         """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,

@@ -291,8 +291,7 @@ class Observations:
         if c.held or c.refused_bad:
             self.timers.lease_retry_at = None
         pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
-        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
-                                     config_hash=pending)
+        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, config_hash=pending)
 
     def release_turn(self, bad_source: str | None) -> None:
         self.timers.lease_retry_at = None

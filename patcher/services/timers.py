@@ -5,6 +5,7 @@ the monotonic clock; ``due`` names the one that fires, ``timeout`` is how long t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -23,6 +24,13 @@ class Timers:
     state_retry_at: float | None = None
     #: The end of the start's wait for the hold (``Loop.hold_wait``); cleared once the hold is known.
     hold_wait_at: float | None = None
+
+    def later(self, timer: Literal["probe-retry", "state-folder"], delay: float) -> None:
+        at = time.monotonic() + delay
+        if timer == "state-folder":
+            self.state_retry_at = at
+        else:
+            self.probe_retry_at = at
 
     def due(self, now: float, *, fault: bool) -> Due | None:
         """The one timer that fires now, in this order, cleared (the resync and the Lease retry are set again by
