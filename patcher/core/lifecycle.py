@@ -596,8 +596,7 @@ def _pending_if_new(node: Node, acts: list[Action]) -> Step:
 
 
 def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
-    """``planned``, and on top of it a ``--config`` that names a missing file the plan does not write back
-    (``config_missing``): Failed, naming the path, until the file is back or the manifest names it no more."""
+    """``planned``, and on top of it a ``--config`` naming a missing file the plan does not write back."""
     said = (node.record.phase, node.record.message)
     cleared = not ev.missing and (node.missing is not None or _says_missing(node))
     back: list[Action] = []
@@ -690,8 +689,8 @@ def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
 
 
 def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
-    """The pre-flight answered. Blocked: stay Pending (nothing written, no turn taken) with the message
-    naming the extenders, and probe again after a backoff. Passed: plan again, and this time write."""
+    """The pre-flight answered. Blocked: stay Pending, nothing written, and probe again after a backoff.
+    Passed: plan again, and this time write."""
     w = node.wait
     if w is not None and w.probing and w.config_hash == ev.config_hash:
         return _canary_probed(node, replace(w, probing=False), ev, opts)
@@ -727,8 +726,7 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
 
 
 def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Lifecycle) -> Step:
-    """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
-    answer lets the next restart check make the node Ready."""
+    """The probe after the restart: a failure rolls back like a crash loop; an answer lets the node be Ready."""
     short = ev.config_hash[:12]
     node = replace(node, wait=w)
     if ev.blocking:
@@ -846,7 +844,6 @@ def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
 
 
 def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
-    """The record no longer lists the removed files (saved with this transition, like any other)."""
     return replace(node, record=ev.record), []
 
 
@@ -868,9 +865,8 @@ STATE_FOLDER_WAIT = "nothing is written until the record can be saved again; ret
 
 
 def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> Step:
-    """Failed, naming the folder and the error; a turn not used for a write is passed on (this node cannot
-    write); a write already waiting for its restart keeps its wait (judged again once the folder works).
-    One Warning per distinct error; the retry delay doubles up to ``state_retry_max``."""
+    """Failed; a turn not used for a write is passed on (this node cannot write), a write waiting for its
+    restart keeps its wait (judged once the folder works). One Warning per distinct error."""
     f = node.fault
     failures = (f.failures if f else 0) + 1
     delay = _backoff(opts.state_retry, opts.state_retry_max, failures)
@@ -888,8 +884,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> S
 
 
 def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
-    """The folder took the record: the node says again what it said before the fault (a node that had said
-    nothing yet: Pending) and plans again, which writes whatever is still to write by the usual protocol."""
+    """The node says again what it said before the fault (or Pending) and plans again."""
     f = node.fault
     if f is None:
         return node, []
@@ -906,11 +901,9 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float, float]:
     """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until, end).
 
-    ``answers until``: every wait for an answer ends by then (``STOP_ANSWERS``), whatever the grace period.
-    The waits on an API that answers come from the grace period, ending before a reserve (a fifth of it, at
-    most 5 s) for the release, the report and the exit, which is slow on a loaded node: the turn may take
-    40 % of the grace period, the wait for the restored scheduler up to 70 % and never the last 2 s before
-    that reserve."""
+    Every wait for an answer ends by ``answers until``, whatever the grace period. Waits on an API that answers
+    take shares of the grace period before a reserve (a fifth, at most 5 s) for the report and the exit, slow
+    on a loaded node: the turn 40 %, the restored scheduler up to 70 % and never the last 2 s before it."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
     return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
@@ -958,9 +951,8 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
-    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released. A restore
-    that waited on an answering API past the stop's answers deadline gives the release and the report
-    ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
+    """Restored, or an error and exit 1. A restore that waited on an answering API past the answers deadline
+    gives the report ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
     node = replace(node, turn="held" if ev.held else "none")
     if not ev.api_silent and ev.now >= node.stop_until:
         node = replace(node, stop_until=ev.now + FINAL_REPORT)
@@ -985,9 +977,8 @@ def held_message(hold: str) -> str:
 
 
 def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
-    """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock, and say
-    so on the Node. Released: take the lock back and re-read the record (``Reclaimed`` goes on from there). The
-    first answer after a start that did not know the hold: not held, plan what was held back."""
+    """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock.
+    Released: take the lock back and re-read the record (a hand restore changed it): ``Reclaimed``."""
     if not node.hold_known:
         node = replace(node, hold_known=True)
         if ev.hold is None:
@@ -1014,8 +1005,7 @@ def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
 
 
 def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
-    """The bounded wait for the hold ran out: the API is down or slow, and the file work must not stall for it.
-    Said once; the watch's answer, when it comes, is a ``HoldChanged`` like any other."""
+    """The bounded wait for the hold ran out: the file work must not stall for an API that is down or slow."""
     if node.hold_known:
         return node, []
     return replace(node, hold_known=True), [
@@ -1029,13 +1019,6 @@ def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
 _BEFORE_HOLD_KNOWN = (Resumed, TurnChanged, Probed, StateFolderFailed, StateFolderOk, Stop, RestoreDone)
 
 
-def _while_held(node: Node, event: Event) -> Step:
-    """Nothing is written or judged while held; a turn that comes anyway is given back."""
-    if isinstance(event, TurnChanged) and event.held:
-        return replace(node, turn="none"), [ReleaseTurn()]
-    return node, []
-
-
 def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
     """What the stop, the hold and the state folder's fault let through (None: the event's own transition)."""
     if node.stopping and not isinstance(event, RestoreDone):
@@ -1046,8 +1029,10 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
         return hold_unknown(node, event, opts)
     if not node.hold_known and not isinstance(event, _BEFORE_HOLD_KNOWN):
         return node, []  # planned again once the hold is known (``hold_changed``/``hold_unknown``)
-    if node.hold is not None and not isinstance(event, Stop):
-        return _while_held(node, event)  # a stop while held keeps (``stop``)
+    if node.hold is not None and not isinstance(event, Stop):  # nothing is written or judged; a stop keeps
+        if isinstance(event, TurnChanged) and event.held:
+            return replace(node, turn="none"), [ReleaseTurn()]  # a turn that comes anyway is given back
+        return node, []
     if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk,
                                                          Reclaimed)):
         return node, []  # nothing is planned, written or judged while the record cannot be saved

@@ -49,10 +49,8 @@ class Agent:
                  coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
                  events: queue.SimpleQueue[LoopEvent] | None = None, file_ops: FileOps = REAL_FILE_OPS) -> None:
         """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
-        a hold watch comes (the agent runs with the API), so nothing is written before it answered or
-        ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
-        it before them); ``file_ops``: what every file write of the agent goes through; the rest:
-        ``Observations``."""
+        nothing is written before the hold watch answered or ``Loop.hold_wait`` ran out; ``events``: the queue
+        the adapters were handed; ``file_ops``: every file write of the agent; the rest: ``Observations``."""
         self.files, self.opts = settings.files, settings.loop
         self.health, self.metrics = health or Health(), metrics or Metrics()
         self.rules = replace(settings.lifecycle,
@@ -116,11 +114,8 @@ class Agent:
     # -- the executor -------------------------------------------------------------------------------------------
 
     def loop(self, settled: Callable[[], object] | None = None) -> None:
-        """Take one event at a time, until stopped (``process.run`` starts the agent before and stops it after).
-
-        ``settled`` is called once, the first time the loop would wait with nothing to do and no pre-flight
-        probe of a config to write running: the start's work is done (the first write with it, when one was
-        due), and what can wait for that (the probes' server) is started then, off the path to that write."""
+        """One ``turn`` at a time, until stopped. ``settled`` is called once, the first time the loop would wait
+        with nothing to do and no pre-flight running: what can wait (the probes' server) starts then."""
         while not self._stopping.is_set():
             self.health.beat()
             if settled is not None and self.events.empty() and not self._node.probing:
@@ -168,8 +163,7 @@ class Agent:
         self._feed(self.world.plan(why))
 
     def _feed(self, first: lifecycle.Event | None) -> None:
-        """Step ``first`` and every event its actions produce, in order, from one local queue (no action feeds
-        the step itself)."""
+        """Step ``first`` and every event its actions produce, in order, from one local queue."""
         todo: deque[lifecycle.Event | _Unsaved] = deque([first] if first is not None else [])
         while todo:
             item = todo.popleft()
@@ -188,7 +182,7 @@ class Agent:
         before = (self._node.phase, self._node.record.message)
         if node.wait is None:
             self.world.restarts.forget()
-        refused, _ = self.record.save(node)  # the record first: a phase is said only once it is recorded
+        refused = self.record.save(node)  # the record first: a phase is said only once it is recorded
         if refused is not None:
             # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
             # transition; the fault's transition says Failed, and this phase again once the folder works.
@@ -251,9 +245,8 @@ class Agent:
         return None
 
     def shutdown(self) -> int:
-        """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
-        release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
-        the record a stop leaves is the restore's (``stopping``). Returns the exit code."""
+        """Feed the stop to the lifecycle and execute what it answers; returns the exit code. Nothing is saved
+        here: the record a stop leaves is the restore's (``stopping``)."""
         now = time.monotonic()
         if self._signal is not None:
             log.info("received %s", signal.Signals(self._signal).name, extra=self.log_extra)

@@ -1,15 +1,7 @@
-"""What the agent's thread sees, as ``lifecycle`` events: the loop's events (``lifecycle.LoopEvent``: a folder
-changed, the mirror pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a
-timer) turned into ``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``,
-``StateFolderOk``/``Failed``, and the answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` →
-``Observed``, ``TakeTurn`` → ``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` →
-``RollbackDone``).
-
-It holds what the API side handed the agent (``attach``) and what those observations carry forward: the plan an
-``Apply`` writes, the rollback's plan, the mirror pod before a write (the restart baseline), the timers. What
-the step says back to the cluster (``report``, ``release_turn``, ``finish``) goes through the same adapters, so
-it is here too. Nothing here steps the lifecycle: the executor (``patcher.services.agent``) feeds every event
-returned or yielded, one at a time, before the next one is looked at.
+"""What the agent's thread sees, as ``lifecycle`` events: the loop's events and the answers of the actions that
+observe. It holds what the API side handed the agent (``attach``) and what the observations carry forward (the
+plan an ``Apply`` writes, the rollback's plan, the restart baseline, the timers); what the step says back to the
+cluster goes through the same adapters. Nothing here steps the lifecycle: the executor feeds what comes back.
 """
 
 from __future__ import annotations
@@ -20,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, assert_never, overload
+from typing import Any, assert_never
 
 from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
@@ -40,18 +32,15 @@ log = logging.getLogger("patcher.services.agent")
 
 
 def node_status(node: Node) -> NodeStatus:
-    """The Node's annotations for ``node`` (it has a phase, or is held). While held: ``Held``, the message naming
-    the hold, and the hashes of what the record last said (the files may differ: the operator works there)."""
+    """The Node's annotations for ``node`` (it has a phase, or is held: then the hashes the record last said,
+    though the operator may have changed the files)."""
     r = node.record
-    if node.hold is not None:
-        return NodeStatus(state=NodeState.HELD, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
-                          manifest_mtime_ns=r.manifest_mtime_ns or None, message=lifecycle.held_message(node.hold))
-    phase = node.phase
-    assert phase is not None
-    return NodeStatus(state=phase, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
+    state = NodeState.HELD if node.hold is not None else node.phase
+    assert state is not None
+    return NodeStatus(state=state, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
                       manifest_mtime_ns=r.manifest_mtime_ns or None,
-                      restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
-                      message=r.message)
+                      restarted_at_ns=r.restarted_at_ns if state == NodeState.READY else None,
+                      message=r.message if node.hold is None else lifecycle.held_message(node.hold))
 
 
 class Observations:
@@ -96,9 +85,8 @@ class Observations:
     # -- the loop's events ------------------------------------------------------------------------------------
 
     def events(self, event: LoopEvent | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
-        """One loop event as lifecycle events, lazily (each is fed before the next is made: a re-plan reads the
-        record the turn left); then the restart check (it reads the mirror pod and the process table) and the
-        periodic probe's timer, whatever the event was. None: a timer is due."""
+        """One loop event (None: a timer is due) as lifecycle events, lazily (a re-plan reads the record the turn
+        left); then, whatever the event, the restart check and the periodic probe's timer."""
         match event:
             case LoopEvent.SOURCE | LoopEvent.MANIFEST:
                 yield self.plan(f"{event} changed")
@@ -146,9 +134,7 @@ class Observations:
 
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
-        its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
-        and the bound itself is the next timer, never a busy loop), the local tracker's poll, and the end
-        of a restarted scheduler's settle time (nothing else may change then)."""
+        its deadline (past it, the blind view's bound: never a busy loop), the local poll and the settle end."""
         now, n = time.monotonic(), self.current()
         w = n.wait
         also: tuple[float, ...] = ()
@@ -184,8 +170,7 @@ class Observations:
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
 
     def hold_changed(self) -> lifecycle.HoldChanged | None:
-        """The Node's hold as the watch sees it now (several changes between two looks: the last one counts);
-        None before its first list answered (nothing is known then)."""
+        """The Node's hold as the watch sees it now; None before its first list answered."""
         if not self.holds.known():
             return None
         return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
@@ -255,8 +240,7 @@ class Observations:
     # -- the restart ------------------------------------------------------------------------------------------
 
     def watch(self) -> lifecycle.Observed | None:
-        """A fresh restart baseline and local tracker for the write the lifecycle now waits on, and its first
-        look (it may be proven already, or, with no check at all, taken as live)."""
+        """A fresh restart baseline and local tracker for the write waited on, and a first look."""
         w = self.current().wait
         assert w is not None
         pod_now = self.pods.latest() if self.pods and w.adopted else None
@@ -302,8 +286,7 @@ class Observations:
     # -- the extender probe -----------------------------------------------------------------------------------
 
     def start_probe(self, config_hash: str) -> None:
-        """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
-        "probe" event."""
+        """The pre-flight (or the probe after the restart) in its own thread; its answer is a "probe" event."""
         plan = self._plan
         self.timers.probe_retry_at = None
         if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
@@ -332,28 +315,21 @@ class Observations:
 
     # -- the stop ---------------------------------------------------------------------------------------------
 
-    @overload
-    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView: ...
-    @overload
-    def daemonset_view(self, rules: Lifecycle, *, read: bool) -> lifecycle.DaemonSetView | None: ...
-
-    def daemonset_view(self, rules: Lifecycle, *, read: bool = True) -> lifecycle.DaemonSetView | None:
+    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
-        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it; ``read`` False:
-        None where it would read."""
+        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
         if self.owner is None:
             why = "the API adapters are not there" if self.api_pending or not self.attached else (
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
-        return self.owner.confirm(lifecycle.OWNER_LOOKUP) if read else None
+        return self.owner.confirm(lifecycle.OWNER_LOOKUP)
 
     # -- what the step says back to the cluster ---------------------------------------------------------------
 
     def report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
-        """To the Node's annotations and events; nothing before the API adapters are attached (the agent
-        re-publishes its phase when they are)."""
+        """To the Node's annotations and events (before ``attach``: nowhere; its phase is said again then)."""
         if isinstance(action, lifecycle.Publish):
             self.reporter.publish(node_status(self.current()), reason=action.reason)
         else:
