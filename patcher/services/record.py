@@ -190,10 +190,9 @@ class RecordKeeper:
         return record
 
     def hold_for_life(self, stack: contextlib.ExitStack, metrics: Metrics) -> bool:
-        """Take the node's writer lock into ``stack`` (the agent's life): a CLI ``apply``/``restore`` run on the
-        node meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread).
-        A state folder that cannot hold it is not fatal: the first save says so on the Node, and retries. False:
-        another writer holds it."""
+        """Take the node's writer lock for the agent's life (``stack``): a CLI ``apply``/``restore`` meanwhile
+        refuses in one line instead of racing the agent. A state folder that cannot hold it is not fatal (the
+        first save says so, and retries). False: another writer holds it."""
         own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
             own.enter_context(writer_lock(self.files, self.store.ops))
@@ -232,9 +231,8 @@ class RecordKeeper:
         return self.load()
 
     def _hold_lock(self) -> None:
-        """Take the writer lock for the rest of the agent's life if it could not be taken at its start (the
-        state folder was unusable), without waiting: another writer that took it meanwhile is a refusal, tried
-        again later. Before ``hold_for_life`` (tests driving the executor) every engine call takes it itself."""
+        """Take the writer lock for good if the start could not (the state folder was unusable), without waiting:
+        another writer holding it is a refusal, tried again later."""
         if self._lock is None or self._lock_held:
             return
         try:
