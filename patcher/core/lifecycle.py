@@ -208,17 +208,13 @@ class LastGoodChecked:
 
 @dataclass(frozen=True)
 class RollbackDone:
-    record: State
-    target: str  # "the last Ready config <hash>" or "the original manifest"
+    """The report of a ``RollBack``: the new ``record`` and its ``target``, or (``record`` None) the error."""
+
     reason: str
     bad_source: str
-
-
-@dataclass(frozen=True)
-class RollbackFailed:
-    message: str
-    reason: str
-    bad_source: str
+    record: State | None = None
+    target: str = ""  # "the last Ready config <hash>" or "the original manifest"
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -330,8 +326,8 @@ class Reclaimed:
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
-         | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged
-         | HoldUnknown | Reclaimed)
+         | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged | HoldUnknown
+         | Reclaimed)
 
 
 class LoopEvent(StrEnum):
@@ -385,7 +381,7 @@ class CheckLastGood:
 
 @dataclass(frozen=True)
 class RollBack:
-    """Go back to ``target``; report with ``RollbackDone``/``RollbackFailed``."""
+    """Go back to ``target``; report with ``RollbackDone``."""
 
     config_hash: str
     reason: str
@@ -848,16 +844,15 @@ def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
 
 
 def rollback_done(node: Node, ev: RollbackDone, opts: Lifecycle) -> Step:
-    message = f"{ev.reason}; rolled back to {ev.target}"
-    node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
+    if ev.record is None:
+        node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.error}")
+        said: list[Action] = [Error("rollback"), Log("error", f"rollback failed: {ev.error}")]
+    else:
+        message = f"{ev.reason}; rolled back to {ev.target}"
+        node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
+        said = [Log("error", message)]
     node, rel = _release(node, ev.bad_source)
-    return node, [Log("error", message), *acts, *rel]
-
-
-def rollback_failed(node: Node, ev: RollbackFailed, opts: Lifecycle) -> Step:
-    node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.message}")
-    node, rel = _release(node, ev.bad_source)
-    return node, [Error("rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
+    return node, [*said, *acts, *rel]
 
 
 #: The Node's message while the state folder cannot take the record (after the folder's error).
@@ -1049,7 +1044,7 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
 _TRANSITIONS: dict[type[Any], Callable[[Node, Any, Lifecycle], Step]] = {
     Resumed: resumed, Planned: with_missing, TurnChanged: turn_changed, Pruned: pruned, Wrote: wrote,
     WriteFailed: write_failed, Observed: observed, LastGoodChecked: last_good_checked, RollbackDone: rollback_done,
-    RollbackFailed: rollback_failed, Probed: probed, ProbeDue: probe_due, StateFolderFailed: state_folder_failed,
+    Probed: probed, ProbeDue: probe_due, StateFolderFailed: state_folder_failed,
     StateFolderOk: state_folder_ok, Stop: stop, RestoreDone: restore_done, Reclaimed: reclaimed}
 
 

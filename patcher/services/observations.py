@@ -218,7 +218,7 @@ class Observations:
         answer, self._rollback_plan = patching.check_last_good(self.files, action)
         return answer
 
-    def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+    def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone:
         plan, self._rollback_plan = self._rollback_plan, None
         return patching.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest,
                                   ops=self.record.store.ops)

@@ -142,7 +142,7 @@ EVENTS = st.one_of(
         lifecycle.CheckLastGood(H, "r", "s", LastGood(H, "/c/config-aaaaaaaaaaaa.yaml")))),
     st.builds(lifecycle.RollbackDone, record=st.just(PATCHED), target=st.just("the original manifest"),
               reason=st.just("r"), bad_source=st.just("s")),
-    st.builds(lifecycle.RollbackFailed, message=st.just("m"), reason=st.just("r"), bad_source=st.just("s")),
+    st.builds(lifecycle.RollbackDone, error=st.just("m"), reason=st.just("r"), bad_source=st.just("s")),
     st.builds(lifecycle.StateFolderFailed, now=st.floats(0, 1000), message=st.just("read-only")),
     st.builds(lifecycle.StateFolderOk, now=st.floats(0, 1000)),
     st.builds(HoldChanged, now=st.floats(0, 1000), hold=st.one_of(st.none(), st.sampled_from(["", "alice"]))),

@@ -71,8 +71,8 @@ def test_after_a_stop_every_event_but_stop_is_ignored(event: lc.Event) -> None:
 @pytest.mark.parametrize("event", [lc.Resumed(1.0), pending(), up_to_date(), lc.Wrote(1.0, State(), True),
                                    lc.WriteFailed("x", False), lc.Observed(1.0, 0, Verdict.READY, "r"),
                                    lc.TurnChanged(held=True, refused_bad=False), lc.Probed(1.0, H1),
-                                   lc.ProbeDue(1.0), lc.RollbackDone(State(), "t", "r", SRC),
-                                   lc.RollbackFailed("m", "r", SRC)])
+                                   lc.ProbeDue(1.0), lc.RollbackDone("r", SRC, State(), "t"),
+                                   lc.RollbackDone("r", SRC, error="m")])
 def test_while_the_state_folder_refuses_the_record_only_its_own_events_pass(event: lc.Event) -> None:
     n = replace(waiting(), fault=lc.Fault("state folder unusable: x", 1, "WaitingForRestart", None))
     assert lc.step(n, event, OPTS) == (n, [])
@@ -359,12 +359,12 @@ def test_observed_waiting_before_the_deadline_or_blind_within_one_more_timeout_w
     assert lc.step(waiting(), lc.Observed(now, 0, Verdict.WAITING, "not yet", blind=blind), OPTS) == (waiting(), [])
 
 
-# -- RollbackDone / RollbackFailed -----------------------------------------------------------------------------
+# -- RollbackDone ----------------------------------------------------------------------------------------------
 
 
 def test_rollback_done_is_rolled_back_and_passes_the_turn_with_the_source() -> None:
     record = State(phase="WaitingForRestart", config_hash=H2, bad_hashes=(H1,))
-    after, acts = lc.step(node(turn="held"), lc.RollbackDone(record, "the original manifest", "why", SRC), COORD)
+    after, acts = lc.step(node(turn="held"), lc.RollbackDone("why", SRC, record, "the original manifest"), COORD)
     message = "why; rolled back to the original manifest"
     assert after.phase == NodeState.ROLLED_BACK and after.record == replace(record, phase="RolledBack",
                                                                            message=message)
@@ -372,7 +372,7 @@ def test_rollback_done_is_rolled_back_and_passes_the_turn_with_the_source() -> N
 
 
 def test_rollback_failed_is_failed_and_passes_the_turn_with_the_source() -> None:
-    after, acts = lc.step(node(turn="held"), lc.RollbackFailed("disk", "why", SRC), COORD)
+    after, acts = lc.step(node(turn="held"), lc.RollbackDone("why", SRC, error="disk"), COORD)
     assert after.phase == NodeState.FAILED and after.record.message == "why; rollback failed: disk"
     assert acts == [lc.Error("rollback"), lc.Log("error", "rollback failed: disk"), lc.Publish(None),
                     lc.ReleaseTurn(SRC)]
