@@ -40,10 +40,8 @@ LEASE_CONFIRM_WAIT = 0.3
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
 OWNER_LOOKUP = 0.15
-#: Seconds from the stop to the end of its last wait for an answer (the DaemonSet read and the Lease request
-#: above, the Lease's release and the final report): SIGTERM -> exit within a second whatever the API does,
-#: the API adapters' close and the interpreter's exit included. Only waits on an API that answers (another
-#: node holds the turn, the restored scheduler is not back yet) may take the grace period's share.
+#: Seconds from the stop to the end of its last wait for an answer: SIGTERM -> exit within a second whatever the
+#: API does. Only waits on an API that answers (another node holds the turn) may take the grace period's share.
 STOP_ANSWERS = 0.45
 #: Seconds the release and the final report get after such a wait on an answering API.
 FINAL_REPORT = 0.5
