@@ -61,7 +61,7 @@ class Observations:
         self.attached_event = threading.Event()
         self._owner_said = ""
         self.probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
-        self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
+        self._probe_answers: queue.Queue[lifecycle.Probed] = queue.Queue()
         self._plan: engine.Plan | None = None  # the plan an Apply action writes
         self._rollback_plan: engine.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
@@ -103,7 +103,7 @@ class Observations:
             case LoopEvent.HOLD:
                 yield self.hold_changed()
             case LoopEvent.PROBE:
-                yield self._probe_done.get_nowait()
+                yield self._probe_answers.get_nowait()
             case LoopEvent.POD | None:  # a pod update also runs a due timer: a busy pod must not starve it
                 yield from self._due()
             case LoopEvent.STOP:  # the loop ends at it; nothing to observe
@@ -296,10 +296,10 @@ class Observations:
             config = engine.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
                                                               files=r.files, api_version=r.api_version))
         if config is None or config.config_hash != config_hash:
-            self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+            self.probe_done(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
-        start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
+        start_probe(self.files, config, cancel=self.probe_cancel, done=self.probe_done,
                              log_extra=self._log_extra, observe=self._probe_metrics)
 
     def _probe_metrics(self, results: list[extprobe.Result]) -> None:
@@ -309,8 +309,9 @@ class Observations:
                                       unreachable=len(extprobe.blocking(probed)),
                                       unreachable_ignorable=sum(1 for r in probed if r.ignorable and not r.answered))
 
-    def _probed(self, answer: lifecycle.Probed) -> None:
-        self._probe_done.put(answer)
+    def probe_done(self, answer: lifecycle.Probed) -> None:
+        """A probe's answer, from its thread: the loop takes it with the "probe" event."""
+        self._probe_answers.put(answer)
         self.notify(LoopEvent.PROBE)
 
     # -- the stop ---------------------------------------------------------------------------------------------
