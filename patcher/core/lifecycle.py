@@ -1,48 +1,25 @@
-"""The node's patch lifecycle as one pure function: ``step(node, event) -> (node, actions)``.
+"""The node's patch lifecycle as one pure function: ``step(node, event, opts) -> (node, actions)``.
 
-Read this module to learn the protocol; it reads like kubeadm's static-pod upgrade with a turn taken first:
+The protocol is kubeadm's static-pod upgrade with a turn taken first: prove the extenders answer (pre-flight),
+take the turn (rollout Lease), write the manifest, wait for the kubelet to restart the scheduler onto it, then
+Ready or roll back (to the last Ready config, else the original), and release the turn. On SIGTERM (``Stop``)
+restore exactly our changes when the agent leaves the node for good, keep them when its DaemonSet still wants a
+pod here (``stop``). No I/O: the executor feeds in what it saw and executes what comes back. The phase lives only
+in ``node.record.phase``, so ``/readyz``, the state record and the annotations can never disagree.
 
-    prove the extenders answer (pre-flight) -> take the turn (rollout Lease) -> write the manifest -> wait for
-    the kubelet to restart the scheduler onto it -> Ready, or roll back (to the last Ready config, else the
-    original) -> release the turn
-
-and on SIGTERM (``Stop``): restore exactly our changes when the agent leaves the node for good, keep them for the
-successor when its DaemonSet still wants a pod here (``stop`` has the decision table). No I/O here, in the style
-of ``restart.decide``: the agent's thread observes the world (plans a write, reads the mirror pod, hears from
-the Lease actor), feeds what it saw in as an event, and executes the actions that come back. Everything the
-node knows is in the ``Node`` value: the phase lives only in ``node.record.phase``, so ``/readyz`` (derived
-from it) can never disagree with the state record or the annotations.
-
-Phases (``NodeState``): Pending (a write waits for its turn), WaitingForRestart (written, the scheduler must
-come back on it), Ready, Failed (refused, nothing changed; or a failure with rollback disabled; or the state
-folder cannot take the record), RolledBack, Restored (on exit).
-
-The state folder is an edge of its own: when the record cannot be saved (read-only, full, gone), nothing else
-may be written (a write that is not recorded cannot be undone), so the node is Failed with the folder's error,
-every other event waits, and the folder is tried again with a doubling delay; once it takes the record the
-node says again what it said before and plans again (``StateFolderFailed``/``StateFolderOk``). A ``--config``
-that names a missing file the plan does not write back is a Failed of its own, said until the file is back
-(``with_missing``).
-
-An operator's hold (the Node annotation ``<prefix>/hold``, as kured's lock) is an edge too: while the node is
-held the step emits no write and takes no turn (no re-patch, no rollback, no prune, no restore on SIGTERM: a stop
-keeps), and the agent lets go of the node's writer lock so that ``scheduler-patcher restore``/``apply`` can run
-there by hand; once the hold is removed the agent takes the lock back, reads the record from disk again (a hand
-restore changed it) and plans as a freshly started agent would (``HoldChanged``/``Reclaimed``). An agent that
-runs with the API starts with the hold not known (``Node.hold_known``): until the watch's first list answers, it
-writes nothing either (as if held, but without saying Held); when the watch does not answer within the loop's
-``hold_wait``, ``HoldUnknown`` lets it go on as not held, so that an API that is down does not stall the file work.
-
-The stop is a transition like the others: ``Stop`` carries why and what the agent knows of its DaemonSet, and
-the step answers ``Restore`` (with the deadlines of every bounded wait, computed from the grace period here) or
-``Keep``, then ``ReleaseTurn`` and ``Finish``; the executor reports the restore back with ``RestoreDone``.
+Three edges hold everything else back (``_gate``): a state folder that cannot take the record (a write that is
+not recorded cannot be undone: Failed, retried with a doubling delay), the operator's hold (``<prefix>/hold``:
+no write, no turn, the writer lock let go for a hand ``restore``; while an API agent does not know the hold yet,
+as if held), and the stop. A ``--config`` naming a missing file the plan does not write back is a Failed of its
+own, said until the file is back (``with_missing``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from patcher.core.manifestedit import MISSING_FILE
 from patcher.core.restart import Verdict
@@ -63,10 +40,8 @@ LEASE_CONFIRM_WAIT = 0.3
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
 OWNER_LOOKUP = 0.15
-#: Seconds from the stop to the end of its last wait for an answer (the DaemonSet read and the Lease request
-#: above, the Lease's release and the final report): SIGTERM -> exit within a second whatever the API does,
-#: the API adapters' close and the interpreter's exit included. Only waits on an API that answers (another
-#: node holds the turn, the restored scheduler is not back yet) may take the grace period's share.
+#: Seconds from the stop to the end of its last wait for an answer: SIGTERM -> exit within a second whatever the
+#: API does. Only waits on an API that answers (another node holds the turn) may take the grace period's share.
 STOP_ANSWERS = 0.45
 #: Seconds the release and the final report get after such a wait on an answering API.
 FINAL_REPORT = 0.5
@@ -88,8 +63,7 @@ class Wait:
     #: The extenders answered again after the restart (the canary probe): only then is the node Ready and the
     #: rollout turn passed on.
     extenders_checked: bool = False
-    probing: bool = False  # that probe runs now (apart from ``Node.probing``: a pre-flight of the next config
-    # may run at the same time)
+    probing: bool = False  # that probe runs now (a pre-flight of the next config may run beside it)
 
 
 @dataclass(frozen=True)
@@ -105,10 +79,8 @@ class Fault:
 
 @dataclass(frozen=True)
 class Missing:
-    """The scheduler's ``--config`` names a file that is not on the node, and the plan does not write it back
-    (another prefix's or a foreign config, a source refused or known bad): its next start fails. ``message``
-    names the path; ``phase``/``phase_message`` are what the node would say without it, said again once the
-    file is back (``phase`` empty: not known, the agent restarted meanwhile; the next plan decides)."""
+    """``--config`` names a missing file the plan does not write back: the scheduler's next start fails.
+    ``phase``/``phase_message``: what the node would say without it (empty: not known since a restart)."""
 
     message: str
     phase: str
@@ -116,8 +88,7 @@ class Missing:
 
     @property
     def said(self) -> str:
-        """The Node's message: the missing file first (the most urgent news), then a failure it would say
-        without it (a refused source or another prefix's marker: the way out of both)."""
+        """The missing file first (the most urgent news), then a failure the node would say without it."""
         also = self.phase_message if self.phase == NodeState.FAILED.value and self.phase_message else ""
         return f"{self.message}; also: {also}" if also else self.message
 
@@ -130,30 +101,21 @@ class Node:
     stopping: bool = False
     stop_until: float = 0.0  # set by Stop: when the release and the final report must be done (monotonic)
     grace_until: float = 0.0  # set by Stop: the grace period's end, less the exit's reserve (monotonic)
-    #: The extender pre-flight: the config whose probe runs now, the last one that passed, and how many
-    #: probes of the current one failed in a row (the retry backoff).
+    #: The pre-flight: the config probed now, the last one that passed, failures in a row (the backoff).
     probing: str = ""
     probed: str = ""
     probe_failures: int = 0
     failed_probe: str = ""  # the config those failures were for
     fault: Fault | None = None  # the state folder cannot take the record: nothing but its retry happens
     missing: Missing | None = None  # a --config names a missing file the plan does not write back
-    #: The operator's hold (the ``<prefix>/hold`` annotation's value, may be empty); None: not held. While
-    #: held, no write, no turn, and a stop keeps.
-    hold: str | None = None
-    #: Whether the hold is known: False from an API agent's start until the hold watch's first list answered
-    #: (``HoldChanged``) or its bounded wait ran out (``HoldUnknown``). Until then, as while held, nothing is
-    #: written (the node may have been held and restored by hand before this agent started).
+    hold: str | None = None  # the ``<prefix>/hold`` annotation's value (may be empty); None: not held
+    #: False from an API agent's start until the hold watch answered or its wait ran out: nothing is written
+    #: (the node may have been held and restored by hand before this agent started).
     hold_known: bool = True
 
     @property
     def phase(self) -> NodeState | None:
         return NodeState(self.record.phase) if self.record.phase else None
-
-    @property
-    def ready(self) -> bool:
-        """What ``/readyz`` says: derived, never stored on its own."""
-        return self.phase == NodeState.READY
 
 
 # -- events (what the agent observed) ----------------------------------------------------------------------
@@ -183,9 +145,7 @@ class Planned:
     current_sha256: str = ""  # up-to-date: the manifest as it is (carries our patch)
     unpatched_sha256: str = ""
     mtime_ns: int = 0
-    #: The manifest as it is names, as the ``--config`` kube-scheduler starts with, a file that is not on the
-    #: node, and this plan does not put it back (one line naming the path; empty: none, or written back).
-    missing: str = ""
+    missing: str = ""  # the ``--config`` names a file not on the node that this plan does not put back
 
 
 @dataclass(frozen=True)
@@ -212,19 +172,18 @@ class Observed:
     verdict: Verdict
     reason: str
     blind: bool = False  # the only check is a mirror-pod view that does not follow the server right now
-    #: Waiting only for the restarted scheduler's settle time, done at this monotonic time: a deadline that
-    #: falls inside it waits for it (a healthy scheduler that started late is not rolled back for it).
+    #: Waiting only for the settle time, done then (monotonic): a healthy scheduler that started just before
+    #: the deadline is not rolled back for it.
     settle_until: float | None = None
 
 
 @dataclass(frozen=True)
 class TurnChanged:
-    """The Lease actor's snapshot: the turn is ours, or the source was rolled back elsewhere. ``config_hash``:
-    the config the turn was asked for (the one a refusal marks bad here), empty when none is planned."""
+    """The Lease actor's snapshot: the turn is ours, or the source was rolled back elsewhere (``config_hash``,
+    the planned config, is then marked bad here)."""
 
     held: bool
     refused_bad: bool
-    holder: str | None = None
     config_hash: str = ""
 
 
@@ -237,8 +196,8 @@ class Pruned:
 
 @dataclass(frozen=True)
 class LastGoodChecked:
-    """The executor's answer to ``CheckLastGood``: ``fits`` (its files read back, its plan against the manifest
-    as it is now made from the same unpatched manifest it ran with), else ``why`` not."""
+    """The answer to ``CheckLastGood``: ``fits`` (its files read back, its plan made from the same unpatched
+    manifest it ran with), else ``why`` not."""
 
     check: CheckLastGood
     fits: bool
@@ -247,23 +206,19 @@ class LastGoodChecked:
 
 @dataclass(frozen=True)
 class RollbackDone:
-    record: State
-    target: str  # "the last Ready config <hash>" or "the original manifest"
+    """The report of a ``RollBack``: the new ``record`` and its ``target``, or (``record`` None) the error."""
+
     reason: str
     bad_source: str
-
-
-@dataclass(frozen=True)
-class RollbackFailed:
-    message: str
-    reason: str
-    bad_source: str
+    record: State | None = None
+    target: str = ""  # "the last Ready config <hash>" or "the original manifest"
+    error: str = ""
 
 
 @dataclass(frozen=True)
 class Probed:
-    """The pre-flight probe of ``config_hash`` finished. ``blocking``: the extenders that are not ignorable
-    and did not answer (one line, empty when none); ``ignored``: the ignorable ones that did not answer."""
+    """A probe of ``config_hash`` finished: the extenders that did not answer, not ignorable (``blocking``) and
+    ignorable (``ignored``), one line each."""
 
     now: float
     config_hash: str
@@ -280,12 +235,8 @@ class ProbeDue:
 
 @dataclass(frozen=True)
 class DaemonSetView:
-    """What the agent knows of the DaemonSet that owns its pod (``patcher.adapters.kube.owner`` keeps it).
-
-    ``known``: the API answered about it since the agent started (a DaemonSet that is gone, 404, is known
-    too); everything else means something only when it is. ``selects``: its pod template still schedules a
-    pod on this node (nodeSelector, required node affinity, NoSchedule/NoExecute taints against tolerations).
-    """
+    """What the agent knows of the DaemonSet that owns its pod. ``known``: the API answered about it since the
+    start (a 404 too); the rest means something only then. ``selects``: its pod template still fits this node."""
 
     known: bool = False
     exists: bool = False
@@ -295,7 +246,7 @@ class DaemonSetView:
     detail: str = ""  # why it does not select this node, or why it is unknown (for the log)
 
     def successor(self) -> str | None:
-        """Why a successor pod will come to this node, or None when none will (or none can be known)."""
+        """Why a successor pod will come to this node; None when none will (or it cannot be known)."""
         if self.known and self.exists and not self.deleting and self.selects:
             return f"DaemonSet {self.name} still selects this node"
         return None
@@ -313,8 +264,7 @@ class DaemonSetView:
 
 @dataclass(frozen=True)
 class Stop:
-    """SIGTERM/SIGINT or a stop request, at ``now`` (monotonic), and why; ``daemonset``: what the agent
-    knows of its DaemonSet at that moment (read by ``restore_on_exit=auto`` only)."""
+    """SIGTERM/SIGINT or a stop request at ``now`` (monotonic); ``daemonset`` is read by ``auto`` only."""
 
     now: float = 0.0
     why: StopWhy = "signal"
@@ -323,8 +273,7 @@ class Stop:
 
 @dataclass(frozen=True)
 class RestoreDone:
-    """The executor's report of a ``Restore``: ``ok`` (the manifest carries nothing of ours), else the error.
-    The record keeps only the configs that failed (a config that failed stays failed)."""
+    """The report of a ``Restore``: ``ok`` (the manifest carries nothing of ours), else the error."""
 
     ok: bool
     message: str = ""
@@ -335,9 +284,8 @@ class RestoreDone:
 
 @dataclass(frozen=True)
 class StateFolderFailed:
-    """The state folder refused the record (its save, the write that carries it, or the writer lock in it).
-    ``message`` names the folder and the kernel's answer; nothing was written (``nodefiles.apply`` fails before
-    any file is in place)."""
+    """The state folder refused the record (its save, the write carrying it, or the writer lock); nothing was
+    written. ``message`` names the folder and the kernel's answer."""
 
     now: float
     message: str
@@ -352,7 +300,7 @@ class StateFolderOk:
 
 @dataclass(frozen=True)
 class HoldChanged:
-    """The Node's hold annotation as the agent's watch last saw it: its value (may be empty), None when absent."""
+    """The hold annotation as the watch last saw it (may be empty); None when absent."""
 
     now: float
     hold: str | None
@@ -376,13 +324,12 @@ class Reclaimed:
 
 
 Event = (Resumed | Planned | Wrote | WriteFailed | Observed | TurnChanged | Pruned | LastGoodChecked | RollbackDone
-         | RollbackFailed | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged
-         | HoldUnknown | Reclaimed)
+         | Probed | ProbeDue | Stop | RestoreDone | StateFolderFailed | StateFolderOk | HoldChanged | HoldUnknown
+         | Reclaimed)
 
 
 class LoopEvent(StrEnum):
-    """What wakes the agent's loop, from its adapters' threads and the signal handler (the executor turns each
-    into the events above, ``services/observations``; a timer that is due wakes it with none)."""
+    """What wakes the agent's loop (``services/observations`` turns each into the events above)."""
 
     SOURCE = "source"  # the source folder changed
     MANIFEST = "manifest"  # the kubelet's manifest folder (or a symlinked manifest's target folder) changed
@@ -422,8 +369,7 @@ class Watch:
 
 @dataclass(frozen=True)
 class CheckLastGood:
-    """Before a rollback to ``last_good``: read its files back and plan it against the manifest as it is now;
-    report with ``LastGoodChecked`` (the step then chooses the target). The other fields travel with it."""
+    """Before a rollback to ``last_good``: read its files back and plan it; report with ``LastGoodChecked``."""
 
     config_hash: str
     reason: str
@@ -433,8 +379,7 @@ class CheckLastGood:
 
 @dataclass(frozen=True)
 class RollBack:
-    """Go back to ``target``, chosen by the step: the last Ready config (planned by ``CheckLastGood``) or the
-    original manifest; report with ``RollbackDone``/``RollbackFailed``. The executor decides nothing."""
+    """Go back to ``target``; report with ``RollbackDone``."""
 
     config_hash: str
     reason: str
@@ -445,8 +390,7 @@ class RollBack:
 
 @dataclass(frozen=True)
 class Prune:
-    """Remove config files no longer needed (the previous config, once the new one is Ready); report with
-    ``Pruned`` (nothing when it failed: the record still lists them, the next prune tries again)."""
+    """Remove the previous config's files; report with ``Pruned`` (nothing when it failed: tried again later)."""
 
 
 @dataclass(frozen=True)
@@ -469,15 +413,11 @@ class Log:
 
 @dataclass(frozen=True)
 class Count:
-    """Add one to a counter."""
-
     name: Counter
 
 
 @dataclass(frozen=True)
 class Error:
-    """Add one to the errors of ``kind``."""
-
     kind: ErrorKind
 
 
@@ -490,37 +430,31 @@ class RestartSeen:
 
 @dataclass(frozen=True)
 class Replan:
-    """Plan again now, in the same run of the executor's queue (the turn came, the pre-flight passed, the
-    manifest changed between our plan and our write, the state folder works again): the plan's ``Planned``
-    is the next event."""
+    """Plan again now: the plan's ``Planned`` is the next event."""
 
 
 @dataclass(frozen=True)
 class Probe:
-    """Probe the extenders of the planned config, in the background (the answer comes back as ``Probed``;
-    a stop cancels it)."""
+    """Probe the extenders of ``config_hash`` in the background; the answer comes back as ``Probed``."""
 
     config_hash: str
 
 
 @dataclass(frozen=True)
 class RetryLater:
-    """Reconcile again in ``delay`` seconds (a failed pre-flight)."""
+    """In ``delay`` seconds, plan again (a failed pre-flight) or save the record again (``StateFolderOk`` or
+    ``StateFolderFailed``)."""
 
     delay: float
+    timer: Literal["probe-retry", "state-folder"] = "probe-retry"
 
 
 @dataclass(frozen=True)
 class Restore:
-    """Restore the manifest and remove our files, report with ``RestoreDone``.
-
-    When the restore writes the manifest and the rollout is coordinated, the executor first asks for the
-    rollout Lease, so that an uninstall restarts one scheduler at a time: each request that gets no answer
-    within ``confirm_wait`` seconds means the API does not answer (no scheduler schedules then: there is
-    nothing to serialise) and the restore goes ahead at once without the Lease; while the API answers that
-    another node holds it, the executor asks again until ``turn_until``, then restores anyway. Holding the
-    Lease, it waits until ``restored_until`` for the scheduler to run the restored manifest. All three bounds
-    are on the monotonic clock, computed by the step from the grace period."""
+    """Restore the manifest and remove our files; report with ``RestoreDone``. When the restore writes the
+    manifest, first ask for the rollout Lease (one scheduler restart at a time): a request unanswered within
+    ``confirm_wait`` means no scheduler schedules anyway, restore at once; another holder: ask again until
+    ``turn_until``. Holding it, wait until ``restored_until`` for the restored scheduler (monotonic bounds)."""
 
     reason: str
     confirm_wait: float
@@ -529,19 +463,9 @@ class Restore:
 
 
 @dataclass(frozen=True)
-class Keep:
-    """Leave the manifest, the config files, the state record and the Node's annotations as they are: a
-    successor adopts them without a write. ``reason`` says why (the log and a ``PatchKept`` event)."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
 class Finish:
-    """The last action of a stop: close the rollout Lease (its release sent), send the pending report,
-    all before ``until`` (monotonic); then the process exits with ``code``. A stop that comes while the API
-    client is still being built (imports, TLS: no network) waits for it until ``build_until`` at most; the
-    report then gets ``FINAL_REPORT``."""
+    """The stop's last action: close the Lease and send the pending report before ``until``, then exit with
+    ``code``. While the API client is still being built, wait for it until ``build_until`` at most."""
 
     until: float
     code: int = 0
@@ -549,26 +473,17 @@ class Finish:
 
 
 @dataclass(frozen=True)
-class CheckStateFolder:
-    """In ``delay`` seconds, save the record again; report with ``StateFolderOk`` or ``StateFolderFailed``."""
-
-    delay: float
-
-
-@dataclass(frozen=True)
 class LetGo:
-    """The node is held: release the node's writer lock (a hand ``restore`` may run). No answer."""
+    """The node is held: release the writer lock (a hand ``restore`` may run)."""
 
 
 @dataclass(frozen=True)
 class Reclaim:
-    """The hold is gone: take the writer lock back (waiting for a hand writer that holds it) and read the state
-    record from disk; report with ``Reclaimed``."""
+    """The hold is gone: take the writer lock back and read the record from disk; report with ``Reclaimed``."""
 
 
 Action = (Apply | TakeTurn | ReleaseTurn | Watch | CheckLastGood | RollBack | Prune | Publish | Note | Log | Count
-          | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Keep | Finish | CheckStateFolder | LetGo
-          | Reclaim)
+          | Error | RestartSeen | Replan | Probe | RetryLater | Restore | Finish | LetGo | Reclaim)
 Step = tuple[Node, list[Action]]
 
 
@@ -675,8 +590,7 @@ def _pending_if_new(node: Node, acts: list[Action]) -> Step:
 
 
 def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
-    """``planned``, and on top of it a ``--config`` that names a missing file the plan does not write back
-    (``config_missing``): Failed, naming the path, until the file is back or the manifest names it no more."""
+    """``planned``, and on top of it a ``--config`` naming a missing file the plan does not write back."""
     said = (node.record.phase, node.record.message)
     cleared = not ev.missing and (node.missing is not None or _says_missing(node))
     back: list[Action] = []
@@ -700,11 +614,9 @@ def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
 
 
 def config_missing(node: Node, message: str, *, said: str = "") -> Step:
-    """The scheduler's ``--config`` names a missing file that the plan does not write back: the node is Failed
-    with ``message`` (the path), one Warning Event ``ConfigMissing`` and one error line per distinct message
-    (``said``: the phase the node had reported; a change of phase carries the Event, else a ``Note`` does).
-    A write that waits for its restart keeps its wait (that restart judges it: a scheduler that cannot start
-    is a crash loop, rolled back); the Event alone says it then."""
+    """Failed with ``message`` (the path); one Warning ``ConfigMissing`` per distinct message (``said``: the
+    phase reported before; no change of phase: a ``Note`` carries it). A write waiting for its restart keeps
+    its wait: a scheduler that cannot start is a crash loop, rolled back."""
     m = node.missing
     new = m is None or m.message != message
     acts: list[Action] = [Log("error", message)] if new else []
@@ -771,8 +683,8 @@ def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
 
 
 def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
-    """The pre-flight answered. Blocked: stay Pending (nothing written, no turn taken) with the message
-    naming the extenders, and probe again after a backoff. Passed: plan again, and this time write."""
+    """The pre-flight answered. Blocked: stay Pending, nothing written, and probe again after a backoff.
+    Passed: plan again, and this time write."""
     w = node.wait
     if w is not None and w.probing and w.config_hash == ev.config_hash:
         return _canary_probed(node, replace(w, probing=False), ev, opts)
@@ -808,8 +720,7 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
 
 
 def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Lifecycle) -> Step:
-    """The probe after the restart: a failure rolls back like a crash loop (and marks the config bad); an
-    answer lets the next restart check make the node Ready."""
+    """The probe after the restart: a failure rolls back like a crash loop; an answer lets the node be Ready."""
     short = ev.config_hash[:12]
     node = replace(node, wait=w)
     if ev.blocking:
@@ -927,21 +838,19 @@ def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
 
 
 def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
-    """The record no longer lists the removed files (saved with this transition, like any other)."""
     return replace(node, record=ev.record), []
 
 
 def rollback_done(node: Node, ev: RollbackDone, opts: Lifecycle) -> Step:
-    message = f"{ev.reason}; rolled back to {ev.target}"
-    node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
+    if ev.record is None:
+        node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.error}")
+        said: list[Action] = [Error("rollback"), Log("error", f"rollback failed: {ev.error}")]
+    else:
+        message = f"{ev.reason}; rolled back to {ev.target}"
+        node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
+        said = [Log("error", message)]
     node, rel = _release(node, ev.bad_source)
-    return node, [Log("error", message), *acts, *rel]
-
-
-def rollback_failed(node: Node, ev: RollbackFailed, opts: Lifecycle) -> Step:
-    node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.message}")
-    node, rel = _release(node, ev.bad_source)
-    return node, [Error("rollback"), Log("error", f"rollback failed: {ev.message}"), *acts, *rel]
+    return node, [*said, *acts, *rel]
 
 
 #: The Node's message while the state folder cannot take the record (after the folder's error).
@@ -949,9 +858,8 @@ STATE_FOLDER_WAIT = "nothing is written until the record can be saved again; ret
 
 
 def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> Step:
-    """Failed, naming the folder and the error; a turn not used for a write is passed on (this node cannot
-    write); a write already waiting for its restart keeps its wait (judged again once the folder works).
-    One Warning per distinct error; the retry delay doubles up to ``state_retry_max``."""
+    """Failed; a turn not used for a write is passed on (this node cannot write), a write waiting for its
+    restart keeps its wait (judged once the folder works). One Warning per distinct error."""
     f = node.fault
     failures = (f.failures if f else 0) + 1
     delay = _backoff(opts.state_retry, opts.state_retry_max, failures)
@@ -965,12 +873,11 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> S
     if node.wait is None:
         node, rel = _release(node)
     node, more = _phase(node, NodeState.FAILED, message)
-    return node, [*acts, *rel, *more, CheckStateFolder(delay)]
+    return node, [*acts, *rel, *more, RetryLater(delay, "state-folder")]
 
 
 def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
-    """The folder took the record: the node says again what it said before the fault (a node that had said
-    nothing yet: Pending) and plans again, which writes whatever is still to write by the usual protocol."""
+    """The node says again what it said before the fault (or Pending) and plans again."""
     f = node.fault
     if f is None:
         return node, []
@@ -987,11 +894,9 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float, float]:
     """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until, end).
 
-    ``answers until``: every wait for an answer ends by then (``STOP_ANSWERS``), whatever the grace period.
-    The waits on an API that answers come from the grace period, ending before a reserve (a fifth of it, at
-    most 5 s) for the release, the report and the exit, which is slow on a loaded node: the turn may take
-    40 % of the grace period, the wait for the restored scheduler up to 70 % and never the last 2 s before
-    that reserve."""
+    Every wait for an answer ends by ``answers until``, whatever the grace period. Waits on an API that answers
+    take shares of the grace period before a reserve (a fifth, at most 5 s) for the report and the exit, slow
+    on a loaded node: the turn 40 %, the restored scheduler up to 70 % and never the last 2 s before it."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
     return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
@@ -1024,7 +929,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
         reason = ("the node is held (its hold annotation): the agent leaves it as it is" if held
                   else "--restore-on-exit=never" if mode == "never"
                   else f"{successor}: the patch is kept for the successor pod, which adopts it without a write")
-        acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Keep(reason)]
+        acts: list[Action] = [Log("info", f"stop ({ev.why}): keeping the patch: {reason}"), Note("PatchKept", reason)]
         if waiting and node.turn == "held":
             acts.append(Log("info", "the rollout turn stays held for the successor, which resumes the wait for "
                                     "the scheduler's restart"))
@@ -1039,9 +944,8 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
-    """The restore ended: Restored (the final report), or an error and exit 1. The turn is released. A restore
-    that waited on an answering API past the stop's answers deadline gives the release and the report
-    ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
+    """Restored, or an error and exit 1. A restore that waited on an answering API past the answers deadline
+    gives the report ``FINAL_REPORT`` more; one the API left unanswered, nothing more."""
     node = replace(node, turn="held" if ev.held else "none")
     if not ev.api_silent and ev.now >= node.stop_until:
         node = replace(node, stop_until=ev.now + FINAL_REPORT)
@@ -1066,9 +970,8 @@ def held_message(hold: str) -> str:
 
 
 def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
-    """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock, and say
-    so on the Node. Released: take the lock back and re-read the record (``Reclaimed`` goes on from there). The
-    first answer after a start that did not know the hold: not held, plan what was held back."""
+    """Held: forget the wait (its rollback would write), give the turn back, let go of the writer lock.
+    Released: take the lock back and re-read the record (a hand restore changed it): ``Reclaimed``."""
     if not node.hold_known:
         node = replace(node, hold_known=True)
         if ev.hold is None:
@@ -1095,8 +998,7 @@ def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
 
 
 def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
-    """The bounded wait for the hold ran out: the API is down or slow, and the file work must not stall for it.
-    Said once; the watch's answer, when it comes, is a ``HoldChanged`` like any other."""
+    """The bounded wait for the hold ran out: the file work must not stall for an API that is down or slow."""
     if node.hold_known:
         return node, []
     return replace(node, hold_known=True), [
@@ -1110,13 +1012,6 @@ def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
 _BEFORE_HOLD_KNOWN = (Resumed, TurnChanged, Probed, StateFolderFailed, StateFolderOk, Stop, RestoreDone)
 
 
-def _while_held(node: Node, event: Event) -> Step:
-    """Nothing is written or judged while held; a turn that comes anyway is given back."""
-    if isinstance(event, TurnChanged) and event.held:
-        return replace(node, turn="none"), [ReleaseTurn()]
-    return node, []
-
-
 def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
     """What the stop, the hold and the state folder's fault let through (None: the event's own transition)."""
     if node.stopping and not isinstance(event, RestoreDone):
@@ -1127,8 +1022,10 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
         return hold_unknown(node, event, opts)
     if not node.hold_known and not isinstance(event, _BEFORE_HOLD_KNOWN):
         return node, []  # planned again once the hold is known (``hold_changed``/``hold_unknown``)
-    if node.hold is not None and not isinstance(event, Stop):
-        return _while_held(node, event)  # a stop while held keeps (``stop``)
+    if node.hold is not None and not isinstance(event, Stop):  # nothing is written or judged; a stop keeps
+        if isinstance(event, TurnChanged) and event.held:
+            return replace(node, turn="none"), [ReleaseTurn()]  # a turn that comes anyway is given back
+        return node, []
     if node.fault is not None and not isinstance(event, (Stop, RestoreDone, StateFolderFailed, StateFolderOk,
                                                          Reclaimed)):
         return node, []  # nothing is planned, written or judged while the record cannot be saved
@@ -1139,42 +1036,14 @@ def step(node: Node, event: Event, opts: Lifecycle) -> Step:
     """The one transition function."""
     if (gated := _gate(node, event, opts)) is not None:
         return gated
-    match event:
-        case Resumed():
-            return resumed(node, event, opts)
-        case Planned():
-            return with_missing(node, event, opts)
-        case TurnChanged():
-            return turn_changed(node, event, opts)
-        case Pruned():
-            return pruned(node, event, opts)
-        case Wrote():
-            return wrote(node, event, opts)
-        case WriteFailed():
-            return write_failed(node, event, opts)
-        case Observed():
-            return observed(node, event, opts)
-        case LastGoodChecked():
-            return last_good_checked(node, event, opts)
-        case RollbackDone():
-            return rollback_done(node, event, opts)
-        case RollbackFailed():
-            return rollback_failed(node, event, opts)
-        case Probed():
-            return probed(node, event, opts)
-        case ProbeDue():
-            return probe_due(node, event, opts)
-        case StateFolderFailed():
-            return state_folder_failed(node, event, opts)
-        case StateFolderOk():
-            return state_folder_ok(node, event, opts)
-        case Stop():
-            return stop(node, event, opts)
-        case RestoreDone():
-            return restore_done(node, event, opts)
-        case Reclaimed():
-            return reclaimed(node, event, opts)
-    raise AssertionError(f"unknown event {event!r}")
+    return _TRANSITIONS[type(event)](node, event, opts)
+
+
+_TRANSITIONS: dict[type[Any], Callable[[Node, Any, Lifecycle], Step]] = {
+    Resumed: resumed, Planned: with_missing, TurnChanged: turn_changed, Pruned: pruned, Wrote: wrote,
+    WriteFailed: write_failed, Observed: observed, LastGoodChecked: last_good_checked, RollbackDone: rollback_done,
+    Probed: probed, ProbeDue: probe_due, StateFolderFailed: state_folder_failed,
+    StateFolderOk: state_folder_ok, Stop: stop, RestoreDone: restore_done, Reclaimed: reclaimed}
 
 
 UNVERIFIED = "restart not verified (no API and no local process check)"

@@ -1,22 +1,14 @@
-"""Decide from the mirror pod whether the scheduler restarted with our manifest. Pure: no I/O; the caller
-passes the time.
+"""Decide from the mirror pod whether the scheduler restarted with our manifest. Pure; the caller passes the time.
 
-Four facts together prove the kubelet runs the manifest we wrote: the mirror pod carries our marker
-annotation with the current config hash (the kubelet copies a static pod's annotations onto its mirror pod),
-the scheduler container started no earlier than our write, the pod is Ready, and that same container has run
-for the settle time. ``startedAt`` only has whole-second precision while the manifest mtime has nanoseconds, so
-the comparison floors the mtime to its second: a container started in the same second as the write counts as
-started after it (the marker check rules out the old pod, which cannot carry the new hash).
-
-Why the settle time: a scheduler that refuses its config exits about a second after it starts, and for that
-second the real kubelet reports it started, ready and the pod Ready (a manifest without a startup probe, as
-RKE2's; one that sets ``metadata.uid`` even keeps the pod's UID across the edit, so the pod looks like the one
-before). Only a container that is still the same one (same ``startedAt``; a restart makes a new one) a settle
-time after it started is a scheduler that took the config. The start is counted from the end of its
-``startedAt`` second, so the settle is never shorter than asked.
-
-Crash signals count only on the pod that carries the current marker: the old scheduler failing while the
-kubelet has not picked up the change yet is not a verdict on our config.
+Four facts together prove the kubelet runs the manifest we wrote: the mirror pod carries our marker with the
+current config hash (the kubelet copies a static pod's annotations), the scheduler container started no earlier
+than our write (``startedAt`` has whole seconds, so the mtime is floored to its second; the marker rules out the
+old pod), the pod is Ready, and that same container has run for the settle time: a scheduler that refuses its
+config exits about a second after it starts, and for that second the real kubelet reports it started and the
+pod Ready (no startup probe, as RKE2's; a manifest that sets ``metadata.uid`` even keeps the pod's UID). The
+settle counts from the end of the ``startedAt`` second, so it is never shorter than asked. Crash signals count
+only on the pod with the current marker: the old scheduler failing before the kubelet saw the change says
+nothing about our config.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ folder, never the kubelet's manifest folder) and how they are written is ``patch
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 #: On-disk format. 1 (no ``version`` key): message, restart time and source hash kept in a free ``extra`` dict.
@@ -65,17 +65,6 @@ class State:
     def patched(self) -> bool:
         return bool(self.patched_sha256)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"version": FORMAT_VERSION}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, LastGood):
-                value = {**{g.name: getattr(value, g.name) for g in fields(value)}, "files": list(value.files)}
-            out[f.name] = value
-        return out
-
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> State:
         """Any version this code wrote: unknown keys are ignored, missing ones take their defaults."""
@@ -99,7 +88,7 @@ class State:
 
 def encode(state: State) -> bytes:
     """The record as the bytes of ``state.json``: sorted keys, so two saves of one value are identical."""
-    return json.dumps(state.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    return json.dumps({"version": FORMAT_VERSION, **asdict(state)}, indent=2, sort_keys=True).encode() + b"\n"
 
 
 def decode(data: bytes) -> State:

@@ -1,7 +1,5 @@
-"""What the agent tells the cluster about its node: states, annotation values and event bodies. Pure.
-
-Kept apart from the API calls so the rules (which keys, when ``message`` disappears, which reason a transition
-gets) are testable without a server and reusable by a readiness command that reads them back.
+"""What the agent tells the cluster about its node: states, annotation values and event bodies. Pure, so that
+the readiness verdict reads back exactly what the agent wrote.
 """
 
 from __future__ import annotations
@@ -13,8 +11,7 @@ from typing import Any, Final
 from patcher.core.timefmt import rfc3339, rfc3339_ns
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
-#: The operator's hold: ``<prefix>/hold`` on a Node (any value, e.g. who and why) makes its agent leave the node as
-#: it is until the annotation is removed (``patcher.core.lifecycle``, "the operator's hold").
+#: ``<prefix>/hold`` on a Node (any value, e.g. who and why): its agent leaves the node as it is until it goes.
 HOLD_KEY: Final = "hold"
 COMPONENT: Final = "scheduler-patcher"
 #: Node events live in ``default``, like the kubelet's: a Node is cluster-scoped and the events API accepts

@@ -1,11 +1,8 @@
 """The node agent's executor: one thread that feeds ``patcher.core.lifecycle.step`` and executes its actions.
 
-Every decision is in ``lifecycle`` (pure). The loop takes one event at a time from its queue; ``observations``
-turns it into lifecycle events; ``_feed`` steps each, and every event its actions return, from one local queue
-(no action steps the lifecycle itself), saving each transition's record once (``record``) before its phase is
-said. The actions run in the services beside it (``reconcile``, ``observations``, ``stopping``, ``process``). The
-loop never waits for the API; only the stop waits, within the deadlines the step computed from the grace period.
-``patcher.services.runner.build_agent`` wires it; ``docs/architecture.md`` ("The executor") tells the whole path.
+Every decision is in ``lifecycle``. Each transition's record is saved once before its phase is said, and no
+action steps the lifecycle itself (one local queue), so the record and what the node says never disagree. The
+loop never waits for the API; only the stop does, within the deadlines the step computed.
 """
 
 from __future__ import annotations
@@ -36,10 +33,6 @@ log = logging.getLogger("patcher.services.agent")
 __all__ = ["Agent"]
 
 
-def _said(phase: NodeState) -> None:
-    """What a phase change tells nobody (no status publisher: the agent without the API)."""
-
-
 @dataclass(frozen=True)
 class _Unsaved:
     """On the local queue after the events of a transition whose record the state folder refused: unless the
@@ -56,10 +49,8 @@ class Agent:
                  coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
                  events: queue.SimpleQueue[LoopEvent] | None = None, file_ops: FileOps = REAL_FILE_OPS) -> None:
         """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
-        a hold watch comes (the agent runs with the API), so nothing is written before it answered or
-        ``Loop.hold_wait`` ran out; ``events``: the queue the adapters were handed (``runner.build_agent`` makes
-        it before them); ``file_ops``: what every file write of the agent goes through; the rest:
-        ``Observations``."""
+        nothing is written before the hold watch answered or ``Loop.hold_wait`` ran out; ``events``: the queue
+        the adapters were handed; ``file_ops``: every file write of the agent; the rest: ``Observations``."""
         self.files, self.opts = settings.files, settings.loop
         self.health, self.metrics = health or Health(), metrics or Metrics()
         self.rules = replace(settings.lifecycle,
@@ -80,7 +71,7 @@ class Agent:
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
                                   reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
-                                  fallback_version=fallback_version, on_phase=on_phase or _said)
+                                  fallback_version=fallback_version, on_phase=on_phase or (lambda _: None))
 
     @property
     def node(self) -> Node:
@@ -123,29 +114,34 @@ class Agent:
     # -- the executor -------------------------------------------------------------------------------------------
 
     def loop(self, settled: Callable[[], object] | None = None) -> None:
-        """Take one event at a time, until stopped (``process.run`` starts the agent before and stops it after).
-
-        ``settled`` is called once, the first time the loop would wait with nothing to do and no pre-flight
-        probe of a config to write running: the start's work is done (the first write with it, when one was
-        due), and what can wait for that (the probes' server) is started then, off the path to that write."""
+        """One ``turn`` at a time, until stopped. ``settled`` is called once, the first time the loop would wait
+        with nothing to do and no pre-flight running: what can wait (the probes' server) starts then."""
         while not self._stopping.is_set():
             self.health.beat()
             if settled is not None and self.events.empty() and not self._node.probing:
                 then, settled = settled, None
                 then()
-            try:
-                event = self.events.get(timeout=self.world.timeout(self.rules))
-            except queue.Empty:
-                event = None
-            if event is LoopEvent.STOP or self._stopping.is_set():
+            if self.turn(self.world.timeout(self.rules)) is LoopEvent.STOP:
                 return
-            try:
-                self._handle(event)
-            except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
-                self.metrics.error("internal")
-                log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
-                          extra=self.log_extra)
-                log.debug("internal error", exc_info=True)
+
+    def turn(self, timeout: float = 0.0) -> LoopEvent | None:
+        """One turn of the loop: the next event on the queue, waiting at most ``timeout`` (none: the timers that
+        are due), fed to the step. Returns it; ``STOP``: nothing was done, the loop ends."""
+        try:
+            event = self.events.get(timeout=timeout)
+        except queue.Empty:
+            event = None
+        if event is LoopEvent.STOP or self._stopping.is_set():
+            return LoopEvent.STOP
+        try:
+            for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
+                self._feed(made)
+        except Exception as exc:  # a bug must not take the node's restore-on-exit down with it
+            self.metrics.error("internal")
+            log.error("internal error while handling %s: %s: %s", event or "timer", type(exc).__name__, exc,
+                      extra=self.log_extra)
+            log.debug("internal error", exc_info=True)
+        return event
 
     def start(self) -> bool:
         """Resume from the record and reconcile once. False: a stop came while starting; only the stop follows."""
@@ -166,13 +162,8 @@ class Agent:
     def reconcile(self, why: str) -> None:
         self._feed(self.world.plan(why))
 
-    def _handle(self, event: LoopEvent | None) -> None:
-        for made in self.world.events(event, self.rules):  # made lazily: each is fed before the next is made
-            self._feed(made)
-
     def _feed(self, first: lifecycle.Event | None) -> None:
-        """Step ``first`` and every event its actions produce, in order, from one local queue (no action feeds
-        the step itself)."""
+        """Step ``first`` and every event its actions produce, in order, from one local queue."""
         todo: deque[lifecycle.Event | _Unsaved] = deque([first] if first is not None else [])
         while todo:
             item = todo.popleft()
@@ -191,7 +182,7 @@ class Agent:
         before = (self._node.phase, self._node.record.message)
         if node.wait is None:
             self.world.restarts.forget()
-        refused, _ = self.record.save(node)  # the record first: a phase is said only once it is recorded
+        refused = self.record.save(node)  # the record first: a phase is said only once it is recorded
         if refused is not None:
             # Not through the setter: /readyz keeps what was recorded. Nothing is said or pruned for this
             # transition; the fault's transition says Failed, and this phase again once the folder works.
@@ -240,36 +231,22 @@ class Agent:
                 self.notify(LoopEvent.REPLAN)
             case lifecycle.Probe(config_hash=config_hash):
                 w.start_probe(config_hash)
-            case lifecycle.RetryLater() | lifecycle.CheckStateFolder():
-                self._set_timer(action)
+            case lifecycle.RetryLater(timer=timer, delay=delay):
+                self.timers.later(timer, delay)
             case lifecycle.Restore():
                 return self.stopper.restore(action, self._node.record, w.coordinator, w.pods)
-            case lifecycle.Keep():
-                self.stopper.keep(action, w.reporter)
-            case lifecycle.LetGo() | lifecycle.Reclaim():
-                return self._hold(action)
+            case lifecycle.LetGo():
+                self.record.let_go()
+            case lifecycle.Reclaim():
+                return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
             case lifecycle.Finish():
                 self._exit_code = self._exit_code or action.code
                 w.finish(action)
         return None
 
-    def _set_timer(self, action: lifecycle.RetryLater | lifecycle.CheckStateFolder) -> None:
-        if isinstance(action, lifecycle.RetryLater):
-            self.timers.probe_retry_at = time.monotonic() + action.delay
-        else:
-            self.timers.state_retry_at = time.monotonic() + action.delay
-
-    def _hold(self, action: lifecycle.LetGo | lifecycle.Reclaim) -> lifecycle.Reclaimed | None:
-        """Held: the writer lock is let go. Released: the lock taken back and the record read again from disk."""
-        if isinstance(action, lifecycle.LetGo):
-            self.record.let_go()
-            return None
-        return lifecycle.Reclaimed(time.monotonic(), self.record.reclaim())
-
     def shutdown(self) -> int:
-        """Feed the stop to the lifecycle and execute what it answers, from one local queue: restore or keep,
-        release the turn, report, each wait bounded by the deadlines the step computed. Nothing is saved here:
-        the record a stop leaves is the restore's (``stopping``). Returns the exit code."""
+        """Feed the stop to the lifecycle and execute what it answers; returns the exit code. Nothing is saved
+        here: the record a stop leaves is the restore's (``stopping``)."""
         now = time.monotonic()
         if self._signal is not None:
             log.info("received %s", signal.Signals(self._signal).name, extra=self.log_extra)

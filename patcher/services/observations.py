@@ -1,15 +1,7 @@
-"""What the agent's thread sees, as ``lifecycle`` events: the loop's events (``lifecycle.LoopEvent``: a folder
-changed, the mirror pod, the Lease's snapshot, the owner DaemonSet, the API adapters came, a probe answered, a
-timer) turned into ``Planned``, ``TurnChanged``, ``Observed``, ``Probed``, ``ProbeDue``,
-``StateFolderOk``/``Failed``, and the answers of the actions that observe (``Apply`` → ``Wrote``, ``Watch`` →
-``Observed``, ``TakeTurn`` → ``TurnChanged``, ``CheckLastGood`` → ``LastGoodChecked``, ``RollBack`` →
-``RollbackDone``).
-
-It holds what the API side handed the agent (``attach``) and what those observations carry forward: the plan an
-``Apply`` writes, the rollback's plan, the mirror pod before a write (the restart baseline), the timers. What
-the step says back to the cluster (``report``, ``release_turn``, ``finish``) goes through the same adapters, so
-it is here too. Nothing here steps the lifecycle: the executor (``patcher.services.agent``) feeds every event
-returned or yielded, one at a time, before the next one is looked at.
+"""What the agent's thread sees, as ``lifecycle`` events: the loop's events and the answers of the actions that
+observe. It holds what the API side handed the agent (``attach``) and what the observations carry forward (the
+plan an ``Apply`` writes, the rollback's plan, the restart baseline, the timers); what the step says back to the
+cluster goes through the same adapters. Nothing here steps the lifecycle: the executor feeds what comes back.
 """
 
 from __future__ import annotations
@@ -20,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, assert_never, overload
+from typing import Any, assert_never
 
 from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
@@ -40,18 +32,15 @@ log = logging.getLogger("patcher.services.agent")
 
 
 def node_status(node: Node) -> NodeStatus:
-    """The Node's annotations for ``node`` (it has a phase, or is held). While held: ``Held``, the message naming
-    the hold, and the hashes of what the record last said (the files may differ: the operator works there)."""
+    """The Node's annotations for ``node`` (it has a phase, or is held: then the hashes the record last said,
+    though the operator may have changed the files)."""
     r = node.record
-    if node.hold is not None:
-        return NodeStatus(state=NodeState.HELD, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
-                          manifest_mtime_ns=r.manifest_mtime_ns or None, message=lifecycle.held_message(node.hold))
-    phase = node.phase
-    assert phase is not None
-    return NodeStatus(state=phase, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
+    state = NodeState.HELD if node.hold is not None else node.phase
+    assert state is not None
+    return NodeStatus(state=state, config_hash=r.config_hash or None, source_hash=r.source_hash or None,
                       manifest_mtime_ns=r.manifest_mtime_ns or None,
-                      restarted_at_ns=r.restarted_at_ns if phase == NodeState.READY else None,
-                      message=r.message)
+                      restarted_at_ns=r.restarted_at_ns if state == NodeState.READY else None,
+                      message=r.message if node.hold is None else lifecycle.held_message(node.hold))
 
 
 class Observations:
@@ -72,7 +61,7 @@ class Observations:
         self.attached_event = threading.Event()
         self._owner_said = ""
         self.probe_cancel = threading.Event()  # set on stop: a probe in flight is abandoned, never waited for
-        self._probe_done: queue.Queue[lifecycle.Probed] = queue.Queue()
+        self._probe_answers: queue.Queue[lifecycle.Probed] = queue.Queue()
         self._plan: nodefiles.Plan | None = None  # the plan an Apply action writes
         self._rollback_plan: nodefiles.Plan | None = None  # CheckLastGood's plan, which RollBack(last-good) writes
         self._pod_before: dict[str, Any] | None = None
@@ -96,9 +85,8 @@ class Observations:
     # -- the loop's events ------------------------------------------------------------------------------------
 
     def events(self, event: LoopEvent | None, rules: Lifecycle) -> Iterator[lifecycle.Event | None]:
-        """One loop event as lifecycle events, lazily (each is fed before the next is made: a re-plan reads the
-        record the turn left); then the restart check (it reads the mirror pod and the process table) and the
-        periodic probe's timer, whatever the event was. None: a timer is due."""
+        """One loop event (None: a timer is due) as lifecycle events, lazily (a re-plan reads the record the turn
+        left); then, whatever the event, the restart check and the periodic probe's timer."""
         match event:
             case LoopEvent.SOURCE | LoopEvent.MANIFEST:
                 yield self.plan(f"{event} changed")
@@ -115,7 +103,7 @@ class Observations:
             case LoopEvent.HOLD:
                 yield self.hold_changed()
             case LoopEvent.PROBE:
-                yield self._probe_done.get_nowait()
+                yield self._probe_answers.get_nowait()
             case LoopEvent.POD | None:  # a pod update also runs a due timer: a busy pod must not starve it
                 yield from self._due()
             case LoopEvent.STOP:  # the loop ends at it; nothing to observe
@@ -146,9 +134,7 @@ class Observations:
 
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
-        its deadline (past it, a stale pod view gets one more timeout: the pod watch's update wakes the loop,
-        and the bound itself is the next timer, never a busy loop), the local tracker's poll, and the end
-        of a restarted scheduler's settle time (nothing else may change then)."""
+        its deadline (past it, the blind view's bound: never a busy loop), the local poll and the settle end."""
         now, n = time.monotonic(), self.current()
         w = n.wait
         also: tuple[float, ...] = ()
@@ -184,8 +170,7 @@ class Observations:
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
 
     def hold_changed(self) -> lifecycle.HoldChanged | None:
-        """The Node's hold as the watch sees it now (several changes between two looks: the last one counts);
-        None before its first list answered (nothing is known then)."""
+        """The Node's hold as the watch sees it now; None before its first list answered."""
         if not self.holds.known():
             return None
         return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
@@ -233,7 +218,7 @@ class Observations:
         answer, self._rollback_plan = reconcile.check_last_good(self.files, action)
         return answer
 
-    def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+    def roll_back(self, action: lifecycle.RollBack) -> lifecycle.RollbackDone:
         plan, self._rollback_plan = self._rollback_plan, None
         return reconcile.roll_back(self.files, action, plan, self.current().record, expect=self._expect_manifest,
                                    ops=self.record.store.ops)
@@ -255,8 +240,7 @@ class Observations:
     # -- the restart ------------------------------------------------------------------------------------------
 
     def watch(self) -> lifecycle.Observed | None:
-        """A fresh restart baseline and local tracker for the write the lifecycle now waits on, and its first
-        look (it may be proven already, or, with no check at all, taken as live)."""
+        """A fresh restart baseline and local tracker for the write waited on, and a first look."""
         w = self.current().wait
         assert w is not None
         pod_now = self.pods.latest() if self.pods and w.adopted else None
@@ -291,8 +275,7 @@ class Observations:
         if c.held or c.refused_bad:
             self.timers.lease_retry_at = None
         pending = self._plan.config.config_hash if self._plan is not None and self._plan.config else ""
-        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, holder=c.current_holder,
-                                     config_hash=pending)
+        return lifecycle.TurnChanged(held=c.held, refused_bad=c.refused_bad, config_hash=pending)
 
     def release_turn(self, bad_source: str | None) -> None:
         self.timers.lease_retry_at = None
@@ -303,8 +286,7 @@ class Observations:
     # -- the extender probe -----------------------------------------------------------------------------------
 
     def start_probe(self, config_hash: str) -> None:
-        """The pre-flight (or the canary probe after the restart), in its own thread; the answer comes back as a
-        "probe" event."""
+        """The pre-flight (or the probe after the restart) in its own thread; its answer is a "probe" event."""
         plan = self._plan
         self.timers.probe_retry_at = None
         if plan is not None and plan.config is not None and plan.config.config_hash == config_hash:
@@ -314,10 +296,10 @@ class Observations:
             config = nodefiles.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
                                                                  files=r.files, api_version=r.api_version))
         if config is None or config.config_hash != config_hash:
-            self._probed(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+            self.probe_done(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
-        start_probe(self.files, config, cancel=self.probe_cancel, done=self._probed,
+        start_probe(self.files, config, cancel=self.probe_cancel, done=self.probe_done,
                              log_extra=self._log_extra, observe=self._probe_metrics)
 
     def _probe_metrics(self, results: list[extprobe.Result]) -> None:
@@ -327,34 +309,28 @@ class Observations:
                                       unreachable=len(extprobe.blocking(probed)),
                                       unreachable_ignorable=sum(1 for r in probed if r.ignorable and not r.answered))
 
-    def _probed(self, answer: lifecycle.Probed) -> None:
-        self._probe_done.put(answer)
+    def probe_done(self, answer: lifecycle.Probed) -> None:
+        """A probe's answer, from its thread: the loop takes it with the "probe" event."""
+        self._probe_answers.put(answer)
         self.notify(LoopEvent.PROBE)
 
     # -- the stop ---------------------------------------------------------------------------------------------
 
-    @overload
-    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView: ...
-    @overload
-    def daemonset_view(self, rules: Lifecycle, *, read: bool) -> lifecycle.DaemonSetView | None: ...
-
-    def daemonset_view(self, rules: Lifecycle, *, read: bool = True) -> lifecycle.DaemonSetView | None:
+    def daemonset_view(self, rules: Lifecycle) -> lifecycle.DaemonSetView:
         """What the agent knows of its DaemonSet now: the watch's view, refreshed by one short read (the
-        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it; ``read`` False:
-        None where it would read."""
+        pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
         if self.owner is None:
             why = "the API adapters are not there" if self.api_pending or not self.attached else (
                 "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
             return lifecycle.DaemonSetView(detail=why)
-        return self.owner.confirm(lifecycle.OWNER_LOOKUP) if read else None
+        return self.owner.confirm(lifecycle.OWNER_LOOKUP)
 
     # -- what the step says back to the cluster ---------------------------------------------------------------
 
     def report(self, action: lifecycle.Publish | lifecycle.Note) -> None:
-        """To the Node's annotations and events; nothing before the API adapters are attached (the agent
-        re-publishes its phase when they are)."""
+        """To the Node's annotations and events (before ``attach``: nowhere; its phase is said again then)."""
         if isinstance(action, lifecycle.Publish):
             self.reporter.publish(node_status(self.current()), reason=action.reason)
         else:

@@ -1,6 +1,6 @@
 """The agent's file work, each reduced to the one ``lifecycle`` event it produces: plan the source against
 the manifest (``Planned``), write the plan (``Wrote``/``WriteFailed``/``StateFolderFailed``), roll back
-(``RollbackDone``/``RollbackFailed``), prune the previous config (``Pruned``). The agent's queue feeds the
+(``RollbackDone``), prune the previous config (``Pruned``). The agent's queue feeds the
 event to the step; nothing here decides what comes next."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def check_last_good(files: Files, action: lifecycle.CheckLastGood) -> tuple[life
 
 def roll_back(files: Files, action: lifecycle.RollBack, plan: nodefiles.Plan | None, record: State, *,
               expect: Callable[[], None],
-              ops: fsio.FileOps = fsio.REAL) -> lifecycle.RollbackDone | lifecycle.RollbackFailed:
+              ops: fsio.FileOps = fsio.REAL) -> lifecycle.RollbackDone:
     """Execute the rollback the step chose: to the last Ready config (``plan``, from ``check_last_good``) or to
     the original manifest (our changes removed from the manifest as it is now, the config files kept)."""
     try:
@@ -120,11 +120,11 @@ def roll_back(files: Files, action: lifecycle.RollBack, plan: nodefiles.Plan | N
             record = replace(record, patched_sha256="", config_hash="", source_hash="")
             target = "the original manifest"
     except PatcherError as exc:
-        return lifecycle.RollbackFailed(str(exc), action.reason, action.bad_source)
+        return lifecycle.RollbackDone(action.reason, action.bad_source, error=str(exc))
     expect()
     mtime = fsio.mtime_ns(nodefiles.manifest_local(files))
     record = replace(record, manifest_mtime_ns=mtime or record.manifest_mtime_ns)
-    return lifecycle.RollbackDone(record, target, action.reason, action.bad_source)
+    return lifecycle.RollbackDone(action.reason, action.bad_source, record, target)
 
 
 def prune(files: Files, record: State, *, log_extra: dict[str, str]) -> lifecycle.Pruned | None:

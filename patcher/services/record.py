@@ -1,19 +1,7 @@
-"""The agent's record on the node, in one place: ``state.json``, the manifest as it was before the patch, and the
-node's writer lock, since all three live in the state folder.
-
-The record's value and its encoding are pure (``patcher.core.state``); this module is every read and write of it,
-through ``fsio``, never in the kubelet's manifest folder. The saved original is the last resort for restore (when
-the current manifest cannot be parsed); normal restores work on the current manifest. Every failure to write in
-the folder (or to make it) is a ``StateFolderError`` naming the folder as the operator gave it and the kernel's
-answer (``Read-only file system``, ``No space left on device``, ``Not a directory``): the agent keeps running on
-it, says so on the Node and tries again (docs/operator-contract.md).
-
-The agent's executor saves each transition's record here once (``RecordKeeper.save``), before anything says its
-phase. While the state folder refuses it, the step's ``CheckStateFolder`` retry (``retry``) is the only one that
-tries, and its attempt comes back as one ``lifecycle`` event. The writer lock is held for the agent's whole life
-(``hold_for_life``): when the state folder cannot hold it at the start, the first save that works takes it.
-The other writers of ``state.json`` are ``nodefiles.apply`` (the record in the manifest's batch) and the restore
-on exit (``stopping``), through the same ``StateStore``.
+"""Everything in the state folder: ``state.json`` (its value and encoding: ``patcher.core.state``), the manifest
+as it was before the patch (the restore's last resort when the current one cannot be parsed), and the node's
+writer lock. Never in the kubelet's manifest folder. Every refusal of the folder is a ``StateFolderError``
+naming the folder and the kernel's answer: the agent keeps running, says so on the Node and tries again.
 """
 
 from __future__ import annotations
@@ -37,17 +25,15 @@ from patcher.core.state import State, decode, encode
 
 log = logging.getLogger("patcher.services.agent")
 
-#: What the record's writes, and every other file write of the agent, go through: named here so that the agent
-#: (``Agent(file_ops=)``) is handed them without reaching into an adapter itself.
-FileOps = fsio.FileOps
-REAL_FILE_OPS = fsio.REAL
-
 STATE_FILE = "state.json"
 ORIGINAL_FILE = "original-manifest.yaml"
 #: The record is a few KiB (hashes, file names, the last Ready config's names): 1 MiB bounds a read of one
 #: that something else wrote there. The saved original is a manifest, bounded as the manifest is.
 MAX_STATE_BYTES = 1024 * 1024
 LIMITS = {STATE_FILE: MAX_STATE_BYTES, ORIGINAL_FILE: MAX_MANIFEST_BYTES}
+#: Every file write of the agent goes through them (``Agent(file_ops=)``, which imports no adapter itself).
+FileOps = fsio.FileOps
+REAL_FILE_OPS = fsio.REAL
 
 
 class StateStore:
@@ -113,14 +99,11 @@ class StateStore:
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
         with self._faults():
-            self._rewind(checkpoint)
-
-    def _rewind(self, checkpoint: dict[str, bytes | None]) -> None:
-        for name, data in checkpoint.items():
-            if data is None:
-                fsio.remove(self._path(name))
-            elif not fsio.holds(self._path(name), data):
-                fsio.atomic_write(self._path(name), data, mode=0o600, ops=self.ops)
+            for name, data in checkpoint.items():
+                if data is None:
+                    fsio.remove(self._path(name))
+                elif not fsio.holds(self._path(name), data):
+                    fsio.atomic_write(self._path(name), data, mode=0o600, ops=self.ops)
 
     def present(self) -> bool:
         """Whether the record or the saved original is there (what ``clear`` would remove); reads neither."""
@@ -140,9 +123,7 @@ def state_store(files: Files, ops: fsio.FileOps = fsio.REAL) -> StateStore:
 
 
 def state_folder_message(exc: PatcherError) -> str:
-    """The Node's sentence for a state folder that refused the record: the folder (or its file) and the kernel's
-    answer, e.g. ``state folder unusable: /var/lib/scheduler-patcher/state.json: write failed: No space left
-    on device``."""
+    """The Node's sentence for a state folder that refused the record (the folder and the kernel's answer)."""
     return f"state folder unusable: {exc}"
 
 
@@ -163,11 +144,8 @@ def writer_lock(files: Files, ops: fsio.FileOps = fsio.REAL) -> Iterator[None]:
 
 
 def remove_stale_temp_files(files: Files) -> list[str]:
-    """Dot-named temp files of ours that a killed writer left between create and rename (node paths).
-
-    Under the writer lock, so a temp file of a live writer is never taken for a stale one; when another
-    writer holds the lock (or the state folder is unusable) nothing is removed: the next writer cleans up.
-    """
+    """Remove the temp files a killed writer left (node paths), under the writer lock so that a live writer's are
+    never taken for stale; when it is busy (or the state folder unusable), the next writer cleans up."""
     try:
         with writer_lock(files):
             return remove_stale_temp_files_locked(files)
@@ -197,24 +175,24 @@ class RecordKeeper:
         self._lock_held = False
         self._log_extra = log_extra
 
-    def load(self) -> State:
+    def load(self, *, clean: bool = True) -> State:
         """The record the last agent left (a fresh one when it cannot be read), after removing what a writer
-        killed mid-write left. Not proven saved yet: the first transition saves it, which tests the folder."""
+        killed mid-write left (``clean``). Not proven saved yet: the first transition's save tests the folder."""
         try:
             record = self.store.load()
         except PatcherError as exc:
             log.error("state record unreadable, starting fresh: %s", exc, extra=self._log_extra)
             record = State()
-        self.saved = None
-        for leftover in remove_stale_temp_files(self.files):
-            log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
+        if clean:  # else the writer lock is busy: the record as far as this agent knows stands
+            self.saved = None
+            for leftover in remove_stale_temp_files(self.files):
+                log.info("removed %s, left by a writer that was killed mid-write", leftover, extra=self._log_extra)
         return record
 
     def hold_for_life(self, stack: contextlib.ExitStack, metrics: Metrics) -> bool:
-        """Take the node's writer lock into ``stack`` (the agent's life): a CLI ``apply``/``restore`` run on the
-        node meanwhile refuses in one line instead of racing the agent (the lock is reentrant for this thread).
-        A state folder that cannot hold it is not fatal: the first save says so on the Node, and retries. False:
-        another writer holds it."""
+        """Take the node's writer lock for the agent's life (``stack``): a CLI ``apply``/``restore`` meanwhile
+        refuses in one line instead of racing the agent. A state folder that cannot hold it is not fatal (the
+        first save says so, and retries). False: another writer holds it."""
         own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
             own.enter_context(writer_lock(self.files, self.store.ops))
@@ -247,19 +225,14 @@ class RecordKeeper:
             except (fsio.LockBusy, StateFolderError) as exc:
                 log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
                             extra=self._log_extra)
-                try:  # the record only: the left-overs check would wait for the same busy lock again
-                    return self.store.load()
-                except PatcherError as err:
-                    log.error("state record unreadable, starting fresh: %s", err, extra=self._log_extra)
-                    return State()
+                return self.load(clean=False)  # the left-overs check would wait for the same busy lock again
             else:
                 self._lock_held = True
         return self.load()
 
     def _hold_lock(self) -> None:
-        """Take the writer lock for the rest of the agent's life if it could not be taken at its start (the
-        state folder was unusable), without waiting: another writer that took it meanwhile is a refusal, tried
-        again later. Before ``hold_for_life`` (tests driving the executor) every engine call takes it itself."""
+        """Take the writer lock for good if the start could not (the state folder was unusable), without waiting:
+        another writer holding it is a refusal, tried again later."""
         if self._lock is None or self._lock_held:
             return
         try:
@@ -268,26 +241,24 @@ class RecordKeeper:
             raise StateFolderError(exc.path, exc.problem) from None
         self._lock_held = True
 
-    def save(self, node: lifecycle.Node) -> tuple[PatcherError | None, bool]:
-        """Save a transition's record: (the state folder's refusal, saved). A state folder that refuses it is a
-        transition of its own (``StateFolderFailed``); while that lasts nothing is saved here: ``retry`` is the
-        one that tries."""
+    def save(self, node: lifecycle.Node) -> PatcherError | None:
+        """Save a transition's record; returns the state folder's refusal (a transition of its own,
+        ``StateFolderFailed``: while it lasts only ``retry`` saves)."""
         if node.record == self.saved or node.fault is not None:
-            return None, False
+            return None
         try:
             self._hold_lock()
             self.store.save(node.record)
         except StateFolderError as exc:
-            return exc, False
+            return exc
         except PatcherError as exc:
             log.error("cannot save the state record: %s", exc, extra=self._log_extra)
-            return None, False
+            return None
         self.saved = node.record
-        return None, True
+        return None
 
     def retry(self, record: State) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
-        """The state folder's retry: save the record as it stands (the writer lock first, when it could not be
-        taken)."""
+        """The state folder's retry: the writer lock when it could not be taken, and the record."""
         try:
             self._hold_lock()
             self.store.save(record)

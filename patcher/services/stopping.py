@@ -1,4 +1,4 @@
-"""The stop's executor: the restore on exit (``lifecycle.Restore``) and the keep (``lifecycle.Keep``).
+"""The stop's executor: the restore on exit (``lifecycle.Restore``); a keep is only a ``PatchKept`` note.
 ``lifecycle.stop`` decides which one and computes every deadline; this module only acts within them and
 reports the restore back as one ``lifecycle.RestoreDone``. The restore is planned and written when the stop
 comes (``nodefiles.plan_restore``, ``nodefiles.restore``: an atomic write with fsync), whatever the loop was doing."""
@@ -16,7 +16,7 @@ from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import nodefiles
-from patcher.services.ports import Coordinator, PodSource, Reporter
+from patcher.services.ports import Coordinator, PodSource
 from patcher.services.record import StateStore
 
 log = logging.getLogger("patcher.services.agent")
@@ -27,16 +27,12 @@ TURN_ASK_INTERVAL: Final = 0.25
 
 
 class Stopping:
-    """Executes ``Restore`` and ``Keep``."""
+    """Executes ``Restore``."""
 
     def __init__(self, files: Files, store: StateStore, *, log_extra: dict[str, str]) -> None:
         self.files = files
         self.store = store
         self._log_extra = log_extra
-
-    def keep(self, action: lifecycle.Keep, reporter: Reporter) -> None:
-        """Leave everything for the successor."""
-        reporter.note("PatchKept", action.reason)
 
     def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator | None,
                 pods: PodSource | None) -> lifecycle.RestoreDone:

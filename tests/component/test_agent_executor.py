@@ -84,13 +84,15 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     monkeypatch.setattr(agent.record.store, "save", save)
     agent.start()
     kubelet.sync()  # the scheduler runs the first config
-    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    agent.notify(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.turn() is LoopEvent.POD
     assert agent.node.record.phase == "Ready"
     first, first_files = agent.node.record.config_hash, agent.node.record.files
     (src / "extenders.yaml").write_text(SECOND)
     agent.reconcile("source changed")
     kubelet.sync()
-    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    agent.notify(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.turn() is LoopEvent.POD
     assert agent.node.record.phase == "Ready" and agent.node.record.config_hash != first
     gone = [f for f in first_files if f not in agent.node.record.files]
     fs = nodefiles.host_fs(agent.files)
@@ -112,8 +114,7 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
                   pods=kubelet, coordinator=Granting())
     agent.start()
     assert agent.node.turn == "held" and agent.node.record.phase == "Pending"  # the turn came: nothing written yet
-    assert agent.events.get_nowait() is LoopEvent.REPLAN and agent.events.empty()
-    agent._handle(LoopEvent.REPLAN)
+    assert agent.turn() is LoopEvent.REPLAN and agent.events.empty()  # it was the one event on the queue
     assert agent.node.record.phase == "WaitingForRestart" and b"--config=" in (root / helpers.MANIFEST).read_bytes()
 
 
@@ -126,7 +127,9 @@ def test_every_loop_event_has_its_branch(tmp_path: Path) -> None:
     agent.start()
     for event in LoopEvent:
         if event is not LoopEvent.PROBE:  # its answer comes with it: test_agent_preflight
-            agent._handle(event)
+            agent.notify(event)
+            while agent.turn() is not event:  # after what the events before it put on the queue
+                pass
     assert agent.node.phase is not None and agent.metrics.render().count(b'kind="internal"') == 0
 
 
@@ -143,7 +146,8 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
                   on_phase=lambda phase: heard.append(phase.value))
     agent.start()
     kubelet.sync()
-    agent._handle(LoopEvent.POD)  # what a mirror pod update does
+    agent.notify(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.turn() is LoopEvent.POD
     assert agent.node.record.phase == "Ready"
     heard.clear()
     config = agent.node.record.config_hash
@@ -151,7 +155,8 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
     def periodic_probe(blocking: str = "") -> None:
         """The periodic probe of the running config (its timer set `probing`), answered."""
         agent.node = replace(agent.node, probing=config)
-        agent._feed(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
+        agent.world.probe_done(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
+        assert agent.turn() is LoopEvent.PROBE
 
     periodic_probe("extender http://x/filter: refused")
     assert agent.node.record.phase == "Ready" and agent.node.record.message and heard == ["Ready"]

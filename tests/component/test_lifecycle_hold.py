@@ -27,7 +27,6 @@ from patcher.core import lifecycle
 from patcher.core.lifecycle import (
     DaemonSetView,
     HoldChanged,
-    Keep,
     LetGo,
     LoopEvent,
     Node,
@@ -98,8 +97,8 @@ def test_a_stop_while_held_keeps_the_node_as_it_is(mode: Literal["auto", "always
     assert any(isinstance(a, Restore) for a in unheld)
     _, acts = lifecycle.step(held, Stop(10.0, "signal", gone), opts)
     assert not any(isinstance(a, Restore) for a in acts)
-    (keep,) = [a for a in acts if isinstance(a, Keep)]
-    assert "held" in keep.reason and isinstance(acts[-1], lifecycle.Finish)
+    (keep,) = [a for a in acts if isinstance(a, lifecycle.Note) and a.reason == "PatchKept"]
+    assert "held" in keep.message and isinstance(acts[-1], lifecycle.Finish)
 
 
 def test_the_hold_removed_takes_the_node_back_from_the_record_on_disk() -> None:
@@ -143,7 +142,7 @@ EVENTS = st.one_of(
         lifecycle.CheckLastGood(H, "r", "s", LastGood(H, "/c/config-aaaaaaaaaaaa.yaml")))),
     st.builds(lifecycle.RollbackDone, record=st.just(PATCHED), target=st.just("the original manifest"),
               reason=st.just("r"), bad_source=st.just("s")),
-    st.builds(lifecycle.RollbackFailed, message=st.just("m"), reason=st.just("r"), bad_source=st.just("s")),
+    st.builds(lifecycle.RollbackDone, error=st.just("m"), reason=st.just("r"), bad_source=st.just("s")),
     st.builds(lifecycle.StateFolderFailed, now=st.floats(0, 1000), message=st.just("read-only")),
     st.builds(lifecycle.StateFolderOk, now=st.floats(0, 1000)),
     st.builds(HoldChanged, now=st.floats(0, 1000), hold=st.one_of(st.none(), st.sampled_from(["", "alice"]))),
@@ -171,7 +170,7 @@ def test_while_held_no_write_action_is_ever_emitted(events: list[lifecycle.Event
             assert not writes(acts), (event, acts)
             assert node.turn == "none" and node.wait is None
         if held_before and isinstance(event, Stop) and not stopping:
-            assert any(isinstance(a, Keep) for a in acts)
+            assert any(isinstance(a, lifecycle.Note) and a.reason == "PatchKept" for a in acts)
 
 
 # -- the executor on real files ----------------------------------------------------------------------------
@@ -221,7 +220,8 @@ def node_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Path, Hold]]:
         assert agent.record.hold_for_life(stack, agent.metrics)  # as process.run does
         agent.start()
         kubelet.sync()
-        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        agent.notify(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.turn() is LoopEvent.POD
         assert agent.node.phase == NodeState.READY
         yield agent, root, src, hold
 
@@ -232,7 +232,8 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     manifest = root / helpers.MANIFEST
     assert not lock_free(agent.files)  # the agent holds the writer lock for its life: a hand writer would wait
     hold.value = "alice: INC-42"
-    agent._handle(LoopEvent.HOLD)
+    agent.notify(LoopEvent.HOLD)
+    assert agent.turn() is LoopEvent.HOLD
     assert agent.node.hold == "alice: INC-42" and agent.metrics.families()[-1].samples[0].value == 1.0
     assert lock_free(agent.files)
     # the operator restores the node by hand, with the agent running
@@ -243,15 +244,16 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     assert done == [0] and manifest.read_bytes() == helpers.KUBEADM
     # a config change, a resync, a SIGTERM of an uninstall: nothing is written while held
     write_configmap(src, {"extenders.yaml": SECOND})
-    agent._handle(LoopEvent.SOURCE)
-    agent._handle(None)
+    agent.notify(LoopEvent.SOURCE)
+    assert agent.turn() is LoopEvent.SOURCE
+    assert agent.turn() is None
     assert manifest.read_bytes() == helpers.KUBEADM
     # released: the lock is the agent's again, the record is read from disk, and it patches as a new agent would
     hold.value = None
-    agent._handle(LoopEvent.HOLD)
+    agent.notify(LoopEvent.HOLD)
+    assert agent.turn() is LoopEvent.HOLD
     assert agent.node.hold is None and not lock_free(agent.files)
-    assert agent.events.get_nowait() == "replan"
-    agent._handle(LoopEvent.REPLAN)
+    assert agent.turn() is LoopEvent.REPLAN
     assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
@@ -259,7 +261,8 @@ def test_sigterm_while_held_leaves_the_patched_node_as_it_is(node_agent: tuple[A
     agent, root, _, hold = node_agent
     before = (root / helpers.MANIFEST).read_bytes()
     hold.value = ""
-    agent._handle(LoopEvent.HOLD)
+    agent.notify(LoopEvent.HOLD)
+    assert agent.turn() is LoopEvent.HOLD
     assert agent.shutdown() == 0
     assert (root / helpers.MANIFEST).read_bytes() == before and b"--config=" in before
     assert not [p for p in (root / helpers.MANIFEST).parent.iterdir() if p.name.startswith(".")]  # no staged file
@@ -312,7 +315,8 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         assert agent.record.hold_for_life(stack, agent.metrics)
         agent.start()
         hold.value = "x"
-        agent._handle(LoopEvent.HOLD)
+        agent.notify(LoopEvent.HOLD)
+        assert agent.turn() is LoopEvent.HOLD
         taken, release = threading.Event(), threading.Event()
 
         def hand_writer() -> None:
@@ -324,14 +328,16 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
         t.start()
         assert taken.wait(10)
         hold.value = None
-        agent._handle(LoopEvent.HOLD)  # the lock is busy: reclaim reads the record without it
+        agent.notify(LoopEvent.HOLD)  # the lock is busy: reclaim reads the record without it
+        assert agent.turn() is LoopEvent.HOLD
         assert agent.node.hold is None and agent.node.record.phase == "WaitingForRestart"
         release.set()
         t.join(10)
         assert lock_free(agent.files)  # not the agent's yet: its next save takes it back
-        agent._handle(LoopEvent.REPLAN)
+        assert agent.turn() is LoopEvent.REPLAN  # the reclaim's
         kubelet.sync()
-        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        agent.notify(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.turn() is LoopEvent.POD
         assert agent.node.phase == NodeState.READY and not lock_free(agent.files)
 
 
@@ -434,14 +440,16 @@ def test_an_agent_whose_hold_watch_has_not_answered_writes_nothing_until_it_does
         starting_agent: tuple[Agent, Path, Unanswered]) -> None:
     agent, manifest, hold = starting_agent
     assert manifest.read_bytes() == helpers.KUBEADM and not agent.node.hold_known and agent.node.phase is None
-    agent._handle(LoopEvent.SOURCE)
-    agent._handle(LoopEvent.HOLD)  # a change the watch has not listed yet says nothing
+    agent.notify(LoopEvent.SOURCE)
+    assert agent.turn() is LoopEvent.SOURCE
+    agent.notify(LoopEvent.HOLD)  # a change the watch has not listed yet says nothing
+    assert agent.turn() is LoopEvent.HOLD
     assert manifest.read_bytes() == helpers.KUBEADM and agent.node.hold is None
     hold.answered = True
-    agent._handle(LoopEvent.HOLD)
+    agent.notify(LoopEvent.HOLD)
+    assert agent.turn() is LoopEvent.HOLD
     assert agent.node.hold_known and agent.timers.hold_wait_at is None  # the wait's timer is no longer needed
-    assert agent.events.get_nowait() == "replan"
-    agent._handle(LoopEvent.REPLAN)
+    assert agent.turn() is LoopEvent.REPLAN
     assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 
@@ -449,15 +457,14 @@ def test_an_agent_whose_hold_watch_does_not_answer_goes_on_after_the_bound(
         starting_agent: tuple[Agent, Path, Unanswered], caplog: pytest.LogCaptureFixture) -> None:
     agent, manifest, _ = starting_agent
     assert agent.timers.hold_wait_at is not None
-    agent._handle(None)  # the loop wakes before the bound (the heartbeat): still nothing
+    assert agent.turn() is None  # the loop wakes before the bound (the heartbeat): still nothing
     assert manifest.read_bytes() == helpers.KUBEADM
     agent.timers.hold_wait_at -= agent.opts.hold_wait  # the bound has passed (the loop's timer, no sleep)
     with caplog.at_level("WARNING"):
-        agent._handle(None)
+        assert agent.turn() is None
     assert [r.getMessage() for r in caplog.records if "could not learn the node's hold" in r.getMessage()] == [
         "could not learn the node's hold within 30s (no answer from the API): going on as not held"]
-    assert agent.node.hold_known and agent.events.get_nowait() == "replan"
-    agent._handle(LoopEvent.REPLAN)
+    assert agent.node.hold_known and agent.turn() is LoopEvent.REPLAN
     assert b"--config=" in manifest.read_bytes() and agent.node.phase == NodeState.WAITING_FOR_RESTART
 
 

@@ -118,7 +118,8 @@ class Lifecycle(RuleBasedStateMachine):
         while not agent.events.empty():
             if agent.events.get_nowait() in ("manifest", "source"):
                 agent.reconcile("manifest changed")
-        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        agent.notify(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.turn() is LoopEvent.POD
         self.written_bad |= set(agent.node.record.bad_hashes)
 
     @property

@@ -356,11 +356,13 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     health.said.clear()
     reporter.published.clear()
     with ops.calling(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
-        agent._handle(LoopEvent.POD)  # what a mirror pod update does
+        agent.notify(LoopEvent.POD)  # what a mirror pod update does
+        assert agent.turn() is LoopEvent.POD
     assert agent.node.record.phase == "Failed"
     assert "Ready" not in health.said and "Ready" not in reporter.published, (health.said, reporter.published)
     assert agent.node.fault is not None and agent.node.fault.phase == "Ready"  # said once the folder works
-    agent._feed(agent.world.check_state_folder())  # the folder's retry, due
+    agent.timers.state_retry_at = 0.0  # the folder's retry is due (the loop's timer, no sleep)
+    assert agent.turn() is None
     assert agent.node.record.phase == "Ready"
     assert reporter.published[-1] == "Ready" and health.said[-1] == "Ready"
 
@@ -379,7 +381,7 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
     with ops.calling(refuse(root / STATE_DIR.lstrip("/"), errno.EROFS)):
         agent.start()
         assert agent.node.fault is not None
-        agent._handle(None)  # a loop turn with the resync due: held back by the fault
+        assert agent.turn() is None  # a loop turn with the resync due: held back by the fault
         assert agent.world.timeout(agent.rules) > 1.0  # the next timer is the folder's retry (30 s) or the heartbeat
 
 

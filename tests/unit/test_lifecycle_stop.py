@@ -58,7 +58,7 @@ def test_each_row_of_the_stop_table(node: lc.Node, mode: RestoreOnExit, view: lc
     after, acts = stop(node, mode, view)
     assert after.stopping and after.wait is None
     assert any(isinstance(a, lc.Restore) for a in acts) == restores
-    assert any(isinstance(a, lc.Keep) for a in acts) == (not restores)
+    assert any(isinstance(a, lc.Note) and a.reason == "PatchKept" for a in acts) == (not restores)
     assert not any(isinstance(a, lc.Publish) for a in acts)  # a kept node's annotations stay as they are
     assert after.record.phase == node.record.phase  # Restored only once the restore is reported done
     if not restores:
@@ -74,8 +74,8 @@ def test_the_restore_and_keep_say_why() -> None:
     assert next(a for a in acts if isinstance(a, lc.Restore)).reason.startswith(
         "cannot tell whether a successor comes (no answer about DaemonSet")
     _, acts = stop(READY, "auto", KEEPS)
-    keep = next(a for a in acts if isinstance(a, lc.Keep))
-    assert keep.reason.startswith("DaemonSet scheduler-patcher still selects this node: the patch is kept")
+    keep = next(a for a in acts if isinstance(a, lc.Note) and a.reason == "PatchKept")
+    assert keep.message.startswith("DaemonSet scheduler-patcher still selects this node: the patch is kept")
 
 
 # -- the rollout turn on a keep ------------------------------------------------------------------------------
@@ -83,14 +83,14 @@ def test_the_restore_and_keep_say_why() -> None:
 
 def test_a_keep_while_a_write_waits_for_its_restart_leaves_the_turn_to_the_successor() -> None:
     after, acts = stop(WAITING, "auto", KEEPS)
-    assert kinds(acts) == ["Keep", "Finish"]  # no ReleaseTurn: the successor resumes the wait and renews it
+    assert kinds(acts) == ["Note", "Finish"]  # no ReleaseTurn: the successor resumes the wait and renews it
     assert after.turn == "none"
 
 
 @pytest.mark.parametrize("node", [PENDING, replace(READY, turn="held")], ids=["asked", "held"])
 def test_a_keep_releases_a_turn_that_no_write_waits_on(node: lc.Node) -> None:
     after, acts = stop(node, "auto", KEEPS)
-    assert kinds(acts) == ["Keep", "ReleaseTurn", "Finish"] and after.turn == "none"
+    assert kinds(acts) == ["Note", "ReleaseTurn", "Finish"] and after.turn == "none"
 
 
 # -- the deadlines -----------------------------------------------------------------------------------------

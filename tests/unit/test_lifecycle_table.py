@@ -71,8 +71,8 @@ def test_after_a_stop_every_event_but_stop_is_ignored(event: lc.Event) -> None:
 @pytest.mark.parametrize("event", [lc.Resumed(1.0), pending(), up_to_date(), lc.Wrote(1.0, State(), True),
                                    lc.WriteFailed("x", False), lc.Observed(1.0, 0, Verdict.READY, "r"),
                                    lc.TurnChanged(held=True, refused_bad=False), lc.Probed(1.0, H1),
-                                   lc.ProbeDue(1.0), lc.RollbackDone(State(), "t", "r", SRC),
-                                   lc.RollbackFailed("m", "r", SRC)])
+                                   lc.ProbeDue(1.0), lc.RollbackDone("r", SRC, State(), "t"),
+                                   lc.RollbackDone("r", SRC, error="m")])
 def test_while_the_state_folder_refuses_the_record_only_its_own_events_pass(event: lc.Event) -> None:
     n = replace(waiting(), fault=lc.Fault("state folder unusable: x", 1, "WaitingForRestart", None))
     assert lc.step(n, event, OPTS) == (n, [])
@@ -359,12 +359,12 @@ def test_observed_waiting_before_the_deadline_or_blind_within_one_more_timeout_w
     assert lc.step(waiting(), lc.Observed(now, 0, Verdict.WAITING, "not yet", blind=blind), OPTS) == (waiting(), [])
 
 
-# -- RollbackDone / RollbackFailed -----------------------------------------------------------------------------
+# -- RollbackDone ----------------------------------------------------------------------------------------------
 
 
 def test_rollback_done_is_rolled_back_and_passes_the_turn_with_the_source() -> None:
     record = State(phase="WaitingForRestart", config_hash=H2, bad_hashes=(H1,))
-    after, acts = lc.step(node(turn="held"), lc.RollbackDone(record, "the original manifest", "why", SRC), COORD)
+    after, acts = lc.step(node(turn="held"), lc.RollbackDone("why", SRC, record, "the original manifest"), COORD)
     message = "why; rolled back to the original manifest"
     assert after.phase == NodeState.ROLLED_BACK and after.record == replace(record, phase="RolledBack",
                                                                            message=message)
@@ -372,7 +372,7 @@ def test_rollback_done_is_rolled_back_and_passes_the_turn_with_the_source() -> N
 
 
 def test_rollback_failed_is_failed_and_passes_the_turn_with_the_source() -> None:
-    after, acts = lc.step(node(turn="held"), lc.RollbackFailed("disk", "why", SRC), COORD)
+    after, acts = lc.step(node(turn="held"), lc.RollbackDone("why", SRC, error="disk"), COORD)
     assert after.phase == NodeState.FAILED and after.record.message == "why; rollback failed: disk"
     assert acts == [lc.Error("rollback"), lc.Log("error", "rollback failed: disk"), lc.Publish(None),
                     lc.ReleaseTurn(SRC)]
@@ -472,18 +472,18 @@ def test_state_folder_failed_fails_names_the_folder_passes_an_unused_turn_and_re
     n = node(NodeState.PENDING, turn="held", probing=H2)
     after, acts = lc.step(n, lc.StateFolderFailed(1.0, ROFS), COORD)
     message = f"{ROFS}; {lc.STATE_FOLDER_WAIT}"
-    assert after.phase == NodeState.FAILED and after.record.message == message and not after.ready
+    assert after.phase == NodeState.FAILED and after.record.message == message
     assert after.fault == lc.Fault(ROFS, 1, "Pending", None) and after.turn == "none" and after.probing == ""
     assert acts == [lc.Error("state"), lc.Log("error", f"{ROFS}; trying again in 2s"),
                     lc.Note("StateFolderFailed", message, warning=True), lc.ReleaseTurn(None), lc.Publish(None),
-                    lc.CheckStateFolder(2.0)]
+                    lc.RetryLater(2.0, "state-folder")]
 
 
 def test_state_folder_failed_while_waiting_keeps_the_wait_and_the_turn() -> None:
     after, acts = lc.step(waiting(turn="held"), lc.StateFolderFailed(1.0, FULL), COORD)
     assert after.wait == waiting().wait and after.turn == "held" and after.phase == NodeState.FAILED
     assert after.fault == lc.Fault(FULL, 1, "WaitingForRestart", None)
-    assert lc.ReleaseTurn(None) not in acts and acts[-1] == lc.CheckStateFolder(2.0)
+    assert lc.ReleaseTurn(None) not in acts and acts[-1] == lc.RetryLater(2.0, "state-folder")
 
 
 def test_state_folder_failed_again_doubles_the_delay_up_to_the_cap_without_saying_it_again() -> None:
@@ -492,9 +492,9 @@ def test_state_folder_failed_again_doubles_the_delay_up_to_the_cap_without_sayin
     delays = []
     for _ in range(6):
         n, acts = lc.step(n, lc.StateFolderFailed(2.0, ROFS), opts)
-        assert [type(a).__name__ for a in acts] == ["Error", "Log", "CheckStateFolder"]  # no Note, no Publish
+        assert [type(a).__name__ for a in acts] == ["Error", "Log", "RetryLater"]  # no Note, no Publish
         delays.append(acts[-1])
-    assert delays == [lc.CheckStateFolder(d) for d in (4.0, 8.0, 16.0, 32.0, 60.0, 60.0)]
+    assert delays == [lc.RetryLater(d, "state-folder") for d in (4.0, 8.0, 16.0, 32.0, 60.0, 60.0)]
     assert n.fault == lc.Fault(ROFS, 7, "Ready", None)  # what it said before the first failure
 
 
@@ -504,7 +504,8 @@ def test_state_folder_failed_with_another_error_says_so() -> None:
     message = f"{FULL}; {lc.STATE_FOLDER_WAIT}"
     assert after.record.message == message and after.fault == lc.Fault(FULL, 2, "Ready", None)
     assert acts == [lc.Error("state"), lc.Log("error", f"{FULL}; trying again in 4s"),
-                    lc.Note("StateFolderFailed", message, warning=True), lc.Publish(None), lc.CheckStateFolder(4.0)]
+                    lc.Note("StateFolderFailed", message, warning=True), lc.Publish(None),
+                    lc.RetryLater(4.0, "state-folder")]
 
 
 def test_state_folder_ok_says_again_what_the_node_said_and_plans_again() -> None:
