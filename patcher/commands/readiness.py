@@ -1,14 +1,9 @@
-"""``scheduler-patcher readiness``: print the cluster readiness verdict, or wait until it is Ready.
-
-A Helm hook or a CI step can wait for "every scheduler has the extender" with one command. The verdict is
-``patcher.core.readiness`` (pure); the API reads behind it are ``patcher.adapters.kube.cluster``. The verdict
-flags (``add_verdict_arguments``) are shared with the gatekeeper.
-"""
+"""``scheduler-patcher readiness``: print the cluster readiness verdict, or wait until it is Ready, so that a
+Helm hook or a CI step can wait for "every scheduler has the extender" with one command."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 from typing import Any, TextIO
@@ -25,7 +20,6 @@ from patcher.core.readiness import (
     ClusterVerdict,
     check_expected_hash,
     node_selectors,
-    render_json,
     render_table,
 )
 
@@ -51,7 +45,7 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def expected_hash(value: str) -> str:
-    """``--expected-hash``: checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
+    """Checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
     try:
         check_expected_hash(value or None)
     except ValueError as exc:
@@ -93,10 +87,6 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     out = out or sys.stdout
     err = err or sys.stderr
     try:
-        check_expected_hash(args.expected_hash or None)
-    except ValueError as exc:
-        return _fail(f"--expected-hash: {exc}", err)
-    try:
         api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
     except ApiConfigError as exc:
         return _fail(str(exc), err)
@@ -137,12 +127,12 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
         api.close()
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)
-    if args.output == "yaml":
+    if args.output == "text":
+        out.write(render_table(verdict))
+    else:
         from patcher.commands.conventions import emit
 
-        emit(json.loads(render_json(verdict)), "yaml", out)
-    else:
-        out.write(render_json(verdict) if args.output == "json" else render_table(verdict))
+        emit(verdict.to_dict(), args.output, out)
     if verdict.ready:
         return EXIT_READY
     if args.wait:

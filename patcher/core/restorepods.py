@@ -1,12 +1,5 @@
-"""The uninstall's restore, one pod per control-plane node: the pods it creates and when it is done.
-
-``helm uninstall`` (and ``manifests/uninstall``) must restore every control-plane node without a node count
-typed by hand, and end as soon as every node is restored. ``scheduler-patcher restore-nodes`` does that from one
-Job pod: it lists the control-plane Nodes, creates for each one a pod bound to it by ``spec.nodeName`` (no
-scheduler involved, so it also works while the scheduler itself does not) from a PodTemplate that runs the
-offline ``scheduler-patcher restore``, and ends when every one of them has succeeded. Here are the pure parts:
-the pod built for a node, and the verdict over the pods seen so far.
-"""
+"""The pure parts of the uninstall's restore (``scheduler-patcher restore-nodes``): the pod built for each
+control-plane node, and the verdict over the pods seen so far."""
 
 from __future__ import annotations
 
