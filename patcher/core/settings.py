@@ -1,21 +1,8 @@
 """Every setting of the node commands, declared once: its type, its default, why it exists, and the flag it
-comes from.
-
-``scheduler-patcher run`` is told one ``Settings`` value; the command line builds it from the flags (each
-flag's default comes from ``PATCHER_<FLAG>``, see ``patcher.commands.conventions``) in
-``patcher.commands.cli.run_settings``, ``patcher.services.runner.build_agent`` wires the agent from it, and the
-tests build it too (``Settings.build``): so a flag cannot reach the agent by a path the tests do not take.
-
-The groups follow the flags: ``files`` (the flags every node command shares), ``lifecycle`` (what
-``patcher.core.lifecycle.step`` decides with: restart, rollback, pre-flight, stop), ``loop`` (the agent's own
-rhythm), ``pod`` (who the agent is: the downward API), ``api``, ``rollout``, ``status`` and ``serve``
-(probes and logs). Each consumer takes its group: the engine ``Files``, the step ``Lifecycle``, the agent's
-loop ``Loop``; nothing is declared twice.
-
-A field with a flag says so in its metadata (under ``FLAG``); ``tests/unit/test_settings.py`` checks that each ``run``
-flag sets exactly the field that names it and that the flag's default is the field's. Fields without a flag are
-tunables the tests shorten (retries, debounce). Pure data: frozen, and free of I/O, so building one costs
-nothing and the core may import it.
+comes from (in its metadata, under ``FLAG``; ``tests/unit/test_settings.py`` holds flags and fields equal), so a
+flag cannot reach the agent by a path the tests do not take. Grouped as the flags are (docs/architecture.md,
+"Where settings live"); each consumer takes its group. Pure data: frozen and free of I/O, so the core may import
+it.
 """
 
 from __future__ import annotations
