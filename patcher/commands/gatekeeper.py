@@ -212,9 +212,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
 
     threading.Thread(target=wake_on_stop, name="gatekeeper-stop", daemon=True).start()
     server.start()
-    if webhook is not None:
-        webhook[0].start()
-        webhook[1].start()
+    for part in webhook:
+        part.start()
     if elector is not None:
         elector.start()
     gk.start()
@@ -227,9 +226,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if elector is not None:
             elector.stop(release=True)
         server.stop()
-        if webhook is not None:
-            webhook[1].stop()
-            webhook[0].stop()
+        for part in reversed(webhook):
+            part.stop()
         reads.shutdown(wait=True, cancel_futures=True)
         api.close()
     return 0
@@ -245,14 +243,13 @@ def webhook_selection(args: argparse.Namespace) -> Selection:
                      storage_classes=split(args.webhook_storage_classes), csi_drivers=split(args.webhook_csi_drivers))
 
 
-def build_webhook(api: Api, args: argparse.Namespace,
-                  metrics: GateMetrics) -> tuple[ConfigMapView, HttpServer] | None:
-    """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen;
+def build_webhook(api: Api, args: argparse.Namespace, metrics: GateMetrics) -> list[ConfigMapView | HttpServer]:
+    """The admission webhook's verdict view and HTTPS server, in start order (none without --webhook-listen);
     ``OSError``/``ssl.SSLError`` for a certificate that does not load (``usage_problems`` checked the flags)."""
     if not args.webhook_listen:
-        return None
+        return []
     namespace, _, name = args.webhook_verdict_configmap.rpartition("/")
     view = ConfigMapView(api, namespace or args.namespace, name)
     app = AdmissionWebhook(webhook_selection(args), view.state, metrics.registry)
-    return view, HttpServer(app.handle, args.webhook_listen, certs=CertReloader(args.webhook_cert, args.webhook_key),
-                            keep_alive=True, name="webhook server")
+    return [view, HttpServer(app.handle, args.webhook_listen, certs=CertReloader(args.webhook_cert, args.webhook_key),
+                            keep_alive=True, name="webhook server")]

@@ -28,9 +28,6 @@ DEFAULT_NODE_SELECTOR: Final = "node-role.kubernetes.io/control-plane"
 LEGACY_MASTER_SELECTOR: Final = "node-role.kubernetes.io/master"
 #: kubeadm's label on the scheduler's static pod (also what the csi-baremetal operator selects on).
 DEFAULT_MIRROR_SELECTOR: Final = "component=kube-scheduler"
-STATUS_KEY: Final = "status.json"
-#: The reason of a row for a node where a kube-scheduler runs and no agent has ever annotated the Node.
-NO_AGENT: Final = "kube-scheduler runs here, no agent reports"
 #: The csi-baremetal contract (operator ``pkg/patcher/extender_readiness.go``, extender
 #: ``pkg/scheduler/extender/healthserver``): ConfigMap ``extender-readiness``, key ``nodes.yaml``, mounted at
 #: ``/status`` in the extender pods.
@@ -142,7 +139,7 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
     digits = restart.MIN_HASH_DIGITS
 
     if not ann and not selected:
-        return not_ready(NO_AGENT)
+        return not_ready("kube-scheduler runs here, no agent reports")
     if not ann:
         return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
     if state != NodeState.READY:
@@ -241,14 +238,6 @@ def _node_owner(pod: Obj) -> str | None:
     return None
 
 
-def _other_controller(pod: Obj) -> str | None:
-    """``<Kind>/<name>`` of a controller that is not a Node (a Deployment's scheduler), else ``None``."""
-    for ref in dig(pod, "metadata", "ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") != "Node":
-            return f"{ref.get('kind')}/{ref.get('name')}"
-    return None
-
-
 def may_be_unlabelled_scheduler(meta: Obj, static_pod_name: str = "kube-scheduler") -> bool:
     """Whether a pod with this ``metadata`` could be one ``scheduler_pods`` counts without its label: the
     metadata has no ``spec.nodeName``, so this is a superset, judged in full once the pod itself is read."""
@@ -277,7 +266,9 @@ def scheduler_pods(labelled: Iterable[Obj], node_owned: Iterable[Obj], *,
     """
     by_node: dict[str, Obj] = {}
     warnings: list[str] = []
-    candidates = [pod for pod in labelled if _other_controller(pod) is None]
+    candidates = [pod for pod in labelled if not any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") != "Node"
+        for ref in dig(pod, "metadata", "ownerReferences") or [])]
     for pod in node_owned:
         node = dig(pod, "spec", "nodeName") or _node_owner(pod)
         if (isinstance(node, str) and _node_owner(pod) is not None
@@ -355,7 +346,7 @@ def compat_nodes_yaml(verdict: ClusterVerdict) -> str:
 
 def status_data(verdict: ClusterVerdict) -> dict[str, str]:
     return {
-        STATUS_KEY: json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n",  # as `readiness -o json`
+        "status.json": json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n",  # as `readiness -o json`
         "ready": "true" if verdict.ready else "false",
         "expected-hash": verdict.expected_hash or "",
     }
