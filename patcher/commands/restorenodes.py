@@ -83,7 +83,8 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
         reported: set[str] = set()
         while True:
             pods.changed.clear()
-            outcomes = restorepods.verdict(names, restorepods.pods_by_node(pods.snapshot()))
+            by_node = restorepods.pods_by_node(pods.snapshot())
+            outcomes = [restorepods.node_outcome(name, by_node.get(name)) for name in names]
             for o in outcomes:
                 if o.node in reported or o.outcome not in (Outcome.RESTORED, Outcome.FAILED):
                     continue

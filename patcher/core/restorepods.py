@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -107,11 +107,6 @@ def pods_by_node(pods: Iterable[Obj]) -> dict[str, Obj]:
                 dig(old, "metadata", "creationTimestamp") or ""):
             found[node] = pod
     return found
-
-
-def verdict(nodes: Sequence[str], pods: Mapping[str, Obj]) -> list[NodeRestore]:
-    """Every node's outcome, in ``nodes``' order."""
-    return [node_outcome(node, pods.get(node)) for node in nodes]
 
 
 def finished(outcomes: Sequence[NodeRestore]) -> bool:
