@@ -28,6 +28,7 @@ from patcher.adapters.kube.configmapview import ConfigMapView
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Flags, boolean, duration
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
@@ -50,8 +51,6 @@ VERDICT_READS: Final = 4
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher gatekeeper``."""
-    from patcher.commands.conventions import Flags, boolean, duration
-
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--gate-name", DEFAULT_GATE, "the scheduling gate to remove (no other gate is ever touched)")
@@ -152,8 +151,6 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
     """The gatekeeper until ``stop`` is set (``main`` without signals and logging setup, for tests)."""
-    from patcher.commands.conventions import EXIT_USAGE
-
     problems = usage_problems(args)
     for problem in problems:
         log.error("%s", problem)
@@ -168,7 +165,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                                               pool_size=concurrency + VERDICT_READS + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
-        return 1
+        return EXIT_ERROR
     metrics = GateMetrics()
     health = Health(max_age=max(60.0, 3 * min(args.resync_interval, HEARTBEAT)))
     gatekeeper: Gatekeeper | None = None
@@ -203,7 +200,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         log.error("cannot start the gatekeeper: %s", exc)
         reads.shutdown(wait=False)
         api.close()
-        return 1
+        return EXIT_ERROR
     gk = gatekeeper
 
     def wake_on_stop() -> None:
@@ -230,7 +227,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             part.stop()
         reads.shutdown(wait=True, cancel_futures=True)
         api.close()
-    return 0
+    return EXIT_OK
 
 
 def split(value: str) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from patcher.adapters.kube.cluster import collect, collect_retrying, node_watche
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.schedindex import SchedulerIndex
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, emit
 from patcher.core import restart
 from patcher.core.readiness import (
     DEFAULT_NODE_SELECTOR,
@@ -23,13 +24,9 @@ from patcher.core.readiness import (
     render_table,
 )
 
-EXIT_READY, EXIT_NOT_READY = 0, 1
-
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``readiness`` and ``gatekeeper``: where the verdict's inputs are."""
-    from patcher.commands.conventions import Flags, boolean
-
     f = Flags(p)
     f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
           "else ~/.kube/config, else the in-cluster service account)")
@@ -65,8 +62,6 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``scheduler-patcher readiness``."""
-    from patcher.commands.conventions import Flags, boolean, duration
-
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
@@ -79,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _fail(message: str, err: TextIO) -> int:
     err.write(f"scheduler-patcher: error: {message}\n")
-    return EXIT_NOT_READY
+    return EXIT_ERROR
 
 
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -130,13 +125,11 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
     if args.output == "text":
         out.write(render_table(verdict))
     else:
-        from patcher.commands.conventions import emit
-
         emit(verdict.to_dict(), args.output, out)
     if verdict.ready:
-        return EXIT_READY
+        return EXIT_OK
     if args.wait:
         last = f" (the last attempt failed: {error})" if error is not None else ""
         err.write(f"scheduler-patcher: not ready after {args.timeout:g}s{last}: " + "; ".join(verdict.explain())
                   + "\n")
-    return EXIT_NOT_READY
+    return EXIT_ERROR

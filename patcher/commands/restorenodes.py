@@ -25,19 +25,16 @@ from patcher.adapters.kube import restorepods as api_side
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration
 from patcher.core import restorepods
 from patcher.core.kubeobj import dig
 from patcher.core.readiness import DEFAULT_NODE_SELECTOR, LEGACY_MASTER_SELECTOR, node_selectors
 from patcher.core.restorepods import NodeRestore, Outcome
 
-EXIT_RESTORED, EXIT_NOT_RESTORED = 0, 1
-
 log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from patcher.commands.conventions import Flags, boolean, duration
-
     f = Flags(p)
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
@@ -111,7 +108,7 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
         api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
     except ApiConfigError as exc:
         err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     selectors = node_selectors(args.node_selector, args.legacy_master_label)
 
     def say(line: str) -> None:
@@ -124,17 +121,17 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
                                timeout=args.timeout, pod_name=os.environ.get("POD_NAME"), say=say)
     except (ApiError, ValueError) as exc:
         err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     finally:
         api.close()
     if not result.outcomes:
         err.write(f"scheduler-patcher: error: no control-plane node found ({' or '.join(selectors)}): nothing "
                   "restored\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     if result.ok:
         say(f"every control-plane node is restored ({len(result.outcomes)})")
-        return EXIT_RESTORED
+        return EXIT_OK
     lines = restorepods.describe(result.outcomes, result.not_ready)
     err.write(f"scheduler-patcher: error: {len(lines)} of {len(result.outcomes)} control-plane node(s) not "
               f"restored after {args.timeout:g}s:\n" + "".join(f"  {line}\n" for line in lines))
-    return EXIT_NOT_RESTORED
+    return EXIT_ERROR
