@@ -50,7 +50,6 @@ VERDICT_READS: Final = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``scheduler-patcher gatekeeper``."""
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--gate-name", DEFAULT_GATE, "the scheduling gate to remove (no other gate is ever touched)")

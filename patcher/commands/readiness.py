@@ -61,7 +61,6 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``scheduler-patcher readiness``."""
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
