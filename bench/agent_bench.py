@@ -50,11 +50,12 @@ from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.adapters.kube.publish import NodeReporter  # noqa: E402
 from patcher.core import timefmt  # noqa: E402
 from patcher.core.lifecycle import LoopEvent  # noqa: E402
-from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.core.settings import Files  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
+from tests.harness.settings import build_settings  # noqa: E402
 
 KUBEADM = ROOT / "tests/fixtures/manifests/kubeadm.yaml"
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -162,7 +163,7 @@ def bench_pod_to_readyz(n: int) -> None:
                                 on_update=lambda pod: holder[0].notify(LoopEvent.POD) if holder else None)
         files = Files(source=src, host_root=root)
         # No settle time: the figure is the agent's reaction to the pod, not the 10 s wait for it to stay up.
-        settings = Settings.build(check_extenders=False, files=files, node_name="cp-1", resync_interval=3600,
+        settings = build_settings(check_extenders=False, files=files, node_name="cp-1", resync_interval=3600,
                                   restart_settle=0.0)
         agent = Agent(settings, reporter=reporter, pods=pods, health=health, metrics=metrics)
         holder.append(agent)

@@ -39,10 +39,11 @@ from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
-from patcher.core.settings import Files, Settings  # noqa: E402
+from patcher.core.settings import Files  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
 from tests.conftest import write_configmap  # noqa: E402
+from tests.harness.settings import build_settings  # noqa: E402
 
 LIMIT = 1 << 20  # every fingerprint is bounded; these files are a few bytes
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
@@ -111,7 +112,7 @@ def bench_swap_to_manifest(n: int) -> None:
         src.mkdir()
         write_configmap(src, {"extenders.yaml": CONFIG})
         metrics = CountingMetrics()
-        settings = Settings.build(check_extenders=False, files=Files(source=src, host_root=root), resync_interval=3600)
+        settings = build_settings(check_extenders=False, files=Files(source=src, host_root=root), resync_interval=3600)
         agent = Agent(settings, metrics=metrics)
         process.start_watching(agent)
         th = threading.Thread(target=process.run, args=(agent,), daemon=True)

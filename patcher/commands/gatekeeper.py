@@ -1,47 +1,10 @@
 """``scheduler-patcher gatekeeper``: release a scheduling gate once every scheduler runs the patched config.
 
-A pod that must not be placed by a scheduler that does not know the extender yet is created with
-``spec.schedulingGates: [{name: scheduler-patcher.io/extender-ready}]`` (KEP-3521, GA in 1.30): the scheduler
-leaves it Pending until the gate is gone. The gatekeeper watches the cluster readiness verdict
-(``patcher.core.readiness``, re-evaluated on every change of a control-plane Node's annotations and periodically)
-and, while it is Ready for the expected config (``--expected-hash``, else the one every node agrees on),
-removes exactly that gate from every Pending pod that
-carries it — all namespaces or only ``--namespaces`` — including pods created later (a pod watch).
-
-Safety rules, and why:
-
-* Only our gate is removed; other gates and their order are left alone (another controller owns them).
-* The patch is a JSON patch that first ``test``s the pod's whole current ``spec.schedulingGates`` array, then
-  ``replace``s it with the same array minus our gate. A concurrent change (another controller removing its
-  gate) makes the ``test`` fail (422) or the write conflict (409); the pod is read again and the patch rebuilt,
-  so we never write back a stale list that would resurrect or reorder someone else's gates.
-* While the verdict is not Ready nothing is released. A pod already released cannot be gated again: the API
-  server only allows removing scheduling gates after creation, never adding them. So a verdict that falls
-  back to NotReady (a node rolled back) stops further releases, but the pods already let through stay
-  schedulable — that is the API's contract, not a choice of ours.
-* A backlog is released by ``--release-concurrency`` workers (default: ``--kube-api-burst``) at
-  ``--kube-api-qps``, oldest pods first, in batches of ``--release-batch``; between two batches the verdict
-  is read again when a watch behind it delivered a change, dropped or is down (or the resync is due), so a
-  verdict that turns NotReady lets at most one batch through once a watch delivers the change (a change
-  delivered stops a batch at once). A ``429`` (API Priority and Fairness shedding load)
-  pauses every worker for the server's ``Retry-After``; the pod is sent again.
-* One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
-  ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
-  the others (renew deadline < lease duration), so two replicas never release concurrently for long — and if
-  they did, the ``test`` op makes their patches idempotent anyway. The leader renews every ``--renew-period``
-  (half the renew deadline, 5 s); a standby watches the Lease rather than reading it, and tries only when it is
-  handed back (at once) or has gone ``--lease-duration`` without a change (15 s after the last renewal it saw).
-
-With ``--webhook-listen`` it also serves the admission webhook (``patcher.services.webhook``) for clusters
-without MutatingAdmissionPolicy: the policy's rules over HTTPS (``--webhook-cert``/``--webhook-key``, reloaded
-when the files change), the verdict read from the readiness ConfigMap (``--webhook-verdict-configmap``), every
-answer ``allowed: true``. Every replica serves it, leader or not.
-
-RBAC: ``pods: list, watch, get, patch`` (cluster-wide, or per namespace with ``--namespaces``), ``nodes: list,
-watch``, ``pods: get, list, watch`` in the mirror-pod namespace (the verdict's reads, and the metadata-only
-watch that finds the unlabelled kube-schedulers there), ``leases: create`` and ``get, update, list, watch`` of
-its Lease by name (a standby watches it) in its own; with the webhook, ``configmaps: get, list, watch`` of the
-verdict ConfigMap only.
+A pod created with the gate ``scheduler-patcher.io/extender-ready`` stays Pending until a scheduler that knows
+the extender can place it; this command removes exactly that gate while the cluster verdict is Ready, one
+replica at a time (a Lease), and with ``--webhook-listen`` also serves the admission webhook that adds it
+(``patcher.services.webhook``), on every replica. The rules and their reasons are in docs/scheduling-gates.md
+and docs/operator-contract.md; this module is the flags and the wiring.
 """
 
 from __future__ import annotations
@@ -65,10 +28,11 @@ from patcher.adapters.kube.configmapview import ConfigMapView
 from patcher.adapters.kube.leader import LeaderElector
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Flags, boolean, duration
 from patcher.commands.readiness import add_verdict_arguments, verdict_kwargs
 from patcher.core.admission import DEFAULT_SCHEDULER, Selection
 from patcher.core.gates import DEFAULT_GATE
-from patcher.core.readiness import check_expected_hash, node_selectors
+from patcher.core.readiness import node_selectors
 from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST, DEFAULT_QPS, HEARTBEAT, Gatekeeper, GateMetrics
 from patcher.services.webhook import AdmissionWebhook
 
@@ -86,9 +50,6 @@ VERDICT_READS: Final = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``scheduler-patcher gatekeeper``."""
-    from patcher.commands.conventions import Flags, boolean, duration
-
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--gate-name", DEFAULT_GATE, "the scheduling gate to remove (no other gate is ever touched)")
@@ -168,17 +129,11 @@ def main(args: argparse.Namespace) -> int:
     return run(args, stop)
 
 
-def renew_period(retry_period: float, renew_deadline: float) -> float:
-    """The leader's default renewal period: half the renew deadline (a failed renewal is then tried again every
-    ``retry_period`` for the other half before the leader stops acting), never below ``retry_period``."""
-    return max(retry_period, renew_deadline / 2)
-
-
 def usage_problems(args: argparse.Namespace) -> list[str]:
     """Flags that cannot work together: a usage error (exit 64) before anything starts, as for every command."""
     problems = []
-    if args.renew_period is None:
-        args.renew_period = renew_period(args.retry_period, args.renew_deadline)
+    if args.renew_period is None:  # a failed renewal is then tried every retry period for the other half
+        args.renew_period = max(args.retry_period, args.renew_deadline / 2)
     if args.leader_elect and not (0 < args.retry_period <= args.renew_period < args.renew_deadline
                                   < args.lease_duration):
         problems.append(f"--retry-period {args.retry_period:g}s, --renew-period {args.renew_period:g}s, "
@@ -195,19 +150,12 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
     """The gatekeeper until ``stop`` is set (``main`` without signals and logging setup, for tests)."""
-    from patcher.commands.conventions import EXIT_USAGE
-
     problems = usage_problems(args)
     for problem in problems:
         log.error("%s", problem)
     if problems:
         return EXIT_USAGE
     kwargs = verdict_kwargs(args)
-    try:
-        check_expected_hash(kwargs["expected_hash"])
-    except ValueError as exc:
-        log.error("%s", exc)
-        return 1
     try:
         concurrency = args.release_concurrency or args.kube_api_burst
         # Every worker and verdict reader keeps its connection, plus the watches and the Lease: none opened and
@@ -216,7 +164,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                                               pool_size=concurrency + VERDICT_READS + 8))
     except ApiConfigError as exc:
         log.error("%s", exc)
-        return 1
+        return EXIT_ERROR
     metrics = GateMetrics()
     health = Health(max_age=max(60.0, 3 * min(args.resync_interval, HEARTBEAT)))
     gatekeeper: Gatekeeper | None = None
@@ -238,11 +186,11 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
                                failure_level=logging.WARNING)
         gatekeeper = Gatekeeper(
             api, verdict_fn=lambda: collect(api, executor=reads, index=index, **kwargs), gate_name=args.gate_name,
-            namespaces=[n.strip() for n in args.namespaces.split(",") if n.strip()],
+            namespaces=list(split(args.namespaces)),
             node_label_selectors=node_selectors(args.node_selector, args.legacy_master_label),
             prefix=args.annotation_prefix, elector=elector, metrics=metrics, health=health,
             resync_interval=args.resync_interval,
-            scheduler_names=[n.strip() for n in args.scheduler_names.split(",") if n.strip()],
+            scheduler_names=list(split(args.scheduler_names)),
             throttle=Throttle(args.kube_api_qps, args.kube_api_burst), concurrency=concurrency,
             batch_size=args.release_batch or None, scheduler_index=index)
         server = HealthServer(health, metrics, args.listen, ready=health.alive)
@@ -251,7 +199,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         log.error("cannot start the gatekeeper: %s", exc)
         reads.shutdown(wait=False)
         api.close()
-        return 1
+        return EXIT_ERROR
     gk = gatekeeper
 
     def wake_on_stop() -> None:
@@ -260,9 +208,8 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
 
     threading.Thread(target=wake_on_stop, name="gatekeeper-stop", daemon=True).start()
     server.start()
-    if webhook is not None:
-        webhook[0].start()
-        webhook[1].start()
+    for part in webhook:
+        part.start()
     if elector is not None:
         elector.start()
     gk.start()
@@ -275,12 +222,11 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         if elector is not None:
             elector.stop(release=True)
         server.stop()
-        if webhook is not None:
-            webhook[1].stop()
-            webhook[0].stop()
+        for part in reversed(webhook):
+            part.stop()
         reads.shutdown(wait=True, cancel_futures=True)
         api.close()
-    return 0
+    return EXIT_OK
 
 
 def split(value: str) -> tuple[str, ...]:
@@ -293,18 +239,13 @@ def webhook_selection(args: argparse.Namespace) -> Selection:
                      storage_classes=split(args.webhook_storage_classes), csi_drivers=split(args.webhook_csi_drivers))
 
 
-def build_webhook(api: Api, args: argparse.Namespace,
-                  metrics: GateMetrics) -> tuple[ConfigMapView, HttpServer] | None:
-    """The admission webhook's verdict view and HTTPS server (not started), ``None`` without --webhook-listen.
-    Raises ``ValueError`` for a missing flag, ``OSError``/``ssl.SSLError`` for a certificate that does not load."""
+def build_webhook(api: Api, args: argparse.Namespace, metrics: GateMetrics) -> list[ConfigMapView | HttpServer]:
+    """The admission webhook's verdict view and HTTPS server, in start order (none without --webhook-listen);
+    ``OSError``/``ssl.SSLError`` for a certificate that does not load (``usage_problems`` checked the flags)."""
     if not args.webhook_listen:
-        return None
-    if not args.webhook_cert or not args.webhook_key:
-        raise ValueError("--webhook-listen needs --webhook-cert and --webhook-key")
+        return []
     namespace, _, name = args.webhook_verdict_configmap.rpartition("/")
-    if not name:
-        raise ValueError(f"--webhook-verdict-configmap: no name in {args.webhook_verdict_configmap!r}")
     view = ConfigMapView(api, namespace or args.namespace, name)
     app = AdmissionWebhook(webhook_selection(args), view.state, metrics.registry)
-    return view, HttpServer(app.handle, args.webhook_listen, certs=CertReloader(args.webhook_cert, args.webhook_key),
-                            keep_alive=True, name="webhook server")
+    return [view, HttpServer(app.handle, args.webhook_listen, certs=CertReloader(args.webhook_cert, args.webhook_key),
+                            keep_alive=True, name="webhook server")]

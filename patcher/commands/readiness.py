@@ -1,14 +1,9 @@
-"""``scheduler-patcher readiness``: print the cluster readiness verdict, or wait until it is Ready.
-
-A Helm hook or a CI step can wait for "every scheduler has the extender" with one command. The verdict is
-``patcher.core.readiness`` (pure); the API reads behind it are ``patcher.adapters.kube.cluster``. The verdict
-flags (``add_verdict_arguments``) are shared with the gatekeeper.
-"""
+"""``scheduler-patcher readiness``: print the cluster readiness verdict, or wait until it is Ready, so that a
+Helm hook or a CI step can wait for "every scheduler has the extender" with one command."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 from typing import Any, TextIO
@@ -18,6 +13,7 @@ from patcher.adapters.kube.cluster import collect, collect_retrying, node_watche
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.schedindex import SchedulerIndex
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, emit
 from patcher.core import restart
 from patcher.core.readiness import (
     DEFAULT_NODE_SELECTOR,
@@ -25,17 +21,12 @@ from patcher.core.readiness import (
     ClusterVerdict,
     check_expected_hash,
     node_selectors,
-    render_json,
     render_table,
 )
-
-EXIT_READY, EXIT_NOT_READY = 0, 1
 
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``readiness`` and ``gatekeeper``: where the verdict's inputs are."""
-    from patcher.commands.conventions import Flags, boolean
-
     f = Flags(p)
     f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
           "else ~/.kube/config, else the in-cluster service account)")
@@ -51,7 +42,7 @@ def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def expected_hash(value: str) -> str:
-    """``--expected-hash``: checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
+    """Checked while parsing, so a bad one is a usage error (exit 64) like any flag value."""
     try:
         check_expected_hash(value or None)
     except ValueError as exc:
@@ -70,9 +61,6 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``scheduler-patcher readiness``."""
-    from patcher.commands.conventions import Flags, boolean, duration
-
     add_verdict_arguments(p)
     f = Flags(p)
     f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
@@ -85,17 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _fail(message: str, err: TextIO) -> int:
     err.write(f"scheduler-patcher: error: {message}\n")
-    return EXIT_NOT_READY
+    return EXIT_ERROR
 
 
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """``scheduler-patcher readiness``: exit 0 when the cluster is Ready, 1 when not (or the API fails)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        check_expected_hash(args.expected_hash or None)
-    except ValueError as exc:
-        return _fail(f"--expected-hash: {exc}", err)
     try:
         api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
     except ApiConfigError as exc:
@@ -137,16 +121,14 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
         api.close()
     if verdict is None:
         return _fail(str(error) if error is not None else "no verdict", err)
-    if args.output == "yaml":
-        from patcher.commands.conventions import emit
-
-        emit(json.loads(render_json(verdict)), "yaml", out)
+    if args.output == "text":
+        out.write(render_table(verdict))
     else:
-        out.write(render_json(verdict) if args.output == "json" else render_table(verdict))
+        emit(verdict.to_dict(), args.output, out)
     if verdict.ready:
-        return EXIT_READY
+        return EXIT_OK
     if args.wait:
         last = f" (the last attempt failed: {error})" if error is not None else ""
         err.write(f"scheduler-patcher: not ready after {args.timeout:g}s{last}: " + "; ".join(verdict.explain())
                   + "\n")
-    return EXIT_NOT_READY
+    return EXIT_ERROR

@@ -1,30 +1,40 @@
 """``scheduler-patcher restore-nodes``: restore every control-plane node, one pod each, and end when all are.
 
-The uninstall's restore (the chart's post-delete hook Job, ``manifests/uninstall``): no node count to type, and
-done as soon as every control-plane node's pod ran ``scheduler-patcher restore`` to exit 0. The work is
-``patcher.services.restorenodes``. RBAC: ``podtemplates`` get (the one named), ``pods`` create/get/list/watch in
-its namespace, ``nodes`` list and patch (the control-plane Nodes; their annotations once restored).
+The uninstall's restore (the chart's post-delete hook Job, ``manifests/uninstall``) must need no node count typed
+by hand and end as soon as every node is restored. So it lists the control-plane Nodes (the readiness verdict's
+selectors), creates one pod per node from the PodTemplate, bound by ``spec.nodeName`` (no scheduler involved: it
+works while the scheduler does not), follows this run's pods with a watch, and ends when every pod succeeded (the
+offline ``restore`` exited 0, as it does on a clean node too), failed for good, or the deadline passed. Each
+restored Node gets the annotations a restore on exit leaves (``state: Restored``). RBAC: ``podtemplates`` get (the
+one named), ``pods`` create/get/list/watch in its namespace, ``nodes`` list and patch.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import secrets
 import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TextIO
 
+from patcher.adapters.kube import restorepods as api_side
 from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.errors import ApiError
+from patcher.adapters.kube.transport import Api
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration
 from patcher.core import restorepods
+from patcher.core.kubeobj import dig
 from patcher.core.readiness import DEFAULT_NODE_SELECTOR, LEGACY_MASTER_SELECTOR, node_selectors
+from patcher.core.restorepods import NodeRestore, Outcome
 
-EXIT_RESTORED, EXIT_NOT_RESTORED = 0, 1
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from patcher.commands.conventions import Flags, boolean, duration
-
     f = Flags(p)
     f.add("--kubeconfig", os.environ.get("KUBECONFIG"), "kubeconfig for runs outside the cluster")
     f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
@@ -37,17 +47,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add("--timeout", "4m", "give up after this long (helm waits 5 min for a hook by default)", type=duration)
 
 
+@dataclass(frozen=True)
+class Result:
+    outcomes: list[NodeRestore]
+    not_ready: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outcomes) and restorepods.restored(self.outcomes)
+
+
+def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, selectors: Sequence[str],
+                  prefix: str, timeout: float, pod_name: str | None = None,
+                  say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> Result:
+    """Create one restore pod per control-plane node and wait until each succeeded (or ``timeout`` passed)."""
+    deadline = clock() + timeout
+    template = api_side.read_pod_template(api, namespace, template_name)
+    owner = api_side.job_owner_of(api, namespace, pod_name)
+    nodes = api_side.control_plane_nodes(api, selectors)
+    names = [str(dig(n, "metadata", "name")) for n in nodes]
+    not_ready = [str(dig(n, "metadata", "name")) for n in nodes if not restorepods.node_ready(n)]
+    if not names:
+        return Result([], [])
+    say(f"restoring {len(names)} control-plane node(s): {', '.join(names)}")
+    pods = api_side.RunPods(api, namespace, run)
+    pods.start()
+    try:
+        for name in names:
+            created = api_side.create_pod(api, namespace,
+                                          restorepods.restore_pod(template, name, run, namespace, owner))
+            log.debug("created pod %s for node %s", dig(created, "metadata", "name"), name)
+        reported: set[str] = set()
+        while True:
+            pods.changed.clear()
+            by_node = restorepods.pods_by_node(pods.snapshot())
+            outcomes = [restorepods.node_outcome(name, by_node.get(name)) for name in names]
+            for o in outcomes:
+                if o.node in reported or o.outcome not in (Outcome.RESTORED, Outcome.FAILED):
+                    continue
+                reported.add(o.node)
+                say(o.line())
+                if o.outcome is Outcome.RESTORED:
+                    try:
+                        api_side.mark_restored(api, o.node, prefix)
+                    except ApiError as exc:  # the files are restored; a stale annotation is only cosmetic
+                        say(f"node {o.node}: restored, but its annotations were not updated: {exc.detail}")
+            remaining = deadline - clock()
+            if restorepods.finished(outcomes) or remaining <= 0:
+                return Result(outcomes, not_ready)
+            pods.changed.wait(remaining)
+    finally:
+        pods.stop()
+
+
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once every control-plane node is restored; 1 when one is not by ``--timeout`` (each named)."""
-    from patcher.services.restorenodes import restore_nodes
-
     out = out or sys.stdout
     err = err or sys.stderr
     try:
         api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
     except ApiConfigError as exc:
         err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     selectors = node_selectors(args.node_selector, args.legacy_master_label)
 
     def say(line: str) -> None:
@@ -60,17 +121,17 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
                                timeout=args.timeout, pod_name=os.environ.get("POD_NAME"), say=say)
     except (ApiError, ValueError) as exc:
         err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     finally:
         api.close()
     if not result.outcomes:
         err.write(f"scheduler-patcher: error: no control-plane node found ({' or '.join(selectors)}): nothing "
                   "restored\n")
-        return EXIT_NOT_RESTORED
+        return EXIT_ERROR
     if result.ok:
         say(f"every control-plane node is restored ({len(result.outcomes)})")
-        return EXIT_RESTORED
+        return EXIT_OK
     lines = restorepods.describe(result.outcomes, result.not_ready)
     err.write(f"scheduler-patcher: error: {len(lines)} of {len(result.outcomes)} control-plane node(s) not "
               f"restored after {args.timeout:g}s:\n" + "".join(f"  {line}\n" for line in lines))
-    return EXIT_NOT_RESTORED
+    return EXIT_ERROR

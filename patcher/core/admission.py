@@ -102,20 +102,16 @@ def selected(pod: Obj, params: Obj, selection: Selection) -> bool:
             and storage_selected(pod, selection.storage_classes, selection.csi_drivers))
 
 
-def gate_patch(pod: Obj, gate: str) -> list[Obj]:
-    """The policy's mutation: append to existing gates (theirs stay first, in order), or create the list."""
-    gates = _field(_field(pod, "spec"), "schedulingGates")
-    if isinstance(gates, list) and gates:
-        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": gate}}]
-    return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": gate}]}]
-
-
 def pod_patch(pod: Obj, params: Obj | None, selection: Selection) -> list[Obj] | None:
     """The patch for ``pod`` at CREATE, ``None`` for none. ``params``: the readiness ConfigMap, ``None`` when
-    it does not exist (``parameterNotFoundAction: Allow``: the policy is not applied)."""
+    it does not exist (``parameterNotFoundAction: Allow``: the policy is not applied). As the policy's mutation,
+    the gate goes after existing gates (theirs stay first, in order)."""
     if params is None or not selected(pod, params, selection):
         return None
-    return gate_patch(pod, selection.gate)
+    gates = _field(_field(pod, "spec"), "schedulingGates")
+    if isinstance(gates, list) and gates:
+        return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": selection.gate}}]
+    return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": selection.gate}]}]
 
 
 class BadReview(ValueError):

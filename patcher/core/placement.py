@@ -1,21 +1,11 @@
 """Does a DaemonSet still want a pod on this node? The part of the DaemonSet controller's decision a stop needs.
 
 On SIGTERM with ``--restore-on-exit=auto`` the agent keeps its patch only when a successor pod will come to the
-node; that is the case while the DaemonSet's pod template still fits the node. Evaluated here, on the raw JSON
-of the DaemonSet and the Node (pure, no client):
-
-* ``spec.template.spec.nodeSelector``: every label must be on the node with that value;
-* ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``: at least one
-  term matches (terms are ORed; within a term every ``matchExpressions`` item on the node's labels — ``In``,
-  ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt`` — and every ``matchFields`` item on
-  ``metadata.name`` — ``In``, ``NotIn`` — must hold; a term with neither matches nothing);
-* the node's taints with effect ``NoSchedule`` or ``NoExecute`` must each be tolerated by the template's
-  tolerations or by those the DaemonSet controller adds to every daemon pod (``not-ready``/``unreachable``
-  NoExecute; ``disk-pressure``, ``memory-pressure``, ``pid-pressure``, ``unschedulable`` NoSchedule; and
-  ``network-unavailable`` NoSchedule for a hostNetwork pod). ``PreferNoSchedule`` never keeps a pod away.
-
-Not evaluated: preferred affinity (it never excludes a node), resources, host ports and pod (anti-)affinity,
-which a daemon pod on its own node meets as the one it replaces did.
+node, that is while the DaemonSet's pod template still fits the node: its ``nodeSelector``, its required node
+affinity, and the node's ``NoSchedule``/``NoExecute`` taints against its tolerations plus those the DaemonSet
+controller adds to every daemon pod. Pure, on the raw JSON of the DaemonSet and the Node. Not evaluated:
+preferred affinity (it never excludes a node), resources, host ports and pod (anti-)affinity, which a daemon
+pod on its own node meets as the one it replaces did.
 """
 
 from __future__ import annotations

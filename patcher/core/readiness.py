@@ -1,18 +1,9 @@
 """The cluster readiness verdict: is every control-plane scheduler running the expected config? Pure.
 
-Each agent only knows its own node. The verdict reads every control-plane Node's ``scheduler-patcher.io/``
-annotations and the kube-scheduler mirror pods, and decides for the cluster: ``Ready`` only when every node
-says ``Ready`` with the same (or the expected) config hash *and* its mirror pod proves it — the marker with
-that hash, a running scheduler started no earlier than the manifest write, the pod Ready. The node's word
-alone is not enough: an agent that died after writing ``Ready`` would keep saying so while the kubelet runs
-something else. The mirror-pod proof is ``patcher.core.restart.decide``, the same rule the agent itself applies
-to its own node (whose answer is a ``restart.Verdict``; the cluster's answer here is a ``ClusterVerdict``).
-
-Three consumers share the verdict, all through ``patcher.adapters.kube.cluster`` (which reads the objects
-this module judges): ``scheduler-patcher readiness`` prints it (``render_table``/``render_json``), the
-agents publish it into ConfigMaps (``status_data``, ``compat_nodes_yaml``), and the gatekeeper releases
-scheduling gates only while it is Ready. The verdict is computed from the API objects only; it never trusts a
-cached ConfigMap, so any copy can be checked against the source of truth by running the command.
+A node's own ``Ready`` is not enough: an agent that died after writing it would keep saying so while the
+kubelet runs something else. So a node counts only when its mirror pod proves it too, by the same rule the
+agent applies to its own node (``patcher.core.restart.decide``). The verdict is computed from the API objects
+only, never from a published ConfigMap, so any copy can be checked against the source of truth.
 """
 
 from __future__ import annotations
@@ -37,9 +28,6 @@ DEFAULT_NODE_SELECTOR: Final = "node-role.kubernetes.io/control-plane"
 LEGACY_MASTER_SELECTOR: Final = "node-role.kubernetes.io/master"
 #: kubeadm's label on the scheduler's static pod (also what the csi-baremetal operator selects on).
 DEFAULT_MIRROR_SELECTOR: Final = "component=kube-scheduler"
-STATUS_KEY: Final = "status.json"
-#: The reason of a row for a node where a kube-scheduler runs and no agent has ever annotated the Node.
-NO_AGENT: Final = "kube-scheduler runs here, no agent reports"
 #: The csi-baremetal contract (operator ``pkg/patcher/extender_readiness.go``, extender
 #: ``pkg/scheduler/extender/healthserver``): ConfigMap ``extender-readiness``, key ``nodes.yaml``, mounted at
 #: ``/status`` in the extender pods.
@@ -102,8 +90,7 @@ class ClusterVerdict:
         return [r for r in self.rows if not r.ready]
 
     def hash_kind(self) -> str:
-        """What ``expected_hash`` is: ``source`` (the ConfigMap's fingerprint, what nodes agree on) unless it is
-        only some node's ``config-hash`` (given as ``--expected-hash``, or agents that publish no source hash)."""
+        """``config`` when ``expected_hash`` is only some node's config hash, else ``source``."""
         e = (self.expected_hash or "").lower()
         if any(r.source_hash and r.source_hash.lower().startswith(e) for r in self.rows):
             return "source"
@@ -152,7 +139,7 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
     digits = restart.MIN_HASH_DIGITS
 
     if not ann and not selected:
-        return not_ready(NO_AGENT)
+        return not_ready("kube-scheduler runs here, no agent reports")
     if not ann:
         return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
     if state != NodeState.READY:
@@ -251,22 +238,9 @@ def _node_owner(pod: Obj) -> str | None:
     return None
 
 
-def _other_controller(pod: Obj) -> str | None:
-    """``<Kind>/<name>`` of a controller that is not a Node (a Deployment's scheduler), else ``None``."""
-    for ref in dig(pod, "metadata", "ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") != "Node":
-            return f"{ref.get('kind')}/{ref.get('name')}"
-    return None
-
-
 def may_be_unlabelled_scheduler(meta: Obj, static_pod_name: str = "kube-scheduler") -> bool:
-    """Whether a pod with this ``metadata`` could be one ``scheduler_pods`` counts without its label. Pure.
-
-    ``scheduler_pods`` counts an unlabelled pod when a Node owns it and its name is ``<static-pod-name>-<node>``
-    for the node it runs on; the node (``spec.nodeName``) is not in the metadata, so this asks for a Node owner
-    and the name's prefix: a superset, judged in full once the pod itself is read. In a kube-system of
-    thousands of pods it is the few kube-schedulers (other mirror pods have other names).
-    """
+    """Whether a pod with this ``metadata`` could be one ``scheduler_pods`` counts without its label: the
+    metadata has no ``spec.nodeName``, so this is a superset, judged in full once the pod itself is read."""
     name = meta.get("name") if isinstance(meta, Mapping) else None
     return (isinstance(name, str) and name.startswith(f"{static_pod_name}-")
             and _node_owner({"metadata": meta}) is not None)
@@ -292,11 +266,9 @@ def scheduler_pods(labelled: Iterable[Obj], node_owned: Iterable[Obj], *,
     """
     by_node: dict[str, Obj] = {}
     warnings: list[str] = []
-    candidates: list[Obj] = []
-    for pod in labelled:
-        other = _other_controller(pod)
-        if other is None:
-            candidates.append(pod)
+    candidates = [pod for pod in labelled if not any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") != "Node"
+        for ref in dig(pod, "metadata", "ownerReferences") or [])]
     for pod in node_owned:
         node = dig(pod, "spec", "nodeName") or _node_owner(pod)
         if (isinstance(node, str) and _node_owner(pod) is not None
@@ -357,10 +329,6 @@ def render_table(verdict: ClusterVerdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_json(verdict: ClusterVerdict) -> str:
-    return json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n"
-
-
 def compat_nodes_yaml(verdict: ClusterVerdict) -> str:
     """``nodes.yaml`` as csi-baremetal reads it: ``nodes: [{node_name, kube_scheduler, restarted}]``.
 
@@ -378,7 +346,7 @@ def compat_nodes_yaml(verdict: ClusterVerdict) -> str:
 
 def status_data(verdict: ClusterVerdict) -> dict[str, str]:
     return {
-        STATUS_KEY: render_json(verdict),
+        "status.json": json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n",  # as `readiness -o json`
         "ready": "true" if verdict.ready else "false",
         "expected-hash": verdict.expected_hash or "",
     }

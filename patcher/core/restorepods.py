@@ -1,18 +1,11 @@
-"""The uninstall's restore, one pod per control-plane node: the pods it creates and when it is done.
-
-``helm uninstall`` (and ``manifests/uninstall``) must restore every control-plane node without a node count
-typed by hand, and end as soon as every node is restored. ``scheduler-patcher restore-nodes`` does that from one
-Job pod: it lists the control-plane Nodes, creates for each one a pod bound to it by ``spec.nodeName`` (no
-scheduler involved, so it also works while the scheduler itself does not) from a PodTemplate that runs the
-offline ``scheduler-patcher restore``, and ends when every one of them has succeeded. Here are the pure parts:
-the pod built for a node, and the verdict over the pods seen so far.
-"""
+"""The pure parts of the uninstall's restore (``scheduler-patcher restore-nodes``): the pod built for each
+control-plane node, and the verdict over the pods seen so far."""
 
 from __future__ import annotations
 
 import copy
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -114,11 +107,6 @@ def pods_by_node(pods: Iterable[Obj]) -> dict[str, Obj]:
                 dig(old, "metadata", "creationTimestamp") or ""):
             found[node] = pod
     return found
-
-
-def verdict(nodes: Sequence[str], pods: Mapping[str, Obj]) -> list[NodeRestore]:
-    """Every node's outcome, in ``nodes``' order."""
-    return [node_outcome(node, pods.get(node)) for node in nodes]
 
 
 def finished(outcomes: Sequence[NodeRestore]) -> bool:

@@ -1,30 +1,16 @@
 """Every setting of the node commands, declared once: its type, its default, why it exists, and the flag it
-comes from.
-
-``scheduler-patcher run`` is told one ``Settings`` value; the command line builds it from the flags (each
-flag's default comes from ``PATCHER_<FLAG>``, see ``patcher.commands.conventions``) in
-``patcher.commands.cli.run_settings``, ``patcher.services.runner.build_agent`` wires the agent from it, and the
-tests build it too (``Settings.build``): so a flag cannot reach the agent by a path the tests do not take.
-
-The groups follow the flags: ``files`` (the flags every node command shares), ``lifecycle`` (what
-``patcher.core.lifecycle.step`` decides with: restart, rollback, pre-flight, stop), ``loop`` (the agent's own
-rhythm), ``pod`` (who the agent is: the downward API), ``api``, ``rollout``, ``status`` and ``serve``
-(probes and logs). Each consumer takes its group: ``nodefiles`` ``Files``, the step ``Lifecycle``, the agent's
-loop ``Loop``; nothing is declared twice.
-
-A field with a flag says so in its metadata (under ``FLAG``); ``tests/unit/test_settings.py`` checks that each ``run``
-flag sets exactly the field that names it and that the flag's default is the field's. Fields without a flag are
-tunables the tests shorten (retries, debounce). Pure data: frozen, and free of I/O, so building one costs
-nothing and the core may import it.
+comes from (in its metadata, under ``FLAG``; ``tests/unit/test_settings.py`` holds flags and fields equal), so a
+flag cannot reach the agent by a path the tests do not take. Grouped as the flags are (docs/architecture.md,
+"Where settings live"); each consumer takes its group. Pure data: frozen and free of I/O, so the core may import
+it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from patcher.core.manifestedit import ForeignMode
 
@@ -224,44 +210,3 @@ class Settings:
     @property
     def publishes_status(self) -> bool:
         return self.api is not None and self.status.publish
-
-    @classmethod
-    def build(cls, *, no_api: bool = False, **values: Any) -> Settings:
-        """Settings from flat ``name=value`` pairs, a group (``files=Files(...)``) or a field of one
-        (``restart_timeout=30.0``), each routed to the one group that declares it: the field names are unique
-        across groups (``tests/unit/test_settings.py``). ``no_api``: a run without a cluster (no API field then)."""
-        kinds = groups()
-        made: dict[str, dict[str, Any]] = {}
-        whole: dict[str, Any] = {}
-        for name, value in values.items():
-            if name in kinds:
-                whole[name] = value
-            else:
-                made.setdefault(owner_of(name), {})[name] = value
-        if no_api and ("api" in made or "api" in whole):
-            raise TypeError("Settings.build: API settings given for a run without an API")
-        if both := sorted(set(made) & set(whole)):
-            raise TypeError(f"Settings.build: both the group {both[0]!r} and fields of it given")
-        out = {name: whole[name] if name in whole else kind(**made.get(name, {})) for name, kind in kinds.items()}
-        if no_api:
-            out["api"] = None
-        return cls(**out)
-
-
-def groups() -> dict[str, type[Any]]:
-    """Every group of ``Settings``: its field name there to its dataclass (each group's default is one)."""
-    out: dict[str, type[Any]] = {}
-    for f in dataclasses.fields(Settings):
-        kind = f.default_factory
-        if not isinstance(kind, type):
-            raise TypeError(f"Settings.{f.name}: a group's default must be its dataclass")
-        out[f.name] = kind
-    return out
-
-
-def owner_of(name: str) -> str:
-    """The group that declares the setting ``name`` (``TypeError`` for one no group declares)."""
-    owners = [g for g, kind in groups().items() if name in {f.name for f in dataclasses.fields(kind)}]
-    if len(owners) != 1:
-        raise TypeError(f"Settings: {len(owners)} groups declare {name!r}{': ' + ', '.join(owners) if owners else ''}")
-    return owners[0]

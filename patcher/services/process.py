@@ -38,11 +38,7 @@ def install_signal_handlers(agent: Agent) -> None:
     """Stop on SIGTERM/SIGINT, including one that came before this call (while the process started)."""
     if signals.installed_at is None:
         signals.install()
-
-    def on_signal(signum: int) -> None:
-        agent.request_stop(signum=signum)
-
-    signals.subscribe(on_signal)
+    signals.subscribe(lambda signum: agent.request_stop(signum=signum))
 
 
 def start_watching(agent: Agent) -> None:

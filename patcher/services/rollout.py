@@ -88,17 +88,19 @@ class RolloutLease:
             self._posted += 1
             self._cond.notify_all()
 
-    def settle(self, timeout: float) -> bool:
-        """Wait (bounded) until every intent posted so far was tried once; True when the turn is ours."""
+    def _wait(self, waiting: Callable[[], bool], timeout: float) -> bool:
+        """Wait (bounded) while ``waiting()``; True when the turn is ours."""
         end = self.clock() + timeout
         with self._cond:
-            target = self._posted
-            while self._answered < target and not self._stop:
-                left = end - self.clock()
-                if left <= 0:
-                    break
+            while waiting() and not self._stop and (left := end - self.clock()) > 0:
                 self._cond.wait(min(left, 0.5))
             return self.held
+
+    def settle(self, timeout: float) -> bool:
+        """Wait (bounded) until every intent posted so far was tried once; True when the turn is ours."""
+        with self._cond:
+            target = self._posted
+        return self._wait(lambda: self._answered < target, timeout)
 
     @property
     def unanswered(self) -> bool:
@@ -108,14 +110,7 @@ class RolloutLease:
             return self._answered < self._posted
 
     def wait_held(self, timeout: float) -> bool:
-        end = self.clock() + timeout
-        with self._cond:
-            while not self.held and self._want is not None and not self._stop:
-                left = end - self.clock()
-                if left <= 0:
-                    break
-                self._cond.wait(min(left, 0.5))
-            return self.held
+        return self._wait(lambda: not self.held and self._want is not None, timeout)
 
     def close(self, timeout: float) -> None:
         """Finish pending releases within ``timeout``, then stop the thread."""

@@ -1,10 +1,7 @@
-"""The composition root of ``scheduler-patcher run``: ``build_agent`` wires the agent and its adapters from an
-``Settings`` (``patcher.core.settings``), ``run`` serves the probes around it and tears everything down.
-
-The tests build the agent with ``build_agent`` too, pointed at a local API emulator: the wiring they run is the
-wiring the DaemonSet runs, the Lease coordinator and the status publisher included. The event queue is made
-first, so every adapter's callback is the queue's ``put``: nothing is bound late.
-"""
+"""The composition root of ``scheduler-patcher run``: ``build_agent`` wires the agent and its adapters from
+``Settings``, ``run`` serves the probes around it and tears everything down. The tests build the agent with
+``build_agent`` too, so the wiring they run is the one the DaemonSet runs. The event queue is made first, so
+every adapter's callback is the queue's ``put``: nothing is bound late."""
 
 from __future__ import annotations
 
@@ -55,10 +52,11 @@ class _VersionCache:
     timeout on every reconcile while the API server is down (which is when we restart it). Refreshed now and
     then, since an upgrade changes it."""
 
-    def __init__(self, api: KubeApi, refresh: float = 600.0) -> None:
+    REFRESH = 600.0
+
+    def __init__(self, api: KubeApi) -> None:
         self.api = api
         self.value: str | None = None
-        self.refresh = refresh
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="api-version", daemon=True)
 
@@ -74,7 +72,7 @@ class _VersionCache:
             if found:
                 self.value = found
                 backoff.reset()
-            self._stop.wait(self.refresh if found else backoff.next_delay())
+            self._stop.wait(self.REFRESH if found else backoff.next_delay())
 
     def __call__(self) -> str | None:
         return self.value
@@ -105,14 +103,13 @@ class ApiParts:
     coordinator: RolloutLease | None
     publisher: StatusPublisher | None
     versions: _VersionCache
-    owner: OwnerWatcher | None = None
-    holds: NodeHoldWatcher | None = None
+    owner: OwnerWatcher | None
+    holds: NodeHoldWatcher
 
     def start(self) -> None:
         self.reporter.start()
         self.pods.start()
-        if self.holds is not None:
-            self.holds.start()
+        self.holds.start()
         if self.owner is not None:
             self.owner.start()
         if self.publisher is not None:
@@ -125,8 +122,7 @@ class ApiParts:
             self.publisher.stop()
         if self.owner is not None:
             self.owner.stop()
-        if self.holds is not None:
-            self.holds.stop()
+        self.holds.stop()
         self.pods.stop()
         self.reporter.close()
         self.api.close()
@@ -250,20 +246,18 @@ def build_agent(config: Settings, api: Api, *, file_ops: fsio.FileOps = fsio.REA
                   fallback_version=parts.versions if parts else lambda: None,
                   on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None,
                   file_ops=file_ops)
-    if parts is not None and parts.holds is not None:
+    if parts is not None:
         agent.world.holds = parts.holds
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
 def api_client(given: settings.Api) -> KubeApi:
-    """The API client ``run`` builds (and the tests, against the emulator). It imports the Kubernetes client:
-    ``run`` calls it off the loop, through a ``Deferred``."""
-    from patcher.adapters.kube.client import ClientSettings, build_api_client
+    """The API client ``run`` builds; it imports the Kubernetes client, so ``run`` calls it off the loop, through
+    a ``Deferred``."""
+    from patcher.adapters.kube.client import DEFAULT_TIMEOUT, ClientSettings, build_api_client
 
-    if given.timeout is None:
-        return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, context=given.context))
     return build_api_client(ClientSettings(kubeconfig=given.kubeconfig, context=given.context,
-                                           timeout=given.timeout))
+                                           timeout=given.timeout or DEFAULT_TIMEOUT))
 
 
 def run(config: Settings) -> int:

@@ -1,20 +1,10 @@
-"""The admission webhook: AdmissionReview in, ``allowed: true`` and maybe the gate's JSON patch out.
-
-For clusters without MutatingAdmissionPolicy, ``scheduler-patcher gatekeeper --webhook-listen`` serves the
-policy's rules (``patcher.core.admission``) over HTTPS (``patcher.adapters.httpserver``), with the verdict read
-from the same readiness ConfigMap the policy's ``paramRef`` names (``patcher.adapters.kube.configmapview``).
+"""The admission webhook: AdmissionReview in, ``allowed: true`` and maybe the gate's JSON patch out, for clusters
+without MutatingAdmissionPolicy (``gatekeeper --webhook-listen``): the policy's rules (``patcher.core.admission``)
+with the verdict from the ConfigMap the policy's ``paramRef`` names.
 
 Every answer allows the pod: a webhook fault must never block pod creation (``failurePolicy: Ignore`` covers a
-webhook that does not answer; this covers one that answers). A review that cannot be read is allowed
-unchanged and logged. The verdict, by state of the ConfigMap:
-
-* absent: no gate (the binding's ``parameterNotFoundAction: Allow``: the agents have published nothing, so
-  no gatekeeper would ever see a Ready verdict for a gate it could release);
-* present: a gate unless ``data.ready`` is ``"true"``;
-* not read yet (the first seconds after start): a gate — fail safe. The replica answering is a gatekeeper,
-  which releases the gate as soon as its own verdict is Ready.
-
-Both gatekeeper replicas serve the webhook (the leader Lease only decides who releases).
+webhook that does not answer; this covers one that answers). Until the ConfigMap is read the pod gets the gate
+(fail safe): the replica answering is a gatekeeper, which releases it once its own verdict is Ready.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import timefmt
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.services import process
 from patcher.services.runner import Deferred, build_agent
 from tests.conftest import FIXTURES
@@ -33,6 +33,7 @@ from tests.harness.emu.blackhole import BlackHole
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.helpers import EXTENDERS, KUBEADM, MANIFEST, NODE, Node, Running, kubeadm_node, settled
 from tests.harness.helpers import node as node
+from tests.harness.settings import build_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 # Valid for our validation, rejected by the simulated scheduler (the kubelet sim looks for "reject-me").
@@ -483,7 +484,7 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
     files = Files(source=node.src, host_root=node.root)
     # A 10-minute grace period: waiting half of it for a report that cannot come would hang the test (and the
     # pod's exit) far past pytest's timeout; it returns as soon as the restore is done.
-    wiring = build_agent(Settings.build(files=files, node_name=NODE, grace_period=600.0), Deferred(unusable))
+    wiring = build_agent(build_settings(files=files, node_name=NODE, grace_period=600.0), Deferred(unusable))
     wiring.start()
     assert process.run(wiring.agent) == 1  # the contract's "could not start"
     wiring.close()
@@ -493,4 +494,4 @@ def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_
 def test_build_agent_refuses_a_client_the_config_does_not_expect(node: Node) -> None:
     files = Files(source=node.src, host_root=node.root)
     with pytest.raises(ValueError, match="disagree"):
-        build_agent(Settings.build(files=files, node_name=NODE), None)
+        build_agent(build_settings(files=files, node_name=NODE), None)

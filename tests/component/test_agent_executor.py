@@ -15,12 +15,13 @@ import pytest
 
 from patcher.core import lifecycle
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Files, Lifecycle, Settings
+from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import State
 from patcher.services import nodefiles
 from patcher.services.agent import Agent
 from tests.component.test_lifecycle_stateful import FakeKubelet
 from tests.harness import helpers
+from tests.harness.settings import build_settings
 
 SECOND = "extenders:\n- urlPrefix: http://127.0.0.1:8890\n  filterVerb: filter\n  weight: 1\n"
 
@@ -65,7 +66,7 @@ def test_every_transition_is_stepped_and_saved_from_the_queue_once(tmp_path: Pat
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1",
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False), pods=kubelet)
     steps: list[tuple[bool, bool]] = []  # (record changed, stepped inside an action)
     saves: list[bool] = []  # saved inside an action
@@ -109,7 +110,7 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1",
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False),
                   pods=kubelet, coordinator=Granting())
     agent.start()
@@ -122,7 +123,7 @@ def test_every_loop_event_has_its_branch(tmp_path: Path) -> None:
     """Each event an adapter can send reaches the step without an internal error (the mirror pod's "pod" runs
     the restart check and a due timer; the stop's own event ends the loop before it is handled)."""
     root, src = helpers.node_folders(tmp_path)
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1",
                                  check_extenders=False))
     agent.start()
     for event in LoopEvent:
@@ -141,7 +142,7 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
     kubelet = FakeKubelet(root)
     kubelet.sync()
     heard: list[str] = []
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1",
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1",
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False), pods=kubelet,
                   on_phase=lambda phase: heard.append(phase.value))
     agent.start()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from patcher.core import lifecycle as lc
 from patcher.core.manifestedit import MISSING_FILE
-from patcher.core.settings import Files, Lifecycle, Settings
+from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 from patcher.services import nodefiles
@@ -30,6 +30,7 @@ from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.helpers import EXTENDERS, MANIFEST, Node, Running, metric, node_folders
 from tests.harness.helpers import node as node
+from tests.harness.settings import build_settings
 
 OPTS = Lifecycle(restart_timeout=60.0, check_extenders=False)
 H1, H2 = "a" * 64, "b" * 64
@@ -163,7 +164,7 @@ def agent_node(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 def test_the_agents_own_config_deleted_is_written_back_without_touching_the_manifest(
         agent_node: tuple[Path, Path], caplog: pytest.LogCaptureFixture) -> None:
     root, src = agent_node
-    agent = build_agent(Settings.build(files=Files(source=src, host_root=root), check_extenders=False,
+    agent = build_agent(build_settings(files=Files(source=src, host_root=root), check_extenders=False,
                                        no_api=True), None).agent
     assert agent.start() and agent.node.phase == NodeState.READY
     (config,) = (root / CONFIG_DIR).iterdir()
@@ -199,7 +200,7 @@ def test_another_prefixs_config_missing_is_failed_with_the_path_until_it_is_back
     content = theirs.read_bytes()
     theirs.unlink()
     # restore_on_exit=never: a restore of a manifest patched under another prefix is refused (nothing of ours)
-    agent = build_agent(Settings.build(files=Files(source=src, host_root=root), check_extenders=False,
+    agent = build_agent(build_settings(files=Files(source=src, host_root=root), check_extenders=False,
                                        no_api=True, restore_on_exit="never"), None).agent
     assert agent.start()
     node_path = "/" + str(theirs.relative_to(root))
@@ -242,7 +243,7 @@ def test_what_the_config_watch_compares_moves_with_a_deletion_and_not_with_the_a
     it was (no second reconcile for our own work, however slow the write); a deletion changes it."""
     root, src = agent_node
     files = Files(source=src, host_root=root)
-    agent = build_agent(Settings.build(files=files, check_extenders=False, no_api=True), None).agent
+    agent = build_agent(build_settings(files=files, check_extenders=False, no_api=True), None).agent
     assert nodefiles.named_missing_fingerprint(files) == ""  # nothing named yet, and the folder is not there
     assert agent.start() and agent.node.phase == NodeState.READY
     first = agent.node.record.config_file

@@ -38,7 +38,7 @@ from patcher.core.lifecycle import (
     Stop,
 )
 from patcher.core.restart import Verdict
-from patcher.core.settings import Files, Lifecycle, Settings
+from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState
 from patcher.services.agent import Agent
@@ -50,6 +50,7 @@ from tests.conftest import write_configmap
 from tests.harness import helpers
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
+from tests.harness.settings import build_settings
 
 H = "a" * 64
 OPTS = Lifecycle(restart_timeout=600.0, coordinated=True, check_extenders=False, restore_on_exit="auto")
@@ -212,7 +213,7 @@ def node_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Path, Hold]]:
     kubelet = FakeKubelet(root)
     kubelet.sync()
     files = Files(source=src, host_root=root)
-    agent = Agent(Settings.build(files=files, node_name="cp-1", restart_timeout=3600.0, restart_settle=0.0,
+    agent = Agent(build_settings(files=files, node_name="cp-1", restart_timeout=3600.0, restart_settle=0.0,
                                  check_extenders=False), pods=kubelet)
     hold = Hold()
     agent.world.holds = hold
@@ -307,7 +308,7 @@ def test_released_while_a_hand_writer_holds_the_lock_the_agent_reads_the_record_
     kubelet = FakeKubelet(root)
     kubelet.sync()
     files = Files(source=src, host_root=root, lock_wait=0.05)
-    agent = Agent(Settings.build(files=files, node_name="cp-1", restart_timeout=3600.0, restart_settle=0.0,
+    agent = Agent(build_settings(files=files, node_name="cp-1", restart_timeout=3600.0, restart_settle=0.0,
                                  check_extenders=False), pods=kubelet)
     hold = Hold()
     agent.world.holds = hold
@@ -426,7 +427,7 @@ def starting_agent(tmp_path: Path) -> Iterator[tuple[Agent, Path, Unanswered]]:
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", restart_timeout=3600.0,
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1", restart_timeout=3600.0,
                                  restart_settle=0.0, check_extenders=False), pods=kubelet, learns_hold=True)
     hold = Unanswered()
     agent.world.holds = hold

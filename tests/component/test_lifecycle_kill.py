@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.services import nodefiles
 from patcher.services.record import remove_stale_temp_files
 from patcher.services.runner import build_agent
 from tests.conftest import FIXTURES
 from tests.harness.helpers import MANIFEST, node_folders
+from tests.harness.settings import build_settings
 
 STEPS = ("open", "fsync", "replace", "rename", "unlink", "fchmod")
 VARIANTS = ["kubeadm.yaml", "args-rke2.yaml", "no-volumes.yaml"]  # ~90 kill points each: > 200 in total
@@ -56,7 +57,7 @@ def do_restore(opts: Files) -> None:
 
 def do_run(opts: Files) -> None:
     """The agent's own path: start (clean-up, reconcile: the patch), then the restore on exit."""
-    settings = Settings.build(files=opts, restore_on_exit="always", check_extenders=False, no_api=True)
+    settings = build_settings(files=opts, restore_on_exit="always", check_extenders=False, no_api=True)
     agent = build_agent(settings, None).agent
     agent.reconcile("start")
     agent.shutdown()

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.core.status import NodeState
 from patcher.services.runner import build_agent
 from tests.conftest import write_configmap
 from tests.harness.helpers import EXTENDERS as GOOD
 from tests.harness.helpers import KUBEADM, MANIFEST, metric, node_folders
+from tests.harness.settings import build_settings
 
 TYPOS = {
     "unclosed IPv6 bracket": GOOD.replace("http://127.0.0.1:8889", "http://[::1"),
@@ -27,7 +28,7 @@ TYPOS = {
 def test_a_typo_is_a_one_line_refusal_and_the_agent_keeps_running(
         tmp_path: Path, typo: str, caplog: pytest.LogCaptureFixture) -> None:
     root, src = node_folders(tmp_path, source=TYPOS[typo])
-    config = Settings.build(files=Files(source=src, host_root=root), check_extenders=False, no_api=True)
+    config = build_settings(files=Files(source=src, host_root=root), check_extenders=False, no_api=True)
     agent = build_agent(config, None).agent  # as `run --no-api` builds it
     with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
         assert agent.start()

@@ -29,12 +29,13 @@ from ruamel.yaml import YAML
 
 from patcher.core import manifestedit
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.core.status import NodeState
 from patcher.services.agent import Agent
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import make_mirror_pod
 from tests.harness.helpers import KUBEADM, MANIFEST, node_folders
+from tests.harness.settings import build_settings
 
 GOOD = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: {w}\n"
 SOURCES = {
@@ -107,7 +108,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def _start(self) -> Agent:
         files = Files(source=self.src, host_root=self.root)
-        config = Settings.build(check_extenders=False, files=files, node_name="cp-1", restart_timeout=3600.0)
+        config = build_settings(check_extenders=False, files=files, node_name="cp-1", restart_timeout=3600.0)
         agent = Agent(config, pods=self.kubelet)
         agent.start()
         self._drain(agent)

@@ -16,10 +16,9 @@ import pytest
 
 from patcher.adapters.kube.transport import Api
 from patcher.commands.cli import build_parser
-from patcher.commands.restorenodes import main
+from patcher.commands.restorenodes import Result, main, restore_nodes
 from patcher.core import restorepods
 from patcher.core.restorepods import NODE_ANNOTATION, RUN_LABEL, Outcome
-from patcher.services.restorenodes import Result, restore_nodes
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
 

@@ -27,7 +27,7 @@ from patcher.adapters import fsio
 from patcher.adapters.health import Health, HealthServer
 from patcher.core.errors import StateFolderError
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.core.status import NodeStatus
 from patcher.services import nodefiles
 from patcher.services.agent import Agent
@@ -37,6 +37,7 @@ from tests.harness import helpers
 from tests.harness.childproc import Child
 from tests.harness.fileops import Hooked
 from tests.harness.helpers import KUBEADM, SCHEDULER_CONFIG, SCHEMAS, Node, Running, fake_node, node, wait_until
+from tests.harness.settings import build_settings
 
 __all__ = ["node"]  # the fixture, imported for the tests below
 
@@ -347,7 +348,7 @@ def test_ready_whose_record_cannot_be_saved_is_never_said_on_readyz_or_the_node(
     kubelet = FakeKubelet(root)
     kubelet.sync()
     health, reporter = SaidHealth(), SaidReporter()
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
                                  restart_timeout=3600.0, restart_settle=0.0, state_retry=0.05),
                   pods=kubelet, health=health, reporter=reporter, file_ops=(ops := Hooked()))
     agent.start()
@@ -374,7 +375,7 @@ def test_timers_due_during_a_fault_do_not_wake_the_loop_every_50_ms(tmp_path: Pa
     root, src = helpers.node_folders(tmp_path)
     kubelet = FakeKubelet(root)
     kubelet.sync()
-    agent = Agent(Settings.build(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
+    agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1", check_extenders=False,
                                  restart_timeout=3600.0, restart_settle=0.0, resync_interval=0.0, state_retry=30.0,
                                  state_retry_max=30.0),
                   pods=kubelet, file_ops=(ops := Hooked()))

@@ -20,7 +20,7 @@ from patcher.adapters import signals
 from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
@@ -29,6 +29,7 @@ from patcher.services.stopping import Stopping
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.harness import helpers
 from tests.harness.helpers import MANIFEST
+from tests.harness.settings import build_settings
 
 
 class SlowLease:
@@ -138,7 +139,7 @@ def node(tmp: Path, text: str) -> Files:
 
 def ready_agent(tmp: Path, text: str, events: queue.SimpleQueue[LoopEvent] | None = None) -> Agent:
     """An agent without the API, started (so patched and Ready), its loop not running: no watcher reacts."""
-    agent = Agent(Settings.build(check_extenders=False, files=node(tmp, text)), events=events)
+    agent = Agent(build_settings(check_extenders=False, files=node(tmp, text)), events=events)
     assert agent.start() and agent.node.phase == NodeState.READY
     return agent
 

@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 
 from patcher.adapters.health import PROBE_BUCKETS, RESTART_BUCKETS, Health, HealthServer, Metrics, prometheus
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Files, Settings
+from patcher.core.settings import Files
 from patcher.core.status import NodeState
 from patcher.services import process
 from patcher.services.runner import build_agent
 from tests.harness.childproc import ROOT
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.helpers import KUBEADM, MANIFEST, node_folders
+from tests.harness.settings import build_settings
 
 EXAMPLE_SOURCE = (ROOT / "examples/scheduler-config/extenders.yaml").read_text()
 
@@ -99,7 +100,7 @@ def test_run_no_api_reaches_its_first_write_without_asyncio_prometheus_or_psutil
 def test_the_loop_says_settled_once_and_after_the_first_write(tmp_path: Path) -> None:
     """With the extender pre-flight on, the write waits for the probe: ``settled`` must not come before it."""
     root, src = node_folders(tmp_path, source=EXAMPLE_SOURCE)
-    config = Settings.build(files=Files(source=src, host_root=root), check_extenders=True, no_api=True)
+    config = build_settings(files=Files(source=src, host_root=root), check_extenders=True, no_api=True)
     wiring = build_agent(config, None)
     agent = wiring.agent
     seen: list[bool] = []

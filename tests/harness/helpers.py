@@ -23,12 +23,13 @@ from patcher.adapters import fsio
 from patcher.adapters.health import Metrics
 from patcher.core import schedconfig
 from patcher.core.lifecycle import LoopEvent
-from patcher.core.settings import Api, Files, Rollout, Settings, Status
+from patcher.core.settings import Api, Files, Rollout, Status
 from patcher.services import process
 from patcher.services.runner import ApiParts, Deferred, api_client, build_agent
 from tests.conftest import FIXTURES, write_configmap
 from tests.harness.emu.kubeemu import KubeEmulator, wait_until
 from tests.harness.emu.kubeletsim import SimKubelet
+from tests.harness.settings import build_settings
 
 # ``node`` is a fixture and ``wait_until`` a re-export: named here so that a test module's import of them counts.
 __all__ = ["EXTENDERS", "KUBEADM", "MANIFEST", "NODE", "SCHEDULER_CONFIG", "SCHEMAS", "Clock", "Node", "P",
@@ -160,7 +161,7 @@ class Running:
         # kubeletsim's scheduler exits at its start or never: a test whose config it refuses on a manifest
         # without a startup probe (it then shows ready while it lives) opts in to a settle time
         overrides.setdefault("restart_settle", 0.0)
-        self.config = Settings.build(
+        self.config = build_settings(
             files=files, node_name=NODE, debounce=0.05,
             api=Api(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), backoff=(0.05, 0.5)),
             rollout=Rollout(mode="coordinated" if coordinated else "independent", retry=0.2),

@@ -18,6 +18,7 @@ from patcher.commands.cli import SECTIONS, _files, build_parser, run_settings
 from patcher.core import lifecycle, settings
 from patcher.core.settings import Files, Lifecycle, Settings
 from tests.component.test_cli import RUN_FLAG_VALUES
+from tests.harness.settings import build_settings, groups, owner_of
 
 ROOT = Path(__file__).resolve().parents[2] / "patcher"
 #: Fields elsewhere that share a setting's name and carry a default of their own, and why that is not a second
@@ -70,7 +71,7 @@ def flagged() -> dict[str, tuple[str, str]]:
     for g in dataclasses.fields(Settings):
         if (name := g.metadata.get(settings.FLAG)) is not None:
             out[name] = (g.name, "")
-        for f in dataclasses.fields(settings.groups()[g.name]):
+        for f in dataclasses.fields(groups()[g.name]):
             if (name := f.metadata.get(settings.FLAG)) is not None:
                 assert name not in out, f"{name} names two settings: {out[name]} and {(g.name, f.name)}"
                 out[name] = (g.name, f.name)
@@ -79,14 +80,14 @@ def flagged() -> dict[str, tuple[str, str]]:
 
 def test_a_setting_name_belongs_to_one_group() -> None:
     seen: dict[str, str] = {}
-    for group, kind in settings.groups().items():
+    for group, kind in groups().items():
         for f in dataclasses.fields(kind):
             assert f.name not in seen, f"{f.name} is declared by {seen[f.name]} and {group}"
-            assert f.name not in settings.groups(), f"{group}.{f.name} is also the name of a group"
+            assert f.name not in groups(), f"{group}.{f.name} is also the name of a group"
             seen[f.name] = group
-    assert settings.owner_of("restart_timeout") == "lifecycle"
+    assert owner_of("restart_timeout") == "lifecycle"
     with pytest.raises(TypeError, match="0 groups declare 'restart_timout'"):
-        Settings.build(restart_timout=1.0)
+        build_settings(restart_timout=1.0)
 
 
 def test_every_run_flag_is_one_setting_and_every_flagged_setting_a_run_flag(clean_env: None) -> None:
@@ -97,7 +98,7 @@ def test_every_run_flag_is_one_setting_and_every_flagged_setting_a_run_flag(clea
 def test_run_help_lists_each_flag_under_the_group_it_sets(clean_env: None) -> None:
     """``run --help`` has one section per group of ``Settings``, so an operator reads the flags as the code
     groups them."""
-    assert set(SECTIONS) == set(settings.groups())
+    assert set(SECTIONS) == set(groups())
     titles = {title: group for group, title in SECTIONS.items()}
     placed: dict[str, str] = {}
     for section in run_parser()._action_groups:
@@ -110,10 +111,10 @@ def test_run_help_lists_each_flag_under_the_group_it_sets(clean_env: None) -> No
 
 def test_build_refuses_what_it_cannot_route() -> None:
     with pytest.raises(TypeError, match="run without an API"):
-        Settings.build(no_api=True, kubeconfig="/kc")
+        build_settings(no_api=True, kubeconfig="/kc")
     with pytest.raises(TypeError, match="both the group 'files' and fields of it"):
-        Settings.build(files=Files(), state_dir="/x")
-    built = Settings.build(files=Files(state_dir="/s"), node_name="cp-1", rollback_on_failure=False, no_api=True)
+        build_settings(files=Files(), state_dir="/x")
+    built = build_settings(files=Files(state_dir="/s"), node_name="cp-1", rollback_on_failure=False, no_api=True)
     assert (built.files.state_dir, built.pod.node_name, built.lifecycle.rollback_on_failure, built.api) == (
         "/s", "cp-1", False, None)
 
@@ -135,7 +136,7 @@ def test_a_flag_changes_exactly_the_setting_that_names_it(clean_env: None, flag:
 
 def test_the_flags_defaults_are_the_settings_defaults(clean_env: None) -> None:
     from_flags = run_settings(run_parser().parse_args(["--node-name", "cp-1"]))
-    assert from_flags == Settings.build(node_name="cp-1")
+    assert from_flags == build_settings(node_name="cp-1")
     assert from_flags.lifecycle.check_extenders  # once `false` in the dataclasses and `true` on the command line
     for name in ("plan", "apply", "restore", "status"):  # the shared flags mean the same Files everywhere
         args = build_parser(load=[]).parse_args([name])
@@ -150,7 +151,7 @@ def test_the_lifecycle_reads_the_settings_group() -> None:
 
 
 def test_no_other_class_declares_a_setting_again() -> None:
-    names = {f.name for kind in settings.groups().values() for f in dataclasses.fields(kind)}
+    names = {f.name for kind in groups().values() for f in dataclasses.fields(kind)}
     found: dict[tuple[str, str, str], int] = {}
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
