@@ -28,8 +28,15 @@ from patcher.core.schedconfig import binary, startup
 from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
 from patcher.core.schedconfig.gourl import url_problem
 from patcher.core.schedconfig.schema import Schema
-from patcher.core.schedconfig.startup import DEFAULT_SCHEDULER_NAME, as_list, as_map, is_int
-from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY, Minor
+from patcher.core.schedconfig.startup import (
+    DEFAULT_SCHEDULER_NAME,
+    INVALID_VOLUME_LIMITS,
+    RULE_BY_KEY,
+    Minor,
+    as_list,
+    as_map,
+    is_int,
+)
 
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
 # RecommendedDefaultLeaderElectionConfiguration): the same in v1beta2, v1beta3 and v1 for what is validated.

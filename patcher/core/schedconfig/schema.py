@@ -80,7 +80,8 @@ class Schema:
         return self.types["Extender"]
 
 
-def _minor(text: str | None) -> tuple[int, int] | None:
+def minor_of(text: str | None) -> tuple[int, int] | None:
+    """``(1, 29)`` of ``"1.29"``; None of None."""
     if text is None:
         return None
     major, minor = text.split(".")
@@ -100,13 +101,13 @@ def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
 
 def _parse(name: str, raw: dict[str, Any]) -> Schema:
     types = _types(raw["types"])
-    served_from = _minor(raw["served"]["from"])
+    served_from = minor_of(raw["served"]["from"])
     assert served_from is not None, f"{name}: served.from is required"
     return Schema(
         api_version=raw["apiVersion"],
         kind=raw["kind"],
         served_from=served_from,
-        removed_in=_minor(raw["served"].get("removedIn")),
+        removed_in=minor_of(raw["served"].get("removedIn")),
         render=bool(raw["render"]),
         root=raw["root"],
         types=types,
@@ -118,23 +119,19 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
 MAX_SCHEMA_BYTES = 1024 * 1024
 
 
-def _read_schema(path: Path) -> str:
-    return fileread.read_file(path, "packaged schema", limit=MAX_SCHEMA_BYTES).decode("utf-8")
+def read_data(name: str) -> str:
+    """A data file of ``schemas/``, by the one bounded reader."""
+    return fileread.read_file(SCHEMAS / name, "packaged schema", limit=MAX_SCHEMA_BYTES).decode("utf-8")
 
 
 @cache
 def all_schemas() -> tuple[Schema, ...]:
-    """Every schema shipped in the package, read once."""
-    found = []
-    for entry in sorted(SCHEMAS.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX) and entry.name != FACTS_FILE:
-            found.append(_parse(entry.name, json.loads(_read_schema(entry))))
-    return tuple(found)
+    """Every per-apiVersion schema shipped in the package (``kubescheduler.config.k8s.io-<version>.json``)."""
+    names = sorted(entry.name for entry in SCHEMAS.glob("kubescheduler.config.k8s.io-*.json"))
+    return tuple(_parse(name, json.loads(read_data(name))) for name in names)
 
 
 GENERATED_PREFIX = "kube-scheduler-"
-#: What each built kube-scheduler binary knows (``binary.py``): beside the schemas, not a schema.
-FACTS_FILE = "binary-facts.json"
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,7 @@ def generated_files() -> dict[tuple[int, int], Path]:
     found: dict[tuple[int, int], Path] = {}
     for entry in SCHEMAS.iterdir():
         if entry.name.startswith(GENERATED_PREFIX) and entry.name.endswith(".json"):
-            minor = _minor(entry.name[len(GENERATED_PREFIX):-len(".json")])
+            minor = minor_of(entry.name[len(GENERATED_PREFIX):-len(".json")])
             assert minor is not None
             found[minor] = entry
     return dict(sorted(found.items()))
@@ -162,8 +159,8 @@ def generated_files() -> dict[tuple[int, int], Path]:
 @cache
 def _generated_raw(minor: tuple[int, int]) -> dict[str, Any]:
     entry = generated_files()[minor]
-    raw: dict[str, Any] = json.loads(_read_schema(entry))
-    assert _minor(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
+    raw: dict[str, Any] = json.loads(read_data(entry.name))
+    assert minor_of(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
     return raw
 
 

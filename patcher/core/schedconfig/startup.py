@@ -1,40 +1,119 @@
-"""What kube-scheduler refuses at start-up outside ``validation.go``: framework construction, resource locks, and
-the manifest's flags applied over the config — per minor, from the tables in ``startup_data``.
+"""What kube-scheduler refuses at start-up outside ``validation.go``, and the one table of every rule's minors.
 
-kube-scheduler validates its config, then ``options.Config()`` applies the ``--leader-elect*`` flags over it
-(1.23 and later), creates the leader-election lock (client-go refuses lock types it dropped) and builds one
-framework per profile (``NewFramework``: every enabled plugin must exist and implement its extension point,
-nothing twice, exactly one queueSort and at least one bind plugin after defaults and the multiPoint expansion).
-Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema), called
-by the one walker over the config (``rules.rule_problems``), which also reads documents with the helpers here.
+After validating its config, kube-scheduler applies the ``--leader-elect*`` flags over it (1.23 and later),
+creates the leader-election lock (client-go refuses lock types it dropped) and builds one framework per profile
+(``NewFramework``: every enabled plugin must exist and implement its extension point, nothing twice, exactly one
+queueSort and at least one bind plugin after defaults and the multiPoint expansion); any failure makes it exit.
+
+Which minors each refusal holds for, and which minors register each in-tree plugin, is data:
+``schemas/rules.json``, hand-checked against the upstream source or PR each entry names (the table in
+docs/scheduler-config.md is generated from it). A boundary not read upstream is not enforced: a rule applied to
+a minor that does not have it refuses a config the scheduler accepts, which is as wrong as a missing rule.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
 from patcher.core.schedconfig.flags import parse_bool
-from patcher.core.schedconfig.schema import Schema, registry
-from patcher.core.schedconfig.startup_data import (
-    BIND_PLUGINS,
-    FIRST_MINOR,
-    LEADER_ELECTION_FLAGS,
-    LOCK_TYPES,
-    PLUGINS,
-    QUEUE_SORT_PLUGINS,
-    RULE_BY_KEY,
-    UPSTREAM_IMAGES,
-    Minor,
-    point_interface,
-)
-from patcher.core.schedconfig.version import Launch
+from patcher.core.schedconfig.schema import Schema, minor_of, read_data, registry
+from patcher.core.schedconfig.version import SUPPORTED_MINORS, Launch
 
+Minor = tuple[int, int]
+FIRST_MINOR: Minor = SUPPORTED_MINORS[0]  # the oldest minor with generated types; the checks start there
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _UNKNOWN = "framework.unknownPlugin"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One refusal, of ``validation.go`` (``rules.py``) or at start-up outside it (here)."""
+
+    key: str
+    cls: str  # validation | framework | resourceLock | pluginArgs | flags
+    first: Minor
+    last: Minor | None  # None: still in the newest minor
+    what: str
+    source: str
+
+    def holds(self, minor: Minor | None) -> bool:
+        """Unknown minor: the newest behaviour."""
+        if minor is None:
+            return self.last is None
+        return self.first <= minor and (self.last is None or minor <= self.last)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One in-tree plugin: the minors it is registered in, and every extension point it implemented in any
+    of them (a superset where unsure: a point outside it is refused at every minor, so it must be certain)."""
+
+    first: Minor
+    last: Minor | None
+    points: frozenset[str] | None  # None: not verified, never refused for its extension point
+    source: str
+    first_exact: bool = True  # False: not refused as unknown before ``first`` (boundary not read upstream)
+    last_exact: bool = True
+    always: frozenset[str] = frozenset()  # points it implements in every minor of its life (a subset of points)
+
+    def registered(self, minor: Minor) -> bool | None:
+        """True / False, or None when the minor lies on a side whose boundary is not verified."""
+        if minor < self.first:
+            return False if self.first_exact else None
+        if self.last is not None and minor > self.last:
+            return False if self.last_exact else None
+        return True
+
+
+def _first(text: str) -> Minor:
+    minor = minor_of(text)
+    assert minor is not None, "rules.json: every rule and plugin has a first minor"
+    return minor
+
+
+def _table() -> tuple[tuple[Rule, ...], dict[str, Plugin]]:
+    raw = json.loads(read_data("rules.json"))
+    rules = tuple(Rule(r["key"], r["class"], _first(r["first"]), minor_of(r["last"]), r["what"], r["source"])
+                  for r in raw["rules"])
+    plugins = {
+        name: Plugin(_first(p["first"]), minor_of(p["last"]),
+                     frozenset(p["points"]) if p["points"] is not None else None, p["source"],
+                     p.get("firstExact", True), p.get("lastExact", True), frozenset(p.get("always", ())))
+        for name, p in raw["plugins"].items()
+    }
+    return rules, plugins
+
+
+RULES, PLUGINS = _table()
+RULE_BY_KEY = {rule.key: rule for rule in RULES}
+QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "queueSort" in p.points)
+BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
+INVALID_VOLUME_LIMITS = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")  # client-go interface.go
+# --leader-elect* flags and the leaderElection field each sets (component-base BindLeaderElectionFlags)
+LEADER_ELECTION_FLAGS: dict[str, tuple[str, str]] = {
+    "leader-elect": ("leaderElect", "bool"),
+    "leader-elect-lease-duration": ("leaseDuration", "duration"),
+    "leader-elect-renew-deadline": ("renewDeadline", "duration"),
+    "leader-elect-retry-period": ("retryPeriod", "duration"),
+    "leader-elect-resource-lock": ("resourceLock", "string"),
+    "leader-elect-resource-name": ("resourceName", "string"),
+    "leader-elect-resource-namespace": ("resourceNamespace", "string"),
+}
+# Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
+UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
+
+
+def point_interface(point: str) -> str:
+    """The Go interface ``NewFramework`` names for an extension point: ``<Field>Plugin`` (the points are the
+    fields of the minor's generated ``Plugins`` type but ``multiPoint``; the generator checks the interfaces)."""
+    return point[0].upper() + point[1:] + "Plugin"
 
 
 def holds(key: str, minor: Minor | None) -> bool:
