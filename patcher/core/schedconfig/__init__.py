@@ -13,8 +13,6 @@ apiVersion as data in ``schemas/``).
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import posixpath
 from dataclasses import dataclass, field, replace
@@ -42,7 +40,6 @@ from patcher.core.schedconfig.source import (
 )
 from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import (
-    check_served,
     raise_problems,
     validate_document,
     validate_extenders_file,
@@ -125,19 +122,11 @@ def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
     return [to_canonical(item, schema) for item in items or []]
 
 
-@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
-def _parsed_extenders(text: str, path: str) -> tuple[Extender, ...]:
-    """The extenders of an ``extenders.yaml``, cached by its exact text and path (pure; the version plays no
-    part): a resync, or the reconcile after our own manifest write, reads the same bytes again."""
-    data = load_single(text, path)
-    return tuple(_extenders_of(data, validate_extenders_file(data, path)))
-
-
 def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:
     if form.form == FORM_EXTENDERS:
         file = read_source_file(source_dir, EXTENDERS_FILE)
-        extenders = copy.deepcopy(list(_parsed_extenders(file.text, file.path)))  # callers own their copy
-        return _Source(files=[file], extenders=extenders)
+        data = load_single(file.text, file.path)
+        return _Source(files=[file], extenders=_extenders_of(data, validate_extenders_file(data, file.path)))
     name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
     if form.form == FORM_CSI and name not in form.present:
         has = ", ".join(sorted(form.present)) or "none of its files"
@@ -150,7 +139,6 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
     found = _Source(files=[complete], complete=complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
         data, schema = _parsed(complete, version=version)
-        check_served(schema, version, complete.path)
         found.api_version = schema.api_version
         found.extenders = _extenders_of(data, schema)
         if not found.extenders:

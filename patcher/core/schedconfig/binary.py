@@ -31,7 +31,6 @@ class BinaryFacts:
     locked: Mapping[str, bool]  # hidden gates locked to their value: setting the other value is refused
     depends: Mapping[str, tuple[str, ...]]  # gate -> gates it needs enabled
     points: Mapping[str, Mapping[str, bool]] | None = None  # plugin -> point -> implements, where settled
-    unregistered: frozenset[str] = frozenset()  # plugins NewFramework of this minor says do not exist
 
 
 @cache
@@ -40,8 +39,7 @@ def _all() -> dict[int, BinaryFacts]:
     return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
                                     {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
                                     {gate: tuple(deps) for gate, deps in item["depends"].items()},
-                                    item["plugins"]["points"] if "plugins" in item else None,
-                                    frozenset(item["plugins"]["unregistered"]) if "plugins" in item else frozenset())
+                                    item["plugins"]["points"] if "plugins" in item else None)
             for minor, item in raw.items()}
 
 
@@ -113,9 +111,3 @@ def implements(name: str, point: str, minor: int | None) -> bool | None:
     if facts is None or facts.points is None:
         return None
     return facts.points.get(name, {}).get(point)
-
-
-def unregistered(name: str, minor: int | None) -> bool:
-    """True when this minor's binary says the in-tree registry has no plugin ``name``."""
-    facts = facts_for(minor)
-    return facts is not None and name in facts.unregistered

@@ -48,27 +48,26 @@ BOOL_FLAGS = frozenset(
     }
 )
 
-# flag -> (setting, value type). A setting is a config field path, except the upper-case ones whose path
-# depends on the apiVersion (see _path_for).
-_CARRIED: dict[str, tuple[str, str]] = {
-    "kubeconfig": ("clientConnection.kubeconfig", "path"),
-    "kube-api-content-type": ("clientConnection.contentType", "string"),
-    "kube-api-qps": ("clientConnection.qps", "float"),
-    "kube-api-burst": ("clientConnection.burst", "int"),
-    "leader-elect": ("leaderElection.leaderElect", "bool"),
-    "leader-elect-lease-duration": ("leaderElection.leaseDuration", "duration"),
-    "leader-elect-renew-deadline": ("leaderElection.renewDeadline", "duration"),
-    "leader-elect-retry-period": ("leaderElection.retryPeriod", "duration"),
-    "leader-elect-resource-lock": ("leaderElection.resourceLock", "string"),
-    "lock-object-name": ("LOCK_NAME", "string"),
-    "lock-object-namespace": ("LOCK_NAMESPACE", "string"),
-    "leader-elect-resource-name": ("LOCK_NAME", "string"),
-    "leader-elect-resource-namespace": ("LOCK_NAMESPACE", "string"),
-    "profiling": ("enableProfiling", "bool"),
-    "contention-profiling": ("enableContentionProfiling", "bool"),
-    "scheduler-name": ("SCHEDULER_NAME", "string"),
-    "hard-pod-affinity-symmetric-weight": ("HARD_POD_AFFINITY", "int"),
-    "failure-domains": ("failureDomains", "string"),
+# flag -> (where it lives in the config, value type); not carried where the apiVersion lacks the top-level field.
+CARRIED: dict[str, tuple[tuple[str | int, ...], str]] = {
+    "kubeconfig": (("clientConnection", "kubeconfig"), "path"),
+    "kube-api-content-type": (("clientConnection", "contentType"), "string"),
+    "kube-api-qps": (("clientConnection", "qps"), "float"),
+    "kube-api-burst": (("clientConnection", "burst"), "int"),
+    "leader-elect": (("leaderElection", "leaderElect"), "bool"),
+    "leader-elect-lease-duration": (("leaderElection", "leaseDuration"), "duration"),
+    "leader-elect-renew-deadline": (("leaderElection", "renewDeadline"), "duration"),
+    "leader-elect-retry-period": (("leaderElection", "retryPeriod"), "duration"),
+    "leader-elect-resource-lock": (("leaderElection", "resourceLock"), "string"),
+    "lock-object-name": (("leaderElection", "resourceName"), "string"),
+    "lock-object-namespace": (("leaderElection", "resourceNamespace"), "string"),
+    "leader-elect-resource-name": (("leaderElection", "resourceName"), "string"),
+    "leader-elect-resource-namespace": (("leaderElection", "resourceNamespace"), "string"),
+    "profiling": (("enableProfiling",), "bool"),
+    "contention-profiling": (("enableContentionProfiling",), "bool"),
+    "scheduler-name": (("profiles", 0, "schedulerName"), "string"),
+    "hard-pod-affinity-symmetric-weight": (("profiles", 0, "pluginConfig"), "int"),
+    "failure-domains": (("failureDomains",), "string"),
 }
 # Newer spellings win over the deprecated ones when both are given.
 _PRECEDENCE = (
@@ -179,20 +178,6 @@ def _convert(flag: str, kind: str, raw: str | None, where: str | None) -> Any:
     return raw
 
 
-def _path_for(setting: str, schema: Schema) -> tuple[str | int, ...] | None:
-    """Where a setting lives in this apiVersion; None when it has no field there."""
-    root = schema.types[schema.root].fields
-    if setting in ("LOCK_NAME", "LOCK_NAMESPACE"):
-        suffix = "Name" if setting == "LOCK_NAME" else "Namespace"
-        return ("leaderElection", "resource" + suffix)
-    if setting == "SCHEDULER_NAME":
-        return ("profiles", 0, "schedulerName")
-    if setting == "HARD_POD_AFFINITY":
-        return ("profiles", 0, "pluginConfig")
-    path = tuple(setting.split("."))
-    return path if path[0] in root else None
-
-
 def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
     """The first flag that makes the scheduler read a legacy Policy or a non-default provider, as written."""
     for flag in _ALGORITHM_SOURCE:
@@ -228,18 +213,17 @@ def carried_settings(
     chosen: dict[tuple[str | int, ...], Carried] = {}
     # Deprecated spellings first, so that the newer flag for the same field overwrites them.
     for flag in sorted(flags, key=lambda name: _PRECEDENCE.index(name) if name in _PRECEDENCE else -1):
-        if flag not in _CARRIED:
+        if flag not in CARRIED:
             continue
-        setting, kind = _CARRIED[flag]
+        path, kind = CARRIED[flag]
         value = _convert(flag, kind, flags[flag], where)
-        path = _path_for(setting, schema)
-        if path is None:
+        if path[0] not in schema.types[schema.root].fields:
             notes.append(f"--{flag} has no field in {schema.api_version}; not carried (the scheduler ignores it)")
             continue
-        if setting == "HARD_POD_AFFINITY":
+        if flag == "hard-pod-affinity-symmetric-weight":
             value = [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": value}}]
         chosen[path] = Carried(flag=f"--{flag}", path=path, value=value)
-    flag_order = list(_CARRIED)
+    flag_order = list(CARRIED)
     carried = sorted(
         chosen.values(),
         key=lambda c: (

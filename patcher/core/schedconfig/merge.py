@@ -17,7 +17,7 @@ from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical, url_of
 from patcher.core.schedconfig.render import Output, finish, header
 from patcher.core.schedconfig.rules import extender_problems
-from patcher.core.schedconfig.validate import check_served, validate_document
+from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
 
@@ -114,7 +114,6 @@ def merge_foreign(
     text = strip_header(foreign_text)
     data = load_single(text, foreign_path)
     schema = validate_document(data, foreign_path, version=version)
-    check_served(schema, version, foreign_path)
     if source_api_version is not None and source_api_version != schema.api_version:
         raise ConfigError(
             foreign_path,

@@ -21,7 +21,7 @@ from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
-from patcher.core.schedconfig.flags import parse_bool
+from patcher.core.schedconfig.flags import CARRIED, parse_bool
 from patcher.core.schedconfig.schema import Schema, minor_of, read_data, registry
 from patcher.core.schedconfig.version import SUPPORTED_MINORS, Launch
 
@@ -96,16 +96,9 @@ QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points a
 BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
 INVALID_VOLUME_LIMITS = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
 LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")  # client-go interface.go
-# --leader-elect* flags and the leaderElection field each sets (component-base BindLeaderElectionFlags)
-LEADER_ELECTION_FLAGS: dict[str, tuple[str, str]] = {
-    "leader-elect": ("leaderElect", "bool"),
-    "leader-elect-lease-duration": ("leaseDuration", "duration"),
-    "leader-elect-renew-deadline": ("renewDeadline", "duration"),
-    "leader-elect-retry-period": ("retryPeriod", "duration"),
-    "leader-elect-resource-lock": ("resourceLock", "string"),
-    "leader-elect-resource-name": ("resourceName", "string"),
-    "leader-elect-resource-namespace": ("resourceNamespace", "string"),
-}
+# --leader-elect* flags -> the leaderElection field each sets and its type (component-base BindLeaderElectionFlags)
+LEADER_ELECTION_FLAGS = {flag: (str(path[1]), kind) for flag, (path, kind) in CARRIED.items()
+                         if flag.startswith("leader-elect")}
 # Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
 UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
 
@@ -255,8 +248,6 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     names = registry(minor) if upstream else None
     if names is not None:  # the minor's registry, generated from its source
         return name in names
-    if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so: its facts outrank the table
-        return False
     plugin = PLUGINS.get(name)
     if plugin is not None:
         return plugin.registered(minor) is not False

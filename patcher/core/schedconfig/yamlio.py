@@ -18,7 +18,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.core.errors import ConfigError
-from patcher.core.yamltext import YamlTextError, libyaml_loader, yaml11_ambiguous
+from patcher.core.yamltext import YamlTextError, yaml11_ambiguous
 from patcher.core.yamltext import check_limits as check_text_limits
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
@@ -71,31 +71,6 @@ def load_documents(text: str, path: str) -> list[Any]:
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise ConfigError(path, f"invalid YAML: {first}") from None
-
-
-def load_plain(text: str, path: str) -> Any:
-    """``load_single`` for text that is only read, never edited or re-dumped (our own output, checked once more):
-    plain dicts, lists and scalars from libyaml, far faster than the round-trip loader.
-
-    Falls back to ``load_single`` (same data as ``to_plain`` of it, and its errors word for word) where the two
-    could part: no libyaml, a ``%`` directive (libyaml reads by YAML 1.2 whatever it says), any parse error.
-    """
-    fast = libyaml_loader(text)
-    if fast is None or _DIRECTIVE.search(text):
-        return to_plain(load_single(text, path))
-    try:
-        check_limits(text, path)
-        docs = [doc for doc in fast.load_all(text) if doc is not None]
-    except ConfigError:
-        raise
-    except (YAMLError, ValueError, TypeError, RecursionError, OverflowError):
-        return to_plain(load_single(text, path))
-    if len(docs) != 1:
-        return to_plain(load_single(text, path))  # its words for an empty file or several documents
-    return docs[0]
-
-
-_DIRECTIVE = re.compile(r"^%", re.MULTILINE)
 
 
 def load_single(text: str, path: str) -> Any:
