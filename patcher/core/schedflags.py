@@ -1,15 +1,9 @@
-"""The one rule for finding kube-scheduler's ``--config`` in a flag list, as its pflag command line reads it.
+"""The one rule for kube-scheduler's ``--config`` in a flag list, as its pflag command line reads it: the manifest
+patcher, the carried flags and the local process check must agree on which file is in use.
 
-Three readers need the answer (the manifest patcher, the rendered config's carried flags, the local process
-check) and once each had its own rule; when they disagree the agent could patch a manifest on the belief that
-one file is in use while the process check looks for another. pflag's rule, kept exactly:
-
-* ``--config=X`` and ``--config X`` (the value is the next item, whatever it looks like: pflag gives a
-  string flag the next argument even when it starts with ``-``); a bare ``--config`` at the end has no value;
-* the last occurrence wins;
-* ``--`` ends the flags: nothing after it is a flag;
-* ``-config`` is not ``--config`` (pflag reads it as the shorthands ``-c -o -n …``, and kube-scheduler refuses
-  to start), and neither is ``---config``.
+* ``--config=X`` and ``--config X`` (pflag gives a string flag the next argument, even one starting with ``-``);
+  a bare ``--config`` at the end has no value; the last occurrence wins; ``--`` ends the flags;
+* ``-config`` (pflag's shorthands ``-c -o -n …``: kube-scheduler refuses to start) and ``---config`` are not it.
 
 Items that are not strings (a YAML flag list can hold a number or a mapping) are never a flag and never a value.
 """

@@ -1,14 +1,10 @@
 """Scheduler configuration: from the source folder (a ConfigMap mount) to the files the scheduler reads.
 
-This is the seam between the manifest engine and the configuration logic: the engine hands over what it
-learned from the manifest (image, flags, a foreign ``--config``) and gets back the exact bytes to place in the
-host config folder. Everything here is pure except reading the source folder.
-
-What happens, in order: find the scheduler's version (``version``), see which source form the folder holds
-(``source``), read the manifest's deprecated flags that ``--config`` would silence (``flags``), then either
-render for the newest apiVersion the scheduler serves (``render``) or merge into the config it already runs
-with (``merge``). Every file is validated strictly before it is returned (``validate``, with one schema per
-apiVersion as data in ``schemas/``).
+The engine hands over what it learned from the manifest (image, flags, a foreign ``--config``) and gets back the
+exact bytes to place in the host config folder; everything here is pure except reading the source folder. In
+order: the scheduler's version (``version``), the source form (``source``), the manifest's flags (``flags``,
+``binary``), then a render for the newest apiVersion the scheduler serves (``render``) or a merge into the config
+it already runs with (``merge``); every file is validated strictly before it is returned (``validate``).
 """
 
 from __future__ import annotations
@@ -47,10 +43,7 @@ from patcher.core.schedconfig.validate import (
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
 
-CONFIG_GROUP = "kubescheduler.config.k8s.io"
-
 __all__ = [
-    "CONFIG_GROUP",
     "ConfigRequest",
     "ForeignConfig",
     "RenderedConfig",
@@ -112,11 +105,6 @@ class _Source:
     notes: list[str] = field(default_factory=list)
 
 
-def _parsed(source: SourceFile, *, version: KubeVersion | None = None) -> tuple[Any, Schema]:
-    data = load_single(strip_header(source.text), source.path)
-    return data, validate_document(data, source.path, version=version)
-
-
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
     items = data.get("extenders") if isinstance(data, dict) else None
     return [to_canonical(item, schema) for item in items or []]
@@ -138,7 +126,8 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
     complete = read_source_file(source_dir, name)
     found = _Source(files=[complete], complete=complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
-        data, schema = _parsed(complete, version=version)
+        data = load_single(strip_header(complete.text), complete.path)
+        schema = validate_document(data, complete.path, version=version)
         found.api_version = schema.api_version
         found.extenders = _extenders_of(data, schema)
         if not found.extenders:

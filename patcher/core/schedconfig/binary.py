@@ -1,11 +1,9 @@
 """What the real kube-scheduler of a built minor knows before it reads ``--config``: its own facts, not guesses.
 
-The manifest's flags are parsed by pflag and component-base before the config: an unknown flag (``--port``,
-``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
-enabled gate depends on, and kube-scheduler exits. Which flags and gates exist, the gates' defaults and their
-dependencies are facts of each binary, not of the config: ``tools/schedconfig_binary_facts.py`` reads them
-from the binaries ``make real-k8s`` builds (``--help``, and one probe per gate) into ``schemas/binary-facts.json``
-beside this module. Minors without facts (not built here) are not checked: nothing is guessed for them.
+pflag and component-base parse the manifest's flags before the config: an unknown flag (``--port``,
+``--lock-object-name`` … are gone), an unknown or locked feature gate, or a gate off that an enabled one depends
+on, and kube-scheduler exits. ``tools/schedconfig_binary_facts.py`` reads these facts from the binaries
+``make real-k8s`` builds into ``schemas/binary-facts.json``; minors without facts are not checked.
 """
 
 from __future__ import annotations

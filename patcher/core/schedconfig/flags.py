@@ -1,14 +1,10 @@
 """Carry the scheduler's deprecated flags into the rendered config.
 
-Once ``--config`` is set, kube-scheduler ignores its deprecated flags: ``--kubeconfig`` among them, so a config
-without ``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not
-have, and it exits. Every deprecated flag that has a config field is therefore copied into the config we render.
-Flags that are still real flags (``--bind-address``, ``--secure-port``, ``--authentication-kubeconfig``, logging,
-feature gates, …) keep working next to ``--config`` and need nothing.
-
-The legacy algorithm-source flags (``--policy-config-file`` and friends) cannot be carried: with ``--config``
-1.19–1.22 let the Policy's extenders replace ours, and 1.23+ no longer knows the flags. They are refused with a
-way out.
+With ``--config`` set, kube-scheduler ignores its deprecated flags, ``--kubeconfig`` among them: a config without
+``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not have,
+and it exits. So every deprecated flag with a config field is copied into the config we render; flags that are
+still real (``--bind-address``, ``--secure-port``, logging, feature gates …) keep working beside ``--config``.
+The legacy Policy flags cannot be carried and are refused with a way out.
 """
 
 from __future__ import annotations

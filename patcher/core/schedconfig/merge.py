@@ -1,10 +1,9 @@
 """Merge our extenders into a config the scheduler already runs with (``--on-foreign-config=merge``).
 
-The foreign file belongs to someone else (another extender, custom profiles): we never modify it, but write a
-copy that adds our extenders and keeps every other field, profile, plugin and comment (ruamel.yaml round-trip),
-and point ``--config`` at the copy. Extenders are matched by ``urlPrefix``: an entry with one of our URLs is a
-stale copy of ours and is replaced where it stood; all others stay, in order. A merge that the scheduler would
-reject (two binders, a managed resource claimed twice, an apiVersion it does not serve) is refused.
+The foreign file is someone else's: we write a copy that adds our extenders and keeps every other field, profile,
+plugin and comment, and point ``--config`` at it. An extender with one of our ``urlPrefix`` values is a stale copy
+of ours, replaced where it stood. A merge the scheduler would reject (two binders, a managed resource claimed
+twice, an apiVersion it does not serve) is refused.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Render the files the scheduler reads, for its apiVersion, as exact and reproducible bytes.
 
-Two paths: from version-neutral extenders (we write the whole config), and from a complete config that the user
-wrote (used as is; only the deprecated-flag settings it leaves unset are filled in). Either way the result gets a
-header naming its source and the scheduler version, is validated again from its own bytes, and is named by its
-content.
+From version-neutral extenders we write the whole config; a complete config the user wrote is used as is, with
+only the deprecated-flag settings it leaves unset filled in. Either way the result gets a header naming its
+source and the scheduler version, is validated again from its own bytes, and is named by its content.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The scheduler's configuration APIs, kept as data: one JSON file per apiVersion under ``schemas/``.
 
-Each file says which kube-scheduler versions serve the apiVersion, whether we may render it, and the strict
-field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
-therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
+Each ``kubescheduler.config.k8s.io-<version>.json`` says which kube-scheduler minors serve the apiVersion and
+whether we render it. The types come per minor from ``kube-scheduler-1.N.json`` (written by
+``tools/gen_schedconfig_schemas.py`` from the Go types of that release): kube-scheduler decodes strictly, so a
+field its minor lacks is fatal even when a later minor added it; ``for_version`` swaps in the node's minor.
 
-From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
-written by ``tools/gen_schedconfig_schemas.py`` from the upstream Go types of ``release-1.N``): kube-scheduler
-decodes strictly, so a field that its minor does not have is fatal even when a later minor added it to the same
-apiVersion. The hand-written file of the apiVersion still says when it is served and how to render it;
-``for_version`` swaps in the types of the node's minor.
-
-Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``,
-``duration`` (Go duration string), ``bytes`` (base64 string), ``object`` (a mapping, any content), ``[]T``,
-``map[string]T``, or the name of another type. A type may set ``required`` (fields that must be present and
-non-empty).
+Type expressions: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``, ``duration``
+(Go duration string), ``bytes`` (base64), ``object`` (any mapping), ``[]T``, ``map[string]T``, or another type's
+name; a type may list ``required`` fields (present and non-empty).
 """
 
 from __future__ import annotations
@@ -74,10 +68,6 @@ class Schema:
         last = (self.removed_in[0], self.removed_in[1] - 1)
         end = f"{last[0]}.{last[1]}"
         return start if end == start else f"{start}–{end}"
-
-    @property
-    def extender_type(self) -> TypeSpec:
-        return self.types["Extender"]
 
 
 def minor_of(text: str | None) -> tuple[int, int] | None:

@@ -218,7 +218,7 @@ def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None)
     if election.get("leaderElect") is False:
         return []
     lock = election.get("resourceLock")
-    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (upstream.py)
+    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (rules.py)
         return []
     flagged = launch is not None and flags_apply(minor) and any(
         f == "leader-elect-resource-lock" for f, _ in launch.leader_election

@@ -1,8 +1,8 @@
 """Reading and writing scheduler configuration YAML without losing what people wrote.
 
-Everything goes through ruamel.yaml's round-trip mode: a foreign config that we merge into keeps its comments,
-key order and quoting, and a config we render ourselves comes out in one fixed layout, so the same input always
-gives the same bytes (and therefore the same content hash, which is what restarts the scheduler).
+ruamel.yaml's round-trip mode: a foreign config we merge into keeps its comments, key order and quoting, and a
+config we render comes out in one fixed layout, so the same input gives the same bytes (and the same content
+hash, which is what restarts the scheduler).
 """
 
 from __future__ import annotations
