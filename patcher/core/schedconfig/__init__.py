@@ -98,7 +98,7 @@ def sha256_hex(data: bytes) -> str:
 class _Source:
     """What the source folder contributes: either extenders (canonical) or a complete config to use as is."""
 
-    files: list[SourceFile]
+    file: SourceFile
     extenders: list[Extender] | None = None
     complete: SourceFile | None = None
     api_version: str | None = None  # of the complete config (for the merge's mismatch check)
@@ -114,7 +114,7 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
     if form.form == FORM_EXTENDERS:
         file = read_source_file(source_dir, EXTENDERS_FILE)
         data = load_single(file.text, file.path)
-        return _Source(files=[file], extenders=_extenders_of(data, validate_extenders_file(data, file.path)))
+        return _Source(file, extenders=_extenders_of(data, validate_extenders_file(data, file.path)))
     name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
     if form.form == FORM_CSI and name not in form.present:
         has = ", ".join(sorted(form.present)) or "none of its files"
@@ -124,7 +124,7 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
             f"({version.source}); the folder has {has}",
         )
     complete = read_source_file(source_dir, name)
-    found = _Source(files=[complete], complete=complete)
+    found = _Source(complete, complete=complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
         data = load_single(strip_header(complete.text), complete.path)
         schema = validate_document(data, complete.path, version=version)
@@ -192,7 +192,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     notes = [f"kube-scheduler {version} from {version.source}", f"source form: {form.form}"]
     if form.ignored:
         notes.append(f"ignored in the source folder: {', '.join(form.ignored)}")
-    names = tuple(file.name for file in source.files)
     notes += source.notes
     out: Output
     if foreign is not None:
@@ -206,7 +205,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             foreign_path=foreign.node_path or foreign.container_path,
             foreign_text=foreign.text,
             extenders=source.extenders,
-            source=" + ".join(names),
+            source=source.file.name,
             source_api_version=source.api_version,
             version=version,
         )
@@ -219,7 +218,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             schema=schema,
             version=version,
             carried=carried,
-            source=names[0],
+            source=source.file.name,
         )
     else:
         assert source.complete is not None
@@ -238,6 +237,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         api_version=out.api_version,
         notes=tuple(notes),
         kube_version=str(version),
-        sources=names,
+        sources=(source.file.name,),
         merged_from=foreign.node_path or foreign.container_path if foreign is not None else None,
     )

@@ -45,11 +45,9 @@ BOOL_FLAGS = frozenset(
 )
 
 # flag -> (where it lives in the config, value type); not carried where the apiVersion lacks the top-level field.
+# In the order we write them (top-level keys as kube-scheduler writes them); a deprecated spelling comes before
+# the newer one for the same field, which wins when both are given.
 CARRIED: dict[str, tuple[tuple[str | int, ...], str]] = {
-    "kubeconfig": (("clientConnection", "kubeconfig"), "path"),
-    "kube-api-content-type": (("clientConnection", "contentType"), "string"),
-    "kube-api-qps": (("clientConnection", "qps"), "float"),
-    "kube-api-burst": (("clientConnection", "burst"), "int"),
     "leader-elect": (("leaderElection", "leaderElect"), "bool"),
     "leader-elect-lease-duration": (("leaderElection", "leaseDuration"), "duration"),
     "leader-elect-renew-deadline": (("leaderElection", "renewDeadline"), "duration"),
@@ -59,19 +57,16 @@ CARRIED: dict[str, tuple[tuple[str | int, ...], str]] = {
     "lock-object-namespace": (("leaderElection", "resourceNamespace"), "string"),
     "leader-elect-resource-name": (("leaderElection", "resourceName"), "string"),
     "leader-elect-resource-namespace": (("leaderElection", "resourceNamespace"), "string"),
+    "kubeconfig": (("clientConnection", "kubeconfig"), "path"),
+    "kube-api-content-type": (("clientConnection", "contentType"), "string"),
+    "kube-api-qps": (("clientConnection", "qps"), "float"),
+    "kube-api-burst": (("clientConnection", "burst"), "int"),
     "profiling": (("enableProfiling",), "bool"),
     "contention-profiling": (("enableContentionProfiling",), "bool"),
     "scheduler-name": (("profiles", 0, "schedulerName"), "string"),
     "hard-pod-affinity-symmetric-weight": (("profiles", 0, "pluginConfig"), "int"),
     "failure-domains": (("failureDomains",), "string"),
 }
-# Newer spellings win over the deprecated ones when both are given.
-_PRECEDENCE = (
-    "lock-object-name",
-    "lock-object-namespace",
-    "leader-elect-resource-name",
-    "leader-elect-resource-namespace",
-)
 _ALGORITHM_SOURCE = ("policy-config-file", "policy-configmap", "use-legacy-policy-config", "algorithm-provider")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -201,17 +196,15 @@ def carried_settings(
         raise ConfigError(
             where,
             f"{refused}: the scheduler takes its algorithm and extenders from a legacy Policy, which cannot be "
-            "combined with the config scheduler-patcher writes (with --config a 1.10–1.18 scheduler ignores "
-            "the flag, 1.19–1.22 replaces our extenders with the Policy's, 1.23+ exits on the unknown flag); "
+            "combined with the config scheduler-patcher writes (with --config 1.19–1.22 replaces our extenders "
+            "with the Policy's, 1.23+ exits on the unknown flag); "
             "move the Policy's extenders into the source folder's extenders.yaml and remove the flag",
         )
     notes: list[str] = []
     chosen: dict[tuple[str | int, ...], Carried] = {}
-    # Deprecated spellings first, so that the newer flag for the same field overwrites them.
-    for flag in sorted(flags, key=lambda name: _PRECEDENCE.index(name) if name in _PRECEDENCE else -1):
-        if flag not in CARRIED:
+    for flag, (path, kind) in CARRIED.items():
+        if flag not in flags:
             continue
-        path, kind = CARRIED[flag]
         value = _convert(flag, kind, flags[flag], where)
         if path[0] not in schema.types[schema.root].fields:
             notes.append(f"--{flag} has no field in {schema.api_version}; not carried (the scheduler ignores it)")
@@ -219,22 +212,5 @@ def carried_settings(
         if flag == "hard-pod-affinity-symmetric-weight":
             value = [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": value}}]
         chosen[path] = Carried(flag=f"--{flag}", path=path, value=value)
-    flag_order = list(CARRIED)
-    carried = sorted(
-        chosen.values(),
-        key=lambda c: (
-            _CARRY_ORDER.index(str(c.path[0])) if c.path[0] in _CARRY_ORDER else len(_CARRY_ORDER),
-            flag_order.index(c.flag[2:]),
-        ),
-    )
-    return carried, notes
-
-
-# Order of the top-level keys we add, following the order kube-scheduler itself writes them.
-_CARRY_ORDER = (
-    "leaderElection",
-    "clientConnection",
-    "enableProfiling",
-    "enableContentionProfiling",
-    "profiles",
-)
+    order = list(CARRIED)
+    return sorted(chosen.values(), key=lambda c: order.index(c.flag[2:])), notes

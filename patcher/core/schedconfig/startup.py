@@ -330,14 +330,13 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
             )
     sets = (enabled, disabled)
     problems += _multipoint_duplicates(sets, custom_multi, points, where, minor)
-    problems += _count(sets, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
-                       multipoint, minor)
-    problems += _count(sets, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
-                       minor)
+    for point in ("queueSort", "bind"):
+        problems += _count(sets, custom_multi, point, f"{where}.plugins", scheduler, multipoint, minor)
     return problems
 
 
 _Sets = tuple[dict[str, list[str]], dict[str, set[str]]]  # per point: enabled names, disabled names
+_DEFAULTS = {"queueSort": "PrioritySort", "bind": "DefaultBinder"}  # the one default plugin of each point
 
 
 def _multipoint_duplicates(
@@ -365,19 +364,11 @@ def _multipoint_duplicates(
     return problems
 
 
-def _count(
-    sets: _Sets,
-    custom_multi: list[str],
-    point: str,
-    implementers: frozenset[str],
-    default: str,
-    where: str,
-    scheduler: str,
-    multipoint: bool,
-    minor: Minor,
-) -> list[str]:
+def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, scheduler: str, multipoint: bool,
+           minor: Minor) -> list[str]:
     """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
     out-of-tree plugin in multiPoint might add one."""
+    default, implementers = _DEFAULTS[point], QUEUE_SORT_PLUGINS if point == "queueSort" else BIND_PLUGINS
     own, disabled = sets[0].get(point, []), sets[1].get(point, set())
     if multipoint:
         multi_disabled = sets[1].get("multiPoint", set())
@@ -394,12 +385,12 @@ def _count(
     key = f"framework.{point}"
     if point == "queueSort" and total != 1 and not (total > 1 and len(own) > 1):  # >1 in one list: validation says it
         return [
-            f"{where}.plugins: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
+            f"{where}: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
             f"but got {total} after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     if point == "bind" and total == 0:
         return [
-            f"{where}.plugins: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
+            f"{where}: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
             f"after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     return []
