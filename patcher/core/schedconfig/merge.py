@@ -18,7 +18,7 @@ from patcher.core.schedconfig.render import Output, finish, header
 from patcher.core.schedconfig.rules import extender_problems
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
-from patcher.core.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
+from patcher.core.schedconfig.yamlio import load_single, redump, strip_header, to_commented
 
 
 def _last_slot(node: Any) -> tuple[Any, Any] | None:
@@ -127,7 +127,7 @@ def merge_foreign(
     data["extenders"] = merged
     if replaced:
         notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
-    body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+    body = redump(data, text)
     label = f"{source} merged into {foreign_path}"
     return finish(header(label, version, schema.api_version) + body, version, notes)
 

@@ -24,10 +24,8 @@ from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import (
     HEADER_PREFIX,
     dump,
-    from_json,
-    is_json,
-    layout,
     load_single,
+    redump,
     strip_header,
     to_commented,
     to_plain,
@@ -141,7 +139,7 @@ def render_complete(
         changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, flag_wins=wins)
     body = text  # nothing to add: the user's bytes, untouched
     if changed:
-        body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+        body = redump(data, text)
     newline = "\r\n" if "\r\n" in body else "\n"
     out = header(source.name, version, schema.api_version).replace("\n", newline) + body
     return finish(out, version, notes)

@@ -650,7 +650,7 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
 
     Without the node's minor, a rule that changed between minors reads the newest minor serving the apiVersion
     (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27), and nothing is judged at start-up."""
-    minor = startup.checked_minor(schema)
+    minor = schema.node_minor  # the minor whose start-up is judged; None: not judged
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
     at_start = startup.config_problems(data, minor, schema.node_launch) if minor is not None else []

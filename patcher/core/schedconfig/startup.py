@@ -23,10 +23,9 @@ from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
 from patcher.core.schedconfig.flags import CARRIED, parse_bool
 from patcher.core.schedconfig.schema import Schema, minor_of, read_data, registry
-from patcher.core.schedconfig.version import SUPPORTED_MINORS, Launch
+from patcher.core.schedconfig.version import Launch
 
 Minor = tuple[int, int]
-FIRST_MINOR: Minor = SUPPORTED_MINORS[0]  # the oldest minor with generated types; the checks start there
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _UNKNOWN = "framework.unknownPlugin"
 
@@ -394,15 +393,6 @@ def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, schedul
             f"after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     return []
-
-
-def checked_minor(schema: Schema) -> Minor | None:
-    """The minor whose start-up is judged: the node's, when known and at or after 1.19 (the generated types
-    start there); None: no start-up check."""
-    minor = schema.node_minor
-    if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
-        return None
-    return minor
 
 
 def config_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:

@@ -131,25 +131,12 @@ def dump(data: Any, *, style: tuple[int, int, int] = (2, 2, 0)) -> str:
     return buffer.getvalue()
 
 
-def from_json(node: Any) -> Any:
-    """A JSON document read as YAML, rebuilt in block style without JSON's quotes on every key and string.
-
-    JSON has no comments, so rebuilding loses nothing; strings that YAML would misread keep their quotes.
-    """
-    if isinstance(node, dict):
-        block = CommentedMap()
-        for key, value in node.items():
-            block[str(key)] = from_json(value)
-        return block
-    if isinstance(node, list):
-        return CommentedSeq(from_json(item) for item in node)
-    if isinstance(node, str):
-        return safe_scalar(str(node))
-    return node
-
-
-def is_json(text: str) -> bool:
-    return text.lstrip().startswith("{")
+def redump(data: Any, text: str) -> str:
+    """``data``, read from ``text`` and edited, serialized in the author's layout; a JSON document (no comments to
+    lose) comes out in block style, without JSON's quotes on every key and string."""
+    if text.lstrip().startswith("{"):
+        data = to_commented(data, plain_strings=True)
+    return dump(data, style=layout(text))
 
 
 def safe_scalar(value: Any) -> Any:
@@ -159,16 +146,17 @@ def safe_scalar(value: Any) -> Any:
     return value
 
 
-def to_commented(value: Any) -> Any:
-    """Build round-trip nodes from plain data (dicts keep their order), quoting YAML 1.1 look-alikes."""
+def to_commented(value: Any, *, plain_strings: bool = False) -> Any:
+    """Build round-trip nodes from data (dicts keep their order), quoting YAML 1.1 look-alikes; with
+    ``plain_strings`` keys and strings lose the quoting style they were read with."""
     if isinstance(value, dict):
         node = CommentedMap()
         for key, item in value.items():
-            node[key] = to_commented(item)
+            node[str(key) if plain_strings else key] = to_commented(item, plain_strings=plain_strings)
         return node
     if isinstance(value, list):
-        return CommentedSeq(to_commented(item) for item in value)
-    return safe_scalar(value)
+        return CommentedSeq(to_commented(item, plain_strings=plain_strings) for item in value)
+    return safe_scalar(str(value) if plain_strings and isinstance(value, str) else value)
 
 
 def to_plain(value: Any) -> Any:
