@@ -51,7 +51,7 @@ _REMOVED_IN_V1BETA2 = (
     "NodeResourcesMostAllocated",
     "RequestedToCapacityRatio",
 )
-# Refused in v1 only, from the minor in startup_data.RULES (framework.invalid*): SelectorSpread from v1's start,
+# Refused in v1 only, from the minor in startup.RULES (framework.invalid*): SelectorSpread from v1's start,
 # the in-tree volume-limit plugins from 1.31.
 _INVALID_IN_V1 = {name: "framework.invalidVolumeLimits" for name in INVALID_VOLUME_LIMITS} | {
     "SelectorSpread": "framework.invalidSelectorSpread"

@@ -143,12 +143,6 @@ def _disabled(plugin_set: Any) -> set[str]:
 # ---- flags applied over the config --------------------------------------------------------------------------
 
 
-def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
-    """The manifest's ``--leader-elect*`` flags, as written (``options.ApplyLeaderElectionTo`` reads those the
-    command line changed)."""
-    return tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags)
-
-
 def _flag_value(flag: str, raw: str | None) -> Any:
     kind = LEADER_ELECTION_FLAGS[flag][1]
     if kind == "bool":
@@ -416,7 +410,8 @@ def upstream_image(image: str | None) -> bool:
 
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
     return Launch(
-        leader_election=leader_election_flags(flags),
+        # as written: options.ApplyLeaderElectionTo applies those the command line changed
+        leader_election=tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags),
         upstream_image=upstream_image(image),
         # gates that --feature-gates=A=false switches off: a gated field is then refused whatever the default
         gates_off=binary.gates_set_to(flags, False),
