@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import manifest, schedconfig, schedflags, timefmt, yamltext
+from patcher.core import manifest, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+from patcher.core.schedconfig.flags import config_flag
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
@@ -682,7 +683,7 @@ def missing_config(opts: Files, sched: manifest.Scheduler, *, seen_folders_only:
     (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
     file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
     elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
-    item = schedflags.config_flag(sched.flags[manifest.own_start(sched):])
+    item = config_flag(sched.flags[manifest.own_start(sched):])
     if item is None:
         return None
     node_path = container_to_node_path(sched, item.value)

@@ -1,4 +1,10 @@
-"""Carry the scheduler's deprecated flags into the rendered config.
+"""The scheduler's flags: which ``--config`` it reads, and its deprecated flags carried into the rendered config.
+
+``--config`` is found by one rule, pflag's, for the manifest patcher, the carried flags and the local process
+check alike (they must agree on which file is in use): ``--config=X`` or ``--config X`` (pflag gives a string flag
+the next argument, even one starting with ``-``; a bare ``--config`` at the end has no value), the last one wins,
+``--`` ends the flags, and ``-config`` (pflag's shorthands ``-c -o -n …``) or ``---config`` is not it. Items that
+are not strings (a YAML flag list can hold a number or a mapping) are never a flag and never a value.
 
 With ``--config`` set, kube-scheduler ignores its deprecated flags, ``--kubeconfig`` among them: a config without
 ``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not have,
@@ -14,11 +20,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from patcher.core import schedflags
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
+
+CONFIG_FLAG = "--config"
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    value: str
+    index: int  # the item that names the flag: ``--config=X``, or a bare ``--config``
+    split: bool  # the value is the item after ``index``
+
+
+def config_flags(items: Sequence[object]) -> list[ConfigFlag]:
+    """Every ``--config`` pflag would see in ``items`` (the scheduler's arguments), in order."""
+    found: list[ConfigFlag] = []
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if item == "--":
+            break
+        if isinstance(item, str) and item.startswith(CONFIG_FLAG + "="):
+            found.append(ConfigFlag(item[len(CONFIG_FLAG) + 1:], index, split=False))
+        elif item == CONFIG_FLAG and index + 1 < len(items):
+            value = items[index + 1]
+            if isinstance(value, str):
+                found.append(ConfigFlag(value, index, split=True))
+            index += 1  # the value is consumed, whatever it is: it cannot be a flag of its own
+        index += 1
+    return found
+
+
+def config_flag(items: Sequence[object]) -> ConfigFlag | None:
+    """The ``--config`` that takes effect (the last one), or None."""
+    found = config_flags(items)
+    return found[-1] if found else None
+
 
 # Flags that never take the next item as their value (pflag booleans), so "--leader-elect" alone means true.
 BOOL_FLAGS = frozenset(
@@ -122,9 +162,9 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
         else:
             flags[name] = items[index]
             index += 1
-    # --config by the one rule the manifest patcher and the process check use too (patcher.core.schedflags)
+    # --config by the one rule the manifest patcher and the process check use too
     flags.pop("config", None)
-    config = schedflags.config_flag(items[own:])
+    config = config_flag(items[own:])
     if config is not None:
         flags["config"] = config.value
     return flags
