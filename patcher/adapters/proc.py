@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from patcher.core import schedflags
+from patcher.core.schedconfig import flags as sched_flags
 
 if TYPE_CHECKING:  # imported at the first scan of the process table (``find_schedulers``), not at start
     import psutil
@@ -86,8 +86,8 @@ def scheduler_args(cmdline: Sequence[str], name: str | None = None) -> tuple[tup
 
 
 def config_flag(args: Sequence[str]) -> str | None:
-    """The value of the ``--config`` the scheduler runs with, by the one rule (``patcher.core.schedflags``)."""
-    found = schedflags.config_flag(args)
+    """The value of the ``--config`` the scheduler runs with, by the one rule (``patcher.core.schedconfig.flags``)."""
+    found = sched_flags.config_flag(args)
     return found.value if found else None
 
 

@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from ruamel.yaml.nodes import Node, ScalarNode
 
-from patcher.core import schedflags
 from patcher.core import yamltext as yt
 from patcher.core.errors import ManifestError
+from patcher.core.schedconfig.flags import CONFIG_FLAG, config_flags
 
 VOLUME_NAME = "scheduler-patcher-config"
 # Real kube-scheduler manifests are 1-10 KB; the limit keeps a hostile or broken file from costing the
@@ -204,7 +204,7 @@ def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tupl
     """The ``--config`` value we did not add and the index of its item: still in the flags (the scheduler's
     own, from ``start``), or (when ours replaced it) the one the marker keeps to put back."""
     foreign, foreign_index = None, None
-    for found in schedflags.config_flags(flags[start:]):
+    for found in config_flags(flags[start:]):
         # Ours is the item the marker names: ``--config=<path>``, or the path after a split ``--config``.
         if not (marker and marker.flag in (flags[start + found.index], found.value)):
             foreign, foreign_index = found.value, start + found.index
@@ -560,7 +560,7 @@ def _marker_prefixes(metadata: dict[str, Any]) -> dict[str, Marker]:
     return found
 
 
-CONFIG_FLAG_EQ = schedflags.CONFIG_FLAG + "="
+CONFIG_FLAG_EQ = CONFIG_FLAG + "="
 
 
 def _config_value(item: str) -> str:
@@ -594,7 +594,7 @@ def config_names(text: str) -> ConfigNames:
 
     for container in containers:
         items = [x for key in ("command", "args") if isinstance(container.get(key), list) for x in container[key]]
-        for found in schedflags.config_flags(items):
+        for found in config_flags(items):
             add(container, found.value)
     by_name = {str(c.get("name")): c for c in containers}
     for m in _marker_prefixes(metadata).values():

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import manifestedit, schedconfig, schedflags, timefmt, yamltext
+from patcher.core import manifestedit, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
+from patcher.core.schedconfig.flags import config_flag
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.core.state import LastGood, State
@@ -642,7 +643,7 @@ def missing_config(opts: Files, sched: manifestedit.Scheduler, *, seen_folders_o
     (or None): its next start fails, whatever the marker says. ``seen_folders_only``: say so only when the
     file's folder is there (the agent in its pod sees only the folders mounted into it: a foreign config
     elsewhere is unseen, not missing, and the plan's refusal says where it looked)."""
-    item = schedflags.config_flag(sched.flags[manifestedit.own_start(sched.flags, sched.flags_key):])
+    item = config_flag(sched.flags[manifestedit.own_start(sched.flags, sched.flags_key):])
     if item is None:
         return None
     node_path = manifestedit.map_to_node(sched.mounts, sched.volumes, item.value)

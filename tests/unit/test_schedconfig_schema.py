@@ -63,5 +63,6 @@ def test_one_schema_per_api_version_and_kind() -> None:
 
 def test_canonical_spelling_is_v1_and_every_api_version_spells_extenders_alike() -> None:
     assert canonical_schema().api_version == "kubescheduler.config.k8s.io/v1"
-    assert canonical_schema().extender_type.fields["httpTimeout"] == "duration"
-    assert {tuple(s.extender_type.fields) for s in all_schemas()} == {tuple(canonical_schema().extender_type.fields)}
+    assert canonical_schema().types["Extender"].fields["httpTimeout"] == "duration"
+    canonical = tuple(canonical_schema().types["Extender"].fields)
+    assert {tuple(s.types["Extender"].fields) for s in all_schemas()} == {canonical}

@@ -1,8 +1,9 @@
 """What kube-scheduler refuses at start-up outside validation.go, per minor.
 
-For every start-up rule in ``startup_data.RULES``: at the minor where it starts (and, when that is after 1.19, at the
-minor before) one config the scheduler refuses and one it accepts, written from the upstream source the rule names.
-Then the whole path: ``build_config`` with the manifest's flags and image, and ``plan`` exiting 1 with one line.
+For every start-up rule in ``startup.RULES`` (``schemas/rules.json``): at the minor where it starts (and, when that
+is after 1.19, at the minor before) one config the scheduler refuses and one it accepts, written from the upstream
+source the rule names. Then the whole path: ``build_config`` with the manifest's flags and image, and ``plan``
+exiting 1 with one line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from patcher.commands.cli import main
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.core.schedconfig.schema import generated
-from patcher.core.schedconfig.startup_data import PLUGINS, RULE_BY_KEY, RULES, point_interface
+from patcher.core.schedconfig.startup import PLUGINS, RULE_BY_KEY, RULES, point_interface
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion, Launch
 from patcher.core.schedconfig.yamlio import load_single

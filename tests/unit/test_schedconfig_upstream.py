@@ -1,5 +1,5 @@
 """kube-scheduler's validation, ported and applied after its defaulting. Each case names the upstream
-function it mirrors (a ``validation`` row of ``RULES`` in patcher/core/schedconfig/startup_data.py); configs that
+function it mirrors (a ``validation`` row of ``RULES`` in patcher/core/schedconfig/schemas/rules.json); configs that
 upstream accepts still pass."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
-from patcher.core.schedconfig.startup_data import RULES
+from patcher.core.schedconfig.startup import RULES
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from patcher.adapters import proc
 from patcher.core import manifestedit
 from patcher.core import yamltext as yt
-from patcher.core.schedconfig.flags import parse_flags
-from patcher.core.schedflags import ConfigFlag, config_flag, config_flags
+from patcher.core.schedconfig.flags import ConfigFlag, config_flag, config_flags, parse_flags
 
 
 @pytest.mark.parametrize(("items", "expected"), [

@@ -1,20 +1,14 @@
 """Scheduler configuration: from the source folder (a ConfigMap mount) to the files the scheduler reads.
 
-This is the seam between the manifest engine and the configuration logic: the engine hands over what it
-learned from the manifest (image, flags, a foreign ``--config``) and gets back the exact bytes to place in the
-host config folder. Everything here is pure except reading the source folder.
-
-What happens, in order: find the scheduler's version (``version``), see which source form the folder holds
-(``source``), read the manifest's deprecated flags that ``--config`` would silence (``flags``), then either
-render for the newest apiVersion the scheduler serves (``render``) or merge into the config it already runs
-with (``merge``). Every file is validated strictly before it is returned (``validate``, with one schema per
-apiVersion as data in ``schemas/``).
+The engine hands over what it learned from the manifest (image, flags, a foreign ``--config``) and gets back the
+exact bytes to place in the host config folder; everything here is pure except reading the source folder. In
+order: the scheduler's version (``version``), the source form (``source``), the manifest's flags (``flags``,
+``binary``), then a render for the newest apiVersion the scheduler serves (``render``) or a merge into the config
+it already runs with (``merge``); every file is validated strictly before it is returned (``validate``).
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import posixpath
 from dataclasses import dataclass, field, replace
@@ -42,7 +36,6 @@ from patcher.core.schedconfig.source import (
 )
 from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import (
-    check_served,
     raise_problems,
     validate_document,
     validate_extenders_file,
@@ -50,10 +43,7 @@ from patcher.core.schedconfig.validate import (
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
 
-CONFIG_GROUP = "kubescheduler.config.k8s.io"
-
 __all__ = [
-    "CONFIG_GROUP",
     "ConfigRequest",
     "ForeignConfig",
     "RenderedConfig",
@@ -108,16 +98,11 @@ def sha256_hex(data: bytes) -> str:
 class _Source:
     """What the source folder contributes: either extenders (canonical) or a complete config to use as is."""
 
-    files: list[SourceFile]
+    file: SourceFile
     extenders: list[Extender] | None = None
     complete: SourceFile | None = None
     api_version: str | None = None  # of the complete config (for the merge's mismatch check)
     notes: list[str] = field(default_factory=list)
-
-
-def _parsed(source: SourceFile, *, version: KubeVersion | None = None) -> tuple[Any, Schema]:
-    data = load_single(strip_header(source.text), source.path)
-    return data, validate_document(data, source.path, version=version)
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
@@ -125,19 +110,11 @@ def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
     return [to_canonical(item, schema) for item in items or []]
 
 
-@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
-def _parsed_extenders(text: str, path: str) -> tuple[Extender, ...]:
-    """The extenders of an ``extenders.yaml``, cached by its exact text and path (pure; the version plays no
-    part): a resync, or the reconcile after our own manifest write, reads the same bytes again."""
-    data = load_single(text, path)
-    return tuple(_extenders_of(data, validate_extenders_file(data, path)))
-
-
 def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:
     if form.form == FORM_EXTENDERS:
         file = read_source_file(source_dir, EXTENDERS_FILE)
-        extenders = copy.deepcopy(list(_parsed_extenders(file.text, file.path)))  # callers own their copy
-        return _Source(files=[file], extenders=extenders)
+        data = load_single(file.text, file.path)
+        return _Source(file, extenders=_extenders_of(data, validate_extenders_file(data, file.path)))
     name = CONFIG_FILE if form.form == FORM_CONFIG else csi_pick(version.minor)
     if form.form == FORM_CSI and name not in form.present:
         has = ", ".join(sorted(form.present)) or "none of its files"
@@ -147,10 +124,10 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
             f"({version.source}); the folder has {has}",
         )
     complete = read_source_file(source_dir, name)
-    found = _Source(files=[complete], complete=complete)
+    found = _Source(complete, complete=complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
-        data, schema = _parsed(complete, version=version)
-        check_served(schema, version, complete.path)
+        data = load_single(strip_header(complete.text), complete.path)
+        schema = validate_document(data, complete.path, version=version)
         found.api_version = schema.api_version
         found.extenders = _extenders_of(data, schema)
         if not found.extenders:
@@ -215,7 +192,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     notes = [f"kube-scheduler {version} from {version.source}", f"source form: {form.form}"]
     if form.ignored:
         notes.append(f"ignored in the source folder: {', '.join(form.ignored)}")
-    names = tuple(file.name for file in source.files)
     notes += source.notes
     out: Output
     if foreign is not None:
@@ -229,7 +205,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             foreign_path=foreign.node_path or foreign.container_path,
             foreign_text=foreign.text,
             extenders=source.extenders,
-            source=" + ".join(names),
+            source=source.file.name,
             source_api_version=source.api_version,
             version=version,
         )
@@ -242,7 +218,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             schema=schema,
             version=version,
             carried=carried,
-            source=names[0],
+            source=source.file.name,
         )
     else:
         assert source.complete is not None
@@ -261,6 +237,6 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         api_version=out.api_version,
         notes=tuple(notes),
         kube_version=str(version),
-        sources=names,
+        sources=(source.file.name,),
         merged_from=foreign.node_path or foreign.container_path if foreign is not None else None,
     )

@@ -1,11 +1,9 @@
 """What the real kube-scheduler of a built minor knows before it reads ``--config``: its own facts, not guesses.
 
-The manifest's flags are parsed by pflag and component-base before the config: an unknown flag (``--port``,
-``--address``, ``--lock-object-name`` … are gone), an unknown feature gate, or a gate switched off that an
-enabled gate depends on, and kube-scheduler exits. Which flags and gates exist, the gates' defaults and their
-dependencies are facts of each binary, not of the config: ``tools/schedconfig_binary_facts.py`` reads them
-from the binaries ``make real-k8s`` builds (``--help``, and one probe per gate) into ``schemas/binary-facts.json``
-beside this module. Minors without facts (not built here) are not checked: nothing is guessed for them.
+pflag and component-base parse the manifest's flags before the config: an unknown flag (``--port``,
+``--lock-object-name`` … are gone), an unknown or locked feature gate, or a gate off that an enabled one depends
+on, and kube-scheduler exits. ``tools/schedconfig_binary_facts.py`` reads these facts from the binaries
+``make real-k8s`` builds into ``schemas/binary-facts.json``; minors without facts are not checked.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ class BinaryFacts:
     locked: Mapping[str, bool]  # hidden gates locked to their value: setting the other value is refused
     depends: Mapping[str, tuple[str, ...]]  # gate -> gates it needs enabled
     points: Mapping[str, Mapping[str, bool]] | None = None  # plugin -> point -> implements, where settled
-    unregistered: frozenset[str] = frozenset()  # plugins NewFramework of this minor says do not exist
 
 
 @cache
@@ -40,8 +37,7 @@ def _all() -> dict[int, BinaryFacts]:
     return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
                                     {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
                                     {gate: tuple(deps) for gate, deps in item["depends"].items()},
-                                    item["plugins"]["points"] if "plugins" in item else None,
-                                    frozenset(item["plugins"]["unregistered"]) if "plugins" in item else frozenset())
+                                    item["plugins"]["points"] if "plugins" in item else None)
             for minor, item in raw.items()}
 
 
@@ -113,9 +109,3 @@ def implements(name: str, point: str, minor: int | None) -> bool | None:
     if facts is None or facts.points is None:
         return None
     return facts.points.get(name, {}).get(point)
-
-
-def unregistered(name: str, minor: int | None) -> bool:
-    """True when this minor's binary says the in-tree registry has no plugin ``name``."""
-    facts = facts_for(minor)
-    return facts is not None and name in facts.unregistered

@@ -1,9 +1,5 @@
-"""Go durations, as kube-scheduler parses them.
-
-Extender timeouts and leader-election periods are ``metav1.Duration`` strings (``15s``, ``1m30s``) in every
-KubeSchedulerConfiguration since v1beta1. Validating means accepting exactly what Go's ``time.ParseDuration``
-accepts — anything else makes the scheduler exit — and comparing them exactly (no float rounding: ``0.1s`` is
-100000000 ns, not 99999999).
+"""Go durations, as kube-scheduler parses them: exactly what ``time.ParseDuration`` accepts (anything else makes
+the scheduler exit), compared exactly (``0.1s`` is 100000000 ns, not 99999999).
 """
 
 from __future__ import annotations
@@ -53,36 +49,3 @@ def is_duration(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def format_duration(ns: int) -> str:
-    """Format nanoseconds the way Go's ``Duration.String`` does for whole units (``15s``, ``1m30s``, ``250ms``).
-
-    Used in messages about a duration (``5s <= 10s, the default``), so that they read like the config.
-    """
-    if ns == 0:
-        return "0s"
-    sign = "-" if ns < 0 else ""
-    ns = abs(ns)
-    if ns < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("us", 1_000)):
-            if ns % size == 0:
-                return f"{sign}{ns // size}{unit}"
-        return f"{sign}{ns}ns"
-    hours, rest = divmod(ns, 3600 * 1_000_000_000)
-    minutes, rest = divmod(rest, 60 * 1_000_000_000)
-    seconds = Fraction(rest, 1_000_000_000)
-    sec_text = str(seconds.numerator // seconds.denominator) if seconds.denominator == 1 else _decimal(seconds)
-    text = ""
-    if hours:
-        text += f"{hours}h"
-    if hours or minutes:
-        text += f"{minutes}m"
-    return f"{sign}{text}{sec_text}s"
-
-
-def _decimal(value: Fraction) -> str:
-    """Exact decimal form of a fraction whose denominator divides 10**9."""
-    scaled = value * 1_000_000_000
-    whole, frac = divmod(int(scaled), 1_000_000_000)
-    return f"{whole}.{frac:09d}".rstrip("0")

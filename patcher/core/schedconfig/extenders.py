@@ -1,8 +1,5 @@
-"""Extenders in one spelling, written in the target apiVersion's field order.
-
-The source's ``extenders.yaml`` uses the v1 field names for every Kubernetes version; every apiVersion of the
-supported minors (v1beta1 and later) spells an extender the same way (``enableHTTPS``, ``httpTimeout: 15s``), so
-only the field order is the target's.
+"""Extenders in one spelling (every supported apiVersion spells an extender as v1 does), written in the target
+apiVersion's field order.
 """
 
 from __future__ import annotations
@@ -28,13 +25,13 @@ def _normalize(value: Any, type_expr: str, schema: Schema) -> Any:
 
 def to_canonical(extender: dict[str, Any], schema: Schema) -> Extender:
     """One validated extender of ``schema`` as plain data."""
-    spec = schema.extender_type
+    spec = schema.types["Extender"]
     return {key: _normalize(value, spec.fields[key], schema) for key, value in extender.items() if key in spec.fields}
 
 
 def from_canonical(extender: Extender, schema: Schema) -> dict[str, Any]:
     """The same extender, fields in the schema's declared order (deterministic)."""
-    return {name: extender[name] for name in schema.extender_type.fields if extender.get(name) is not None}
+    return {name: extender[name] for name in schema.types["Extender"].fields if extender.get(name) is not None}
 
 
 def url_of(extender: dict[str, Any]) -> str:

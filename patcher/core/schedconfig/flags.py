@@ -1,14 +1,16 @@
-"""Carry the scheduler's deprecated flags into the rendered config.
+"""The scheduler's flags: which ``--config`` it reads, and its deprecated flags carried into the rendered config.
 
-Once ``--config`` is set, kube-scheduler ignores its deprecated flags: ``--kubeconfig`` among them, so a config
-without ``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not
-have, and it exits. Every deprecated flag that has a config field is therefore copied into the config we render.
-Flags that are still real flags (``--bind-address``, ``--secure-port``, ``--authentication-kubeconfig``, logging,
-feature gates, …) keep working next to ``--config`` and need nothing.
+``--config`` is found by one rule, pflag's, for the manifest patcher, the carried flags and the local process
+check alike (they must agree on which file is in use): ``--config=X`` or ``--config X`` (pflag gives a string flag
+the next argument, even one starting with ``-``; a bare ``--config`` at the end has no value), the last one wins,
+``--`` ends the flags, and ``-config`` (pflag's shorthands ``-c -o -n …``) or ``---config`` is not it. Items that
+are not strings (a YAML flag list can hold a number or a mapping) are never a flag and never a value.
 
-The legacy algorithm-source flags (``--policy-config-file`` and friends) cannot be carried: with ``--config``
-1.19–1.22 let the Policy's extenders replace ours, and 1.23+ no longer knows the flags. They are refused with a
-way out.
+With ``--config`` set, kube-scheduler ignores its deprecated flags, ``--kubeconfig`` among them: a config without
+``clientConnection.kubeconfig`` makes a kubeadm scheduler fall back to in-cluster credentials it does not have,
+and it exits. So every deprecated flag with a config field is copied into the config we render; flags that are
+still real (``--bind-address``, ``--secure-port``, logging, feature gates …) keep working beside ``--config``.
+The legacy Policy flags cannot be carried and are refused with a way out.
 """
 
 from __future__ import annotations
@@ -18,11 +20,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from patcher.core import schedflags
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
+
+CONFIG_FLAG = "--config"
+
+
+@dataclass(frozen=True)
+class ConfigFlag:
+    value: str
+    index: int  # the item that names the flag: ``--config=X``, or a bare ``--config``
+    split: bool  # the value is the item after ``index``
+
+
+def config_flags(items: Sequence[object]) -> list[ConfigFlag]:
+    """Every ``--config`` pflag would see in ``items`` (the scheduler's arguments), in order."""
+    found: list[ConfigFlag] = []
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if item == "--":
+            break
+        if isinstance(item, str) and item.startswith(CONFIG_FLAG + "="):
+            found.append(ConfigFlag(item[len(CONFIG_FLAG) + 1:], index, split=False))
+        elif item == CONFIG_FLAG and index + 1 < len(items):
+            value = items[index + 1]
+            if isinstance(value, str):
+                found.append(ConfigFlag(value, index, split=True))
+            index += 1  # the value is consumed, whatever it is: it cannot be a flag of its own
+        index += 1
+    return found
+
+
+def config_flag(items: Sequence[object]) -> ConfigFlag | None:
+    """The ``--config`` that takes effect (the last one), or None."""
+    found = config_flags(items)
+    return found[-1] if found else None
+
 
 # Flags that never take the next item as their value (pflag booleans), so "--leader-elect" alone means true.
 BOOL_FLAGS = frozenset(
@@ -48,35 +84,29 @@ BOOL_FLAGS = frozenset(
     }
 )
 
-# flag -> (setting, value type). A setting is a config field path, except the upper-case ones whose path
-# depends on the apiVersion (see _path_for).
-_CARRIED: dict[str, tuple[str, str]] = {
-    "kubeconfig": ("clientConnection.kubeconfig", "path"),
-    "kube-api-content-type": ("clientConnection.contentType", "string"),
-    "kube-api-qps": ("clientConnection.qps", "float"),
-    "kube-api-burst": ("clientConnection.burst", "int"),
-    "leader-elect": ("leaderElection.leaderElect", "bool"),
-    "leader-elect-lease-duration": ("leaderElection.leaseDuration", "duration"),
-    "leader-elect-renew-deadline": ("leaderElection.renewDeadline", "duration"),
-    "leader-elect-retry-period": ("leaderElection.retryPeriod", "duration"),
-    "leader-elect-resource-lock": ("leaderElection.resourceLock", "string"),
-    "lock-object-name": ("LOCK_NAME", "string"),
-    "lock-object-namespace": ("LOCK_NAMESPACE", "string"),
-    "leader-elect-resource-name": ("LOCK_NAME", "string"),
-    "leader-elect-resource-namespace": ("LOCK_NAMESPACE", "string"),
-    "profiling": ("enableProfiling", "bool"),
-    "contention-profiling": ("enableContentionProfiling", "bool"),
-    "scheduler-name": ("SCHEDULER_NAME", "string"),
-    "hard-pod-affinity-symmetric-weight": ("HARD_POD_AFFINITY", "int"),
-    "failure-domains": ("failureDomains", "string"),
+# flag -> (where it lives in the config, value type); not carried where the apiVersion lacks the top-level field.
+# In the order we write them (top-level keys as kube-scheduler writes them); a deprecated spelling comes before
+# the newer one for the same field, which wins when both are given.
+CARRIED: dict[str, tuple[tuple[str | int, ...], str]] = {
+    "leader-elect": (("leaderElection", "leaderElect"), "bool"),
+    "leader-elect-lease-duration": (("leaderElection", "leaseDuration"), "duration"),
+    "leader-elect-renew-deadline": (("leaderElection", "renewDeadline"), "duration"),
+    "leader-elect-retry-period": (("leaderElection", "retryPeriod"), "duration"),
+    "leader-elect-resource-lock": (("leaderElection", "resourceLock"), "string"),
+    "lock-object-name": (("leaderElection", "resourceName"), "string"),
+    "lock-object-namespace": (("leaderElection", "resourceNamespace"), "string"),
+    "leader-elect-resource-name": (("leaderElection", "resourceName"), "string"),
+    "leader-elect-resource-namespace": (("leaderElection", "resourceNamespace"), "string"),
+    "kubeconfig": (("clientConnection", "kubeconfig"), "path"),
+    "kube-api-content-type": (("clientConnection", "contentType"), "string"),
+    "kube-api-qps": (("clientConnection", "qps"), "float"),
+    "kube-api-burst": (("clientConnection", "burst"), "int"),
+    "profiling": (("enableProfiling",), "bool"),
+    "contention-profiling": (("enableContentionProfiling",), "bool"),
+    "scheduler-name": (("profiles", 0, "schedulerName"), "string"),
+    "hard-pod-affinity-symmetric-weight": (("profiles", 0, "pluginConfig"), "int"),
+    "failure-domains": (("failureDomains",), "string"),
 }
-# Newer spellings win over the deprecated ones when both are given.
-_PRECEDENCE = (
-    "lock-object-name",
-    "lock-object-namespace",
-    "leader-elect-resource-name",
-    "leader-elect-resource-namespace",
-)
 _ALGORITHM_SOURCE = ("policy-config-file", "policy-configmap", "use-legacy-policy-config", "algorithm-provider")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -132,9 +162,9 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
         else:
             flags[name] = items[index]
             index += 1
-    # --config by the one rule the manifest patcher and the process check use too (patcher.core.schedflags)
+    # --config by the one rule the manifest patcher and the process check use too
     flags.pop("config", None)
-    config = schedflags.config_flag(items[own:])
+    config = config_flag(items[own:])
     if config is not None:
         flags["config"] = config.value
     return flags
@@ -179,20 +209,6 @@ def _convert(flag: str, kind: str, raw: str | None, where: str | None) -> Any:
     return raw
 
 
-def _path_for(setting: str, schema: Schema) -> tuple[str | int, ...] | None:
-    """Where a setting lives in this apiVersion; None when it has no field there."""
-    root = schema.types[schema.root].fields
-    if setting in ("LOCK_NAME", "LOCK_NAMESPACE"):
-        suffix = "Name" if setting == "LOCK_NAME" else "Namespace"
-        return ("leaderElection", "resource" + suffix)
-    if setting == "SCHEDULER_NAME":
-        return ("profiles", 0, "schedulerName")
-    if setting == "HARD_POD_AFFINITY":
-        return ("profiles", 0, "pluginConfig")
-    path = tuple(setting.split("."))
-    return path if path[0] in root else None
-
-
 def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
     """The first flag that makes the scheduler read a legacy Policy or a non-default provider, as written."""
     for flag in _ALGORITHM_SOURCE:
@@ -220,41 +236,21 @@ def carried_settings(
         raise ConfigError(
             where,
             f"{refused}: the scheduler takes its algorithm and extenders from a legacy Policy, which cannot be "
-            "combined with the config scheduler-patcher writes (with --config a 1.10–1.18 scheduler ignores "
-            "the flag, 1.19–1.22 replaces our extenders with the Policy's, 1.23+ exits on the unknown flag); "
+            "combined with the config scheduler-patcher writes (with --config 1.19–1.22 replaces our extenders "
+            "with the Policy's, 1.23+ exits on the unknown flag); "
             "move the Policy's extenders into the source folder's extenders.yaml and remove the flag",
         )
     notes: list[str] = []
     chosen: dict[tuple[str | int, ...], Carried] = {}
-    # Deprecated spellings first, so that the newer flag for the same field overwrites them.
-    for flag in sorted(flags, key=lambda name: _PRECEDENCE.index(name) if name in _PRECEDENCE else -1):
-        if flag not in _CARRIED:
+    for flag, (path, kind) in CARRIED.items():
+        if flag not in flags:
             continue
-        setting, kind = _CARRIED[flag]
         value = _convert(flag, kind, flags[flag], where)
-        path = _path_for(setting, schema)
-        if path is None:
+        if path[0] not in schema.types[schema.root].fields:
             notes.append(f"--{flag} has no field in {schema.api_version}; not carried (the scheduler ignores it)")
             continue
-        if setting == "HARD_POD_AFFINITY":
+        if flag == "hard-pod-affinity-symmetric-weight":
             value = [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": value}}]
         chosen[path] = Carried(flag=f"--{flag}", path=path, value=value)
-    flag_order = list(_CARRIED)
-    carried = sorted(
-        chosen.values(),
-        key=lambda c: (
-            _CARRY_ORDER.index(str(c.path[0])) if c.path[0] in _CARRY_ORDER else len(_CARRY_ORDER),
-            flag_order.index(c.flag[2:]),
-        ),
-    )
-    return carried, notes
-
-
-# Order of the top-level keys we add, following the order kube-scheduler itself writes them.
-_CARRY_ORDER = (
-    "leaderElection",
-    "clientConnection",
-    "enableProfiling",
-    "enableContentionProfiling",
-    "profiles",
-)
+    order = list(CARRIED)
+    return sorted(chosen.values(), key=lambda c: order.index(c.flag[2:])), notes

@@ -1,13 +1,10 @@
-"""An extender's ``urlPrefix`` checked the way the scheduler will use it: Go's ``net/url.Parse`` and ``net/http``.
+"""An extender's ``urlPrefix`` checked as the scheduler will use it: Go's ``net/url.Parse`` and ``net/http``.
 
-kube-scheduler does not validate ``urlPrefix`` at start-up; on every extender call it builds
-``strings.TrimRight(urlPrefix, "/") + "/" + verb`` and hands it to ``http.NewRequest`` (``url.Parse``) and then
-to the HTTP client. A prefix Go cannot parse therefore starts fine and fails every single call, which for a
-non-ignorable extender means no pod is scheduled. Python's ``urllib`` is more lenient (a newline passes) and
-sometimes stricter (it raises on ``[::1``), so this is a port of the relevant parts of Go's parser
-(``net/url/url.go``: ``Parse``, ``getScheme``, ``parseAuthority``, ``parseHost``, ``validOptionalPort``,
-``unescape``, ``shouldEscape``) plus the client's own refusals (no host, a scheme other than http/https, a port
-that cannot be dialled). Pure: one function from text to the problem, or None.
+kube-scheduler does not validate ``urlPrefix`` at start-up; every call builds ``urlPrefix + "/" + verb`` for
+``http.NewRequest``, so a prefix Go cannot parse starts fine and fails every call (no pod is scheduled through a
+non-ignorable extender). Python's ``urllib`` is both more lenient and stricter, so this ports the parts of
+``net/url`` that matter (``Parse``, ``parseAuthority``, ``parseHost``, ``validOptionalPort``, ``unescape``) plus the
+client's own refusals (no host, a scheme other than http/https, a port that cannot be dialled).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Merge our extenders into a config the scheduler already runs with (``--on-foreign-config=merge``).
 
-The foreign file belongs to someone else (another extender, custom profiles): we never modify it, but write a
-copy that adds our extenders and keeps every other field, profile, plugin and comment (ruamel.yaml round-trip),
-and point ``--config`` at the copy. Extenders are matched by ``urlPrefix``: an entry with one of our URLs is a
-stale copy of ours and is replaced where it stood; all others stay, in order. A merge that the scheduler would
-reject (two binders, a managed resource claimed twice, an apiVersion it does not serve) is refused.
+The foreign file is someone else's: we write a copy that adds our extenders and keeps every other field, profile,
+plugin and comment, and point ``--config`` at it. An extender with one of our ``urlPrefix`` values is a stale copy
+of ours, replaced where it stood. A merge the scheduler would reject (two binders, a managed resource claimed
+twice, an apiVersion it does not serve) is refused.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical, url_of
 from patcher.core.schedconfig.render import Output, finish, header
 from patcher.core.schedconfig.rules import extender_problems
-from patcher.core.schedconfig.validate import check_served, validate_document
+from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
-from patcher.core.schedconfig.yamlio import dump, from_json, is_json, layout, load_single, strip_header, to_commented
+from patcher.core.schedconfig.yamlio import load_single, redump, strip_header, to_commented
 
 
 def _last_slot(node: Any) -> tuple[Any, Any] | None:
@@ -114,7 +113,6 @@ def merge_foreign(
     text = strip_header(foreign_text)
     data = load_single(text, foreign_path)
     schema = validate_document(data, foreign_path, version=version)
-    check_served(schema, version, foreign_path)
     if source_api_version is not None and source_api_version != schema.api_version:
         raise ConfigError(
             foreign_path,
@@ -129,7 +127,7 @@ def merge_foreign(
     data["extenders"] = merged
     if replaced:
         notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")
-    body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+    body = redump(data, text)
     label = f"{source} merged into {foreign_path}"
     return finish(header(label, version, schema.api_version) + body, version, notes)
 

@@ -1,14 +1,12 @@
 """Render the files the scheduler reads, for its apiVersion, as exact and reproducible bytes.
 
-Two paths: from version-neutral extenders (we write the whole config), and from a complete config that the user
-wrote (used as is; only the deprecated-flag settings it leaves unset are filled in). Either way the result gets a
-header naming its source and the scheduler version, is validated again from its own bytes, and is named by its
-content.
+From version-neutral extenders we write the whole config; a complete config the user wrote is used as is, with
+only the deprecated-flag settings it leaves unset filled in. Either way the result gets a header naming its
+source and the scheduler version, is validated again from its own bytes, and is named by its content.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,23 +14,18 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.extenders import Extender, from_canonical
 from patcher.core.schedconfig.flags import Carried
 from patcher.core.schedconfig.schema import CONFIG_KIND, Schema
 from patcher.core.schedconfig.source import SourceFile
-from patcher.core.schedconfig.startup import flags_apply, override_notes
-from patcher.core.schedconfig.startup_data import LEADER_ELECTION_FLAGS
-from patcher.core.schedconfig.validate import check_served, validate_document
+from patcher.core.schedconfig.startup import LEADER_ELECTION_FLAGS, flags_apply, override_notes
+from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import (
     HEADER_PREFIX,
     dump,
-    from_json,
-    is_json,
-    layout,
-    load_plain,
     load_single,
+    redump,
     strip_header,
     to_commented,
     to_plain,
@@ -93,37 +86,14 @@ def set_path(
     return True
 
 
-@functools.lru_cache(maxsize=4)  # the config of now and a few before: bounded memory for 256 KiB sources
-def _check_output(text: str, name: str, version: KubeVersion) -> Schema:
-    """Validate our own bytes once more, as the scheduler will read them.
-
-    Read as plain data by libyaml (nothing is edited here); a refusal is confirmed with the round-trip loader,
-    so that its wording, and the outcome where the two loaders could part, are those of the source's check.
-    Cached by the exact text and version (pure): a resync renders the same bytes and need not check them again.
-    """
-    try:
-        schema = validate_document(load_plain(text, name), name, version=version)
-    except ConfigError:
-        schema = validate_document(load_single(text, name), name, version=version)
-    check_served(schema, version, name)
-    return schema
-
-
-@functools.lru_cache(maxsize=4)
-def _flag_overrides(text: str, name: str, version: KubeVersion) -> tuple[str, ...]:
-    """The manifest flags the scheduler applies over this (already validated) config, as plan notes; once per
-    config text like the check above."""
-    if version.launch is None or not version.launch.leader_election or not flags_apply(version.key):
-        return ()
-    data = load_plain(text, name)
-    return tuple(override_notes(data, version.key, version.launch)) if isinstance(data, dict) else ()
-
-
 def finish(text: str, version: KubeVersion, notes: list[str]) -> Output:
+    """Name the file by its content and validate its own bytes once more, as the scheduler will read them; the
+    notes gain the manifest flags the scheduler applies over it."""
     main_bytes = text.encode("utf-8")
     name = f"config-{hashlib.sha256(main_bytes).hexdigest()[:12]}.yaml"
-    schema = _check_output(text, name, version)
-    notes = notes + list(_flag_overrides(text, name, version))
+    data = load_single(text, name)
+    schema = validate_document(data, name, version=version)
+    notes = notes + override_notes(to_plain(data), version.key, version.launch)
     return Output(files={name: main_bytes}, main=name, api_version=schema.api_version, notes=notes)
 
 
@@ -161,7 +131,6 @@ def render_complete(
     text = strip_header(source.text)
     data = load_single(text, source.path)
     schema = validate_document(data, source.path, version=version)
-    check_served(schema, version, source.path)
     carried, notes = carry(schema)
     notes = list(notes)
     changed = False
@@ -170,7 +139,7 @@ def render_complete(
         changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, flag_wins=wins)
     body = text  # nothing to add: the user's bytes, untouched
     if changed:
-        body = dump(from_json(data) if is_json(text) else data, style=layout(text))
+        body = redump(data, text)
     newline = "\r\n" if "\r\n" in body else "\n"
     out = header(source.name, version, schema.api_version).replace("\n", newline) + body
     return finish(out, version, notes)

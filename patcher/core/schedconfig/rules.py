@@ -1,17 +1,12 @@
 """kube-scheduler's validation of a KubeSchedulerConfiguration, ported: one path, one message per rule.
 
-kube-scheduler decodes the file, fills defaults (``pkg/scheduler/apis/config/<version>/defaults.go`` and
-component-base ``RecommendedDefault*``), then validates (``pkg/scheduler/apis/config/validation``); any error
-makes it exit at start-up. Several rules only bite *after* defaulting — a lone ``leaseDuration: 5s`` is not longer
-than the default 10 s renew deadline, a lone ``podInitialBackoffSeconds: 20`` is above the default 10 s maximum —
-so every rule here reads the value the scheduler will see: the one written, else upstream's default. Two more
-catch what would make it exit later: a relative or placeholder kubeconfig path, and an extender whose URL or TLS
-material its client cannot be built from.
-
-Each rule is a row of ``startup_data.RULES`` (class ``validation``), which names the upstream function it mirrors
-and the minors it holds for; the docs table is generated from it. ``schema.node_minor`` selects what changed
-between minors (unknown: the newest behaviour). Values of the wrong type are skipped: the type check reports
-them. Pure functions of (document, schema) returning ``field.path: problem`` lines.
+kube-scheduler fills defaults, then validates (``pkg/scheduler/apis/config/validation``); any error makes it
+exit. Several rules bite only *after* defaulting (a lone ``leaseDuration: 5s`` is not longer than the default
+10 s renew deadline), so every rule reads the value the scheduler will see: the one written, else upstream's
+default. Two more catch what makes it exit later: a relative kubeconfig path, and an extender whose URL or TLS
+material its client cannot be built from. Each rule is a row of ``startup.RULES`` naming the upstream function
+and the minors it holds for; ``schema.node_minor`` selects the minor (unknown: the newest behaviour). Values of
+the wrong type are skipped: the type check reports them.
 """
 
 from __future__ import annotations
@@ -25,19 +20,24 @@ from dataclasses import replace
 from typing import Any
 
 from patcher.core.schedconfig import binary, startup
-from patcher.core.schedconfig.duration import format_duration, parse_duration_ns
+from patcher.core.schedconfig.duration import parse_duration_ns
 from patcher.core.schedconfig.gourl import url_problem
 from patcher.core.schedconfig.schema import Schema
-from patcher.core.schedconfig.startup import DEFAULT_SCHEDULER_NAME, as_list, as_map, is_int
-from patcher.core.schedconfig.startup_data import INVALID_VOLUME_LIMITS, RULE_BY_KEY, Minor
+from patcher.core.schedconfig.startup import (
+    DEFAULT_SCHEDULER_NAME,
+    INVALID_VOLUME_LIMITS,
+    RULE_BY_KEY,
+    Minor,
+    as_list,
+    as_map,
+    is_int,
+)
 
 # Defaults (pkg/scheduler/apis/config/v1*/defaults.go SetDefaults_KubeSchedulerConfiguration, component-base
 # RecommendedDefaultLeaderElectionConfiguration): the same in v1beta2, v1beta3 and v1 for what is validated.
 _DEFAULT_INITIAL_BACKOFF = 1
 _DEFAULT_MAX_BACKOFF = 10
-_DEFAULT_LEASE = 15 * 10**9
-_DEFAULT_RENEW = 10 * 10**9
-_DEFAULT_RETRY = 2 * 10**9
+_DEFAULT_ELECTION = {"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}
 _DEFAULT_RESOURCE_LOCK = "leases"
 _MAX_CUSTOM_PRIORITY_SCORE = 10  # config.MaxCustomPriorityScore
 
@@ -51,7 +51,7 @@ _REMOVED_IN_V1BETA2 = (
     "NodeResourcesMostAllocated",
     "RequestedToCapacityRatio",
 )
-# Refused in v1 only, from the minor in startup_data.RULES (framework.invalid*): SelectorSpread from v1's start,
+# Refused in v1 only, from the minor in startup.RULES (framework.invalid*): SelectorSpread from v1's start,
 # the in-tree volume-limit plugins from 1.31.
 _INVALID_IN_V1 = {name: "framework.invalidVolumeLimits" for name in INVALID_VOLUME_LIMITS} | {
     "SelectorSpread": "framework.invalidSelectorSpread"
@@ -72,17 +72,16 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _duration(value: Any, default: int) -> int | None:
-    """A metav1.Duration after RecommendedDefault*: zero or absent means the default; None if unreadable."""
-    if value is None:
-        return default
-    if not isinstance(value, str):
+def _duration(given: Mapping[Any, Any], key: str) -> int | None:
+    """A leaderElection duration after RecommendedDefault*: zero or absent means the default; None if unreadable."""
+    value = given.get(key)
+    if value is not None and not isinstance(value, str):
         return None
     try:
-        ns = parse_duration_ns(value)
+        ns = parse_duration_ns(value) if value is not None else 0
     except ValueError:
         return None
-    return default if ns == 0 else ns
+    return ns or parse_duration_ns(_DEFAULT_ELECTION[key])
 
 
 def qualified_name_problem(name: str) -> str | None:
@@ -118,24 +117,23 @@ def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
     leases_only = RULE_BY_KEY["leaderElection.resourceLock"].holds(schema.node_minor)
     if leases_only and isinstance(lock, str) and lock and lock != _DEFAULT_RESOURCE_LOCK:
         problems.append(f'leaderElection.resourceLock: must be "leases", got {lock!r}')
-    lease = _duration(election.get("leaseDuration"), _DEFAULT_LEASE)
-    renew = _duration(election.get("renewDeadline"), _DEFAULT_RENEW)
-    retry = _duration(election.get("retryPeriod"), _DEFAULT_RETRY)
+    lease, renew, retry = (_duration(election, key) for key in _DEFAULT_ELECTION)
     if lease is not None and renew is not None and lease <= renew:
-        shown = f"{_shown(lease, 'leaseDuration', election)} <= {_shown(renew, 'renewDeadline', election)}"
+        shown = f"{_shown('leaseDuration', election)} <= {_shown('renewDeadline', election)}"
         problems.append(f"leaderElection.leaseDuration: must be greater than renewDeadline ({shown})")
     # client-go leaderelection.NewLeaderElector: the scheduler exits when it cannot build its elector.
     if renew is not None and retry is not None and renew * 5 <= retry * 6:
-        shown = f"{_shown(renew, 'renewDeadline', election)} vs {_shown(retry, 'retryPeriod', election)}"
+        shown = f"{_shown('renewDeadline', election)} vs {_shown('retryPeriod', election)}"
         problems.append(f"leaderElection.renewDeadline: must be greater than retryPeriod*1.2 ({shown})")
     return problems
 
 
-def _shown(ns: int, key: str, given: Mapping[Any, Any]) -> str:
-    """``5s`` or ``10s, the default``: a rule that bites after defaulting must say so."""
-    text = format_duration(ns)
+def _shown(key: str, given: Mapping[Any, Any]) -> str:
+    """``5s`` as written, or ``10s, the default``: a rule that bites after defaulting must say so."""
     written = given.get(key)
-    return text if isinstance(written, str) and parse_duration_ns(written) != 0 else f"{text}, the default"
+    if isinstance(written, str) and parse_duration_ns(written) != 0:
+        return written
+    return f"{_DEFAULT_ELECTION[key]}, the default"
 
 
 def _top_level(data: Mapping[str, Any]) -> list[str]:
@@ -652,7 +650,7 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
 
     Without the node's minor, a rule that changed between minors reads the newest minor serving the apiVersion
     (a ``v1beta1`` config is not held to the ``leases``-only lock of 1.27), and nothing is judged at start-up."""
-    minor = startup.checked_minor(schema)
+    minor = schema.node_minor  # the minor whose start-up is judged; None: not judged
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
     at_start = startup.config_problems(data, minor, schema.node_launch) if minor is not None else []

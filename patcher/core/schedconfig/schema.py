@@ -1,19 +1,13 @@
 """The scheduler's configuration APIs, kept as data: one JSON file per apiVersion under ``schemas/``.
 
-Each file says which kube-scheduler versions serve the apiVersion, whether we may render it, and the strict
-field/type tree that the scheduler decodes. Adding an apiVersion (a future ``v2``) is
-therefore a new JSON file, not a code change: the version table is derived from the ``served`` ranges.
+Each ``kubescheduler.config.k8s.io-<version>.json`` says which kube-scheduler minors serve the apiVersion and
+whether we render it. The types come per minor from ``kube-scheduler-1.N.json`` (written by
+``tools/gen_schedconfig_schemas.py`` from the Go types of that release): kube-scheduler decodes strictly, so a
+field its minor lacks is fatal even when a later minor added it; ``for_version`` swaps in the node's minor.
 
-From 1.19 on, the types of every apiVersion come per minor from generated files (``kube-scheduler-1.N.json``,
-written by ``tools/gen_schedconfig_schemas.py`` from the upstream Go types of ``release-1.N``): kube-scheduler
-decodes strictly, so a field that its minor does not have is fatal even when a later minor added it to the same
-apiVersion. The hand-written file of the apiVersion still says when it is served and how to render it;
-``for_version`` swaps in the types of the node's minor.
-
-Type expressions in ``types``: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``,
-``duration`` (Go duration string), ``bytes`` (base64 string), ``object`` (a mapping, any content), ``[]T``,
-``map[string]T``, or the name of another type. A type may set ``required`` (fields that must be present and
-non-empty).
+Type expressions: ``string``, ``bool``, ``int32``, ``int64``, ``float``/``float64``, ``float32``, ``duration``
+(Go duration string), ``bytes`` (base64), ``object`` (any mapping), ``[]T``, ``map[string]T``, or another type's
+name; a type may list ``required`` fields (present and non-empty).
 """
 
 from __future__ import annotations
@@ -75,12 +69,9 @@ class Schema:
         end = f"{last[0]}.{last[1]}"
         return start if end == start else f"{start}–{end}"
 
-    @property
-    def extender_type(self) -> TypeSpec:
-        return self.types["Extender"]
 
-
-def _minor(text: str | None) -> tuple[int, int] | None:
+def minor_of(text: str | None) -> tuple[int, int] | None:
+    """``(1, 29)`` of ``"1.29"``; None of None."""
     if text is None:
         return None
     major, minor = text.split(".")
@@ -100,13 +91,13 @@ def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
 
 def _parse(name: str, raw: dict[str, Any]) -> Schema:
     types = _types(raw["types"])
-    served_from = _minor(raw["served"]["from"])
+    served_from = minor_of(raw["served"]["from"])
     assert served_from is not None, f"{name}: served.from is required"
     return Schema(
         api_version=raw["apiVersion"],
         kind=raw["kind"],
         served_from=served_from,
-        removed_in=_minor(raw["served"].get("removedIn")),
+        removed_in=minor_of(raw["served"].get("removedIn")),
         render=bool(raw["render"]),
         root=raw["root"],
         types=types,
@@ -118,23 +109,19 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
 MAX_SCHEMA_BYTES = 1024 * 1024
 
 
-def _read_schema(path: Path) -> str:
-    return fileread.read_file(path, "packaged schema", limit=MAX_SCHEMA_BYTES).decode("utf-8")
+def read_data(name: str) -> str:
+    """A data file of ``schemas/``, by the one bounded reader."""
+    return fileread.read_file(SCHEMAS / name, "packaged schema", limit=MAX_SCHEMA_BYTES).decode("utf-8")
 
 
 @cache
 def all_schemas() -> tuple[Schema, ...]:
-    """Every schema shipped in the package, read once."""
-    found = []
-    for entry in sorted(SCHEMAS.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".json") and not entry.name.startswith(GENERATED_PREFIX) and entry.name != FACTS_FILE:
-            found.append(_parse(entry.name, json.loads(_read_schema(entry))))
-    return tuple(found)
+    """Every per-apiVersion schema shipped in the package (``kubescheduler.config.k8s.io-<version>.json``)."""
+    names = sorted(entry.name for entry in SCHEMAS.glob("kubescheduler.config.k8s.io-*.json"))
+    return tuple(_parse(name, json.loads(read_data(name))) for name in names)
 
 
 GENERATED_PREFIX = "kube-scheduler-"
-#: What each built kube-scheduler binary knows (``binary.py``): beside the schemas, not a schema.
-FACTS_FILE = "binary-facts.json"
 
 
 @dataclass(frozen=True)
@@ -153,7 +140,7 @@ def generated_files() -> dict[tuple[int, int], Path]:
     found: dict[tuple[int, int], Path] = {}
     for entry in SCHEMAS.iterdir():
         if entry.name.startswith(GENERATED_PREFIX) and entry.name.endswith(".json"):
-            minor = _minor(entry.name[len(GENERATED_PREFIX):-len(".json")])
+            minor = minor_of(entry.name[len(GENERATED_PREFIX):-len(".json")])
             assert minor is not None
             found[minor] = entry
     return dict(sorted(found.items()))
@@ -162,8 +149,8 @@ def generated_files() -> dict[tuple[int, int], Path]:
 @cache
 def _generated_raw(minor: tuple[int, int]) -> dict[str, Any]:
     entry = generated_files()[minor]
-    raw: dict[str, Any] = json.loads(_read_schema(entry))
-    assert _minor(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
+    raw: dict[str, Any] = json.loads(read_data(entry.name))
+    assert minor_of(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
     return raw
 
 

@@ -1,9 +1,8 @@
 """The source folder: a ConfigMap mount, read safely, and which of the three source forms it holds.
 
-A ConfigMap volume is a folder of symlinks (``extenders.yaml -> ..data/extenders.yaml``, ``..data ->
-..2024_…``) that the kubelet swaps atomically. We follow those links, but only inside the folder: a link that
-leads elsewhere would let whoever writes the ConfigMap (or the node's filesystem) make us copy an arbitrary file
-into the scheduler's config. Names are checked too, so that nothing outside the folder is ever opened.
+A ConfigMap volume is a folder of symlinks (``extenders.yaml -> ..data/extenders.yaml``) the kubelet swaps
+atomically. We follow them only inside the folder: a link leading elsewhere would let whoever writes the
+ConfigMap (or the node's filesystem) make us copy an arbitrary file into the scheduler's config.
 """
 
 from __future__ import annotations

@@ -1,40 +1,111 @@
-"""What kube-scheduler refuses at start-up outside ``validation.go``: framework construction, resource locks, and
-the manifest's flags applied over the config — per minor, from the tables in ``startup_data``.
+"""What kube-scheduler refuses at start-up outside ``validation.go``, and the one table of every rule's minors.
 
-kube-scheduler validates its config, then ``options.Config()`` applies the ``--leader-elect*`` flags over it
-(1.23 and later), creates the leader-election lock (client-go refuses lock types it dropped) and builds one
-framework per profile (``NewFramework``: every enabled plugin must exist and implement its extension point,
-nothing twice, exactly one queueSort and at least one bind plugin after defaults and the multiPoint expansion).
-Any failure makes it exit and the static pod crash-loops. Pure functions of (effective document, schema), called
-by the one walker over the config (``rules.rule_problems``), which also reads documents with the helpers here.
+After validating its config, kube-scheduler applies the ``--leader-elect*`` flags over it (1.23 and later),
+creates the leader-election lock (client-go refuses lock types it dropped) and builds one framework per profile
+(``NewFramework``: every enabled plugin must exist and implement its extension point, nothing twice, exactly one
+queueSort and at least one bind plugin after defaults and the multiPoint expansion); any failure makes it exit.
+
+Which minors each refusal holds for, and which minors register each in-tree plugin, is data:
+``schemas/rules.json``, hand-checked against the upstream source or PR each entry names (the table in
+docs/scheduler-config.md is generated from it). A boundary not read upstream is not enforced: a rule applied to
+a minor that does not have it refuses a config the scheduler accepts, which is as wrong as a missing rule.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from difflib import get_close_matches
 from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
-from patcher.core.schedconfig.flags import parse_bool
-from patcher.core.schedconfig.schema import Schema, registry
-from patcher.core.schedconfig.startup_data import (
-    BIND_PLUGINS,
-    FIRST_MINOR,
-    LEADER_ELECTION_FLAGS,
-    LOCK_TYPES,
-    PLUGINS,
-    QUEUE_SORT_PLUGINS,
-    RULE_BY_KEY,
-    UPSTREAM_IMAGES,
-    Minor,
-    point_interface,
-)
+from patcher.core.schedconfig.flags import CARRIED, parse_bool
+from patcher.core.schedconfig.schema import Schema, minor_of, read_data, registry
 from patcher.core.schedconfig.version import Launch
 
+Minor = tuple[int, int]
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 _UNKNOWN = "framework.unknownPlugin"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One refusal, of ``validation.go`` (``rules.py``) or at start-up outside it (here)."""
+
+    key: str
+    cls: str  # validation | framework | resourceLock | pluginArgs | flags
+    first: Minor
+    last: Minor | None  # None: still in the newest minor
+    what: str
+    source: str
+
+    def holds(self, minor: Minor | None) -> bool:
+        """Unknown minor: the newest behaviour."""
+        if minor is None:
+            return self.last is None
+        return self.first <= minor and (self.last is None or minor <= self.last)
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One in-tree plugin: the minors it is registered in, and every extension point it implemented in any
+    of them (a superset where unsure: a point outside it is refused at every minor, so it must be certain)."""
+
+    first: Minor
+    last: Minor | None
+    points: frozenset[str] | None  # None: not verified, never refused for its extension point
+    source: str
+    first_exact: bool = True  # False: not refused as unknown before ``first`` (boundary not read upstream)
+    last_exact: bool = True
+    always: frozenset[str] = frozenset()  # points it implements in every minor of its life (a subset of points)
+
+    def registered(self, minor: Minor) -> bool | None:
+        """True / False, or None when the minor lies on a side whose boundary is not verified."""
+        if minor < self.first:
+            return False if self.first_exact else None
+        if self.last is not None and minor > self.last:
+            return False if self.last_exact else None
+        return True
+
+
+def _first(text: str) -> Minor:
+    minor = minor_of(text)
+    assert minor is not None, "rules.json: every rule and plugin has a first minor"
+    return minor
+
+
+def _table() -> tuple[tuple[Rule, ...], dict[str, Plugin]]:
+    raw = json.loads(read_data("rules.json"))
+    rules = tuple(Rule(r["key"], r["class"], _first(r["first"]), minor_of(r["last"]), r["what"], r["source"])
+                  for r in raw["rules"])
+    plugins = {
+        name: Plugin(_first(p["first"]), minor_of(p["last"]),
+                     frozenset(p["points"]) if p["points"] is not None else None, p["source"],
+                     p.get("firstExact", True), p.get("lastExact", True), frozenset(p.get("always", ())))
+        for name, p in raw["plugins"].items()
+    }
+    return rules, plugins
+
+
+RULES, PLUGINS = _table()
+RULE_BY_KEY = {rule.key: rule for rule in RULES}
+QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "queueSort" in p.points)
+BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
+INVALID_VOLUME_LIMITS = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")  # client-go interface.go
+# --leader-elect* flags -> the leaderElection field each sets and its type (component-base BindLeaderElectionFlags)
+LEADER_ELECTION_FLAGS = {flag: (str(path[1]), kind) for flag, (path, kind) in CARRIED.items()
+                         if flag.startswith("leader-elect")}
+# Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
+UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
+
+
+def point_interface(point: str) -> str:
+    """The Go interface ``NewFramework`` names for an extension point: ``<Field>Plugin`` (the points are the
+    fields of the minor's generated ``Plugins`` type but ``multiPoint``; the generator checks the interfaces)."""
+    return point[0].upper() + point[1:] + "Plugin"
 
 
 def holds(key: str, minor: Minor | None) -> bool:
@@ -70,12 +141,6 @@ def _disabled(plugin_set: Any) -> set[str]:
 
 
 # ---- flags applied over the config --------------------------------------------------------------------------
-
-
-def leader_election_flags(flags: Mapping[str, str | None]) -> tuple[tuple[str, str | None], ...]:
-    """The manifest's ``--leader-elect*`` flags, as written (``options.ApplyLeaderElectionTo`` reads those the
-    command line changed)."""
-    return tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags)
 
 
 def _flag_value(flag: str, raw: str | None) -> Any:
@@ -146,7 +211,7 @@ def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None)
     if election.get("leaderElect") is False:
         return []
     lock = election.get("resourceLock")
-    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (upstream.py)
+    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (rules.py)
         return []
     flagged = launch is not None and flags_apply(minor) and any(
         f == "leader-elect-resource-lock" for f, _ in launch.leader_election
@@ -176,8 +241,6 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     names = registry(minor) if upstream else None
     if names is not None:  # the minor's registry, generated from its source
         return name in names
-    if upstream and binary.unregistered(name, minor[1]):  # the minor's own binary says so: its facts outrank the table
-        return False
     plugin = PLUGINS.get(name)
     if plugin is not None:
         return plugin.registered(minor) is not False
@@ -260,14 +323,13 @@ def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, mi
             )
     sets = (enabled, disabled)
     problems += _multipoint_duplicates(sets, custom_multi, points, where, minor)
-    problems += _count(sets, custom_multi, "queueSort", QUEUE_SORT_PLUGINS, "PrioritySort", where, scheduler,
-                       multipoint, minor)
-    problems += _count(sets, custom_multi, "bind", BIND_PLUGINS, "DefaultBinder", where, scheduler, multipoint,
-                       minor)
+    for point in ("queueSort", "bind"):
+        problems += _count(sets, custom_multi, point, f"{where}.plugins", scheduler, multipoint, minor)
     return problems
 
 
 _Sets = tuple[dict[str, list[str]], dict[str, set[str]]]  # per point: enabled names, disabled names
+_DEFAULTS = {"queueSort": "PrioritySort", "bind": "DefaultBinder"}  # the one default plugin of each point
 
 
 def _multipoint_duplicates(
@@ -295,19 +357,11 @@ def _multipoint_duplicates(
     return problems
 
 
-def _count(
-    sets: _Sets,
-    custom_multi: list[str],
-    point: str,
-    implementers: frozenset[str],
-    default: str,
-    where: str,
-    scheduler: str,
-    multipoint: bool,
-    minor: Minor,
-) -> list[str]:
+def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, scheduler: str, multipoint: bool,
+           minor: Minor) -> list[str]:
     """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
     out-of-tree plugin in multiPoint might add one."""
+    default, implementers = _DEFAULTS[point], QUEUE_SORT_PLUGINS if point == "queueSort" else BIND_PLUGINS
     own, disabled = sets[0].get(point, []), sets[1].get(point, set())
     if multipoint:
         multi_disabled = sets[1].get("multiPoint", set())
@@ -324,24 +378,15 @@ def _count(
     key = f"framework.{point}"
     if point == "queueSort" and total != 1 and not (total > 1 and len(own) > 1):  # >1 in one list: validation says it
         return [
-            f"{where}.plugins: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
+            f"{where}: only one queue sort plugin required for profile with scheduler name {scheduler!r}, "
             f"but got {total} after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     if point == "bind" and total == 0:
         return [
-            f"{where}.plugins: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
+            f"{where}: at least one bind plugin is needed for profile with scheduler name {scheduler!r} "
             f"after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     return []
-
-
-def checked_minor(schema: Schema) -> Minor | None:
-    """The minor whose start-up is judged: the node's, when known and at or after 1.19 (the generated types
-    start there); None: no start-up check."""
-    minor = schema.node_minor
-    if minor is None or minor < FIRST_MINOR or schema.kind != "KubeSchedulerConfiguration":
-        return None
-    return minor
 
 
 def config_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
@@ -365,7 +410,8 @@ def upstream_image(image: str | None) -> bool:
 
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
     return Launch(
-        leader_election=leader_election_flags(flags),
+        # as written: options.ApplyLeaderElectionTo applies those the command line changed
+        leader_election=tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags),
         upstream_image=upstream_image(image),
         # gates that --feature-gates=A=false switches off: a gated field is then refused whatever the default
         gates_off=binary.gates_set_to(flags, False),

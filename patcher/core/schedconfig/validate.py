@@ -1,10 +1,8 @@
 """Strict validation of scheduler configuration, the way kube-scheduler decodes and validates it.
 
-kube-scheduler decodes its config strictly (an unknown or misspelt field is fatal) and then validates it; either
-failure makes it exit at start-up, and a static pod that exits is a cluster without a scheduler. Everything we
-write is checked here first, against the schema of its apiVersion (data in ``schemas/``) and upstream's rules
-(``rules.py``). Each problem names the field path and the rule; all problems of a file are reported
-at once.
+An unknown or misspelt field, or a refused value, makes kube-scheduler exit at start-up, and a static pod that
+exits is a cluster without a scheduler. So everything we write is checked here first, against the types of its
+apiVersion in the node's minor (``schema``) and upstream's rules (``rules``), all problems of a file at once.
 """
 
 from __future__ import annotations
@@ -153,12 +151,8 @@ class _Walker:
         return f"{join(path, key)}: unknown field (strict decoding: {where} has no such field{hint})"
 
 
-def _check_string(value: Any) -> str | None:
-    return None if isinstance(value, str) else f"must be a string, got {_describe(value)}"
-
-
-def _check_bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else f"must be true or false, got {_describe(value)}"
+def _is(kind: type, wants: str) -> Callable[[Any], str | None]:
+    return lambda value: None if isinstance(value, kind) else f"must be {wants}, got {_describe(value)}"
 
 
 def _int_checker(kind: str) -> Callable[[Any], str | None]:
@@ -189,10 +183,6 @@ def _check_float32(value: Any) -> str | None:
     return problem
 
 
-def _check_object(value: Any) -> str | None:
-    return None if isinstance(value, dict) else f"must be a mapping, got {_describe(value)}"
-
-
 def _check_duration(value: Any) -> str | None:
     if not isinstance(value, str):
         return f"must be a duration string such as 15s, got {_describe(value)}"
@@ -214,14 +204,14 @@ def _check_bytes(value: Any) -> str | None:
 
 
 _SCALARS: dict[str, Callable[[Any], str | None]] = {
-    "string": _check_string,
-    "bool": _check_bool,
+    "string": _is(str, "a string"),
+    "bool": _is(bool, "true or false"),
     "int32": _int_checker("int32"),
     "int64": _int_checker("int64"),
     "float": _check_float,
     "float64": _check_float,
     "float32": _check_float32,
-    "object": _check_object,
+    "object": _is(dict, "a mapping"),
     "duration": _check_duration,
     "bytes": _check_bytes,
     "any": lambda value: None,

@@ -1,10 +1,6 @@
-"""Which kube-scheduler runs on this node.
-
-The rendered apiVersion depends on the scheduler's minor version, and a wrong guess makes the scheduler exit at
-start-up. So the version comes from the most direct evidence first: an explicit ``--kube-version`` (the operator
-knows best), then the image tag in the manifest (what the kubelet will actually run), then the API server's
-``/version`` (right for the cluster, but the scheduler may lag behind during an upgrade). When none of them says
-anything we refuse instead of guessing.
+"""Which kube-scheduler runs on this node: the rendered apiVersion depends on its minor, and a wrong guess makes it
+exit. The most direct evidence first: ``--kube-version`` (the operator knows best), the manifest's image tag (what
+the kubelet runs), then the API server's ``/version`` (the scheduler may lag during an upgrade); else refuse.
 """
 
 from __future__ import annotations

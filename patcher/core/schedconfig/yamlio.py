@@ -1,8 +1,8 @@
 """Reading and writing scheduler configuration YAML without losing what people wrote.
 
-Everything goes through ruamel.yaml's round-trip mode: a foreign config that we merge into keeps its comments,
-key order and quoting, and a config we render ourselves comes out in one fixed layout, so the same input always
-gives the same bytes (and therefore the same content hash, which is what restarts the scheduler).
+ruamel.yaml's round-trip mode: a foreign config we merge into keeps its comments, key order and quoting, and a
+config we render comes out in one fixed layout, so the same input gives the same bytes (and the same content
+hash, which is what restarts the scheduler).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.core.errors import ConfigError
-from patcher.core.yamltext import YamlTextError, libyaml_loader, yaml11_ambiguous
+from patcher.core.yamltext import YamlTextError, yaml11_ambiguous
 from patcher.core.yamltext import check_limits as check_text_limits
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
@@ -71,31 +71,6 @@ def load_documents(text: str, path: str) -> list[Any]:
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise ConfigError(path, f"invalid YAML: {first}") from None
-
-
-def load_plain(text: str, path: str) -> Any:
-    """``load_single`` for text that is only read, never edited or re-dumped (our own output, checked once more):
-    plain dicts, lists and scalars from libyaml, far faster than the round-trip loader.
-
-    Falls back to ``load_single`` (same data as ``to_plain`` of it, and its errors word for word) where the two
-    could part: no libyaml, a ``%`` directive (libyaml reads by YAML 1.2 whatever it says), any parse error.
-    """
-    fast = libyaml_loader(text)
-    if fast is None or _DIRECTIVE.search(text):
-        return to_plain(load_single(text, path))
-    try:
-        check_limits(text, path)
-        docs = [doc for doc in fast.load_all(text) if doc is not None]
-    except ConfigError:
-        raise
-    except (YAMLError, ValueError, TypeError, RecursionError, OverflowError):
-        return to_plain(load_single(text, path))
-    if len(docs) != 1:
-        return to_plain(load_single(text, path))  # its words for an empty file or several documents
-    return docs[0]
-
-
-_DIRECTIVE = re.compile(r"^%", re.MULTILINE)
 
 
 def load_single(text: str, path: str) -> Any:
@@ -156,25 +131,12 @@ def dump(data: Any, *, style: tuple[int, int, int] = (2, 2, 0)) -> str:
     return buffer.getvalue()
 
 
-def from_json(node: Any) -> Any:
-    """A JSON document read as YAML, rebuilt in block style without JSON's quotes on every key and string.
-
-    JSON has no comments, so rebuilding loses nothing; strings that YAML would misread keep their quotes.
-    """
-    if isinstance(node, dict):
-        block = CommentedMap()
-        for key, value in node.items():
-            block[str(key)] = from_json(value)
-        return block
-    if isinstance(node, list):
-        return CommentedSeq(from_json(item) for item in node)
-    if isinstance(node, str):
-        return safe_scalar(str(node))
-    return node
-
-
-def is_json(text: str) -> bool:
-    return text.lstrip().startswith("{")
+def redump(data: Any, text: str) -> str:
+    """``data``, read from ``text`` and edited, serialized in the author's layout; a JSON document (no comments to
+    lose) comes out in block style, without JSON's quotes on every key and string."""
+    if text.lstrip().startswith("{"):
+        data = to_commented(data, plain_strings=True)
+    return dump(data, style=layout(text))
 
 
 def safe_scalar(value: Any) -> Any:
@@ -184,16 +146,17 @@ def safe_scalar(value: Any) -> Any:
     return value
 
 
-def to_commented(value: Any) -> Any:
-    """Build round-trip nodes from plain data (dicts keep their order), quoting YAML 1.1 look-alikes."""
+def to_commented(value: Any, *, plain_strings: bool = False) -> Any:
+    """Build round-trip nodes from data (dicts keep their order), quoting YAML 1.1 look-alikes; with
+    ``plain_strings`` keys and strings lose the quoting style they were read with."""
     if isinstance(value, dict):
         node = CommentedMap()
         for key, item in value.items():
-            node[key] = to_commented(item)
+            node[str(key) if plain_strings else key] = to_commented(item, plain_strings=plain_strings)
         return node
     if isinstance(value, list):
-        return CommentedSeq(to_commented(item) for item in value)
-    return safe_scalar(value)
+        return CommentedSeq(to_commented(item, plain_strings=plain_strings) for item in value)
+    return safe_scalar(str(value) if plain_strings and isinstance(value, str) else value)
 
 
 def to_plain(value: Any) -> Any:
