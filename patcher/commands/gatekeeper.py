@@ -20,10 +20,11 @@ Safety rules, and why:
   back to NotReady (a node rolled back) stops further releases, but the pods already let through stay
   schedulable — that is the API's contract, not a choice of ours.
 * A backlog is released by ``--release-concurrency`` workers (default: ``--kube-api-burst``) at
-  ``--kube-api-qps``, oldest pods first, in batches of ``--release-batch``; between two batches the verdict
-  is read again when a watch behind it delivered a change, dropped or is down (or the resync is due), so a
-  verdict that turns NotReady lets at most one batch through once a watch delivers the change (a change
-  delivered stops a batch at once). A ``429`` (API Priority and Fairness shedding load)
+  ``--kube-api-qps``, oldest pods first, each worker taking the next pod once its last is answered; between
+  two batches of ``--release-batch`` the verdict is read again when a watch behind it dropped or is down (or
+  the resync is due), and before any pod when a watch delivered a change, so a verdict that turns NotReady
+  lets through only the releases in flight (at most ``--release-concurrency``) once a watch delivers the
+  change. A ``429`` (API Priority and Fairness shedding load)
   pauses every worker for the server's ``Retry-After``; the pod is sent again.
 * One replica acts at a time: leader election with the ``coordination.k8s.io/v1`` Lease
   ``scheduler-patcher-gatekeeper``. A leader that cannot renew stops acting before its Lease can expire for
@@ -80,8 +81,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE: Final = "scheduler-patcher-gatekeeper"
 DEFAULT_LISTEN: Final = ":9809"
 #: Threads that read the verdict: its Node lists (two selectors), the labelled kube-system pod list and the reads
-#: by name of the unlabelled schedulers go at once, so the pause between two batches of releases is a round trip
-#: or two, not one per read (sequential reads would stall a large drain at every batch).
+#: by name of the unlabelled schedulers go at once, so a read during a drain (the release workers wait for it)
+#: is a round trip or two, not one per read.
 VERDICT_READS: Final = 4
 
 
@@ -112,8 +113,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-concurrency", None, "releases in flight at once (default: --kube-api-burst)",
           type=positive_int)
-    f.add("--release-batch", None, f"pods released between two checks of the verdict (default: {BATCH_ROUNDS} x "
-          "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
+    f.add("--release-batch", None, f"pods released between two checks whether the verdict may have changed "
+          f"(default: {BATCH_ROUNDS} x the concurrency); a change a watch delivers is read before the next pod",
+          type=positive_int)
     f.add("--resync-interval", "5m", "re-evaluate the verdict at least this often, a safety net: it is read "
           "again on every change of a watched Node's annotations (the control-plane Nodes, and each Node only a "
           "kube-scheduler pod led to) or of a kube-scheduler pod", type=duration)
