@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 DEFAULT_LEASE: Final = "scheduler-patcher-gatekeeper"
 DEFAULT_LISTEN: Final = ":9809"
 #: Threads that read the verdict: its Node lists (two selectors), the labelled kube-system pod list and the reads
-#: by name of the unlabelled schedulers go at once, so the pause between two batches of releases is a round trip
-#: or two, not one per read (sequential reads would stall a large drain at every batch).
+#: by name of the unlabelled schedulers go at once, so a read during a drain (the release workers wait for it)
+#: is a round trip or two, not one per read.
 VERDICT_READS: Final = 4
 
 
@@ -73,8 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=positive_int)
     f.add("--release-concurrency", None, "releases in flight at once (default: --kube-api-burst)",
           type=positive_int)
-    f.add("--release-batch", None, f"pods released between two checks of the verdict (default: {BATCH_ROUNDS} x "
-          "the concurrency); a verdict that turns NotReady lets at most one batch through", type=positive_int)
+    f.add("--release-batch", None, f"pods released between two checks whether the verdict may have changed "
+          f"(default: {BATCH_ROUNDS} x the concurrency); a change a watch delivers is read before the next pod",
+          type=positive_int)
     f.add("--resync-interval", "5m", "re-evaluate the verdict at least this often, a safety net: it is read "
           "again on every change of a watched Node's annotations (the control-plane Nodes, and each Node only a "
           "kube-scheduler pod led to) or of a kube-scheduler pod", type=duration)

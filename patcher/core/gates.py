@@ -7,11 +7,14 @@ writing back a stale list that would resurrect or reorder someone else's gates.
 ``GatedPod`` is what the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small
 Deployment's memory limit, and the release needs nothing but the pod's identity, age and gates (a
 ``PodSchedulingGate`` has no field but ``name``, so the names rebuild the array the ``test`` op compares).
+
+``ReleaseFeed`` is the order a backlog goes out in and where the verdict is checked on the way.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -93,3 +96,51 @@ def waited_seconds(pod: Obj | GatedPod, now: float) -> float | None:
         return now - parse_rfc3339_ns(stamp) / 1e9 if isinstance(stamp, str) and stamp else None
     except ValueError:
         return None
+
+
+class ReleaseFeed:
+    """The pods of one drain, oldest first (creation time, then namespace and name), handed out one at a time,
+    each only once ``may_send`` allowed it.
+
+    ``take(may_send)`` calls ``may_send(boundary)`` and returns the next pod if it answered True; ``None`` when
+    no pod is left, or once ``may_send`` answered False (then for every later call too: the drain is over).
+    ``boundary`` is True for the first pod of every batch of ``batch_size`` but the first: the caller checks
+    there whether the verdict may have changed (and reads it again if so); before any other pod it checks only
+    what is cheap. There is no barrier at a boundary: a pod of the next batch may go while pods of the one
+    before are still in flight.
+
+    Not thread-safe, on purpose: the gatekeeper's workers call ``take`` under one lock, ``may_send`` included.
+    That lock is the guarantee: once ``may_send`` has answered False, or while it is reading the verdict again,
+    no worker starts a send, so what still goes after the verdict turned NotReady (as far as the gatekeeper has
+    learned) is the sends already in flight, at most one per worker.
+    """
+
+    def __init__(self, pods: Iterable[GatedPod], batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError("the batch size must be at least 1")
+        self._pods = sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
+        self.batch_size = batch_size
+        self.taken = 0  #: pods handed out so far
+        self.stopped = False  #: ``may_send`` answered False
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    @property
+    def left(self) -> int:
+        """Pods not handed out."""
+        return len(self._pods) - self.taken
+
+    @property
+    def batches(self) -> int:
+        """Batches begun: the first pod of each was handed out."""
+        return -(-self.taken // self.batch_size)
+
+    def take(self, may_send: Callable[[bool], bool]) -> GatedPod | None:
+        if self.stopped or self.taken >= len(self._pods):
+            return None
+        if not may_send(self.taken > 0 and self.taken % self.batch_size == 0):
+            self.stopped = True
+            return None
+        self.taken += 1
+        return self._pods[self.taken - 1]

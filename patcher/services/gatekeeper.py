@@ -14,20 +14,22 @@ sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; le
 
 A backlog (thousands of pods gated while a scheduler was being patched) is drained by a bounded pool of
 ``concurrency`` workers taking turns from a ``Throttle`` (QPS/burst, and the server's ``429 Retry-After``),
-oldest pods first, in batches. Between two batches the verdict is read again from the API only when it may
-have changed since the last read: a watch behind it delivered a change (or re-listed), one of them lost its
-connection since (or is still down: then every batch is preceded by a read, as without the watches), the resync
-came due, or there is no scheduler index (the kube-scheduler pods are then not watched). Otherwise the last
-verdict stands: on a large cluster a read between every two batches, while kube-apiserver takes the releases,
-slows a drain the watches would have stopped anyway. A change delivered during a batch stops it before its next
-send (what is in flight completes), so a change that turns the verdict NotReady lets at most the rest of one
-batch through once a watch delivers it.
+oldest pods first (``core.gates.ReleaseFeed``). Each worker takes the next pod as soon as its last release is
+answered: no worker waits for the others' at the end of a batch. Batches remain as the points where the verdict
+is checked: before the first pod of each, the verdict is read again from the API only when it may have changed
+since the last read: a watch behind it delivered a change (or re-listed), one of them lost its connection since
+(or is still down: then every batch is preceded by a read, as without the watches), the resync came due, or
+there is no scheduler index (the kube-scheduler pods are then not watched). Otherwise the last verdict stands:
+on a large cluster a read between every two batches, while kube-apiserver takes the releases, slows a drain the
+watches would have stopped anyway. A change a watch delivered is read before the next pod, whatever its place
+in a batch. Pods are taken, and the verdict read, under one lock, so the bound is the pool: once a watch has
+delivered the change that turns the verdict NotReady (or a read saw it), no release is started; the ones in
+flight, at most ``concurrency``, complete.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import logging
 import threading
 import time
@@ -47,7 +49,7 @@ from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import NODES
-from patcher.core.gates import DEFAULT_GATE, GatedPod, waited_seconds
+from patcher.core.gates import DEFAULT_GATE, GatedPod, ReleaseFeed, waited_seconds
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import ClusterVerdict, node_selectors
 from patcher.core.status import annotation_snapshot
@@ -68,7 +70,8 @@ WAIT_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 
 DEFAULT_QPS: Final = 2000.0
 DEFAULT_BURST: Final = 32
 #: Batches of this many times the concurrency: the verdict is checked between two, and read again (its Node lists,
-#: the labelled kube-scheduler pods and the unlabelled ones by name) when a watch says it may have changed.
+#: the labelled kube-scheduler pods and the unlabelled ones by name) when it may have changed (a watch dropped or
+#: is down, the resync came due); a change a watch delivers is read before the next pod, batch or not.
 BATCH_ROUNDS: Final = 4
 #: The loop wakes at least this often (its /healthz beat), whatever the verdict's resync interval: a stuck loop is
 #: seen within a few of these, not a few resyncs.
@@ -88,7 +91,7 @@ class GateMetrics:
         self._conflicts = Counter("patch_conflicts", "Release patches refused because the pod changed meanwhile.",
                                   **kw)
         self._throttled = Counter("throttled", "Requests the API server answered 429 (Too Many Requests).", **kw)
-        self._batches = Counter("release_batches", "Batches of releases sent (the verdict is re-read between two).",
+        self._batches = Counter("release_batches", "Batches of releases begun (the verdict is checked between two).",
                                 **kw)
         self._leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
         self._ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
@@ -108,8 +111,8 @@ class GateMetrics:
     def throttled(self) -> None:
         self._throttled.inc()
 
-    def batch(self) -> None:
-        self._batches.inc()
+    def batches(self, count: int) -> None:
+        self._batches.inc(count)
 
     def leader(self, value: bool) -> None:
         self._leader.set(1 if value else 0)
@@ -133,9 +136,10 @@ class Gatekeeper:
     changes trigger a re-evaluation. Without an ``elector`` this replica always acts (one replica, or tests).
     ``scheduler_names`` narrows the pod watch to pods of those schedulers (default: any).
     ``concurrency`` releases run at once (default: the throttle's burst), ``batch_size`` pods go between two
-    reads of the verdict (default: ``BATCH_ROUNDS`` times the concurrency). ``scheduler_index`` (the one
-    ``verdict_fn`` reads) is started and stopped with the watches; give it ``schedulers_changed`` as its
-    ``on_change``: a scheduler pod that came, went or changed makes the verdict stale, as a Node change does.
+    checks whether the verdict may have changed (default: ``BATCH_ROUNDS`` times the concurrency).
+    ``scheduler_index`` (the one ``verdict_fn`` reads) is started and stopped with the watches; give it
+    ``schedulers_changed`` as its ``on_change``: a scheduler pod that came, went or changed makes the verdict
+    stale, as a Node change does.
     """
 
     def __init__(
@@ -186,7 +190,6 @@ class Gatekeeper:
         self._verdict_stale = True
         #: The verdict watches' ``drops`` when the verdict in hand was read (-1: none read yet).
         self._drops_at_read = -1
-        self.verdict_reads = 0
         self._next_resync = 0.0
         self._verdict_retry_at = 0.0
         self._release_retry_at = 0.0
@@ -374,7 +377,6 @@ class Gatekeeper:
     def _refresh_verdict(self, now: float) -> None:
         before = self.verdict
         _, drops = self.verdict_watches()  # before the read: a drop during it is seen at the next check
-        self.verdict_reads += 1
         try:
             verdict = self._verdict_fn()
         except ApiError as exc:
@@ -431,64 +433,49 @@ class Gatekeeper:
         return self._elector is None or self._elector.is_leader()
 
     def _drain(self, pods: list[GatedPod]) -> bool:
-        """Release ``pods``, oldest first, batch by batch; True when some failed (retry after a backoff).
+        """Release ``pods``, oldest first; True when some failed (retry after a backoff).
 
-        Before every batch but the first the verdict is read again if it may have changed
-        (``_verdict_may_have_changed``; the one read at the start of this pass counts for the first), and the
-        drain ends unless it is still Ready. Within a batch, a worker sends nothing once a watch behind the
-        verdict delivered a change (the verdict is then stale) or this replica lost the Lease: what is in
-        flight completes, the rest waits for the re-read verdict or the next pass.
+        ``concurrency`` workers, each taking the next pod (``ReleaseFeed``) once its last release was answered,
+        until none is left or ``_may_send`` says no: the pool stays busy across batch boundaries. Taking a pod,
+        and the verdict read that may precede it, happen under one lock, so once the drain stops no release
+        starts; the ones in flight (at most ``concurrency``) complete, and the rest waits for the next pass.
         """
-        ordered = sorted(pods, key=lambda p: (p.created, p.namespace, p.name))
-        failed = False
-        for start in range(0, len(ordered), self.batch_size):
-            if start and self._verdict_may_have_changed():
-                with self._lock:
-                    self._verdict_stale = False
-                self._refresh_verdict(self._clock())
-                if self.verdict is None or not self.verdict.ready:
-                    log.info("verdict no longer Ready: %d gated pods stay gated", len(ordered) - start)
-                    break
-            if not self._leading():
-                break
-            self.metrics.batch()
-            outcomes = self._release_batch(ordered[start:start + self.batch_size])
-            failed = failed or False in outcomes
-            if None in outcomes:  # halted: the verdict may have changed, or leadership is gone
-                with self._lock:
-                    stale = self._verdict_stale
-                if not stale:
-                    break  # leadership is gone: the next pass will tell
-        self.metrics.waiting(len(self.waiting()))
-        return failed
-
-    def _release_batch(self, pods: list[GatedPod]) -> list[bool | None]:
-        """``_release_unless_halted`` of each pod, on the pool: one task per worker, each taking the next pod
-        (in order: oldest first) until none is left. Not a task per pod: a future per pod, its queue and its
-        wake-ups would cost CPU for every released pod, where a task per worker costs it once per batch."""
-        outcomes: list[bool | None] = [None] * len(pods)
-        taken = itertools.count()
+        feed = ReleaseFeed(pods, self.batch_size)
         lock = threading.Lock()
 
-        def work() -> None:
+        def work() -> bool:
+            ok = True
             while True:
                 with lock:
-                    index = next(taken)
-                if index >= len(pods):
-                    return
-                outcomes[index] = self._release_unless_halted(pods[index])
+                    pod = feed.take(self._may_send)
+                if pod is None:
+                    return ok
+                ok = self._release(pod) and ok
 
-        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(pods)))]
+        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(feed)))]
         concurrent.futures.wait(workers)
-        for worker in workers:
-            worker.result()  # a bug in a release is raised here, once every worker has stopped
-        return outcomes
+        results = [worker.result() for worker in workers]  # a bug in a release is raised here, all workers done
+        self.metrics.batches(feed.batches)
+        if feed.stopped and feed.left:
+            log.info("drain stopped (verdict %s%s): %d gated pods wait for the next pass",
+                     self.verdict.summary() if self.verdict is not None else "unknown",
+                     "" if self._leading() else ", leadership lost", feed.left)
+        self.metrics.waiting(len(self.waiting()))
+        return not all(results)
 
-    def _release_unless_halted(self, pod: GatedPod) -> bool | None:
-        """``_release``, unless the drain should stop (``None``): the verdict is stale or we lead no more."""
-        if self._verdict_stale or not self._leading():
-            return None
-        return self._release(pod)
+    def _may_send(self, boundary: bool) -> bool:
+        """Whether the drain's next pod may go (``ReleaseFeed.take`` asks under the drain's lock: no worker
+        starts a release meanwhile): not once this replica leads no more; otherwise the verdict, read again
+        first when a watch behind it delivered a change the verdict in hand has not seen, or, at a batch
+        ``boundary``, when it may have changed in another way (``_verdict_may_have_changed``). A check that
+        needs no read costs a few lookups, not a round trip."""
+        if not self._leading():
+            return False
+        if self._verdict_may_have_changed() if boundary else self._verdict_stale:
+            with self._lock:
+                self._verdict_stale = False
+            self._refresh_verdict(self._clock())
+        return self.verdict is not None and self.verdict.ready
 
     def _release(self, pod: GatedPod) -> bool:
         """Remove our gate from ``pod``; False when it should be tried again later (an API failure)."""

@@ -30,6 +30,7 @@ from patcher.adapters.kube.transport import Api
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
+from patcher.core.readiness import DEFAULT_MIRROR_SELECTOR
 from patcher.services.gatekeeper import Gatekeeper, GateMetrics
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
@@ -83,6 +84,13 @@ def gates(emu: KubeEmulator, name: str, namespace: str = "default") -> list[str]
 
 def patches(emu: KubeEmulator) -> list[Any]:
     return [r for r in emu.requests("PATCH") if "/pods/" in r.path]
+
+
+def verdict_reads(emu: KubeEmulator) -> int:
+    """Verdicts the emulator served: each lists the labelled kube-scheduler pods once, a list no watch makes (the
+    scheduler index lists the namespace without a selector)."""
+    return sum(1 for r in emu.requests("GET", "/api/v1/namespaces/kube-system/pods")
+               if r.query.get("labelSelector") == DEFAULT_MIRROR_SELECTOR and r.query.get("watch") not in ("true", "1"))
 
 
 @contextmanager
@@ -562,25 +570,85 @@ def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorE
         assert metric(gk, "release_batches_total") == 4
     order = [r.path.rsplit("/", 1)[1] for r in patches(emu)]
     assert sorted(order) == sorted(names)
-    # Oldest first, batch by batch (within a batch three workers race).
-    assert [set(order[i:i + 6]) for i in range(0, 24, 6)] == [set(names[i:i + 6]) for i in range(0, 24, 6)]
+    # Oldest first: a worker takes the next pod only once its last is answered, so when the k-th oldest goes,
+    # at most two others are in flight and every pod older than those three has been answered.
+    answered = {name: i for i, name in enumerate(order)}
+    assert all(answered[names[j]] < answered[names[k]] for k in range(24) for j in range(k - 2))
     assert 2 <= emu.peak_in_flight <= 3 + 1  # in parallel, never more than the pool (+1: a verdict read)
 
 
-def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_within_one_batch(emu: KubeEmulatorExt,
-                                                                           api: Api) -> None:
+def test_a_slow_release_does_not_hold_back_the_next_batch(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+    cluster(emu, *NODES)
+    names = backlog(emu, 12)
+    # The oldest pod's PATCH is answered only once the other worker has reached the third batch: with a barrier
+    # at the end of each batch it never would (the hook would give up after 10 s and the test fail). The client
+    # waits longer than that for an answer: a timed-out PATCH would end the batch too.
+    overtaken = threading.Event()
+
+    def slow(e: KubeEmulator) -> None:
+        if wait_until(lambda: any(r.path.endswith(f"/{names[8]}") for r in patches(e)), 10):
+            overtaken.set()
+
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[0]}", slow)
+    patient = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 30.0)))
+    try:
+        with running(patient, concurrency=2, batch_size=4) as gk:
+            assert wait_until(lambda: released(emu, names) == names, 20)
+            assert overtaken.is_set()
+            assert wait_until(lambda: metric(gk, "release_batches_total") == 3, 5)
+    finally:
+        patient.close()
+    order = [r.path.rsplit("/", 1)[1] for r in patches(emu)]
+    assert order.index(names[0]) >= 8 and sorted(order) == sorted(names)  # each pod patched once
+
+
+def not_ready(gk: Gatekeeper) -> bool:
+    return gk.verdict is not None and not gk.verdict.ready
+
+
+def roll_back_during(emu: KubeEmulatorExt, names: list[str], at: int, gk: list[Gatekeeper]) -> list[int]:
+    """While ``names[at]`` is being released, a node rolls back; that PATCH, and any of a younger pod, is
+    answered only once the gatekeeper has learned it (a watch delivered it: the verdict is stale, or already
+    read again). The list gets how many PATCHes were answered by then (``at``: the older pods): what is
+    answered after it was in flight when the change was delivered."""
+    answered: list[int] = []
+    learned = threading.Event()
+
+    def roll_back(e: KubeEmulator) -> None:
+        node_state(e, "cp-2", False)
+        if wait_until(lambda: bool(gk) and (gk[0].verdict_stale or not_ready(gk[0])), 10):
+            answered.append(len(patches(e)))
+        learned.set()
+
+    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[at]}", roll_back)
+    for name in names[at + 1:]:
+        emu.before("PATCH", f"/api/v1/namespaces/default/pods/{name}", lambda _: learned.wait(10))
+    return answered
+
+
+def assert_stopped_with_the_pool(emu: KubeEmulator, names: list[str], at: int, answered: list[int],
+                                 pool: int) -> None:
+    """Released: the oldest pods up to and past ``names[at]``; after the delivery, at most ``pool`` (the
+    releases in flight), though the batch goes on further (and the younger pods' PATCHes were held until the
+    delivery, so the workers could not have run ahead of it); nothing patched that stayed gated."""
+    assert answered, "the watch did not deliver the change"
+    done = released(emu, names)
+    assert done == names[:len(done)] and names[at] in done  # oldest first: every pod taken was released
+    assert len(done) - answered[0] <= pool
+    assert len(patches(emu)) == len(done)
+
+
+def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_with_only_the_releases_in_flight(
+        emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 40)
-    # A node rolls back while the sixth-oldest pod is being released (the second batch of four).
-    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", lambda e: node_state(e, "cp-2", False))
-    with running(api, concurrency=2, batch_size=4) as gk:
-        assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
-        time.sleep(0.3)
-        done = set(released(emu, names))
-        # The first batch, the pod being patched when it turned, at most the rest of its batch (a worker that
-        # sees the Node change first skips its pod), and nothing after: oldest first, stopped within one batch.
-        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
-        assert len(patches(emu)) == len(done)
+    keeper: list[Gatekeeper] = []
+    answered = roll_back_during(emu, names, 5, keeper)  # in the first batch of twelve
+    with running(api, concurrency=3, batch_size=12) as gk:
+        keeper.append(gk)
+        assert wait_until(lambda: metric(gk, "release_batches_total") > 0, 10)  # counted when the drain ends
+        assert gk.verdict is not None and not gk.verdict.ready
+        assert_stopped_with_the_pool(emu, names, 5, answered, 3)
         node_state(emu, "cp-2", True)
         assert wait_until(lambda: released(emu, names) == names, 10)
 
@@ -677,27 +745,21 @@ def test_flags_that_cannot_work_together_are_a_usage_error(argv: list[str], prob
 
 
 @contextmanager
-def stepped(api: Api, pods: int, index_backoff: Backoff | None = None,
-            **kw: Any) -> Iterator[tuple[Gatekeeper, list[int]]]:
+def stepped(api: Api, pods: int, index_backoff: Backoff | None = None, **kw: Any) -> Iterator[Gatekeeper]:
     """A gatekeeper with its scheduler index, every watch behind the verdict open and ``pods`` gated pods
-    cached; no loop: the test calls ``step()`` (one pass, the whole drain) on its own thread. The list counts
-    the verdict's reads (through ``verdict_fn``, the client untouched)."""
+    cached; no loop: the test calls ``step()`` (one pass, the whole drain) on its own thread. The verdict's
+    reads are counted by the emulator (``verdict_reads``)."""
     keeper: list[Gatekeeper] = []
-    reads = [0]
-
-    def verdict() -> Any:
-        reads[0] += 1
-        return collect(api, index=index)
-
     index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None,
                            backoff=index_backoff or Backoff(0.05, 0.2))
-    gk = Gatekeeper(api, verdict_fn=verdict, backoff=Backoff(0.05, 0.2), scheduler_index=index, **kw)
+    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
+                    scheduler_index=index, **kw)
     keeper.append(gk)
     gk.start()
     try:
         assert gk.wait_synced(5)
         assert wait_until(lambda: gk.verdict_watches()[0] and len(gk.waiting()) == pods, 5)
-        yield gk, reads
+        yield gk
     finally:
         gk.stop()
 
@@ -705,42 +767,32 @@ def stepped(api: Api, pods: int, index_backoff: Backoff | None = None,
 def test_a_drain_without_watch_events_reads_the_verdict_once(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 24)
-    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+    with stepped(api, 24, concurrency=2, batch_size=4) as gk:
         gk.step()
         assert released(emu, names) == names
         assert metric(gk, "release_batches_total") == 6
-        assert reads[0] == gk.verdict_reads == 1  # six batches, the one read at the start of the pass
+        assert verdict_reads(emu) == 1  # six batches, the one read at the start of the pass
         assert gk.verdict is not None and gk.verdict.ready
 
 
-def test_a_change_delivered_mid_drain_that_turns_it_not_ready_stops_it_within_one_batch(
+def test_a_change_delivered_mid_drain_that_turns_it_not_ready_stops_it_with_only_the_releases_in_flight(
         emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 24)
-    seen = threading.Event()
-
-    def roll_back(e: KubeEmulator) -> None:  # while the sixth-oldest pod (the second batch) is being released
-        node_state(e, "cp-2", False)
-        if wait_until(lambda: gk.verdict_stale, 5):  # the Node watch delivered it before this PATCH is answered
-            seen.set()
-
-    emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", roll_back)
-    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+    with stepped(api, 24, concurrency=3, batch_size=12) as gk:
+        answered = roll_back_during(emu, names, 5, [gk])
         gk.step()
-        assert seen.is_set()
-        done = set(released(emu, names))
-        # The first batch, the pod being patched when it turned, at most the rest of its batch, nothing after.
-        assert set(names[:4]) | {names[5]} <= done <= set(names[:8])
-        assert len(patches(emu)) == len(done)
-        assert reads[0] == 2  # the start of the pass, and before the third batch (which did not go)
+        assert_stopped_with_the_pool(emu, names, 5, answered, 3)
+        assert verdict_reads(emu) == 2  # the start of the pass, and before the first pod after the delivery
         assert gk.verdict is not None and not gk.verdict.ready
+        assert metric(gk, "release_batches_total") == 1
 
 
 def test_a_watch_that_drops_mid_drain_makes_the_next_batch_read_the_verdict_again(emu: KubeEmulatorExt,
                                                                                   api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 24)
-    with stepped(api, 24, concurrency=2, batch_size=4) as (gk, reads):
+    with stepped(api, 24, concurrency=2, batch_size=4) as gk:
         drops = gk.verdict_watches()[1]
 
         def drop(e: KubeEmulator) -> None:  # the second batch: every watch is cut, then resumes
@@ -752,21 +804,20 @@ def test_a_watch_that_drops_mid_drain_makes_the_next_batch_read_the_verdict_agai
         assert released(emu, names) == names  # nothing changed: the verdict read again is still Ready
         # The drop forced a read before the third batch; a watch that relisted (its events may be lost) or was
         # still down at the next batches forces more. Without the drop: one read (the test above).
-        assert reads[0] >= 2
-        assert gk.verdict_reads == reads[0]
+        assert verdict_reads(emu) >= 2
 
 
 def test_a_watch_that_is_down_makes_every_batch_read_the_verdict(emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 24)
     # The scheduler index waits a minute before it watches again: it stays down through the whole drain.
-    with stepped(api, 24, concurrency=2, batch_size=4, index_backoff=Backoff(60.0, 60.0)) as (gk, reads):
+    with stepped(api, 24, concurrency=2, batch_size=4, index_backoff=Backoff(60.0, 60.0)) as gk:
         emu.drop_watches()
         assert wait_until(lambda: not gk.verdict_watches()[0], 5)
         gk.step()
         assert released(emu, names) == names
         assert not gk.verdict_watches()[0]
-        assert reads[0] == 6  # no watch to tell: a read before every batch, as without the watches
+        assert verdict_reads(emu) == 6  # no watch to tell: a read before every batch, as without the watches
 
 
 def test_a_resync_that_comes_due_mid_drain_reads_the_verdict_again(emu: KubeEmulatorExt, api: Api) -> None:
@@ -774,7 +825,7 @@ def test_a_resync_that_comes_due_mid_drain_reads_the_verdict_again(emu: KubeEmul
     names = backlog(emu, 24)
     now = [1000.0]
     emu.before("PATCH", f"/api/v1/namespaces/default/pods/{names[5]}", lambda e: now.__setitem__(0, 1000.0 + 61))
-    with stepped(api, 24, concurrency=2, batch_size=4, resync_interval=60.0, clock=lambda: now[0]) as (gk, reads):
+    with stepped(api, 24, concurrency=2, batch_size=4, resync_interval=60.0, clock=lambda: now[0]) as gk:
         gk.step()
         assert released(emu, names) == names
-        assert reads[0] == 2  # the start of the pass, and the resync that came due during the second batch
+        assert verdict_reads(emu) == 2  # the start of the pass, and the resync that came due during the second batch
