@@ -21,7 +21,7 @@ from typing import Final, TypeVar
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import ListWatcher, pages
 from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
 from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api
 from patcher.core import restart
@@ -52,10 +52,7 @@ MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
 
 def fan_out(executor: Executor | None, calls: Sequence[Callable[[], T]]) -> list[T]:
     """The results of ``calls`` in their order: one after another without ``executor``, all at once on it.
-
-    Every call has ended before this returns or raises (the first failure, in call order): no read outlives
-    the verdict it was made for. The calls must not submit to ``executor`` themselves (a full pool would wait
-    on itself)."""
+    Every call has ended before this returns or raises: no read outlives the verdict it was made for."""
     if executor is None:
         return [call() for call in calls]
     futures = [executor.submit(call) for call in calls]
@@ -87,11 +84,8 @@ def list_nodes(api: Api, selectors: Sequence[str], executor: Executor | None = N
 
 def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
                      label_selector: str | None = DEFAULT_MIRROR_SELECTOR) -> dict[str, Obj | None]:
-    """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed.
-
-    The list is the cheap path for kubeadm clusters; the GETs cover static pods without kubeadm's label and
-    callers allowed to ``get`` but not ``list`` pods in that namespace.
-    """
+    """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed
+    (static pods without kubeadm's label, callers allowed to ``get`` but not ``list`` pods there)."""
     wanted = set(pod_names)
     found: dict[str, Obj | None] = {}
     if label_selector:
@@ -117,42 +111,19 @@ def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
 POD_PAGE: Final = 500
 
 
-def list_pods(api: Api, namespace: str, label_selector: str | None = None, *,
-              accept: str | None = None) -> list[Obj]:
-    """Every pod of ``namespace`` (matching ``label_selector``), page by page (``accept=METADATA_LIST``: their
-    metadata only)."""
-    items: list[Obj] = []
-    token: str | None = None
+def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
+    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
     what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
-    while True:
-        kwargs: dict[str, object] = {"limit": POD_PAGE}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if token:
-            kwargs["continue_"] = token
-        body = api_json(what, api.list, PODS, namespace=namespace, accept=accept, **kwargs)
-        items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
-        token = dig(body, "metadata", "continue") or None
-        if not token:
-            return items
+    return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
+            for i in body.get("items") or [] if isinstance(i, dict)]
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
     """``schedindex.candidate_names`` of one metadata-only list of ``namespace``, page by page: the one-shot
     read (``readiness``), and the fallback of a ``SchedulerIndex`` that does not follow the server right now."""
-    names: list[str] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, object] = {"limit": POD_PAGE}
-        if token:
-            kwargs["continue_"] = token
-        body = api_json(f"list pods in {namespace} (metadata)", api.list, PODS, namespace=namespace,
-                        accept=METADATA_LIST, **kwargs)
-        names.extend(candidate_names(body.get("items") or [], static_pod_name))
-        token = dig(body, "metadata", "continue") or None
-        del body  # a page is the most held at once
-        if not token:
-            return sorted(names)
+    return sorted(name for body in pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE,
+                                         namespace=namespace, accept=METADATA_LIST)
+                  for name in candidate_names(body.get("items") or [], static_pod_name))
 
 
 def read_pod(api: Api, namespace: str, name: str) -> Obj | None:
@@ -169,14 +140,12 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
                     static_pod_name: str, executor: Executor | None = None,
                     index: SchedulerIndex | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
-    may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
+    may not list pods there.
 
-    The labelled list (the server applies the selector, set-based forms included) finds kubeadm's and RKE2's
-    schedulers; a Node-owned ``<static-pod-name>-<node>`` without the label (the owner cannot be selected on
-    server-side) is found by name among the namespace's metadata: ``index``'s when it follows the server, else
-    one metadata-only list. Each candidate the labelled list did not bring is then read by name. Requests, with
-    a fresh ``index``: the labelled list and one read per unlabelled candidate, whatever the namespace's size.
-    On ``executor`` the labelled list and the metadata list go at once, then the reads at once.
+    The labelled list finds kubeadm's and RKE2's schedulers; a Node-owned ``<static-pod-name>-<node>`` without
+    the label (an owner cannot be selected server-side) is found among the namespace's metadata (``index``'s
+    when it follows the server, else one metadata-only list) and read by name. With a fresh ``index`` the
+    requests do not grow with the namespace. On ``executor`` the lists go at once, then the reads at once.
     """
     lists: list[Callable[[], object]] = []
     if label_selector:
@@ -226,18 +195,11 @@ def collect(
     """Read the kube-scheduler pods and the control-plane Nodes and decide. Raises ``ApiError``.
 
     The verdict starts from the schedulers, not the node labels: a static kube-scheduler on a node the
-    selector misses (an installer that does not label its control plane) runs without the extender and
-    without an agent, and must make the verdict NotReady. ``node_selector`` is unioned with the legacy
-    ``node-role.kubernetes.io/master`` label unless ``legacy_master_label`` is false; a selected node without a
-    scheduler pod is NotReady too. Requests: one Node list per selector, the labelled pod list, a read by name
-    of each unlabelled candidate (``find_schedulers``; without a fresh ``index`` one metadata-only list of the
-    namespace first, paged), a Node list by name for each node only a scheduler pod led to. A caller that may
-    not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere cannot be
-    counted).
-
-    With an ``executor`` the Node lists and the pod reads are sent at once (a round trip for the lists, one
-    for the reads by name): the gatekeeper reads the verdict between two batches of releases, with its release
-    pool idle.
+    selector misses runs without the extender and without an agent, and must make the verdict NotReady.
+    ``node_selector`` is unioned with the legacy ``node-role.kubernetes.io/master`` label unless
+    ``legacy_master_label`` is false. A caller that may not list pods gets a GET per selected node's mirror
+    pod and a problem (the schedulers elsewhere cannot be counted). With an ``executor`` the Node lists and the
+    pod reads are sent at once (the gatekeeper's release pool is idle between its batches).
     """
     check_expected_hash(expected_hash)
     selectors = node_selectors(node_selector, legacy_master_label)
@@ -295,11 +257,8 @@ def wait_ready(
     on_progress: Callable[[ClusterVerdict], None] | None = None,
 ) -> tuple[ClusterVerdict | None, ApiError | None]:
     """Re-evaluate until Ready or ``timeout``; return (last verdict, last error — ``None`` if the last try worked).
-
-    ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait between evaluations anyway, because
-    a mirror pod can change (a scheduler crash) without its Node changing. API errors are retried with backoff
-    until the deadline.
-    """
+    ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait anyway, because a mirror pod can
+    change (a scheduler crash) without its Node changing. API errors are retried with backoff."""
     deadline = time.monotonic() + timeout
     retry = backoff if backoff is not None else Backoff(0.5, 10.0)
     last: ClusterVerdict | None = None
@@ -344,12 +303,8 @@ def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int 
 
 def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
                       attempts: int) -> bool:
-    """Create or update ``name`` so that its data includes ``make_data()``; True when something was written.
-
-    ``make_data`` is called after the ConfigMap is read and again after every conflict, so what lands is never
-    older than the version it replaces. Updates carry the resourceVersion that was read (409 → read again);
-    other keys, labels and owners are kept. Nothing is written when the data is already there.
-    """
+    """Create or update ``name`` so that its data includes ``make_data()``, called after each read (409 → read
+    again), so what lands is never older than the version it replaces; True when something was written."""
     where = f"{namespace}/{name}"
     for _ in range(attempts):
         try:
@@ -386,12 +341,9 @@ def publish_status(
 ) -> ClusterVerdict:
     """Write the verdict to ConfigMap ``name`` (and ``extender-readiness`` with compat); return what was written.
 
-    Pass a callable (e.g. ``lambda: collect(api, ...)``) rather than a verdict when several writers publish:
-    it is evaluated after each ConfigMap is read and again after a conflict, so with the resourceVersion check
-    the last successful write is always based on a read made after every earlier write — no agent can
-    overwrite a newer verdict with the older one it computed before. ``compat_namespace`` is where the
-    csi-baremetal extender mounts ``extender-readiness`` (its Deployment's namespace; default ``namespace``).
-    Raises ``ApiError`` for an API failure (the caller retries).
+    Several writers pass a callable (``lambda: collect(api, ...)``): it is evaluated after each read, so no
+    agent overwrites a newer verdict with an older one. ``compat_namespace``: where the csi-baremetal extender
+    mounts ``extender-readiness`` (default ``namespace``). Raises ``ApiError`` (the caller retries).
     """
     latest: list[ClusterVerdict] = []
 

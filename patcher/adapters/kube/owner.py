@@ -4,8 +4,8 @@
 deleted by hand, an eviction) and restores it when the agent leaves the node for good (the DaemonSet is being
 deleted, is gone, or no longer selects this node). This adapter learns the answer ahead of the signal: its own
 thread reads the agent's pod (downward API ``POD_NAME``/``POD_NAMESPACE``), follows the ownerReference of kind
-DaemonSet, reads this Node, and then watches that one DaemonSet (list-then-watch with a ``metadata.name``
-field selector, so RBAC can name it). Each change is put on the agent's event queue (``"daemonset"``).
+DaemonSet, reads this Node, and then watches that one DaemonSet (``listwatch.named``). Each change is put on the
+agent's event queue (``"daemonset"``).
 
 At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall's
 pod deletion may race the watch event; a label taken off the Node has no watch here): what it answers wins,
@@ -24,7 +24,7 @@ from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import ListWatcher, named
 from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
@@ -131,10 +131,8 @@ class OwnerWatcher:
             return
         self._read_node(self._connect_timeout)
         watcher = ListWatcher(
-            self._api, DAEMONSETS, self.namespace, field_selector=f"metadata.name={name}",
-            on_sync=lambda items: self._set_daemonset(next((d for d in items if self._ours(d, name)), None)),
-            on_event=lambda kind, obj: self._event(kind, obj, name),
-            name=f"daemonset-{name}", backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
+            self._api, DAEMONSETS, self.namespace, **named(name, self._set_daemonset), name=f"daemonset-{name}",
+            backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
             connect_timeout_s=self._connect_timeout, failure_level=logging.WARNING)
         with self._lock:
             if self._stop.is_set():
@@ -165,10 +163,6 @@ class OwnerWatcher:
             return name
         return None
 
-    @staticmethod
-    def _ours(obj: Any, name: str) -> bool:
-        return isinstance(obj, dict) and dig(obj, "metadata", "name") == name
-
     def _read_daemonset(self, name: str, timeout: float) -> Obj | None:
         try:
             body = api_json(f"read DaemonSet {self.namespace}/{name}", self._api.get, DAEMONSETS, name,
@@ -188,10 +182,6 @@ class OwnerWatcher:
             with self._lock:
                 self._node = node
             self._changed()
-
-    def _event(self, kind: str, obj: Any, name: str) -> None:
-        if self._ours(obj, name):
-            self._set_daemonset(None if kind == "DELETED" else obj)
 
     def _set_daemonset(self, ds: Obj | None) -> None:
         with self._lock:

@@ -1,27 +1,17 @@
-"""What the agent publishes in the cluster: its Node's state (``NodeReporter``: annotations and events) and the
-agents' copy of the cluster verdict (``StatusPublisher``: ConfigMaps for readers that cannot run our code).
-Both in the background, so the API being down never blocks the agent loop. The vocabulary (annotation names,
-states, event texts, the verdict's form) is pure and lives in ``patcher.core.status``.
+"""What the agent publishes in the cluster, in the background so the API being down never blocks the agent loop:
+its Node's state (``NodeReporter``: annotations and events) and the cluster verdict (``StatusPublisher``:
+ConfigMaps for readers that cannot run our code). The vocabulary is pure, in ``patcher.core.status``.
 
-``NodeReporter.publish()`` only records the desired state and returns. A worker thread sends one JSON merge
-patch when the desired annotations differ from what it last published successfully, then the queued transition
-events, and retries failures with capped exponential backoff. A newer desired state simply replaces a pending
-one (the latest state wins); events are kept in order (bounded) because each transition is worth a line in
-``kubectl describe node``. ``flush()`` is for shutdown: try hard to deliver the final state within a deadline.
+``NodeReporter.publish()`` only records the desired state; a worker thread sends one JSON merge patch when it
+differs from what was last published, then the queued transition events (kept in order, bounded: each is a
+line in ``kubectl describe node``), retrying with capped backoff. A ``Conflict`` on the Node (the kubelet and
+controllers write it too) is not an outage: the Node is read and patched again at once. ``Forbidden``/
+``Unauthorized`` are logged as an error naming the right and, after a few ordinary retries (a restarting API
+server denies until its RBAC caches synced), wait the longest delay (``backoff.after_denial``).
 
-Failures arrive as ``patcher.adapters.kube.errors`` classes and are handled by what they mean: a ``Conflict``
-on the Node (busy Nodes: the kubelet and controllers write them too) is not an outage, so the reporter reads
-the Node and patches again at once; ``Forbidden``/``Unauthorized`` are logged once as an error naming the
-right and, after a few ordinary retries (a restarting API server denies until its RBAC caches synced), wait the
-backoff's longest delay (``backoff.after_denial``); anything else backs off.
-
-``StatusPublisher``: every agent republishes the verdict after each of its own state changes, after a change
-of a kube-scheduler pod its ``SchedulerIndex`` sees (and at a slow pace otherwise), from its own thread: the
-verdict reads every control-plane Node and scheduler pod, which must never delay the agent loop. The index (a
-metadata-only watch of the mirror pods' namespace, reduced to the few unlabelled scheduler candidates) keeps a
-verdict's reads to the control plane's size, not kube-system's. ``publish_status`` re-reads the ConfigMap
-before writing and retries on conflicts, so several agents writing at once always leave the newest verdict
-behind.
+``StatusPublisher``: every agent republishes the verdict after its own state changes and after a change its
+``SchedulerIndex`` sees (and slowly otherwise), from its own thread; ``publish_status`` re-reads the ConfigMap
+before writing, so several agents always leave the newest verdict behind.
 """
 
 from __future__ import annotations
@@ -118,11 +108,8 @@ class NodeReporter:
             self._thread.start()
 
     def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
-        """Make ``status`` the desired state; returns at once. A state change also queues an Event.
-
-        ``reason``/``message`` override the event's defaults (e.g. ``reason="SchedulerAdopted"`` when a
-        restarted agent finds the node already Ready); they are ignored when the state did not change.
-        """
+        """Make ``status`` the desired state; returns at once. A state change also queues an Event, whose
+        defaults ``reason``/``message`` override (``SchedulerAdopted``: a restarted agent found it Ready)."""
         annotations = desired_annotations(status, self._prefix)
         with self._cond:
             self._desired = annotations
@@ -142,11 +129,8 @@ class NodeReporter:
             self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
-        """Wait until everything desired so far is delivered, retrying at once; ``False`` at the deadline.
-
-        The backoff restarts from its shortest delay so several attempts fit into a shutdown grace period.
-        Delivery goes on in the background after a ``False`` until ``close()``.
-        """
+        """Wait until everything desired so far is delivered, the backoff restarted so several attempts fit a
+        shutdown's grace period; ``False`` at the deadline (delivery goes on until ``close()``)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._backoff.reset()
