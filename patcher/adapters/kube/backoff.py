@@ -1,11 +1,7 @@
 """Capped exponential backoff with jitter, the one retry pace of everything that talks to the API server.
 
-Its users: every ``ListWatcher`` (the mirror-pod watch, the Node and pod watches of ``readiness --wait`` and the
-gatekeeper), the Node reporter, the status publisher, the readiness retries (``kube/cluster.py``), the
-gatekeeper's verdict and release retries, and the agent's API-version poll (``services/runner.py``).
-
-The API server is expected to be unreachable for seconds to minutes while control-plane pods restart; many
-agents retrying in lock-step would hit it together the moment it returns, hence the jitter.
+The API server is unreachable for seconds to minutes while control-plane pods restart; agents retrying in
+lock-step would hit it together the moment it returns, hence the jitter.
 """
 
 from __future__ import annotations
@@ -14,11 +10,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Final
 
-#: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay. A
-#: denial is not always the Role or the token: kube-apiserver answers 403 to requests that reach it after it
-#: listens but before its RBAC informers synced (a restart: tests/real/test_real_nodes.py sees the agents' and the
-#: gatekeeper's watches refused for a moment, "clusterrole ... not found"), and a Role applied a moment after
-#: the pod starts heals as fast. One that persists is the Role or the token: asking more often would not help.
+#: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay: a
+#: restarting kube-apiserver denies until its RBAC informers synced ("clusterrole ... not found"), and a Role
+#: applied a moment after the pod starts heals as fast. One that persists needs the Role or the token changed.
 DENIED_QUICK_RETRIES: Final = 3
 
 

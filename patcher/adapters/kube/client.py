@@ -1,20 +1,12 @@
-"""Build the Kubernetes API client: the credentials found the way kubectl finds them.
+"""Build the Kubernetes API client (``kube.transport.Api``): the credentials found the way kubectl finds them.
 
-kubectl's order (client-go's ``ClientConfigLoadingRules``): ``--kubeconfig`` (one file, which must exist), else
-``$KUBECONFIG`` (a colon-separated list, merged; missing files are skipped, and for each name, the current
-context included, the first file that sets it wins), else ``~/.kube/config``, else the in-cluster service
-account. ``--context`` picks a context of the kubeconfig, as kubectl's does. An admin's machine therefore needs
-no flag, and the agent's pod (no kubeconfig anywhere) uses its service account.
+kubectl's order: ``--kubeconfig`` (one file, which must exist), else ``$KUBECONFIG`` (a colon-separated list,
+merged; missing files skipped; for each name the first file that sets it wins), else ``~/.kube/config``, else
+the in-cluster service account; ``--context`` as kubectl's. The in-cluster path imports only the official
+``incluster_config`` loader (``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config``.
 
-The client is ``kube.transport.Api``: the official client's ``Configuration`` and pool manager without its
-generated classes. The in-cluster path imports only the official ``incluster_config`` loader (see
-``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config`` package (YAML, OAuth, exec plugins),
-which is for local runs.
-
-Every request gets a short default timeout (a hung API server must not stall a reconcile), urllib3's own
-retries are limited to one (stale keep-alive connections) because the callers retry with backoff, TCP
-keepalive is on so a dead watch connection is noticed, and TLS verification is forced on whatever the
-kubeconfig says: the agent edits a control-plane manifest as root and must know whom it talks to.
+TLS verification is forced on whatever the kubeconfig says: the agent edits a control-plane manifest as root
+and must know whom it talks to. urllib3 retries once (stale keep-alive connections): the callers back off.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """One error hierarchy for the Kubernetes API, by HTTP status, in the manner of kopf's errors.
 
-Every adapter that calls the API turns the client library's many failure kinds (``ApiException`` with a
-status, urllib3 transport errors, ``OSError`` from the socket, ``ValueError`` from an undecodable body) into
-one of these, through ``translate``/``api_call``/``api_json`` here, so callers above the adapters catch
-``ApiError`` or the one subclass they handle (``NotFound``, ``Conflict``, ...) and never import the client.
-The message names what was being done: ``cannot read ConfigMap ns/name: HTTP 404 Not Found``.
+Every adapter turns the client library's failures (``ApiException``, urllib3 errors, ``OSError``, an
+undecodable body) into one of these through ``api_call``/``api_json``, so callers above the adapters catch
+``ApiError`` or the one subclass they handle and never import the client. The message names the deed:
+``cannot read ConfigMap ns/name: HTTP 404 Not Found``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """The DaemonSet that owns the agent's pod, watched: does it still want a pod on this node?
 
-``--restore-on-exit=auto`` keeps the patch on SIGTERM when a successor pod will come (a rolling update, a pod
-deleted by hand, an eviction) and restores it when the agent leaves the node for good (the DaemonSet is being
-deleted, is gone, or no longer selects this node). This adapter learns the answer ahead of the signal: its own
-thread reads the agent's pod (downward API ``POD_NAME``/``POD_NAMESPACE``), follows the ownerReference of kind
-DaemonSet, reads this Node, and then watches that one DaemonSet (``listwatch.named``). Each change is put on the
-agent's event queue (``"daemonset"``).
+``--restore-on-exit=auto`` keeps the patch on SIGTERM when a successor pod will come and restores it when the
+agent leaves the node for good (the DaemonSet deleted, being deleted, or no longer selecting this node). Its
+own thread reads the agent's pod, follows its DaemonSet ownerReference, reads this Node, then watches that one
+DaemonSet (``listwatch.named``); each change goes to the agent's queue.
 
-At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall's
-pod deletion may race the watch event; a label taken off the Node has no watch here): what it answers wins,
-and when nothing answers in time the watch's view stands. A 401 or 403 there, after the watch worked, means the
-agent's ServiceAccount or Role was deleted: an uninstall (``kubectl delete -k`` deletes them with the
-DaemonSet), read as "gone". ``view`` is "unknown" until the API answered.
+At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall may race
+the watch; a Node label has no watch here); when nothing answers in time the watch's view stands. A 401/403
+there, after the watch worked, is an uninstall (it deletes the ServiceAccount and Role with the DaemonSet).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The API side of ``scheduler-patcher restore-nodes``: the Nodes, the PodTemplate, the pods it creates, their watch.
+"""The API side of ``scheduler-patcher restore-nodes`` (``patcher.core.restorepods`` builds and judges the pods).
 
-Every request of the uninstall's restore is made here (``patcher.core.restorepods`` builds the pods and judges
-them): a list of the control-plane Nodes, one read of the PodTemplate and of the command's own pod (for its Job),
-one create per control-plane node, a list-then-watch of this run's pods only (a label selector), and one merge
-patch per restored Node that leaves the agent's annotations as a restore on exit leaves them (``state:
-Restored``, the rest removed).
+The control-plane Nodes, one read of the PodTemplate and of the command's own pod (for its Job), one create per
+node, a watch of this run's pods (a label selector), and one merge patch per restored Node that leaves the
+agent's annotations as a restore on exit does (``state: Restored``).
 """
 
 from __future__ import annotations

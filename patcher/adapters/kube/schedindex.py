@@ -1,20 +1,12 @@
 """The names of the kube-scheduler pods a label cannot find, kept by a metadata-only watch of their namespace.
 
-The readiness verdict counts a kube-scheduler on a node the control-plane selector misses, and one without
-kubeadm's ``component=kube-scheduler`` label: a Node-owned mirror pod ``kube-scheduler-<node>`` (an installer
-that labels neither its control-plane nodes nor their static pods). Neither the node nor the pod can be
-selected on the server, so the verdict used to list every pod of kube-system, whole, page by page: on a large
-cluster a pod per node for each node agent (kube-proxy, the CNI, CSI node plugins), 20 000 pods and 100+ MB
-a verdict.
-
-Here the namespace is listed once and then watched, metadata only (``PartialObjectMetadata``: no spec, no
-status), and each pod is reduced as it arrives to whether it may be such a scheduler
-(``core.readiness.may_be_unlabelled_scheduler``: a Node owner and the name's prefix). What is kept is a set of
-a few names; a verdict reads those pods by name (``cluster.collect``), beside the labelled list. The
-agents' status publisher and the gatekeeper each keep one; ``on_change`` tells them when a candidate or a
-pod with the scheduler's labels (the verdict's labelled list) came, went or changed (a scheduler's status shows
-in its metadata's resourceVersion), so they read the verdict again. RBAC: ``list`` and ``watch`` on pods in
-the namespace, what the agent's mirror-pod watch has already.
+The readiness verdict counts a Node-owned mirror pod ``kube-scheduler-<node>`` without kubeadm's
+``component=kube-scheduler`` label. Neither the node nor such a pod can be selected on the server, and listing
+kube-system whole costs a pod per node per node agent (20 000 pods, 100+ MB a verdict on a large cluster).
+Here the namespace is listed once and watched, metadata only, each pod reduced as it arrives to whether it may
+be such a scheduler (``core.readiness.may_be_unlabelled_scheduler``); a verdict reads the few kept names by
+name (``cluster.collect``). ``on_change`` says when a candidate or a labelled scheduler came, went or changed.
+RBAC: ``list`` and ``watch`` on pods in the namespace, what the mirror-pod watch has already.
 """
 
 from __future__ import annotations
