@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from patcher import __version__
 from patcher.adapters.httpserver import HEAD_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, TEXT, HttpServer
@@ -220,38 +220,33 @@ class Metrics:
             unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
             missing = self._missing
             held = self._held
-        out: list[Metric] = []
-        for attr, (name, help_text) in _COUNTERS.items():
-            out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
-        errors_family = core.CounterMetricFamily(f"{_NAMESPACE}_errors", _ERRORS_HELP, labels=["kind"])
-        for kind, count in errors.items():
-            errors_family.add_metric([kind], count)
-        out.append(errors_family)
-        state_family = core.GaugeMetricFamily(f"{_NAMESPACE}_state", _STATE_HELP, labels=["state"])
-        for name, value in state.items():
-            state_family.add_metric([name], value)
-        out.append(state_family)
-        out.append(restart)
-        config_family = core.GaugeMetricFamily(f"{_NAMESPACE}_config_info", _CONFIG_HELP,
-                                               labels=["config_hash", "source_hash"])
-        if config_hash:
-            config_family.add_metric([config_hash, source_hash], 1.0)
-        out.append(config_family)
-        out.append(probe)
-        unreachable_family = core.GaugeMetricFamily(f"{_NAMESPACE}_extenders_unreachable", _UNREACHABLE_HELP,
-                                                    labels=["ignorable"])
-        for ignorable, count in unreachable.items():
-            unreachable_family.add_metric([ignorable], count)
-        out.append(unreachable_family)
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_config_missing", _MISSING_HELP, value=missing))
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_held", _HELD_HELP, value=held))
+        out: list[Metric] = [core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr])
+                             for attr, (name, help_text) in _COUNTERS.items()]
+        out += [_labelled(core.CounterMetricFamily, "errors", _ERRORS_HELP, ["kind"], errors),
+                _labelled(core.GaugeMetricFamily, "state", _STATE_HELP, ["state"], state), restart,
+                _labelled(core.GaugeMetricFamily, "config_info", _CONFIG_HELP, ["config_hash", "source_hash"],
+                          {(config_hash, source_hash): 1.0} if config_hash else {}), probe,
+                _labelled(core.GaugeMetricFamily, "extenders_unreachable", _UNREACHABLE_HELP, ["ignorable"],
+                          unreachable)]
+        out += [core.GaugeMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=value) for name, help_text, value in
+                (("source_refused", _REFUSED_HELP, refused), ("config_missing", _MISSING_HELP, missing),
+                 ("held", _HELD_HELP, held))]
         return out
 
     def render(self) -> bytes:
         """The exposition text of this registry (the first call imports prometheus_client)."""
         data: bytes = prometheus().generate_latest(self.registry)
         return data
+
+
+def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[str],
+              values: Mapping[Any, float]) -> Metric:
+    """A family of one series per label value (a tuple of them for several labels)."""
+    family: Any = kind(f"{_NAMESPACE}_{name}", help_text, labels=labels)
+    for key, value in values.items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    result: Metric = family
+    return result
 
 
 class _Collector:

@@ -76,34 +76,12 @@ def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
     return [seen[name] for name in sorted(seen)]
 
 
-def list_nodes(api: Api, selectors: Sequence[str], executor: Executor | None = None) -> list[Obj]:
-    """Nodes matching any of ``selectors``, each once, sorted by name (one list per selector, at once on
-    ``executor``)."""
-    return _merge_nodes(fan_out(executor, [functools.partial(_node_items, api, s) for s in selectors]))
-
-
-def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
-                     label_selector: str | None = DEFAULT_MIRROR_SELECTOR) -> dict[str, Obj | None]:
-    """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed
-    (static pods without kubeadm's label, callers allowed to ``get`` but not ``list`` pods there)."""
-    wanted = set(pod_names)
-    found: dict[str, Obj | None] = {}
-    if label_selector:
-        try:
-            body = api_json(f"list pods in {namespace} ({label_selector})", api.list, PODS, namespace=namespace,
-                            label_selector=label_selector)
-        except Forbidden:
-            body = {}
-        for item in body.get("items") or []:
-            name = dig(item, "metadata", "name")
-            if name in wanted:
-                found[name] = item
-    for name in sorted(wanted - found.keys()):
-        try:
-            found[name] = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
-        except NotFound:
-            found[name] = None
-    return found
+def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
+    try:
+        pod: Obj = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
+    except NotFound:
+        return None
+    return pod
 
 
 #: Page size of the namespace's pod lists: kube-system holds a pod per node for every node agent (CNI,
@@ -204,7 +182,7 @@ def collect(
     check_expected_hash(expected_hash)
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
-        nodes = list_nodes(api, selectors)
+        nodes = _merge_nodes(_node_items(api, s) for s in selectors)
         found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
@@ -216,9 +194,7 @@ def collect(
     selected = {str(dig(n, "metadata", "name")) for n in nodes}
     problems: list[str] = []
     if found is None:
-        names = {node: mirror_pod_name(static_pod_name, node) for node in selected}
-        got = read_mirror_pods(api, mirror_namespace, names.values(), None) if names else {}
-        pods = {node: got.get(pod) for node, pod in names.items()}
+        pods = {node: _get_pod(api, mirror_namespace, mirror_pod_name(static_pod_name, node)) for node in selected}
         problems.append(f"cannot list pods in {mirror_namespace} (forbidden): kube-schedulers on nodes outside "
                         "the node selector cannot be counted")
         warnings: tuple[str, ...] = ()

@@ -136,37 +136,33 @@ def _endpoint(exc: BaseException) -> str | None:
     return None
 
 
+#: Why no answer came, by the first kind found in the failure's chain, in this order (``None``: the TLS error's).
+_NO_ANSWER: tuple[tuple[tuple[type[BaseException], ...], str | None], ...] = (
+    ((ConnectionRefusedError,), "connection refused"),
+    ((socket.gaierror, urllib3.exceptions.NameResolutionError), "cannot resolve the host name"),
+    ((ssl.SSLError,), None),
+    ((urllib3.exceptions.ConnectTimeoutError,), "no connection within the timeout"),
+    ((urllib3.exceptions.ReadTimeoutError, TimeoutError), "no answer within the timeout"),
+    ((ConnectionResetError, ConnectionAbortedError, BrokenPipeError, urllib3.exceptions.ProtocolError),
+     "the connection was closed without an answer"),
+    ((urllib3.exceptions.ProxyError,), "the proxy failed"),
+)
+
+
 def _no_answer(exc: BaseException) -> str | None:
-    """Why no answer came, in a few words (``connection refused``, ``cannot resolve the host name``, ``TLS:
-    certificate verify failed: …``); ``None`` when ``exc`` is not a transport failure."""
+    """Why no answer came, in a few words (``connection refused``, ``TLS: certificate verify failed: …``);
+    ``None`` when ``exc`` is not a transport failure."""
     chain = _chain(exc)
-    kinds = tuple(type(e) for e in chain)
-
-    def has(*types: type[BaseException]) -> BaseException | None:
-        return next((e for e in chain if isinstance(e, types)), None)
-
-    if not any(issubclass(k, (urllib3.exceptions.HTTPError, OSError)) for k in kinds):
+    if not any(isinstance(e, urllib3.exceptions.HTTPError | OSError) for e in chain):
         return None
-    if has(ConnectionRefusedError):
-        return "connection refused"
-    if has(socket.gaierror) or has(urllib3.exceptions.NameResolutionError):
-        return "cannot resolve the host name"
-    tls = has(ssl.SSLError)
-    if tls is not None:
-        return f"TLS: {getattr(tls, 'verify_message', None) or getattr(tls, 'reason', None) or tls}".splitlines()[0]
-    if has(urllib3.exceptions.ConnectTimeoutError):
-        return "no connection within the timeout"
-    if has(urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout):
-        return "no answer within the timeout"
-    if has(ConnectionResetError, ConnectionAbortedError, BrokenPipeError, urllib3.exceptions.ProtocolError):
-        return "the connection was closed without an answer"
-    if has(urllib3.exceptions.ProxyError):
-        return "the proxy failed"
-    last = chain[-1]
-    os_error = has(OSError)
-    if isinstance(os_error, OSError) and os_error.strerror:
+    for kinds, why in _NO_ANSWER:
+        if (found := next((e for e in chain if isinstance(e, kinds)), None)) is not None:
+            tls = getattr(found, "verify_message", None) or getattr(found, "reason", None) or found
+            return why or f"TLS: {tls}".splitlines()[0]
+    os_error = next((e for e in chain if isinstance(e, OSError) and e.strerror), None)
+    if isinstance(os_error, OSError):
         return str(os_error.strerror).lower()
-    return f"{type(last).__name__}: {last}".splitlines()[0][:200]
+    return f"{type(chain[-1]).__name__}: {chain[-1]}".splitlines()[0][:200]
 
 
 def error_status(exc: BaseException) -> int | None:

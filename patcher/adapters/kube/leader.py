@@ -114,13 +114,13 @@ class LeaderElector:
             attempted = self._clock()
             outcome = self._try_acquire_or_renew()
             now = self._clock()
-            if outcome == "held":
+            if outcome == Outcome.HELD:
                 with self._lock:
                     self._renewed = attempted
                 self._set_leader(True)
-            elif outcome == "other" or now - self._renewed >= self.renew_deadline:
+            elif outcome == Outcome.OTHER or now - self._renewed >= self.renew_deadline:
                 self._set_leader(False)
-            self._woken.wait(self.renew_period if outcome == "held" else self.retry_period)
+            self._woken.wait(self.renew_period if outcome == Outcome.HELD else self.retry_period)
 
     def _standing_by(self) -> float:
         """Seconds to wait without a request: while another holder's Lease, as the watch follows it, is valid
@@ -157,13 +157,12 @@ class LeaderElector:
             if self._on_change is not None:
                 self._on_change(value)
 
-    def _try_acquire_or_renew(self) -> str:
-        """``held`` (we hold it now), ``other`` (someone else validly does) or ``error``."""
+    def _try_acquire_or_renew(self) -> Outcome:
         self.attempts += 1
         with self._seen_lock:
             outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
             self.holder = self._lease.holder
-        return {Outcome.HELD: "held", Outcome.OTHER: "other"}.get(outcome, "error")
+        return outcome
 
     def _release(self) -> None:
         if self._lease.release(deadline=self._clock() + self.renew_deadline):

@@ -285,9 +285,6 @@ class NodeReporter:
                     self._node, kind, exc.detail)
         else:
             log.log(level, "node %s: cannot publish %s (%s); retrying with backoff", self._node, kind, exc.detail)
-        self._count(kind, exc)
-
-    def _count(self, kind: str, exc: BaseException) -> None:
         if self._on_error is not None:
             try:
                 self._on_error(kind, exc)
