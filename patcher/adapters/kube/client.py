@@ -110,11 +110,8 @@ def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
 def load_configuration(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None
 ) -> Configuration:
-    """Resolve the API configuration in kubectl's order (the module docstring): ``--kubeconfig``, else
-    ``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster; ``settings.context`` as kubectl's ``--context``.
-
-    Raises ``ApiConfigError`` with one sentence an operator can act on.
-    """
+    """Resolve the API configuration in kubectl's order (the module docstring); ``ApiConfigError`` with one
+    sentence an operator can act on."""
     env = os.environ if environ is None else environ
     cfg = Configuration()
     files, named_by = kubeconfig_files(settings.kubeconfig, env)
@@ -167,11 +164,8 @@ def build_api_client(
 
 
 def server_version(api: Api) -> str | None:
-    """The API server's ``gitVersion`` (e.g. ``v1.31.2``), or ``None`` when it cannot be asked right now.
-
-    Used as a fallback to learn the scheduler's version; an unreachable server is normal during a control-plane
-    restart, so failures are logged and answered with ``None`` rather than raised.
-    """
+    """The API server's ``gitVersion`` (e.g. ``v1.31.2``), the fallback for the scheduler's version; ``None``
+    when it cannot be asked right now (normal during a control-plane restart: logged, not raised)."""
     try:
         info = api_json("read the API server version", api.version)
     except ApiError as exc:

@@ -13,12 +13,12 @@ import logging
 import threading
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher, named
+from patcher.adapters.kube.listwatch import Following, ListWatcher, named
 from patcher.adapters.kube.transport import CONFIGMAPS, Api
 from patcher.core.kubeobj import Obj, dig
 
 
-class ConfigMapView:
+class ConfigMapView(Following):
     """Follows ConfigMap ``namespace/name``; ``state()`` is ``(known, params)`` with params ``None`` if absent."""
 
     def __init__(self, api: Api, namespace: str, name: str, *, backoff: Backoff | None = None,
@@ -41,11 +41,3 @@ class ConfigMapView:
         with self._lock:
             return self._known, self._params
 
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self) -> None:
-        self._watcher.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)

@@ -323,6 +323,32 @@ class ListWatcher:
                 resp.release_conn()
 
 
+class Following:
+    """The life of a view kept by a ``ListWatcher`` (``_watcher``): what every watching adapter says of it."""
+
+    _watcher: ListWatcher
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop; an open stream is shut down so this returns promptly."""
+        self._watcher.stop(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait for the first successful list (the view then reflects the server)."""
+        return self._watcher.wait_synced(timeout)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the view follows the server right now (``ListWatcher.fresh``)."""
+        return self._watcher.fresh
+
+    @property
+    def stale_since(self) -> float | None:
+        return self._watcher.stale_since
+
+
 def pages(what: str, verb: Callable[..., Any], resource: Resource, limit: int | None,
           **kwargs: Any) -> Iterator[Obj]:
     """Each page of a list (``verb``: an ``Api.list``; ``limit`` None: one whole list), failures translated."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher, named
+from patcher.adapters.kube.listwatch import Following, ListWatcher, named
 from patcher.adapters.kube.transport import PODS, Api
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
@@ -55,9 +55,10 @@ def _resource_version(obj: Any) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
-class MirrorPodWatcher:
+class MirrorPodWatcher(Following):
     """A ``ListWatcher`` of one pod by name that keeps ``holder`` (and ``on_update``) fed with its latest state
-    (``None`` once it is deleted)."""
+    (``None`` once it is deleted). A restart verdict of "not yet" from a view that is not ``fresh`` says nothing
+    about the scheduler: it must not decide a rollback on its own."""
 
     def __init__(
         self,
@@ -82,14 +83,6 @@ class MirrorPodWatcher:
             failure_level=logging.WARNING, min_healthy_s=min_healthy_s,
         )
 
-    def start(self) -> None:
-        """Start watching (idempotent)."""
-        self._watcher.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop the watch; an open stream is shut down so this returns promptly."""
-        self._watcher.stop(timeout)
-
     def __enter__(self) -> MirrorPodWatcher:
         self.start()
         return self
@@ -100,21 +93,6 @@ class MirrorPodWatcher:
     def latest(self) -> Pod | None:
         """The latest pod seen, ``None`` when it does not exist or has not been read yet."""
         return self.holder.get()
-
-    def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first successful list (the holder then reflects the server, even when ``None``)."""
-        return self._watcher.wait_synced(timeout)
-
-    @property
-    def fresh(self) -> bool:
-        """Whether ``latest()`` follows the server right now (``ListWatcher.fresh``): a restart verdict of "not
-        yet" from a view that is not fresh says nothing about the scheduler, and must not decide a rollback."""
-        return self._watcher.fresh
-
-    @property
-    def stale_since(self) -> float | None:
-        """Since when (``time.monotonic()``) the view has not been fresh; ``None`` while it is."""
-        return self._watcher.stale_since
 
     @property
     def watch_requests(self) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher, named
+from patcher.adapters.kube.listwatch import Following, ListWatcher, named
 from patcher.adapters.kube.transport import NODES, Api
 from patcher.core.kubeobj import dig
 from patcher.core.status import HOLD_KEY, normalize_prefix
@@ -26,7 +26,7 @@ def hold_of(node: Any, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-class NodeHoldWatcher:
+class NodeHoldWatcher(Following):
     def __init__(self, api: Api, node_name: str, prefix: str, *, on_update: Callable[[], None],
                  backoff: Backoff | None = None) -> None:
         self.key = normalize_prefix(prefix) + HOLD_KEY
@@ -37,15 +37,6 @@ class NodeHoldWatcher:
         self._watcher = ListWatcher(
             api, NODES, **named(node_name, lambda node: self._set(hold_of(node, self.key))),
             name=f"node-hold-{node_name}", backoff=backoff, failure_level=logging.WARNING)
-
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._watcher.stop(timeout)
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)
 
     def hold(self) -> str | None:
         with self._lock:

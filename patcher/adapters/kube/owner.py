@@ -41,8 +41,7 @@ def owner_daemonset(pod: Any) -> str | None:
 
 def _per_attempt(timeout: float) -> float:
     """The timeout of one attempt, for a call that must end within ``timeout``: the client retries a timed-out
-    GET once (``kube.client``: ``retries = 1``), so each attempt gets half (a black-holed read took twice the
-    bound before)."""
+    GET once (``kube.client``: ``retries = 1``), so each attempt gets half."""
     return max(0.01, timeout / 2)
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from patcher.adapters.kube.errors import NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import MERGE_PATCH, NODES, PODS, PODTEMPLATES, Api
 from patcher.core import restorepods
 from patcher.core.kubeobj import Obj, dig
@@ -59,7 +59,7 @@ def mark_restored(api: Api, node: str, prefix: str) -> None:
     api_json(f"annotate node {node}", api.patch, NODES, node, body, content_type=MERGE_PATCH)
 
 
-class RunPods:
+class RunPods(Following):
     """This run's pods as the watch last saw them; ``changed`` is set on every change."""
 
     def __init__(self, api: Api, namespace: str, run: str) -> None:
@@ -69,15 +69,6 @@ class RunPods:
         self._watcher = ListWatcher(
             api, PODS, namespace, label_selector=f"{restorepods.RUN_LABEL}={run}",
             on_sync=self._sync, on_event=self._event, name=f"restore-pods-{run}")
-
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self) -> None:
-        self._watcher.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)
 
     def snapshot(self) -> list[Obj]:
         with self._lock:

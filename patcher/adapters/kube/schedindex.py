@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import PODS, Api
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import may_be_unlabelled_scheduler
@@ -35,7 +35,7 @@ Reduced = tuple[str, bool, bool]
 SCHEDULER_LABELS: Final = {"component": "kube-scheduler"}
 
 
-class SchedulerIndex:
+class SchedulerIndex(Following):
     """The candidate names (``candidates()``), followed by a metadata-only list and watch of ``namespace``."""
 
     def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
@@ -54,15 +54,6 @@ class SchedulerIndex:
             backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=failure_level, page_size=page_size,
             transform=self._reduce, metadata_only=True)
 
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._watcher.stop(timeout)
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)
-
     def wait_fresh(self, timeout: float) -> bool:
         """Wait until the view follows the server (listed, and the watch from that list open)."""
         deadline = time.monotonic() + timeout
@@ -73,10 +64,6 @@ class SchedulerIndex:
                 return False
             time.sleep(0.02)
         return True
-
-    @property
-    def fresh(self) -> bool:
-        return self._watcher.fresh
 
     @property
     def drops(self) -> int:

@@ -106,15 +106,6 @@ class Api:
         self.requests = 0
         self.received = 0
 
-    @property
-    def user_agent(self) -> str:
-        """The ``User-Agent`` header (settable, as on the generated ``ApiClient``)."""
-        return self.default_headers["User-Agent"]
-
-    @user_agent.setter
-    def user_agent(self, value: str) -> None:
-        self.default_headers["User-Agent"] = value
-
     # -- the request path ---------------------------------------------------------------------------------
 
     def _timeout(self, timeout: Timeout | None, stream: bool) -> urllib3.Timeout:
