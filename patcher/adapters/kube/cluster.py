@@ -23,7 +23,7 @@ from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, pages
 from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
-from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api
+from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.readiness import (
@@ -104,12 +104,13 @@ def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[st
                   for name in candidate_names(body.get("items") or [], static_pod_name))
 
 
-def read_pod(api: Api, namespace: str, name: str) -> Obj | None:
-    """One pod by name (``None`` when absent), as a list with a ``metadata.name`` field selector: ``list`` is
-    what every verdict reader is granted in that namespace (the agent has no ``get`` there); the server
-    answers it from one key."""
-    body = api_json(f"list pods in {namespace} (metadata.name={name})", api.list, PODS, namespace=namespace,
-                    field_selector=f"metadata.name={name}")
+def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+    """One object by name (``None`` when absent), as a list with a ``metadata.name`` field selector: ``list``
+    is what every verdict reader is granted (the agent has no ``get`` on pods, the gatekeeper none on Nodes);
+    the server answers it from one key."""
+    where = f" in {namespace}" if namespace else ""
+    body = api_json(f"list {resource.plural}{where} (metadata.name={name})", api.list, resource,
+                    namespace=namespace, field_selector=f"metadata.name={name}")
     items = [i for i in body.get("items") or [] if isinstance(i, dict) and dig(i, "metadata", "name") == name]
     return items[0] if items else None
 
@@ -137,23 +138,13 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
         names: list[str] = answers.pop(0) if known is None else known  # type: ignore[assignment]
         have = {dig(p, "metadata", "name") for p in labelled}
         missing = [n for n in names if n not in have]
-        read = fan_out(executor, [functools.partial(read_pod, api, namespace, n) for n in missing])
+        read = fan_out(executor, [functools.partial(listed_by_name, api, PODS, n, namespace) for n in missing])
     except Forbidden:
         return None
     # In the namespace's order (by name), as the whole list gave them: the labelled ones and the candidates.
     node_owned = sorted([*labelled, *(p for p in read if p is not None)],
                         key=lambda p: str(dig(p, "metadata", "name")))
     return scheduler_pods(labelled, node_owned, static_pod_name=static_pod_name)
-
-
-def _read_node(api: Api, name: str) -> Obj:
-    """The Node a scheduler pod runs on; a bare stand-in when it is gone (the pod alone makes the row).
-
-    A list by name, not a GET: ``list`` on nodes is what every verdict reader is granted already (the
-    gatekeeper has no ``get``)."""
-    body = api_json(f"list nodes (metadata.name={name})", api.list, NODES, field_selector=f"metadata.name={name}")
-    items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
-    return items[0] if items else {"metadata": {"name": name}}
 
 
 def collect(
@@ -202,7 +193,8 @@ def collect(
         pods = dict(found.by_node)
         warnings = found.warnings
     outside = sorted(set(pods) - selected)
-    nodes = [*nodes, *(_read_node(api, name) for name in outside)]
+    # the Nodes only a scheduler pod led to; a bare stand-in for one that is gone (the pod alone makes the row)
+    nodes = [*nodes, *(listed_by_name(api, NODES, name) or {"metadata": {"name": name}} for name in outside)]
     return evaluate(nodes, pods, prefix=prefix, expected_hash=expected_hash, static_pod_name=static_pod_name,
                     container_name=container_name, unselected=outside, problems=problems, warnings=warnings)
 
