@@ -352,7 +352,7 @@ def run_settings(args: argparse.Namespace) -> Settings:
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
     settings = Settings(
         files=_files(args), lifecycle=_group(Lifecycle, args), loop=_group(Loop, args),
-        pod=_group(Pod, args, node_name=args.node_name or "", pod_name=args.pod_name or ""),
+        pod=_group(Pod, args),
         api=None if args.no_api else _group(Api, args),
         rollout=_group(Rollout, args, lease_duration=int(args.rollout_lease_duration)),
         status=_group(Status, args), serve=_group(Serve, args))
