@@ -16,11 +16,6 @@ from typing import Final
 DENIED_QUICK_RETRIES: Final = 3
 
 
-def after_denial(backoff: Backoff, delay: float, denials: int) -> float:
-    """The delay after the ``denials``-th 401/403 in a row, ``delay`` being the backoff's ordinary one."""
-    return delay if denials <= DENIED_QUICK_RETRIES else backoff.maximum
-
-
 @dataclass
 class Backoff:
     """Delays ``initial * factor**n`` capped at ``maximum``, each reduced by a random share up to ``jitter``."""
@@ -31,20 +26,25 @@ class Backoff:
     jitter: float = 0.5
     rng: random.Random = field(default_factory=random.Random, repr=False)
     _attempt: int = field(default=0, init=False, repr=False)
+    _denials: int = field(default=0, init=False, repr=False)  # 401/403 answers in a row
 
     def __post_init__(self) -> None:
         if self.initial <= 0 or self.maximum < self.initial or self.factor < 1 or not 0 <= self.jitter < 1:
             raise ValueError(f"invalid backoff settings: {self!r}")
 
-    def next_delay(self) -> float:
-        """The delay before the next attempt; each call counts one more failure."""
+    def next_delay(self, denied: bool = False) -> float:
+        """The delay before the next attempt; each call counts one more failure. ``denied`` (a 401/403, an
+        ``errors.Denied``): past ``DENIED_QUICK_RETRIES`` of them in a row, the longest delay."""
         base = min(self.maximum, self.initial * self.factor ** min(self._attempt, 64))
         self._attempt += 1
-        return base * (1.0 - self.jitter * self.rng.random())
+        self._denials = self._denials + 1 if denied else 0
+        return self.maximum if self._denials > DENIED_QUICK_RETRIES else base * (1.0 - self.jitter * self.rng.random())
 
-    def reset(self) -> None:
-        """Forget past failures (call after a success)."""
+    def reset(self, *, denials: bool = True) -> None:
+        """Forget past failures (call after a success; ``denials=False``: start over from the shortest delay,
+        with the 401/403 answers still counted)."""
         self._attempt = 0
+        self._denials = 0 if denials else self._denials
 
     @property
     def failures(self) -> int:

@@ -46,11 +46,16 @@ class Unreachable(ApiError):
     """No HTTP answer: refused, reset, timed out, TLS failure, or a body that does not decode."""
 
 
-class Unauthorized(ApiError):
+class Denied(ApiError):
+    """401 or 403: retrying soon heals it only right after an API server start (``backoff.DENIED_QUICK_RETRIES``);
+    past that, the Role or the token must change first."""
+
+
+class Unauthorized(Denied):
     """401: the credentials were not accepted (an expired or revoked token)."""
 
 
-class Forbidden(ApiError):
+class Forbidden(Denied):
     """403: RBAC does not allow it; retrying will not help until the Role changes."""
 
 

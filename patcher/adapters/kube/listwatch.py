@@ -6,7 +6,7 @@ newest resourceVersion seen. A stream that ends right after it started counts as
 closes every watch costs a request per backoff period, not a busy loop); undecodable data means events may be
 lost, so the collection is listed again. ``Forbidden``/``Unauthorized`` back off like any failure for a few
 tries (a restarting API server denies until its RBAC caches synced), then wait the longest delay
-(``backoff.after_denial``). A consumer's exception is a bug, logged with its traceback.
+(``backoff.DENIED_QUICK_RETRIES``). A consumer's exception is a bug, logged with its traceback.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from patcher.adapters.kube.backoff import Backoff, after_denial
-from patcher.adapters.kube.errors import ApiError, Forbidden, Unauthorized, api_call, api_json, error_class
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.errors import ApiError, Denied, api_call, api_json, error_class
 from patcher.core.kubeobj import dig
 
 if TYPE_CHECKING:
@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-#: Failures that retrying soon heals only right after an API server start: see ``backoff.after_denial``.
-_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 
 class _Gone(Exception):
@@ -144,7 +141,6 @@ class ListWatcher:
         self._fresh = False
         self._stale_since: float | None = clock()
         self._undecodable_logged = False
-        self._denials = 0  # 401/403 answers in a row
         self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
         self.drops = 0  # how many times the view stopped following the server (see the class docstring)
         self.lists = 0
@@ -230,10 +226,7 @@ class ListWatcher:
                 self._set_fresh(False)
                 if self._stop.is_set():
                     break
-                delay = self._backoff.next_delay()
-                self._denials = self._denials + 1 if isinstance(exc, _DENIED) else 0
-                if self._denials:
-                    delay = after_denial(self._backoff, delay, self._denials)
+                delay = self._backoff.next_delay(denied=isinstance(exc, Denied))
                 if self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
                 # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
@@ -269,7 +262,6 @@ class ListWatcher:
                 raise _Gone() from exc
             raise
         assert first_rv is not None
-        self._denials = 0
         self._on_sync(items)
         self._synced.set()
         return first_rv
@@ -294,7 +286,6 @@ class ListWatcher:
         if self._stop.is_set():
             _shutdown(resp)
         try:
-            self._denials = 0
             self._set_fresh(True)  # listed, and the server accepted a watch from that version
             for line in split_records(_chunks(resp, what)):
                 decoded = decode_event(line)

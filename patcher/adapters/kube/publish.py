@@ -7,7 +7,7 @@ differs from what was last published, then the queued transition events (kept in
 line in ``kubectl describe node``), retrying with capped backoff. A ``Conflict`` on the Node (the kubelet and
 controllers write it too) is not an outage: the Node is read and patched again at once. ``Forbidden``/
 ``Unauthorized`` are logged as an error naming the right and, after a few ordinary retries (a restarting API
-server denies until its RBAC caches synced), wait the longest delay (``backoff.after_denial``).
+server denies until its RBAC caches synced), wait the longest delay (``backoff.DENIED_QUICK_RETRIES``).
 
 ``StatusPublisher``: every agent republishes the verdict after its own state changes and after a change its
 ``SchedulerIndex`` sees (and slowly otherwise), from its own thread; ``publish_status`` re-reads the ConfigMap
@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from patcher.adapters.kube.backoff import Backoff, after_denial
+from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
-from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
+from patcher.adapters.kube.errors import ApiError, Conflict, Denied, api_json
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
@@ -49,8 +49,6 @@ log = logging.getLogger(__name__)
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
 #: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
 MAX_CONFLICTS = 3
-#: Failures that retrying soon cannot heal (the Role or the token must change first): retried slowly.
-_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 ErrorHook = Callable[[str, BaseException], None]
 
@@ -81,7 +79,6 @@ class NodeReporter:
         self._event_namespace = event_namespace
         self._component = component
         self._backoff = backoff if backoff is not None else Backoff()
-        self._denials = 0  # 401/403 answers in a row
         self._on_error = on_error
         self._clock_ns = clock_ns
 
@@ -133,7 +130,7 @@ class NodeReporter:
         shutdown's grace period; ``False`` at the deadline (delivery goes on until ``close()``)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            self._backoff.reset()
+            self._backoff.reset(denials=False)  # a flush is no answer: a persisting denial still waits longest
             self._retry_at = 0.0
             self._cond.notify_all()
             while not self._delivered_locked():
@@ -190,25 +187,20 @@ class NodeReporter:
                 self._send_events()
                 ok = True
             except ApiError as exc:  # already logged and counted by _failed
-                denied = isinstance(exc, _DENIED)
+                denied = isinstance(exc, Denied)
             except Exception:  # a bug here must not silently end publishing for the agent's lifetime
                 log.exception("node %s: unexpected error while publishing; retrying with backoff", self._node)
             finally:
                 with self._cond:
                     self._busy = False
                     if ok:
-                        self._denials = 0
                         if self._backoff.failures:
                             log.info("node %s: API reachable again, state delivered", self._node)
                         self._backoff.reset()
                         self._last_failure = None
                         self._retry_at = 0.0
                     else:
-                        delay = self._backoff.next_delay()
-                        self._denials = self._denials + 1 if denied else 0
-                        if denied:
-                            delay = after_denial(self._backoff, delay, self._denials)
-                        self._retry_at = time.monotonic() + delay
+                        self._retry_at = time.monotonic() + self._backoff.next_delay(denied=denied)
                     self._cond.notify_all()
 
     def _send_annotations(self, annotations: dict[str, str | None]) -> None:
@@ -279,7 +271,7 @@ class NodeReporter:
         seen = (kind, type(exc))
         level = logging.DEBUG if self._last_failure == seen else logging.WARNING
         self._last_failure = seen
-        if isinstance(exc, _DENIED):
+        if isinstance(exc, Denied):
             log.log(logging.ERROR if level == logging.WARNING else level,
                     "node %s: cannot publish %s (%s): not allowed, check the agent's token and RBAC rights",
                     self._node, kind, exc.detail)
