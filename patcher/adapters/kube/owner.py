@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
+from patcher.adapters.kube.errors import ApiError, Denied, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, named
 from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
@@ -107,7 +107,7 @@ class OwnerWatcher:
         if name is not None:
             try:
                 self._set_daemonset(self._read_daemonset(name, end - time.monotonic()))
-            except (Unauthorized, Forbidden) as exc:
+            except Denied as exc:
                 with self._lock:
                     if self._known:  # it could read the DaemonSet before: the access went with the uninstall
                         self._revoked = f"the agent may no longer read it: {exc.detail}"
