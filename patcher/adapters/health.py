@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
 from patcher.adapters.httpserver import HEAD_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, TEXT, HttpServer
@@ -245,8 +245,7 @@ def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[
     family: Any = kind(f"{_NAMESPACE}_{name}", help_text, labels=labels)
     for key, value in values.items():
         family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
-    result: Metric = family
-    return result
+    return cast("Metric", family)
 
 
 class _Collector:

@@ -170,18 +170,12 @@ def _no_answer(exc: BaseException) -> str | None:
     return f"{type(chain[-1]).__name__}: {chain[-1]}".splitlines()[0][:200]
 
 
-def error_status(exc: BaseException) -> int | None:
-    """The HTTP status of an API error, ``None`` for transport errors (refused, reset, timeout)."""
-    if isinstance(exc, ApiError):
-        return exc.status
-    return exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
-
-
 def translate(exc: BaseException, what: str) -> ApiError:
     """The ``ApiError`` subclass for a client library failure while doing ``what`` (``read pod ns/name``)."""
     if isinstance(exc, ApiError):
         return exc
-    status = error_status(exc)
+    # the HTTP status; None for a transport failure (refused, reset, timeout)
+    status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
     reason = str(exc.reason or "") if isinstance(exc, ApiException) else type(exc).__name__
     if status == 429:
         headers = getattr(exc, "headers", None)
