@@ -1,16 +1,11 @@
 """Call each extender once, as kube-scheduler would, from this host's network: resolve, connect, TLS, POST.
 
 The pure half (which extenders, what to send, what counts as an answer, kube-scheduler's TLS rules) is
-``patcher.core.extprobe``. Each probe runs in a thread of its own and is abandoned at the extender's
-``httpTimeout`` (plus the caller's bound): like Go's ``http.Client.Timeout`` the deadline covers the name
-lookup, which no socket timeout does. The probes of several extenders run side by side, so the whole check
-takes as long as the slowest one, never their sum. Files named by ``tlsConfig`` are node paths, read below
-the host root through ``local``.
-
-``check`` probes one rendered config's extenders on this node: ``plan``/``apply --check-extenders`` and the
-agent's pre-flight (``start_probe``, in a thread of its own) share it, so a laptop dry run and the node agent
-judge an extender the same way. TLS files named in the config are node paths, read below the host root
-(``--host-root``), where the scheduler's own hostPath mounts find them.
+``patcher.core.extprobe``. Each probe runs in a thread of its own, abandoned at the extender's ``httpTimeout``:
+like Go's ``http.Client.Timeout`` the deadline covers the name lookup, which no socket timeout does. The
+probes run side by side, so a check takes as long as the slowest one. ``check`` probes one rendered config's
+extenders on this node, for ``plan``/``apply --check-extenders`` and the agent's pre-flight (``start_probe``)
+alike; TLS files named in the config are node paths, read below the host root.
 """
 
 from __future__ import annotations

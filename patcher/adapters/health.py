@@ -1,24 +1,19 @@
 """Liveness, readiness and Prometheus metrics, served by the one HTTP server (``httpserver``).
 
-``/healthz`` (alias ``/livez``) answers 200 while the agent loop keeps beating (a heartbeat younger than
-``max_age`` seconds): a stuck loop gets the container restarted. ``/readyz`` answers 200 only when the node's
-state is ``Ready`` and the loop is alive: it is the DaemonSet's readiness probe, so ``kubectl rollout status``
-tells a human that every scheduler restarted with the new config. ``/metrics`` serves a registry of its own
-(not the process-global default) so tests and several agents in one process do not collide; it carries the
-process collector and a ``build_info`` gauge, and no ``_created`` series (they double the series count for
-nothing a dashboard uses).
-
-prometheus_client is not imported with this module (its import would be on the path from exec to the first
-manifest write): the metrics reach it at the first scrape of ``/metrics`` (``Metrics.render``); the server
-imports asyncio only once it serves (``HttpServer.start(deferred=True)``).
+``/healthz`` (alias ``/livez``) answers 200 while the agent loop beats (a heartbeat younger than ``max_age``):
+a stuck loop gets the container restarted. ``/readyz`` answers 200 only when the node is ``Ready`` and the loop
+alive, so ``kubectl rollout status`` tells that every scheduler restarted with the new config. ``/metrics``
+serves a registry of its own (tests and several agents in one process do not collide) with the process
+collector, ``build_info`` and no ``_created`` series. prometheus_client is imported at the first scrape, off
+the path from exec to the first manifest write.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
 from patcher.adapters.httpserver import HEAD_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, TEXT, HttpServer
@@ -49,11 +44,8 @@ def prometheus() -> ModuleType:
 
 
 def add_process_info(registry: CollectorRegistry, namespace: str = "scheduler_patcher") -> None:
-    """``process_*`` (CPU, memory, open fds, start time) and ``<namespace>_build_info{version,python_version}``.
-
-    The process collector is what tells a memory limit being approached; build_info lets a dashboard join
-    any series to the version that produced it, the Kubernetes components' convention.
-    """
+    """``process_*`` (what tells a memory limit being approached) and ``<namespace>_build_info{version,
+    python_version}`` (a dashboard joins any series to the version, the Kubernetes components' convention)."""
     import platform
 
     prom = prometheus()
@@ -114,13 +106,9 @@ class _Histogram:
 
 
 class Metrics:
-    """The agent's Prometheus metrics; every method is thread-safe and cheap.
-
-    The values are plain numbers here, under one lock; prometheus_client sees them only when ``/metrics`` is
-    scraped (``render``, through a collector of ours): the agent counts from its first reconcile on, and the
-    library's imports come with the first scrape, not before the first write. The text is the one
-    prometheus_client's own Counter, Gauge and Histogram give for the same calls (tests/component/test_health.py).
-    """
+    """The agent's Prometheus metrics; every method is thread-safe and cheap. Plain numbers under one lock,
+    rendered through prometheus_client's metric families at a scrape (``render``), as its own Counter, Gauge and
+    Histogram render them: the library's imports come with the first scrape, not before the first write."""
 
     def __init__(self, registry: CollectorRegistry | None = None,
                  states: Iterable[str] = PHASES) -> None:
@@ -176,16 +164,16 @@ class Metrics:
             self._errors[kind] = self._errors.get(kind, 0.0) + 1.0
 
     def restart_seen(self, seconds: float | None) -> None:
-        """Record how long the scheduler took to come back after a write; ``None``: the restart was not verified
-        (no API and no local check), so there is no duration to record and the histogram is left alone."""
+        """How long the scheduler took to come back after a write; ``None``: not verified (no API and no local
+        check), nothing to record."""
         if seconds is None:
             return
         with self._lock:
             self._restart.observe(seconds)
 
     def extenders_probed(self, seconds: Iterable[float], unreachable: int, unreachable_ignorable: int) -> None:
-        """One probe round (pre-flight, after the restart, or periodic while Ready): each extender's time, and
-        how many did not answer. The gauges hold until the next round: an alert can wait for an outage to last."""
+        """One probe round: each extender's time, and how many did not answer (held until the next round: an
+        alert can wait for an outage to last)."""
         with self._lock:
             for value in seconds:
                 self._probe.observe(value)
@@ -199,17 +187,18 @@ class Metrics:
 
     def config_missing(self, missing: bool) -> None:
         """Whether the last plan found kube-scheduler's ``--config`` naming a missing file that it does not write
-        back (another prefix's or a foreign config; a source refused or known bad): the next start fails."""
+        back: the next start fails."""
         with self._lock:
             self._missing = 1.0 if missing else 0.0
+
     def set_held(self, held: bool) -> None:
         """Whether an operator holds the node: an alert can say how long a hold has lasted."""
         with self._lock:
             self._held = 1.0 if held else 0.0
 
     def set_config(self, config_hash: str, source_hash: str) -> None:
-        """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none,
-        e.g. ``Restored``): a dashboard shows per node which config runs without reading Node objects."""
+        """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none):
+        a dashboard shows which config runs without reading Node objects."""
         with self._lock:
             self._config = (config_hash, source_hash)
 
@@ -231,38 +220,32 @@ class Metrics:
             unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
             missing = self._missing
             held = self._held
-        out: list[Metric] = []
-        for attr, (name, help_text) in _COUNTERS.items():
-            out.append(core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr]))
-        errors_family = core.CounterMetricFamily(f"{_NAMESPACE}_errors", _ERRORS_HELP, labels=["kind"])
-        for kind, count in errors.items():
-            errors_family.add_metric([kind], count)
-        out.append(errors_family)
-        state_family = core.GaugeMetricFamily(f"{_NAMESPACE}_state", _STATE_HELP, labels=["state"])
-        for name, value in state.items():
-            state_family.add_metric([name], value)
-        out.append(state_family)
-        out.append(restart)
-        config_family = core.GaugeMetricFamily(f"{_NAMESPACE}_config_info", _CONFIG_HELP,
-                                               labels=["config_hash", "source_hash"])
-        if config_hash:
-            config_family.add_metric([config_hash, source_hash], 1.0)
-        out.append(config_family)
-        out.append(probe)
-        unreachable_family = core.GaugeMetricFamily(f"{_NAMESPACE}_extenders_unreachable", _UNREACHABLE_HELP,
-                                                    labels=["ignorable"])
-        for ignorable, count in unreachable.items():
-            unreachable_family.add_metric([ignorable], count)
-        out.append(unreachable_family)
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_source_refused", _REFUSED_HELP, value=refused))
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_config_missing", _MISSING_HELP, value=missing))
-        out.append(core.GaugeMetricFamily(f"{_NAMESPACE}_held", _HELD_HELP, value=held))
+        out: list[Metric] = [core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr])
+                             for attr, (name, help_text) in _COUNTERS.items()]
+        out += [_labelled(core.CounterMetricFamily, "errors", _ERRORS_HELP, ["kind"], errors),
+                _labelled(core.GaugeMetricFamily, "state", _STATE_HELP, ["state"], state), restart,
+                _labelled(core.GaugeMetricFamily, "config_info", _CONFIG_HELP, ["config_hash", "source_hash"],
+                          {(config_hash, source_hash): 1.0} if config_hash else {}), probe,
+                _labelled(core.GaugeMetricFamily, "extenders_unreachable", _UNREACHABLE_HELP, ["ignorable"],
+                          unreachable)]
+        out += [core.GaugeMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=value) for name, help_text, value in
+                (("source_refused", _REFUSED_HELP, refused), ("config_missing", _MISSING_HELP, missing),
+                 ("held", _HELD_HELP, held))]
         return out
 
     def render(self) -> bytes:
         """The exposition text of this registry (the first call imports prometheus_client)."""
         data: bytes = prometheus().generate_latest(self.registry)
         return data
+
+
+def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[str],
+              values: Mapping[Any, float]) -> Metric:
+    """A family of one series per label value (a tuple of them for several labels)."""
+    family: Any = kind(f"{_NAMESPACE}_{name}", help_text, labels=labels)
+    for key, value in values.items():
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return cast("Metric", family)
 
 
 class _Collector:
@@ -320,11 +303,8 @@ class Renderable(Protocol):
 
 
 class HealthServer(HttpServer):
-    """``/healthz`` (alias ``/livez``), ``/readyz`` and ``/metrics`` on ``listen``, GET and HEAD only.
-
-    ``ready`` decides ``/readyz`` (default: the agent's state is Ready); the gatekeeper passes ``health.alive``
-    because a standby replica is as ready as its leader. The limits are ``HttpServer``'s.
-    """
+    """``/healthz`` (alias ``/livez``), ``/readyz`` and ``/metrics`` on ``listen``, GET and HEAD only. ``ready``
+    decides ``/readyz`` (default: the agent's state is Ready; the gatekeeper's: alive, a standby is as ready)."""
 
     def __init__(self, health: Health, metrics: Renderable, listen: str = DEFAULT_LISTEN,
                  ready: Callable[[], bool] | None = None, *, max_connections: int = MAX_CONNECTIONS,

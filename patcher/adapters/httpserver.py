@@ -1,36 +1,22 @@
 """The one HTTP server: the probes and metrics (``health.HealthServer``) and the admission webhook (with TLS).
 
-Why asyncio and these limits: the kubelet's probes have 2-5 s timeouts and the API server calls the webhook with
-a short ``timeoutSeconds``; both must be answered while anything else hammers the port. One event loop holds an
-idle connection for a few kilobytes instead of a thread, the listen backlog (``backlog``) queues a burst in the
-kernel instead of refusing it, every connection must send its request head within ``timeout`` seconds (the TLS
-handshake included), and finish it within ``head_timeout`` of its first byte; the body, the answer and its
-sending have ``timeout`` seconds more in all, not per read (a client that trickles its bytes is cut off then).
-At most ``max_connections`` are open at once, so memory stays bounded. At the cap, a new connection closes the
-oldest idle one (connected, its request head not complete: nothing sent, a TLS handshake not finished, or a
-part of a head): slow clients holding connections open cannot keep a probe or a review waiting for their
-timeout. A connection whose head is complete is never evicted; when every open one's is, new ones wait in the
-backlog. A head over ``MAX_REQUEST_HEAD`` gets 414 (request line) or 431 (headers); a body over ``max_body``
-gets 413 unread; a chunked body 411. A connection carries one request (``Connection: close``: what probes do),
-unless ``keep_alive``: the webhook's, because the API server keeps its connections open between reviews and a
-TLS handshake per review costs several times the review; a kept-alive connection waiting for its next request
-is idle again (evictable, with its timeouts anew).
+Why asyncio and these limits: the kubelet's probes (2-5 s timeouts) and the API server's webhook calls must be
+answered while anything else hammers the port. One event loop holds an idle connection for a few kilobytes
+instead of a thread; the listen backlog queues a burst in the kernel. A connection must send its request head
+within ``timeout`` (the TLS handshake included) and finish it within ``head_timeout`` of its first byte; the
+body and the answer have ``timeout`` more in all. At most ``max_connections`` are open: at the cap a new one
+closes the oldest idle one (its head not complete), so slow clients cannot keep a probe waiting; one whose head
+is complete is never evicted. Oversized heads get 414/431, bodies 413, chunked bodies 411. One request per
+connection unless ``keep_alive`` (the webhook's: the API server keeps its connections, and a TLS handshake per
+review costs several reviews). The application ``(method, path, body) -> (status, body, content type)`` runs
+on the loop and must be quick; each server has its own loop.
 
-The application is a plain function ``(method, path, body) -> (status, body, content type)``, called on the
-loop: it must be quick (the probe routes, a metrics render, the webhook's rules are; a worker thread per
-request halved the webhook's reviews per second). Each server has its own loop, so the webhook's never delays
-the probes'.
+With ``certs`` the server speaks TLS only, and the certificate follows its files: kubelet swaps a mounted
+Secret's ``..data`` symlink, so the files' identity is compared on every new connection and a change loads a
+new context (a pair that does not load keeps the previous one, logged once per change).
 
-With ``certs`` the server speaks TLS only. The certificate follows its files: kubelet updates a mounted Secret by
-swapping a symlink (``..data``), so the files' identity (device, inode, size, mtime of what the paths resolve
-to) changes at once. It is compared on every new connection (two ``stat`` calls); a change loads the pair into
-a new TLS context used from then on. A pair that does not load (a half-written file, a key that does not
-match) keeps the previous context and is tried again on the next connection; it is logged once per change.
-
-asyncio is not imported with this module (its import would be on the path from exec to the first manifest
-write): ``start(deferred=True)`` lets the server's thread wait, before it imports asyncio, until ``wake`` is
-called or a connection arrives; the socket listens from the constructor on, so the kernel queues a probe
-meanwhile, and the first one wakes the server itself.
+asyncio is imported only once the server serves: ``start(deferred=True)`` lets its thread wait until ``wake``
+or a first connection (the socket listens from the constructor on), off the path from exec to the first write.
 """
 
 from __future__ import annotations
@@ -44,10 +30,12 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Final, Self
 
 if TYPE_CHECKING:
     import asyncio
+    from email.message import Message
 
     from patcher.adapters.streams import HeadReader
 
@@ -74,11 +62,9 @@ MAX_BODY: Final = 4 * 1024 * 1024
 #: so that the client reads the answer instead of a reset caused by its own unread request.
 MAX_DISCARD: Final = 1 << 20
 TEXT: Final = "text/plain; charset=utf-8"
+#: RFC 9110's names, which ``HTTPStatus`` has only from Python 3.13 on.
+_PHRASES: Final = {413: "Content Too Large", 414: "URI Too Long"}
 
-_REASONS: Final = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-                   411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
-                   431: "Request Header Fields Too Large", 500: "Internal Server Error",
-                   503: "Service Unavailable"}
 
 FileId = tuple[int, int, int, int]
 
@@ -143,30 +129,20 @@ def _has_data(conn: socket.socket) -> bool:
         return False
 
 
-def _content_length(head: bytes) -> int:
+def _content_length(headers: Message) -> int:
     """The request's body length: ``Content-Length``, 0 without one (HTTP/1.1's rule), -1 when it is not a
     number or the body comes chunked (``Transfer-Encoding``, which no client of ours sends)."""
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"transfer-encoding":
-            return -1
-        if name == b"content-length":
-            value = value.strip()
-            length = int(value) if value.isdigit() else -1
-    return length
+    length = (headers.get_all("Content-Length") or ["0"])[-1].strip()
+    return -1 if "Transfer-Encoding" in headers or not length.isdigit() else int(length)
 
 
-def _asks_close(head: bytes) -> bool:
-    """Whether the request says ``Connection: close``."""
-    return any(name.strip().lower() == b"connection" and b"close" in value.lower()
-               for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:]))
+def _phrase(code: int) -> str:
+    return _PHRASES.get(code) or HTTPStatus(code).phrase
 
 
 def response(code: int, body: bytes, content_type: str, *, head_only: bool = False, close: bool = True) -> bytes:
     connection = "Connection: close\r\n" if close else ""
-    head = (f"HTTP/1.1 {code} {_REASONS.get(code, 'Unknown')}\r\nContent-Type: {content_type}\r\n"
+    head = (f"HTTP/1.1 {code} {_phrase(code)}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n{connection}\r\n")
     return head.encode("latin-1") + (b"" if head_only else body)
 
@@ -275,14 +251,17 @@ class HttpServer:
         parts = head.split(b"\r\n", 1)[0].split()
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
             return response(400, b"bad request\n", TEXT), False
+        from email.parser import BytesParser  # imported with the first request, as asyncio is
+
         method = parts[0].decode("latin-1")
-        length = _content_length(head)
+        headers = BytesParser().parsebytes(head.split(b"\r\n", 1)[1], headersonly=True)
+        length = _content_length(headers)
         if length < 0:
             return response(411, b"Content-Length required (no chunked bodies)\n", TEXT), False
         if length > self.max_body:
             return response(413, b"request body too large\n", TEXT), False
         body = await reader.readexactly(length) if length else b""
-        keep = self.keep_alive and parts[2] == b"HTTP/1.1" and not _asks_close(head)
+        keep = self.keep_alive and parts[2] == b"HTTP/1.1" and "close" not in headers.get("Connection", "").lower()
         try:
             code, payload, ctype = self.app(method, parts[1].decode("latin-1"), body)
         except Exception:
@@ -298,7 +277,7 @@ class HttpServer:
 
         start = await reader.read(MAX_REQUEST_HEAD)  # buffered already: returns at once
         code = 431 if b"\r\n" in start else 414
-        writer.write(response(code, f"{_REASONS[code].lower()}\n".encode(), TEXT))
+        writer.write(response(code, f"{_phrase(code).lower()}\n".encode(), TEXT))
         end = time.monotonic() + self.timeout
         with contextlib.suppress(TimeoutError, OSError):
             await asyncio.wait_for(writer.drain(), self.timeout)

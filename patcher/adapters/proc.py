@@ -1,14 +1,11 @@
 """Find the running kube-scheduler through /proc (hostPID) and tell whether it runs our config since our write.
 
-This is the restart check that needs no API server (``--no-api``, or while the API is down). A process counts
-as "the restarted scheduler" when its command line runs kube-scheduler (directly, or through a ``go-runner``
-or ``hyperkube`` wrapper), carries our ``--config`` and it was created after the manifest write.
-
-Process start times come from ``/proc/<pid>/stat`` in clock ticks since boot (10 ms at the usual 100 Hz).
-psutil's wall-clock ``create_time()`` adds the boot time from ``/proc/stat``, which has whole-second
-precision, so it can be up to a second early; here the since-boot value is converted with the current
-offset between the wall clock and ``CLOCK_BOOTTIME`` instead, leaving only the 10 ms tick granularity to
-tolerate. ``(pid, since-boot start)`` identifies a process across polls even when a pid is reused.
+The restart check that needs no API server (``--no-api``, or while the API is down): a process counts as the
+restarted scheduler when its command line runs kube-scheduler (directly, or through ``go-runner`` or
+``hyperkube``), carries our ``--config``, and it started after the manifest write. Start times are taken
+since boot and converted with the current offset between the wall clock and ``CLOCK_BOOTTIME`` (psutil's
+``create_time()`` adds /proc/stat's whole-second boot time, up to a second early); ``(pid, since-boot
+start)`` identifies a process across polls even when a pid is reused.
 """
 
 from __future__ import annotations

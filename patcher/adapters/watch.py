@@ -1,37 +1,23 @@
 """Folder watches on the ``watchdog`` library's inotify observer, turned into "this thing really changed".
 
-Folders, not files, are watched: the kubelet's manifest is replaced by rename (a file watch would follow the
-old inode), and a ConfigMap update is an atomic swap of the ``..data`` symlink that raises no event on the
-visible file names. Every event in a folder schedules a look; the look compares a content fingerprint with
-the last one seen, which also swallows our own writes: after writing, the agent tells the watcher what it
-wrote (``expect``), and the resulting events find nothing new.
+Folders, not files, are watched: the kubelet replaces a manifest by rename (a file watch would follow the old
+inode), and a ConfigMap update swaps the ``..data`` symlink without an event on the visible names. Every event
+schedules a look, which compares a content fingerprint with the last one seen; after writing, the agent tells
+the watcher what it wrote (``expect``), so its own events find nothing new.
 
-When to look is the latency/correctness trade: a ConfigMap swap is one rename and should be acted on at
-once, while an editor may write in several steps. The events say which steps are unfinished: a file that was
-modified and not yet closed has a writer at work (``FileModifiedEvent`` without ``FileClosedEvent``). So a
-look waits for every writer in the target's folders to close, then for a short quiet time (``debounce``)
-that covers a writer's next syscall (rename after close, a second ``>>``), and never longer than
-``max_wait`` for a writer that keeps a file open. The kubelet's rename of ``..data_tmp`` over ``..data`` is
-the one step known to be the last that matters: once the visible names match the new ``..data``
-(``configmap_published``), the look starts at once, without the quiet time it no longer needs. The timing core
-(``Settler``) is pure and takes the clock as an argument; ``classify`` (what one watchdog event means) is pure too.
+When to look: a file modified and not yet closed has a writer at work, so a look waits for every writer in the
+target's folders to close, then a short quiet time (``debounce``: a writer's next syscall), never longer than
+``max_wait``. The kubelet's rename of ``..data_tmp`` over ``..data`` is the last step that matters: once the
+visible names match it (``configmap_published``) the look starts at once. ``Settler`` (the timing) and
+``classify`` (what one event means) are pure.
 
-A watched folder can be deleted and recreated, renamed away, or have a parent replaced (a host-config
-rebuild, a remounted ConfigMap volume). Each folder's ancestors are watched too, for the next path component
-being moved or deleted; while a folder is gone, its nearest existing ancestor is watched for the next path
-component to appear. Any such event, or the folder's own deletion, re-arms every watch from the paths and
-looks at every target (a change made while unwatched is then seen by its fingerprint). watchdog reports no
-``IN_MOVE_SELF``, so a folder (or ancestor) renamed away is seen by its parent's watch, as a move of its name.
+A watched folder can be deleted, renamed away or have a parent replaced: each folder's ancestors are watched
+too, and while a folder is gone its nearest existing ancestor is watched for it to appear; any such event
+re-arms every watch from the paths and looks at every target. The event filters keep the kernel masks small.
 
-Event filters keep the kernel masks small: no open/read/attribute events on the folders, and on ancestors
-only entries moved or deleted (watchdog cannot ask for "only the ancestor itself", so a sibling's deletion
-reaches watchdog's reader and is dropped there, never reaching this module).
-
-Threads: watchdog's (a reader per watch, a dispatcher; the observer's timeout is an hour, so an idle
-dispatcher wakes once an hour, and stop() still ends it at once with a sentinel), and one of ours that
-sleeps on a condition with no timeout unless a look is due: an idle watcher does not wake up. The
-callbacks watchdog runs never take ``_lock``: watchdog holds its own lock while dispatching, and we hold
-ours while (un)scheduling.
+Threads: watchdog's (a reader per watch, a dispatcher that wakes once an hour when idle; stop() ends it at
+once), and one of ours that sleeps with no timeout unless a look is due. watchdog's callbacks never take
+``_lock`` (watchdog holds its own lock while dispatching, we hold ours while (un)scheduling).
 """
 
 from __future__ import annotations
@@ -73,10 +59,8 @@ log = logging.getLogger(__name__)
 #: The observer's dispatcher wakes up this often when nothing happens (stop() does not wait for it).
 OBSERVER_TIMEOUT = 3600.0
 
-#: "Full events": an entry moved out of (into) a watched folder is a move with no destination (source) rather
-#: than a deletion (creation), so ancestors need no deletion events, which inotify would raise for every
-#: sibling deleted in a busy /tmp or /etc. watchdog 4.x cannot filter full events: there, a move out of an
-#: ancestor is a deletion, and the ancestors' kernel masks include their entries' deletions.
+#: "Full events": a move out of a watched folder is a move without destination, not a deletion, so ancestors
+#: need no deletion events (one for every sibling deleted in a busy /etc). watchdog 4.x cannot filter them.
 FULL_EVENTS = "event_filter" in inspect.signature(InotifyFullEmitter.__init__).parameters
 #: A watched folder: entries created, written, closed after writing, moved, deleted (no reads, no opens; at
 #: watchdog 4.x the closing of a reader also reaches watchdog, which drops it).
@@ -85,14 +69,13 @@ CONTENT_EVENTS: tuple[type[FileSystemEvent], ...] = (
     DirCreatedEvent, DirMovedEvent, DirDeletedEvent,
 )
 #: An ancestor of a watched folder: its next path component moved away or over (a deletion needs the folder
-#: deleted first, which the folder's own watch sees). Files are dropped by watchdog, never reach us.
+#: deleted first, which the folder's own watch sees).
 ANCESTOR_EVENTS: tuple[type[FileSystemEvent], ...] = (
     (DirMovedEvent,) if FULL_EVENTS else (DirMovedEvent, DirDeletedEvent)
 )
 #: The nearest existing ancestor of a folder that is gone: also its next path component appearing, and its
-#: own deletion. No watch below it sees that one (the folder is already gone), and watchdog drops an
-#: ``IN_DELETE_SELF`` that the filter does not name: without it, an ``rmtree`` split by a re-arm left the watch
-#: on a deleted inode for good. The price is the deletions of its siblings while the folder is missing.
+#: own deletion (watchdog drops an ``IN_DELETE_SELF`` the filter does not name: an ``rmtree`` split by a re-arm
+#: would leave the watch on a deleted inode).
 CREATION_EVENTS: tuple[type[FileSystemEvent], ...] = tuple(dict.fromkeys((DirCreatedEvent, DirDeletedEvent,
                                                                            *ANCESTOR_EVENTS)))
 
@@ -148,7 +131,6 @@ def classify(event: FileSystemEvent, *, watched: str, ancestor_of: str | None) -
     if isinstance(event, (FileCreatedEvent, DirCreatedEvent)):
         return [(Action.CHANGE, names[0])]
     return []  # directory modified, opened, closed without writing: nothing for us
-
 
 
 @dataclass
@@ -295,10 +277,8 @@ class FolderWatcher:
                  published: Callable[[str], bool] = configmap_published,
                  observer: Callable[[], BaseObserver] | None = None, settler: Settler | None = None) -> None:
         """``published``: whether a ConfigMap swap in a folder may be looked at at once; ``observer``: makes the
-        started watchdog observer every watch is scheduled on (default: inotify); ``settler``: the timing core
-        (default: ``Settler(debounce, max_wait)``). They are the watcher's collaborators, given so that a test can
-        record what they were asked, or refuse paths as the kernel would, instead of reading the watcher's
-        insides."""
+        started watchdog observer (default: inotify); ``settler``: the timing core (default: ``Settler(debounce,
+        max_wait)``)."""
         self.on_change = on_change
         self._is_published = published
         self._make_observer = observer or _inotify_observer
@@ -314,10 +294,8 @@ class FolderWatcher:
         self._stopping = False
 
     def add(self, name: str, folder: Path, fingerprint: Callable[[], str], *, missing_ok: bool = False) -> None:
-        """Watch ``folder`` for ``name``; adding a name again watches one more folder for the same thing (a
-        symlinked manifest changes in its target's folder). ``missing_ok``: a folder not there yet is watched
-        for from its nearest existing ancestor (the agent's config folder before its first write), as one that
-        goes away later is."""
+        """Watch ``folder`` for ``name`` (again: one more folder, as a symlinked manifest's target's).
+        ``missing_ok``: a folder not there yet is watched for from its nearest existing ancestor."""
         if not missing_ok and not folder.is_dir():
             raise PatcherError(str(folder), "folder to watch does not exist")
         with self._lock:

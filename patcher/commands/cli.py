@@ -10,12 +10,14 @@ which are read below ``--host-root`` when one is given.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from patcher import __version__
 from patcher.commands.conventions import (
@@ -34,7 +36,7 @@ from patcher.commands.conventions import (
 )
 from patcher.core.errors import PatcherError
 from patcher.core.schedconfig.version import SUPPORTED_TEXT
-from patcher.core.settings import Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status
+from patcher.core.settings import FLAG, Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status, groups
 from patcher.services import nodefiles
 
 #: Flags that name a path on the node: read below --host-root (in the container: /host). Without --host-root
@@ -43,6 +45,7 @@ NODE_PATH_FLAGS = ("manifest_dir", "host_config_dir", "state_dir")
 #: Flags that name a path on the machine the command runs on: a relative one resolves against the working
 #: directory.
 LOCAL_PATH_FLAGS = ("source", "kubeconfig")
+T = TypeVar("T")
 #: Where RKE2 keeps its static pods: named in the hint when the kubeadm folder is missing.
 RKE2_MANIFEST_DIR = "/var/lib/rancher/rke2/agent/pod-manifests"
 
@@ -60,10 +63,6 @@ SECTIONS = {
 }
 
 
-def _section(p: argparse.ArgumentParser, group: str) -> Flags:
-    return Flags(p.add_argument_group(SECTIONS[group]))
-
-
 #: Flags of the shared set that ``restore`` does not read (it removes what the marker lists, whatever the source
 #: and version): accepted, so one flag set still serves apply and restore in a script, but not in its --help.
 RESTORE_IGNORES = frozenset({"--source", "--on-foreign-config", "--kube-version"})
@@ -79,41 +78,58 @@ def kube_version(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _common(p: argparse.ArgumentParser, command: str = "") -> None:
-    f = _section(p, "files")
-    hidden = RESTORE_IGNORES if command == "restore" else frozenset()
+def _text(value: Any) -> str | None:
+    """A setting's default as a flag's value is typed (``600.0`` seconds: ``10m``)."""
+    if value is None or isinstance(value, str | Path):
+        return None if value is None else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    unit, size = next(((u, n) for u, n in (("h", 3600), ("m", 60)) if value >= n and value % n == 0), ("s", 1))
+    return f"{value / size:g}{unit}"
 
-    def add(flag: str, default: str | None, help_text: str, **kw: Any) -> None:
-        f.add(flag, default, argparse.SUPPRESS if flag in hidden else help_text, **kw)
 
-    f.add("--manifest-dir", "/etc/kubernetes/manifests",
-          f"kubelet static-pod folder (node path; RKE2: {RKE2_MANIFEST_DIR})")
-    f.add("--manifest-name", "kube-scheduler.yaml", "kube-scheduler manifest file name")
-    add("--source", "/etc/scheduler-patcher/source", "source folder with the scheduler config (ConfigMap mount)")
-    f.add("--host-config-dir", "/etc/kubernetes/scheduler-patcher", "node folder for the rendered config (node path)")
-    f.add("--state-dir", "/var/lib/scheduler-patcher", "node folder for the agent's state and backups (node path)")
-    f.add("--host-root", "/", "where the node's file system is mounted (/host in the container); node paths "
-          "are read below it")
-    f.add("--annotation-prefix", "scheduler-patcher.io", "prefix of our annotations")
-    f.add("--container-name", None, "kube-scheduler container name (default: detected)")
-    add("--on-foreign-config", "merge", "what to do with a --config we did not add",
-        choices=["fail", "replace", "merge"])
-    add("--kube-version", None, f"kube-scheduler version, when the image tag does not tell ({SUPPORTED_TEXT})",
-        type=kube_version)
+def _parser_kw(name: str, hint: Any) -> dict[str, Any]:
+    """What argparse needs for a setting of type ``hint`` (a number of seconds is a duration)."""
+    if name == "--kube-version":
+        return {"type": kube_version}
+    if hint is bool:
+        return {"type": boolean, "nargs": "?", "const": True}
+    if hint in (float, int, float | None):
+        return {"type": duration}
+    return {"choices": list(typing.get_args(hint))} if typing.get_origin(hint) is Literal else {}
+
+
+def _add_flags(p: argparse.ArgumentParser, group: str, hidden: frozenset[str] = frozenset()) -> None:
+    """The flags of one settings group, declared there (``patcher.core.settings.flag``), in its --help section."""
+    kind = groups()[group]
+    f, hints = Flags(p.add_argument_group(SECTIONS[group])), typing.get_type_hints(kind)
+    for field in dataclasses.fields(kind):
+        if (name := field.metadata.get(FLAG)) is not None:
+            env, default = field.metadata.get("env"), _text(field.default)
+            shown = field.metadata["help"].replace("%", "%%") + (f" ({SUPPORTED_TEXT})" if name == "--kube-version"
+                                                                  else "")
+            f.add(name, os.environ.get(env, default) if env else default,
+                  argparse.SUPPRESS if name in hidden else shown, **_parser_kw(name, hints[field.name]))
+    if group == "api":  # the group itself, absent with --no-api
+        no_api = next(f for f in dataclasses.fields(Settings) if f.name == "api")
+        f.add(no_api.metadata[FLAG], "false", no_api.metadata["help"], type=boolean, nargs="?", const=True)
 
 
 def _output_flag(p: argparse.ArgumentParser) -> None:
     Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
 
 
+def _group(kind: type[T], args: argparse.Namespace, **given: Any) -> T:
+    """A settings group from the parsed flags that name its fields, ``given`` taking precedence."""
+    flagged = {f.name: getattr(args, str(f.metadata[FLAG]).lstrip("-").replace("-", "_"))
+               for f in dataclasses.fields(kind) if FLAG in f.metadata}  # type: ignore[arg-type]
+    return kind(**{**flagged, **given})
+
+
 def _files(args: argparse.Namespace) -> Files:
     """The ``files`` group from the flags every node command shares."""
-    return Files(
-        manifest_dir=args.manifest_dir, manifest_name=args.manifest_name, source=Path(args.source),
-        host_config_dir=args.host_config_dir.rstrip("/") or "/", state_dir=args.state_dir,
-        host_root=Path(args.host_root), prefix=args.annotation_prefix.rstrip("/"),
-        container_name=args.container_name, on_foreign=args.on_foreign_config, kube_version=args.kube_version,
-    )
+    return _group(Files, args, source=Path(args.source), host_root=Path(args.host_root),
+                  host_config_dir=args.host_config_dir.rstrip("/") or "/", prefix=args.annotation_prefix.rstrip("/"))
 
 
 def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
@@ -197,11 +213,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output != "text":
         from patcher.core.extprobe import as_data
 
-        changes = [{"path": c.node_path, "kind": c.kind,
-                    "action": "create" if c.old is None else "delete" if c.new is None else "update",
-                    "diff": c.diff()} for c in plan.changes]
         doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
-               "source_hash": plan.source_hash or None, "notes": notes, "changes": changes}
+               "source_hash": plan.source_hash or None, "notes": notes, "changes": _changes_doc(plan.changes)}
         if probes is not None:
             doc["extenders"] = as_data(probes)
         emit(doc, args.output)
@@ -310,58 +323,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_ERROR if info.get("error") else EXIT_OK
 
 
-def _run_flags(p: argparse.ArgumentParser) -> None:
-    f = _section(p, "pod")
-    f.add("--node-name", os.environ.get("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME)")
-    f.add("--pod-name", os.environ.get("POD_NAME"), "the agent's own pod (the DaemonSet sets POD_NAME): with "
-          "--restore-on-exit=auto its DaemonSet is read through it")
-    f.add("--namespace", os.environ.get("POD_NAMESPACE", "scheduler-patcher"),
-          "the agent's namespace (rollout Lease, status ConfigMaps)")
-    f.add("--termination-grace-period", None, "the pod's terminationGracePeriodSeconds (the DaemonSet sets it; the "
-          "downward API cannot): --grace-period must be shorter", type=duration)
-    f = _section(p, "api")
-    f.add("--kubeconfig", None, "kubeconfig file (default: as kubectl: $KUBECONFIG, a colon-separated list, "
-          "else ~/.kube/config, else the in-cluster service account)")
-    f.add("--context", None, "the kubeconfig context to use (kubectl's --context; default: its current context)")
-    f.add("--no-api", "false", "run with no Kubernetes API (files only)", type=boolean, nargs="?", const=True)
-    f = _section(p, "lifecycle")
-    f.add("--restart-timeout", "10m", "how long the scheduler may take to come back Ready", type=duration)
-    f.add("--restart-settle", "10s", "how long the restarted scheduler must run without a restart before it "
-          "counts as Ready (a refused config makes it exit about a second after it starts)", type=duration)
-    f.add("--rollback-on-failure", "true", "roll back when the scheduler does not come back", type=boolean)
-    f.add("--check-extenders", "true", "before writing the manifest, call each extender of the config once; "
-          "one that is not ignorable and does not answer holds the write back (Pending, retried)", type=boolean)
-    f.add("--restore-on-exit", "auto", "on SIGTERM: restore the manifest when the agent leaves the node for good "
-          "(auto: its DaemonSet is gone, being deleted, no longer selects the node, or cannot be read), always, "
-          "or never", choices=["auto", "always", "never"])
-    f.add("--grace-period", "25s", "time budget for restoring and reporting on SIGTERM", type=duration)
-    f = _section(p, "loop")
-    f.add("--resync-interval", "5m", "periodic reconcile, a safety net for missed events", type=duration)
-    f.add("--local-check", "false", "check the kube-scheduler process with psutil (needs hostPID)",
-          type=boolean, nargs="?", const=True)
-    f.add("--extender-probe-interval", "60s", "while Ready, probe the extenders this often (jittered by 20 %%; 0: "
-          "never); one that stops answering makes the cluster verdict NotReady, the manifest is not touched",
-          type=duration)
-    f.add("--hold-wait", "30s", "with the API, how long the agent waits at its start to learn whether its Node is "
-          "held (the hold annotation) before it writes anything; then it goes on as not held", type=duration)
-    f = _section(p, "rollout")
-    f.add("--rollout", "coordinated", "one node at a time through a Lease, or each node on its own",
-          choices=["coordinated", "independent"])
-    f.add("--rollout-lease", "scheduler-patcher-rollout", "name of the rollout Lease")
-    f.add("--rollout-lease-duration", "60s", "a dead holder is superseded after this long", type=duration)
-    f = _section(p, "status")
-    f.add("--publish-status", "true", "publish the cluster verdict in the scheduler-patcher-status ConfigMap",
-          type=boolean)
-    f.add("--compat-csi-baremetal", "false", "also publish the csi-baremetal operator's extender-readiness "
-          "ConfigMap", type=boolean)
-    f.add("--compat-namespace", None, "namespace of the extender-readiness ConfigMap (default: --namespace)")
-    f = _section(p, "serve")
-    f.add("--listen", ":9808", "address of /healthz, /livez, /readyz and /metrics (with hostNetwork a host port: "
-          "never the scheduler's 10259)")
-    f.add("--log-format", "text", "log format", choices=["text", "json"])
-    f.add("--log-level", "info", "log level", choices=["debug", "info", "warning", "error"])
-
-
 #: Ports kube-scheduler listens on in the host network the agent shares (hostNetwork): never the agent's.
 SCHEDULER_PORTS = {"10259": "its secure port", "10251": "its insecure port before 1.23"}
 
@@ -390,21 +351,11 @@ def run_settings(args: argparse.Namespace) -> Settings:
         raise RunFlagError("NODE_NAME is not set: the agent cannot tell which Node it runs on. Set it from the "
                            "downward API (spec.nodeName), or pass --no-api for a run without a cluster", EXIT_ERROR)
     settings = Settings(
-        files=_files(args),
-        lifecycle=Lifecycle(restart_timeout=args.restart_timeout, restart_settle=args.restart_settle,
-                            rollback_on_failure=args.rollback_on_failure,
-                            restore_on_exit=args.restore_on_exit, grace_period=args.grace_period,
-                            check_extenders=args.check_extenders),
-        loop=Loop(resync_interval=args.resync_interval, local_check=args.local_check,
-                  extender_probe_interval=args.extender_probe_interval, hold_wait=args.hold_wait),
-        pod=Pod(node_name=args.node_name or "", pod_name=args.pod_name or "", namespace=args.namespace,
-                termination_grace=args.termination_grace_period),
-        api=None if args.no_api else Api(kubeconfig=args.kubeconfig, context=args.context),
-        rollout=Rollout(mode=args.rollout, lease=args.rollout_lease, lease_duration=int(args.rollout_lease_duration)),
-        status=Status(publish=args.publish_status, compat_csi_baremetal=args.compat_csi_baremetal,
-                      compat_namespace=args.compat_namespace),
-        serve=Serve(listen=args.listen, log_format=args.log_format, log_level=args.log_level),
-    )
+        files=_files(args), lifecycle=_group(Lifecycle, args), loop=_group(Loop, args),
+        pod=_group(Pod, args),
+        api=None if args.no_api else _group(Api, args),
+        rollout=_group(Rollout, args, lease_duration=int(args.rollout_lease_duration)),
+        status=_group(Status, args), serve=_group(Serve, args))
     grace, kill = settings.lifecycle.grace_period, settings.pod.termination_grace
     if kill is not None and grace >= kill:
         raise RunFlagError(f"--grace-period {grace:g}s: must be shorter than --termination-grace-period ({kill:g}s, "
@@ -458,7 +409,7 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> Parser:
     ]
     for name, help_text, func in commands:
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=exit_codes(name))
-        _common(p, name)
+        _add_flags(p, "files", RESTORE_IGNORES if name == "restore" else frozenset())
         if name != "run":
             _output_flag(p)
         if name in ("plan", "apply"):
@@ -469,7 +420,8 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> Parser:
             p.add_argument("--dry-run", action="store_true", help="print the diff the restore would make and write "
                            "nothing (exit 2 when it would change something, as plan)")
         if name == "run":
-            _run_flags(p)
+            for group in [g for g in SECTIONS if g != "files"]:
+                _add_flags(p, group)
         p.set_defaults(func=func)
     for name, (module_name, help_text) in CLUSTER_COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=exit_codes(name))

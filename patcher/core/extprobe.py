@@ -1,16 +1,14 @@
 """What it takes to prove an extender answers, the way kube-scheduler would call it. Pure.
 
-kube-scheduler never checks its extenders at start-up: a wrong URL, an extender not up yet or a certificate
-the scheduler rejects shows only when pods fail to schedule (``ignorable: false``) or are silently placed
-without the extender (``ignorable: true``). The agent probes first. This module reads the probe targets out of
-the rendered config files, builds the harmless request (a filter, else a prioritize, call with an empty node
-list; never bind or preempt, which change the cluster), and judges the answer; the network part (and the
-probe of one rendered config on this node) is ``patcher.adapters.extprobe``.
+kube-scheduler never checks its extenders at start-up: a wrong URL or a certificate it rejects shows only when
+pods fail to schedule (or are placed without the extender, ``ignorable: true``). So the agent probes first:
+this module reads the targets out of the rendered config, builds the harmless request (a filter, else a
+prioritize, call with no node; never bind or preempt) and judges the answer; the network part is
+``patcher.adapters.extprobe``.
 
-The transport follows kube-scheduler's ``makeTransport``: the ``tlsConfig`` fields as given; with
-``enableHTTPS`` and no CA (file or data) the server certificate is not verified; a CA together with
-``insecure`` is refused (client-go's ``TLSConfigFor``). An unset or zero ``httpTimeout`` is 5 s, the
-scheduler's ``DefaultExtenderTimeout``.
+The transport follows kube-scheduler's ``makeTransport``: with ``enableHTTPS`` and no CA the server
+certificate is not verified; a CA together with ``insecure`` is refused (client-go's ``TLSConfigFor``). An
+unset or zero ``httpTimeout`` is 5 s, the scheduler's ``DefaultExtenderTimeout``.
 """
 
 from __future__ import annotations
@@ -154,11 +152,8 @@ def _tls(extender: Mapping[str, Any]) -> tuple[Tls, str]:
 
 
 def request_body(node_cache_capable: bool) -> bytes:
-    """``ExtenderArgs`` with no node: the names form for a node-cache-capable extender, else a NodeList.
-
-    Spelt as kube-scheduler sends it: the Go type has no json tags, so the keys are the field names (``Pod``,
-    ``Nodes``, ``NodeNames``; seen on the wire from the real scheduler). An extender that reads them
-    case-sensitively must see from the probe what it will see from the scheduler."""
+    """``ExtenderArgs`` with no node: the names form for a node-cache-capable extender, else a NodeList. Spelt as
+    kube-scheduler sends it (the Go type has no json tags: ``Pod``, ``Nodes``, ``NodeNames``)."""
     args: dict[str, Any] = {"Pod": PROBE_POD}
     if node_cache_capable:
         args["NodeNames"] = []

@@ -51,7 +51,7 @@ def emu() -> Iterator[KubeEmulatorExt]:
 
 def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> Api:
     api = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    api.user_agent = agent  # tells the replicas' requests apart in the emulator's log
+    api.default_headers["User-Agent"] = agent  # tells the replicas' requests apart in the emulator's log
     return api
 
 

@@ -35,7 +35,7 @@ def emu() -> Iterator[KubeEmulatorExt]:
 def api(emu: KubeEmulatorExt, tmp_path: Path) -> Iterator[Api]:
     client = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc")),
                                              timeout=(0.5, 2.0)))
-    client.user_agent = "transport-test"
+    client.default_headers["User-Agent"] = "transport-test"
     yield client
     client.close()
 

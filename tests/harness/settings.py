@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from patcher.core.settings import Settings
+from patcher.core.settings import Settings, groups
 
 
 def build_settings(*, no_api: bool = False, **values: Any) -> Settings:
@@ -32,17 +32,6 @@ def build_settings(*, no_api: bool = False, **values: Any) -> Settings:
     if no_api:
         out["api"] = None
     return Settings(**out)
-
-
-def groups() -> dict[str, type[Any]]:
-    """Every group of ``Settings``: its field name there to its dataclass (each group's default is one)."""
-    out: dict[str, type[Any]] = {}
-    for f in dataclasses.fields(Settings):
-        kind = f.default_factory
-        if not isinstance(kind, type):
-            raise TypeError(f"Settings.{f.name}: a group's default must be its dataclass")
-        out[f.name] = kind
-    return out
 
 
 def owner_of(name: str) -> str:

@@ -277,7 +277,7 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
 
     events = audit_events(cp)
     # Least privilege that is enough: no request refused, but in the moment a restarting kube-apiserver listens
-    # before its RBAC caches synced (it then denies everyone; the retries heal it: see backoff.after_denial).
+    # before its RBAC caches synced (it then denies everyone; the retries heal it: see backoff.DENIED_QUICK_RETRIES).
     outside = [describe(e) for e in events if e.get("responseStatus", {}).get("code") == 403
                and not restart[0] <= received(e) <= restart[1]]
     assert outside == [], "\n".join(outside)

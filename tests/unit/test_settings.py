@@ -16,9 +16,9 @@ import pytest
 
 from patcher.commands.cli import SECTIONS, _files, build_parser, run_settings
 from patcher.core import lifecycle, settings
-from patcher.core.settings import Files, Lifecycle, Settings
+from patcher.core.settings import Files, Lifecycle, Settings, groups
 from tests.component.test_cli import RUN_FLAG_VALUES
-from tests.harness.settings import build_settings, groups, owner_of
+from tests.harness.settings import build_settings, owner_of
 
 ROOT = Path(__file__).resolve().parents[2] / "patcher"
 #: Fields elsewhere that share a setting's name and carry a default of their own, and why that is not a second

@@ -1,11 +1,7 @@
 """Capped exponential backoff with jitter, the one retry pace of everything that talks to the API server.
 
-Its users: every ``ListWatcher`` (the mirror-pod watch, the Node and pod watches of ``readiness --wait`` and the
-gatekeeper), the Node reporter, the status publisher, the readiness retries (``kube/cluster.py``), the
-gatekeeper's verdict and release retries, and the agent's API-version poll (``services/runner.py``).
-
-The API server is expected to be unreachable for seconds to minutes while control-plane pods restart; many
-agents retrying in lock-step would hit it together the moment it returns, hence the jitter.
+The API server is unreachable for seconds to minutes while control-plane pods restart; agents retrying in
+lock-step would hit it together the moment it returns, hence the jitter.
 """
 
 from __future__ import annotations
@@ -14,17 +10,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Final
 
-#: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay. A
-#: denial is not always the Role or the token: kube-apiserver answers 403 to requests that reach it after it
-#: listens but before its RBAC informers synced (a restart: tests/real/test_real_nodes.py sees the agents' and the
-#: gatekeeper's watches refused for a moment, "clusterrole ... not found"), and a Role applied a moment after
-#: the pod starts heals as fast. One that persists is the Role or the token: asking more often would not help.
+#: A 401/403 is retried at the ordinary pace this many times in a row before it waits the longest delay: a
+#: restarting kube-apiserver denies until its RBAC informers synced ("clusterrole ... not found"), and a Role
+#: applied a moment after the pod starts heals as fast. One that persists needs the Role or the token changed.
 DENIED_QUICK_RETRIES: Final = 3
-
-
-def after_denial(backoff: Backoff, delay: float, denials: int) -> float:
-    """The delay after the ``denials``-th 401/403 in a row, ``delay`` being the backoff's ordinary one."""
-    return delay if denials <= DENIED_QUICK_RETRIES else backoff.maximum
 
 
 @dataclass
@@ -37,20 +26,25 @@ class Backoff:
     jitter: float = 0.5
     rng: random.Random = field(default_factory=random.Random, repr=False)
     _attempt: int = field(default=0, init=False, repr=False)
+    _denials: int = field(default=0, init=False, repr=False)  # 401/403 answers in a row
 
     def __post_init__(self) -> None:
         if self.initial <= 0 or self.maximum < self.initial or self.factor < 1 or not 0 <= self.jitter < 1:
             raise ValueError(f"invalid backoff settings: {self!r}")
 
-    def next_delay(self) -> float:
-        """The delay before the next attempt; each call counts one more failure."""
+    def next_delay(self, denied: bool = False) -> float:
+        """The delay before the next attempt; each call counts one more failure. ``denied`` (a 401/403, an
+        ``errors.Denied``): past ``DENIED_QUICK_RETRIES`` of them in a row, the longest delay."""
         base = min(self.maximum, self.initial * self.factor ** min(self._attempt, 64))
         self._attempt += 1
-        return base * (1.0 - self.jitter * self.rng.random())
+        self._denials = self._denials + 1 if denied else 0
+        return self.maximum if self._denials > DENIED_QUICK_RETRIES else base * (1.0 - self.jitter * self.rng.random())
 
-    def reset(self) -> None:
-        """Forget past failures (call after a success)."""
+    def reset(self, *, denials: bool = True) -> None:
+        """Forget past failures (call after a success; ``denials=False``: start over from the shortest delay,
+        with the 401/403 answers still counted)."""
         self._attempt = 0
+        self._denials = 0 if denials else self._denials
 
     @property
     def failures(self) -> int:

@@ -1,20 +1,12 @@
-"""Build the Kubernetes API client: the credentials found the way kubectl finds them.
+"""Build the Kubernetes API client (``kube.transport.Api``): the credentials found the way kubectl finds them.
 
-kubectl's order (client-go's ``ClientConfigLoadingRules``): ``--kubeconfig`` (one file, which must exist), else
-``$KUBECONFIG`` (a colon-separated list, merged; missing files are skipped, and for each name, the current
-context included, the first file that sets it wins), else ``~/.kube/config``, else the in-cluster service
-account. ``--context`` picks a context of the kubeconfig, as kubectl's does. An admin's machine therefore needs
-no flag, and the agent's pod (no kubeconfig anywhere) uses its service account.
+kubectl's order: ``--kubeconfig`` (one file, which must exist), else ``$KUBECONFIG`` (a colon-separated list,
+merged; missing files skipped; for each name the first file that sets it wins), else ``~/.kube/config``, else
+the in-cluster service account; ``--context`` as kubectl's. The in-cluster path imports only the official
+``incluster_config`` loader (``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config``.
 
-The client is ``kube.transport.Api``: the official client's ``Configuration`` and pool manager without its
-generated classes. The in-cluster path imports only the official ``incluster_config`` loader (see
-``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config`` package (YAML, OAuth, exec plugins),
-which is for local runs.
-
-Every request gets a short default timeout (a hung API server must not stall a reconcile), urllib3's own
-retries are limited to one (stale keep-alive connections) because the callers retry with backoff, TCP
-keepalive is on so a dead watch connection is noticed, and TLS verification is forced on whatever the
-kubeconfig says: the agent edits a control-plane manifest as root and must know whom it talks to.
+TLS verification is forced on whatever the kubeconfig says: the agent edits a control-plane manifest as root
+and must know whom it talks to. urllib3 retries once (stale keep-alive connections): the callers back off.
 """
 
 from __future__ import annotations
@@ -118,11 +110,8 @@ def _contexts(files: list[str]) -> tuple[str | None, list[str]]:
 def load_configuration(
     settings: ClientSettings = ClientSettings(), environ: Mapping[str, str] | None = None
 ) -> Configuration:
-    """Resolve the API configuration in kubectl's order (the module docstring): ``--kubeconfig``, else
-    ``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster; ``settings.context`` as kubectl's ``--context``.
-
-    Raises ``ApiConfigError`` with one sentence an operator can act on.
-    """
+    """Resolve the API configuration in kubectl's order (the module docstring); ``ApiConfigError`` with one
+    sentence an operator can act on."""
     env = os.environ if environ is None else environ
     cfg = Configuration()
     files, named_by = kubeconfig_files(settings.kubeconfig, env)
@@ -175,11 +164,8 @@ def build_api_client(
 
 
 def server_version(api: Api) -> str | None:
-    """The API server's ``gitVersion`` (e.g. ``v1.31.2``), or ``None`` when it cannot be asked right now.
-
-    Used as a fallback to learn the scheduler's version; an unreachable server is normal during a control-plane
-    restart, so failures are logged and answered with ``None`` rather than raised.
-    """
+    """The API server's ``gitVersion`` (e.g. ``v1.31.2``), the fallback for the scheduler's version; ``None``
+    when it cannot be asked right now (normal during a control-plane restart: logged, not raised)."""
     try:
         info = api_json("read the API server version", api.version)
     except ApiError as exc:

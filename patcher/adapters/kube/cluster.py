@@ -21,9 +21,9 @@ from typing import Final, TypeVar
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import ListWatcher, pages
 from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
-from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api
+from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
 from patcher.core.readiness import (
@@ -52,10 +52,7 @@ MANAGED_BY: Final = {"app.kubernetes.io/managed-by": "scheduler-patcher"}
 
 def fan_out(executor: Executor | None, calls: Sequence[Callable[[], T]]) -> list[T]:
     """The results of ``calls`` in their order: one after another without ``executor``, all at once on it.
-
-    Every call has ended before this returns or raises (the first failure, in call order): no read outlives
-    the verdict it was made for. The calls must not submit to ``executor`` themselves (a full pool would wait
-    on itself)."""
+    Every call has ended before this returns or raises: no read outlives the verdict it was made for."""
     if executor is None:
         return [call() for call in calls]
     futures = [executor.submit(call) for call in calls]
@@ -79,37 +76,12 @@ def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
     return [seen[name] for name in sorted(seen)]
 
 
-def list_nodes(api: Api, selectors: Sequence[str], executor: Executor | None = None) -> list[Obj]:
-    """Nodes matching any of ``selectors``, each once, sorted by name (one list per selector, at once on
-    ``executor``)."""
-    return _merge_nodes(fan_out(executor, [functools.partial(_node_items, api, s) for s in selectors]))
-
-
-def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
-                     label_selector: str | None = DEFAULT_MIRROR_SELECTOR) -> dict[str, Obj | None]:
-    """The named pods (``None`` when absent): one labelled list, then a GET for each one the list missed.
-
-    The list is the cheap path for kubeadm clusters; the GETs cover static pods without kubeadm's label and
-    callers allowed to ``get`` but not ``list`` pods in that namespace.
-    """
-    wanted = set(pod_names)
-    found: dict[str, Obj | None] = {}
-    if label_selector:
-        try:
-            body = api_json(f"list pods in {namespace} ({label_selector})", api.list, PODS, namespace=namespace,
-                            label_selector=label_selector)
-        except Forbidden:
-            body = {}
-        for item in body.get("items") or []:
-            name = dig(item, "metadata", "name")
-            if name in wanted:
-                found[name] = item
-    for name in sorted(wanted - found.keys()):
-        try:
-            found[name] = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
-        except NotFound:
-            found[name] = None
-    return found
+def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
+    try:
+        pod: Obj = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
+    except NotFound:
+        return None
+    return pod
 
 
 #: Page size of the namespace's pod lists: kube-system holds a pod per node for every node agent (CNI,
@@ -117,50 +89,28 @@ def read_mirror_pods(api: Api, namespace: str, pod_names: Iterable[str],
 POD_PAGE: Final = 500
 
 
-def list_pods(api: Api, namespace: str, label_selector: str | None = None, *,
-              accept: str | None = None) -> list[Obj]:
-    """Every pod of ``namespace`` (matching ``label_selector``), page by page (``accept=METADATA_LIST``: their
-    metadata only)."""
-    items: list[Obj] = []
-    token: str | None = None
+def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
+    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
     what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
-    while True:
-        kwargs: dict[str, object] = {"limit": POD_PAGE}
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if token:
-            kwargs["continue_"] = token
-        body = api_json(what, api.list, PODS, namespace=namespace, accept=accept, **kwargs)
-        items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
-        token = dig(body, "metadata", "continue") or None
-        if not token:
-            return items
+    return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
+            for i in body.get("items") or [] if isinstance(i, dict)]
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
     """``schedindex.candidate_names`` of one metadata-only list of ``namespace``, page by page: the one-shot
     read (``readiness``), and the fallback of a ``SchedulerIndex`` that does not follow the server right now."""
-    names: list[str] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, object] = {"limit": POD_PAGE}
-        if token:
-            kwargs["continue_"] = token
-        body = api_json(f"list pods in {namespace} (metadata)", api.list, PODS, namespace=namespace,
-                        accept=METADATA_LIST, **kwargs)
-        names.extend(candidate_names(body.get("items") or [], static_pod_name))
-        token = dig(body, "metadata", "continue") or None
-        del body  # a page is the most held at once
-        if not token:
-            return sorted(names)
+    return sorted(name for body in pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE,
+                                         namespace=namespace, accept=METADATA_LIST)
+                  for name in candidate_names(body.get("items") or [], static_pod_name))
 
 
-def read_pod(api: Api, namespace: str, name: str) -> Obj | None:
-    """One pod by name (``None`` when absent), as a list with a ``metadata.name`` field selector: ``list`` is
-    what every verdict reader is granted in that namespace (the agent has no ``get`` there); the server
-    answers it from one key."""
-    body = api_json(f"list pods in {namespace} (metadata.name={name})", api.list, PODS, namespace=namespace,
-                    field_selector=f"metadata.name={name}")
+def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+    """One object by name (``None`` when absent), as a list with a ``metadata.name`` field selector: ``list``
+    is what every verdict reader is granted (the agent has no ``get`` on pods, the gatekeeper none on Nodes);
+    the server answers it from one key."""
+    where = f" in {namespace}" if namespace else ""
+    body = api_json(f"list {resource.plural}{where} (metadata.name={name})", api.list, resource,
+                    namespace=namespace, field_selector=f"metadata.name={name}")
     items = [i for i in body.get("items") or [] if isinstance(i, dict) and dig(i, "metadata", "name") == name]
     return items[0] if items else None
 
@@ -169,14 +119,12 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
                     static_pod_name: str, executor: Executor | None = None,
                     index: SchedulerIndex | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
-    may not list pods there (then only the selected nodes' mirror pods can be read, one GET each).
+    may not list pods there.
 
-    The labelled list (the server applies the selector, set-based forms included) finds kubeadm's and RKE2's
-    schedulers; a Node-owned ``<static-pod-name>-<node>`` without the label (the owner cannot be selected on
-    server-side) is found by name among the namespace's metadata: ``index``'s when it follows the server, else
-    one metadata-only list. Each candidate the labelled list did not bring is then read by name. Requests, with
-    a fresh ``index``: the labelled list and one read per unlabelled candidate, whatever the namespace's size.
-    On ``executor`` the labelled list and the metadata list go at once, then the reads at once.
+    The labelled list finds kubeadm's and RKE2's schedulers; a Node-owned ``<static-pod-name>-<node>`` without
+    the label (an owner cannot be selected server-side) is found among the namespace's metadata (``index``'s
+    when it follows the server, else one metadata-only list) and read by name. With a fresh ``index`` the
+    requests do not grow with the namespace. On ``executor`` the lists go at once, then the reads at once.
     """
     lists: list[Callable[[], object]] = []
     if label_selector:
@@ -190,23 +138,13 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
         names: list[str] = answers.pop(0) if known is None else known  # type: ignore[assignment]
         have = {dig(p, "metadata", "name") for p in labelled}
         missing = [n for n in names if n not in have]
-        read = fan_out(executor, [functools.partial(read_pod, api, namespace, n) for n in missing])
+        read = fan_out(executor, [functools.partial(listed_by_name, api, PODS, n, namespace) for n in missing])
     except Forbidden:
         return None
     # In the namespace's order (by name), as the whole list gave them: the labelled ones and the candidates.
     node_owned = sorted([*labelled, *(p for p in read if p is not None)],
                         key=lambda p: str(dig(p, "metadata", "name")))
     return scheduler_pods(labelled, node_owned, static_pod_name=static_pod_name)
-
-
-def _read_node(api: Api, name: str) -> Obj:
-    """The Node a scheduler pod runs on; a bare stand-in when it is gone (the pod alone makes the row).
-
-    A list by name, not a GET: ``list`` on nodes is what every verdict reader is granted already (the
-    gatekeeper has no ``get``)."""
-    body = api_json(f"list nodes (metadata.name={name})", api.list, NODES, field_selector=f"metadata.name={name}")
-    items = [i for i in body.get("items") or [] if dig(i, "metadata", "name") == name]
-    return items[0] if items else {"metadata": {"name": name}}
 
 
 def collect(
@@ -226,23 +164,16 @@ def collect(
     """Read the kube-scheduler pods and the control-plane Nodes and decide. Raises ``ApiError``.
 
     The verdict starts from the schedulers, not the node labels: a static kube-scheduler on a node the
-    selector misses (an installer that does not label its control plane) runs without the extender and
-    without an agent, and must make the verdict NotReady. ``node_selector`` is unioned with the legacy
-    ``node-role.kubernetes.io/master`` label unless ``legacy_master_label`` is false; a selected node without a
-    scheduler pod is NotReady too. Requests: one Node list per selector, the labelled pod list, a read by name
-    of each unlabelled candidate (``find_schedulers``; without a fresh ``index`` one metadata-only list of the
-    namespace first, paged), a Node list by name for each node only a scheduler pod led to. A caller that may
-    not list pods gets a GET per selected node's mirror pod and a problem (the schedulers elsewhere cannot be
-    counted).
-
-    With an ``executor`` the Node lists and the pod reads are sent at once (a round trip for the lists, one
-    for the reads by name): the gatekeeper reads the verdict between two batches of releases, with its release
-    pool idle.
+    selector misses runs without the extender and without an agent, and must make the verdict NotReady.
+    ``node_selector`` is unioned with the legacy ``node-role.kubernetes.io/master`` label unless
+    ``legacy_master_label`` is false. A caller that may not list pods gets a GET per selected node's mirror
+    pod and a problem (the schedulers elsewhere cannot be counted). With an ``executor`` the Node lists and the
+    pod reads are sent at once (the gatekeeper's release pool is idle between its batches).
     """
     check_expected_hash(expected_hash)
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
-        nodes = list_nodes(api, selectors)
+        nodes = _merge_nodes(_node_items(api, s) for s in selectors)
         found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
@@ -254,9 +185,7 @@ def collect(
     selected = {str(dig(n, "metadata", "name")) for n in nodes}
     problems: list[str] = []
     if found is None:
-        names = {node: mirror_pod_name(static_pod_name, node) for node in selected}
-        got = read_mirror_pods(api, mirror_namespace, names.values(), None) if names else {}
-        pods = {node: got.get(pod) for node, pod in names.items()}
+        pods = {node: _get_pod(api, mirror_namespace, mirror_pod_name(static_pod_name, node)) for node in selected}
         problems.append(f"cannot list pods in {mirror_namespace} (forbidden): kube-schedulers on nodes outside "
                         "the node selector cannot be counted")
         warnings: tuple[str, ...] = ()
@@ -264,7 +193,8 @@ def collect(
         pods = dict(found.by_node)
         warnings = found.warnings
     outside = sorted(set(pods) - selected)
-    nodes = [*nodes, *(_read_node(api, name) for name in outside)]
+    # the Nodes only a scheduler pod led to; a bare stand-in for one that is gone (the pod alone makes the row)
+    nodes = [*nodes, *(listed_by_name(api, NODES, name) or {"metadata": {"name": name}} for name in outside)]
     return evaluate(nodes, pods, prefix=prefix, expected_hash=expected_hash, static_pod_name=static_pod_name,
                     container_name=container_name, unselected=outside, problems=problems, warnings=warnings)
 
@@ -295,11 +225,8 @@ def wait_ready(
     on_progress: Callable[[ClusterVerdict], None] | None = None,
 ) -> tuple[ClusterVerdict | None, ApiError | None]:
     """Re-evaluate until Ready or ``timeout``; return (last verdict, last error — ``None`` if the last try worked).
-
-    ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait between evaluations anyway, because
-    a mirror pod can change (a scheduler crash) without its Node changing. API errors are retried with backoff
-    until the deadline.
-    """
+    ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait anyway, because a mirror pod can
+    change (a scheduler crash) without its Node changing. API errors are retried with backoff."""
     deadline = time.monotonic() + timeout
     retry = backoff if backoff is not None else Backoff(0.5, 10.0)
     last: ClusterVerdict | None = None
@@ -344,12 +271,8 @@ def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int 
 
 def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
                       attempts: int) -> bool:
-    """Create or update ``name`` so that its data includes ``make_data()``; True when something was written.
-
-    ``make_data`` is called after the ConfigMap is read and again after every conflict, so what lands is never
-    older than the version it replaces. Updates carry the resourceVersion that was read (409 → read again);
-    other keys, labels and owners are kept. Nothing is written when the data is already there.
-    """
+    """Create or update ``name`` so that its data includes ``make_data()``, called after each read (409 → read
+    again), so what lands is never older than the version it replaces; True when something was written."""
     where = f"{namespace}/{name}"
     for _ in range(attempts):
         try:
@@ -386,12 +309,9 @@ def publish_status(
 ) -> ClusterVerdict:
     """Write the verdict to ConfigMap ``name`` (and ``extender-readiness`` with compat); return what was written.
 
-    Pass a callable (e.g. ``lambda: collect(api, ...)``) rather than a verdict when several writers publish:
-    it is evaluated after each ConfigMap is read and again after a conflict, so with the resourceVersion check
-    the last successful write is always based on a read made after every earlier write — no agent can
-    overwrite a newer verdict with the older one it computed before. ``compat_namespace`` is where the
-    csi-baremetal extender mounts ``extender-readiness`` (its Deployment's namespace; default ``namespace``).
-    Raises ``ApiError`` for an API failure (the caller retries).
+    Several writers pass a callable (``lambda: collect(api, ...)``): it is evaluated after each read, so no
+    agent overwrites a newer verdict with an older one. ``compat_namespace``: where the csi-baremetal extender
+    mounts ``extender-readiness`` (default ``namespace``). Raises ``ApiError`` (the caller retries).
     """
     latest: list[ClusterVerdict] = []
 

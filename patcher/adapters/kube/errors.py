@@ -1,10 +1,9 @@
 """One error hierarchy for the Kubernetes API, by HTTP status, in the manner of kopf's errors.
 
-Every adapter that calls the API turns the client library's many failure kinds (``ApiException`` with a
-status, urllib3 transport errors, ``OSError`` from the socket, ``ValueError`` from an undecodable body) into
-one of these, through ``translate``/``api_call``/``api_json`` here, so callers above the adapters catch
-``ApiError`` or the one subclass they handle (``NotFound``, ``Conflict``, ...) and never import the client.
-The message names what was being done: ``cannot read ConfigMap ns/name: HTTP 404 Not Found``.
+Every adapter turns the client library's failures (``ApiException``, urllib3 errors, ``OSError``, an
+undecodable body) into one of these through ``api_call``/``api_json``, so callers above the adapters catch
+``ApiError`` or the one subclass they handle and never import the client. The message names the deed:
+``cannot read ConfigMap ns/name: HTTP 404 Not Found``.
 """
 
 from __future__ import annotations
@@ -47,11 +46,16 @@ class Unreachable(ApiError):
     """No HTTP answer: refused, reset, timed out, TLS failure, or a body that does not decode."""
 
 
-class Unauthorized(ApiError):
+class Denied(ApiError):
+    """401 or 403: retrying soon heals it only right after an API server start (``backoff.DENIED_QUICK_RETRIES``);
+    past that, the Role or the token must change first."""
+
+
+class Unauthorized(Denied):
     """401: the credentials were not accepted (an expired or revoked token)."""
 
 
-class Forbidden(ApiError):
+class Forbidden(Denied):
     """403: RBAC does not allow it; retrying will not help until the Role changes."""
 
 
@@ -137,51 +141,41 @@ def _endpoint(exc: BaseException) -> str | None:
     return None
 
 
+#: Why no answer came, by the first kind found in the failure's chain, in this order (``None``: the TLS error's).
+_NO_ANSWER: tuple[tuple[tuple[type[BaseException], ...], str | None], ...] = (
+    ((ConnectionRefusedError,), "connection refused"),
+    ((socket.gaierror, urllib3.exceptions.NameResolutionError), "cannot resolve the host name"),
+    ((ssl.SSLError,), None),
+    ((urllib3.exceptions.ConnectTimeoutError,), "no connection within the timeout"),
+    ((urllib3.exceptions.ReadTimeoutError, TimeoutError), "no answer within the timeout"),
+    ((ConnectionResetError, ConnectionAbortedError, BrokenPipeError, urllib3.exceptions.ProtocolError),
+     "the connection was closed without an answer"),
+    ((urllib3.exceptions.ProxyError,), "the proxy failed"),
+)
+
+
 def _no_answer(exc: BaseException) -> str | None:
-    """Why no answer came, in a few words (``connection refused``, ``cannot resolve the host name``, ``TLS:
-    certificate verify failed: …``); ``None`` when ``exc`` is not a transport failure."""
+    """Why no answer came, in a few words (``connection refused``, ``TLS: certificate verify failed: …``);
+    ``None`` when ``exc`` is not a transport failure."""
     chain = _chain(exc)
-    kinds = tuple(type(e) for e in chain)
-
-    def has(*types: type[BaseException]) -> BaseException | None:
-        return next((e for e in chain if isinstance(e, types)), None)
-
-    if not any(issubclass(k, (urllib3.exceptions.HTTPError, OSError)) for k in kinds):
+    if not any(isinstance(e, urllib3.exceptions.HTTPError | OSError) for e in chain):
         return None
-    if has(ConnectionRefusedError):
-        return "connection refused"
-    if has(socket.gaierror) or has(urllib3.exceptions.NameResolutionError):
-        return "cannot resolve the host name"
-    tls = has(ssl.SSLError)
-    if tls is not None:
-        return f"TLS: {getattr(tls, 'verify_message', None) or getattr(tls, 'reason', None) or tls}".splitlines()[0]
-    if has(urllib3.exceptions.ConnectTimeoutError):
-        return "no connection within the timeout"
-    if has(urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout):
-        return "no answer within the timeout"
-    if has(ConnectionResetError, ConnectionAbortedError, BrokenPipeError, urllib3.exceptions.ProtocolError):
-        return "the connection was closed without an answer"
-    if has(urllib3.exceptions.ProxyError):
-        return "the proxy failed"
-    last = chain[-1]
-    os_error = has(OSError)
-    if isinstance(os_error, OSError) and os_error.strerror:
+    for kinds, why in _NO_ANSWER:
+        if (found := next((e for e in chain if isinstance(e, kinds)), None)) is not None:
+            tls = getattr(found, "verify_message", None) or getattr(found, "reason", None) or found
+            return why or f"TLS: {tls}".splitlines()[0]
+    os_error = next((e for e in chain if isinstance(e, OSError) and e.strerror), None)
+    if isinstance(os_error, OSError):
         return str(os_error.strerror).lower()
-    return f"{type(last).__name__}: {last}".splitlines()[0][:200]
-
-
-def error_status(exc: BaseException) -> int | None:
-    """The HTTP status of an API error, ``None`` for transport errors (refused, reset, timeout)."""
-    if isinstance(exc, ApiError):
-        return exc.status
-    return exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
+    return f"{type(chain[-1]).__name__}: {chain[-1]}".splitlines()[0][:200]
 
 
 def translate(exc: BaseException, what: str) -> ApiError:
     """The ``ApiError`` subclass for a client library failure while doing ``what`` (``read pod ns/name``)."""
     if isinstance(exc, ApiError):
         return exc
-    status = error_status(exc)
+    # the HTTP status; None for a transport failure (refused, reset, timeout)
+    status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
     reason = str(exc.reason or "") if isinstance(exc, ApiException) else type(exc).__name__
     if status == 429:
         headers = getattr(exc, "headers", None)

@@ -1,15 +1,11 @@
-"""Leader election on a ``coordination.k8s.io/v1`` Lease: one replica acts at a time.
+"""Leader election on a ``coordination.k8s.io/v1`` Lease (``kube.lease``, client-go's rules): one gatekeeper
+replica acts at a time.
 
-A thread around ``patcher.adapters.kube.lease.Lease`` (the one Lease primitive, shared with the agents'
-rollout coordinator): the leader renews every ``renew_period``, a standby or a leader whose renewal failed tries
-every ``retry_period``, and ``is_leader()`` answers. Used by the gatekeeper.
-
-With ``watch`` a standby follows the Lease with a watch (by name) instead of reading it every ``retry_period``:
-each renewal it sees restarts its count of ``lease_duration`` on its own clock, as a read would, and it sends a
-request only when the Lease is free (handed back: it tries at once) or has gone unchanged for its duration
-(it reads and takes it, a CAS as before). While the watch does not follow the server (a failure, before its
-first list) the standby reads every ``retry_period`` as without it. RBAC: ``list`` and ``watch`` on the Lease
-(by name) beside ``get`` and ``update``.
+The leader renews every ``renew_period``; a standby, or a leader whose renewal failed, tries every
+``retry_period``. With ``watch`` a standby follows the Lease by a watch of it instead of reading it every
+``retry_period``: each renewal it sees restarts its count of ``lease_duration`` on its own clock, and it sends
+a request only when the Lease is free or has gone unchanged for its duration. While the watch does not follow
+the server it reads every ``retry_period``. RBAC: ``list`` and ``watch`` on the Lease beside ``get``/``update``.
 """
 
 from __future__ import annotations
@@ -21,28 +17,20 @@ import time
 from collections.abc import Callable
 
 from patcher.adapters.kube.lease import Lease, Obj, Outcome
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import ListWatcher, named
 from patcher.adapters.kube.transport import LEASES, Api
 
 log = logging.getLogger(__name__)
 
 
 class LeaderElector:
-    """Hold a ``coordination.k8s.io/v1`` Lease while alive; ``is_leader()`` says whether to act.
+    """Hold a Lease while alive; ``is_leader()`` says whether to act.
 
-    client-go's algorithm, small: a Lease held by someone else counts as expired only when its record has not
-    changed for ``lease_duration`` *as measured on our own clock* since we first saw that record, so skewed
-    node clocks cannot make two replicas leaders. The leader renews every ``retry_period`` and considers
-    itself leader only until ``renew_deadline`` after its last successful renewal — shorter than the lease
-    duration, so it stops acting before anyone else may take over. Writes carry the resourceVersion that was
-    read: of two replicas racing for an expired Lease, exactly one wins.
-
-    Unlike client-go, the leader's renewal period is its own (``renew_period``, default ``retry_period`` as in
-    client-go): a renewal every 2 s is 30 writes a minute for a Lease whose holder is replaced only after
-    ``lease_duration`` anyway. Renewing every few seconds less often moves nothing a standby sees (it takes
-    over ``lease_duration`` after the last change it saw, whatever the period), and a failed renewal is tried
-    again every ``retry_period`` until ``renew_deadline``, so ``renew_period + retry_period < renew_deadline``
-    keeps a second attempt before the leader stops acting.
+    The leader counts itself leader only until ``renew_deadline`` after its last successful renewal: shorter
+    than the lease duration, so it stops acting before anyone else may take over. Unlike client-go, the
+    renewal period is its own (``renew_period``, default ``retry_period``): a standby takes over
+    ``lease_duration`` after the last change it saw whatever the period, so fewer writes cost nothing, and
+    ``renew_period + retry_period < renew_deadline`` keeps a second attempt before the leader stops acting.
     """
 
     def __init__(
@@ -86,8 +74,8 @@ class LeaderElector:
         #: Guards the Lease's bookkeeping, written by this thread's attempts and by the watch's callbacks.
         self._seen_lock = threading.Lock()
         self._watcher = ListWatcher(
-            api, LEASES, namespace, field_selector=f"metadata.name={name}", name=f"watch lease {namespace}/{name}",
-            on_sync=self._lease_listed, on_event=self._lease_event) if watch else None
+            api, LEASES, namespace, **named(name, self._lease_seen), name=f"watch lease {namespace}/{name}",
+        ) if watch else None
         #: Requests this elector sent for the Lease itself (reads, writes), not counting its watch: for tests.
         self.attempts = 0
 
@@ -126,13 +114,13 @@ class LeaderElector:
             attempted = self._clock()
             outcome = self._try_acquire_or_renew()
             now = self._clock()
-            if outcome == "held":
+            if outcome == Outcome.HELD:
                 with self._lock:
                     self._renewed = attempted
                 self._set_leader(True)
-            elif outcome == "other" or now - self._renewed >= self.renew_deadline:
+            elif outcome == Outcome.OTHER or now - self._renewed >= self.renew_deadline:
                 self._set_leader(False)
-            self._woken.wait(self.renew_period if outcome == "held" else self.retry_period)
+            self._woken.wait(self.renew_period if outcome == Outcome.HELD else self.retry_period)
 
     def _standing_by(self) -> float:
         """Seconds to wait without a request: while another holder's Lease, as the watch follows it, is valid
@@ -145,21 +133,12 @@ class LeaderElector:
         with self._seen_lock:
             return self._lease.expires_in()
 
-    def _lease_listed(self, items: list[Obj]) -> None:
-        if not items:  # no Lease: whoever comes first creates it
-            self._woken.set()
-        for lease in items:
-            self._lease_seen(lease)
-
-    def _lease_event(self, kind: str, lease: Obj) -> None:
-        if kind == "DELETED":
-            self._woken.set()
-        else:
-            self._lease_seen(lease)
-
-    def _lease_seen(self, lease: Obj) -> None:
+    def _lease_seen(self, lease: Obj | None) -> None:
         """A Lease the watch delivered: restart the count of its duration if it changed; wake the thread when
-        it is free or due (a handover), or when we lead (someone else wrote it: our next renewal tells)."""
+        it is gone, free or due (a handover)."""
+        if lease is None:  # no Lease: whoever comes first creates it
+            self._woken.set()
+            return
         spec = lease.get("spec") or {}
         with self._seen_lock:
             due = self._lease.expired_for_us(spec)
@@ -178,13 +157,12 @@ class LeaderElector:
             if self._on_change is not None:
                 self._on_change(value)
 
-    def _try_acquire_or_renew(self) -> str:
-        """``held`` (we hold it now), ``other`` (someone else validly does) or ``error``."""
+    def _try_acquire_or_renew(self) -> Outcome:
         self.attempts += 1
         with self._seen_lock:
             outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
             self.holder = self._lease.holder
-        return {Outcome.HELD: "held", Outcome.OTHER: "other"}.get(outcome, "error")
+        return outcome
 
     def _release(self) -> None:
         if self._lease.release(deadline=self._clock() + self.renew_deadline):

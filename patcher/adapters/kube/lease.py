@@ -1,17 +1,10 @@
 """The one ``coordination.k8s.io/v1`` Lease primitive under the rollout turn and the gatekeeper election.
 
-client-go's rules, small:
-
-* a Lease held by someone else counts as expired only when its record (holder, renewTime, transitions,
-  duration) has not changed for ``leaseDurationSeconds`` *as measured on the observer's own monotonic clock*
-  since it first saw that record, so skewed wall clocks between control-plane nodes never decide who writes;
-* every write carries the resourceVersion that was read (compare-and-swap): of two writers racing for a free
-  Lease exactly one wins, the other gets 409;
-* every call has a deadline: the caller passes the monotonic instant by which it must be back, and no call
-  starts when that instant has passed. An API server that accepts connections and never answers costs the
-  remaining budget at most, never a client default of minutes.
-
-Pure bookkeeping plus one method per API round trip; no threads here (the callers own theirs).
+client-go's rules, small: a Lease held by someone else counts as expired only when its record has not changed
+for ``leaseDurationSeconds`` on the observer's own monotonic clock since it first saw that record (skewed wall
+clocks never decide who writes); every write carries the resourceVersion read (of two racing writers exactly
+one wins, the other gets 409); every call has a deadline, so an API server that never answers costs the
+remaining budget at most. No threads here: the callers own theirs.
 """
 
 from __future__ import annotations

@@ -1,31 +1,19 @@
 """Load the official Kubernetes client's transport without the rest of the package, and complete it on demand.
 
-Why: ``import kubernetes.client`` runs the package files ``kubernetes/__init__.py`` (which imports ``client``,
-``config``, ``dynamic``, ``watch``, ``stream``, ``utils``, ``leaderelection`` and ``informer``) and
-``kubernetes/client/__init__.py`` (every generated API class and all its pydantic models): hundreds of modules, a
-large share of the agent's start time and memory (figures in docs/benchmarks.md). The agent needs four modules of
-it: ``client.configuration`` (the ``Configuration``), ``client.rest`` (the pool manager with the TLS, CA, client
-certificate and proxy settings), ``client.exceptions`` (``ApiException``) and ``config.incluster_config`` (the
-service-account loader with its token refresh). Python imports a submodule only after its parent packages, so
-reaching those four through the normal import runs the three package files first.
+Why: reaching ``kubernetes.client.rest`` the normal way runs ``kubernetes/__init__.py`` and
+``kubernetes/client/__init__.py`` first: every generated API class and pydantic model, most of the agent's
+start time and memory (docs/benchmarks.md). The agent needs ``client.configuration``, ``client.rest``,
+``client.exceptions`` and ``config.incluster_config``.
 
 ``install()`` registers the packages ``kubernetes``, ``kubernetes.client``, ``kubernetes.config`` and
-``kubernetes.utils`` (the latter two are imported by ``rest`` and ``incluster_config``) as module objects that
-carry the real spec and ``__path__`` but have not run their ``__init__.py`` yet, so submodules import as usual
-from the installed package. They are ``_Package`` modules: the first access to an attribute they do not have
-(``kubernetes.client.CoreV1Api``, ``kubernetes.config.load_kube_config``, ``kubernetes.watch``) runs the real
-``__init__.py`` into that same module object, once, so every other user of the package (the gatekeeper's and
-the readiness command's tests, the kubeconfig loader, a script) sees the whole package as if it had been
-imported normally; only the cost moves to the first use. The submodules the agent imports are real modules,
-so the classes are the official ones (``isinstance`` and ``except ApiException`` work across both ways in).
+``kubernetes.utils`` as ``_Package`` modules with the real spec and ``__path__`` but without having run their
+``__init__.py``, so submodules import as usual. The first access to an attribute such a package lacks
+(``kubernetes.client.CoreV1Api``) runs the real ``__init__.py`` into the same module object, once: every other
+user sees the whole package, and the classes are the official ones. Nothing is done when ``kubernetes`` is
+imported already.
 
-Nothing is done when ``kubernetes`` is already imported (fully or by an earlier ``install``), so the order in
-which a process imports things does not matter.
-
-This is the one place that relies on more than the client's public API (its package layout and which names its
-submodules import from their parents): without it, the agent's start with the API misses its time bound
-(docs/benchmarks.md). ``make test-max`` runs its tests against the newest ``kubernetes`` release instead of a
-cap in pyproject.toml.
+The one place that relies on more than the client's public API (its package layout): ``make test-max`` runs its
+tests against the newest ``kubernetes`` release instead of a cap in pyproject.toml.
 """
 
 from __future__ import annotations

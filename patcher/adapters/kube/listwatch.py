@@ -1,24 +1,12 @@
 """List a collection, then follow it with a watch: the informer pattern in small, shared by every watcher.
 
-Its users: the agent's mirror-pod watch (``kube/mirrorpod.py``), the Node watches behind ``readiness --wait``
-(``kube/cluster.node_watchers``), and the gatekeeper's Node and gated-pod watches.
-
-The API server is expected to drop streams, time them out, compact old versions (410 Gone) and be away for
-minutes while control-plane pods restart; this loop turns all of that into "the latest full state, then
-every change", with capped backoff and no lost events (it resumes from the newest resourceVersion seen).
-
-Misbehaving servers and proxies are part of that: a stream that ends right after it started (with or
-without an event) counts as a failure for the backoff, so a proxy that closes every watch costs a request
-per backoff period, not a busy loop; data that cannot be decoded means the stream cannot be trusted to have
-delivered every change, so the collection is listed again, and the episode is logged once. Whether the
-view follows the server right now is exposed (``fresh``), so a consumer can tell "the object did not
-change" from "we could not see it change".
-
-Every request and every read of a stream is translated once, here, into the ``kube/errors.py`` classes, and
-the loop acts on what they mean: ``410 Gone`` lists again, ``Forbidden``/``Unauthorized`` back off like any
-failure for a few tries (a restarting API server denies until its RBAC caches synced) and then wait the backoff's
-longest delay (the Role or the token must change first: ``backoff.after_denial``), anything else backs off.
-An exception from a consumer's callback is a bug, not an API failure: it is logged with its traceback.
+The API server drops streams, compacts old versions (410 Gone) and is away while control-plane pods restart;
+this loop turns that into "the latest full state, then every change", with capped backoff, resuming from the
+newest resourceVersion seen. A stream that ends right after it started counts as a failure (a proxy that
+closes every watch costs a request per backoff period, not a busy loop); undecodable data means events may be
+lost, so the collection is listed again. ``Forbidden``/``Unauthorized`` back off like any failure for a few
+tries (a restarting API server denies until its RBAC caches synced), then wait the longest delay
+(``backoff.DENIED_QUICK_RETRIES``). A consumer's exception is a bug, logged with its traceback.
 """
 
 from __future__ import annotations
@@ -32,8 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from patcher.adapters.kube.backoff import Backoff, after_denial
-from patcher.adapters.kube.errors import ApiError, Forbidden, Unauthorized, api_call, api_json, error_class
+from patcher.adapters.kube.backoff import Backoff
+from patcher.adapters.kube.errors import ApiError, Denied, api_call, api_json, error_class
 from patcher.core.kubeobj import dig
 
 if TYPE_CHECKING:
@@ -42,9 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-#: Failures that retrying soon heals only right after an API server start: see ``backoff.after_denial``.
-_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 
 class _Gone(Exception):
@@ -92,29 +77,17 @@ def split_records(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 class ListWatcher:
-    """List a collection, then follow it with a watch; calls ``on_sync(items)`` and ``on_event(type, obj)``.
+    """List ``resource`` in ``namespace`` (None: cluster-scoped or all), then watch it; calls ``on_sync(items)``
+    after each list and ``on_event(type, obj)`` for each change, on the watcher's thread.
 
-    The collection is ``resource`` in ``namespace`` (None: cluster-scoped, or across all namespaces), read
-    through ``api`` (``kube.transport.Api``).
+    A consumer never depends on having seen every event: after a relist ``on_sync`` delivers the full state
+    again. Objects are plain dicts, or what ``transform`` makes of each one as it arrives; with ``page_size``
+    the list comes in pages (one snapshot), so a page is the most ever held at once. ``metadata_only`` asks for
+    ``PartialObjectMetadata``, what a cache of a large namespace needs when it looks for a few objects in it.
 
-    The informer pattern in small, for the readiness wait (Nodes), the gatekeeper (Nodes and Pods) and the
-    mirror pod: a list gives the whole state and a resourceVersion, the watch resumes from the newest version
-    seen after a stream ends or breaks (with capped backoff), and a ``410 Gone``, undecodable data or
-    repeated failures mean "list again" — after which ``on_sync`` delivers the full state again, so a
-    consumer never depends on having seen every event. Callbacks run on the watcher's thread. Objects are
-    plain dicts (the client's models are not used), or what ``transform`` makes of each one.
-
-    For large collections: ``page_size`` lists in pages (``limit``/``continue``; the server serves every page
-    from the first page's snapshot, so the pages add up to one consistent list), and ``transform`` reduces
-    each object as it arrives, so a full page is the most that is ever held at once, never the whole list.
-    ``metadata_only`` asks the server for each object's metadata only (``PartialObjectMetadata``: names, labels,
-    owners), what a cache of a large namespace needs when it only looks for a few objects in it.
-
-    ``fresh`` is true while the view follows the server: the last list succeeded and a watch from it is
-    open, or ended normally and is being resumed. It turns false on any failure, undecodable data or a
-    stream that ended too soon, until a watch is open again (``stale_since`` says since when). ``drops``
-    counts the times it turned false: a consumer that trusts a value read while the view was fresh compares
-    it to tell whether events may have been missed since (a drop comes back fresh, often after a new list).
+    ``fresh`` is true while the view follows the server (listed, and a watch from it open or being resumed);
+    any failure turns it false until a watch is open again (``stale_since`` says since when). ``drops``
+    counts the times it turned false, so a consumer can tell whether events may have been missed since.
     """
 
     def __init__(
@@ -168,7 +141,6 @@ class ListWatcher:
         self._fresh = False
         self._stale_since: float | None = clock()
         self._undecodable_logged = False
-        self._denials = 0  # 401/403 answers in a row
         self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
         self.drops = 0  # how many times the view stopped following the server (see the class docstring)
         self.lists = 0
@@ -254,10 +226,7 @@ class ListWatcher:
                 self._set_fresh(False)
                 if self._stop.is_set():
                     break
-                delay = self._backoff.next_delay()
-                self._denials = self._denials + 1 if isinstance(exc, _DENIED) else 0
-                if self._denials:
-                    delay = after_denial(self._backoff, delay, self._denials)
+                delay = self._backoff.next_delay(denied=isinstance(exc, Denied))
                 if self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
                 # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
@@ -277,28 +246,22 @@ class ListWatcher:
         self.lists += 1
         what = f"list for {self.name}"
         items: list[Any] = []
-        paging: dict[str, Any] = {"limit": self._page_size} if self._page_size else {}
         first_rv: str | None = None
-        while True:
-            try:
-                body = api_json(what, self._api.list, self._resource, namespace=self._namespace,
-                                accept=self._accept.get("list"), **self._selectors, **paging)
-            except ApiError as exc:
-                if exc.status == 410:  # the continue token outlived the snapshot it pointed into
-                    raise _Gone() from exc
-                raise
-            rv = dig(body, "metadata", "resourceVersion")
-            if not isinstance(rv, str) or not rv:
-                raise ApiError(what, "the answer has no metadata.resourceVersion")
-            first_rv = first_rv or rv  # every page is served from the first page's snapshot
-            page = [i for i in body.get("items") or [] if isinstance(i, dict)]
-            items.extend(page if self._transform is None else (self._transform(i) for i in page))
-            token = dig(body, "metadata", "continue")
-            del body, page  # a page is the most held at once
-            if not (self._page_size and isinstance(token, str) and token):
-                break
-            paging["continue_"] = token
-        self._denials = 0
+        try:
+            for body in pages(what, self._api.list, self._resource, self._page_size, namespace=self._namespace,
+                              accept=self._accept.get("list"), **self._selectors):
+                rv = dig(body, "metadata", "resourceVersion")
+                if not isinstance(rv, str) or not rv:
+                    raise ApiError(what, "the answer has no metadata.resourceVersion")
+                first_rv = first_rv or rv  # every page is served from the first page's snapshot
+                page = [i for i in body.get("items") or [] if isinstance(i, dict)]
+                items.extend(page if self._transform is None else (self._transform(i) for i in page))
+                del body, page  # a page is the most held at once
+        except ApiError as exc:
+            if exc.status == 410:  # the continue token outlived the snapshot it pointed into
+                raise _Gone() from exc
+            raise
+        assert first_rv is not None
         self._on_sync(items)
         self._synced.set()
         return first_rv
@@ -323,7 +286,6 @@ class ListWatcher:
         if self._stop.is_set():
             _shutdown(resp)
         try:
-            self._denials = 0
             self._set_fresh(True)  # listed, and the server accepted a watch from that version
             for line in split_records(_chunks(resp, what)):
                 decoded = decode_event(line)
@@ -350,6 +312,61 @@ class ListWatcher:
                 self._resp = None
             with contextlib.suppress(Exception):
                 resp.release_conn()
+
+
+class Following:
+    """The life of a view kept by a ``ListWatcher`` (``_watcher``): what every watching adapter says of it."""
+
+    _watcher: ListWatcher
+
+    def start(self) -> None:
+        self._watcher.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop; an open stream is shut down so this returns promptly."""
+        self._watcher.stop(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait for the first successful list (the view then reflects the server)."""
+        return self._watcher.wait_synced(timeout)
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the view follows the server right now (``ListWatcher.fresh``)."""
+        return self._watcher.fresh
+
+    @property
+    def stale_since(self) -> float | None:
+        return self._watcher.stale_since
+
+
+def pages(what: str, verb: Callable[..., Any], resource: Resource, limit: int | None,
+          **kwargs: Any) -> Iterator[Obj]:
+    """Each page of a list (``verb``: an ``Api.list``; ``limit`` None: one whole list), failures translated."""
+    paging: dict[str, Any] = {"limit": limit} if limit else {}
+    while True:
+        body: Obj = api_json(what, verb, resource, **kwargs, **paging)
+        token = dig(body, "metadata", "continue")
+        yield body
+        del body  # a page is the most held at once
+        if not (limit and isinstance(token, str) and token):
+            return
+        paging["continue_"] = token
+
+
+def named(name: str, deliver: Callable[[Obj | None], None]) -> dict[str, Any]:
+    """The ``ListWatcher`` arguments that follow one object by name (a ``metadata.name`` field selector, which
+    RBAC can authorize by ``resourceNames``): ``deliver`` gets the object after each list and change, ``None``
+    while it does not exist."""
+    def ours(obj: Any) -> bool:
+        return isinstance(obj, dict) and dig(obj, "metadata", "name") == name
+
+    def on_event(kind: str, obj: Any) -> None:
+        if ours(obj):
+            deliver(None if kind == "DELETED" else obj)
+
+    return {"field_selector": f"metadata.name={name}", "on_event": on_event,
+            "on_sync": lambda items: deliver(next((i for i in items if ours(i)), None))}
 
 
 def _chunks(resp: Any, what: str) -> Iterator[bytes]:

@@ -1,11 +1,8 @@
 """Watch one mirror pod (``<static pod name>-<node name>``) and keep its latest state at hand.
 
 The kubelet publishes a static pod's status through its mirror pod; the agent reads the scheduler's restart
-from it. Only that one pod is read, through a ``metadata.name`` field selector, so the agent needs no right to
-list a namespace's pods and the API server sends it nothing else. The loop is list-then-watch: a list gives the
-current pod and a resourceVersion, the watch resumes from the newest version seen after a dropped stream or an
-error (with capped backoff), and a ``410 Gone`` (version compacted away) or undecodable data means list
-again. ``fresh`` tells whether the view follows the server right now (see ``ListWatcher``).
+from it. Only that one pod is watched (``listwatch.named``), so the agent needs no right to list a namespace's
+pods and the API server sends it nothing else.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher, named
 from patcher.adapters.kube.transport import PODS, Api
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
@@ -54,18 +51,14 @@ class PodHolder:
 
 
 def _resource_version(obj: Any) -> str | None:
-    if isinstance(obj, dict):
-        rv = obj.get("metadata", {}).get("resourceVersion")
-        return rv if isinstance(rv, str) and rv else None
-    return None
+    rv = obj.get("metadata", {}).get("resourceVersion") if isinstance(obj, dict) else None
+    return rv if isinstance(rv, str) and rv else None
 
 
-class MirrorPodWatcher:
-    """A background thread that keeps ``holder`` (and ``on_update``) fed with one pod's latest state.
-
-    The list-then-watch loop itself is the shared ``ListWatcher``; this class narrows it to one pod by name
-    and turns lists and events into "the pod now" (``None`` once it is deleted).
-    """
+class MirrorPodWatcher(Following):
+    """A ``ListWatcher`` of one pod by name that keeps ``holder`` (and ``on_update``) fed with its latest state
+    (``None`` once it is deleted). A restart verdict of "not yet" from a view that is not ``fresh`` says nothing
+    about the scheduler: it must not decide a rollback on its own."""
 
     def __init__(
         self,
@@ -85,19 +78,10 @@ class MirrorPodWatcher:
         self.holder = holder if holder is not None else PodHolder()
         self._on_update = on_update
         self._watcher = ListWatcher(
-            api, PODS, namespace, field_selector=f"metadata.name={pod_name}",
-            on_sync=self._synced_items, on_event=self._event, name=f"mirror-pod-{pod_name}",
+            api, PODS, namespace, **named(pod_name, self._deliver), name=f"mirror-pod-{pod_name}",
             backoff=backoff, watch_timeout_s=watch_timeout_s, connect_timeout_s=connect_timeout_s,
             failure_level=logging.WARNING, min_healthy_s=min_healthy_s,
         )
-
-    def start(self) -> None:
-        """Start watching (idempotent)."""
-        self._watcher.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        """Stop the watch; an open stream is shut down so this returns promptly."""
-        self._watcher.stop(timeout)
 
     def __enter__(self) -> MirrorPodWatcher:
         self.start()
@@ -110,37 +94,10 @@ class MirrorPodWatcher:
         """The latest pod seen, ``None`` when it does not exist or has not been read yet."""
         return self.holder.get()
 
-    def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first successful list (the holder then reflects the server, even when ``None``)."""
-        return self._watcher.wait_synced(timeout)
-
-    @property
-    def fresh(self) -> bool:
-        """Whether ``latest()`` follows the server right now: listed, and a watch from that list is open (or
-        ended normally and is being resumed). False from the first failure, undecodable data or a stream that
-        ended at once until a watch is open again. A restart verdict of "not yet" from a view that is not
-        fresh says nothing about the scheduler: it must not decide a rollback on its own."""
-        return self._watcher.fresh
-
-    @property
-    def stale_since(self) -> float | None:
-        """Since when (``time.monotonic()``) the view has not been fresh; ``None`` while it is."""
-        return self._watcher.stale_since
-
     @property
     def watch_requests(self) -> int:
         """How many watch requests were sent (benchmarks and tests)."""
         return self._watcher.watch_requests
-
-    def _ours(self, obj: Any) -> bool:
-        return isinstance(obj, dict) and obj.get("metadata", {}).get("name") == self.pod_name
-
-    def _synced_items(self, items: list[Pod]) -> None:
-        self._deliver(next((p for p in items if self._ours(p)), None))
-
-    def _event(self, kind: str, obj: Pod) -> None:
-        if self._ours(obj):
-            self._deliver(None if kind == "DELETED" else obj)
 
     def _deliver(self, pod: Pod | None) -> None:
         current = self.holder.get()

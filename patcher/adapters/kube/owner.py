@@ -1,17 +1,13 @@
 """The DaemonSet that owns the agent's pod, watched: does it still want a pod on this node?
 
-``--restore-on-exit=auto`` keeps the patch on SIGTERM when a successor pod will come (a rolling update, a pod
-deleted by hand, an eviction) and restores it when the agent leaves the node for good (the DaemonSet is being
-deleted, is gone, or no longer selects this node). This adapter learns the answer ahead of the signal: its own
-thread reads the agent's pod (downward API ``POD_NAME``/``POD_NAMESPACE``), follows the ownerReference of kind
-DaemonSet, reads this Node, and then watches that one DaemonSet (list-then-watch with a ``metadata.name``
-field selector, so RBAC can name it). Each change is put on the agent's event queue (``"daemonset"``).
+``--restore-on-exit=auto`` keeps the patch on SIGTERM when a successor pod will come and restores it when the
+agent leaves the node for good (the DaemonSet deleted, being deleted, or no longer selecting this node). Its
+own thread reads the agent's pod, follows its DaemonSet ownerReference, reads this Node, then watches that one
+DaemonSet (``listwatch.named``); each change goes to the agent's queue.
 
-At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall's
-pod deletion may race the watch event; a label taken off the Node has no watch here): what it answers wins,
-and when nothing answers in time the watch's view stands. A 401 or 403 there, after the watch worked, means the
-agent's ServiceAccount or Role was deleted: an uninstall (``kubectl delete -k`` deletes them with the
-DaemonSet), read as "gone". ``view`` is "unknown" until the API answered.
+At the stop, ``confirm`` reads the DaemonSet and the Node once more with a short deadline (an uninstall may race
+the watch; a Node label has no watch here); when nothing answers in time the watch's view stands. A 401/403
+there, after the watch worked, is an uninstall (it deletes the ServiceAccount and Role with the DaemonSet).
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import ApiError, Forbidden, NotFound, Unauthorized, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.errors import ApiError, Denied, NotFound, api_json
+from patcher.adapters.kube.listwatch import ListWatcher, named
 from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
@@ -45,8 +41,7 @@ def owner_daemonset(pod: Any) -> str | None:
 
 def _per_attempt(timeout: float) -> float:
     """The timeout of one attempt, for a call that must end within ``timeout``: the client retries a timed-out
-    GET once (``kube.client``: ``retries = 1``), so each attempt gets half (a black-holed read took twice the
-    bound before)."""
+    GET once (``kube.client``: ``retries = 1``), so each attempt gets half."""
     return max(0.01, timeout / 2)
 
 
@@ -112,7 +107,7 @@ class OwnerWatcher:
         if name is not None:
             try:
                 self._set_daemonset(self._read_daemonset(name, end - time.monotonic()))
-            except (Unauthorized, Forbidden) as exc:
+            except Denied as exc:
                 with self._lock:
                     if self._known:  # it could read the DaemonSet before: the access went with the uninstall
                         self._revoked = f"the agent may no longer read it: {exc.detail}"
@@ -131,10 +126,8 @@ class OwnerWatcher:
             return
         self._read_node(self._connect_timeout)
         watcher = ListWatcher(
-            self._api, DAEMONSETS, self.namespace, field_selector=f"metadata.name={name}",
-            on_sync=lambda items: self._set_daemonset(next((d for d in items if self._ours(d, name)), None)),
-            on_event=lambda kind, obj: self._event(kind, obj, name),
-            name=f"daemonset-{name}", backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
+            self._api, DAEMONSETS, self.namespace, **named(name, self._set_daemonset), name=f"daemonset-{name}",
+            backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
             connect_timeout_s=self._connect_timeout, failure_level=logging.WARNING)
         with self._lock:
             if self._stop.is_set():
@@ -165,10 +158,6 @@ class OwnerWatcher:
             return name
         return None
 
-    @staticmethod
-    def _ours(obj: Any, name: str) -> bool:
-        return isinstance(obj, dict) and dig(obj, "metadata", "name") == name
-
     def _read_daemonset(self, name: str, timeout: float) -> Obj | None:
         try:
             body = api_json(f"read DaemonSet {self.namespace}/{name}", self._api.get, DAEMONSETS, name,
@@ -188,10 +177,6 @@ class OwnerWatcher:
             with self._lock:
                 self._node = node
             self._changed()
-
-    def _event(self, kind: str, obj: Any, name: str) -> None:
-        if self._ours(obj, name):
-            self._set_daemonset(None if kind == "DELETED" else obj)
 
     def _set_daemonset(self, ds: Obj | None) -> None:
         with self._lock:

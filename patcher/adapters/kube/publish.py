@@ -1,27 +1,17 @@
-"""What the agent publishes in the cluster: its Node's state (``NodeReporter``: annotations and events) and the
-agents' copy of the cluster verdict (``StatusPublisher``: ConfigMaps for readers that cannot run our code).
-Both in the background, so the API being down never blocks the agent loop. The vocabulary (annotation names,
-states, event texts, the verdict's form) is pure and lives in ``patcher.core.status``.
+"""What the agent publishes in the cluster, in the background so the API being down never blocks the agent loop:
+its Node's state (``NodeReporter``: annotations and events) and the cluster verdict (``StatusPublisher``:
+ConfigMaps for readers that cannot run our code). The vocabulary is pure, in ``patcher.core.status``.
 
-``NodeReporter.publish()`` only records the desired state and returns. A worker thread sends one JSON merge
-patch when the desired annotations differ from what it last published successfully, then the queued transition
-events, and retries failures with capped exponential backoff. A newer desired state simply replaces a pending
-one (the latest state wins); events are kept in order (bounded) because each transition is worth a line in
-``kubectl describe node``. ``flush()`` is for shutdown: try hard to deliver the final state within a deadline.
+``NodeReporter.publish()`` only records the desired state; a worker thread sends one JSON merge patch when it
+differs from what was last published, then the queued transition events (kept in order, bounded: each is a
+line in ``kubectl describe node``), retrying with capped backoff. A ``Conflict`` on the Node (the kubelet and
+controllers write it too) is not an outage: the Node is read and patched again at once. ``Forbidden``/
+``Unauthorized`` are logged as an error naming the right and, after a few ordinary retries (a restarting API
+server denies until its RBAC caches synced), wait the longest delay (``backoff.DENIED_QUICK_RETRIES``).
 
-Failures arrive as ``patcher.adapters.kube.errors`` classes and are handled by what they mean: a ``Conflict``
-on the Node (busy Nodes: the kubelet and controllers write them too) is not an outage, so the reporter reads
-the Node and patches again at once; ``Forbidden``/``Unauthorized`` are logged once as an error naming the
-right and, after a few ordinary retries (a restarting API server denies until its RBAC caches synced), wait the
-backoff's longest delay (``backoff.after_denial``); anything else backs off.
-
-``StatusPublisher``: every agent republishes the verdict after each of its own state changes, after a change
-of a kube-scheduler pod its ``SchedulerIndex`` sees (and at a slow pace otherwise), from its own thread: the
-verdict reads every control-plane Node and scheduler pod, which must never delay the agent loop. The index (a
-metadata-only watch of the mirror pods' namespace, reduced to the few unlabelled scheduler candidates) keeps a
-verdict's reads to the control plane's size, not kube-system's. ``publish_status`` re-reads the ConfigMap
-before writing and retries on conflicts, so several agents writing at once always leave the newest verdict
-behind.
+``StatusPublisher``: every agent republishes the verdict after its own state changes and after a change its
+``SchedulerIndex`` sees (and slowly otherwise), from its own thread; ``publish_status`` re-reads the ConfigMap
+before writing, so several agents always leave the newest verdict behind.
 """
 
 from __future__ import annotations
@@ -33,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from patcher.adapters.kube.backoff import Backoff, after_denial
+from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
-from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, Unauthorized, api_json
+from patcher.adapters.kube.errors import ApiError, Conflict, Denied, api_json
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
@@ -59,8 +49,6 @@ log = logging.getLogger(__name__)
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
 #: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
 MAX_CONFLICTS = 3
-#: Failures that retrying soon cannot heal (the Role or the token must change first): retried slowly.
-_DENIED: tuple[type[ApiError], ...] = (Forbidden, Unauthorized)
 
 ErrorHook = Callable[[str, BaseException], None]
 
@@ -91,7 +79,6 @@ class NodeReporter:
         self._event_namespace = event_namespace
         self._component = component
         self._backoff = backoff if backoff is not None else Backoff()
-        self._denials = 0  # 401/403 answers in a row
         self._on_error = on_error
         self._clock_ns = clock_ns
 
@@ -118,11 +105,8 @@ class NodeReporter:
             self._thread.start()
 
     def publish(self, status: NodeStatus, *, reason: str | None = None, message: str | None = None) -> None:
-        """Make ``status`` the desired state; returns at once. A state change also queues an Event.
-
-        ``reason``/``message`` override the event's defaults (e.g. ``reason="SchedulerAdopted"`` when a
-        restarted agent finds the node already Ready); they are ignored when the state did not change.
-        """
+        """Make ``status`` the desired state; returns at once. A state change also queues an Event, whose
+        defaults ``reason``/``message`` override (``SchedulerAdopted``: a restarted agent found it Ready)."""
         annotations = desired_annotations(status, self._prefix)
         with self._cond:
             self._desired = annotations
@@ -142,14 +126,11 @@ class NodeReporter:
             self._cond.notify_all()
 
     def flush(self, timeout: float) -> bool:
-        """Wait until everything desired so far is delivered, retrying at once; ``False`` at the deadline.
-
-        The backoff restarts from its shortest delay so several attempts fit into a shutdown grace period.
-        Delivery goes on in the background after a ``False`` until ``close()``.
-        """
+        """Wait until everything desired so far is delivered, the backoff restarted so several attempts fit a
+        shutdown's grace period; ``False`` at the deadline (delivery goes on until ``close()``)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            self._backoff.reset()
+            self._backoff.reset(denials=False)  # a flush is no answer: a persisting denial still waits longest
             self._retry_at = 0.0
             self._cond.notify_all()
             while not self._delivered_locked():
@@ -206,25 +187,20 @@ class NodeReporter:
                 self._send_events()
                 ok = True
             except ApiError as exc:  # already logged and counted by _failed
-                denied = isinstance(exc, _DENIED)
+                denied = isinstance(exc, Denied)
             except Exception:  # a bug here must not silently end publishing for the agent's lifetime
                 log.exception("node %s: unexpected error while publishing; retrying with backoff", self._node)
             finally:
                 with self._cond:
                     self._busy = False
                     if ok:
-                        self._denials = 0
                         if self._backoff.failures:
                             log.info("node %s: API reachable again, state delivered", self._node)
                         self._backoff.reset()
                         self._last_failure = None
                         self._retry_at = 0.0
                     else:
-                        delay = self._backoff.next_delay()
-                        self._denials = self._denials + 1 if denied else 0
-                        if denied:
-                            delay = after_denial(self._backoff, delay, self._denials)
-                        self._retry_at = time.monotonic() + delay
+                        self._retry_at = time.monotonic() + self._backoff.next_delay(denied=denied)
                     self._cond.notify_all()
 
     def _send_annotations(self, annotations: dict[str, str | None]) -> None:
@@ -295,15 +271,12 @@ class NodeReporter:
         seen = (kind, type(exc))
         level = logging.DEBUG if self._last_failure == seen else logging.WARNING
         self._last_failure = seen
-        if isinstance(exc, _DENIED):
+        if isinstance(exc, Denied):
             log.log(logging.ERROR if level == logging.WARNING else level,
                     "node %s: cannot publish %s (%s): not allowed, check the agent's token and RBAC rights",
                     self._node, kind, exc.detail)
         else:
             log.log(level, "node %s: cannot publish %s (%s); retrying with backoff", self._node, kind, exc.detail)
-        self._count(kind, exc)
-
-    def _count(self, kind: str, exc: BaseException) -> None:
         if self._on_error is not None:
             try:
                 self._on_error(kind, exc)

@@ -1,10 +1,8 @@
-"""The API side of ``scheduler-patcher restore-nodes``: the Nodes, the PodTemplate, the pods it creates, their watch.
+"""The API side of ``scheduler-patcher restore-nodes`` (``patcher.core.restorepods`` builds and judges the pods).
 
-Every request of the uninstall's restore is made here (``patcher.core.restorepods`` builds the pods and judges
-them): a list of the control-plane Nodes, one read of the PodTemplate and of the command's own pod (for its Job),
-one create per control-plane node, a list-then-watch of this run's pods only (a label selector), and one merge
-patch per restored Node that leaves the agent's annotations as a restore on exit leaves them (``state:
-Restored``, the rest removed).
+The control-plane Nodes, one read of the PodTemplate and of the command's own pod (for its Job), one create per
+node, a watch of this run's pods (a label selector), and one merge patch per restored Node that leaves the
+agent's annotations as a restore on exit does (``state: Restored``).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from patcher.adapters.kube.errors import NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import MERGE_PATCH, NODES, PODS, PODTEMPLATES, Api
 from patcher.core import restorepods
 from patcher.core.kubeobj import Obj, dig
@@ -61,7 +59,7 @@ def mark_restored(api: Api, node: str, prefix: str) -> None:
     api_json(f"annotate node {node}", api.patch, NODES, node, body, content_type=MERGE_PATCH)
 
 
-class RunPods:
+class RunPods(Following):
     """This run's pods as the watch last saw them; ``changed`` is set on every change."""
 
     def __init__(self, api: Api, namespace: str, run: str) -> None:
@@ -71,15 +69,6 @@ class RunPods:
         self._watcher = ListWatcher(
             api, PODS, namespace, label_selector=f"{restorepods.RUN_LABEL}={run}",
             on_sync=self._sync, on_event=self._event, name=f"restore-pods-{run}")
-
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self) -> None:
-        self._watcher.stop()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)
 
     def snapshot(self) -> list[Obj]:
         with self._lock:

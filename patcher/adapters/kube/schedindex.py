@@ -1,20 +1,12 @@
 """The names of the kube-scheduler pods a label cannot find, kept by a metadata-only watch of their namespace.
 
-The readiness verdict counts a kube-scheduler on a node the control-plane selector misses, and one without
-kubeadm's ``component=kube-scheduler`` label: a Node-owned mirror pod ``kube-scheduler-<node>`` (an installer
-that labels neither its control-plane nodes nor their static pods). Neither the node nor the pod can be
-selected on the server, so the verdict used to list every pod of kube-system, whole, page by page: on a large
-cluster a pod per node for each node agent (kube-proxy, the CNI, CSI node plugins), 20 000 pods and 100+ MB
-a verdict.
-
-Here the namespace is listed once and then watched, metadata only (``PartialObjectMetadata``: no spec, no
-status), and each pod is reduced as it arrives to whether it may be such a scheduler
-(``core.readiness.may_be_unlabelled_scheduler``: a Node owner and the name's prefix). What is kept is a set of
-a few names; a verdict reads those pods by name (``cluster.collect``), beside the labelled list. The
-agents' status publisher and the gatekeeper each keep one; ``on_change`` tells them when a candidate or a
-pod with the scheduler's labels (the verdict's labelled list) came, went or changed (a scheduler's status shows
-in its metadata's resourceVersion), so they read the verdict again. RBAC: ``list`` and ``watch`` on pods in
-the namespace, what the agent's mirror-pod watch has already.
+The readiness verdict counts a Node-owned mirror pod ``kube-scheduler-<node>`` without kubeadm's
+``component=kube-scheduler`` label. Neither the node nor such a pod can be selected on the server, and listing
+kube-system whole costs a pod per node per node agent (20 000 pods, 100+ MB a verdict on a large cluster).
+Here the namespace is listed once and watched, metadata only, each pod reduced as it arrives to whether it may
+be such a scheduler (``core.readiness.may_be_unlabelled_scheduler``); a verdict reads the few kept names by
+name (``cluster.collect``). ``on_change`` says when a candidate or a labelled scheduler came, went or changed.
+RBAC: ``list`` and ``watch`` on pods in the namespace, what the mirror-pod watch has already.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import PODS, Api
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.readiness import may_be_unlabelled_scheduler
@@ -43,7 +35,7 @@ Reduced = tuple[str, bool, bool]
 SCHEDULER_LABELS: Final = {"component": "kube-scheduler"}
 
 
-class SchedulerIndex:
+class SchedulerIndex(Following):
     """The candidate names (``candidates()``), followed by a metadata-only list and watch of ``namespace``."""
 
     def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
@@ -62,15 +54,6 @@ class SchedulerIndex:
             backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=failure_level, page_size=page_size,
             transform=self._reduce, metadata_only=True)
 
-    def start(self) -> None:
-        self._watcher.start()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._watcher.stop(timeout)
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._watcher.wait_synced(timeout)
-
     def wait_fresh(self, timeout: float) -> bool:
         """Wait until the view follows the server (listed, and the watch from that list open)."""
         deadline = time.monotonic() + timeout
@@ -81,10 +64,6 @@ class SchedulerIndex:
                 return False
             time.sleep(0.02)
         return True
-
-    @property
-    def fresh(self) -> bool:
-        return self._watcher.fresh
 
     @property
     def drops(self) -> int:

@@ -1,14 +1,9 @@
-"""Client-side rate limiting for bursts of writes: a token bucket (client-go's ``QPS``/``Burst``) that also
-obeys the API server's ``429 Retry-After``.
+"""A token bucket (client-go's ``QPS``/``Burst``) that also obeys the API server's ``429 Retry-After``: the pace of
+the gatekeeper's release pool, the one place this project sends thousands of requests in a row.
 
-The gatekeeper's release of a large backlog is the one place this project sends thousands of requests in a
-row. client-go rate-limits every client (``--kube-api-qps``/``--kube-api-burst`` on the controllers);
-the Python client has no such limiter, so the pool of release workers takes its turns here. When the API
-server sheds load (API Priority and Fairness answers ``429`` with ``Retry-After`` once a priority level's
-queues are full), ``hold`` stops every worker, not just the one that was refused, until the server's delay
-has passed: hammering a server that said "later" only deepens its queues.
-
-Thread-safe. ``clock`` and ``sleep`` are injectable so tests run on a fake clock.
+When API Priority and Fairness sheds load (``429`` with ``Retry-After``), ``hold`` stops every worker, not
+just the refused one: hammering a server that said "later" only deepens its queues. Thread-safe; ``clock``
+and ``sleep`` are injectable.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """The one request path to the API server: the official client's configuration and pool manager, JSON in and out.
 
-Why not the generated client: ``ApiClient`` imports pydantic and every model (far more time and memory than
-what is used here), each generated method validates its arguments, serialises a model and negotiates headers
-(CPU on every request the gatekeeper sends), and its models refuse answers that lack fields servers omit, so
-every caller asked for raw JSON anyway. The agent is a resident process on every control-plane node: it
-should weigh what its few requests need. The measured costs are in docs/benchmarks.md.
+Not the generated client: ``ApiClient`` imports pydantic and every model, validates and serialises on every
+request (CPU the gatekeeper pays per pod) and its models refuse answers that lack fields servers omit
+(docs/benchmarks.md). What makes a request safe is reused from the official client: the ``Configuration``
+from its loaders (``kube.client``, TLS verification forced on), its ``rest.RESTClientObject(...).pool_manager``
+(CA, client certificate, ``tls_server_name``, proxy, keepalive, pool size, one urllib3 retry: callers back
+off), ``configuration.auth_settings()`` on every request (so a token refresh hook runs), a timeout on every
+request, and its ``ApiException`` for a non-2xx answer, translated by ``errors.api_call``.
 
-What makes a request safe is not re-implemented but reused from the official client:
-
-* the ``Configuration`` comes from its loaders (``kube.client.load_configuration``: the in-cluster service
-  account with its token refresh hook, or a kubeconfig), TLS verification forced on;
-* the transport is its ``rest.RESTClientObject(configuration).pool_manager``: the CA, client certificate,
-  ``verify_ssl``, ``tls_server_name``, proxy (and ``no_proxy``), TCP keepalive, pool size and ``retries``
-  (one: the callers retry with backoff); every request goes through the manager's public ``urlopen``;
-* authentication is ``configuration.auth_settings()`` on every request, as the generated methods do it, so
-  a refresh hook (in-cluster token rotation, exec plugins) runs each time;
-* every request has a timeout: the client's default unless the call gives one, plus a deadline (connect +
-  read) for an ordinary request; a watch stream has a connect timeout and a read timeout beyond the server's
-  own ``timeoutSeconds`` instead;
-* a non-2xx answer raises the client's own ``ApiException`` (status, reason, headers, body), so
-  ``errors.api_call`` translates it exactly like a generated call's (``Retry-After`` of a 429 included).
-
-``Resource`` names what is requested (group, version, plural): the RBAC scan of the agent's modules reads the
-verbs (``api.get(NODES, ...``) and the resources from here. Code that wants the generated classes (tests,
-scripts) gets an ``ApiClient`` on the same configuration from ``Api.generated()``; no adapter uses it.
+``Resource`` names what is requested: the RBAC scan of the agent's modules reads the verbs (``api.get(NODES,
+...``) and the resources from here. ``Api.generated()`` gives tests and scripts an ``ApiClient`` on the same
+configuration; no adapter uses it.
 """
 
 from __future__ import annotations
@@ -118,15 +105,6 @@ class Api:
         #: verdict costs the API server (tests, benches).
         self.requests = 0
         self.received = 0
-
-    @property
-    def user_agent(self) -> str:
-        """The ``User-Agent`` header (settable, as on the generated ``ApiClient``)."""
-        return self.default_headers["User-Agent"]
-
-    @user_agent.setter
-    def user_agent(self, value: str) -> None:
-        self.default_headers["User-Agent"] = value
 
     # -- the request path ---------------------------------------------------------------------------------
 
