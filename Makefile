@@ -153,9 +153,10 @@ e2e: $(STAMP)
 	$(BIN)/python -m pytest -q -s tests/e2e/test_lifecycle.py tests/e2e/test_agent_upgrade.py
 
 .PHONY: real-k8s
-## kube-apiserver, kube-scheduler and kubelet of each release pinned in tools/realk8s/, and etcd, built through the
-## Go module proxy into ~/.cache/scheduler-patcher/realk8s ($$REALK8S_CACHE): ~4 min a release from an empty cache on
-## 2 cores, instant once built. `make test` runs the real_cluster tests whenever they are there. Then containerd and
+## kube-apiserver, kube-scheduler, kubelet, kubeadm, kube-controller-manager and kubectl of each release pinned in
+## tools/realk8s/, and etcd, built through the Go module proxy into ~/.cache/scheduler-patcher/realk8s
+## ($$REALK8S_CACHE): ~13 min a release from an empty cache on 2 cores (kubeadm, kube-controller-manager and kubectl
+## add ~5 min to one whose other binaries' packages are in Go's build cache), instant once built. `make test` runs the real_cluster tests whenever they are there. Then containerd and
 ## runc (Debian's, installed as root when missing) for the real node of the real_kubelet tests.
 REALK8S_FLAGS ?=
 real-k8s:
