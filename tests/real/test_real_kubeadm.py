@@ -69,6 +69,21 @@ def command_of(pod: dict[str, Any]) -> list[str]:
     return [*container.get("command", []), *container.get("args", [])]
 
 
+def extenders_of(node: KubeadmNode) -> list[str]:
+    """The extender URLs of the configuration the running scheduler loaded (its /configz). 1.36 and later serve
+    the versioned config (`extenders`, `urlPrefix`), 1.34 and 1.35 the internal Go struct (`Extenders`,
+    `URLPrefix`): keys are compared case-folded."""
+    def found() -> list[str] | None:
+        configz = node.scheduler_configz()
+        if configz is None:
+            return None
+        config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
+        urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
+        return urls or None
+    urls: list[str] = wait_until(found, 120, f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
+    return urls
+
+
 def replaced(node: KubeadmNode, before: str) -> tuple[str, dict[str, Any]]:
     """The scheduler's next running, ready container after `before` (the kubelet reads the folder at once, by
     inotify, and again every 20 s; the old container may take its grace period to go)."""
@@ -124,6 +139,7 @@ def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: K
     assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), command_of(second_pod)
     assert second_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] != first_hash
     assert node.host(configs[0].split("=", 1)[1]).is_file()
+    assert extenders_of(node) == ["http://127.0.0.1:8889"]
 
     restored = patcher("restore", node, source)
     assert restored.returncode == 0, restored.stdout + restored.stderr

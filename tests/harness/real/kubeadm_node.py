@@ -32,6 +32,7 @@ containers), and the network and mounts go with the namespaces.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -58,7 +59,7 @@ MANIFESTS = "/etc/kubernetes/manifests"
 #: The node's address, inside its own network namespace only (a documentation range: it routes nowhere).
 ADDRESS = "192.0.2.10"
 #: What the node needs beyond the real node's runtime (tests/harness/real/kubelet_node.py).
-PROGRAMS = ("ip", "hostname", "sysctl")
+PROGRAMS = ("ip", "hostname", "sysctl", "curl")
 BINARIES = ("kubeadm", "kube-controller-manager", "kube-apiserver", "kube-scheduler", "kubelet", "etcd")
 #: kubeadm's preflight checks this sandbox cannot pass, and why. Every other check runs and must pass.
 IGNORED_PREFLIGHT = {
@@ -82,7 +83,7 @@ def kubeadm_missing() -> str | None:
         return why
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
     if missing:
-        return f"no {', '.join(missing)} on PATH (Debian: iproute2, hostname, procps)"
+        return f"no {', '.join(missing)} on PATH (Debian: iproute2, hostname, procps, curl)"
     if release_with_kubeadm() is None:
         releases = built_releases()
         where = releases[0].folder if releases else "the real-k8s cache"
@@ -365,6 +366,26 @@ state = "{run / 'containerd-state'}"
         if not statuses or "running" not in statuses[0].get("state", {}) or not statuses[0].get("ready"):
             return None
         return statuses[0]["containerID"], pod
+
+    def scheduler_configz(self) -> dict[str, Any] | None:
+        """The running kube-scheduler's /configz (kubeadm's manifest: its secure port 10259 on loopback, its
+        authorization delegated to the API server) as kubeadm's admin: the configuration the scheduler loaded. None
+        while nothing answers there. Asked with curl in the node: the scheduler listens in the node's network."""
+        pem = self.run / "admin.pem"
+        if not pem.is_file():
+            admin = self.host("/etc/kubernetes/admin.conf").read_text()
+            parts = [re.search(rf"^\s*{key}: (\S+)$", admin, re.M) for key in ("client-certificate-data",
+                                                                              "client-key-data")]
+            pem.write_bytes(b"".join(base64.b64decode(m.group(1)) for m in parts if m))
+            pem.chmod(0o600)
+        # -k: the scheduler serves a certificate it made itself at its start, signed by no CA kubeadm made
+        proc = subprocess.run(self.inside(["curl", "-sSk", "--fail", "--max-time", "10", "--cert", str(pem),
+                                           "https://127.0.0.1:10259/configz"]),
+                              capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            return None
+        found: dict[str, Any] = json.loads(proc.stdout)
+        return found
 
     # -- stop -------------------------------------------------------------------------------------------------
 
