@@ -26,7 +26,7 @@ from tests.harness.real.kubeadm_node import (
     KubeadmNode,
     kubeadm_missing,
     kubeadm_node,
-    release_with_kubeadm,
+    releases_with_kubeadm,
 )
 
 pytestmark = pytest.mark.real_kubeadm
@@ -37,21 +37,21 @@ EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filte
 CONFIG_DIR = "/etc/kubernetes/scheduler-patcher"
 
 
-def require_kubeadm() -> Binaries:
-    """The newest release with kubeadm, or one line on why not (a failure under CI=true, where nothing may skip)."""
+def require_kubeadm(version: str) -> Binaries:
+    """The release's binaries, or one line on why the node cannot start (a failure under CI=true, where nothing may
+    skip)."""
     why = kubeadm_missing()
     if why is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the kubeadm node cannot start under CI=true: {why}")
         pytest.skip(why)
-    binaries = release_with_kubeadm()
-    assert binaries is not None
-    return binaries
+    return next(b for b in releases_with_kubeadm() if b.version == version)
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[KubeadmNode]:
-    with kubeadm_node(require_kubeadm(), tmp_path / "kubeadm") as made:
+@pytest.fixture(params=[b.version for b in releases_with_kubeadm()] or ["none"])
+def node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeadmNode]:
+    """A node of each built release that has kubeadm, newest first (or one test that skips, where none has)."""
+    with kubeadm_node(require_kubeadm(request.param), tmp_path / "kubeadm") as made:
         print(f"\nkubeadm node v{made.binaries.version}: runtime and images {made.runtime_in:.1f} s, "
               f"kubeadm init {made.init_in:.1f} s")
         yield made

@@ -71,9 +71,9 @@ IGNORED_PREFLIGHT = {
 INIT_DEADLINE = 600.0  # kubeadm waits up to 4 min for the kubelet and 4 more for the control plane
 
 
-def release_with_kubeadm() -> Binaries | None:
-    """The newest built release that has every binary a kubeadm node runs, or None."""
-    return next((b for b in built_releases() if all(b.path(n).is_file() for n in BINARIES)), None)
+def releases_with_kubeadm() -> list[Binaries]:
+    """The built releases that have every binary a kubeadm node runs, newest first."""
+    return [b for b in built_releases() if all(b.path(n).is_file() for n in BINARIES)]
 
 
 def kubeadm_missing() -> str | None:
@@ -84,7 +84,7 @@ def kubeadm_missing() -> str | None:
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
     if missing:
         return f"no {', '.join(missing)} on PATH (Debian: iproute2, hostname, procps, curl)"
-    if release_with_kubeadm() is None:
+    if not releases_with_kubeadm():
         releases = built_releases()
         where = releases[0].folder if releases else "the real-k8s cache"
         return f"no kubeadm and kube-controller-manager in {where}: `make real-k8s` builds them"
