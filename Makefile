@@ -43,7 +43,7 @@ PYTEST_PAR := -n $(TEST_WORKERS) --dist loadgroup
 ## folder check, the kill of the old scheduler), one at a time since each node's scheduler binds the host's
 ## port; together ~9 min of mostly idle waiting, which would more than double this target's time.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet and not real_bench"
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not real_kubelet and not real_bench and not real_kubeadm"
 
 ## A contributor's loop: the pure core and unit tests (tests/unit/) without the corpus sweeps (marker sweep), in one
 ## process (xdist's workers would each collect again: slower on a shared 2-core machine).
@@ -64,6 +64,14 @@ test-real-bench: $(STAMP)
 test-real-node: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
+## A node made by the real `kubeadm init` of each built release (marker real_kubeadm; tests/harness/real/kubeadm_node.py):
+## the agent's plan, apply and restore on the manifest kubeadm wrote, run by the real kubelet (~1.5 min a release).
+## Needs root, containerd and the kubeadm of `make real-k8s`; skips with one line without them (fails under CI=true).
+## .ci/run runs it after `make test-real-node`.
+.PHONY: test-real-kubeadm
+test-real-kubeadm: $(STAMP)
+	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py
+
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
 test-min:
@@ -71,7 +79,7 @@ test-min:
 	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_releases"
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_releases and not real_kubeadm"
 
 ## The tests of what relies on a dependency beyond its public API, against the newest release of every runtime
 ## dependency (pyproject.toml caps none of them for it): kube.lightimport loads kubernetes' transport without the
@@ -153,9 +161,10 @@ e2e: $(STAMP)
 	$(BIN)/python -m pytest -q -s tests/e2e/test_lifecycle.py tests/e2e/test_agent_upgrade.py
 
 .PHONY: real-k8s
-## kube-apiserver, kube-scheduler and kubelet of each release pinned in tools/realk8s/, and etcd, built through the
-## Go module proxy into ~/.cache/scheduler-patcher/realk8s ($$REALK8S_CACHE): ~4 min a release from an empty cache on
-## 2 cores, instant once built. `make test` runs the real_cluster tests whenever they are there. Then containerd and
+## kube-apiserver, kube-scheduler, kubelet, kubeadm, kube-controller-manager and kubectl of each release pinned in
+## tools/realk8s/, and etcd, built through the Go module proxy into ~/.cache/scheduler-patcher/realk8s
+## ($$REALK8S_CACHE): ~13 min a release from an empty cache on 2 cores (kubeadm, kube-controller-manager and kubectl
+## add ~5 min to one whose other binaries' packages are in Go's build cache), instant once built. `make test` runs the real_cluster tests whenever they are there. Then containerd and
 ## runc (Debian's, installed as root when missing) for the real node of the real_kubelet tests.
 REALK8S_FLAGS ?=
 real-k8s:

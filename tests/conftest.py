@@ -80,11 +80,16 @@ def kubeadm_text() -> str:
 
 REAL_CLUSTER = "real_cluster"
 REAL_KUBELET = "real_kubelet"
+REAL_KUBEADM = "real_kubeadm"
+#: The markers of the tests that run real components: one at a time on the machine (see `one_at_a_time`).
+REAL_MARKERS = (REAL_CLUSTER, REAL_KUBELET, REAL_KUBEADM)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_CLUSTER}: runs on the real kube-apiserver/etcd of `make real-k8s`")
     config.addinivalue_line("markers", f"{REAL_KUBELET}: runs a real node (kubelet, containerd) of `make real-k8s`")
+    config.addinivalue_line("markers", f"{REAL_KUBEADM}: a node made by the real `kubeadm init` of `make real-k8s` "
+                                       "(`make test-real-kubeadm`, not `make test`)")
     config.addinivalue_line("markers", "real_releases: a real node of each release before the newest "
                                        "(`make test-real-node`, not `make test`)")
     config.addinivalue_line("markers", "real_bench: a bench's smoke run that builds a cluster of its own on the real "
@@ -122,14 +127,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
         if folder in KINDS:
             item.add_marker(getattr(pytest.mark, folder))
-        if item.get_closest_marker(REAL_CLUSTER) or item.get_closest_marker(REAL_KUBELET):
+        if any(item.get_closest_marker(m) for m in REAL_MARKERS):
             item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT), append=False)
             item.add_marker(pytest.mark.xdist_group("real"))
 
 
 @pytest.fixture(autouse=True)
 def _one_real_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker(REAL_CLUSTER) is None and request.node.get_closest_marker(REAL_KUBELET) is None:
+    if not any(request.node.get_closest_marker(m) for m in REAL_MARKERS):
         yield
         return
     from tests.harness.real.controlplane import one_at_a_time

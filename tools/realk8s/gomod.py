@@ -19,8 +19,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# The binaries each release folder builds; the build script reads the same `tool` lines back.
-COMMANDS = ("kube-apiserver", "kube-scheduler", "kubelet")
+# The binaries each release folder builds; the build script reads the same `tool` lines back. kubeadm,
+# kube-controller-manager and kubectl are what a kubeadm-made node runs besides the first three.
+COMMANDS = ("kube-apiserver", "kube-scheduler", "kubelet", "kubeadm", "kube-controller-manager", "kubectl")
 
 
 def go_env() -> dict[str, str]:

@@ -1,0 +1,416 @@
+"""One control-plane node made by the real `kubeadm init`, for tests: what a kubeadm user's node runs, not a fixture.
+
+tests/harness/real/kubelet_node.py runs the release's kubelet beside a control plane the harness starts itself, and a
+scheduler manifest the test writes. Here kubeadm writes everything, as on a user's node: the certificates, the
+kubeconfigs, the kubelet's configuration and the four static pods (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler), which the release's kubelet then runs on containerd. A `KubeadmNode` is:
+
+* a host of its own: network, mount, PID and UTS namespaces (`unshare`), whose init is the project's pause binary.
+  Its network is loopback and `eth0` holding `ADDRESS` with the default route on it (kubeadm advertises the
+  address of the default route's interface): one end of a veth pair whose other end is in the node too (the kernel
+  here has no `dummy` device: "Unknown device type"); nothing in it is reachable from the machine, and nothing of the
+  machine's network changes. The node paths kubeadm, the kubelet and etcd write (`NODE_PATHS`) are bind mounts of
+  folders below the test root, so a manifest kubeadm wrote reads at `host(path)` on this machine, and the agent run
+  with `--host-root` on that folder sees the node as its DaemonSet pod would;
+* containerd (Debian's) with its root, state and socket below the test root, and the images `kubeadm config images
+  list` names for the release built here from the release's binaries (`make real-k8s`): kube-apiserver,
+  kube-controller-manager, kube-scheduler, etcd and pause, each one layer holding the static binary, imported with
+  `ctr images import` under kubeadm's names. With `imagePullPolicy: Never` kubeadm's preflight pulls nothing (no
+  registry is reachable here), and the kubelet finds every image of the manifests present;
+* `kubeadm init` with a configuration file (`init_config`): CoreDNS and kube-proxy disabled (no images of theirs
+  exist here, and one node with host-network pods needs neither), the kubelet settings this machine needs
+  (cgroupfs on the host's cgroup v1 with `failCgroupV1: false`, no QoS cgroups, no swap check), and only the
+  preflight checks in `IGNORED_PREFLIGHT` ignored, each for the reason it names;
+* the release's kubelet, started the way kubeadm's systemd drop-in starts it (`--config`, `--kubeconfig`,
+  `--bootstrap-kubeconfig` and the flags of `/var/lib/kubelet/kubeadm-flags.env`) as soon as kubeadm's
+  `kubelet-start` phase has written them: there is no systemd in the node, so kubeadm's own start of the service
+  fails with a warning and its `wait-control-plane` phase waits for this one.
+
+Stopping kills the namespace's init: the kernel then kills every process in it (kubelet, containerd, shims and
+containers), and the network and mounts go with the namespaces.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.harness.real.controlplane import Binaries, built_releases, die_with_parent, wait_until
+from tests.harness.real.kubelet_node import CNI_BIN, image_archive, pause_binary, runtime_missing
+
+#: Node paths bound to folders below the test root inside the node's mount namespace: kubeadm's (its PKI,
+#: kubeconfigs and manifests; the kubelet's configuration and state; etcd's data) and the agent's state folder.
+NODE_PATHS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/scheduler-patcher")
+MANIFESTS = "/etc/kubernetes/manifests"
+#: The node's address, inside its own network namespace only (a documentation range: it routes nowhere).
+ADDRESS = "192.0.2.10"
+#: What the node needs beyond the real node's runtime (tests/harness/real/kubelet_node.py).
+PROGRAMS = ("ip", "hostname", "sysctl", "curl")
+BINARIES = ("kubeadm", "kube-controller-manager", "kube-apiserver", "kube-scheduler", "kubelet", "etcd")
+#: kubeadm's preflight checks this sandbox cannot pass, and why. Every other check runs and must pass.
+IGNORED_PREFLIGHT = {
+    # The system verification fails on this machine's cgroup v1 (hybrid) hierarchy: from 1.35 kubeadm refuses v1
+    # unless this check is skipped and the kubelet has `failCgroupV1: false` (both are needed, says its message).
+    # Everything else it verifies (the kernel's namespaces, cgroup controllers, overlayfs) passes here.
+    "SystemVerification",
+}
+INIT_DEADLINE = 600.0  # kubeadm waits up to 4 min for the kubelet and 4 more for the control plane
+
+
+def releases_with_kubeadm() -> list[Binaries]:
+    """The built releases that have every binary a kubeadm node runs, newest first."""
+    return [b for b in built_releases() if all(b.path(n).is_file() for n in BINARIES)]
+
+
+def kubeadm_missing() -> str | None:
+    """One line on what the kubeadm node lacks here, or None when it can start."""
+    why = runtime_missing()
+    if why is not None:
+        return why
+    missing = [p for p in PROGRAMS if shutil.which(p) is None]
+    if missing:
+        return f"no {', '.join(missing)} on PATH (Debian: iproute2, hostname, procps, curl)"
+    if not releases_with_kubeadm():
+        releases = built_releases()
+        where = releases[0].folder if releases else "the real-k8s cache"
+        return f"no kubeadm and kube-controller-manager in {where}: `make real-k8s` builds them"
+    return None
+
+
+def init_config(binaries: Binaries, name: str, socket: Path, run: Path) -> str:
+    """kubeadm's configuration: InitConfiguration, ClusterConfiguration and the KubeletConfiguration it writes."""
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
+         "localAPIEndpoint": {"advertiseAddress": ADDRESS, "bindPort": 6443},
+         "nodeRegistration": {"name": name, "criSocket": f"unix://{socket}", "imagePullPolicy": "Never",
+                              "ignorePreflightErrors": sorted(IGNORED_PREFLIGHT)}},
+        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+         "kubernetesVersion": f"v{binaries.version}", "clusterName": "kubeadm-node",
+         # kube-controller-manager's FlexVolume folder: kubeadm mounts it as a hostPath DirectoryOrCreate, by default
+         # /usr/libexec/kubernetes/kubelet-plugins/volume/exec, which the kubelet would create on this machine.
+         "controllerManager": {"extraArgs": [{"name": "flex-volume-plugin-dir",
+                                              "value": "/etc/kubernetes/flexvolume"}]},
+         "dns": {"disabled": True}, "proxy": {"disabled": True}},
+        {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+         "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False, "cgroupsPerQOS": False,
+         "enforceNodeAllocatable": ["none"], "podLogsDir": str(run / "pods"), "resolvConf": "",
+         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+         "localStorageCapacityIsolation": False, "shutdownGracePeriod": "0s"},
+    ]
+    return "---\n".join(json.dumps(d, indent=1) + "\n" for d in documents)
+
+
+def image_contents(binaries: Binaries, image: str) -> tuple[dict[str, Path], list[str]]:
+    """The files and entrypoint of one of kubeadm's images, from the release's binaries. kubeadm's manifests call
+    each component by its name (`command: [kube-apiserver, ...]`), found on the image's PATH."""
+    component = image.rsplit("/", 1)[1].split(":", 1)[0]
+    if component == "pause":
+        return {"/pause": pause_binary()}, ["/pause"]
+    if component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"):
+        return {f"/usr/local/bin/{component}": binaries.path(component)}, [component]
+    raise ValueError(f"kubeadm lists an image this node cannot build: {image}")
+
+
+@dataclass
+class KubeadmNode:
+    """One node of `binaries`' release made by `kubeadm init`, its files below `root`."""
+
+    binaries: Binaries
+    root: Path
+    name: str = "kubeadm-a"
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    init_pid: int = 0
+    images: list[str] = field(default_factory=list)
+    #: seconds: the node's runtime up and the images imported; `kubeadm init` from its start to its exit
+    runtime_in: float = 0.0
+    init_in: float = 0.0
+    made_mount_points: list[Path] = field(default_factory=list)
+    #: Unix sockets live here, off the test root: below a pytest basetemp their paths can pass the 107 bytes a
+    #: socket address holds.
+    sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kn-")))
+
+    # -- paths ------------------------------------------------------------------------------------------------
+
+    @property
+    def host_root(self) -> Path:
+        """The node's file system as the agent's `--host-root` sees it (the node paths below it)."""
+        return self.root / "node"
+
+    def host(self, node_path: str) -> Path:
+        return self.host_root / node_path.lstrip("/")
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def socket(self) -> Path:
+        return self.sockets / "containerd.sock"
+
+    def log(self, name: str, lines: int = 40) -> str:
+        path = self.run / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.is_file() else ""
+
+    # -- start ------------------------------------------------------------------------------------------------
+
+    def start(self) -> KubeadmNode:
+        started = time.monotonic()
+        self.run.mkdir(parents=True, exist_ok=True)
+        for node_path in NODE_PATHS:
+            self.host(node_path).mkdir(parents=True, exist_ok=True)
+        (self.run / "hosts").write_text(f"127.0.0.1 localhost\n{ADDRESS} {self.name}\n")
+        (self.run / "resolv.conf").write_text("")
+        (self.run / "bin").mkdir(exist_ok=True)
+        # kubeadm stops, reloads and starts the kubelet through systemctl when it finds one; in the node that would
+        # reach this machine's systemd. This one answers that there is none (kubeadm then warns and goes on).
+        stub = self.run / "bin" / "systemctl"
+        stub.write_text("#!/bin/sh\necho 'systemctl: no systemd in this node (the harness runs the kubelet)' >&2\n"
+                        "exit 1\n")
+        stub.chmod(0o755)
+        for program in ("kubelet", "kubeadm", "kubectl"):
+            link = self.run / "bin" / program
+            if not link.is_symlink():
+                link.symlink_to(self.binaries.path(program))
+        config = self.run / "kubeadm.yaml"
+        config.write_text(init_config(self.binaries, self.name, self.socket, self.run))
+        self._namespace()
+        self._containerd(config)
+        self.runtime_in = time.monotonic() - started
+        self._init(config)
+        self.init_in = time.monotonic() - started - self.runtime_in
+        return self
+
+    def _namespace(self) -> None:
+        setup = [
+            "ip link set lo up", "ip link add eth0 type veth peer name eth0-peer",
+            f"ip addr add {ADDRESS}/24 dev eth0", "ip link set eth0-peer up", "ip link set eth0 up",
+            "ip route add default dev eth0", f"hostname {self.name}",
+            # the kubelet and kubeadm's preflight want forwarding on; this network namespace's own setting
+            "sysctl -qw net.ipv4.ip_forward=1",
+            # the node's own name resolves without DNS (kubeadm's preflight looks it up; the machine's resolver
+            # would take its 10 s timeout to say no)
+            f"mount --bind {self.run / 'hosts'} /etc/hosts",
+            f"mount --bind {self.run / 'resolv.conf'} /etc/resolv.conf",
+        ]
+        for node_path in NODE_PATHS:
+            point = Path(node_path)
+            if not point.exists():
+                point.mkdir(parents=True)
+                self.made_mount_points.append(point)
+            setup.append(f"mount --bind {self.host(node_path)} {node_path}")
+        script = " && ".join([*setup, f"exec {pause_binary()}"])
+        self.procs.append(subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--pid", "--net", "--uts", "--kill-child=SIGKILL",
+             "--mount-proc", "sh", "-c", script], preexec_fn=die_with_parent, stdin=subprocess.DEVNULL,
+            stdout=(self.run / "namespace.log").open("wb"), stderr=subprocess.STDOUT))
+        holder = self.procs[0]
+
+        def init() -> int:
+            if holder.poll() is not None:
+                raise RuntimeError(f"unshare exited {holder.returncode}: {self.log('namespace')}")
+            children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()
+            if not children:
+                return 0
+            pid = int(children[0])
+            exe = os.readlink(f"/proc/{pid}/exe") if Path(f"/proc/{pid}/exe").exists() else ""
+            return pid if exe == str(pause_binary()) else 0
+
+        self.init_pid = wait_until(init, 30, f"the node namespace's init\n{self.log('namespace')}")
+
+    def inside(self, argv: list[str]) -> list[str]:
+        """`argv` run in the node: its mount, network, UTS and PID namespaces (so it dies with the node)."""
+        return ["nsenter", f"--target={self.init_pid}", "--mount", "--net", "--uts", "--pid", "--", *argv]
+
+    @property
+    def path(self) -> str:
+        """PATH in the node: the release's kubelet, kubeadm and kubectl first (kubeadm's preflight runs
+        `kubelet --version` from PATH), then this machine's."""
+        return f"{self.run / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+
+    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        with (self.run / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(self.inside(argv), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
+                                    env={**os.environ, "PATH": self.path})
+        self.procs.append(proc)
+        return proc
+
+    def _alive(self, proc: subprocess.Popen[bytes], name: str) -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
+        return True
+
+    def _containerd(self, config: Path) -> None:
+        listed = subprocess.run([str(self.binaries.path("kubeadm")), "config", "images", "list",
+                                 f"--config={config}"], capture_output=True, text=True, timeout=120, check=False)
+        assert listed.returncode == 0, f"kubeadm config images list: {listed.stderr}"
+        self.images = listed.stdout.split()
+        pause = next(i for i in self.images if "/pause:" in i)
+        run = self.run
+        (run / "containerd.toml").write_text(f"""version = 2
+root = "{run / 'containerd-root'}"
+state = "{run / 'containerd-state'}"
+[grpc]
+  address = "{self.socket}"
+[ttrpc]
+  address = "{self.sockets / 'containerd.sock.ttrpc'}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{run / 'opt'}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{run / 'runc'}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{run / 'cni-conf'}"
+""")
+        # Every pod of this node is a host-network static pod; the loopback network only lets the runtime report
+        # its network ready, so that the kubelet reports the Node Ready.
+        (run / "cni-conf").mkdir(exist_ok=True)
+        (run / "cni-conf" / "10-loopback.conflist").write_text(json.dumps({
+            "cniVersion": "0.4.0", "name": "node-loopback", "plugins": [{"type": "loopback"}]}))
+        proc = self.spawn("containerd", ["containerd", f"--config={run / 'containerd.toml'}"])
+        wait_until(lambda: self._alive(proc, "containerd") and self.socket.exists(), 60, "containerd's socket")
+        for image in self.images:
+            files, entrypoint = image_contents(self.binaries, image)
+            archive = image_archive(run / "images.tar", (image,), files, entrypoint)
+            self.ctr("images", "import", str(archive))
+            archive.unlink()
+        present = set(self.ctr("images", "ls", "-q").split())
+        assert set(self.images) <= present, (self.images, present)
+
+    def ctr(self, *args: str) -> str:
+        """containerd's own client on the node's socket, in the CRI plugin's namespace."""
+        proc = subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, f"ctr {' '.join(args)}: {proc.stderr}"
+        return proc.stdout
+
+    def _init(self, config: Path) -> None:
+        kubeadm = self.spawn("kubeadm-init", [str(self.binaries.path("kubeadm")), "init", f"--config={config}",
+                                              "--v=1"])
+        flags_file = self.host("/var/lib/kubelet/kubeadm-flags.env")
+
+        def kubelet_files() -> bool:
+            self._alive(kubeadm, "kubeadm-init")
+            # kubeadm writes the flags first, then config.yaml: the second one there means both are whole
+            return flags_file.is_file() and self.host("/var/lib/kubelet/config.yaml").is_file()
+
+        wait_until(kubelet_files, INIT_DEADLINE, f"kubeadm's kubelet files\n{self.log('kubeadm-init')}")
+        self._kubelet(flags_file)
+        deadline = time.monotonic() + INIT_DEADLINE
+        while kubeadm.poll() is None:
+            self._alive(self.procs[-1], "kubelet")
+            assert time.monotonic() < deadline, f"kubeadm init still running\n{self.log('kubeadm-init')}"
+            time.sleep(0.5)
+        assert kubeadm.returncode == 0, (f"kubeadm init exited {kubeadm.returncode}\n{self.log('kubeadm-init', 60)}"
+                                         f"\n--- kubelet ---\n{self.log('kubelet')}")
+
+    def kubelet_argv(self, flags_file: Path) -> list[str]:
+        """What kubeadm's systemd drop-in (10-kubeadm.conf) runs: its flags, then those of kubeadm-flags.env."""
+        match = re.search(r'^KUBELET_KUBEADM_ARGS="(.*)"$', flags_file.read_text(), re.M)
+        assert match, flags_file.read_text()
+        return [str(self.binaries.path("kubelet")), "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                "--kubeconfig=/etc/kubernetes/kubelet.conf", "--config=/var/lib/kubelet/config.yaml",
+                *shlex.split(match.group(1)), "--v=2"]
+
+    def _kubelet(self, flags_file: Path) -> None:
+        self.spawn("kubelet", self.kubelet_argv(flags_file))
+
+    # -- what tests look at -----------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """The release's kubectl in the node (the API server is reachable there only), as kubeadm's admin."""
+        return subprocess.run(self.inside([str(self.binaries.path("kubectl")),
+                                           "--kubeconfig=/etc/kubernetes/admin.conf", *args]),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """An API object as JSON, or None when the server says it is not there."""
+        proc = self.kubectl("get", "--raw", path)
+        if proc.returncode != 0:
+            if "NotFound" in proc.stderr or "not found" in proc.stderr:
+                return None
+            raise AssertionError(f"GET {path}: {proc.stderr}")
+        found: dict[str, Any] = json.loads(proc.stdout)
+        return found
+
+    def running(self, static_name: str = "kube-scheduler") -> tuple[str, dict[str, Any]] | None:
+        """(container ID, mirror pod) of the static pod's running, ready container; None while it is not."""
+        pod = self.get(f"/api/v1/namespaces/kube-system/pods/{static_name}-{self.name}")
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return None
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        if not statuses or "running" not in statuses[0].get("state", {}) or not statuses[0].get("ready"):
+            return None
+        return statuses[0]["containerID"], pod
+
+    def scheduler_configz(self) -> dict[str, Any] | None:
+        """The running kube-scheduler's /configz (kubeadm's manifest: its secure port 10259 on loopback, its
+        authorization delegated to the API server) as kubeadm's admin: the configuration the scheduler loaded. None
+        while nothing answers there. Asked with curl in the node: the scheduler listens in the node's network."""
+        pem = self.run / "admin.pem"
+        if not pem.is_file():
+            admin = self.host("/etc/kubernetes/admin.conf").read_text()
+            parts = [re.search(rf"^\s*{key}: (\S+)$", admin, re.M) for key in ("client-certificate-data",
+                                                                              "client-key-data")]
+            pem.write_bytes(b"".join(base64.b64decode(m.group(1)) for m in parts if m))
+            pem.chmod(0o600)
+        # -k: the scheduler serves a certificate it made itself at its start, signed by no CA kubeadm made
+        proc = subprocess.run(self.inside(["curl", "-sSk", "--fail", "--max-time", "10", "--cert", str(pem),
+                                           "https://127.0.0.1:10259/configz"]),
+                              capture_output=True, text=True, timeout=60, check=False)
+        if proc.returncode != 0:
+            return None
+        found: dict[str, Any] = json.loads(proc.stdout)
+        return found
+
+    # -- stop -------------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        if self.procs:
+            if self.init_pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.init_pid, signal.SIGKILL)  # PID 1 of the node's namespace: takes all of it
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait(timeout=30)
+        self.procs.clear()
+        for point in self.made_mount_points:
+            with contextlib.suppress(OSError):  # not empty: something else put files there
+                point.rmdir()
+        self.made_mount_points.clear()
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+@contextmanager
+def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a") -> Iterator[KubeadmNode]:
+    """A node `kubeadm init` made, stopped on exit (whatever the body raised)."""
+    node = KubeadmNode(binaries, root, name)
+    try:
+        yield node.start()
+    finally:
+        node.stop()

@@ -1,0 +1,152 @@
+"""The node `kubeadm init` makes: the agent meets the manifest kubeadm itself wrote, not a fixture of it.
+
+tests/harness/real/kubeadm_node.py runs the release's `kubeadm init` on a host of its own (namespaces, containerd,
+the release's kubelet, kubeadm's images built here from the release's binaries). What only kubeadm can say: that the
+manifest it writes for its release is one `plan` accepts and `apply` patches into one the kubelet runs, and that
+`restore` gives kubeadm its bytes back (kubeadm's upgrade compares the mirror pod's hash of what it wrote).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write_configmap
+from tests.harness.real.controlplane import Binaries, wait_until
+from tests.harness.real.kubeadm_node import (
+    MANIFESTS,
+    KubeadmNode,
+    kubeadm_missing,
+    kubeadm_node,
+    releases_with_kubeadm,
+)
+
+pytestmark = pytest.mark.real_kubeadm
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBEADM_INIT = ROOT / "tests" / "fixtures" / "kubeadm" / "kube-scheduler.yaml"
+#: The scheduler calls an extender only to schedule a pod; none is scheduled here, so nothing listens on it.
+EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
+CONFIG_DIR = "/etc/kubernetes/scheduler-patcher"
+
+
+def require_kubeadm(version: str) -> Binaries:
+    """The release's binaries, or one line on why the node cannot start (a failure under CI=true, where nothing may
+    skip)."""
+    why = kubeadm_missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the kubeadm node cannot start under CI=true: {why}")
+        pytest.skip(why)
+    return next(b for b in releases_with_kubeadm() if b.version == version)
+
+
+@pytest.fixture(params=[b.version for b in releases_with_kubeadm()] or ["none"])
+def node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeadmNode]:
+    """A node of each built release that has kubeadm, newest first (or one test that skips, where none has)."""
+    with kubeadm_node(require_kubeadm(request.param), tmp_path / "kubeadm") as made:
+        print(f"\nkubeadm node v{made.binaries.version}: runtime and images {made.runtime_in:.1f} s, "
+              f"kubeadm init {made.init_in:.1f} s")
+        yield made
+
+
+def patcher(command: str, node: KubeadmNode, source: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The agent's one-shot command on the node's file system, as its pod sees it (`--host-root`)."""
+    return subprocess.run([sys.executable, "-m", "patcher", command, "--host-root", str(node.host_root),
+                           "--source", str(source), *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+
+
+def command_of(pod: dict[str, Any]) -> list[str]:
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+def extenders_of(node: KubeadmNode) -> list[str]:
+    """The extender URLs of the configuration the running scheduler loaded (its /configz). 1.36 and later serve
+    the versioned config (`extenders`, `urlPrefix`), 1.34 and 1.35 the internal Go struct (`Extenders`,
+    `URLPrefix`): keys are compared case-folded."""
+    def found() -> list[str] | None:
+        configz = node.scheduler_configz()
+        if configz is None:
+            return None
+        config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
+        urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
+        return urls or None
+    urls: list[str] = wait_until(found, 120, f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
+    return urls
+
+
+def replaced(node: KubeadmNode, before: str) -> tuple[str, dict[str, Any]]:
+    """The scheduler's next running, ready container after `before` (the kubelet reads the folder at once, by
+    inotify, and again every 20 s; the old container may take its grace period to go)."""
+    def new() -> tuple[str, dict[str, Any]] | None:
+        now = node.running()
+        return now if now is not None and now[0] != before else None
+    found: tuple[str, dict[str, Any]] = wait_until(new, 300, f"a new kube-scheduler running\n{node.log('kubelet')}")
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: KubeadmNode, tmp_path: Path) -> None:
+    """kubeadm init -> a Ready control-plane Node whose kube-scheduler static pod (kubeadm's manifest, the bytes of
+    tests/fixtures/kubeadm/ but the image tag) runs; `plan`
+    on that manifest -> the pending patch (the manifest gains `--config` and the config folder's volume, the config
+    file is created); `apply` -> the kubelet replaces the scheduler with one started with `--config`, Ready;
+    `restore` -> kubeadm's bytes again, and the kubelet runs kubeadm's pod under its first hash."""
+    manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
+    written = manifest.read_bytes()
+    version = node.binaries.version
+    # what tests/unit/test_kubeadm_written.py patches is what this release's kubeadm writes (1.37.2's, but the tag)
+    fixture = KUBEADM_INIT.read_bytes().replace(b"kube-scheduler:v1.37.2", f"kube-scheduler:v{version}".encode())
+    assert written == fixture, f"kubeadm {version} writes another manifest than {KUBEADM_INIT}:\n{written.decode()}"
+
+    nodes = node.get("/api/v1/nodes")
+    assert nodes is not None and [n["metadata"]["name"] for n in nodes["items"]] == [node.name]
+    labels = nodes["items"][0]["metadata"]["labels"]
+    assert "node-role.kubernetes.io/control-plane" in labels  # kubeadm's mark-control-plane phase
+    first_id, first_pod = wait_until(node.running, 300, f"kubeadm's kube-scheduler ready\n{node.log('kubelet')}")
+    first_hash = first_pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
+    for component in ("etcd", "kube-apiserver", "kube-controller-manager"):
+        wait_until(partial(node.running, component), 300, f"kubeadm's {component} ready\n{node.log('kubelet')}")
+
+    source = tmp_path / "source"
+    source.mkdir()
+    write_configmap(source, {"extenders.yaml": EXTENDERS})
+    plan = patcher("plan", node, source, "--output", "json")
+    assert plan.returncode == 2, plan.stdout + plan.stderr  # changes pending
+    doc = json.loads(plan.stdout)
+    assert doc["pending"] and doc["manifest"] == f"{MANIFESTS}/kube-scheduler.yaml", doc
+    actions = {c["path"]: c["action"] for c in doc["changes"]}
+    assert actions[f"{MANIFESTS}/kube-scheduler.yaml"] == "update", actions
+    assert [a for p, a in actions.items() if p.startswith(f"{CONFIG_DIR}/")] == ["create"], actions
+    diff = next(c["diff"] for c in doc["changes"] if c["path"].endswith("kube-scheduler.yaml"))
+    added = [line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert any(f"--config={CONFIG_DIR}/" in line for line in added), diff
+    assert any(f"path: {CONFIG_DIR}" in line for line in added), diff
+    assert manifest.read_bytes() == written  # plan writes nothing
+
+    applied = patcher("apply", node, source)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert manifest.read_bytes() != written
+    second_id, second_pod = replaced(node, first_id)
+    configs = [w for w in command_of(second_pod) if w.startswith("--config=")]
+    assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), command_of(second_pod)
+    assert second_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] != first_hash
+    assert node.host(configs[0].split("=", 1)[1]).is_file()
+    assert extenders_of(node) == ["http://127.0.0.1:8889"]
+
+    restored = patcher("restore", node, source)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert manifest.read_bytes() == written
+    _, third_pod = replaced(node, second_id)
+    assert third_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] == first_hash
+    assert not [w for w in command_of(third_pod) if w.startswith("--config=")]
