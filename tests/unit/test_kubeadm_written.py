@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patcher.core import manifest as m
+from patcher.core import manifestedit as m
 
 KUBEADM_INIT = Path(__file__).resolve().parents[1] / "fixtures" / "kubeadm" / "kube-scheduler.yaml"
 SPEC = m.PatchSpec(host_config_dir="/etc/kubernetes/scheduler-patcher", config_file="config-0123456789ab.yaml",
