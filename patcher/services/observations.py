@@ -73,14 +73,16 @@ class Observations:
 
     def attach(self, *, reporter: Reporter, pods: PodSource, coordinator: Coordinator,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
-               owner: OwnerSource, holds: HoldSource) -> None:
-        """Called from the thread that built the API adapters; the loop picks them up on the next event."""
+               owner: OwnerSource, holds: HoldSource, announce: bool = True) -> None:
+        """Called from the thread that built the API adapters; the loop picks them up on the next event (not
+        ``announce``: adapters there from the start, before ``Agent.start``, which says everything once)."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
         self.holds = holds
         self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
-        self.notify(LoopEvent.ATTACHED)
+        if announce:
+            self.notify(LoopEvent.ATTACHED)
 
     # -- the loop's events ------------------------------------------------------------------------------------
 

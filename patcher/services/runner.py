@@ -23,7 +23,7 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
-from patcher.services.ports import NO_COORDINATOR, NO_PODS, NO_REPORTER, NOT_ATTACHED, Coordinator, NoOwner
+from patcher.services.ports import NO_COORDINATOR, Coordinator, NoOwner
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
@@ -140,10 +140,10 @@ class ApiParts:
         """The phase or its message changed here: the cluster verdict may have changed too."""
         self.publisher.kick()
 
-    def attach_to(self, agent: Agent) -> None:
+    def attach_to(self, agent: Agent, *, announce: bool = True) -> None:
         agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
                            fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner,
-                           holds=self.holds)
+                           holds=self.holds, announce=announce)
 
 
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
@@ -248,14 +248,9 @@ def build_agent(config: Settings, api: Api, *, file_ops: fsio.FileOps = fsio.REA
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
     agent = Agent(config, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
-                  api_pending=isinstance(api, Deferred), learns_hold=api is not None,
-                  reporter=parts.reporter if parts else NO_REPORTER, pods=parts.pods if parts else NO_PODS,
-                  coordinator=parts.coordinator if parts else NO_COORDINATOR,
-                  fallback_version=parts.versions if parts else lambda: None,
-                  on_phase=parts.on_phase if parts else lambda _: None, owner=parts.owner if parts else NOT_ATTACHED,
-                  file_ops=file_ops)
-    if parts is not None:
-        agent.world.holds = parts.holds
+                  api_pending=isinstance(api, Deferred), learns_hold=api is not None, file_ops=file_ops)
+    if parts is not None:  # a client given: its adapters are the agent's from the start
+        parts.attach_to(agent, announce=False)
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 
