@@ -27,7 +27,7 @@ from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
 from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration
 from patcher.core import restorepods
-from patcher.core.kubeobj import dig
+from patcher.core.kubeobj import dig, ready
 from patcher.core.readiness import DEFAULT_NODE_SELECTOR, LEGACY_MASTER_SELECTOR, node_selectors
 from patcher.core.restorepods import NodeRestore, Outcome
 
@@ -66,7 +66,7 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
     owner = api_side.job_owner_of(api, namespace, pod_name)
     nodes = api_side.control_plane_nodes(api, selectors)
     names = [str(dig(n, "metadata", "name")) for n in nodes]
-    not_ready = [str(dig(n, "metadata", "name")) for n in nodes if not restorepods.node_ready(n)]
+    not_ready = [str(dig(n, "metadata", "name")) for n in nodes if not ready(n)]
     if not names:
         return Result([], [])
     say(f"restoring {len(names)} control-plane node(s): {', '.join(names)}")

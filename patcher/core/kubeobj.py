@@ -21,6 +21,14 @@ def dig(obj: Any, *keys: str) -> Any:
     return obj
 
 
+def ready(obj: Any) -> bool:
+    """Whether a Pod's or a Node's ``Ready`` condition is ``True``."""
+    for cond in dig(obj, "status", "conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
 def mirror_pod_name(static_pod_name: str, node_name: str) -> str:
     """The kubelet names a static pod's mirror ``<metadata.name>-<node name>``."""
     return f"{static_pod_name}-{node_name}"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from patcher.core.kubeobj import dig as _dig
+from patcher.core.kubeobj import dig, ready
 from patcher.core.timefmt import parse_rfc3339_ns, rfc3339_ns
 
 _NS_PER_S = 1_000_000_000
@@ -54,7 +54,7 @@ class Baseline:
             return cls()
         status = container_status(pod, container_name)
         count = status.get("restartCount") if status else None
-        return cls(pod_uid=_str(_dig(pod, "metadata", "uid")), restart_count=count if isinstance(count, int) else None)
+        return cls(pod_uid=_str(dig(pod, "metadata", "uid")), restart_count=count if isinstance(count, int) else None)
 
     def restarts_for(self, pod_uid: str | None) -> int:
         """The restart count to compare against for the pod with ``pod_uid``."""
@@ -87,7 +87,7 @@ def _str(value: Any) -> str | None:
 
 def container_status(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTAINER) -> Mapping[str, Any] | None:
     """The status of the scheduler container: by name, else the pod's only container, else ``None``."""
-    statuses = [s for s in _dig(pod, "status", "containerStatuses") or [] if isinstance(s, Mapping)]
+    statuses = [s for s in dig(pod, "status", "containerStatuses") or [] if isinstance(s, Mapping)]
     for status in statuses:
         if status.get("name") == container_name:
             return status
@@ -97,12 +97,12 @@ def container_status(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTA
 def started_at(pod: Mapping[str, Any], container_name: str = DEFAULT_CONTAINER) -> str | None:
     """The ``startedAt`` of the scheduler container's current run, as written; None when it does not run."""
     status = container_status(pod, container_name)
-    return _str(_dig(status, "state", "running", "startedAt")) if status else None
+    return _str(dig(status, "state", "running", "startedAt")) if status else None
 
 
 def marker_hash(pod: Mapping[str, Any], marker_key: str) -> str | None:
     """The ``hash`` recorded in the marker annotation, ``None`` when absent or not the expected JSON."""
-    raw = _dig(pod, "metadata", "annotations", marker_key)
+    raw = dig(pod, "metadata", "annotations", marker_key)
     if not isinstance(raw, str):
         return None
     try:
@@ -116,13 +116,6 @@ def hashes_match(found: str, expected: str) -> bool:
     """Equal over their common length (the marker may hold 12 digits, the agent the full sha256)."""
     common = min(len(found), len(expected))
     return common >= MIN_HASH_DIGITS and found[:common].lower() == expected[:common].lower()
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    for cond in _dig(pod, "status", "conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return False
 
 
 def _seconds(stamp: Any) -> int | None:
@@ -162,7 +155,7 @@ def decide(
     waiting = Verdict.WAITING
     if pod is None:
         return RestartDecision(waiting, "the mirror pod does not exist (yet)")
-    if _dig(pod, "metadata", "deletionTimestamp"):
+    if dig(pod, "metadata", "deletionTimestamp"):
         return RestartDecision(waiting, "the mirror pod is being deleted")
     found = marker_hash(pod, marker_key)
     if found is None:
@@ -179,8 +172,8 @@ def decide(
     write_s = manifest_mtime_ns // _NS_PER_S
     written = rfc3339_ns(write_s * _NS_PER_S)
     state = status.get("state") if isinstance(status.get("state"), Mapping) else {}
-    running, wait, term = (_dig(state, k) for k in ("running", "waiting", "terminated"))
-    base = (baseline or Baseline()).restarts_for(_str(_dig(pod, "metadata", "uid")))
+    running, wait, term = (dig(state, k) for k in ("running", "waiting", "terminated"))
+    base = (baseline or Baseline()).restarts_for(_str(dig(pod, "metadata", "uid")))
 
     if count is not None and count - base >= max(1, min_restarts):
         return RestartDecision(
@@ -220,7 +213,7 @@ def decide(
             waiting, f"container {container_name} started at {started_text}, before the write at {written}",
             restart_count=count, started_at=started_text,
         )
-    if not _pod_ready(pod):
+    if not ready(pod):
         return RestartDecision(waiting, "the mirror pod is not Ready yet", restart_count=count, started_at=started_text)
     if now_ns is not None and settle_s > 0:
         left = settle_left_ns((started + 1) * _NS_PER_S, now_ns, settle_s)
@@ -239,7 +232,7 @@ def decide(
 def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_mtime_ns: int,
                    container_name: str = DEFAULT_CONTAINER) -> bool:
     """After a restore: the mirror pod carries no marker and its scheduler runs, started since the write."""
-    if pod is None or marker_hash(pod, marker_key) is not None or not _pod_ready(pod):
+    if pod is None or marker_hash(pod, marker_key) is not None or not ready(pod):
         return False
     started = _seconds(started_at(pod, container_name))
     return started is not None and started >= manifest_mtime_ns // _NS_PER_S

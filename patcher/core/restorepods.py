@@ -127,13 +127,6 @@ def job_owner(pod: Obj) -> Obj | None:
     return None
 
 
-def node_ready(node: Obj) -> bool:
-    for cond in dig(node, "status", "conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
 def describe(outcomes: Sequence[NodeRestore], not_ready: Iterable[str] = ()) -> list[str]:
     """One line per node not restored, with what its pod shows and whether the node is Ready."""
     down = set(not_ready)

@@ -21,9 +21,9 @@ from patcher.core import lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.settings import Settings
 from patcher.core.status import NodeState
-from patcher.services import reconcile
+from patcher.services import ports, reconcile
 from patcher.services.observations import Observations
-from patcher.services.ports import Coordinator, NoReporter, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
 from patcher.services.record import REAL_FILE_OPS, FileOps, RecordKeeper, state_folder_message
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
@@ -42,19 +42,20 @@ class _Unsaved:
 
 
 class Agent:
-    def __init__(self, settings: Settings, *, reporter: Reporter | None = None, pods: PodSource | None = None,
+    def __init__(self, settings: Settings, *, reporter: Reporter = ports.NO_REPORTER, pods: PodSource = ports.NO_PODS,
                  health: Health | None = None, metrics: Metrics | None = None,
-                 fallback_version: Callable[[], str | None] = lambda: None, coordinator: Coordinator | None = None,
-                 owner: OwnerSource | None = None, on_phase: Callable[[NodeState], None] | None = None,
-                 coordinated: bool | None = None, api_pending: bool = False, learns_hold: bool = False,
+                 fallback_version: Callable[[], str | None] = lambda: None,
+                 coordinator: Coordinator = ports.NO_COORDINATOR, owner: OwnerSource = ports.NOT_ATTACHED,
+                 on_phase: Callable[[NodeState], None] = lambda _: None,
+                 coordinated: bool = False, api_pending: bool = False, learns_hold: bool = False,
                  events: queue.SimpleQueue[LoopEvent] | None = None, file_ops: FileOps = REAL_FILE_OPS) -> None:
-        """``coordinated``: take the rollout turn before a write (default: a coordinator given); ``learns_hold``:
+        """``coordinated``: take the rollout turn before a write (from ``coordinator``); ``learns_hold``:
         nothing is written before the hold watch answered or ``Loop.hold_wait`` ran out; ``events``: the queue
-        the adapters were handed; ``file_ops``: every file write of the agent; the rest: ``Observations``."""
+        the adapters were handed; ``file_ops``: every file write of the agent; the rest: ``Observations``
+        (none given: one that does nothing, ``ports``)."""
         self.files, self.opts = settings.files, settings.loop
         self.health, self.metrics = health or Health(), metrics or Metrics()
-        self.rules = replace(settings.lifecycle,
-                             coordinated=coordinator is not None if coordinated is None else coordinated)
+        self.rules = replace(settings.lifecycle, coordinated=coordinated)
         self._exit_code = 0
         self._learns_hold = learns_hold
         self._stop_why: lifecycle.StopWhy = "signal"
@@ -70,8 +71,8 @@ class Agent:
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
-                                  reporter=reporter or NoReporter(), pods=pods, coordinator=coordinator, owner=owner,
-                                  fallback_version=fallback_version, on_phase=on_phase or (lambda _: None))
+                                  reporter=reporter, pods=pods, coordinator=coordinator,
+                                  owner=owner, fallback_version=fallback_version, on_phase=on_phase)
 
     @property
     def node(self) -> Node:

@@ -46,8 +46,8 @@ def node_status(node: Node) -> NodeStatus:
 class Observations:
     def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
                  notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
-                 reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
-                 owner: OwnerSource | None, fallback_version: Callable[[], str | None],
+                 reporter: Reporter, pods: PodSource, coordinator: Coordinator,
+                 owner: OwnerSource, fallback_version: Callable[[], str | None],
                  on_phase: Callable[[NodeState], None]) -> None:
         """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
         API adapters are being built and come with ``attach`` (no restart verdict before that)."""
@@ -71,16 +71,18 @@ class Observations:
                                      crash_restarts=self.opts.crash_restarts,
                                      settle=settings.lifecycle.restart_settle)
 
-    def attach(self, *, reporter: Reporter, pods: PodSource | None, coordinator: Coordinator | None,
+    def attach(self, *, reporter: Reporter, pods: PodSource, coordinator: Coordinator,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
-               owner: OwnerSource | None = None, holds: HoldSource | None = None) -> None:
-        """Called from the thread that built the API adapters; the loop picks them up on the next event."""
+               owner: OwnerSource, holds: HoldSource, announce: bool = True) -> None:
+        """Called from the thread that built the API adapters; the loop picks them up on the next event (not
+        ``announce``: adapters there from the start, before ``Agent.start``, which says everything once)."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds = holds or NoHold()
+        self.holds = holds
         self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
-        self.notify(LoopEvent.ATTACHED)
+        if announce:
+            self.notify(LoopEvent.ATTACHED)
 
     # -- the loop's events ------------------------------------------------------------------------------------
 
@@ -184,7 +186,7 @@ class Observations:
 
     def _daemonset_changed(self, rules: Lifecycle) -> None:
         """The owner's watch saw a change: say (once per change) what a stop would do now."""
-        if self.owner is None or rules.restore_on_exit != "auto":
+        if rules.restore_on_exit != "auto":
             return
         view = self.owner.view()
         said = f"a stop keeps the patch: {view.successor()}" if view.successor() else f"a stop restores: {view.gone()}"
@@ -210,7 +212,7 @@ class Observations:
         plan, self._plan = self._plan, None
         assert plan is not None and plan.config is not None
         self.timers.lease_retry_at = None
-        self._pod_before = self.pods.latest() if self.pods else None
+        self._pod_before = self.pods.latest()
         return reconcile.apply(self.files, plan, self.current().record, why=self._why, expect=self._expect_manifest,
                                log_extra=self._log_extra, ops=self.record.store.ops)
 
@@ -243,13 +245,13 @@ class Observations:
         """A fresh restart baseline and local tracker for the write waited on, and a first look."""
         w = self.current().wait
         assert w is not None
-        pod_now = self.pods.latest() if self.pods and w.adopted else None
+        pod_now = self.pods.latest() if w.adopted else None
         self.restarts.start(w, self.current().record.config_file, pod_now=pod_now, pod_before=self._pod_before)
         return self.observe()
 
     def observe(self) -> lifecycle.Observed | None:
         w = self.current().wait
-        if w is None or (self.pods is None and self.api_pending):
+        if w is None or (self.api_pending and not self.attached):
             return None  # the mirror pod will tell, once the API adapters are attached
         return self.restarts.observe(w, self.pods)
 
@@ -258,8 +260,8 @@ class Observations:
     def take_turn(self, source_hash: str) -> lifecycle.TurnChanged | None:
         """Ask the Lease actor for the turn (never blocks); its answer comes back as a "lease" event, or at once."""
         c = self.coordinator
-        if c is None:
-            return None  # not attached yet: asked again once it is
+        if self.api_pending:
+            return None  # not attached yet: asked again once it is (``_attached``)
         if c.acquire(source_hash) or c.refused_bad:
             return self.turn_changed()
         log.info("waiting for the rollout lease (held by %s)", c.current_holder or "?", extra=self._log_extra)
@@ -268,7 +270,7 @@ class Observations:
 
     def turn_changed(self) -> lifecycle.TurnChanged | None:
         c = self.coordinator
-        if c is None or self.current().turn != "asked":
+        if self.current().turn != "asked":
             return None
         if c.held:
             log.info("rollout lease acquired", extra=self._log_extra)
@@ -279,9 +281,8 @@ class Observations:
 
     def release_turn(self, bad_source: str | None) -> None:
         self.timers.lease_retry_at = None
-        if self.coordinator is not None:
-            self.coordinator.release(bad_hash=bad_source)
-            log.info("rollout lease released", extra=self._log_extra)
+        self.coordinator.release(bad_hash=bad_source)
+        log.info("rollout lease released", extra=self._log_extra)
 
     # -- the extender probe -----------------------------------------------------------------------------------
 
@@ -321,10 +322,6 @@ class Observations:
         pod's own deletion may race the watch event of an uninstall). Only ``auto`` reads it."""
         if rules.restore_on_exit != "auto":
             return lifecycle.DaemonSetView()
-        if self.owner is None:
-            why = "the API adapters are not there" if self.api_pending or not self.attached else (
-                "the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
-            return lifecycle.DaemonSetView(detail=why)
         return self.owner.confirm(lifecycle.OWNER_LOOKUP)
 
     # -- what the step says back to the cluster ---------------------------------------------------------------
@@ -341,8 +338,8 @@ class Observations:
         ``action.until``: past it, nothing waits for the API."""
         self.watcher.stop()  # after the restore: stopping it joins a thread, and the restore comes first
         until = action.until
-        if self.coordinator is not None:  # the release within a share of what is left, the report gets the rest
-            self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
+        # The release within a share of what is left, the report gets the rest.
+        self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
         if self.api_pending and not self.attached:  # stopped while the API client was still being built
             # (imports, TLS; no network): the manifest is restored already; the report waits for it
             self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic())))

@@ -1,8 +1,8 @@
 """What the agent's thread is handed by the API side (``patcher.services.runner`` builds them): the Node's
 reporter, the mirror pod's view, the rollout Lease actor and the view of the agent's own DaemonSet; and the
 folder watch (``process``). Protocols, so that the executor's parts (``restartwatch``, ``stopping``) and the
-tests' fakes share one shape, and the reporter, hold and watch that do nothing, for an agent without them
-(``--no-api``), so that the executor calls them without asking whether they are there."""
+tests' fakes share one shape, and one of each that does nothing, for an agent without them (``--no-api``, or
+until the API adapters are attached), so that the executor calls them without asking whether they are there."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ class Reporter(Protocol):
 
 
 class PodSource(Protocol):
+    """The mirror pod as the API server shows it (``adapters/kube/mirrorpod.MirrorPodWatcher``)."""
+
+    pod_name: str  # the mirror pod watched; "" for none (``NoPods``): then it gives no restart verdict at all
+
+    @property
+    def fresh(self) -> bool: ...  # ``latest`` follows the API server right now
+
     def latest(self) -> dict[str, Any] | None: ...
 
 
@@ -94,3 +101,65 @@ class NoHold:
 
     def known(self) -> bool:
         return False
+
+
+class NoPods:
+    """The mirror pod of an agent without the API: none watched, so the restart is judged by the local check
+    alone (or taken as live), never waited for."""
+
+    pod_name = ""
+    fresh = False
+
+    def latest(self) -> dict[str, Any] | None:
+        return None
+
+
+class NoCoordinator:
+    """The Lease actor of an agent without one (not coordinated, or the API adapters not attached yet): the
+    turn is never held, a request is answered at once (refused), and there is nothing to release or close."""
+
+    held = False
+    refused_bad = False
+    current_holder: str | None = None
+    api_answered: bool | None = None
+    unanswered = False
+
+    def acquire(self, source_hash: str = "") -> bool:
+        return False
+
+    def release(self, *, bad_hash: str | None = None) -> None:
+        pass
+
+    def settle(self, timeout: float) -> bool:
+        return True
+
+    def wait_held(self, timeout: float) -> bool:
+        return False
+
+    def close(self, timeout: float) -> None:
+        pass
+
+
+class NoOwner:
+    """The DaemonSet view of an agent that does not watch its owner: unknown, for the reason ``detail``."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+    def view(self) -> lifecycle.DaemonSetView:
+        return lifecycle.DaemonSetView(detail=self.detail)
+
+    def confirm(self, timeout: float) -> lifecycle.DaemonSetView:
+        return self.view()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+# An agent's collaborators until the API adapters are attached, or for good without the API (stateless: one of
+# each serves every agent).
+NO_REPORTER, NO_PODS, NO_COORDINATOR = NoReporter(), NoPods(), NoCoordinator()
+NOT_ATTACHED = NoOwner("the API adapters are not there")

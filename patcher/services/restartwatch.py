@@ -57,14 +57,15 @@ class RestartWatch:
         self.tracker = None
         self.recheck_at = None
 
-    def observe(self, wait: lifecycle.Wait, pods: PodSource | None) -> lifecycle.Observed:
-        """Both checks' verdicts on ``wait``, combined (``lifecycle.combine``)."""
+    def observe(self, wait: lifecycle.Wait, pods: PodSource) -> lifecycle.Observed:
+        """Both checks' verdicts on ``wait`` (the mirror pod's only when one is watched), combined
+        (``lifecycle.combine``)."""
         now_ns, now = self.wall_ns(), self.monotonic()
         verdicts: list[tuple[restart.Verdict, str]] = []
         settled_by: list[int] = []  # wall ns at which a check that waits only for the settle time is done
         check = self.tracker.poll(self.scan()) if self.tracker is not None else None
-        fresh = pods is not None and getattr(pods, "fresh", True)
-        if pods is not None:
+        watched, fresh = bool(pods.pod_name), pods.fresh
+        if watched:
             decision = restart.decide(pods.latest(), marker_key=manifestedit.marker_key(self.files.prefix),
                                       expected_hash=wait.config_hash, manifest_mtime_ns=wait.written_ns,
                                       baseline=self.baseline, container_name=self.container,
@@ -98,7 +99,7 @@ class RestartWatch:
         # Waiting only for a settle time: the latest of them (a check still waiting otherwise has none).
         only_settle = waiting and len(settled_by) == len(verdicts) and bool(settled_by)
         settle_until = now + (max(settled_by) - now_ns) / 1e9 if only_settle else None
-        blind = self.tracker is None and pods is not None and not fresh
+        blind = self.tracker is None and watched and not fresh
         return lifecycle.Observed(now, now_ns, verdict, reason, blind=blind, settle_until=settle_until)
 
 

@@ -23,6 +23,7 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
+from patcher.services.ports import NO_COORDINATOR, Coordinator, NoOwner
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
@@ -30,7 +31,6 @@ if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.adapters.kube.publish import NodeReporter, StatusPublisher
     from patcher.adapters.kube.transport import Api as KubeApi
-    from patcher.services.rollout import RolloutLease
 
 log = logging.getLogger("patcher.services.runner")
 
@@ -93,6 +93,19 @@ class Deferred:
 Api = Union["KubeApi", Deferred, None]
 
 
+class NoPublisher:
+    """The cluster verdict's publisher of an agent that does not publish it (``status.publish`` off)."""
+
+    def start(self) -> None:
+        pass
+
+    def kick(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
 @dataclass
 class ApiParts:
     """The agent's adapters on the API side, built by ``_api_parts`` and owned (closed) by ``Wiring``."""
@@ -100,28 +113,24 @@ class ApiParts:
     api: KubeApi
     reporter: NodeReporter
     pods: MirrorPodWatcher
-    coordinator: RolloutLease | None
-    publisher: StatusPublisher | None
+    coordinator: Coordinator
+    publisher: StatusPublisher | NoPublisher
     versions: _VersionCache
-    owner: OwnerWatcher | None
+    owner: OwnerWatcher | NoOwner
     holds: NodeHoldWatcher
 
     def start(self) -> None:
         self.reporter.start()
         self.pods.start()
         self.holds.start()
-        if self.owner is not None:
-            self.owner.start()
-        if self.publisher is not None:
-            self.publisher.start()
+        self.owner.start()
+        self.publisher.start()
         self.versions.start()
 
     def close(self) -> None:
         self.versions.stop()
-        if self.publisher is not None:
-            self.publisher.stop()
-        if self.owner is not None:
-            self.owner.stop()
+        self.publisher.stop()
+        self.owner.stop()
         self.holds.stop()
         self.pods.stop()
         self.reporter.close()
@@ -129,13 +138,12 @@ class ApiParts:
 
     def on_phase(self, phase: NodeState) -> None:
         """The phase or its message changed here: the cluster verdict may have changed too."""
-        if self.publisher is not None:
-            self.publisher.kick()
+        self.publisher.kick()
 
-    def attach_to(self, agent: Agent) -> None:
+    def attach_to(self, agent: Agent, *, announce: bool = True) -> None:
         agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
                            fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner,
-                           holds=self.holds)
+                           holds=self.holds, announce=announce)
 
 
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
@@ -155,19 +163,19 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], Non
                             on_error=lambda kind, exc: metrics.error(f"api-{kind}"))
     pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, node_name),
                             backoff=Backoff(*retry) if retry else None, on_update=lambda pod: notify(LoopEvent.POD))
-    coordinator = None
+    coordinator: Coordinator = NO_COORDINATOR
     if config.coordinated:
         r = config.rollout
         coordinator = RolloutLease(api, config.pod.namespace, r.lease, node_name, duration=r.lease_duration,
                                    prefix=files.prefix, retry=r.retry, on_change=lambda: notify(LoopEvent.LEASE))
-    publisher = None
+    publisher: StatusPublisher | NoPublisher = NoPublisher()
     if config.publishes_status:
         s = config.status
         publisher = StatusPublisher(api, StatusTarget(
             namespace=config.pod.namespace, prefix=files.prefix + "/", static_pod_name=name,
             mirror_namespace=namespace, compat_csi_baremetal=s.compat_csi_baremetal,
             compat_namespace=s.compat_namespace))
-    owner = None
+    owner: OwnerWatcher | NoOwner = NoOwner("the agent does not know its pod (POD_NAME, POD_NAMESPACE)")
     if config.watches_owner:
         owner = OwnerWatcher(api, config.pod.namespace, config.pod.pod_name, node_name,
                              backoff=Backoff(*retry) if retry else None, on_update=lambda: notify(LoopEvent.DAEMONSET))
@@ -240,14 +248,9 @@ def build_agent(config: Settings, api: Api, *, file_ops: fsio.FileOps = fsio.REA
     health = Health(metrics=metrics)
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
     agent = Agent(config, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
-                  api_pending=isinstance(api, Deferred), learns_hold=api is not None,
-                  reporter=parts.reporter if parts else None, pods=parts.pods if parts else None,
-                  coordinator=parts.coordinator if parts else None,
-                  fallback_version=parts.versions if parts else lambda: None,
-                  on_phase=parts.on_phase if parts else None, owner=parts.owner if parts else None,
-                  file_ops=file_ops)
-    if parts is not None:
-        agent.world.holds = parts.holds
+                  api_pending=isinstance(api, Deferred), learns_hold=api is not None, file_ops=file_ops)
+    if parts is not None:  # a client given: its adapters are the agent's from the start
+        parts.attach_to(agent, announce=False)
     return Wiring(config, events, health, metrics, agent, api, parts)
 
 

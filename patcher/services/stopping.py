@@ -34,8 +34,8 @@ class Stopping:
         self.store = store
         self._log_extra = log_extra
 
-    def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator | None,
-                pods: PodSource | None) -> lifecycle.RestoreDone:
+    def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator,
+                pods: PodSource) -> lifecycle.RestoreDone:
         """Put back exactly what we changed; take the rollout turn before the manifest is written (within the
         action's bounds), and, holding it, wait for the restored scheduler. The record left for the next agent
         keeps only the configs that failed here."""
@@ -50,7 +50,7 @@ class Stopping:
                 lines = nodefiles.restore(self.files, nodefiles.plan_restore(self.files), ops=self.store.ops)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
-            if writes and coordinator is not None and coordinator.held:
+            if writes and coordinator.held:
                 pods_silent = not self._wait_restored(action.restored_until, pods)
             if record.bad_hashes:  # a failed config stays failed for the next agent here
                 try:
@@ -60,23 +60,23 @@ class Stopping:
                     log.warning("the manifest is restored, but the configs that failed here cannot be recorded "
                                 "for the next agent: %s", exc, extra=self._log_extra)
         except PatcherError as exc:
-            return lifecycle.RestoreDone(False, str(exc), held=_turn_held(coordinator), now=time.monotonic())
-        if turn_silent and coordinator is not None and not coordinator.unanswered and coordinator.api_answered:
+            return lifecycle.RestoreDone(False, str(exc), held=coordinator.held, now=time.monotonic())
+        if turn_silent and not coordinator.unanswered and coordinator.api_answered:
             # The answer to the stop's own Lease request came after the confirm wait, while we restored: a slow
             # API server (a loaded control plane), not a silent one. (Only that request's answer counts:
             # ``api_answered`` from before it is stale.)
             turn_silent = False
-        return lifecycle.RestoreDone(True, held=_turn_held(coordinator), now=time.monotonic(),
+        return lifecycle.RestoreDone(True, held=coordinator.held, now=time.monotonic(),
                                      api_silent=turn_silent or pods_silent)
 
-    def _take_turn(self, action: lifecycle.Restore, c: Coordinator | None) -> bool:
+    def _take_turn(self, action: lifecycle.Restore, c: Coordinator) -> bool:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
         scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
         plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
         once, also when the API goes black while another node holds the turn. While it answers "held by
         another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
-        answer."""
-        if c is None or c.held:
+        answer. (``NoCoordinator``'s request settles at once: no turn to wait for.)"""
+        if c.held:
             return False
         silent = True
         while True:
@@ -98,15 +98,15 @@ class Stopping:
         log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
         return silent
 
-    def _wait_restored(self, until: float, pods: PodSource | None) -> bool:
+    def _wait_restored(self, until: float, pods: PodSource) -> bool:
         """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:
         the mirror pod's view does not follow the API server (it does not answer): nothing to wait for."""
-        if pods is None:
+        if not pods.pod_name:  # no mirror pod watched: nothing to see the restored scheduler in
             return True
         local = nodefiles.manifest_local(self.files)
         written = fsio.mtime_ns(local) or 0
         while time.monotonic() < until:
-            if not getattr(pods, "fresh", True):
+            if not pods.fresh:
                 log.warning("the mirror pod's view does not follow the API server; not waiting for the restored "
                             "scheduler", extra=self._log_extra)
                 return False
@@ -118,6 +118,3 @@ class Stopping:
         log.warning("kube-scheduler not seen back on the restored manifest; releasing the rollout lease",
                     extra=self._log_extra)
         return True
-
-def _turn_held(c: Coordinator | None) -> bool:
-    return c is not None and c.held

@@ -112,7 +112,7 @@ def test_a_turn_granted_at_once_replans_through_its_own_loop_event(tmp_path: Pat
     kubelet.sync()
     agent = Agent(build_settings(files=Files(source=src, host_root=root), node_name="cp-1",
                                  restart_timeout=3600.0, restart_settle=0.0, check_extenders=False),
-                  pods=kubelet, coordinator=Granting())
+                  pods=kubelet, coordinator=Granting(), coordinated=True)
     agent.start()
     assert agent.node.turn == "held" and agent.node.record.phase == "Pending"  # the turn came: nothing written yet
     assert agent.turn() is LoopEvent.REPLAN and agent.events.empty()  # it was the one event on the queue

@@ -55,6 +55,7 @@ class FakeKubelet:
         self.digest = ""
         self.crashing = False
         self.api_up = True
+        self.pod_name, self.fresh = "kube-scheduler-cp-1", True  # a PodSource: one mirror pod, always followed
 
     def sync(self) -> None:
         data = (self.root / MANIFEST).read_bytes()

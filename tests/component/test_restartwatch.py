@@ -16,6 +16,7 @@ from patcher.core.restart import Verdict
 from patcher.core.settings import Files, Lifecycle
 from patcher.core.state import State
 from patcher.core.status import NodeState
+from patcher.services.ports import NoPods
 from patcher.services.restartwatch import RestartWatch
 from tests.harness.emu.kubeemu import make_mirror_pod
 
@@ -40,6 +41,7 @@ def mirror(started_s: int, restarts: int = 0) -> dict[str, Any]:
 class Pods:
     pod: dict[str, Any] | None
     fresh: bool = True
+    pod_name: str = "kube-scheduler-cp-1"
 
     def latest(self) -> dict[str, Any] | None:
         return self.pod
@@ -107,13 +109,13 @@ def test_the_local_process_settles_on_its_own_start_time() -> None:
     clock = Clock(WRITE_S + 2)
     procs = [process(4242, WRITE_S + 1.5)]
     rw = watch(clock, local=True, procs=procs)
-    seen = rw.observe(WAIT, None)
+    seen = rw.observe(WAIT, NoPods())
     assert seen.verdict is Verdict.WAITING and "local process" in seen.reason
     assert rw.recheck_at is not None and abs(rw.recheck_at - (clock.mono + 9.5)) < 1e-6
     clock.advance(9.5)
-    assert rw.observe(WAIT, None).verdict is Verdict.READY
+    assert rw.observe(WAIT, NoPods()).verdict is Verdict.READY
     procs[0] = process(4243, WRITE_S + 11.4)  # another start: settles again
-    assert rw.observe(WAIT, None).verdict is Verdict.WAITING
+    assert rw.observe(WAIT, NoPods()).verdict is Verdict.WAITING
 
 
 def test_with_both_checks_the_later_settle_names_the_look_again_until_one_is_ready() -> None:

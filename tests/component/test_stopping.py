@@ -24,6 +24,7 @@ from patcher.core.settings import Files
 from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
+from patcher.services.ports import NoPods
 from patcher.services.record import state_store
 from patcher.services.stopping import Stopping
 from tests.conftest import corpus_manifests, fixture_manifests
@@ -85,7 +86,7 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
     files, stopper = patched(tmp_path)
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     with caplog.at_level(logging.WARNING):
-        done = stopper.restore(action, state_store(files).load(), SlowLease(late=True), None)
+        done = stopper.restore(action, state_store(files).load(), SlowLease(late=True), NoPods())
     assert done.ok and not done.api_silent
     assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
     assert any("restoring without the rollout lease" in r.getMessage() for r in caplog.records)
@@ -94,14 +95,14 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
 def test_a_lease_request_never_answered_is_a_silent_api(tmp_path: Path) -> None:
     files, stopper = patched(tmp_path)
     action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
-    done = stopper.restore(action, state_store(files).load(), SlowLease(late=False), None)
+    done = stopper.restore(action, state_store(files).load(), SlowLease(late=False), NoPods())
     assert done.ok and done.api_silent
 
 
 class StalePods:
     """A mirror pod view that lost the API server (its watch does not follow it any more)."""
 
-    fresh = False
+    fresh, pod_name = False, "kube-scheduler-cp-1"
 
     def latest(self) -> dict[str, object] | None:
         return None
