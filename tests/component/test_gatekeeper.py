@@ -93,10 +93,43 @@ def verdict_reads(emu: KubeEmulator) -> int:
                if r.query.get("labelSelector") == DEFAULT_MIRROR_SELECTOR and r.query.get("watch") not in ("true", "1"))
 
 
+class Observed(Gatekeeper):
+    """A gatekeeper that counts its finished passes and the Node events its watches delivered, so that a test
+    waits for "the gatekeeper saw it and decided" instead of sleeping and hoping it had."""
+
+    def __init__(self, api: Api, **kw: Any) -> None:
+        self._seen = threading.Lock()
+        self.passes = 0
+        self.node_events = 0
+        super().__init__(api, **kw)
+
+    def step(self) -> float:
+        delay = super().step()
+        with self._seen:
+            self.passes += 1
+        return delay
+
+    def _selected_event(self, kind: str, node: dict[str, Any]) -> None:
+        super()._selected_event(kind, node)
+        with self._seen:
+            self.node_events += 1
+
+
+def next_pass(gk: Observed, timeout: float = 5.0) -> bool:
+    """Wait for a whole pass that began after this call: what it decides about the state seen so far (a
+    release is sent within the pass) is done when this returns True. Each poll wakes the loop."""
+    begun = gk.passes
+
+    def done() -> bool:
+        gk.wake()
+        return gk.passes >= begun + 2  # the pass under way now (if any) ends, then one more
+    return wait_until(done, timeout)
+
+
 @contextmanager
-def running(api: Api, **kw: Any) -> Iterator[Gatekeeper]:
+def running(api: Api, **kw: Any) -> Iterator[Observed]:
     """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
-    gk = Gatekeeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
+    gk = Observed(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
         "resync_interval", 60.0), **kw)
     stop = threading.Event()
     thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
@@ -145,7 +178,7 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
     emu.create(make_pod("plain"))
     with running(api) as gk:
         assert wait_until(lambda: metric(gk, "gated_pods") == 2, 5)
-        time.sleep(0.3)
+        assert next_pass(gk)  # a pass that knew both pods and the verdict: it released nothing
         assert gk.verdict is not None and not gk.verdict.ready
         assert patches(emu) == []
         assert metric(gk, "verdict_ready") == 0
@@ -186,7 +219,7 @@ def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_re
         assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
         emu.create(make_pod("later", gates=[GATE]))
         assert wait_until(lambda: metric(gk, "gated_pods") == 1, 5)
-        time.sleep(0.3)
+        assert next_pass(gk)  # a pass that knew the pod and the verdict: it released nothing
         assert gates(emu, "later") == [GATE]
         assert gates(emu, "late") == ["example.com/b"]  # released pods stay released: gates cannot be added
 
@@ -203,8 +236,9 @@ def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEm
     cluster(emu, *NODES)
     with running(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
-        time.sleep(0.1)
+        assert next_pass(gk)  # whatever the first passes read is read before the count starts
         emu.clear_requests()
+        delivered = gk.node_events
 
         def heartbeat(node: dict[str, Any]) -> None:
             node.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True",
@@ -212,7 +246,8 @@ def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEm
 
         for n in NODES:
             emu.mutate("nodes", n, heartbeat)
-        time.sleep(0.3)
+        assert wait_until(lambda: gk.node_events >= delivered + len(NODES), 5)  # the watch delivered them
+        assert next_pass(gk)  # and a pass after them: a stale verdict would have been read in it
         reads = [r for r in emu.requests("GET") if r.query.get("watch") != "true"]
         assert reads == []  # no verdict was re-evaluated
         node_state(emu, "cp-1", False)
@@ -314,6 +349,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def scrape(url: str) -> str:
+    """The /metrics text, or "" while the server does not answer yet."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
 def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metrics(
         emu: KubeEmulatorExt, kubeconfig: Path) -> None:
     cluster(emu, *NODES)
@@ -330,13 +374,15 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
     thread.start()
     try:
         assert wait_until(lambda: gates(emu, "p", "a") == [] and gates(emu, "p", "b") == [], 10)
-        time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        # The drain that released them is over once no gated pod is left to it: had it known the pod in c, that
+        # one would be released by then too (or still counted).
+        assert wait_until(lambda: f"{METRIC}gated_pods 0.0" in scrape(url), 5)
         assert gates(emu, "p", "c") == [GATE]
         lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
         assert lease is not None and lease["spec"]["holderIdentity"] == "gk-0"
         assert lease["spec"]["leaseDurationSeconds"] == 15
-        url = f"http://127.0.0.1:{port}"
-        body = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        body = scrape(url)
         assert f"{METRIC}pods_released_total 2.0" in body and f"{METRIC}leader 1.0" in body
         assert urllib.request.urlopen(url + "/healthz", timeout=2).status == 200
     finally:
