@@ -32,6 +32,8 @@ from patcher.commands.gatekeeper import DEFAULT_LEASE
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
 from patcher.core.readiness import DEFAULT_MIRROR_SELECTOR
 from patcher.services.gatekeeper import Gatekeeper, GateMetrics
+from tests.harness.emu.fixtures import emu as emu
+from tests.harness.emu.gatekeeping import Observed, next_pass
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
 
@@ -41,12 +43,6 @@ GATE = DEFAULT_GATE
 NS = "scheduler-patcher"
 CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
 METRIC = "scheduler_patcher_gatekeeper_"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulatorExt]:
-    with KubeEmulatorExt() as e:
-        yield e
 
 
 def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> Api:
@@ -91,39 +87,6 @@ def verdict_reads(emu: KubeEmulator) -> int:
     scheduler index lists the namespace without a selector)."""
     return sum(1 for r in emu.requests("GET", "/api/v1/namespaces/kube-system/pods")
                if r.query.get("labelSelector") == DEFAULT_MIRROR_SELECTOR and r.query.get("watch") not in ("true", "1"))
-
-
-class Observed(Gatekeeper):
-    """A gatekeeper that counts its finished passes and the Node events its watches delivered, so that a test
-    waits for "the gatekeeper saw it and decided" instead of sleeping and hoping it had."""
-
-    def __init__(self, api: Api, **kw: Any) -> None:
-        self._seen = threading.Lock()
-        self.passes = 0
-        self.node_events = 0
-        super().__init__(api, **kw)
-
-    def step(self) -> float:
-        delay = super().step()
-        with self._seen:
-            self.passes += 1
-        return delay
-
-    def _selected_event(self, kind: str, node: dict[str, Any]) -> None:
-        super()._selected_event(kind, node)
-        with self._seen:
-            self.node_events += 1
-
-
-def next_pass(gk: Observed, timeout: float = 5.0) -> bool:
-    """Wait for a whole pass that began after this call: what it decides about the state seen so far (a
-    release is sent within the pass) is done when this returns True. Each poll wakes the loop."""
-    begun = gk.passes
-
-    def done() -> bool:
-        gk.wake()
-        return gk.passes >= begun + 2  # the pass under way now (if any) ends, then one more
-    return wait_until(done, timeout)
 
 
 @contextmanager

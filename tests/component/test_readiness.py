@@ -11,7 +11,6 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,13 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.adapters.kube.transport import Api
 from patcher.commands import cli, readiness
 from patcher.core.readiness import ClusterVerdict, NodeRow, evaluate, render_table, scheduler_pods
+from tests.harness.emu.fixtures import api as api
+from tests.harness.emu.fixtures import emu as emu
 from tests.harness.emu.kubeemu import make_mirror_pod, wait_until
 from tests.harness.emu.kubeemu_ext import (
     BEFORE,
@@ -43,19 +43,6 @@ CP = "node-role.kubernetes.io/control-plane"
 MASTER = "node-role.kubernetes.io/master"
 NODES = ("cp-1", "cp-2", "cp-3")
 NS = "scheduler-patcher"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulatorExt]:
-    with KubeEmulatorExt() as e:
-        yield e
-
-
-@pytest.fixture
-def api(kubeconfig: Path) -> Iterator[Api]:
-    client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    yield client
-    client.close()
 
 
 def set_node(emu: KubeEmulatorExt, name: str, annotations: dict[str, str] | None = None, *,
