@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -338,13 +339,17 @@ def test_api_errors_give_1_and_one_clear_line(emu: KubeEmulatorExt, kubeconfig: 
                                             "expected config hash must be 12 to 64 hex digits, got 'abc'\n")
 
 
-def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     ready_cluster(emu)
     set_node(emu, "cp-1", node_annotations_for("WaitingForRestart"))
     emu.go_down("refuse")
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
 
-    def recover() -> None:
-        time.sleep(0.5)
+    refused: list[bool] = []
+
+    def recover() -> None:  # once the wait's watches were refused (a refused connection reaches no server)
+        refused.append(wait_until(lambda: any("failed" in r.getMessage() for r in list(caplog.records)), 10))
         emu.come_up()
         set_node(emu, "cp-1", node_annotations_for())
 
@@ -352,6 +357,7 @@ def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Pat
     t.start()
     code, out, _ = run_main(kubeconfig, "--wait", "--timeout", "10s", "--poll-interval", "0.3s")
     t.join()
+    assert refused == [True]
     assert code == 0 and "verdict: Ready" in out
 
 
