@@ -13,7 +13,13 @@ default QPS/burst/concurrency, no leader election) caches ``--pods`` gated pods 
   whatever shares the machine: the GIL gives it one core, so 1 ms per pod caps it at 1000 pods/s) and the
   emulator's per request (the API side, in this process);
 * **stop**: a second backlog; while the ``--stop-at``-th oldest pod is being patched a node turns NotReady:
-  the pods released after that write, against the batch size (the verdict is re-read between batches).
+  the pods released after the emulator sent the gatekeeper the first watch event of that change (the Node's
+  annotations, or its kube-scheduler pod for the metadata-only watch of ``kube-system``), against the bound
+  docs/operator-contract.md states: at most ``--release-concurrency`` once a watch delivered the change (the
+  releases in flight complete; none starts). Counted from the event's sending, not its delivery (the
+  gatekeeper is another process), the figure can only be too high: within the bound, the bound is kept.
+  The releases after the write itself are shown too: between the server storing a change and a watch
+  delivering it releases go on, by contract.
 
 Run: ``.venv/bin/python bench/gate_bench.py`` (about a minute; ``--pods 300 --runs 1`` for a smoke run).
 """
@@ -41,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE  # noqa: E402
-from patcher.services.gatekeeper import BATCH_ROUNDS, DEFAULT_BURST  # noqa: E402
+from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod  # noqa: E402
 from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, marker, node_annotations_for  # noqa: E402
 
@@ -143,6 +149,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class SentAt(KubeEmulatorExt):
+    """The emulator, noting the pods released when the first watch event about one of ``armed`` (kind, name)
+    is written to a watch stream: the earliest a watch can deliver that change."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.armed: set[tuple[str, str]] = set()
+        self.sent_at: list[int] = []
+
+    def _event_text(self, event: object) -> bytes:
+        text = super()._event_text(event)
+        obj = getattr(event, "object", None)
+        if self.armed and not self.sent_at and isinstance(obj, dict) and (
+                obj.get("kind"), obj.get("metadata", {}).get("name")) in self.armed:
+            self.sent_at.append(released_count(self))  # the line goes out right after this returns
+        return text
+
+
 def released_count(emu: KubeEmulator) -> int:
     return emu.count("PATCH", 200)  # the gatekeeper patches nothing but pods
 
@@ -213,9 +237,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="drains of a fresh backlog; the rows are their median "
                     "(the machine may be shared: one drain can fall on a neighbour's burst)")
     args = ap.parse_args()
-    batch = BATCH_ROUNDS * (args.concurrency or DEFAULT_BURST)
+    pool = args.concurrency or DEFAULT_BURST  # the gatekeeper's --release-concurrency (default: the burst)
 
-    with tempfile.TemporaryDirectory() as t, KubeEmulatorExt(history=100_000) as emu:
+    emu = SentAt(history=100_000)
+    with tempfile.TemporaryDirectory() as t, emu:
         for n in NODES:
             node_state(emu, n, n != "cp-3")
         started = time.perf_counter()
@@ -259,6 +284,7 @@ def main() -> None:
 
             def flip(e: KubeEmulator) -> None:
                 flipped.append(released_count(e))
+                emu.armed = {("Node", "cp-2"), ("Pod", "kube-scheduler-cp-2")}
                 node_state(e, "cp-2", False)
 
             target = stop_names[args.stop_at]
@@ -268,20 +294,22 @@ def main() -> None:
             wait(lambda: bool(flipped) and metric(port, "verdict_ready") == 0, 60)
             time.sleep(1.0)  # anything still to come would come now
             done = released_count(emu)
-            after = done - flipped[0]
+            assert emu.sent_at, "no watch event of the NotReady change was sent"
+            after = done - emu.sent_at[0]
             print(f"stop:  NotReady written while pod #{args.stop_at + 1} was being patched ({flipped[0]} released "
-                  f"before): {after} released after it, batch size {batch}; {args.stop_pods - done} stay gated")
-            rows.record(rows.Row("gatekeeper: batches released after a NotReady flip", 1, after / batch,
-                                 after / batch))
+                  f"before): {done - flipped[0]} released after the write, {after} after its first watch event "
+                  f"was sent; bound --release-concurrency {pool}; {args.stop_pods - done} stay gated")
+            rows.record(rows.Row("gatekeeper: pods released after a NotReady watch event, per release slot", 1,
+                                 after / pool, after / pool))
         finally:
             proc.terminate()
             proc.wait(20)
     wall = statistics.median(d.wall for d in drains)
     rate = args.pods / wall
     verdicts = [("wall", wall <= TARGET_WALL_S), ("pods/s", rate >= TARGET_PODS_PER_S),
-                ("RSS", peak <= TARGET_RSS_MIB), ("stop", after <= batch)]
-    print(f"targets (median of {len(drains)} drains: <= 10 s, >= 1000 pods/s; peak RSS <= 100 MiB, stop within "
-          "one batch): "
+                ("RSS", peak <= TARGET_RSS_MIB), ("stop", after <= pool)]
+    print(f"targets (median of {len(drains)} drains: <= 10 s, >= 1000 pods/s; peak RSS <= 100 MiB, stop: at most "
+          f"--release-concurrency ({pool}) after the NotReady watch event): "
           + ", ".join(f"{k} {'ok' if ok else 'MISSED'}" for k, ok in verdicts))
 
 

@@ -45,7 +45,7 @@ TARGETS: dict[str, tuple[float | None, float | None]] = {
     "gatekeeper: CPU ms per released pod": (1.0, None),
     "emulator (+ bench script): CPU ms per request": (None, None),
     "gatekeeper: peak RSS MiB, 10k pods cached": (100.0, None),
-    "gatekeeper: batches released after a NotReady flip": (1.0, None),
+    "gatekeeper: pods released after a NotReady watch event, per release slot": (1.0, None),
     # the gatekeeper against the real kube-apiserver, beside a plain client's ceiling
     # (bench/gate_real_bench.py; absent where `make real-k8s` built nothing)
     "real apiserver: 10k gated pods released by the gatekeeper, s": (None, None),

@@ -32,6 +32,8 @@ from patcher.commands.gatekeeper import DEFAULT_LEASE
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
 from patcher.core.readiness import DEFAULT_MIRROR_SELECTOR
 from patcher.services.gatekeeper import Gatekeeper, GateMetrics
+from tests.harness.emu.fixtures import emu as emu
+from tests.harness.emu.gatekeeping import Observed, next_pass
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, wait_until
 from tests.harness.emu.kubeemu_ext import BEFORE, STARTED, KubeEmulatorExt, make_pod, marker, node_annotations_for
 
@@ -41,12 +43,6 @@ GATE = DEFAULT_GATE
 NS = "scheduler-patcher"
 CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
 METRIC = "scheduler_patcher_gatekeeper_"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulatorExt]:
-    with KubeEmulatorExt() as e:
-        yield e
 
 
 def client(kubeconfig: Path, agent: str = "gatekeeper-test") -> Api:
@@ -94,9 +90,9 @@ def verdict_reads(emu: KubeEmulator) -> int:
 
 
 @contextmanager
-def running(api: Api, **kw: Any) -> Iterator[Gatekeeper]:
+def running(api: Api, **kw: Any) -> Iterator[Observed]:
     """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
-    gk = Gatekeeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
+    gk = Observed(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
         "resync_interval", 60.0), **kw)
     stop = threading.Event()
     thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
@@ -145,7 +141,7 @@ def test_releases_only_its_gate_and_only_once_every_node_is_ready(emu: KubeEmula
     emu.create(make_pod("plain"))
     with running(api) as gk:
         assert wait_until(lambda: metric(gk, "gated_pods") == 2, 5)
-        time.sleep(0.3)
+        assert next_pass(gk)  # a pass that knew both pods and the verdict: it released nothing
         assert gk.verdict is not None and not gk.verdict.ready
         assert patches(emu) == []
         assert metric(gk, "verdict_ready") == 0
@@ -186,7 +182,7 @@ def test_pods_created_later_are_released_and_nothing_while_the_verdict_is_not_re
         assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
         emu.create(make_pod("later", gates=[GATE]))
         assert wait_until(lambda: metric(gk, "gated_pods") == 1, 5)
-        time.sleep(0.3)
+        assert next_pass(gk)  # a pass that knew the pod and the verdict: it released nothing
         assert gates(emu, "later") == [GATE]
         assert gates(emu, "late") == ["example.com/b"]  # released pods stay released: gates cannot be added
 
@@ -203,8 +199,9 @@ def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEm
     cluster(emu, *NODES)
     with running(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
-        time.sleep(0.1)
+        assert next_pass(gk)  # whatever the first passes read is read before the count starts
         emu.clear_requests()
+        delivered = gk.node_events
 
         def heartbeat(node: dict[str, Any]) -> None:
             node.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True",
@@ -212,7 +209,8 @@ def test_node_updates_that_do_not_touch_our_annotations_cost_nothing(emu: KubeEm
 
         for n in NODES:
             emu.mutate("nodes", n, heartbeat)
-        time.sleep(0.3)
+        assert wait_until(lambda: gk.node_events >= delivered + len(NODES), 5)  # the watch delivered them
+        assert next_pass(gk)  # and a pass after them: a stale verdict would have been read in it
         reads = [r for r in emu.requests("GET") if r.query.get("watch") != "true"]
         assert reads == []  # no verdict was re-evaluated
         node_state(emu, "cp-1", False)
@@ -314,6 +312,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def scrape(url: str) -> str:
+    """The /metrics text, or "" while the server does not answer yet."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return ""
+
+
 def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metrics(
         emu: KubeEmulatorExt, kubeconfig: Path) -> None:
     cluster(emu, *NODES)
@@ -330,13 +337,15 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
     thread.start()
     try:
         assert wait_until(lambda: gates(emu, "p", "a") == [] and gates(emu, "p", "b") == [], 10)
-        time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        # The drain that released them is over once no gated pod is left to it: had it known the pod in c, that
+        # one would be released by then too (or still counted).
+        assert wait_until(lambda: f"{METRIC}gated_pods 0.0" in scrape(url), 5)
         assert gates(emu, "p", "c") == [GATE]
         lease = emu.get("leases", "scheduler-patcher-gatekeeper", NS, group="coordination.k8s.io")
         assert lease is not None and lease["spec"]["holderIdentity"] == "gk-0"
         assert lease["spec"]["leaseDurationSeconds"] == 15
-        url = f"http://127.0.0.1:{port}"
-        body = urllib.request.urlopen(url + "/metrics", timeout=2).read().decode()
+        body = scrape(url)
         assert f"{METRIC}pods_released_total 2.0" in body and f"{METRIC}leader 1.0" in body
         assert urllib.request.urlopen(url + "/healthz", timeout=2).status == 200
     finally:
@@ -567,7 +576,8 @@ def test_a_backlog_is_released_by_a_bounded_pool_oldest_first(emu: KubeEmulatorE
     with running(api, concurrency=3, batch_size=6) as gk:
         assert wait_until(lambda: released(emu, names) == names, 20)
         assert wait_until(lambda: metric(gk, "pods_released_total") == 24, 5)
-        assert metric(gk, "release_batches_total") == 4
+        # counted when the drain ends, which is after its last PATCH is answered
+        assert wait_until(lambda: metric(gk, "release_batches_total") == 4, 5)
     order = [r.path.rsplit("/", 1)[1] for r in patches(emu)]
     assert sorted(order) == sorted(names)
     # Oldest first: a worker takes the next pod only once its last is answered, so when the k-th oldest goes,

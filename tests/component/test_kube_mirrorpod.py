@@ -73,9 +73,10 @@ def test_sees_creation_and_updates_of_that_one_pod_only(emu: KubeEmulator, api: 
     bump(emu, "1")
     assert wait_until(lambda: annotation(watcher) == "1", 5)
     bump(emu, "1", name="kube-scheduler-cp-2")
-    time.sleep(0.2)
-    # The first list reports the pod absent; then its creation and one update. Nothing of the other pod.
-    assert [p and p["metadata"]["name"] for p in seen] == [None, NAME, NAME]
+    bump(emu, "2")  # after the other pod's change in the stream: seen once the other pod's would have been
+    assert wait_until(lambda: annotation(watcher) == "2", 5)
+    # The first list reports the pod absent; then its creation and two updates. Nothing of the other pod.
+    assert [p and p["metadata"]["name"] for p in seen] == [None, NAME, NAME, NAME]
     # Every read is field-selected on the pod's name: nothing ever lists the namespace.
     reads = emu.requests("GET", PODS)
     assert reads and all(r.query["fieldSelector"] == f"metadata.name={NAME}" for r in reads)
@@ -125,9 +126,10 @@ def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPod
         bump(emu, "during-outage")
         time.sleep(0.6)
     assert wait_until(lambda: annotation(watcher) == "during-outage", 5)
+    answered = emu.count("GET", 503)
     with emu.outage("503"):
         bump(emu, "during-503")
-        time.sleep(0.3)
+        assert wait_until(lambda: emu.count("GET", 503) >= answered + 2, 5)  # it tried again, and again, meanwhile
     assert wait_until(lambda: annotation(watcher) == "during-503", 5)
 
 

@@ -139,9 +139,9 @@ def test_a_scheduler_started_after_the_write_is_ready(spawn: Spawn) -> None:
 def test_a_scheduler_started_before_the_write_is_not(spawn: Spawn) -> None:
     proc = spawn("kube-scheduler", "--config", CONFIG)  # the split form
     assert visible([proc])
-    time.sleep(0.1)
-    written = time.time_ns()
-    check = check_local(CONFIG, written, ours([proc]))
+    [found] = ours([proc])
+    written = int((found.started_at + 0.1) * 1e9)  # our write, a tenth of a second after its start: no sleep
+    check = check_local(CONFIG, written, [found])
     assert not check.ready and "before our write" in check.reason
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import Conflict, ServerError
 from patcher.adapters.kube.transport import Api
 from patcher.commands import cli, readiness
 from patcher.core.readiness import ClusterVerdict, NodeRow, evaluate, render_table, scheduler_pods
+from tests.harness.emu.fixtures import api as api
+from tests.harness.emu.fixtures import emu as emu
 from tests.harness.emu.kubeemu import make_mirror_pod, wait_until
 from tests.harness.emu.kubeemu_ext import (
     BEFORE,
@@ -43,19 +44,6 @@ CP = "node-role.kubernetes.io/control-plane"
 MASTER = "node-role.kubernetes.io/master"
 NODES = ("cp-1", "cp-2", "cp-3")
 NS = "scheduler-patcher"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulatorExt]:
-    with KubeEmulatorExt() as e:
-        yield e
-
-
-@pytest.fixture
-def api(kubeconfig: Path) -> Iterator[Api]:
-    client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    yield client
-    client.close()
 
 
 def set_node(emu: KubeEmulatorExt, name: str, annotations: dict[str, str] | None = None, *,
@@ -351,13 +339,17 @@ def test_api_errors_give_1_and_one_clear_line(emu: KubeEmulatorExt, kubeconfig: 
                                             "expected config hash must be 12 to 64 hex digits, got 'abc'\n")
 
 
-def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
+def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Path,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     ready_cluster(emu)
     set_node(emu, "cp-1", node_annotations_for("WaitingForRestart"))
     emu.go_down("refuse")
+    caplog.set_level(logging.DEBUG, logger="patcher.adapters.kube.listwatch")
 
-    def recover() -> None:
-        time.sleep(0.5)
+    refused: list[bool] = []
+
+    def recover() -> None:  # once the wait's watches were refused (a refused connection reaches no server)
+        refused.append(wait_until(lambda: any("failed" in r.getMessage() for r in list(caplog.records)), 10))
         emu.come_up()
         set_node(emu, "cp-1", node_annotations_for())
 
@@ -365,6 +357,7 @@ def test_an_outage_during_wait_is_survived(emu: KubeEmulatorExt, kubeconfig: Pat
     t.start()
     code, out, _ = run_main(kubeconfig, "--wait", "--timeout", "10s", "--poll-interval", "0.3s")
     t.join()
+    assert refused == [True]
     assert code == 0 and "verdict: Ready" in out
 
 

@@ -10,44 +10,33 @@ tests/real/test_real_verdict_scale.py and bench/verdict_scale.py.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import METADATA_LIST, Api
 from patcher.adapters.kube.transport import PODS as POD_RESOURCE
 from patcher.core.gates import DEFAULT_GATE
 from patcher.core.readiness import may_be_unlabelled_scheduler, scheduler_pods
-from patcher.services.gatekeeper import Gatekeeper
+from tests.harness.emu.fixtures import api as api
+from tests.harness.emu.fixtures import emu as emu
+from tests.harness.emu.gatekeeping import indexed, next_pass
 from tests.harness.emu.kubeemu import make_mirror_pod, wait_until
-from tests.harness.emu.kubeemu_ext import CONFIG_HASH, STARTED, KubeEmulatorExt, marker, node_annotations_for
+from tests.harness.emu.kubeemu_ext import (
+    CONFIG_HASH,
+    STARTED,
+    KubeEmulatorExt,
+    make_pod,
+    marker,
+    node_annotations_for,
+)
 
 CP = "node-role.kubernetes.io/control-plane"
 NODES = ("cp-1", "cp-2", "cp-3")
 PODS = "/api/v1/namespaces/kube-system/pods"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulatorExt]:
-    with KubeEmulatorExt() as e:
-        yield e
-
-
-@pytest.fixture
-def api(kubeconfig: Path) -> Iterator[Api]:
-    client = build_api_client(ClientSettings(kubeconfig=str(kubeconfig), timeout=(0.5, 2.0)))
-    yield client
-    client.close()
 
 
 def node(emu: KubeEmulatorExt, name: str, *, control_plane: bool = True, ready: bool = True) -> None:
@@ -170,48 +159,23 @@ def test_the_gatekeeper_reads_the_verdict_again_when_a_scheduler_pod_changes(emu
     for n in NODES:
         node(emu, n)
         scheduler(emu, n, labelled=True)
-    keeper: list[Gatekeeper] = []
-    index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None)
-    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
-                    resync_interval=600.0, scheduler_index=index)
-    keeper.append(gk)
-    stop = threading.Event()
-    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
-    gk.start()
-    try:
-        assert gk.wait_synced(5)
-        thread.start()
+    with indexed(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.verdict.ready, 5)
         # a scheduler crash-loops: no Node changes, no resync due; the index's watch alone tells
         scheduler(emu, "cp-2", labelled=True, waiting_reason="CrashLoopBackOff")
         assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
-        emu.set_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app", "namespace": "default"},
-                     "spec": {"schedulingGates": [{"name": DEFAULT_GATE}], "containers": [{"name": "c"}]}})
-        time.sleep(0.3)
+        emu.create(make_pod("app", gates=[DEFAULT_GATE]))  # Pending, as stored: the gatekeeper's watch sees it
+        assert wait_until(lambda: gk.metrics.value("scheduler_patcher_gatekeeper_gated_pods") == 1, 5)
+        assert next_pass(gk)  # a pass that knew the pod and the verdict: it released nothing
         held = emu.get("pods", "app", "default")
-        assert held is not None and held["spec"]["schedulingGates"] == [{"name": DEFAULT_GATE}]
-    finally:
-        stop.set()
-        gk.wake()
-        thread.join(5)
-        gk.stop()
+        assert held is not None and held["spec"].get("schedulingGates") == [{"name": DEFAULT_GATE}]
 
 
 def test_the_gatekeeper_watches_by_name_a_node_only_a_scheduler_pod_led_to(emu: KubeEmulatorExt, api: Api) -> None:
     # The seed's corner case made Ready: an agent on the unlabelled node annotates it. No selector watch sees that
     # Node and its scheduler pod does not change; with a long resync, only a watch of that Node by name tells.
     cluster(emu)
-    keeper: list[Gatekeeper] = []
-    index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None)
-    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
-                    resync_interval=600.0, scheduler_index=index)
-    keeper.append(gk)
-    stop = threading.Event()
-    thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
-    gk.start()
-    try:
-        assert gk.wait_synced(5)
-        thread.start()
+    with indexed(api) as gk:
         assert wait_until(lambda: gk.verdict is not None and gk.watched_by_name == ["bare-1"], 5)
         assert gk.verdict is not None and not gk.verdict.ready
         node(emu, "bare-1", control_plane=False, ready=True)
@@ -221,11 +185,6 @@ def test_the_gatekeeper_watches_by_name_a_node_only_a_scheduler_pod_led_to(emu: 
         # the scheduler pod goes (the node left the control plane): the verdict names the node no more
         emu.delete("pods", "kube-scheduler-bare-1", namespace="kube-system")
         assert wait_until(lambda: gk.watched_by_name == [], 5)
-    finally:
-        stop.set()
-        gk.wake()
-        thread.join(5)
-        gk.stop()
     assert gk.watched_by_name == []
 
 
