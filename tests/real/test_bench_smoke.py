@@ -96,7 +96,8 @@ def test_the_verdict_scale_bench_measures_both_read_paths(tmp_path: Path) -> Non
 
 def test_gate_bench_runs() -> None:
     out = run("bench/gate_bench.py", "--pods", "150", "--stop-pods", "120", "--stop-at", "40")
-    for what in ("drain: 150 pods released", "requests", "peak RSS", "stop:", "released after it", "targets ("):
+    for what in ("drain: 150 pods released", "requests", "peak RSS", "stop:", "released after the write",
+                 "after its first watch event", "targets ("):
         assert what in out, out
 
 
