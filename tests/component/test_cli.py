@@ -15,56 +15,48 @@ from typing import Any
 import pytest
 
 from patcher.commands.cli import main
-from tests.conftest import FIXTURES
-from tests.harness.helpers import MANIFEST
+from tests.harness.helpers import MANIFEST, cli_args, cli_node
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Path:
-    (tmp_path / "node/etc/kubernetes/manifests").mkdir(parents=True)
-    shutil.copy(FIXTURES / "manifests/kubeadm.yaml", tmp_path / "node" / MANIFEST)
-    shutil.copytree(ROOT / "examples/scheduler-config", tmp_path / "src")
-    return tmp_path
-
-
-def args(node: Path, *extra: str) -> list[str]:
-    return [*extra, "--host-root", str(node / "node"), "--source", str(node / "src")]
+    return cli_node(tmp_path)
 
 
 def test_plan_apply_plan_restore(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     original = (node / "node" / MANIFEST).read_bytes()
-    assert main(args(node, "plan")) == 2
+    assert main(cli_args(node, "plan")) == 2
     out = capsys.readouterr().out
     assert "+++ /etc/kubernetes/manifests/kube-scheduler.yaml" in out and "--- /dev/null" in out
     assert (node / "node" / MANIFEST).read_bytes() == original  # plan writes nothing
 
-    assert main(args(node, "apply")) == 0
+    assert main(cli_args(node, "apply")) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == "wrote /etc/kubernetes/manifests/kube-scheduler.yaml"
     assert lines[0].startswith("wrote /etc/kubernetes/scheduler-patcher/config-")
 
-    assert main(args(node, "plan")) == 0
+    assert main(cli_args(node, "plan")) == 0
     assert "up to date" in capsys.readouterr().out
-    assert main(args(node, "apply")) == 0
+    assert main(cli_args(node, "apply")) == 0
     assert capsys.readouterr().out == "/etc/kubernetes/manifests/kube-scheduler.yaml: unchanged\n"
 
-    assert main(args(node, "status", "--output", "json")) == 0
+    assert main(cli_args(node, "status", "--output", "json")) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["patched"] is True and status["foreign_config"] is None
     assert {"config_hash", "manifest_mtime", "up_to_date"} <= set(status)
 
-    assert main(args(node, "restore")) == 0
+    assert main(cli_args(node, "restore")) == 0
     assert capsys.readouterr().out.splitlines()[0] == "wrote /etc/kubernetes/manifests/kube-scheduler.yaml"
     assert (node / "node" / MANIFEST).read_bytes() == original
-    assert main(args(node, "restore")) == 0
+    assert main(cli_args(node, "restore")) == 0
     assert capsys.readouterr().out == "/etc/kubernetes/manifests/kube-scheduler.yaml: unchanged\n"
 
 
 def test_errors_are_one_line_naming_the_file(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (node / "node" / MANIFEST).write_text("kind: Deployment\n")
-    assert main(args(node, "apply")) == 1
+    assert main(cli_args(node, "apply")) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["scheduler-patcher: error: /etc/kubernetes/manifests/kube-scheduler.yaml: "
                    "kind is 'Deployment', expected Pod"]
@@ -82,7 +74,7 @@ def test_flags_come_from_the_environment(node: Path, monkeypatch: pytest.MonkeyP
 
 def test_python_dash_m_entry_point(node: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "patcher", *args(node, "plan")], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "patcher", *cli_args(node, "plan")], capture_output=True,
                           text=True, env=env, check=False)
     assert proc.returncode == 2, proc.stderr
     assert "--config=/etc/kubernetes/scheduler-patcher/config-" in proc.stdout
@@ -204,7 +196,7 @@ def test_help_has_the_exit_code_table_and_no_argparse_leaks(command: str) -> Non
 
 def test_status_exits_1_on_an_error_row(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (node / "src/extenders.yaml").write_text("extenders: [{urlPrefix: 42}]\n")
-    assert main(args(node, "status", "-o", "json")) == 1
+    assert main(cli_args(node, "status", "-o", "json")) == 1
     info = json.loads(capsys.readouterr().out)
     assert info["error"] and info["up_to_date"] is None
 
@@ -213,7 +205,7 @@ def test_a_closed_pipe_ends_quietly(node: Path) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first write: `plan | head -0`, deterministically
     try:
-        proc = run_cli(*args(node, "plan"), stdout=write_end)
+        proc = run_cli(*cli_args(node, "plan"), stdout=write_end)
     finally:
         os.close(write_end)
     assert proc.returncode == 141
@@ -229,19 +221,19 @@ def test_every_command_that_prints_objects_speaks_json_and_yaml(node: Path, fmt:
         out = capsys.readouterr().out
         return json.loads(out) if fmt == "json" else YAML(typ="safe", pure=True).load(out)
 
-    assert main(args(node, "plan", "-o", fmt)) == 2
+    assert main(cli_args(node, "plan", "-o", fmt)) == 2
     plan = parsed()
     assert plan["pending"] is True and plan["manifest"] == "/etc/kubernetes/manifests/kube-scheduler.yaml"
     assert {c["kind"] for c in plan["changes"]} == {"config", "manifest"}
     assert plan["config"]["hash"] and plan["source_hash"]
-    assert main(args(node, "apply", "--output", fmt)) == 0
+    assert main(cli_args(node, "apply", "--output", fmt)) == 0
     applied = parsed()
     assert applied["changed"] is True and applied["actions"][-1] == {"action": "wrote", "path": plan["manifest"]}
-    assert main(args(node, "apply", "-o", fmt)) == 0
+    assert main(cli_args(node, "apply", "-o", fmt)) == 0
     assert parsed()["changed"] is False
-    assert main(args(node, "status", "-o", fmt)) == 0
+    assert main(cli_args(node, "status", "-o", fmt)) == 0
     assert parsed()["config_hash"] == plan["config"]["hash"]
-    assert main(args(node, "restore", "-o", fmt)) == 0
+    assert main(cli_args(node, "restore", "-o", fmt)) == 0
     assert parsed()["actions"][0] == {"action": "wrote", "path": plan["manifest"]}
 
 
@@ -372,7 +364,7 @@ def test_a_stop_grace_as_long_as_the_pods_is_a_usage_error(capsys: pytest.Captur
 ])
 def test_usage_errors_exit_64_with_the_commands_usage(node: Path, argv: list[str], env: dict[str, str],
                                                       message: str) -> None:
-    node_flags = args(node)[:2] if argv[0] in ("plan", "apply", "restore") else []
+    node_flags = cli_args(node)[:2] if argv[0] in ("plan", "apply", "restore") else []
     proc = run_cli(*argv, *node_flags, extra_env=env)
     assert proc.returncode == 64, proc.stderr
     assert message in proc.stderr and proc.stdout == ""
@@ -385,7 +377,7 @@ def test_a_bad_variable_is_the_concern_of_the_command_that_reads_it(node: Path) 
     proc = run_cli("run", "--no-api", "--host-root", str(node / "node"), "--source", str(node / "src"), "--help",
                    extra_env={"PATCHER_OUTPUT": "xml"})  # run has no --output
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli("plan", *args(node)[:2], "--source", str(node / "src"), extra_env={"PATCHER_LOG_FORMAT": "yaml"})
+    proc = run_cli("plan", *cli_args(node)[:2], "--source", str(node / "src"), extra_env={"PATCHER_LOG_FORMAT": "yaml"})
     assert proc.returncode == 2, proc.stderr  # plan has no --log-format: changes pending, as without it
 
 
@@ -395,17 +387,17 @@ def test_restore_help_lists_only_what_restore_reads(node: Path, capsys: pytest.C
         assert flag not in text
     assert "--annotation-prefix" in text and "--state-dir" in text
     # still accepted (one flag set serves apply and restore in a script), and ignored
-    assert main(args(node, "apply")) == 0
-    assert main(args(node, "restore", "--on-foreign-config", "fail")) == 0
+    assert main(cli_args(node, "apply")) == 0
+    assert main(cli_args(node, "restore", "--on-foreign-config", "fail")) == 0
     assert "wrote /etc/kubernetes/manifests/kube-scheduler.yaml" in capsys.readouterr().out.splitlines()
 
 
 def test_yaml_output_prints_diffs_as_block_text(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ruamel.yaml import YAML
 
-    assert main(args(node, "plan", "-o", "json")) == 2
+    assert main(cli_args(node, "plan", "-o", "json")) == 2
     as_json = json.loads(capsys.readouterr().out)
-    assert main(args(node, "plan", "-o", "yaml")) == 2
+    assert main(cli_args(node, "plan", "-o", "yaml")) == 2
     text = capsys.readouterr().out
     assert YAML(typ="safe", pure=True).load(text) == as_json  # the same document
     assert text.count("  diff: |") == len(as_json["changes"]) == 2  # literal blocks, not escaped strings

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,9 +34,10 @@ from tests.harness.settings import build_settings
 
 # ``node`` is a fixture and ``wait_until`` a re-export: named here so that a test module's import of them counts.
 __all__ = ["EXTENDERS", "KUBEADM", "MANIFEST", "NODE", "SCHEDULER_CONFIG", "SCHEMAS", "Clock", "Node", "P",
-           "Running", "fake_node", "kubeadm_node", "node", "node_folders", "reconciles", "settled", "snapshot",
-           "wait_until"]
+           "Running", "cli_args", "cli_node", "fake_node", "kubeadm_node", "node", "node_folders", "reconciles",
+           "settled", "snapshot", "wait_until"]
 
+ROOT = Path(__file__).resolve().parents[2]
 NODE = "cp-1"
 #: The manifest's node path, relative to a host root.
 MANIFEST = "etc/kubernetes/manifests/kube-scheduler.yaml"
@@ -76,6 +78,20 @@ def node_folders(base: Path, original: bytes = KUBEADM, source: str | None = EXT
     if source is not None:
         write_configmap(src, {"extenders.yaml": source})
     return root, src
+
+
+def cli_node(base: Path) -> Path:
+    """A copy of a kubeadm node below `base` for the CLI's tests: kubeadm's scheduler manifest below `node/`, the
+    example scheduler configuration in `src/`. Each test gets its own, since the commands write to it."""
+    (base / "node/etc/kubernetes/manifests").mkdir(parents=True)
+    shutil.copy(FIXTURES / "manifests/kubeadm.yaml", base / "node" / MANIFEST)
+    shutil.copytree(ROOT / "examples/scheduler-config", base / "src")
+    return base
+
+
+def cli_args(base: Path, *words: str) -> list[str]:
+    """A command line of `words` on the node copy `cli_node(base)` made: its host root and source."""
+    return [*words, "--host-root", str(base / "node"), "--source", str(base / "src")]
 
 
 def fake_node(fs: FakeFilesystem, *, schemas: bool = True) -> None:

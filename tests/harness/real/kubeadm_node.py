@@ -33,24 +33,21 @@ containers), and the network and mounts go with the namespaces.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from tests.harness.real.controlplane import Binaries, built_releases, die_with_parent, wait_until
-from tests.harness.real.kubelet_node import CNI_BIN, image_archive, pause_binary, runtime_missing
+from tests.harness.real.controlplane import Binaries, built_releases, wait_until
+from tests.harness.real.kubelet_node import NamespacedNode, image_archive, pause_binary, runtime_missing
 
 #: Node paths bound to folders below the test root inside the node's mount namespace: kubeadm's (its PKI,
 #: kubeconfigs and manifests; the kubelet's configuration and state; etcd's data) and the agent's state folder.
@@ -126,44 +123,19 @@ def image_contents(binaries: Binaries, image: str) -> tuple[dict[str, Path], lis
 
 
 @dataclass
-class KubeadmNode:
+class KubeadmNode(NamespacedNode):
     """One node of `binaries`' release made by `kubeadm init`, its files below `root`."""
 
     binaries: Binaries
     root: Path
     name: str = "kubeadm-a"
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    init_pid: int = 0
     images: list[str] = field(default_factory=list)
     #: seconds: the node's runtime up and the images imported; `kubeadm init` from its start to its exit
     runtime_in: float = 0.0
     init_in: float = 0.0
-    made_mount_points: list[Path] = field(default_factory=list)
-    #: Unix sockets live here, off the test root: below a pytest basetemp their paths can pass the 107 bytes a
-    #: socket address holds.
-    sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="kn-")))
-
-    # -- paths ------------------------------------------------------------------------------------------------
-
-    @property
-    def host_root(self) -> Path:
-        """The node's file system as the agent's `--host-root` sees it (the node paths below it)."""
-        return self.root / "node"
-
-    def host(self, node_path: str) -> Path:
-        return self.host_root / node_path.lstrip("/")
-
-    @property
-    def run(self) -> Path:
-        return self.root / "run"
-
-    @property
-    def socket(self) -> Path:
-        return self.sockets / "containerd.sock"
-
-    def log(self, name: str, lines: int = 40) -> str:
-        path = self.run / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.is_file() else ""
+    NODE_PATHS: ClassVar[tuple[str, ...]] = NODE_PATHS
+    NAMESPACES: ClassVar[tuple[str, ...]] = ("--mount", "--pid", "--net", "--uts")
+    SOCKETS_PREFIX: ClassVar[str] = "kn-"
 
     # -- start ------------------------------------------------------------------------------------------------
 
@@ -187,15 +159,18 @@ class KubeadmNode:
                 link.symlink_to(self.binaries.path(program))
         config = self.run / "kubeadm.yaml"
         config.write_text(init_config(self.binaries, self.name, self.socket, self.run))
-        self._namespace()
-        self._containerd(config)
+        self._network()
+        self._containerd(self._list_images(config))
+        self._import_images()
         self.runtime_in = time.monotonic() - started
         self._init(config)
         self.init_in = time.monotonic() - started - self.runtime_in
         return self
 
-    def _namespace(self) -> None:
-        setup = [
+    def _network(self) -> None:
+        """The node's init in its own network and UTS namespaces too: `eth0` holding `ADDRESS` with the default
+        route on it, its host name, and /etc/hosts naming it."""
+        self._namespace([
             "ip link set lo up", "ip link add eth0 type veth peer name eth0-peer",
             f"ip addr add {ADDRESS}/24 dev eth0", "ip link set eth0-peer up", "ip link set eth0 up",
             "ip route add default dev eth0", f"hostname {self.name}",
@@ -205,94 +180,24 @@ class KubeadmNode:
             # would take its 10 s timeout to say no)
             f"mount --bind {self.run / 'hosts'} /etc/hosts",
             f"mount --bind {self.run / 'resolv.conf'} /etc/resolv.conf",
-        ]
-        for node_path in NODE_PATHS:
-            point = Path(node_path)
-            if not point.exists():
-                point.mkdir(parents=True)
-                self.made_mount_points.append(point)
-            setup.append(f"mount --bind {self.host(node_path)} {node_path}")
-        script = " && ".join([*setup, f"exec {pause_binary()}"])
-        self.procs.append(subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--pid", "--net", "--uts", "--kill-child=SIGKILL",
-             "--mount-proc", "sh", "-c", script], preexec_fn=die_with_parent, stdin=subprocess.DEVNULL,
-            stdout=(self.run / "namespace.log").open("wb"), stderr=subprocess.STDOUT))
-        holder = self.procs[0]
+        ], 30)
 
-        def init() -> int:
-            if holder.poll() is not None:
-                raise RuntimeError(f"unshare exited {holder.returncode}: {self.log('namespace')}")
-            children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()
-            if not children:
-                return 0
-            pid = int(children[0])
-            exe = os.readlink(f"/proc/{pid}/exe") if Path(f"/proc/{pid}/exe").exists() else ""
-            return pid if exe == str(pause_binary()) else 0
-
-        self.init_pid = wait_until(init, 30, f"the node namespace's init\n{self.log('namespace')}")
-
-    def inside(self, argv: list[str]) -> list[str]:
-        """`argv` run in the node: its mount, network, UTS and PID namespaces (so it dies with the node)."""
-        return ["nsenter", f"--target={self.init_pid}", "--mount", "--net", "--uts", "--pid", "--", *argv]
-
-    @property
-    def path(self) -> str:
+    def environment(self) -> dict[str, str]:
         """PATH in the node: the release's kubelet, kubeadm and kubectl first (kubeadm's preflight runs
         `kubelet --version` from PATH), then this machine's."""
-        return f"{self.run / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+        return {**os.environ, "PATH": f"{self.run / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
 
-    def spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with (self.run / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(self.inside(argv), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, preexec_fn=die_with_parent,
-                                    env={**os.environ, "PATH": self.path})
-        self.procs.append(proc)
-        return proc
-
-    def _alive(self, proc: subprocess.Popen[bytes], name: str) -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
-        return True
-
-    def _containerd(self, config: Path) -> None:
+    def _list_images(self, config: Path) -> str:
+        """Reads the images `kubeadm config images list` names into `images`; returns the sandbox (pause) one."""
         listed = subprocess.run([str(self.binaries.path("kubeadm")), "config", "images", "list",
                                  f"--config={config}"], capture_output=True, text=True, timeout=120, check=False)
         assert listed.returncode == 0, f"kubeadm config images list: {listed.stderr}"
         self.images = listed.stdout.split()
-        pause = next(i for i in self.images if "/pause:" in i)
+        return next(i for i in self.images if "/pause:" in i)
+
+    def _import_images(self) -> None:
+        """Every image of `images`, built from the release's binaries, imported under kubeadm's name."""
         run = self.run
-        (run / "containerd.toml").write_text(f"""version = 2
-root = "{run / 'containerd-root'}"
-state = "{run / 'containerd-state'}"
-[grpc]
-  address = "{self.socket}"
-[ttrpc]
-  address = "{self.sockets / 'containerd.sock.ttrpc'}"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{run / 'opt'}"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{pause}"
-  enable_selinux = false
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{run / 'runc'}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "{run / 'cni-conf'}"
-""")
-        # Every pod of this node is a host-network static pod; the loopback network only lets the runtime report
-        # its network ready, so that the kubelet reports the Node Ready.
-        (run / "cni-conf").mkdir(exist_ok=True)
-        (run / "cni-conf" / "10-loopback.conflist").write_text(json.dumps({
-            "cniVersion": "0.4.0", "name": "node-loopback", "plugins": [{"type": "loopback"}]}))
-        proc = self.spawn("containerd", ["containerd", f"--config={run / 'containerd.toml'}"])
-        wait_until(lambda: self._alive(proc, "containerd") and self.socket.exists(), 60, "containerd's socket")
         for image in self.images:
             files, entrypoint = image_contents(self.binaries, image)
             archive = image_archive(run / "images.tar", (image,), files, entrypoint)
@@ -300,13 +205,6 @@ state = "{run / 'containerd-state'}"
             archive.unlink()
         present = set(self.ctr("images", "ls", "-q").split())
         assert set(self.images) <= present, (self.images, present)
-
-    def ctr(self, *args: str) -> str:
-        """containerd's own client on the node's socket, in the CRI plugin's namespace."""
-        proc = subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
-                              capture_output=True, text=True, timeout=300, check=False)
-        assert proc.returncode == 0, f"ctr {' '.join(args)}: {proc.stderr}"
-        return proc.stdout
 
     def _init(self, config: Path) -> None:
         kubeadm = self.spawn("kubeadm-init", [str(self.binaries.path("kubeadm")), "init", f"--config={config}",
@@ -386,24 +284,6 @@ state = "{run / 'containerd-state'}"
             return None
         found: dict[str, Any] = json.loads(proc.stdout)
         return found
-
-    # -- stop -------------------------------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        if self.procs:
-            if self.init_pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.init_pid, signal.SIGKILL)  # PID 1 of the node's namespace: takes all of it
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait(timeout=30)
-        self.procs.clear()
-        for point in self.made_mount_points:
-            with contextlib.suppress(OSError):  # not empty: something else put files there
-                point.rmdir()
-        self.made_mount_points.clear()
-        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 @contextmanager

@@ -34,9 +34,10 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.harness.real.controlplane import (
     Binaries,
@@ -135,28 +136,38 @@ def inline_kubeconfig(cp: ControlPlane, crt: Path, key: Path) -> str:
         "client-key-data": base64.b64encode(key.read_bytes()).decode()})
 
 
-@dataclass
-class RealNode:
-    """One node: kubelet + containerd of `binaries`' release, registered with `cp`, files below `root`."""
+class NamespacedNode:
+    """What the real nodes share (this module's `RealNode`, kubeadm_node.py's `KubeadmNode`): a host of its own,
+    whose init is the pause binary in namespaces `unshare` makes, with `NODE_PATHS` bound to folders below the test
+    root; containerd in it, its root, state and runc root below the test root; and the stop that takes it all.
 
-    binaries: Binaries
-    cp: ControlPlane
+    A subclass is a dataclass with a `root` field; this holds the processes and mount points it made."""
+
     root: Path
-    name: str = "node-a"
-    static_pod_path: str = KUBEADM_MANIFESTS
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    init_pid: int = 0
-    started_in: float = 0.0
-    made_mount_points: list[Path] = field(default_factory=list)
-    #: Unix sockets live here (the kubelet's pod-resources one, containerd's): below a pytest-xdist basetemp
-    #: their paths pass the 107 bytes a socket address holds, and the kubelet exits on "bind: invalid argument".
-    sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rn-")))
+    #: Node paths bound to folders below the test root inside the node's mount namespace.
+    NODE_PATHS: ClassVar[tuple[str, ...]]
+    #: The node's own namespaces (`unshare` and `nsenter` flags); the mount namespace is always one.
+    NAMESPACES: ClassVar[tuple[str, ...]] = ("--mount", "--pid")
+    SOCKETS_PREFIX: ClassVar[str] = "rn-"
+
+    def __post_init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.init_pid = 0
+        self.made_mount_points: list[Path] = []
+        #: Unix sockets live here (the kubelet's pod-resources one, containerd's): below a pytest-xdist basetemp
+        #: their paths pass the 107 bytes a socket address holds, and the kubelet exits on "bind: invalid argument".
+        self.sockets = Path(tempfile.mkdtemp(prefix=self.SOCKETS_PREFIX))
 
     # -- paths ------------------------------------------------------------------------------------------------
 
+    @property
+    def host_root(self) -> Path:
+        """The node's file system as the agent's `--host-root` sees it (the node paths below it)."""
+        return self.root / "node"
+
     def host(self, node_path: str) -> Path:
         """Where a node path lives on this machine (below the test root)."""
-        return self.root / "node" / node_path.lstrip("/")
+        return self.host_root / node_path.lstrip("/")
 
     @property
     def run(self) -> Path:
@@ -172,31 +183,18 @@ class RealNode:
 
     # -- start ------------------------------------------------------------------------------------------------
 
-    def start(self) -> RealNode:
-        started = time.monotonic()
-        self.run.mkdir(parents=True, exist_ok=True)
-        for node_path in NODE_PATHS:
-            self.host(node_path).mkdir(parents=True, exist_ok=True)
-        self.host(self.static_pod_path).mkdir(parents=True, exist_ok=True)
-        self._namespace()
-        self._certificates()
-        self._containerd()
-        self._kubelet()
-        wait_until(lambda: self._registered(), START_DEADLINE, f"node {self.name} registered\n{self.log('kubelet')}")
-        self.started_in = time.monotonic() - started
-        return self
-
-    def _namespace(self) -> None:
+    def _namespace(self, setup: Sequence[str], deadline: float) -> None:
+        """Starts the node's init: `setup` run in its namespaces, then the node paths bound, then pause."""
         binds = []
-        for node_path in NODE_PATHS:
+        for node_path in self.NODE_PATHS:
             point = Path(node_path)
             if not point.exists():
                 point.mkdir(parents=True)
                 self.made_mount_points.append(point)
             binds.append(f"mount --bind {self.host(node_path)} {node_path}")
-        script = " && ".join([*binds, f"exec {pause_binary()}"])
+        script = " && ".join([*setup, *binds, f"exec {pause_binary()}"])
         self.procs.append(subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--pid", "--kill-child=SIGKILL", "--mount-proc",
+            ["unshare", *self.NAMESPACES, "--propagation", "private", "--kill-child=SIGKILL", "--mount-proc",
              "sh", "-c", script], preexec_fn=die_with_parent, stdin=subprocess.DEVNULL,
             stdout=(self.run / "namespace.log").open("wb"), stderr=subprocess.STDOUT))
         holder = self.procs[0]
@@ -211,38 +209,33 @@ class RealNode:
             exe = os.readlink(f"/proc/{pid}/exe") if Path(f"/proc/{pid}/exe").exists() else ""
             return pid if exe == str(pause_binary()) else 0
 
-        self.init_pid = wait_until(init, 10, "the node namespace's init")
+        self.init_pid = wait_until(init, deadline, f"the node namespace's init\n{self.log('namespace')}")
 
     def inside(self, argv: list[str], *, pid_namespace: bool = True) -> list[str]:
-        """`argv` run in the node's mount namespace (and PID namespace: everything that must die with it)."""
-        flags = ["--mount", "--pid"] if pid_namespace else ["--mount"]
+        """`argv` run in the node's namespaces (with its PID namespace: everything that must die with it)."""
+        flags = [f for f in self.NAMESPACES if pid_namespace or f != "--pid"]
         return ["nsenter", f"--target={self.init_pid}", *flags, "--", *argv]
+
+    def environment(self) -> dict[str, str] | None:
+        """The environment of what `spawn` starts when its caller names none; None: this process's."""
+        return None
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None, *,
               pid_namespace: bool = True) -> subprocess.Popen[bytes]:
-        log = (self.run / f"{name}.log").open("ab")
-        proc = subprocess.Popen(self.inside(argv, pid_namespace=pid_namespace), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                preexec_fn=die_with_parent)
-        log.close()
+        with (self.run / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(self.inside(argv, pid_namespace=pid_namespace), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=self.environment() if env is None else env, preexec_fn=die_with_parent)
         self.procs.append(proc)
         return proc
 
-    def _certificates(self) -> None:
-        pki = self.cp.pki
-        issue(pki, f"{self.name}-client", f"/O=system:nodes/CN=system:node:{self.name}", client=True)
-        issue(pki, f"{self.name}-serving", f"/CN=system:node:{self.name}", server_names=("127.0.0.1", self.name))
-        crt, key = issue(pki, "kube-scheduler", "/CN=system:kube-scheduler", client=True)
-        # kubeadm's scheduler.conf: what the manifest's hostPath volume mounts into the container
-        text = inline_kubeconfig(self.cp, crt, key)
-        self.host("/etc/kubernetes/scheduler.conf").write_text(text)
-        rke2 = self.host("/var/lib/rancher/rke2/server/cred/scheduler.kubeconfig")  # RKE2's path for the same
-        rke2.parent.mkdir(parents=True, exist_ok=True)
-        rke2.write_text(text)
-        (self.run / "kubelet.kubeconfig").write_text(inline_kubeconfig(self.cp, pki / f"{self.name}-client.crt",
-                                                                       pki / f"{self.name}-client.key"))
+    def _alive(self, proc: subprocess.Popen[bytes], name: str) -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
+        return True
 
-    def _containerd(self) -> None:
+    def _containerd(self, sandbox_image: str) -> None:
+        """Starts containerd in the node, `sandbox_image` its pods' sandbox, and waits for its socket."""
         run = self.run
         (run / "containerd.toml").write_text(f"""version = 2
 root = "{run / 'containerd-root'}"
@@ -254,7 +247,7 @@ state = "{run / 'containerd-state'}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{run / 'opt'}"
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+  sandbox_image = "{sandbox_image}"
   enable_selinux = false
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -279,6 +272,80 @@ state = "{run / 'containerd-state'}"
         proc = self.spawn("containerd", ["containerd", f"--config={run / 'containerd.toml'}"])
         wait_until(lambda: self._alive(proc, "containerd") and self.socket.exists(), START_DEADLINE,
                    "containerd's socket")
+
+    def ctr(self, *args: str) -> str:
+        """containerd's own client on the node's socket, in the CRI plugin's namespace."""
+        proc = subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, f"ctr {' '.join(args)}: {proc.stderr}"
+        return proc.stdout
+
+    # -- stop -------------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        if self.procs:
+            holder = self.procs[0]
+            if self.init_pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.init_pid, signal.SIGKILL)  # PID 1 of the node's namespace: takes all of it
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait(timeout=30)
+            assert holder.returncode is not None
+        self.procs.clear()
+        for point in self.made_mount_points:
+            with contextlib.suppress(OSError):  # not empty: something else put files there
+                point.rmdir()
+        self.made_mount_points.clear()
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+@dataclass
+class RealNode(NamespacedNode):
+    """One node: kubelet + containerd of `binaries`' release, registered with `cp`, files below `root`."""
+
+    binaries: Binaries
+    cp: ControlPlane
+    root: Path
+    name: str = "node-a"
+    static_pod_path: str = KUBEADM_MANIFESTS
+    started_in: float = 0.0
+    NODE_PATHS: ClassVar[tuple[str, ...]] = NODE_PATHS
+
+    # -- start ------------------------------------------------------------------------------------------------
+
+    def start(self) -> RealNode:
+        started = time.monotonic()
+        self.run.mkdir(parents=True, exist_ok=True)
+        for node_path in NODE_PATHS:
+            self.host(node_path).mkdir(parents=True, exist_ok=True)
+        self.host(self.static_pod_path).mkdir(parents=True, exist_ok=True)
+        self._namespace((), 10)
+        self._certificates()
+        self._containerd(PAUSE_IMAGE)
+        self._images()
+        self._kubelet()
+        wait_until(lambda: self._registered(), START_DEADLINE, f"node {self.name} registered\n{self.log('kubelet')}")
+        self.started_in = time.monotonic() - started
+        return self
+
+    def _certificates(self) -> None:
+        pki = self.cp.pki
+        issue(pki, f"{self.name}-client", f"/O=system:nodes/CN=system:node:{self.name}", client=True)
+        issue(pki, f"{self.name}-serving", f"/CN=system:node:{self.name}", server_names=("127.0.0.1", self.name))
+        crt, key = issue(pki, "kube-scheduler", "/CN=system:kube-scheduler", client=True)
+        # kubeadm's scheduler.conf: what the manifest's hostPath volume mounts into the container
+        text = inline_kubeconfig(self.cp, crt, key)
+        self.host("/etc/kubernetes/scheduler.conf").write_text(text)
+        rke2 = self.host("/var/lib/rancher/rke2/server/cred/scheduler.kubeconfig")  # RKE2's path for the same
+        rke2.parent.mkdir(parents=True, exist_ok=True)
+        rke2.write_text(text)
+        (self.run / "kubelet.kubeconfig").write_text(inline_kubeconfig(self.cp, pki / f"{self.name}-client.crt",
+                                                                       pki / f"{self.name}-client.key"))
+
+    def _images(self) -> None:
+        run = self.run
         schedulers = scheduler_images(self.binaries.version)
         for archive in (
             image_archive(run / "pause.tar", (PAUSE_IMAGE,), {"/pause": pause_binary()}, ["/pause"]),
@@ -289,18 +356,6 @@ state = "{run / 'containerd-state'}"
         listed = self.ctr("images", "ls", "-q").split()
         wanted = {PAUSE_IMAGE, *(n.replace("index.docker.io/", "docker.io/") for n in schedulers)}
         assert wanted <= set(listed), listed  # containerd spells Docker Hub's names docker.io/...
-
-    def ctr(self, *args: str) -> str:
-        """containerd's own client on the node's socket, in the CRI plugin's namespace."""
-        proc = subprocess.run(["ctr", f"--address={self.socket}", "--namespace=k8s.io", *args],
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, f"ctr {' '.join(args)}: {proc.stderr}"
-        return proc.stdout
-
-    def _alive(self, proc: subprocess.Popen[bytes], name: str) -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
-        return True
 
     def kubelet_config(self) -> dict[str, Any]:
         run, pki = self.run, self.cp.pki
@@ -358,24 +413,3 @@ state = "{run / 'containerd-state'}"
         if not statuses or "running" not in statuses[0].get("state", {}) or not statuses[0].get("containerID"):
             return None
         return statuses[0]["containerID"], pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
-
-    # -- stop -------------------------------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        if self.procs:
-            holder = self.procs[0]
-            if self.init_pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.init_pid, signal.SIGKILL)  # PID 1 of the node's namespace: takes all of it
-            for proc in self.procs:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait(timeout=30)
-            assert holder.returncode is not None
-        self.procs.clear()
-        for point in self.made_mount_points:
-            with contextlib.suppress(OSError):  # not empty: something else put files there
-                point.rmdir()
-        self.made_mount_points.clear()
-        shutil.rmtree(self.sockets, ignore_errors=True)
-
