@@ -131,9 +131,10 @@ def _has_data(conn: socket.socket) -> bool:
 
 def _content_length(headers: Message) -> int:
     """The request's body length: ``Content-Length``, 0 without one (HTTP/1.1's rule), -1 when it is not a
-    number or the body comes chunked (``Transfer-Encoding``, which no client of ours sends)."""
-    length = (headers.get_all("Content-Length") or ["0"])[-1].strip()
-    return -1 if "Transfer-Encoding" in headers or not length.isdigit() else int(length)
+    number or the body comes chunked (``Transfer-Encoding``, which no client of ours sends). A value with bytes
+    outside ASCII comes back from ``email`` as a ``Header``, not a ``str``: ``str`` it first."""
+    length = str((headers.get_all("Content-Length") or ["0"])[-1]).strip()
+    return -1 if "Transfer-Encoding" in headers or not (length.isascii() and length.isdigit()) else int(length)
 
 
 def _phrase(code: int) -> str:
@@ -261,7 +262,7 @@ class HttpServer:
         if length > self.max_body:
             return response(413, b"request body too large\n", TEXT), False
         body = await reader.readexactly(length) if length else b""
-        keep = self.keep_alive and parts[2] == b"HTTP/1.1" and "close" not in headers.get("Connection", "").lower()
+        keep = self.keep_alive and parts[2] == b"HTTP/1.1" and "close" not in str(headers.get("Connection", "")).lower()
         try:
             code, payload, ctype = self.app(method, parts[1].decode("latin-1"), body)
         except Exception:

@@ -211,6 +211,15 @@ def test_head_and_other_methods_and_garbage(server: HealthServer, health: Health
     assert raw(server, b"hello\r\n\r\n").startswith(b"HTTP/1.1 400 ")
 
 
+@pytest.mark.parametrize("value", [b"\xc274", "\u0663".encode(), b"1 2", b"-1"],
+                         ids=["byte-outside-ascii", "arabic-indic-digit", "two-numbers", "negative"])
+def test_a_content_length_that_is_not_ascii_digits_gets_411(server: HealthServer, value: bytes) -> None:
+    # email's parser gives a value with bytes outside ASCII back as a Header, not a str (found by the fuzzer)
+    answer = raw(server, b"POST /healthz HTTP/1.1\r\nHost: x\r\nConnection: \xc2close\r\nContent-Length: " + value
+                 + b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 411 ")
+
+
 def closed_after(sock: socket.socket) -> bytes:
     """Everything the server sends until it closes (a reset or a client timeout raises instead)."""
     data = b""
