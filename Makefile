@@ -70,7 +70,7 @@ test-real-node: $(STAMP)
 ## .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-kubeadm
 test-real-kubeadm: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py
+	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py tests/real/test_real_registry.py
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
