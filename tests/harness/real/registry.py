@@ -30,8 +30,9 @@ from tests.harness.real.controlplane import EC_KEY, _openssl, die_with_parent, i
 
 PORT = 5000
 USER = "patcher-ci"
-#: What the registry needs here, and the Debian package of each (tools/realk8s/runtime.py installs them).
-PROGRAMS = {"docker-registry": "docker-registry", "htpasswd": "apache2-utils"}
+#: What the registry needs here, and the Debian package of each (tools/realk8s/runtime.py installs the first two;
+#: curl, which asks it whether it answers, is the kubeadm node's too).
+PROGRAMS = {"docker-registry": "docker-registry", "htpasswd": "apache2-utils", "curl": "curl"}
 START_DEADLINE = 60.0
 
 
