@@ -6,6 +6,9 @@ containerd and runc from the machine's Debian packages: the kubelets pinned here
 only. Installed with apt-get when missing and this runs as root on a
 Debian-like system; otherwise it says what is missing and the real-node tests skip (or fail under CI=true).
 
+Also Debian's docker-registry and apache2-utils (its `htpasswd`): the local registry the kubeadm node pulls the
+agent's image and chart from (tests/harness/real/registry.py).
+
 Then podman and the local stand-in for the Dockerfile's base image, through `../shared/tools/offline-base-image.sh`
 (no registry is reachable here): the real-node test that runs the agent as a pod builds the project's image with
 them (tests/harness/real/agent_image.py). The script skips every step already done (~0.4 s then).
@@ -19,7 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
+PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc",
+            # the local registry the kubeadm node pulls the agent's image from (tests/harness/real/registry.py),
+            # and its bcrypt htpasswd (the only hash it accepts)
+            "docker-registry": "docker-registry", "htpasswd": "apache2-utils"}
 #: The CNI loopback plugin: the node's only pod network (tests/harness/real/kubelet_node.py), so the runtime reports its
 #: network ready and the kubelet its node Ready. Debian's package puts the plugins here, off PATH.
 CNI_PLUGINS = {Path("/usr/lib/cni/loopback"): "containernetworking-plugins"}
@@ -54,6 +60,10 @@ def main() -> int:
         subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], check=True,
                        env=env)
         print(f"real node runtime: installed {', '.join(packages)}", flush=True)
+        if "docker-registry" in packages and Path("/run/systemd/system").is_dir():
+            # Debian enables and starts the package's service on :5000 of this machine; the tests run their own
+            # registry in a node's network namespace only.
+            subprocess.run(["systemctl", "disable", "--now", "docker-registry"], check=False)
     image_tools()
     return 0
 

@@ -130,6 +130,7 @@ class KubeadmNode(NamespacedNode):
     root: Path
     name: str = "kubeadm-a"
     images: list[str] = field(default_factory=list)
+    registry_config: Path | None = None  # NamespacedNode.registry_config
     #: seconds: the node's runtime up and the images imported; `kubeadm init` from its start to its exit
     runtime_in: float = 0.0
     init_in: float = 0.0
@@ -287,9 +288,10 @@ class KubeadmNode(NamespacedNode):
 
 
 @contextmanager
-def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a") -> Iterator[KubeadmNode]:
+def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a",
+                 registry_config: Path | None = None) -> Iterator[KubeadmNode]:
     """A node `kubeadm init` made, stopped on exit (whatever the body raised)."""
-    node = KubeadmNode(binaries, root, name)
+    node = KubeadmNode(binaries, root, name, registry_config=registry_config)
     try:
         yield node.start()
     finally:

@@ -149,6 +149,9 @@ class NamespacedNode:
     #: The node's own namespaces (`unshare` and `nsenter` flags); the mount namespace is always one.
     NAMESPACES: ClassVar[tuple[str, ...]] = ("--mount", "--pid")
     SOCKETS_PREFIX: ClassVar[str] = "rn-"
+    #: containerd's registry hosts folder (the CRI plugin's `registry.config_path`, one `<host:port>/hosts.toml` per
+    #: registry, read at each pull: it may be filled after the start); None: none, images are imported only.
+    registry_config: Path | None = None
 
     def __post_init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -261,7 +264,9 @@ state = "{run / 'containerd-state'}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{run / 'cni-conf'}"
-""")
+""" + ("" if self.registry_config is None else f"""  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{self.registry_config}"
+"""))
         # The node's pod network: loopback only. Without a network config the runtime reports NetworkReady=false
         # and the kubelet keeps the Node NotReady, so its registration taint node.kubernetes.io/not-ready
         # stays (a DaemonSet does not tolerate it: it would select no such node). Pods without hostNetwork
