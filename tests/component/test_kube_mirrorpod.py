@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,7 +123,7 @@ def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPod
     assert wait_until(lambda: emu.open_watches == 1, 5)
     with emu.outage("refuse"):
         bump(emu, "during-outage")
-        time.sleep(0.6)
+        assert wait_until(lambda: emu.open_watches == 0, 5)  # the outage closed the watch: only a new one sees it
     assert wait_until(lambda: annotation(watcher) == "during-outage", 5)
     answered = emu.count("GET", 503)
     with emu.outage("503"):
