@@ -201,7 +201,7 @@ def test_a_stream_that_closes_after_one_event_backs_off(tmp_path: Path) -> None:
         backoff = Backoff(0.01, 0.05, jitter=0.0)
         # Any stream counts as short here (min_healthy_s), so a slow machine cannot make one look healthy.
         with MirrorPodWatcher(api, "kube-system", NAME, backoff=backoff, min_healthy_s=60) as w:
-            assert wait_until(lambda: w.watch_requests >= 5, 10)
+            assert wait_until(lambda: len(watches(emu)) >= 5, 10)
             assert backoff.failures >= 4  # a delivered event did not reset the backoff
             assert len(lists(emu)) == 1  # a clean end is resumed from its resourceVersion, not listed again
             assert w.latest() is not None
@@ -289,7 +289,7 @@ def test_a_denial_that_persists_waits_the_longest_delay(tmp_path: Path, code: in
             assert wait_until(lambda: len(failures(caplog)) == DENIED_QUICK_RETRIES + 1, 5)
             delays = [r.getMessage().rsplit(" ", 1)[1] for r in failures(caplog)]
             assert delays == ["0.01s", "0.02s", "0.04s", "600.00s"]
-            assert not w.fresh and w.lists == DENIED_QUICK_RETRIES + 1
+            assert not w.fresh and len(lists(emu)) == DENIED_QUICK_RETRIES + 1
         finally:
             w.stop()
             api.close()

@@ -141,9 +141,7 @@ class ListWatcher:
         self._fresh = False
         self._stale_since: float | None = clock()
         self._undecodable_logged = False
-        self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
         self.drops = 0  # how many times the view stopped following the server (see the class docstring)
-        self.lists = 0
 
     def start(self) -> None:
         with self._lock:
@@ -243,7 +241,6 @@ class ListWatcher:
         self._set_fresh(False)
 
     def _list(self) -> str:
-        self.lists += 1
         what = f"list for {self.name}"
         items: list[Any] = []
         first_rv: str | None = None
@@ -268,7 +265,6 @@ class ListWatcher:
 
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
-        self.watch_requests += 1
         what = f"watch for {self.name}"
         try:
             with api_call(what):

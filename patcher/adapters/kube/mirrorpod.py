@@ -94,11 +94,6 @@ class MirrorPodWatcher(Following):
         """The latest pod seen, ``None`` when it does not exist or has not been read yet."""
         return self.holder.get()
 
-    @property
-    def watch_requests(self) -> int:
-        """How many watch requests were sent (benchmarks and tests)."""
-        return self._watcher.watch_requests
-
     def _deliver(self, pod: Pod | None) -> None:
         current = self.holder.get()
         if pod is not None and current is not None and _resource_version(pod) == _resource_version(current):
