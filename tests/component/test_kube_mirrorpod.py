@@ -20,7 +20,7 @@ from patcher.adapters.kube.listwatch import (
     decode_event,
     split_records,
 )
-from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, PodHolder, mirror_pod_name
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
 from patcher.adapters.kube.transport import Api
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
@@ -134,22 +134,20 @@ def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPod
 
 
 def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: Api) -> None:
-    holder = PodHolder()
     seen: list[str | None] = []
 
     def record(pod: dict[str, Any] | None) -> None:
         seen.append(pod["metadata"]["uid"] if pod else None)
 
-    w = MirrorPodWatcher(api, "kube-system", NAME, holder=holder, backoff=Backoff(0.05, 0.2), on_update=record)
+    w = MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), on_update=record)
     emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
     with w:
-        assert wait_until(lambda: holder.get() is not None and emu.open_watches == 1, 5)
-        version = holder.version
-        first_uid = (holder.get() or {})["metadata"]["uid"]
+        assert wait_until(lambda: w.latest() is not None and emu.open_watches == 1, 5)
+        first_uid = (w.latest() or {})["metadata"]["uid"]
         emu.delete("pods", NAME, namespace="kube-system")
-        assert wait_until(lambda: holder.version > version and holder.get() is None, 5)
+        assert wait_until(lambda: len(seen) == 2 and w.latest() is None, 5)
         emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:41:00Z"))
-        assert wait_until(lambda: holder.get() is not None, 5)
+        assert wait_until(lambda: w.latest() is not None, 5)
     assert seen[0] == first_uid and seen[1] is None and seen[2] not in (None, first_uid)
 
 
