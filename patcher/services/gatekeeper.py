@@ -111,10 +111,6 @@ class GateMetrics:
     def verdict_ready(self, value: bool) -> None:
         self._ready.set(1 if value else 0)
 
-    def value(self, name: str) -> float:
-        """A sample's current value (``0`` when absent): for tests and debugging."""
-        return float(self.registry.get_sample_value(name) or 0.0)
-
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -165,7 +165,8 @@ def test_the_gatekeeper_reads_the_verdict_again_when_a_scheduler_pod_changes(emu
         scheduler(emu, "cp-2", labelled=True, waiting_reason="CrashLoopBackOff")
         assert wait_until(lambda: gk.verdict is not None and not gk.verdict.ready, 5)
         emu.create(make_pod("app", gates=[DEFAULT_GATE]))  # Pending, as stored: the gatekeeper's watch sees it
-        assert wait_until(lambda: gk.metrics.value("scheduler_patcher_gatekeeper_gated_pods") == 1, 5)
+        gated = "scheduler_patcher_gatekeeper_gated_pods"
+        assert wait_until(lambda: gk.metrics.registry.get_sample_value(gated) == 1, 5)
         assert next_pass(gk)  # a pass that knew the pod and the verdict: it released nothing
         held = emu.get("pods", "app", "default")
         assert held is not None and held["spec"].get("schedulingGates") == [{"name": DEFAULT_GATE}]
