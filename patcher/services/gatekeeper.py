@@ -151,13 +151,9 @@ class Gatekeeper:
         scheduler_index: SchedulerIndex | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not gate_name:
-            raise ValueError("the gate name must not be empty")
         self.throttle = throttle if throttle is not None else Throttle(DEFAULT_QPS, DEFAULT_BURST)
         self.concurrency = concurrency if concurrency is not None else self.throttle.burst
         self.batch_size = batch_size if batch_size is not None else BATCH_ROUNDS * self.concurrency
-        if self.concurrency < 1 or self.batch_size < 1:
-            raise ValueError("the release concurrency and batch size must be at least 1")
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gate-release")
         self._api = api
         self.gate = gate_name
