@@ -138,11 +138,10 @@ def probe(target: Target, *, local: Callable[[str], str] = lambda p: p,
 
 
 def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda p: p,
-              deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
-              cancel: threading.Event | None = None) -> list[Result]:
+              clock: Callable[[], float] = time.monotonic, cancel: threading.Event | None = None) -> list[Result]:
     """Probe every target at once; a probe still running at its own timeout (plus a little for the thread to
-    report), at ``deadline`` (on ``clock``) or when ``cancel`` is set counts as no answer and is abandoned
-    (a daemon thread: it ends with its socket timeout, or the name lookup)."""
+    report) or when ``cancel`` is set counts as no answer and is abandoned (a daemon thread: it ends with its
+    socket timeout, or the name lookup)."""
     start = clock()
     results: list[Result | None] = [None] * len(targets)
     threads = []
@@ -155,8 +154,6 @@ def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda
         threads.append(t)
     for i, (target, t) in enumerate(zip(targets, threads, strict=True)):
         end = start + target.timeout + 0.25
-        if deadline is not None:
-            end = min(end, deadline)
         while t.is_alive() and not (cancel is not None and cancel.is_set()):
             left = end - clock()
             if left <= 0:
@@ -168,16 +165,15 @@ def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda
     return [r for r in results if r is not None]
 
 
-def check(files: Files, config: RenderedConfig, *, cancel: threading.Event | None = None,
-          deadline: float | None = None) -> list[Result]:
+def check(files: Files, config: RenderedConfig, *, cancel: threading.Event | None = None) -> list[Result]:
     """Probe every extender of ``config`` at once; one result each, in config order."""
     fs = HostFS(files.host_root)
-    return probe_all(targets(config.files), local=lambda p: str(fs.local(p)), cancel=cancel, deadline=deadline)
+    return probe_all(targets(config.files), local=lambda p: str(fs.local(p)), cancel=cancel)
 
 
 def start_probe(files: Files, config: RenderedConfig, *, cancel: threading.Event,
                 done: Callable[[lifecycle.Probed], None], log_extra: dict[str, str],
-                observe: Callable[[list[Result]], None] | None = None) -> None:
+                observe: Callable[[list[Result]], None]) -> None:
     """The agent's probe, in a thread of its own: the loop keeps beating and a SIGTERM is handled at once (the
     probe is cancelled, not awaited). ``done`` gets the answer as the ``lifecycle.Probed`` to feed; ``observe``
     (the metrics) gets every extender's result first, so the gauges an alert reads are current when the state
@@ -193,8 +189,7 @@ def start_probe(files: Files, config: RenderedConfig, *, cancel: threading.Event
         else:
             for result in results:
                 log.info("extender %s", result.line(), extra=log_extra)
-            if observe is not None:
-                observe(results)
+            observe(results)
             answer = lifecycle.Probed(time.monotonic(), config.config_hash, blocking=summary(blocking(results)),
                                       ignored=summary(r for r in results if r.ignorable))
         done(answer)

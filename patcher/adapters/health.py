@@ -110,13 +110,11 @@ class Metrics:
     rendered through prometheus_client's metric families at a scrape (``render``), as its own Counter, Gauge and
     Histogram render them: the library's imports come with the first scrape, not before the first write."""
 
-    def __init__(self, registry: CollectorRegistry | None = None,
-                 states: Iterable[str] = PHASES) -> None:
-        self._given = registry
+    def __init__(self) -> None:
         self._registry: CollectorRegistry | None = None
         self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
         self._lock = threading.Lock()
-        self._states = tuple(str(s) for s in states)
+        self._states = PHASES
         self._counts = dict.fromkeys(_COUNTERS, 0.0)
         self._errors: dict[str, float] = {}
         self._state = dict.fromkeys(self._states, 0.0)
@@ -130,13 +128,11 @@ class Metrics:
 
     @property
     def registry(self) -> CollectorRegistry:
-        """The registry ``/metrics`` renders (the one given, or a new one), built on first use: our collector,
-        then the process collector and ``build_info``."""
+        """The registry ``/metrics`` renders, built on first use: our collector, then the process collector and
+        ``build_info``."""
         with self._registry_lock:
             if self._registry is None:
-                registry = self._given
-                if registry is None:
-                    registry = prometheus().CollectorRegistry(auto_describe=True)
+                registry = prometheus().CollectorRegistry(auto_describe=True)
                 registry.register(_Collector(self))
                 add_process_info(registry)
                 self._registry = registry

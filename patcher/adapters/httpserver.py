@@ -151,7 +151,7 @@ def response(code: int, body: bytes, content_type: str, *, head_only: bool = Fal
 class HttpServer:
     """Serves ``app`` from one asyncio loop in a thread, over TLS when ``certs`` is given (the module says why)."""
 
-    def __init__(self, app: Handler, listen: str, *, certs: CertReloader | None = None, backlog: int = BACKLOG,
+    def __init__(self, app: Handler, listen: str, *, certs: CertReloader | None = None,
                  max_connections: int = MAX_CONNECTIONS, timeout: float = REQUEST_TIMEOUT,
                  head_timeout: float = HEAD_TIMEOUT, max_body: int = MAX_BODY, keep_alive: bool = False,
                  name: str = "http-server") -> None:
@@ -161,7 +161,7 @@ class HttpServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-            sock.listen(backlog)
+            sock.listen(BACKLOG)
             sock.setblocking(False)
         except OSError:
             sock.close()

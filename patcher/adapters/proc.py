@@ -143,15 +143,13 @@ def _same_path(a: str | None, b: str) -> bool:
     return a is not None and os.path.normpath(a) == os.path.normpath(b)
 
 
-def check_local(
-    expected_config: str, written_at_ns: int, processes: Iterable[SchedulerProcess] | None = None
-) -> LocalCheck:
+def check_local(expected_config: str, written_at_ns: int, processes: Iterable[SchedulerProcess]) -> LocalCheck:
     """Ready when a kube-scheduler with ``--config=expected_config`` started after ``written_at_ns``.
 
     A direct kube-scheduler process is preferred over a wrapper that names it (the wrapper is its parent and
-    started first). ``processes`` defaults to ``find_schedulers()``.
+    started first).
     """
-    procs = list(find_schedulers() if processes is None else processes)
+    procs = list(processes)
     if not procs:
         return LocalCheck(False, "no kube-scheduler process is running")
     direct = [p for p in procs if p.wrapper is None]
@@ -188,13 +186,9 @@ class LocalRestartTracker:
         self.written_at_ns = written_at_ns
         self._seen: set[ProcessKey] = set()
 
-    def poll(self, processes: Iterable[SchedulerProcess] | None = None) -> LocalCheck:
+    def poll(self, processes: Iterable[SchedulerProcess]) -> LocalCheck:
         """Check once; the result's ``starts`` counts every distinct fresh process seen so far."""
         check = check_local(self.expected_config, self.written_at_ns, processes)
         if check.ready and check.process is not None:
             self._seen.add(check.process.key)
         return LocalCheck(check.ready, check.reason, check.process, starts=len(self._seen))
-
-    @property
-    def starts(self) -> int:
-        return len(self._seen)

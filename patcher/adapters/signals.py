@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import _thread
 import signal
-import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (not free); mypy reads it as the same
 
@@ -26,7 +25,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _lock = _thread.allocate_lock()
 _received: list[int] = []
 _listeners: list[Callable[[int], None]] = []
-installed_at: float | None = None  # time.monotonic() when the handlers went in (for the start-up bench)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -38,12 +36,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Catch SIGTERM and SIGINT from now on (main thread only, like ``signal.signal``)."""
-    global installed_at
+    """Catch SIGTERM and SIGINT from now on (main thread only, like ``signal.signal``); again: nothing changes."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _handler)
-    if installed_at is None:
-        installed_at = time.monotonic()
 
 
 def install_for(argv: Sequence[str]) -> bool:
@@ -65,15 +60,3 @@ def subscribe(listener: Callable[[int], None]) -> None:
     if early is not None:
         listener(early)
 
-
-def received() -> int | None:
-    """The first stop signal received so far, if any."""
-    with _lock:
-        return _received[0] if _received else None
-
-
-def reset() -> None:
-    """Forget received signals and listeners (tests that run several agents in one process)."""
-    with _lock:
-        _received.clear()
-        _listeners.clear()

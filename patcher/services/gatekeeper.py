@@ -14,17 +14,8 @@ sent (and rebuilt after a conflict) by ``patcher.adapters.kube.gaterelease``; le
 
 A backlog (thousands of pods gated while a scheduler was being patched) is drained by a bounded pool of
 ``concurrency`` workers taking turns from a ``Throttle`` (QPS/burst, and the server's ``429 Retry-After``),
-oldest pods first (``core.gates.ReleaseFeed``). Each worker takes the next pod as soon as its last release is
-answered: no worker waits for the others' at the end of a batch. Batches remain as the points where the verdict
-is checked: before the first pod of each, the verdict is read again from the API only when it may have changed
-since the last read: a watch behind it delivered a change (or re-listed), one of them lost its connection since
-(or is still down: then every batch is preceded by a read, as without the watches), the resync came due, or
-there is no scheduler index (the kube-scheduler pods are then not watched). Otherwise the last verdict stands:
-on a large cluster a read between every two batches, while kube-apiserver takes the releases, slows a drain the
-watches would have stopped anyway. A change a watch delivered is read before the next pod, whatever its place
-in a batch. Pods are taken, and the verdict read, under one lock, so the bound is the pool: once a watch has
-delivered the change that turns the verdict NotReady (or a read saw it), no release is started; the ones in
-flight, at most ``concurrency``, complete.
+oldest pods first (``core.gates.ReleaseFeed``); ``Gatekeeper._drain`` and ``_may_send`` say when the verdict
+is checked and read again during a drain.
 """
 
 from __future__ import annotations
@@ -120,10 +111,6 @@ class GateMetrics:
     def verdict_ready(self, value: bool) -> None:
         self._ready.set(1 if value else 0)
 
-    def value(self, name: str) -> float:
-        """A sample's current value (``0`` when absent): for tests and debugging."""
-        return float(self.registry.get_sample_value(name) or 0.0)
-
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -131,7 +118,7 @@ class GateMetrics:
 class Gatekeeper:
     """Keeps a cache of gated pods (pod watch) and the verdict (Node watch), and releases when allowed.
 
-    ``verdict_fn`` is usually ``lambda: collect(api, ...)``. ``namespaces`` empty means all namespaces.
+    ``namespaces`` empty means all namespaces.
     ``node_label_selectors`` (default: control-plane and legacy master labels) pick the Nodes whose annotation
     changes trigger a re-evaluation. Without an ``elector`` this replica always acts (one replica, or tests).
     ``scheduler_names`` narrows the pod watch to pods of those schedulers (default: any).
@@ -164,13 +151,9 @@ class Gatekeeper:
         scheduler_index: SchedulerIndex | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not gate_name:
-            raise ValueError("the gate name must not be empty")
         self.throttle = throttle if throttle is not None else Throttle(DEFAULT_QPS, DEFAULT_BURST)
         self.concurrency = concurrency if concurrency is not None else self.throttle.burst
         self.batch_size = batch_size if batch_size is not None else BATCH_ROUNDS * self.concurrency
-        if self.concurrency < 1 or self.batch_size < 1:
-            raise ValueError("the release concurrency and batch size must be at least 1")
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gate-release")
         self._api = api
         self.gate = gate_name
@@ -328,7 +311,6 @@ class Gatekeeper:
         return not fresh or drops != self._drops_at_read
 
     def waiting(self) -> list[GatedPod]:
-        """The gated pods known right now."""
         with self._lock:
             return list(self._pods.values())
 

@@ -36,8 +36,7 @@ def run(agent: Agent, settled: Callable[[], object] | None = None) -> int:
 
 def install_signal_handlers(agent: Agent) -> None:
     """Stop on SIGTERM/SIGINT, including one that came before this call (while the process started)."""
-    if signals.installed_at is None:
-        signals.install()
+    signals.install()
     signals.subscribe(lambda signum: agent.request_stop(signum=signum))
 
 

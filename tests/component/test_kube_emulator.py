@@ -32,7 +32,7 @@ def emu() -> Iterator[KubeEmulator]:
 @pytest.fixture
 def core(emu: KubeEmulator, tmp_path: Path) -> Iterator[k8s.CoreV1Api]:
     api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
-    yield k8s.CoreV1Api(api.generated())  # the emulator answers the generated client as a server would
+    yield k8s.CoreV1Api(k8s.ApiClient(api.configuration))  # the emulator answers the generated client too
     api.close()
 
 

@@ -182,15 +182,3 @@ def test_a_watch_streams_events_and_its_error_answer_is_the_clients_exception(em
     with pytest.raises(Unauthorized), api_call("watch pods"):
         api.watch(PODS, namespace="default", resource_version=rv, timeout_seconds=60, connect_timeout=0.5)
 
-
-def test_the_generated_client_shares_the_configuration_and_the_default_timeout(emu: KubeEmulatorExt,
-                                                                               api: Api) -> None:
-    # For tests and scripts that want the generated classes; built once, closed with the Api.
-    from kubernetes import client as k8s
-
-    generated = api.generated()
-    assert generated is api.generated() and generated.configuration is api.configuration
-    emu.add_node("cp-1")
-    assert [n.metadata and n.metadata.name for n in k8s.CoreV1Api(generated).list_node().items] == ["cp-1"]
-    [req] = emu.requests("GET", "/api/v1/nodes")
-    assert req.headers["authorization"] == "Bearer t0ken"

@@ -3,6 +3,7 @@ in the loop, and what the executor reports back to the step about the API. Real 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import queue
@@ -208,13 +209,13 @@ def test_a_manifest_upgraded_since_the_patch_keeps_the_upgrade(tmp_path: Path) -
 
 
 def test_the_signal_is_said_once_and_the_stop_restores(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The handler runs on the loop's thread and only requests the stop (no log line, no write there); the
     stop says the signal once, then restores; a second signal is ignored, said as such."""
     text = fixture_manifests()["kubeadm.yaml"]
     agent = ready_agent(tmp_path, text)
-    monkeypatch.setattr(signals, "installed_at", 0.0)  # the test process keeps its own handlers
-    signals.reset()
+    before = {sig: signal.getsignal(sig) for sig in signals.STOP_SIGNALS}  # the test process's, put back after
+    importlib.reload(signals)  # no signal received, no listener
     try:
         process.install_signal_handlers(agent)
         with caplog.at_level(logging.INFO, logger="patcher.services.agent"):
@@ -224,7 +225,9 @@ def test_the_signal_is_said_once_and_the_stop_restores(
             signals._handler(signal.SIGINT, None)
             assert agent.shutdown() == 0
     finally:
-        signals.reset()
+        importlib.reload(signals)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     said = [r.getMessage() for r in caplog.records]
     assert said.count("received SIGTERM") == 1 and "received SIGINT" not in said
     assert "second stop signal ignored: the restore is running and must finish" in said

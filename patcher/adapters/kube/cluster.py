@@ -155,7 +155,6 @@ def collect(
     legacy_master_label: bool = True,
     mirror_namespace: str = "kube-system",
     static_pod_name: str = "kube-scheduler",
-    mirror_label_selector: str | None = DEFAULT_MIRROR_SELECTOR,
     container_name: str = restart.DEFAULT_CONTAINER,
     expected_hash: str | None = None,
     executor: Executor | None = None,
@@ -174,11 +173,11 @@ def collect(
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
         nodes = _merge_nodes(_node_items(api, s) for s in selectors)
-        found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, index=index)
+        found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
         try:
-            found = find_schedulers(api, mirror_namespace, mirror_label_selector, static_pod_name, executor, index)
+            found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, executor, index)
         finally:
             concurrent.futures.wait(node_reads)  # no read outlives this verdict
         nodes = _merge_nodes(f.result() for f in node_reads)

@@ -76,8 +76,6 @@ class LeaderElector:
         self._watcher = ListWatcher(
             api, LEASES, namespace, **named(name, self._lease_seen), name=f"watch lease {namespace}/{name}",
         ) if watch else None
-        #: Requests this elector sent for the Lease itself (reads, writes), not counting its watch: for tests.
-        self.attempts = 0
 
     def is_leader(self) -> bool:
         with self._lock:
@@ -158,7 +156,6 @@ class LeaderElector:
                 self._on_change(value)
 
     def _try_acquire_or_renew(self) -> Outcome:
-        self.attempts += 1
         with self._seen_lock:
             outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
             self.holder = self._lease.holder

@@ -86,8 +86,8 @@ class ListWatcher:
     ``PartialObjectMetadata``, what a cache of a large namespace needs when it looks for a few objects in it.
 
     ``fresh`` is true while the view follows the server (listed, and a watch from it open or being resumed);
-    any failure turns it false until a watch is open again (``stale_since`` says since when). ``drops``
-    counts the times it turned false, so a consumer can tell whether events may have been missed since.
+    any failure turns it false until a watch is open again. ``drops`` counts the times it turned false, so a
+    consumer can tell whether events may have been missed since.
     """
 
     def __init__(
@@ -139,11 +139,8 @@ class ListWatcher:
         self._thread: threading.Thread | None = None
         self._resume_rv: str | None = None
         self._fresh = False
-        self._stale_since: float | None = clock()
         self._undecodable_logged = False
-        self.watch_requests = 0  # how many watches were opened (a misbehaving server shows here first)
         self.drops = 0  # how many times the view stopped following the server (see the class docstring)
-        self.lists = 0
 
     def start(self) -> None:
         with self._lock:
@@ -172,19 +169,8 @@ class ListWatcher:
         with self._lock:
             return self._fresh
 
-    @property
-    def stale_since(self) -> float | None:
-        """Since when (the clock's time, ``time.monotonic`` by default) the view has not been fresh;
-        ``None`` while it is."""
-        with self._lock:
-            return self._stale_since
-
     def _set_fresh(self, fresh: bool) -> None:
         with self._lock:
-            if fresh:
-                self._stale_since = None
-            elif self._fresh or self._stale_since is None:
-                self._stale_since = self._clock()
             if self._fresh and not fresh:
                 self.drops += 1
             self._fresh = fresh
@@ -243,7 +229,6 @@ class ListWatcher:
         self._set_fresh(False)
 
     def _list(self) -> str:
-        self.lists += 1
         what = f"list for {self.name}"
         items: list[Any] = []
         first_rv: str | None = None
@@ -268,7 +253,6 @@ class ListWatcher:
 
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
-        self.watch_requests += 1
         what = f"watch for {self.name}"
         try:
             with api_call(what):
@@ -334,10 +318,6 @@ class Following:
     def fresh(self) -> bool:
         """Whether the view follows the server right now (``ListWatcher.fresh``)."""
         return self._watcher.fresh
-
-    @property
-    def stale_since(self) -> float | None:
-        return self._watcher.stale_since
 
 
 def pages(what: str, verb: Callable[..., Any], resource: Resource, limit: int | None,

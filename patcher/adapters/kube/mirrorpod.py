@@ -25,38 +25,13 @@ Pod = dict[str, Any]
 UpdateHook = Callable[[Pod | None], None]
 
 
-class PodHolder:
-    """The latest mirror pod seen (``None``: absent or unknown) and how many times it was set."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pod: Pod | None = None
-        self._version = 0
-
-    def set(self, pod: Pod | None) -> None:
-        with self._lock:
-            self._pod = pod
-            self._version += 1
-
-    def get(self) -> Pod | None:
-        """The latest pod (the same dict the watcher stored: treat it as read-only)."""
-        with self._lock:
-            return self._pod
-
-    @property
-    def version(self) -> int:
-        """Increases by one on every ``set`` (0: nothing read yet)."""
-        with self._lock:
-            return self._version
-
-
 def _resource_version(obj: Any) -> str | None:
     rv = obj.get("metadata", {}).get("resourceVersion") if isinstance(obj, dict) else None
     return rv if isinstance(rv, str) and rv else None
 
 
 class MirrorPodWatcher(Following):
-    """A ``ListWatcher`` of one pod by name that keeps ``holder`` (and ``on_update``) fed with its latest state
+    """A ``ListWatcher`` of one pod by name that keeps ``latest`` (and ``on_update``) fed with its latest state
     (``None`` once it is deleted). A restart verdict of "not yet" from a view that is not ``fresh`` says nothing
     about the scheduler: it must not decide a rollback on its own."""
 
@@ -67,7 +42,6 @@ class MirrorPodWatcher(Following):
         pod_name: str,
         *,
         on_update: UpdateHook | None = None,
-        holder: PodHolder | None = None,
         backoff: Backoff | None = None,
         watch_timeout_s: int = 240,
         connect_timeout_s: float = 5.0,
@@ -75,7 +49,9 @@ class MirrorPodWatcher(Following):
     ) -> None:
         self.namespace = namespace
         self.pod_name = pod_name
-        self.holder = holder if holder is not None else PodHolder()
+        self._lock = threading.Lock()
+        self._pod: Pod | None = None
+        self._seen = False  # a list answered: ``None`` means absent, not unknown
         self._on_update = on_update
         self._watcher = ListWatcher(
             api, PODS, namespace, **named(pod_name, self._deliver), name=f"mirror-pod-{pod_name}",
@@ -91,21 +67,19 @@ class MirrorPodWatcher(Following):
         self.stop()
 
     def latest(self) -> Pod | None:
-        """The latest pod seen, ``None`` when it does not exist or has not been read yet."""
-        return self.holder.get()
-
-    @property
-    def watch_requests(self) -> int:
-        """How many watch requests were sent (benchmarks and tests)."""
-        return self._watcher.watch_requests
+        """The latest pod seen (the dict the watch stored: read-only), ``None`` when it does not exist or has not
+        been read yet."""
+        with self._lock:
+            return self._pod
 
     def _deliver(self, pod: Pod | None) -> None:
-        current = self.holder.get()
-        if pod is not None and current is not None and _resource_version(pod) == _resource_version(current):
-            return
-        if pod is None and current is None and self.holder.version > 0:
-            return
-        self.holder.set(pod)
+        with self._lock:
+            current, seen = self._pod, self._seen
+            if pod is not None and current is not None and _resource_version(pod) == _resource_version(current):
+                return
+            if pod is None and current is None and seen:
+                return
+            self._pod, self._seen = pod, True
         if self._on_update is not None:
             try:
                 self._on_update(pod)

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 #: An event rejected with one of these will never be accepted; it is dropped instead of blocking the queue.
 _PERMANENT_EVENT_ERRORS = frozenset({400, 403, 404, 415, 422})
+#: Events queued while the API does not take them (each a line in ``kubectl describe node``): the oldest go first.
+MAX_PENDING_EVENTS = 64
 #: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
 MAX_CONFLICTS = 3
 
@@ -66,18 +68,13 @@ class NodeReporter:
         node_name: str,
         *,
         prefix: str = DEFAULT_PREFIX,
-        event_namespace: str = NODE_EVENT_NAMESPACE,
-        component: str = COMPONENT,
         backoff: Backoff | None = None,
-        max_pending_events: int = 64,
         on_error: ErrorHook | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._api = api
         self._node = node_name
         self._prefix = normalize_prefix(prefix)
-        self._event_namespace = event_namespace
-        self._component = component
         self._backoff = backoff if backoff is not None else Backoff()
         self._on_error = on_error
         self._clock_ns = clock_ns
@@ -86,7 +83,7 @@ class NodeReporter:
         self._desired: dict[str, str | None] | None = None
         self._published: dict[str, str | None] | None = None
         self._last_state: NodeState | None = None
-        self._events: collections.deque[EventSpec] = collections.deque(maxlen=max_pending_events)
+        self._events: collections.deque[EventSpec] = collections.deque(maxlen=MAX_PENDING_EVENTS)
         self._node_uid: str | None = None
         self._retry_at = 0.0
         self._last_failure: tuple[str, type[ApiError]] | None = None  # what was logged last in this series
@@ -247,12 +244,12 @@ class NodeReporter:
                 spec = self._events[0]
                 uid = self._node_uid
             body = event_body(
-                spec, node_name=self._node, node_uid=uid, namespace=self._event_namespace,
-                component=self._component,
+                spec, node_name=self._node, node_uid=uid, namespace=NODE_EVENT_NAMESPACE,
+                component=COMPONENT,
             )
             try:
                 api_json(f"create event {spec.reason} about node {self._node}",
-                         self._api.create, EVENTS, body, namespace=self._event_namespace)
+                         self._api.create, EVENTS, body, namespace=NODE_EVENT_NAMESPACE)
             except Conflict:  # the name is derived from the time: an earlier attempt was stored
                 log.debug("node %s: event %s was already delivered", self._node, spec.reason)
             except ApiError as exc:

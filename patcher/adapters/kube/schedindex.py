@@ -70,11 +70,6 @@ class SchedulerIndex(Following):
         """How many times the view stopped following the server (``ListWatcher.drops``)."""
         return self._watcher.drops
 
-    @property
-    def lists(self) -> int:
-        """How many times the namespace was listed (once, unless the watch could not resume)."""
-        return self._watcher.lists
-
     def candidates(self) -> list[str] | None:
         """The candidate pods' names, sorted; ``None`` unless the view follows the server right now (listed and
         watching): then the caller lists the namespace itself, a stale view could miss a scheduler."""

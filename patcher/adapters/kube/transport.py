@@ -9,8 +9,7 @@ off), ``configuration.auth_settings()`` on every request (so a token refresh hoo
 request, and its ``ApiException`` for a non-2xx answer, translated by ``errors.api_call``.
 
 ``Resource`` names what is requested: the RBAC scan of the agent's modules reads the verbs (``api.get(NODES,
-...``) and the resources from here. ``Api.generated()`` gives tests and scripts an ``ApiClient`` on the same
-configuration; no adapter uses it.
+...``) and the resources from here.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -31,9 +30,6 @@ lightimport.install()  # before the first kubernetes import: the transport witho
 from kubernetes.client.configuration import Configuration  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from kubernetes.client.rest import RESTClientObject  # noqa: E402
-
-if TYPE_CHECKING:
-    from kubernetes.client import ApiClient
 
 Obj = dict[str, Any]
 #: A request's timeout: seconds for the whole request, or (connect, read).
@@ -100,7 +96,6 @@ class Api:
         self._safe = str(configuration.safe_chars_for_path_param or "")
         self.default_headers: dict[str, str] = {"Accept": JSON, "User-Agent": USER_AGENT}
         self._lock = threading.Lock()
-        self._generated: ApiClient | None = None
         #: Answers received and their body bytes (a watch: one answer, its bytes not counted): what one
         #: verdict costs the API server (tests, benches).
         self.requests = 0
@@ -210,36 +205,6 @@ class Api:
         """``GET /version/`` (the generated ``VersionApi``'s path): the server's ``gitVersion`` and build facts."""
         return self.call("GET", "/version/", timeout=timeout)
 
-    # -- life -----------------------------------------------------------------------------------------------
-
     def close(self) -> None:
-        """Close the kept-alive connections (and those of the generated client, if one was built)."""
-        with self._lock:
-            generated, self._generated = self._generated, None
-        if generated is not None:
-            generated.close()  # type: ignore[no-untyped-call]
+        """Close the kept-alive connections."""
         self.rest_client.close()
-
-    def generated(self) -> ApiClient:
-        """An ``ApiClient`` on the same configuration, for code that wants the generated classes (tests,
-        scripts): it applies this client's default timeout to every call that does not set one. Importing it
-        loads the whole client package (pydantic and every model); the adapters never call this."""
-        with self._lock:
-            if self._generated is None:
-                self._generated = _timeout_api_client(self.configuration, self.default_timeout)
-            return self._generated
-
-
-def _timeout_api_client(configuration: Configuration, timeout: tuple[float, float]) -> ApiClient:
-    """An ``ApiClient`` whose ``call_api`` (the funnel of every generated method) adds ``timeout`` when the
-    call sets none. Defined here, not at import: the class statement needs the whole client package."""
-    from kubernetes.client import ApiClient
-
-    class TimeoutApiClient(ApiClient):
-        def call_api(self, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("_request_timeout") is None:
-                kwargs["_request_timeout"] = timeout
-            return super().call_api(*args, **kwargs)
-
-    client: ApiClient = TimeoutApiClient(configuration)
-    return client
