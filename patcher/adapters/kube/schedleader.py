@@ -55,23 +55,27 @@ class SchedulerLeader:
                         for c in dig(obj, "status", "conditions") or [] if isinstance(c, dict))
             return str(dig(obj, "spec", "nodeName") or ""), ready
 
-        def watch(what: str, resource: Any, namespace: str | None, **kwargs: Any) -> ListWatcher:
-            sync = kwargs.pop("on_sync")
-
-            def on_sync(items: list[Any]) -> None:
-                with self._lock:
-                    self._listed.add(what)
-                sync(items)
-
-            return ListWatcher(api, resource, namespace, on_sync=on_sync, name=f"watch {what}",
-                               backoff=Backoff(*retry) if retry else None, failure_level=logging.WARNING, **kwargs)
+        def opts() -> dict[str, Any]:
+            return {"backoff": Backoff(*retry) if retry else None, "failure_level": logging.WARNING}
 
         self._watchers = [
-            watch("Lease kube-system/kube-scheduler", LEASES, NAMESPACE, **named(LEASE, self._lease)),
-            watch("control-plane Nodes", NODES, None, label_selector=DEFAULT_NODE_SELECTOR,
-                  **self._keyed(self._nodes, node)),
-            watch("kube-scheduler pods", PODS, NAMESPACE, label_selector=DEFAULT_MIRROR_SELECTOR,
-                  **self._keyed(self._pods, pod))]
+            ListWatcher(api, LEASES, NAMESPACE, **self._listing("Lease kube-system/kube-scheduler",
+                                                                named(LEASE, self._lease)), **opts()),
+            ListWatcher(api, NODES, label_selector=DEFAULT_NODE_SELECTOR,
+                        **self._listing("control-plane Nodes", self._keyed(self._nodes, node)), **opts()),
+            ListWatcher(api, PODS, NAMESPACE, label_selector=DEFAULT_MIRROR_SELECTOR,
+                        **self._listing("kube-scheduler pods", self._keyed(self._pods, pod)), **opts())]
+
+    def _listing(self, what: str, callbacks: dict[str, Any]) -> dict[str, Any]:
+        """``callbacks`` and a name for the watch of ``what``; its first list counts towards a known view."""
+        sync = callbacks["on_sync"]
+
+        def on_sync(items: list[Any]) -> None:
+            with self._lock:
+                self._listed.add(what)
+            sync(items)
+
+        return {**callbacks, "on_sync": on_sync, "name": f"watch {what}"}
 
     def _keyed(self, store: dict[str, Any], fact: Callable[[Any], Any]) -> dict[str, Any]:
         """``ListWatcher`` callbacks that keep ``store`` as name -> ``fact(object)`` for a whole collection."""
