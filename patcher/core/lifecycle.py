@@ -1,11 +1,12 @@
 """The node's patch lifecycle as one pure function: ``step(node, event, opts) -> (node, actions)``.
 
 The protocol is kubeadm's static-pod upgrade with a turn taken first: prove the extenders answer (pre-flight),
-take the turn (rollout Lease), write the manifest, wait for the kubelet to restart the scheduler onto it, then
-Ready or roll back (to the last Ready config, else the original), and release the turn. On SIGTERM (``Stop``)
-restore exactly our changes when the agent leaves the node for good, keep them when its DaemonSet still wants a
-pod here (``stop``). No I/O: the executor feeds in what it saw and executes what comes back. The phase lives only
-in ``node.record.phase``, so ``/readyz``, the state record and the annotations can never disagree.
+take the turn (rollout Lease; the node whose kube-scheduler leads goes last: ``order_wait``), write the manifest,
+wait for the kubelet to restart the scheduler onto it, then Ready or roll back (to the last Ready config, else the
+original), and release the turn. On SIGTERM (``Stop``) restore exactly our changes when the agent leaves the node
+for good, keep them when its DaemonSet still wants a pod here (``stop``). No I/O: the executor feeds in what it saw
+and executes what comes back. The phase lives only in ``node.record.phase``, so ``/readyz``, the state record and
+the annotations can never disagree.
 
 Three edges hold everything else back (``_gate``): a state folder that cannot take the record (a write that is
 not recorded cannot be undone: Failed, retried with a doubling delay), the operator's hold (``<prefix>/hold``:
@@ -601,7 +602,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         return _pending_if_new(node, [*acts, Probe(ev.config_hash)])
     turn = ev.manifest_change and opts.coordinated and not (
         r.last_good is not None and r.last_good.config_hash == ev.config_hash)
-    if turn:
+    if turn and node.wait is None:  # (a write waiting for its restart uses its turn: never given back here)
         node, said, held_back = _in_order(node, ev, opts)
         acts += said
         if held_back:

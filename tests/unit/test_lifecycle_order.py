@@ -165,7 +165,7 @@ def test_the_leader_goes_last_and_never_without_another_ready_scheduler(size: in
     finish(c)
     assert c.violations == []
     assert sorted(c.written) == c.names  # all live, no deadline needed
-    if size > 1:
+    if size > 1 and all(what != "flap" for what, _ in script):  # (an unready peer may be passed: not "could")
         assert c.written[-1] == c.names[leader % size]
         assert c.leader_changes == 1
 
