@@ -212,3 +212,13 @@ def test_without_a_view_a_leader_or_a_peer_the_turn_is_asked_as_before() -> None
                                  ("Held", OLD, False), ("Ready", OLD, True), ("Pending", NEW, True), ("", "", True)):
         view = lc.Schedulers(True, "cp-0", True, (lc.Peer("cp-1", state, source, True),))
         assert bool(lc.order_wait(view, NEW)) is waits, (state, source)
+
+
+def test_a_write_waiting_for_its_restart_keeps_its_turn_whatever_the_order() -> None:
+    c = cluster(2, 0, LIVE)
+    c.holder = "cp-0"
+    c.agents["cp-0"] = replace(c.agents["cp-0"], turn="held", wait=lc.Wait(H, 1, 100.0, NEW))
+    acts = c.feed("cp-0", lc.Planned(0.0, "pending", config_hash="2" * 64, config_file="d.yaml", source_hash=NEW,
+                                     manifest_change=True, schedulers=c.view("cp-0")))
+    assert not any(isinstance(a, lc.ReleaseTurn) for a in acts) and lc.Apply() in acts
+    assert c.agents["cp-0"].turn == "held"
