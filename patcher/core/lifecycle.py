@@ -1,11 +1,12 @@
 """The node's patch lifecycle as one pure function: ``step(node, event, opts) -> (node, actions)``.
 
 The protocol is kubeadm's static-pod upgrade with a turn taken first: prove the extenders answer (pre-flight),
-take the turn (rollout Lease), write the manifest, wait for the kubelet to restart the scheduler onto it, then
-Ready or roll back (to the last Ready config, else the original), and release the turn. On SIGTERM (``Stop``)
-restore exactly our changes when the agent leaves the node for good, keep them when its DaemonSet still wants a
-pod here (``stop``). No I/O: the executor feeds in what it saw and executes what comes back. The phase lives only
-in ``node.record.phase``, so ``/readyz``, the state record and the annotations can never disagree.
+take the turn (rollout Lease; the node whose kube-scheduler leads goes last: ``order_wait``), write the manifest,
+wait for the kubelet to restart the scheduler onto it, then Ready or roll back (to the last Ready config, else the
+original), and release the turn. On SIGTERM (``Stop``) restore exactly our changes when the agent leaves the node
+for good, keep them when its DaemonSet still wants a pod here (``stop``). No I/O: the executor feeds in what it saw
+and executes what comes back. The phase lives only in ``node.record.phase``, so ``/readyz``, the state record and
+the annotations can never disagree.
 
 Three edges hold everything else back (``_gate``): a state folder that cannot take the record (a write that is
 not recorded cannot be undone: Failed, retried with a doubling delay), the operator's hold (``<prefix>/hold``:
@@ -112,6 +113,9 @@ class Node:
     #: False from an API agent's start until the hold watch answered or its wait ran out: nothing is written
     #: (the node may have been held and restored by hand before this agent started).
     hold_known: bool = True
+    #: The leader-aware order held this write back: since when (monotonic; the deadline counts from it) and why
+    #: ("" once it let the write go). None until it first held this write back; cleared when a wait starts.
+    order: tuple[float, str] | None = None
 
     @property
     def phase(self) -> NodeState | None:
@@ -126,6 +130,29 @@ class Resumed:
     """The agent (re)started with this record loaded from disk."""
 
     now: float
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another control-plane node: what its agent says on its Node (``state``, ``source-hash``; "" when it says
+    nothing) and whether its kube-scheduler could take the lead over (its mirror pod Ready)."""
+
+    node: str
+    state: str = ""
+    source_hash: str = ""
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class Schedulers:
+    """kube-scheduler's leader election as the agent sees it (``adapters/kube/schedleader``): ``leader`` is the
+    node whose scheduler holds ``kube-system/kube-scheduler`` ("" when none is known), ``leads`` whether it is
+    this one. ``known`` False: not read (no API, RBAC missing, not listed yet): the order is not applied."""
+
+    known: bool = False
+    leader: str = ""
+    leads: bool = False
+    peers: tuple[Peer, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -146,6 +173,7 @@ class Planned:
     unpatched_sha256: str = ""
     mtime_ns: int = 0
     missing: str = ""  # the ``--config`` names a file not on the node that this plan does not put back
+    schedulers: Schedulers = field(default_factory=Schedulers)  # the leader-aware order's view at the plan
 
 
 @dataclass(frozen=True)
@@ -442,8 +470,8 @@ class Probe:
 
 @dataclass(frozen=True)
 class RetryLater:
-    """In ``delay`` seconds, plan again (a failed pre-flight) or save the record again (``StateFolderOk`` or
-    ``StateFolderFailed``)."""
+    """In ``delay`` seconds, plan again (a failed pre-flight, the end of the leader-aware order's wait) or save
+    the record again (``StateFolderOk`` or ``StateFolderFailed``)."""
 
     delay: float
     timer: Literal["probe-retry", "state-folder"] = "probe-retry"
@@ -514,7 +542,7 @@ def _start_wait(node: Node, opts: Lifecycle, config_hash: str, written_ns: int, 
                 *, adopted: bool, record: State | None = None) -> Step:
     wait = Wait(config_hash, written_ns, now + opts.restart_timeout, source_hash, adopted)
     base = replace(record if record is not None else node.record, manifest_mtime_ns=written_ns)
-    node2, acts = _phase(replace(node, wait=wait), NodeState.WAITING_FOR_RESTART,
+    node2, acts = _phase(replace(node, wait=wait, order=None), NodeState.WAITING_FOR_RESTART,
                          reason="SchedulerAdopted" if adopted else None, record=base)
     return node2, [*acts, Watch()]
 
@@ -572,13 +600,54 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         node = replace(node, probing=ev.config_hash,
                        probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
         return _pending_if_new(node, [*acts, Probe(ev.config_hash)])
-    if ev.manifest_change and opts.coordinated and node.turn != "held" and not (
-            r.last_good is not None and r.last_good.config_hash == ev.config_hash):
+    turn = ev.manifest_change and opts.coordinated and not (
+        r.last_good is not None and r.last_good.config_hash == ev.config_hash)
+    if turn and node.wait is None:  # (a write waiting for its restart uses its turn: never given back here)
+        node, said, held_back = _in_order(node, ev, opts)
+        acts += said
+        if held_back:
+            return _pending_if_new(node, acts)
+    if turn and node.turn != "held":
         return _pending_if_new(replace(node, turn="asked"), [*acts, TakeTurn(ev.source_hash)])
     if ev.manifest_change and node.phase != NodeState.PENDING:
         node, more = _phase(node, NodeState.PENDING)
         acts += more
     return node, [*acts, Apply()]
+
+
+#: A peer in one of these states is still on its way (or its agent has said nothing yet: a fresh install).
+_MOVING = ("", NodeState.PENDING.value, NodeState.WAITING_FOR_RESTART.value)
+
+
+def order_wait(s: Schedulers, source_hash: str) -> str:
+    """Why this node's turn waits for the leader-aware order ("": it may go). Only when a leader is known and
+    there are other control-plane nodes: before any restart another scheduler must be Ready to take the lead
+    over; and the leader's node goes last, after every peer that still has to change (``_MOVING``, or Ready on
+    another source: its kubelet has not refreshed the ConfigMap yet) and could (its scheduler Ready)."""
+    if not (s.known and s.leader and s.peers):
+        return ""
+    if not any(p.ready for p in s.peers):
+        return "no kube-scheduler on another control-plane node is Ready to take the lead over"
+    first = [p.node for p in s.peers if p.ready and (
+        p.state in _MOVING or (p.state == NodeState.READY.value and p.source_hash != source_hash))]
+    return f"this node's kube-scheduler leads: {', '.join(first)} change first" if s.leads and first else ""
+
+
+def _in_order(node: Node, ev: Planned, opts: Lifecycle) -> tuple[Node, list[Action], bool]:
+    """The leader-aware order before the turn: (node, actions, held back). Held back: Pending, a turn asked or
+    held given back, until the view changes (the adapter's re-plan) or ``opts.leader_wait`` after the first
+    hold-back of this write; then it goes on whatever the order says (it never blocks the file work for good)."""
+    why = order_wait(ev.schedulers, ev.source_hash)
+    since, said = node.order if node.order is not None else (ev.now, "")
+    if why and ev.now < since + opts.leader_wait:
+        node, rel = _release(replace(node, order=(since, why)))
+        told: list[Action] = [Log("info", f"rollout turn held back: {why}")] if why != said else []
+        return node, [*told, *rel, RetryLater(since + opts.leader_wait - ev.now)], True
+    if not said:
+        return node, [], False
+    told = [Log("warning", f"{said}; going on after {opts.leader_wait:g}s of leader-aware order") if why
+            else Log("info", "the leader-aware order lets this node go")]
+    return replace(node, order=(since, "")), told, False
 
 
 def _pending_if_new(node: Node, acts: list[Action]) -> Step:

@@ -97,6 +97,11 @@ class Lifecycle:
     #: First retry of a state folder that refused the record, doubling up to ``state_retry_max``.
     state_retry: float = 2.0
     state_retry_max: float = 60.0
+    #: How long the leader-aware order may hold one write back (from its first hold-back) before it goes on.
+    leader_wait: float = field(default=300.0, metadata=flag(
+        "--leader-wait", "with --rollout=coordinated, how long a node may wait for the leader-aware order (its "
+        "kube-scheduler leads and another node still has to change, or no other scheduler is Ready) before it takes "
+        "its turn anyway"))
     #: Take the rollout turn before a write. Not a flag of its own: ``--rollout=coordinated`` with an API
     #: (``Settings.coordinated``); the agent sets it when it is built.
     coordinated: bool = False

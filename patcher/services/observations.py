@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, assert_never
 
 from patcher.adapters.extprobe import start_probe
@@ -23,7 +24,18 @@ from patcher.core.settings import Lifecycle, Settings
 from patcher.core.state import LastGood, State
 from patcher.core.status import NodeState, NodeStatus
 from patcher.services import nodefiles, reconcile
-from patcher.services.ports import Coordinator, HoldSource, NoHold, NoWatcher, OwnerSource, PodSource, Reporter, Watcher
+from patcher.services.ports import (
+    NO_LEADER,
+    Coordinator,
+    HoldSource,
+    LeaderSource,
+    NoHold,
+    NoWatcher,
+    OwnerSource,
+    PodSource,
+    Reporter,
+    Watcher,
+)
 from patcher.services.record import RecordKeeper
 from patcher.services.restartwatch import RestartWatch
 from patcher.services.timers import Timers
@@ -55,6 +67,7 @@ class Observations:
         self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
         self.holds: HoldSource = NoHold()
+        self.leaders: LeaderSource = NO_LEADER
         self.attached = False  # the API adapters are there (``attach``)
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.api_pending = api_pending
@@ -73,11 +86,12 @@ class Observations:
 
     def attach(self, *, reporter: Reporter, pods: PodSource, coordinator: Coordinator,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
-               owner: OwnerSource, holds: HoldSource, announce: bool = True) -> None:
+               owner: OwnerSource, holds: HoldSource, leaders: LeaderSource = NO_LEADER,
+               announce: bool = True) -> None:
         """Called from the thread that built the API adapters; the loop picks them up on the next event (not
         ``announce``: adapters there from the start, before ``Agent.start``, which says everything once)."""
         self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
-        self.holds = holds
+        self.holds, self.leaders = holds, leaders
         self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
         self.attached_event.set()
@@ -204,6 +218,7 @@ class Observations:
                                        bad_hashes=frozenset(self.current().record.bad_hashes))
         if plan is not None:
             self._plan = plan
+            planned = replace(planned, schedulers=self.leaders.view())  # the leader-aware order's view
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
         self.metrics.config_missing(bool(planned.missing))
         return planned

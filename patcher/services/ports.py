@@ -62,6 +62,12 @@ class HoldSource(Protocol):
     def known(self) -> bool: ...  # the watch's first list answered: ``hold`` is the Node's, not a default
 
 
+class LeaderSource(Protocol):
+    """Which kube-scheduler leads and what the other control-plane nodes say (``adapters/kube/schedleader``)."""
+
+    def view(self) -> lifecycle.Schedulers: ...
+
+
 class Watcher(Protocol):
     """The folder watch (``adapters/watch.FolderWatcher``) as the agent's thread uses it."""
 
@@ -101,6 +107,13 @@ class NoHold:
 
     def known(self) -> bool:
         return False
+
+
+class NoLeader:
+    """The leader-aware order's view of an agent without it (not coordinated, no API): unknown, so not applied."""
+
+    def view(self) -> lifecycle.Schedulers:
+        return lifecycle.Schedulers()
 
 
 class NoPods:
@@ -161,5 +174,5 @@ class NoOwner:
 
 # An agent's collaborators until the API adapters are attached, or for good without the API (stateless: one of
 # each serves every agent).
-NO_REPORTER, NO_PODS, NO_COORDINATOR = NoReporter(), NoPods(), NoCoordinator()
+NO_REPORTER, NO_PODS, NO_COORDINATOR, NO_LEADER = NoReporter(), NoPods(), NoCoordinator(), NoLeader()
 NOT_ATTACHED = NoOwner("the API adapters are not there")

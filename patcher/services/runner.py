@@ -23,13 +23,14 @@ from patcher.core.settings import Files, Settings
 from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
-from patcher.services.ports import NO_COORDINATOR, Coordinator, NoOwner
+from patcher.services.ports import NO_COORDINATOR, NO_LEADER, Coordinator, NoOwner
 
 if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.adapters.kube.publish import NodeReporter, StatusPublisher
+    from patcher.adapters.kube.schedleader import SchedulerLeader
     from patcher.adapters.kube.transport import Api as KubeApi
 
 log = logging.getLogger("patcher.services.runner")
@@ -118,11 +119,14 @@ class ApiParts:
     versions: _VersionCache
     owner: OwnerWatcher | NoOwner
     holds: NodeHoldWatcher
+    leaders: SchedulerLeader | None  # the leader-aware order's view (coordinated only)
 
     def start(self) -> None:
         self.reporter.start()
         self.pods.start()
         self.holds.start()
+        if self.leaders is not None:
+            self.leaders.start()
         self.owner.start()
         self.publisher.start()
         self.versions.start()
@@ -132,6 +136,8 @@ class ApiParts:
         self.publisher.stop()
         self.owner.stop()
         self.holds.stop()
+        if self.leaders is not None:
+            self.leaders.stop()
         self.pods.stop()
         self.reporter.close()
         self.api.close()
@@ -143,7 +149,7 @@ class ApiParts:
     def attach_to(self, agent: Agent, *, announce: bool = True) -> None:
         agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
                            fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner,
-                           holds=self.holds, announce=announce)
+                           holds=self.holds, leaders=self.leaders or NO_LEADER, announce=announce)
 
 
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
@@ -153,6 +159,7 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], Non
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.adapters.kube.publish import NodeReporter, StatusPublisher, StatusTarget
+    from patcher.adapters.kube.schedleader import SchedulerLeader
     from patcher.services.rollout import RolloutLease
 
     assert config.api is not None
@@ -164,10 +171,13 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], Non
     pods = MirrorPodWatcher(api, namespace, mirror_pod_name(name, node_name),
                             backoff=Backoff(*retry) if retry else None, on_update=lambda pod: notify(LoopEvent.POD))
     coordinator: Coordinator = NO_COORDINATOR
+    leaders = None
     if config.coordinated:
         r = config.rollout
         coordinator = RolloutLease(api, config.pod.namespace, r.lease, node_name, duration=r.lease_duration,
                                    prefix=files.prefix, retry=r.retry, on_change=lambda: notify(LoopEvent.LEASE))
+        leaders = SchedulerLeader(api, node_name, files.prefix, retry=retry,
+                                  on_change=lambda: notify(LoopEvent.REPLAN))
     publisher: StatusPublisher | NoPublisher = NoPublisher()
     if config.publishes_status:
         s = config.status
@@ -181,7 +191,7 @@ def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], Non
                              backoff=Backoff(*retry) if retry else None, on_update=lambda: notify(LoopEvent.DAEMONSET))
     holds = NodeHoldWatcher(api, node_name, files.prefix, on_update=lambda: notify(LoopEvent.HOLD),
                             backoff=Backoff(*retry) if retry else None)
-    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner, holds)
+    return ApiParts(api, reporter, pods, coordinator, publisher, _VersionCache(api), owner, holds, leaders)
 
 
 class Wiring:

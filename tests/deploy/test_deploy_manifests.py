@@ -267,7 +267,9 @@ EXPECTED_RULES = {
     ("Role", NODE_EVENT_NAMESPACE, "scheduler-patcher-node-events"): [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}],
     ("Role", "kube-system", "scheduler-patcher-mirror-pod"): [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "resourceNames": ["kube-scheduler"],
+         "verbs": ["list", "watch"]}],
     ("Role", "scheduler-patcher", "scheduler-patcher-rollout-lease"): [
         {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": [LEASE_GROUP], "resources": ["leases"], "resourceNames": ["scheduler-patcher-rollout"],

@@ -506,6 +506,8 @@ def test_objects_follow_the_release_namespace_and_drop_rbac_they_do_not_need(ren
             assert subject["namespace"] == "ops"
     names = {o["metadata"]["name"] for o in objs if o["kind"] == "Role"}
     assert "scheduler-patcher-rollout-lease" not in names  # independent rollout: no Lease
+    assert [r["resources"] for r in find(objs, "Role", "scheduler-patcher-mirror-pod")["rules"]] == [["pods"]]  # nor
+    # kube-scheduler's Lease: the leader-aware order is the coordinated rollout's
     assert "scheduler-patcher-extender-readiness" not in names  # the status Role already covers it in "ops"
     assert "extender-readiness" in find(objs, "Role", "scheduler-patcher-status")["rules"][1]["resourceNames"]
 

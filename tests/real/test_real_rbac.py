@@ -52,6 +52,8 @@ STEPS: dict[tuple[str, str], str] = {
     ("leases", "create"): "create the rollout Lease",
     ("leases", "get"): "read the rollout Lease for its turn",
     ("leases", "update"): "take, renew and give back its turn",
+    ("leases", "list"): "list kube-scheduler's leader-election Lease by name (the leader-aware order)",
+    ("leases", "watch"): "watch kube-scheduler's leader-election Lease (the leader-aware order)",
     ("configmaps", "create"): "create the status ConfigMap",
     ("configmaps", "get"): "read the status ConfigMap before replacing it",
     ("configmaps", "update"): "publish the verdict into the status ConfigMap",

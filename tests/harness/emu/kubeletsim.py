@@ -12,6 +12,7 @@
 * a change that keeps the manifest's own ``metadata.uid`` restarts nothing: the real 1.37 kubelet logs it as
   an update and the old container keeps running (tests/real/test_real_kubelet.py), so an edit that does not change
   the UID never reaches the scheduler;
+* the mirror pod carries the static pod's labels (``component: kube-scheduler``: what selects the schedulers);
 * each new mirror pod is first published Pending, its container waiting in ``ContainerCreating``, then with
   the container's state (as the real kubelet's pod status goes);
 * a scheduler config that contains ``reject-me`` makes the scheduler exit at start, and the container goes
@@ -210,6 +211,7 @@ class SimKubelet:
                               namespace=meta.get("namespace", "kube-system"), annotations=annotations,
                               waiting_reason="ContainerCreating", ready=False)
         pod["metadata"]["uid"] = str(uuid.uuid4())
+        pod["metadata"]["labels"] = dict(meta.get("labels") or {})  # the kubelet copies the static pod's labels
         if self.full_spec:
             pod["spec"] = {**spec, "nodeName": self.node}
         namespace, mirror_name = pod["metadata"].get("namespace", "kube-system"), pod["metadata"]["name"]
