@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from patcher.core.schedconfig.binary import facts_for
+from patcher.core.schedconfig.rules import RULES
 from patcher.core.schedconfig.schema import generated_files, generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.core.schedconfig.startup import RULES
 from patcher.core.schedconfig.version import SUPPORTED_MINORS, KubeVersion
 from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS
 from patcher.core.yamltext import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS

@@ -21,6 +21,7 @@ from patcher.core.schedconfig.extenders import Extender, to_canonical
 from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
+from patcher.core.schedconfig.rules import launch_for
 from patcher.core.schedconfig.schema import Schema, target_schema
 from patcher.core.schedconfig.source import (
     CONFIG_FILE,
@@ -34,7 +35,6 @@ from patcher.core.schedconfig.source import (
     detect_form,
     read_source_file,
 )
-from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import (
     raise_problems,
     validate_document,

@@ -15,7 +15,7 @@ from typing import Any
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
-from patcher.core.schedconfig.rules import extender_problems, rule_problems
+from patcher.core.schedconfig.rules import effective, extender_problems, is_int, rule_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
     Schema,
@@ -27,7 +27,6 @@ from patcher.core.schedconfig.schema import (
     for_version,
     served_config_schemas,
 )
-from patcher.core.schedconfig.startup import effective, is_int
 from patcher.core.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
