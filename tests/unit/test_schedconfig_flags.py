@@ -12,7 +12,7 @@ G = "kubescheduler.config.k8s.io"
 
 
 def schema(api: str) -> Schema:
-    found = find_schema(api, "KubeSchedulerConfiguration")
+    found = find_schema(api)
     assert found is not None
     return found
 

@@ -21,8 +21,8 @@ from patcher.core.schedconfig.schema import (
     Schema,
     TypeSpec,
     added_in,
+    all_schemas,
     canonical_schema,
-    config_api_versions,
     find_schema,
     for_version,
     served_config_schemas,
@@ -251,9 +251,9 @@ def identify(data: Any, path: str) -> Schema:
     api_version = data.get("apiVersion")
     if kind != CONFIG_KIND:
         raise ConfigError(path, f"not a {CONFIG_KIND} (kind is {kind!r})")
-    schema = find_schema(str(api_version), kind)
+    schema = find_schema(str(api_version))
     if schema is None:
-        known = ", ".join(config_api_versions())
+        known = ", ".join(s.api_version for s in all_schemas())
         raise ConfigError(path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {known})")
     return schema
 
