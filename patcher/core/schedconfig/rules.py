@@ -39,7 +39,7 @@ _UNKNOWN = "framework.unknownPlugin"
 
 @dataclass(frozen=True)
 class Rule:
-    """One refusal, of ``validation.go`` (``rules.py``) or at start-up outside it (here)."""
+    """One refusal, of ``validation.go`` or at start-up outside it."""
 
     key: str
     cls: str  # validation | framework | resourceLock | pluginArgs | flags
@@ -119,10 +119,9 @@ def holds(key: str, minor: Minor | None) -> bool:
     return RULE_BY_KEY[key].holds(minor)
 
 
-def tag(key: str, minor: Minor | None) -> str:
-    """The suffix every refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
-    shown = f"kube-scheduler {minor[0]}.{minor[1]}" if minor is not None else "kube-scheduler"
-    return f" ({shown} exits at start-up; rule {key})"
+def tag(key: str, minor: Minor) -> str:
+    """The suffix every start-up refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
+    return f" (kube-scheduler {minor[0]}.{minor[1]} exits at start-up; rule {key})"
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -218,7 +217,7 @@ def _lock_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None)
     if election.get("leaderElect") is False:
         return []
     lock = election.get("resourceLock")
-    if not isinstance(lock, str) or not lock or minor >= (1, 27):  # 1.27+: validation.go wants leases (rules.py)
+    if not isinstance(lock, str) or not lock or holds("leaderElection.resourceLock", minor):  # validation's then
         return []
     flagged = launch is not None and flags_apply(minor) and any(
         f == "leader-elect-resource-lock" for f, _ in launch.leader_election
@@ -281,7 +280,7 @@ def _uses_multipoint(api_version: str, minor: Minor) -> bool:
     return minor >= (1, 23) and api_version.rsplit("/", 1)[-1] in ("v1beta3", "v1")
 
 
-def _profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
+def _framework_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
     launch = schema.node_launch
     plugins = as_map(profile.get("plugins"))
     given = profile.get("schedulerName")
@@ -394,16 +393,6 @@ def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, schedul
             f"after defaults, disables and multiPoint{tag(key, minor)}"
         ]
     return []
-
-
-def config_problems(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
-    """The start-up refusals of the whole config (lock, flags); the profiles' are ``profile_problems``."""
-    return _lock_problems(data, minor, launch) + _zero_flag_problems(data, minor, launch)
-
-
-def profile_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
-    """The start-up refusals of one profile: framework construction, then the plugin args read when built."""
-    return _profile_problems(profile, where, schema, minor) + _dra_problems(profile, where, minor, schema.node_launch)
 
 
 def upstream_image(image: str | None) -> bool:
@@ -626,7 +615,8 @@ def _profiles(data: Mapping[str, Any], schema: Schema, minor: Minor | None, at_s
         problems += _percentage(f"{path}.percentageOfNodesToScore", profile.get("percentageOfNodesToScore"))
         problems += _plugin_config(profile, path, schema)
         if minor is not None and isinstance(given[index], Mapping):
-            at_start += profile_problems(profile, path, schema, minor)
+            at_start += _framework_problems(profile, path, schema, minor)  # then the args read when it is built
+            at_start += _dra_problems(profile, path, minor, schema.node_launch)
     problems += _queue_sort(profiles, schema)
     return problems
 
@@ -1086,7 +1076,8 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     minor = schema.node_minor  # the minor whose start-up is judged; None: not judged
     if schema.node_minor is None and schema.removed_in is not None:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
-    at_start = config_problems(data, minor, schema.node_launch) if minor is not None else []
+    at_start = [] if minor is None else (_lock_problems(data, minor, schema.node_launch)
+                                         + _zero_flag_problems(data, minor, schema.node_launch))
     validation = extender_problems(as_list(data.get("extenders"))) + _kubeconfig_problems(data)
     validation += _client_connection(data) + _leader_election(data, schema) + _top_level(data)
     validation += _profiles(data, schema, minor, at_start)
