@@ -1,22 +1,11 @@
 """The one way this project reads a file: bounded, non-blocking, checked with ``fstat`` before a byte is read.
 
-Every file the agent or the CLI reads — the manifest, the source folder, the config files and the record on
-the node, the packaged schemas — and every fingerprint, cache key and comparison made of one goes through
-here (``tests/unit/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``).
-Why one reader: a second, quicker read beside it (``Path.read_bytes``, say) is all it takes for a FIFO in a
-folder to hang ``plan``, ``apply`` and the agent, or for a huge file to cost its size in memory. One reader
-cannot be bypassed by the next optimisation without the architecture test saying so.
-
-What each read does, and why:
-
-* ``O_NONBLOCK`` on the open: opening a FIFO for reading blocks until a writer comes, which may be never;
-* ``fstat`` on that descriptor, before reading: anything but a regular file (FIFO, socket, device, folder)
-  is refused, and so is a regular file over the caller's ``limit``, in one line naming the file and why;
-* at most ``limit + 1`` bytes are read, whatever the file grows to meanwhile (the ``+ 1`` tells "grew past
-  the limit" from "exactly at it").
-
-In core, not in ``adapters/fsio``: the source folder's reader (``core/schedconfig/source``) is in core, which
-may read a mount but cannot import an adapter. ``fsio`` re-exports these for the layers above.
+Every file the agent or the CLI reads, and every fingerprint and comparison made of one, goes through here
+(``tests/unit/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``): a
+second, quicker read beside it is all it takes for a FIFO in a folder to hang the agent, or for a huge file to cost
+its size in memory. ``O_NONBLOCK``: opening a FIFO must not wait for a writer; ``fstat`` of what was opened:
+anything but a regular file, or one over the caller's ``limit``, is refused in one line; at most ``limit + 1``
+bytes are read, whatever the file grows to meanwhile. In core, as the source folder's reader is.
 """
 
 from __future__ import annotations
@@ -73,7 +62,6 @@ def _read_open(fd: int, st: os.stat_result, what: str, name: str, limit: int) ->
     """The bytes of an open regular file whose ``fstat`` passed, at most ``limit`` (more: ``TooLarge``)."""
     chunks: list[bytes] = []
     size = 0
-    # Buffers sized for the file as fstat saw it, not for the limit: a 20 KiB file under a 4 MiB limit.
     while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, max(st.st_size + 1 - size, 65536)))):
         chunks.append(chunk)
         size += len(chunk)
