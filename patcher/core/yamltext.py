@@ -135,7 +135,7 @@ JSON_TAGS = frozenset(
 _NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
 
 
-def check_limits(text: str, *, json_only: bool = False) -> None:
+def check_limits(text: str, *, json_only: bool = False, y: YAML | None = None) -> None:
     """Refuse, in one line naming the line, text nested deeper than ``MAX_DEPTH`` or with more than ``MAX_NODES``
     nodes once aliases are expanded; with ``json_only`` (a config a Kubernetes decoder reads as JSON) also a tag
     JSON has no form for and an unquoted number no field can hold. Nothing is composed: the events come from the
@@ -145,7 +145,7 @@ def check_limits(text: str, *, json_only: bool = False) -> None:
     Raises ``YamlTextError`` for a limit and the parser's ``YAMLError`` for text that is not YAML, for the caller
     to word as its loader does.
     """
-    y = YAML(typ="rt", pure=True) if json_only else _data_loader()
+    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
     with contextlib.closing(y.parse(text)) as events:
         _check_stream(events, json_only)
 
@@ -195,11 +195,13 @@ def _check_json(event: NodeEvent, line: int) -> None:
 
 
 
-def _load(text: str, load: Callable[[YAML], Any]) -> Any:
-    """``load`` with the data loader, within the limits; whatever ruamel.yaml raises becomes one line."""
+def _load(text: str, load: Callable[[YAML], Any], y: YAML | None = None, json_only: bool = False) -> Any:
+    """``load`` with ``y`` (the data loader unless given), within the limits: the one bounded YAML loader of every
+    input. Whatever ruamel.yaml raises becomes one line."""
+    y = y or _data_loader()
     try:
-        check_limits(text)
-        return load(_data_loader())
+        check_limits(text, json_only=json_only, y=y)
+        return load(y)
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
     except TypeError as exc:
@@ -212,17 +214,17 @@ def _load(text: str, load: Callable[[YAML], Any]) -> Any:
         raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
 
 
-def load_plain_all(text: str) -> list[Any]:
-    """Plain data of every document of a text that is only read (a kubeconfig, a rendered config), within the
-    limits; ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
-    return list(_load(text, lambda y: list(y.load_all(text))))
+def load_plain_all(text: str, y: YAML | None = None, *, json_only: bool = False) -> list[Any]:
+    """Every document of ``text`` by ``y`` (plain data by the data loader unless given), within the limits;
+    ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
+    return list(_load(text, lambda y: list(y.load_all(text)), y, json_only))
 
 
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
 
     Callers must treat the returned data as read-only: an edit computes new data (``apply_data``)."""
-    docs = [d for d in _load(text, lambda y: list(y.load_all(text))) if d is not None]
+    docs = [d for d in load_plain_all(text) if d is not None]
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:

@@ -14,12 +14,10 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.core.errors import ConfigError
-from patcher.core.yamltext import YamlTextError, yaml11_ambiguous
-from patcher.core.yamltext import check_limits as check_text_limits
+from patcher.core.yamltext import YamlTextError, load_plain_all, yaml11_ambiguous
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
 _KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
@@ -38,39 +36,17 @@ def _yaml() -> YAML:
     return yaml
 
 
-def check_limits(text: str, path: str) -> None:
-    """Refuse, in one line, a document too large, too deep, too big, with a number too long or a tag JSON cannot
-    hold (``yamltext.check_limits``), so that the recursive composer, our validator and the scheduler itself only
-    ever see bounded input."""
+def load_documents(text: str, path: str) -> list[Any]:
+    """Every YAML document in ``text``, round-trip, within the limits (``yamltext``'s, plus a tag JSON cannot hold or
+    a number no field can: a Kubernetes decoder reads the config as JSON) and ``MAX_DOCUMENT_CHARS``; anything
+    else one ``ConfigError`` line naming ``path``."""
     if len(text) > MAX_DOCUMENT_CHARS:
-        limit = f"the limit for a YAML document is {MAX_DOCUMENT_CHARS}"
-        raise ConfigError(path, f"too large ({len(text)} characters; {limit})")
+        raise ConfigError(path, f"too large ({len(text)} characters; the limit for a YAML document is "
+                          f"{MAX_DOCUMENT_CHARS})")
     try:
-        check_text_limits(text, json_only=True)
+        return load_plain_all(text, _yaml(), json_only=True)
     except YamlTextError as exc:
         raise ConfigError(path, str(exc)) from None
-
-
-def load_documents(text: str, path: str) -> list[Any]:
-    """Parse every YAML document in ``text``; errors name ``path`` and the first line of the parser's reason.
-
-    The limits are checked first (``check_limits``). Whatever the parser or constructor raises becomes the one
-    ``ConfigError`` line: ruamel raises more than ``YAMLError`` on hostile input (``ValueError`` for a number
-    Python will not convert, ``TypeError`` for an unhashable key), and none of it may escape as a traceback.
-    """
-    try:
-        check_limits(text, path)
-        return [doc for doc in _yaml().load_all(text)]
-    except ConfigError:
-        raise
-    except YAMLError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(path, f"invalid YAML{where}: {first}") from None
-    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(path, f"invalid YAML: {first}") from None
 
 
 def load_single(text: str, path: str) -> Any:
