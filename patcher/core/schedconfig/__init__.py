@@ -18,7 +18,7 @@ from typing import Any
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems
 from patcher.core.schedconfig.extenders import Extender, to_canonical
-from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
 from patcher.core.schedconfig.rules import launch_for
@@ -42,14 +42,6 @@ from patcher.core.schedconfig.validate import (
 )
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
-
-__all__ = [
-    "ConfigRequest",
-    "ForeignConfig",
-    "RenderedConfig",
-    "build_config",
-    "sha256_hex",
-]
 
 
 @dataclass(frozen=True)
@@ -138,10 +130,6 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
     return found
 
 
-def _carry(req: ConfigRequest, schema: Schema) -> tuple[list[Carried], list[str]]:
-    return carried_settings(parse_flags(req.scheduler_flags), schema, where=req.manifest)
-
-
 def build_config(req: ConfigRequest) -> RenderedConfig:
     """Read the source folder and produce the host files for this node's scheduler.
 
@@ -196,7 +184,8 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     out: Output
     if foreign is not None:
         assert foreign.text is not None and source.extenders is not None
-        _carry(req, target_schema(version))  # refuses a legacy Policy flag in every mode
+        # for its refusal of a legacy Policy flag, in every mode
+        carried_settings(flags, target_schema(version), where=req.manifest)
         notes.append(
             "deprecated flags are not carried: the scheduler already ignored them with the existing --config "
             "(--leader-elect* excepted from 1.23: the scheduler applies them over it)"
@@ -211,7 +200,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         )
     elif source.extenders is not None:
         schema = target_schema(version)
-        carried, skipped = _carry(req, schema)
+        carried, skipped = carried_settings(flags, schema, where=req.manifest)
         notes += skipped
         out = render_extenders(
             source.extenders,
@@ -225,7 +214,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         out = render_complete(
             source.complete,
             version=version,
-            carry=lambda schema: _carry(req, schema),
+            carry=lambda schema: carried_settings(flags, schema, where=req.manifest),
         )
     notes += out.notes
     main_bytes = out.files[out.main]

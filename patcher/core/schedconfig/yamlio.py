@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from itertools import pairwise
+from itertools import dropwhile, pairwise
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -65,11 +65,7 @@ def load_single(text: str, path: str) -> Any:
 
 def strip_header(text: str) -> str:
     """Drop our own header lines at the top of a file, so re-rendering our output does not stack headers."""
-    lines = text.splitlines(keepends=True)
-    index = 0
-    while index < len(lines) and lines[index].startswith(HEADER_PREFIX):
-        index += 1
-    return "".join(lines[index:])
+    return "".join(dropwhile(lambda line: line.startswith(HEADER_PREFIX), text.splitlines(keepends=True)))
 
 
 def layout(text: str) -> tuple[int, int, int]:
@@ -141,12 +137,5 @@ def to_plain(value: Any) -> Any:
         return {str(key): to_plain(item) for key, item in value.items()}
     if isinstance(value, list):
         return [to_plain(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
+    kind = next((kind for kind in (bool, int, float, str) if isinstance(value, kind)), None)
+    return value if kind is None else kind(value)  # ruamel's ScalarFloat, DoubleQuotedScalarString … as plain
