@@ -120,12 +120,15 @@ def patched_uid(original: str, short_hash: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _written(raw: str) -> Any:
-    """The value of YAML source text the marker keeps (a flag item or a UID as written); None when unreadable."""
+def _written(raw: str, what: str | None = None, where: str = "") -> Any:
+    """The value of YAML source text the marker keeps (a flag item or a UID as written): None when unreadable, or
+    with ``what`` (a restore that puts it back) a refusal."""
     try:
         return yt.load_data(raw)
-    except yt.YamlTextError:
-        return None
+    except yt.YamlTextError as exc:
+        if what is None:
+            return None
+        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _names_scheduler(container: dict[str, Any]) -> bool:
@@ -453,7 +456,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     for i, item in enumerate(flags):
         if item == m.flag:
             if m.replaced is not None:
-                value = _marker_value(m.replaced, "replaced flag", where)
+                value = _written(m.replaced, "replaced flag", where)
                 ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
             else:
                 ops.append(yt.Remove((*sched.flags_path, i)))
@@ -465,7 +468,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
     if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        ops.append(yt.Replace(("metadata", "uid"), _marker_value(m.uid, "uid", where), m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _written(m.uid, "uid", where), m.uid))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))
@@ -476,14 +479,6 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot restore: {exc}") from None
     return new_text
-
-
-def _marker_value(raw: str, what: str, where: str) -> Any:
-    """The value of YAML source text the marker keeps, for a restore that puts it back: unreadable, a refusal."""
-    try:
-        return yt.load_data(raw)
-    except yt.YamlTextError as exc:
-        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: str, ours: Any,

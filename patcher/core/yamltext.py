@@ -416,23 +416,19 @@ def learn_hints(text: str, node: Node | None) -> Hints:
         return Hints()
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
-    indents: list[int] = []
 
     def walk(n: Node, path: Path) -> None:
         if isinstance(n, MappingNode):
             order[path] = [str(k.value) for k, _ in n.value if isinstance(k, ScalarNode)]
             for k, v in n.value:
-                if not isinstance(k, ScalarNode):
-                    continue
-                if isinstance(v, MappingNode) and not v.flow_style and v.value:
-                    indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
-                walk(v, (*path, str(k.value)))
+                if isinstance(k, ScalarNode):
+                    walk(v, (*path, str(k.value)))
         elif isinstance(n, ScalarNode):
             quotes[path] = quote_style(n)
 
     walk(node, ())
-    nested = indents[0] if indents and indents[0] > 0 else 2
-    return Hints(key_order=order, quotes=quotes, nested_indent=nested, flow=bool(getattr(node, "flow_style", False)))
+    return Hints(key_order=order, quotes=quotes, nested_indent=nested_indent(node),
+                 flow=bool(getattr(node, "flow_style", False)))
 
 
 def _ordered_keys(mapping: dict[str, Any], hint: list[str] | None) -> list[str]:

@@ -24,6 +24,7 @@ from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
+from patcher.core.yamltext import format_path
 
 CONFIG_FLAG = "--config"
 
@@ -122,10 +123,7 @@ class Carried:
 
     @property
     def field_text(self) -> str:
-        text = ""
-        for part in self.path:
-            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-        return text
+        return format_path(self.path)
 
 
 def _is_binary(item: str, previous: str | None) -> bool:

@@ -905,13 +905,10 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
     if kind != "RequestedToCapacityRatio" and ratio is not None and holds("pluginArgs.rtcrOnlyWithType", minor):
         problems.append(
             f"{where}.requestedToCapacityRatio: must be nil when type is not RequestedToCapacityRatio "
-            f"(kube-scheduler {_minor_str(minor)}; rule pluginArgs.rtcrOnlyWithType)"
+            f"(kube-scheduler {'1.36 and later' if minor is None else f'{minor[0]}.{minor[1]}'}; rule "
+            "pluginArgs.rtcrOnlyWithType)"
         )
     return problems
-
-
-def _minor_str(minor: tuple[int, int] | None) -> str:
-    return "1.36 and later" if minor is None else f"{minor[0]}.{minor[1]}"
 
 
 def _balanced_allocation(args: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:

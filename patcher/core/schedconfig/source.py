@@ -48,12 +48,6 @@ class SourceForm:
     ignored: tuple[str, ...]
 
 
-def check_name(source_dir: Path, name: str) -> None:
-    """Refuse a name that could leave the folder or is not a plain file name."""
-    if not name or "/" in name or "\\" in name or "\0" in name or ".." in name or name.startswith("."):
-        raise ConfigError(str(source_dir / name), f"refusing source file name {name!r}: not a plain file name")
-
-
 def _folder(source_dir: Path) -> str:
     try:
         info = os.stat(source_dir)
@@ -68,7 +62,8 @@ def _folder(source_dir: Path) -> str:
 
 def read_source_file(source_dir: Path, name: str) -> SourceFile:
     """Read one file of the source folder, following symlinks only while they stay inside the folder."""
-    check_name(source_dir, name)
+    if not name or "/" in name or "\\" in name or "\0" in name or ".." in name or name.startswith("."):
+        raise ConfigError(str(source_dir / name), f"refusing source file name {name!r}: not a plain file name")
     root = _folder(source_dir)
     path = source_dir / name
     shown = str(path)
