@@ -100,7 +100,7 @@ RULES, PLUGINS = _table()
 RULE_BY_KEY = {rule.key: rule for rule in RULES}
 QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "queueSort" in p.points)
 BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
-INVALID_VOLUME_LIMITS = ("AzureDiskLimits", "CinderLimits", "EBSLimits", "GCEPDLimits")
+INVALID_VOLUME_LIMITS = frozenset(name for name, plugin in PLUGINS.items() if plugin.last == (1, 31))  # left in 1.32
 LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")  # client-go interface.go
 # --leader-elect* flags -> the leaderElection field each sets and its type (component-base BindLeaderElectionFlags)
 LEADER_ELECTION_FLAGS = {flag: (str(path[1]), kind) for flag, (path, kind) in CARRIED.items()
@@ -465,16 +465,9 @@ _DEFAULT_ELECTION = {"leaseDuration": "15s", "renewDeadline": "10s", "retryPerio
 _DEFAULT_RESOURCE_LOCK = "leases"
 _MAX_CUSTOM_PRIORITY_SCORE = 10  # config.MaxCustomPriorityScore
 
-# isPluginInvalid: plugins removed from the registry, refused by name. v1beta2's list holds from its start for
-# every later apiVersion (the loop walks the versions in order); the in-tree volume-limit plugins left in 1.32.
-_REMOVED_IN_V1BETA2 = (
-    "NodeLabel",
-    "ServiceAffinity",
-    "NodePreferAvoidPods",
-    "NodeResourcesLeastAllocated",
-    "NodeResourcesMostAllocated",
-    "RequestedToCapacityRatio",
-)
+# isPluginInvalid: plugins removed from the registry, refused by name. v1beta2's list (the plugins whose last minor
+# is 1.22) holds from its start for every later apiVersion (the loop walks the versions in order).
+_REMOVED_IN_V1BETA2 = frozenset(name for name, plugin in PLUGINS.items() if plugin.last == (1, 22))
 # Refused in v1 only, from the minor in RULES (framework.invalid*): SelectorSpread from v1's start,
 # the in-tree volume-limit plugins from 1.31.
 _INVALID_IN_V1 = {name: "framework.invalidVolumeLimits" for name in INVALID_VOLUME_LIMITS} | {
