@@ -57,8 +57,10 @@ class Document:
     def root(self) -> Node:
         """The node tree, whose marks are the code-point indices into ``text`` that edits splice at: libyaml's,
         as it reads what the data loader reads (a tab inside a key, which the pure scanner refuses), except where
-        its marks are wrong (``libyaml_loader``): there the pure-Python composer's."""
-        composer = libyaml_loader(self.text) or YAML(typ="safe", pure=True)
+        its marks are wrong (``_MARKS_DIFFER``) or it is missing: there the pure-Python composer's."""
+        composer = _data_loader()
+        if composer.Parser.__name__ != "CParser" or _MARKS_DIFFER.search(self.text):
+            composer = YAML(typ="safe", pure=True)
         try:
             nodes = [n for n in composer.compose_all(self.text) if n is not None]
         except YAMLError as exc:  # the data loader accepted it: a disagreement between parsers, refuse to edit
@@ -94,15 +96,6 @@ def _data_loader() -> YAML:
     y = YAML(typ="safe")
     y.Resolver = _Resolver12
     y.allow_duplicate_keys = False
-    return y
-
-
-def libyaml_loader(text: str) -> YAML | None:
-    """The C loader for plain data and events, when libyaml is there and its line numbers in ``text`` are the
-    pure parser's; None otherwise: the caller keeps the pure path."""
-    y = _data_loader()
-    if y.Parser.__name__ != "CParser" or not (text.isascii() or not _MARKS_DIFFER.search(text)):
-        return None
     return y
 
 
