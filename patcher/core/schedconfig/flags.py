@@ -225,10 +225,7 @@ def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
 def carried_settings(
     flags: dict[str, str | None], schema: Schema, *, where: str | None = None
 ) -> tuple[list[Carried], list[str]]:
-    """The config values that the manifest's deprecated flags stand for, plus notes on what was skipped.
-
-    ``where`` names the manifest in error messages.
-    """
+    """The config values that the manifest's (``where``) deprecated flags stand for, and notes on what was skipped."""
     refused = _algorithm_source_flag(flags)
     if refused is not None:
         raise ConfigError(

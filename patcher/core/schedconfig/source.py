@@ -125,11 +125,8 @@ def detect_form(source_dir: Path) -> SourceForm:
 
 
 def csi_pick(minor: int) -> str:
-    """The file the csi-baremetal-operator's patcher uses for a Kubernetes minor version.
-
-    Its rule in the supported range: 1.19–1.22 use config-19.yaml, 1.23–1.28 config-23.yaml, 1.29 and newer
-    config-29.yaml (its config.yaml and policy.yaml are for 1.18 and older).
-    """
+    """The file the csi-baremetal-operator's patcher uses for a Kubernetes minor version (its config.yaml and
+    policy.yaml are for 1.18 and older)."""
     if minor <= 22:
         return "config-19.yaml"
     if minor <= 28:

@@ -259,11 +259,8 @@ def identify(data: Any, path: str) -> Schema:
 
 
 def validate_document(data: Any, path: str, *, version: KubeVersion | None = None) -> Schema:
-    """Identify and strictly validate one document; returns its schema or raises ConfigError.
-
-    With ``version`` (the node's scheduler), an apiVersion it does not serve is refused first, and the
-    document is checked against the types of that minor (``schema.for_version``) rather than the union of all.
-    """
+    """Identify and strictly validate one document, for the node's scheduler ``version`` when known (an apiVersion
+    it does not serve refused first, then the types of its minor); returns its schema or raises ConfigError."""
     schema = identify(data, path)
     if version is not None:
         check_served(schema, version, path)

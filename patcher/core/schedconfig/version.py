@@ -77,10 +77,7 @@ def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
 
 
 def image_tag(image: str) -> str | None:
-    """The tag of an image reference, ignoring the registry port and any ``@sha256:`` digest.
-
-    ``registry.k8s.io/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``; ``…/kube-scheduler@sha256:…`` → None.
-    """
+    """The tag of an image reference (``…/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``), if it has one."""
     name = image.strip().split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
     if ":" not in last:
@@ -110,10 +107,8 @@ def supported_version(text: str) -> str:
 def resolve_version(
     image: str | None, override: str | None, fallback: str | None, *, where: str | None = None
 ) -> KubeVersion:
-    """Pick the scheduler version: ``--kube-version``, else the image tag, else the API server's version.
-
-    ``where`` (the manifest) is named in errors about the image.
-    """
+    """The scheduler version: ``--kube-version``, else the image tag, else the API server's; ``where`` (the manifest)
+    is named in errors about the image."""
     if override:
         version = parse_version(override, source="--kube-version")
         if version is None:
