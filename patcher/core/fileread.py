@@ -47,19 +47,16 @@ def _open(path: Path | str, what: str, name: str, error: type[PatcherError]) -> 
         raise error(name, f"cannot read {what}: {exc.strerror}") from None
 
 
-def _refusal(st: os.stat_result, what: str, limit: int) -> str | None:
-    """Why a file with this ``fstat`` is not read (None: it is read)."""
+def _read_open(fd: int, what: str, name: str, limit: int, error: type[PatcherError]) -> bytes:
+    """The bytes of an open file, when its ``fstat`` shows a regular file within ``limit``: at most ``limit`` (more:
+    ``TooLarge``); anything else refused as ``error``."""
+    st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
-        return f"{what} is a directory"
+        raise error(name, f"{what} is a directory")
     if not stat.S_ISREG(st.st_mode):
-        return f"{what} is not a regular file ({kind(st.st_mode)}); refusing to read it"
+        raise error(name, f"{what} is not a regular file ({kind(st.st_mode)}); refusing to read it")
     if st.st_size > limit:
-        return f"{what} is {st.st_size} bytes, over the limit of {limit} bytes"
-    return None
-
-
-def _read_open(fd: int, st: os.stat_result, what: str, name: str, limit: int) -> bytes:
-    """The bytes of an open regular file whose ``fstat`` passed, at most ``limit`` (more: ``TooLarge``)."""
+        raise TooLarge(name, f"{what} is {st.st_size} bytes, over the limit of {limit} bytes", st.st_size)
     chunks: list[bytes] = []
     size = 0
     while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, max(st.st_size + 1 - size, 65536)))):
@@ -77,13 +74,7 @@ def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: i
     name = shown or str(path)
     fd = _open(path, what, name, error)
     try:
-        st = os.fstat(fd)
-        problem = _refusal(st, what, limit)
-        if problem is not None and stat.S_ISREG(st.st_mode):
-            raise TooLarge(name, problem, st.st_size)
-        if problem is not None:
-            raise error(name, problem)
-        return _read_open(fd, st, what, name, limit)
+        return _read_open(fd, what, name, limit, error)
     except OSError as exc:
         raise error(name, f"cannot read {what}: {exc.strerror}") from None
     finally:
@@ -127,12 +118,8 @@ def fingerprint(path: Path | str, *, limit: int) -> str:
     except OSError:
         return "missing"
     try:
-        st = os.fstat(fd)
-        problem = _refusal(st, "file", limit)
-        if problem is not None:
-            return f"refused: {problem}"
-        return hashlib.sha256(_read_open(fd, st, "file", str(path), limit)).hexdigest()
-    except TooLarge as exc:
+        return hashlib.sha256(_read_open(fd, "file", str(path), limit, PatcherError)).hexdigest()
+    except PatcherError as exc:  # the refusal (too large included) is the fingerprint
         return f"refused: {exc.problem}"
     except OSError:
         return "missing"

@@ -150,7 +150,7 @@ def _runs_in_shell(container: dict[str, Any]) -> bool:
     return any("kube-scheduler" in w or "scheduler" in w.split() for w in words[1:])
 
 
-def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | None, where: str) -> int:
+def _container_index(containers: list[Any], wanted: str | None, where: str) -> int:
     dicts = [c if isinstance(c, dict) else {} for c in containers]
     if wanted:
         hits = [i for i, c in enumerate(dicts) if c.get("name") == wanted]
@@ -171,8 +171,8 @@ def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | 
     return hits[0]
 
 
-def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
-    """The document as a Pod: the whole mapping, its metadata, its spec and its non-empty container list."""
+def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """The document as a Pod: its metadata, its spec and its non-empty container list."""
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestError(where, "not a YAML mapping")
@@ -185,7 +185,7 @@ def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], 
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError(where, "spec.containers is missing or empty")
-    return data, metadata, spec, containers
+    return metadata, spec, containers
 
 
 def _marker(metadata: dict[str, Any], prefix: str, where: str) -> Marker | None:
@@ -219,8 +219,8 @@ def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tupl
 
 def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
     """Check the manifest's shape and find the scheduler container, its flag list and our marker."""
-    data, metadata, spec, containers = _pod(doc, where)
-    idx = _container_index(data, containers, container_name, where)
+    metadata, spec, containers = _pod(doc, where)
+    idx = _container_index(containers, container_name, where)
     container = containers[idx]
     if _runs_in_shell(container):
         raise ManifestError(where, _IN_SHELL)

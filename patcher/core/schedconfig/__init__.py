@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems
+from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems, gates_set_to
 from patcher.core.schedconfig.extenders import Extender, to_canonical
-from patcher.core.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.flags import carried_settings, parse_flags
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
 from patcher.core.schedconfig.rules import launch_for
@@ -164,7 +164,8 @@ def _with_flags(version: KubeVersion, flags: dict[str, str | None], req: ConfigR
     gates = effective_gates(flags, minor)
     facts = facts_for(minor)
     if gates is None or facts is None:
-        return replace(version, feature_gates=enabled_feature_gates(flags), launch=launch)
+        # the gates the manifest switches on (``AllAlpha`` names no single gate: gated rules stay on the safe side)
+        return replace(version, feature_gates=gates_set_to(flags, True), launch=launch)
     return replace(version, feature_gates=gates, launch=replace(launch, gates_off=frozenset(facts.gates) - gates))
 
 

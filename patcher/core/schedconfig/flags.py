@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
 from patcher.core.yamltext import format_path
@@ -166,12 +165,6 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
     if config is not None:
         flags["config"] = config.value
     return flags
-
-
-def enabled_feature_gates(flags: dict[str, str | None]) -> frozenset[str]:
-    """Gates that ``--feature-gates=A=true,B=false`` switches on (component-base's syntax; ``AllAlpha``/``AllBeta``
-    name no single gate and are ignored, which keeps gated rules on the safe side)."""
-    return gates_set_to(flags, True)
 
 
 def parse_bool(raw: str | None) -> bool | None:
