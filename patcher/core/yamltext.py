@@ -553,8 +553,7 @@ def apply_data(data: Any, ops: Sequence[Op]) -> Any:
     for op in ops:
         if isinstance(op, Append):
             parent = at(op.path[:-1])
-            parent.setdefault(op.path[-1], [])
-            if parent[op.path[-1]] is None:
+            if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = []
             parent[op.path[-1]].append(copy.deepcopy(op.value))
         elif isinstance(op, SetKey):
