@@ -52,7 +52,7 @@ class Schema:
     minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
     node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
     node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
-    node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (startup.py)
+    node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (rules.py)
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
