@@ -235,12 +235,8 @@ def load_data(text: str) -> Any:
 
 
 def map_lookup(node: Node, key: str) -> tuple[ScalarNode, Node] | None:
-    if not isinstance(node, MappingNode):
-        return None
-    for k, v in node.value:
-        if isinstance(k, ScalarNode) and k.value == key:
-            return k, v
-    return None
+    entries = node.value if isinstance(node, MappingNode) else []
+    return next(((k, v) for k, v in entries if isinstance(k, ScalarNode) and k.value == key), None)
 
 
 def node_at(root: Node, path: Path) -> Node | None:
@@ -588,17 +584,17 @@ def _insert_block_lines(text: str, after: int, lines: list[str], depth: int) -> 
 
 def _flow_insert(text: str, coll: Node, rendered: str, depth: int) -> _Edit:
     items: list[Node] = [k for k, _ in coll.value] if isinstance(coll, MappingNode) else list(coll.value)
+    values: list[Node] = [v for _, v in coll.value] if isinstance(coll, MappingNode) else items
     close = int(coll.end_mark.index) - 1
     if text[close] not in "]}":
         raise YamlTextError(f"line {coll.start_mark.line + 1}: cannot find the end of a flow collection")
     if not coll.value:
         opening = int(coll.start_mark.index)
         return _Edit(opening + 1, opening + 1, rendered, depth)
-    last_end = content_end(text, coll.value[-1][1] if isinstance(coll, MappingNode) else coll.value[-1])
+    last_end = content_end(text, values[-1])
     sep = ", "
     if len(items) >= 2:
-        prev_end = content_end(text, coll.value[-2][1] if isinstance(coll, MappingNode) else coll.value[-2])
-        between = text[prev_end : int(items[-1].start_mark.index)]
+        between = text[content_end(text, values[-2]) : int(items[-1].start_mark.index)]
         if "," in between and "#" not in between:
             sep = between
     return _Edit(last_end, last_end, sep + rendered, depth)

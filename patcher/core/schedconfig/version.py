@@ -78,12 +78,8 @@ def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
 
 def image_tag(image: str) -> str | None:
     """The tag of an image reference (``…/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``), if it has one."""
-    name = image.strip().split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
-    if ":" not in last:
-        return None
-    tag = last.split(":", 1)[1]
-    return tag or None
+    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
+    return last.partition(":")[2] or None
 
 
 def version_from_image(image: str) -> KubeVersion | None:
