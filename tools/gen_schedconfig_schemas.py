@@ -15,7 +15,7 @@ from what *is* committed:
              it also reads the extension points ``NewFramework`` builds (``getExtensionPoints`` in
              pkg/scheduler/framework/runtime/framework.go) and fails unless they are the fields of that minor's
              ``Plugins`` type but ``multiPoint``, each with the interface ``<Field>Plugin``: what the start-up
-             checks derive from the generated types (``patcher/core/schedconfig/startup.py``).
+             checks derive from the generated types (``patcher/core/schedconfig/rules.py``).
 ``generate`` turns those facts into one schema per minor,
 ``patcher/core/schedconfig/schemas/kube-scheduler-1.N.json``.
 ``check``    regenerates in memory and exits 1 when the committed JSON differs (the test suite does the same).

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from patcher.core.schedconfig.schema import generated, generated_files, registry
+from patcher.core.schedconfig.schema import generated, registry
 from tools.schedconfig_oracle import DATA, KUBEADM_FLAGS, Case
 
 V1 = "kubescheduler.config.k8s.io/v1"
@@ -45,7 +45,7 @@ _LISTED = ("PrioritySort", "DefaultBinder", "DefaultPreemption", "ImageLocality"
            "PodGroupPodsCount")
 #: and every name a generated registry has that the list above lacks (1.36 TopologyPlacementGenerator, 1.37
 #: DeferredPodScheduling …): the list keeps the gone and foreign names, the registries bring the new ones
-PLUGINS = _LISTED + tuple(sorted(set().union(*(registry(m) or () for m in generated_files())) - set(_LISTED)))
+PLUGINS = _LISTED + tuple(sorted(set().union(*(registry(m) or () for m in generated())) - set(_LISTED)))
 
 
 def doc(body: str = "") -> str:

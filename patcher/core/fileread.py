@@ -1,22 +1,11 @@
 """The one way this project reads a file: bounded, non-blocking, checked with ``fstat`` before a byte is read.
 
-Every file the agent or the CLI reads — the manifest, the source folder, the config files and the record on
-the node, the packaged schemas — and every fingerprint, cache key and comparison made of one goes through
-here (``tests/unit/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``).
-Why one reader: a second, quicker read beside it (``Path.read_bytes``, say) is all it takes for a FIFO in a
-folder to hang ``plan``, ``apply`` and the agent, or for a huge file to cost its size in memory. One reader
-cannot be bypassed by the next optimisation without the architecture test saying so.
-
-What each read does, and why:
-
-* ``O_NONBLOCK`` on the open: opening a FIFO for reading blocks until a writer comes, which may be never;
-* ``fstat`` on that descriptor, before reading: anything but a regular file (FIFO, socket, device, folder)
-  is refused, and so is a regular file over the caller's ``limit``, in one line naming the file and why;
-* at most ``limit + 1`` bytes are read, whatever the file grows to meanwhile (the ``+ 1`` tells "grew past
-  the limit" from "exactly at it").
-
-In core, not in ``adapters/fsio``: the source folder's reader (``core/schedconfig/source``) is in core, which
-may read a mount but cannot import an adapter. ``fsio`` re-exports these for the layers above.
+Every file the agent or the CLI reads, and every fingerprint and comparison made of one, goes through here
+(``tests/unit/test_architecture.py`` fails on any other ``open``/``read_bytes``/``read_text`` in ``patcher/``): a
+second, quicker read beside it is all it takes for a FIFO in a folder to hang the agent, or for a huge file to cost
+its size in memory. ``O_NONBLOCK``: opening a FIFO must not wait for a writer; ``fstat`` of what was opened:
+anything but a regular file, or one over the caller's ``limit``, is refused in one line; at most ``limit + 1``
+bytes are read, whatever the file grows to meanwhile. In core, as the source folder's reader is.
 """
 
 from __future__ import annotations
@@ -58,22 +47,18 @@ def _open(path: Path | str, what: str, name: str, error: type[PatcherError]) -> 
         raise error(name, f"cannot read {what}: {exc.strerror}") from None
 
 
-def _refusal(st: os.stat_result, what: str, limit: int) -> str | None:
-    """Why a file with this ``fstat`` is not read (None: it is read)."""
+def _read_open(fd: int, what: str, name: str, limit: int, error: type[PatcherError]) -> bytes:
+    """The bytes of an open file, when its ``fstat`` shows a regular file within ``limit``: at most ``limit`` (more:
+    ``TooLarge``); anything else refused as ``error``."""
+    st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):
-        return f"{what} is a directory"
+        raise error(name, f"{what} is a directory")
     if not stat.S_ISREG(st.st_mode):
-        return f"{what} is not a regular file ({kind(st.st_mode)}); refusing to read it"
+        raise error(name, f"{what} is not a regular file ({kind(st.st_mode)}); refusing to read it")
     if st.st_size > limit:
-        return f"{what} is {st.st_size} bytes, over the limit of {limit} bytes"
-    return None
-
-
-def _read_open(fd: int, st: os.stat_result, what: str, name: str, limit: int) -> bytes:
-    """The bytes of an open regular file whose ``fstat`` passed, at most ``limit`` (more: ``TooLarge``)."""
+        raise TooLarge(name, f"{what} is {st.st_size} bytes, over the limit of {limit} bytes", st.st_size)
     chunks: list[bytes] = []
     size = 0
-    # Buffers sized for the file as fstat saw it, not for the limit: a 20 KiB file under a 4 MiB limit.
     while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, max(st.st_size + 1 - size, 65536)))):
         chunks.append(chunk)
         size += len(chunk)
@@ -89,13 +74,7 @@ def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: i
     name = shown or str(path)
     fd = _open(path, what, name, error)
     try:
-        st = os.fstat(fd)
-        problem = _refusal(st, what, limit)
-        if problem is not None and stat.S_ISREG(st.st_mode):
-            raise TooLarge(name, problem, st.st_size)
-        if problem is not None:
-            raise error(name, problem)
-        return _read_open(fd, st, what, name, limit)
+        return _read_open(fd, what, name, limit, error)
     except OSError as exc:
         raise error(name, f"cannot read {what}: {exc.strerror}") from None
     finally:
@@ -139,12 +118,8 @@ def fingerprint(path: Path | str, *, limit: int) -> str:
     except OSError:
         return "missing"
     try:
-        st = os.fstat(fd)
-        problem = _refusal(st, "file", limit)
-        if problem is not None:
-            return f"refused: {problem}"
-        return hashlib.sha256(_read_open(fd, st, "file", str(path), limit)).hexdigest()
-    except TooLarge as exc:
+        return hashlib.sha256(_read_open(fd, "file", str(path), limit, PatcherError)).hexdigest()
+    except PatcherError as exc:  # the refusal (too large included) is the fingerprint
         return f"refused: {exc.problem}"
     except OSError:
         return "missing"

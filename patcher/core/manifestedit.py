@@ -120,12 +120,15 @@ def patched_uid(original: str, short_hash: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _written(raw: str) -> Any:
-    """The value of YAML source text the marker keeps (a flag item or a UID as written); None when unreadable."""
+def _written(raw: str, what: str | None = None, where: str = "") -> Any:
+    """The value of YAML source text the marker keeps (a flag item or a UID as written): None when unreadable, or
+    with ``what`` (a restore that puts it back) a refusal."""
     try:
         return yt.load_data(raw)
-    except yt.YamlTextError:
-        return None
+    except yt.YamlTextError as exc:
+        if what is None:
+            return None
+        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _names_scheduler(container: dict[str, Any]) -> bool:
@@ -147,7 +150,7 @@ def _runs_in_shell(container: dict[str, Any]) -> bool:
     return any("kube-scheduler" in w or "scheduler" in w.split() for w in words[1:])
 
 
-def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | None, where: str) -> int:
+def _container_index(containers: list[Any], wanted: str | None, where: str) -> int:
     dicts = [c if isinstance(c, dict) else {} for c in containers]
     if wanted:
         hits = [i for i, c in enumerate(dicts) if c.get("name") == wanted]
@@ -168,8 +171,8 @@ def _container_index(data: dict[str, Any], containers: list[Any], wanted: str | 
     return hits[0]
 
 
-def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
-    """The document as a Pod: the whole mapping, its metadata, its spec and its non-empty container list."""
+def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """The document as a Pod: its metadata, its spec and its non-empty container list."""
     data = doc.data
     if not isinstance(data, dict):
         raise ManifestError(where, "not a YAML mapping")
@@ -182,7 +185,7 @@ def _pod(doc: yt.Document, where: str) -> tuple[dict[str, Any], dict[str, Any], 
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError(where, "spec.containers is missing or empty")
-    return data, metadata, spec, containers
+    return metadata, spec, containers
 
 
 def _marker(metadata: dict[str, Any], prefix: str, where: str) -> Marker | None:
@@ -216,8 +219,8 @@ def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tupl
 
 def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
     """Check the manifest's shape and find the scheduler container, its flag list and our marker."""
-    data, metadata, spec, containers = _pod(doc, where)
-    idx = _container_index(data, containers, container_name, where)
+    metadata, spec, containers = _pod(doc, where)
+    idx = _container_index(containers, container_name, where)
     container = containers[idx]
     if _runs_in_shell(container):
         raise ManifestError(where, _IN_SHELL)
@@ -453,7 +456,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     for i, item in enumerate(flags):
         if item == m.flag:
             if m.replaced is not None:
-                value = _marker_value(m.replaced, "replaced flag", where)
+                value = _written(m.replaced, "replaced flag", where)
                 ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
             else:
                 ops.append(yt.Remove((*sched.flags_path, i)))
@@ -465,7 +468,7 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
     if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        ops.append(yt.Replace(("metadata", "uid"), _marker_value(m.uid, "uid", where), m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _written(m.uid, "uid", where), m.uid))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))
@@ -476,14 +479,6 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot restore: {exc}") from None
     return new_text
-
-
-def _marker_value(raw: str, what: str, where: str) -> Any:
-    """The value of YAML source text the marker keeps, for a restore that puts it back: unreadable, a refusal."""
-    try:
-        return yt.load_data(raw)
-    except yt.YamlTextError as exc:
-        raise ManifestError(where, f"marker holds an unreadable {what} ({exc})") from None
 
 
 def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: str, ours: Any,

@@ -57,8 +57,10 @@ class Document:
     def root(self) -> Node:
         """The node tree, whose marks are the code-point indices into ``text`` that edits splice at: libyaml's,
         as it reads what the data loader reads (a tab inside a key, which the pure scanner refuses), except where
-        its marks are wrong (``libyaml_loader``): there the pure-Python composer's."""
-        composer = libyaml_loader(self.text) or YAML(typ="safe", pure=True)
+        its marks are wrong (``_MARKS_DIFFER``) or it is missing: there the pure-Python composer's."""
+        composer = _data_loader()
+        if composer.Parser.__name__ != "CParser" or _MARKS_DIFFER.search(self.text):
+            composer = YAML(typ="safe", pure=True)
         try:
             nodes = [n for n in composer.compose_all(self.text) if n is not None]
         except YAMLError as exc:  # the data loader accepted it: a disagreement between parsers, refuse to edit
@@ -97,15 +99,6 @@ def _data_loader() -> YAML:
     return y
 
 
-def libyaml_loader(text: str) -> YAML | None:
-    """The C loader for plain data and events, when libyaml is there and its line numbers in ``text`` are the
-    pure parser's; None otherwise: the caller keeps the pure path."""
-    y = _data_loader()
-    if y.Parser.__name__ != "CParser" or not (text.isascii() or not _MARKS_DIFFER.search(text)):
-        return None
-    return y
-
-
 def _describe(exc: YAMLError) -> str:
     if isinstance(exc, MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
@@ -135,7 +128,7 @@ JSON_TAGS = frozenset(
 _NUMBERISH = re.compile(r"[-+]?(?:0[xXoObB])?[0-9a-fA-F_.:]+(?:[eE][-+]?[0-9_]+)?")
 
 
-def check_limits(text: str, *, json_only: bool = False) -> None:
+def check_limits(text: str, *, json_only: bool = False, y: YAML | None = None) -> None:
     """Refuse, in one line naming the line, text nested deeper than ``MAX_DEPTH`` or with more than ``MAX_NODES``
     nodes once aliases are expanded; with ``json_only`` (a config a Kubernetes decoder reads as JSON) also a tag
     JSON has no form for and an unquoted number no field can hold. Nothing is composed: the events come from the
@@ -145,7 +138,7 @@ def check_limits(text: str, *, json_only: bool = False) -> None:
     Raises ``YamlTextError`` for a limit and the parser's ``YAMLError`` for text that is not YAML, for the caller
     to word as its loader does.
     """
-    y = YAML(typ="rt", pure=True) if json_only else _data_loader()
+    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
     with contextlib.closing(y.parse(text)) as events:
         _check_stream(events, json_only)
 
@@ -195,11 +188,13 @@ def _check_json(event: NodeEvent, line: int) -> None:
 
 
 
-def _load(text: str, load: Callable[[YAML], Any]) -> Any:
-    """``load`` with the data loader, within the limits; whatever ruamel.yaml raises becomes one line."""
+def _load(text: str, load: Callable[[YAML], Any], y: YAML | None = None, json_only: bool = False) -> Any:
+    """``load`` with ``y`` (the data loader unless given), within the limits: the one bounded YAML loader of every
+    input. Whatever ruamel.yaml raises becomes one line."""
+    y = y or _data_loader()
     try:
-        check_limits(text)
-        return load(_data_loader())
+        check_limits(text, json_only=json_only, y=y)
+        return load(y)
     except YAMLError as exc:
         raise YamlTextError(_describe(exc)) from None
     except TypeError as exc:
@@ -212,17 +207,17 @@ def _load(text: str, load: Callable[[YAML], Any]) -> Any:
         raise YamlTextError(f"nested too deep (more than {MAX_DEPTH} levels)") from None
 
 
-def load_plain_all(text: str) -> list[Any]:
-    """Plain data of every document of a text that is only read (a kubeconfig, a rendered config), within the
-    limits; ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
-    return list(_load(text, lambda y: list(y.load_all(text))))
+def load_plain_all(text: str, y: YAML | None = None, *, json_only: bool = False) -> list[Any]:
+    """Every document of ``text`` by ``y`` (plain data by the data loader unless given), within the limits;
+    ``YamlTextError`` with a one-line reason otherwise (the caller names the file)."""
+    return list(_load(text, lambda y: list(y.load_all(text)), y, json_only))
 
 
 def parse(text: str) -> Document:
     """Parse exactly one YAML document. Raises YamlTextError with a one-line reason.
 
     Callers must treat the returned data as read-only: an edit computes new data (``apply_data``)."""
-    docs = [d for d in _load(text, lambda y: list(y.load_all(text))) if d is not None]
+    docs = [d for d in load_plain_all(text) if d is not None]
     if len(docs) > 1:
         raise YamlTextError(f"holds {len(docs)} YAML documents, expected exactly one")
     if not docs:
@@ -240,12 +235,8 @@ def load_data(text: str) -> Any:
 
 
 def map_lookup(node: Node, key: str) -> tuple[ScalarNode, Node] | None:
-    if not isinstance(node, MappingNode):
-        return None
-    for k, v in node.value:
-        if isinstance(k, ScalarNode) and k.value == key:
-            return k, v
-    return None
+    entries = node.value if isinstance(node, MappingNode) else []
+    return next(((k, v) for k, v in entries if isinstance(k, ScalarNode) and k.value == key), None)
 
 
 def node_at(root: Node, path: Path) -> Node | None:
@@ -414,23 +405,19 @@ def learn_hints(text: str, node: Node | None) -> Hints:
         return Hints()
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
-    indents: list[int] = []
 
     def walk(n: Node, path: Path) -> None:
         if isinstance(n, MappingNode):
             order[path] = [str(k.value) for k, _ in n.value if isinstance(k, ScalarNode)]
             for k, v in n.value:
-                if not isinstance(k, ScalarNode):
-                    continue
-                if isinstance(v, MappingNode) and not v.flow_style and v.value:
-                    indents.append(int(v.value[0][0].start_mark.column) - int(k.start_mark.column))
-                walk(v, (*path, str(k.value)))
+                if isinstance(k, ScalarNode):
+                    walk(v, (*path, str(k.value)))
         elif isinstance(n, ScalarNode):
             quotes[path] = quote_style(n)
 
     walk(node, ())
-    nested = indents[0] if indents and indents[0] > 0 else 2
-    return Hints(key_order=order, quotes=quotes, nested_indent=nested, flow=bool(getattr(node, "flow_style", False)))
+    return Hints(key_order=order, quotes=quotes, nested_indent=nested_indent(node),
+                 flow=bool(getattr(node, "flow_style", False)))
 
 
 def _ordered_keys(mapping: dict[str, Any], hint: list[str] | None) -> list[str]:
@@ -562,8 +549,7 @@ def apply_data(data: Any, ops: Sequence[Op]) -> Any:
     for op in ops:
         if isinstance(op, Append):
             parent = at(op.path[:-1])
-            parent.setdefault(op.path[-1], [])
-            if parent[op.path[-1]] is None:
+            if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = []
             parent[op.path[-1]].append(copy.deepcopy(op.value))
         elif isinstance(op, SetKey):
@@ -598,17 +584,17 @@ def _insert_block_lines(text: str, after: int, lines: list[str], depth: int) -> 
 
 def _flow_insert(text: str, coll: Node, rendered: str, depth: int) -> _Edit:
     items: list[Node] = [k for k, _ in coll.value] if isinstance(coll, MappingNode) else list(coll.value)
+    values: list[Node] = [v for _, v in coll.value] if isinstance(coll, MappingNode) else items
     close = int(coll.end_mark.index) - 1
     if text[close] not in "]}":
         raise YamlTextError(f"line {coll.start_mark.line + 1}: cannot find the end of a flow collection")
     if not coll.value:
         opening = int(coll.start_mark.index)
         return _Edit(opening + 1, opening + 1, rendered, depth)
-    last_end = content_end(text, coll.value[-1][1] if isinstance(coll, MappingNode) else coll.value[-1])
+    last_end = content_end(text, values[-1])
     sep = ", "
     if len(items) >= 2:
-        prev_end = content_end(text, coll.value[-2][1] if isinstance(coll, MappingNode) else coll.value[-2])
-        between = text[prev_end : int(items[-1].start_mark.index)]
+        between = text[content_end(text, values[-2]) : int(items[-1].start_mark.index)]
         if "," in between and "#" not in between:
             sep = between
     return _Edit(last_end, last_end, sep + rendered, depth)

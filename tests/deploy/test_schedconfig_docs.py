@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from patcher.core.schedconfig.binary import facts_for
-from patcher.core.schedconfig.schema import generated_files, generated_minor, served_config_schemas, target_schema
+from patcher.core.schedconfig.rules import RULES
+from patcher.core.schedconfig.schema import generated as generated_types
+from patcher.core.schedconfig.schema import generated_minor, served_config_schemas, target_schema
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.core.schedconfig.startup import RULES
 from patcher.core.schedconfig.version import SUPPORTED_MINORS, KubeVersion
 from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS
 from patcher.core.yamltext import MAX_DEPTH, MAX_NODES, MAX_NUMBER_CHARS
@@ -21,7 +22,7 @@ def _short(api_version: str) -> str:
 
 def expected_rows() -> list[str]:
     rows = []
-    for minor in range(SUPPORTED_MINORS[0][1], max(generated_files())[1] + 1):  # up to the newest generated minor
+    for minor in range(SUPPORTED_MINORS[0][1], max(generated_types())[1] + 1):  # up to the newest generated minor
         version = KubeVersion(1, minor)
         target = target_schema(version)
         rendered = f"`{_short(target.api_version)}`"

@@ -36,7 +36,7 @@ def test_each_end_has_its_evidence() -> None:
     assert pins[0][:2] == (LAST_MAJOR, LAST)
     assert f"`tools/realk8s/v{'.'.join(map(str, pins[0]))}`" in readme
     # the oldest end: the oldest minor with generated config types (the README names its file)
-    generated = sorted(schema.generated_files())
+    generated = sorted(schema.generated())
     assert generated[0] == (FIRST_MAJOR, FIRST)
     assert f"schemas/kube-scheduler-{FIRST_MAJOR}.{FIRST}.json" in readme
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.flags import carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.binary import gates_set_to
+from patcher.core.schedconfig.flags import carried_settings, parse_flags
 from patcher.core.schedconfig.schema import Schema, find_schema
 
 G = "kubescheduler.config.k8s.io"
 
 
 def schema(api: str) -> Schema:
-    found = find_schema(api, "KubeSchedulerConfiguration")
+    found = find_schema(api)
     assert found is not None
     return found
 
@@ -144,5 +145,5 @@ def test_harmless_legacy_policy_flags_pass(flag: str) -> None:
 
 def test_enabled_feature_gates() -> None:
     flags = parse_flags(["kube-scheduler", "--feature-gates=A=true, B=false,C=TRUE,AllAlpha=false,D", "--v=2"])
-    assert enabled_feature_gates(flags) == frozenset({"A", "C"})
-    assert enabled_feature_gates(parse_flags(["kube-scheduler"])) == frozenset()
+    assert gates_set_to(flags, True) == frozenset({"A", "C"})
+    assert gates_set_to(parse_flags(["kube-scheduler"]), True) == frozenset()

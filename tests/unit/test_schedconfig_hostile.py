@@ -18,7 +18,7 @@ from patcher.core.schedconfig.schema import all_schemas, for_version
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.schedconfig.validate import problems_for
 from patcher.core.schedconfig.version import KubeVersion
-from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS, check_limits, load_single
+from patcher.core.schedconfig.yamlio import MAX_DOCUMENT_CHARS, load_documents, load_single
 from patcher.core.yamltext import MAX_DEPTH, MAX_NODES
 from tests.unit.test_schedconfig_source import make_configmap
 
@@ -73,7 +73,7 @@ def test_node_count_limit_stops_the_200k_item_list() -> None:
     text = "extenders:\n" + "- {}\n" * 200_000  # a 1 MiB source …
     text = text[:MAX_SOURCE_BYTES]  # … as much of it as a source file may hold
     with pytest.raises(ConfigError, match=rf"more than {MAX_NODES} YAML nodes") as err:
-        check_limits(text, "/src/extenders.yaml")
+        load_documents(text, "/src/extenders.yaml")
     # root mapping, key and list are 3 nodes, each "- {}" one more: it stopped where the limit was crossed
     assert err.value.problem.startswith(f"line {MAX_NODES - 1}:")
 
@@ -85,14 +85,14 @@ def test_aliases_count_as_what_they_repeat() -> None:
         prev, name = chr(ord("a") + level - 1), chr(ord("a") + level)
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     with pytest.raises(ConfigError, match="aliases count as what they repeat"):
-        check_limits("\n".join(lines) + "\n", "/src/config.yaml")
+        load_documents("\n".join(lines) + "\n", "/src/config.yaml")
 
 
 def test_a_document_at_the_limits_is_accepted() -> None:
     deep = "k: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\n"
-    check_limits(deep, "/src/config.yaml")
+    load_documents(deep, "/src/config.yaml")
     wide = "k:\n" + "- 1\n" * (MAX_NODES - 3)
-    check_limits(wide, "/src/config.yaml")
+    load_documents(wide, "/src/config.yaml")
     assert load_single(wide, "/src/config.yaml")["k"][-1] == 1
 
 
@@ -110,7 +110,7 @@ def test_a_foreign_config_over_the_document_limit_is_refused_before_parsing() ->
 def test_one_level_more_is_refused() -> None:
     deep = "k: " + "[" * MAX_DEPTH + "]" * MAX_DEPTH + "\n"
     with pytest.raises(ConfigError, match="nested more than"):
-        check_limits(deep, "/src/config.yaml")
+        load_documents(deep, "/src/config.yaml")
 
 
 def test_a_64bit_number_in_any_spelling_is_not_a_long_number(tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ def test_validation_never_raises_on_any_shape(body: Any) -> None:
         data.update({"apiVersion": schema.api_version, "kind": schema.kind})
         for version in (None, KubeVersion(1, 25), KubeVersion(1, 36)):
             served = version is None or schema.serves(version)
-            target = for_version(schema, version) if served else schema
+            target = for_version(schema, version) if served and version is not None else schema
             found = problems_for(data, target, version)
             assert all(isinstance(line, str) and "\n" not in line for line in found)
 

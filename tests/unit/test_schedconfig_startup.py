@@ -18,8 +18,8 @@ import pytest
 from patcher.commands.cli import main
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig.rules import PLUGINS, RULE_BY_KEY, RULES, point_interface
 from patcher.core.schedconfig.schema import generated
-from patcher.core.schedconfig.startup import PLUGINS, RULE_BY_KEY, RULES, point_interface
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion, Launch
 from patcher.core.schedconfig.yamlio import load_single
@@ -375,7 +375,7 @@ def test_plan_still_plans_what_that_minor_accepts(tmp_path: Path, capsys: pytest
 
 def test_launch_reads_flags_image_and_switched_off_gates() -> None:
     from patcher.core.schedconfig.flags import parse_flags
-    from patcher.core.schedconfig.startup import launch_for
+    from patcher.core.schedconfig.rules import launch_for
 
     flags = parse_flags(["kube-scheduler", "--leader-elect=false", "--feature-gates=A=true,B=false,C=False",
                          "--leader-elect-resource-lock", "leases"])

@@ -10,7 +10,7 @@ import pytest
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig import ConfigRequest, build_config
-from patcher.core.schedconfig.startup import RULES
+from patcher.core.schedconfig.rules import RULES
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single

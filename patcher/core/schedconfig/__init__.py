@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems
+from patcher.core.schedconfig.binary import effective_gates, facts_for, flag_problems, gates_set_to
 from patcher.core.schedconfig.extenders import Extender, to_canonical
-from patcher.core.schedconfig.flags import Carried, carried_settings, enabled_feature_gates, parse_flags
+from patcher.core.schedconfig.flags import carried_settings, parse_flags
 from patcher.core.schedconfig.merge import merge_foreign
 from patcher.core.schedconfig.render import Output, render_complete, render_extenders
+from patcher.core.schedconfig.rules import launch_for
 from patcher.core.schedconfig.schema import Schema, target_schema
 from patcher.core.schedconfig.source import (
     CONFIG_FILE,
@@ -34,7 +35,6 @@ from patcher.core.schedconfig.source import (
     detect_form,
     read_source_file,
 )
-from patcher.core.schedconfig.startup import launch_for
 from patcher.core.schedconfig.validate import (
     raise_problems,
     validate_document,
@@ -42,14 +42,6 @@ from patcher.core.schedconfig.validate import (
 )
 from patcher.core.schedconfig.version import KubeVersion, resolve_version
 from patcher.core.schedconfig.yamlio import load_single, strip_header
-
-__all__ = [
-    "ConfigRequest",
-    "ForeignConfig",
-    "RenderedConfig",
-    "build_config",
-    "sha256_hex",
-]
 
 
 @dataclass(frozen=True)
@@ -138,10 +130,6 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
     return found
 
 
-def _carry(req: ConfigRequest, schema: Schema) -> tuple[list[Carried], list[str]]:
-    return carried_settings(parse_flags(req.scheduler_flags), schema, where=req.manifest)
-
-
 def build_config(req: ConfigRequest) -> RenderedConfig:
     """Read the source folder and produce the host files for this node's scheduler.
 
@@ -176,7 +164,8 @@ def _with_flags(version: KubeVersion, flags: dict[str, str | None], req: ConfigR
     gates = effective_gates(flags, minor)
     facts = facts_for(minor)
     if gates is None or facts is None:
-        return replace(version, feature_gates=enabled_feature_gates(flags), launch=launch)
+        # the gates the manifest switches on (``AllAlpha`` names no single gate: gated rules stay on the safe side)
+        return replace(version, feature_gates=gates_set_to(flags, True), launch=launch)
     return replace(version, feature_gates=gates, launch=replace(launch, gates_off=frozenset(facts.gates) - gates))
 
 
@@ -196,7 +185,8 @@ def _build(req: ConfigRequest) -> RenderedConfig:
     out: Output
     if foreign is not None:
         assert foreign.text is not None and source.extenders is not None
-        _carry(req, target_schema(version))  # refuses a legacy Policy flag in every mode
+        # for its refusal of a legacy Policy flag, in every mode
+        carried_settings(flags, target_schema(version), where=req.manifest)
         notes.append(
             "deprecated flags are not carried: the scheduler already ignored them with the existing --config "
             "(--leader-elect* excepted from 1.23: the scheduler applies them over it)"
@@ -211,7 +201,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         )
     elif source.extenders is not None:
         schema = target_schema(version)
-        carried, skipped = _carry(req, schema)
+        carried, skipped = carried_settings(flags, schema, where=req.manifest)
         notes += skipped
         out = render_extenders(
             source.extenders,
@@ -225,7 +215,7 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         out = render_complete(
             source.complete,
             version=version,
-            carry=lambda schema: _carry(req, schema),
+            carry=lambda schema: carried_settings(flags, schema, where=req.manifest),
         )
     notes += out.notes
     main_bytes = out.files[out.main]

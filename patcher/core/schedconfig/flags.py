@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.binary import gates_set_to
 from patcher.core.schedconfig.duration import is_duration
 from patcher.core.schedconfig.schema import Schema
+from patcher.core.yamltext import format_path
 
 CONFIG_FLAG = "--config"
 
@@ -122,10 +122,7 @@ class Carried:
 
     @property
     def field_text(self) -> str:
-        text = ""
-        for part in self.path:
-            text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-        return text
+        return format_path(self.path)
 
 
 def _is_binary(item: str, previous: str | None) -> bool:
@@ -168,12 +165,6 @@ def parse_flags(items: Sequence[str]) -> dict[str, str | None]:
     if config is not None:
         flags["config"] = config.value
     return flags
-
-
-def enabled_feature_gates(flags: dict[str, str | None]) -> frozenset[str]:
-    """Gates that ``--feature-gates=A=true,B=false`` switches on (component-base's syntax; ``AllAlpha``/``AllBeta``
-    name no single gate and are ignored, which keeps gated rules on the safe side)."""
-    return gates_set_to(flags, True)
 
 
 def parse_bool(raw: str | None) -> bool | None:
@@ -227,10 +218,7 @@ def _algorithm_source_flag(flags: dict[str, str | None]) -> str | None:
 def carried_settings(
     flags: dict[str, str | None], schema: Schema, *, where: str | None = None
 ) -> tuple[list[Carried], list[str]]:
-    """The config values that the manifest's deprecated flags stand for, plus notes on what was skipped.
-
-    ``where`` names the manifest in error messages.
-    """
+    """The config values that the manifest's (``where``) deprecated flags stand for, and notes on what was skipped."""
     refused = _algorithm_source_flag(flags)
     if refused is not None:
         raise ConfigError(

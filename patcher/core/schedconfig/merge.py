@@ -31,10 +31,6 @@ def _last_slot(node: Any) -> tuple[Any, Any] | None:
     return slot
 
 
-def _comment_position(container: Any) -> int:
-    return 2 if isinstance(container, CommentedMap) else 0
-
-
 def _move_trailing_comment(dropped: Any, onto: Any) -> None:
     """Keep the comment lines that followed a dropped entry: they now follow ``onto``."""
     source, target = _last_slot(dropped), _last_slot(onto)
@@ -42,13 +38,13 @@ def _move_trailing_comment(dropped: Any, onto: Any) -> None:
         return
     container, key = source
     slot = container.ca.items.get(key)
-    position = _comment_position(container)
+    position = 2 if isinstance(container, CommentedMap) else 0  # where ruamel keeps a trailing comment
     if not slot or len(slot) <= position or slot[position] is None:
         return
     token = slot[position]
     slot[position] = None
     t_container, t_key = target
-    t_position = _comment_position(t_container)
+    t_position = 2 if isinstance(t_container, CommentedMap) else 0
     t_slot = t_container.ca.items.setdefault(t_key, [None, None, None, None])
     if t_slot[t_position] is None:
         t_slot[t_position] = token

@@ -16,9 +16,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from patcher.core.schedconfig.extenders import Extender, from_canonical
 from patcher.core.schedconfig.flags import Carried
+from patcher.core.schedconfig.rules import LEADER_ELECTION_FLAGS, flags_apply, override_notes
 from patcher.core.schedconfig.schema import CONFIG_KIND, Schema
 from patcher.core.schedconfig.source import SourceFile
-from patcher.core.schedconfig.startup import LEADER_ELECTION_FLAGS, flags_apply, override_notes
 from patcher.core.schedconfig.validate import validate_document
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import (

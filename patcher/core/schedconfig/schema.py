@@ -52,7 +52,7 @@ class Schema:
     minor: tuple[int, int] | None = None  # the kube-scheduler minor whose generated types these are
     node_minor: tuple[int, int] | None = None  # the node's scheduler minor, for rules that changed between minors
     node_gates: frozenset[str] | None = None  # feature gates the node's scheduler runs with (None: not known)
-    node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (startup.py)
+    node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (rules.py)
 
     def serves(self, version: KubeVersion) -> bool:
         if version.key < self.served_from:
@@ -121,9 +121,6 @@ def all_schemas() -> tuple[Schema, ...]:
     return tuple(_parse(name, json.loads(read_data(name))) for name in names)
 
 
-GENERATED_PREFIX = "kube-scheduler-"
-
-
 @dataclass(frozen=True)
 class MinorTypes:
     """The generated types of one apiVersion in one kube-scheduler minor."""
@@ -135,78 +132,45 @@ class MinorTypes:
 
 
 @cache
-def generated_files() -> dict[tuple[int, int], Path]:
-    """minor -> its ``kube-scheduler-1.N.json``, from the file names alone (oldest first)."""
-    found: dict[tuple[int, int], Path] = {}
-    for entry in SCHEMAS.iterdir():
-        if entry.name.startswith(GENERATED_PREFIX) and entry.name.endswith(".json"):
-            minor = minor_of(entry.name[len(GENERATED_PREFIX):-len(".json")])
-            assert minor is not None
-            found[minor] = entry
+def _generated() -> dict[tuple[int, int], tuple[dict[str, MinorTypes], frozenset[str] | None]]:
+    """minor -> (apiVersion -> its types, the in-tree registry's plugin names where that was read), from every
+    ``kube-scheduler-1.N.json``, oldest first."""
+    found = {}
+    for entry in SCHEMAS.glob("kube-scheduler-*.json"):
+        raw = json.loads(read_data(entry.name))
+        minor = minor_of(raw["kubeScheduler"])
+        assert minor is not None
+        types = {api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
+                 for api_version, content in raw["apiVersions"].items()}
+        found[minor] = (types, frozenset(raw["registry"]) if raw.get("registry") is not None else None)
     return dict(sorted(found.items()))
 
 
-@cache
-def _generated_raw(minor: tuple[int, int]) -> dict[str, Any]:
-    entry = generated_files()[minor]
-    raw: dict[str, Any] = json.loads(read_data(entry.name))
-    assert minor_of(raw["kubeScheduler"]) == minor, f"{entry.name} holds the types of {raw['kubeScheduler']}"
-    return raw
+def generated() -> dict[tuple[int, int], dict[str, MinorTypes]]:
+    """minor -> apiVersion -> types, oldest minor first."""
+    return {minor: types for minor, (types, _) in _generated().items()}
 
 
 def registry(minor: tuple[int, int]) -> frozenset[str] | None:
     """The plugin names the in-tree registry of this minor holds (``NewInTreeRegistry``, generated from its
     k8s.io/kubernetes where that was read); None when not generated for it."""
-    if minor not in generated_files():
-        return None
-    names = _generated_raw(minor).get("registry")
-    return frozenset(names) if names is not None else None
-
-
-@cache
-def minor_types(minor: tuple[int, int]) -> dict[str, MinorTypes]:
-    """apiVersion -> types of one generated minor, read once. A start reads only its node's minor, not all of
-    them: ``for_version`` needs no other."""
-    entry = generated_files()[minor]
-    raw = _generated_raw(minor)
-    return {
-        api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
-        for api_version, content in raw["apiVersions"].items()
-    }
-
-
-def generated() -> dict[tuple[int, int], dict[str, MinorTypes]]:
-    """minor -> apiVersion -> types, from every ``kube-scheduler-1.N.json`` (each read once)."""
-    return {minor: minor_types(minor) for minor in generated_files()}
+    return _generated().get(minor, ({}, None))[1]
 
 
 def generated_minor(version: KubeVersion) -> tuple[int, int] | None:
     """Which generated minor describes ``version``: its own, the newest one for a newer scheduler, else None."""
-    minors = list(generated_files())
-    if not minors or version.key < minors[0]:
-        return None
-    return version.key if version.key in generated_files() else max(m for m in minors if m <= version.key)
+    return max((minor for minor in _generated() if minor <= version.key), default=None)
 
 
-def for_version(schema: Schema, version: KubeVersion | None) -> Schema:
-    """``schema`` with the types that kube-scheduler ``version`` decodes, when generated types exist for it."""
-    if version is None or schema.kind != CONFIG_KIND:
-        return schema
+def for_version(schema: Schema, version: KubeVersion) -> Schema:
+    """``schema`` as kube-scheduler ``version`` reads it: with the types of its generated minor (the newest one for a
+    newer scheduler) and what its manifest adds (the minor, gates and flags the rules read)."""
+    node = replace(schema, node_minor=version.key, node_gates=version.feature_gates, node_launch=version.launch)
     minor = generated_minor(version)
-    found = minor_types(minor) if minor is not None else None
-    entry = found.get(schema.api_version) if found is not None else None
+    entry = generated()[minor].get(schema.api_version) if minor is not None else None
     if entry is None:
-        return replace(schema, node_minor=version.key, node_gates=version.feature_gates, node_launch=version.launch)
-    return replace(
-        schema,
-        types=entry.types,
-        plugin_args=entry.plugin_args,
-        minor=entry.minor,
-        file=entry.file,
-        node_minor=version.key,
-        node_gates=version.feature_gates,
-        node_launch=version.launch,
-    )
+        return node
+    return replace(node, types=entry.types, plugin_args=entry.plugin_args, minor=entry.minor, file=entry.file)
 
 
 def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int, int]) -> tuple[int, int] | None:
@@ -217,20 +181,14 @@ def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int
             return minor
     return None
 
-def find_schema(api_version: str, kind: str) -> Schema | None:
-    for schema in all_schemas():
-        if schema.api_version == api_version and schema.kind == kind:
-            return schema
-    return None
 
-
-def config_api_versions() -> list[str]:
-    return [s.api_version for s in all_schemas() if s.kind == CONFIG_KIND]
+def find_schema(api_version: str) -> Schema | None:
+    return next((schema for schema in all_schemas() if schema.api_version == api_version), None)
 
 
 def served_config_schemas(version: KubeVersion) -> list[Schema]:
     """KubeSchedulerConfiguration apiVersions this scheduler decodes, newest (latest introduced) first."""
-    served = [s for s in all_schemas() if s.kind == CONFIG_KIND and s.serves(version)]
+    served = [s for s in all_schemas() if s.serves(version)]
     return sorted(served, key=lambda s: s.served_from, reverse=True)
 
 
@@ -244,4 +202,4 @@ def target_schema(version: KubeVersion) -> Schema:
 
 def canonical_schema() -> Schema:
     """The newest config apiVersion: its field names are the version-neutral spelling."""
-    return max((s for s in all_schemas() if s.kind == CONFIG_KIND and s.render), key=lambda s: s.served_from)
+    return max((s for s in all_schemas() if s.render), key=lambda s: s.served_from)

@@ -48,12 +48,6 @@ class SourceForm:
     ignored: tuple[str, ...]
 
 
-def check_name(source_dir: Path, name: str) -> None:
-    """Refuse a name that could leave the folder or is not a plain file name."""
-    if not name or "/" in name or "\\" in name or "\0" in name or ".." in name or name.startswith("."):
-        raise ConfigError(str(source_dir / name), f"refusing source file name {name!r}: not a plain file name")
-
-
 def _folder(source_dir: Path) -> str:
     try:
         info = os.stat(source_dir)
@@ -68,7 +62,8 @@ def _folder(source_dir: Path) -> str:
 
 def read_source_file(source_dir: Path, name: str) -> SourceFile:
     """Read one file of the source folder, following symlinks only while they stay inside the folder."""
-    check_name(source_dir, name)
+    if not name or "/" in name or "\\" in name or "\0" in name or ".." in name or name.startswith("."):
+        raise ConfigError(str(source_dir / name), f"refusing source file name {name!r}: not a plain file name")
     root = _folder(source_dir)
     path = source_dir / name
     shown = str(path)
@@ -130,11 +125,8 @@ def detect_form(source_dir: Path) -> SourceForm:
 
 
 def csi_pick(minor: int) -> str:
-    """The file the csi-baremetal-operator's patcher uses for a Kubernetes minor version.
-
-    Its rule in the supported range: 1.19–1.22 use config-19.yaml, 1.23–1.28 config-23.yaml, 1.29 and newer
-    config-29.yaml (its config.yaml and policy.yaml are for 1.18 and older).
-    """
+    """The file the csi-baremetal-operator's patcher uses for a Kubernetes minor version (its config.yaml and
+    policy.yaml are for 1.18 and older)."""
     if minor <= 22:
         return "config-19.yaml"
     if minor <= 28:

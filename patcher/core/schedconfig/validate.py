@@ -15,19 +15,18 @@ from typing import Any
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.duration import parse_duration_ns
-from patcher.core.schedconfig.rules import extender_problems, rule_problems
+from patcher.core.schedconfig.rules import effective, extender_problems, is_int, rule_problems
 from patcher.core.schedconfig.schema import (
     CONFIG_KIND,
     Schema,
     TypeSpec,
     added_in,
+    all_schemas,
     canonical_schema,
-    config_api_versions,
     find_schema,
     for_version,
     served_config_schemas,
 )
-from patcher.core.schedconfig.startup import effective, is_int
 from patcher.core.schedconfig.version import KubeVersion
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
@@ -252,19 +251,16 @@ def identify(data: Any, path: str) -> Schema:
     api_version = data.get("apiVersion")
     if kind != CONFIG_KIND:
         raise ConfigError(path, f"not a {CONFIG_KIND} (kind is {kind!r})")
-    schema = find_schema(str(api_version), kind)
+    schema = find_schema(str(api_version))
     if schema is None:
-        known = ", ".join(config_api_versions())
+        known = ", ".join(s.api_version for s in all_schemas())
         raise ConfigError(path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {known})")
     return schema
 
 
 def validate_document(data: Any, path: str, *, version: KubeVersion | None = None) -> Schema:
-    """Identify and strictly validate one document; returns its schema or raises ConfigError.
-
-    With ``version`` (the node's scheduler), an apiVersion it does not serve is refused first, and the
-    document is checked against the types of that minor (``schema.for_version``) rather than the union of all.
-    """
+    """Identify and strictly validate one document, for the node's scheduler ``version`` when known (an apiVersion
+    it does not serve refused first, then the types of its minor); returns its schema or raises ConfigError."""
     schema = identify(data, path)
     if version is not None:
         check_served(schema, version, path)

@@ -61,9 +61,11 @@ class KubeVersion:
 
 
 def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
-    """Parse ``1.29``, ``v1.29.3``, ``v1.30.2-rke2r1-build20240717``, ``v1.10.4_coreos.0``; None if it is not one."""
+    """Parse ``1.29``, ``v1.29.3``, ``v1.30.2-rke2r1-build20240717``, ``v1.10.4_coreos.0``; None if it is not a
+    Kubernetes 1.x version (scheduler-plugins images are tagged ``v0.<k8s minor>.<patch>``: guessing the mapping
+    would be wrong for any other image that happens to use semver tags)."""
     match = _VERSION.fullmatch(text.strip())
-    if match is None:
+    if match is None or int(match.group("major")) != 1:
         return None
     patch = match.group("patch")
     return KubeVersion(
@@ -75,38 +77,22 @@ def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
 
 
 def image_tag(image: str) -> str | None:
-    """The tag of an image reference, ignoring the registry port and any ``@sha256:`` digest.
-
-    ``registry.k8s.io/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``; ``…/kube-scheduler@sha256:…`` → None.
-    """
-    name = image.strip().split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
-    if ":" not in last:
-        return None
-    tag = last.split(":", 1)[1]
-    return tag or None
+    """The tag of an image reference (``…/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``), if it has one."""
+    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
+    return last.partition(":")[2] or None
 
 
 def version_from_image(image: str) -> KubeVersion | None:
-    """The Kubernetes version that an image tag names, or None when the tag is not a Kubernetes 1.x version.
-
-    scheduler-plugins images are tagged ``v0.<k8s minor>.<patch>``: a major other than 1 is not a Kubernetes
-    version, and guessing the mapping would be wrong for any other image that happens to use semver tags.
-    """
+    """The Kubernetes version that an image tag names, or None when the tag is not a Kubernetes 1.x version."""
     tag = image_tag(image)
-    if tag is None:
-        return None
-    version = parse_version(tag, source=f"image tag {tag}")
-    if version is None or version.major != 1:
-        return None
-    return version
+    return None if tag is None else parse_version(tag, source=f"image tag {tag}")
 
 
 def supported_version(text: str) -> str:
     """``text`` when it is a Kubernetes version inside ``SUPPORTED_MINORS``; else ``ValueError`` saying why
     (the ``--kube-version`` check: an operator's claim outside the tested range is refused, not rendered)."""
     version = parse_version(text, source="--kube-version")
-    if version is None or version.major != 1:
+    if version is None:
         raise ValueError(f"not a Kubernetes version: {text!r} (expected e.g. 1.34 or v1.34.2)")
     first, last = SUPPORTED_MINORS
     if not first <= version.key <= last:
@@ -117,13 +103,11 @@ def supported_version(text: str) -> str:
 def resolve_version(
     image: str | None, override: str | None, fallback: str | None, *, where: str | None = None
 ) -> KubeVersion:
-    """Pick the scheduler version: ``--kube-version``, else the image tag, else the API server's version.
-
-    ``where`` (the manifest) is named in errors about the image.
-    """
+    """The scheduler version: ``--kube-version``, else the image tag, else the API server's; ``where`` (the manifest)
+    is named in errors about the image."""
     if override:
         version = parse_version(override, source="--kube-version")
-        if version is None or version.major != 1:
+        if version is None:
             raise ConfigError(
                 None, f"--kube-version {override!r}: not a Kubernetes version (expected e.g. 1.29 or v1.29.3)"
             )
@@ -134,7 +118,7 @@ def resolve_version(
             return _supported(version, where)
     if fallback:
         version = parse_version(fallback, source="API server /version")
-        if version is not None and version.major == 1:
+        if version is not None:
             return _supported(version, where)
     seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
     if fallback:

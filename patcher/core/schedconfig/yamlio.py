@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import io
 import re
-from itertools import pairwise
+from itertools import dropwhile, pairwise
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 from patcher.core.errors import ConfigError
-from patcher.core.yamltext import YamlTextError, yaml11_ambiguous
-from patcher.core.yamltext import check_limits as check_text_limits
+from patcher.core.yamltext import YamlTextError, load_plain_all, yaml11_ambiguous
 
 HEADER_PREFIX = "# Rendered by scheduler-patcher"
 _KEY_ONLY = re.compile(r"(?P<indent> *(?:- +)?)[^\s#-][^:#]*:[ \t]*(?:#.*)?$")
@@ -38,39 +36,17 @@ def _yaml() -> YAML:
     return yaml
 
 
-def check_limits(text: str, path: str) -> None:
-    """Refuse, in one line, a document too large, too deep, too big, with a number too long or a tag JSON cannot
-    hold (``yamltext.check_limits``), so that the recursive composer, our validator and the scheduler itself only
-    ever see bounded input."""
+def load_documents(text: str, path: str) -> list[Any]:
+    """Every YAML document in ``text``, round-trip, within the limits (``yamltext``'s, plus a tag JSON cannot hold or
+    a number no field can: a Kubernetes decoder reads the config as JSON) and ``MAX_DOCUMENT_CHARS``; anything
+    else one ``ConfigError`` line naming ``path``."""
     if len(text) > MAX_DOCUMENT_CHARS:
-        limit = f"the limit for a YAML document is {MAX_DOCUMENT_CHARS}"
-        raise ConfigError(path, f"too large ({len(text)} characters; {limit})")
+        raise ConfigError(path, f"too large ({len(text)} characters; the limit for a YAML document is "
+                          f"{MAX_DOCUMENT_CHARS})")
     try:
-        check_text_limits(text, json_only=True)
+        return load_plain_all(text, _yaml(), json_only=True)
     except YamlTextError as exc:
         raise ConfigError(path, str(exc)) from None
-
-
-def load_documents(text: str, path: str) -> list[Any]:
-    """Parse every YAML document in ``text``; errors name ``path`` and the first line of the parser's reason.
-
-    The limits are checked first (``check_limits``). Whatever the parser or constructor raises becomes the one
-    ``ConfigError`` line: ruamel raises more than ``YAMLError`` on hostile input (``ValueError`` for a number
-    Python will not convert, ``TypeError`` for an unhashable key), and none of it may escape as a traceback.
-    """
-    try:
-        check_limits(text, path)
-        return [doc for doc in _yaml().load_all(text)]
-    except ConfigError:
-        raise
-    except YAMLError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(path, f"invalid YAML{where}: {first}") from None
-    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(path, f"invalid YAML: {first}") from None
 
 
 def load_single(text: str, path: str) -> Any:
@@ -89,11 +65,7 @@ def load_single(text: str, path: str) -> Any:
 
 def strip_header(text: str) -> str:
     """Drop our own header lines at the top of a file, so re-rendering our output does not stack headers."""
-    lines = text.splitlines(keepends=True)
-    index = 0
-    while index < len(lines) and lines[index].startswith(HEADER_PREFIX):
-        index += 1
-    return "".join(lines[index:])
+    return "".join(dropwhile(lambda line: line.startswith(HEADER_PREFIX), text.splitlines(keepends=True)))
 
 
 def layout(text: str) -> tuple[int, int, int]:
@@ -165,12 +137,5 @@ def to_plain(value: Any) -> Any:
         return {str(key): to_plain(item) for key, item in value.items()}
     if isinstance(value, list):
         return [to_plain(item) for item in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
+    kind = next((kind for kind in (bool, int, float, str) if isinstance(value, kind)), None)
+    return value if kind is None else kind(value)  # ruamel's ScalarFloat, DoubleQuotedScalarString … as plain
