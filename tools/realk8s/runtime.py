@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc"}
+#: haproxy: the API endpoint of the kubeadm cluster's three control-plane nodes (tests/harness/real/kubeadm_cluster.py).
+PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "haproxy": "haproxy"}
 #: The CNI loopback plugin: the node's only pod network (tests/harness/real/kubelet_node.py), so the runtime reports its
 #: network ready and the kubelet its node Ready. Debian's package puts the plugins here, off PATH.
 CNI_PLUGINS = {Path("/usr/lib/cni/loopback"): "containernetworking-plugins"}

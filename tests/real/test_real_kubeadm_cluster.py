@@ -1,0 +1,328 @@
+"""Three control-plane nodes made by the real kubeadm (tests/harness/real/kubeadm_cluster.py): the cluster a kubeadm
+user runs, with stacked etcd, the API endpoint behind haproxy, and one kube-scheduler and kube-controller-manager per
+node electing their leaders through the real Leases.
+
+What only such a cluster can say: that the nodes kubeadm joins are what the agents' DaemonSet selects, that the real
+DaemonSet controller places one agent on each, that the agents take turns on the real nodes (never two schedulers
+down at once), and that `helm uninstall` leaves every node's manifest as kubeadm wrote it while the real garbage
+collector takes the agents' pods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.helpers import P
+from tests.harness.real.agent_image import agent_image
+from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
+from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
+from tests.harness.real.kubeadm_cluster import (
+    ENDPOINT,
+    ENDPOINT_ADDRESS,
+    KubeadmCluster,
+    cluster_missing,
+    kubeadm_cluster,
+)
+from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, releases_with_kubeadm
+
+pytestmark = pytest.mark.real_kubeadm
+
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+
+
+def newest_release() -> Binaries:
+    """The newest built release with kubeadm, or one line on why the cluster cannot start (a failure under CI=true,
+    where nothing may skip)."""
+    why = cluster_missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the kubeadm cluster cannot start under CI=true: {why}")
+        pytest.skip(why)
+    return releases_with_kubeadm()[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeadmCluster]:
+    """Three control-plane nodes of the newest release, shared by this module's tests (the real-test lock held
+    from before the first node to after the last one stopped)."""
+    with one_at_a_time():
+        binaries = newest_release()
+        with kubeadm_cluster(binaries, tmp_path_factory.mktemp("ha"), 3) as made:
+            print(f"\nkubeadm cluster v{binaries.version}: {made.timings()}")
+            yield made
+
+
+def ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def ready_nodes(cluster: KubeadmCluster) -> list[str] | None:
+    nodes = cluster.first.get("/api/v1/nodes")
+    assert nodes is not None
+    names = sorted(n["metadata"]["name"] for n in nodes["items"] if ready(n))
+    return names if len(names) == cluster.size else None
+
+
+def etcd_members(node: KubeadmNode) -> list[dict[str, Any]]:
+    """The etcd cluster's members, as the node's etcd tells them (its grpc-gateway, with kubeadm's health-check
+    client certificate)."""
+    pki = "/etc/kubernetes/pki/etcd"
+    proc = subprocess.run(node.inside(["curl", "-sS", "--fail", "--max-time", "10", "--cacert", f"{pki}/ca.crt",
+                                       "--cert", f"{pki}/healthcheck-client.crt", "--key",
+                                       f"{pki}/healthcheck-client.key", "-X", "POST", "-d", "{}",
+                                       "https://127.0.0.1:2379/v3/cluster/member/list"]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    members: list[dict[str, Any]] = json.loads(proc.stdout)["members"]
+    return members
+
+
+def lease_holder(node: KubeadmNode, name: str) -> str | None:
+    """The node whose component holds kube-system's Lease `name` (holderIdentity is `<node>_<uuid>`)."""
+    lease = node.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
+    holder = str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+    return holder.split("_", 1)[0] or None
+
+
+def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
+    """kubeadm init + two joins -> three Ready Nodes with kubeadm's control-plane label and taint; three etcd
+    members, none a learner any more; kube-scheduler's and kube-controller-manager's Leases each held by one of the
+    three; and every node runs kubeadm's four static pods."""
+    names = [n.name for n in cluster.nodes]
+    assert wait_until(lambda: ready_nodes(cluster), 300, "three Ready Nodes") == sorted(names)
+    nodes = cluster.first.get("/api/v1/nodes")
+    assert nodes is not None
+    for item in nodes["items"]:
+        assert CONTROL_PLANE in item["metadata"]["labels"], item["metadata"]
+        taints = [(t["key"], t["effect"]) for t in item["spec"].get("taints") or []]
+        assert taints == [(CONTROL_PLANE, "NoSchedule")], taints  # not-ready gone: the node lifecycle controller
+
+    def all_started() -> list[dict[str, Any]] | None:
+        members = etcd_members(cluster.first)
+        return members if len(members) == 3 and not any(m.get("isLearner") for m in members) else None
+    members = wait_until(all_started, 120, f"three voting etcd members: {etcd_members(cluster.first)}")
+    assert sorted(m["name"] for m in members) == sorted(names)
+    assert sorted(u for m in members for u in m["clientURLs"]) == sorted(
+        f"https://{n.address}:2379" for n in cluster.nodes)
+
+    for node in cluster.nodes:
+        for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            wait_until(partial(node.running, component), 300, f"{component} on {node.name}\n{node.log('kubelet')}")
+    for lease in ("kube-scheduler", "kube-controller-manager"):
+        holder = wait_until(partial(lease_holder, cluster.first, lease), 120, f"the {lease} Lease held")
+        assert holder in names, holder
+    print(f"\ncluster idle: {cluster.rss() / 2**20:.0f} MiB RSS (3 nodes and haproxy); "
+          f"scheduler leader {lease_holder(cluster.first, 'kube-scheduler')}")
+
+
+# -- the journey: helm install, the rollout one node at a time, helm uninstall ------------------------------------
+
+SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
+
+
+def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
+    """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
+    imported into each node's containerd (no registry is reachable here). The chart then runs it with
+    `pullPolicy: Never`; a registry's pull would take this one function's place."""
+    image = agent_image()
+    for node in cluster.nodes:
+        node.ctr("images", "import", str(image.archive))
+        assert image.name in node.ctr("images", "ls", "-q").split()
+    repository, tag = image.name.rsplit(":", 1)
+    return repository, tag
+
+
+def chart_values(repository: str, tag: str) -> dict[str, Any]:
+    """The chart's values for this cluster: the imported image, one extender (ignorable: nothing listens on it, the
+    scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
+    `kubernetes` Service's ClusterIP, which the kubelet puts in KUBERNETES_SERVICE_HOST: the agents (host network)
+    get the API endpoint's address instead (the container's env wins over the kubelet's). The pod network is
+    loopback only, so the restore hook's Job (not host network) could reach no API server: it is off, and the
+    agents' own restore on exit is what `helm uninstall` relies on here."""
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", "weight": 1,
+                       "ignorable": True}],
+        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ENDPOINT_ADDRESS},
+                     {"name": "KUBERNETES_SERVICE_PORT", "value": ENDPOINT.rsplit(":", 1)[1]}],
+        "restoreJob": {"enabled": False},
+    }
+
+
+def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real helm in the node's network (the API endpoint is reachable there only), as kubeadm's admin."""
+    path, why = find_helm()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no helm under CI=true: {why}")
+        pytest.skip(why)
+    return subprocess.run(node.inside([path, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+class SchedulerTimeline:
+    """Every kube-scheduler mirror pod's readiness, as the API server tells it (kubectl's watch in the first node),
+    stamped with this machine's monotonic clock: (time, node, ready). A deleted mirror pod is not ready."""
+
+    def __init__(self, node: KubeadmNode) -> None:
+        self.events: list[tuple[float, str, bool]] = []
+        self.proc = subprocess.Popen(node.inside([
+            str(node.binaries.path("kubectl")), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
+            "--namespace=kube-system", "--selector=component=kube-scheduler", "--watch", "--output-watch-events",
+            "--output=json"], pid_namespace=False), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
+        fd = self.proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            buffer += chunk.decode()
+            while True:
+                buffer = buffer.lstrip()
+                try:
+                    event, end = decoder.raw_decode(buffer)
+                except ValueError:
+                    break
+                buffer = buffer[end:]
+                pod = event["object"]
+                is_ready = (event["type"] != "DELETED" and not pod["metadata"].get("deletionTimestamp")
+                            and any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in pod.get("status", {}).get("conditions") or []))
+                self.events.append((time.monotonic(), pod["spec"]["nodeName"], is_ready))
+
+    def most_not_ready(self, since: float, until: float) -> tuple[int, list[tuple[float, str, bool]]]:
+        """The most schedulers not ready at one time between `since` and `until` (each node's state before `since`
+        is its last event then), and the events of that window."""
+        state: dict[str, bool] = {}
+        most = 0
+        window = []
+        for stamp, node, is_ready in list(self.events):
+            if stamp > until:
+                break
+            state[node] = is_ready
+            if stamp >= since:
+                window.append((stamp, node, is_ready))
+                most = max(most, sum(not r for r in state.values()))
+        return most, window
+
+    def down_for(self, since: float, until: float, at_least: int) -> float:
+        """Seconds between `since` and `until` during which at least `at_least` schedulers were not ready (the
+        state between two events is the one the first left)."""
+        state: dict[str, bool] = {}
+        total, previous = 0.0, since
+        ends: list[tuple[float, str, bool | None]] = [*self.events, (until, "", None)]
+        for stamp, node, is_ready in ends:
+            stamp = min(stamp, until)
+            if stamp > previous and sum(not r for r in state.values()) >= at_least:
+                total += stamp - previous
+            previous = max(previous, stamp)
+            if is_ready is not None:
+                state[node] = is_ready
+        return total
+
+    def stop(self) -> None:
+        assert self.proc.poll() is None, "kubectl's watch ended: the timeline has a gap"
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def agents(node: KubeadmNode) -> list[dict[str, Any]]:
+    pods = node.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+    return list((pods or {}).get("items") or [])
+
+
+def states(cluster: KubeadmCluster) -> dict[str, str]:
+    nodes = cluster.first.get("/api/v1/nodes")
+    assert nodes is not None
+    return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(f"{P}state", "")
+            for n in nodes["items"]}
+
+
+def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
+    """(container ID, its --config flags) of the node's running, ready kube-scheduler; None while there is none."""
+    running = node.running()
+    if running is None:
+        return None
+    container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
+    return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+
+
+def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_its_bytes(
+        cluster: KubeadmCluster, tmp_path: Path) -> None:
+    """`helm install` (the real helm, in a node, as kubeadm's admin) -> the real DaemonSet controller places one
+    agent on each control-plane node; the agents take the rollout Lease in turn: never two kube-scheduler mirror pods
+    not ready at once; each kubelet restarts its scheduler with `--config`; each Node reports Ready. `helm
+    uninstall` -> the garbage collector deletes the agents' pods, each agent restores on its way out: every manifest
+    is byte-identical to what kubeadm wrote and every scheduler runs it again."""
+    manifests = {n.name: n.host(f"{MANIFESTS}/kube-scheduler.yaml") for n in cluster.nodes}
+    written = {name: path.read_bytes() for name, path in manifests.items()}
+    before = {n.name: wait_until(partial(scheduler_config, n), 300, f"kube-scheduler on {n.name}")
+              for n in cluster.nodes}
+    assert all(flags == [] for _, flags in before.values()), before
+    started = time.monotonic()
+    repository, tag = agent_image_on(cluster)
+    print(f"\nagent image imported into {cluster.size} nodes in {time.monotonic() - started:.1f} s")
+
+    timeline = SchedulerTimeline(cluster.first)
+    try:
+        wait_until(lambda: {n for _, n, r in timeline.events if r} == set(written) or None, 60,
+                   "the watch's first list")
+        values = tmp_path / "values.json"
+        values.write_text(json.dumps(chart_values(repository, tag)))
+        installed_at = time.monotonic()
+        proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
+                    f"--values={values}")
+        assert proc.returncode == 0, proc.stderr
+
+        def all_ready() -> dict[str, str] | None:
+            now = states(cluster)
+            assert not [s for s in now.values() if s in ("Failed", "RolledBack")], now
+            return now if set(now.values()) == {"Ready"} else None
+        wait_until(all_ready, 900, f"every node Ready: {states(cluster)}")
+        install_in = time.monotonic() - installed_at
+        pods = agents(cluster.first)
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(written), pods  # one agent per node
+        assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in pods)
+        for node in cluster.nodes:
+            container, flags = wait_until(partial(scheduler_config, node), 300, f"kube-scheduler on {node.name}")
+            assert container != before[node.name][0], node.name  # restarted by its kubelet
+            assert len(flags) == 1 and flags[0].startswith(f"--config={SCHEDULER_CONFIG}"), flags
+            assert manifests[node.name].read_bytes() != written[node.name]
+        most, window = timeline.most_not_ready(installed_at, time.monotonic())
+        downs = sorted({n for _, n, r in window if not r})
+        assert downs == sorted(written), window  # every scheduler went down once for its restart...
+        assert most == 1, window  # ...and never two at once
+        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s")
+
+        uninstalled_at = time.monotonic()
+        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
+        assert proc.returncode == 0, proc.stderr
+
+        def restored() -> bool:
+            if agents(cluster.first):
+                return False
+            if any(manifests[n].read_bytes() != written[n] for n in written):
+                return False
+            return all((scheduler_config(n) or ("", ["?"]))[1] == [] for n in cluster.nodes)
+        wait_until(restored, 300, f"kubeadm's manifests back, agents gone: {len(agents(cluster.first))} left")
+        uninstall_in = time.monotonic() - uninstalled_at
+        now = time.monotonic()
+        most_after, _ = timeline.most_not_ready(uninstalled_at, now)
+        print(f"helm uninstall -> agents gone, kubeadm's bytes on every node, schedulers back: {uninstall_in:.1f} s "
+              f"(at most {most_after} scheduler(s) not ready at once; none ready for "
+              f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s)")
+    finally:
+        timeline.stop()
