@@ -173,10 +173,10 @@ def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
 
 class SchedulerTimeline:
     """Every kube-scheduler mirror pod's readiness, as the API server tells it (kubectl's watch in the first node),
-    stamped with this machine's monotonic clock: (time, node, ready). A deleted mirror pod is not ready."""
+    stamped with this machine's monotonic clock: (time, node, ready, the pod's config hash; "" once deleted)."""
 
     def __init__(self, node: KubeadmNode) -> None:
-        self.events: list[tuple[float, str, bool]] = []
+        self.events: list[tuple[float, str, bool, str]] = []
         self.proc = subprocess.Popen(node.inside([
             str(node.binaries.path("kubectl")), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
             "--namespace=kube-system", "--selector=component=kube-scheduler", "--watch", "--output-watch-events",
@@ -198,39 +198,41 @@ class SchedulerTimeline:
                     break
                 buffer = buffer[end:]
                 pod = event["object"]
-                is_ready = (event["type"] != "DELETED" and not pod["metadata"].get("deletionTimestamp")
-                            and any(c["type"] == "Ready" and c["status"] == "True"
-                                    for c in pod.get("status", {}).get("conditions") or []))
-                self.events.append((time.monotonic(), pod["spec"]["nodeName"], is_ready))
+                gone = event["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
+                is_ready = not gone and any(c["type"] == "Ready" and c["status"] == "True"
+                                            for c in pod.get("status", {}).get("conditions") or [])
+                config = "" if gone else pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
+                self.events.append((time.monotonic(), pod["spec"]["nodeName"], is_ready, config))
 
-    def most_not_ready(self, since: float, until: float) -> tuple[int, list[tuple[float, str, bool]]]:
-        """The most schedulers not ready at one time between `since` and `until` (each node's state before `since`
-        is its last event then), and the events of that window."""
-        state: dict[str, bool] = {}
-        most = 0
-        window = []
-        for stamp, node, is_ready in list(self.events):
+    def replacements(self, since: float, until: float) -> list[tuple[float, str, frozenset[str]]]:
+        """(time, node, the nodes whose scheduler is then down for a new manifest) after each event between `since`
+        and `until`. A scheduler is down for a new manifest from the moment its mirror pod goes or shows another config
+        hash than the one it last ran ready, until it is ready on the new one. A not-ready pod of the same hash (a
+        crash, a leader election lost on a loaded machine, after which the kubelet restarts the container) is not
+        a replacement: the agents' turns serialise their own writes only."""
+        ran: dict[str, str] = {}
+        down: dict[str, bool] = {}
+        out: list[tuple[float, str, frozenset[str]]] = []
+        for stamp, node, is_ready, config in list(self.events):
             if stamp > until:
                 break
-            state[node] = is_ready
+            if is_ready:
+                ran[node], down[node] = config, False
+            elif not config or (node in ran and config != ran[node]):
+                down[node] = True
             if stamp >= since:
-                window.append((stamp, node, is_ready))
-                most = max(most, sum(not r for r in state.values()))
-        return most, window
+                out.append((stamp, node, frozenset(n for n, d in down.items() if d)))
+        return out
 
     def down_for(self, since: float, until: float, at_least: int) -> float:
-        """Seconds between `since` and `until` during which at least `at_least` schedulers were not ready (the
-        state between two events is the one the first left)."""
-        state: dict[str, bool] = {}
-        total, previous = 0.0, since
-        ends: list[tuple[float, str, bool | None]] = [*self.events, (until, "", None)]
-        for stamp, node, is_ready in ends:
+        """Seconds between `since` and `until` during which at least `at_least` schedulers were down for a new
+        manifest (the count between two events is the one the first left)."""
+        total, previous, count = 0.0, since, 0
+        for stamp, _, after in [*self.replacements(0.0, until), (until, "", frozenset[str]())]:
             stamp = min(stamp, until)
-            if stamp > previous and sum(not r for r in state.values()) >= at_least:
+            if stamp > previous and count >= at_least:
                 total += stamp - previous
-            previous = max(previous, stamp)
-            if is_ready is not None:
-                state[node] = is_ready
+            previous, count = max(previous, stamp), len(after)
         return total
 
     def stop(self) -> None:
@@ -278,7 +280,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
 
     timeline = SchedulerTimeline(cluster.first)
     try:
-        wait_until(lambda: {n for _, n, r in timeline.events if r} == set(written) or None, 60,
+        wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
                    "the watch's first list")
         values = tmp_path / "values.json"
         values.write_text(json.dumps(chart_values(repository, tag)))
@@ -301,10 +303,10 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
             assert container != before[node.name][0], node.name  # restarted by its kubelet
             assert len(flags) == 1 and flags[0].startswith(f"--config={SCHEDULER_CONFIG}"), flags
             assert manifests[node.name].read_bytes() != written[node.name]
-        most, window = timeline.most_not_ready(installed_at, time.monotonic())
-        downs = sorted({n for _, n, r in window if not r})
-        assert downs == sorted(written), window  # every scheduler went down once for its restart...
-        assert most == 1, window  # ...and never two at once
+        window = timeline.replacements(installed_at, time.monotonic())
+        replaced = sorted({node for _, _, down in window for node in down})
+        assert replaced == sorted(written), window  # every scheduler was replaced by its kubelet...
+        assert max(len(down) for _, _, down in window) == 1, window  # ...and never two at once
         print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s")
 
         uninstalled_at = time.monotonic()
@@ -320,9 +322,9 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         wait_until(restored, 300, f"kubeadm's manifests back, agents gone: {len(agents(cluster.first))} left")
         uninstall_in = time.monotonic() - uninstalled_at
         now = time.monotonic()
-        most_after, _ = timeline.most_not_ready(uninstalled_at, now)
+        most_after = max((len(down) for _, _, down in timeline.replacements(uninstalled_at, now)), default=0)
         print(f"helm uninstall -> agents gone, kubeadm's bytes on every node, schedulers back: {uninstall_in:.1f} s "
               f"(at most {most_after} scheduler(s) not ready at once; none ready for "
-              f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s)")
+              f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s); the Nodes' state: {states(cluster)}")
     finally:
         timeline.stop()
