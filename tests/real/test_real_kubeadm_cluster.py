@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -30,6 +29,7 @@ from tests.harness.real.kubeadm_cluster import (
     ENDPOINT,
     ENDPOINT_ADDRESS,
     KubeadmCluster,
+    SchedulerTimeline,
     cluster_missing,
     kubeadm_cluster,
 )
@@ -67,23 +67,29 @@ def ready(node: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def ready_nodes(cluster: KubeadmCluster) -> list[str] | None:
+def settled_nodes(cluster: KubeadmCluster) -> list[str] | None:
+    """The Nodes' names once all are Ready with kubeadm's label and only its taint (the kubelet registers each with
+    `not-ready`, which the node lifecycle controller takes off a moment after the Node turned Ready)."""
     nodes = cluster.first.get("/api/v1/nodes")
     assert nodes is not None
-    names = sorted(n["metadata"]["name"] for n in nodes["items"] if ready(n))
+    kubeadms = [(CONTROL_PLANE, "NoSchedule")]
+    names = sorted(n["metadata"]["name"] for n in nodes["items"]
+                   if ready(n) and CONTROL_PLANE in n["metadata"]["labels"]
+                   and [(t["key"], t["effect"]) for t in n["spec"].get("taints") or []] == kubeadms)
     return names if len(names) == cluster.size else None
 
 
-def etcd_members(node: KubeadmNode) -> list[dict[str, Any]]:
+def etcd_members(node: KubeadmNode) -> list[dict[str, Any]] | None:
     """The etcd cluster's members, as the node's etcd tells them (its grpc-gateway, with kubeadm's health-check
-    client certificate)."""
+    client certificate); None while it does not answer."""
     pki = "/etc/kubernetes/pki/etcd"
     proc = subprocess.run(node.inside(["curl", "-sS", "--fail", "--max-time", "10", "--cacert", f"{pki}/ca.crt",
                                        "--cert", f"{pki}/healthcheck-client.crt", "--key",
                                        f"{pki}/healthcheck-client.key", "-X", "POST", "-d", "{}",
                                        "https://127.0.0.1:2379/v3/cluster/member/list"]),
                           capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
+    if proc.returncode != 0:
+        return None
     members: list[dict[str, Any]] = json.loads(proc.stdout)["members"]
     return members
 
@@ -100,18 +106,13 @@ def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
     members, none a learner any more; kube-scheduler's and kube-controller-manager's Leases each held by one of the
     three; and every node runs kubeadm's four static pods."""
     names = [n.name for n in cluster.nodes]
-    assert wait_until(lambda: ready_nodes(cluster), 300, "three Ready Nodes") == sorted(names)
-    nodes = cluster.first.get("/api/v1/nodes")
-    assert nodes is not None
-    for item in nodes["items"]:
-        assert CONTROL_PLANE in item["metadata"]["labels"], item["metadata"]
-        taints = [(t["key"], t["effect"]) for t in item["spec"].get("taints") or []]
-        assert taints == [(CONTROL_PLANE, "NoSchedule")], taints  # not-ready gone: the node lifecycle controller
+    assert wait_until(lambda: settled_nodes(cluster), 300, "three Ready control-plane Nodes, only kubeadm's taint "
+                      "on each") == sorted(names)
 
     def all_started() -> list[dict[str, Any]] | None:
-        members = etcd_members(cluster.first)
+        members = etcd_members(cluster.first) or []
         return members if len(members) == 3 and not any(m.get("isLearner") for m in members) else None
-    members = wait_until(all_started, 120, f"three voting etcd members: {etcd_members(cluster.first)}")
+    members = wait_until(all_started, 120, "three voting etcd members")
     assert sorted(m["name"] for m in members) == sorted(names)
     assert sorted(u for m in members for u in m["clientURLs"]) == sorted(
         f"https://{n.address}:2379" for n in cluster.nodes)
@@ -171,76 +172,6 @@ def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
-class SchedulerTimeline:
-    """Every kube-scheduler mirror pod's readiness, as the API server tells it (kubectl's watch in the first node),
-    stamped with this machine's monotonic clock: (time, node, ready, the pod's config hash; "" once deleted)."""
-
-    def __init__(self, node: KubeadmNode) -> None:
-        self.events: list[tuple[float, str, bool, str]] = []
-        self.proc = subprocess.Popen(node.inside([
-            str(node.binaries.path("kubectl")), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
-            "--namespace=kube-system", "--selector=component=kube-scheduler", "--watch", "--output-watch-events",
-            "--output=json"], pid_namespace=False), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        decoder, buffer = json.JSONDecoder(), ""
-        fd = self.proc.stdout.fileno()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            buffer += chunk.decode()
-            while True:
-                buffer = buffer.lstrip()
-                try:
-                    event, end = decoder.raw_decode(buffer)
-                except ValueError:
-                    break
-                buffer = buffer[end:]
-                pod = event["object"]
-                gone = event["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
-                is_ready = not gone and any(c["type"] == "Ready" and c["status"] == "True"
-                                            for c in pod.get("status", {}).get("conditions") or [])
-                config = "" if gone else pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
-                self.events.append((time.monotonic(), pod["spec"]["nodeName"], is_ready, config))
-
-    def replacements(self, since: float, until: float) -> list[tuple[float, str, frozenset[str]]]:
-        """(time, node, the nodes whose scheduler is then down for a new manifest) after each event between `since`
-        and `until`. A scheduler is down for a new manifest from the moment its mirror pod goes or shows another config
-        hash than the one it last ran ready, until it is ready on the new one. A not-ready pod of the same hash (a
-        crash, a leader election lost on a loaded machine, after which the kubelet restarts the container) is not
-        a replacement: the agents' turns serialise their own writes only."""
-        ran: dict[str, str] = {}
-        down: dict[str, bool] = {}
-        out: list[tuple[float, str, frozenset[str]]] = []
-        for stamp, node, is_ready, config in list(self.events):
-            if stamp > until:
-                break
-            if is_ready:
-                ran[node], down[node] = config, False
-            elif not config or (node in ran and config != ran[node]):
-                down[node] = True
-            if stamp >= since:
-                out.append((stamp, node, frozenset(n for n, d in down.items() if d)))
-        return out
-
-    def down_for(self, since: float, until: float, at_least: int) -> float:
-        """Seconds between `since` and `until` during which at least `at_least` schedulers were down for a new
-        manifest (the count between two events is the one the first left)."""
-        total, previous, count = 0.0, since, 0
-        for stamp, _, after in [*self.replacements(0.0, until), (until, "", frozenset[str]())]:
-            stamp = min(stamp, until)
-            if stamp > previous and count >= at_least:
-                total += stamp - previous
-            previous, count = max(previous, stamp), len(after)
-        return total
-
-    def stop(self) -> None:
-        assert self.proc.poll() is None, "kubectl's watch ended: the timeline has a gap"
-        self.proc.kill()
-        self.proc.wait(timeout=30)
-
-
 def agents(node: KubeadmNode) -> list[dict[str, Any]]:
     pods = node.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
     return list((pods or {}).get("items") or [])
@@ -278,7 +209,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
     repository, tag = agent_image_on(cluster)
     print(f"\nagent image imported into {cluster.size} nodes in {time.monotonic() - started:.1f} s")
 
-    timeline = SchedulerTimeline(cluster.first)
+    timeline = SchedulerTimeline.watch(cluster.first)
     try:
         wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
                    "the watch's first list")

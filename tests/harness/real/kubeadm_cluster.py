@@ -24,13 +24,17 @@ Stopping stops the nodes (each takes its processes and mounts with it), haproxy 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.harness.real.controlplane import Binaries, die_with_parent, wait_until
 from tests.harness.real.kubeadm_node import Bootstrap, KubeadmNode, kubeadm_missing
@@ -220,6 +224,87 @@ class KubeadmCluster:
             node.stop()
         if self.switch is not None:
             self.switch.stop()
+
+
+@dataclass
+class SchedulerTimeline:
+    """Every kube-scheduler mirror pod's readiness, as the API server tells it (kubectl's watch in a node), stamped
+    with this machine's monotonic clock: (time, node, ready, the pod's config hash; "" once deleted). From it, which
+    schedulers were down for a new manifest at the same time: what the agents' rollout Lease keeps to one."""
+
+    events: list[tuple[float, str, bool, str]] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def watch(cls, node: KubeadmNode) -> SchedulerTimeline:
+        """Starts recording: kubectl's watch of kube-system's kube-scheduler pods, as kubeadm's admin, read in a
+        thread."""
+        timeline = cls(proc=subprocess.Popen(node.inside([
+            str(node.binaries.path("kubectl")), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
+            "--namespace=kube-system", "--selector=component=kube-scheduler", "--watch", "--output-watch-events",
+            "--output=json"], pid_namespace=False), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
+        threading.Thread(target=timeline._read, daemon=True).start()
+        return timeline
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
+        fd = self.proc.stdout.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            buffer += chunk.decode()
+            while True:
+                buffer = buffer.lstrip()
+                try:
+                    event, end = decoder.raw_decode(buffer)
+                except ValueError:
+                    break
+                buffer = buffer[end:]
+                self.record(time.monotonic(), event)
+
+    def record(self, stamp: float, event: dict[str, Any]) -> None:
+        """One watch event (`{"type": ..., "object": pod}`) at `stamp`."""
+        pod = event["object"]
+        gone = event["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
+        is_ready = not gone and any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in pod.get("status", {}).get("conditions") or [])
+        config = "" if gone else pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
+        self.events.append((stamp, pod["spec"]["nodeName"], is_ready, config))
+
+    def replacements(self, since: float, until: float) -> list[tuple[float, str, frozenset[str]]]:
+        """(time, node, the nodes whose scheduler is then down for a new manifest) after each event between `since`
+        and `until`. A scheduler is down for a new manifest from the moment its mirror pod goes or shows another config
+        hash than the one it last ran ready, until it is ready on the new one. A not-ready pod of the same hash (a
+        crash, a leader election lost on a loaded machine, after which the kubelet restarts the container) is not
+        a replacement: the agents' turns serialise their own writes only."""
+        ran: dict[str, str] = {}
+        down: dict[str, bool] = {}
+        out: list[tuple[float, str, frozenset[str]]] = []
+        for stamp, node, is_ready, config in list(self.events):
+            if stamp > until:
+                break
+            if is_ready:
+                ran[node], down[node] = config, False
+            elif not config or (node in ran and config != ran[node]):
+                down[node] = True
+            if stamp >= since:
+                out.append((stamp, node, frozenset(n for n, d in down.items() if d)))
+        return out
+
+    def down_for(self, since: float, until: float, at_least: int) -> float:
+        """Seconds between `since` and `until` during which at least `at_least` schedulers were down for a new
+        manifest (the count between two events is the one the first left)."""
+        total, previous, count = 0.0, since, 0
+        for stamp, _, after in [*self.replacements(0.0, until), (until, "", frozenset[str]())]:
+            stamp = min(stamp, until)
+            if stamp > previous and count >= at_least:
+                total += stamp - previous
+            previous, count = max(previous, stamp), len(after)
+        return total
+
+    def stop(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, "kubectl's watch ended: the timeline has a gap"
+        self.proc.kill()
+        self.proc.wait(timeout=30)
 
 
 @contextmanager
