@@ -64,14 +64,15 @@ test-real-bench: $(STAMP)
 test-real-node: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
-## A node made by the real `kubeadm init` of each built release (marker real_kubeadm; tests/harness/real/kubeadm_node.py):
-## the agent's plan, apply and restore on the manifest kubeadm wrote, run by the real kubelet (~1.5 min a release);
-## then, on the newest release, `helm install` from a local registry and `helm uninstall` (~2 min, docs/development.md).
-## Needs root, containerd and the kubeadm of `make real-k8s`; skips with one line without them (fails under CI=true).
-## .ci/run runs it after `make test-real-node`.
+## Every test of marker real_kubeadm in tests/real/: a node made by the real `kubeadm init` of each built release
+## (tests/harness/real/kubeadm_node.py: the agent's plan, apply and restore on the manifest kubeadm wrote, run by the
+## real kubelet, ~1.5 min a release), and three control-plane nodes of the newest release made by `kubeadm init` and
+## `kubeadm join --control-plane` behind haproxy (tests/harness/real/kubeadm_cluster.py: the chart installed and
+## uninstalled with the real helm, the real controllers); `helm install` from a local registry (test_real_registry.py).
+## Needs root, containerd, haproxy, docker-registry and the kubeadm of `make real-k8s`; skips with one line without them (fails under CI=true). .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-kubeadm
 test-real-kubeadm: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py tests/real/test_real_registry.py
+	$(BIN)/python -m pytest -q -m real_kubeadm tests/real
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).

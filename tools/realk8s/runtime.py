@@ -22,9 +22,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc",
-            # the local registry the kubeadm node pulls the agent's image from (tests/harness/real/registry.py),
-            # and its bcrypt htpasswd (the only hash it accepts)
+#: haproxy: the API endpoint of the kubeadm cluster's three control-plane nodes (tests/harness/real/kubeadm_cluster.py);
+#: docker-registry: the local registry the kubeadm node pulls the agent's image from (tests/harness/real/registry.py),
+#: and apache2-utils for its bcrypt htpasswd (the only hash it accepts).
+PACKAGES = {"containerd": "containerd", "ctr": "containerd", "runc": "runc", "haproxy": "haproxy",
             "docker-registry": "docker-registry", "htpasswd": "apache2-utils"}
 #: The CNI loopback plugin: the node's only pod network (tests/harness/real/kubelet_node.py), so the runtime reports its
 #: network ready and the kubelet its node Ready. Debian's package puts the plugins here, off PATH.

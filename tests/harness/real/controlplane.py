@@ -81,12 +81,27 @@ def missing_reason() -> str | None:
     return f"no binaries in {cache_root()}: run `make real-k8s` (first build ~25 min a release on 2 cores)"
 
 
+_held = [0]  # how deep this process holds the lock: a module-scoped fixture and each of its tests take it
+
+
 @contextmanager
 def one_at_a_time() -> Iterator[None]:
-    """Hold ``REAL_CLUSTER_LOCK`` (blocking until every other holder on this machine let go)."""
+    """Hold ``REAL_CLUSTER_LOCK`` (blocking until every other holder on this machine let go). Re-entrant in one
+    process: a second `flock` on another descriptor of the same file would wait for the first forever."""
+    if _held[0]:
+        _held[0] += 1
+        try:
+            yield
+        finally:
+            _held[0] -= 1
+        return
     with open(REAL_CLUSTER_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        _held[0] = 1
+        try:
+            yield
+        finally:
+            _held[0] = 0
 
 
 def free_port() -> int:

@@ -6,18 +6,20 @@ kubeconfigs, the kubelet's configuration and the four static pods (etcd, kube-ap
 kube-scheduler), which the release's kubelet then runs on containerd. A `KubeadmNode` is:
 
 * a host of its own: network, mount, PID and UTS namespaces (`unshare`), whose init is the project's pause binary.
-  Its network is loopback and `eth0` holding `ADDRESS` with the default route on it (kubeadm advertises the
-  address of the default route's interface): one end of a veth pair whose other end is in the node too (the kernel
-  here has no `dummy` device: "Unknown device type"); nothing in it is reachable from the machine, and nothing of the
-  machine's network changes. The node paths kubeadm, the kubelet and etcd write (`NODE_PATHS`) are bind mounts of
-  folders below the test root, so a manifest kubeadm wrote reads at `host(path)` on this machine, and the agent run
-  with `--host-root` on that folder sees the node as its DaemonSet pod would;
+  Its network is loopback and `eth0` holding its address (`ADDRESS` alone) with the default route on it (kubeadm
+  advertises the address of the default route's interface): alone, one end of a veth pair whose other end is in
+  the node too (the kernel here has no `dummy` device: "Unknown device type"); in a cluster, a veth pair's end whose
+  other end is on the cluster's bridge (tests/harness/real/kubeadm_cluster.py). Nothing in it is reachable from the
+  machine, and nothing of the machine's network changes. The node paths kubeadm, the kubelet and etcd write
+  (`NODE_PATHS`) are bind mounts of folders below the test root, so a manifest kubeadm wrote reads at `host(path)`
+  on this machine, and the agent run with `--host-root` on that folder sees the node as its DaemonSet pod would;
 * containerd (Debian's) with its root, state and socket below the test root, and the images `kubeadm config images
   list` names for the release built here from the release's binaries (`make real-k8s`): kube-apiserver,
   kube-controller-manager, kube-scheduler, etcd and pause, each one layer holding the static binary, imported with
   `ctr images import` under kubeadm's names. With `imagePullPolicy: Never` kubeadm's preflight pulls nothing (no
   registry is reachable here), and the kubelet finds every image of the manifests present;
-* `kubeadm init` with a configuration file (`init_config`): CoreDNS and kube-proxy disabled (no images of theirs
+* `kubeadm init` (or, a cluster's next node, `kubeadm join --control-plane`) with a configuration file
+  (`init_config`, `join_config`): CoreDNS and kube-proxy disabled (no images of theirs
   exist here, and one node with host-network pods needs neither), the kubelet settings this machine needs
   (cgroupfs on the host's cgroup v1 with `failCgroupV1: false`, no QoS cgroups, no swap check), and only the
   preflight checks in `IGNORED_PREFLIGHT` ignored, each for the reason it names;
@@ -40,7 +42,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +53,7 @@ from tests.harness.real.kubelet_node import NamespacedNode, image_archive, pause
 
 #: Node paths bound to folders below the test root inside the node's mount namespace: kubeadm's (its PKI,
 #: kubeconfigs and manifests; the kubelet's configuration and state; etcd's data) and the agent's state folder.
-NODE_PATHS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/scheduler-patcher")
+NODE_PATHS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/lib/scheduler-patcher", "/var/log")
 MANIFESTS = "/etc/kubernetes/manifests"
 #: The node's address, inside its own network namespace only (a documentation range: it routes nowhere).
 ADDRESS = "192.0.2.10"
@@ -88,14 +90,42 @@ def kubeadm_missing() -> str | None:
     return None
 
 
-def init_config(binaries: Binaries, name: str, socket: Path, run: Path) -> str:
-    """kubeadm's configuration: InitConfiguration, ClusterConfiguration and the KubeletConfiguration it writes."""
+@dataclass(frozen=True)
+class Bootstrap:
+    """What ties the control-plane nodes of one cluster (tests/harness/real/kubeadm_cluster.py): the API endpoint in
+    front of them all, the bootstrap token the others join with, the key `kubeadm init --upload-certs` encrypts the
+    shared certificates with (both fixed in the configuration, so nothing is read back from kubeadm's output), and,
+    for a join, the hash of the cluster CA's public key (`caCertHashes`: the joining node trusts that CA only)."""
+
+    endpoint: str  # host:port
+    token: str
+    certificate_key: str
+    ca_hash: str = ""
+
+
+def registration(name: str, socket: Path) -> dict[str, Any]:
+    return {"name": name, "criSocket": f"unix://{socket}", "imagePullPolicy": "Never",
+            "ignorePreflightErrors": sorted(IGNORED_PREFLIGHT)}
+
+
+def init_config(binaries: Binaries, name: str, socket: Path, address: str = ADDRESS,
+                bootstrap: Bootstrap | None = None) -> str:
+    """kubeadm's configuration: InitConfiguration, ClusterConfiguration and the KubeletConfiguration it writes.
+    With `bootstrap`, the first node of several: the shared endpoint, the token and the certificate key. The
+    KubeletConfiguration is stored in the cluster (ConfigMap kubelet-config) and each joining node writes it as its
+    own: it names no path of one node (the pods' logs go to the default /var/log/pods, a node path)."""
+    init: dict[str, Any] = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
+                            "localAPIEndpoint": {"advertiseAddress": address, "bindPort": 6443},
+                            "nodeRegistration": registration(name, socket)}
+    cluster: dict[str, Any] = {}
+    if bootstrap is not None:
+        init["bootstrapTokens"] = [{"token": bootstrap.token, "ttl": "2h", "usages": ["signing", "authentication"],
+                                    "groups": ["system:bootstrappers:kubeadm:default-node-token"]}]
+        init["certificateKey"] = bootstrap.certificate_key
+        cluster["controlPlaneEndpoint"] = bootstrap.endpoint
     documents: list[dict[str, Any]] = [
-        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
-         "localAPIEndpoint": {"advertiseAddress": ADDRESS, "bindPort": 6443},
-         "nodeRegistration": {"name": name, "criSocket": f"unix://{socket}", "imagePullPolicy": "Never",
-                              "ignorePreflightErrors": sorted(IGNORED_PREFLIGHT)}},
-        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+        init,
+        {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration", **cluster,
          "kubernetesVersion": f"v{binaries.version}", "clusterName": "kubeadm-node",
          # kube-controller-manager's FlexVolume folder: kubeadm mounts it as a hostPath DirectoryOrCreate, by default
          # /usr/libexec/kubernetes/kubelet-plugins/volume/exec, which the kubelet would create on this machine.
@@ -104,11 +134,24 @@ def init_config(binaries: Binaries, name: str, socket: Path, run: Path) -> str:
          "dns": {"disabled": True}, "proxy": {"disabled": True}},
         {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
          "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False, "cgroupsPerQOS": False,
-         "enforceNodeAllocatable": ["none"], "podLogsDir": str(run / "pods"), "resolvConf": "",
+         "enforceNodeAllocatable": ["none"], "resolvConf": "",
          "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
          "localStorageCapacityIsolation": False, "shutdownGracePeriod": "0s"},
     ]
     return "---\n".join(json.dumps(d, indent=1) + "\n" for d in documents)
+
+
+def join_config(name: str, socket: Path, address: str, bootstrap: Bootstrap) -> str:
+    """`kubeadm join --control-plane`'s JoinConfiguration: discovery through the shared endpoint with the bootstrap
+    token, pinned to the CA; the shared certificates fetched with the certificate key; this node's own API server
+    address. The cluster's configuration (and the kubelet's) comes from the cluster, as kubeadm stored it at init."""
+    return json.dumps({
+        "apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": bootstrap.endpoint, "token": bootstrap.token,
+                                         "caCertHashes": [bootstrap.ca_hash]}},
+        "controlPlane": {"localAPIEndpoint": {"advertiseAddress": address, "bindPort": 6443},
+                         "certificateKey": bootstrap.certificate_key},
+        "nodeRegistration": registration(name, socket)}, indent=1) + "\n"
 
 
 def image_contents(binaries: Binaries, image: str) -> tuple[dict[str, Path], list[str]]:
@@ -129,6 +172,14 @@ class KubeadmNode(NamespacedNode):
     binaries: Binaries
     root: Path
     name: str = "kubeadm-a"
+    address: str = ADDRESS
+    #: Plugs the node's `eth0` into a shared network (the cluster's switch) once its namespaces exist; None: `eth0`
+    #: is one end of a veth pair whose other end is in the node too (a network of its own).
+    attach: Callable[[KubeadmNode], None] | None = None
+    #: None: a node of its own. Else the cluster's: `join` False is its first node (`kubeadm init --upload-certs`),
+    #: True one more (`kubeadm join --control-plane`, `bootstrap.ca_hash` set).
+    bootstrap: Bootstrap | None = None
+    join: bool = False
     images: list[str] = field(default_factory=list)
     registry_config: Path | None = None  # NamespacedNode.registry_config
     #: seconds: the node's runtime up and the images imported; `kubeadm init` from its start to its exit
@@ -145,7 +196,7 @@ class KubeadmNode(NamespacedNode):
         self.run.mkdir(parents=True, exist_ok=True)
         for node_path in NODE_PATHS:
             self.host(node_path).mkdir(parents=True, exist_ok=True)
-        (self.run / "hosts").write_text(f"127.0.0.1 localhost\n{ADDRESS} {self.name}\n")
+        (self.run / "hosts").write_text(f"127.0.0.1 localhost\n{self.address} {self.name}\n")
         (self.run / "resolv.conf").write_text("")
         (self.run / "bin").mkdir(exist_ok=True)
         # kubeadm stops, reloads and starts the kubelet through systemctl when it finds one; in the node that would
@@ -159,22 +210,27 @@ class KubeadmNode(NamespacedNode):
             if not link.is_symlink():
                 link.symlink_to(self.binaries.path(program))
         config = self.run / "kubeadm.yaml"
-        config.write_text(init_config(self.binaries, self.name, self.socket, self.run))
+        config.write_text(init_config(self.binaries, self.name, self.socket, self.address, self.bootstrap))
         self._network()
         self._containerd(self._list_images(config))
         self._import_images()
         self.runtime_in = time.monotonic() - started
-        self._init(config)
+        command = ["init", f"--config={config}"]
+        if self.bootstrap is not None and self.join:
+            config = self.run / "kubeadm-join.yaml"
+            config.write_text(join_config(self.name, self.socket, self.address, self.bootstrap))
+            command = ["join", f"--config={config}"]
+        elif self.bootstrap is not None:
+            command.append("--upload-certs")
+        self._init(command)
         self.init_in = time.monotonic() - started - self.runtime_in
         return self
 
     def _network(self) -> None:
-        """The node's init in its own network and UTS namespaces too: `eth0` holding `ADDRESS` with the default
+        """The node's init in its own network and UTS namespaces too: `eth0` holding its address with the default
         route on it, its host name, and /etc/hosts naming it."""
         self._namespace([
-            "ip link set lo up", "ip link add eth0 type veth peer name eth0-peer",
-            f"ip addr add {ADDRESS}/24 dev eth0", "ip link set eth0-peer up", "ip link set eth0 up",
-            "ip route add default dev eth0", f"hostname {self.name}",
+            "ip link set lo up", f"hostname {self.name}",
             # the kubelet and kubeadm's preflight want forwarding on; this network namespace's own setting
             "sysctl -qw net.ipv4.ip_forward=1",
             # the node's own name resolves without DNS (kubeadm's preflight looks it up; the machine's resolver
@@ -182,6 +238,17 @@ class KubeadmNode(NamespacedNode):
             f"mount --bind {self.run / 'hosts'} /etc/hosts",
             f"mount --bind {self.run / 'resolv.conf'} /etc/resolv.conf",
         ], 30)
+        if self.attach is None:
+            self.sh("ip link add eth0 type veth peer name eth0-peer && ip link set eth0-peer up")
+        else:
+            self.attach(self)
+        self.sh(f"ip addr add {self.address}/24 dev eth0 && ip link set eth0 up && ip route add default dev eth0")
+
+    def sh(self, script: str) -> None:
+        """A shell command in the node's network and mount namespaces (not its PID one: it is done at once)."""
+        proc = subprocess.run(self.inside(["sh", "-c", script], pid_namespace=False), capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert proc.returncode == 0, f"{self.name}: {script}: {proc.stderr}"
 
     def environment(self) -> dict[str, str]:
         """PATH in the node: the release's kubelet, kubeadm and kubectl first (kubeadm's preflight runs
@@ -207,15 +274,18 @@ class KubeadmNode(NamespacedNode):
         present = set(self.ctr("images", "ls", "-q").split())
         assert set(self.images) <= present, (self.images, present)
 
-    def _init(self, config: Path) -> None:
-        kubeadm = self.spawn("kubeadm-init", [str(self.binaries.path("kubeadm")), "init", f"--config={config}",
-                                              "--v=1"])
+    def _init(self, command: list[str]) -> None:
+        """`kubeadm init` or `join` (its log is kubeadm-init either way), and the kubelet once kubeadm wrote its
+        files."""
+        kubeadm = self.spawn("kubeadm-init", [str(self.binaries.path("kubeadm")), *command, "--v=1"])
         flags_file = self.host("/var/lib/kubelet/kubeadm-flags.env")
 
         def kubelet_files() -> bool:
             self._alive(kubeadm, "kubeadm-init")
-            # kubeadm writes the flags first, then config.yaml: the second one there means both are whole
-            return flags_file.is_file() and self.host("/var/lib/kubelet/config.yaml").is_file()
+            # init writes the flags first, then config.yaml; join the other way round: both there and the flags'
+            # one line whole
+            return (self.host("/var/lib/kubelet/config.yaml").is_file() and flags_file.is_file()
+                    and flags_file.read_text().endswith('"\n'))
 
         wait_until(kubelet_files, INIT_DEADLINE, f"kubeadm's kubelet files\n{self.log('kubeadm-init')}")
         self._kubelet(flags_file)
@@ -224,7 +294,8 @@ class KubeadmNode(NamespacedNode):
             self._alive(self.procs[-1], "kubelet")
             assert time.monotonic() < deadline, f"kubeadm init still running\n{self.log('kubeadm-init')}"
             time.sleep(0.5)
-        assert kubeadm.returncode == 0, (f"kubeadm init exited {kubeadm.returncode}\n{self.log('kubeadm-init', 60)}"
+        assert kubeadm.returncode == 0, (f"kubeadm {command[0]} exited {kubeadm.returncode}\n"
+                                         f"{self.log('kubeadm-init', 60)}"
                                          f"\n--- kubelet ---\n{self.log('kubelet')}")
 
     def kubelet_argv(self, flags_file: Path) -> list[str]:

@@ -1,0 +1,261 @@
+"""Three control-plane nodes made by the real kubeadm (tests/harness/real/kubeadm_cluster.py): the cluster a kubeadm
+user runs, with stacked etcd, the API endpoint behind haproxy, and one kube-scheduler and kube-controller-manager per
+node electing their leaders through the real Leases.
+
+What only such a cluster can say: that the nodes kubeadm joins are what the agents' DaemonSet selects, that the real
+DaemonSet controller places one agent on each, that the agents take turns on the real nodes (never two schedulers
+down at once), and that `helm uninstall` leaves every node's manifest as kubeadm wrote it while the real garbage
+collector takes the agents' pods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.helpers import P
+from tests.harness.real.agent_image import agent_image
+from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
+from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
+from tests.harness.real.kubeadm_cluster import (
+    ENDPOINT,
+    ENDPOINT_ADDRESS,
+    KubeadmCluster,
+    SchedulerTimeline,
+    cluster_missing,
+    kubeadm_cluster,
+)
+from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, releases_with_kubeadm
+
+pytestmark = pytest.mark.real_kubeadm
+
+CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
+
+
+def newest_release() -> Binaries:
+    """The newest built release with kubeadm, or one line on why the cluster cannot start (a failure under CI=true,
+    where nothing may skip)."""
+    why = cluster_missing()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the kubeadm cluster cannot start under CI=true: {why}")
+        pytest.skip(why)
+    return releases_with_kubeadm()[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeadmCluster]:
+    """Three control-plane nodes of the newest release, shared by this module's tests (the real-test lock held
+    from before the first node to after the last one stopped)."""
+    with one_at_a_time():
+        binaries = newest_release()
+        with kubeadm_cluster(binaries, tmp_path_factory.mktemp("ha"), 3) as made:
+            print(f"\nkubeadm cluster v{binaries.version}: {made.timings()}")
+            yield made
+
+
+def ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def settled_nodes(cluster: KubeadmCluster) -> list[str] | None:
+    """The Nodes' names once all are Ready with kubeadm's label and only its taint (the kubelet registers each with
+    `not-ready`, which the node lifecycle controller takes off a moment after the Node turned Ready)."""
+    nodes = cluster.first.get("/api/v1/nodes")
+    assert nodes is not None
+    kubeadms = [(CONTROL_PLANE, "NoSchedule")]
+    names = sorted(n["metadata"]["name"] for n in nodes["items"]
+                   if ready(n) and CONTROL_PLANE in n["metadata"]["labels"]
+                   and [(t["key"], t["effect"]) for t in n["spec"].get("taints") or []] == kubeadms)
+    return names if len(names) == cluster.size else None
+
+
+def etcd_members(node: KubeadmNode) -> list[dict[str, Any]] | None:
+    """The etcd cluster's members, as the node's etcd tells them (its grpc-gateway, with kubeadm's health-check
+    client certificate); None while it does not answer."""
+    pki = "/etc/kubernetes/pki/etcd"
+    proc = subprocess.run(node.inside(["curl", "-sS", "--fail", "--max-time", "10", "--cacert", f"{pki}/ca.crt",
+                                       "--cert", f"{pki}/healthcheck-client.crt", "--key",
+                                       f"{pki}/healthcheck-client.key", "-X", "POST", "-d", "{}",
+                                       "https://127.0.0.1:2379/v3/cluster/member/list"]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 0:
+        return None
+    members: list[dict[str, Any]] = json.loads(proc.stdout)["members"]
+    return members
+
+
+def lease_holder(node: KubeadmNode, name: str) -> str | None:
+    """The node whose component holds kube-system's Lease `name` (holderIdentity is `<node>_<uuid>`)."""
+    lease = node.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
+    holder = str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+    return holder.split("_", 1)[0] or None
+
+
+def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
+    """kubeadm init + two joins -> three Ready Nodes with kubeadm's control-plane label and taint; three etcd
+    members, none a learner any more; kube-scheduler's and kube-controller-manager's Leases each held by one of the
+    three; and every node runs kubeadm's four static pods."""
+    names = [n.name for n in cluster.nodes]
+    assert wait_until(lambda: settled_nodes(cluster), 300, "three Ready control-plane Nodes, only kubeadm's taint "
+                      "on each") == sorted(names)
+
+    def all_started() -> list[dict[str, Any]] | None:
+        members = etcd_members(cluster.first) or []
+        return members if len(members) == 3 and not any(m.get("isLearner") for m in members) else None
+    members = wait_until(all_started, 120, "three voting etcd members")
+    assert sorted(m["name"] for m in members) == sorted(names)
+    assert sorted(u for m in members for u in m["clientURLs"]) == sorted(
+        f"https://{n.address}:2379" for n in cluster.nodes)
+
+    for node in cluster.nodes:
+        for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            wait_until(partial(node.running, component), 300, f"{component} on {node.name}\n{node.log('kubelet')}")
+    for lease in ("kube-scheduler", "kube-controller-manager"):
+        holder = wait_until(partial(lease_holder, cluster.first, lease), 120, f"the {lease} Lease held")
+        assert holder in names, holder
+    print(f"\ncluster idle: {cluster.rss() / 2**20:.0f} MiB RSS (3 nodes and haproxy); "
+          f"scheduler leader {lease_holder(cluster.first, 'kube-scheduler')}")
+
+
+# -- the journey: helm install, the rollout one node at a time, helm uninstall ------------------------------------
+
+SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
+
+
+def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
+    """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
+    imported into each node's containerd (no registry is reachable here). The chart then runs it with
+    `pullPolicy: Never`; a registry's pull would take this one function's place."""
+    image = agent_image()
+    for node in cluster.nodes:
+        node.ctr("images", "import", str(image.archive))
+        assert image.name in node.ctr("images", "ls", "-q").split()
+    repository, tag = image.name.rsplit(":", 1)
+    return repository, tag
+
+
+def chart_values(repository: str, tag: str) -> dict[str, Any]:
+    """The chart's values for this cluster: the imported image, one extender (ignorable: nothing listens on it, the
+    scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
+    `kubernetes` Service's ClusterIP, which the kubelet puts in KUBERNETES_SERVICE_HOST: the agents (host network)
+    get the API endpoint's address instead (the container's env wins over the kubelet's). The pod network is
+    loopback only, so the restore hook's Job (not host network) could reach no API server: it is off, and the
+    agents' own restore on exit is what `helm uninstall` relies on here."""
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", "weight": 1,
+                       "ignorable": True}],
+        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ENDPOINT_ADDRESS},
+                     {"name": "KUBERNETES_SERVICE_PORT", "value": ENDPOINT.rsplit(":", 1)[1]}],
+        "restoreJob": {"enabled": False},
+    }
+
+
+def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real helm in the node's network (the API endpoint is reachable there only), as kubeadm's admin."""
+    path, why = find_helm()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no helm under CI=true: {why}")
+        pytest.skip(why)
+    return subprocess.run(node.inside([path, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def agents(node: KubeadmNode) -> list[dict[str, Any]]:
+    pods = node.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
+    return list((pods or {}).get("items") or [])
+
+
+def states(cluster: KubeadmCluster) -> dict[str, str]:
+    nodes = cluster.first.get("/api/v1/nodes")
+    assert nodes is not None
+    return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(f"{P}state", "")
+            for n in nodes["items"]}
+
+
+def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
+    """(container ID, its --config flags) of the node's running, ready kube-scheduler; None while there is none."""
+    running = node.running()
+    if running is None:
+        return None
+    container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
+    return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+
+
+def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_its_bytes(
+        cluster: KubeadmCluster, tmp_path: Path) -> None:
+    """`helm install` (the real helm, in a node, as kubeadm's admin) -> the real DaemonSet controller places one
+    agent on each control-plane node; the agents take the rollout Lease in turn: never two kube-scheduler mirror pods
+    not ready at once; each kubelet restarts its scheduler with `--config`; each Node reports Ready. `helm
+    uninstall` -> the garbage collector deletes the agents' pods, each agent restores on its way out: every manifest
+    is byte-identical to what kubeadm wrote and every scheduler runs it again."""
+    manifests = {n.name: n.host(f"{MANIFESTS}/kube-scheduler.yaml") for n in cluster.nodes}
+    written = {name: path.read_bytes() for name, path in manifests.items()}
+    before = {n.name: wait_until(partial(scheduler_config, n), 300, f"kube-scheduler on {n.name}")
+              for n in cluster.nodes}
+    assert all(flags == [] for _, flags in before.values()), before
+    started = time.monotonic()
+    repository, tag = agent_image_on(cluster)
+    print(f"\nagent image imported into {cluster.size} nodes in {time.monotonic() - started:.1f} s")
+
+    timeline = SchedulerTimeline.watch(cluster.first)
+    try:
+        wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
+                   "the watch's first list")
+        values = tmp_path / "values.json"
+        values.write_text(json.dumps(chart_values(repository, tag)))
+        installed_at = time.monotonic()
+        proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
+                    f"--values={values}")
+        assert proc.returncode == 0, proc.stderr
+
+        def all_ready() -> dict[str, str] | None:
+            now = states(cluster)
+            assert not [s for s in now.values() if s in ("Failed", "RolledBack")], now
+            return now if set(now.values()) == {"Ready"} else None
+        wait_until(all_ready, 900, f"every node Ready: {states(cluster)}")
+        install_in = time.monotonic() - installed_at
+        pods = agents(cluster.first)
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(written), pods  # one agent per node
+        assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in pods)
+        for node in cluster.nodes:
+            container, flags = wait_until(partial(scheduler_config, node), 300, f"kube-scheduler on {node.name}")
+            assert container != before[node.name][0], node.name  # restarted by its kubelet
+            assert len(flags) == 1 and flags[0].startswith(f"--config={SCHEDULER_CONFIG}"), flags
+            assert manifests[node.name].read_bytes() != written[node.name]
+        window = timeline.replacements(installed_at, time.monotonic())
+        replaced = sorted({node for _, _, down in window for node in down})
+        assert replaced == sorted(written), window  # every scheduler was replaced by its kubelet...
+        assert max(len(down) for _, _, down in window) == 1, window  # ...and never two at once
+        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s")
+
+        uninstalled_at = time.monotonic()
+        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
+        assert proc.returncode == 0, proc.stderr
+
+        def restored() -> bool:
+            if agents(cluster.first):
+                return False
+            if any(manifests[n].read_bytes() != written[n] for n in written):
+                return False
+            return all((scheduler_config(n) or ("", ["?"]))[1] == [] for n in cluster.nodes)
+        wait_until(restored, 300, f"kubeadm's manifests back, agents gone: {len(agents(cluster.first))} left")
+        uninstall_in = time.monotonic() - uninstalled_at
+        now = time.monotonic()
+        most_after = max((len(down) for _, _, down in timeline.replacements(uninstalled_at, now)), default=0)
+        print(f"helm uninstall -> agents gone, kubeadm's bytes on every node, schedulers back: {uninstall_in:.1f} s "
+              f"(at most {most_after} scheduler(s) not ready at once; none ready for "
+              f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s); the Nodes' state: {states(cluster)}")
+    finally:
+        timeline.stop()
