@@ -973,21 +973,11 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
 
 
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
-    """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
-
-    ==========  ===============================================================  =========================
-    mode        DaemonSet (as last seen, refreshed at the stop when it answers)  on the stop
-    ==========  ===============================================================  =========================
-    always      any                                                              restore
-    never       any                                                              keep
-    auto        exists, not being deleted, still selects this node               keep (a successor comes)
-    auto        gone (404), being deleted, or no longer selects this node        restore (uninstall)
-    auto        unknown: no answer about it since start (or no pod identity)     restore
-    ==========  ===============================================================  =========================
-
-    A stop that keeps leaves the rollout turn held while a write waits for its restart (the successor resumes
-    the wait under the same holder name, and no other node may start a restart meanwhile); any other turn,
-    asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
+    """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet (the table in
+    docs/operator-contract.md, "The stop: restore or keep"). A stop that keeps leaves the rollout turn held while
+    a write waits for its restart (the successor resumes the wait under the same holder name, and no other node
+    may start a restart meanwhile); any other turn, asked or held, is released. A stop that restores asks for the
+    turn itself (see ``Restore``)."""
     confirm, turn_until, restored_until, answers_until, end = stop_budget(ev.now, opts)
     waiting = node.wait is not None
     held = node.hold is not None
