@@ -727,15 +727,14 @@ def _missing_cleared(node: Node) -> Step:
 
 def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
     """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
-    config_hash = ev.config_hash
     if ev.held:
         return replace(node, turn="held"), [Replan()]
-    if ev.refused_bad and config_hash:
-        node2 = replace(node, turn="none", record=node.record.with_bad(config_hash))
+    if ev.refused_bad and ev.config_hash:
+        node2 = replace(node, turn="none", record=node.record.with_bad(ev.config_hash))
         acts: list[Action] = [Log("warning", f"this source was rolled back on another node; not trying config "
-                                             f"{config_hash[:12]} here")]
-        if config_hash not in node.record.bad_hashes:  # once per config: say why this node keeps its config
-            acts.append(Note("PatchSkipped", f"config {config_hash[:12]} was rolled back on another node; this "
+                                             f"{ev.config_hash[:12]} here")]
+        if ev.config_hash not in node.record.bad_hashes:  # once per config: say why this node keeps its config
+            acts.append(Note("PatchSkipped", f"config {ev.config_hash[:12]} was rolled back on another node; this "
                                              "node keeps its current config", warning=True))
         return node2, acts
     return node, []
