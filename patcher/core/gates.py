@@ -3,12 +3,6 @@
 The patch first ``test``s the pod's whole current ``spec.schedulingGates`` array, then ``replace``s it with the
 same array minus our gate, so a concurrent change by another controller makes it fail (422) instead of
 writing back a stale list that would resurrect or reorder someone else's gates.
-
-``GatedPod`` is what the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small
-Deployment's memory limit, and the release needs nothing but the pod's identity, age and gates (a
-``PodSchedulingGate`` has no field but ``name``, so the names rebuild the array the ``test`` op compares).
-
-``ReleaseFeed`` is the order a backlog goes out in and where the verdict is checked on the way.
 """
 
 from __future__ import annotations
@@ -31,7 +25,9 @@ def gate_names(pod: Obj) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class GatedPod:
-    """The few fields of a pod that releasing its gate needs (a few hundred bytes, not the pod's kilobytes)."""
+    """What the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small Deployment's memory
+    limit, and the release needs only the pod's identity, age and gates (a ``PodSchedulingGate`` has no field but
+    ``name``, so the names rebuild the array the ``test`` op compares)."""
 
     namespace: str
     name: str

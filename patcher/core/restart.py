@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from patcher.core.kubeobj import dig, ready
-from patcher.core.timefmt import parse_rfc3339_ns, rfc3339_ns
+from patcher.core.timefmt import parse_rfc3339_ns, rfc3339
 
 _NS_PER_S = 1_000_000_000
 #: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
@@ -170,7 +170,7 @@ def decide(
 
     count = status.get("restartCount") if isinstance(status.get("restartCount"), int) else None
     write_s = manifest_mtime_ns // _NS_PER_S
-    written = rfc3339_ns(write_s * _NS_PER_S)
+    written = rfc3339(write_s * _NS_PER_S)
     state = status.get("state") if isinstance(status.get("state"), Mapping) else {}
     running, wait, term = (dig(state, k) for k in ("running", "waiting", "terminated"))
     base = (baseline or Baseline()).restarts_for(_str(dig(pod, "metadata", "uid")))

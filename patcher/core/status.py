@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-from patcher.core.timefmt import rfc3339, rfc3339_ns
+from patcher.core.timefmt import rfc3339
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
 #: ``<prefix>/hold`` on a Node (any value, e.g. who and why): its agent leaves the node as it is until it goes.
@@ -101,10 +101,10 @@ def desired_annotations(status: NodeStatus, prefix: str = DEFAULT_PREFIX) -> dic
         p + "config-hash": status.config_hash or None,
         p + "source-hash": status.source_hash or None,
         p + "manifest-mtime": (
-            rfc3339_ns(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
+            rfc3339(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
         ),
         p + "restarted-at": (
-            rfc3339_ns(status.restarted_at_ns) if status.restarted_at_ns is not None else None
+            rfc3339(status.restarted_at_ns) if status.restarted_at_ns is not None else None
         ),
         p + "message": status.message if keep_message else None,
     }
