@@ -1,23 +1,13 @@
 """Which pods get the scheduling gate at admission, and the JSON patch that adds it. Pure.
 
-The same rules as the MutatingAdmissionPolicy in manifests/gatekeeper/admission (its ``matchConditions``, one
-function each below, in the same order), for the optional mutating webhook that clusters without
-MutatingAdmissionPolicy run in the gatekeeper (``patcher.services.webhook``). The split between what the API
-server decides and what this code decides is the policy's, too:
-
-* the webhook configuration selects the namespaces (``namespaceSelector``) and the pods by label
-  (``objectSelector``) exactly as the policy's binding does (``matchResources``), and only ``CREATE`` of
-  ``pods``: an AdmissionReview carries no namespace labels, and the API server filters better than we could;
-* here: the pod is not bound, does not carry the gate yet, runs under one of ``scheduler_names`` and, when
-  ``storage_classes``/``csi_drivers`` are set, uses one of them in a volume the pod itself shows (a generic
-  ephemeral volume's StorageClass, an inline CSI volume's driver — not a ``persistentVolumeClaim``'s, whose
-  class is on the claim; the policy cannot see it either, and both select such pods by namespace or label);
-* the verdict is the readiness ConfigMap the agents publish, the policy's ``paramRef``: absent (agents not
-  installed yet) means no gate — the binding's ``parameterNotFoundAction: Allow``, a gate nobody would
-  release — and present it gates unless its ``data.ready`` is exactly ``"true"``.
-
-tests/harness/admission_samples.py holds the sample pods both paths are tested with: the policy's CEL and
-``review_patch`` must give the same pod for every one of them.
+The MutatingAdmissionPolicy's rules (manifests/gatekeeper/admission: its ``matchConditions``, one function each
+below, in its order) for the webhook that clusters without that API run in the gatekeeper
+(``patcher.services.webhook``; docs/scheduling-gates.md). The API server selects namespaces, pod labels and
+``CREATE`` of ``pods`` for both (an AdmissionReview carries no namespace labels); here, as in the policy's CEL:
+unbound, not gated yet, one of ``scheduler_names``, and one of ``storage_classes``/``csi_drivers`` in a volume
+the pod itself shows (not a ``persistentVolumeClaim``'s class: it is on the claim). No readiness ConfigMap
+(the policy's ``paramRef``) means no gate, as ``parameterNotFoundAction: Allow``: a gate nobody would release.
+tests/harness/admission_samples.py holds the sample pods both paths must gate alike.
 """
 
 from __future__ import annotations

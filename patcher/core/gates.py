@@ -3,12 +3,6 @@
 The patch first ``test``s the pod's whole current ``spec.schedulingGates`` array, then ``replace``s it with the
 same array minus our gate, so a concurrent change by another controller makes it fail (422) instead of
 writing back a stale list that would resurrect or reorder someone else's gates.
-
-``GatedPod`` is what the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small
-Deployment's memory limit, and the release needs nothing but the pod's identity, age and gates (a
-``PodSchedulingGate`` has no field but ``name``, so the names rebuild the array the ``test`` op compares).
-
-``ReleaseFeed`` is the order a backlog goes out in and where the verdict is checked on the way.
 """
 
 from __future__ import annotations
@@ -29,20 +23,15 @@ def gate_names(pod: Obj) -> list[str]:
     return [str(g.get("name")) for g in gates if isinstance(g, dict)]
 
 
-def waits_on(pod: Obj, gate: str) -> bool:
-    """Whether ``pod`` is a Pending, live pod that carries ``gate``."""
-    return (gate in gate_names(pod) and not dig(pod, "metadata", "deletionTimestamp")
-            and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
-
-
 @dataclass(frozen=True, slots=True)
 class GatedPod:
-    """The few fields of a pod that releasing its gate needs (a few hundred bytes, not the pod's kilobytes)."""
+    """What the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small Deployment's memory
+    limit, and the release needs only the pod's identity, age and gates (a ``PodSchedulingGate`` has no field but
+    ``name``, so the names rebuild the array the ``test`` op compares)."""
 
     namespace: str
     name: str
     uid: str
-    resource_version: str
     created: str  #: ``metadata.creationTimestamp`` as the API wrote it (RFC 3339 sorts as text)
     gates: tuple[str, ...]
     unbound: bool  #: live, Pending and not bound to a node: a gate on it still holds it back
@@ -57,10 +46,11 @@ class GatedPod:
 
 def slim(pod: Obj) -> GatedPod:
     """The ``GatedPod`` of a pod as the API serves it."""
-    uid, rv = dig(pod, "metadata", "uid"), dig(pod, "metadata", "resourceVersion")
-    ns, name = pod_key(pod)
+    uid = dig(pod, "metadata", "uid")
+    ns, name = str(dig(pod, "metadata", "namespace") or ""), str(dig(pod, "metadata", "name") or "")
     # Namespaces and gate names repeat across thousands of pods: one copy of each string.
-    return GatedPod(sys.intern(ns), name, str(uid or ""), str(rv or ""), created(pod),
+    return GatedPod(sys.intern(ns), name, str(uid or ""),
+                    str(dig(pod, "metadata", "creationTimestamp") or ""),
                     tuple(sys.intern(g) for g in gate_names(pod)),
                     not dig(pod, "metadata", "deletionTimestamp")
                     and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
@@ -77,16 +67,6 @@ def release_patch(pod: Obj | GatedPod, gate: str) -> list[Obj]:
         {"op": "test", "path": "/spec/schedulingGates", "value": gates},
         {"op": "replace", "path": "/spec/schedulingGates", "value": kept},
     ]
-
-
-def pod_key(pod: Obj) -> tuple[str, str]:
-    """(namespace, name)."""
-    return str(dig(pod, "metadata", "namespace") or ""), str(dig(pod, "metadata", "name") or "")
-
-
-def created(pod: Obj) -> str:
-    """The creation time as the API wrote it (RFC 3339 sorts as text): oldest pods are released first."""
-    return str(dig(pod, "metadata", "creationTimestamp") or "")
 
 
 def waited_seconds(pod: Obj | GatedPod, now: float) -> float | None:

@@ -17,7 +17,7 @@ own, said until the file is back (``with_missing``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
@@ -519,12 +519,12 @@ Step = tuple[Node, list[Action]]
 
 
 def _phase(node: Node, phase: NodeState, message: str | None = None, *, reason: str | None = None,
-           record: State | None = None) -> tuple[Node, list[Action]]:
-    """Enter ``phase``: the record changes (the executor saves it once) and the annotations follow."""
+           record: State | None = None, after: Sequence[Action] = ()) -> tuple[Node, list[Action]]:
+    """Enter ``phase``: the record changes (the executor saves it once) and the annotations follow ``after``."""
     base = record if record is not None else node.record
     changed = phase.value != node.record.phase or message != node.record.message
     new = replace(node, record=replace(base, phase=phase.value, message=message))
-    return new, ([Publish(reason)] if changed or phase == NodeState.READY else [])
+    return new, [*after, *([Publish(reason)] if changed or phase == NodeState.READY else [])]
 
 
 def _backoff(first: float, most: float, failures: int) -> float:
@@ -532,10 +532,10 @@ def _backoff(first: float, most: float, failures: int) -> float:
     return min(most, first * 2.0 ** (failures - 1))
 
 
-def _release(node: Node, bad_source: str | None = None) -> Step:
+def _release(node: Node, bad_source: str | None = None, after: Sequence[Action] = ()) -> Step:
     if node.turn == "none":
-        return node, []
-    return replace(node, turn="none"), [ReleaseTurn(bad_source or None)]
+        return node, [*after]
+    return replace(node, turn="none"), [*after, ReleaseTurn(bad_source or None)]
 
 
 def _start_wait(node: Node, opts: Lifecycle, config_hash: str, written_ns: int, source_hash: str, now: float,
@@ -572,8 +572,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         acts += [Error(ev.error_kind), Log("error", ev.message)]
         if node.wait is not None:  # the write we wait for stands; the refusal is about the next one
             return node, acts
-        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
-        return node, [*acts, *more]
+        return _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed", after=acts)
     if ev.kind == "up-to-date":
         if node.phase not in (None, NodeState.FAILED, NodeState.PENDING) or node.wait is not None:
             return node, acts
@@ -610,8 +609,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if turn and node.turn != "held":
         return _pending_if_new(replace(node, turn="asked"), [*acts, TakeTurn(ev.source_hash)])
     if ev.manifest_change and node.phase != NodeState.PENDING:
-        node, more = _phase(node, NodeState.PENDING)
-        acts += more
+        node, acts = _phase(node, NodeState.PENDING, after=acts)
     return node, [*acts, Apply()]
 
 
@@ -654,8 +652,7 @@ def _pending_if_new(node: Node, acts: list[Action]) -> Step:
     """A node that has said nothing yet says Pending while its write waits (for the pre-flight or the turn)."""
     if node.phase is not None:
         return node, acts
-    node, more = _phase(node, NodeState.PENDING)
-    return node, [*acts, *more]
+    return _phase(node, NodeState.PENDING, after=acts)
 
 
 def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
@@ -703,8 +700,7 @@ def config_missing(node: Node, message: str, *, said: str = "") -> Step:
     if said == NodeState.FAILED.value:  # no change of phase: the annotations change, and the Note says why
         node, more = _phase(node, NodeState.FAILED, missing.said)
         return node, [*acts, *note, *more]
-    node, more = _phase(node, NodeState.FAILED, missing.said, reason="ConfigMissing")
-    return node, [*acts, *more]
+    return _phase(node, NodeState.FAILED, missing.said, reason="ConfigMissing", after=acts)
 
 
 def _says_missing(node: Node) -> bool:
@@ -721,21 +717,19 @@ def _missing_cleared(node: Node) -> Step:
         return node, acts  # another transition spoke since (a write waited for its restart meanwhile)
     if m is None or not m.phase:
         return replace(node, record=replace(node.record, phase="", message=None)), acts
-    node, more = _phase(node, NodeState(m.phase), m.phase_message)
-    return node, [*acts, *more]
+    return _phase(node, NodeState(m.phase), m.phase_message, after=acts)
 
 
 def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
     """The Lease actor answered. Held: plan again and write. Refused: the source failed elsewhere."""
-    config_hash = ev.config_hash
     if ev.held:
         return replace(node, turn="held"), [Replan()]
-    if ev.refused_bad and config_hash:
-        node2 = replace(node, turn="none", record=node.record.with_bad(config_hash))
+    if ev.refused_bad and ev.config_hash:
+        node2 = replace(node, turn="none", record=node.record.with_bad(ev.config_hash))
         acts: list[Action] = [Log("warning", f"this source was rolled back on another node; not trying config "
-                                             f"{config_hash[:12]} here")]
-        if config_hash not in node.record.bad_hashes:  # once per config: say why this node keeps its config
-            acts.append(Note("PatchSkipped", f"config {config_hash[:12]} was rolled back on another node; this "
+                                             f"{ev.config_hash[:12]} here")]
+        if ev.config_hash not in node.record.bad_hashes:  # once per config: say why this node keeps its config
+            acts.append(Note("PatchSkipped", f"config {ev.config_hash[:12]} was rolled back on another node; this "
                                              "node keeps its current config", warning=True))
         return node2, acts
     return node, []
@@ -783,8 +777,7 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
     node = replace(node, probed=ev.config_hash, probe_failures=0, failed_probe="",
                    record=replace(node.record, extender_warning=warning))
     if node.phase == NodeState.PENDING and node.record.message:  # the blocking sentence is no longer true
-        node, more = _phase(node, NodeState.PENDING)
-        acts += more
+        node, acts = _phase(node, NodeState.PENDING, after=acts)
     return node, [*acts, Replan()]
 
 
@@ -827,8 +820,7 @@ def _periodic_probed(node: Node, ev: Probed) -> Step:
                  Note("ExtenderUnreachable", message, warning=True)]
     else:
         acts.append(Log("info", "the extenders answer again"))
-    node, more = _phase(node, NodeState.READY, message)
-    return node, [*acts, *more]
+    return _phase(node, NodeState.READY, message, after=acts)
 
 
 def write_failed(node: Node, ev: WriteFailed, opts: Lifecycle) -> Step:
@@ -837,8 +829,7 @@ def write_failed(node: Node, ev: WriteFailed, opts: Lifecycle) -> Step:
         return node, [*acts, Log("info", f"{ev.message}; planning again"), Replan()]
     acts += [Error("write"), Log("error", ev.message)]
     if node.wait is None:
-        node, more = _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed")
-        acts += more
+        return _phase(node, NodeState.FAILED, f"{ev.message}; nothing was changed", after=acts)
     return node, acts
 
 
@@ -918,8 +909,7 @@ def rollback_done(node: Node, ev: RollbackDone, opts: Lifecycle) -> Step:
         message = f"{ev.reason}; rolled back to {ev.target}"
         node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
         said = [Log("error", message)]
-    node, rel = _release(node, ev.bad_source)
-    return node, [*said, *acts, *rel]
+    return _release(node, ev.bad_source, after=[*said, *acts])
 
 
 #: The Node's message while the state folder cannot take the record (after the folder's error).
@@ -973,21 +963,11 @@ def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float
 
 
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
-    """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet:
-
-    ==========  ===============================================================  =========================
-    mode        DaemonSet (as last seen, refreshed at the stop when it answers)  on the stop
-    ==========  ===============================================================  =========================
-    always      any                                                              restore
-    never       any                                                              keep
-    auto        exists, not being deleted, still selects this node               keep (a successor comes)
-    auto        gone (404), being deleted, or no longer selects this node        restore (uninstall)
-    auto        unknown: no answer about it since start (or no pod identity)     restore
-    ==========  ===============================================================  =========================
-
-    A stop that keeps leaves the rollout turn held while a write waits for its restart (the successor resumes
-    the wait under the same holder name, and no other node may start a restart meanwhile); any other turn,
-    asked or held, is released. A stop that restores asks for the turn itself (see ``Restore``)."""
+    """Restore or keep, by ``opts.restore_on_exit`` and what the agent knows of its DaemonSet (the table in
+    docs/operator-contract.md, "The stop: restore or keep"). A stop that keeps leaves the rollout turn held while
+    a write waits for its restart (the successor resumes the wait under the same holder name, and no other node
+    may start a restart meanwhile); any other turn, asked or held, is released. A stop that restores asks for the
+    turn itself (see ``Restore``)."""
     confirm, turn_until, restored_until, answers_until, end = stop_budget(ev.now, opts)
     waiting = node.wait is not None
     held = node.hold is not None
@@ -1004,8 +984,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
                                     "the scheduler's restart"))
             node = replace(node, turn="none")  # not ours to release: the successor renews it
         else:
-            node, rel = _release(node)
-            acts += rel
+            node, acts = _release(node, after=acts)
         return node, [*acts, Finish(answers_until, build_until=end)]
     reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),

@@ -132,32 +132,27 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
                   scheduler_started=restart.started_at(pod, container) if pod is not None else None,
                   restarted_at=ann.get("restarted-at") or None,
                   message=message, mirror_pod=pod_name if pod is not None else None, ready=False, selected=selected)
-
-    def not_ready(reason: str) -> NodeRow:
-        return replace(row, reason=reason)
-
     digits = restart.MIN_HASH_DIGITS
-
     if not ann and not selected:
-        return not_ready("kube-scheduler runs here, no agent reports")
+        return replace(row, reason="kube-scheduler runs here, no agent reports")
     if not ann:
-        return not_ready("no scheduler-patcher annotations (is the agent running on this node?)")
+        return replace(row, reason="no scheduler-patcher annotations (is the agent running on this node?)")
     if state != NodeState.READY:
-        return not_ready(f"state is {state or 'unset'}" + (f": {message}" if message else ""))
+        return replace(row, reason=f"state is {state or 'unset'}" + (f": {message}" if message else ""))
     if message:  # Ready with a message: the agent's periodic probe found an extender that stopped answering
-        return not_ready(message)
+        return replace(row, reason=message)
     if config_hash is None:
-        return not_ready("no config-hash annotation")
+        return replace(row, reason="no config-hash annotation")
     if expected is not None and not any(h and restart.hashes_match(h, expected) for h in (source_hash, config_hash)):
         runs = f"source {source_hash[:digits]} (config {config_hash[:digits]})" if source_hash else \
             f"config {config_hash[:digits]}"
-        return not_ready(f"runs {runs}, expected {expected[:digits]}")
+        return replace(row, reason=f"runs {runs}, expected {expected[:digits]}")
     try:
         mtime_ns = parse_rfc3339_ns(mtime) if mtime else None
     except ValueError:
         mtime_ns = None
     if mtime_ns is None:
-        return not_ready("no valid manifest-mtime annotation")
+        return replace(row, reason="no valid manifest-mtime annotation")
     # The proof is against the node's own config hash (the marker carries its first digits), whatever the
     # expected hash named. The baseline is the pod as it is now: a scheduler that restarted since (it exits
     # when it loses its leader election, routinely) still runs our config; crash loops show as waiting or
@@ -168,7 +163,7 @@ def _row(node: Obj, pod: Obj | None, *, prefix: str, expected: str | None, stati
                               manifest_mtime_ns=mtime_ns, baseline=restart.Baseline.of(pod, container),
                               container_name=container)
     if not decision.ready:
-        return not_ready(f"mirror pod {pod_name}: {decision.reason}")
+        return replace(row, reason=f"mirror pod {pod_name}: {decision.reason}")
     return replace(row, ready=True)
 
 

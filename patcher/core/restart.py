@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from patcher.core.kubeobj import dig, ready
-from patcher.core.timefmt import parse_rfc3339_ns, rfc3339_ns
+from patcher.core.timefmt import parse_rfc3339_ns, rfc3339
 
 _NS_PER_S = 1_000_000_000
 #: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
@@ -170,63 +170,44 @@ def decide(
 
     count = status.get("restartCount") if isinstance(status.get("restartCount"), int) else None
     write_s = manifest_mtime_ns // _NS_PER_S
-    written = rfc3339_ns(write_s * _NS_PER_S)
+    written = rfc3339(write_s * _NS_PER_S)
     state = status.get("state") if isinstance(status.get("state"), Mapping) else {}
     running, wait, term = (dig(state, k) for k in ("running", "waiting", "terminated"))
     base = (baseline or Baseline()).restarts_for(_str(dig(pod, "metadata", "uid")))
+    c = f"container {container_name}"
+
+    def seen(verdict: Verdict, reason: str, started: str | None = None, settle: int | None = None) -> RestartDecision:
+        return RestartDecision(verdict, reason, restart_count=count, started_at=started, settle_until_ns=settle)
 
     if count is not None and count - base >= max(1, min_restarts):
-        return RestartDecision(
-            Verdict.CRASH_LOOPING, f"container {container_name} restarted {count - base} time(s) after our write",
-            restart_count=count,
-        )
+        return seen(Verdict.CRASH_LOOPING, f"{c} restarted {count - base} time(s) after our write")
     if isinstance(wait, Mapping) and wait.get("reason") == "CrashLoopBackOff":
         detail = _str(wait.get("message"))
-        return RestartDecision(
-            Verdict.CRASH_LOOPING,
-            f"container {container_name} is in CrashLoopBackOff" + (f": {detail}" if detail else ""),
-            restart_count=count,
-        )
+        return seen(Verdict.CRASH_LOOPING, f"{c} is in CrashLoopBackOff" + (f": {detail}" if detail else ""))
     if isinstance(term, Mapping):
         finished = _seconds(term.get("finishedAt"))
         code = term.get("exitCode")
         if code != 0 and (finished is None or finished >= write_s):
-            return RestartDecision(
-                Verdict.CRASH_LOOPING,
-                f"container {container_name} exited with code {code} ({term.get('reason', 'Error')})",
-                restart_count=count,
-            )
-        return RestartDecision(waiting, f"container {container_name} has terminated", restart_count=count)
+            return seen(Verdict.CRASH_LOOPING, f"{c} exited with code {code} ({term.get('reason', 'Error')})")
+        return seen(waiting, f"{c} has terminated")
     if isinstance(wait, Mapping):
-        return RestartDecision(
-            waiting, f"container {container_name} is waiting: {wait.get('reason', 'unknown reason')}",
-            restart_count=count,
-        )
+        return seen(waiting, f"{c} is waiting: {wait.get('reason', 'unknown reason')}")
     if not isinstance(running, Mapping):
-        return RestartDecision(waiting, f"container {container_name} is not running yet", restart_count=count)
+        return seen(waiting, f"{c} is not running yet")
     started_text = _str(running.get("startedAt"))
     started = _seconds(started_text)
     if started is None:
-        return RestartDecision(waiting, f"container {container_name} has no valid startedAt", restart_count=count)
+        return seen(waiting, f"{c} has no valid startedAt")
     if started < write_s:
-        return RestartDecision(
-            waiting, f"container {container_name} started at {started_text}, before the write at {written}",
-            restart_count=count, started_at=started_text,
-        )
+        return seen(waiting, f"{c} started at {started_text}, before the write at {written}", started_text)
     if not ready(pod):
-        return RestartDecision(waiting, "the mirror pod is not Ready yet", restart_count=count, started_at=started_text)
+        return seen(waiting, "the mirror pod is not Ready yet", started_text)
     if now_ns is not None and settle_s > 0:
         left = settle_left_ns((started + 1) * _NS_PER_S, now_ns, settle_s)
         if left:
-            return RestartDecision(
-                waiting, f"container {container_name} runs config {found} since {started_text}; Ready once it has "
-                         f"run {settle_s:g}s without a restart ({left / _NS_PER_S:.1f}s more)",
-                restart_count=count, started_at=started_text, settle_until_ns=now_ns + left,
-            )
-    return RestartDecision(
-        Verdict.READY, f"container {container_name} runs config {found} since {started_text}",
-        restart_count=count, started_at=started_text,
-    )
+            return seen(waiting, f"{c} runs config {found} since {started_text}; Ready once it has run {settle_s:g}s "
+                                 f"without a restart ({left / _NS_PER_S:.1f}s more)", started_text, now_ns + left)
+    return seen(Verdict.READY, f"{c} runs config {found} since {started_text}", started_text)
 
 
 def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_mtime_ns: int,

@@ -41,7 +41,6 @@ class Files:
         "--manifest-name", "kube-scheduler manifest file name"))
     source: Path = field(default=Path("/etc/scheduler-patcher/source"), metadata=flag(
         "--source", "source folder with the scheduler config (ConfigMap mount)"))
-    #: The scheduler reads its rendered config from there.
     host_config_dir: str = field(default="/etc/kubernetes/scheduler-patcher", metadata=flag(
         "--host-config-dir", "node folder for the rendered config (node path)"))
     #: The state record, the saved original and the writer lock.
@@ -75,7 +74,6 @@ class Lifecycle:
 
     restart_timeout: float = field(default=600.0, metadata=flag(
         "--restart-timeout", "how long the scheduler may take to come back Ready"))
-    #: For that second the kubelet may show a scheduler that refuses its config ready.
     restart_settle: float = field(default=10.0, metadata=flag(
         "--restart-settle", "how long the restarted scheduler must run without a restart before it counts as "
         "Ready (a refused config makes it exit about a second after it starts)"))
@@ -97,7 +95,6 @@ class Lifecycle:
     #: First retry of a state folder that refused the record, doubling up to ``state_retry_max``.
     state_retry: float = 2.0
     state_retry_max: float = 60.0
-    #: How long the leader-aware order may hold one write back (from its first hold-back) before it goes on.
     leader_wait: float = field(default=300.0, metadata=flag(
         "--leader-wait", "with --rollout=coordinated, how long a node may wait for the leader-aware order (its "
         "kube-scheduler leads and another node still has to change, or no other scheduler is Ready) before it takes "

@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-from patcher.core.timefmt import rfc3339, rfc3339_ns
+from patcher.core.timefmt import rfc3339
 
 DEFAULT_PREFIX: Final = "scheduler-patcher.io/"
 #: ``<prefix>/hold`` on a Node (any value, e.g. who and why): its agent leaves the node as it is until it goes.
@@ -41,15 +41,17 @@ class NodeState(enum.StrEnum):
 STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.PENDING,
                                         NodeState.READY, NodeState.HELD})
 
-#: Event reason for entering each state (CamelCase, as ``kubectl describe`` shows them).
-TRANSITION_REASONS: Final[dict[NodeState, str]] = {
-    NodeState.PENDING: "PatchPending",
-    NodeState.WAITING_FOR_RESTART: "SchedulerPatched",
-    NodeState.READY: "SchedulerRestarted",
-    NodeState.FAILED: "PatchFailed",
-    NodeState.ROLLED_BACK: "PatchRolledBack",
-    NodeState.RESTORED: "SchedulerRestored",
-    NodeState.HELD: "NodeHeld",
+#: Per state: the Event reason for entering it (CamelCase, as ``kubectl describe`` shows them) and its message
+#: when the state carries none (``{}``: the config's first 12 digits).
+_EVENTS: Final[dict[NodeState, tuple[str, str]]] = {
+    NodeState.PENDING: ("PatchPending", "Patch of kube-scheduler with config {} is pending."),
+    NodeState.WAITING_FOR_RESTART: ("SchedulerPatched", "kube-scheduler manifest patched with config {}; waiting "
+                                    "for the scheduler to restart."),
+    NodeState.READY: ("SchedulerRestarted", "kube-scheduler restarted and runs config {}."),
+    NodeState.FAILED: ("PatchFailed", "Patching kube-scheduler with config {} failed."),
+    NodeState.ROLLED_BACK: ("PatchRolledBack", "Config {} was rolled back."),
+    NodeState.RESTORED: ("SchedulerRestored", "kube-scheduler manifest restored to its original content."),
+    NodeState.HELD: ("NodeHeld", "kube-scheduler manifest held by an operator."),
 }
 
 _WARNING_STATES: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.HELD})
@@ -99,10 +101,10 @@ def desired_annotations(status: NodeStatus, prefix: str = DEFAULT_PREFIX) -> dic
         p + "config-hash": status.config_hash or None,
         p + "source-hash": status.source_hash or None,
         p + "manifest-mtime": (
-            rfc3339_ns(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
+            rfc3339(status.manifest_mtime_ns) if status.manifest_mtime_ns is not None else None
         ),
         p + "restarted-at": (
-            rfc3339_ns(status.restarted_at_ns) if status.restarted_at_ns is not None else None
+            rfc3339(status.restarted_at_ns) if status.restarted_at_ns is not None else None
         ),
         p + "message": status.message if keep_message else None,
     }
@@ -115,19 +117,9 @@ def merge_patch(annotations: dict[str, str | None]) -> dict[str, Any]:
 
 def default_event_message(status: NodeStatus) -> str:
     """A one-sentence event message for entering ``status.state`` when the caller gave none."""
-    digest = status.config_hash[:12] if status.config_hash else "none"
     if status.state in STATES_WITH_MESSAGE and status.message and status.state != NodeState.READY:
         return status.message
-    return {
-        NodeState.PENDING: f"Patch of kube-scheduler with config {digest} is pending.",
-        NodeState.WAITING_FOR_RESTART: (
-            f"kube-scheduler manifest patched with config {digest}; waiting for the scheduler to restart."
-        ),
-        NodeState.READY: f"kube-scheduler restarted and runs config {digest}.",
-        NodeState.FAILED: f"Patching kube-scheduler with config {digest} failed.",
-        NodeState.ROLLED_BACK: f"Config {digest} was rolled back.",
-        NodeState.RESTORED: "kube-scheduler manifest restored to its original content.",
-    }[status.state]
+    return _EVENTS[status.state][1].format(status.config_hash[:12] if status.config_hash else "none")
 
 
 def transition_event(
@@ -135,7 +127,7 @@ def transition_event(
 ) -> EventSpec:
     """The event for entering ``status.state``; ``reason``/``message`` override the defaults."""
     return EventSpec(
-        reason=reason or TRANSITION_REASONS[status.state],
+        reason=reason or _EVENTS[status.state][0],
         message=(message or default_event_message(status))[:MAX_EVENT_MESSAGE],
         type="Warning" if status.state in _WARNING_STATES else "Normal",
         at_ns=at_ns,

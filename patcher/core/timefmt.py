@@ -19,10 +19,6 @@ def rfc3339(ns: int, digits: int = 9) -> str:
     return f"{stamp}.{frac // 10 ** (9 - digits):0{digits}d}Z" if digits else f"{stamp}Z"
 
 
-def rfc3339_ns(ns: int) -> str:
-    return rfc3339(ns, 9)
-
-
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
 
 

@@ -615,7 +615,7 @@ def status(opts: Files) -> dict[str, Any]:
         "patched": marker is not None,
         "config_hash": full_hash or (marker.hash if marker else None),
         "config_file": marker.flag.split("=", 1)[-1] if marker else None,
-        "manifest_mtime": timefmt.rfc3339_ns(mtime) if mtime is not None else None,
+        "manifest_mtime": timefmt.rfc3339(mtime) if mtime is not None else None,
         "foreign_config": sched.foreign_config,
         "container": sched.container_name,
         "image": sched.image,

@@ -48,7 +48,7 @@ def test_first_patch_then_config_change_then_restore(node: Node) -> None:
     assert wait_until(lambda: node.state() == "Ready", 30), node.annotations()
     first = node.annotations()
     assert len(first["config-hash"]) == 64 and first["manifest-mtime"].endswith("Z")
-    assert first["manifest-mtime"] == timefmt.rfc3339_ns(node.manifest.stat().st_mtime_ns)
+    assert first["manifest-mtime"] == timefmt.rfc3339(node.manifest.stat().st_mtime_ns)
     assert "restarted-at" in first and "message" not in first
     assert first["source-hash"] == fsio.folder_fingerprint(node.src, limit=MAX_SOURCE_BYTES)
     assert [r.crashed for r in node.kubelet.restarts] == [False, False]  # the original, then ours

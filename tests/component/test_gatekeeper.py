@@ -29,7 +29,7 @@ from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import Api
 from patcher.commands import gatekeeper
 from patcher.commands.gatekeeper import DEFAULT_LEASE
-from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, waits_on
+from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim
 from patcher.core.readiness import DEFAULT_MIRROR_SELECTOR
 from patcher.services.gatekeeper import Gatekeeper, GateMetrics
 from tests.harness.emu.fixtures import emu as emu
@@ -122,12 +122,12 @@ def test_the_patch_tests_the_whole_array_and_keeps_other_gates_in_order() -> Non
         {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": GATE}, {"name": "b"}]},
         {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": "b"}]},
     ]
-    assert waits_on(pod, GATE)
-    assert not waits_on(make_pod("p", gates=["a"]), GATE)
-    assert not waits_on(make_pod("p", gates=[GATE], phase="Running"), GATE)
+    assert slim(pod).waits_on(GATE)
+    assert not slim(make_pod("p", gates=["a"])).waits_on(GATE)
+    assert not slim(make_pod("p", gates=[GATE], phase="Running")).waits_on(GATE)
     deleting = make_pod("p", gates=[GATE])
     deleting["metadata"]["deletionTimestamp"] = CREATED
-    assert not waits_on(deleting, GATE)
+    assert not slim(deleting).waits_on(GATE)
 
 
 # --- releasing ----------------------------------------------------------------------------------------
@@ -712,8 +712,7 @@ def test_the_cache_keeps_a_slim_view_of_each_gated_pod(emu: KubeEmulatorExt, api
                                                            "schedulingGates": [{"name": GATE}]}})
     with running(api) as gk:
         assert wait_until(lambda: len(gk.waiting()) == 1, 5)
-        assert gk.waiting() == [GatedPod("default", "fat", stored_pod["metadata"]["uid"],
-                                         stored_pod["metadata"]["resourceVersion"], CREATED,
+        assert gk.waiting() == [GatedPod("default", "fat", stored_pod["metadata"]["uid"], CREATED,
                                          ("example.com/a", GATE), True)]
 
 

@@ -15,7 +15,7 @@ from patcher.core.gates import GatedPod, ReleaseFeed
 
 
 def pod(i: int, created: str, namespace: str = "default") -> GatedPod:
-    return GatedPod(namespace, f"p{i}", f"uid-{i}", "1", created, ("gate",), True)
+    return GatedPod(namespace, f"p{i}", f"uid-{i}", created, ("gate",), True)
 
 
 #: Creation times repeat (same second), so namespace and name break the ties.
