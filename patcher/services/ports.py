@@ -40,6 +40,8 @@ class Coordinator(Protocol):
 
     @property
     def unanswered(self) -> bool: ...  # an intent posted and its round trip not ended
+    @property
+    def denied(self) -> str | None: ...  # the refusal (401/403) of its last failed request
 
     def acquire(self, source_hash: str = "") -> bool: ...
     def release(self, *, bad_hash: str | None = None) -> None: ...
@@ -136,6 +138,7 @@ class NoCoordinator:
     current_holder: str | None = None
     api_answered: bool | None = None
     unanswered = False
+    denied: str | None = None
 
     def acquire(self, source_hash: str = "") -> bool:
         return False

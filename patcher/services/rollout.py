@@ -103,6 +103,11 @@ class RolloutLease:
         return self._wait(lambda: self._answered < target, timeout)
 
     @property
+    def denied(self) -> str | None:
+        """The refusal (401/403) of the last failed request, None when it failed otherwise."""
+        return self.lease.denied
+
+    @property
     def unanswered(self) -> bool:
         """An intent was posted and its round trip has not ended: the API did not answer it (yet). After a
         ``settle`` that timed out, this tells "no answer" from a stale ``api_answered`` of an earlier call."""

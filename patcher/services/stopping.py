@@ -87,7 +87,7 @@ class Stopping:
                 why = f"the API server did not answer within {action.confirm_wait:g} s"
                 break
             if not c.api_answered:
-                why = "the API server does not answer"
+                why = f"the API server refused it: {c.denied}" if c.denied else "the API server does not answer"
                 break
             left = action.turn_until - time.monotonic()
             if left <= 0:

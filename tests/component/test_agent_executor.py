@@ -39,6 +39,7 @@ class Granting:
     current_holder: str | None = None
     api_answered: bool | None = True
     unanswered = False
+    denied: str | None = None
 
     def acquire(self, source_hash: str = "") -> bool:
         self.held = True

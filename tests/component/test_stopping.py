@@ -18,6 +18,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from patcher.adapters import signals
+from patcher.adapters.kube.client import ClientSettings, build_api_client
 from patcher.core import lifecycle
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
@@ -27,9 +28,11 @@ from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
 from patcher.services.ports import NoPods
 from patcher.services.record import state_store
+from patcher.services.rollout import RolloutLease
 from patcher.services.stopping import Stopping
 from tests.conftest import corpus_manifests, fixture_manifests
 from tests.harness import helpers
+from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
 from tests.harness.helpers import MANIFEST
 from tests.harness.settings import build_settings
 
@@ -44,6 +47,7 @@ class SlowLease:
         self.refused_bad = False
         self.current_holder: str | None = None
         self.api_answered: bool | None = None
+        self.denied: str | None = None
         self.asked = 0
         self._reads = 0
 
@@ -244,6 +248,7 @@ class Recording:
         self.held, self.refused_bad = False, False
         self.current_holder: str | None = None
         self.api_answered: bool | None = None
+        self.denied: str | None = None
 
     def publish(self, status: object, *, reason: str | None = None, message: str | None = None) -> None:
         pass
@@ -293,3 +298,23 @@ def test_the_stops_release_and_report_are_given_no_more_than_its_answers_deadlin
     assert [name for name, _ in fake.waits] == ["settle", "close", "flush"]
     assert all(0 <= wait <= lifecycle.STOP_ANSWERS for _, wait in fake.waits), fake.waits
     assert agent.node.stop_until - t0 <= lifecycle.STOP_ANSWERS + (time.monotonic() - t0)
+
+
+def test_a_lease_request_refused_by_rbac_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`helm uninstall` deletes the agents' RoleBinding and ServiceAccount with the DaemonSet: the stop's Lease
+    request is answered 403 (or 401). The restore goes ahead at once, and the log names the refusal, not an API
+    server that does not answer."""
+    files, stopper = patched(tmp_path)
+    with KubeEmulatorExt() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        path = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases/scheduler-patcher-rollout"
+        emu.fail("GET", path, 403, times=100)
+        rollout = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
+        action = lifecycle.Restore("test", confirm_wait=5.0, turn_until=time.monotonic() + 5, restored_until=0.0)
+        with caplog.at_level(logging.WARNING):
+            done = stopper.restore(action, state_store(files).load(), rollout, NoPods())
+        rollout.close(1)
+    assert done.ok
+    assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
+    said = [r.getMessage() for r in caplog.records if "restoring without the rollout lease" in r.getMessage()]
+    assert len(said) == 1 and "refused it" in said[0] and "403" in said[0], said

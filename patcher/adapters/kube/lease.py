@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from patcher.adapters.kube.errors import ApiError, Conflict, NotFound, Unreachable, api_json
+from patcher.adapters.kube.errors import ApiError, Conflict, Denied, NotFound, Unreachable, api_json
 from patcher.adapters.kube.transport import LEASES, Api
 from patcher.core.timefmt import rfc3339
 
@@ -69,6 +69,9 @@ class Lease:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self.holder: str | None = None  # the holder seen on the last read
+        #: Why the last failed round trip was refused (401/403), None when it failed otherwise: a stop whose
+        #: request is refused (an uninstall deleted the RBAC first) must not say the API does not answer.
+        self.denied: str | None = None
         #: The Lease as our last write of it left it (ours), for a renewal without a read first.
         self._ours: Obj | None = None
 
@@ -174,6 +177,7 @@ class Lease:
             return Outcome.OTHER
         except ApiError as exc:
             log.info("%s", exc)  # no answer in time, or a failure: try again later
+            self.denied = exc.detail if isinstance(exc, Denied) else None
             return Outcome.ERROR
 
     def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None,
