@@ -65,12 +65,13 @@ test-real-node: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
 ## A node made by the real `kubeadm init` of each built release (marker real_kubeadm; tests/harness/real/kubeadm_node.py):
-## the agent's plan, apply and restore on the manifest kubeadm wrote, run by the real kubelet (~1.5 min a release).
+## the agent's plan, apply and restore on the manifest kubeadm wrote, run by the real kubelet (~1.5 min a release);
+## then `kubeadm upgrade apply` from the second newest release to the newest with the agent running (~5 min).
 ## Needs root, containerd and the kubeadm of `make real-k8s`; skips with one line without them (fails under CI=true).
 ## .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-kubeadm
 test-real-kubeadm: $(STAMP)
-	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py
+	$(BIN)/python -m pytest -q -m real_kubeadm tests/real/test_real_kubeadm.py tests/real/test_real_kubeadm_upgrade.py
 
 ## The suite against the lowest version of every runtime dependency (constraints generated from pyproject.toml);
 ## the real-cluster and real-node tests run once, in `make test` (they judge our manifests and code, not the floors).
