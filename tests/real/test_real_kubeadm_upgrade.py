@@ -7,7 +7,10 @@ that component to run, and moves the backups back ("rolls back") when either doe
 its DaemonSet pod would (a process in the node's namespaces, `--host-root /`), sees kubeadm's new scheduler manifest
 and patches it again. This test records who wrote what and when (tests/harness/real/kubeadm_upgrade.py) and holds
 the journey to: kubeadm finishes without a rollback, the node runs the new release with the extender, kubeadm's
-backup folder stays as kubeadm made it, and the agent wrote the manifest once after kubeadm did.
+backup folder stays as kubeadm made it, and the agent wrote the manifest once after kubeadm did. Then the same
+release's `upgrade apply` again, which the agent's re-patch would fail (kubeadm's manifest differs from the node's by
+the patch only, so the hash kubeadm waits to see change comes back): run with the node held, as the operator
+contract says, kubeadm finishes and the agent patches once more at the hold's release.
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
     timeline = Timeline()
 
     def keep(source: str, what: str) -> bool:
-        if source == "kubeadm":
+        if source.startswith("kubeadm"):
             return what.startswith(("[upgrade", "[apiclient]", "[WARNING", "\t[WARNING", "error", "[kubelet")) or \
                 "rolled back" in what
         if source == "agent":
@@ -213,6 +216,27 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         assert kinds[-2:] == ["kubeadm", "patched"] or kinds[-1:] == ["patched"], manifests.versions
         for line in run.lines:
             assert "rolled back" not in line[1].lower() and "PatchFailed" not in line[1], run.text()
+
+        # -- `upgrade apply` to the release the node runs: kubeadm's manifest differs from the node's by the patch
+        # only, so the agent's re-patch would give back the very hash kubeadm read before and waits for a change of
+        # (measured: kubeadm waits its 5 min and rolls back). The operator's hold keeps the agent off meanwhile.
+        held = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold=kubeadm upgrade apply v{new.version}")
+        assert held.returncode == 0, held.stderr
+        wait_until(lambda: node_annotations(node).get("state") == "Held", 120, f"Held\n{run.text(20)}")
+        writes_held = sum(WROTE_MANIFEST in line for _, line in run.lines)
+        again = upgrade_apply(node, new, timeline, "kubeadm-again")
+        code = again.wait(UPGRADE_DEADLINE)
+        output = again.text()
+        assert code == 0, f"kubeadm upgrade apply (again) exited {code}\n{again.text(80)}"
+        assert "tried to recover" not in output and "did not change after" not in output, output
+        assert b"--config=" not in node.host(f"{MANIFESTS}/kube-scheduler.yaml").read_bytes()  # kubeadm's own
+        assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held  # nothing while held
+        released = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold-")
+        assert released.returncode == 0, released.stderr
+        wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready again\n{run.text(40)}")
+        assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held + 1, run.text()
+        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+            [f"http://127.0.0.1:{EXTENDER_PORT}"]
     finally:
         manifests.stop()
         pods.stop()

@@ -282,7 +282,7 @@ def import_release_images(node: KubeadmNode, new: Binaries) -> list[str]:
     return images
 
 
-def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline) -> StampedProcess:
+def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline, source: str = "kubeadm") -> StampedProcess:
     """`kubeadm upgrade apply v<new> -y` of the new release in the node, started; `wait` for its end.
 
     Without the etcd upgrade: the new release names another etcd tag (3.7.0-0 for 1.37), but the only etcd built
@@ -291,7 +291,7 @@ def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline) -> Stamp
     this journey has anyway, when kube-apiserver restarts."""
     config = node.run / "kubeadm-upgrade.yaml"
     config.write_text(upgrade_config(new))
-    return StampedProcess(node, "kubeadm", [str(new.path("kubeadm")), "upgrade", "apply", f"v{new.version}",
+    return StampedProcess(node, source, [str(new.path("kubeadm")), "upgrade", "apply", f"v{new.version}",
                                             f"--config={config}", "-y", "--v=1"], timeline)
 
 
