@@ -66,10 +66,12 @@ test-real-node: $(STAMP)
 
 ## Every test of marker real_kubeadm in tests/real/: a node made by the real `kubeadm init` of each built release
 ## (tests/harness/real/kubeadm_node.py: the agent's plan, apply and restore on the manifest kubeadm wrote, run by the
-## real kubelet, ~1.5 min a release), and three control-plane nodes of the newest release made by `kubeadm init` and
-## `kubeadm join --control-plane` behind haproxy (tests/harness/real/kubeadm_cluster.py: the chart installed and
-## uninstalled with the real helm, the real controllers); `helm install` from a local registry (test_real_registry.py).
-## Needs root, containerd, haproxy, docker-registry and the kubeadm of `make real-k8s`; skips with one line without them (fails under CI=true). .ci/run runs it after `make test-real-node`.
+## real kubelet, ~1.5 min a release); `kubeadm upgrade apply` from the second newest release to the newest with the
+## agent running (~5 min); three control-plane nodes of the newest release made by `kubeadm init` and `kubeadm join
+## --control-plane` behind haproxy (tests/harness/real/kubeadm_cluster.py: the chart installed and uninstalled with
+## the real helm, the real controllers); `helm install` from a local registry (test_real_registry.py). Needs root,
+## containerd, haproxy, docker-registry and the kubeadm of `make real-k8s`; skips with one line without them (fails
+## under CI=true). .ci/run runs it after `make test-real-node`.
 .PHONY: test-real-kubeadm
 test-real-kubeadm: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_kubeadm tests/real

@@ -104,6 +104,10 @@ class Node:
     grace_until: float = 0.0  # set by Stop: the grace period's end, less the exit's reserve (monotonic)
     #: The pre-flight: the config probed now, the last one that passed, failures in a row (the backoff).
     probing: str = ""
+    #: That probe is the periodic one of a Ready node (``probe_due``), not a pre-flight: a Ready node whose
+    #: manifest lost the patch (kubeadm rewrote it while the node was held, or while the agent was down) plans
+    #: the config it runs, and that pre-flight's answer must lead to the write.
+    periodic: bool = False
     probed: str = ""
     probe_failures: int = 0
     failed_probe: str = ""  # the config those failures were for
@@ -594,9 +598,9 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if ev.manifest_change and opts.check_extenders and node.probed != ev.config_hash:
         # (also while the turn is held: a new config that comes while the last one waits for its restart)
         # Pre-flight: nothing is written and no turn is taken before the extenders answer.
-        if node.probing == ev.config_hash:
-            return node, acts  # its answer comes as Probed
-        node = replace(node, probing=ev.config_hash,
+        if node.probing == ev.config_hash:  # its answer comes as Probed, and now counts as the pre-flight
+            return replace(node, periodic=False), acts
+        node = replace(node, probing=ev.config_hash, periodic=False,
                        probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
         return _pending_if_new(node, [*acts, Probe(ev.config_hash)])
     turn = ev.manifest_change and opts.coordinated and not (
@@ -754,8 +758,9 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
     if ev.config_hash != node.probing:
         return node, []  # a probe of a config that is no longer the one to write
     short = ev.config_hash[:12]
-    node = replace(node, probing="")
-    if w is None and node.phase == NodeState.READY and ev.config_hash == node.record.config_hash:
+    periodic = node.periodic
+    node = replace(node, probing="", periodic=False)
+    if periodic and w is None and node.phase == NodeState.READY and ev.config_hash == node.record.config_hash:
         return _periodic_probed(node, ev)
     if ev.blocking:
         failures = node.probe_failures + 1
@@ -800,7 +805,7 @@ def probe_due(node: Node, ev: ProbeDue, opts: Lifecycle) -> Step:
     if not opts.check_extenders or node.phase != NodeState.READY or node.wait is not None or node.probing \
             or not r.config_hash:
         return node, []
-    return replace(node, probing=r.config_hash), [Probe(r.config_hash)]
+    return replace(node, probing=r.config_hash, periodic=True), [Probe(r.config_hash)]
 
 
 #: The start of the message a Ready node carries while the periodic probe finds an extender down; the cluster

@@ -166,6 +166,30 @@ def test_while_ready_a_periodic_probe_failure_says_so_without_touching_anything(
     assert lc.step(ready_node(plain), lc.ProbeDue(1.0), plain)[1] == []
 
 
+def test_a_ready_node_whose_manifest_lost_the_patch_writes_it_again_after_the_pre_flight() -> None:
+    # kubeadm rewrote the manifest with the patch gone while the node was held: the hold's release re-reads the
+    # record (Ready) and plans the config the node runs; that pre-flight's answer is no periodic probe's, it leads
+    # to the write (it was taken for the periodic probe, and the manifest was never patched again)
+    ready = ready_node()
+    node, _ = lc.step(ready, lc.HoldChanged(5.0, "kubeadm upgrade"), OPTS)
+    node, acts = lc.step(node, lc.HoldChanged(6.0, None), OPTS)
+    assert acts[-1] == lc.Reclaim()
+    node, acts = lc.step(node, lc.Reclaimed(6.1, ready.record), OPTS)
+    assert acts[-1] == lc.Replan() and node.phase == NodeState.READY
+    node, acts = lc.step(node, pending(), OPTS)
+    assert acts[-1] == lc.Probe(H1) and node.phase == NodeState.READY
+    node, acts = lc.step(node, lc.Probed(12.0, H1), OPTS)
+    assert acts[-1] == lc.Replan() and node.probed == H1
+    _, acts = lc.step(node, pending(), OPTS)
+    assert "TakeTurn" in kinds(acts) or "Apply" in kinds(acts)
+    # a pre-flight planned while the periodic probe of the same config runs: that answer is the pre-flight's
+    node, _ = lc.step(ready_node(), lc.ProbeDue(10.0), OPTS)
+    node, acts = lc.step(node, pending(), OPTS)
+    assert "Probe" not in kinds(acts)
+    _, acts = lc.step(node, lc.Probed(11.0, H1), OPTS)
+    assert acts[-1] == lc.Replan()
+
+
 def test_a_pre_flight_of_the_next_config_does_not_lose_the_canary_probe() -> None:
     # A ConfigMap change while the canary probe runs: both probes are in flight, each answer finds its place.
     node, _ = lc.step(waiting(), ready(), OPTS)

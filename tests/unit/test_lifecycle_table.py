@@ -407,19 +407,20 @@ def test_probed_for_a_config_no_longer_wanted_is_ignored() -> None:
 
 
 def test_probed_while_ready_an_extender_that_stopped_answering_keeps_ready_with_a_message() -> None:
-    after, acts = lc.step(ready(probing=H1), lc.Probed(1.0, H1, blocking=DOWN), CHECKS)
+    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(1.0, H1, blocking=DOWN), CHECKS)
     message = f"{lc.STOPPED_ANSWERING}: {DOWN}"
     assert after.phase == NodeState.READY and after.record.message == message and after.probing == ""
     assert acts == [lc.Error("extender"), lc.Log("warning", message),
                     lc.Note("ExtenderUnreachable", message, warning=True), lc.Publish(None)]
-    again, acts = lc.step(replace(after, probing=H1), lc.Probed(2.0, H1, blocking=DOWN), CHECKS)
+    again, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(2.0, H1, blocking=DOWN),
+                         CHECKS)
     assert again.record == after.record and acts == [lc.Error("extender")]  # the same: no Event spam
-    back, acts = lc.step(replace(after, probing=H1), lc.Probed(3.0, H1), CHECKS)
+    back, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(3.0, H1), CHECKS)
     assert back.record.message is None and acts == [lc.Log("info", "the extenders answer again"), lc.Publish(None)]
 
 
 def test_probed_while_ready_answering_as_before_says_nothing() -> None:
-    after, acts = lc.step(ready(probing=H1), lc.Probed(1.0, H1), CHECKS)
+    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(1.0, H1), CHECKS)
     assert after == ready() and acts == []
 
 

@@ -1,0 +1,365 @@
+"""`kubeadm upgrade apply` on a `KubeadmNode` (tests/harness/real/kubeadm_node.py), with what a test watches meanwhile.
+
+A node `kubeadm init` made at release N is upgraded as kubeadm's documentation says: the next release's kubeadm
+first (its images present on the node: they are built here from the release's binaries and imported, as for init),
+`kubeadm upgrade apply`, then the kubelet of the new release restarted with the flags kubeadm wrote. What happens
+meanwhile is recorded on one clock (this process's `time.time()`), as a `Timeline`:
+
+* kubeadm's output, each line stamped when it is read (kubeadm's own `fmt.Printf` lines carry no time);
+* every rename or write that lands on the kube-scheduler manifest (inotify on the manifest folder, in this
+  process): the file's inode, the first digits of its sha256, and whether it carries the agent's `--config`;
+* every container of the control-plane static pods the API server shows (a `kubectl --watch` of their mirror pods
+  in the node, started again after each API server restart): its ID, `startedAt` and the pod's config hash;
+* the output of the processes started here in the node (the agent, the extender), stamped as kubeadm's.
+
+`upgrade_config` says which of kubeadm's upgrade checks this sandbox cannot pass, and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers.inotify import InotifyObserver
+
+from tests.harness.real.controlplane import ROOT, Binaries, die_with_parent, wait_until
+from tests.harness.real.kubeadm_node import IGNORED_PREFLIGHT, MANIFESTS, KubeadmNode, image_contents
+from tests.harness.real.kubelet_node import image_archive
+
+#: kubeadm's upgrade checks this sandbox cannot pass, and why (init's, and one of the upgrade's own).
+IGNORED_UPGRADE_PREFLIGHT = {
+    *IGNORED_PREFLIGHT,
+    # The cluster health check runs a Job of the pause image with `-v`: upstream's pause prints its version and
+    # exits 0, the project's pause (tools/realk8s/pause, the only pause image here) ignores its arguments and
+    # runs until stopped, so the Job never completes (the check waits its 60 s, then fails). The Job's pod is
+    # scheduled and started all the same: the scheduler, the extender and the kubelet are exercised.
+    "CreateJob",
+    # CoreDNS is disabled on this node (no image of it exists here); kubeadm's upgrade checks its Corefile and
+    # version all the same, find none ("start version '' not supported") and fail both checks.
+    "CoreDNSUnsupportedPlugins", "CoreDNSMigration",
+}
+#: kubeadm's wait for each upgraded static pod (`timeouts.upgradeManifests`, its default): a component that takes
+#: this long has been rolled back.
+UPGRADE_MANIFESTS_TIMEOUT = 300.0
+UPGRADE_DEADLINE = 1200.0
+
+
+def upgrade_config(new: Binaries) -> str:
+    """kubeadm's UpgradeConfiguration: the new release, no etcd upgrade (see `upgrade_apply`), no image pulled."""
+    return json.dumps({
+        "apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "UpgradeConfiguration",
+        "apply": {"kubernetesVersion": f"v{new.version}", "etcdUpgrade": False, "imagePullPolicy": "Never",
+                  "ignorePreflightErrors": sorted(IGNORED_UPGRADE_PREFLIGHT)},
+    }, indent=1) + "\n"
+
+
+# -- the record ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timeline:
+    """(time.time(), source, what) rows from several threads."""
+
+    rows: list[tuple[float, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, source: str, what: str, at: float | None = None) -> None:
+        with self.lock:
+            self.rows.append((time.time() if at is None else at, source, what))
+
+    def of(self, source: str, pattern: str = "") -> list[tuple[float, str]]:
+        """(time, what) of `source`'s rows whose text matches `pattern` (a regex), in time order."""
+        regex = re.compile(pattern)
+        with self.lock:
+            rows = sorted(self.rows)
+        return [(t, w) for t, s, w in rows if s == source and regex.search(w)]
+
+    def first(self, source: str, pattern: str) -> float:
+        found = self.of(source, pattern)
+        assert found, f"no {source} row matching {pattern!r}:\n{self.render()}"
+        return found[0][0]
+
+    def render(self, since: float = 0.0, keep: Callable[[str, str], bool] = lambda s, w: True) -> str:
+        with self.lock:
+            rows = sorted(r for r in self.rows if r[0] >= since and keep(r[1], r[2]))
+        start = rows[0][0] if rows else since
+        start = since or start
+        return "\n".join(f"{t - start:8.2f} s  {s:<10} {w}" for t, s, w in rows)
+
+
+class StampedProcess:
+    """A process in the node whose output lines are stamped as they are read and written to `log`."""
+
+    def __init__(self, node: KubeadmNode, source: str, argv: list[str], timeline: Timeline,
+                 env: dict[str, str] | None = None) -> None:
+        self.source, self.timeline = source, timeline
+        self.log = node.run / f"{source}.log"
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen(node.inside(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=node.environment() if env is None else env,
+                                     preexec_fn=die_with_parent)
+        node.procs.append(self.proc)  # the node's stop takes it with the rest
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.log.open("a") as log:
+            for raw in self.proc.stdout:
+                now = time.time()
+                line = raw.decode(errors="replace").rstrip("\n")
+                log.write(f"{now:.3f} {line}\n")
+                log.flush()
+                self.lines.append((now, line))
+                self.timeline.add(self.source, line, now)
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(30)
+        return code
+
+    def text(self, last: int = 0) -> str:
+        return "\n".join(line for _, line in self.lines[-last:])
+
+    def pid_inside(self) -> int:
+        """The PID (in this machine's namespace) of the command `nsenter` started: nsenter forks into the node's
+        PID namespace and waits for it, without passing signals on."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        assert children, f"{self.source}: nsenter has no child"
+        return int(children[0])
+
+    def terminate(self, timeout: float = 60) -> int:
+        os.kill(self.pid_inside(), signal.SIGTERM)
+        return self.wait(timeout)
+
+
+class ManifestWatch(FileSystemEventHandler):
+    """Every event on the kube-scheduler manifest in its folder, with the inode and content it then had."""
+
+    def __init__(self, node: KubeadmNode, timeline: Timeline) -> None:
+        self.path = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
+        self.timeline = timeline
+        #: (time, inode, sha256, patched): one row per distinct inode seen, in order
+        self.versions: list[tuple[float, int, str, bool]] = []
+        self.observer = InotifyObserver()
+        self.observer.schedule(self, str(self.path.parent), recursive=False)
+
+    def start(self) -> ManifestWatch:
+        self.observer.start()
+        self.look("start")
+        return self
+
+    def stop(self) -> None:
+        self.observer.stop()
+        self.observer.join(10)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        names = {os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "") or "")}
+        if str(self.path) in names and event.event_type in ("moved", "created", "closed", "deleted"):
+            self.look(event.event_type)
+
+    def look(self, why: str) -> None:
+        now = time.time()
+        try:
+            with self.path.open("rb") as f:
+                stat = os.fstat(f.fileno())
+                data = f.read()
+        except FileNotFoundError:
+            self.timeline.add("manifest", f"{why}: no kube-scheduler.yaml", now)
+            return
+        digest = hashlib.sha256(data).hexdigest()[:12]
+        patched = b"--config=" in data
+        tag = re.search(rb"kube-scheduler:(v[\w.]+)", data)
+        if not self.versions or self.versions[-1][1] != stat.st_ino:
+            self.versions.append((now, stat.st_ino, digest, patched))
+            self.timeline.add("manifest", f"{why}: inode {stat.st_ino} sha256 {digest} "
+                              f"{tag.group(1).decode() if tag else '?'} {'patched' if patched else 'unpatched'} "
+                              f"mtime {stat.st_mtime_ns / 1e9:.3f}", now)
+
+
+class PodWatch:
+    """The control-plane mirror pods' containers, from a `kubectl --watch` in the node (started again whenever
+    it ends: the API server restarts during an upgrade). `starts` holds (time seen, component, container ID,
+    startedAt, config hash) once per container that ran."""
+
+    def __init__(self, node: KubeadmNode, timeline: Timeline) -> None:
+        self.node, self.timeline = node, timeline
+        self.starts: list[tuple[float, str, str, str, str]] = []
+        self.stopped = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PodWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            argv = [str(self.node.run / "bin" / "kubectl"), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
+                    "-n", "kube-system", "-l", "tier=control-plane", "--watch", "-o", "json"]
+            self.proc = subprocess.Popen(self.node.inside(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            assert self.proc.stdout is not None
+            decoder, buffer = json.JSONDecoder(), ""
+            for raw in self.proc.stdout:
+                buffer += raw.decode(errors="replace")
+                while True:
+                    stripped = buffer.lstrip()
+                    try:
+                        pod, end = decoder.raw_decode(stripped)
+                    except ValueError:
+                        break
+                    buffer = stripped[end:]
+                    self._seen(pod)
+            self.proc.wait()
+            self.stopped.wait(0.5)
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        component = pod["metadata"].get("labels", {}).get("component", "?")
+        config_hash = pod["metadata"].get("annotations", {}).get("kubernetes.io/config.hash", "")
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            running = status.get("state", {}).get("running")
+            cid = status.get("containerID", "")
+            if running and cid and all(s[2] != cid for s in self.starts):
+                image = status.get("image", "").rsplit(":", 1)[-1]
+                self.starts.append((time.time(), component, cid, running.get("startedAt", ""), config_hash))
+                self.timeline.add("pod", f"{component} container {cid[-12:]} running {image}, started "
+                                  f"{running.get('startedAt', '')}, config hash {config_hash[:12]}")
+
+    def of(self, component: str) -> list[tuple[float, str, str, str, str]]:
+        return [s for s in self.starts if s[1] == component]
+
+
+# -- the upgrade --------------------------------------------------------------------------------------------------
+
+
+def use_tools(node: KubeadmNode, binaries: Binaries, *names: str) -> None:
+    """The node's PATH names `names` of `binaries`' release from now on (an admin installing the package)."""
+    for name in names:
+        link = node.run / "bin" / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(binaries.path(name))
+
+
+def import_release_images(node: KubeadmNode, new: Binaries) -> list[str]:
+    """The images the new release's kubeadm names, built from its binaries and imported into the node's containerd
+    (before the upgrade, as `kubeadm config images pull` would)."""
+    config = node.run / "kubeadm-images.yaml"  # the cluster's configuration at the new release: no CoreDNS, proxy
+    config.write_text(json.dumps({"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration",
+                                  "kubernetesVersion": f"v{new.version}", "dns": {"disabled": True},
+                                  "proxy": {"disabled": True}}))
+    listed = subprocess.run([str(new.path("kubeadm")), "config", "images", "list", f"--config={config}"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0, f"kubeadm config images list: {listed.stderr}"
+    images = listed.stdout.split()
+    present = set(node.ctr("images", "ls", "-q").split())
+    for image in images:
+        if image in present:
+            continue
+        files, entrypoint = image_contents(new, image)
+        archive = image_archive(node.run / "images.tar", (image,), files, entrypoint)
+        node.ctr("images", "import", str(archive))
+        archive.unlink()
+    assert set(images) <= set(node.ctr("images", "ls", "-q").split())
+    return images
+
+
+def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline, source: str = "kubeadm") -> StampedProcess:
+    """`kubeadm upgrade apply v<new> -y` of the new release in the node, started; `wait` for its end.
+
+    Without the etcd upgrade: the new release names another etcd tag (3.7.0-0 for 1.37), but the only etcd built
+    here is one 3.6 binary, so that image would hold the same program under another name; the agent never touches
+    etcd's manifest, and what the etcd upgrade adds (a copy of its data, etcd's restart) is an API server outage
+    this journey has anyway, when kube-apiserver restarts."""
+    config = node.run / "kubeadm-upgrade.yaml"
+    config.write_text(upgrade_config(new))
+    return StampedProcess(node, source, [str(new.path("kubeadm")), "upgrade", "apply", f"v{new.version}",
+                                            f"--config={config}", "-y", "--v=1"], timeline)
+
+
+def kubelet_pid(node: KubeadmNode, binaries: Binaries) -> int:
+    """The running kubelet of `binaries` in the node (its PID namespace is the node's)."""
+    own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (os.readlink(entry / "exe") == str(binaries.path("kubelet"))
+                    and os.readlink(entry / "ns" / "pid") == own):
+                return int(entry.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no kubelet {binaries.version} running in node {node.name}")
+
+
+def restart_kubelet(node: KubeadmNode, old: Binaries, new: Binaries) -> None:
+    """The kubelet upgrade of kubeadm's documentation: the old kubelet stopped, the new one started as kubeadm's
+    systemd drop-in starts it (with the flags kubeadm wrote, which the upgrade may have rewritten). Its containers
+    keep running meanwhile; the new kubelet takes them over."""
+    pid = kubelet_pid(node, old)
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 60, "the old kubelet's exit")
+    argv = node.kubelet_argv(node.host("/var/lib/kubelet/kubeadm-flags.env"))
+    node.spawn("kubelet", [str(new.path("kubelet")), *argv[1:]])
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file below `folder`: (mode, mtime_ns, sha256), by relative path."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            out[str(path.relative_to(folder))] = (stat.st_mode, stat.st_mtime_ns,
+                                                  hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+# -- the agent and its extender in the node ------------------------------------------------------------------------
+
+
+def extender(node: KubeadmNode, timeline: Timeline, port: int) -> StampedProcess:
+    """An extender on the node's loopback (the scheduler's network) that keeps every node a filter call names."""
+    code = ("from tests.harness.emu.extservers import ExtenderServer\n"
+            f"s = ExtenderServer(port={port})\ns.passthrough = True\n"
+            "print('extender listening', flush=True)\ns.serve_forever()\n")
+    proc = StampedProcess(node, "extender", [sys.executable, "-c", code], timeline,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wait_until(lambda: proc.lines or proc.proc.poll() is not None, 60, "the extender's start")
+    assert proc.proc.poll() is None, proc.text()
+    return proc
+
+
+def agent(node: KubeadmNode, source: Path, timeline: Timeline, *args: str) -> StampedProcess:
+    """`scheduler-patcher run` as a process in the node, on its files (`--host-root /`: the node's own paths),
+    with kubeadm's admin credentials."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHER_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return StampedProcess(node, "agent", [
+        sys.executable, "-m", "patcher", "run", "--host-root", "/", "--source", str(source),
+        "--kubeconfig", "/etc/kubernetes/admin.conf", "--node-name", node.name, "--namespace", "scheduler-patcher",
+        "--listen", "127.0.0.1:9808", *args], timeline, env=env)

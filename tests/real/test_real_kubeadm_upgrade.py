@@ -1,0 +1,262 @@
+"""`kubeadm upgrade apply` from one release to the next with the agent running on the node.
+
+kubeadm's static-pod upgrade (phases/upgrade/staticpods.go) renames each component's manifest into its backup
+folder, renames the one it rendered into the manifest folder, waits (up to `timeouts.upgradeManifests`, 5 min) for
+the mirror pod's `kubernetes.io/config.hash` to differ from the one it read before the upgrade and for the pods of
+that component to run, and moves the backups back ("rolls back") when either does not come. The agent, running as
+its DaemonSet pod would (a process in the node's namespaces, `--host-root /`), sees kubeadm's new scheduler manifest
+and patches it again. This test records who wrote what and when (tests/harness/real/kubeadm_upgrade.py) and holds
+the journey to: kubeadm finishes without a rollback, the node runs the new release with the extender, kubeadm's
+backup folder stays as kubeadm made it, and the agent wrote the manifest once after kubeadm did. Then the same
+release's `upgrade apply` again, which the agent's re-patch would fail (kubeadm's manifest differs from the node's by
+the patch only, so the hash kubeadm waits to see change comes back): run with the node held, as the operator
+contract says, kubeadm finishes and the agent patches once more at the hold's release.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import write_configmap
+from tests.harness.real.controlplane import Binaries, wait_until
+from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, kubeadm_missing, releases_with_kubeadm
+from tests.harness.real.kubeadm_upgrade import (
+    UPGRADE_DEADLINE,
+    ManifestWatch,
+    PodWatch,
+    StampedProcess,
+    Timeline,
+    agent,
+    extender,
+    import_release_images,
+    restart_kubelet,
+    snapshot,
+    upgrade_apply,
+    use_tools,
+)
+
+pytestmark = pytest.mark.real_kubeadm
+
+EXTENDER_PORT = 8889
+#: An extender that answers (the agent's pre-flight calls it before each write; the scheduler calls it for the
+#: pod of kubeadm's health-check Job).
+EXTENDERS = f"extenders:\n- urlPrefix: http://127.0.0.1:{EXTENDER_PORT}\n  filterVerb: filter\n  weight: 1\n"
+PREFIX = "scheduler-patcher.io/"
+WROTE_MANIFEST = rf"wrote {MANIFESTS}/kube-scheduler.yaml"
+
+
+def releases() -> tuple[Binaries, Binaries]:
+    """(N, N+1): the two newest releases built with kubeadm; one line on why not (a failure under CI=true)."""
+    why = kubeadm_missing()
+    built = releases_with_kubeadm()
+    if why is None and len(built) < 2:
+        why = "one release with kubeadm built: the upgrade needs two (`make real-k8s` builds them)"
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the kubeadm upgrade cannot run under CI=true: {why}")
+        pytest.skip(why)
+    return built[1], built[0]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[KubeadmNode]:
+    old, _ = releases()
+    made = KubeadmNode(old, tmp_path / "kubeadm")
+    try:
+        made.start()
+        print(f"\nkubeadm node v{old.version}: runtime and images {made.runtime_in:.1f} s, "
+              f"kubeadm init {made.init_in:.1f} s")
+        yield made
+    finally:
+        made.stop()
+
+
+def answer(node: KubeadmNode, path: str) -> dict[str, Any] | None:
+    """An API object, or None while the API server does not answer (it restarts during the upgrade, and again
+    when the new kubelet restarts it: the kubelet's hash of every static pod changes between releases)."""
+    try:
+        return node.get(path)
+    except AssertionError:
+        return None
+
+
+def node_annotations(node: KubeadmNode) -> dict[str, str]:
+    got = answer(node, f"/api/v1/nodes/{node.name}")
+    if got is None:
+        return {}
+    return {k[len(PREFIX):]: v for k, v in (got["metadata"].get("annotations") or {}).items() if k.startswith(PREFIX)}
+
+
+def ready_on(node: KubeadmNode, version: str) -> dict[str, Any] | None:
+    """The scheduler's mirror pod once it runs `version`'s image with the agent's --config and the agent says
+    `Ready` for the manifest as it is now."""
+    try:
+        running = node.running()
+    except AssertionError:  # the API server restarts
+        return None
+    if running is None:
+        return None
+    pod = running[1]
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+    flags = [*container.get("command", []), *container.get("args", [])]
+    if not container["image"].endswith(f":v{version}") or not any(f.startswith("--config=") for f in flags):
+        return None
+    state = node_annotations(node)
+    manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
+    mtime = manifest.stat().st_mtime_ns
+    if state.get("state") != "Ready" or not state.get("manifest-mtime"):
+        return None
+    # the agent's annotation is its last write's mtime: the manifest now is the one it wrote
+    seconds, _, frac = state["manifest-mtime"].rstrip("Z").partition(".")
+    stamp = calendar.timegm(time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")) * 10**9 + int(frac.ljust(9, "0"))
+    return pod if stamp == mtime else None
+
+
+def extenders_on(node: KubeadmNode) -> list[str] | None:
+    """The extender URLs of the running scheduler's /configz (keys case-folded: 1.34/1.35 serve the Go struct)."""
+    configz = node.scheduler_configz()
+    if configz is None:
+        return None
+    config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
+    urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
+    return urls or None
+
+
+@pytest.mark.timeout(2400)
+def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_path: Path) -> None:
+    old, new = releases()
+    timeline = Timeline()
+
+    def keep(source: str, what: str) -> bool:
+        if source.startswith("kubeadm"):
+            return what.startswith(("[upgrade", "[apiclient]", "[WARNING", "\t[WARNING", "error", "[kubelet")) or \
+                "rolled back" in what
+        if source == "agent":
+            return "health server" not in what
+        return source != "extender"
+
+    journey = time.time()
+    pods = PodWatch(node, timeline).start()
+    manifests = ManifestWatch(node, timeline).start()
+    processes: list[StampedProcess] = []
+    try:
+        processes.append(extender(node, timeline, EXTENDER_PORT))
+        created = node.kubectl("create", "namespace", "scheduler-patcher")
+        assert created.returncode == 0, created.stderr
+        source = tmp_path / "source"
+        source.mkdir()
+        write_configmap(source, {"extenders.yaml": EXTENDERS})
+
+        # -- the agent patches the manifest `kubeadm init` wrote ------------------------------------------------
+        run = agent(node, source, timeline)
+        processes.append(run)
+        wait_until(lambda: ready_on(node, old.version), 300, f"the agent's patch Ready on v{old.version}\n"
+                   f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+            [f"http://127.0.0.1:{EXTENDER_PORT}"]
+        patched = node.host(f"{MANIFESTS}/kube-scheduler.yaml").read_bytes()
+        before = node_annotations(node)
+        writes_before = sum(WROTE_MANIFEST in line for _, line in run.lines)
+        assert writes_before == 1, run.text()
+        patched_at = time.time()
+
+        # -- kubeadm upgrade apply with the new release's kubeadm and images ------------------------------------
+        import_release_images(node, new)
+        use_tools(node, new, "kubeadm")
+        upgrade_started = time.time()
+        kubeadm = upgrade_apply(node, new, timeline)
+        code = kubeadm.wait(UPGRADE_DEADLINE)
+        upgrade_ended = time.time()
+        output = kubeadm.text()
+        assert code == 0, f"kubeadm upgrade apply exited {code}\n{kubeadm.text(80)}\n--- agent ---\n{run.text(40)}"
+        assert "rolled back" not in output and "restoring" not in output.lower(), output
+        assert "did not change after" not in output and "tried to recover" not in output, output
+        assert f'SUCCESS! A control plane node of your cluster was upgraded to "v{new.version}"' in output, output
+        backups = sorted((node.host("/etc/kubernetes/tmp")).glob("kubeadm-backup-manifests-*"))
+        assert len(backups) == 1, backups
+        backup = snapshot(backups[0])
+        # kubeadm moved the manifest the agent had patched into its backup, untouched
+        assert (backups[0] / "kube-scheduler.yaml").read_bytes() == patched
+
+        # -- the kubelet of the new release (kubeadm's documentation: after `upgrade apply`) --------------------
+        kubelet_at = time.time()
+        timeline.add("harness", f"kubelet v{old.version} stopped, v{new.version} started")
+        restart_kubelet(node, old, new)
+        use_tools(node, new, "kubelet", "kubectl")
+        node.binaries = new
+        pod = wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready on v{new.version}\n"
+                         f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+        wait_until(lambda: (answer(node, f"/api/v1/nodes/{node.name}") or {}).get("status", {}).get("nodeInfo", {})
+                   .get("kubeletVersion") == f"v{new.version}", 120, "the Node reporting the new kubelet")
+        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+            [f"http://127.0.0.1:{EXTENDER_PORT}"]
+        after = node_annotations(node)
+        assert after["state"] == "Ready" and after["source-hash"] == before["source-hash"], (before, after)
+        assert after["config-hash"] != before["config-hash"]  # rendered for the new minor
+        container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+        configs = [f for f in container["command"] if f.startswith("--config=")]
+        assert len(configs) == 1 and node.host(configs[0].split("=", 1)[1]).is_file(), container["command"]
+
+        # -- what each writer did ------------------------------------------------------------------------------
+        assert snapshot(backups[0]) == backup, "kubeadm's backup folder changed after kubeadm's exit"
+        moved = timeline.first("kubeadm", r'Moving new manifest to ".*kube-scheduler\.yaml"')
+        agent_writes = [t for t, line in run.lines if WROTE_MANIFEST in line]
+        assert len([t for t in agent_writes if t > moved]) == 1, run.text()
+        assert len([t for t in agent_writes if patched_at < t < moved]) == 0, run.text()
+        # the manifest's versions: kubeadm's init, the agent's patch, kubeadm's upgrade, the agent's patch of it
+        kinds = [("patched" if p else "kubeadm") for _, _, _, p in manifests.versions]
+        assert kinds[-2:] == ["kubeadm", "patched"] or kinds[-1:] == ["patched"], manifests.versions
+        for line in run.lines:
+            assert "rolled back" not in line[1].lower() and "PatchFailed" not in line[1], run.text()
+
+        # -- `upgrade apply` to the release the node runs: kubeadm's manifest differs from the node's by the patch
+        # only, so the agent's re-patch would give back the very hash kubeadm read before and waits for a change of
+        # (measured: kubeadm waits its 5 min and rolls back). The operator's hold keeps the agent off meanwhile.
+        held = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold=kubeadm upgrade apply v{new.version}")
+        assert held.returncode == 0, held.stderr
+        wait_until(lambda: node_annotations(node).get("state") == "Held", 120, f"Held\n{run.text(20)}")
+        writes_held = sum(WROTE_MANIFEST in line for _, line in run.lines)
+        again = upgrade_apply(node, new, timeline, "kubeadm-again")
+        code = again.wait(UPGRADE_DEADLINE)
+        output = again.text()
+        assert code == 0, f"kubeadm upgrade apply (again) exited {code}\n{again.text(80)}"
+        assert "tried to recover" not in output and "did not change after" not in output, output
+        assert b"--config=" not in node.host(f"{MANIFESTS}/kube-scheduler.yaml").read_bytes()  # kubeadm's own
+        assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held  # nothing while held
+        released = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold-")
+        assert released.returncode == 0, released.stderr
+        wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready again\n{run.text(40)}")
+        assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held + 1, run.text()
+        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+            [f"http://127.0.0.1:{EXTENDER_PORT}"]
+    finally:
+        manifests.stop()
+        pods.stop()
+        for proc in processes:
+            if proc.proc.poll() is None:
+                proc.proc.kill()
+        print("\n" + timeline.render(journey, keep))
+    ended = time.time()
+
+    # -- the report --------------------------------------------------------------------------------------------
+    def component_times() -> list[str]:
+        out = []
+        for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            start = timeline.first("kubeadm", rf'Preparing for "{component}" upgrade')
+            done = timeline.first("kubeadm", rf'Component "{component}" upgraded successfully')
+            out.append(f"{component} {done - start:.1f} s")
+        return out
+
+    print(f"\nkubeadm upgrade apply v{old.version} -> v{new.version}: {upgrade_ended - upgrade_started:.1f} s "
+          f"({', '.join(component_times())}); kubelet restart to the agent's Ready {ended - kubelet_at:.1f} s; "
+          f"journey (agent start to the end) {ended - journey:.1f} s")
+    versions = [(round(t - journey, 2), d, "patched" if p else "kubeadm") for t, _, d, p in manifests.versions]
+    print(f"scheduler containers: {len(pods.of('kube-scheduler'))}, manifest versions: {json.dumps(versions)}")
