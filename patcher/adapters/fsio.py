@@ -256,9 +256,9 @@ def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str
 
 def _show_kubelet(path: Path) -> None:
     """An attribute change on ``path`` (its own mode again): the kubelet's manifest watch (fsnotify) reads the
-    second half of an exchange, the file's name moved away, as the file's removal and stops the static pod
-    until its next look at the folder (every 20 s); a change of attributes after it reads as a modification,
-    and the kubelet runs the file's pod at once (tests/fixtures/kubelet/: kube-scheduler gone 6-11 s)."""
+    second half of an exchange, the file's name moved away, as the file's removal: it stops the static pod and
+    sees the new one only at its next look at the folder (every 20 s by default). An attribute change after it
+    reads as a modification: the kubelet takes the new pod at once (tests/fixtures/kubelet/)."""
     with contextlib.suppress(OSError):
         os.chmod(path, stat.S_IMODE(os.stat(path).st_mode))
 
