@@ -221,7 +221,10 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
         if expect is not None and _renameat2() is not None:
             ops.before_rename(path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
-                _settle_exchange(tmp, path, data, expect, name)
+                try:
+                    _settle_exchange(tmp, path, data, expect, name)
+                finally:
+                    _show_kubelet(path)
                 return tmp
         if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
@@ -249,6 +252,15 @@ def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str
         # is the newest): either way the file at tmp is theirs and goes in place.
         os.replace(tmp, path)
     raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
+
+
+def _show_kubelet(path: Path) -> None:
+    """An attribute change on ``path`` (its own mode again): the kubelet's manifest watch (fsnotify) reads the
+    second half of an exchange, the file's name moved away, as the file's removal: it stops the static pod and
+    sees the new one only at its next look at the folder (every 20 s by default). An attribute change after it
+    reads as a modification: the kubelet takes the new pod at once (tests/fixtures/kubelet/)."""
+    with contextlib.suppress(OSError):
+        os.chmod(path, stat.S_IMODE(os.stat(path).st_mode))
 
 
 _RENAME_EXCHANGE = 2

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,45 @@ def test_write_in_order_stops_at_the_first_failed_group(tmp_path: Path) -> None:
                             [fsio.Write(d, b"d", "d")])
     assert a.read_bytes() == b"a" and c.read_bytes() == b"changed by someone else" and not d.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "c"]  # no temp file of c or d is left
+
+
+#: inotify event bits, and how the kubelet's manifest watch (fsnotify, pkg/kubelet/config/file_linux.go) reads them:
+#: Create (IN_CREATE, IN_MOVED_TO) adds the file's pod, Write and Chmod (IN_MODIFY, IN_ATTRIB) read it again,
+#: Remove and Rename (IN_DELETE, IN_MOVED_FROM) remove it; dot names are skipped.
+KUBELET_READS = {0x100: "add", 0x80: "add", 0x2: "add", 0x4: "add", 0x200: "remove", 0x40: "remove"}
+
+
+def _inotify_events(folder: Path, act: Callable[[], None]) -> list[tuple[str, int]]:
+    """(name, mask) of each event in ``folder`` while ``act`` runs, in the kernel's order."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    assert fd >= 0
+    try:
+        assert libc.inotify_add_watch(fd, os.fsencode(folder), 0xFFF) >= 0
+        act()
+        data = os.read(fd, 65536)
+    finally:
+        os.close(fd)
+    events, at = [], 0
+    while at < len(data):
+        _, mask, _, size = struct.unpack_from("iIII", data, at)
+        name = data[at + 16:at + 16 + size].rstrip(b"\0").decode()
+        events.append((name, mask))
+        at += 16 + size
+    return events
+
+
+def test_a_manifest_swapped_in_is_read_by_the_kubelet_at_once(tmp_path: Path) -> None:
+    """The real kubelet, recorded (tests/fixtures/kubelet/): after the agent's exchange it stopped kube-scheduler at
+    once and ran the patched pod only at its next 20 s look at the folder, as the exchange's last event on the
+    manifest's name is the old file moving away (a removal). The write now ends on an attribute change, which the
+    kubelet reads as a modification: the file's pod stays."""
+    if fsio._renameat2() is None:
+        pytest.skip("no renameat2 here: a plain rename, one event")
+    manifest = tmp_path / "kube-scheduler.yaml"
+    manifest.write_bytes(b"old\n")
+    events = _inotify_events(tmp_path, lambda: fsio.atomic_write(manifest, b"new\n", expect=b"old\n"))
+    seen = [KUBELET_READS.get(mask & 0xFFF) for name, mask in events if name == manifest.name]
+    assert "remove" in seen  # the exchange, as before
+    assert [s for s in seen if s][-1] == "add", events
+    assert manifest.read_bytes() == b"new\n"

@@ -133,10 +133,12 @@ def test_survives_an_outage_and_catches_up(emu: KubeEmulator, watcher: MirrorPod
 
 
 def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: Api) -> None:
-    seen: list[str | None] = []
+    """The kubelet deletes the old mirror pod (no grace period) and creates the new one: the API server first
+    sends the old pod marked with a deletionTimestamp, then its deletion (tests/fixtures/kubelet/)."""
+    seen: list[tuple[str, bool] | None] = []
 
     def record(pod: dict[str, Any] | None) -> None:
-        seen.append(pod["metadata"]["uid"] if pod else None)
+        seen.append((pod["metadata"]["uid"], bool(pod["metadata"].get("deletionTimestamp"))) if pod else None)
 
     w = MirrorPodWatcher(api, "kube-system", NAME, backoff=Backoff(0.05, 0.2), on_update=record)
     emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:40:02Z"))
@@ -144,10 +146,11 @@ def test_deletion_and_recreation_by_the_kubelet(emu: KubeEmulator, api: Api) -> 
         assert wait_until(lambda: w.latest() is not None and emu.open_watches == 1, 5)
         first_uid = (w.latest() or {})["metadata"]["uid"]
         emu.delete("pods", NAME, namespace="kube-system")
-        assert wait_until(lambda: len(seen) == 2 and w.latest() is None, 5)
+        assert wait_until(lambda: len(seen) == 3 and w.latest() is None, 5)
         emu.set_pod(make_mirror_pod(node_name=NODE, started_at="2026-11-21T23:41:00Z"))
         assert wait_until(lambda: w.latest() is not None, 5)
-    assert seen[0] == first_uid and seen[1] is None and seen[2] not in (None, first_uid)
+    assert seen[:3] == [(first_uid, False), (first_uid, True), None]
+    assert seen[3] is not None and seen[3][0] != first_uid and not seen[3][1]
 
 
 def test_stop_is_prompt_with_a_stream_open(emu: KubeEmulator, watcher: MirrorPodWatcher) -> None:

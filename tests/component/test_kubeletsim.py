@@ -54,7 +54,10 @@ class Recorder:
 
 
 def container(pod: dict[str, Any]) -> tuple[str, str, int, str]:
-    """(phase, state, restartCount, lastState) with the waiting reason or the exit code in the state."""
+    """(phase, state, restartCount, lastState) with the waiting reason or the exit code in the state; a pod as
+    created, before the kubelet's first status, is ``created``."""
+    if not pod["status"].get("containerStatuses"):
+        return pod["status"]["phase"], "created", 0, ""
     status = pod["status"]["containerStatuses"][0]
     (kind, detail), = status["state"].items()
     shown = f"{kind}:{detail.get('reason', '')}" if kind == "waiting" else kind
@@ -82,6 +85,7 @@ def test_a_refused_config_goes_through_the_real_kubelets_crash_loop(tmp_path: Pa
     for _ in range(6):
         kubelet._crash_again()
     assert [container(p) for p in sink.pods] == [
+        ("Pending", "created", 0, ""),
         ("Pending", "waiting:ContainerCreating", 0, ""),
         ("Running", "terminated:1", 0, ""),
         ("Running", "running", 1, "terminated"),
@@ -91,7 +95,8 @@ def test_a_refused_config_goes_through_the_real_kubelets_crash_loop(tmp_path: Pa
         ("Running", "terminated:1", 2, "terminated"),
         ("Running", "waiting:CrashLoopBackOff", 2, "terminated"),
     ]
-    messages = [p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("message") for p in sink.pods]
+    messages = [p["status"]["containerStatuses"][0]["state"].get("waiting", {}).get("message")
+                for p in sink.pods[1:]]
     assert [m.split(" restarting")[0] for m in messages if m] == ["back-off 10s", "back-off 20s"]
     assert kubelet.restarts[-1].crashed
 
@@ -115,8 +120,11 @@ def test_a_refused_scheduler_without_probes_shows_ready_while_it_lives(tmp_path:
 
     def ready(pod: dict[str, Any]) -> bool:
         status = pod["status"]
-        return status["conditions"][0]["status"] == "True" and status["containerStatuses"][0]["ready"] is True
+        condition = next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
+        return condition == "True" and bool(status.get("containerStatuses")) \
+            and status["containerStatuses"][0]["ready"] is True
     assert [(*container(p), ready(p)) for p in sink.pods] == [
+        ("Pending", "created", 0, "", False),
         ("Pending", "waiting:ContainerCreating", 0, "", False),
         ("Running", "running", 0, "", True),
         ("Running", "terminated:1", 0, "", False),
@@ -133,9 +141,10 @@ def test_a_new_mirror_pod_is_pending_before_it_runs(tmp_path: Path) -> None:
     manifest.write_bytes((FIXTURES / "manifests" / "kubeadm.yaml").read_bytes())
     sink = Recorder()
     SimKubelet(sink, NODE, tmp_path).sync()
-    assert [container(p) for p in sink.pods] == [("Pending", "waiting:ContainerCreating", 0, ""),
+    assert [container(p) for p in sink.pods] == [("Pending", "created", 0, ""),
+                                                ("Pending", "waiting:ContainerCreating", 0, ""),
                                                 ("Running", "running", 0, "")]
-    assert sink.pods[0]["metadata"]["uid"] == sink.pods[1]["metadata"]["uid"]
+    assert len({p["metadata"]["uid"] for p in sink.pods}) == 1
 
 
 def test_an_edit_that_keeps_the_manifests_uid_restarts_nothing(tmp_path: Path) -> None:
@@ -156,4 +165,4 @@ def test_an_edit_that_keeps_the_manifests_uid_restarts_nothing(tmp_path: Path) -
                         .replace("uid: 1f3d2c4e-0000-4000-8000-000000000001",
                                  "uid: 1f3d2c4e-0000-4000-8000-0000000000ff"))
     kubelet.sync()
-    assert len(kubelet.restarts) == 2 and len(sink.pods) == started + 2
+    assert len(kubelet.restarts) == 2 and len(sink.pods) == started + 3  # created, container created, running

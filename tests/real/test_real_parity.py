@@ -124,3 +124,16 @@ def test_a_field_selector_on_an_unset_field_matches_the_empty_value(both: dict[s
             out.append((status, [i["metadata"]["name"] for i in body.get("items", [])]))
         return out
     assert agree(both, probe) == [(200, ["p"]), (200, []), (200, ["p"])]
+
+
+def test_a_pod_deleted_without_grace_is_marked_before_it_goes(both: dict[str, Send]) -> None:
+    """The kubelet deletes a mirror pod with no grace period: the server marks it (`deletionTimestamp`,
+    `deletionGracePeriodSeconds: 0`, a MODIFIED event the kubelet recording shows, tests/fixtures/kubelet/), then
+    removes it, and answers with the marked pod. The emulator removed it unmarked."""
+    def probe(send: Send) -> Any:
+        status, pod = send("DELETE", f"/api/v1/namespaces/{NS}/pods/p", {"gracePeriodSeconds": 0},
+                           "application/json")
+        gone, _ = send("GET", f"/api/v1/namespaces/{NS}/pods/p", None, "application/json")
+        return status, bool(pod["metadata"].get("deletionTimestamp")), \
+            pod["metadata"].get("deletionGracePeriodSeconds"), gone
+    assert agree(both, probe) == (200, True, 0, 404)

@@ -1062,7 +1062,17 @@ class KubeEmulator:
             return body if owned else copy.deepcopy(body)
 
     def _delete(self, r: Resource, ns: str, name: str) -> Obj:
+        """Remove an object. A pod is first marked (``deletionTimestamp``, ``deletionGracePeriodSeconds: 0``,
+        a ``MODIFIED`` event) and then removed: what kube-apiserver does for a pod deleted with no grace period
+        (a mirror pod, as the kubelet deletes it; tests/fixtures/kubelet/), which the emulator does for every pod
+        (no kubelet here ends a graceful one)."""
         with self._lock:
+            current = self._get(r, ns, name)
+            if current is not None and r.plural == "pods" and r.group == "" \
+                    and not current["metadata"].get("deletionTimestamp"):
+                meta = {**current["metadata"], "deletionGracePeriodSeconds": 0,
+                        "deletionTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                self._replace(r, ns, name, {**current, "metadata": meta}, owned=True)
             current = self._objects.pop(self._key(r, ns, name), None)
             if current is None:
                 raise ApiError(404, f'{r.plural} "{name}" not found')

@@ -86,6 +86,32 @@ def _stamp(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 1_000_000_000))
 
 
+def _stamp_ns(ns: int) -> str:
+    """``config.seen``: the kubelet writes it to the nanosecond (Go's RFC3339Nano)."""
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(ns // 1_000_000_000))}.{ns % 1_000_000_000:09d}Z"
+
+
+SEEN = "kubernetes.io/config.seen"
+#: The pod conditions the real kubelet (1.37) reports, in its order; only Ready and ContainersReady follow the
+#: container's readiness here.
+CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")
+
+
+def _conditions(now_ns: int, *, ready: bool, since: list[dict[str, Any]] | None = None,
+                sandbox: bool = True) -> list[dict[str, Any]]:
+    """The pod's conditions, each with the time it last changed (kept from ``since`` where it did not);
+    ``sandbox``: the pod's sandbox is up (PodReadyToStartContainers)."""
+    before = {c["type"]: c for c in since or []}
+    out = []
+    for kind in CONDITIONS:
+        up = ready if kind in ("Ready", "ContainersReady") else sandbox or kind != "PodReadyToStartContainers"
+        status = "True" if up else "False"
+        old = before.get(kind)
+        kept = old.get("lastTransitionTime") if old is not None and old.get("status") == status else None
+        out.append({"type": kind, "status": status, "lastTransitionTime": kept or _stamp(now_ns)})
+    return out
+
+
 def _decoded(data: bytes) -> Any:
     try:
         return YAML(typ="safe").load(data.decode())
@@ -145,6 +171,8 @@ class SimKubelet:
     host_root: Path  # the node's file system
     manifest_dir: str = "/etc/kubernetes/manifests"
     interval: float = 0.05
+    #: Seconds from a probed container's start to its startup probe passing (kubeadm's waits 10 s).
+    probe_delay: float = 0.2
     full_spec: bool = False
     process: Containers | None = None  #: runs the real scheduler, instead of the "reject-me" rule deciding
     restarts: list[Restart] = field(default_factory=list)
@@ -152,6 +180,7 @@ class SimKubelet:
     _seen: dict[str, str] = field(default_factory=dict)
     _uids: dict[str, str] = field(default_factory=dict)  # file -> the UID of the static pod running from it
     _crashing: dict[str, tuple[dict[str, Any], int, bool]] = field(default_factory=dict)  # pod, steps, probed
+    _probing: dict[str, tuple[dict[str, Any], float]] = field(default_factory=dict)  # pod, next probe (monotonic)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _running: _Process | None = None
@@ -174,6 +203,7 @@ class SimKubelet:
         while not self._stop.wait(self.interval):
             try:
                 self.sync()
+                self._probe()
                 self._watch_process()
                 if time.monotonic() - last_crash > 0.3:
                     last_crash = time.monotonic()
@@ -204,7 +234,8 @@ class SimKubelet:
             return  # the same static pod, updated in place: nothing restarts
         uid = meta.get("uid") or hashlib.md5(f"{digest}host:{self.node}file:{name}".encode(),
                                                 usedforsecurity=False).hexdigest()
-        annotations = static_pod_annotations(meta.get("annotations") or {}, str(uid))
+        annotations = {**static_pod_annotations(meta.get("annotations") or {}, str(uid)),
+                       SEEN: _stamp_ns(time.time_ns())}
         now = time.time_ns()
         crashed = self._rejects(container) if self.process is None else False
         pod = make_mirror_pod(node_name=self.node, static_name=meta.get("name", "kube-scheduler"),
@@ -217,29 +248,61 @@ class SimKubelet:
         namespace, mirror_name = pod["metadata"].get("namespace", "kube-system"), pod["metadata"]["name"]
         if isinstance(self.emu, KubeEmulator) and self.emu.get("pods", mirror_name, namespace) is not None:
             self.emu.delete("pods", mirror_name, namespace)  # the real kubelet deletes it, then creates anew
+        status = pod["status"]["containerStatuses"][0]
+        status["started"] = False
+        creating = copy.deepcopy(pod)
+        pod["status"] = {"phase": "Pending"}  # created: the API server keeps no status a create sends
+        self.emu.set_pod(copy.deepcopy(pod))
+        pod["status"] = creating["status"]
+        pod["status"]["conditions"] = _conditions(now, ready=False, sandbox=False)
         self.emu.set_pod(copy.deepcopy(pod))  # Pending: the container being created
         if self.process is not None:
             self.process.start({"metadata": meta, "spec": spec}, container, self.host_root)
             now = time.time_ns()
         status = pod["status"]["containerStatuses"][0]
+        status["containerID"] = f"containerd://{uuid.uuid4().hex}{uuid.uuid4().hex}"
         probed = any(container.get(k) for k in ("startupProbe", "readinessProbe"))
         if crashed and probed:  # its exit is the first state published: it never got past the startup probe
             status["state"] = {"terminated": self._exited(now)}
             status["lastState"] = {}
+            pod["status"]["conditions"] = _conditions(now, ready=False, since=pod["status"]["conditions"])
+        elif probed and self.process is None:  # running; started and ready once its probes pass (`_probe`)
+            status["state"] = {"running": {"startedAt": _stamp(now)}}
+            pod["status"]["conditions"] = _conditions(now, ready=False, since=pod["status"]["conditions"])
         else:  # with no probe, even the refused scheduler shows running and ready for the moment it lives
             status["state"] = {"running": {"startedAt": _stamp(now)}}
-            status["ready"] = True
-            pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+            status["ready"] = status["started"] = True
+            pod["status"]["conditions"] = _conditions(now, ready=True, since=pod["status"]["conditions"])
         pod["status"]["phase"] = "Running"
         self.emu.set_pod(pod)
         self._uids[name] = str(uid)  # once the API took the mirror pod: a retry starts it again
         self.restarts.append(Restart(now, name, hashlib.sha256(data).hexdigest(), crashed))
+        self._probing.pop(name, None)
         if self.process is not None:
             self._running = _Process(pod, {"metadata": meta, "spec": spec}, container)
         elif crashed:  # the crash loop's next step: restarted (after the exit shown), or exits (after the run shown)
             self._crashing[name] = (pod, 0 if probed else -1, probed)
         else:
             self._crashing.pop(name, None)
+            if probed:
+                self._probing[name] = (pod, time.monotonic() + self.probe_delay)
+
+    def _probe(self) -> None:
+        """The probes of a container that runs: its startup probe passes (``started``), then its readiness probe
+        (``ready``, the pod Ready): two updates, as the real kubelet sends them (kubeadm's startup probe waits
+        10 s, its readiness probe asks every second; here ``probe_delay``)."""
+        for name, (pod, due) in list(self._probing.items()):
+            if time.monotonic() < due:
+                continue
+            status = pod["status"]["containerStatuses"][0]
+            if not status["started"]:
+                status["started"] = True
+                self._probing[name] = (pod, time.monotonic() + self.probe_delay / 4)
+            else:
+                status["ready"] = True
+                pod["status"]["conditions"] = _conditions(time.time_ns(), ready=True, since=pod["status"]["conditions"])
+                del self._probing[name]
+            self.emu.set_pod(copy.deepcopy(pod))
 
     def _watch_process(self) -> None:
         """A real scheduler that exited: terminated and waiting in back-off, then started again once it passed."""
@@ -254,16 +317,16 @@ class SimKubelet:
             status["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": (
                 f"back-off {back_off:g}s restarting failed container={status['name']} "
                 f"pod={run.pod['metadata']['name']}_{run.pod['metadata'].get('namespace', 'kube-system')}")}}
-            status["ready"] = False
+            status["ready"] = status["started"] = False
             run.next_try = time.monotonic() + back_off
         elif time.monotonic() >= run.next_try:
             self.process.start(run.manifest, run.container, self.host_root)
             status["restartCount"] += 1
             status["state"] = {"running": {"startedAt": _stamp(now)}}
-            status["ready"] = True
+            status["ready"] = status["started"] = True
         else:
             return
-        run.pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if status["ready"] else "False"}]
+        run.pod["status"]["conditions"] = _conditions(now, ready=status["ready"], since=run.pod["status"]["conditions"])
         self.emu.set_pod(run.pod)
 
     @staticmethod
@@ -277,8 +340,8 @@ class SimKubelet:
             now = time.time_ns()
             step = steps % 3 if steps >= 0 else 1
             ready = step == 0 and not probed  # running with nothing to hold its readiness back
-            status["ready"] = ready
-            pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+            status["ready"] = status["started"] = ready
+            pod["status"]["conditions"] = _conditions(now, ready=ready, since=pod["status"]["conditions"])
             if step == 0:  # the kubelet starts the container again
                 status["restartCount"] += 1
                 if "terminated" in status["state"]:
