@@ -71,17 +71,8 @@ def command_of(pod: dict[str, Any]) -> list[str]:
 
 
 def extenders_of(node: KubeadmNode) -> list[str]:
-    """The extender URLs of the configuration the running scheduler loaded (its /configz). 1.36 and later serve
-    the versioned config (`extenders`, `urlPrefix`), 1.34 and 1.35 the internal Go struct (`Extenders`,
-    `URLPrefix`): keys are compared case-folded."""
-    def found() -> list[str] | None:
-        configz = node.scheduler_configz()
-        if configz is None:
-            return None
-        config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
-        urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
-        return urls or None
-    urls: list[str] = wait_until(found, 120, f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
+    """The extender URLs of the configuration the running scheduler loaded, once it serves one."""
+    urls: list[str] = wait_until(node.scheduler_extenders, 120, f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
     return urls
 
 

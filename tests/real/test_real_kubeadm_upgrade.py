@@ -120,16 +120,6 @@ def ready_on(node: KubeadmNode, version: str) -> dict[str, Any] | None:
     return pod if stamp == mtime else None
 
 
-def extenders_on(node: KubeadmNode) -> list[str] | None:
-    """The extender URLs of the running scheduler's /configz (keys case-folded: 1.34/1.35 serve the Go struct)."""
-    configz = node.scheduler_configz()
-    if configz is None:
-        return None
-    config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
-    urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
-    return urls or None
-
-
 @pytest.mark.timeout(2400)
 def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_path: Path) -> None:
     old, new = releases()
@@ -160,7 +150,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         processes.append(run)
         wait_until(lambda: ready_on(node, old.version), 300, f"the agent's patch Ready on v{old.version}\n"
                    f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
-        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+        assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
         patched = node.host(f"{MANIFESTS}/kube-scheduler.yaml").read_bytes()
         before = node_annotations(node)
@@ -196,7 +186,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
                          f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
         wait_until(lambda: (answer(node, f"/api/v1/nodes/{node.name}") or {}).get("status", {}).get("nodeInfo", {})
                    .get("kubeletVersion") == f"v{new.version}", 120, "the Node reporting the new kubelet")
-        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+        assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
         after = node_annotations(node)
         assert after["state"] == "Ready" and after["source-hash"] == before["source-hash"], (before, after)
@@ -235,7 +225,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         assert released.returncode == 0, released.stderr
         wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready again\n{run.text(40)}")
         assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held + 1, run.text()
-        assert wait_until(lambda: extenders_on(node), 120, "the extender on /configz") == \
+        assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
     finally:
         manifests.stop()

@@ -358,6 +358,17 @@ class KubeadmNode(NamespacedNode):
         return found
 
 
+    def scheduler_extenders(self) -> list[str] | None:
+        """The extender URLs of the configuration the running scheduler loaded (its /configz); None while it
+        answers none. 1.36 and later serve the versioned config (`extenders`, `urlPrefix`), 1.34 and 1.35 the
+        internal Go struct (`Extenders`, `URLPrefix`): keys are compared case-folded."""
+        configz = self.scheduler_configz()
+        if configz is None:
+            return None
+        config = {str(k).casefold(): v for k, v in configz["componentconfig"].items()}
+        urls = [str({str(k).casefold(): v for k, v in e.items()}["urlprefix"]) for e in config.get("extenders") or []]
+        return urls or None
+
 @contextmanager
 def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a",
                  registry_config: Path | None = None) -> Iterator[KubeadmNode]:
