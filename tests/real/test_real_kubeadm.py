@@ -72,7 +72,8 @@ def command_of(pod: dict[str, Any]) -> list[str]:
 
 def extenders_of(node: KubeadmNode) -> list[str]:
     """The extender URLs of the configuration the running scheduler loaded, once it serves one."""
-    urls: list[str] = wait_until(node.scheduler_extenders, 120, f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
+    urls: list[str] = wait_until(node.scheduler_extenders, 120,
+                                 f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
     return urls
 
 
