@@ -178,7 +178,7 @@ def probe(kubeconfig: str) -> None:
 class Prober:
     """The prober's process in a node and what it said so far."""
 
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None = None
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     failed: list[float] = field(default_factory=list)
@@ -187,25 +187,29 @@ class Prober:
 
     @classmethod
     def start(cls, inside: Callable[[list[str]], list[str]]) -> Prober:
+        """The prober run with `inside` (a node's namespaces around an argv), its lines read in a thread."""
         argv = inside([sys.executable, str(Path(__file__).resolve()), "--probe", "/etc/kubernetes/admin.conf"])
         prober = cls(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT))
         threading.Thread(target=prober._read, daemon=True).start()
         return prober
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
-            ev = json.loads(line)
-            if ev["kind"] == "created":
-                self.created[ev["name"]] = ev["t"]
-            elif ev["kind"] == "bound":
-                self.bound[ev["name"]] = ev["t"]
-            elif ev["kind"] == "create_failed":
-                self.failed.append(ev["t"])
-            elif ev["kind"] == "lease":
-                self.lease.append((ev["t"], ev["holder"], ev["transitions"]))
-            else:
-                self.restarts.append((ev["t"], ev.get("error", "")))
+            self.record(json.loads(line))
+
+    def record(self, ev: dict[str, Any]) -> None:
+        """One line of the prober's."""
+        if ev["kind"] == "created":
+            self.created[ev["name"]] = ev["t"]
+        elif ev["kind"] == "bound":
+            self.bound[ev["name"]] = ev["t"]
+        elif ev["kind"] == "create_failed":
+            self.failed.append(ev["t"])
+        elif ev["kind"] == "lease":
+            self.lease.append((ev["t"], ev["holder"], ev["transitions"]))
+        else:
+            self.restarts.append((ev["t"], ev.get("error", "")))
 
     def waits(self, since: float, until: float) -> tuple[list[float], int]:
         """(the waits of the pods created in [since, until), counting an unbound one's wait until `until`; how
@@ -214,10 +218,8 @@ class Prober:
         for name, created in list(self.created.items()):
             if since <= created < until:
                 done = self.bound.get(name)
-                if done is None or done > until:
-                    unbound += done is None
-                    done = until if done is None else done
-                waits.append(max(0.0, done - created))
+                unbound += done is None or done > until
+                waits.append(max(0.0, (until if done is None else done) - created))
         return waits, unbound
 
     def leader_changes(self, since: float, until: float) -> tuple[int, int]:
@@ -239,7 +241,7 @@ class Prober:
         return changes, moved
 
     def stop(self) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.close()
         try:
             self.proc.wait(timeout=60)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bench.rollout_gap import Prober, figures, percentile
 from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
 from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
 from tests.harness.real.kubeadm_chart import (
@@ -119,13 +120,41 @@ def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
     return helm_in(node, path, *args)
 
 
+#: issue 43's goal: no pod waits more than this beyond the idle p99 during the leader-aware rollout...
+GOAL_S = 5.0
+#: ...and what this sandbox adds on a busy 2-core machine (the three nodes' control planes share it): the test
+#: fails on a wait near a scheduler's whole restart (10-20 s with no leader), not on a slow moment.
+SLACK_S = 7.0
+IDLE_PODS = 120  # 30 s of bench/rollout_gap.py's prober, one pod every 250 ms
+
+
+def idle_wait(prober: Prober) -> float:
+    """The idle p99 of the pods' waits: the next IDLE_PODS probe pods bound before anything else happens."""
+    wait_until(lambda: prober.bound, 120, "the prober's first pod bound")
+    since = time.monotonic()
+    wait_until(lambda: sum(t >= since for t in list(prober.bound.values())) >= IDLE_PODS, 300,
+               f"{IDLE_PODS} probe pods bound")
+    waits, _ = prober.waits(since, time.monotonic())
+    return percentile(waits, 0.99)
+
+
+def pods_waited(prober: Prober, since: float, idle_p99: float) -> dict[str, Any]:
+    """bench/rollout_gap.py's figures of the probe pods created from `since` until now, once each is bound."""
+    until = time.monotonic()
+    wait_until(lambda: all(n in prober.bound for n, t in list(prober.created.items()) if since <= t < until), 120,
+               "every probe pod of the window bound")
+    return figures(prober, since, until, idle_p99)
+
+
 def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_its_bytes(
         cluster: KubeadmCluster, tmp_path: Path) -> None:
     """`helm install` (the real helm, in a node, as kubeadm's admin) -> the real DaemonSet controller places one
     agent on each control-plane node; the agents take the rollout Lease in turn: never two kube-scheduler mirror pods
     not ready at once; each kubelet restarts its scheduler with `--config`; each Node reports Ready. `helm
     uninstall` -> the garbage collector deletes the agents' pods, each agent restores on its way out: every manifest
-    is byte-identical to what kubeadm wrote and every scheduler runs it again."""
+    is byte-identical to what kubeadm wrote and every scheduler runs it again. Meanwhile bench/rollout_gap.py's
+    prober creates a pod every 250 ms: during the install none waits more than GOAL_S + SLACK_S beyond the idle
+    p99 measured first, and the scheduler Lease changes hands at most twice (~30 s more than the journey alone)."""
     manifests = {n.name: n.host(f"{MANIFESTS}/kube-scheduler.yaml") for n in cluster.nodes}
     written = {name: path.read_bytes() for name, path in manifests.items()}
     before = {n.name: wait_until(partial(scheduler_config, n), 300, f"kube-scheduler on {n.name}")
@@ -135,8 +164,10 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
     repository, tag = agent_image_on(cluster)
     print(f"\nagent image imported into {cluster.size} nodes in {time.monotonic() - started:.1f} s")
 
+    prober = Prober.start(lambda argv: cluster.first.inside(argv, pid_namespace=False))
     timeline = SchedulerTimeline.watch(cluster.first)
     try:
+        idle_p99 = idle_wait(prober)
         wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
                    "the watch's first list")
         values = tmp_path / "values.json"
@@ -152,6 +183,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
             return now if set(now.values()) == {"Ready"} else None
         wait_until(all_ready, 900, f"every node Ready: {states(cluster)}")
         install_in = time.monotonic() - installed_at
+        gap = pods_waited(prober, installed_at, idle_p99)
         pods = agents(cluster.first)
         assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(written), pods  # one agent per node
         assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in pods)
@@ -164,7 +196,10 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         replaced = sorted({node for _, _, down in window for node in down})
         assert replaced == sorted(written), window  # every scheduler was replaced by its kubelet...
         assert max(len(down) for _, _, down in window) == 1, window  # ...and never two at once
-        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s")
+        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s; "
+              f"pods bound meanwhile (idle p99 {idle_p99:.2f} s): {gap}")
+        assert gap["max_wait_s"] <= GOAL_S + SLACK_S, gap  # issue 43's goal, loosely: no pod waits a restart out
+        assert gap["leader_changes"] <= 2, gap  # one expected: the leader's node goes last
 
         uninstalled_at = time.monotonic()
         proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
@@ -184,4 +219,5 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
               f"(at most {most_after} scheduler(s) not ready at once; none ready for "
               f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s); the Nodes' state: {states(cluster)}")
     finally:
+        prober.stop()
         timeline.stop()
