@@ -21,7 +21,9 @@ First the cluster's idle p99 wait (``--idle`` seconds of probing, nothing else h
 journeys: ``install`` (`helm install` until every Node says Ready and every scheduler runs with ``--config``) and
 ``uninstall`` (`helm uninstall` until the agents are gone and every scheduler runs kubeadm's manifest again), each
 window followed by ``TAIL_S`` of probing. The ways are the chart's values: ``leader_aware`` (the defaults),
-``order_only`` (``--leader-wait=0``: the rollout Lease, one node at a time, whoever leads) and ``all_at_once``
+``order_only``
+(``PATCHER_LEADER_WAIT=0``, ``--leader-wait=0``'s env form: the rollout Lease, one node at a time, whoever leads) and
+``all_at_once``
 (``agent.rollout: independent``, every node patched at once: the peer's way). A journey's figures: pods probed,
 the longest wait and ``max_wait_s``, the longest wait beyond the idle p99 (0 when none waited longer), pods still
 unbound at the window's end (their wait so far counts), the Lease's holder changes (``leader_changes``) and
@@ -61,10 +63,18 @@ PERIOD_S = 0.25
 TAIL_S = 5.0
 WAYS: dict[str, dict[str, Any]] = {
     "leader_aware": {},
-    "order_only": {"extraArgs": ["--leader-wait=0"]},
+    # the env form of --leader-wait: the chart's extraArgs check does not list that flag yet
+    "order_only": {"extraEnv": [{"name": "PATCHER_LEADER_WAIT", "value": "0"}]},
     "all_at_once": {"agent": {"rollout": "independent"}},
 }
-JOURNEYS = ("install", "uninstall")
+
+
+def way_values(base: dict[str, Any], way: str) -> dict[str, Any]:
+    """The sandbox's chart values with the way's: lists (extraEnv) joined, since helm replaces a list whole."""
+    values = dict(base)
+    for key, value in WAYS[way].items():
+        values[key] = [*values.get(key, []), *value] if isinstance(value, list) else value
+    return values
 
 
 # -- the prober: runs in a node's network namespace, prints one JSON line per event --------------------------------
@@ -315,7 +325,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                 progress(f"idle: {result['idle']}")
                 for way in ways:
                     values = Path(tmp) / f"{way}.json"
-                    values.write_text(json.dumps({**chart_values(repository, tag), **WAYS[way]}))
+                    values.write_text(json.dumps(way_values(chart_values(repository, tag), way)))
                     journeys: dict[str, Any] = {}
 
                     since = time.monotonic()
