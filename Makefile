@@ -118,6 +118,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/table.py .bench-rows.jsonl
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
 
+## The gap pods feel while the chart reconfigures every kube-scheduler (issue 43): bench/rollout_gap.py on three
+## kubeadm control-plane nodes, three ways in one run. Not in `make bench`: ~15 min and the real tests' lock, where
+## bench's costliest step takes a few minutes. Needs root, containerd, haproxy, helm and `make real-k8s`; without
+## them one line and exit 0. Figures in docs/benchmarks.md.
+.PHONY: bench-rollout-gap
+bench-rollout-gap: $(STAMP)
+	$(BIN)/python bench/rollout_gap.py --json
+
 clean:
 	rm -rf $(VENV) $(MIN_VENV) $(MAX_VENV) .bench-peer build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 

@@ -21,13 +21,21 @@ from typing import Any
 
 import pytest
 
-from tests.harness.helpers import P
-from tests.harness.real.agent_image import agent_image
+from bench.rollout_gap import Prober, figures, percentile
 from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
 from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
+from tests.harness.real.kubeadm_chart import (
+    SCHEDULER_CONFIG,
+    agent_image_on,
+    agents,
+    chart_values,
+    helm_in,
+    lease_holder,
+    scheduler_config,
+    settled_nodes,
+    states,
+)
 from tests.harness.real.kubeadm_cluster import (
-    ENDPOINT,
-    ENDPOINT_ADDRESS,
     KubeadmCluster,
     SchedulerTimeline,
     cluster_missing,
@@ -36,9 +44,6 @@ from tests.harness.real.kubeadm_cluster import (
 from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, releases_with_kubeadm
 
 pytestmark = pytest.mark.real_kubeadm
-
-CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
-
 
 def newest_release() -> Binaries:
     """The newest built release with kubeadm, or one line on why the cluster cannot start (a failure under CI=true,
@@ -62,23 +67,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeadmCluster
             yield made
 
 
-def ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-def settled_nodes(cluster: KubeadmCluster) -> list[str] | None:
-    """The Nodes' names once all are Ready with kubeadm's label and only its taint (the kubelet registers each with
-    `not-ready`, which the node lifecycle controller takes off a moment after the Node turned Ready)."""
-    nodes = cluster.first.get("/api/v1/nodes")
-    assert nodes is not None
-    kubeadms = [(CONTROL_PLANE, "NoSchedule")]
-    names = sorted(n["metadata"]["name"] for n in nodes["items"]
-                   if ready(n) and CONTROL_PLANE in n["metadata"]["labels"]
-                   and [(t["key"], t["effect"]) for t in n["spec"].get("taints") or []] == kubeadms)
-    return names if len(names) == cluster.size else None
-
-
 def etcd_members(node: KubeadmNode) -> list[dict[str, Any]] | None:
     """The etcd cluster's members, as the node's etcd tells them (its grpc-gateway, with kubeadm's health-check
     client certificate); None while it does not answer."""
@@ -92,13 +80,6 @@ def etcd_members(node: KubeadmNode) -> list[dict[str, Any]] | None:
         return None
     members: list[dict[str, Any]] = json.loads(proc.stdout)["members"]
     return members
-
-
-def lease_holder(node: KubeadmNode, name: str) -> str | None:
-    """The node whose component holds kube-system's Lease `name` (holderIdentity is `<node>_<uuid>`)."""
-    lease = node.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}")
-    holder = str((lease or {}).get("spec", {}).get("holderIdentity") or "")
-    return holder.split("_", 1)[0] or None
 
 
 def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
@@ -129,38 +110,6 @@ def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
 
 # -- the journey: helm install, the rollout one node at a time, helm uninstall ------------------------------------
 
-SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
-
-
-def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
-    """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
-    imported into each node's containerd (no registry is reachable here). The chart then runs it with
-    `pullPolicy: Never`; a registry's pull would take this one function's place."""
-    image = agent_image()
-    for node in cluster.nodes:
-        node.ctr("images", "import", str(image.archive))
-        assert image.name in node.ctr("images", "ls", "-q").split()
-    repository, tag = image.name.rsplit(":", 1)
-    return repository, tag
-
-
-def chart_values(repository: str, tag: str) -> dict[str, Any]:
-    """The chart's values for this cluster: the imported image, one extender (ignorable: nothing listens on it, the
-    scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
-    `kubernetes` Service's ClusterIP, which the kubelet puts in KUBERNETES_SERVICE_HOST: the agents (host network)
-    get the API endpoint's address instead (the container's env wins over the kubelet's). The pod network is
-    loopback only, so the restore hook's Job (not host network) could reach no API server: it is off, and the
-    agents' own restore on exit is what `helm uninstall` relies on here."""
-    return {
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-        "extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", "weight": 1,
-                       "ignorable": True}],
-        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ENDPOINT_ADDRESS},
-                     {"name": "KUBERNETES_SERVICE_PORT", "value": ENDPOINT.rsplit(":", 1)[1]}],
-        "restoreJob": {"enabled": False},
-    }
-
-
 def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
     """The real helm in the node's network (the API endpoint is reachable there only), as kubeadm's admin."""
     path, why = find_helm()
@@ -168,29 +117,33 @@ def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"no helm under CI=true: {why}")
         pytest.skip(why)
-    return subprocess.run(node.inside([path, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
-                          capture_output=True, text=True, timeout=300, check=False)
+    return helm_in(node, path, *args)
 
 
-def agents(node: KubeadmNode) -> list[dict[str, Any]]:
-    pods = node.get(f"/api/v1/namespaces/{NAMESPACE}/pods")
-    return list((pods or {}).get("items") or [])
+#: issue 43's goal: no pod waits more than this beyond the idle p99 during the leader-aware rollout...
+GOAL_S = 5.0
+#: ...and what this sandbox adds on a busy 2-core machine (the three nodes' control planes share it): the test
+#: fails on a wait near a scheduler's whole restart (10-20 s with no leader), not on a slow moment.
+SLACK_S = 7.0
+IDLE_PODS = 120  # 30 s of bench/rollout_gap.py's prober, one pod every 250 ms
 
 
-def states(cluster: KubeadmCluster) -> dict[str, str]:
-    nodes = cluster.first.get("/api/v1/nodes")
-    assert nodes is not None
-    return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(f"{P}state", "")
-            for n in nodes["items"]}
+def idle_wait(prober: Prober) -> float:
+    """The idle p99 of the pods' waits: the next IDLE_PODS probe pods bound before anything else happens."""
+    wait_until(lambda: prober.bound, 120, "the prober's first pod bound")
+    since = time.monotonic()
+    wait_until(lambda: sum(t >= since for t in list(prober.bound.values())) >= IDLE_PODS, 300,
+               f"{IDLE_PODS} probe pods bound")
+    waits, _ = prober.waits(since, time.monotonic())
+    return percentile(waits, 0.99)
 
 
-def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
-    """(container ID, its --config flags) of the node's running, ready kube-scheduler; None while there is none."""
-    running = node.running()
-    if running is None:
-        return None
-    container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
-    return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+def pods_waited(prober: Prober, since: float, idle_p99: float) -> dict[str, Any]:
+    """bench/rollout_gap.py's figures of the probe pods created from `since` until now, once each is bound."""
+    until = time.monotonic()
+    wait_until(lambda: all(n in prober.bound for n, t in list(prober.created.items()) if since <= t < until), 120,
+               "every probe pod of the window bound")
+    return figures(prober, since, until, idle_p99)
 
 
 def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_its_bytes(
@@ -199,7 +152,9 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
     agent on each control-plane node; the agents take the rollout Lease in turn: never two kube-scheduler mirror pods
     not ready at once; each kubelet restarts its scheduler with `--config`; each Node reports Ready. `helm
     uninstall` -> the garbage collector deletes the agents' pods, each agent restores on its way out: every manifest
-    is byte-identical to what kubeadm wrote and every scheduler runs it again."""
+    is byte-identical to what kubeadm wrote and every scheduler runs it again. Meanwhile bench/rollout_gap.py's
+    prober creates a pod every 250 ms: during the install none waits more than GOAL_S + SLACK_S beyond the idle
+    p99 measured first, and the scheduler Lease changes hands at most twice (~30 s more than the journey alone)."""
     manifests = {n.name: n.host(f"{MANIFESTS}/kube-scheduler.yaml") for n in cluster.nodes}
     written = {name: path.read_bytes() for name, path in manifests.items()}
     before = {n.name: wait_until(partial(scheduler_config, n), 300, f"kube-scheduler on {n.name}")
@@ -209,8 +164,10 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
     repository, tag = agent_image_on(cluster)
     print(f"\nagent image imported into {cluster.size} nodes in {time.monotonic() - started:.1f} s")
 
+    prober = Prober.start(lambda argv: cluster.first.inside(argv, pid_namespace=False))
     timeline = SchedulerTimeline.watch(cluster.first)
     try:
+        idle_p99 = idle_wait(prober)
         wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
                    "the watch's first list")
         values = tmp_path / "values.json"
@@ -226,6 +183,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
             return now if set(now.values()) == {"Ready"} else None
         wait_until(all_ready, 900, f"every node Ready: {states(cluster)}")
         install_in = time.monotonic() - installed_at
+        gap = pods_waited(prober, installed_at, idle_p99)
         pods = agents(cluster.first)
         assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(written), pods  # one agent per node
         assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in pods)
@@ -238,7 +196,10 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         replaced = sorted({node for _, _, down in window for node in down})
         assert replaced == sorted(written), window  # every scheduler was replaced by its kubelet...
         assert max(len(down) for _, _, down in window) == 1, window  # ...and never two at once
-        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s")
+        print(f"helm install -> {cluster.size} nodes patched one at a time, all Ready: {install_in:.1f} s; "
+              f"pods bound meanwhile (idle p99 {idle_p99:.2f} s): {gap}")
+        assert gap["max_wait_s"] <= GOAL_S + SLACK_S, gap  # issue 43's goal, loosely: no pod waits a restart out
+        assert gap["leader_changes"] <= 2, gap  # one expected: the leader's node goes last
 
         uninstalled_at = time.monotonic()
         proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
@@ -258,4 +219,5 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
               f"(at most {most_after} scheduler(s) not ready at once; none ready for "
               f"{timeline.down_for(uninstalled_at, now, cluster.size):.1f} s); the Nodes' state: {states(cluster)}")
     finally:
+        prober.stop()
         timeline.stop()
