@@ -229,6 +229,8 @@ def test_whole_lifecycle(cluster: tuple[KubeEmulator, list[Sim], Timeline], exte
     # The others had their turn once each said why it keeps its config: they decided, and did not roll back.
     assert wait_until(lambda: skipped() == sorted(n for n in by if n not in rolled), 40), skipped()
     assert [n for n in by if tl.last[n][0] == "RolledBack"] == rolled, tl.last
+    back = by[rolled[0]].kubelet  # the kubelet may record the rollback's start after the agent says RolledBack
+    assert wait_until(lambda: len(back.restarts) >= restarts[rolled[0]] + 2, 20), back.restarts
     for name, sim in by.items():
         if name in rolled:
             assert len(sim.kubelet.restarts) == restarts[name] + 2  # the bad one, then the rollback

@@ -232,6 +232,8 @@ def story(cp: ControlPlane, agents: Agents, tl: Timeline, keeper: subprocess.Pop
 
     wait_until(lambda: skipped() == set(NODES) - set(rolled), 60, "the other nodes skipping the refused config")
     assert len(rolled) == 1, tl.text()
+    back = sims[rolled[0]].kubelet  # the kubelet may record the rollback's start after the agent says RolledBack
+    wait_until(lambda: len(back.restarts) >= restarts[rolled[0]] + 2, 20, "the rollback's restart")
     for name, sim in sims.items():
         if name in rolled:
             assert len(sim.kubelet.restarts) == restarts[name] + 2  # the refused config, then the rollback
