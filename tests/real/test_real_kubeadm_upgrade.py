@@ -214,6 +214,12 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         assert held.returncode == 0, held.stderr
         wait_until(lambda: node_annotations(node).get("state") == "Held", 120, f"Held\n{run.text(20)}")
         writes_held = sum(WROTE_MANIFEST in line for _, line in run.lines)
+        # kubeadm's upgrade reads the API endpoint from the kube-apiserver mirror pod's annotation (60 s, then
+        # "failed to getAPIEndpoint"); the new kubelet re-created every mirror pod, on a loaded machine not yet.
+        endpoint = "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint"
+        wait_until(lambda: endpoint in ((answer(node, f"/api/v1/namespaces/kube-system/pods/kube-apiserver-{node.name}")
+                                        or {}).get("metadata", {}).get("annotations") or {}),
+                   300, "the kube-apiserver mirror pod's endpoint annotation")
         again = upgrade_apply(node, new, timeline, "kubeadm-again")
         code = again.wait(UPGRADE_DEADLINE)
         output = again.text()
