@@ -57,8 +57,8 @@ test-fast: $(STAMP)
 test-real-bench: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_bench tests/real/test_bench_smoke.py
 
-## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and the
-## agent's patch, restart and restore and every manifest form on each older release's (marker real_releases).
+## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and every
+## manifest form it writes (each older release: `make test-real-kubeadm`, on the node its kubeadm init made).
 ## One at a time (the real-test lock); .ci/run runs it after `make test`.
 .PHONY: test-real-node
 test-real-node: $(STAMP)
@@ -83,7 +83,7 @@ test-min:
 	$(PYTHON) tools/floor_constraints.py > $(MIN_VENV)/constraints.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/constraints.txt -e '.[test]'
 	$(MIN_VENV)/bin/python tools/floor_constraints.py --check
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_releases and not real_kubeadm"
+	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_kubeadm"
 
 ## The tests of what relies on a dependency beyond its public API, against the newest release of every runtime
 ## dependency (pyproject.toml caps none of them for it): kube.lightimport loads kubernetes' transport without the

@@ -90,8 +90,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REAL_KUBELET}: runs a real node (kubelet, containerd) of `make real-k8s`")
     config.addinivalue_line("markers", f"{REAL_KUBEADM}: a node made by the real `kubeadm init` of `make real-k8s` "
                                        "(`make test-real-kubeadm`, not `make test`)")
-    config.addinivalue_line("markers", "real_releases: a real node of each release before the newest "
-                                       "(`make test-real-node`, not `make test`)")
     config.addinivalue_line("markers", "real_bench: a bench's smoke run that builds a cluster of its own on the real "
                                        "components (`make test-real-bench`, not `make test`)")
     for kind, what in KINDS.items():

@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import write_configmap
 from tests.harness.real.controlplane import Binaries, wait_until
+from tests.harness.real.forms import patched_forms, renamed
 from tests.harness.real.kubeadm_node import (
     MANIFESTS,
     KubeadmNode,
@@ -28,13 +29,16 @@ from tests.harness.real.kubeadm_node import (
     kubeadm_node,
     releases_with_kubeadm,
 )
+from tests.harness.real.kubeadm_upgrade import Timeline, agent, extender, ready_on
 
 pytestmark = pytest.mark.real_kubeadm
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBEADM_INIT = ROOT / "tests" / "fixtures" / "kubeadm" / "kube-scheduler.yaml"
-#: The scheduler calls an extender only to schedule a pod; none is scheduled here, so nothing listens on it.
-EXTENDERS = "extenders:\n- urlPrefix: http://127.0.0.1:8889\n  filterVerb: filter\n  weight: 1\n"
+#: The agent's pre-flight calls it before it writes (tests/harness/real/kubeadm_upgrade.py `extender` answers there);
+#: the scheduler calls it only to schedule a pod.
+EXTENDER_PORT = 8889
+EXTENDERS = f"extenders:\n- urlPrefix: http://127.0.0.1:{EXTENDER_PORT}\n  filterVerb: filter\n  weight: 1\n"
 CONFIG_DIR = "/etc/kubernetes/scheduler-patcher"
 
 
@@ -90,10 +94,11 @@ def replaced(node: KubeadmNode, before: str) -> tuple[str, dict[str, Any]]:
 @pytest.mark.timeout(900)
 def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: KubeadmNode, tmp_path: Path) -> None:
     """kubeadm init -> a Ready control-plane Node whose kube-scheduler static pod (kubeadm's manifest, the bytes of
-    tests/fixtures/kubeadm/ but the image tag) runs; `plan`
-    on that manifest -> the pending patch (the manifest gains `--config` and the config folder's volume, the config
-    file is created); `apply` -> the kubelet replaces the scheduler with one started with `--config`, Ready;
-    `restore` -> kubeadm's bytes again, and the kubelet runs kubeadm's pod under its first hash."""
+    tests/fixtures/kubeadm/ but the image tag) runs; `plan` on that manifest -> the pending patch (the manifest gains
+    `--config` and the config folder's volume, the config file is created); the agent (`run`, as its pod runs it)
+    -> the release's kubelet replaces the scheduler with one started with `--config` (/configz shows the extender),
+    and the agent reports Ready; SIGTERM -> kubeadm's bytes again, and the kubelet runs kubeadm's pod under its
+    first hash. Then every form the agent writes is decoded and admitted by this release's kubelet."""
     manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
     written = manifest.read_bytes()
     version = node.binaries.version
@@ -126,19 +131,71 @@ def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: K
     assert any(f"path: {CONFIG_DIR}" in line for line in added), diff
     assert manifest.read_bytes() == written  # plan writes nothing
 
-    applied = patcher("apply", node, source)
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert manifest.read_bytes() != written
-    second_id, second_pod = replaced(node, first_id)
-    configs = [w for w in command_of(second_pod) if w.startswith("--config=")]
-    assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), command_of(second_pod)
-    assert second_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] != first_hash
-    assert node.host(configs[0].split("=", 1)[1]).is_file()
-    assert extenders_of(node) == ["http://127.0.0.1:8889"]
+    # The agent as its DaemonSet pod runs it (a process in the node, kubeadm's admin credentials), with an extender
+    # that answers its pre-flight: it patches, the release's kubelet replaces the scheduler, the agent reports Ready
+    # for the manifest it wrote; SIGTERM gives kubeadm its bytes back.
+    timeline = Timeline()
+    processes = [extender(node, timeline, EXTENDER_PORT)]
+    try:
+        created = node.kubectl("create", "namespace", "scheduler-patcher")
+        assert created.returncode == 0, created.stderr
+        run = agent(node, source, timeline)
+        processes.append(run)
+        wait_until(lambda: ready_on(node, version), 300,
+                   f"the agent's patch Ready on v{version}\n{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+        assert manifest.read_bytes() != written
+        second_id, second_pod = replaced(node, first_id)
+        configs = [w for w in command_of(second_pod) if w.startswith("--config=")]
+        assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), command_of(second_pod)
+        assert second_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] != first_hash
+        assert node.host(configs[0].split("=", 1)[1]).is_file()
+        assert extenders_of(node) == [f"http://127.0.0.1:{EXTENDER_PORT}"]
 
-    restored = patcher("restore", node, source)
-    assert restored.returncode == 0, restored.stdout + restored.stderr
-    assert manifest.read_bytes() == written
-    _, third_pod = replaced(node, second_id)
-    assert third_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] == first_hash
-    assert not [w for w in command_of(third_pod) if w.startswith("--config=")]
+        assert run.terminate() == 0, run.text(40)
+        assert manifest.read_bytes() == written
+        _, third_pod = replaced(node, second_id)
+        assert third_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] == first_hash
+        assert not [w for w in command_of(third_pod) if w.startswith("--config=")]
+    finally:
+        for process in processes:
+            if process.proc.poll() is None:
+                process.terminate()
+    forms_run_by_the_kubelet(node, tmp_path)
+
+
+def forms_run_by_the_kubelet(node: KubeadmNode, tmp_path: Path) -> None:
+    """Each form the agent writes (tests/harness/real/forms.py: the corpus' manifests patched,
+    CRLF kept, a foreign `--config` merged) as a static pod file beside kubeadm's: this release's kubelet decodes and
+    admits it (its log names the pod in a `SyncLoop ADD` from the file source; one it cannot decode is logged as
+    such and gets no pod), and for the hostNetwork forms creates the mirror pod with the agent's `--config` and the
+    config folder's volume. The images are the corpus' own, which no registry serves here: what is seen is the
+    decoding and the mirror pod, not a running scheduler."""
+    forms = patched_forms(tmp_path / "forms")
+    for name, data in forms.items():  # whole, by rename: a plain write shows the kubelet an empty file first
+        path = node.host(f"{MANIFESTS}/ks-{name}.yaml")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(renamed(data, f"ks-{name}"))
+        os.replace(tmp, path)
+    host_network = {name for name, data in forms.items() if b"hostNetwork: true" in data}
+    assert {"kubeadm", "kubeadm-crlf", "args-rke2"} <= host_network
+    log = node.run / "kubelet.log"
+
+    def admitted() -> set[str]:
+        text = log.read_text(errors="replace")
+        assert "can't process config file" not in text, node.log("kubelet")
+        return {name for name in forms if f'source="file" pods=["kube-system/ks-{name}-{node.name}"]' in text}
+
+    wait_until(lambda: admitted() == set(forms), 60, f"every form admitted\n{node.log('kubelet')}")
+
+    def mirrors() -> dict[str, dict[str, Any]] | None:
+        found = {name: node.get(f"/api/v1/namespaces/kube-system/pods/ks-{name}-{node.name}") for name in host_network}
+        return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
+
+    pods = wait_until(mirrors, 120, f"a mirror pod for every hostNetwork form\n{node.log('kubelet')}")
+    for name, pod in pods.items():
+        words = command_of(pod)
+        configs = [w for w in words if w.startswith("--config=")]
+        assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), (name, words)
+        paths = {v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v}
+        assert CONFIG_DIR in paths, (name, paths)
+        assert pod["metadata"]["annotations"]["kubernetes.io/config.source"] == "file"

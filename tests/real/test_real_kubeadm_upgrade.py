@@ -15,13 +15,11 @@ contract says, kubeadm finishes and the agent patches once more at the hold's re
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,14 +27,18 @@ from tests.conftest import write_configmap
 from tests.harness.real.controlplane import Binaries, wait_until
 from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, kubeadm_missing, releases_with_kubeadm
 from tests.harness.real.kubeadm_upgrade import (
+    PREFIX,
     UPGRADE_DEADLINE,
     ManifestWatch,
     PodWatch,
     StampedProcess,
     Timeline,
     agent,
+    answer,
     extender,
     import_release_images,
+    node_annotations,
+    ready_on,
     restart_kubelet,
     snapshot,
     upgrade_apply,
@@ -49,7 +51,6 @@ EXTENDER_PORT = 8889
 #: An extender that answers (the agent's pre-flight calls it before each write; the scheduler calls it for the
 #: pod of kubeadm's health-check Job).
 EXTENDERS = f"extenders:\n- urlPrefix: http://127.0.0.1:{EXTENDER_PORT}\n  filterVerb: filter\n  weight: 1\n"
-PREFIX = "scheduler-patcher.io/"
 WROTE_MANIFEST = rf"wrote {MANIFESTS}/kube-scheduler.yaml"
 
 
@@ -77,47 +78,6 @@ def node(tmp_path: Path) -> Iterator[KubeadmNode]:
         yield made
     finally:
         made.stop()
-
-
-def answer(node: KubeadmNode, path: str) -> dict[str, Any] | None:
-    """An API object, or None while the API server does not answer (it restarts during the upgrade, and again
-    when the new kubelet restarts it: the kubelet's hash of every static pod changes between releases)."""
-    try:
-        return node.get(path)
-    except AssertionError:
-        return None
-
-
-def node_annotations(node: KubeadmNode) -> dict[str, str]:
-    got = answer(node, f"/api/v1/nodes/{node.name}")
-    if got is None:
-        return {}
-    return {k[len(PREFIX):]: v for k, v in (got["metadata"].get("annotations") or {}).items() if k.startswith(PREFIX)}
-
-
-def ready_on(node: KubeadmNode, version: str) -> dict[str, Any] | None:
-    """The scheduler's mirror pod once it runs `version`'s image with the agent's --config and the agent says
-    `Ready` for the manifest as it is now."""
-    try:
-        running = node.running()
-    except AssertionError:  # the API server restarts
-        return None
-    if running is None:
-        return None
-    pod = running[1]
-    container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
-    flags = [*container.get("command", []), *container.get("args", [])]
-    if not container["image"].endswith(f":v{version}") or not any(f.startswith("--config=") for f in flags):
-        return None
-    state = node_annotations(node)
-    manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
-    mtime = manifest.stat().st_mtime_ns
-    if state.get("state") != "Ready" or not state.get("manifest-mtime"):
-        return None
-    # the agent's annotation is its last write's mtime: the manifest now is the one it wrote
-    seconds, _, frac = state["manifest-mtime"].rstrip("Z").partition(".")
-    stamp = calendar.timegm(time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")) * 10**9 + int(frac.ljust(9, "0"))
-    return pod if stamp == mtime else None
 
 
 @pytest.mark.timeout(2400)

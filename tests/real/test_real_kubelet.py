@@ -41,6 +41,7 @@ from tests.harness.real.controlplane import (
     missing_reason,
     wait_until,
 )
+from tests.harness.real.forms import patched_forms, renamed
 from tests.harness.real.kubelet_node import (
     KUBEADM_MANIFESTS,
     RKE2_MANIFESTS,
@@ -239,42 +240,6 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         restored, took = running_after(scene, manifest, second)
         print(f"{form}: restore -> original scheduler running {took:.1f} s")
         assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
-
-
-def patched_forms(tmp: Path) -> dict[str, bytes]:
-    """Every manifest of the corpus (tests/fixtures/manifests) as `scheduler-patcher apply` writes it, the
-    foreign `--config` one merged, and the kubeadm one with CRLF line ends (the agent keeps a file's)."""
-    from tests.unit.test_nodefiles import FOREIGN_CONFIG
-
-    source = tmp / "source"
-    source.mkdir(parents=True)
-    write_configmap(source, {"extenders.yaml": EXTENDERS.format(url="http://127.0.0.1:8889", w=1)})
-    fixtures = {p.stem: p.read_bytes() for p in sorted((FIXTURES / "manifests").glob("*.yaml"))}
-    fixtures["kubeadm-crlf"] = fixtures["kubeadm"].replace(b"\n", b"\r\n")
-    forms = {}
-    for name, data in fixtures.items():
-        root = tmp / name
-        manifest = root / KUBEADM_MANIFESTS.lstrip("/") / "kube-scheduler.yaml"
-        manifest.parent.mkdir(parents=True)
-        manifest.write_bytes(data)
-        foreign = root / "srv" / "scheduler" / "scheduler-config.yaml"
-        foreign.parent.mkdir(parents=True)
-        foreign.write_text(FOREIGN_CONFIG)
-        proc = subprocess.run([sys.executable, "-m", "patcher", "apply", "--host-root", str(root), "--source",
-                               str(source), "--on-foreign-config", "merge"], capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60, check=False)
-        assert proc.returncode == 0, f"apply {name}: {proc.stderr}"
-        forms[name] = manifest.read_bytes()
-        assert forms[name] != data and b"--config=/etc/kubernetes/scheduler-patcher/" in forms[name], name
-    return forms
-
-
-def renamed(data: bytes, name: str) -> bytes:
-    """The pod's own name (its first `name:`, in metadata in every form) changed, the rest byte for byte: the
-    forms then sit side by side in one static pod folder."""
-    out, count = re.subn(rb'name: ("?)kube-scheduler\1', f"name: {name}".encode(), data, count=1)
-    assert count == 1, data[:200]
-    return out
 
 
 @pytest.mark.timeout(300)
@@ -619,46 +584,6 @@ def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
         print(f"kubelet's kill (grace {grace} s) -> manifest restored {restored_in:.2f} s, -> original scheduler "
               f"running {running_in:.1f} s, -> pod gone {gone_in:.1f} s")
         assert restored_in < grace
-
-
-def older_releases() -> list[str]:
-    """Every built release but the newest (the tests above run on that one), or ["none"] to skip once."""
-    return [b.version for b in built_releases()[1:]] or ["none"]
-
-
-@pytest.mark.real_releases
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("version", older_releases())
-def test_an_older_release_runs_what_the_agent_writes(version: str, tmp_path: Path) -> None:
-    """On each release before the newest, one node: the agent patches the kubeadm example, the release's kubelet
-    restarts the release's scheduler onto it (/configz shows the extender), SIGTERM restores it and the kubelet
-    runs the original hash again; then every patched form is decoded and admitted by that kubelet. One node
-    start per release for both. `make test-real-node` runs these (marker real_releases) with the other real-node
-    tests, outside `make test` and its time budget."""
-    require_node()
-    binaries = next((b for b in built_releases() if b.version == version), None)
-    if binaries is None:
-        pytest.skip("no release built besides the newest: `make real-k8s` builds 1.34-1.36 after 1.37")
-    with node_scene(binaries, tmp_path) as scene:
-        manifest, original, started = scene.install(KUBEADM_MANIFESTS, EXAMPLE.read_text())
-        source = tmp_path / "source"
-        source.mkdir()
-        with ExtenderServer() as server:
-            write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=1)})
-            scene.start_agent(source)
-            first, took = running_after(scene, manifest, started)
-            assert first[1] != started[1]
-            wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
-            assert extenders_on(scene, server)[0]["urlprefix"] == server.url
-            scene.stop_agent()
-            assert scene.agent is not None and scene.agent.returncode == 0, scene.node.log("agent")
-            assert manifest.read_bytes() == original
-            restored, back_in = running_after(scene, manifest, first)
-            assert restored[1] == started[1], "the kubelet runs the original manifest under its original hash"
-        print(f"v{version}: node registered {scene.node.started_in:.1f} s, manifest write -> new scheduler "
-              f"running {took:.1f} s, restore -> original running {back_in:.1f} s")
-        forms_run_by_the_kubelet(scene, tmp_path)
-
 
 
 #: A folder another tool left a kube-scheduler config in (csi-baremetal-operator's patcher uses this one): not

@@ -17,6 +17,7 @@ meanwhile is recorded on one clock (this process's `time.time()`), as a `Timelin
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import os
@@ -363,3 +364,47 @@ def agent(node: KubeadmNode, source: Path, timeline: Timeline, *args: str) -> St
         sys.executable, "-m", "patcher", "run", "--host-root", "/", "--source", str(source),
         "--kubeconfig", "/etc/kubernetes/admin.conf", "--node-name", node.name, "--namespace", "scheduler-patcher",
         "--listen", "127.0.0.1:9808", *args], timeline, env=env)
+
+
+PREFIX = "scheduler-patcher.io/"
+
+
+def answer(node: KubeadmNode, path: str) -> dict[str, Any] | None:
+    """An API object, or None while the API server does not answer (it restarts during the upgrade, and again
+    when the new kubelet restarts it: the kubelet's hash of every static pod changes between releases)."""
+    try:
+        return node.get(path)
+    except AssertionError:
+        return None
+
+
+def node_annotations(node: KubeadmNode) -> dict[str, str]:
+    got = answer(node, f"/api/v1/nodes/{node.name}")
+    if got is None:
+        return {}
+    return {k[len(PREFIX):]: v for k, v in (got["metadata"].get("annotations") or {}).items() if k.startswith(PREFIX)}
+
+
+def ready_on(node: KubeadmNode, version: str) -> dict[str, Any] | None:
+    """The scheduler's mirror pod once it runs `version`'s image with the agent's --config and the agent says
+    `Ready` for the manifest as it is now."""
+    try:
+        running = node.running()
+    except AssertionError:  # the API server restarts
+        return None
+    if running is None:
+        return None
+    pod = running[1]
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+    flags = [*container.get("command", []), *container.get("args", [])]
+    if not container["image"].endswith(f":v{version}") or not any(f.startswith("--config=") for f in flags):
+        return None
+    state = node_annotations(node)
+    manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
+    mtime = manifest.stat().st_mtime_ns
+    if state.get("state") != "Ready" or not state.get("manifest-mtime"):
+        return None
+    # the agent's annotation is its last write's mtime: the manifest now is the one it wrote
+    seconds, _, frac = state["manifest-mtime"].rstrip("Z").partition(".")
+    stamp = calendar.timegm(time.strptime(seconds, "%Y-%m-%dT%H:%M:%S")) * 10**9 + int(frac.ljust(9, "0"))
+    return pod if stamp == mtime else None
