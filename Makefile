@@ -119,7 +119,7 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
 
 ## The gap pods feel while the chart reconfigures every kube-scheduler (issue 43): bench/rollout_gap.py on three
-## kubeadm control-plane nodes, three ways in one run. Not in `make bench`: ~15 min and the real tests' lock, where
+## kubeadm control-plane nodes, three ways in one run. Not in `make bench`: ~20 min and the real tests' lock, where
 ## bench's costliest step takes a few minutes. Needs root, containerd, haproxy, helm and `make real-k8s`; without
 ## them one line and exit 0. Figures in docs/benchmarks.md.
 .PHONY: bench-rollout-gap

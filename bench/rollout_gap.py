@@ -18,21 +18,21 @@ official client as kubeadm's admin):
   a restarted scheduler that takes the Lease again is a new holder) and of ``leaseTransitions``.
 
 First the cluster's idle p99 wait (``--idle`` seconds of probing, nothing else happening); then, for each way, the
-journeys: ``install`` (`helm install` until every Node says Ready and every scheduler runs with ``--config``) and
-``uninstall`` (`helm uninstall` until the agents are gone and every scheduler runs kubeadm's manifest again), each
-window followed by ``TAIL_S`` of probing. The ways are the chart's values: ``leader_aware`` (the defaults),
-``order_only``
+journeys: ``install`` (`helm install` until every Node says Ready and every scheduler runs with ``--config``),
+``config`` (`helm upgrade` with the extender's weight changed, until every scheduler runs another ``--config`` and
+every Node says Ready: the kubelet's ConfigMap sync, up to a minute, is in the window) and ``uninstall`` (`helm
+uninstall` until the agents are gone and every scheduler runs kubeadm's manifest again), each window followed by
+``TAIL_S`` of probing. The ways are the chart's values: ``leader_aware`` (the defaults), ``order_only``
 (``PATCHER_LEADER_WAIT=0``, ``--leader-wait=0``'s env form: the rollout Lease, one node at a time, whoever leads) and
-``all_at_once``
-(``agent.rollout: independent``, every node patched at once: the peer's way). A journey's figures: pods probed,
-the longest wait and ``max_wait_s``, the longest wait beyond the idle p99 (0 when none waited longer), pods still
-unbound at the window's end (their wait so far counts), the Lease's holder changes (``leader_changes``) and
-``leaseTransitions`` moved. A way's ``max_wait_s`` and ``leader_changes`` are the largest and the sum over its
+``all_at_once`` (``agent.rollout: independent``, every node patched at once: the peer's way). A journey's figures:
+pods probed, the longest wait and ``max_wait_s``, the longest wait beyond the idle p99 (0 when none waited longer),
+pods still unbound at the window's end (their wait so far counts), the Lease's holder changes (``leader_changes``)
+and ``leaseTransitions`` moved. A way's ``max_wait_s`` and ``leader_changes`` are the largest and the sum over its
 journeys.
 
-Run: ``.venv/bin/python bench/rollout_gap.py --json`` (as root; ~15 min: the cluster ~1.5 min, each way's install
-and uninstall 2-4 min). Holds the real tests' machine-wide lock throughout. Without kubeadm, containerd, haproxy or
-helm it says why in one line and exits 0 (1 under CI=true).
+Run: ``.venv/bin/python bench/rollout_gap.py --json`` (as root; ~20 min: the cluster ~1.5 min, each way's install,
+config change and uninstall 2-4 min each). Holds the real tests' machine-wide lock throughout. Without kubeadm,
+containerd, haproxy or helm it says why in one line and exits 0 (1 under CI=true).
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ WAYS: dict[str, dict[str, Any]] = {
     "order_only": {"extraEnv": [{"name": "PATCHER_LEADER_WAIT", "value": "0"}]},
     "all_at_once": {"agent": {"rollout": "independent"}},
 }
+
+
+def with_weight(values: dict[str, Any], weight: int) -> dict[str, Any]:
+    """The values with every extender's weight set: a new scheduler config, the same extenders."""
+    return {**values, "extenders": [{**e, "weight": weight} for e in values["extenders"]]}
 
 
 def way_values(base: dict[str, Any], way: str) -> dict[str, Any]:
@@ -343,6 +348,25 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                     time.sleep(TAIL_S)
                     journeys["install"] = figures(prober, since, until, idle_p99)
                     progress(f"{way} install: {journeys['install']}")
+
+                    # config: the extender's weight changed by `helm upgrade`; the kubelet brings the ConfigMap's
+                    # new files into each agent's mount (its sync period: up to a minute), each agent patches again
+                    configs = {n.name: (scheduler_config(n) or ("", []))[1] for n in cluster.nodes}
+                    changed = Path(tmp) / f"{way}-config.json"
+                    changed.write_text(json.dumps(with_weight(way_values(chart_values(repository, tag), way), 2)))
+                    since = time.monotonic()
+                    proc = helm_in(cluster.first, helm, "upgrade", RELEASE, str(CHART), f"--namespace={NAMESPACE}",
+                                   f"--values={changed}")
+                    assert proc.returncode == 0, proc.stderr
+
+                    def reconfigured(before: dict[str, list[str]] = configs) -> bool:
+                        now = {n.name: (scheduler_config(n) or ("", []))[1] for n in cluster.nodes}
+                        return all(len(now[n]) == 1 and now[n] != before[n] for n in now) and all_ready()
+                    wait_until(reconfigured, 900, f"every scheduler on the new config ({way})")
+                    until = time.monotonic() + TAIL_S
+                    time.sleep(TAIL_S)
+                    journeys["config"] = figures(prober, since, until, idle_p99)
+                    progress(f"{way} config: {journeys['config']}")
 
                     since = time.monotonic()
                     proc = helm_in(cluster.first, helm, "uninstall", RELEASE, f"--namespace={NAMESPACE}")

@@ -59,3 +59,15 @@ def test_a_probe_pod_needs_only_binding() -> None:
     assert "nodeName" not in spec and spec["automountServiceAccountToken"] is False
     assert spec["tolerations"][0]["key"] == "node-role.kubernetes.io/control-plane"
     assert spec["volumes"][0]["secret"]["secretName"].endswith("-absent")
+
+
+def test_the_config_journey_changes_only_the_extenders_weight() -> None:
+    """A new scheduler config (the agents patch again), the same extenders, and the way's own values kept."""
+    from bench.rollout_gap import way_values, with_weight
+
+    base = {"image": {"tag": "t"}, "extenders": [{"urlPrefix": "http://x", "weight": 1, "ignorable": True}],
+            "extraEnv": [{"name": "A", "value": "1"}]}
+    got = with_weight(way_values(base, "order_only"), 2)
+    assert got["extenders"] == [{"urlPrefix": "http://x", "weight": 2, "ignorable": True}]
+    assert [e["name"] for e in got["extraEnv"]] == ["A", "PATCHER_LEADER_WAIT"]
+    assert base["extenders"][0]["weight"] == 1  # the install's values are not changed under it
