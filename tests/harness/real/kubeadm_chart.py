@@ -6,7 +6,12 @@ Shared by tests/real/test_real_kubeadm_cluster.py and bench/rollout_gap.py.
 
 from __future__ import annotations
 
+import itertools
+import os
 import subprocess
+import tempfile
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from tests.harness.helpers import P
@@ -57,6 +62,39 @@ def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
     return repository, tag
 
 
+def next_agent_image_on(cluster: KubeadmCluster, repository: str, tag: str) -> str:
+    """A new tag of the agent's image in every node's containerd, for `helm upgrade`: what a release rebuilt from
+    the same sources is (`make image` with another REVISION), an image of its own (another config, so another image
+    ID and digest: containerd and the kubelet see a different image, not a second name of the same one) whose code
+    renders the same scheduler config. Built on the current image (`FROM` it, one label changed: no layer is
+    rebuilt), saved and imported as `agent_image_on` does; returns the new tag."""
+    current = f"{repository}:{tag}"
+    new_tag = f"{tag}-next"
+    name = f"{repository}:{new_tag}"
+    with tempfile.TemporaryDirectory(prefix="agent-next-") as folder:
+        context = Path(folder)
+        if subprocess.run(["podman", "image", "exists", name], capture_output=True, timeout=60,
+                          check=False).returncode:
+            (context / "Containerfile").write_text(
+                f"FROM {current}\nLABEL org.opencontainers.image.revision={new_tag}\n")
+            _podman("build", "--pull=never", "-t", name, str(context), timeout=300)
+        ids = [_podman("image", "inspect", "--format", "{{.Id}}", image).stdout.strip() for image in (current, name)]
+        assert ids[0] != ids[1], ids  # an image of its own, not a second name
+        archive = context / "next.tar"
+        _podman("save", "--format", "docker-archive", "-o", str(archive), name, timeout=600)
+        for node in cluster.nodes:
+            node.ctr("images", "import", str(archive))
+            assert name in node.ctr("images", "ls", "-q").split()
+        os.unlink(archive)
+    return new_tag
+
+
+def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"podman {' '.join(args[:3])}: {proc.stderr[-3000:]}"
+    return proc
+
+
 def chart_values(repository: str, tag: str) -> dict[str, Any]:
     """The chart's values for this cluster: the imported image, one extender (ignorable: nothing listens on it, the
     scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
@@ -100,3 +138,75 @@ def helm_in(node: KubeadmNode, helm: str, *args: str) -> subprocess.CompletedPro
     kubeadm's admin."""
     return subprocess.run(node.inside([helm, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
                           capture_output=True, text=True, timeout=300, check=False)
+
+
+def daemonset(node: KubeadmNode) -> dict[str, Any]:
+    found = node.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/scheduler-patcher")
+    assert found is not None, "the agents' DaemonSet is gone"
+    return found
+
+
+def rolled_out(node: KubeadmNode, image: str) -> list[dict[str, Any]] | None:
+    """The agents' pods once the DaemonSet's rolling update to `image` is done, as the controller and the pods both
+    tell it: the controller saw the new template (observedGeneration), every scheduled pod is of it and available
+    (updatedNumberScheduled, numberAvailable, no numberUnavailable), and the pods themselves agree: one per desired
+    node, none terminating, each running `image` and Ready. None until then."""
+    ds = daemonset(node)
+    status = ds.get("status") or {}
+    desired = status.get("desiredNumberScheduled")
+    if (status.get("observedGeneration") != ds["metadata"]["generation"] or not desired
+            or status.get("updatedNumberScheduled") != desired or status.get("numberAvailable") != desired
+            or status.get("numberUnavailable")):
+        return None
+    pods = agents(node)
+    if len(pods) != desired or any(p["metadata"].get("deletionTimestamp") for p in pods):
+        return None
+    if any(p["spec"]["containers"][0]["image"] != image or not ready(p) for p in pods):
+        return None
+    return pods
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def ready_since(pod: dict[str, Any]) -> datetime:
+    return _stamp(next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready"))
+
+
+def created(pod: dict[str, Any]) -> datetime:
+    return _stamp(pod["metadata"]["creationTimestamp"])
+
+
+def each_waited_for_the_last(pods: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The rolled-out pods that the DaemonSet controller created before the one it created just before them was
+    Ready: (pod, created, the earlier pod's Ready) for each; [] when it waited for every new agent's readiness
+    (maxUnavailable 1 with maxSurge 0 and no minReadySeconds: the next node's old agent is deleted, and its new one
+    created, only once the previous new one is available). The API's stamps have whole seconds: a pod created in
+    the second its predecessor turned Ready counts as waiting."""
+    ordered = sorted(pods, key=created)
+    return [(p["metadata"]["name"], str(created(p)), str(ready_since(before)))
+            for before, p in itertools.pairwise(ordered) if created(p) < ready_since(before)]
+
+
+def files_of(node: KubeadmNode, paths: list[str]) -> dict[str, tuple[int, int, bytes]]:
+    """(inode, mtime ns, bytes) of each node file, and of each file in each folder among `paths`: a write of the
+    same bytes (a temp file renamed over it) shows as another inode."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for path in paths:
+        host = node.host(path)
+        for file in sorted(host.iterdir()) if host.is_dir() else [host]:
+            st = file.stat()
+            out[str(file.relative_to(node.host("/")))] = (st.st_ino, st.st_mtime_ns, file.read_bytes())
+    return out
+
+
+def events(node: KubeadmNode, reason: str) -> dict[str, int]:
+    """How many Events of `reason` each Node was the subject of (an Event's count, for a series)."""
+    found = node.get(f"/api/v1/events?fieldSelector=reason%3D{reason}")
+    counts: dict[str, int] = {}
+    for event in (found or {}).get("items") or []:
+        if event["involvedObject"].get("kind") == "Node":
+            name = event["involvedObject"]["name"]
+            counts[name] = counts.get(name, 0) + int(event.get("count") or 1)
+    return counts
