@@ -167,6 +167,7 @@ def upgrade_restarts_no_scheduler(cluster: KubeadmCluster, timeline: SchedulerTi
     running = {n.name: wait_until(partial(scheduler_config, n), 300, f"kube-scheduler on {n.name}")
                for n in cluster.nodes}
     kept = events(cluster.first, "PatchKept")
+    old_images = {s["imageID"] for p in agents(cluster.first) for s in p["status"]["containerStatuses"]}
     generation = daemonset(cluster.first)["metadata"]["generation"]
     values.write_text(json.dumps(chart_values(repository, new_tag)))
     upgraded_at = time.monotonic()
@@ -179,6 +180,8 @@ def upgrade_restarts_no_scheduler(cluster: KubeadmCluster, timeline: SchedulerTi
     assert daemonset(cluster.first)["metadata"]["generation"] > generation
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(files), pods
     assert each_waited_for_the_last(pods) == [], pods  # the controller waited for each new agent's readiness
+    new_images = {s["imageID"] for p in pods for s in p["status"]["containerStatuses"]}
+    assert len(new_images) == 1 and not new_images & old_images, (old_images, new_images)  # another image runs
     window = timeline.replacements(upgraded_at, time.monotonic())
     assert not [down for _, _, down in window if down], window  # no kube-scheduler replaced
     for node in cluster.nodes:
