@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tests.harness.helpers import P
 from tests.harness.real.agent_image import agent_image
+from tests.harness.real.controlplane import wait_until
 from tests.harness.real.helmtool import NAMESPACE
 from tests.harness.real.kubeadm_cluster import ENDPOINT, ENDPOINT_ADDRESS, KubeadmCluster
 from tests.harness.real.kubeadm_node import KubeadmNode
+from tests.harness.real.kubeadm_upgrade import restart_kubelet
 
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 
@@ -52,10 +58,12 @@ SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
 
 def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
     """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
-    imported into each node's containerd (no registry is reachable here). The chart then runs it with
+    imported into each node's containerd where missing (no registry is reachable here). The chart then runs it with
     `pullPolicy: Never`; a registry's pull would take this one function's place."""
     image = agent_image()
     for node in cluster.nodes:
+        if image.name in node.ctr("images", "ls", "-q").split():  # an earlier test of the same cluster's
+            continue
         node.ctr("images", "import", str(image.archive))
         assert image.name in node.ctr("images", "ls", "-q").split()
     repository, tag = image.name.rsplit(":", 1)
@@ -210,3 +218,85 @@ def events(node: KubeadmNode, reason: str) -> dict[str, int]:
             name = event["involvedObject"]["name"]
             counts[name] = counts.get(name, 0) + int(event.get("count") or 1)
     return counts
+
+
+def pid_in(node: KubeadmNode, program: str) -> int:
+    """The PID of the one process in the node's PID namespace whose executable is named `program`."""
+    own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (os.path.basename(os.readlink(entry / "exe")) == program
+                        and os.readlink(entry / "ns" / "pid") == own):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    assert len(found) == 1, f"{program} in {node.name}: {found}"
+    return found[0]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def restart_containerd(node: KubeadmNode) -> None:
+    """containerd stopped (SIGTERM, as `systemctl restart containerd` does: its shims and the containers they run
+    go on) and started again with the same config, as the node's start did; returns once it answers."""
+    pid = pid_in(node, "containerd")
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: _gone(pid), 60, f"containerd's exit on {node.name}")
+    node.spawn("containerd", ["containerd", f"--config={node.run / 'containerd.toml'}"])
+
+    def answers() -> bool:
+        return subprocess.run(["ctr", f"--address={node.socket}", "--namespace=k8s.io", "version"],
+                              capture_output=True, timeout=30, check=False).returncode == 0
+    wait_until(answers, 120, f"containerd answering again on {node.name}")
+
+
+def drain_and_restart(node: KubeadmNode) -> list[str]:
+    """A node's maintenance in the middle of a rollout, as an operator does it: `kubectl drain` (cordon, the
+    evictions; the agent is a DaemonSet's pod and stays, the static pods are not evicted), its kubelet restarted
+    (the same release: kubeadm's flags), containerd restarted, `kubectl uncordon`. Returns what was done, with
+    the seconds each step took."""
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("drain", partial(_kubectl, node, "drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data",
+                          "--force", "--timeout=120s")),
+        ("kubelet restart", partial(restart_kubelet, node, node.binaries, node.binaries)),
+        ("containerd restart", partial(restart_containerd, node)),
+        ("uncordon", partial(_kubectl, node, "uncordon", node.name))]
+    done = []
+    for what, step in steps:
+        started = time.monotonic()
+        step()
+        done.append(f"{what} {time.monotonic() - started:.1f} s")
+    return done
+
+
+def _kubectl(node: KubeadmNode, *args: str) -> None:
+    proc = node.kubectl(*args, timeout=180)
+    assert proc.returncode == 0, f"kubectl {args[0]}: {proc.stderr}"
+
+
+def configs_run(timeline_events: list[tuple[float, str, bool, str]], node: str, since: float) -> list[str]:
+    """The config hashes the node's scheduler ran ready from `since` on, each once per stretch: a node patched once
+    shows [original, patched]; one patched twice (a rollback and a second write, or a restore and a re-patch)
+    shows more. A mirror pod that goes and comes back with the same hash (a kubelet restart) adds nothing."""
+    ran: list[str] = []
+    for stamp, name, is_ready, config in timeline_events:
+        if name != node or not is_ready or not config:
+            continue
+        if stamp < since:
+            ran = [config]  # what it ran when the window opened
+        elif not ran or ran[-1] != config:
+            ran.append(config)
+    return ran
+
+
+def unpatched(node: KubeadmNode) -> bool:
+    """The node's kube-scheduler runs, ready, without `--config`: kubeadm's manifest."""
+    running = scheduler_config(node)
+    return running is not None and running[1] == []
