@@ -58,12 +58,10 @@ SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
 
 def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
     """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
-    imported into each node's containerd where missing (no registry is reachable here). The chart then runs it with
+    imported into each node's containerd (no registry is reachable here). The chart then runs it with
     `pullPolicy: Never`; a registry's pull would take this one function's place."""
     image = agent_image()
     for node in cluster.nodes:
-        if image.name in node.ctr("images", "ls", "-q").split():  # an earlier test of the same cluster's
-            continue
         node.ctr("images", "import", str(image.archive))
         assert image.name in node.ctr("images", "ls", "-q").split()
     repository, tag = image.name.rsplit(":", 1)
@@ -257,16 +255,38 @@ def restart_containerd(node: KubeadmNode) -> None:
     wait_until(answers, 120, f"containerd answering again on {node.name}")
 
 
+def kubelet_answers(node: KubeadmNode) -> bool:
+    """The node's kubelet says it is healthy (its healthz: the sync loop and the runtime's pod events)."""
+    proc = subprocess.run(node.inside(["curl", "-sS", "--fail", "--max-time", "5", "http://127.0.0.1:10248/healthz"]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+
+def _restart_kubelet(node: KubeadmNode) -> None:
+    """The kubelet restarted (as `systemctl restart kubelet`), and back: an operator waits for that before the next
+    step (here no systemd would start a kubelet again that exited because containerd was away at its start)."""
+    restart_kubelet(node, node.binaries, node.binaries)
+    wait_until(partial(kubelet_answers, node), 120, f"the restarted kubelet healthy on {node.name}")
+
+
+def _restart_containerd(node: KubeadmNode) -> None:
+    """containerd restarted; the running kubelet rides it out (the same process, healthy again)."""
+    kubelet = pid_in(node, "kubelet")
+    restart_containerd(node)
+    wait_until(partial(kubelet_answers, node), 120, f"the kubelet healthy again on {node.name}")
+    assert pid_in(node, "kubelet") == kubelet, "the kubelet did not ride out containerd's restart"
+
+
 def drain_and_restart(node: KubeadmNode) -> list[str]:
     """A node's maintenance in the middle of a rollout, as an operator does it: `kubectl drain` (cordon, the
     evictions; the agent is a DaemonSet's pod and stays, the static pods are not evicted), its kubelet restarted
-    (the same release: kubeadm's flags), containerd restarted, `kubectl uncordon`. Returns what was done, with
-    the seconds each step took."""
+    (the same release: kubeadm's flags), containerd restarted, `kubectl uncordon`, each step done before the next.
+    Returns what was done, with the seconds each step took."""
     steps: list[tuple[str, Callable[[], None]]] = [
         ("drain", partial(_kubectl, node, "drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data",
                           "--force", "--timeout=120s")),
-        ("kubelet restart", partial(restart_kubelet, node, node.binaries, node.binaries)),
-        ("containerd restart", partial(restart_containerd, node)),
+        ("kubelet restart", partial(_restart_kubelet, node)),
+        ("containerd restart", partial(_restart_containerd, node)),
         ("uncordon", partial(_kubectl, node, "uncordon", node.name))]
     done = []
     for what, step in steps:
