@@ -3,8 +3,10 @@ control-plane nodes, each with its folders, a simulated kubelet (``tests.harness
 scheduler's restarts) and real ``scheduler-patcher run`` processes, each started as a pod of the DaemonSet
 ``scheduler-patcher`` in the API emulator (downward API ``POD_NAME``/``POD_NAMESPACE``, an ownerReference).
 
-* a rolling update of the agent (SIGTERM the old agent, start the new one, node by node, same config): no
-  scheduler restarts, the manifest never back at the original;
+* a rolling update of the agent (a new image in the DaemonSet's template, then node by node: the old pod marked
+  for deletion, SIGTERM to its agent, the pod gone, the new one started; same config, as the real DaemonSet
+  controller and kubelet do it on the kubeadm cluster of tests/real/test_real_kubeadm_cluster.py): no scheduler
+  restarts, the manifest never back at the original;
 * a pod deleted by hand: the same, on one node;
 * the DaemonSet deleted (uninstall): every agent restores, one node at a time.
 """
@@ -22,6 +24,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +71,7 @@ class Cluster:
     restore_on_exit: str = "auto"
     states: dict[str, list[str]] = field(default_factory=dict)  # every state each node's annotation showed
     stop: threading.Event = field(default_factory=threading.Event)
+    tags: Iterator[int] = field(default_factory=lambda: itertools.count(2))  # the template's image tags after 1
 
     def state(self, node: str) -> str:
         return self.emu.node_annotations(node).get(P + "state", "")
@@ -112,10 +116,19 @@ class Cluster:
             return "a stop keeps the patch" in text and self.state(sim.name) == "Ready"
         return "API connected" in text and self.state(sim.name) == "Ready" and b"--config=" in sim.manifest.read_bytes()
 
+    def new_image(self) -> None:
+        """`helm upgrade` to a new image tag, as the DaemonSet's watchers see it before any pod goes: the
+        template's image changed and the generation bumped."""
+        def change(ds: dict[str, Any]) -> None:
+            ds["spec"]["template"]["spec"]["containers"][0]["image"] = f"scheduler-patcher:{next(self.tags)}"
+            ds["metadata"]["generation"] = ds["metadata"].get("generation", 1) + 1
+        self.emu.mutate("daemonsets", DS, change, NS, "apps")
+
     def rolling_update(self) -> dict[str, int]:
-        """SIGTERM the old agent, delete its pod, start the new one, node by node (maxUnavailable 1); the
-        scheduler restarts this caused, per node."""
+        """A new image in the template, then node by node (maxUnavailable 1): the old pod deleted and its agent
+        stopped, the new one started; the scheduler restarts this caused, per node."""
         before = {n: len(s.kubelet.restarts) for n, s in self.sims.items()}
+        self.new_image()
         for sim in self.sims.values():
             self.stop_agent(sim, delete_pod=True)
             self.start_agent(sim)
@@ -123,12 +136,18 @@ class Cluster:
         return {n: len(s.kubelet.restarts) - before[n] for n, s in self.sims.items()}
 
     def stop_agent(self, sim: Sim, *, delete_pod: bool = False) -> str:
-        """SIGTERM, as the kubelet does for a deleted pod; returns the agent's log."""
+        """SIGTERM, as the kubelet does for a deleted pod; returns the agent's log. A deleted pod is deleted as the
+        real API server and kubelet do it: marked (deletionTimestamp) while its container stops, gone after."""
         assert sim.proc is not None
         if delete_pod:
-            self.emu.delete("pods", sim.pod, NS)
+            def mark(pod: dict[str, Any]) -> None:
+                pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                pod["metadata"]["deletionGracePeriodSeconds"] = 30
+            self.emu.mutate("pods", sim.pod, mark, NS)
         sim.proc.send_signal(signal.SIGTERM)
         assert sim.proc.wait(30) == 0, sim.logs[-1].read_text()
+        if delete_pod:
+            self.emu.delete("pods", sim.pod, NS)
         return sim.logs[-1].read_text()
 
 
@@ -138,9 +157,12 @@ def three_nodes(tmp_path: Path, restore_on_exit: str = "auto") -> Iterator[Clust
     uses it too)."""
     emu = KubeEmulator().start()
     kubeconfig = emu.write_kubeconfig(tmp_path / "kubeconfig")
-    emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DS, "namespace": NS},
+    emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": DS, "namespace": NS, "generation": 1},
                 "spec": {"template": {"spec": {"nodeSelector": {CP: ""}, "hostNetwork": True,
-                                               "tolerations": [{"key": CP, "operator": "Exists"}]}}}})
+                                               "tolerations": [{"key": CP, "operator": "Exists"}],
+                                               "containers": [{"name": "agent",
+                                                               "image": "scheduler-patcher:1"}]}}}})
     sims = {}
     original = (FIXTURES / "manifests" / "kubeadm.yaml").read_bytes()
     for name in NODES:
@@ -195,6 +217,7 @@ def test_a_rolling_update_of_the_agent_restarts_no_scheduler(cluster: Cluster) -
     before = installed(c)
     manifests = {n: s.manifest.read_bytes() for n, s in c.sims.items()}
     marks = {n: len(c.states[n]) - 1 for n in NODES}
+    c.new_image()  # the template first, as `helm upgrade` changes it
     for sim in c.sims.values():  # maxUnavailable 1: one node after the other
         log = c.stop_agent(sim, delete_pod=True)
         assert "keeping the patch: DaemonSet scheduler-patcher still selects this node" in log

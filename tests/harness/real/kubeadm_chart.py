@@ -6,14 +6,25 @@ Shared by tests/real/test_real_kubeadm_cluster.py and bench/rollout_gap.py.
 
 from __future__ import annotations
 
+import itertools
+import os
+import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from tests.harness.helpers import P
 from tests.harness.real.agent_image import agent_image
+from tests.harness.real.controlplane import wait_until
 from tests.harness.real.helmtool import NAMESPACE
 from tests.harness.real.kubeadm_cluster import ENDPOINT, ENDPOINT_ADDRESS, KubeadmCluster
 from tests.harness.real.kubeadm_node import KubeadmNode
+from tests.harness.real.kubeadm_upgrade import restart_kubelet
 
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 
@@ -55,6 +66,39 @@ def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
         assert image.name in node.ctr("images", "ls", "-q").split()
     repository, tag = image.name.rsplit(":", 1)
     return repository, tag
+
+
+def next_agent_image_on(cluster: KubeadmCluster, repository: str, tag: str) -> str:
+    """A new tag of the agent's image in every node's containerd, for `helm upgrade`: what a release rebuilt from
+    the same sources is (`make image` with another REVISION), an image of its own (another config, so another image
+    ID and digest: containerd and the kubelet see a different image, not a second name of the same one) whose code
+    renders the same scheduler config. Built on the current image (`FROM` it, one label changed: no layer is
+    rebuilt), saved and imported as `agent_image_on` does; returns the new tag."""
+    current = f"{repository}:{tag}"
+    new_tag = f"{tag}-next"
+    name = f"{repository}:{new_tag}"
+    with tempfile.TemporaryDirectory(prefix="agent-next-") as folder:
+        context = Path(folder)
+        if subprocess.run(["podman", "image", "exists", name], capture_output=True, timeout=60,
+                          check=False).returncode:
+            (context / "Containerfile").write_text(
+                f"FROM {current}\nLABEL org.opencontainers.image.revision={new_tag}\n")
+            _podman("build", "--pull=never", "-t", name, str(context), timeout=300)
+        ids = [_podman("image", "inspect", "--format", "{{.Id}}", image).stdout.strip() for image in (current, name)]
+        assert ids[0] != ids[1], ids  # an image of its own, not a second name
+        archive = context / "next.tar"
+        _podman("save", "--format", "docker-archive", "-o", str(archive), name, timeout=600)
+        for node in cluster.nodes:
+            node.ctr("images", "import", str(archive))
+            assert name in node.ctr("images", "ls", "-q").split()
+        os.unlink(archive)
+    return new_tag
+
+
+def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"podman {' '.join(args[:3])}: {proc.stderr[-3000:]}"
+    return proc
 
 
 def chart_values(repository: str, tag: str) -> dict[str, Any]:
@@ -100,3 +144,179 @@ def helm_in(node: KubeadmNode, helm: str, *args: str) -> subprocess.CompletedPro
     kubeadm's admin."""
     return subprocess.run(node.inside([helm, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
                           capture_output=True, text=True, timeout=300, check=False)
+
+
+def daemonset(node: KubeadmNode) -> dict[str, Any]:
+    found = node.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/scheduler-patcher")
+    assert found is not None, "the agents' DaemonSet is gone"
+    return found
+
+
+def rolled_out(node: KubeadmNode, image: str) -> list[dict[str, Any]] | None:
+    """The agents' pods once the DaemonSet's rolling update to `image` is done, as the controller and the pods both
+    tell it: the controller saw the new template (observedGeneration), every scheduled pod is of it and available
+    (updatedNumberScheduled, numberAvailable, no numberUnavailable), and the pods themselves agree: one per desired
+    node, none terminating, each running `image` and Ready. None until then."""
+    ds = daemonset(node)
+    status = ds.get("status") or {}
+    desired = status.get("desiredNumberScheduled")
+    if (status.get("observedGeneration") != ds["metadata"]["generation"] or not desired
+            or status.get("updatedNumberScheduled") != desired or status.get("numberAvailable") != desired
+            or status.get("numberUnavailable")):
+        return None
+    pods = agents(node)
+    if len(pods) != desired or any(p["metadata"].get("deletionTimestamp") for p in pods):
+        return None
+    if any(p["spec"]["containers"][0]["image"] != image or not ready(p) for p in pods):
+        return None
+    return pods
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def ready_since(pod: dict[str, Any]) -> datetime:
+    return _stamp(next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready"))
+
+
+def created(pod: dict[str, Any]) -> datetime:
+    return _stamp(pod["metadata"]["creationTimestamp"])
+
+
+def each_waited_for_the_last(pods: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """The rolled-out pods that the DaemonSet controller created before the one it created just before them was
+    Ready: (pod, created, the earlier pod's Ready) for each; [] when it waited for every new agent's readiness
+    (maxUnavailable 1 with maxSurge 0 and no minReadySeconds: the next node's old agent is deleted, and its new one
+    created, only once the previous new one is available). The API's stamps have whole seconds: a pod created in
+    the second its predecessor turned Ready counts as waiting."""
+    ordered = sorted(pods, key=created)
+    return [(p["metadata"]["name"], str(created(p)), str(ready_since(before)))
+            for before, p in itertools.pairwise(ordered) if created(p) < ready_since(before)]
+
+
+def files_of(node: KubeadmNode, paths: list[str]) -> dict[str, tuple[int, int, bytes]]:
+    """(inode, mtime ns, bytes) of each node file, and of each file in each folder among `paths`: a write of the
+    same bytes (a temp file renamed over it) shows as another inode."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for path in paths:
+        host = node.host(path)
+        for file in sorted(host.iterdir()) if host.is_dir() else [host]:
+            st = file.stat()
+            out[str(file.relative_to(node.host("/")))] = (st.st_ino, st.st_mtime_ns, file.read_bytes())
+    return out
+
+
+def events(node: KubeadmNode, reason: str) -> dict[str, int]:
+    """How many Events of `reason` each Node was the subject of (an Event's count, for a series)."""
+    found = node.get(f"/api/v1/events?fieldSelector=reason%3D{reason}")
+    counts: dict[str, int] = {}
+    for event in (found or {}).get("items") or []:
+        if event["involvedObject"].get("kind") == "Node":
+            name = event["involvedObject"]["name"]
+            counts[name] = counts.get(name, 0) + int(event.get("count") or 1)
+    return counts
+
+
+def pid_in(node: KubeadmNode, program: str) -> int:
+    """The PID of the one process in the node's PID namespace whose executable is named `program`."""
+    own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (os.path.basename(os.readlink(entry / "exe")) == program
+                        and os.readlink(entry / "ns" / "pid") == own):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    assert len(found) == 1, f"{program} in {node.name}: {found}"
+    return found[0]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def restart_containerd(node: KubeadmNode) -> None:
+    """containerd stopped (SIGTERM, as `systemctl restart containerd` does: its shims and the containers they run
+    go on) and started again with the same config, as the node's start did; returns once it answers."""
+    pid = pid_in(node, "containerd")
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: _gone(pid), 60, f"containerd's exit on {node.name}")
+    node.spawn("containerd", ["containerd", f"--config={node.run / 'containerd.toml'}"])
+
+    def answers() -> bool:
+        return subprocess.run(["ctr", f"--address={node.socket}", "--namespace=k8s.io", "version"],
+                              capture_output=True, timeout=30, check=False).returncode == 0
+    wait_until(answers, 120, f"containerd answering again on {node.name}")
+
+
+def kubelet_answers(node: KubeadmNode) -> bool:
+    """The node's kubelet says it is healthy (its healthz: the sync loop and the runtime's pod events)."""
+    proc = subprocess.run(node.inside(["curl", "-sS", "--fail", "--max-time", "5", "http://127.0.0.1:10248/healthz"]),
+                          capture_output=True, text=True, timeout=60, check=False)
+    return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+
+def _restart_kubelet(node: KubeadmNode) -> None:
+    """The kubelet restarted (as `systemctl restart kubelet`), and back: an operator waits for that before the next
+    step (here no systemd would start a kubelet again that exited because containerd was away at its start)."""
+    restart_kubelet(node, node.binaries, node.binaries)
+    wait_until(partial(kubelet_answers, node), 120, f"the restarted kubelet healthy on {node.name}")
+
+
+def _restart_containerd(node: KubeadmNode) -> None:
+    """containerd restarted; the running kubelet rides it out (the same process, healthy again)."""
+    kubelet = pid_in(node, "kubelet")
+    restart_containerd(node)
+    wait_until(partial(kubelet_answers, node), 120, f"the kubelet healthy again on {node.name}")
+    assert pid_in(node, "kubelet") == kubelet, "the kubelet did not ride out containerd's restart"
+
+
+def drain_and_restart(node: KubeadmNode) -> list[str]:
+    """A node's maintenance in the middle of a rollout, as an operator does it: `kubectl drain` (cordon, the
+    evictions; the agent is a DaemonSet's pod and stays, the static pods are not evicted), its kubelet restarted
+    (the same release: kubeadm's flags), containerd restarted, `kubectl uncordon`, each step done before the next.
+    Returns what was done, with the seconds each step took."""
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("drain", partial(_kubectl, node, "drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data",
+                          "--force", "--timeout=120s")),
+        ("kubelet restart", partial(_restart_kubelet, node)),
+        ("containerd restart", partial(_restart_containerd, node)),
+        ("uncordon", partial(_kubectl, node, "uncordon", node.name))]
+    done = []
+    for what, step in steps:
+        started = time.monotonic()
+        step()
+        done.append(f"{what} {time.monotonic() - started:.1f} s")
+    return done
+
+
+def _kubectl(node: KubeadmNode, *args: str) -> None:
+    proc = node.kubectl(*args, timeout=180)
+    assert proc.returncode == 0, f"kubectl {args[0]}: {proc.stderr}"
+
+
+def configs_run(timeline_events: list[tuple[float, str, bool, str]], node: str, since: float) -> list[str]:
+    """The config hashes the node's scheduler ran ready from `since` on, each once per stretch: a node patched once
+    shows [original, patched]; one patched twice (a rollback and a second write, or a restore and a re-patch)
+    shows more. A mirror pod that goes and comes back with the same hash (a kubelet restart) adds nothing."""
+    ran: list[str] = []
+    for stamp, name, is_ready, config in timeline_events:
+        if name != node or not is_ready or not config:
+            continue
+        if stamp < since:
+            ran = [config]  # what it ran when the window opened
+        elif not ran or ran[-1] != config:
+            ran.append(config)
+    return ran
+
+
+def unpatched(node: KubeadmNode) -> bool:
+    """The node's kube-scheduler runs, ready, without `--config`: kubeadm's manifest."""
+    running = scheduler_config(node)
+    return running is not None and running[1] == []
