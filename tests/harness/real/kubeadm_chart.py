@@ -62,8 +62,9 @@ def chart_values(repository: str, tag: str) -> dict[str, Any]:
     scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
     `kubernetes` Service's ClusterIP, which the kubelet puts in KUBERNETES_SERVICE_HOST: the agents (host network)
     get the API endpoint's address instead (the container's env wins over the kubelet's). The pod network is
-    loopback only, so the restore hook's Job (not host network) could reach no API server: it is off, and the
-    agents' own restore on exit is what `helm uninstall` relies on here."""
+    loopback only, so the hooks' Jobs (not host network) could reach no API server: both are off; the journey runs
+    the pre-delete hook's command (`stop-agents`) itself in a node's network before `helm uninstall`, and the
+    agents' own restore on exit is what the uninstall relies on here."""
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", "weight": 1,
@@ -71,6 +72,7 @@ def chart_values(repository: str, tag: str) -> dict[str, Any]:
         "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ENDPOINT_ADDRESS},
                      {"name": "KUBERNETES_SERVICE_PORT", "value": ENDPOINT.rsplit(":", 1)[1]}],
         "restoreJob": {"enabled": False},
+        "stopAgentsJob": {"enabled": False},
     }
 
 
