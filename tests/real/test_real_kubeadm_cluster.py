@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -35,6 +34,7 @@ from tests.harness.real.kubeadm_chart import (
     scheduler_config,
     settled_nodes,
     states,
+    stop_agents_in,
 )
 from tests.harness.real.kubeadm_cluster import (
     KubeadmCluster,
@@ -119,15 +119,6 @@ def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
             pytest.fail(f"no helm under CI=true: {why}")
         pytest.skip(why)
     return helm_in(node, path, *args)
-
-
-def stop_agents_in(node: KubeadmNode) -> subprocess.CompletedProcess[str]:
-    """`scheduler-patcher stop-agents` (the chart's pre-delete hook's command) in the node's network, as kubeadm's
-    admin."""
-    argv = [sys.executable, "-m", "patcher", "stop-agents", "--kubeconfig=/etc/kubernetes/admin.conf",
-            f"--namespace={NAMESPACE}", "--timeout=4m"]
-    return subprocess.run(node.inside(argv, pid_namespace=False), capture_output=True, text=True, timeout=300,
-                          check=False, cwd=Path(__file__).resolve().parents[2])
 
 
 #: issue 43's goal: no pod waits more than this beyond the idle p99 during the leader-aware rollout...

@@ -7,6 +7,8 @@ Shared by tests/real/test_real_kubeadm_cluster.py and bench/rollout_gap.py.
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from tests.harness.helpers import P
@@ -95,6 +97,15 @@ def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
         return None
     container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
     return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+
+
+def stop_agents_in(node: KubeadmNode) -> subprocess.CompletedProcess[str]:
+    """`scheduler-patcher stop-agents` (the chart's pre-delete hook's command, off in `chart_values`) in the node's
+    network, as kubeadm's admin: `helm uninstall` as it runs with its hook."""
+    argv = [sys.executable, "-m", "patcher", "stop-agents", "--kubeconfig=/etc/kubernetes/admin.conf",
+            f"--namespace={NAMESPACE}", "--timeout=4m"]
+    return subprocess.run(node.inside(argv, pid_namespace=False), capture_output=True, text=True, timeout=300,
+                          check=False, cwd=Path(__file__).resolve().parents[3])
 
 
 def helm_in(node: KubeadmNode, helm: str, *args: str) -> subprocess.CompletedProcess[str]:
