@@ -1021,7 +1021,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
         return node, [*acts, Finish(answers_until, build_until=end)]
     reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
     ds = ev.daemonset
-    everyone_leaves = opts.coordinated and ds.known and (ds.deleting or not ds.exists)
+    everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
                   Restore(reason, confirm, turn_until, restored_until, leader_last=everyone_leaves)]
 

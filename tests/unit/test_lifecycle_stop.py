@@ -110,10 +110,12 @@ def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
 @pytest.mark.parametrize("view, mode, coordinated, leader_last", [
     (GONE, "auto", True, True), (DELETING, "auto", True, True),  # every agent leaves: the leader last
     (GONE, "always", True, True),
+    (replace(UNKNOWN, exists=True, deleting=True), "auto", True, True),  # seen deleting, its Node not read yet
     (ELSEWHERE, "auto", True, False),  # only this node leaves: nobody to let go first
     (UNKNOWN, "auto", True, False), (KEEPS, "always", True, False),
     (GONE, "auto", False, False),  # no rollout Lease: no turns at all
-], ids=["gone", "deleting", "always-gone", "not-selected", "unknown", "always-selects", "not-coordinated"])
+], ids=["gone", "deleting", "always-gone", "deleting-node-unread", "not-selected", "unknown", "always-selects",
+        "not-coordinated"])
 def test_the_leader_restores_last_only_when_every_agent_leaves(view: lc.DaemonSetView, mode: RestoreOnExit,
                                                                coordinated: bool, leader_last: bool) -> None:
     _, acts = lc.step(READY, lc.Stop(NOW, "signal", view),
