@@ -21,8 +21,9 @@ First the cluster's idle p99 wait (``--idle`` seconds of probing, nothing else h
 journeys: ``install`` (`helm install` until every Node says Ready and every scheduler runs with ``--config``),
 ``config`` (`helm upgrade` with the extender's weight changed, until every scheduler runs another ``--config`` and
 every Node says Ready: the kubelet's ConfigMap sync, up to a minute, is in the window) and ``uninstall`` (`helm
-uninstall` until the agents are gone and every scheduler runs kubeadm's manifest again), each window followed by
-``TAIL_S`` of probing. The ways are the chart's values: ``leader_aware`` (the defaults), ``order_only``
+uninstall` as with its pre-delete hook, whose command ``stop-agents`` runs here from the first node's network, until
+the agents are gone and every scheduler runs kubeadm's manifest again), each window followed by ``TAIL_S`` of
+probing. The ways are the chart's values: ``leader_aware`` (the defaults), ``order_only``
 (``PATCHER_LEADER_WAIT=0``, ``--leader-wait=0``'s env form: the rollout Lease, one node at a time, whoever leads) and
 ``all_at_once`` (``agent.rollout: independent``, every node patched at once: the peer's way). A journey's figures:
 pods probed, the longest wait and ``max_wait_s``, the longest wait beyond the idle p99 (0 when none waited longer),
@@ -294,6 +295,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
         scheduler_config,
         settled_nodes,
         states,
+        stop_agents_in,
     )
     from tests.harness.real.kubeadm_cluster import kubeadm_cluster
     from tests.harness.real.kubeadm_node import MANIFESTS, releases_with_kubeadm
@@ -369,6 +371,8 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                     progress(f"{way} config: {journeys['config']}")
 
                     since = time.monotonic()
+                    stop = stop_agents_in(cluster.first)  # the chart's pre-delete hook (off in chart_values)
+                    assert stop.returncode == 0, stop.stdout + stop.stderr
                     proc = helm_in(cluster.first, helm, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
                     assert proc.returncode == 0, proc.stderr
 

@@ -1,4 +1,5 @@
-"""Command line: ``scheduler-patcher plan|apply|restore|status|run|readiness|gatekeeper|restore-nodes|completion``.
+"""Command line: ``scheduler-patcher plan|apply|restore|status|run|readiness|gatekeeper|restore-nodes|stop-agents|
+completion``.
 
 Exit codes are a contract for scripts and operators (the table is in ``--help`` and in
 docs/operator-contract.md): a usage error never shares a code with a result, so a typo in CI cannot pass for
@@ -391,6 +392,9 @@ CLUSTER_COMMANDS = {
     "gatekeeper": ("patcher.commands.gatekeeper", "release scheduling gates once every scheduler runs the extender"),
     "restore-nodes": ("patcher.commands.restorenodes",
                       "restore every control-plane node (one pod each, from a PodTemplate); the uninstall's Job"),
+    "stop-agents": ("patcher.commands.stopagents",
+                    "delete the agents' DaemonSet in the foreground and wait until its pods are gone (each "
+                    "restored its node, one at a time); the uninstall's pre-delete Job"),
 }
 
 

@@ -35,6 +35,8 @@ _CODES: dict[str, list[tuple[int, str]]] = {
                    (EXIT_ERROR, "could not start (credentials, a certificate, the listen address)")],
     "restore-nodes": [(EXIT_OK, "every control-plane node restored"),
                       (EXIT_ERROR, "a node not restored within --timeout (each one named), or the API failed")],
+    "stop-agents": [(EXIT_OK, "the agents' DaemonSet and its pods are gone (or there was none)"),
+                    (EXIT_ERROR, "still there after --timeout (what is left named), or the API failed")],
     "completion": [(EXIT_OK, "the script is on stdout")],
 }
 _USAGE = (EXIT_USAGE, "usage error: unknown flag, invalid flag or PATCHER_* value, a --host-root that does not exist")

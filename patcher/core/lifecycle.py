@@ -492,6 +492,9 @@ class Restore:
     confirm_wait: float
     turn_until: float
     restored_until: float
+    #: Every agent leaves (the DaemonSet is gone or being deleted): a node whose kube-scheduler leads lets the
+    #: others restore first (``stop_order_wait`` on the live view), as the rollout does.
+    leader_last: bool = False
 
 
 @dataclass(frozen=True)
@@ -955,16 +958,41 @@ def state_folder_ok(node: Node, ev: StateFolderOk, opts: Lifecycle) -> Step:
 # -- the stop ------------------------------------------------------------------------------------------------
 
 
+#: Shares of the grace period a stop on an answering API may spend waiting for its rollout turn (the others'
+#: restores: the Nth of N agents stopping together waits N-1 scheduler restarts) and, holding it, for its own
+#: restored scheduler.
+TURN_SHARE = 0.6
+RESTORED_SHARE = 0.85
+
+
 def stop_budget(now: float, opts: Lifecycle) -> tuple[float, float, float, float, float]:
     """The stop's deadlines: (confirm wait in seconds, turn until, restored until, answers until, end).
 
     Every wait for an answer ends by ``answers until``, whatever the grace period. Waits on an API that answers
     take shares of the grace period before a reserve (a fifth, at most 5 s) for the report and the exit, slow
-    on a loaded node: the turn 40 %, the restored scheduler up to 70 % and never the last 2 s before it."""
+    on a loaded node: the turn ``TURN_SHARE``, the restored scheduler up to ``RESTORED_SHARE`` and never the
+    last 2 s before it. The turn's share is the larger one because every agent of a deleted DaemonSet gets its
+    SIGTERM at the same time and the restores go one after the other: the last one waits for all the others."""
     g = opts.grace_period
     end = now + g - min(5.0, 0.2 * g)
-    return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + 0.4 * g, min(now + 0.7 * g, end - 2.0),
+    return (min(LEASE_CONFIRM_WAIT, 0.4 * g), now + TURN_SHARE * g, min(now + RESTORED_SHARE * g, end - 2.0),
             min(end, now + STOP_ANSWERS), end)
+
+
+#: A peer whose agent says one of these has nothing (more) to restore: done, held by an operator, or no agent.
+_NOTHING_TO_RESTORE = ("", NodeState.RESTORED.value, NodeState.HELD.value)
+
+
+def stop_order_wait(s: Schedulers) -> str:
+    """Why a restore on exit of the node whose kube-scheduler leads waits for its peers ("": it may go): when
+    every agent leaves, the others restore first, so that the leader restarts last and once (the lead then moves
+    once, to a scheduler already on the restored manifest). Peers that still have a patch to restore: any state
+    but Restored, Held or none. Only when a leader is known and it is this node; the executor applies it only
+    while the API answers and until its turn's deadline."""
+    if not (s.known and s.leads and s.peers):
+        return ""
+    first = [p.node for p in s.peers if p.state not in _NOTHING_TO_RESTORE]
+    return f"this node's kube-scheduler leads: {', '.join(first)} restore first" if first else ""
 
 
 def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
@@ -992,8 +1020,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
             node, acts = _release(node, after=acts)
         return node, [*acts, Finish(answers_until, build_until=end)]
     reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
+    ds = ev.daemonset
+    everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
-                  Restore(reason, confirm, turn_until, restored_until)]
+                  Restore(reason, confirm, turn_until, restored_until, leader_last=everyone_leaves)]
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:

@@ -235,7 +235,7 @@ class Agent:
             case lifecycle.RetryLater(timer=timer, delay=delay):
                 self.timers.later(timer, delay)
             case lifecycle.Restore():
-                return self.stopper.restore(action, self._node.record, w.coordinator, w.pods)
+                return self.stopper.restore(action, self._node.record, w.coordinator, w.pods, w.leaders)
             case lifecycle.LetGo():
                 self.record.let_go()
             case lifecycle.Reclaim():

@@ -16,7 +16,7 @@ from patcher.core.errors import PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
 from patcher.services import nodefiles
-from patcher.services.ports import Coordinator, PodSource
+from patcher.services.ports import NO_LEADER, Coordinator, LeaderSource, PodSource
 from patcher.services.record import StateStore
 
 log = logging.getLogger("patcher.services.agent")
@@ -24,6 +24,9 @@ log = logging.getLogger("patcher.services.agent")
 #: How often a stop that waits for another node's rollout turn asks again (each ask must be answered within
 #: the step's confirm wait, so an API that goes black meanwhile ends the wait within a second).
 TURN_ASK_INTERVAL: Final = 0.25
+#: How often the node whose kube-scheduler leads, letting its peers restore first, asks the API again (so an
+#: API that stops answering meanwhile ends that wait within a second, as it ends the turn's).
+ORDER_ASK_INTERVAL: Final = 1.0
 
 
 class Stopping:
@@ -35,14 +38,14 @@ class Stopping:
         self._log_extra = log_extra
 
     def restore(self, action: lifecycle.Restore, record: State, coordinator: Coordinator,
-                pods: PodSource) -> lifecycle.RestoreDone:
+                pods: PodSource, leaders: LeaderSource = NO_LEADER) -> lifecycle.RestoreDone:
         """Put back exactly what we changed; take the rollout turn before the manifest is written (within the
         action's bounds), and, holding it, wait for the restored scheduler. The record left for the next agent
         keeps only the configs that failed here."""
         try:
             plan = nodefiles.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
-            turn_silent = self._take_turn(action, coordinator) if writes else False
+            turn_silent = self._take_turn(action, coordinator, leaders) if writes else False
             pods_silent = False
             try:
                 lines = nodefiles.restore(self.files, plan, ops=self.store.ops)
@@ -69,20 +72,40 @@ class Stopping:
         return lifecycle.RestoreDone(True, held=coordinator.held, now=time.monotonic(),
                                      api_silent=turn_silent or pods_silent)
 
-    def _take_turn(self, action: lifecycle.Restore, c: Coordinator) -> bool:
+    def _take_turn(self, action: lifecycle.Restore, c: Coordinator, leaders: LeaderSource = NO_LEADER) -> bool:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
         scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
         plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
         once, also when the API goes black while another node holds the turn. While it answers "held by
         another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
-        answer. (``NoCoordinator``'s request settles at once: no turn to wait for.)"""
+        answer. (``NoCoordinator``'s request settles at once: no turn to wait for.)
+
+        With ``leader_last``, the node whose scheduler leads lets its peers go first while
+        ``lifecycle.stop_order_wait`` says so: a turn it got meanwhile is given back at once, and it asks again
+        every ``ORDER_ASK_INTERVAL`` (an unanswered ask still means restore at once)."""
         if c.held:
             return False
-        silent = True
+        silent, said = True, ""
         while True:
+            why = lifecycle.stop_order_wait(leaders.view()) if action.leader_last else ""
+            if why and action.turn_until - time.monotonic() <= 0:
+                why = ""  # its share of the grace period is spent: the leader's node goes now
+            if why != said and why:
+                log.info("rollout turn for the restore held back: %s", why, extra=self._log_extra)
+            elif said and not why:
+                log.info("the other nodes restored: this node's turn to restore", extra=self._log_extra)
+            said = why
             c.acquire()
             if c.settle(action.confirm_wait):
-                return False
+                if not why:
+                    return False
+                c.release()  # taken before the peers that go first: theirs again
+                self._wait_order(action, leaders)
+                continue
+            if why and not c.unanswered and c.api_answered:
+                c.release()  # the ask is withdrawn: the actor must not take the turn from a peer meanwhile
+                self._wait_order(action, leaders)
+                continue
             if c.unanswered:
                 why = f"the API server did not answer within {action.confirm_wait:g} s"
                 break
@@ -97,6 +120,14 @@ class Stopping:
                 return False  # another node restored first; our turn came
         log.warning("restoring without the rollout lease (%s)", why, extra=self._log_extra)
         return silent
+
+    @staticmethod
+    def _wait_order(action: lifecycle.Restore, leaders: LeaderSource) -> None:
+        """Wait (at most ``ORDER_ASK_INTERVAL``, never past ``turn_until``) for the peers that restore first; the
+        view is the watch's, read without a request."""
+        until = min(time.monotonic() + ORDER_ASK_INTERVAL, action.turn_until)
+        while time.monotonic() < until and lifecycle.stop_order_wait(leaders.view()):
+            time.sleep(min(TURN_ASK_INTERVAL, max(0.0, until - time.monotonic())))
 
     def _wait_restored(self, until: float, pods: PodSource) -> bool:
         """While holding the Lease, wait (until ``until``) for the scheduler to run the restored manifest. False:

@@ -273,3 +273,40 @@ def test_answers_and_events_are_the_json_text_of_the_stored_objects(emu: KubeEmu
     lines = [line for line in body(stream).split(b"\n") if line]
     assert [json.loads(line)["object"]["metadata"]["labels"] for line in lines] == [{"v": "a"}, {"v": "b"}]
     assert lines[-1] == json.dumps({"type": "MODIFIED", "object": stored}).encode()
+
+
+# -- foreground deletion, as kube-apiserver and its garbage collector do it -----------------------------------
+
+
+def _owned(emu: KubeEmulator, name: str, owner: Any, *, blocks: bool) -> None:
+    ref = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": owner["metadata"]["name"],
+           "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": blocks}
+    emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns",
+                                                                "ownerReferences": [ref]},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}})
+
+
+def test_a_foreground_delete_keeps_the_owner_until_its_blocking_pods_are_gone(emu: KubeEmulator) -> None:
+    ds = emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d", "namespace": "ns"}})
+    _owned(emu, "blocks", ds, blocks=True)
+    _owned(emu, "free", ds, blocks=False)
+    marked = emu.delete("daemonsets", "d", "ns", group="apps", options={"propagationPolicy": "Foreground"})
+    assert marked["metadata"]["finalizers"] == ["foregroundDeletion"] and marked["metadata"]["deletionTimestamp"]
+    for name in ("blocks", "free"):  # both deleted gracefully (30 s: the pod's default), kept for their kubelet
+        pod = emu.get("pods", name, "ns")
+        assert pod is not None and pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    emu.delete("pods", "free", "ns")
+    assert emu.get("daemonsets", "d", "ns", group="apps") is not None  # a blocking dependent is left
+    emu.delete("pods", "blocks", "ns")
+    assert emu.get("daemonsets", "d", "ns", group="apps") is None
+
+
+def test_a_foreground_delete_of_an_owner_without_dependents_or_a_background_one_removes_it_at_once(
+        emu: KubeEmulator) -> None:
+    for options in ({"propagationPolicy": "Foreground"}, None):
+        ds = emu.create({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d", "namespace": "ns"}})
+        if options is None:
+            _owned(emu, "p", ds, blocks=True)
+        emu.delete("daemonsets", "d", "ns", group="apps", options=options)
+        assert emu.get("daemonsets", "d", "ns", group="apps") is None
+    assert emu.get("pods", "p", "ns") is not None  # background: no garbage collector here, the pod stays

@@ -318,3 +318,68 @@ def test_a_lease_request_refused_by_rbac_says_so(tmp_path: Path, caplog: pytest.
     assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
     said = [r.getMessage() for r in caplog.records if "restoring without the rollout lease" in r.getMessage()]
     assert len(said) == 1 and "refused it" in said[0] and "403" in said[0], said
+
+
+class Views:
+    """The leader-aware view as the watch would show it, changed by the test (a ``LeaderSource``)."""
+
+    def __init__(self, first: lifecycle.Schedulers) -> None:
+        self.current = first
+
+    def view(self) -> lifecycle.Schedulers:
+        return self.current
+
+
+LEADS = lifecycle.Schedulers(True, "cp-1", True, (lifecycle.Peer("cp-2", NodeState.READY.value, "", True),))
+PEER_DONE = replace(LEADS, peers=(lifecycle.Peer("cp-2", NodeState.RESTORED.value, "", True),))
+
+
+def test_the_leading_node_lets_its_peer_restore_first_when_every_agent_leaves(tmp_path: Path) -> None:
+    """The uninstall: both agents stop at once; the one whose scheduler leads does not keep the free Lease while
+    its peer still has a patch to restore, and restores once the peer says Restored (the lead then moves once)."""
+    import threading
+
+    files, stopper = patched(tmp_path)
+    manifest = tmp_path / "node" / helpers.MANIFEST
+    leaders = Views(LEADS)
+    with KubeEmulatorExt() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
+        peer = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-2")
+        action = lifecycle.Restore("test", confirm_wait=5.0, turn_until=time.monotonic() + 120,
+                                   restored_until=0.0, leader_last=True)
+        done: list[lifecycle.RestoreDone] = []
+        stop = threading.Thread(target=lambda: done.append(
+            stopper.restore(action, state_store(files).load(), ours, NoPods(), leaders)))
+        stop.start()
+        try:
+            end = time.monotonic() + 60
+            while not peer.held and time.monotonic() < end:  # the peer asks as a stopping agent does
+                peer.acquire()
+                peer.wait_held(0.25)
+            assert peer.held, "the peer never got the turn: the leader kept it"
+            assert manifest.read_bytes() != helpers.KUBEADM and not done  # the leader has not restored
+            leaders.current = PEER_DONE
+            peer.release()
+        finally:
+            stop.join(60)
+            peer.close(1)
+            ours.close(1)
+    assert done and done[0].ok and done[0].held and not done[0].api_silent
+    assert manifest.read_bytes() == helpers.KUBEADM
+
+
+def test_a_leading_node_waiting_for_its_peers_restores_at_once_when_the_api_goes_silent(tmp_path: Path) -> None:
+    """Letting the peers go first is a wait on an answering API only: each ask must still be answered within
+    the confirm wait, else the restore goes ahead at once (SIGTERM -> restored, whatever the API does)."""
+    files, stopper = patched(tmp_path)
+    with KubeEmulatorExt() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
+        emu.go_down("refuse")
+        action = lifecycle.Restore("test", confirm_wait=0.5, turn_until=time.monotonic() + 600,
+                                   restored_until=0.0, leader_last=True)
+        done = stopper.restore(action, state_store(files).load(), ours, NoPods(), Views(LEADS))
+        ours.close(0.5)
+    assert done.ok and not done.held
+    assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM

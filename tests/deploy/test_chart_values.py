@@ -83,6 +83,8 @@ ALL_VALUES: Obj = {
                    "webhook": {"enabled": True, "port": 9443, "timeoutSeconds": 3, "certManager": False,
                                "certValidityDays": 30},
                    "release": {"concurrency": 8, "batch": 64, "kubeApiQps": 500.5, "kubeApiBurst": 16}},
+    "stopAgentsJob": {"enabled": True, "timeout": "150s", "activeDeadlineSeconds": 300,
+                      "ttlSecondsAfterFinished": 7200},
     "restoreJob": {"enabled": True, "timeout": "3m", "activeDeadlineSeconds": 600,
                    "ttlSecondsAfterFinished": 3600},
     "monitoring": {"podMonitor": {"enabled": True, "interval": "1m", "scrapeTimeout": "20s",

@@ -24,7 +24,7 @@ DOCS = ["README.md", "docs/operator-contract.md", "docs/configuration.md", "docs
 FOREIGN = {
     "--config": "kube-scheduler", "--leader-elect": "kube-scheduler", "--kube-api-qps": "kube-scheduler",
     "--policy-config-file": "kube-scheduler", "--profiling": "kube-scheduler",
-    "--force": "kubectl delete", "--profile": "kubectl debug",
+    "--force": "kubectl delete", "--cascade": "kubectl delete", "--profile": "kubectl debug",
     "--port": "kube-scheduler", "--address": "kube-scheduler", "--scheduler-name": "kube-scheduler",
     "--algorithm-provider": "kube-scheduler", "--hard-pod-affinity-symmetric-weight": "kube-scheduler",
     "--feature-gates": "kube-scheduler", "--lock-object-": "kube-scheduler (--lock-object-*)",

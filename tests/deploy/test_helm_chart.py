@@ -38,10 +38,12 @@ from tests.deploy.test_chart_values import ALL_VALUES
 from tests.deploy.test_deploy_manifests import (
     K8S_SCHEMA,
     all_containers,
+    api_calls_in,
     configmap_folder,
     env_of,
     flag_env_names,
     host_mounts,
+    modules_of,
     objects,
     parsed,
     pod_spec,
@@ -200,23 +202,31 @@ EQUIVALENTS: list[tuple[tuple[str, ...], Obj]] = [
 ]
 
 
+#: The chart's pre-delete hook has no kustomize object: manifests/uninstall/README.md deletes the DaemonSet with
+#: `kubectl delete --cascade=foreground` (which waits as the hook does) before the rest.
+NO_STOP_HOOK: Obj = {"stopAgentsJob": {"enabled": False}}
+
+
 def test_the_default_render_is_the_kubeadm_overlay_and_its_restore_job(render: Render) -> None:
     """The chart's defaults against the README's default install: the one difference is the Namespace, which helm
-    leaves to `--create-namespace` unless namespace.create is set (the next test compares it too)."""
+    leaves to `--create-namespace` unless namespace.create is set (the next test compares it too), and the
+    pre-delete hook's objects, helm's own way to do what the README's `kubectl delete --cascade=foreground` does."""
     found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm"), render())
-    assert found == ["Namespace /scheduler-patcher: only in kustomize"]
+    assert found == ["Namespace /scheduler-patcher: only in kustomize",
+                     *[f"{kind} scheduler-patcher/scheduler-patcher-stop-agents: only in helm"
+                       for kind in ("Job", "Role", "RoleBinding", "ServiceAccount")]]
 
 
 @pytest.mark.parametrize(("folders", "values"), EQUIVALENTS, ids=["+".join(f) for f, _ in EQUIVALENTS])
 def test_chart_and_kustomize_render_the_same_objects(render: Render, folders: tuple[str, ...], values: Obj) -> None:
-    found = drift(kustomize(*folders), render({**values, "namespace": {"create": True}}))
+    found = drift(kustomize(*folders), render({**values, **NO_STOP_HOOK, "namespace": {"create": True}}))
     assert not found, "the chart and manifests/ drifted apart:\n" + "\n".join(found)
 
 
 def test_the_readme_admission_example_is_the_charts_values(render: Render, tmp_path: Path) -> None:
     """The overlay example of docs/scheduling-gates.md (csi-baremetal storage, pods labelled app=db) and the chart
     values that say the same select the same pods: the objects are equal."""
-    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "admission": {
+    values = {**NO_STOP_HOOK, "namespace": {"create": True}, "gatekeeper": {"enabled": True, "admission": {
         "enabled": True, "storageClasses": ["csi-baremetal-sc-hddlvg"], "csiDrivers": ["csi-baremetal.dell.com"],
         "objectSelector": {"matchLabels": {"app": "db"}}}}}
     found = drift(kustomize("overlays/kubeadm", "uninstall/kubeadm") + readme_overlay(tmp_path), render(values))
@@ -226,7 +236,7 @@ def test_the_readme_admission_example_is_the_charts_values(render: Render, tmp_p
 def test_the_readme_webhook_example_is_the_charts_values(render: Render, tmp_path: Path) -> None:
     """The webhook overlay example of docs/scheduling-gates.md and the chart values that say the same (the selection in
     gatekeeper.admission.*, cert-manager as in the overlay): the objects are equal."""
-    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {
+    values = {**NO_STOP_HOOK, "namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {
         "enabled": True, "certManager": True}, "admission": {
         "storageClasses": ["csi-baremetal-sc-hddlvg"], "csiDrivers": ["csi-baremetal.dell.com"],
         "objectSelector": {"matchLabels": {"app": "db"}}}}}
@@ -238,7 +248,7 @@ def test_the_readme_webhook_example_is_the_charts_values(render: Render, tmp_pat
 def test_the_comparison_catches_drift(render: Render) -> None:
     """Controls: one changed field anywhere in any object, a missing object, a reordered toleration list."""
     base = kustomize("overlays/kubeadm", "uninstall/kubeadm")
-    helm_objs = render({"namespace": {"create": True}})
+    helm_objs = render({**NO_STOP_HOOK, "namespace": {"create": True}})
     assert not drift(base, helm_objs)
     cases: list[tuple[Callable[[list[Obj]], object], str]] = [
         (lambda o: pod_spec(find(o, "DaemonSet"))["containers"][0]["securityContext"].update(privileged=True),
@@ -289,7 +299,8 @@ def test_rendered_objects_validate_against_the_openapi_schema_strictly(render: R
 def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyPatch) -> None:  # noqa: F811
     objs = render(ALL_VALUES)
     image = "registry.example.com/ops/scheduler-patcher@sha256:" + "ab" * 32
-    ds, job, gk = find(objs, "DaemonSet"), find(objs, "Job"), find(objs, "Deployment")
+    ds, job, gk = find(objs, "DaemonSet"), find(objs, "Job", "scheduler-patcher-restore"), find(objs, "Deployment")
+    stop_job = find(objs, "Job", "scheduler-patcher-stop-agents")
     ns = find(objs, "Namespace")
     assert ns["metadata"]["name"] == NAMESPACE and ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
     spec = pod_spec(ds)
@@ -338,6 +349,12 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     job_args = build_parser(load=["restore-nodes"]).parse_args(pod_spec(job)["containers"][0]["args"])
     assert (job_args.timeout, job_args.annotation_prefix) == (180, "sp.example.com")
     assert (job["spec"]["activeDeadlineSeconds"], job["spec"]["ttlSecondsAfterFinished"]) == (600, 3600)
+    stop_args = build_parser(load=["stop-agents"]).parse_args(pod_spec(stop_job)["containers"][0]["args"])
+    assert (stop_args.timeout, stop_args.daemonset) == (150, ds["metadata"]["name"])
+    assert (stop_job["spec"]["activeDeadlineSeconds"], stop_job["spec"]["ttlSecondsAfterFinished"]) == (300, 7200)
+    assert pod_spec(stop_job)["tolerations"] == ALL_VALUES["tolerations"]
+    assert pod_spec(stop_job)["priorityClassName"] == "cp-critical"
+    assert {c["image"] for c in all_containers(pod_spec(stop_job))} == {image}
     # the gatekeeper
     gspec = pod_spec(gk)
     gate = gspec["containers"][0]
@@ -412,6 +429,9 @@ def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) ->
     ({"platform": "k3s"}, "platform"),
     ({"agent": {"gracePeriod": "45 seconds"}}, "gracePeriod"),
     ({"agent": {"restoreOnExit": "sometimes"}}, "restoreOnExit"),
+    ({"stopAgentsJob": {"timeout": "90s"}}, "stopAgentsJob.timeout: 90s is not longer than "
+                                            "agent.terminationGracePeriodSeconds (90)"),
+    ({"stopAgentsJob": {"timeout": "4 minutes"}}, "stopAgentsJob.timeout"),
     ({"image": {"digest": "abc"}}, "digest"),
     ({"hostPaths": {"stateDir": "var/lib/x"}}, "stateDir"),
     ({"schedulerConfig": "kind: KubeSchedulerConfiguration\n"}, "not both"),
@@ -531,7 +551,7 @@ def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
     """The drift tests forgive the hook annotations; here they are pinned. Post-delete: while the agents run they
     would patch a restored node again within a second, so the restore must come after the DaemonSet is deleted."""
     objs = render()
-    job = find(objs, "Job")
+    job = find(objs, "Job", "scheduler-patcher-restore")
     assert job["metadata"]["annotations"] == {"helm.sh/hook": "post-delete",
                                               "helm.sh/hook-delete-policy": "before-hook-creation"}
     # its ServiceAccount, RBAC and PodTemplate: hooks too (the release's own are deleted before a post-delete hook
@@ -542,8 +562,43 @@ def test_the_restore_job_is_a_post_delete_hook(render: Render) -> None:
     for o in restore_objs:
         assert o["metadata"]["annotations"] == {"helm.sh/hook": "post-delete", "helm.sh/hook-weight": "-10",
                                                 "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
-    kinds = {o["kind"] for o in render({"restoreJob": {"enabled": False}})}
+    kinds = {o["kind"] for o in render({"restoreJob": {"enabled": False}, **NO_STOP_HOOK})}
     assert not kinds & {"Job", "PodTemplate"}
+
+
+def test_the_agents_are_stopped_by_a_pre_delete_hook_while_their_rbac_is_there(render: Render) -> None:
+    """Pre-delete: helm runs it before it deletes any object of the release, so the agents keep their
+    ServiceAccount and RBAC (the rollout Lease, their Node) while they take turns restoring. Its own
+    ServiceAccount and RBAC come first and go once it succeeded; its Role names the one DaemonSet."""
+    objs = render()
+    ds = find(objs, "DaemonSet")
+    job = find(objs, "Job", "scheduler-patcher-stop-agents")
+    assert job["metadata"]["annotations"] == {"helm.sh/hook": "pre-delete",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation"}
+    hook_objs = [o for o in objs if o["metadata"]["name"] == "scheduler-patcher-stop-agents" and o["kind"] != "Job"]
+    assert sorted(o["kind"] for o in hook_objs) == ["Role", "RoleBinding", "ServiceAccount"]
+    for o in hook_objs:
+        assert o["metadata"]["annotations"] == {"helm.sh/hook": "pre-delete", "helm.sh/hook-weight": "-10",
+                                                "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}
+    role = find(objs, "Role", "scheduler-patcher-stop-agents")
+    assert role["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets"],
+                              "resourceNames": [ds["metadata"]["name"]], "verbs": ["delete", "list", "watch"]}]
+    binding = find(objs, "RoleBinding", "scheduler-patcher-stop-agents")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "scheduler-patcher-stop-agents",
+                                    "namespace": NAMESPACE}]
+    spec = pod_spec(job)
+    assert spec["serviceAccountName"] == "scheduler-patcher-stop-agents" and "automountServiceAccountToken" not in spec
+    assert spec["securityContext"]["runAsNonRoot"] is True and not spec.get("hostNetwork")
+    args = build_parser(load=["stop-agents"]).parse_args(spec["containers"][0]["args"])
+    assert args.daemonset == ds["metadata"]["name"]
+    # it gives up after the agents' whole grace period, and before helm's own 5 min wait for a hook
+    assert ds["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] < args.timeout < 300
+    assert "Job" not in {o["kind"] for o in render(NO_STOP_HOOK) if o["metadata"]["name"].endswith("stop-agents")}
+
+
+def test_the_stop_hooks_rbac_is_exactly_what_stop_agents_calls() -> None:
+    used = api_calls_in(modules_of("patcher.commands.stopagents"))
+    assert used == {("apps", "daemonsets", verb) for verb in ("delete", "list", "watch")}
 
 
 # -- the admission webhook's certificate ----------------------------------------------------------------------
@@ -556,7 +611,8 @@ def test_the_webhook_without_cert_manager_is_the_overlay_with_a_generated_certif
     """certManager: false renders the overlay's objects except cert-manager's, plus the Secret they would have
     made, and the CA in caBundle instead of the cainjector's annotation; and that certificate really serves the
     webhook under the Service's DNS name, verified by the caBundle, with the webhook's own TLS server."""
-    values = {"namespace": {"create": True}, "gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}
+    values = {**NO_STOP_HOOK, "namespace": {"create": True},
+              "gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}
     objs = render(values)
     secret = find(objs, "Secret", "scheduler-patcher-gatekeeper-webhook-tls")
     hook_config = find(objs, "MutatingWebhookConfiguration")

@@ -222,3 +222,70 @@ def test_a_write_waiting_for_its_restart_keeps_its_turn_whatever_the_order() -> 
                                      manifest_change=True, schedulers=c.view("cp-0")))
     assert not any(isinstance(a, lc.ReleaseTurn) for a in acts) and lc.Apply() in acts
     assert c.agents["cp-0"].turn == "held"
+
+
+# -- the uninstall: every agent stops at once, the leader's node restores last (``lifecycle.stop_order_wait``) --
+
+
+@dataclass
+class Uninstall:
+    """Every agent got its SIGTERM at the same time (the DaemonSet deleted); each restore takes the rollout Lease,
+    restarts its scheduler for ``restart`` ticks, says Restored and releases the Lease. The leader's agent asks
+    only while ``stop_order_wait`` on its view lets it, or once its turn's deadline passed. ``dead``: agents
+    that never restore (their node down), whose Nodes keep saying Ready."""
+
+    names: list[str]
+    leader: str
+    dead: frozenset[str]
+    restart: int
+    turn_deadline: int
+    said: dict[str, str] = field(default_factory=dict)
+    holder: str | None = None
+    restarting: dict[str, int] = field(default_factory=dict)  # node -> ticks left
+    restored: list[str] = field(default_factory=list)
+    leader_changes: int = 0
+    now: int = 0
+
+    def view(self, me: str) -> lc.Schedulers:
+        return lc.Schedulers(True, self.leader, self.leader == me, tuple(
+            lc.Peer(n, self.said.get(n, NodeState.READY.value), "", n not in self.restarting)
+            for n in self.names if n != me))
+
+    def may_ask(self, n: str) -> bool:
+        return n not in self.dead and n not in self.restored and n not in self.restarting and (
+            not lc.stop_order_wait(self.view(n)) or self.now >= self.turn_deadline)
+
+    def tick(self, order: list[int]) -> None:
+        for n, left in list(self.restarting.items()):
+            if left > 1:
+                self.restarting[n] = left - 1
+                continue
+            del self.restarting[n]
+            self.said[n], self.holder = NodeState.RESTORED.value, None
+            self.restored.append(n)
+        for i in order:  # who asks first this tick: hypothesis's order
+            n = self.names[i % len(self.names)]
+            if self.holder is None and self.may_ask(n):
+                self.holder, self.restarting[n] = n, self.restart
+                if n == self.leader:  # its clean stop hands the lead to a scheduler that runs
+                    ready = [p for p in self.names if p not in self.restarting]
+                    if ready:
+                        self.leader, self.leader_changes = ready[0], self.leader_changes + 1
+        self.now += 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 5), leader=st.integers(0, 4), dead=st.frozensets(st.integers(0, 4), max_size=2),
+       restart=st.integers(1, 4), orders=st.lists(st.permutations(range(5)), min_size=1, max_size=60))
+def test_an_uninstall_restores_the_leaders_node_last_and_moves_the_lead_once(
+        size: int, leader: int, dead: frozenset[int], restart: int, orders: list[list[int]]) -> None:
+    names = [f"cp-{i}" for i in range(size)]
+    dead_names = frozenset(names[i] for i in dead if i < size) - {names[leader % size]}
+    u = Uninstall(names, names[leader % size], dead_names, restart, turn_deadline=(size - 1) * restart + 10)
+    first = u.leader
+    for t in range(200):
+        u.tick(orders[t % len(orders)])
+    assert sorted(u.restored) == sorted(set(names) - dead_names)  # everyone alive restores, the leader too
+    assert len(u.restored) == len(set(u.restored))
+    if not dead_names:
+        assert u.restored[-1] == first and u.leader_changes == (1 if size > 1 else 0)

@@ -101,9 +101,43 @@ def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
     _, acts = lc.step(READY, lc.Stop(NOW, "signal", UNKNOWN), replace(OPTS, grace_period=grace))
     r = next(a for a in acts if isinstance(a, lc.Restore))
     assert 0 < r.confirm_wait <= lc.LEASE_CONFIRM_WAIT and r.confirm_wait <= 0.4 * grace
-    assert r.turn_until == NOW + 0.4 * grace
+    assert r.turn_until == NOW + lc.TURN_SHARE * grace
     end = NOW + grace - min(5.0, 0.2 * grace)
-    assert r.restored_until == min(NOW + 0.7 * grace, end - 2.0) and r.restored_until < end
+    assert r.restored_until == min(NOW + lc.RESTORED_SHARE * grace, end - 2.0) and r.restored_until < end
+    assert r.turn_until < r.restored_until or grace < 10
+
+
+@pytest.mark.parametrize("view, mode, coordinated, leader_last", [
+    (GONE, "auto", True, True), (DELETING, "auto", True, True),  # every agent leaves: the leader last
+    (GONE, "always", True, True),
+    (replace(UNKNOWN, exists=True, deleting=True), "auto", True, True),  # seen deleting, its Node not read yet
+    (ELSEWHERE, "auto", True, False),  # only this node leaves: nobody to let go first
+    (UNKNOWN, "auto", True, False), (KEEPS, "always", True, False),
+    (GONE, "auto", False, False),  # no rollout Lease: no turns at all
+], ids=["gone", "deleting", "always-gone", "deleting-node-unread", "not-selected", "unknown", "always-selects",
+        "not-coordinated"])
+def test_the_leader_restores_last_only_when_every_agent_leaves(view: lc.DaemonSetView, mode: RestoreOnExit,
+                                                               coordinated: bool, leader_last: bool) -> None:
+    _, acts = lc.step(READY, lc.Stop(NOW, "signal", view),
+                      replace(OPTS, restore_on_exit=mode, coordinated=coordinated))
+    r = next(a for a in acts if isinstance(a, lc.Restore))
+    assert r.leader_last is leader_last
+
+
+PEER_STATES = st.sampled_from(["", *[s.value for s in NodeState]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(leads=st.booleans(), known=st.booleans(),
+       peers=st.lists(st.tuples(PEER_STATES, st.booleans()), max_size=4))
+def test_the_stop_order_holds_back_only_a_leader_with_peers_still_to_restore(
+        leads: bool, known: bool, peers: list[tuple[str, bool]]) -> None:
+    view = lc.Schedulers(known, "me" if leads else "other", leads,
+                         tuple(lc.Peer(f"n{i}", state, "", ready) for i, (state, ready) in enumerate(peers)))
+    why = lc.stop_order_wait(view)
+    to_go = [f"n{i}" for i, (state, _) in enumerate(peers) if state not in ("", "Restored", "Held")]
+    assert bool(why) == (known and leads and bool(to_go))
+    assert all(n in why for n in to_go) if why else True
 
 
 def test_after_a_stop_nothing_but_the_restore_report_moves_the_node() -> None:

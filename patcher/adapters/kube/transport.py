@@ -189,6 +189,12 @@ class Api:
         return self.call("PATCH", resource.path(namespace, name), body=body, content_type=content_type,
                          timeout=timeout)
 
+    def delete(self, resource: Resource, name: str, body: Obj | None = None, *, namespace: str | None = None,
+               timeout: Timeout | None = None) -> Any:
+        """``body``: the ``DeleteOptions`` (e.g. ``propagationPolicy``); the answer is the object as the server
+        left it (still there, marked, while finalizers hold it) or a ``Status``."""
+        return self.call("DELETE", resource.path(namespace, name), body=body, timeout=timeout)
+
     def watch(self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None,
               field_selector: str | None = None, resource_version: str | None = None,
               timeout_seconds: int, connect_timeout: float, accept: str | None = None) -> Any:

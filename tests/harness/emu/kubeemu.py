@@ -20,7 +20,9 @@ memory and implements the generic REST verbs for a few resources:
   including ``test``, which reads a missing member as null; a failed test answers 422). Strategic merge and
   apply patches answer **415**: the emulator cannot do them, and a test that needs them should fail loudly
   rather than get a merge;
-* ``DELETE``; ``GET /version``.
+* ``DELETE``, with ``propagationPolicy: Foreground`` as the API server and its garbage collector do it (the
+  owner marked with the ``foregroundDeletion`` finalizer, its pods deleted gracefully and kept until a test
+  ends them as their kubelet would, the owner removed once none blocks it); ``GET /version``.
 
 Resources: core ``nodes``, ``namespaces``, ``pods``, ``events``, ``configmaps``; ``coordination.k8s.io``
 ``leases``; ``events.k8s.io`` ``events`` (stored apart from core events, unlike the real server). More can be
@@ -719,6 +721,8 @@ class KubeEmulator:
         #: The most requests (watch streams aside) that were being served at once: a client's concurrency.
         self.peak_in_flight = 0
         self._snapshots: dict[str, tuple[int, list[Obj]]] = {}
+        #: Owners deleted in the foreground, by uid, until their blocking dependents are gone: (resource, ns, name).
+        self._foreground: dict[str, tuple[Resource, str, str]] = {}
         self._text = _JsonText()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -959,9 +963,12 @@ class KubeEmulator:
             body.setdefault("metadata", {}).pop("resourceVersion", None)
             return self._replace(r, namespace, name, body)
 
-    def delete(self, plural: str, name: str, namespace: str = "", group: str = "") -> Obj:
+    def delete(self, plural: str, name: str, namespace: str = "", group: str = "",
+               options: Obj | None = None) -> Obj:
+        """``options``: the ``DeleteOptions`` a request would carry (``propagationPolicy: Foreground``). Deleting a
+        pod the garbage collector marked (``deletionTimestamp``) is its kubelet confirming the end."""
         with self._lock:
-            return self._delete(self._resource(plural, group), namespace, name)
+            return self._delete(self._resource(plural, group), namespace, name, options)
 
     # conveniences for the node agent's tests
 
@@ -1061,13 +1068,23 @@ class KubeEmulator:
             self._emit(r, ns, "MODIFIED", current, body, rv)
             return body if owned else copy.deepcopy(body)
 
-    def _delete(self, r: Resource, ns: str, name: str) -> Obj:
+    def _delete(self, r: Resource, ns: str, name: str, options: Obj | None = None) -> Obj:
         """Remove an object. A pod is first marked (``deletionTimestamp``, ``deletionGracePeriodSeconds: 0``,
         a ``MODIFIED`` event) and then removed: what kube-apiserver does for a pod deleted with no grace period
         (a mirror pod, as the kubelet deletes it; tests/fixtures/kubelet/), which the emulator does for every pod
-        (no kubelet here ends a graceful one)."""
+        (no kubelet here ends a graceful one).
+
+        ``propagationPolicy: Foreground`` on an object that owns others (``ownerReferences`` naming its uid) is
+        what kube-apiserver and the garbage collector do: the owner is marked (``deletionTimestamp``, the
+        ``foregroundDeletion`` finalizer) and answered as it is, its dependents are deleted (a pod gracefully:
+        marked with its ``terminationGracePeriodSeconds`` and kept until its kubelet ends it, i.e. until a test
+        deletes it again), and the owner is removed once no dependent with ``blockOwnerDeletion`` is left."""
         with self._lock:
             current = self._get(r, ns, name)
+            if current is not None and (options or {}).get("propagationPolicy") == "Foreground":
+                marked = self._delete_foreground(r, ns, name, current)
+                if marked is not None:
+                    return marked
             if current is not None and r.plural == "pods" and r.group == "" \
                     and not current["metadata"].get("deletionTimestamp"):
                 meta = {**current["metadata"], "deletionGracePeriodSeconds": 0,
@@ -1081,7 +1098,63 @@ class KubeEmulator:
             gone = copy.deepcopy(current)
             gone["metadata"]["resourceVersion"] = str(rv)
             self._emit(r, ns, "DELETED", current, gone, rv)
+            self._collect_owners(current)
             return gone
+
+    def _dependents(self, uid: str) -> list[tuple[Resource, Obj, bool]]:
+        """Every stored object that names ``uid`` among its owners: (resource, object, blocks the owner)."""
+        resources = {(x.group, x.plural): x for x in self._resources.values()}
+        found = []
+        for (group, plural, _ns, _name), obj in self._objects.items():
+            for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+                if ref.get("uid") == uid:
+                    found.append((resources[(group, plural)], obj, bool(ref.get("blockOwnerDeletion"))))
+        return found
+
+    def _delete_foreground(self, r: Resource, ns: str, name: str, current: Obj) -> Obj | None:
+        """The foreground deletion of an owner (None: it owns nothing, deleted as any object)."""
+        uid = current["metadata"]["uid"]
+        dependents = self._dependents(uid)
+        if not dependents:
+            return None
+        meta = current["metadata"]
+        if not meta.get("deletionTimestamp"):
+            meta = {**meta, "deletionTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "deletionGracePeriodSeconds": 0,
+                    "finalizers": [*(meta.get("finalizers") or []), "foregroundDeletion"]}
+            current = self._replace(r, ns, name, {**current, "metadata": meta}, owned=True)
+        self._foreground[uid] = (r, ns, name)
+        for dr, dep, _blocks in dependents:
+            dmeta = dep["metadata"]
+            dns, dname = dmeta.get("namespace", ""), dmeta["name"]
+            if dr.plural == "pods" and not dr.group:  # graceful: its kubelet ends it
+                if not dmeta.get("deletionTimestamp"):
+                    grace = (dep.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                    marked = {**dmeta, "deletionGracePeriodSeconds": grace,
+                              "deletionTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                    self._replace(dr, dns, dname, {**dep, "metadata": marked}, owned=True)
+            else:
+                self._delete(dr, dns, dname, {"propagationPolicy": "Foreground"})
+        self._collect_owners(None)
+        found = self._get(r, ns, name)
+        return copy.deepcopy(found if found is not None else current)
+
+    def _collect_owners(self, removed: Obj | None) -> None:
+        """The garbage collector's part: an owner deleted in the foreground goes once nothing blocks it."""
+        for uid, (r, ns, name) in list(self._foreground.items()):
+            if any(blocks for _, _, blocks in self._dependents(uid)):
+                continue
+            del self._foreground[uid]
+            owner = self._get(r, ns, name)
+            if owner is None or owner["metadata"].get("uid") != uid:
+                continue
+            meta = {**owner["metadata"],
+                    "finalizers": [f for f in owner["metadata"].get("finalizers") or [] if f != "foregroundDeletion"]}
+            if not meta["finalizers"]:
+                del meta["finalizers"]
+            self._replace(r, ns, name, {**owner, "metadata": meta}, owned=True)
+            if not meta.get("finalizers"):
+                self._delete(r, ns, name)
 
     # -- JSON text ------------------------------------------------------------------------------------
 
@@ -1169,7 +1242,7 @@ class KubeEmulator:
         if method == "PATCH":
             return 200, self._stored_text(self._patch(r, ns, name, headers.get("content-type", ""), payload))
         if method == "DELETE":
-            return 200, self._stored_text(self._delete(r, ns, name))
+            return 200, self._stored_text(self._delete(r, ns, name, payload if isinstance(payload, dict) else None))
         raise ApiError(405, f"{method} is not supported")
 
     @staticmethod

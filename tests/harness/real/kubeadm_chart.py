@@ -10,6 +10,7 @@ import itertools
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -106,8 +107,9 @@ def chart_values(repository: str, tag: str) -> dict[str, Any]:
     scheduler only calls it to place a pod), and two things this sandbox lacks. No kube-proxy routes the
     `kubernetes` Service's ClusterIP, which the kubelet puts in KUBERNETES_SERVICE_HOST: the agents (host network)
     get the API endpoint's address instead (the container's env wins over the kubelet's). The pod network is
-    loopback only, so the restore hook's Job (not host network) could reach no API server: it is off, and the
-    agents' own restore on exit is what `helm uninstall` relies on here."""
+    loopback only, so the hooks' Jobs (not host network) could reach no API server: both are off; the journey runs
+    the pre-delete hook's command (`stop-agents`) itself in a node's network before `helm uninstall`, and the
+    agents' own restore on exit is what the uninstall relies on here."""
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "extenders": [{"urlPrefix": "http://127.0.0.1:8889", "filterVerb": "filter", "weight": 1,
@@ -115,6 +117,7 @@ def chart_values(repository: str, tag: str) -> dict[str, Any]:
         "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ENDPOINT_ADDRESS},
                      {"name": "KUBERNETES_SERVICE_PORT", "value": ENDPOINT.rsplit(":", 1)[1]}],
         "restoreJob": {"enabled": False},
+        "stopAgentsJob": {"enabled": False},
     }
 
 
@@ -137,6 +140,15 @@ def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
         return None
     container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
     return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+
+
+def stop_agents_in(node: KubeadmNode) -> subprocess.CompletedProcess[str]:
+    """`scheduler-patcher stop-agents` (the chart's pre-delete hook's command, off in `chart_values`) in the node's
+    network, as kubeadm's admin: `helm uninstall` as it runs with its hook."""
+    argv = [sys.executable, "-m", "patcher", "stop-agents", "--kubeconfig=/etc/kubernetes/admin.conf",
+            f"--namespace={NAMESPACE}", "--timeout=4m"]
+    return subprocess.run(node.inside(argv, pid_namespace=False), capture_output=True, text=True, timeout=300,
+                          check=False, cwd=Path(__file__).resolve().parents[3])
 
 
 def helm_in(node: KubeadmNode, helm: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,58 @@
+"""The API side of ``scheduler-patcher stop-agents``: delete one DaemonSet in the foreground and follow it by name.
+
+With ``propagationPolicy: Foreground`` the API server keeps the DaemonSet (``deletionTimestamp`` and the
+``foregroundDeletion`` finalizer) until the garbage collector has deleted every object it owns with
+``blockOwnerDeletion`` (the DaemonSet controller sets it on each of its pods) and those are gone, i.e. the
+kubelets ended them. So the DaemonSet's own watch tells when its pods are gone: no pod is read, and RBAC names
+the one DaemonSet (``resourceNames``: delete, and list/watch with a ``metadata.name`` field selector).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Final
+
+from patcher.adapters.kube.errors import NotFound, api_json
+from patcher.adapters.kube.listwatch import Following, ListWatcher, named
+from patcher.adapters.kube.transport import DAEMONSETS, Api
+from patcher.core.kubeobj import Obj
+
+FOREGROUND: Final = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}
+
+
+def delete_foreground(api: Api, namespace: str, name: str) -> Obj | None:
+    """Ask for the DaemonSet's foreground deletion; the DaemonSet as the server answers, None when there is none."""
+    try:
+        body = api_json(f"delete daemonset {namespace}/{name}", api.delete, DAEMONSETS, name, FOREGROUND,
+                        namespace=namespace)
+    except NotFound:
+        return None
+    return body if isinstance(body, dict) else {}
+
+
+class DaemonSetFollower(Following):
+    """One DaemonSet as its watch last saw it: ``current`` (None: gone), ``listed`` once the first list answered;
+    ``changed`` is set on every change."""
+
+    def __init__(self, api: Api, namespace: str, name: str) -> None:
+        self.changed = threading.Event()
+        self._lock = threading.Lock()
+        self._current: Obj | None = None
+        self._listed = False
+        self._watcher = ListWatcher(api, DAEMONSETS, namespace, **named(name, self._deliver),
+                                    name=f"watch daemonset {namespace}/{name}")
+
+    def _deliver(self, obj: Any) -> None:
+        with self._lock:
+            self._current, self._listed = (obj if isinstance(obj, dict) else None), True
+        self.changed.set()
+
+    @property
+    def listed(self) -> bool:
+        with self._lock:
+            return self._listed
+
+    @property
+    def current(self) -> Obj | None:
+        with self._lock:
+            return self._current
