@@ -5,7 +5,10 @@ node electing their leaders through the real Leases.
 What only such a cluster can say: that the nodes kubeadm joins are what the agents' DaemonSet selects, that the real
 DaemonSet controller places one agent on each, that the agents take turns on the real nodes (never two schedulers
 down at once), and that `helm uninstall` leaves every node's manifest as kubeadm wrote it while the real garbage
-collector takes the agents' pods.
+collector takes the agents' pods. And a control-plane node's maintenance in the middle of the rollout (a drain,
+the kubelet's restart, containerd's restart: what an operator does to a node at any time): the agents neither leave a
+node without a working kube-scheduler nor patch one twice. The journeys share the module's cluster (one start,
+~1.5 min); each ends with `helm uninstall` and kubeadm's manifests back.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from tests.harness.real.kubeadm_chart import (
     agent_image_on,
     agents,
     chart_values,
+    configs_run,
     daemonset,
+    drain_and_restart,
     each_waited_for_the_last,
     events,
     files_of,
@@ -41,6 +46,7 @@ from tests.harness.real.kubeadm_chart import (
     settled_nodes,
     states,
     stop_agents_in,
+    unpatched,
 )
 from tests.harness.real.kubeadm_cluster import (
     KubeadmCluster,
@@ -289,4 +295,72 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         assert gap["leader_changes"] <= 2, gap  # one expected: the leader's node restores last
     finally:
         prober.stop()
+        timeline.stop()
+
+
+# -- journey d: a node's maintenance in the middle of the rollout ----------------------------------------------
+
+def test_a_node_drained_and_its_kubelet_and_containerd_restarted_mid_rollout_is_patched_once(
+        cluster: KubeadmCluster, tmp_path: Path) -> None:
+    """`helm install`, and once a node is Ready, the maintenance of the next one while its agent waits for the
+    restart of its patched scheduler: `kubectl drain`, its kubelet restarted, containerd restarted, `kubectl
+    uncordon` -> the rollout goes on and ends with
+    every node Ready: never two kube-schedulers down for a new manifest at once (so never a node left without one
+    and the cluster with a working one), each node's scheduler ran exactly two configs (kubeadm's, then the patched
+    one: nothing patched twice, nothing rolled back), each runs `--config` at the end. `helm uninstall` then gives
+    kubeadm its bytes back."""
+    manifests = {n.name: n.host(f"{MANIFESTS}/kube-scheduler.yaml") for n in cluster.nodes}
+    written = {name: path.read_bytes() for name, path in manifests.items()}
+    for node in cluster.nodes:
+        wait_until(partial(unpatched, node), 300, f"kubeadm's scheduler on {node.name}")
+    repository, tag = agent_image_on(cluster)
+    timeline = SchedulerTimeline.watch(cluster.first)
+    try:
+        wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
+                   "the watch's first list")
+        values = tmp_path / "values.json"
+        values.write_text(json.dumps(chart_values(repository, tag)))
+        installed_at = time.monotonic()
+        proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
+                    f"--values={values}")
+        assert proc.returncode == 0, proc.stderr
+
+        def no_failure() -> dict[str, str]:
+            now = states(cluster)
+            assert not [s for s in now.values() if s in ("Failed", "RolledBack")], now
+            return now
+
+        def middle() -> KubeadmNode | None:
+            """A node whose new manifest waits for its kubelet's restart, once another node is Ready: the
+            kubelet and containerd go away between the agent's write and the restart it waits for."""
+            now = no_failure()
+            assert set(now.values()) != {"Ready"}, f"the rollout ended before a node was caught waiting: {now}"
+            waiting = [n for n in cluster.nodes if now.get(n.name) == "WaitingForRestart"]
+            return waiting[0] if waiting and "Ready" in now.values() else None
+        target = wait_until(middle, 600, f"a node Ready and another waiting for its restart: {states(cluster)}")
+        done = drain_and_restart(target)
+        wait_until(lambda: set(no_failure().values()) == {"Ready"} or None, 900,
+                   f"every node Ready: {states(cluster)}")
+        rollout_in = time.monotonic() - installed_at
+        now = time.monotonic()
+        window = timeline.replacements(installed_at, now)
+        assert max(len(down) for _, _, down in window) == 1, window  # never two at once
+        ran = {n: configs_run(timeline.events, n, installed_at) for n in written}
+        assert all(len(configs) == 2 for configs in ran.values()), ran  # kubeadm's, then the patched one: once
+        for node in cluster.nodes:
+            _, flags = wait_until(partial(scheduler_config, node), 300, f"kube-scheduler on {node.name}")
+            assert len(flags) == 1 and flags[0].startswith(f"--config={SCHEDULER_CONFIG}"), (node.name, flags)
+        restarts = {p["spec"]["nodeName"]: p["status"]["containerStatuses"][0]["restartCount"]
+                    for p in agents(cluster.first)}
+        print(f"\nhelm install, {target.name} drained and restarted while waiting for its restart "
+              f"({', '.join(done)}) -> "
+              f"every node Ready in {rollout_in:.1f} s, each patched once, never two schedulers down; "
+              f"agent container restarts {restarts}")
+
+        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
+        assert proc.returncode == 0, proc.stderr
+        wait_until(lambda: not agents(cluster.first) and all(manifests[n].read_bytes() == written[n] for n in written)
+                   and all(unpatched(n) for n in cluster.nodes), 300,
+                   "kubeadm's manifests back, agents gone")
+    finally:
         timeline.stop()

@@ -60,10 +60,12 @@ SCHEDULER_CONFIG = "/etc/kubernetes/scheduler-patcher/"
 def agent_image_on(cluster: KubeadmCluster) -> tuple[str, str]:
     """(repository, tag) of the agent's image as every node's runtime has it: built here from this checkout and
     imported into each node's containerd (no registry is reachable here). The chart then runs it with
-    `pullPolicy: Never`; a registry's pull would take this one function's place."""
+    `pullPolicy: Never`; a registry's pull would take this one function's place. A node that has the name already
+    has this very image (the tag is a hash of its inputs): the journeys sharing a cluster import it once."""
     image = agent_image()
     for node in cluster.nodes:
-        node.ctr("images", "import", str(image.archive))
+        if image.name not in node.ctr("images", "ls", "-q").split():
+            node.ctr("images", "import", str(image.archive))
         assert image.name in node.ctr("images", "ls", "-q").split()
     repository, tag = image.name.rsplit(":", 1)
     return repository, tag
