@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 import pytest
@@ -230,8 +230,26 @@ def test_the_real_kubelets_restart_sequence(node: KubeadmNode, tmp_path: Path) -
         return
     kept = json.loads(FIXTURE.read_text())
     for name, step in kept["steps"].items():
-        assert mirrorseq.shape(steps[name]["events"]) == mirrorseq.shape(step["events"]), name
+        assert _comparable(mirrorseq.shape(steps[name]["events"])) == _comparable(mirrorseq.shape(step["events"])), name
+        assert _verdicts(steps[name]) == _verdicts(step), name  # and the agent's check reads both alike
         assert _new_processes(steps[name]) == _new_processes(step), name
+
+
+#: The real kubelet shows a pod whose uid it ran before in one of two ways: the restore gives kubeadm's pod back
+#: under its first hash, the uid of the pod the patch replaced, and the kubelet's first status of it is either the
+#: new container being created or, from its status cache, the old container of that uid as it ended (both seen on
+#: 1.37.2, the second in a CI run). The agent's restart check reads both as "not yet" (`_verdicts`).
+CACHED_STATUS: Final = ("MODIFIED new Running terminated(Completed) started=False ready=False Ready=False",
+                        "MODIFIED new Pending waiting(ContainerCreating) started=False ready=False Ready=False")
+
+
+def _comparable(shape: list[str]) -> list[str]:
+    return [CACHED_STATUS[1] if word == CACHED_STATUS[0] else word for word in shape]
+
+
+def _verdicts(step: dict[str, Any]) -> list[str]:
+    return mirrorseq.verdicts(step["events"], marker_key=MARKER, expected_hash=step["expectedHash"],
+                              written_ns=step["writtenNs"])
 
 
 def _new_processes(step: dict[str, Any]) -> int:

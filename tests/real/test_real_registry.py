@@ -24,6 +24,7 @@ import yaml
 from tests.harness.real.agent_image import agent_image, podman_missing
 from tests.harness.real.controlplane import Binaries, wait_until
 from tests.harness.real.helmtool import CHART, find_helm
+from tests.harness.real.kubeadm_chart import stop_agents_in
 from tests.harness.real.kubeadm_node import ADDRESS, MANIFESTS, KubeadmNode, kubeadm_node, releases_with_kubeadm
 from tests.harness.real.registry import Registry, net_prefix, registry_missing, serving
 from tests.real.test_real_kubeadm import CONFIG_DIR, command_of, extenders_of, replaced, require_kubeadm
@@ -56,8 +57,9 @@ def newest() -> Binaries:
 def install_values(reg: Registry, tag: str) -> dict[str, Any]:
     """What a user of a private registry sets, and two things this node needs: no kube-proxy runs on it (kubeadm's
     was disabled: no image of it is built here), so the agent is told the API server's address as any variable is
-    set (`extraEnv` wins over the kubelet's KUBERNETES_SERVICE_*); and no pod network but loopback, so the restore
-    hook Job's pod (not on the host's network) could not reach the API: the agent restores on its own exit."""
+    set (`extraEnv` wins over the kubelet's KUBERNETES_SERVICE_*); and no pod network but loopback, so the hook Jobs'
+    pods (not on the host's network) could not reach the API: the pre-delete hook's command runs from the node
+    (`stop_agents_in`), and the agent restores on its own exit."""
     return {
         "image": {"repository": f"{reg.host}/scheduler-patcher", "tag": tag, "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": SECRET}],
@@ -65,6 +67,7 @@ def install_values(reg: Registry, tag: str) -> dict[str, Any]:
         "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ADDRESS},
                      {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}],
         "restoreJob": {"enabled": False},
+        "stopAgentsJob": {"enabled": False},
     }
 
 
@@ -202,6 +205,8 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             assert extenders_of(node) == [EXTENDER]
 
             uninstalled_at = time.monotonic()
+            stop = stop_agents_in(node)  # the chart's pre-delete hook (off in install_values), as helm runs it
+            assert stop.returncode == 0, stop.stdout + stop.stderr
             proc = reg.helm(helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--kubeconfig", admin)
             assert proc.returncode == 0, f"helm uninstall: {proc.stderr}"
             times["helm uninstall (command)"] = time.monotonic() - uninstalled_at

@@ -65,8 +65,9 @@ def test_the_config_journey_changes_only_the_extenders_weight() -> None:
     """A new scheduler config (the agents patch again), the same extenders, and the way's own values kept."""
     from bench.rollout_gap import way_values, with_weight
 
-    base: dict[str, Any] = {"image": {"tag": "t"}, "extenders": [{"urlPrefix": "http://x", "weight": 1, "ignorable": True}],
-            "extraEnv": [{"name": "A", "value": "1"}]}
+    base: dict[str, Any] = {"image": {"tag": "t"},
+                            "extenders": [{"urlPrefix": "http://x", "weight": 1, "ignorable": True}],
+                            "extraEnv": [{"name": "A", "value": "1"}]}
     got = with_weight(way_values(base, "order_only"), 2)
     assert got["extenders"] == [{"urlPrefix": "http://x", "weight": 2, "ignorable": True}]
     assert [e["name"] for e in got["extraEnv"]] == ["A", "PATCHER_LEADER_WAIT"]
