@@ -77,7 +77,7 @@ def command_of(pod: dict[str, Any]) -> list[str]:
 def extenders_of(node: KubeadmNode) -> list[str]:
     """The extender URLs of the configuration the running scheduler loaded, once it serves one."""
     urls: list[str] = wait_until(node.scheduler_extenders, 120,
-                                 f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
+                                 lambda: f"the extender on the scheduler's /configz\n{node.log('kubelet')}")
     return urls
 
 
@@ -87,7 +87,8 @@ def replaced(node: KubeadmNode, before: str) -> tuple[str, dict[str, Any]]:
     def new() -> tuple[str, dict[str, Any]] | None:
         now = node.running()
         return now if now is not None and now[0] != before else None
-    found: tuple[str, dict[str, Any]] = wait_until(new, 300, f"a new kube-scheduler running\n{node.log('kubelet')}")
+    found: tuple[str, dict[str, Any]] = wait_until(
+        new, 300, lambda: f"a new kube-scheduler running\n{node.log('kubelet')}")
     return found
 
 
@@ -110,10 +111,12 @@ def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: K
     assert nodes is not None and [n["metadata"]["name"] for n in nodes["items"]] == [node.name]
     labels = nodes["items"][0]["metadata"]["labels"]
     assert "node-role.kubernetes.io/control-plane" in labels  # kubeadm's mark-control-plane phase
-    first_id, first_pod = wait_until(node.running, 300, f"kubeadm's kube-scheduler ready\n{node.log('kubelet')}")
+    first_id, first_pod = wait_until(node.running, 300,
+                                     lambda: f"kubeadm's kube-scheduler ready\n{node.log('kubelet')}")
     first_hash = first_pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
     for component in ("etcd", "kube-apiserver", "kube-controller-manager"):
-        wait_until(partial(node.running, component), 300, f"kubeadm's {component} ready\n{node.log('kubelet')}")
+        wait_until(partial(node.running, component), 300,
+                   f"kubeadm's {component} ready\n{node.log('kubelet')}")
 
     source = tmp_path / "source"
     source.mkdir()
@@ -142,7 +145,8 @@ def test_the_agent_patches_and_restores_the_scheduler_kubeadm_init_wrote(node: K
         run = agent(node, source, timeline)
         processes.append(run)
         wait_until(lambda: ready_on(node, version), 300,
-                   f"the agent's patch Ready on v{version}\n{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+                   lambda: f"the agent's patch Ready on v{version}\n{run.text(40)}\n"
+                           f"--- kubelet ---\n{node.log('kubelet')}")
         assert manifest.read_bytes() != written
         second_id, second_pod = replaced(node, first_id)
         configs = [w for w in command_of(second_pod) if w.startswith("--config=")]
@@ -185,13 +189,13 @@ def forms_run_by_the_kubelet(node: KubeadmNode, tmp_path: Path) -> None:
         assert "can't process config file" not in text, node.log("kubelet")
         return {name for name in forms if f'source="file" pods=["kube-system/ks-{name}-{node.name}"]' in text}
 
-    wait_until(lambda: admitted() == set(forms), 60, f"every form admitted\n{node.log('kubelet')}")
+    wait_until(lambda: admitted() == set(forms), 60, lambda: f"every form admitted\n{node.log('kubelet')}")
 
     def mirrors() -> dict[str, dict[str, Any]] | None:
         found = {name: node.get(f"/api/v1/namespaces/kube-system/pods/ks-{name}-{node.name}") for name in host_network}
         return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
 
-    pods = wait_until(mirrors, 120, f"a mirror pod for every hostNetwork form\n{node.log('kubelet')}")
+    pods = wait_until(mirrors, 120, lambda: f"a mirror pod for every hostNetwork form\n{node.log('kubelet')}")
     for name, pod in pods.items():
         words = command_of(pod)
         configs = [w for w in words if w.startswith("--config=")]

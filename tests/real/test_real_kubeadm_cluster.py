@@ -113,7 +113,8 @@ def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
 
     for node in cluster.nodes:
         for component in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-            wait_until(partial(node.running, component), 300, f"{component} on {node.name}\n{node.log('kubelet')}")
+            wait_until(partial(node.running, component), 300,
+                       f"{component} on {node.name}\n{node.log('kubelet')}")
     for lease in ("kube-scheduler", "kube-controller-manager"):
         holder = wait_until(partial(lease_holder, cluster.first, lease), 120, f"the {lease} Lease held")
         assert holder in names, holder

@@ -108,8 +108,8 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         # -- the agent patches the manifest `kubeadm init` wrote ------------------------------------------------
         run = agent(node, source, timeline)
         processes.append(run)
-        wait_until(lambda: ready_on(node, old.version), 300, f"the agent's patch Ready on v{old.version}\n"
-                   f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+        wait_until(lambda: ready_on(node, old.version), 300, lambda: (f"the agent's patch Ready on v{old.version}\n"
+                   f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}"))
         assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
         patched = node.host(f"{MANIFESTS}/kube-scheduler.yaml").read_bytes()
@@ -142,8 +142,9 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         restart_kubelet(node, old, new)
         use_tools(node, new, "kubelet", "kubectl")
         node.binaries = new
-        pod = wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready on v{new.version}\n"
-                         f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}")
+        pod = wait_until(lambda: ready_on(node, new.version), 600, lambda: (
+                         f"the agent's patch Ready on v{new.version}\n"
+                         f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}"))
         wait_until(lambda: (answer(node, f"/api/v1/nodes/{node.name}") or {}).get("status", {}).get("nodeInfo", {})
                    .get("kubeletVersion") == f"v{new.version}", 120, "the Node reporting the new kubelet")
         assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
@@ -172,7 +173,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         # (measured: kubeadm waits its 5 min and rolls back). The operator's hold keeps the agent off meanwhile.
         held = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold=kubeadm upgrade apply v{new.version}")
         assert held.returncode == 0, held.stderr
-        wait_until(lambda: node_annotations(node).get("state") == "Held", 120, f"Held\n{run.text(20)}")
+        wait_until(lambda: node_annotations(node).get("state") == "Held", 120, lambda: f"Held\n{run.text(20)}")
         writes_held = sum(WROTE_MANIFEST in line for _, line in run.lines)
         # kubeadm's upgrade reads the API endpoint from the kube-apiserver mirror pod's annotation (60 s, then
         # "failed to getAPIEndpoint"); the new kubelet re-created every mirror pod, on a loaded machine not yet.
@@ -189,7 +190,9 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held  # nothing while held
         released = node.kubectl("annotate", "node", node.name, f"{PREFIX}hold-")
         assert released.returncode == 0, released.stderr
-        wait_until(lambda: ready_on(node, new.version), 600, f"the agent's patch Ready again\n{run.text(40)}")
+        wait_until(lambda: ready_on(node, new.version), 600, lambda: (
+            f"the agent's patch Ready again; the Node says {node_annotations(node)}\n{run.text(60)}\n"
+            f"--- kubelet ---\n{node.log('kubelet')}"))
         assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held + 1, run.text()
         assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]

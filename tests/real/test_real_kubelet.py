@@ -102,7 +102,8 @@ class Scene:
         """Writes the installer's manifest; returns its path, bytes and (container, hash) the kubelet runs."""
         data = node_manifest(text, self.node.binaries.version, self.port).encode()
         path = self.node.write_manifest(f"{manifest_dir}/kube-scheduler.yaml", data)
-        running = wait_until(self.node.running, 120, f"the original scheduler running\n{self.node.log('kubelet')}")
+        running = wait_until(self.node.running, 120,
+                             lambda: f"the original scheduler running\n{self.node.log('kubelet')}")
         return path, data, running
 
     def annotations(self) -> dict[str, str]:
@@ -191,7 +192,7 @@ def running_after(scene: Scene, manifest: Path, before: tuple[str, str]) -> tupl
         return now if now is not None and now[0] != before[0] else None
     # Generous: the kubelet re-reads the folder every 20 s, and the old scheduler took up to 15 s to go.
     new: tuple[str, str] = wait_until(replaced, 240,
-                                      f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
+                                      lambda: f"the kubelet running the new manifest\n{scene.node.log('kubelet')}")
     return new, time.time() - manifest.stat().st_mtime
 
 
@@ -222,7 +223,7 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         assert first[1] != started[1], (started, first)
         if form == "rke2":
             assert f"\n  uid: {first[1]}\n".encode() in manifest.read_bytes(), (first, manifest.read_text())
-        wait_until(scene.ready, 120, f"the agent Ready\n{scene.node.log('agent')}")
+        wait_until(scene.ready, 120, lambda: f"the agent Ready\n{scene.node.log('agent')}")
         assert b"--config=" in manifest.read_bytes()
         assert extenders_on(scene, server)[0]["weight"] == 1
 
@@ -230,7 +231,7 @@ def test_agent_process_on_the_real_node(scene: Scene, form: str, tmp_path: Path)
         write_configmap(source, {"extenders.yaml": EXTENDERS.format(url=server.url, w=2)})
         second, took = running_after(scene, manifest, first)
         print(f"{form}: config change -> new scheduler running {took:.1f} s")
-        wait_until(lambda: scene.ready(configured), 120, f"Ready on the new config\n{scene.node.log('agent')}")
+        wait_until(lambda: scene.ready(configured), 120, lambda: f"Ready on the new config\n{scene.node.log('agent')}")
         assert wait_until(lambda: extenders_on(scene, server)[0]["weight"] == 2, 60, "weight 2 on /configz")
         second = refused_and_rolled_back(scene, source, manifest, second, server)
 
@@ -282,13 +283,13 @@ def forms_run_by_the_kubelet(scene: Scene, tmp_path: Path) -> None:
         assert "can't process config file" not in log, log
         return {name for name in forms if f'source="file" pods=["kube-system/ks-{name}-{scene.node.name}"]' in log}
 
-    wait_until(lambda: admitted() == set(forms), 60, f"every form admitted\n{scene.node.log('kubelet')}")
+    wait_until(lambda: admitted() == set(forms), 60, lambda: f"every form admitted\n{scene.node.log('kubelet')}")
 
     def mirrors() -> dict[str, dict[str, Any]] | None:
         found = {name: scene.node.mirror_pod(f"ks-{name}") for name in host_network}
         return {k: v for k, v in found.items() if v is not None} if all(found.values()) else None
 
-    pods = wait_until(mirrors, 120, f"a mirror pod for every hostNetwork form\n{scene.node.log('kubelet')}")
+    pods = wait_until(mirrors, 120, lambda: f"a mirror pod for every hostNetwork form\n{scene.node.log('kubelet')}")
     for name, pod in pods.items():
         container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
         words = [*container.get("command", []), *container.get("args", [])]
@@ -333,7 +334,7 @@ def test_a_static_pod_with_its_own_uid_restarts_only_for_a_new_uid(scene: Scene)
     def updates() -> int:
         log = (scene.node.run / "kubelet.log").read_text(errors="replace")
         return sum(1 for line in log.splitlines() if '"SyncLoop UPDATE" source="file"' in line and pod in line)
-    wait_until(updates, 60, f"the kubelet's update of the edited pod\n{scene.node.log('kubelet')}")
+    wait_until(updates, 60, lambda: f"the kubelet's update of the edited pod\n{scene.node.log('kubelet')}")
     time.sleep(20)  # a restart, where there is one, begins within seconds of the kubelet's sync (10-20 s measured)
     assert scene.node.running() == started, "the kubelet restarted a static pod whose UID stayed the same"
     scene.node.write_manifest(path, edited.replace(uid.group(1), b"1f3d2c4e-0000-4000-8000-0000000000ff"))
@@ -363,7 +364,8 @@ def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working:
     before, config = manifest.read_bytes(), scene.annotations()["config-hash"]
     changed_at = time.monotonic()
     write_configmap(source, {"extenders.yaml": REFUSED_TLS})
-    wait_until(lambda: manifest.read_bytes() != before, 120, f"the refused config written\n{scene.node.log('agent')}")
+    wait_until(lambda: manifest.read_bytes() != before, 120,
+               lambda: f"the refused config written\n{scene.node.log('agent')}")
 
     def exited() -> str | None:
         """The refused scheduler's exit code, as the kubelet reports it on the mirror pod."""
@@ -374,7 +376,8 @@ def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working:
                 if term.get("exitCode") and term.get("containerID") != working[0]:
                     return str(term["exitCode"])
         return None
-    code = wait_until(exited, 240, f"the refused scheduler's exit on its mirror pod\n{scene.node.log('kubelet')}")
+    code = wait_until(exited, 240,
+                      lambda: f"the refused scheduler's exit on its mirror pod\n{scene.node.log('kubelet')}")
     exited_in = time.monotonic() - changed_at
     logs = list((scene.node.run / "pods").rglob("*.log"))
     assert any("couldn't build extenders" in p.read_text(errors="replace") for p in logs), \
@@ -387,7 +390,7 @@ def refused_and_rolled_back(scene: Scene, source: Path, manifest: Path, working:
         if ann.get("state") == "Ready" and ann.get("config-hash") != config:
             return "ready"
         return None
-    said = wait_until(outcome, 300, f"the agent rolled back\n{scene.node.log('agent')}")
+    said = wait_until(outcome, 300, lambda: f"the agent rolled back\n{scene.node.log('agent')}")
     assert said == "rolled back", \
         f"the agent said Ready on a config the real scheduler refuses\n{scene.node.log('agent')}"
     rolled_in = time.monotonic() - changed_at
@@ -503,7 +506,7 @@ class AgentPod:
         """DELETE with the pod's own grace period; returns the kubelet's kill (epoch s) and the grace period."""
         self.scene.cp.ok("DELETE", self.path)
         kill: tuple[float, int] = wait_until(lambda: kubelet_kill(self.scene, f"{AGENT_NS}/{self.name}"), 60,
-                                             f"the kubelet killing the agent\n{self.scene.node.log('kubelet')}")
+                                             lambda: f"the kubelet killing the agent\n{self.scene.node.log('kubelet')}")
         return kill
 
     def gone(self) -> str:
@@ -515,7 +518,7 @@ class AgentPod:
             text = self.log()
             seen = text if text != "(no container log)" else seen
             return self.scene.cp.request("GET", self.path)[0] == 404
-        wait_until(deleted, 120, f"the pod gone once the agent exited\n{self.log()}")
+        wait_until(deleted, 120, lambda: f"the pod gone once the agent exited\n{self.log()}")
         return seen
 
 
@@ -550,8 +553,8 @@ def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
         first_pod = AgentPod(scene, image.name, 1).create()
         first, took = running_after(scene, manifest, started)
         wait_until(lambda: scene.annotations().get("state") == "Ready", 180,
-                   f"the agent Ready\n{first_pod.log()}\n{scene.node.log('kubelet')}")
-        wait_until(lambda: first_pod.condition("Ready"), 120, f"the pod Ready (/readyz)\n{first_pod.log()}")
+                   lambda: f"the agent Ready\n{first_pod.log()}\n{scene.node.log('kubelet')}")
+        wait_until(lambda: first_pod.condition("Ready"), 120, lambda: f"the pod Ready (/readyz)\n{first_pod.log()}")
         print(f"pod created -> pod Ready {time.monotonic() - created:.1f} s; its write -> new scheduler running "
               f"{took:.1f} s")
         assert first[1] != started[1]
@@ -565,7 +568,7 @@ def test_the_agent_as_a_real_pod_on_the_real_kubelet(scene: Scene) -> None:
         assert manifest.read_bytes() == patched and manifest.stat().st_mtime_ns == patched_at
         assert scene.node.running() == first, "no scheduler restart when the agent's pod is replaced"
         second_pod = AgentPod(scene, image.name, 2).create()
-        wait_until(lambda: second_pod.condition("Ready"), 180, f"the successor Ready\n{second_pod.log()}")
+        wait_until(lambda: second_pod.condition("Ready"), 180, lambda: f"the successor Ready\n{second_pod.log()}")
         assert manifest.stat().st_mtime_ns == patched_at, "the successor adopts the patch without a write"
         assert scene.node.running() == first
 
@@ -647,7 +650,7 @@ def test_the_agent_as_a_pod_merges_a_foreign_config_once_its_folder_is_mounted(s
         agent = AgentPod(scene, image.name, 2).create()
         running, _ = running_after(scene, manifest, started)
         wait_until(lambda: scene.annotations().get("state") == "Ready", 180,
-                   f"the agent Ready\n{agent.log()}\n{scene.node.log('kubelet')}")
+                   lambda: f"the agent Ready\n{agent.log()}\n{scene.node.log('kubelet')}")
         assert extenders_on(scene, server)[0]["urlprefix"] == server.url
         config = {str(k).casefold(): v for k, v in scene.configz()["componentconfig"].items()}
         assert config["percentageofnodestoscore"] == 40, config  # the other tool's setting, kept

@@ -175,7 +175,7 @@ def test_the_real_kubelets_restart_sequence(node: KubeadmNode, tmp_path: Path) -
     or are held against its shape."""
     manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
     original = manifest.read_bytes()
-    wait_until(node.running, 300, f"kubeadm's kube-scheduler ready\n{node.log('kubelet')}")
+    wait_until(node.running, 300, lambda: f"kubeadm's kube-scheduler ready\n{node.log('kubelet')}")
     source = tmp_path / "source"
     source.mkdir()
     write_configmap(source, {"extenders.yaml": EXTENDERS})
@@ -196,7 +196,7 @@ def test_the_real_kubelets_restart_sequence(node: KubeadmNode, tmp_path: Path) -
                 now = node.running()
                 return now is not None and now[0] != before_id[0]
 
-            wait_until(replaced, 300, f"a new kube-scheduler after {command}\n{node.log('kubelet')}")
+            wait_until(replaced, 300, lambda: f"a new kube-scheduler after {command}\n{node.log('kubelet')}")
             time.sleep(TAIL)
             steps[name] = {"write": command, "writtenNs": written, "expectedHash": _marker_hash(manifest),
                            "manifest": manifest.read_text(), "configFiles": _config_files(node),

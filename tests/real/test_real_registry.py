@@ -144,7 +144,7 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             chart = timed("helm package + login + push", lambda: reg.push_chart(helm, CHART))
             manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
             written = manifest.read_bytes()
-            first_id, first_pod = wait_until(node.running, 300, f"kubeadm's scheduler\n{node.log('kubelet')}")
+            first_id, first_pod = wait_until(node.running, 300, lambda: f"kubeadm's scheduler\n{node.log('kubelet')}")
             first_hash = first_pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
             assert ref not in images(node)
 
@@ -176,24 +176,25 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             def placed() -> dict[str, Any] | None:
                 pods = [p for p in agent_pods(node) if p["spec"].get("nodeName")]
                 return pods[0] if pods else None
-            pod = wait_until(placed, 300, f"the DaemonSet's pod bound\n{node.log('kube-controller-manager')}")
+            pod = wait_until(placed, 300, lambda: f"the DaemonSet's pod bound\n{node.log('kube-controller-manager')}")
             times["install -> agent pod bound"] = time.monotonic() - installed_at
             (owner,) = pod["metadata"]["ownerReferences"]
             assert owner["kind"] == "DaemonSet" and pod["spec"]["nodeName"] == node.name, pod["metadata"]
-            wait_until(lambda: ref in images(node), 600, f"the image pulled\n{node.log('kubelet')}")
+            wait_until(lambda: ref in images(node), 600, lambda: f"the image pulled\n{node.log('kubelet')}")
             times["install -> image in containerd"] = time.monotonic() - installed_at
             events = node.get(f"/api/v1/namespaces/{NAMESPACE}/events?fieldSelector=involvedObject.name%3D"
                               f"{pod['metadata']['name']}") or {}
             assert "Pulled" in {e["reason"] for e in events.get("items", [])}, events
 
-            wait_until(lambda: manifest.read_bytes() != written, 300, f"the agent's write\n{node.log('kubelet')}")
+            wait_until(lambda: manifest.read_bytes() != written, 300,
+                       lambda: f"the agent's write\n{node.log('kubelet')}")
             times["install -> manifest patched"] = time.monotonic() - installed_at
             second_id, second_pod = replaced(node, first_id)
             times["install -> scheduler restarted with --config"] = time.monotonic() - installed_at
             configs = [w for w in command_of(second_pod) if w.startswith("--config=")]
             assert len(configs) == 1 and configs[0].startswith(f"--config={CONFIG_DIR}/"), command_of(second_pod)
             wait_until(lambda: node_annotations(node).get("state") == "Ready", 300,
-                       f"the agent Ready: {node_annotations(node)}\n{node.log('kubelet')}")
+                       lambda: f"the agent Ready: {node_annotations(node)}\n{node.log('kubelet')}")
             times["install -> node annotation Ready"] = time.monotonic() - installed_at
 
             def pod_ready() -> bool:
@@ -210,7 +211,8 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             proc = reg.helm(helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--kubeconfig", admin)
             assert proc.returncode == 0, f"helm uninstall: {proc.stderr}"
             times["helm uninstall (command)"] = time.monotonic() - uninstalled_at
-            wait_until(lambda: manifest.read_bytes() == written, 300, f"kubeadm's bytes back\n{node.log('kubelet')}")
+            wait_until(lambda: manifest.read_bytes() == written, 300,
+                       lambda: f"kubeadm's bytes back\n{node.log('kubelet')}")
             times["uninstall -> kubeadm's bytes"] = time.monotonic() - uninstalled_at
             _, third_pod = replaced(node, second_id)
             assert third_pod["metadata"]["annotations"]["kubernetes.io/config.hash"] == first_hash

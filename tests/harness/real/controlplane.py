@@ -437,13 +437,15 @@ def control_plane(binaries: Binaries, workdir: Path | None = None,
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Polls `check` until it returns something truthy: for real processes, which tell nothing by themselves."""
+def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str | Callable[[], str] = "condition") -> Any:
+    """Polls `check` until it returns something truthy: for real processes, which tell nothing by themselves.
+    `what` as a callable is asked at the timeout: the logs it shows are those of the failure, not of the start."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {said}")
         time.sleep(0.05)

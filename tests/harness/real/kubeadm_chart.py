@@ -233,19 +233,22 @@ def events(node: KubeadmNode, reason: str) -> dict[str, int]:
 
 
 def pid_in(node: KubeadmNode, program: str) -> int:
-    """The PID of the one process in the node's PID namespace whose executable is named `program`."""
+    """The PID of the one process in the node's PID namespace whose executable is named `program`. A child it has
+    forked and not yet exec'd (the kubelet runs `mount`, `nsenter`, ... that way) shows the same executable for that
+    instant: a match whose parent is a match is that child, not a second program."""
     own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
-    found = []
+    found: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (os.path.basename(os.readlink(entry / "exe")) == program
                         and os.readlink(entry / "ns" / "pid") == own):
-                    found.append(int(entry.name))
-            except OSError:
+                    found[int(entry.name)] = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
-    assert len(found) == 1, f"{program} in {node.name}: {found}"
-    return found[0]
+    roots = [pid for pid, parent in found.items() if parent not in found]
+    assert len(roots) == 1, f"{program} in {node.name}: {found} (pid: parent)"
+    return roots[0]
 
 
 def _gone(pid: int) -> bool:

@@ -115,14 +115,14 @@ class Switch:
             preexec_fn=die_with_parent, stdin=subprocess.DEVNULL,
             stdout=(self.root / "switch.log").open("wb"), stderr=subprocess.STDOUT))
         wait_until(lambda: self._alive() and f"{ENDPOINT_ADDRESS}/24" in self._run("ip", "-o", "addr", "show"), 30,
-                   f"the switch's bridge\n{self.log('switch')}")
+                   lambda: f"the switch's bridge\n{self.log('switch')}")
         (self.root / "haproxy.cfg").write_text(haproxy_config(addresses))
         self.procs.append(subprocess.Popen(
             ["nsenter", f"--net=/proc/{self.pid}/ns/net", "haproxy", "-db", "-f", str(self.root / "haproxy.cfg")],
             preexec_fn=die_with_parent, stdin=subprocess.DEVNULL,
             stdout=(self.root / "haproxy.log").open("wb"), stderr=subprocess.STDOUT))
         wait_until(lambda: self._alive() and f"{ENDPOINT} " in self._run("ss", "-Htln"), 30,
-                   f"haproxy listening on {ENDPOINT}\n{self.log('haproxy')}")
+                   lambda: f"haproxy listening on {ENDPOINT}\n{self.log('haproxy')}")
         return self
 
     def _alive(self) -> bool:

@@ -287,7 +287,7 @@ class KubeadmNode(NamespacedNode):
             return (self.host("/var/lib/kubelet/config.yaml").is_file() and flags_file.is_file()
                     and flags_file.read_text().endswith('"\n'))
 
-        wait_until(kubelet_files, INIT_DEADLINE, f"kubeadm's kubelet files\n{self.log('kubeadm-init')}")
+        wait_until(kubelet_files, INIT_DEADLINE, lambda: f"kubeadm's kubelet files\n{self.log('kubeadm-init')}")
         self._kubelet(flags_file)
         deadline = time.monotonic() + INIT_DEADLINE
         while kubeadm.poll() is None:

@@ -212,7 +212,7 @@ class NamespacedNode:
             exe = os.readlink(f"/proc/{pid}/exe") if Path(f"/proc/{pid}/exe").exists() else ""
             return pid if exe == str(pause_binary()) else 0
 
-        self.init_pid = wait_until(init, deadline, f"the node namespace's init\n{self.log('namespace')}")
+        self.init_pid = wait_until(init, deadline, lambda: f"the node namespace's init\n{self.log('namespace')}")
 
     def inside(self, argv: list[str], *, pid_namespace: bool = True) -> list[str]:
         """`argv` run in the node's namespaces (with its PID namespace: everything that must die with it)."""
@@ -331,7 +331,8 @@ class RealNode(NamespacedNode):
         self._containerd(PAUSE_IMAGE)
         self._images()
         self._kubelet()
-        wait_until(lambda: self._registered(), START_DEADLINE, f"node {self.name} registered\n{self.log('kubelet')}")
+        wait_until(lambda: self._registered(), START_DEADLINE,
+                   lambda: f"node {self.name} registered\n{self.log('kubelet')}")
         self.started_in = time.monotonic() - started
         return self
 

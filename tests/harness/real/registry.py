@@ -123,7 +123,7 @@ class Registry:
                 raise RuntimeError(f"docker-registry exited {self.proc.returncode}:\n{self.log()}")
             return self.status("/v2/", auth=True) == 200
 
-        wait_until(answers, START_DEADLINE, f"the registry answering on {self.host}\n{self.log()}")
+        wait_until(answers, START_DEADLINE, lambda: f"the registry answering on {self.host}\n{self.log()}")
         assert self.status("/v2/", auth=False) == 401, "the registry answers without credentials"
         self.started_in = time.monotonic() - started
         return self
