@@ -117,11 +117,12 @@ bench: $(STAMP)
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/webhook_bench.py
 	$(BIN)/python bench/table.py .bench-rows.jsonl
 	BENCH_ROWS=.bench-rows.jsonl $(BIN)/python bench/peer.py  # side by side with ../shared/peer (issue 26)
+	$(BIN)/python bench/rollout_gap.py --json  # ~20 min, the real tests' lock: last (make bench-rollout-gap alone)
 
 ## The gap pods feel while the chart reconfigures every kube-scheduler (issue 43): bench/rollout_gap.py on three
-## kubeadm control-plane nodes, three ways in one run. Not in `make bench`: ~20 min and the real tests' lock, where
-## bench's costliest step takes a few minutes. Needs root, containerd, haproxy, helm and `make real-k8s`; without
-## them one line and exit 0. Figures in docs/benchmarks.md.
+## kubeadm control-plane nodes, three ways in one run; `make bench`'s last step, and alone here (~20 min, the real
+## tests' lock). Needs root, containerd, haproxy, helm and `make real-k8s`; without them one line and exit 0. Figures
+## in docs/benchmarks.md.
 .PHONY: bench-rollout-gap
 bench-rollout-gap: $(STAMP)
 	$(BIN)/python bench/rollout_gap.py --json

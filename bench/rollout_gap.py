@@ -20,7 +20,9 @@ official client as kubeadm's admin):
 First the cluster's idle p99 wait (``--idle`` seconds of probing, nothing else happening); then, for each way, the
 journeys: ``install`` (`helm install` until every Node says Ready and every scheduler runs with ``--config``),
 ``config`` (`helm upgrade` with the extender's weight changed, until every scheduler runs another ``--config`` and
-every Node says Ready: the kubelet's ConfigMap sync, up to a minute, is in the window) and ``uninstall`` (`helm
+every Node says Ready: the kubelet's ConfigMap sync, up to a minute, is in the window), ``agent_upgrade`` (`helm
+upgrade` to another image of the same code, built and imported before the windows: the DaemonSet's rolling update
+until every agent runs it Ready; every scheduler must keep its config) and ``uninstall`` (`helm
 uninstall` as with its pre-delete hook, whose command ``stop-agents`` runs here from the first node's network, until
 the agents are gone and every scheduler runs kubeadm's manifest again), each window followed by ``TAIL_S`` of
 probing. The ways are the chart's values: ``leader_aware`` (the defaults), ``order_only``
@@ -32,8 +34,8 @@ and ``leaseTransitions`` moved. A way's ``max_wait_s`` and ``leader_changes`` ar
 journeys.
 
 Run: ``.venv/bin/python bench/rollout_gap.py --json`` (as root; ~20 min: the cluster ~1.5 min, each way's install,
-config change and uninstall 2-4 min each). Holds the real tests' machine-wide lock throughout. Without kubeadm,
-containerd, haproxy or helm it says why in one line and exits 0 (1 under CI=true).
+config change, agent upgrade and uninstall 1-4 min each). Holds the real tests' machine-wide lock throughout.
+Without kubeadm, containerd, haproxy or helm it says why in one line and exits 0 (1 under CI=true).
 """
 
 from __future__ import annotations
@@ -292,6 +294,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
         chart_values,
         helm_in,
         lease_holder,
+        next_agent_image_on,
         scheduler_config,
         settled_nodes,
         states,
@@ -319,6 +322,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                         and lease_holder(cluster.first, "kube-scheduler") in names)
             wait_until(settled, 300, "every kube-scheduler running kubeadm's manifest, one leading")
             repository, tag = agent_image_on(cluster)
+            new_tag = next_agent_image_on(cluster, repository, tag)  # built and imported before any window
             prober = Prober.start(lambda argv: cluster.first.inside(argv, pid_namespace=False))
             try:
                 wait_until(lambda: len(prober.bound) >= 4, 120, "the prober's first pods bound")
@@ -369,6 +373,31 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                     time.sleep(TAIL_S)
                     journeys["config"] = figures(prober, since, until, idle_p99)
                     progress(f"{way} config: {journeys['config']}")
+
+                    # agent upgrade: `helm upgrade` to another image of the same code (the config as it is now):
+                    # the DaemonSet's rolling update replaces every agent, and no scheduler should restart
+                    upgraded = Path(tmp) / f"{way}-upgrade.json"
+                    upgraded.write_text(json.dumps(with_weight(way_values(chart_values(repository, new_tag), way), 2)))
+                    configs = {n.name: (scheduler_config(n) or ("", []))[1] for n in cluster.nodes}
+                    since = time.monotonic()
+                    proc = helm_in(cluster.first, helm, "upgrade", RELEASE, str(CHART), f"--namespace={NAMESPACE}",
+                                   f"--values={upgraded}")
+                    assert proc.returncode == 0, proc.stderr
+
+                    def replaced(image: str = f"{repository}:{new_tag}") -> bool:
+                        pods = agents(cluster.first)
+                        return (len(pods) == len(names) and all(
+                            not p["metadata"].get("deletionTimestamp")
+                            and p["spec"]["containers"][0]["image"] == image
+                            and any(c["type"] == "Ready" and c["status"] == "True"
+                                    for c in (p.get("status") or {}).get("conditions") or [])
+                            for p in pods) and all_ready())
+                    wait_until(replaced, 900, f"every agent on the new image, Ready ({way})")
+                    assert {n.name: (scheduler_config(n) or ("", []))[1] for n in cluster.nodes} == configs
+                    until = time.monotonic() + TAIL_S
+                    time.sleep(TAIL_S)
+                    journeys["agent_upgrade"] = figures(prober, since, until, idle_p99)
+                    progress(f"{way} agent upgrade: {journeys['agent_upgrade']}")
 
                     since = time.monotonic()
                     stop = stop_agents_in(cluster.first)  # the chart's pre-delete hook (off in chart_values)

@@ -35,12 +35,14 @@ from tests.harness.real.kubeadm_upgrade import (
     Timeline,
     agent,
     answer,
+    drain,
     extender,
     import_release_images,
     node_annotations,
     ready_on,
     restart_kubelet,
     snapshot,
+    uncordon,
     upgrade_apply,
     use_tools,
 )
@@ -121,6 +123,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         # -- kubeadm upgrade apply with the new release's kubeadm and images ------------------------------------
         import_release_images(node, new)
         use_tools(node, new, "kubeadm")
+        drain(node)  # kubeadm's documented first step
         upgrade_started = time.time()
         kubeadm = upgrade_apply(node, new, timeline)
         code = kubeadm.wait(UPGRADE_DEADLINE)
@@ -147,6 +150,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
                          f"{run.text(40)}\n--- kubelet ---\n{node.log('kubelet')}"))
         wait_until(lambda: (answer(node, f"/api/v1/nodes/{node.name}") or {}).get("status", {}).get("nodeInfo", {})
                    .get("kubeletVersion") == f"v{new.version}", 120, "the Node reporting the new kubelet")
+        uncordon(node)  # and its last
         assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
         after = node_annotations(node)
@@ -181,6 +185,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
         wait_until(lambda: endpoint in ((answer(node, f"/api/v1/namespaces/kube-system/pods/kube-apiserver-{node.name}")
                                         or {}).get("metadata", {}).get("annotations") or {}),
                    300, "the kube-apiserver mirror pod's endpoint annotation")
+        drain(node)
         again = upgrade_apply(node, new, timeline, "kubeadm-again")
         code = again.wait(UPGRADE_DEADLINE)
         output = again.text()
@@ -194,6 +199,7 @@ def test_kubeadm_upgrade_apply_with_the_agent_running(node: KubeadmNode, tmp_pat
             f"the agent's patch Ready again; the Node says {node_annotations(node)}\n{run.text(60)}\n"
             f"--- kubelet ---\n{node.log('kubelet')}"))
         assert sum(WROTE_MANIFEST in line for _, line in run.lines) == writes_held + 1, run.text()
+        uncordon(node)
         assert wait_until(node.scheduler_extenders, 120, "the extender on /configz") == \
             [f"http://127.0.0.1:{EXTENDER_PORT}"]
     finally:

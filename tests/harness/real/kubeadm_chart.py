@@ -25,7 +25,7 @@ from tests.harness.real.controlplane import wait_until
 from tests.harness.real.helmtool import NAMESPACE
 from tests.harness.real.kubeadm_cluster import ENDPOINT, ENDPOINT_ADDRESS, KubeadmCluster
 from tests.harness.real.kubeadm_node import KubeadmNode
-from tests.harness.real.kubeadm_upgrade import restart_kubelet
+from tests.harness.real.kubeadm_upgrade import drain, pid_in, restart_kubelet, uncordon
 
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 
@@ -232,25 +232,6 @@ def events(node: KubeadmNode, reason: str) -> dict[str, int]:
     return counts
 
 
-def pid_in(node: KubeadmNode, program: str) -> int:
-    """The PID of the one process in the node's PID namespace whose executable is named `program`. A child it has
-    forked and not yet exec'd (the kubelet runs `mount`, `nsenter`, ... that way) shows the same executable for that
-    instant: a match whose parent is a match is that child, not a second program."""
-    own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
-    found: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (os.path.basename(os.readlink(entry / "exe")) == program
-                        and os.readlink(entry / "ns" / "pid") == own):
-                    found[int(entry.name)] = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    roots = [pid for pid, parent in found.items() if parent not in found]
-    assert len(roots) == 1, f"{program} in {node.name}: {found} (pid: parent)"
-    return roots[0]
-
-
 def _gone(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
@@ -300,22 +281,16 @@ def drain_and_restart(node: KubeadmNode) -> list[str]:
     (the same release: kubeadm's flags), containerd restarted, `kubectl uncordon`, each step done before the next.
     Returns what was done, with the seconds each step took."""
     steps: list[tuple[str, Callable[[], None]]] = [
-        ("drain", partial(_kubectl, node, "drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data",
-                          "--force", "--timeout=120s")),
+        ("drain", partial(drain, node)),
         ("kubelet restart", partial(_restart_kubelet, node)),
         ("containerd restart", partial(_restart_containerd, node)),
-        ("uncordon", partial(_kubectl, node, "uncordon", node.name))]
+        ("uncordon", partial(uncordon, node))]
     done = []
     for what, step in steps:
         started = time.monotonic()
         step()
         done.append(f"{what} {time.monotonic() - started:.1f} s")
     return done
-
-
-def _kubectl(node: KubeadmNode, *args: str) -> None:
-    proc = node.kubectl(*args, timeout=180)
-    assert proc.returncode == 0, f"kubectl {args[0]}: {proc.stderr}"
 
 
 def configs_run(timeline_events: list[tuple[float, str, bool, str]], node: str, since: float) -> list[str]:

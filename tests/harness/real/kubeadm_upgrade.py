@@ -296,26 +296,47 @@ def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline, source: 
                                             f"--config={config}", "-y", "--v=1"], timeline)
 
 
-def kubelet_pid(node: KubeadmNode, binaries: Binaries) -> int:
-    """The running kubelet of `binaries` in the node (its PID namespace is the node's)."""
+def drain(node: KubeadmNode) -> None:
+    """`kubectl drain` as kubeadm's upgrade documentation has it before `kubeadm upgrade`: the node cordoned, its
+    pods but the DaemonSets' and the static pods evicted. Cordoned, the cluster has no schedulable node here, so
+    `upgrade apply` skips its `CreateJob` health check (whose pod never completes in this sandbox: a minute lost)."""
+    kubectl_ok(node, "drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=120s")
+
+
+def uncordon(node: KubeadmNode) -> None:
+    kubectl_ok(node, "uncordon", node.name)
+
+
+def kubectl_ok(node: KubeadmNode, *args: str) -> None:
+    proc = node.kubectl(*args, timeout=180)
+    assert proc.returncode == 0, f"kubectl {args[0]}: {proc.stderr}"
+
+
+def pid_in(node: KubeadmNode, program: str) -> int:
+    """The PID of the one process in the node's PID namespace whose executable is `program` (a path) or named
+    `program`. A child it has forked and not yet exec'd (the kubelet runs `mount`, `nsenter`, ... that way) shows the
+    same executable for that instant: a match whose parent is a match is that child, not a second program."""
     own = os.readlink(f"/proc/{node.init_pid}/ns/pid")
+    found: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (os.readlink(entry / "exe") == str(binaries.path("kubelet"))
-                    and os.readlink(entry / "ns" / "pid") == own):
-                return int(entry.name)
-        except OSError:
-            continue
-    raise AssertionError(f"no kubelet {binaries.version} running in node {node.name}")
+        if entry.name.isdigit():
+            try:
+                exe = os.readlink(entry / "exe")
+                if (exe if "/" in program else os.path.basename(exe)) == program \
+                        and os.readlink(entry / "ns" / "pid") == own:
+                    found[int(entry.name)] = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    roots = [pid for pid, parent in found.items() if parent not in found]
+    assert len(roots) == 1, f"{program} in {node.name}: {found} (pid: parent)"
+    return roots[0]
 
 
 def restart_kubelet(node: KubeadmNode, old: Binaries, new: Binaries) -> None:
     """The kubelet upgrade of kubeadm's documentation: the old kubelet stopped, the new one started as kubeadm's
     systemd drop-in starts it (with the flags kubeadm wrote, which the upgrade may have rewritten). Its containers
     keep running meanwhile; the new kubelet takes them over."""
-    pid = kubelet_pid(node, old)
+    pid = pid_in(node, str(old.path("kubelet")))
     os.kill(pid, signal.SIGTERM)
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 60, "the old kubelet's exit")
     argv = node.kubelet_argv(node.host("/var/lib/kubelet/kubeadm-flags.env"))
