@@ -142,6 +142,19 @@ SLACK_S = 7.0
 IDLE_PODS = 120  # 30 s of bench/rollout_gap.py's prober, one pod every 250 ms
 
 
+def install(cluster: KubeadmCluster, timeline: SchedulerTimeline, values: Path, repository: str, tag: str) -> float:
+    """`helm install` of the chart with the image `repository:tag`, once the scheduler timeline has listed every
+    node (a restart before that would be missed); returns when the command was given (monotonic)."""
+    wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == {n.name for n in cluster.nodes} or None, 60,
+               "the watch's first list")
+    values.write_text(json.dumps(chart_values(repository, tag)))
+    installed_at = time.monotonic()
+    proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
+                f"--values={values}")
+    assert proc.returncode == 0, proc.stderr
+    return installed_at
+
+
 def idle_wait(prober: Prober) -> float:
     """The idle p99 of the pods' waits: the next IDLE_PODS probe pods bound before anything else happens."""
     wait_until(lambda: prober.bound, 120, "the prober's first pod bound")
@@ -228,14 +241,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
     timeline = SchedulerTimeline.watch(cluster.first)
     try:
         idle_p99 = idle_wait(prober)
-        wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
-                   "the watch's first list")
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps(chart_values(repository, tag)))
-        installed_at = time.monotonic()
-        proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
-                    f"--values={values}")
-        assert proc.returncode == 0, proc.stderr
+        installed_at = install(cluster, timeline, tmp_path / "values.json", repository, tag)
 
         def all_ready() -> dict[str, str] | None:
             now = states(cluster)
@@ -317,14 +323,7 @@ def test_a_node_drained_and_its_kubelet_and_containerd_restarted_mid_rollout_is_
     repository, tag = agent_image_on(cluster)
     timeline = SchedulerTimeline.watch(cluster.first)
     try:
-        wait_until(lambda: {n for _, n, r, _ in timeline.events if r} == set(written) or None, 60,
-                   "the watch's first list")
-        values = tmp_path / "values.json"
-        values.write_text(json.dumps(chart_values(repository, tag)))
-        installed_at = time.monotonic()
-        proc = helm(cluster.first, "install", RELEASE, str(CHART), f"--namespace={NAMESPACE}", "--create-namespace",
-                    f"--values={values}")
-        assert proc.returncode == 0, proc.stderr
+        installed_at = install(cluster, timeline, tmp_path / "values.json", repository, tag)
 
         def no_failure() -> dict[str, str]:
             now = states(cluster)
