@@ -225,9 +225,10 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
             command = "upgrade apply" if index == 0 else "upgrade node"
             assert code == 0, f"kubeadm {command} on {node.name} exited {code}\n{run.text(80)}"
             assert not [f for f in KUBEADM_FAILED if f in output], output
+            # kubeadm's folder: its backup of the manifests (and of the kubelet's config), as it left them
             folders = sorted(node.host("/etc/kubernetes/tmp").glob("kubeadm-backup-manifests-*"))
             assert len(folders) == 1, folders
-            backups[node.name] = (folders[0], snapshot(folders[0]))
+            backups[node.name] = (node.host("/etc/kubernetes/tmp"), snapshot(node.host("/etc/kubernetes/tmp")))
             # kubeadm moved the manifest the agent had patched into its backup, untouched
             assert (folders[0] / "kube-scheduler.yaml").read_bytes() == patched[node.name]
 
@@ -259,7 +260,9 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         kubeadm_wrote: dict[str, bytes] = {}
         for node in nodes:
             name, mark = node.name, marks[node.name]
-            assert snapshot(backups[name][0]) == backups[name][1], f"{name}: the backup folder changed after kubeadm"
+            assert snapshot(backups[name][0]) == backups[name][1], f"{name}: kubeadm's backups changed after its exit"
+            mark["step"] = next(t for t, line in kubeadms[name].lines
+                                if 'Component "kube-scheduler" upgraded successfully' in line)
             mark["moved"] = next(t for t, line in kubeadms[name].lines
                                  if re.search(r'Moving new manifest to ".*kube-scheduler\.yaml"', line))
             # the manifest's versions from kubeadm's start: its own, then the agent's patch of it, and no other
@@ -304,7 +307,7 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         uninstall_window = schedulers.replacements(started - clock, uninstalled - clock)
         assert max((len(down) for _, _, down in uninstall_window), default=0) == 1, uninstall_window
         for name, (folder, files) in backups.items():
-            assert snapshot(folder) == files, f"{name}: the backup folder changed"
+            assert snapshot(folder) == files, f"{name}: kubeadm's backups changed"
         timings.append(f"journey (cluster Ready to the uninstall's end) {uninstalled - journey:.1f} s")
     finally:
         schedulers.stop()
@@ -324,5 +327,6 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
     for name, mark in marks.items():
         print(f"{name}: kubeadm started {mark['kubeadm'] - journey:.1f} s, moved the scheduler's manifest in at "
               f"{mark['moved'] - journey:.1f} s, the agent's write {mark['agent'] - mark['moved']:.2f} s later, "
-              f"kubeadm exited at {mark['exited'] - journey:.1f} s; new kubelet at {mark['kubelet'] - journey:.1f} s, "
+              f"kubeadm's kube-scheduler step done {mark['step'] - mark['moved']:.2f} s after its write, exit "
+              f"at {mark['exited'] - journey:.1f} s; new kubelet at {mark['kubelet'] - journey:.1f} s, "
               f"Ready at {mark['ready'] - journey:.1f} s")
