@@ -12,7 +12,10 @@ meanwhile is recorded on one clock (this process's `time.time()`), as a `Timelin
   in the node, started again after each API server restart): its ID, `startedAt` and the pod's config hash;
 * the output of the processes started here in the node (the agent, the extender), stamped as kubeadm's.
 
-`upgrade_config` says which of kubeadm's upgrade checks this sandbox cannot pass, and why.
+`upgrade_config` says which of kubeadm's upgrade checks this sandbox cannot pass, and why. On a cluster's other
+control-plane nodes `upgrade_node` runs `kubeadm upgrade node` (the release comes from the cluster's kubeadm-config,
+which `upgrade apply` updated), and `SchedulerWatch` records every node's kube-scheduler through the API server
+restarts an upgrade makes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.inotify import InotifyObserver
 
 from tests.harness.real.controlplane import ROOT, Binaries, die_with_parent, wait_until
+from tests.harness.real.kubeadm_cluster import SchedulerTimeline
 from tests.harness.real.kubeadm_node import IGNORED_PREFLIGHT, MANIFESTS, KubeadmNode, image_contents
 from tests.harness.real.kubelet_node import image_archive
 
@@ -147,13 +151,16 @@ class StampedProcess:
 
 
 class ManifestWatch(FileSystemEventHandler):
-    """Every event on the kube-scheduler manifest in its folder, with the inode and content it then had."""
+    """Every event on the kube-scheduler manifest in its folder, with the inode and content it then had (rows of
+    `source`: one watch per node of a cluster)."""
 
-    def __init__(self, node: KubeadmNode, timeline: Timeline) -> None:
+    def __init__(self, node: KubeadmNode, timeline: Timeline, source: str = "manifest") -> None:
         self.path = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
-        self.timeline = timeline
+        self.timeline, self.source = timeline, source
         #: (time, inode, sha256, patched): one row per distinct inode seen, in order
         self.versions: list[tuple[float, int, str, bool]] = []
+        #: the bytes of each of `versions`, in the same order (what a writer left, read as its rename landed)
+        self.contents: list[bytes] = []
         self.observer = InotifyObserver()
         self.observer.schedule(self, str(self.path.parent), recursive=False)
 
@@ -178,14 +185,15 @@ class ManifestWatch(FileSystemEventHandler):
                 stat = os.fstat(f.fileno())
                 data = f.read()
         except FileNotFoundError:
-            self.timeline.add("manifest", f"{why}: no kube-scheduler.yaml", now)
+            self.timeline.add(self.source, f"{why}: no kube-scheduler.yaml", now)
             return
         digest = hashlib.sha256(data).hexdigest()[:12]
         patched = b"--config=" in data
         tag = re.search(rb"kube-scheduler:(v[\w.]+)", data)
         if not self.versions or self.versions[-1][1] != stat.st_ino:
             self.versions.append((now, stat.st_ino, digest, patched))
-            self.timeline.add("manifest", f"{why}: inode {stat.st_ino} sha256 {digest} "
+            self.contents.append(data)
+            self.timeline.add(self.source, f"{why}: inode {stat.st_ino} sha256 {digest} "
                               f"{tag.group(1).decode() if tag else '?'} {'patched' if patched else 'unpatched'} "
                               f"mtime {stat.st_mtime_ns / 1e9:.3f}", now)
 
@@ -249,6 +257,56 @@ class PodWatch:
         return [s for s in self.starts if s[1] == component]
 
 
+@dataclass
+class SchedulerWatch(SchedulerTimeline):
+    """A `SchedulerTimeline` that lasts through an upgrade: kubectl's watch goes through the cluster's endpoint to
+    one API server, and kubeadm restarts each (the watch then ends); it is started again at once, and its first list
+    gives every scheduler's state as it is then. `gaps` holds (ended, listed again) of each restart (monotonic): an
+    event inside one is not seen, only the state it left."""
+
+    node: KubeadmNode | None = None
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    @classmethod
+    def watch(cls, node: KubeadmNode) -> SchedulerWatch:
+        timeline = cls(node=node)
+        timeline.thread = threading.Thread(target=timeline._run, daemon=True)
+        timeline.thread.start()
+        return timeline
+
+    def _run(self) -> None:
+        assert self.node is not None
+        ended: float | None = None
+        while True:
+            with self.guard:
+                if self.stopped.is_set():
+                    return
+                self.proc = subprocess.Popen(self.node.inside([
+                    str(self.node.binaries.path("kubectl")), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
+                    "--namespace=kube-system", "--selector=component=kube-scheduler", "--watch",
+                    "--output-watch-events", "--output=json"], pid_namespace=False),
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                    preexec_fn=die_with_parent)
+            seen = len(self.events)
+            self._read()  # until the watch ends
+            self.proc.wait()
+            if ended is not None and len(self.events) > seen:
+                self.gaps.append((ended, self.events[seen][0]))
+            ended = time.monotonic()
+            self.stopped.wait(0.5)
+
+    def stop(self) -> None:
+        with self.guard:
+            self.stopped.set()
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+        if self.thread is not None:
+            self.thread.join(30)
+
+
 # -- the upgrade --------------------------------------------------------------------------------------------------
 
 
@@ -294,6 +352,27 @@ def upgrade_apply(node: KubeadmNode, new: Binaries, timeline: Timeline, source: 
     config.write_text(upgrade_config(new))
     return StampedProcess(node, source, [str(new.path("kubeadm")), "upgrade", "apply", f"v{new.version}",
                                             f"--config={config}", "-y", "--v=1"], timeline)
+
+
+def upgrade_node_config() -> str:
+    """kubeadm's UpgradeConfiguration for `upgrade node`: no etcd upgrade and no pull (as `upgrade_config`), init's
+    ignored checks (`upgrade node` runs neither the cluster health checks nor the CoreDNS ones)."""
+    return json.dumps({
+        "apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "UpgradeConfiguration",
+        "node": {"etcdUpgrade": False, "imagePullPolicy": "Never",
+                 "ignorePreflightErrors": sorted(IGNORED_PREFLIGHT)},
+    }, indent=1) + "\n"
+
+
+def upgrade_node(node: KubeadmNode, new: Binaries, timeline: Timeline, source: str = "kubeadm") -> StampedProcess:
+    """`kubeadm upgrade node` of the new release on a control-plane node other than the one `upgrade apply` ran
+    on, started; `wait` for its end. It upgrades that node's static pods to the release of the cluster's
+    kubeadm-config (which `upgrade apply` set), by the same static-pod upgrade as `upgrade apply`: the backup, the
+    rename, the wait for the mirror pod's hash to change."""
+    config = node.run / "kubeadm-upgrade-node.yaml"
+    config.write_text(upgrade_node_config())
+    return StampedProcess(node, source, [str(new.path("kubeadm")), "upgrade", "node", f"--config={config}",
+                                            "--v=1"], timeline)
 
 
 def drain(node: KubeadmNode) -> None:
