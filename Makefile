@@ -86,10 +86,10 @@ test-min:
 	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PAR) -m "not real_cluster and not real_kubelet and not real_kubeadm"
 
 ## The tests of what relies on a dependency beyond its public API, against the newest release of every runtime
-## dependency (pyproject.toml caps none of them for it): kube.lightimport loads kubernetes' transport without the
-## package's __init__ (the start-time and memory bound of the agent needs it, docs/benchmarks.md), and the YAML
-## tests pin what ruamel.yaml resolves. Fails when pip did not get the newest kubernetes or ruamel.yaml.
-MAX_TESTS := tests/component/test_kube_lightimport.py tests/component/test_kube_transport.py tests/component/test_kube_client.py \
+## dependency (pyproject.toml caps none of them for it): the transport takes kubernetes' configuration and pool
+## manager, and the YAML tests pin what ruamel.yaml resolves. Fails when pip did not get the newest kubernetes or
+## ruamel.yaml.
+MAX_TESTS := tests/component/test_kube_transport.py tests/component/test_kube_client.py \
 	tests/unit/test_yamltext_compose.py tests/unit/test_dependency_api.py
 test-max:
 	test -x $(MAX_VENV)/bin/python || $(PYTHON) -m venv $(MAX_VENV)

@@ -38,7 +38,9 @@ from patcher.adapters.health import Metrics  # noqa: E402
 from patcher.adapters.kube.backoff import Backoff  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
-from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint  # noqa: E402
+from patcher.adapters.watch import FolderWatcher  # noqa: E402
+from patcher.core.fileread import fingerprint as file_fingerprint  # noqa: E402
+from patcher.core.fileread import folder_fingerprint  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402

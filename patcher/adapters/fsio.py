@@ -73,13 +73,6 @@ class HostFS:
         raise PatcherError(node_path, "too many levels of symbolic links")
 
 
-# The one reader: every read of a file of the node goes through ``patcher.core.fileread`` (bounded), re-exported
-# here for the layers above. ``limit`` is always given: nothing on the node is read without a bound.
-read_file = fileread.read_file
-read_if_exists = fileread.read_if_exists
-holds = fileread.holds
-
-
 def decode_utf8(data: bytes, name: str) -> str:
     try:
         return data.decode("utf-8")
@@ -226,7 +219,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
                 finally:
                     _show_kubelet(path)
                 return tmp
-        if expect is not None and not holds(path, expect, name, refuse=True):  # no exchange: check, then rename
+        if expect is not None and not fileread.holds(path, expect, name, refuse=True):  # no exchange: check, rename
             raise ChangedUnderneath(name, "changed by someone else since it was read; not overwriting it")
         if expect is not None and _renameat2() is None:
             ops.before_rename(path)  # the window this fallback leaves open
@@ -245,9 +238,9 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
 def _settle_exchange(tmp: str, path: Path, data: bytes, expect: bytes, name: str) -> None:
     """After swapping our file in: the displaced one is what we overwrote; if it is not what we planned
     from, someone wrote in between, and their file goes back (nothing of theirs is ever lost)."""
-    if holds(tmp, expect, refuse=True):
+    if fileread.holds(tmp, expect, refuse=True):
         return  # the caller removes it, once the folder is synced (the rename is what must be durable first)
-    if not _exchange(tmp, path) or not holds(tmp, data, refuse=True):
+    if not _exchange(tmp, path) or not fileread.holds(tmp, data, refuse=True):
         # The swap back failed (theirs is at tmp), or a third write replaced ours between the two swaps (it
         # is the newest): either way the file at tmp is theirs and goes in place.
         os.replace(tmp, path)
@@ -333,10 +326,6 @@ def mtime_ns(path: Path) -> int | None:
         return None
 
 
-file_fingerprint = fileread.fingerprint
-folder_fingerprint = fileread.folder_fingerprint
-
-
 class LockBusy(PatcherError):
     """Another writer (the agent, or another CLI run) holds the node's writer lock."""
 
@@ -350,7 +339,6 @@ _held_guard = threading.Lock()
 
 @contextlib.contextmanager
 def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
-                clock: Callable[[], float] = time.monotonic,
                 sleep: Callable[[float], None] = REAL.sleep) -> Iterator[None]:
     """One writer at a time on the node: ``flock`` on ``<state folder>/.lock``, holder pid written in it.
 
@@ -374,7 +362,7 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
         return
     fd = _open_lock(folder, shown)
     try:
-        _flock(fd, folder, shown, wait, clock, sleep)
+        _flock(fd, folder, shown, wait, sleep)
     except BaseException:
         os.close(fd)
         raise
@@ -405,16 +393,15 @@ def _open_lock(folder: Path, shown: str) -> int:
                                f"{exc.strerror})") from None
 
 
-def _flock(fd: int, folder: Path, shown: str, wait: float, clock: Callable[[], float],
-           sleep: Callable[[float], None]) -> None:
-    deadline = clock() + wait
+def _flock(fd: int, folder: Path, shown: str, wait: float, sleep: Callable[[float], None]) -> None:
+    deadline = time.monotonic() + wait
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             pass
-        left = deadline - clock()
+        left = deadline - time.monotonic()
         if left <= 0:
             try:
                 os.lseek(fd, 0, os.SEEK_SET)

@@ -49,10 +49,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.inotify import InotifyFullEmitter, InotifyObserver
 
-from patcher.adapters.fsio import file_fingerprint, folder_fingerprint
 from patcher.core.errors import PatcherError
-
-__all__ = ["FolderWatcher", "Settler", "file_fingerprint", "folder_fingerprint"]
 
 log = logging.getLogger(__name__)
 

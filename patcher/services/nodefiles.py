@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import manifestedit, schedconfig, timefmt, yamltext
+from patcher.core import fileread, manifestedit, schedconfig, timefmt, yamltext
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.flags import config_flag
@@ -146,7 +146,7 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
     fs = host_fs(opts)
     try:
         main = fs.resolve(opts.manifest_path)
-        data = fsio.read_file(fs.local(main), "manifest", main, limit=MAX_MANIFEST_BYTES)
+        data = fileread.read_file(fs.local(main), "manifest", main, limit=MAX_MANIFEST_BYTES)
     except PatcherError as exc:
         if planned is None:
             return NamedFiles((), unreadable=f"the manifest cannot be read ({exc})")
@@ -187,7 +187,7 @@ def read_manifest(opts: Files) -> tuple[str, Path, bytes, str]:
         raise PatcherError(opts.manifest_dir, "manifest folder not found")
     node_path = fs.resolve(opts.manifest_path)
     local = fs.local(node_path)
-    data = fsio.read_file(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
+    data = fileread.read_file(local, "manifest", node_path, limit=MAX_MANIFEST_BYTES)
     text = fsio.decode_utf8(data, node_path)
     return node_path, local, data, text
 
@@ -205,7 +205,7 @@ def _static_pods(opts: Files) -> Iterator[tuple[str, str, bytes]]:
         path = posixpath.join(opts.manifest_dir, name)
         try:
             target = fs.resolve(path)
-            data = fsio.read_file(fs.local(target), "manifest", target, limit=MAX_MANIFEST_BYTES)
+            data = fileread.read_file(fs.local(target), "manifest", target, limit=MAX_MANIFEST_BYTES)
         except PatcherError:
             continue
         yield path, target, data
@@ -251,7 +251,7 @@ def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignC
     local = host_fs(opts).local(node_path)
     if not os.path.lexists(local) or (local.is_symlink() and not local.exists()):
         raise ManifestError(node_path, foreign_missing(opts, sched.foreign_config, node_path))
-    data = fsio.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
+    data = fileread.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
 
@@ -282,7 +282,7 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
             manifest=node_path,
         )
         # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
-        source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
+        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
         config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
@@ -292,13 +292,13 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
                                   container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifestedit.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
     if config.form != "last-good" and not source_hash:
-        source_hash = fsio.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
+        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=source_hash)
     for name, content in sorted(config.files.items()):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fsio.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES)
+        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES)
         if old != content:
             plan.changes.append(FileChange(cfg_node, cfg_local, old, content, "config"))
     if result.changed:
@@ -337,7 +337,7 @@ def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = Tru
 
 def _verify_unchanged(local: Path, planned: bytes | None, shown: str) -> None:
     """Under the writer lock: the file must still be what the plan was computed from."""
-    if not fsio.holds(local, planned, shown, refuse=True):
+    if not fileread.holds(local, planned, shown, refuse=True):
         raise fsio.ChangedUnderneath(shown, "changed by someone else since it was planned; nothing written")
 
 
@@ -406,7 +406,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOp
         if mchange is not None:
             lines.append(f"wrote {mchange.node_path}")
     except PatcherError as exc:
-        if mchange is not None and mchange.new is not None and fsio.holds(mchange.local, mchange.new):
+        if mchange is not None and mchange.new is not None and fileread.holds(mchange.local, mchange.new):
             # The manifest is in place (the failure came after its rename, e.g. its folder's fsync): the config
             # files it names and the record of it stay.
             done = [*lines, f"wrote {mchange.node_path}"]
@@ -464,8 +464,8 @@ def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
     contents: dict[str, bytes] = {}
     for name in files:
         try:
-            data = fsio.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)), "config file",
-                                       limit=MAX_CONFIG_BYTES)
+            data = fileread.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
+                                           "config file", limit=MAX_CONFIG_BYTES)
         except PatcherError:
             return None
         if data is None:
@@ -514,7 +514,7 @@ def plan_restore(opts: Files) -> RestorePlan:
     for name in sorted(state.written):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fsio.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES) \
+        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES) \
             if OUR_FILES.match(name) else None
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))

@@ -12,7 +12,8 @@ import posixpath
 from collections.abc import Callable
 
 from patcher.adapters import signals
-from patcher.adapters.watch import FolderWatcher, file_fingerprint, folder_fingerprint
+from patcher.adapters.watch import FolderWatcher
+from patcher.core import fileread
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -50,14 +51,15 @@ def start_watching(agent: Agent) -> None:
     manifest_local = fs.local(files.manifest_path)
     watcher = FolderWatcher(lambda name: agent.events.put(LoopEvent(name)), debounce=agent.opts.debounce)
     # Bounded as the reads they announce: a FIFO or a huge file is a fingerprint, never a read that hangs.
-    targets = [(LoopEvent.SOURCE, files.source, lambda: folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
+    targets = [(LoopEvent.SOURCE, files.source,
+                lambda: fileread.folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
                (LoopEvent.MANIFEST, fs.local(files.manifest_dir),
-                lambda: file_fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES))]
+                lambda: fileread.fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES))]
     target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
     if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
         targets.append((LoopEvent.MANIFEST, fs.local(target_dir),
-                        lambda: file_fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES)))
+                        lambda: fileread.fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES)))
     targets.append((LoopEvent.CONFIG, fs.local(files.host_config_dir),
                     lambda: nodefiles.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from patcher.adapters import fsio
 from patcher.adapters.health import Metrics
-from patcher.core import lifecycle
+from patcher.core import fileread, lifecycle
 from patcher.core.errors import PatcherError, StateFolderError
 from patcher.core.manifestedit import MAX_MANIFEST_BYTES
 from patcher.core.settings import Files
@@ -64,7 +64,7 @@ class StateStore:
     def load(self) -> State:
         shown = f"{self.shown}/{STATE_FILE}"
         try:
-            data = fsio.read_if_exists(self._path(STATE_FILE), "state record", shown, limit=MAX_STATE_BYTES)
+            data = fileread.read_if_exists(self._path(STATE_FILE), "state record", shown, limit=MAX_STATE_BYTES)
             return State() if data is None else decode(data)
         except PatcherError as exc:
             raise PatcherError(shown, f"unreadable state record: {exc.problem}") from None
@@ -95,14 +95,14 @@ class StateStore:
         return {name: self._read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
 
     def _read(self, name: str) -> bytes | None:
-        return fsio.read_if_exists(self._path(name), name, f"{self.shown}/{name}", limit=LIMITS[name])
+        return fileread.read_if_exists(self._path(name), name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
         with self._faults():
             for name, data in checkpoint.items():
                 if data is None:
                     fsio.remove(self._path(name))
-                elif not fsio.holds(self._path(name), data):
+                elif not fileread.holds(self._path(name), data):
                     fsio.atomic_write(self._path(name), data, mode=0o600, ops=self.ops)
 
     def present(self) -> bool:

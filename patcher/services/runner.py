@@ -25,7 +25,7 @@ from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
 from patcher.services.ports import NO_COORDINATOR, NO_LEADER, Coordinator, NoOwner
 
-if TYPE_CHECKING:  # the API client costs imports (kube.lightimport): only a run with the API loads it
+if TYPE_CHECKING:  # the API client costs imports: only a run with the API loads it
     from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher

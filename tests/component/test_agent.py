@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from patcher.adapters import fsio
 from patcher.adapters.kube.client import ApiConfigError
-from patcher.core import timefmt
+from patcher.core import fileread, timefmt
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
 from patcher.core.settings import Files
 from patcher.services import process
@@ -50,7 +49,7 @@ def test_first_patch_then_config_change_then_restore(node: Node) -> None:
     assert len(first["config-hash"]) == 64 and first["manifest-mtime"].endswith("Z")
     assert first["manifest-mtime"] == timefmt.rfc3339(node.manifest.stat().st_mtime_ns)
     assert "restarted-at" in first and "message" not in first
-    assert first["source-hash"] == fsio.folder_fingerprint(node.src, limit=MAX_SOURCE_BYTES)
+    assert first["source-hash"] == fileread.folder_fingerprint(node.src, limit=MAX_SOURCE_BYTES)
     assert [r.crashed for r in node.kubelet.restarts] == [False, False]  # the original, then ours
 
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 5"))

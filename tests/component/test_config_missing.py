@@ -259,7 +259,8 @@ def test_what_the_config_watch_compares_moves_with_a_deletion_and_not_with_the_a
 
 
 def test_a_config_folder_not_there_yet_is_watched_for_then_a_deleted_file_is_seen(tmp_path: Path) -> None:
-    from patcher.adapters.watch import FolderWatcher, folder_fingerprint
+    from patcher.adapters.watch import FolderWatcher
+    from patcher.core.fileread import folder_fingerprint
     from tests.harness.inotify import watched_for_content, watched_for_return
 
     seen: queue.Queue[str] = queue.Queue()

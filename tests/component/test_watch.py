@@ -42,9 +42,9 @@ from patcher.adapters.watch import (
     Settler,
     classify,
     configmap_published,
-    file_fingerprint,
-    folder_fingerprint,
 )
+from patcher.core.fileread import fingerprint as file_fingerprint
+from patcher.core.fileread import folder_fingerprint
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import wait_until
 from tests.harness.inotify import inotify_masks, watched_for_content, watched_for_return

@@ -36,10 +36,10 @@ import pytest
 import yaml
 
 import patcher
-from patcher.adapters import fsio
 from patcher.adapters.httpserver import parse_listen
 from patcher.adapters.kube import transport
 from patcher.commands.cli import build_parser
+from patcher.core import fileread
 from patcher.core.readiness import node_selectors
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -668,7 +668,7 @@ def test_the_documented_source_hash_is_what_the_agent_publishes(tmp_path: Path) 
     data = {**one("base", "ConfigMap")["data"], "notes.txt": "ignored by the renderer, not by the hash\n"}
     folder = configmap_folder(tmp_path / "source", data)
     expected = documented_source_hash({k: v.encode() for k, v in data.items()})
-    assert fsio.folder_fingerprint(folder, limit=MAX_SOURCE_BYTES) == expected
+    assert fileread.folder_fingerprint(folder, limit=MAX_SOURCE_BYTES) == expected
     contract = (ROOT / "docs/operator-contract.md").read_text("utf-8")
     assert 'h.update(name.encode() + b"\\0" + hashlib.sha256(files[name]).hexdigest().encode() + b"\\n")' in contract
 

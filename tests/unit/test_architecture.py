@@ -178,7 +178,7 @@ def reads(source: str) -> Iterator[tuple[str, str]]:
 @pytest.mark.parametrize("name", sorted(m for m in MODULES if m != READER))
 def test_every_file_read_goes_through_the_one_reader(name: str) -> None:
     """A fingerprint added for speed read the source folder with ``Path.read_bytes``, and a FIFO hung
-    ``plan``, ``apply`` and the agent. Files are read by ``patcher.core.fileread`` (``fsio`` re-exports it);
+    ``plan``, ``apply`` and the agent. Files are read by ``patcher.core.fileread``;
     the few reads of the writer lock's own pid are named in ``NOT_CONTENT_READS``, with why."""
     found = [what for function, what in reads(MODULES[name].read_text("utf-8"))
              if (name, function) not in NOT_CONTENT_READS]

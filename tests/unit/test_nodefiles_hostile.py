@@ -12,7 +12,7 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem, set_uid
 
 from patcher.adapters import fsio
-from patcher.core import yamltext
+from patcher.core import fileread, yamltext
 from patcher.core.errors import ManifestError, PatcherError
 from patcher.core.settings import Files
 from patcher.core.state import State
@@ -129,7 +129,7 @@ def test_a_fifo_in_place_of_the_manifest_is_refused_without_blocking(tmp_path: P
 
 def test_a_device_is_refused_too(tmp_path: Path) -> None:
     with pytest.raises(PatcherError, match=r"not a regular file \(a character device\)"):
-        fsio.read_file(Path("/dev/null"), "manifest", limit=1)
+        fileread.read_file(Path("/dev/null"), "manifest", limit=1)
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 

@@ -2,8 +2,7 @@
 
 kubectl's order: ``--kubeconfig`` (one file, which must exist), else ``$KUBECONFIG`` (a colon-separated list,
 merged; missing files skipped; for each name the first file that sets it wins), else ``~/.kube/config``, else
-the in-cluster service account; ``--context`` as kubectl's. The in-cluster path imports only the official
-``incluster_config`` loader (``kube.lightimport``); a kubeconfig loads the whole ``kubernetes.config``.
+the in-cluster service account; ``--context`` as kubectl's.
 
 TLS verification is forced on whatever the kubeconfig says: the agent edits a control-plane manifest as root
 and must know whom it talks to. urllib3 retries once (stale keep-alive connections): the callers back off.
@@ -16,22 +15,20 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from patcher.adapters.kube import lightimport
+from kubernetes.client.configuration import Configuration
+from kubernetes.config import load_kube_config
+from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
+
 from patcher.adapters.kube.errors import ApiError, api_json
 from patcher.adapters.kube.transport import DEFAULT_TIMEOUT, Api
 from patcher.core.errors import PatcherError
 from patcher.core.fileread import read_file
 from patcher.core.yamltext import YamlTextError, load_plain_all
-
-lightimport.install()  # before the first kubernetes import (done by errors and transport already; said here too)
-
-from kubernetes.client.configuration import Configuration  # noqa: E402
-from kubernetes.config.config_exception import ConfigException  # noqa: E402
-from kubernetes.config.incluster_config import (  # noqa: E402
-    SERVICE_CERT_FILENAME,
-    SERVICE_TOKEN_FILENAME,
-    InClusterConfigLoader,
-)
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +115,6 @@ def load_configuration(
     shown = os.pathsep.join(files)
     try:
         if files:
-            from kubernetes.config import load_kube_config  # the whole config package: YAML, OAuth, exec
-
             current, names = _contexts(files)
             if settings.context and settings.context not in names:
                 raise ApiConfigError(f"--context {settings.context}: no such context in the kubeconfig {shown} "

@@ -15,12 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import urllib3
-
-from patcher.adapters.kube import lightimport
-
-lightimport.install()  # before the first kubernetes import: see kube.lightimport
-
-from kubernetes.client.exceptions import ApiException  # noqa: E402
+from kubernetes.client.exceptions import ApiException
 
 #: Everything a call to the API server can raise: an HTTP error answer, a transport failure (refused, reset,
 #: timeout, TLS) or an undecodable body. Only ``api_call`` catches it: every adapter translates through there,

@@ -22,14 +22,9 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 import urllib3
-
-from patcher.adapters.kube import lightimport
-
-lightimport.install()  # before the first kubernetes import: the transport without the generated client
-
-from kubernetes.client.configuration import Configuration  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-from kubernetes.client.rest import RESTClientObject  # noqa: E402
+from kubernetes.client.configuration import Configuration
+from kubernetes.client.exceptions import ApiException
+from kubernetes.client.rest import RESTClientObject
 
 Obj = dict[str, Any]
 #: A request's timeout: seconds for the whole request, or (connect, read).
