@@ -205,7 +205,12 @@ def test_without_the_verb_that_step_fails(cases: dict[Grant | None, Case], grant
     # may follow from it (without `list`, the verdict falls back to a GET per mirror pod, which is not granted).
     assert case.refusals, f"nothing failed without {grant}: a rule nothing needs ({step})"
     assert refused_by(grant, rule, case.number, case.refusals), (step, case.refusals)
-    assert "403" in case.agents.sims[case.node].log, f"the agent did not say that {step} was refused"
+    said = case.agents.sims[case.node].log
+    if (rule["resources"][0], grant[4]) == ("daemonsets", "get") and "no fresh answer about DaemonSet" in said:
+        # The stop's one read has lifecycle.OWNER_LOOKUP (0.15 s) to answer: on a busy machine the server's refusal
+        # (recorded above) can come after it, and the agent then says it had no answer and goes on with its view.
+        return
+    assert "403" in said, f"the agent did not say that {step} was refused"
 
 
 def refused_by(grant: Grant, rule: dict[str, Any], number: int, refusals: list[str], prefix: str = "sp") -> bool:
