@@ -26,6 +26,10 @@ _NS_PER_S = 1_000_000_000
 #: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
 MIN_HASH_DIGITS = 12
 DEFAULT_CONTAINER = "kube-scheduler"
+#: The terminated state the kubelet makes up (exit code 137, no finishedAt) for a container its last status showed
+#: and the runtime no longer has: seen on the new pod when kubeadm's write and ours came 0.6 s apart. No process of
+#: the scheduler exited, so it is never a crash.
+UNKNOWN_TO_THE_KUBELET = "ContainerStatusUnknown"
 
 
 class Verdict(enum.StrEnum):
@@ -187,6 +191,9 @@ def decide(
     if isinstance(term, Mapping):
         finished = _seconds(term.get("finishedAt"))
         code = term.get("exitCode")
+        if term.get("reason") == UNKNOWN_TO_THE_KUBELET:
+            return seen(waiting, f"{c}: the kubelet lost track of a container it ran ({UNKNOWN_TO_THE_KUBELET}), "
+                                 "which says nothing of our config")
         if code != 0 and (finished is None or finished >= write_s):
             return seen(Verdict.CRASH_LOOPING, f"{c} exited with code {code} ({term.get('reason', 'Error')})")
         return seen(waiting, f"{c} has terminated")

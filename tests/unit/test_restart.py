@@ -128,6 +128,21 @@ def test_crash_loop_backoff_and_error_exit_after_write() -> None:
     assert run(clean)[0] is Verdict.WAITING
 
 
+def test_a_container_the_kubelet_lost_track_of_is_no_crash() -> None:
+    """The real kubelet (1.37.2, `kubeadm upgrade node` and the agent's write 0.64 s apart) showed the new pod's
+    scheduler as terminated with exit code 137 and reason ContainerStatusUnknown, no finishedAt: a state it makes
+    up for a container its last status named and the runtime no longer has. Read as a crash, it rolled back a good
+    config and marked it bad; it is a wait, and the scheduler's own exit or restarts still say crash."""
+    lost = pod()
+    lost["status"]["containerStatuses"][0]["state"] = {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was terminated"}}
+    verdict, reason = run(lost)
+    assert verdict is Verdict.WAITING and "ContainerStatusUnknown" in reason
+    lost["status"]["containerStatuses"][0]["restartCount"] = 3
+    assert run(lost, Baseline("uid-new", 0))[0] is Verdict.CRASH_LOOPING  # restarts since the write still count
+
+
 def test_crash_signals_on_a_pod_without_our_marker_are_not_ours() -> None:
     assert run(pod(annotations={}, restart_count=7, waiting_reason="CrashLoopBackOff"))[0] is Verdict.WAITING
     assert run(pod(annotations=marker("ffffffffffff"), restart_count=7))[0] is Verdict.WAITING
