@@ -42,7 +42,7 @@ from tests.harness.real.kubeadm_chart import (
     unpatched,
 )
 from tests.harness.real.kubeadm_cluster import KubeadmCluster, cluster_missing, kubeadm_cluster
-from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, releases_with_kubeadm
+from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode
 from tests.harness.real.kubeadm_upgrade import (
     UPGRADE_DEADLINE,
     ManifestWatch,
@@ -59,6 +59,7 @@ from tests.harness.real.kubeadm_upgrade import (
     uncordon,
     upgrade_apply,
     upgrade_node,
+    upgrade_releases,
     use_tools,
 )
 
@@ -72,16 +73,7 @@ KUBEADM_FAILED = ("rolled back", "did not change after", "tried to recover")
 
 
 def releases() -> tuple[Binaries, Binaries]:
-    """(N, N+1): the two newest releases built with kubeadm; one line on why not (a failure under CI=true)."""
-    why = cluster_missing()
-    built = releases_with_kubeadm()
-    if why is None and len(built) < 2:
-        why = "one release with kubeadm built: the upgrade needs two (`make real-k8s` builds them)"
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the kubeadm cluster's upgrade cannot run under CI=true: {why}")
-        pytest.skip(why)
-    return built[1], built[0]
+    return upgrade_releases(cluster_missing(), "the kubeadm cluster's upgrade")
 
 
 @pytest.fixture

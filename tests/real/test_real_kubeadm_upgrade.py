@@ -16,7 +16,6 @@ contract says, kubeadm finishes and the agent patches once more at the hold's re
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 
 from tests.conftest import write_configmap
 from tests.harness.real.controlplane import Binaries, wait_until
-from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, kubeadm_missing, releases_with_kubeadm
+from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode, kubeadm_missing
 from tests.harness.real.kubeadm_upgrade import (
     PREFIX,
     UPGRADE_DEADLINE,
@@ -44,6 +43,7 @@ from tests.harness.real.kubeadm_upgrade import (
     snapshot,
     uncordon,
     upgrade_apply,
+    upgrade_releases,
     use_tools,
 )
 
@@ -57,16 +57,7 @@ WROTE_MANIFEST = rf"wrote {MANIFESTS}/kube-scheduler.yaml"
 
 
 def releases() -> tuple[Binaries, Binaries]:
-    """(N, N+1): the two newest releases built with kubeadm; one line on why not (a failure under CI=true)."""
-    why = kubeadm_missing()
-    built = releases_with_kubeadm()
-    if why is None and len(built) < 2:
-        why = "one release with kubeadm built: the upgrade needs two (`make real-k8s` builds them)"
-    if why is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the kubeadm upgrade cannot run under CI=true: {why}")
-        pytest.skip(why)
-    return built[1], built[0]
+    return upgrade_releases(kubeadm_missing(), "the kubeadm upgrade")
 
 
 @pytest.fixture

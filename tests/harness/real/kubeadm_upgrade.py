@@ -35,12 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.inotify import InotifyObserver
 
 from tests.harness.real.controlplane import ROOT, Binaries, die_with_parent, wait_until
 from tests.harness.real.kubeadm_cluster import SchedulerTimeline
-from tests.harness.real.kubeadm_node import IGNORED_PREFLIGHT, MANIFESTS, KubeadmNode, image_contents
+from tests.harness.real.kubeadm_node import (
+    IGNORED_PREFLIGHT,
+    MANIFESTS,
+    KubeadmNode,
+    image_contents,
+    releases_with_kubeadm,
+)
 from tests.harness.real.kubelet_node import image_archive
 
 #: kubeadm's upgrade checks this sandbox cannot pass, and why (init's, and one of the upgrade's own).
@@ -58,6 +65,20 @@ IGNORED_UPGRADE_PREFLIGHT = {
 #: this long has been rolled back.
 UPGRADE_MANIFESTS_TIMEOUT = 300.0
 UPGRADE_DEADLINE = 1200.0
+
+
+def upgrade_releases(missing: str | None, what: str) -> tuple[Binaries, Binaries]:
+    """(N, N+1): the two newest releases built with kubeadm, for `what`; `missing` (or fewer than two releases)
+    skips with one line, a failure under CI=true."""
+    built = releases_with_kubeadm()
+    why = missing
+    if why is None and len(built) < 2:
+        why = "one release with kubeadm built: the upgrade needs two (`make real-k8s` builds them)"
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{what} cannot run under CI=true: {why}")
+        pytest.skip(why)
+    return built[1], built[0]
 
 
 def upgrade_config(new: Binaries) -> str:
