@@ -51,9 +51,10 @@ from tests.harness.real.kubelet_node import image_archive
 #: kubeadm's upgrade checks this sandbox cannot pass, and why (init's, and one of the upgrade's own).
 IGNORED_UPGRADE_PREFLIGHT = {
     *IGNORED_PREFLIGHT,
-    # The cluster health check runs a Job of the pause image with `-v` and waits up to 60 s for it to complete.
-    # The project's pause (tools/realk8s/pause) answers `-v` as upstream's does, so the check passes when the Job's
-    # pod can run; kept a warning, not a failure: the pod needs a scheduler, and the check is kubeadm's, not ours.
+    # The cluster health check runs a Job of the pause image with `-v` (not on the host's network) and waits up to
+    # 60 s for it to complete. The project's pause (tools/realk8s/pause) answers `-v` as upstream's does, and the
+    # nodes give such a pod an address (`KubeadmNode.pod_network`), so the check passes where a node is
+    # schedulable; kept a warning, not a failure: the check is kubeadm's, not the agent's.
     "CreateJob",
     # CoreDNS is disabled on this node (no image of it exists here); kubeadm's upgrade checks its Corefile and
     # version all the same, find none ("start version '' not supported") and fail both checks.
