@@ -94,9 +94,13 @@ class Observations:
         self.holds, self.leaders = holds, leaders
         self.attached = True
         self.fallback_version, self.on_phase = fallback_version, on_phase
-        self.attached_event.set()
         if announce:
             self.notify(LoopEvent.ATTACHED)
+
+    def started(self) -> None:
+        """The attached adapters run: a report handed to them now is delivered (``finish`` waits for this, not for
+        ``attach``, which comes first so that an adapter's first event finds the agent holding it)."""
+        self.attached_event.set()
 
     # -- the loop's events ------------------------------------------------------------------------------------
 
@@ -355,12 +359,14 @@ class Observations:
         until = action.until
         # The release within a share of what is left, the report gets the rest.
         self.coordinator.close(max(0.0, 0.5 * (until - time.monotonic())))
-        if self.api_pending and not self.attached:  # stopped while the API client was still being built
-            # (imports, TLS; no network): the manifest is restored already; the report waits for it
-            self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic())))
-            if self.attached:
+        if self.api_pending:  # the API client was built while the agent ran: maybe during this stop
+            # Still being built (imports, TLS; no network): the manifest is restored already; the report waits.
+            waited = not self.attached_event.is_set()
+            if waited and self.attached_event.wait(max(0.0, 0.5 * (action.build_until - time.monotonic()))):
                 until = max(until, time.monotonic() + lifecycle.FINAL_REPORT)
-                if self.current().phase == NodeState.RESTORED:
-                    self.reporter.publish(node_status(self.current()))
+            if self.attached and self.attached_event.is_set():
+                # A phase published before the adapters came went nowhere (they may come between that report and
+                # this one): the state as it is now, once more; the same state again changes nothing.
+                self.reporter.publish(node_status(self.current()))
         if not self.reporter.flush(max(0.0, until - time.monotonic())):
             log.warning("could not publish the final state before the stop's deadline", extra=self._log_extra)

@@ -211,6 +211,7 @@ class Wiring:
         process.start_watching(self.agent)
         if self.parts is not None:
             self.parts.start()
+            self.agent.world.started()
         if self._deferred is not None:
             threading.Thread(target=self._connect, args=(self._deferred,), name="api-connect", daemon=True).start()
 
@@ -232,6 +233,7 @@ class Wiring:
             # (the owner watch's "daemonset") must find the agent holding the adapter, or it is dropped.
             self.parts.attach_to(self.agent)
             self.parts.start()
+            self.agent.world.started()
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop the API side, bounded: with the API black-holed a close can hang, and the process must exit."""

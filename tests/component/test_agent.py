@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,10 @@ import pytest
 from patcher.adapters.kube.client import ApiConfigError
 from patcher.core import fileread, timefmt
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
-from patcher.core.settings import Files
+from patcher.core.settings import Api, Files
+from patcher.core.status import NodeState
 from patcher.services import process
-from patcher.services.runner import Deferred, build_agent
+from patcher.services.runner import Deferred, api_client, build_agent
 from tests.conftest import FIXTURES
 from tests.harness.childproc import Child
 from tests.harness.emu.blackhole import BlackHole
@@ -474,6 +476,42 @@ def test_a_deferred_client_is_built_off_the_loop_and_attached_to_the_running_age
     assert agent.agent.world.reporter is agent.parts.reporter and agent.agent.world.pods is agent.parts.pods
     assert agent.stop() == 0
     assert node.manifest.read_bytes() == KUBEADM and node.state() == "Restored"
+
+
+def test_a_stop_before_the_api_client_is_built_says_restored_once_it_comes(node: Node) -> None:
+    """The CLI builds its API client in a thread (imports, TLS) while the file work goes on: a SIGTERM can come
+    first. The restore does not wait for the client, and the Node's `state` (Ready, by the agent before this one)
+    is not left saying so, even when the client comes as the restore says Restored to no one: the stop says it
+    again through the client once it runs."""
+    first = _spawn(node)
+    assert wait_until(lambda: first.get("/readyz") == 200, 60), first.output
+    assert wait_until(lambda: node.state() == "Ready", 30)
+    first.kill()  # kill -9: the patch stays, and the Node says Ready
+
+    api = Api(kubeconfig=str(node.kubeconfig), timeout=(1.0, 2.0), backoff=(0.05, 0.5))
+    client = api_client(api)  # built here; handed over at the worst moment: as the stop says Restored to no one
+    wiring: Any = None
+
+    def build() -> Any:
+        assert wait_until(lambda: wiring.agent.world.current().phase == NodeState.RESTORED, 30, interval=0.001)
+        return client
+
+    config = build_settings(files=Files(source=node.src, host_root=node.root), node_name=NODE, api=api,
+                            check_extenders=False)
+    wiring = build_agent(config, Deferred(build))
+    wiring.start()
+    codes: list[int] = []
+    loop = threading.Thread(target=lambda: codes.append(process.run(wiring.agent)), daemon=True)
+    loop.start()
+    try:
+        assert wait_until(lambda: wiring.agent.world.current().phase == NodeState.READY, 30)  # adopted, no client
+        wiring.agent.request_stop()
+        loop.join(30)
+        assert codes == [0]
+        assert node.manifest.read_bytes() == KUBEADM
+        assert node.state() == "Restored", node.annotations()
+    finally:
+        wiring.close()
 
 
 def test_an_unusable_api_config_stops_the_agent_with_exit_1_and_the_manifest_as_it_was(node: Node) -> None:
