@@ -17,6 +17,7 @@ from typing import Any, assert_never
 
 from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
+from patcher.adapters.kubelet import KubeletHealth
 from patcher.core import extprobe, lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.schedconfig import RenderedConfig
@@ -80,9 +81,10 @@ class Observations:
         self._pod_before: dict[str, Any] | None = None
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self.watcher: Watcher = NoWatcher()
+        self.kubelet = KubeletHealth(self.opts.kubelet_healthz, log_extra=log_extra)
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
                                      crash_restarts=self.opts.crash_restarts,
-                                     settle=settings.lifecycle.restart_settle)
+                                     settle=settings.lifecycle.restart_settle, kubelet_down=self.kubelet.down)
 
     def attach(self, *, reporter: Reporter, pods: PodSource, coordinator: Coordinator,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
@@ -219,6 +221,8 @@ class Observations:
         if plan is not None:
             self._plan = plan
             planned = replace(planned, schedulers=self.leaders.view())  # the leader-aware order's view
+        if planned.kind == "pending" and planned.manifest_change:  # a write restarts the scheduler: needs a kubelet
+            planned = replace(planned, kubelet_down=self.kubelet.down())
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
         self.metrics.config_missing(bool(planned.missing))
         return planned
