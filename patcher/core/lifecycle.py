@@ -584,6 +584,8 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
 
 def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     acts: list[Action] = [Count("reconciled")]
+    if node.kubelet_held and not (ev.kind == "pending" and ev.manifest_change):
+        node = replace(node, kubelet_held="")  # nothing to hold back any more: a later outage is said again
     r = node.record
     if ev.kind == "known-bad":
         return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]

@@ -152,7 +152,8 @@ class Observations:
 
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
-        its deadline (past it, the blind view's bound: never a busy loop), the local poll and the settle end."""
+        its deadline (past it, the bound of a blind view or a kubelet seen down: never a busy loop), the local
+        poll and the settle end."""
         now, n = time.monotonic(), self.current()
         w = n.wait
         also: tuple[float, ...] = ()

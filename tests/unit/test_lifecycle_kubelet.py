@@ -170,3 +170,12 @@ def test_a_write_that_waits_for_its_restart_keeps_its_turn_while_the_next_is_hel
     node, actions = lifecycle.step(waiting(), replace(pending(DOWN), config_hash="99" * 32), OPTS)
     assert node.turn == "held" and node.wait == waiting().wait
     assert not any(isinstance(a, (lifecycle.Apply, lifecycle.ReleaseTurn)) for a in actions)
+
+
+def test_a_hold_that_has_nothing_left_to_hold_is_forgotten_and_the_next_outage_is_said_again() -> None:
+    ready = lifecycle.Node(record=State(phase=NodeState.READY.value, config_hash=HASH))
+    held, _ = lifecycle.step(ready, pending(DOWN), OPTS)
+    reverted, _ = lifecycle.step(held, lifecycle.Planned(5.0, "up-to-date", config_hash=HASH), OPTS)
+    assert reverted.kubelet_held == ""
+    _, actions = lifecycle.step(reverted, pending(DOWN, 10.0), OPTS)
+    assert [a.reason for a in actions if isinstance(a, lifecycle.Note)] == ["KubeletNotHealthy"]
