@@ -57,17 +57,18 @@ test-fast: $(STAMP)
 test-real-bench: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_bench tests/real/test_bench_smoke.py
 
-## The real node (issue 34): the agent as a process and as a pod on the newest release's kubelet, and every
-## manifest form it writes (each older release: `make test-real-kubeadm`, on the node its kubeadm init made).
+## The real node (issue 34): the agent as a process (on RKE2's manifest) and as a pod merging a foreign config on the
+## newest release's kubelet, and every manifest form it writes (each older release: `make test-real-kubeadm`, on the
+## node its kubeadm init made; the agent as the DaemonSet's pod: the kubeadm clusters there).
 ## One at a time (the real-test lock); .ci/run runs it after `make test`.
 .PHONY: test-real-node
 test-real-node: $(STAMP)
 	$(BIN)/python -m pytest -q -m real_kubelet tests/real/test_real_kubelet.py
 
-## Every test of marker real_kubeadm in tests/real/: a node made by the real `kubeadm init` of each built release
-## (tests/harness/real/kubeadm_node.py: the agent's plan, apply and restore on the manifest kubeadm wrote, run by the
-## real kubelet, ~1.5 min a release); `kubeadm upgrade apply` from the second newest release to the newest with the
-## agent running (~5 min); three control-plane nodes of the newest release made by `kubeadm init` and `kubeadm join
+## Every test of marker real_kubeadm in tests/real/: a node made by the real `kubeadm init` of each built release but
+## the newest (tests/harness/real/kubeadm_node.py: the agent's plan, apply and restore on the manifest kubeadm wrote,
+## run by the real kubelet, ~1.5 min a release); `kubeadm upgrade` from the second newest release to the newest on
+## three control-plane nodes with the chart's agents (~11 min); three control-plane nodes of the newest release made by `kubeadm init` and `kubeadm join
 ## --control-plane` behind haproxy (tests/harness/real/kubeadm_cluster.py: the chart installed and uninstalled with
 ## the real helm, the real controllers); `helm install` from a local registry (test_real_registry.py). Needs root,
 ## containerd, haproxy, docker-registry and the kubeadm of `make real-k8s`; skips with one line without them (fails

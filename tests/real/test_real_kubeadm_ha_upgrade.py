@@ -1,18 +1,19 @@
 """`kubeadm upgrade` of three control-plane nodes, node by node, with the chart's agents running on every one.
 
-What only this test proves: that the agents installed by the real helm as a DaemonSet (not one agent process on one
-node, as tests/real/test_real_kubeadm_upgrade.py runs it) let a three-control-plane cluster be upgraded to the next
-release the way kubeadm's documentation orders it -- on the first node `kubeadm upgrade apply`, on each other one
-`kubeadm upgrade node`, each node drained first, its kubelet replaced by the new release's and uncordoned after --
-and that meanwhile: each kubeadm exits 0 without a rollback and without waiting out its 5 min wait for the
-scheduler's new mirror pod (the agent's re-patch lands under kubeadm's feet on every node, and the other nodes'
-agents, sharing the rollout Lease, write nothing); each node ends on the new release's kube-scheduler with the
-agent's `--config` and the extender, the Node saying `Ready` for the manifest as it is; each node's kubeadm backup
-folder stays as kubeadm left it; each agent writes the manifest exactly once after kubeadm's write; and never two
-kube-schedulers of the cluster are down for a new manifest at once. Then `helm uninstall` (journey e after c): every
-node's manifest is byte-identical to what kubeadm's upgrade wrote, and the agents' pods are gone. It prints the
-timeline of the upgrade: kubeadm's writes, the agents' writes, each scheduler's restart, in seconds.
-"""
+What only this test proves: that the agents installed by the real helm as a DaemonSet let a three-control-plane
+cluster be upgraded to the next release the way kubeadm's documentation orders it -- on the first node `kubeadm
+upgrade apply`, on each other one `kubeadm upgrade node`, each node drained first, its kubelet replaced by the new
+release's and uncordoned after -- and that meanwhile: each kubeadm exits 0 without a rollback and without waiting out
+its 5 min wait for the scheduler's new mirror pod (the agent's re-patch lands under kubeadm's feet on every node, and
+the other nodes' agents, sharing the rollout Lease, write nothing); each node ends on the new release's
+kube-scheduler with the agent's `--config` and the extender, the Node saying `Ready` for the manifest as it is; each
+node's kubeadm backup folder stays as kubeadm left it; each agent writes the manifest exactly once after kubeadm's
+write; and never two kube-schedulers of the cluster are down for a new manifest at once. Then kubeadm once more on
+the last node, to the release it runs, with the node held (the operator contract's way for a re-run, which the
+agent's re-patch would otherwise make kubeadm wait out and roll back): kubeadm exits 0, the agent writes nothing
+until the hold's release and then once. Then `helm uninstall` (journey e after c): every node's manifest is
+byte-identical to what kubeadm's upgrade wrote, and the agents' pods are gone. It prints the timeline of the
+upgrade: kubeadm's writes, the agents' writes, each scheduler's restart, in seconds."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ from tests.harness.real.kubeadm_chart import (
 from tests.harness.real.kubeadm_cluster import KubeadmCluster, cluster_missing, kubeadm_cluster
 from tests.harness.real.kubeadm_node import MANIFESTS, KubeadmNode
 from tests.harness.real.kubeadm_upgrade import (
+    PREFIX,
     UPGRADE_DEADLINE,
     ManifestWatch,
     SchedulerWatch,
+    Snapshot,
     StampedProcess,
     Timeline,
     answer,
@@ -153,6 +156,48 @@ def add_schedulers(timeline: Timeline, schedulers: SchedulerWatch, clock: float)
         timeline.add("scheduler", f"(watch ended; listed again {listed - ended:.1f} s later)", ended + clock)
 
 
+def upgrade_again_held(node: KubeadmNode, new: Binaries, timeline: Timeline, extender: str,
+                       kubeadm_wrote: dict[str, bytes], backups: dict[str, tuple[Path, Snapshot]]) -> float:
+    """kubeadm run again to the release the node runs (a re-run after a failure, a configuration change):
+    kubeadm's manifest then differs from the node's by the agent's patch only, and the agent's re-patch would give
+    back the very hash kubeadm read before and waits to see change (measured: kubeadm waits its 5 min and rolls
+    back). So the operator holds the node first (the operator contract's way): the agent writes nothing, kubeadm's
+    own manifest changes the hash, kubeadm exits 0; at the hold's release the agent patches once more. kubeadm's
+    earlier backups stay as they were. Returns the seconds from the hold to the agent's Ready."""
+    started = time.time()
+    name = node.name
+    writes_before = len(writes(agent_log(node)))
+    held = node.kubectl("annotate", "node", name, f"{PREFIX}hold=kubeadm upgrade node v{new.version}")
+    assert held.returncode == 0, held.stderr
+    timeline.add("harness", f"{name}: held")
+    wait_until(lambda: node_annotations(node).get("state") == "Held", 120,
+               lambda: f"{name} Held: {node_annotations(node)}")
+    drain(node)
+    again = upgrade_node(node, new, timeline, f"kubeadm {name} (again, held)")
+    code = again.wait(UPGRADE_DEADLINE)
+    output = again.text()
+    assert code == 0, f"kubeadm upgrade node (again) on {name} exited {code}\n{again.text(80)}"
+    assert not [f for f in KUBEADM_FAILED if f in output], output
+    manifest = node.host(MANIFEST).read_bytes()
+    assert b"--config=" not in manifest, manifest.decode()  # kubeadm's own, left alone while held
+    assert manifest == kubeadm_wrote[name]  # the same release, the same bytes as its first upgrade wrote
+    assert len(writes(agent_log(node))) == writes_before, agent_log(node)  # nothing while held
+    folder, files = backups[name]
+    now = snapshot(folder)
+    assert {k: now.get(k) for k in files} == files, f"{name}: kubeadm's earlier backups changed"
+    backups[name] = (folder, now)  # and the new backup folder this run made, from here on
+    released = node.kubectl("annotate", "node", name, f"{PREFIX}hold-")
+    assert released.returncode == 0, released.stderr
+    timeline.add("harness", f"{name}: hold released")
+    wait_until(partial(ready_on, node, new.version), 600, lambda: (
+        f"the agent's patch Ready again on {name}: {node_annotations(node)}\n{agent_log(node)[-20:]}\n"
+        f"--- kubelet ---\n{node.log('kubelet')}"))
+    assert len(writes(agent_log(node))) == writes_before + 1, agent_log(node)  # once, at the release
+    uncordon(node)
+    assert wait_until(node.scheduler_extenders, 120, f"the extender on {name}'s /configz") == [extender]
+    return time.time() - started
+
+
 @pytest.mark.timeout(3000)
 def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         cluster: KubeadmCluster, tmp_path: Path) -> None:
@@ -172,7 +217,7 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
     kubeadms: dict[str, StampedProcess] = {}
     logs: dict[str, list[tuple[float, str]]] = {}
     marks: dict[str, dict[str, float]] = {n: {} for n in names}
-    backups: dict[str, tuple[Path, dict[str, tuple[int, int, str]]]] = {}
+    backups: dict[str, tuple[Path, Snapshot]] = {}
     timings: list[str] = []
     try:
         assert wait_until(lambda: settled_nodes(cluster), 300, "three Ready control-plane Nodes") == sorted(names)
@@ -275,6 +320,10 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         window = schedulers.replacements(installed - clock, upgraded - clock)
         most = max((len(down) for _, _, down in window), default=0)
         assert most == 1, window  # each node's scheduler replaced, never two at once
+
+        # -- `kubeadm upgrade node` again, to the release the node runs, with the node held ------------------------
+        held_in = upgrade_again_held(nodes[-1], new, timeline, extender, kubeadm_wrote, backups)
+        timings.append(f"{nodes[-1].name}: held, `kubeadm upgrade node` again, released, Ready {held_in:.1f} s")
 
         # -- journey e after c: helm uninstall gives every node kubeadm's upgraded bytes -----------------------------
         started = time.time()

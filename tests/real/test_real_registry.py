@@ -5,8 +5,10 @@ One node `kubeadm init` made (tests/harness/real/kubeadm_node.py) of the newest 
 project's image is pushed there with podman, the chart with `helm push`; `helm install oci://...` installs it, the
 node's containerd pulls the image (it trusts the registry's CA through its hosts folder; the credentials come only
 from the pod's imagePullSecret), kubeadm's kube-controller-manager (the DaemonSet controller) and kube-scheduler place
-the agent, the agent patches kubeadm's manifest and the kubelet restarts the scheduler with `--config`.
-`helm uninstall` gives kubeadm its bytes back, and the garbage collector takes the agent's pod.
+the agent, the agent patches kubeadm's manifest (the newest release's `kubeadm init` manifest: the bytes of
+tests/fixtures/kubeadm/, as tests/real/test_real_kubeadm.py holds the older releases to) and the kubelet restarts the
+scheduler with `--config`. `helm uninstall` gives kubeadm its bytes back, and the garbage collector takes the agent's
+pod.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from tests.harness.real.helmtool import CHART, find_helm
 from tests.harness.real.kubeadm_chart import stop_agents_in
 from tests.harness.real.kubeadm_node import ADDRESS, MANIFESTS, KubeadmNode, kubeadm_node, releases_with_kubeadm
 from tests.harness.real.registry import Registry, net_prefix, registry_missing, serving
-from tests.real.test_real_kubeadm import CONFIG_DIR, command_of, extenders_of, replaced, require_kubeadm
+from tests.real.test_real_kubeadm import (
+    CONFIG_DIR,
+    command_of,
+    extenders_of,
+    kubeadms_manifest,
+    replaced,
+    require_kubeadm,
+)
 
 pytestmark = pytest.mark.real_kubeadm
 
@@ -144,6 +153,8 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             chart = timed("helm package + login + push", lambda: reg.push_chart(helm, CHART))
             manifest = node.host(f"{MANIFESTS}/kube-scheduler.yaml")
             written = manifest.read_bytes()
+            # what tests/unit/test_kubeadm_written.py patches (the per-release test holds the older releases to it)
+            assert written == kubeadms_manifest(binaries.version), written.decode()
             first_id, first_pod = wait_until(node.running, 300, lambda: f"kubeadm's scheduler\n{node.log('kubelet')}")
             first_hash = first_pod["metadata"]["annotations"]["kubernetes.io/config.hash"]
             assert ref not in images(node)

@@ -244,6 +244,17 @@ class KubeadmNode(NamespacedNode):
             self.attach(self)
         self.sh(f"ip addr add {self.address}/24 dev eth0 && ip link set eth0 up && ip route add default dev eth0")
 
+    def pod_network(self) -> dict[str, Any]:
+        """A pod network in the node's own network namespace: each pod without hostNetwork gets a veth pair to the
+        node (CNI `ptp`) and an address of the node's own /24 (`host-local`, its leases below the test root), with
+        its default route through the node. Pods then run, as on any kubeadm node with a CNI (kubeadm's upgrade
+        health check runs one: a Job of `pause -v`), and reach the node's own addresses; no pod reaches another
+        node (no routes between the nodes' pod ranges, no masquerade: nothing here needs it)."""
+        return {"cniVersion": "0.4.0", "name": "node-pods", "plugins": [{
+            "type": "ptp", "ipMasq": False,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": f"10.244.{self.address.rsplit('.', 1)[1]}.0/24"}]],
+                     "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(self.run / "cni-ipam")}}]}
+
     def sh(self, script: str) -> None:
         """A shell command in the node's network and mount namespaces (not its PID one: it is done at once)."""
         proc = subprocess.run(self.inside(["sh", "-c", script], pid_namespace=False), capture_output=True,

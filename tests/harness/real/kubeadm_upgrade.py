@@ -8,8 +8,6 @@ meanwhile is recorded on one clock (this process's `time.time()`), as a `Timelin
 * kubeadm's output, each line stamped when it is read (kubeadm's own `fmt.Printf` lines carry no time);
 * every rename or write that lands on the kube-scheduler manifest (inotify on the manifest folder, in this
   process): the file's inode, the first digits of its sha256, and whether it carries the agent's `--config`;
-* every container of the control-plane static pods the API server shows (a `kubectl --watch` of their mirror pods
-  in the node, started again after each API server restart): its ID, `startedAt` and the pod's config hash;
 * the output of the processes started here in the node (the agent, the extender), stamped as kubeadm's.
 
 `upgrade_config` says which of kubeadm's upgrade checks this sandbox cannot pass, and why. On a cluster's other
@@ -53,9 +51,10 @@ from tests.harness.real.kubelet_node import image_archive
 #: kubeadm's upgrade checks this sandbox cannot pass, and why (init's, and one of the upgrade's own).
 IGNORED_UPGRADE_PREFLIGHT = {
     *IGNORED_PREFLIGHT,
-    # The cluster health check runs a Job of the pause image with `-v` and waits up to 60 s for it to complete.
-    # The project's pause (tools/realk8s/pause) answers `-v` as upstream's does, so the check passes when the Job's
-    # pod can run; kept a warning, not a failure: the pod needs a scheduler, and the check is kubeadm's, not ours.
+    # The cluster health check runs a Job of the pause image with `-v` (not on the host's network) and waits up to
+    # 60 s for it to complete. The project's pause (tools/realk8s/pause) answers `-v` as upstream's does, and the
+    # nodes give such a pod an address (`KubeadmNode.pod_network`), so the check passes where a node is
+    # schedulable; kept a warning, not a failure: the check is kubeadm's, not the agent's.
     "CreateJob",
     # CoreDNS is disabled on this node (no image of it exists here); kubeadm's upgrade checks its Corefile and
     # version all the same, find none ("start version '' not supported") and fail both checks.
@@ -216,65 +215,6 @@ class ManifestWatch(FileSystemEventHandler):
             self.timeline.add(self.source, f"{why}: inode {stat.st_ino} sha256 {digest} "
                               f"{tag.group(1).decode() if tag else '?'} {'patched' if patched else 'unpatched'} "
                               f"mtime {stat.st_mtime_ns / 1e9:.3f}", now)
-
-
-class PodWatch:
-    """The control-plane mirror pods' containers, from a `kubectl --watch` in the node (started again whenever
-    it ends: the API server restarts during an upgrade). `starts` holds (time seen, component, container ID,
-    startedAt, config hash) once per container that ran."""
-
-    def __init__(self, node: KubeadmNode, timeline: Timeline) -> None:
-        self.node, self.timeline = node, timeline
-        self.starts: list[tuple[float, str, str, str, str]] = []
-        self.stopped = threading.Event()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> PodWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        while not self.stopped.is_set():
-            argv = [str(self.node.run / "bin" / "kubectl"), "--kubeconfig=/etc/kubernetes/admin.conf", "get", "pods",
-                    "-n", "kube-system", "-l", "tier=control-plane", "--watch", "-o", "json"]
-            self.proc = subprocess.Popen(self.node.inside(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
-            assert self.proc.stdout is not None
-            decoder, buffer = json.JSONDecoder(), ""
-            for raw in self.proc.stdout:
-                buffer += raw.decode(errors="replace")
-                while True:
-                    stripped = buffer.lstrip()
-                    try:
-                        pod, end = decoder.raw_decode(stripped)
-                    except ValueError:
-                        break
-                    buffer = stripped[end:]
-                    self._seen(pod)
-            self.proc.wait()
-            self.stopped.wait(0.5)
-
-    def _seen(self, pod: dict[str, Any]) -> None:
-        component = pod["metadata"].get("labels", {}).get("component", "?")
-        config_hash = pod["metadata"].get("annotations", {}).get("kubernetes.io/config.hash", "")
-        for status in pod.get("status", {}).get("containerStatuses") or []:
-            running = status.get("state", {}).get("running")
-            cid = status.get("containerID", "")
-            if running and cid and all(s[2] != cid for s in self.starts):
-                image = status.get("image", "").rsplit(":", 1)[-1]
-                self.starts.append((time.time(), component, cid, running.get("startedAt", ""), config_hash))
-                self.timeline.add("pod", f"{component} container {cid[-12:]} running {image}, started "
-                                  f"{running.get('startedAt', '')}, config hash {config_hash[:12]}")
-
-    def of(self, component: str) -> list[tuple[float, str, str, str, str]]:
-        return [s for s in self.starts if s[1] == component]
 
 
 @dataclass
@@ -449,8 +389,12 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
-    """Every file below `folder`: (mode, mtime_ns, sha256), by relative path."""
+#: Every file below a folder: (mode, mtime_ns, sha256), by relative path.
+Snapshot = dict[str, tuple[int, int, str]]
+
+
+def snapshot(folder: Path) -> Snapshot:
+    """What `Snapshot` says, of `folder` now."""
     out = {}
     for path in sorted(folder.rglob("*")):
         if path.is_file():

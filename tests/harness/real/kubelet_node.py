@@ -9,7 +9,8 @@ files. A `RealNode` is:
   `--host-root /` reads on this machine exactly as on a node, and hostPath volumes resolve below the test root.
   The host keeps only the empty mount points (made when missing, removed at stop when they were);
 * containerd (Debian's, see `runtime_missing`) with its root, state, socket and runc root below the test root,
-  a pod network of the CNI loopback plugin only (the Node is Ready with it; the static pods use hostNetwork),
+  a pod network of the CNI loopback plugin only (`pod_network`: the Node is Ready with it; the static pods use
+  hostNetwork; a node with a network namespace of its own, as kubeadm_node.py's, gives its pods an address),
   its sandbox image the pause binary, and the release's kube-scheduler as `registry.k8s.io/kube-scheduler:v<X>`:
   both are image archives written here and imported, never pulled (no registry is reachable);
 * the release's kubelet with a client certificate of `system:node:<name>` signed by the control plane's CA
@@ -267,16 +268,21 @@ state = "{run / 'containerd-state'}"
 """ + ("" if self.registry_config is None else f"""  [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "{self.registry_config}"
 """))
-        # The node's pod network: loopback only. Without a network config the runtime reports NetworkReady=false
-        # and the kubelet keeps the Node NotReady, so its registration taint node.kubernetes.io/not-ready
-        # stays (a DaemonSet does not tolerate it: it would select no such node). Pods without hostNetwork
-        # get a network namespace with `lo` and nothing else; nothing on the host's network changes.
+        # Without a network config the runtime reports NetworkReady=false and the kubelet keeps the Node NotReady,
+        # so its registration taint node.kubernetes.io/not-ready stays (a DaemonSet does not tolerate it: it would
+        # select no such node).
         (run / "cni-conf").mkdir(exist_ok=True)
-        (run / "cni-conf" / "10-loopback.conflist").write_text(json.dumps({
-            "cniVersion": "0.4.0", "name": "node-loopback", "plugins": [{"type": "loopback"}]}))
+        (run / "cni-conf" / "10-pods.conflist").write_text(json.dumps(self.pod_network()))
         proc = self.spawn("containerd", ["containerd", f"--config={run / 'containerd.toml'}"])
         wait_until(lambda: self._alive(proc, "containerd") and self.socket.exists(), START_DEADLINE,
                    "containerd's socket")
+
+    def pod_network(self) -> dict[str, Any]:
+        """The node's pod network (a CNI conflist): loopback only, for a node on this machine's own network, which
+        nothing here may change. The Node is Ready with it, the static pods use hostNetwork; a pod without
+        hostNetwork never starts (containerd's CRI wants an address on the pod's `eth0`: "failed to find network
+        info for sandbox")."""
+        return {"cniVersion": "0.4.0", "name": "node-loopback", "plugins": [{"type": "loopback"}]}
 
     def ctr(self, *args: str) -> str:
         """containerd's own client on the node's socket, in the CRI plugin's namespace."""
