@@ -222,8 +222,11 @@ class Observations:
         if plan is not None:
             self._plan = plan
             planned = replace(planned, schedulers=self.leaders.view())  # the leader-aware order's view
+        # Every plan looks (under a millisecond when healthy): the check is armed at the start's plan, while the
+        # kubelet that started this pod is up, not first at a write that may come while it is down.
+        kubelet_down = self.kubelet.down()
         if planned.kind == "pending" and planned.manifest_change:  # a write restarts the scheduler: needs a kubelet
-            planned = replace(planned, kubelet_down=self.kubelet.down())
+            planned = replace(planned, kubelet_down=kubelet_down)
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
         self.metrics.config_missing(bool(planned.missing))
         return planned
