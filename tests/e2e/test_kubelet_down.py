@@ -73,7 +73,16 @@ class Node:
     healthz: Healthz
     kubelet: SimKubelet
     log: Path
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+
+    def start_agent(self) -> None:
+        """A new agent process (the log appended to); a running one is killed first (SIGKILL: nothing restored)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
 
     def ann(self) -> dict[str, str]:
         return {k[len(P):]: v for k, v in self.emu.node_annotations(NODE).items() if k.startswith(P)}
@@ -112,14 +121,14 @@ def node(tmp_path: Path) -> Iterator[Node]:
     healthz = Healthz()
     url = healthz.start()
     n = Node(emu, root, src, healthz, SimKubelet(emu, NODE, root).start(), tmp_path / "agent.log")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": NODE, "KUBECONFIG": str(kubeconfig),
-           "POD_NAMESPACE": "scheduler-patcher"}
-    n.proc = subprocess.Popen(
-        [sys.executable, "-m", "patcher", "run", "--host-root", str(root), "--source", str(src),
-         "--listen", "127.0.0.1:0", "--restart-timeout", f"{TIMEOUT}s", "--restart-settle", "1s",
-         "--check-extenders=false", "--kubelet-healthz", url, "--rollout-lease-duration", "30s"],
-        env=env, stdout=n.log.open("wb"), stderr=subprocess.STDOUT)
+    n.env = {**os.environ, "PYTHONPATH": str(ROOT), "NODE_NAME": NODE, "KUBECONFIG": str(kubeconfig),
+             "POD_NAMESPACE": "scheduler-patcher"}
+    n.argv = [sys.executable, "-m", "patcher", "run", "--host-root", str(root), "--source", str(src),
+              "--listen", "127.0.0.1:0", "--restart-timeout", f"{TIMEOUT}s", "--restart-settle", "1s",
+              "--check-extenders=false", "--kubelet-healthz", url, "--rollout-lease-duration", "30s"]
+    n.start_agent()
     yield n
+    assert n.proc is not None
     if n.proc.poll() is None:
         n.proc.kill()
         n.proc.wait(10)
@@ -164,3 +173,22 @@ def test_a_kubelet_outage_is_waited_out_and_never_marks_the_config_bad(node: Nod
     node.kubelet_comes_back()
     assert wait_until(lambda: node.ann().get("state") == "Ready" and node.ann()["config-hash"] not in (first, second),
                       30), says()
+
+
+def test_an_agent_that_adopted_a_ready_node_holds_a_write_when_its_kubelet_dies_later(node: Node) -> None:
+    """Journey d's shape: the agent restarted (a rolling update) onto a Ready node makes no write at its start; the
+    kubelet dies after; then the turn's change comes. Its start armed the check: the write is held, not made."""
+    def says() -> str:
+        return f"{node.ann()}\n{node.log.read_text(errors='replace')[-3000:]}"
+
+    assert wait_until(lambda: node.ann().get("state") == "Ready", 30), says()
+    ready = node.ann()["config-hash"]
+    node.start_agent()
+    assert wait_until(lambda: node.log.read_text(errors="replace").count("kubelet health endpoint") >= 2, 30), says()
+    node.kubelet_dies()
+    patched = node.manifest()
+    write_configmap(node.src, {"extenders.yaml": EXTENDERS.format(w=7)})
+    assert wait_until(lambda: "holding the write" in node.log.read_text(errors="replace"), 20), says()
+    assert node.manifest() == patched and node.ann()["state"] == "Ready" and node.ann()["config-hash"] == ready
+    node.kubelet_comes_back()
+    assert wait_until(lambda: node.ann().get("state") == "Ready" and node.ann()["config-hash"] != ready, 30), says()
