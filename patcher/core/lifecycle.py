@@ -46,6 +46,8 @@ OWNER_LOOKUP = 0.15
 STOP_ANSWERS = 0.45
 #: Seconds the release and the final report get after such a wait on an answering API.
 FINAL_REPORT = 0.5
+#: Seconds between two plans while a write is held back for the node's kubelet (``Planned.kubelet_down``).
+KUBELET_RETRY = 5.0
 
 
 # -- the value -------------------------------------------------------------------------------------------------
@@ -65,6 +67,9 @@ class Wait:
     #: rollout turn passed on.
     extenders_checked: bool = False
     probing: bool = False  # that probe runs now (a pre-flight of the next config may run beside it)
+    #: Why the node's kubelet was not healthy when this wait was past its deadline ("": never seen so): a
+    #: timeout is then no verdict on the config (``observed``).
+    kubelet_down: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ class Node:
     #: The leader-aware order held this write back: since when (monotonic; the deadline counts from it) and why
     #: ("" once it let the write go). None until it first held this write back; cleared when a wait starts.
     order: tuple[float, str] | None = None
+    #: A write held back because the node's kubelet is not healthy: why, as said once ("": not held back).
+    kubelet_held: str = ""
 
     @property
     def phase(self) -> NodeState | None:
@@ -178,6 +185,8 @@ class Planned:
     mtime_ns: int = 0
     missing: str = ""  # the ``--config`` names a file not on the node that this plan does not put back
     schedulers: Schedulers = field(default_factory=Schedulers)  # the leader-aware order's view at the plan
+    #: pending: why the node's kubelet is not healthy now ("": healthy, or not known); nothing is written then.
+    kubelet_down: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,6 +213,9 @@ class Observed:
     verdict: Verdict
     reason: str
     blind: bool = False  # the only check is a mirror-pod view that does not follow the server right now
+    #: Why the node's kubelet is not healthy now ("": healthy, or not known; looked at only past the deadline):
+    #: no kubelet, no restart, so the timeout says nothing about the config.
+    kubelet_down: str = ""
     #: Waiting only for the settle time, done then (monotonic): a healthy scheduler that started just before
     #: the deadline is not rolled back for it.
     settle_until: float | None = None
@@ -572,6 +584,8 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
 
 def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     acts: list[Action] = [Count("reconciled")]
+    if node.kubelet_held and not (ev.kind == "pending" and ev.manifest_change):
+        node = replace(node, kubelet_held="")  # nothing to hold back any more: a later outage is said again
     r = node.record
     if ev.kind == "known-bad":
         return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
@@ -606,6 +620,11 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         node = replace(node, probing=ev.config_hash, periodic=False,
                        probe_failures=node.probe_failures if node.failed_probe == ev.config_hash else 0)
         return _pending_if_new(node, [*acts, Probe(ev.config_hash)])
+    if ev.manifest_change and ev.kubelet_down:
+        return _hold_for_kubelet(node, ev.kubelet_down, acts)
+    if node.kubelet_held:
+        node = replace(node, kubelet_held="")
+        acts.append(Log("info", "the kubelet on this node is healthy again: the write goes on"))
     turn = ev.manifest_change and opts.coordinated and not (
         r.last_good is not None and r.last_good.config_hash == ev.config_hash)
     if turn and node.wait is None:  # (a write waiting for its restart uses its turn: never given back here)
@@ -618,6 +637,22 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if ev.manifest_change and node.phase != NodeState.PENDING:
         node, acts = _phase(node, NodeState.PENDING, after=acts)
     return node, [*acts, Apply()]
+
+
+def _hold_for_kubelet(node: Node, why: str, acts: list[Action]) -> Step:
+    """No write while the node's kubelet is known not healthy: no kubelet restarts the scheduler onto it, and the
+    rollout turn would be held for a restart nobody makes (the turn, asked or held, is given back: another node
+    may go). The state stays what it is (a new node says Pending); one line and one Warning per distinct reason;
+    planned again every ``KUBELET_RETRY`` seconds. A write that waits for its restart keeps its wait and turn."""
+    told: list[Action] = []
+    if why != node.kubelet_held:
+        line = f"kubelet on this node not healthy ({why}): holding the write"
+        told = [Log("warning", line), Note("KubeletNotHealthy", line, warning=True)]
+    node = replace(node, kubelet_held=why)
+    rel: list[Action] = []
+    if node.wait is None:
+        node, rel = _release(node)
+    return _pending_if_new(node, [*acts, *told, *rel, RetryLater(KUBELET_RETRY)])
 
 
 #: A peer in one of these states is still on its way (or its agent has said nothing yet: a fresh install).
@@ -869,29 +904,62 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
         return _fail_wait(node, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
     if ev.now >= w.deadline and ev.settle_until is not None and ev.now < ev.settle_until:
         return node, []  # bounded: the settle time past the deadline at most, and the loop wakes at its end
-    if ev.now >= w.deadline and ev.blind and ev.now < w.deadline + opts.restart_timeout:
-        # A broken watch alone never decides a rollback: "not restarted yet" from a stale view says nothing about
-        # the scheduler. One more timeout, bounded, for the view to come back before the verdict.
-        return node, []
     if ev.now >= w.deadline:
-        return _fail_wait(node, opts, f"kube-scheduler did not come back Ready with config {w.config_hash[:12]} "
-                                      f"within {opts.restart_timeout:.0f}s ({ev.reason})")
+        return _timed_out(node, w, ev, opts)
     return node, []
 
 
-def _fail_wait(node: Node, opts: Lifecycle, reason: str) -> Step:
+def _timed_out(node: Node, w: Wait, ev: Observed, opts: Lifecycle) -> Step:
+    """Past the restart deadline, the scheduler not back (and not waiting only for its settle time).
+
+    A kubelet seen not healthy at or past the deadline gives no verdict: nothing restarts a static pod without
+    it. The wait then goes on for one more ``restart_timeout`` (the kubelet may come back and restart the
+    scheduler, judged as any restart: a crash loop still marks the config bad), and never longer: the rollout
+    turn is held all that time, and every other node waits for it. At that bound the node rolls back as on any
+    timeout (a kubelet that comes back must start the config that ran before, not one nobody judged, while other
+    nodes may be restarting) but marks nothing bad: the turn goes back without the Lease's refusal, so the
+    rollout goes on elsewhere, and this node tries the config again once its kubelet is healthy
+    (``_hold_for_kubelet``)."""
+    short = w.config_hash[:12]
+    down = ev.kubelet_down or w.kubelet_down
+    if not down and ev.blind and ev.now < w.deadline + opts.restart_timeout:
+        # A broken watch alone never decides a rollback: "not restarted yet" from a stale view says nothing about
+        # the scheduler. One more timeout, bounded, for the view to come back before the verdict.
+        return node, []
+    if not down:
+        return _fail_wait(node, opts, f"kube-scheduler did not come back Ready with config {short} within "
+                                      f"{opts.restart_timeout:.0f}s ({ev.reason})")
+    if ev.now < w.deadline + opts.restart_timeout:
+        if w.kubelet_down:
+            return node, []  # said once
+        message = (f"kubelet on this node not healthy ({down}): no restart of kube-scheduler onto config {short} "
+                   f"within {opts.restart_timeout:.0f}s; waiting {opts.restart_timeout:.0f}s more, then rolling back "
+                   "without marking the config bad")
+        node, acts = _phase(replace(node, wait=replace(w, kubelet_down=down)), NodeState.WAITING_FOR_RESTART,
+                            message)
+        return node, [Log("warning", message), Note("KubeletNotHealthy", message, warning=True), *acts]
+    return _fail_wait(node, opts, f"kube-scheduler did not come back with config {short} within "
+                                  f"{2 * opts.restart_timeout:.0f}s while the kubelet on this node was not healthy "
+                                  f"({down}): no verdict on the config, not marked bad; tried again once the "
+                                  "kubelet is healthy", judged=False)
+
+
+def _fail_wait(node: Node, opts: Lifecycle, reason: str, *, judged: bool = True) -> Step:
+    """Roll back (or Failed without rollback) and give the turn back. ``judged``: a scheduler ran the config
+    (or had its chance to): it is marked bad here and, through the Lease, on every node; not judged: neither."""
     w = node.wait
     assert w is not None
-    node = replace(node, wait=None, record=node.record.with_bad(w.config_hash))
+    node = replace(node, wait=None, record=node.record.with_bad(w.config_hash) if judged else node.record)
+    bad = w.source_hash if judged else ""
     acts: list[Action] = [Count("rolled_back")]
     if not opts.rollback_on_failure:
         node, more = _phase(node, NodeState.FAILED, reason)
-        node, rel = _release(node, w.source_hash)
+        node, rel = _release(node, bad)
         return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
     good = node.record.last_good
     if good is None or good.config_hash == w.config_hash:  # nothing else ran here: the original is the target
-        return node, [*acts, RollBack(w.config_hash, reason, w.source_hash, good)]
-    return node, [*acts, CheckLastGood(w.config_hash, reason, w.source_hash, good)]
+        return node, [*acts, RollBack(w.config_hash, reason, bad, good)]
+    return node, [*acts, CheckLastGood(w.config_hash, reason, bad, good)]
 
 
 def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:

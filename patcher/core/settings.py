@@ -119,6 +119,13 @@ class Loop:
     hold_wait: float = field(default=30.0, metadata=flag(
         "--hold-wait", "with the API, how long the agent waits at its start to learn whether its Node is held (the "
         "hold annotation) before it writes anything; then it goes on as not held"))
+    #: The kubelet's local health endpoint (its healthzBindAddress and healthzPort; kubeadm and RKE2 keep both),
+    #: reached through hostNetwork: while it says the kubelet is not healthy no manifest is written, and a restart
+    #: timeout is no verdict on the config. Empty: no check.
+    kubelet_healthz: str = field(default="http://127.0.0.1:10248/healthz", metadata=flag(
+        "--kubelet-healthz", "the node's kubelet health endpoint (http, on the node's loopback: needs hostNetwork); "
+        "while it is not healthy no manifest is written and a restart timeout marks no config bad (empty: no "
+        "check)"))
     #: Quiet time after a folder event (open writers are waited for on top: watch.py).
     debounce: float = 0.02
     #: Restarts after our write that make a crash loop.

@@ -37,9 +37,10 @@ class NodeState(enum.StrEnum):
 
 #: The only states whose ``message`` annotation is kept; in every other state a stale sentence would mislead.
 #: Pending carries one only while the extender pre-flight holds the write back (which extender, which error);
-#: Ready only while the periodic probe finds an extender that stopped answering (the cluster verdict: NotReady).
+#: Ready only while the periodic probe finds an extender that stopped answering (the cluster verdict: NotReady);
+#: WaitingForRestart only while a restart deadline passed without a healthy kubelet on the node.
 STATES_WITH_MESSAGE: Final = frozenset({NodeState.FAILED, NodeState.ROLLED_BACK, NodeState.PENDING,
-                                        NodeState.READY, NodeState.HELD})
+                                        NodeState.READY, NodeState.HELD, NodeState.WAITING_FOR_RESTART})
 
 #: Per state: the Event reason for entering it (CamelCase, as ``kubectl describe`` shows them) and its message
 #: when the state carries none (``{}``: the config's first 12 digits).

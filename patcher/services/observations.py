@@ -17,6 +17,7 @@ from typing import Any, assert_never
 
 from patcher.adapters.extprobe import start_probe
 from patcher.adapters.health import Metrics
+from patcher.adapters.kubelet import KubeletHealth
 from patcher.core import extprobe, lifecycle
 from patcher.core.lifecycle import LoopEvent, Node
 from patcher.core.schedconfig import RenderedConfig
@@ -80,9 +81,10 @@ class Observations:
         self._pod_before: dict[str, Any] | None = None
         self._why = "start"  # what triggered the current reconcile (for the log lines of its writes)
         self.watcher: Watcher = NoWatcher()
+        self.kubelet = KubeletHealth(self.opts.kubelet_healthz, log_extra=log_extra)
         self.restarts = RestartWatch(self.files, local_check=self.opts.local_check,
                                      crash_restarts=self.opts.crash_restarts,
-                                     settle=settings.lifecycle.restart_settle)
+                                     settle=settings.lifecycle.restart_settle, kubelet_down=self.kubelet.down)
 
     def attach(self, *, reporter: Reporter, pods: PodSource, coordinator: Coordinator,
                fallback_version: Callable[[], str | None], on_phase: Callable[[NodeState], None],
@@ -154,7 +156,8 @@ class Observations:
 
     def timeout(self, rules: Lifecycle) -> float:
         """How long the loop may sleep: the next timer, the heartbeat, and while a write waits for its restart
-        its deadline (past it, the blind view's bound: never a busy loop), the local poll and the settle end."""
+        its deadline (past it, the bound of a blind view or a kubelet seen down: never a busy loop), the local
+        poll and the settle end."""
         now, n = time.monotonic(), self.current()
         w = n.wait
         also: tuple[float, ...] = ()
@@ -223,6 +226,11 @@ class Observations:
         if plan is not None:
             self._plan = plan
             planned = replace(planned, schedulers=self.leaders.view())  # the leader-aware order's view
+        # Every plan looks (under a millisecond when healthy): the check is armed at the start's plan, while the
+        # kubelet that started this pod is up, not first at a write that may come while it is down.
+        kubelet_down = self.kubelet.down()
+        if planned.kind == "pending" and planned.manifest_change:  # a write restarts the scheduler: needs a kubelet
+            planned = replace(planned, kubelet_down=kubelet_down)
         self.metrics.source_refused(planned.kind == "refused" and planned.error_kind == "config")
         self.metrics.config_missing(bool(planned.missing))
         return planned

@@ -22,13 +22,15 @@ from patcher.services.ports import PodSource
 class RestartWatch:
     def __init__(self, files: Files, *, local_check: bool, crash_restarts: int, settle: float,
                  wall_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
-                 scan: Callable[[], list[SchedulerProcess]] = find_schedulers) -> None:
-        """``wall_ns``, ``monotonic``, ``scan``: the clocks and the process table, replaced in tests."""
+                 scan: Callable[[], list[SchedulerProcess]] = find_schedulers,
+                 kubelet_down: Callable[[], str] = lambda: "") -> None:
+        """``wall_ns``, ``monotonic``, ``scan``: the clocks and the process table, replaced in tests;
+        ``kubelet_down``: why the node's kubelet is not healthy ("" healthy or unknown; ``adapters/kubelet``)."""
         self.files = files
         self.local_check = local_check
         self.crash_restarts = crash_restarts
         self.settle = settle
-        self.wall_ns, self.monotonic, self.scan = wall_ns, monotonic, scan
+        self.wall_ns, self.monotonic, self.scan, self.kubelet_down = wall_ns, monotonic, scan, kubelet_down
         self.baseline = restart.Baseline()
         self.tracker: LocalRestartTracker | None = None
         #: Monotonic time of the next look while a check waits only for the settle time.
@@ -100,7 +102,10 @@ class RestartWatch:
         only_settle = waiting and len(settled_by) == len(verdicts) and bool(settled_by)
         settle_until = now + (max(settled_by) - now_ns) / 1e9 if only_settle else None
         blind = self.tracker is None and watched and not fresh
-        return lifecycle.Observed(now, now_ns, verdict, reason, blind=blind, settle_until=settle_until)
+        # Only a timeout needs the kubelet: one short look, past the deadline, while the restart is not seen.
+        kubelet = self.kubelet_down() if waiting and now >= wait.deadline else ""
+        return lifecycle.Observed(now, now_ns, verdict, reason, blind=blind, settle_until=settle_until,
+                                  kubelet_down=kubelet)
 
 
 def _newer_process(check: LocalCheck | None, started_at: str | None) -> str | None:

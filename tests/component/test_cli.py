@@ -265,7 +265,7 @@ RUN_FLAG_VALUES = {
     "--publish-status": "false", "--compat-csi-baremetal": "true", "--compat-namespace": "compat",
     "--log-format": "json", "--log-level": "debug", "--check-extenders": "false",
     "--extender-probe-interval": "5m", "--pod-name": "scheduler-patcher-x1", "--termination-grace-period": "60",
-    "--hold-wait": "5s", "--leader-wait": "7s",
+    "--hold-wait": "5s", "--leader-wait": "7s", "--kubelet-healthz": "http://127.0.0.1:1/healthz",
 }
 
 

@@ -77,7 +77,7 @@ def test_message_only_in_the_states_that_keep_one(emu: KubeEmulator, api: Api) -
         rep.publish(NodeStatus(NodeState.ROLLED_BACK, None, MTIME, message="config 0123456789ab crash-looped"))
         assert rep.flush(5)
         assert ours(emu)[P + "message"] == "config 0123456789ab crash-looped"
-        rep.publish(NodeStatus(NodeState.WAITING_FOR_RESTART, HASH, MTIME, message="ignored in this state"))
+        rep.publish(NodeStatus(NodeState.RESTORED, HASH, MTIME, message="ignored in this state"))
         assert rep.flush(5)
         assert P + "message" not in ours(emu)
         assert successful_patches(emu)[-1][P + "message"] is None

@@ -191,3 +191,22 @@ def test_a_healthy_scheduler_that_starts_late_is_not_rolled_back_for_its_settle(
     assert rw.observe(WAIT, Pods(mirror(WRITE_S + 55))).verdict is Verdict.READY
     assert rolls_back(replace(seen, now=seen.settle_until))  # past the settle's end: no more slack
     assert rolls_back(replace(seen, settle_until=None))  # waiting for anything else: fails at the deadline
+
+
+def test_the_kubelet_is_looked_at_only_past_the_deadline_while_the_restart_is_not_seen() -> None:
+    """One short look at its healthz, when a timeout would be judged: not on every poll of a healthy wait."""
+    clock, looks = Clock(WRITE_S + 3), []
+
+    def kubelet_down() -> str:
+        looks.append(clock.mono)
+        return "refused"
+
+    rw = RestartWatch(Files(), local_check=False, crash_restarts=2, settle=0.0, wall_ns=lambda: clock.wall,
+                      monotonic=lambda: clock.mono, scan=list, kubelet_down=kubelet_down)
+    wait = replace(WAIT, deadline=clock.mono + 5)
+    rw.start(wait, "scheduler-config-0123456789ab.yaml", pod_now=None, pod_before=None)
+    assert rw.observe(wait, Pods(None)).kubelet_down == "" and looks == []  # before the deadline
+    clock.advance(5)
+    assert rw.observe(wait, Pods(None)).kubelet_down == "refused" and looks == [clock.mono]
+    ready = rw.observe(wait, Pods(mirror(WRITE_S + 2)))  # the restart is seen: no look
+    assert ready.verdict is Verdict.READY and ready.kubelet_down == "" and len(looks) == 1

@@ -76,8 +76,12 @@ def test_annotations_cover_every_key_and_drop_message_outside_failures() -> None
     values = desired_annotations(failed)
     assert values["scheduler-patcher.io/message"] == "config abc crash-looped"
     assert values["scheduler-patcher.io/config-hash"] is None
-    stale = desired_annotations(NodeStatus(NodeState.WAITING_FOR_RESTART, "ab" * 32, message="stale"))
+    stale = desired_annotations(NodeStatus(NodeState.RESTORED, "ab" * 32, message="stale"))
     assert stale["scheduler-patcher.io/message"] is None
+    # WaitingForRestart keeps one only because a restart deadline passed without a healthy kubelet (lifecycle
+    # clears it on every new wait)
+    kubelet = desired_annotations(NodeStatus(NodeState.WAITING_FOR_RESTART, "ab" * 32, message="kubelet on this"))
+    assert kubelet["scheduler-patcher.io/message"] == "kubelet on this"
     # Ready keeps one only because the periodic extender probe set it (the verdict reads it as NotReady)
     down = desired_annotations(NodeStatus(NodeState.READY, "ab" * 32, message="extenders stopped answering: x"))
     assert down["scheduler-patcher.io/message"] == "extenders stopped answering: x"
