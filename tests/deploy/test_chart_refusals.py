@@ -56,7 +56,7 @@ CASES: list[tuple[str, Obj]] = [
     ("independent", {"agent": {"rollout": "independent"}}),
     ("no probe", {"agent": {"extenderProbeInterval": "0"}}),
     ("settle just under the timeout", {"agent": {"restartTimeout": "30", "restartSettle": "29.5s"}}),
-    ("grace just under the termination", {"agent": {"gracePeriod": "89s"}}),
+    ("grace just under the termination", {"agent": {"gracePeriod": "134s"}}),
     ("gatekeeper", {"gatekeeper": {"enabled": True, "admission": {"enabled": True}}}),
     ("gatekeeper webhook", {"gatekeeper": {"enabled": True, "webhook": {"enabled": True}}}),
     ("config.yaml", {"extenders": [], "schedulerConfig": KSC}),
@@ -66,8 +66,8 @@ CASES: list[tuple[str, Obj]] = [
     ("settle over the timeout", {"agent": {"restartSettle": "20m"}}),
     ("settle equal to the timeout", {"agent": {"restartSettle": "10m"}}),
     ("timeout under the default settle", {"agent": {"restartTimeout": "5s"}}),
-    ("grace over the termination", {"agent": {"gracePeriod": "100s"}}),
-    ("grace equal to the termination", {"agent": {"gracePeriod": "90s"}}),
+    ("grace over the termination", {"agent": {"gracePeriod": "150s"}}),
+    ("grace equal to the termination", {"agent": {"gracePeriod": "135s"}}),
     ("termination under the grace", {"agent": {"terminationGracePeriodSeconds": 30}}),
     ("timeout in Go syntax", {"agent": {"restartTimeout": "1h30m"}}),
     ("grace in words", {"agent": {"gracePeriod": "45 seconds"}}),
@@ -199,7 +199,7 @@ def test_the_table_has_both_verdicts(charts: tuple[Path, Path], tmp_path: Path) 
         "not a duration: '1h30m' (examples: 30, 30s, 500ms, 5m, 1h)",
         "--restart-settle 1200s: must be shorter than --restart-timeout (600s), or no restart could ever count as "
         "Ready",
-        "--grace-period 100s: must be shorter than --termination-grace-period (90s, the pod's "
+        "--grace-period 150s: must be shorter than --termination-grace-period (135s, the pod's "
         "terminationGracePeriodSeconds), or the kubelet kills the agent inside its restore",
         "extenders[0].urlPrefix: must be an http:// or https:// URL with a host (missing protocol scheme), got "
         "'127.0.0.1:8889'",

@@ -429,8 +429,8 @@ def test_scheduler_config_renders_config_yaml(render: Render, tmp_path: Path) ->
     ({"platform": "k3s"}, "platform"),
     ({"agent": {"gracePeriod": "45 seconds"}}, "gracePeriod"),
     ({"agent": {"restoreOnExit": "sometimes"}}, "restoreOnExit"),
-    ({"stopAgentsJob": {"timeout": "90s"}}, "stopAgentsJob.timeout: 90s is not longer than "
-                                            "agent.terminationGracePeriodSeconds (90)"),
+    ({"stopAgentsJob": {"timeout": "135s"}}, "stopAgentsJob.timeout: 135s is not longer than "
+                                             "agent.terminationGracePeriodSeconds (135)"),
     ({"stopAgentsJob": {"timeout": "4 minutes"}}, "stopAgentsJob.timeout"),
     ({"image": {"digest": "abc"}}, "digest"),
     ({"hostPaths": {"stateDir": "var/lib/x"}}, "stateDir"),
