@@ -317,7 +317,8 @@ class HttpServer:
             # it (TLS session tickets). asyncio sets this only on sockets made with IPPROTO_TCP.
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             loop = asyncio.get_running_loop()
-            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None))
+            # A slot waiter skipped this connection while its bytes waited unread: now it may evict it.
+            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None), on_partial=self._room.set)
             protocol = asyncio.StreamReaderProtocol(reader)
             tls = self.certs.context() if self.certs is not None else None
             transport, _ = await loop.connect_accepted_socket(

@@ -17,12 +17,16 @@ class HeadReader(asyncio.StreamReader):
     request and is never evicted). Until the head is complete a connection is as evictable as an idle one
     (else enough half-sent heads hold every slot, and a probe waits for their timeout)."""
 
-    def __init__(self, limit: int, on_head: Callable[[], object]) -> None:
+    def __init__(self, limit: int, on_head: Callable[[], object],
+                 on_partial: Callable[[], object] = lambda: None) -> None:
+        """``on_partial``: bytes of a head that is not complete yet were read (the connection, skipped as evictable
+        while they waited unread in the kernel, is evictable again)."""
         super().__init__(limit=limit)
         self.received = False
         self.head_done = False
         self._heads = 0  # request heads that arrived and were not answered yet (kept-alive connections)
         self._on_head = on_head
+        self._on_partial = on_partial
         self._on_first: Callable[[], object] | None = None
         self._tail = b""  # the last bytes fed: the end of the head may come split across segments
 
@@ -46,6 +50,8 @@ class HeadReader(asyncio.StreamReader):
                 self._on_head()
             self._tail = seen[-(len(END_OF_HEAD) - 1):]
         super().feed_data(chunk)
+        if chunk and not self.head_done:
+            self._on_partial()
 
     def answered(self) -> bool:
         """One request was answered and the connection stays open for the next: True when no other head
