@@ -81,9 +81,10 @@ def releases() -> tuple[Binaries, Binaries]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[KubeadmCluster]:
-    """Three control-plane nodes of the second newest release (the real-test lock held throughout)."""
+    """Three control-plane nodes of the second newest release (the real-test lock held throughout), whose pods get
+    an address: kubeadm's upgrade health check runs a Job's pod (`KubeadmNode.pod_addresses`)."""
     old, _ = releases()
-    with one_at_a_time(), kubeadm_cluster(old, tmp_path / "ha", 3) as made:
+    with one_at_a_time(), kubeadm_cluster(old, tmp_path / "ha", 3, pod_addresses=True) as made:
         print(f"\nkubeadm cluster v{old.version}: {made.timings()}")
         yield made
 

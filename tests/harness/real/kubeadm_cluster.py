@@ -171,6 +171,7 @@ class KubeadmCluster:
     size: int = 3
     nodes: list[KubeadmNode] = field(default_factory=list)
     switch: Switch | None = None
+    pod_addresses: bool = False  # KubeadmNode.pod_addresses
     #: seconds: from the start to the last node's kubeadm exit; each node's runtime and kubeadm init/join
     started_in: float = 0.0
 
@@ -182,7 +183,8 @@ class KubeadmCluster:
         bootstrap = Bootstrap(ENDPOINT, TOKEN, CERTIFICATE_KEY)
         for i, address in enumerate(addresses):
             node = KubeadmNode(self.binaries, self.root / NAMES[i], f"kubeadm-{NAMES[i]}", address=address,
-                               attach=self.switch.attach, bootstrap=bootstrap, join=i > 0)
+                               attach=self.switch.attach, bootstrap=bootstrap, join=i > 0,
+                               pod_addresses=self.pod_addresses)
             self.nodes.append(node)
             node.start()
             if i == 0:
@@ -308,9 +310,10 @@ class SchedulerTimeline:
 
 
 @contextmanager
-def kubeadm_cluster(binaries: Binaries, root: Path, size: int = 3) -> Iterator[KubeadmCluster]:
+def kubeadm_cluster(binaries: Binaries, root: Path, size: int = 3, *,
+                    pod_addresses: bool = False) -> Iterator[KubeadmCluster]:
     """A cluster of `size` control-plane nodes, stopped on exit (whatever the body raised)."""
-    cluster = KubeadmCluster(binaries, root, size)
+    cluster = KubeadmCluster(binaries, root, size, pod_addresses=pod_addresses)
     try:
         yield cluster.start()
     finally:

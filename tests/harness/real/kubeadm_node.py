@@ -182,6 +182,8 @@ class KubeadmNode(NamespacedNode):
     join: bool = False
     images: list[str] = field(default_factory=list)
     registry_config: Path | None = None  # NamespacedNode.registry_config
+    #: Pods without hostNetwork get an address (`pod_network`); False: loopback only, as `RealNode`'s.
+    pod_addresses: bool = False
     #: seconds: the node's runtime up and the images imported; `kubeadm init` from its start to its exit
     runtime_in: float = 0.0
     init_in: float = 0.0
@@ -245,11 +247,15 @@ class KubeadmNode(NamespacedNode):
         self.sh(f"ip addr add {self.address}/24 dev eth0 && ip link set eth0 up && ip route add default dev eth0")
 
     def pod_network(self) -> dict[str, Any]:
-        """A pod network in the node's own network namespace: each pod without hostNetwork gets a veth pair to the
-        node (CNI `ptp`) and an address of the node's own /24 (`host-local`, its leases below the test root), with
-        its default route through the node. Pods then run, as on any kubeadm node with a CNI (kubeadm's upgrade
-        health check runs one: a Job of `pause -v`), and reach the node's own addresses; no pod reaches another
-        node (no routes between the nodes' pod ranges, no masquerade: nothing here needs it)."""
+        """With `pod_addresses`, a pod network in the node's own network namespace: each pod without hostNetwork
+        gets a veth pair to the node (CNI `ptp`) and an address of the node's own /24 (`host-local`, its leases
+        below the test root), with its default route through the node. Pods then run, as on any kubeadm node with
+        a CNI (kubeadm's upgrade health check runs one: a Job of `pause -v`), and reach the node's own addresses;
+        no pod reaches another node (no routes between the nodes' pod ranges, no masquerade: nothing here needs
+        it). Off by default: a pod that starts costs its node a sandbox (runc, a veth pair), and the journeys
+        whose prober creates four pods a second (bench/rollout_gap.py) measured their bounds without that load."""
+        if not self.pod_addresses:
+            return super().pod_network()
         return {"cniVersion": "0.4.0", "name": "node-pods", "plugins": [{
             "type": "ptp", "ipMasq": False,
             "ipam": {"type": "host-local", "ranges": [[{"subnet": f"10.244.{self.address.rsplit('.', 1)[1]}.0/24"}]],
