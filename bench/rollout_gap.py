@@ -298,7 +298,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
         scheduler_config,
         settled_nodes,
         states,
-        stop_agents_in,
+        uninstall,
     )
     from tests.harness.real.kubeadm_cluster import kubeadm_cluster
     from tests.harness.real.kubeadm_node import MANIFESTS, releases_with_kubeadm
@@ -400,10 +400,7 @@ def run(ways: list[str], idle_s: float, progress: Callable[[str], None]) -> dict
                     progress(f"{way} agent upgrade: {journeys['agent_upgrade']}")
 
                     since = time.monotonic()
-                    stop = stop_agents_in(cluster.first)  # the chart's pre-delete hook (off in chart_values)
-                    assert stop.returncode == 0, stop.stdout + stop.stderr
-                    proc = helm_in(cluster.first, helm, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
-                    assert proc.returncode == 0, proc.stderr
+                    uninstall(cluster.first, helm)  # with the chart's pre-delete hook (off in chart_values)
 
                     def restored() -> bool:
                         return (not agents(cluster.first)

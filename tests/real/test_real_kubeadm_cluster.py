@@ -26,7 +26,7 @@ import pytest
 
 from bench.rollout_gap import Prober, figures, percentile
 from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
-from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
+from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE
 from tests.harness.real.kubeadm_chart import (
     SCHEDULER_CONFIG,
     agent_image_on,
@@ -39,13 +39,14 @@ from tests.harness.real.kubeadm_chart import (
     events,
     files_of,
     helm_in,
+    helm_path,
     lease_holder,
     next_agent_image_on,
     rolled_out,
     scheduler_config,
     settled_nodes,
     states,
-    stop_agents_in,
+    uninstall,
     unpatched,
 )
 from tests.harness.real.kubeadm_cluster import (
@@ -125,13 +126,7 @@ def test_three_control_plane_nodes(cluster: KubeadmCluster) -> None:
 # -- the journey: helm install, the rollout one node at a time, helm uninstall ------------------------------------
 
 def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real helm in the node's network (the API endpoint is reachable there only), as kubeadm's admin."""
-    path, why = find_helm()
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no helm under CI=true: {why}")
-        pytest.skip(why)
-    return helm_in(node, path, *args)
+    return helm_in(node, helm_path(), *args)
 
 
 #: issue 43's goal: no pod waits more than this beyond the idle p99 during the leader-aware rollout...
@@ -274,11 +269,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         # The chart's pre-delete hook, as its Job runs it (here from a node's network: chart_values): the DaemonSet
         # deleted in the foreground while the agents' RBAC is there, done once the real garbage collector and
         # kubelets ended every agent pod; each agent restored its node in turn, the leader's last.
-        stop = stop_agents_in(cluster.first)
-        assert stop.returncode == 0, stop.stdout + stop.stderr
-        assert "and its pods are gone" in stop.stdout and not agents(cluster.first), stop.stdout
-        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
-        assert proc.returncode == 0, proc.stderr
+        uninstall(cluster.first, helm_path())
 
         def restored() -> bool:
             if agents(cluster.first):

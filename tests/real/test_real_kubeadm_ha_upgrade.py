@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import re
 import subprocess
 import time
@@ -30,16 +29,17 @@ from pathlib import Path
 import pytest
 
 from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
-from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE, find_helm
+from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE
 from tests.harness.real.kubeadm_chart import (
     SCHEDULER_CONFIG,
     agent_image_on,
     agents,
     chart_values,
     helm_in,
+    helm_path,
     settled_nodes,
     states,
-    stop_agents_in,
+    uninstall,
     unpatched,
 )
 from tests.harness.real.kubeadm_cluster import KubeadmCluster, cluster_missing, kubeadm_cluster
@@ -90,12 +90,7 @@ def cluster(tmp_path: Path) -> Iterator[KubeadmCluster]:
 
 
 def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
-    path, why = find_helm()
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"no helm under CI=true: {why}")
-        pytest.skip(why)
-    return helm_in(node, path, *args)
+    return helm_in(node, helm_path(), *args)
 
 
 def cri_time(stamp: str) -> float:
@@ -329,11 +324,7 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         # -- journey e after c: helm uninstall gives every node kubeadm's upgraded bytes -----------------------------
         started = time.time()
         timeline.add("harness", "stop-agents, helm uninstall")
-        stop = stop_agents_in(cluster.first)
-        assert stop.returncode == 0, stop.stdout + stop.stderr
-        assert "and its pods are gone" in stop.stdout and not agents(cluster.first), stop.stdout
-        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
-        assert proc.returncode == 0, proc.stderr
+        uninstall(cluster.first, helm_path())
 
         def restored() -> bool:
             if agents(cluster.first):

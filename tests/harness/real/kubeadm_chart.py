@@ -19,10 +19,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.harness.helpers import P
 from tests.harness.real.agent_image import agent_image
 from tests.harness.real.controlplane import wait_until
-from tests.harness.real.helmtool import NAMESPACE
+from tests.harness.real.helmtool import NAMESPACE, RELEASE, find_helm
 from tests.harness.real.kubeadm_cluster import ENDPOINT, ENDPOINT_ADDRESS, KubeadmCluster
 from tests.harness.real.kubeadm_node import KubeadmNode
 from tests.harness.real.kubeadm_upgrade import drain, pid_in, restart_kubelet, uncordon
@@ -158,6 +160,26 @@ def helm_in(node: KubeadmNode, helm: str, *args: str) -> subprocess.CompletedPro
     kubeadm's admin."""
     return subprocess.run(node.inside([helm, *args, "--kubeconfig=/etc/kubernetes/admin.conf"], pid_namespace=False),
                           capture_output=True, text=True, timeout=300, check=False)
+
+
+def helm_path() -> str:
+    """The real helm's path (`find_helm`); the test skips with the reason where there is none, fails under CI=true."""
+    path, why = find_helm()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no helm under CI=true: {why}")
+        pytest.skip(why)
+    return path
+
+
+def uninstall(node: KubeadmNode, helm: str) -> None:
+    """`helm uninstall` as it runs with the chart's pre-delete hook (off in `chart_values`): `stop-agents` in the
+    node's network until the DaemonSet and its pods are gone, then the release's removal; each must succeed."""
+    stop = stop_agents_in(node)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert "and its pods are gone" in stop.stdout and not agents(node), stop.stdout
+    proc = helm_in(node, helm, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
+    assert proc.returncode == 0, proc.stderr
 
 
 def daemonset(node: KubeadmNode) -> dict[str, Any]:
