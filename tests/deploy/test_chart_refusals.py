@@ -278,6 +278,8 @@ SENTENCES: list[tuple[str, Obj]] = [
     ("dnsConfig.searches[0]", {"dnsConfig": {"searches": [""]}}),
     ("dnsConfig.options[0].name", {"dnsConfig": {"options": [{"name": ""}]}}),
     ("extraEnv[0].name", {"extraEnv": [{"name": ""}]}),
+    ("stopAgentsJob.extraEnv[0].name", {"stopAgentsJob": {"extraEnv": [{"name": "", "value": "x"}]}}),
+    ("restoreJob.extraEnv[1].name", {"restoreJob": {"extraEnv": [{"name": "A"}, {"name": ""}]}}),
     ("gatekeeper.replicas", {"gatekeeper": {"replicas": -1}}),
     ("gatekeeper.gateName", {"gatekeeper": {"gateName": "ready'"}}),
     ("gatekeeper.gateName", {"gatekeeper": {"gateName": "a" * 317}}),

@@ -355,6 +355,13 @@ def test_every_value_reaches_the_objects(render: Render, cli_env: pytest.MonkeyP
     assert pod_spec(stop_job)["tolerations"] == ALL_VALUES["tolerations"]
     assert pod_spec(stop_job)["priorityClassName"] == "cp-critical"
     assert {c["image"] for c in all_containers(pod_spec(stop_job))} == {image}
+    # each hook Job gets its own extraEnv after its own variables, the per-node restore pods none of it
+    assert env_of(pod_spec(stop_job)["containers"][0]) == {
+        "POD_NAMESPACE": {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        "KUBERNETES_SERVICE_HOST": {"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.10"}}
+    assert list(env_of(pod_spec(job)["containers"][0])) == ["POD_NAME", "POD_NAMESPACE", "HTTPS_PROXY"]
+    assert env_of(pod_spec(job)["containers"][0])["HTTPS_PROXY"]["value"] == "http://proxy:3128"
+    assert not {"KUBERNETES_SERVICE_HOST", "HTTPS_PROXY"} & set(env_of(restore))
     # the gatekeeper
     gspec = pod_spec(gk)
     gate = gspec["containers"][0]

@@ -7,8 +7,9 @@ node's containerd pulls the image (it trusts the registry's CA through its hosts
 from the pod's imagePullSecret), kubeadm's kube-controller-manager (the DaemonSet controller) and kube-scheduler place
 the agent, the agent patches kubeadm's manifest (the newest release's `kubeadm init` manifest: the bytes of
 tests/fixtures/kubeadm/, as tests/real/test_real_kubeadm.py holds the older releases to) and the kubelet restarts the
-scheduler with `--config`. `helm uninstall` gives kubeadm its bytes back, and the garbage collector takes the agent's
-pod.
+scheduler with `--config`. `helm uninstall` runs the chart's hooks as a user's cluster does (their Jobs' pods on the
+node's pod network, their image pulled from the registry): the pre-delete `stop-agents`, then the post-delete
+`restore-nodes`; it gives kubeadm its bytes back, and the garbage collector takes the agent's pod.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import yaml
 from tests.harness.real.agent_image import agent_image, podman_missing
 from tests.harness.real.controlplane import Binaries, wait_until
 from tests.harness.real.helmtool import CHART, find_helm
-from tests.harness.real.kubeadm_chart import stop_agents_in
 from tests.harness.real.kubeadm_node import ADDRESS, MANIFESTS, KubeadmNode, kubeadm_node, releases_with_kubeadm
 from tests.harness.real.registry import Registry, net_prefix, registry_missing, serving
 from tests.real.test_real_kubeadm import (
@@ -63,21 +63,31 @@ def newest() -> Binaries:
     return require_kubeadm(releases[0].version) if releases else require_kubeadm("none")
 
 
+#: No kube-proxy runs on the node (kubeadm's was disabled: no image of it is built here), so nothing routes the
+#: `kubernetes` Service's ClusterIP: the agent and the hook Jobs are told the API server's address as any variable
+#: is set (a container's own variables win over the kubelet's KUBERNETES_SERVICE_*). The hooks' pods, on the node's
+#: pod network (`pod_addresses`), reach that address: it is the node's own.
+API_ENV = [{"name": "KUBERNETES_SERVICE_HOST", "value": ADDRESS}, {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
+
+
 def install_values(reg: Registry, tag: str) -> dict[str, Any]:
-    """What a user of a private registry sets, and two things this node needs: no kube-proxy runs on it (kubeadm's
-    was disabled: no image of it is built here), so the agent is told the API server's address as any variable is
-    set (`extraEnv` wins over the kubelet's KUBERNETES_SERVICE_*); and no pod network but loopback, so the hook Jobs'
-    pods (not on the host's network) could not reach the API: the pre-delete hook's command runs from the node
-    (`stop_agents_in`), and the agent restores on its own exit."""
+    """What a user of a private registry sets, and the API server's address this node needs (`API_ENV`)."""
     return {
         "image": {"repository": f"{reg.host}/scheduler-patcher", "tag": tag, "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": SECRET}],
         "extenders": [{"urlPrefix": EXTENDER, "filterVerb": "filter", "weight": 1, "ignorable": True}],
-        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": ADDRESS},
-                     {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}],
-        "restoreJob": {"enabled": False},
-        "stopAgentsJob": {"enabled": False},
+        "extraEnv": API_ENV,
+        "stopAgentsJob": {"extraEnv": API_ENV},
+        "restoreJob": {"extraEnv": API_ENV},
     }
+
+
+def hook_job(node: KubeadmNode, name: str) -> tuple[dict[str, Any], str]:
+    """A hook's Job (kept after it finished, for its logs) and its pod's log."""
+    job = node.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{name}")
+    assert job is not None, f"the hook Job {name} is not there"
+    logs = node.kubectl("logs", f"job/{name}", "-n", NAMESPACE)
+    return job, logs.stdout + logs.stderr
 
 
 def waiting_pod(image: str, node: KubeadmNode) -> dict[str, Any]:
@@ -125,7 +135,8 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
     `helm install oci://...` (image pull policy Always, the pull secret) -> the DaemonSet controller's pod on the
     node, the image pulled into containerd (the kubelet's Pulled event), kubeadm's manifest patched, the scheduler
     restarted with `--config` and the extender, the node's `state` annotation Ready, the pod Ready. `helm
-    uninstall` -> kubeadm's bytes, kubeadm's scheduler under its first hash, the agent's pod gone."""
+    uninstall` (both hook Jobs run and succeed) -> kubeadm's bytes, kubeadm's scheduler under its first hash, the
+    agent's pod gone."""
     binaries = newest()
     require(registry_missing())
     require(podman_missing())
@@ -144,7 +155,7 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
     tag = image.name.rsplit(":", 1)[1]
     reg = Registry(tmp_path / "registry", ADDRESS, ()).prepare()
     hosts = reg.hosts_dir(tmp_path / "containerd-hosts")
-    with kubeadm_node(binaries, tmp_path / "kubeadm", registry_config=hosts) as node:
+    with kubeadm_node(binaries, tmp_path / "kubeadm", registry_config=hosts, pod_addresses=True) as node:
         times["node runtime and images"], times["kubeadm init"] = node.runtime_in, node.init_in
         reg.netns = net_prefix(node.init_pid)
         with serving(reg):
@@ -217,11 +228,18 @@ def test_helm_installs_the_agent_from_the_registry_and_uninstalls_to_kubeadms_by
             assert extenders_of(node) == [EXTENDER]
 
             uninstalled_at = time.monotonic()
-            stop = stop_agents_in(node)  # the chart's pre-delete hook (off in install_values), as helm runs it
-            assert stop.returncode == 0, stop.stdout + stop.stderr
             proc = reg.helm(helm, "uninstall", RELEASE, "--namespace", NAMESPACE, "--kubeconfig", admin)
-            assert proc.returncode == 0, f"helm uninstall: {proc.stderr}"
-            times["helm uninstall (command)"] = time.monotonic() - uninstalled_at
+            assert proc.returncode == 0, f"helm uninstall: {proc.stderr}\n{node.log('kubelet')}"
+            times["helm uninstall (command, both hooks)"] = time.monotonic() - uninstalled_at
+            # helm waited for each hook's Job: the pre-delete one ended with the agents' pods, the post-delete one
+            # with every control-plane node restored (here by the agent already: its pod's `restore` wrote nothing)
+            stop_job, stop_log = hook_job(node, "scheduler-patcher-stop-agents")
+            assert (stop_job.get("status") or {}).get("succeeded") == 1, stop_job.get("status")
+            assert "and its pods are gone" in stop_log, stop_log
+            restore_job, restore_log = hook_job(node, "scheduler-patcher-restore")
+            assert (restore_job.get("status") or {}).get("succeeded") == 1, restore_job.get("status")
+            assert node.name in restore_log, restore_log
+            print(f"\nhook stop-agents: {stop_log.strip()}\nhook restore-nodes: {restore_log.strip()}")
             wait_until(lambda: manifest.read_bytes() == written, 300,
                        lambda: f"kubeadm's bytes back\n{node.log('kubelet')}")
             times["uninstall -> kubeadm's bytes"] = time.monotonic() - uninstalled_at

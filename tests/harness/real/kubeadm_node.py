@@ -387,10 +387,10 @@ class KubeadmNode(NamespacedNode):
         return urls or None
 
 @contextmanager
-def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a",
-                 registry_config: Path | None = None) -> Iterator[KubeadmNode]:
+def kubeadm_node(binaries: Binaries, root: Path, name: str = "kubeadm-a", registry_config: Path | None = None,
+                 pod_addresses: bool = False) -> Iterator[KubeadmNode]:
     """A node `kubeadm init` made, stopped on exit (whatever the body raised)."""
-    node = KubeadmNode(binaries, root, name, registry_config=registry_config)
+    node = KubeadmNode(binaries, root, name, registry_config=registry_config, pod_addresses=pod_addresses)
     try:
         yield node.start()
     finally:
