@@ -38,6 +38,11 @@ ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "stat
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
 #: at most 40 % of the grace period, the share the whole wait for the turn may take.
 LEASE_CONFIRM_WAIT = 0.3
+#: Seconds a later request of the same stop may take once the API answered one of it (another node held the turn):
+#: an answer that slow is a loaded control plane, not a silent one (the API's own objective for a single-object call
+#: is 1 s, and a request for the turn is a read and a write). Taken for silence, it restarted two schedulers at once
+#: when the turn moved during three real nodes' uninstall. At most 40 % of the grace period, as the turn's wait.
+LEASE_ANSWERED_WAIT = 2.0
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
 OWNER_LOOKUP = 0.15
@@ -497,8 +502,9 @@ class RetryLater:
 class Restore:
     """Restore the manifest and remove our files; report with ``RestoreDone``. When the restore writes the
     manifest, first ask for the rollout Lease (one scheduler restart at a time): a request unanswered within
-    ``confirm_wait`` means no scheduler schedules anyway, restore at once; another holder: ask again until
-    ``turn_until``. Holding it, wait until ``restored_until`` for the restored scheduler (monotonic bounds)."""
+    ``confirm_wait`` (``answered_wait`` once one was answered) means no scheduler schedules anyway, restore at
+    once; another holder: ask again until ``turn_until``. Holding it, wait until ``restored_until`` for the
+    restored scheduler (monotonic bounds)."""
 
     reason: str
     confirm_wait: float
@@ -507,6 +513,8 @@ class Restore:
     #: Every agent leaves (the DaemonSet is gone or being deleted): a node whose kube-scheduler leads lets the
     #: others restore first (``stop_order_wait`` on the live view), as the rollout does.
     leader_last: bool = False
+    #: The wait for each later request once one was answered (``LEASE_ANSWERED_WAIT``; never below ``confirm_wait``).
+    answered_wait: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -1091,7 +1099,8 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     ds = ev.daemonset
     everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
-                  Restore(reason, confirm, turn_until, restored_until, leader_last=everyone_leaves)]
+                  Restore(reason, confirm, turn_until, restored_until, leader_last=everyone_leaves,
+                          answered_wait=max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period)))]
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:

@@ -74,9 +74,10 @@ class Stopping:
 
     def _take_turn(self, action: lifecycle.Restore, c: Coordinator, leaders: LeaderSource = NO_LEADER) -> bool:
         """Best effort: hold the rollout Lease while restoring, so that deleting the DaemonSet restarts one
-        scheduler at a time. Every request must be answered within ``confirm_wait``: no answer (the control
-        plane is down or black-holed: no scheduler schedules then, nothing to serialise) means restore at
-        once, also when the API goes black while another node holds the turn. While it answers "held by
+        scheduler at a time. The first request must be answered within ``confirm_wait``, each later one, once the
+        API answered this stop, within ``answered_wait`` (slow answers from a loaded control plane are answers):
+        no answer (the control plane is down or black-holed: no scheduler schedules then, nothing to serialise)
+        means restore at once, also when the API goes black while another node holds the turn. While it answers "held by
         another", ask again until ``turn_until``; the restore itself always happens. True: the API did not
         answer. (``NoCoordinator``'s request settles at once: no turn to wait for.)
 
@@ -85,7 +86,7 @@ class Stopping:
         every ``ORDER_ASK_INTERVAL`` (an unanswered ask still means restore at once)."""
         if c.held:
             return False
-        silent, said = True, ""
+        silent, said, wait = True, "", action.confirm_wait
         while True:
             why = lifecycle.stop_order_wait(leaders.view()) if action.leader_last else ""
             if why and action.turn_until - time.monotonic() <= 0:
@@ -96,18 +97,20 @@ class Stopping:
                 log.info("the other nodes restored: this node's turn to restore", extra=self._log_extra)
             said = why
             c.acquire()
-            if c.settle(action.confirm_wait):
+            if c.settle(wait):
                 if not why:
                     return False
                 c.release()  # taken before the peers that go first: theirs again
                 self._wait_order(action, leaders)
                 continue
+            if not c.unanswered and c.api_answered:
+                wait = max(action.confirm_wait, action.answered_wait)
             if why and not c.unanswered and c.api_answered:
                 c.release()  # the ask is withdrawn: the actor must not take the turn from a peer meanwhile
                 self._wait_order(action, leaders)
                 continue
             if c.unanswered:
-                why = f"the API server did not answer within {action.confirm_wait:g} s"
+                why = f"the API server did not answer within {wait:g} s"
                 break
             if not c.api_answered:
                 why = f"the API server refused it: {c.denied}" if c.denied else "the API server does not answer"

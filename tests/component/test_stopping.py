@@ -383,3 +383,41 @@ def test_a_leading_node_waiting_for_its_peers_restores_at_once_when_the_api_goes
         ours.close(0.5)
     assert done.ok and not done.held
     assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
+
+
+def test_a_slow_answer_after_an_answered_ask_is_waited_for_not_taken_for_silence(tmp_path: Path) -> None:
+    """The uninstall on three real nodes: two stopping agents wait for a third's turn, their asks answered "held by
+    another"; when it ends, the next ask of ours is answered slowly (the control plane busy with the restarted
+    scheduler). Once the API has answered this stop, an ask gets ``answered_wait``, not ``confirm_wait``: we take
+    the turn instead of restoring beside the node that took it first (two schedulers down at once)."""
+    import threading
+
+    files, stopper = patched(tmp_path)
+    path = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases/scheduler-patcher-rollout"
+    with KubeEmulatorExt() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
+        peer = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-2")
+        peer.acquire()
+        assert peer.settle(5) and peer.held
+        action = lifecycle.Restore("test", confirm_wait=0.3, turn_until=time.monotonic() + 60, restored_until=0.0,
+                                   answered_wait=5.0)
+        done: list[lifecycle.RestoreDone] = []
+        stop = threading.Thread(target=lambda: done.append(
+            stopper.restore(action, state_store(files).load(), ours, NoPods())))
+        stop.start()
+        try:
+            end, tick = time.monotonic() + 30, threading.Event()
+            while not (ours.current_holder == "cp-2" and ours.api_answered) and time.monotonic() < end:
+                tick.wait(0.02)  # our stop asked and was answered: held by the peer
+            assert ours.current_holder == "cp-2" and ours.api_answered and not done
+            slow = threading.Event()
+            # every read of the Lease from now on answered 1 s late (more than confirm_wait, less than answered_wait)
+            emu.before("GET", path, lambda _: slow.wait(1.0), times=1000)
+            peer.release()
+        finally:
+            stop.join(60)
+            peer.close(1)
+            ours.close(1)
+    assert done and done[0].ok and done[0].held and not done[0].api_silent, done
+    assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM

@@ -21,6 +21,7 @@ import calendar
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -111,6 +112,34 @@ def agent_log(node: KubeadmNode) -> list[tuple[float, str]]:
             if len(parts) == 4:
                 rows.append((cri_time(parts[0]), parts[3]))
     return sorted(rows)
+
+
+class AgentLogs:
+    """The agents' lines (`agent_log`), read every half second until `stop`: a pod's files go with the pod, and what
+    the agents said on their way out is what a failed uninstall needs."""
+
+    def __init__(self, nodes: list[KubeadmNode]) -> None:
+        self.nodes = nodes
+        self.rows: dict[str, set[tuple[float, str]]] = {n.name: set() for n in nodes}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agent-logs", daemon=True)
+
+    def start(self) -> AgentLogs:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(0.5):
+            for node in self.nodes:
+                try:
+                    self.rows[node.name].update(agent_log(node))
+                except OSError:  # a file removed with its pod while it was read
+                    continue
+
+    def stop(self) -> dict[str, set[tuple[float, str]]]:
+        self._done.set()
+        self._thread.join(10)
+        return self.rows
 
 
 def writes(log: list[tuple[float, str]], since: float = 0.0, until: float = float("inf")) -> list[float]:
@@ -215,6 +244,7 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
     marks: dict[str, dict[str, float]] = {n: {} for n in names}
     backups: dict[str, tuple[Path, Snapshot]] = {}
     timings: list[str] = []
+    kept: AgentLogs | None = None
     try:
         assert wait_until(lambda: settled_nodes(cluster), 300, "three Ready control-plane Nodes") == sorted(names)
         for node in nodes:
@@ -324,6 +354,7 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
         # -- journey e after c: helm uninstall gives every node kubeadm's upgraded bytes -----------------------------
         started = time.time()
         timeline.add("harness", "stop-agents, helm uninstall")
+        kept = AgentLogs(nodes).start()
         uninstall(cluster.first, helm_path())
 
         def restored() -> bool:
@@ -351,6 +382,9 @@ def test_kubeadm_upgrade_of_three_control_plane_nodes_with_the_agents_running(
                 logs.update({n.name: agent_log(n) for n in nodes})
             except OSError as exc:
                 print(f"the agents' logs: {exc}")
+        if kept is not None:  # the uninstall's lines, read while the agents' pods were there
+            for name, rows in kept.stop().items():
+                logs[name] = sorted(set(logs.get(name, [])) | rows)
         for name, log in logs.items():
             for stamp, line in log:
                 timeline.add(f"agent {name}", line.split(" ", 1)[-1], stamp)

@@ -101,6 +101,9 @@ def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
     _, acts = lc.step(READY, lc.Stop(NOW, "signal", UNKNOWN), replace(OPTS, grace_period=grace))
     r = next(a for a in acts if isinstance(a, lc.Restore))
     assert 0 < r.confirm_wait <= lc.LEASE_CONFIRM_WAIT and r.confirm_wait <= 0.4 * grace
+    # a later ask, once the API answered: longer, never shorter than the first's, within the same share
+    assert r.confirm_wait <= r.answered_wait <= min(lc.LEASE_ANSWERED_WAIT, max(r.confirm_wait, 0.4 * grace))
+    assert r.answered_wait == lc.LEASE_ANSWERED_WAIT or grace < lc.LEASE_ANSWERED_WAIT / 0.4
     assert r.turn_until == NOW + lc.TURN_SHARE * grace
     end = NOW + grace - min(5.0, 0.2 * grace)
     assert r.restored_until == min(NOW + lc.RESTORED_SHARE * grace, end - 2.0) and r.restored_until < end
