@@ -41,6 +41,11 @@ def _all() -> dict[int, BinaryFacts]:
             for minor, item in raw.items()}
 
 
+def tag(key: str, minor: tuple[int, int]) -> str:
+    """The suffix every start-up refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
+    return f" (kube-scheduler {minor[0]}.{minor[1]} exits at start-up; rule {key})"
+
+
 def facts_for(minor: int | None) -> BinaryFacts | None:
     """The facts of this minor's binary, or None when it was not built (then nothing here is checked)."""
     return _all().get(minor) if minor is not None else None
@@ -79,27 +84,26 @@ def effective_gates(flags: Mapping[str, str | None], minor: int | None) -> froze
 
 def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[str]:
     """Why this minor's kube-scheduler exits on the manifest's flags before reading the config: rules
-    ``flags.unknown``, ``featureGates.unknown``, ``featureGates.dependency``; nothing for a minor not built."""
+    ``flags.unknown`` and ``featureGates.*``; nothing for a minor not built."""
     facts = facts_for(minor)
-    if facts is None:
+    if facts is None or minor is None:
         return []
-    tag = f"(kube-scheduler {facts.version.rsplit('.', 1)[0]} exits at start-up; rule {{}})"
-    problems = [f"--{name}: not a flag of kube-scheduler {tag.format('flags.unknown')}"
+    problems = [f"--{name}: not a flag of kube-scheduler{tag('flags.unknown', (1, minor))}"
                 for name in flags if name not in facts.flags and name != "config"]
     settings = gate_settings(flags.get("feature-gates"))
     for gate, value in settings.items():
         if gate in facts.locked and value is not None and value != facts.locked[gate]:
-            problems.append(f"--feature-gates: {gate} is locked to {str(facts.locked[gate]).lower()} "
-                            f"{tag.format('featureGates.locked')}")
+            problems.append(f"--feature-gates: {gate} is locked to {str(facts.locked[gate]).lower()}"
+                            f"{tag('featureGates.locked', (1, minor))}")
         elif gate not in facts.gates:
-            problems.append(f"--feature-gates: {gate} is not a feature gate of this scheduler "
-                            f"{tag.format('featureGates.unknown')}")
+            problems.append(f"--feature-gates: {gate} is not a feature gate of this scheduler"
+                            f"{tag('featureGates.unknown', (1, minor))}")
     on = effective_gates(flags, minor) or frozenset()
     for gate in sorted(on):
         missing = [dep for dep in facts.depends.get(gate, ()) if dep not in on]
         if missing and gate in facts.gates:
             problems.append(f"--feature-gates: {gate} is enabled but depends on {', '.join(missing)}, which is "
-                            f"off {tag.format('featureGates.dependency')}")
+                            f"off{tag('featureGates.dependency', (1, minor))}")
     return problems
 
 

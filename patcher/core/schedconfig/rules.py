@@ -26,6 +26,7 @@ from difflib import get_close_matches
 from typing import Any, TypeGuard
 
 from patcher.core.schedconfig import binary
+from patcher.core.schedconfig.binary import tag
 from patcher.core.schedconfig.duration import is_duration, parse_duration_ns
 from patcher.core.schedconfig.flags import CARRIED, parse_bool
 from patcher.core.schedconfig.gourl import url_problem
@@ -98,8 +99,6 @@ def _table() -> tuple[tuple[Rule, ...], dict[str, Plugin]]:
 
 RULES, PLUGINS = _table()
 RULE_BY_KEY = {rule.key: rule for rule in RULES}
-QUEUE_SORT_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "queueSort" in p.points)
-BIND_PLUGINS = frozenset(name for name, p in PLUGINS.items() if p.points and "bind" in p.points)
 INVALID_VOLUME_LIMITS = frozenset(name for name, plugin in PLUGINS.items() if plugin.last == (1, 31))  # left in 1.32
 LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmapsleases")  # client-go interface.go
 # --leader-elect* flags -> the leaderElection field each sets and its type (component-base BindLeaderElectionFlags)
@@ -119,11 +118,6 @@ def holds(key: str, minor: Minor | None) -> bool:
     return RULE_BY_KEY[key].holds(minor)
 
 
-def tag(key: str, minor: Minor) -> str:
-    """The suffix every start-up refusal carries: which minor refuses it and the rule (docs/scheduler-config.md)."""
-    return f" (kube-scheduler {minor[0]}.{minor[1]} exits at start-up; rule {key})"
-
-
 def is_int(value: Any) -> TypeGuard[int]:
     """An integer as the decoder sees it (YAML's true is not 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -138,12 +132,9 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _names(plugin_set: Any) -> list[str]:
-    return [name for p in as_list(as_map(plugin_set).get("enabled")) if isinstance(name := as_map(p).get("name"), str)]
-
-
-def _disabled(plugin_set: Any) -> set[str]:
-    return {name for p in as_list(as_map(plugin_set).get("disabled")) if isinstance(name := as_map(p).get("name"), str)}
+def _names(plugin_set: Any, key: str) -> list[str]:
+    """The names of a plugin set's ``enabled`` or ``disabled`` list."""
+    return [name for p in as_list(as_map(plugin_set).get(key)) if isinstance(name := as_map(p).get("name"), str)]
 
 
 # ---- flags applied over the config --------------------------------------------------------------------------
@@ -275,24 +266,19 @@ def _implements(name: str, point: str, minor: Minor) -> bool | None:
     return point in plugin.points
 
 
-def _uses_multipoint(api_version: str, minor: Minor) -> bool:
-    """v1beta3 and v1 fill their defaults through multiPoint (1.23 and later); v1beta1/v1beta2 per point."""
-    return minor >= (1, 23) and api_version.rsplit("/", 1)[-1] in ("v1beta3", "v1")
-
-
 def _framework_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
     launch = schema.node_launch
     plugins = as_map(profile.get("plugins"))
     given = profile.get("schedulerName")
     scheduler = given if isinstance(given, str) else DEFAULT_SCHEDULER_NAME
     problems: list[str] = []
-    multipoint = _uses_multipoint(schema.api_version, minor)
+    multipoint = minor >= (1, 23) and _multipoint(schema)
     spec = schema.types.get("Plugins")
     points = [p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"]  # this minor's points
     # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
     wanted = {*points, "multiPoint"}
-    enabled = {point: _names(sets) for point, sets in plugins.items() if point in wanted}
-    disabled = {point: _disabled(sets) for point, sets in plugins.items() if point in wanted}
+    enabled = {point: _names(sets, "enabled") for point, sets in plugins.items() if point in wanted}
+    disabled = {point: set(_names(sets, "disabled")) for point, sets in plugins.items() if point in wanted}
     for point in points:
         seen: set[str] = set()
         for index, name in enumerate(enabled.get(point, ())):
@@ -367,7 +353,7 @@ def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, schedul
            minor: Minor) -> list[str]:
     """How many queueSort / bind plugins the profile ends with, as NewFramework counts them; nothing when an
     out-of-tree plugin in multiPoint might add one."""
-    default, implementers = _DEFAULTS[point], QUEUE_SORT_PLUGINS if point == "queueSort" else BIND_PLUGINS
+    default, implementers = _DEFAULTS[point], {name for name, p in PLUGINS.items() if p.points and point in p.points}
     own, disabled = sets[0].get(point, []), sets[1].get(point, set())
     if multipoint:
         multi_disabled = sets[1].get("multiPoint", set())
@@ -425,7 +411,7 @@ def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: 
     multi = as_map(as_map(profile.get("plugins")).get("multiPoint"))
     # validation.go checks every pluginConfig's args, built or not: kube-scheduler 1.35 exits on a forbidden
     # bindingTimeout of a disabled DynamicResources (its binary shows it); unproven minors keep the source's reading
-    if {"*", "DynamicResources"} & _disabled(multi) and binary.facts_for(minor[1]) is None:
+    if {"*", "DynamicResources"} & set(_names(multi, "disabled")) and binary.facts_for(minor[1]) is None:
         return []
     off = launch.gates_off if launch is not None else frozenset()
     problems = []
@@ -462,7 +448,6 @@ def _dra_problems(profile: Mapping[Any, Any], where: str, minor: Minor, launch: 
 _DEFAULT_INITIAL_BACKOFF = 1
 _DEFAULT_MAX_BACKOFF = 10
 _DEFAULT_ELECTION = {"leaseDuration": "15s", "renewDeadline": "10s", "retryPeriod": "2s"}
-_DEFAULT_RESOURCE_LOCK = "leases"
 _MAX_CUSTOM_PRIORITY_SCORE = 10  # config.MaxCustomPriorityScore
 
 # isPluginInvalid: plugins removed from the registry, refused by name. v1beta2's list (the plugins whose last minor
@@ -521,8 +506,18 @@ def qualified_name_problem(name: str) -> str | None:
 
 
 def _client_connection(data: Mapping[str, Any]) -> list[str]:
-    burst = _int(as_map(data.get("clientConnection")).get("burst"))
-    return ["clientConnection.burst: must be non-negative"] if burst is not None and burst < 0 else []
+    connection = as_map(data.get("clientConnection"))
+    problems = []
+    kubeconfig = _str(connection.get("kubeconfig"))
+    if kubeconfig and not posixpath.isabs(kubeconfig):
+        problems.append(
+            f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
+            f"{kubeconfig!r} (kube-scheduler exits when it cannot read it)"
+        )
+    burst = _int(connection.get("burst"))
+    if burst is not None and burst < 0:
+        problems.append("clientConnection.burst: must be non-negative")
+    return problems
 
 
 def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
@@ -532,7 +527,7 @@ def _leader_election(data: Mapping[str, Any], schema: Schema) -> list[str]:
     problems = []
     lock = election.get("resourceLock")
     leases_only = holds("leaderElection.resourceLock", schema.node_minor)
-    if leases_only and isinstance(lock, str) and lock and lock != _DEFAULT_RESOURCE_LOCK:
+    if leases_only and isinstance(lock, str) and lock and lock != "leases":
         problems.append(f'leaderElection.resourceLock: must be "leases", got {lock!r}')
     lease, renew, retry = (_duration(election, key) for key in _DEFAULT_ELECTION)
     if lease is not None and renew is not None and lease <= renew:
@@ -619,6 +614,11 @@ def _version(schema: Schema) -> str:
     return schema.api_version.rsplit("/", 1)[-1]
 
 
+def _multipoint(schema: Schema) -> bool:
+    """v1beta3 and v1 fill their defaults through multiPoint (1.23 and later); v1beta1/v1beta2 per point."""
+    return _version(schema) in ("v1beta3", "v1")
+
+
 def _removed(name: str, schema: Schema) -> str | None:
     """isPluginInvalid: the apiVersion in which ``name`` became invalid, for this config's apiVersion (from
     v1beta2: v1beta1 still has every plugin)."""
@@ -678,7 +678,7 @@ def _effective_queue_sort(profile: Mapping[Any, Any], schema: Schema) -> tuple[t
     custom = [(_str(as_map(p).get("name")), _int(as_map(p).get("weight")) or 0) for p in as_list(queue.get("enabled"))]
     disabled = tuple(_str(as_map(p).get("name")) for p in as_list(queue.get("disabled")))
     enabled = list(custom)
-    if _version(schema) not in ("v1beta3", "v1") and "*" not in disabled and "PrioritySort" not in disabled:
+    if not _multipoint(schema) and "*" not in disabled and "PrioritySort" not in disabled:
         # the default comes first, with the weight the profile gives it where it lists it too
         mine = [index for index, (name, _) in enumerate(custom) if name == "PrioritySort"]
         enabled.insert(0, enabled.pop(mine[0]) if mine else ("PrioritySort", 0))
@@ -927,7 +927,8 @@ def _volume_binding(args: Mapping[Any, Any], path: str, schema: Schema) -> list[
     shape = args.get("shape")
     if shape is None:
         return problems
-    gate = _shape_gate(schema)
+    recent = schema.node_minor is None or schema.node_minor >= (1, 33)  # the gate was renamed in 1.33
+    gate = "StorageCapacityScoring" if recent else "VolumeCapacityPriority"
     if schema.node_gates is None or gate in schema.node_gates:  # gates unknown (no manifest): check the shape
         problems += _shape(as_list(shape), f"{path}.shape")
     else:
@@ -936,12 +937,6 @@ def _volume_binding(args: Mapping[Any, Any], path: str, schema: Schema) -> list[
             "(--feature-gates in the scheduler's manifest)"
         )
     return problems
-
-
-def _shape_gate(schema: Schema) -> str:
-    """The alpha gate behind VolumeBinding's ``shape``: VolumeCapacityPriority, StorageCapacityScoring from 1.33."""
-    recent = schema.node_minor is None or schema.node_minor >= (1, 33)
-    return "StorageCapacityScoring" if recent else "VolumeCapacityPriority"
 
 
 PLUGIN_ARGS: dict[str, Callable[[Mapping[Any, Any], str, Schema], list[str]]] = {
@@ -1046,17 +1041,6 @@ def _base64(value: str) -> bytes:
         return b""
 
 
-def _kubeconfig_problems(data: Mapping[str, Any]) -> list[str]:
-    kubeconfig = _str(as_map(data.get("clientConnection")).get("kubeconfig"))
-    if kubeconfig and not posixpath.isabs(kubeconfig):
-        return [
-            f"clientConnection.kubeconfig: must be an absolute path inside the scheduler container, got "
-            f"{kubeconfig!r} (kube-scheduler exits when it cannot read it)"
-        ]
-    return []
-
-
-
 def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
     """Every refusal of ``data`` after defaulting: validation's, then start-up's (the scheduler validates first,
     so what it would report first comes first); one walk over the profiles finds both.
@@ -1068,7 +1052,7 @@ def rule_problems(data: Mapping[str, Any], schema: Schema) -> list[str]:
         schema = replace(schema, node_minor=(schema.removed_in[0], schema.removed_in[1] - 1))
     at_start = [] if minor is None else (_lock_problems(data, minor, schema.node_launch)
                                          + _zero_flag_problems(data, minor, schema.node_launch))
-    validation = extender_problems(as_list(data.get("extenders"))) + _kubeconfig_problems(data)
-    validation += _client_connection(data) + _leader_election(data, schema) + _top_level(data)
+    validation = extender_problems(as_list(data.get("extenders"))) + _client_connection(data)
+    validation += _leader_election(data, schema) + _top_level(data)
     validation += _profiles(data, schema, minor, at_start)
     return validation + at_start
