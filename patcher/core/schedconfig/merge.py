@@ -86,16 +86,6 @@ def _merged_extenders(existing: Any, ours: list[dict[str, Any]]) -> tuple[Commen
     return merged, origins, replaced
 
 
-def _refuse_problems(path: str, source: str, problems: list[str], origins: list[str]) -> None:
-    if not problems:
-        return
-    legend = ", ".join(
-        f"extenders[{i}] {'from ' + source if origin == 'ours' else 'from this file'}"
-        for i, origin in enumerate(origins)
-    )
-    raise ConfigError(path, f"cannot merge {source} into this config: {'; '.join(problems)} ({legend})")
-
-
 def merge_foreign(
     *,
     foreign_path: str,
@@ -119,7 +109,13 @@ def merge_foreign(
     notes = [f"merged {len(extenders)} extender(s) from {source} into {foreign_path}"]
     ours = [from_canonical(item, schema) for item in extenders]
     merged, origins, replaced = _merged_extenders(data.get("extenders"), ours)
-    _refuse_problems(foreign_path, source, extender_problems(merged), origins)
+    problems = extender_problems(merged)  # what the scheduler would refuse in the merged list
+    if problems:
+        legend = ", ".join(
+            f"extenders[{i}] {'from ' + source if origin == 'ours' else 'from this file'}"
+            for i, origin in enumerate(origins)
+        )
+        raise ConfigError(foreign_path, f"cannot merge {source} into this config: {'; '.join(problems)} ({legend})")
     data["extenders"] = merged
     if replaced:
         notes.append(f"replaced stale copies of our extenders: {', '.join(replaced)}")

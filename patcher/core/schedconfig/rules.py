@@ -104,7 +104,8 @@ LOCK_TYPES = ("leases", "endpoints", "configmaps", "endpointsleases", "configmap
 # --leader-elect* flags -> the leaderElection field each sets and its type (component-base BindLeaderElectionFlags)
 LEADER_ELECTION_FLAGS = {flag: (str(path[1]), kind) for flag, (path, kind) in CARRIED.items()
                          if flag.startswith("leader-elect")}
-# Image repositories that run upstream's kube-scheduler binary (and so only the in-tree registry).
+# Image repositories that run upstream's kube-scheduler binary, and so only the in-tree registry
+# (registry.k8s.io/kube-scheduler or a mirror of it, hyperkube, RKE2's hardened-kubernetes).
 UPSTREAM_IMAGES = ("kube-scheduler", "hyperkube", "hardened-kubernetes")
 
 
@@ -381,20 +382,12 @@ def _count(sets: _Sets, custom_multi: list[str], point: str, where: str, schedul
     return []
 
 
-def upstream_image(image: str | None) -> bool:
-    """Whether the manifest's image runs upstream's kube-scheduler binary (``registry.k8s.io/kube-scheduler``,
-    a mirror of it, hyperkube, RKE2's hardened-kubernetes): then only the in-tree registry exists."""
-    if not image:
-        return False
-    name = image.strip().split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
-    return name in UPSTREAM_IMAGES
-
-
 def launch_for(flags: Mapping[str, str | None], image: str | None) -> Launch:
+    name = (image or "").strip().split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]  # the image's repository
     return Launch(
         # as written: options.ApplyLeaderElectionTo applies those the command line changed
         leader_election=tuple((flag, flags[flag]) for flag in LEADER_ELECTION_FLAGS if flag in flags),
-        upstream_image=upstream_image(image),
+        upstream_image=name in UPSTREAM_IMAGES,
         # gates that --feature-gates=A=false switches off: a gated field is then refused whatever the default
         gates_off=binary.gates_set_to(flags, False),
     )

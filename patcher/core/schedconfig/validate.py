@@ -58,9 +58,8 @@ def _clip(text: str, limit: int = 80) -> str:
 class _Walker:
     """Checks a document against the type tree of one schema, collecting ``field.path: problem`` lines."""
 
-    def __init__(self, schema: Schema, version: KubeVersion | None = None) -> None:
+    def __init__(self, schema: Schema) -> None:
         self.schema = schema
-        self.version = version
         self.errors: list[str] = []
 
     def check(self, value: Any, type_expr: str, path: str) -> None:
@@ -133,11 +132,12 @@ class _Walker:
 
     def _unknown(self, spec: TypeSpec, key: str, path: str) -> str:
         where = f"{self.schema.api_version} {spec.name}"
-        if self.schema.minor is not None and self.version is not None:
+        node = self.schema.node_minor
+        if self.schema.minor is not None and node is not None:
             added = added_in(self.schema.api_version, spec.name, key, self.schema.minor)
             if added is not None:
                 return (
-                    f"{join(path, key)}: not known to kube-scheduler {self.version.short} "
+                    f"{join(path, key)}: not known to kube-scheduler {node[0]}.{node[1]} "
                     f"(added in {added[0]}.{added[1]})"
                 )
             where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
@@ -220,13 +220,13 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
 # ---- entry points ------------------------------------------------------------------------------------------
 
 
-def problems_for(data: Any, schema: Schema, version: KubeVersion | None = None) -> list[str]:
+def problems_for(data: Any, schema: Schema) -> list[str]:
     """Every problem of ``data`` against ``schema``: the type errors, then the rules' findings.
 
     The rules run even when some types are wrong (they skip values of the wrong type), so that one misspelt
     field does not hide a bad URL elsewhere: the operator fixes everything in one round.
     """
-    walker = _Walker(schema, version)
+    walker = _Walker(schema)
     walker.check_struct(data, schema.types[schema.root], "")
     if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
         data = effective(data, schema)
@@ -243,8 +243,10 @@ def raise_problems(path: str, problems: list[str]) -> None:
     raise ConfigError(path, text)
 
 
-def identify(data: Any, path: str) -> Schema:
-    """The schema for a parsed document, from its ``kind`` and ``apiVersion``; refuses anything else."""
+def validate_document(data: Any, path: str, *, version: KubeVersion | None = None) -> Schema:
+    """Identify (``kind``, ``apiVersion``) and strictly validate one document, for the node's scheduler ``version``
+    when known (an apiVersion it does not serve refused first, then the types of its minor); returns its schema or
+    raises ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(path, f"not a KubeSchedulerConfiguration: the document is {_describe(data)}")
     kind = data.get("kind")
@@ -255,17 +257,10 @@ def identify(data: Any, path: str) -> Schema:
     if schema is None:
         known = ", ".join(s.api_version for s in all_schemas())
         raise ConfigError(path, f"apiVersion: {api_version!r} is not a known {kind} apiVersion (known: {known})")
-    return schema
-
-
-def validate_document(data: Any, path: str, *, version: KubeVersion | None = None) -> Schema:
-    """Identify and strictly validate one document, for the node's scheduler ``version`` when known (an apiVersion
-    it does not serve refused first, then the types of its minor); returns its schema or raises ConfigError."""
-    schema = identify(data, path)
     if version is not None:
         check_served(schema, version, path)
         schema = for_version(schema, version)
-    raise_problems(path, problems_for(data, schema, version))
+    raise_problems(path, problems_for(data, schema))
     return schema
 
 
