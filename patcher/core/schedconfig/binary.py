@@ -74,12 +74,7 @@ def effective_gates(flags: Mapping[str, str | None], minor: int | None) -> froze
     if facts is None:
         return None
     on = {gate for gate, default in facts.gates.items() if default}
-    for gate, value in gate_settings(flags.get("feature-gates")).items():
-        if value is True:
-            on.add(gate)
-        elif value is False:
-            on.discard(gate)
-    return frozenset(on)
+    return frozenset((on - gates_set_to(flags, False)) | gates_set_to(flags, True))
 
 
 def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[str]:

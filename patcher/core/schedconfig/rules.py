@@ -64,7 +64,6 @@ class Plugin:
     first: Minor
     last: Minor | None
     points: frozenset[str] | None  # None: not verified, never refused for its extension point
-    source: str
     first_exact: bool = True  # False: not refused as unknown before ``first`` (boundary not read upstream)
     last_exact: bool = True
     always: frozenset[str] = frozenset()  # points it implements in every minor of its life (a subset of points)
@@ -90,7 +89,7 @@ def _table() -> tuple[tuple[Rule, ...], dict[str, Plugin]]:
                   for r in raw["rules"])
     plugins = {
         name: Plugin(_first(p["first"]), minor_of(p["last"]),
-                     frozenset(p["points"]) if p["points"] is not None else None, p["source"],
+                     frozenset(p["points"]) if p["points"] is not None else None,
                      p.get("firstExact", True), p.get("lastExact", True), frozenset(p.get("always", ())))
         for name, p in raw["plugins"].items()
     }
@@ -860,8 +859,8 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
         text = _str(group)
         if "/" in text:
             problems.append(f"{path}.ignoredResourceGroups[{index}]: resource group name can't contain '/'")
-        elif qualified_name_problem(text):
-            problems.append(f"{path}.ignoredResourceGroups[{index}]: {qualified_name_problem(text)}")
+        elif reason := qualified_name_problem(text):
+            problems.append(f"{path}.ignoredResourceGroups[{index}]: {reason}")
     strategy = args.get("scoringStrategy")
     if strategy is None:
         return problems  # SetDefaults_NodeResourcesFitArgs: LeastAllocated on cpu and memory
@@ -888,11 +887,12 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
         shape = as_list(as_map(ratio).get("shape"))
         if shape or holds("pluginArgs.rtcrEmptyShape", minor):  # empty shape: checked from 1.23
             problems += _shape(shape, f"{where}.requestedToCapacityRatio.shape")
-    if kind != "RequestedToCapacityRatio" and ratio is not None and holds("pluginArgs.rtcrOnlyWithType", minor):
+    only_with_type = RULE_BY_KEY["pluginArgs.rtcrOnlyWithType"]
+    if kind != "RequestedToCapacityRatio" and ratio is not None and only_with_type.holds(minor):
+        shown = "{}.{} and later".format(*only_with_type.first) if minor is None else "{}.{}".format(*minor)
         problems.append(
             f"{where}.requestedToCapacityRatio: must be nil when type is not RequestedToCapacityRatio "
-            f"(kube-scheduler {'1.36 and later' if minor is None else f'{minor[0]}.{minor[1]}'}; rule "
-            "pluginArgs.rtcrOnlyWithType)"
+            f"(kube-scheduler {shown}; rule {only_with_type.key})"
         )
     return problems
 
