@@ -35,7 +35,6 @@ from patcher.core.schedconfig.version import Launch
 
 Minor = tuple[int, int]
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
-_UNKNOWN = "framework.unknownPlugin"
 
 
 @dataclass(frozen=True)
@@ -247,11 +246,13 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
 _WEIGHT = "framework.scoreWeight"
 
 
-def _hint(name: str, minor: Minor) -> str:
-    """``; did you mean 'NodeResourcesFit'?`` for a typo of a plugin this minor registers."""
+def _does_not_exist(name: str, minor: Minor) -> str:
+    """The refusal of an unknown plugin, at a point or in multiPoint, with ``; did you mean 'NodeResourcesFit'?``
+    for a typo of a plugin this minor registers."""
     known = sorted(registry(minor) or (n for n, p in PLUGINS.items() if p.registered(minor)))
     close = get_close_matches(name, known, n=1, cutoff=0.8)
-    return f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
+    hint = f"; did you mean {close[0]!r}?" if close and close[0] != name else ""
+    return f"{name!r} does not exist{hint}{tag('framework.unknownPlugin', minor)}"
 
 
 def _implements(name: str, point: str, minor: Minor) -> bool | None:
@@ -284,8 +285,7 @@ def _framework_problems(profile: Mapping[Any, Any], where: str, schema: Schema, 
         for index, name in enumerate(enabled.get(point, ())):
             path = f"{where}.plugins.{point}.enabled[{index}]"
             if not _exists(name, minor, launch):
-                problems.append(f"{path}: {point_interface(point)} {name!r} does not exist{_hint(name, minor)}"
-                                f"{tag(_UNKNOWN, minor)}")
+                problems.append(f"{path}: {point_interface(point)} {_does_not_exist(name, minor)}")
                 continue
             if _implements(name, point, minor) is False:
                 problems.append(
@@ -309,10 +309,7 @@ def _framework_problems(profile: Mapping[Any, Any], where: str, schema: Schema, 
     custom_multi = enabled.get("multiPoint", []) if multipoint else []
     for index, name in enumerate(custom_multi):
         if not _exists(name, minor, launch):
-            problems.append(
-                f"{where}.plugins.multiPoint.enabled[{index}]: {name!r} does not exist{_hint(name, minor)}"
-                f"{tag(_UNKNOWN, minor)}"
-            )
+            problems.append(f"{where}.plugins.multiPoint.enabled[{index}]: {_does_not_exist(name, minor)}")
     sets = (enabled, disabled)
     problems += _multipoint_duplicates(sets, custom_multi, points, where, minor)
     for point in ("queueSort", "bind"):

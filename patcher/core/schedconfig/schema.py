@@ -90,7 +90,6 @@ def _types(raw: dict[str, Any]) -> dict[str, TypeSpec]:
 
 
 def _parse(name: str, raw: dict[str, Any]) -> Schema:
-    types = _types(raw["types"])
     served_from = minor_of(raw["served"]["from"])
     assert served_from is not None, f"{name}: served.from is required"
     return Schema(
@@ -100,7 +99,7 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
         removed_in=minor_of(raw["served"].get("removedIn")),
         render=bool(raw["render"]),
         root=raw["root"],
-        types=types,
+        types=_types(raw["types"]),
         file=name,
     )
 

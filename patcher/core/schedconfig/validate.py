@@ -220,7 +220,7 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
 # ---- entry points ------------------------------------------------------------------------------------------
 
 
-def problems_for(data: Any, schema: Schema) -> list[str]:
+def problems_for(data: dict[Any, Any], schema: Schema) -> list[str]:
     """Every problem of ``data`` against ``schema``: the type errors, then the rules' findings.
 
     The rules run even when some types are wrong (they skip values of the wrong type), so that one misspelt
@@ -228,9 +228,8 @@ def problems_for(data: Any, schema: Schema) -> list[str]:
     """
     walker = _Walker(schema)
     walker.check_struct(data, schema.types[schema.root], "")
-    if isinstance(data, dict):  # what the scheduler validates: the config with the manifest's flags over it
-        data = effective(data, schema)
-    found = rule_problems(data, schema)
+    # what the scheduler validates: the config with the manifest's flags over it
+    found = rule_problems(effective(data, schema), schema)
     return walker.errors + [p for p in found if p not in walker.errors]
 
 
