@@ -180,21 +180,20 @@ def effective(data: dict[str, Any], schema: Schema) -> dict[str, Any]:
     return {**data, "leaderElection": election}
 
 
-def override_notes(data: Mapping[str, Any], minor: Minor | None, launch: Launch | None) -> list[str]:
+def override_notes(data: Mapping[str, Any], minor: Minor, launch: Launch | None) -> list[str]:
     """One note per manifest flag that replaces a value the config sets (what ``plan`` shows)."""
     if launch is None or not flags_apply(minor):
         return []
     election = as_map(data.get("leaderElection"))
     notes = []
-    shown_minor = f"{minor[0]}.{minor[1]}" if minor else "this"
     for flag, raw in launch.leader_election:
         field = LEADER_ELECTION_FLAGS[flag][0]
         value = _flag_value(flag, raw)
         if field in election and value is not None and election[field] != value:
             notes.append(
                 f"the manifest's --{flag}{'' if raw is None else '=' + raw} overrides leaderElection.{field}="
-                f"{election[field]!r} of the config (kube-scheduler {shown_minor} applies --leader-elect* flags "
-                "over --config)"
+                f"{election[field]!r} of the config (kube-scheduler {minor[0]}.{minor[1]} applies --leader-elect* "
+                "flags over --config)"
             )
     return notes
 
