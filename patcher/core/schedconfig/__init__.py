@@ -157,9 +157,7 @@ def _with_flags(version: KubeVersion, flags: dict[str, str | None], req: ConfigR
     the config is read, and the gates are the binary's defaults with the manifest's over them, so a rule gated
     by a default (DynamicResources' timeouts, VolumeBinding's shape) follows that minor."""
     minor = version.minor  # resolve_version takes only 1.x
-    problems = flag_problems(flags, minor)
-    if problems:
-        raise_problems(req.manifest or "the scheduler's flags", problems)
+    raise_problems(req.manifest or "the scheduler's flags", flag_problems(flags, minor))
     launch = launch_for(flags, req.image)
     gates = effective_gates(flags, minor)
     facts = facts_for(minor)

@@ -977,9 +977,8 @@ def extender_problems(extenders: list[Any]) -> list[str]:
         tls = extender.get("tlsConfig")
         if isinstance(tls, dict):
             problems += _tls_problems(tls, f"{path}.tlsConfig")
-        resources = extender.get("managedResources")
-        for r_index, resource in enumerate(resources if isinstance(resources, list) else []):
-            name = _str(resource.get("name")) if isinstance(resource, dict) else ""
+        for r_index, resource in enumerate(as_list(extender.get("managedResources"))):
+            name = _str(as_map(resource).get("name"))
             r_path = f"{path}.managedResources[{r_index}].name"
             if not name:
                 continue

@@ -112,14 +112,11 @@ def resolve_version(
                 None, f"--kube-version {override!r}: not a Kubernetes version (expected e.g. 1.29 or v1.29.3)"
             )
         return _supported(version, where)
-    if image:
-        version = version_from_image(image)
-        if version is not None:
-            return _supported(version, where)
-    if fallback:
+    version = version_from_image(image) if image else None
+    if version is None and fallback:
         version = parse_version(fallback, source="API server /version")
-        if version is not None:
-            return _supported(version, where)
+    if version is not None:
+        return _supported(version, where)
     seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
     if fallback:
         seen += f", API server version {fallback!r} is not a Kubernetes version"
