@@ -543,18 +543,18 @@ def _top_level(data: Mapping[str, Any]) -> list[str]:
         problems.append("parallelism: should be an integer value greater than zero")
     problems += _percentage("percentageOfNodesToScore", data.get("percentageOfNodesToScore"))
     initial = _int(data.get("podInitialBackoffSeconds"))
-    maximum = _int(data.get("podMaxBackoffSeconds"))
-    if "podInitialBackoffSeconds" in data and initial is None and data.get("podInitialBackoffSeconds") is not None:
+    if initial is None and data.get("podInitialBackoffSeconds") is not None:
         return problems  # a type error
-    initial_seen = _DEFAULT_INITIAL_BACKOFF if data.get("podInitialBackoffSeconds") is None else initial
-    maximum_seen = _DEFAULT_MAX_BACKOFF if data.get("podMaxBackoffSeconds") is None else maximum
-    if initial_seen is not None and initial_seen <= 0:
+    initial = _DEFAULT_INITIAL_BACKOFF if initial is None else initial
+    given_maximum = data.get("podMaxBackoffSeconds")
+    maximum = _DEFAULT_MAX_BACKOFF if given_maximum is None else _int(given_maximum)
+    if initial <= 0:
         problems.append("podInitialBackoffSeconds: must be greater than 0")
-    if initial_seen is not None and maximum_seen is not None and maximum_seen < initial_seen:
-        default = ", the default" if data.get("podMaxBackoffSeconds") is None else ""
+    if maximum is not None and maximum < initial:
+        default = ", the default" if given_maximum is None else ""
         problems.append(
             f"podMaxBackoffSeconds: must be greater than or equal to podInitialBackoffSeconds "
-            f"({maximum_seen}{default} < {initial_seen})"
+            f"({maximum}{default} < {initial})"
         )
     return problems
 
@@ -734,18 +734,15 @@ def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str
     """component-helpers nodeaffinity: nodeSelectorRequirementsAsSelector / nodeSelectorRequirementsAsFieldSelector."""
     operator = _str(req.get("operator"))
     values = [v for v in as_list(req.get("values")) if isinstance(v, str)]
-    key = _str(req.get("key"))
+    problems = []
     if fields:
-        problems = []
         # no rule on the key: nodeSelectorRequirementsAsFieldSelector takes any (only the API server's pod
         # validation limits it to metadata.name); kube-scheduler 1.34-1.37 start with metadata.uid
-        del key
         if operator not in ("In", "NotIn"):
             problems.append(f"{path}.operator: {operator!r} is not a valid field selector operator (In, NotIn)")
         elif len(values) != 1:
             problems.append(f"{path}.values: must have one element")
         return problems
-    problems = []
     if operator in ("In", "NotIn"):
         if not values:
             problems.append(f"{path}.values: must be specified when `operator` is 'In' or 'NotIn'")
@@ -757,6 +754,7 @@ def _requirement(req: Mapping[Any, Any], path: str, *, fields: bool) -> list[str
             problems.append(f"{path}.values: must be a single integer value when `operator` is 'Gt' or 'Lt'")
     else:
         problems.append(f"{path}.operator: {operator!r} is not a valid node selector operator")
+    key = _str(req.get("key"))
     reason = qualified_name_problem(key)
     if reason is not None:
         problems.append(f"{path}.key: {key!r}: {reason}")
