@@ -266,15 +266,15 @@ def _implements(name: str, point: str, minor: Minor) -> bool | None:
     return point in plugin.points
 
 
-def _framework_problems(profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor) -> list[str]:
+def _framework_problems(
+    profile: Mapping[Any, Any], where: str, schema: Schema, minor: Minor, points: list[str]
+) -> list[str]:
     launch = schema.node_launch
     plugins = as_map(profile.get("plugins"))
     given = profile.get("schedulerName")
     scheduler = given if isinstance(given, str) else DEFAULT_SCHEDULER_NAME
     problems: list[str] = []
     multipoint = minor >= (1, 23) and _multipoint(schema)
-    spec = schema.types.get("Plugins")
-    points = [p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"]  # this minor's points
     # each plugin set read once (the document is a ruamel mapping, slow to walk): point -> names
     wanted = {*points, "multiPoint"}
     enabled = {point: _names(sets, "enabled") for point, sets in plugins.items() if point in wanted}
@@ -571,6 +571,8 @@ def _profiles(data: Mapping[str, Any], schema: Schema, minor: Minor | None, at_s
     if not profiles:
         return []  # defaulting adds one profile named default-scheduler
     problems: list[str] = []
+    spec = schema.types.get("Plugins")
+    points = [p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"]  # the minor's points
     seen: dict[str, int] = {}
     for index, profile in enumerate(profiles):
         path = f"profiles[{index}]"
@@ -589,9 +591,9 @@ def _profiles(data: Mapping[str, Any], schema: Schema, minor: Minor | None, at_s
             else:
                 seen[name] = index
         problems += _percentage(f"{path}.percentageOfNodesToScore", profile.get("percentageOfNodesToScore"))
-        problems += _plugin_config(profile, path, schema)
+        problems += _plugin_config(profile, path, schema, points)
         if minor is not None and isinstance(given[index], Mapping):
-            at_start += _framework_problems(profile, path, schema, minor)  # then the args read when it is built
+            at_start += _framework_problems(profile, path, schema, minor, points)  # then the args read when built
             at_start += _dra_problems(profile, path, minor, schema.node_launch)
     problems += _queue_sort(profiles, schema)
     return problems
@@ -618,12 +620,10 @@ def _removed(name: str, schema: Schema) -> str | None:
     return None
 
 
-def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema) -> list[str]:
+def _plugin_config(profile: Mapping[Any, Any], path: str, schema: Schema, points: list[str]) -> list[str]:
     problems = []
     plugins = as_map(profile.get("plugins"))
-    spec = schema.types.get("Plugins")
-    # validatePluginConfig's stagesToPluginSet: the minor's extension points; multiPoint is not checked upstream
-    for stage in (p for p in (spec.fields if spec is not None else ()) if p != "multiPoint"):
+    for stage in points:  # validatePluginConfig's stagesToPluginSet (multiPoint is not checked upstream)
         for index, plugin in enumerate(as_list(as_map(plugins.get(stage)).get("enabled"))):
             name = _str(as_map(plugin).get("name"))
             removed = _removed(name, schema)
