@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import fileread, manifestedit, schedconfig, timefmt, yamltext
+from patcher.core import fileread, manifestedit, schedconfig, timefmt
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.flags import config_flag
@@ -230,17 +230,6 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
 FOREIGN_MOUNT_HINT = "Helm: hostPaths.foreignConfigDirs; kustomize: manifests/overlays/foreign-config"
 
 
-def foreign_missing(opts: Files, value: str, node_path: str) -> str:
-    """The refusal for a foreign ``--config`` that is not where the agent reads the node: the path it looked at
-    and both ways out. In the DaemonSet only the manifest, config and state folders are mounted, so a
-    foreign config elsewhere is invisible until its folder is mounted too."""
-    looked = str(host_fs(opts).local(node_path))
-    where = f"; looked at {looked}" if looked != node_path else ""
-    return (f"foreign scheduler config not found (kube-scheduler's --config={value}{where}): to merge it, mount "
-            f"{posixpath.dirname(node_path)} into the agent ({FOREIGN_MOUNT_HINT}); or replace it with "
-            "--on-foreign-config=replace")
-
-
 def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
@@ -250,7 +239,12 @@ def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignC
                             "to merge (use --on-foreign-config=replace)")
     local = host_fs(opts).local(node_path)
     if not os.path.lexists(local) or (local.is_symlink() and not local.exists()):
-        raise ManifestError(node_path, foreign_missing(opts, sched.foreign_config, node_path))
+        # The path it looked at and both ways out: in the DaemonSet only the manifest, config and state folders
+        # are mounted, so a foreign config elsewhere is invisible until its folder is mounted too.
+        looked = f"; looked at {local}" if str(local) != node_path else ""
+        raise ManifestError(node_path, f"foreign scheduler config not found (kube-scheduler's --config="
+                            f"{sched.foreign_config}{looked}): to merge it, mount {posixpath.dirname(node_path)} into "
+                            f"the agent ({FOREIGN_MOUNT_HINT}); or replace it with --on-foreign-config=replace")
     data = fileread.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
@@ -312,12 +306,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     return plan
 
 
-def _nearest_existing(local: Path) -> Path:
-    while not local.exists() and local != local.parent:
-        local = local.parent
-    return local
-
-
 def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = True) -> None:
     """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
     changes), the host config folder (when config files change) and the state folder (unless ``state`` is
@@ -330,7 +318,9 @@ def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = Tru
         else:
             needed[opts.host_config_dir] = host_fs(opts).local(opts.host_config_dir)
     for shown, local in needed.items():
-        if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
+        while not local.exists() and local != local.parent:
+            local = local.parent
+        if not os.access(local, os.W_OK | os.X_OK):
             error = StateFolderError if shown == opts.state_dir else PatcherError
             raise error(shown, "folder is not writable; nothing was written")
 
@@ -351,8 +341,7 @@ def apply(opts: Files, plan: Plan, state: State | None = None, *,
         for change in plan.changes:
             if change.kind == "config":
                 _verify_unchanged(change.local, change.old, change.node_path)
-        lines, new_state = _apply_locked(opts, plan, state, ops)
-    return lines, new_state
+        return _apply_locked(opts, plan, state, ops)
 
 
 def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOps) -> tuple[list[str], State]:
@@ -493,6 +482,7 @@ def plan_restore(opts: Files) -> RestorePlan:
     store = state_store(opts)
     state = store.load()
     notes: list[str] = []
+    doc = None  # stays None when the text is not YAML at all
     try:
         doc = manifestedit.parse_manifest(text, node_path)
         manifestedit.check_prefix(doc, opts.prefix, node_path)
@@ -504,7 +494,7 @@ def plan_restore(opts: Files) -> RestorePlan:
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
         ours = manifestedit.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
-        if saved is None or not state.patched or not ours or not _unparsable(text):
+        if saved is None or not state.patched or not ours or doc is not None:
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
         new = saved
@@ -537,14 +527,6 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
         else:
             kept.append(f"kept {change.node_path}: {why}")
     return changes, kept
-
-
-def _unparsable(text: str) -> bool:
-    try:
-        yamltext.parse(text)
-    except yamltext.YamlTextError:
-        return True
-    return False
 
 
 def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
