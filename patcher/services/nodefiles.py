@@ -173,9 +173,7 @@ def remove_config_file(opts: Files, named: NamedFiles, node_path: str) -> str:
     when there was no file."""
     why = named.keeps(node_path)
     if why is not None:
-        if not host_fs(opts).local(node_path).exists():
-            return ""
-        return f"kept {node_path}: {why}"
+        return f"kept {node_path}: {why}" if host_fs(opts).local(node_path).exists() else ""
     return f"removed {node_path}" if fsio.remove(host_fs(opts).local(node_path)) else ""
 
 
@@ -473,8 +471,8 @@ class RestorePlan:
     manifest_local: Path
     changes: list[FileChange]
     notes: list[str]
-    current: bytes | None = None  # the manifest as planned from (None: not checked again)
-    state: State | None = None  # the state record as planned from (None: not checked again)
+    current: bytes  # the manifest as planned from: checked again under the lock
+    state: State  # the state record as planned from: checked again under the lock
 
 
 def plan_restore(opts: Files) -> RestorePlan:
@@ -544,22 +542,17 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
     with writer_lock(opts, ops):
-        if plan.current is not None:
-            _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
-        if plan.state is not None and state_store(opts).load() != plan.state:
+        _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        if state_store(opts).load() != plan.state:
             raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
                                          "since the restore was planned; nothing written")
-        return _restore_locked(opts, plan, keep_files, ops)
-
-
-def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
-    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             remove_stale_temp_files_locked(opts)]
-    for change in plan.changes:
-        if change.kind == "manifest" and change.new is not None:
-            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
-            lines.append(f"wrote {change.node_path}")
-    return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
+        lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+                 remove_stale_temp_files_locked(opts)]
+        for change in plan.changes:
+            if change.kind == "manifest" and change.new is not None:
+                fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
+                lines.append(f"wrote {change.node_path}")
+        return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
 def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
