@@ -344,11 +344,8 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
     me = threading.get_ident()
     with _held_guard:
         entry = _held.get(key)
-        if entry is not None and entry[1] == me:
+        if reentered := entry is not None and entry[1] == me:
             entry[2] += 1
-            reentered = True
-        else:
-            reentered = False
     if reentered:
         try:
             yield
