@@ -93,56 +93,54 @@ class ChangedUnderneath(PatcherError):
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None, shown: str | None = None,
-                 expect: bytes | None = None, mtime_ns: int | None = None, ops: FileOps = REAL) -> None:
+                 expect: bytes | None = None, ops: FileOps = REAL) -> None:
     """Replace ``path`` with ``data`` atomically; an existing file's mode, uid and gid are kept.
 
     ``expect``: the content the caller planned from. The new file is swapped in with RENAME_EXCHANGE and
     the displaced one compared with it, so a write by someone else in the meantime (a ``kubeadm upgrade``) is
     put back instead of lost (where the exchange is not available: compared right before the rename).
-    ``mtime_ns``: the modification time the new file gets, known to the caller before the rename.
     """
-    write_in_order([Write(path, data, shown or str(path), mode, expect, mtime_ns)], ops=ops)
+    write_in_order([Write(path, data, shown or str(path), mode, expect)], ops=ops)
 
 
-def _written_temp(path: Path, data: bytes, mode: int | None, mtime_ns: int | None, name: str, ops: FileOps,
-                  error: type[PatcherError] = PatcherError) -> tuple[int, str]:
-    """A dot-named temp file beside ``path`` holding ``data`` (not yet fsynced), with ``path``'s mode and owner
-    (``mode`` for a new file): its open descriptor and its path. Failures are raised as ``error``, naming the
-    folder (or the file) as ``name`` shows it."""
-    folder = path.parent
-    shown_folder = posixpath.dirname(name) or str(folder)
+def _written_temp(w: Write, ops: FileOps) -> tuple[int, str]:
+    """A dot-named temp file beside ``w.path`` holding its data (not yet fsynced), with the mode and owner of the
+    file it replaces (``w.mode`` for a new file): its open descriptor and its path. Failures are raised as
+    ``w.error``, naming the folder (or the file) as ``w.shown`` shows it."""
+    shown_folder = posixpath.dirname(w.shown) or str(w.path.parent)
     try:
-        old = path.stat()
+        old = w.path.stat()
         keep_mode, uid, gid = stat.S_IMODE(old.st_mode), old.st_uid, old.st_gid
     except FileNotFoundError:
-        keep_mode, uid, gid = (mode if mode is not None else 0o644), -1, -1
+        keep_mode, uid, gid = (w.mode if w.mode is not None else 0o644), -1, -1
     try:
-        fd, tmp = ops.create_temp(path)
+        fd, tmp = ops.create_temp(w.path)
     except FileNotFoundError:
-        raise error(shown_folder, "folder does not exist") from None
+        raise w.error(shown_folder, "folder does not exist") from None
     except OSError as exc:
-        raise error(shown_folder, f"cannot write in this folder: {exc.strerror}") from None
+        raise w.error(shown_folder, f"cannot write in this folder: {exc.strerror}") from None
     try:
-        view = memoryview(data)
+        view = memoryview(w.data)
         while view:
             view = view[os.write(fd, view):]
         os.fchmod(fd, keep_mode)
         if uid != -1 and (uid, gid) != (os.getuid(), os.getgid()):
             with contextlib.suppress(PermissionError):
                 os.fchown(fd, uid, gid)
-        if mtime_ns is not None:  # the caller records it before the rename
-            os.utime(fd, ns=(mtime_ns, mtime_ns))
+        if w.mtime_ns is not None:  # the caller records it before the rename
+            os.utime(fd, ns=(w.mtime_ns, w.mtime_ns))
     except OSError as exc:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise error(name, f"write failed: {exc.strerror or exc}") from None
+        raise w.error(w.shown, f"write failed: {exc.strerror or exc}") from None
     return fd, tmp
 
 
 @dataclass(frozen=True)
 class Write:
-    """One file of ``write_in_order``: ``atomic_write(path, data, mode=, shown=, expect=, mtime_ns=)``."""
+    """One file of ``write_in_order``: ``atomic_write(path, data, mode=, shown=, expect=)``, and ``mtime_ns``: the
+    modification time the new file gets, known to the caller before the rename."""
 
     path: Path
     data: bytes
@@ -164,7 +162,7 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
     fds: list[int] = []
     try:
         for w in writes:
-            fd, tmp = _written_temp(w.path, w.data, w.mode, w.mtime_ns, w.shown, ops, w.error)
+            fd, tmp = _written_temp(w, ops)
             fds.append(fd)
             temps.append(tmp)
         for w, fd in zip(writes, fds, strict=True):
@@ -180,14 +178,12 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-    pending = list(zip(writes, temps, strict=True))
     try:
         for group in groups:
             folders: dict[str, tuple[str, Path]] = {}
             displaced = []
             for w in group:
-                _, tmp = pending.pop(0)
-                displaced.append(_publish(tmp, w.path, w.data, w.expect, w.shown, w.error, ops))
+                displaced.append(_publish(temps.pop(0), w, ops))
                 folders.setdefault(str(w.path.parent), (posixpath.dirname(w.shown) or str(w.path.parent),
                                                         w.path.parent))
             for shown, folder in folders.values():
@@ -200,22 +196,22 @@ def write_in_order(*groups: list[Write], ops: FileOps = REAL) -> None:
                     with contextlib.suppress(OSError):
                         os.unlink(old)
     finally:
-        for _, tmp in pending:
+        for tmp in temps:  # those of the groups not published
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
 
-def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str, error: type[PatcherError],
-             ops: FileOps) -> str | None:
-    """Rename the durable temp file ``tmp`` over ``path`` (see ``atomic_write``); the caller fsyncs the folder,
+def _publish(tmp: str, w: Write, ops: FileOps) -> str | None:
+    """Rename the durable temp file ``tmp`` over ``w.path`` (see ``atomic_write``); the caller fsyncs the folder,
     then removes the file this returns (the one an exchange displaced: a hidden temp file, left for the clean-up
     of a killed writer if we die in between)."""
+    path, expect, name = w.path, w.expect, w.shown
     try:
         if expect is not None and _renameat2() is not None:
             ops.before_rename(path)
             if _exchange(tmp, path):  # swap, then compare what we displaced: no window at all
                 try:
-                    _settle_exchange(tmp, path, data, expect, name)
+                    _settle_exchange(tmp, path, w.data, expect, name)
                 finally:
                     _show_kubelet(path)
                 return tmp
@@ -231,7 +227,7 @@ def _publish(tmp: str, path: Path, data: bytes, expect: bytes | None, name: str,
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise error(name, f"write failed: {exc.strerror or exc}") from None
+        raise w.error(name, f"write failed: {exc.strerror or exc}") from None
     return None
 
 
@@ -348,11 +344,8 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
     me = threading.get_ident()
     with _held_guard:
         entry = _held.get(key)
-        if entry is not None and entry[1] == me:
+        if reentered := entry is not None and entry[1] == me:
             entry[2] += 1
-            reentered = True
-        else:
-            reentered = False
     if reentered:
         try:
             yield

@@ -81,11 +81,10 @@ def read_file(path: Path | str, what: str, shown: str | None = None, *, limit: i
         os.close(fd)
 
 
-def read_if_exists(path: Path | str, what: str, shown: str | None = None, *, limit: int,
-                   error: type[PatcherError] = PatcherError) -> bytes | None:
+def read_if_exists(path: Path | str, what: str, shown: str | None = None, *, limit: int) -> bytes | None:
     """``read_file``, with None for a file that does not exist (a dangling symlink included)."""
     try:
-        return read_file(path, what, shown, limit=limit, error=error)
+        return read_file(path, what, shown, limit=limit)
     except PatcherError:
         if not os.path.exists(path):
             return None
@@ -114,8 +113,8 @@ def fingerprint(path: Path | str, *, limit: int) -> str:
     for the same file), and whoever acts on the change reads the file and refuses it in its own words.
     ``missing`` when it cannot be opened."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        fd = _open(path, "file", str(path), PatcherError)
+    except PatcherError:
         return "missing"
     try:
         return hashlib.sha256(_read_open(fd, "file", str(path), limit, PatcherError)).hexdigest()

@@ -34,6 +34,7 @@ MAX_MANIFEST_BYTES = 128 * 1024
 MARKER_VERSION = 1
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "busybox"}
 ForeignMode = Literal["fail", "replace", "merge"]
+CONFIG_FLAG_EQ = CONFIG_FLAG + "="
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def _foreign_config(flags: list[Any], start: int, marker: Marker | None) -> tupl
     if foreign is not None or marker is None or marker.replaced is None:
         return foreign, foreign_index
     replaced = _written(marker.replaced)
-    return (_config_value(replaced), None) if isinstance(replaced, str) else (None, None)
+    return (replaced.removeprefix(CONFIG_FLAG_EQ), None) if isinstance(replaced, str) else (None, None)
 
 
 def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | None = None) -> Scheduler:
@@ -233,11 +234,13 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
     marker = _marker(metadata, prefix, where)
     foreign, foreign_index = _foreign_config(flags, own_start(flags, flags_key), marker)
-    for key in ("volumes", "volumeMounts"):
-        holder = spec if key == "volumes" else container
+    for key, holder in (("volumes", spec), ("volumeMounts", container)):
         value = holder.get(key)
         if value is not None and not isinstance(value, list):
             raise ManifestError(where, f"{key} is not a list")
+    uid = metadata.get("uid")
+    if isinstance(uid, (dict, list)):
+        raise ManifestError(where, "metadata.uid is not a scalar")
     return Scheduler(
         pod_name=str(metadata.get("name", "")), namespace=str(metadata.get("namespace", "") or "kube-system"),
         container_index=idx, container_name=str(container.get("name", "")), flags_key=flags_key, flags=flags,
@@ -245,16 +248,8 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
         foreign_config=foreign, foreign_index=foreign_index,
         mounts=[m for m in container.get("volumeMounts") or [] if isinstance(m, dict)],
         volumes=[v for v in spec.get("volumes") or [] if isinstance(v, dict)],
-        uid=_uid_value(metadata.get("uid"), where),
+        uid=None if uid is None or uid == "" else str(uid),
     )
-
-
-def _uid_value(value: Any, where: str) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, (dict, list)):
-        raise ManifestError(where, "metadata.uid is not a scalar")
-    return str(value)
 
 
 @dataclass(frozen=True)
@@ -381,9 +376,9 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
                          flags_style))
 
     # 3. a UID of ours where the manifest sets one: the kubelet restarts a static pod only for a new UID.
-    uid_node = yt.node_at(root, ("metadata", "uid")) if sched.uid is not None else None
-    uid_text = yt.source(doc.text, uid_node) if isinstance(uid_node, ScalarNode) else None
-    if sched.uid is not None and uid_node is not None and uid_text is not None:
+    uid_node, uid_text = yt.node_at(root, ("metadata", "uid")), None
+    if sched.uid is not None and isinstance(uid_node, ScalarNode):
+        uid_text = yt.source(doc.text, uid_node)
         new_uid = patched_uid(sched.uid, spec.short_hash)
         ops.append(yt.Replace(("metadata", "uid"), new_uid, yt.render_scalar(new_uid, yt.quote_style(uid_node))))
 
@@ -492,7 +487,7 @@ def _remove_item(ops: list[yt.Op], holder: dict[str, Any], path: yt.Path, key: s
     if created and len(items) == len(hits) == 1:
         ops.append(yt.Remove((*path, key)))
     else:
-        ops.extend(yt.Remove((*path, key, i)) for i in hits[:1])
+        ops.append(yt.Remove((*path, key, hits[0])))
 
 
 def map_to_node(mounts: list[dict[str, Any]], volumes: list[dict[str, Any]], path: str) -> str | None:
@@ -555,13 +550,6 @@ def _marker_prefixes(metadata: dict[str, Any]) -> dict[str, Marker]:
     return found
 
 
-CONFIG_FLAG_EQ = CONFIG_FLAG + "="
-
-
-def _config_value(item: str) -> str:
-    return item.split("=", 1)[1] if item.startswith(CONFIG_FLAG_EQ) else item
-
-
 def config_names(text: str) -> ConfigNames:
     """Which files ``text`` (a static-pod manifest) names as a ``--config`` (see ``ConfigNames``)."""
     try:
@@ -594,10 +582,10 @@ def config_names(text: str) -> ConfigNames:
     by_name = {str(c.get("name")): c for c in containers}
     for m in _marker_prefixes(metadata).values():
         container = by_name.get(m.container, containers[0] if containers else {})
-        add(container, _config_value(m.flag))
+        add(container, m.flag.removeprefix(CONFIG_FLAG_EQ))
         replaced = None if m.replaced is None else _written(m.replaced)
         if isinstance(replaced, str):
-            add(container, _config_value(replaced))
+            add(container, replaced.removeprefix(CONFIG_FLAG_EQ))
     return ConfigNames(frozenset(paths), text)
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -43,15 +43,13 @@ class YamlTextError(Exception):
 # Parsing
 
 
+@dataclass(eq=False)
 class Document:
-    """One parsed YAML document: its text, its plain data and (composed on first use) its node tree.
+    """One parsed YAML document: its text, its plain data and (composed on first use: most reads need only the
+    data) its node tree."""
 
-    Most reads need only the data; node positions are composed on first use, only when the text is edited.
-    """
-
-    def __init__(self, text: str, data: Any) -> None:
-        self.text = text
-        self.data = data
+    text: str
+    data: Any
 
     @functools.cached_property
     def root(self) -> Node:
@@ -138,41 +136,37 @@ def check_limits(text: str, *, json_only: bool = False, y: YAML | None = None) -
     Raises ``YamlTextError`` for a limit and the parser's ``YAMLError`` for text that is not YAML, for the caller
     to word as its loader does.
     """
-    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
-    with contextlib.closing(y.parse(text)) as events:
-        _check_stream(events, json_only)
-
-
-def _check_stream(events: Iterator[Any], json_only: bool) -> None:
     depth = nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
     sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
-    for event in events:
-        line = event.start_mark.line + 1 if event.start_mark is not None else 0
-        if isinstance(event, DocumentStartEvent):
-            depth, stack = 0, []
-            continue
-        if isinstance(event, AliasEvent):
-            nodes += sizes.get(str(event.anchor), 1)
-        elif isinstance(event, NodeEvent):
-            nodes += 1
-            if json_only:
-                _check_json(event, line)
-            if isinstance(event, CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise YamlTextError(f"line {line}: nested more than {MAX_DEPTH} levels deep (the limit)")
-                stack.append((event.anchor, nodes - 1))
-            elif isinstance(event, ScalarEvent) and event.anchor is not None:
-                sizes[str(event.anchor)] = 1
-        elif isinstance(event, CollectionEndEvent) and stack:
-            depth -= 1
-            anchor, start = stack.pop()
-            if anchor is not None:
-                sizes[str(anchor)] = nodes - start
-        if nodes > MAX_NODES:
-            raise YamlTextError(
-                f"line {line}: more than {MAX_NODES} YAML nodes (the limit; aliases count as what they repeat)")
+    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
+    with contextlib.closing(y.parse(text)) as events:
+        for event in events:
+            line = event.start_mark.line + 1 if event.start_mark is not None else 0
+            if isinstance(event, DocumentStartEvent):
+                depth, stack = 0, []
+                continue
+            if isinstance(event, AliasEvent):
+                nodes += sizes.get(str(event.anchor), 1)
+            elif isinstance(event, NodeEvent):
+                nodes += 1
+                if json_only:
+                    _check_json(event, line)
+                if isinstance(event, CollectionStartEvent):
+                    depth += 1
+                    if depth > MAX_DEPTH:
+                        raise YamlTextError(f"line {line}: nested more than {MAX_DEPTH} levels deep (the limit)")
+                    stack.append((event.anchor, nodes - 1))
+                elif isinstance(event, ScalarEvent) and event.anchor is not None:
+                    sizes[str(event.anchor)] = 1
+            elif isinstance(event, CollectionEndEvent) and stack:
+                depth -= 1
+                anchor, start = stack.pop()
+                if anchor is not None:
+                    sizes[str(anchor)] = nodes - start
+            if nodes > MAX_NODES:
+                raise YamlTextError(
+                    f"line {line}: more than {MAX_NODES} YAML nodes (the limit; aliases count as what they repeat)")
 
 
 def _check_json(event: NodeEvent, line: int) -> None:
@@ -694,12 +688,12 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
     if not isinstance(parent, MappingNode):
         raise YamlTextError(f"{format_path(op.path[:-1])} is not a mapping")
     found = map_lookup(parent, str(op.path[-1]))
+    hints = op.hints or Hints()
     if isinstance(op, Append):
         if found and isinstance(found[1], SequenceNode) and (found[1].value or found[1].flow_style):
             return _seq_append(text, found[1], op, depth)
         if found:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
-        hints = op.hints or Hints()
         style = op.seq_style or SeqStyle()
         if parent.flow_style:
             return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
@@ -707,7 +701,6 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
         item_lines = render_block_item(op.value, col, style, hints)
         return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
     # SetKey
-    hints = op.hints or Hints()
     if found:
         mapping = found[1]
         if not isinstance(mapping, MappingNode):
@@ -720,8 +713,9 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
     return _map_add(text, parent, str(op.path[-1]), None, value_lines, hints, depth - 1)
 
 
-def apply_text(doc: Document, ops: Sequence[Op]) -> str:
-    """Splice ``ops`` into the text; positions come from the original parse, so edits must not overlap."""
+def edit(doc: Document, ops: Sequence[Op]) -> tuple[str, Any]:
+    """Apply ``ops`` to text and data, and prove they agree by parsing the new text."""
+    # Spliced into the text: positions come from the original parse, so edits must not overlap.
     edits = sorted((_text_edit(doc, op) for op in ops), key=lambda e: (e.start, -e.depth))
     out: list[str] = []
     pos = 0
@@ -732,12 +726,7 @@ def apply_text(doc: Document, ops: Sequence[Op]) -> str:
         out.append(e.new)
         pos = e.end
     out.append(doc.text[pos:])
-    return "".join(out)
-
-
-def edit(doc: Document, ops: Sequence[Op]) -> tuple[str, Any]:
-    """Apply ``ops`` to text and data, and prove they agree by parsing the new text."""
-    new_text = apply_text(doc, ops)
+    new_text = "".join(out)
     intended = apply_data(doc.data, ops)
     try:
         actual = load_data(new_text)

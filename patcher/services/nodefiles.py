@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from patcher.adapters import fsio
-from patcher.core import fileread, manifestedit, schedconfig, timefmt, yamltext
+from patcher.core import fileread, manifestedit, schedconfig, timefmt
 from patcher.core.errors import ConfigError, ManifestError, PatcherError, StateFolderError
 from patcher.core.schedconfig import ConfigRequest, ForeignConfig, RenderedConfig
 from patcher.core.schedconfig.flags import config_flag
@@ -173,9 +173,7 @@ def remove_config_file(opts: Files, named: NamedFiles, node_path: str) -> str:
     when there was no file."""
     why = named.keeps(node_path)
     if why is not None:
-        if not host_fs(opts).local(node_path).exists():
-            return ""
-        return f"kept {node_path}: {why}"
+        return f"kept {node_path}: {why}" if host_fs(opts).local(node_path).exists() else ""
     return f"removed {node_path}" if fsio.remove(host_fs(opts).local(node_path)) else ""
 
 
@@ -230,17 +228,6 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
 FOREIGN_MOUNT_HINT = "Helm: hostPaths.foreignConfigDirs; kustomize: manifests/overlays/foreign-config"
 
 
-def foreign_missing(opts: Files, value: str, node_path: str) -> str:
-    """The refusal for a foreign ``--config`` that is not where the agent reads the node: the path it looked at
-    and both ways out. In the DaemonSet only the manifest, config and state folders are mounted, so a
-    foreign config elsewhere is invisible until its folder is mounted too."""
-    looked = str(host_fs(opts).local(node_path))
-    where = f"; looked at {looked}" if looked != node_path else ""
-    return (f"foreign scheduler config not found (kube-scheduler's --config={value}{where}): to merge it, mount "
-            f"{posixpath.dirname(node_path)} into the agent ({FOREIGN_MOUNT_HINT}); or replace it with "
-            "--on-foreign-config=replace")
-
-
 def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignConfig | None:
     if sched.foreign_config is None or opts.on_foreign != "merge":
         return None
@@ -250,7 +237,12 @@ def _foreign(opts: Files, sched: manifestedit.Scheduler, where: str) -> ForeignC
                             "to merge (use --on-foreign-config=replace)")
     local = host_fs(opts).local(node_path)
     if not os.path.lexists(local) or (local.is_symlink() and not local.exists()):
-        raise ManifestError(node_path, foreign_missing(opts, sched.foreign_config, node_path))
+        # The path it looked at and both ways out: in the DaemonSet only the manifest, config and state folders
+        # are mounted, so a foreign config elsewhere is invisible until its folder is mounted too.
+        looked = f"; looked at {local}" if str(local) != node_path else ""
+        raise ManifestError(node_path, f"foreign scheduler config not found (kube-scheduler's --config="
+                            f"{sched.foreign_config}{looked}): to merge it, mount {posixpath.dirname(node_path)} into "
+                            f"the agent ({FOREIGN_MOUNT_HINT}); or replace it with --on-foreign-config=replace")
     data = fileread.read_file(local, "foreign scheduler config", node_path, limit=MAX_MANIFEST_BYTES)
     return ForeignConfig(sched.foreign_config, node_path, fsio.decode_utf8(data, node_path))
 
@@ -312,12 +304,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     return plan
 
 
-def _nearest_existing(local: Path) -> Path:
-    while not local.exists() and local != local.parent:
-        local = local.parent
-    return local
-
-
 def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = True) -> None:
     """Refuse before writing anything when a folder this write needs is read-only: the manifest's (when it
     changes), the host config folder (when config files change) and the state folder (unless ``state`` is
@@ -330,7 +316,9 @@ def _check_writable(opts: Files, changes: list[FileChange], *, state: bool = Tru
         else:
             needed[opts.host_config_dir] = host_fs(opts).local(opts.host_config_dir)
     for shown, local in needed.items():
-        if not os.access(_nearest_existing(local), os.W_OK | os.X_OK):
+        while not local.exists() and local != local.parent:
+            local = local.parent
+        if not os.access(local, os.W_OK | os.X_OK):
             error = StateFolderError if shown == opts.state_dir else PatcherError
             raise error(shown, "folder is not writable; nothing was written")
 
@@ -351,8 +339,7 @@ def apply(opts: Files, plan: Plan, state: State | None = None, *,
         for change in plan.changes:
             if change.kind == "config":
                 _verify_unchanged(change.local, change.old, change.node_path)
-        lines, new_state = _apply_locked(opts, plan, state, ops)
-    return lines, new_state
+        return _apply_locked(opts, plan, state, ops)
 
 
 def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOps) -> tuple[list[str], State]:
@@ -484,8 +471,8 @@ class RestorePlan:
     manifest_local: Path
     changes: list[FileChange]
     notes: list[str]
-    current: bytes | None = None  # the manifest as planned from (None: not checked again)
-    state: State | None = None  # the state record as planned from (None: not checked again)
+    current: bytes  # the manifest as planned from: checked again under the lock
+    state: State  # the state record as planned from: checked again under the lock
 
 
 def plan_restore(opts: Files) -> RestorePlan:
@@ -493,6 +480,7 @@ def plan_restore(opts: Files) -> RestorePlan:
     store = state_store(opts)
     state = store.load()
     notes: list[str] = []
+    doc = None  # stays None when the text is not YAML at all
     try:
         doc = manifestedit.parse_manifest(text, node_path)
         manifestedit.check_prefix(doc, opts.prefix, node_path)
@@ -504,7 +492,7 @@ def plan_restore(opts: Files) -> RestorePlan:
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
         ours = manifestedit.marker_key(opts.prefix) in text or sha256(data) == state.patched_sha256
-        if saved is None or not state.patched or not ours or not _unparsable(text):
+        if saved is None or not state.patched or not ours or doc is not None:
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
         new = saved
@@ -539,14 +527,6 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
     return changes, kept
 
 
-def _unparsable(text: str) -> bool:
-    try:
-        yamltext.parse(text)
-    except yamltext.YamlTextError:
-        return True
-    return False
-
-
 def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
     """Put the manifest back first (the scheduler must not restart onto a missing file), then clean up.
 
@@ -562,22 +542,17 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
                     state=record_left and not writes_manifest)
     with writer_lock(opts, ops):
-        if plan.current is not None:
-            _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
-        if plan.state is not None and state_store(opts).load() != plan.state:
+        _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
+        if state_store(opts).load() != plan.state:
             raise fsio.ChangedUnderneath(posixpath.join(opts.state_dir, "state.json"), "changed by another writer "
                                          "since the restore was planned; nothing written")
-        return _restore_locked(opts, plan, keep_files, ops)
-
-
-def _restore_locked(opts: Files, plan: RestorePlan, keep_files: bool, ops: fsio.FileOps) -> list[str]:
-    lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
-             remove_stale_temp_files_locked(opts)]
-    for change in plan.changes:
-        if change.kind == "manifest" and change.new is not None:
-            fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
-            lines.append(f"wrote {change.node_path}")
-    return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
+        lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
+                 remove_stale_temp_files_locked(opts)]
+        for change in plan.changes:
+            if change.kind == "manifest" and change.new is not None:
+                fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
+                lines.append(f"wrote {change.node_path}")
+        return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
 def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio.FileOps) -> list[str]:
