@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
@@ -133,7 +133,7 @@ class Metrics:
         with self._registry_lock:
             if self._registry is None:
                 registry = prometheus().CollectorRegistry(auto_describe=True)
-                registry.register(_Collector(self))
+                registry.register(self)  # prometheus_client calls ``collect`` at every scrape
                 add_process_info(registry)
                 self._registry = registry
             return self._registry
@@ -206,7 +206,7 @@ class Metrics:
             if state not in self._states:
                 self._state[state] = 1.0
 
-    def families(self) -> list[Metric]:
+    def collect(self) -> list[Metric]:
         """Our series, as prometheus_client's metric families (in the order the registry renders them)."""
         core = prometheus().metrics_core
         with self._lock:
@@ -242,16 +242,6 @@ def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[
     for key, value in values.items():
         family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
     return cast("Metric", family)
-
-
-class _Collector:
-    """The bridge from ``Metrics`` to its registry: prometheus_client calls ``collect`` at every scrape."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._metrics.families()
 
 
 class Health:

@@ -220,14 +220,13 @@ def wait_ready(
     timeout: float,
     changed: threading.Event,
     poll_interval: float = 5.0,
-    backoff: Backoff | None = None,
     on_progress: Callable[[ClusterVerdict], None] | None = None,
 ) -> tuple[ClusterVerdict | None, ApiError | None]:
     """Re-evaluate until Ready or ``timeout``; return (last verdict, last error — ``None`` if the last try worked).
     ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait anyway, because a mirror pod can
     change (a scheduler crash) without its Node changing. API errors are retried with backoff."""
     deadline = time.monotonic() + timeout
-    retry = backoff if backoff is not None else Backoff(0.5, 10.0)
+    retry = Backoff(0.5, 10.0)
     last: ClusterVerdict | None = None
     while True:
         changed.clear()
@@ -250,17 +249,16 @@ def wait_ready(
         changed.wait(min(delay, remaining))
 
 
-def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int = 3,
-                     backoff: Backoff | None = None) -> tuple[ClusterVerdict | None, ApiError | None]:
-    """One verdict, tolerating a few API failures (a single 503 while an apiserver restarts is routine)."""
-    retry = backoff if backoff is not None else Backoff(0.25, 2.0)
+def collect_retrying(verdict_fn: Callable[[], ClusterVerdict]) -> tuple[ClusterVerdict | None, ApiError | None]:
+    """One verdict, tolerating two API failures (a single 503 while an apiserver restarts is routine)."""
+    retry = Backoff(0.25, 2.0)
     error: ApiError | None = None
-    for attempt in range(attempts):
+    for attempt in range(3):
         try:
             return verdict_fn(), None
         except ApiError as exc:
             error = exc
-            if attempt + 1 < attempts:
+            if attempt < 2:
                 time.sleep(retry.next_delay())
     return None, error
 
