@@ -379,12 +379,6 @@ class Gatekeeper:
         for w in started:
             w.start()
 
-    @property
-    def watched_by_name(self) -> list[str]:
-        """The Nodes watched by name (the verdict's nodes that no selector watch follows), sorted."""
-        with self._lock:
-            return sorted(self._by_name)
-
     def _leading(self) -> bool:
         return self._elector is None or self._elector.is_leader()
 
