@@ -18,11 +18,6 @@ from patcher.core.timefmt import parse_rfc3339_ns
 DEFAULT_GATE: Final = "scheduler-patcher.io/extender-ready"
 
 
-def gate_names(pod: Obj) -> list[str]:
-    gates = dig(pod, "spec", "schedulingGates") or []
-    return [str(g.get("name")) for g in gates if isinstance(g, dict)]
-
-
 @dataclass(frozen=True, slots=True)
 class GatedPod:
     """What the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small Deployment's memory
@@ -51,7 +46,8 @@ def slim(pod: Obj) -> GatedPod:
     # Namespaces and gate names repeat across thousands of pods: one copy of each string.
     return GatedPod(sys.intern(ns), name, str(uid or ""),
                     str(dig(pod, "metadata", "creationTimestamp") or ""),
-                    tuple(sys.intern(g) for g in gate_names(pod)),
+                    tuple(sys.intern(str(g.get("name"))) for g in dig(pod, "spec", "schedulingGates") or []
+                          if isinstance(g, dict)),
                     not dig(pod, "metadata", "deletionTimestamp")
                     and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
 

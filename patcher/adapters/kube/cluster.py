@@ -115,8 +115,7 @@ def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | Non
     return items[0] if items else None
 
 
-def find_schedulers(api: Api, namespace: str, label_selector: str | None,
-                    static_pod_name: str, executor: Executor | None = None,
+def find_schedulers(api: Api, namespace: str, static_pod_name: str, executor: Executor | None = None,
                     index: SchedulerIndex | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
     may not list pods there.
@@ -126,16 +125,14 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
     when it follows the server, else one metadata-only list) and read by name. With a fresh ``index`` the
     requests do not grow with the namespace. On ``executor`` the lists go at once, then the reads at once.
     """
-    lists: list[Callable[[], object]] = []
-    if label_selector:
-        lists.append(functools.partial(list_pods, api, namespace, label_selector))
+    lists: list[Callable[[], object]] = [functools.partial(list_pods, api, namespace, DEFAULT_MIRROR_SELECTOR)]
     known = index.candidates() if index is not None else None
     if known is None:
         lists.append(functools.partial(listed_candidates, api, namespace, static_pod_name))
     try:
         answers = fan_out(executor, lists)
-        labelled: list[Obj] = answers.pop(0) if label_selector else []  # type: ignore[assignment]
-        names: list[str] = answers.pop(0) if known is None else known  # type: ignore[assignment]
+        labelled: list[Obj] = answers[0]  # type: ignore[assignment]
+        names: list[str] = answers[1] if known is None else known  # type: ignore[assignment]
         have = {dig(p, "metadata", "name") for p in labelled}
         missing = [n for n in names if n not in have]
         read = fan_out(executor, [functools.partial(listed_by_name, api, PODS, n, namespace) for n in missing])
@@ -173,11 +170,11 @@ def collect(
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
         nodes = _merge_nodes(_node_items(api, s) for s in selectors)
-        found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, index=index)
+        found = find_schedulers(api, mirror_namespace, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
         try:
-            found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, executor, index)
+            found = find_schedulers(api, mirror_namespace, static_pod_name, executor, index)
         finally:
             concurrent.futures.wait(node_reads)  # no read outlives this verdict
         nodes = _merge_nodes(f.result() for f in node_reads)

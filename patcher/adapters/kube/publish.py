@@ -218,19 +218,16 @@ class NodeReporter:
             except ApiError as exc:
                 self._failed("annotations", exc)
                 raise
-            self._delivered(node, annotations)
+            uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
+            with self._cond:
+                self._published = annotations
+                if isinstance(uid, str) and uid:
+                    self._node_uid = uid
+            log.debug("node %s: annotations published: %s", self._node, annotations)
             return
         conflict = Conflict(what, f"the Node kept changing ({MAX_CONFLICTS} conflicts in a row)", 409)
         self._failed("annotations", conflict)
         raise conflict
-
-    def _delivered(self, node: object, annotations: dict[str, str | None]) -> None:
-        uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
-        with self._cond:
-            self._published = annotations
-            if isinstance(uid, str) and uid:
-                self._node_uid = uid
-        log.debug("node %s: annotations published: %s", self._node, annotations)
 
     def _send_events(self) -> None:
         """Send the queued events in order; raises ``ApiError`` (logged) on one worth retrying."""
