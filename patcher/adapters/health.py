@@ -114,10 +114,9 @@ class Metrics:
         self._registry: CollectorRegistry | None = None
         self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
         self._lock = threading.Lock()
-        self._states = PHASES
         self._counts = dict.fromkeys(_COUNTERS, 0.0)
         self._errors: dict[str, float] = {}
-        self._state = dict.fromkeys(self._states, 0.0)
+        self._state = dict.fromkeys(PHASES, 0.0)
         self._restart = _Histogram(RESTART_BUCKETS)
         self._probe = _Histogram(PROBE_BUCKETS)
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
@@ -201,9 +200,9 @@ class Metrics:
     def set_state(self, state: str) -> None:
         """Make ``state`` the one-hot current state (the label set is fixed up front, so no series vanish)."""
         with self._lock:
-            for known in self._states:
+            for known in PHASES:
                 self._state[known] = 1.0 if known == state else 0.0
-            if state not in self._states:
+            if state not in PHASES:
                 self._state[state] = 1.0
 
     def collect(self) -> list[Metric]:

@@ -22,7 +22,7 @@ from typing import Final, TypeVar
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, pages
-from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
@@ -36,6 +36,7 @@ from patcher.core.readiness import (
     check_expected_hash,
     compat_nodes_yaml,
     evaluate,
+    may_be_unlabelled_scheduler,
     node_selectors,
     scheduler_pods,
     status_data,
@@ -97,11 +98,12 @@ def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> li
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
-    """``schedindex.candidate_names`` of one metadata-only list of ``namespace``, page by page: the one-shot
-    read (``readiness``), and the fallback of a ``SchedulerIndex`` that does not follow the server right now."""
-    return sorted(name for body in pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE,
-                                         namespace=namespace, accept=METADATA_LIST)
-                  for name in candidate_names(body.get("items") or [], static_pod_name))
+    """The candidates a ``SchedulerIndex`` keeps, from one metadata-only list of ``namespace``, page by page: the
+    one-shot read (``readiness``), and the fallback of an index that does not follow the server right now."""
+    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE, namespace=namespace,
+                   accept=METADATA_LIST)
+    return sorted(str(dig(i, "metadata", "name")) for body in bodies for i in body.get("items") or []
+                  if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
 
 
 def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:

@@ -15,12 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import PODS, Api
-from patcher.core.kubeobj import Obj, dig
+from patcher.core.kubeobj import Obj
 from patcher.core.readiness import may_be_unlabelled_scheduler
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,6 @@ class SchedulerIndex(Following):
     def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
                  on_change: Callable[[], None] | None = None, backoff: Backoff | None = None,
                  failure_level: int = logging.INFO) -> None:
-        self.namespace = namespace
         self.static_pod_name = static_pod_name
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -114,8 +113,3 @@ class SchedulerIndex(Following):
             except Exception:
                 log.exception("scheduler index change hook failed")
 
-
-def candidate_names(items: list[Any], static_pod_name: str) -> list[str]:
-    """The candidates among listed pods (whole or metadata only), sorted: the one-shot form of the index."""
-    return sorted(str(dig(i, "metadata", "name")) for i in items
-                  if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
