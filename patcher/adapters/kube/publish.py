@@ -130,7 +130,7 @@ class NodeReporter:
             self._backoff.reset(denials=False)  # a flush is no answer: a persisting denial still waits longest
             self._retry_at = 0.0
             self._cond.notify_all()
-            while not self._delivered_locked():
+            while self._busy or self._events or self._desired != self._published:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._thread is None or self._stopping:
                     return False
@@ -154,9 +154,6 @@ class NodeReporter:
         self.close()
 
     # -- worker side -------------------------------------------------------------------------------------
-
-    def _delivered_locked(self) -> bool:
-        return not self._busy and not self._events and self._desired == self._published
 
     def _run(self) -> None:
         while True:
