@@ -43,15 +43,15 @@ def prometheus() -> ModuleType:
     return prometheus_client
 
 
-def add_process_info(registry: CollectorRegistry, namespace: str = "scheduler_patcher") -> None:
-    """``process_*`` (what tells a memory limit being approached) and ``<namespace>_build_info{version,
+def add_process_info(registry: CollectorRegistry) -> None:
+    """``process_*`` (what tells a memory limit being approached) and ``scheduler_patcher_build_info{version,
     python_version}`` (a dashboard joins any series to the version, the Kubernetes components' convention)."""
     import platform
 
     prom = prometheus()
     prom.ProcessCollector(registry=registry)
     info = prom.Gauge("build_info", "Always 1; the labels tell the build.", ["version", "python_version"],
-                      namespace=namespace, registry=registry)
+                      namespace=_NAMESPACE, registry=registry)
     info.labels(version=__version__, python_version=platform.python_version()).set(1)
 
 
