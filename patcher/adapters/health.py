@@ -301,7 +301,6 @@ class HealthServer(HttpServer):
         self.ready = ready or health.ready
 
     def route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """(status, body, content type) for a request of ``path``."""
         if method not in ("GET", "HEAD"):
             return 405, b"only GET and HEAD\n", TEXT
         path = path.split("?", 1)[0]

@@ -90,9 +90,9 @@ def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
 POD_PAGE: Final = 500
 
 
-def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
-    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
-    what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
+def list_pods(api: Api, namespace: str, label_selector: str) -> list[Obj]:
+    """Every pod of ``namespace`` matching ``label_selector``, page by page."""
+    what = f"list pods in {namespace} ({label_selector})"
     return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
             for i in body.get("items") or [] if isinstance(i, dict)]
 
