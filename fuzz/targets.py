@@ -167,7 +167,7 @@ def _one_request(server: HttpServer, data: bytes) -> tuple[bytes, bool]:
     from patcher.adapters.streams import HeadReader
 
     async def one() -> _Writer:
-        reader = HeadReader(8192, lambda: None)
+        reader = HeadReader(8192, lambda: None, lambda: None)
         reader.feed_data(data)
         reader.feed_eof()
         writer = _Writer()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
@@ -43,15 +43,15 @@ def prometheus() -> ModuleType:
     return prometheus_client
 
 
-def add_process_info(registry: CollectorRegistry, namespace: str = "scheduler_patcher") -> None:
-    """``process_*`` (what tells a memory limit being approached) and ``<namespace>_build_info{version,
+def add_process_info(registry: CollectorRegistry) -> None:
+    """``process_*`` (what tells a memory limit being approached) and ``scheduler_patcher_build_info{version,
     python_version}`` (a dashboard joins any series to the version, the Kubernetes components' convention)."""
     import platform
 
     prom = prometheus()
     prom.ProcessCollector(registry=registry)
     info = prom.Gauge("build_info", "Always 1; the labels tell the build.", ["version", "python_version"],
-                      namespace=namespace, registry=registry)
+                      namespace=_NAMESPACE, registry=registry)
     info.labels(version=__version__, python_version=platform.python_version()).set(1)
 
 
@@ -114,10 +114,9 @@ class Metrics:
         self._registry: CollectorRegistry | None = None
         self._registry_lock = threading.Lock()  # building the registry collects once: not under ``_lock``
         self._lock = threading.Lock()
-        self._states = PHASES
         self._counts = dict.fromkeys(_COUNTERS, 0.0)
         self._errors: dict[str, float] = {}
-        self._state = dict.fromkeys(self._states, 0.0)
+        self._state = dict.fromkeys(PHASES, 0.0)
         self._restart = _Histogram(RESTART_BUCKETS)
         self._probe = _Histogram(PROBE_BUCKETS)
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
@@ -133,7 +132,7 @@ class Metrics:
         with self._registry_lock:
             if self._registry is None:
                 registry = prometheus().CollectorRegistry(auto_describe=True)
-                registry.register(_Collector(self))
+                registry.register(self)  # prometheus_client calls ``collect`` at every scrape
                 add_process_info(registry)
                 self._registry = registry
             return self._registry
@@ -201,12 +200,12 @@ class Metrics:
     def set_state(self, state: str) -> None:
         """Make ``state`` the one-hot current state (the label set is fixed up front, so no series vanish)."""
         with self._lock:
-            for known in self._states:
+            for known in PHASES:
                 self._state[known] = 1.0 if known == state else 0.0
-            if state not in self._states:
+            if state not in PHASES:
                 self._state[state] = 1.0
 
-    def families(self) -> list[Metric]:
+    def collect(self) -> list[Metric]:
         """Our series, as prometheus_client's metric families (in the order the registry renders them)."""
         core = prometheus().metrics_core
         with self._lock:
@@ -242,16 +241,6 @@ def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[
     for key, value in values.items():
         family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
     return cast("Metric", family)
-
-
-class _Collector:
-    """The bridge from ``Metrics`` to its registry: prometheus_client calls ``collect`` at every scrape."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._metrics.families()
 
 
 class Health:
@@ -312,7 +301,6 @@ class HealthServer(HttpServer):
         self.ready = ready or health.ready
 
     def route(self, method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
-        """(status, body, content type) for a request of ``path``."""
         if method not in ("GET", "HEAD"):
             return 405, b"only GET and HEAD\n", TEXT
         path = path.split("?", 1)[0]

@@ -231,8 +231,6 @@ class HttpServer:
                 except asyncio.LimitOverrunError:
                     await self._refuse_oversized(reader, writer)
                     return
-                except (TimeoutError, asyncio.IncompleteReadError, OSError):
-                    return
                 async with asyncio.timeout(self.timeout):  # the body, the answer and its sending: in all
                     answer, keep = await self._answer(head, reader)
                     writer.write(answer)

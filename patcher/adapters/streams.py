@@ -17,8 +17,7 @@ class HeadReader(asyncio.StreamReader):
     request and is never evicted). Until the head is complete a connection is as evictable as an idle one
     (else enough half-sent heads hold every slot, and a probe waits for their timeout)."""
 
-    def __init__(self, limit: int, on_head: Callable[[], object],
-                 on_partial: Callable[[], object] = lambda: None) -> None:
+    def __init__(self, limit: int, on_head: Callable[[], object], on_partial: Callable[[], object]) -> None:
         """``on_partial``: bytes of a head that is not complete yet were read (the connection, skipped as evictable
         while they waited unread in the kernel, is evictable again)."""
         super().__init__(limit=limit)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from patcher.core.gates import DEFAULT_GATE
@@ -31,8 +31,8 @@ class Selection:
 
     gate: str = DEFAULT_GATE
     scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
-    storage_classes: tuple[str, ...] = field(default=())
-    csi_drivers: tuple[str, ...] = field(default=())
+    storage_classes: tuple[str, ...] = ()
+    csi_drivers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.gate:

@@ -18,11 +18,6 @@ from patcher.core.timefmt import parse_rfc3339_ns
 DEFAULT_GATE: Final = "scheduler-patcher.io/extender-ready"
 
 
-def gate_names(pod: Obj) -> list[str]:
-    gates = dig(pod, "spec", "schedulingGates") or []
-    return [str(g.get("name")) for g in gates if isinstance(g, dict)]
-
-
 @dataclass(frozen=True, slots=True)
 class GatedPod:
     """What the gatekeeper keeps of a pod: a backlog of 10 000 gated pods must fit a small Deployment's memory
@@ -51,29 +46,26 @@ def slim(pod: Obj) -> GatedPod:
     # Namespaces and gate names repeat across thousands of pods: one copy of each string.
     return GatedPod(sys.intern(ns), name, str(uid or ""),
                     str(dig(pod, "metadata", "creationTimestamp") or ""),
-                    tuple(sys.intern(g) for g in gate_names(pod)),
+                    tuple(sys.intern(str(g.get("name"))) for g in dig(pod, "spec", "schedulingGates") or []
+                          if isinstance(g, dict)),
                     not dig(pod, "metadata", "deletionTimestamp")
                     and dig(pod, "status", "phase") in (None, "", "Pending") and not dig(pod, "spec", "nodeName"))
 
 
-def release_patch(pod: Obj | GatedPod, gate: str) -> list[Obj]:
+def release_patch(pod: GatedPod, gate: str) -> list[Obj]:
     """The JSON patch that removes ``gate`` from ``pod`` only if its gates are still exactly what we read."""
-    if isinstance(pod, GatedPod):
-        gates: list[Obj] = [{"name": g} for g in pod.gates]
-    else:
-        gates = dig(pod, "spec", "schedulingGates") or []
-    kept = [g for g in gates if not (isinstance(g, dict) and g.get("name") == gate)]
+    gates: list[Obj] = [{"name": g} for g in pod.gates]
+    kept = [g for g in gates if g["name"] != gate]
     return [
         {"op": "test", "path": "/spec/schedulingGates", "value": gates},
         {"op": "replace", "path": "/spec/schedulingGates", "value": kept},
     ]
 
 
-def waited_seconds(pod: Obj | GatedPod, now: float) -> float | None:
+def waited_seconds(pod: GatedPod, now: float) -> float | None:
     """Seconds from the pod's creation to ``now`` (wall clock), ``None`` without a readable creation time."""
-    stamp = pod.created if isinstance(pod, GatedPod) else dig(pod, "metadata", "creationTimestamp")
     try:
-        return now - parse_rfc3339_ns(stamp) / 1e9 if isinstance(stamp, str) and stamp else None
+        return now - parse_rfc3339_ns(pod.created) / 1e9 if pod.created else None
     except ValueError:
         return None
 

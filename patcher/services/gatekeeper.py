@@ -72,44 +72,26 @@ HEARTBEAT: Final = 30.0
 class GateMetrics:
     """The gatekeeper's Prometheus metrics, in a registry of its own."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
         kw: dict[str, Any] = {"namespace": "scheduler_patcher", "subsystem": "gatekeeper", "registry": self.registry}
         self._released = Counter("pods_released", "Pods whose scheduling gate was removed.", **kw)
-        self._waiting = Gauge("gated_pods", "Pending pods that carry the gate.", **kw)
+        self.gated = Gauge("gated_pods", "Pending pods that carry the gate.", **kw)
         self._waited = Histogram("wait_seconds", "Seconds from a gated pod's creation to its release.",
                                  buckets=WAIT_BUCKETS, **kw)
-        self._conflicts = Counter("patch_conflicts", "Release patches refused because the pod changed meanwhile.",
-                                  **kw)
-        self._throttled = Counter("throttled", "Requests the API server answered 429 (Too Many Requests).", **kw)
-        self._batches = Counter("release_batches", "Batches of releases begun (the verdict is checked between two).",
-                                **kw)
-        self._leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
-        self._ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
+        self.conflicts = Counter("patch_conflicts", "Release patches refused because the pod changed meanwhile.",
+                                 **kw)
+        self.throttled = Counter("throttled", "Requests the API server answered 429 (Too Many Requests).", **kw)
+        self.batches = Counter("release_batches", "Batches of releases begun (the verdict is checked between two).",
+                               **kw)
+        self.leader = Gauge("leader", "1 while this replica holds the gatekeeper Lease.", **kw)
+        self.ready = Gauge("verdict_ready", "1 while the cluster readiness verdict is Ready.", **kw)
         add_process_info(self.registry)
 
     def released(self, waited_s: float | None) -> None:
         self._released.inc()
         if waited_s is not None:
             self._waited.observe(max(0.0, waited_s))
-
-    def waiting(self, count: int) -> None:
-        self._waiting.set(count)
-
-    def conflict(self) -> None:
-        self._conflicts.inc()
-
-    def throttled(self) -> None:
-        self._throttled.inc()
-
-    def batches(self, count: int) -> None:
-        self._batches.inc(count)
-
-    def leader(self, value: bool) -> None:
-        self._leader.set(1 if value else 0)
-
-    def verdict_ready(self, value: bool) -> None:
-        self._ready.set(1 if value else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -143,7 +125,6 @@ class Gatekeeper:
         health: Health | None = None,
         resync_interval: float = 300.0,
         backoff: Backoff | None = None,
-        wall: Callable[[], float] = time.time,
         scheduler_names: Sequence[str] = (),
         throttle: Throttle | None = None,
         concurrency: int | None = None,
@@ -163,7 +144,6 @@ class Gatekeeper:
         self._health = health
         self._resync = resync_interval
         self._backoff = backoff if backoff is not None else Backoff(0.5, 30.0)
-        self._wall = wall
         self._clock = clock
         self._prefix = prefix
         self._lock = threading.Lock()
@@ -281,12 +261,6 @@ class Gatekeeper:
         synced = all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self._watchers)
         return synced and (self._index is None or self._index.wait_fresh(max(0.0, deadline - time.monotonic())))
 
-    @property
-    def verdict_stale(self) -> bool:
-        """Whether a watch delivered a change the verdict in hand has not seen (it is read again next)."""
-        with self._lock:
-            return self._verdict_stale
-
     def verdict_watches(self) -> tuple[bool, int]:
         """Whether every watch behind the verdict follows the server right now (the selector Node watches, the
         by-name ones, the scheduler index; False without an index), and the sum of their ``drops``."""
@@ -340,9 +314,9 @@ class Gatekeeper:
         if due:
             self._refresh_verdict(now)
         pods = self.waiting()
-        self.metrics.waiting(len(pods))
-        leader = self._elector is None or self._elector.is_leader()
-        self.metrics.leader(leader)
+        self.metrics.gated.set(len(pods))
+        leader = self._leading()
+        self.metrics.leader.set(leader)
         if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
             failed = self._drain(pods)
             if failed:
@@ -350,7 +324,7 @@ class Gatekeeper:
             else:
                 self._release_backoff.reset()
             pods = self.waiting()
-            self.metrics.waiting(len(pods))
+            self.metrics.gated.set(len(pods))
         wake_at = self._verdict_retry_at if self._verdict_retry_at > now else self._next_resync
         if pods and self._release_retry_at > now:
             wake_at = min(wake_at, self._release_retry_at)
@@ -369,7 +343,7 @@ class Gatekeeper:
             with self._lock:
                 self._verdict_stale = True
             self._verdict_retry_at = now + delay
-            self.metrics.verdict_ready(False)
+            self.metrics.ready.set(False)
             return
         self._verdict_backoff.reset()
         self._verdict_retry_at = 0.0
@@ -377,7 +351,7 @@ class Gatekeeper:
         self._drops_at_read = drops
         self.verdict = verdict
         self._follow_nodes(verdict)
-        self.metrics.verdict_ready(verdict.ready)
+        self.metrics.ready.set(verdict.ready)
         if before is None or before.ready != verdict.ready or before.explain() != verdict.explain():
             if verdict.ready:
                 log.info("verdict %s: releasing gate %s", verdict.summary(), self.gate)
@@ -405,12 +379,6 @@ class Gatekeeper:
         for w in started:
             w.start()
 
-    @property
-    def watched_by_name(self) -> list[str]:
-        """The Nodes watched by name (the verdict's nodes that no selector watch follows), sorted."""
-        with self._lock:
-            return sorted(self._by_name)
-
     def _leading(self) -> bool:
         return self._elector is None or self._elector.is_leader()
 
@@ -437,12 +405,12 @@ class Gatekeeper:
         workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(feed)))]
         concurrent.futures.wait(workers)
         results = [worker.result() for worker in workers]  # a bug in a release is raised here, all workers done
-        self.metrics.batches(feed.batches)
+        self.metrics.batches.inc(feed.batches)
         if feed.stopped and feed.left:
             log.info("drain stopped (verdict %s%s): %d gated pods wait for the next pass",
                      self.verdict.summary() if self.verdict is not None else "unknown",
                      "" if self._leading() else ", leadership lost", feed.left)
-        self.metrics.waiting(len(self.waiting()))
+        self.metrics.gated.set(len(self.waiting()))
         return not all(results)
 
     def _may_send(self, boundary: bool) -> bool:
@@ -464,17 +432,20 @@ class Gatekeeper:
         where = f"{pod.namespace}/{pod.name}"
         try:
             result = release_gate(self._api, pod, self.gate, attempts=MAX_CONFLICTS,
-                                  on_conflict=self.metrics.conflict, throttle=self.throttle,
-                                  on_throttled=self.metrics.throttled)
+                                  on_conflict=self.metrics.conflicts.inc, throttle=self.throttle,
+                                  on_throttled=self.metrics.throttled.inc)
         except ApiError as exc:
             log.warning("%s; retrying later", exc)
             return False
         if result.outcome is GateOutcome.KEPT_CHANGING:
             log.warning("pod %s kept changing while we released it; trying again later", where)
             return False
-        self._forget(pod)
+        with self._lock:
+            cached = self._pods.get(pod.key)
+            if cached is not None and cached.uid == pod.uid:  # not a new pod of the same name
+                del self._pods[pod.key]
         if result.outcome is GateOutcome.RELEASED:
-            waited = waited_seconds(result.pod, self._wall())
+            waited = waited_seconds(result.pod, time.time())
             self.metrics.released(waited)
             if log.isEnabledFor(logging.INFO):  # thousands a second in a drain: build the record only if logged
                 others = [g for g in result.pod.gates if g != self.gate]
@@ -482,9 +453,3 @@ class Gatekeeper:
                          extra={"waited_s": round(waited, 1) if waited is not None else None,
                                 "other_gates": ",".join(others) or None})
         return True
-
-    def _forget(self, pod: GatedPod) -> None:
-        with self._lock:
-            cached = self._pods.get(pod.key)
-            if cached is not None and cached.uid == pod.uid:  # not a new pod of the same name
-                del self._pods[pod.key]

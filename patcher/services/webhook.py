@@ -26,13 +26,12 @@ MUTATE_PATH: Final = "/mutate"
 #: The verdict while the ConfigMap has not been read yet: present without data, i.e. not Ready (gate).
 UNKNOWN_PARAMS: Final[Obj] = {}
 
-ParamsFn = Callable[[], "tuple[bool, Obj | None]"]
-
 
 class AdmissionWebhook:
     """``handle(method, path, body)`` for ``HttpServer``; ``params()`` gives ``(known, ConfigMap or None)``."""
 
-    def __init__(self, selection: Selection, params: ParamsFn, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, selection: Selection, params: Callable[[], tuple[bool, Obj | None]],
+                 registry: CollectorRegistry | None = None) -> None:
         self.selection = selection
         self._params = params
         self._reviews = Counter("reviews", "AdmissionReviews answered, by result (gated, unchanged, error).",

@@ -118,7 +118,7 @@ def metric(gk: Gatekeeper, name: str) -> float:
 
 def test_the_patch_tests_the_whole_array_and_keeps_other_gates_in_order() -> None:
     pod = make_pod("p", gates=["a", GATE, "b"])
-    assert release_patch(pod, GATE) == [
+    assert release_patch(slim(pod), GATE) == [
         {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": GATE}, {"name": "b"}]},
         {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": "a"}, {"name": "b"}]},
     ]
@@ -616,21 +616,18 @@ def test_a_slow_release_does_not_hold_back_the_next_batch(emu: KubeEmulatorExt, 
     assert order.index(names[0]) >= 8 and sorted(order) == sorted(names)  # each pod patched once
 
 
-def not_ready(gk: Gatekeeper) -> bool:
-    return gk.verdict is not None and not gk.verdict.ready
-
-
-def roll_back_during(emu: KubeEmulatorExt, names: list[str], at: int, gk: list[Gatekeeper]) -> list[int]:
+def roll_back_during(emu: KubeEmulatorExt, names: list[str], at: int, gk: list[Observed]) -> list[int]:
     """While ``names[at]`` is being released, a node rolls back; that PATCH, and any of a younger pod, is
-    answered only once the gatekeeper has learned it (a watch delivered it: the verdict is stale, or already
-    read again). The list gets how many PATCHes were answered by then (``at``: the older pods): what is
-    answered after it was in flight when the change was delivered."""
+    answered only once the gatekeeper has learned it (its Node watch delivered the change). The list gets how
+    many PATCHes were answered by then (``at``: the older pods): what is answered after it was in flight when
+    the change was delivered."""
     answered: list[int] = []
     learned = threading.Event()
 
     def roll_back(e: KubeEmulator) -> None:
+        seen = gk[0].node_events
         node_state(e, "cp-2", False)
-        if wait_until(lambda: bool(gk) and (gk[0].verdict_stale or not_ready(gk[0])), 10):
+        if wait_until(lambda: gk[0].node_events > seen, 10):
             answered.append(len(patches(e)))
         learned.set()
 
@@ -656,7 +653,7 @@ def test_a_verdict_that_turns_not_ready_mid_drain_stops_it_with_only_the_release
         emu: KubeEmulatorExt, api: Api) -> None:
     cluster(emu, *NODES)
     names = backlog(emu, 40)
-    keeper: list[Gatekeeper] = []
+    keeper: list[Observed] = []
     answered = roll_back_during(emu, names, 5, keeper)  # in the first batch of twelve
     with running(api, concurrency=3, batch_size=12) as gk:
         keeper.append(gk)
@@ -758,15 +755,15 @@ def test_flags_that_cannot_work_together_are_a_usage_error(argv: list[str], prob
 
 
 @contextmanager
-def stepped(api: Api, pods: int, index_backoff: Backoff | None = None, **kw: Any) -> Iterator[Gatekeeper]:
+def stepped(api: Api, pods: int, index_backoff: Backoff | None = None, **kw: Any) -> Iterator[Observed]:
     """A gatekeeper with its scheduler index, every watch behind the verdict open and ``pods`` gated pods
     cached; no loop: the test calls ``step()`` (one pass, the whole drain) on its own thread. The verdict's
     reads are counted by the emulator (``verdict_reads``)."""
     keeper: list[Gatekeeper] = []
     index = SchedulerIndex(api, on_change=lambda: keeper[0].schedulers_changed() if keeper else None,
                            backoff=index_backoff or Backoff(0.05, 0.2))
-    gk = Gatekeeper(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
-                    scheduler_index=index, **kw)
+    gk = Observed(api, verdict_fn=lambda: collect(api, index=index), backoff=Backoff(0.05, 0.2),
+                  scheduler_index=index, **kw)
     keeper.append(gk)
     gk.start()
     try:

@@ -235,7 +235,7 @@ def test_a_held_agent_lets_a_hand_restore_run_and_writes_nothing_until_released(
     hold.value = "alice: INC-42"
     agent.notify(LoopEvent.HOLD)
     assert agent.turn() is LoopEvent.HOLD
-    assert agent.node.hold == "alice: INC-42" and agent.metrics.families()[-1].samples[0].value == 1.0
+    assert agent.node.hold == "alice: INC-42" and agent.metrics.collect()[-1].samples[0].value == 1.0
     assert lock_free(agent.files)
     # the operator restores the node by hand, with the agent running
     done: list[int] = []

@@ -22,7 +22,7 @@ from typing import Final, TypeVar
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, pages
-from patcher.adapters.kube.schedindex import SchedulerIndex, candidate_names
+from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
@@ -36,6 +36,7 @@ from patcher.core.readiness import (
     check_expected_hash,
     compat_nodes_yaml,
     evaluate,
+    may_be_unlabelled_scheduler,
     node_selectors,
     scheduler_pods,
     status_data,
@@ -89,19 +90,20 @@ def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
 POD_PAGE: Final = 500
 
 
-def list_pods(api: Api, namespace: str, label_selector: str | None = None) -> list[Obj]:
-    """Every pod of ``namespace`` (matching ``label_selector``), page by page."""
-    what = f"list pods in {namespace}" + (f" ({label_selector})" if label_selector else "")
+def list_pods(api: Api, namespace: str, label_selector: str) -> list[Obj]:
+    """Every pod of ``namespace`` matching ``label_selector``, page by page."""
+    what = f"list pods in {namespace} ({label_selector})"
     return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
             for i in body.get("items") or [] if isinstance(i, dict)]
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
-    """``schedindex.candidate_names`` of one metadata-only list of ``namespace``, page by page: the one-shot
-    read (``readiness``), and the fallback of a ``SchedulerIndex`` that does not follow the server right now."""
-    return sorted(name for body in pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE,
-                                         namespace=namespace, accept=METADATA_LIST)
-                  for name in candidate_names(body.get("items") or [], static_pod_name))
+    """The candidates a ``SchedulerIndex`` keeps, from one metadata-only list of ``namespace``, page by page: the
+    one-shot read (``readiness``), and the fallback of an index that does not follow the server right now."""
+    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE, namespace=namespace,
+                   accept=METADATA_LIST)
+    return sorted(str(dig(i, "metadata", "name")) for body in bodies for i in body.get("items") or []
+                  if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
 
 
 def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
@@ -115,8 +117,7 @@ def listed_by_name(api: Api, resource: Resource, name: str, namespace: str | Non
     return items[0] if items else None
 
 
-def find_schedulers(api: Api, namespace: str, label_selector: str | None,
-                    static_pod_name: str, executor: Executor | None = None,
+def find_schedulers(api: Api, namespace: str, static_pod_name: str, executor: Executor | None = None,
                     index: SchedulerIndex | None = None) -> SchedulerPods | None:
     """Every static kube-scheduler pod in ``namespace``, whatever its node's labels; ``None`` when the caller
     may not list pods there.
@@ -126,16 +127,14 @@ def find_schedulers(api: Api, namespace: str, label_selector: str | None,
     when it follows the server, else one metadata-only list) and read by name. With a fresh ``index`` the
     requests do not grow with the namespace. On ``executor`` the lists go at once, then the reads at once.
     """
-    lists: list[Callable[[], object]] = []
-    if label_selector:
-        lists.append(functools.partial(list_pods, api, namespace, label_selector))
+    lists: list[Callable[[], object]] = [functools.partial(list_pods, api, namespace, DEFAULT_MIRROR_SELECTOR)]
     known = index.candidates() if index is not None else None
     if known is None:
         lists.append(functools.partial(listed_candidates, api, namespace, static_pod_name))
     try:
         answers = fan_out(executor, lists)
-        labelled: list[Obj] = answers.pop(0) if label_selector else []  # type: ignore[assignment]
-        names: list[str] = answers.pop(0) if known is None else known  # type: ignore[assignment]
+        labelled: list[Obj] = answers[0]  # type: ignore[assignment]
+        names: list[str] = answers[1] if known is None else known  # type: ignore[assignment]
         have = {dig(p, "metadata", "name") for p in labelled}
         missing = [n for n in names if n not in have]
         read = fan_out(executor, [functools.partial(listed_by_name, api, PODS, n, namespace) for n in missing])
@@ -173,11 +172,11 @@ def collect(
     selectors = node_selectors(node_selector, legacy_master_label)
     if executor is None:
         nodes = _merge_nodes(_node_items(api, s) for s in selectors)
-        found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, index=index)
+        found = find_schedulers(api, mirror_namespace, static_pod_name, index=index)
     else:
         node_reads = [executor.submit(_node_items, api, s) for s in selectors]
         try:
-            found = find_schedulers(api, mirror_namespace, DEFAULT_MIRROR_SELECTOR, static_pod_name, executor, index)
+            found = find_schedulers(api, mirror_namespace, static_pod_name, executor, index)
         finally:
             concurrent.futures.wait(node_reads)  # no read outlives this verdict
         nodes = _merge_nodes(f.result() for f in node_reads)
@@ -220,14 +219,13 @@ def wait_ready(
     timeout: float,
     changed: threading.Event,
     poll_interval: float = 5.0,
-    backoff: Backoff | None = None,
     on_progress: Callable[[ClusterVerdict], None] | None = None,
 ) -> tuple[ClusterVerdict | None, ApiError | None]:
     """Re-evaluate until Ready or ``timeout``; return (last verdict, last error — ``None`` if the last try worked).
     ``changed`` is set by a Node watch; ``poll_interval`` bounds the wait anyway, because a mirror pod can
     change (a scheduler crash) without its Node changing. API errors are retried with backoff."""
     deadline = time.monotonic() + timeout
-    retry = backoff if backoff is not None else Backoff(0.5, 10.0)
+    retry = Backoff(0.5, 10.0)
     last: ClusterVerdict | None = None
     while True:
         changed.clear()
@@ -250,17 +248,16 @@ def wait_ready(
         changed.wait(min(delay, remaining))
 
 
-def collect_retrying(verdict_fn: Callable[[], ClusterVerdict], *, attempts: int = 3,
-                     backoff: Backoff | None = None) -> tuple[ClusterVerdict | None, ApiError | None]:
-    """One verdict, tolerating a few API failures (a single 503 while an apiserver restarts is routine)."""
-    retry = backoff if backoff is not None else Backoff(0.25, 2.0)
+def collect_retrying(verdict_fn: Callable[[], ClusterVerdict]) -> tuple[ClusterVerdict | None, ApiError | None]:
+    """One verdict, tolerating two API failures (a single 503 while an apiserver restarts is routine)."""
+    retry = Backoff(0.25, 2.0)
     error: ApiError | None = None
-    for attempt in range(attempts):
+    for attempt in range(3):
         try:
             return verdict_fn(), None
         except ApiError as exc:
             error = exc
-            if attempt + 1 < attempts:
+            if attempt < 2:
                 time.sleep(retry.next_delay())
     return None, error
 

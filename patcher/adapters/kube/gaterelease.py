@@ -71,30 +71,24 @@ MAX_THROTTLED: Final = 10
 DEFAULT_RETRY_AFTER: Final = 1.0
 
 
-def pending_selector(scheduler_name: str | None = None) -> str:
-    """The field selector of the pod watch, narrowed to one ``spec.schedulerName`` when given."""
-    return PENDING + (f",spec.schedulerName={scheduler_name}" if scheduler_name else "")
-
-
 def pending_pod_watchers(api: Api, namespaces: Sequence[str], *,
                          on_sync: Callable[[str | None, list[GatedPod]], None],
                          on_event: Callable[[str, GatedPod], None],
-                         scheduler_names: Sequence[str] = (),
-                         backoff: Backoff | None = None, failure_level: int = logging.INFO) -> list[ListWatcher]:
+                         scheduler_names: Sequence[str], backoff: Backoff, failure_level: int) -> list[ListWatcher]:
     """Unbound Pending pods, as ``GatedPod``s (the rest of each pod is dropped as it arrives): one watcher per
     namespace (or one across the cluster for none) and per scheduler name (or any scheduler for none).
     ``on_sync(namespace or None, pods)`` after each list replaces that namespace's pods."""
-    fresh = backoff.fresh if backoff is not None else (lambda: None)
     watchers = []
     scopes: list[str | None] = list(namespaces) or [None]
     schedulers: list[str | None] = list(scheduler_names) or [None]
     for ns in scopes:
         for scheduler in schedulers:
             label = ", ".join(x for x in (ns, scheduler and f"scheduler {scheduler}") if x)
-            watchers.append(ListWatcher(api, PODS, ns, field_selector=pending_selector(scheduler),
+            narrowed = f",spec.schedulerName={scheduler}" if scheduler else ""
+            watchers.append(ListWatcher(api, PODS, ns, field_selector=PENDING + narrowed,
                                         name=f"watch pods ({label})" if label else "watch pods",
                                         on_sync=functools.partial(on_sync, ns), on_event=on_event,
-                                        backoff=fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
+                                        backoff=backoff.fresh(), failure_level=failure_level, page_size=PAGE_SIZE,
                                         transform=slim))
     return watchers
 

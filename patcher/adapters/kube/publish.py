@@ -130,7 +130,7 @@ class NodeReporter:
             self._backoff.reset(denials=False)  # a flush is no answer: a persisting denial still waits longest
             self._retry_at = 0.0
             self._cond.notify_all()
-            while not self._delivered_locked():
+            while self._busy or self._events or self._desired != self._published:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._thread is None or self._stopping:
                     return False
@@ -155,19 +155,13 @@ class NodeReporter:
 
     # -- worker side -------------------------------------------------------------------------------------
 
-    def _delivered_locked(self) -> bool:
-        return not self._busy and not self._events and self._desired == self._published
-
-    def _has_work_locked(self) -> bool:
-        return bool(self._events) or self._desired != self._published
-
     def _run(self) -> None:
         while True:
             with self._cond:
                 while True:
                     if self._stopping:
                         return
-                    if not self._has_work_locked():
+                    if not self._events and self._desired == self._published:
                         self._cond.wait()
                         continue
                     delay = self._retry_at - time.monotonic()
@@ -221,19 +215,16 @@ class NodeReporter:
             except ApiError as exc:
                 self._failed("annotations", exc)
                 raise
-            self._delivered(node, annotations)
+            uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
+            with self._cond:
+                self._published = annotations
+                if isinstance(uid, str) and uid:
+                    self._node_uid = uid
+            log.debug("node %s: annotations published: %s", self._node, annotations)
             return
         conflict = Conflict(what, f"the Node kept changing ({MAX_CONFLICTS} conflicts in a row)", 409)
         self._failed("annotations", conflict)
         raise conflict
-
-    def _delivered(self, node: object, annotations: dict[str, str | None]) -> None:
-        uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
-        with self._cond:
-            self._published = annotations
-            if isinstance(uid, str) and uid:
-                self._node_uid = uid
-        log.debug("node %s: annotations published: %s", self._node, annotations)
 
     def _send_events(self) -> None:
         """Send the queued events in order; raises ``ApiError`` (logged) on one worth retrying."""
@@ -300,25 +291,22 @@ class StatusTarget:
 
 
 class StatusPublisher:
-    def __init__(self, api: Api, target: StatusTarget, *, backoff: Backoff | None = None,
-                 refresh: float = 300.0, index: bool = True) -> None:
+    def __init__(self, api: Api, target: StatusTarget) -> None:
         self.api = api
         self.target = target
-        self.backoff = backoff or Backoff(1.0, 60.0)
-        self.refresh = refresh
+        self.backoff = Backoff(1.0, 60.0)
         self._kick = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-publisher", daemon=True)
         self.index = SchedulerIndex(api, target.mirror_namespace, target.static_pod_name, on_change=self.kick,
-                                    backoff=Backoff(1.0, 60.0)) if index else None
+                                    backoff=Backoff(1.0, 60.0))
 
     def start(self) -> None:
         # Publish once at start, not only after a phase change: an agent whose first write is held back (the
         # extender down, its turn not come) starts and stays Pending, and until a verdict is published the
         # admission policy gates nothing (its ConfigMap missing).
         self._kick.set()
-        if self.index is not None:
-            self.index.start()
+        self.index.start()
         self._thread.start()
 
     def kick(self) -> None:
@@ -328,30 +316,26 @@ class StatusPublisher:
     def stop(self) -> None:
         self._stop.set()
         self._kick.set()
-        if self.index is not None:
-            self.index.stop()
+        self.index.stop()
         self._thread.join(3)
 
-    def publish_once(self) -> None:
-        t = self.target
-        publish_status(
-            self.api,
-            lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
-                            mirror_namespace=t.mirror_namespace, index=self.index),
-            namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal, compat_namespace=t.compat_namespace)
-
     def _run(self) -> None:
+        t = self.target
         while not self._stop.is_set():
-            self._kick.wait(self.refresh)
+            self._kick.wait(300.0)  # unkicked, a slow refresh
             if self._stop.is_set():
                 return
             self._kick.clear()
             if self._stop.wait(1.0):  # let the node reporter deliver the annotation this verdict reads
                 return
-            if self.index is not None:  # the first verdict: from the index, not a list of its own beside it
-                self.index.wait_fresh(10.0)
+            self.index.wait_fresh(10.0)  # the first verdict: from the index, not a list of its own beside it
             try:
-                self.publish_once()
+                publish_status(
+                    self.api,
+                    lambda: collect(self.api, prefix=t.prefix, static_pod_name=t.static_pod_name,
+                                    mirror_namespace=t.mirror_namespace, index=self.index),
+                    namespace=t.namespace, compat_csi_baremetal=t.compat_csi_baremetal,
+                    compat_namespace=t.compat_namespace)
                 self.backoff.reset()
             except ApiError as exc:
                 delay = self.backoff.next_delay()

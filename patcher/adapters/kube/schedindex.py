@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Final
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import Following, ListWatcher
 from patcher.adapters.kube.transport import PODS, Api
-from patcher.core.kubeobj import Obj, dig
+from patcher.core.kubeobj import Obj
 from patcher.core.readiness import may_be_unlabelled_scheduler
 
 log = logging.getLogger(__name__)
@@ -40,19 +40,15 @@ class SchedulerIndex(Following):
 
     def __init__(self, api: Api, namespace: str = "kube-system", static_pod_name: str = "kube-scheduler", *,
                  on_change: Callable[[], None] | None = None, backoff: Backoff | None = None,
-                 watch_timeout_s: int = 240, failure_level: int = logging.INFO, page_size: int = PAGE,
-                 labels: Mapping[str, str] = SCHEDULER_LABELS) -> None:
-        self.namespace = namespace
+                 failure_level: int = logging.INFO) -> None:
         self.static_pod_name = static_pod_name
-        self._labels = dict(labels)
         self._on_change = on_change
         self._lock = threading.Lock()
         self._names: set[str] = set()
         self._schedulers: set[str] = set()
         self._watcher = ListWatcher(
             api, PODS, namespace, on_sync=self._synced, on_event=self._event, name=f"scheduler index ({namespace})",
-            backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=failure_level, page_size=page_size,
-            transform=self._reduce, metadata_only=True)
+            backoff=backoff, failure_level=failure_level, page_size=PAGE, transform=self._reduce, metadata_only=True)
 
     def wait_fresh(self, timeout: float) -> bool:
         """Wait until the view follows the server (listed, and the watch from that list open)."""
@@ -83,8 +79,7 @@ class SchedulerIndex(Following):
         meta = meta if isinstance(meta, dict) else {}
         candidate = may_be_unlabelled_scheduler(meta, self.static_pod_name)
         labels = meta.get("labels")
-        labelled = isinstance(labels, dict) and bool(self._labels) and all(
-            labels.get(k) == v for k, v in self._labels.items())
+        labelled = isinstance(labels, dict) and all(labels.get(k) == v for k, v in SCHEDULER_LABELS.items())
         return str(meta.get("name") or ""), candidate, candidate or labelled
 
     def _synced(self, items: list[Reduced]) -> None:
@@ -118,8 +113,3 @@ class SchedulerIndex(Following):
             except Exception:
                 log.exception("scheduler index change hook failed")
 
-
-def candidate_names(items: list[Any], static_pod_name: str) -> list[str]:
-    """The candidates among listed pods (whole or metadata only), sorted: the one-shot form of the index."""
-    return sorted(str(dig(i, "metadata", "name")) for i in items
-                  if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
