@@ -186,8 +186,7 @@ class Observations:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
-        if self.holds.known():  # seen before the adapters were attached
-            yield self.hold_changed()
+        yield self.hold_changed()  # seen before the adapters were attached (None: not known yet)
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
@@ -269,11 +268,13 @@ class Observations:
     # -- the restart ------------------------------------------------------------------------------------------
 
     def watch(self) -> lifecycle.Observed | None:
-        """A fresh restart baseline and local tracker for the write waited on, and a first look."""
+        """A fresh restart baseline and local tracker for the write waited on, and a first look. The baseline is
+        the mirror pod seen before our write; an adopted write (a restarted agent, a manifest found patched) takes
+        the pod as it is now: restarts that happened before we looked are not ours to judge (a lost election, say)."""
         w = self.current().wait
         assert w is not None
-        pod_now = self.pods.latest() if w.adopted else None
-        self.restarts.start(w, self.current().record.config_file, pod_now=pod_now, pod_before=self._pod_before)
+        pod = self.pods.latest() if w.adopted else self._pod_before
+        self.restarts.start(w, self.current().record.config_file, pod=pod)
         return self.observe()
 
     def observe(self) -> lifecycle.Observed | None:
