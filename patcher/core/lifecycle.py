@@ -1138,13 +1138,10 @@ def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
             return node, [Log("info", "the node is not held: the agent goes on"), Replan()]
     if ev.hold == node.hold:
         return node, []
-    if ev.hold is not None:
-        first = node.hold is None
+    if ev.hold is not None:  # the writer lock is let go at the first value only
         node2, rel = _release(replace(node, hold=ev.hold, wait=None, probing=""))
-        acts: list[Action] = [Log("warning", held_message(ev.hold)), *rel]
-        if first:
-            acts.append(LetGo())
-        return node2, [*acts, Publish("NodeHeld")]
+        return node2, [Log("warning", held_message(ev.hold)), *rel, *([LetGo()] if node.hold is None else []),
+                       Publish("NodeHeld")]
     return replace(node, hold=None), [Log("info", "the hold annotation was removed: the agent takes the node back"),
                                       Reclaim()]
 
@@ -1153,8 +1150,7 @@ def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
     """Back from a hold: as a freshly started agent on the record as it is on disk now, then plan."""
     node = replace(node, record=ev.record, wait=None, turn="none", probing="", probed="")
     node, acts = resumed(node, Resumed(ev.now), opts)
-    phase = node.phase
-    return node, [*acts, *([Publish("HoldReleased")] if phase is not None else []), Replan()]
+    return node, [*acts, *([Publish("HoldReleased")] if node.phase is not None else []), Replan()]
 
 
 def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
