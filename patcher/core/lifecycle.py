@@ -269,7 +269,6 @@ class Probed:
     """A probe of ``config_hash`` finished: the extenders that did not answer, not ignorable (``blocking``) and
     ignorable (``ignored``), one line each."""
 
-    now: float
     config_hash: str
     blocking: str = ""
     ignored: str = ""
@@ -278,8 +277,6 @@ class Probed:
 @dataclass(frozen=True)
 class ProbeDue:
     """The periodic probe's timer: while Ready, prove the extenders still answer."""
-
-    now: float
 
 
 @dataclass(frozen=True)
@@ -336,7 +333,6 @@ class StateFolderFailed:
     """The state folder refused the record (its save, the write carrying it, or the writer lock); nothing was
     written. ``message`` names the folder and the kernel's answer."""
 
-    now: float
     message: str
 
 
@@ -344,14 +340,11 @@ class StateFolderFailed:
 class StateFolderOk:
     """The retry saved the record: the state folder works again."""
 
-    now: float
-
 
 @dataclass(frozen=True)
 class HoldChanged:
     """The hold annotation as the watch last saw it (may be empty); None when absent."""
 
-    now: float
     hold: str | None
 
 
@@ -359,7 +352,6 @@ class HoldChanged:
 class HoldUnknown:
     """The hold watch did not answer within ``waited`` seconds of the start: go on as not held."""
 
-    now: float
     waited: float
 
 
@@ -420,7 +412,6 @@ class Watch:
 class CheckLastGood:
     """Before a rollback to ``last_good``: read its files back and plan it; report with ``LastGoodChecked``."""
 
-    config_hash: str
     reason: str
     bad_source: str
     last_good: LastGood
@@ -430,7 +421,6 @@ class CheckLastGood:
 class RollBack:
     """Go back to ``target``; report with ``RollbackDone``."""
 
-    config_hash: str
     reason: str
     bad_source: str
     last_good: LastGood | None
@@ -966,8 +956,8 @@ def _fail_wait(node: Node, opts: Lifecycle, reason: str, *, judged: bool = True)
         return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
     good = node.record.last_good
     if good is None or good.config_hash == w.config_hash:  # nothing else ran here: the original is the target
-        return node, [*acts, RollBack(w.config_hash, reason, bad, good)]
-    return node, [*acts, CheckLastGood(w.config_hash, reason, bad, good)]
+        return node, [*acts, RollBack(reason, bad, good)]
+    return node, [*acts, CheckLastGood(reason, bad, good)]
 
 
 def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
@@ -976,9 +966,9 @@ def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
     the new scheduler does not serve, and then only the original is safe."""
     c = ev.check
     if ev.fits:
-        return node, [RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="last-good")]
+        return node, [RollBack(c.reason, c.bad_source, c.last_good, target="last-good")]
     return node, [Log("warning", f"{ev.why}; rolling back to the original"),
-                  RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="original")]
+                  RollBack(c.reason, c.bad_source, c.last_good, target="original")]
 
 
 def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:

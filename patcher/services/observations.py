@@ -142,7 +142,7 @@ class Observations:
         now = time.monotonic()
         match self.timers.due(now, fault=self.current().fault is not None):
             case "hold-wait":
-                yield lifecycle.HoldUnknown(now, self.opts.hold_wait)
+                yield lifecycle.HoldUnknown(self.opts.hold_wait)
             case "state-folder":
                 yield self.check_state_folder()
             case "resync":
@@ -150,7 +150,7 @@ class Observations:
             case "probe-retry":
                 yield self.plan("extender probe retry")
             case "periodic-probe":
-                yield lifecycle.ProbeDue(now)
+                yield lifecycle.ProbeDue()
             case "lease-retry":
                 yield self.plan("rollout lease retry")
 
@@ -195,7 +195,7 @@ class Observations:
         """The Node's hold as the watch sees it now; None before its first list answered."""
         if not self.holds.known():
             return None
-        return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
+        return lifecycle.HoldChanged(self.holds.hold())
 
     def say_started(self) -> None:
         """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""
@@ -325,7 +325,7 @@ class Observations:
             config = nodefiles.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
                                                                  files=r.files, api_version=r.api_version))
         if config is None or config.config_hash != config_hash:
-            self.probe_done(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+            self.probe_done(lifecycle.Probed(config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
         start_probe(self.files, config, cancel=self.probe_cancel, done=self.probe_done,

@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import posixpath
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -260,6 +259,6 @@ class RecordKeeper:
             self._hold_lock()
             self.store.save(record)
         except PatcherError as exc:
-            return lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc))
+            return lifecycle.StateFolderFailed(state_folder_message(exc))
         self.saved = record
-        return lifecycle.StateFolderOk(time.monotonic())
+        return lifecycle.StateFolderOk()
