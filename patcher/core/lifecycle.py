@@ -1179,7 +1179,6 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
 
 
 def step(node: Node, event: Event, opts: Lifecycle) -> Step:
-    """The one transition function."""
     if (gated := _gate(node, event, opts)) is not None:
         return gated
     return _TRANSITIONS[type(event)](node, event, opts)

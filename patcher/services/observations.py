@@ -138,7 +138,6 @@ class Observations:
             self.timers.hold_wait_at = None
 
     def _due(self) -> Iterator[lifecycle.Event]:
-        """The one timer that is due, if any (``timers.Timers.due``)."""
         now = time.monotonic()
         match self.timers.due(now, fault=self.current().fault is not None):
             case "hold-wait":

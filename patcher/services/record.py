@@ -114,7 +114,6 @@ class StateStore:
 
 
 def state_store(files: Files, ops: fsio.FileOps = fsio.REAL) -> StateStore:
-    """The state record in the node's state folder, written through ``ops``."""
     return StateStore(fsio.HostFS(files.host_root).local(files.state_dir), files.state_dir, ops)
 
 

@@ -52,7 +52,6 @@ class RestartWatch:
         self.tracker = LocalRestartTracker(config_path, wait.written_ns) if self.local_check else None
 
     def forget(self) -> None:
-        """Nothing is waited on any more."""
         self.tracker = None
         self.recheck_at = None
 
