@@ -555,10 +555,9 @@ def _release(node: Node, bad_source: str | None = None, after: Sequence[Action] 
     return replace(node, turn="none"), [*after, ReleaseTurn(bad_source or None)]
 
 
-def _start_wait(node: Node, opts: Lifecycle, config_hash: str, written_ns: int, source_hash: str, now: float,
-                *, adopted: bool, record: State | None = None) -> Step:
-    wait = Wait(config_hash, written_ns, now + opts.restart_timeout, source_hash, adopted)
-    base = replace(record if record is not None else node.record, manifest_mtime_ns=written_ns)
+def _start_wait(node: Node, opts: Lifecycle, record: State, written_ns: int, now: float, *, adopted: bool) -> Step:
+    wait = Wait(record.config_hash, written_ns, now + opts.restart_timeout, record.source_hash, adopted)
+    base = replace(record, manifest_mtime_ns=written_ns)
     node2, acts = _phase(replace(node, wait=wait, order=None), NodeState.WAITING_FOR_RESTART,
                          reason="SchedulerAdopted" if adopted else None, record=base)
     return node2, [*acts, Watch()]
@@ -572,8 +571,7 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
         acts: list[Action] = []
         if opts.coordinated:
             node, acts = replace(node, turn="asked"), [TakeTurn("")]  # still ours after a crash: keep it
-        node, more = _start_wait(node, opts, r.config_hash, r.manifest_mtime_ns, r.source_hash, ev.now,
-                                 adopted=True)
+        node, more = _start_wait(node, opts, r, r.manifest_mtime_ns, ev.now, adopted=True)
         return node, [*acts, *more]
     if r.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
         return node, []
@@ -605,8 +603,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
             node, more = _phase(node, NodeState.READY, record=adopted)
             return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
                                              "before; back to Ready"), *more]
-        node, more = _start_wait(node, opts, ev.config_hash, ev.mtime_ns or r.manifest_mtime_ns, ev.source_hash,
-                                 ev.now, adopted=True, record=adopted)
+        node, more = _start_wait(node, opts, adopted, ev.mtime_ns or r.manifest_mtime_ns, ev.now, adopted=True)
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
                                          "it without a write"), *more]
     # pending
@@ -647,9 +644,7 @@ def _hold_for_kubelet(node: Node, why: str, acts: list[Action]) -> Step:
         line = f"kubelet on this node not healthy ({why}): holding the write"
         told = [Log("warning", line), Note("KubeletNotHealthy", line, warning=True)]
     node = replace(node, kubelet_held=why)
-    rel: list[Action] = []
-    if node.wait is None:
-        node, rel = _release(node)
+    node, rel = _release(node) if node.wait is None else (node, [])
     return _pending_if_new(node, [*acts, *told, *rel, RetryLater(KUBELET_RETRY)])
 
 
@@ -776,13 +771,11 @@ def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
 
 
 def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
-    acts: list[Action] = [Count("wrote")]
-    record = replace(ev.record, restarted_at_ns=None) if ev.manifest_change else ev.record
     if not ev.manifest_change:  # only config files were rewritten (same content hash): nothing restarts
-        return replace(node, record=record), acts
-    node, more = _start_wait(node, opts, record.config_hash, record.manifest_mtime_ns, record.source_hash,
-                             ev.now, adopted=False, record=record)
-    return node, [*acts, *more]
+        return replace(node, record=ev.record), [Count("wrote")]
+    record = replace(ev.record, restarted_at_ns=None)
+    node, acts = _start_wait(node, opts, record, record.manifest_mtime_ns, ev.now, adopted=False)
+    return node, [Count("wrote"), *acts]
 
 
 def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
@@ -1002,9 +995,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> S
         acts.append(Note("StateFolderFailed", message, warning=True))
     before = (f.phase, f.phase_message) if f else (node.record.phase, node.record.message)
     node = replace(node, fault=Fault(ev.message, failures, *before), probing="")
-    rel: list[Action] = []
-    if node.wait is None:
-        node, rel = _release(node)
+    node, rel = _release(node) if node.wait is None else (node, [])
     node, more = _phase(node, NodeState.FAILED, message)
     return node, [*acts, *rel, *more, RetryLater(delay, "state-folder")]
 

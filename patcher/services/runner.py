@@ -58,10 +58,9 @@ class _VersionCache:
         self.api = api
         self.value: str | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="api-version", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        threading.Thread(target=self._run, name="api-version", daemon=True).start()
 
     def _run(self) -> None:
         from patcher.adapters.kube.client import server_version
