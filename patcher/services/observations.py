@@ -138,12 +138,11 @@ class Observations:
             self.timers.hold_wait_at = None
 
     def _due(self) -> Iterator[lifecycle.Event]:
-        now = time.monotonic()
-        match self.timers.due(now, fault=self.current().fault is not None):
+        match self.timers.due(time.monotonic(), fault=self.current().fault is not None):
             case "hold-wait":
                 yield lifecycle.HoldUnknown(self.opts.hold_wait)
             case "state-folder":
-                yield self.check_state_folder()
+                yield self.record.retry(self.current().record)  # the state folder's retry
             case "resync":
                 yield self.plan("resync")
             case "probe-retry":
@@ -258,11 +257,6 @@ class Observations:
     def expect_config(self) -> None:
         """We wrote or removed config files: their folder's events that follow are ours."""
         self.watcher.expect(LoopEvent.CONFIG)
-
-    def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
-        """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""
-        self.timers.state_retry_at = None
-        return self.record.retry(self.current().record)
 
     # -- the restart ------------------------------------------------------------------------------------------
 
