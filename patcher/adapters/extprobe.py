@@ -184,13 +184,13 @@ def start_probe(files: Files, config: RenderedConfig, *, cancel: threading.Event
             results = check(files, config, cancel=cancel)
         except Exception as exc:  # a bug in the probe must not pass for an answer
             log.debug("extender probe failed", exc_info=True)
-            answer = lifecycle.Probed(time.monotonic(), config.config_hash,
+            answer = lifecycle.Probed(config.config_hash,
                                       blocking=f"extender probe failed: {type(exc).__name__}: {exc}")
         else:
             for result in results:
                 log.info("extender %s", result.line(), extra=log_extra)
             observe(results)
-            answer = lifecycle.Probed(time.monotonic(), config.config_hash, blocking=summary(blocking(results)),
+            answer = lifecycle.Probed(config.config_hash, blocking=summary(blocking(results)),
                                       ignored=summary(r for r in results if r.ignorable))
         done(answer)
 

@@ -269,7 +269,6 @@ class Probed:
     """A probe of ``config_hash`` finished: the extenders that did not answer, not ignorable (``blocking``) and
     ignorable (``ignored``), one line each."""
 
-    now: float
     config_hash: str
     blocking: str = ""
     ignored: str = ""
@@ -278,8 +277,6 @@ class Probed:
 @dataclass(frozen=True)
 class ProbeDue:
     """The periodic probe's timer: while Ready, prove the extenders still answer."""
-
-    now: float
 
 
 @dataclass(frozen=True)
@@ -336,7 +333,6 @@ class StateFolderFailed:
     """The state folder refused the record (its save, the write carrying it, or the writer lock); nothing was
     written. ``message`` names the folder and the kernel's answer."""
 
-    now: float
     message: str
 
 
@@ -344,14 +340,11 @@ class StateFolderFailed:
 class StateFolderOk:
     """The retry saved the record: the state folder works again."""
 
-    now: float
-
 
 @dataclass(frozen=True)
 class HoldChanged:
     """The hold annotation as the watch last saw it (may be empty); None when absent."""
 
-    now: float
     hold: str | None
 
 
@@ -359,7 +352,6 @@ class HoldChanged:
 class HoldUnknown:
     """The hold watch did not answer within ``waited`` seconds of the start: go on as not held."""
 
-    now: float
     waited: float
 
 
@@ -420,7 +412,6 @@ class Watch:
 class CheckLastGood:
     """Before a rollback to ``last_good``: read its files back and plan it; report with ``LastGoodChecked``."""
 
-    config_hash: str
     reason: str
     bad_source: str
     last_good: LastGood
@@ -430,7 +421,6 @@ class CheckLastGood:
 class RollBack:
     """Go back to ``target``; report with ``RollbackDone``."""
 
-    config_hash: str
     reason: str
     bad_source: str
     last_good: LastGood | None
@@ -565,10 +555,9 @@ def _release(node: Node, bad_source: str | None = None, after: Sequence[Action] 
     return replace(node, turn="none"), [*after, ReleaseTurn(bad_source or None)]
 
 
-def _start_wait(node: Node, opts: Lifecycle, config_hash: str, written_ns: int, source_hash: str, now: float,
-                *, adopted: bool, record: State | None = None) -> Step:
-    wait = Wait(config_hash, written_ns, now + opts.restart_timeout, source_hash, adopted)
-    base = replace(record if record is not None else node.record, manifest_mtime_ns=written_ns)
+def _start_wait(node: Node, opts: Lifecycle, record: State, written_ns: int, now: float, *, adopted: bool) -> Step:
+    wait = Wait(record.config_hash, written_ns, now + opts.restart_timeout, record.source_hash, adopted)
+    base = replace(record, manifest_mtime_ns=written_ns)
     node2, acts = _phase(replace(node, wait=wait, order=None), NodeState.WAITING_FOR_RESTART,
                          reason="SchedulerAdopted" if adopted else None, record=base)
     return node2, [*acts, Watch()]
@@ -582,8 +571,7 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
         acts: list[Action] = []
         if opts.coordinated:
             node, acts = replace(node, turn="asked"), [TakeTurn("")]  # still ours after a crash: keep it
-        node, more = _start_wait(node, opts, r.config_hash, r.manifest_mtime_ns, r.source_hash, ev.now,
-                                 adopted=True)
+        node, more = _start_wait(node, opts, r, r.manifest_mtime_ns, ev.now, adopted=True)
         return node, [*acts, *more]
     if r.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
         return node, []
@@ -615,8 +603,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
             node, more = _phase(node, NodeState.READY, record=adopted)
             return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
                                              "before; back to Ready"), *more]
-        node, more = _start_wait(node, opts, ev.config_hash, ev.mtime_ns or r.manifest_mtime_ns, ev.source_hash,
-                                 ev.now, adopted=True, record=adopted)
+        node, more = _start_wait(node, opts, adopted, ev.mtime_ns or r.manifest_mtime_ns, ev.now, adopted=True)
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
                                          "it without a write"), *more]
     # pending
@@ -657,9 +644,7 @@ def _hold_for_kubelet(node: Node, why: str, acts: list[Action]) -> Step:
         line = f"kubelet on this node not healthy ({why}): holding the write"
         told = [Log("warning", line), Note("KubeletNotHealthy", line, warning=True)]
     node = replace(node, kubelet_held=why)
-    rel: list[Action] = []
-    if node.wait is None:
-        node, rel = _release(node)
+    node, rel = _release(node) if node.wait is None else (node, [])
     return _pending_if_new(node, [*acts, *told, *rel, RetryLater(KUBELET_RETRY)])
 
 
@@ -786,13 +771,11 @@ def turn_changed(node: Node, ev: TurnChanged, opts: Lifecycle) -> Step:
 
 
 def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
-    acts: list[Action] = [Count("wrote")]
-    record = replace(ev.record, restarted_at_ns=None) if ev.manifest_change else ev.record
     if not ev.manifest_change:  # only config files were rewritten (same content hash): nothing restarts
-        return replace(node, record=record), acts
-    node, more = _start_wait(node, opts, record.config_hash, record.manifest_mtime_ns, record.source_hash,
-                             ev.now, adopted=False, record=record)
-    return node, [*acts, *more]
+        return replace(node, record=ev.record), [Count("wrote")]
+    record = replace(ev.record, restarted_at_ns=None)
+    node, acts = _start_wait(node, opts, record, record.manifest_mtime_ns, ev.now, adopted=False)
+    return node, [Count("wrote"), *acts]
 
 
 def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
@@ -966,8 +949,8 @@ def _fail_wait(node: Node, opts: Lifecycle, reason: str, *, judged: bool = True)
         return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
     good = node.record.last_good
     if good is None or good.config_hash == w.config_hash:  # nothing else ran here: the original is the target
-        return node, [*acts, RollBack(w.config_hash, reason, bad, good)]
-    return node, [*acts, CheckLastGood(w.config_hash, reason, bad, good)]
+        return node, [*acts, RollBack(reason, bad, good)]
+    return node, [*acts, CheckLastGood(reason, bad, good)]
 
 
 def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
@@ -976,9 +959,9 @@ def last_good_checked(node: Node, ev: LastGoodChecked, opts: Lifecycle) -> Step:
     the new scheduler does not serve, and then only the original is safe."""
     c = ev.check
     if ev.fits:
-        return node, [RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="last-good")]
+        return node, [RollBack(c.reason, c.bad_source, c.last_good, target="last-good")]
     return node, [Log("warning", f"{ev.why}; rolling back to the original"),
-                  RollBack(c.config_hash, c.reason, c.bad_source, c.last_good, target="original")]
+                  RollBack(c.reason, c.bad_source, c.last_good, target="original")]
 
 
 def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
@@ -1012,9 +995,7 @@ def state_folder_failed(node: Node, ev: StateFolderFailed, opts: Lifecycle) -> S
         acts.append(Note("StateFolderFailed", message, warning=True))
     before = (f.phase, f.phase_message) if f else (node.record.phase, node.record.message)
     node = replace(node, fault=Fault(ev.message, failures, *before), probing="")
-    rel: list[Action] = []
-    if node.wait is None:
-        node, rel = _release(node)
+    node, rel = _release(node) if node.wait is None else (node, [])
     node, more = _phase(node, NodeState.FAILED, message)
     return node, [*acts, *rel, *more, RetryLater(delay, "state-folder")]
 
@@ -1138,13 +1119,10 @@ def hold_changed(node: Node, ev: HoldChanged, opts: Lifecycle) -> Step:
             return node, [Log("info", "the node is not held: the agent goes on"), Replan()]
     if ev.hold == node.hold:
         return node, []
-    if ev.hold is not None:
-        first = node.hold is None
+    if ev.hold is not None:  # the writer lock is let go at the first value only
         node2, rel = _release(replace(node, hold=ev.hold, wait=None, probing=""))
-        acts: list[Action] = [Log("warning", held_message(ev.hold)), *rel]
-        if first:
-            acts.append(LetGo())
-        return node2, [*acts, Publish("NodeHeld")]
+        return node2, [Log("warning", held_message(ev.hold)), *rel, *([LetGo()] if node.hold is None else []),
+                       Publish("NodeHeld")]
     return replace(node, hold=None), [Log("info", "the hold annotation was removed: the agent takes the node back"),
                                       Reclaim()]
 
@@ -1153,8 +1131,7 @@ def reclaimed(node: Node, ev: Reclaimed, opts: Lifecycle) -> Step:
     """Back from a hold: as a freshly started agent on the record as it is on disk now, then plan."""
     node = replace(node, record=ev.record, wait=None, turn="none", probing="", probed="")
     node, acts = resumed(node, Resumed(ev.now), opts)
-    phase = node.phase
-    return node, [*acts, *([Publish("HoldReleased")] if phase is not None else []), Replan()]
+    return node, [*acts, *([Publish("HoldReleased")] if node.phase is not None else []), Replan()]
 
 
 def hold_unknown(node: Node, ev: HoldUnknown, opts: Lifecycle) -> Step:
@@ -1193,7 +1170,6 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
 
 
 def step(node: Node, event: Event, opts: Lifecycle) -> Step:
-    """The one transition function."""
     if (gated := _gate(node, event, opts)) is not None:
         return gated
     return _TRANSITIONS[type(event)](node, event, opts)

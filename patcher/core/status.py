@@ -116,20 +116,17 @@ def merge_patch(annotations: dict[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"annotations": dict(annotations)}}
 
 
-def default_event_message(status: NodeStatus) -> str:
-    """A one-sentence event message for entering ``status.state`` when the caller gave none."""
-    if status.state in STATES_WITH_MESSAGE and status.message and status.state != NodeState.READY:
-        return status.message
-    return _EVENTS[status.state][1].format(status.config_hash[:12] if status.config_hash else "none")
-
-
 def transition_event(
     status: NodeStatus, at_ns: int, *, reason: str | None = None, message: str | None = None
 ) -> EventSpec:
-    """The event for entering ``status.state``; ``reason``/``message`` override the defaults."""
+    """The event for entering ``status.state``; ``reason``/``message`` override the defaults (the message: the
+    state's own, except Ready's, else the state's sentence)."""
+    if not message and status.state in STATES_WITH_MESSAGE and status.state != NodeState.READY:
+        message = status.message
+    config = status.config_hash[:12] if status.config_hash else "none"
     return EventSpec(
         reason=reason or _EVENTS[status.state][0],
-        message=(message or default_event_message(status))[:MAX_EVENT_MESSAGE],
+        message=(message or _EVENTS[status.state][1].format(config))[:MAX_EVENT_MESSAGE],
         type="Warning" if status.state in _WARNING_STATES else "Normal",
         at_ns=at_ns,
     )

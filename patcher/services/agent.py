@@ -171,7 +171,7 @@ class Agent:
             if isinstance(item, _Unsaved):
                 if self._node.fault is not None or self._node.record == self.record.saved:
                     continue  # an action met the fault already, or a later transition saved the record
-                item = lifecycle.StateFolderFailed(time.monotonic(), item.message)
+                item = lifecycle.StateFolderFailed(item.message)
             todo.extend(self._transition(item))
 
     def _transition(self, event: lifecycle.Event) -> list[lifecycle.Event | _Unsaved]:

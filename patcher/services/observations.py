@@ -138,19 +138,17 @@ class Observations:
             self.timers.hold_wait_at = None
 
     def _due(self) -> Iterator[lifecycle.Event]:
-        """The one timer that is due, if any (``timers.Timers.due``)."""
-        now = time.monotonic()
-        match self.timers.due(now, fault=self.current().fault is not None):
+        match self.timers.due(time.monotonic(), fault=self.current().fault is not None):
             case "hold-wait":
-                yield lifecycle.HoldUnknown(now, self.opts.hold_wait)
+                yield lifecycle.HoldUnknown(self.opts.hold_wait)
             case "state-folder":
-                yield self.check_state_folder()
+                yield self.record.retry(self.current().record)  # the state folder's retry
             case "resync":
                 yield self.plan("resync")
             case "probe-retry":
                 yield self.plan("extender probe retry")
             case "periodic-probe":
-                yield lifecycle.ProbeDue(now)
+                yield lifecycle.ProbeDue()
             case "lease-retry":
                 yield self.plan("rollout lease retry")
 
@@ -186,8 +184,7 @@ class Observations:
             # The pre-flight failed before the API was there: its Warning was not sent, and a retry that fails
             # the same way sends none.
             self.reporter.note("ExtenderUnreachable", n.record.message, warning=True)
-        if self.holds.known():  # seen before the adapters were attached
-            yield self.hold_changed()
+        yield self.hold_changed()  # seen before the adapters were attached (None: not known yet)
         if n.turn == "asked":  # asked while the Lease was not there yet
             yield self.take_turn("")
         yield self.plan("API connected")  # a pending write asks for its turn again, with its source
@@ -196,7 +193,7 @@ class Observations:
         """The Node's hold as the watch sees it now; None before its first list answered."""
         if not self.holds.known():
             return None
-        return lifecycle.HoldChanged(time.monotonic(), self.holds.hold())
+        return lifecycle.HoldChanged(self.holds.hold())
 
     def say_started(self) -> None:
         """A restarted agent re-asserts what it found (at its start, and once the API adapters are there)."""
@@ -261,19 +258,16 @@ class Observations:
         """We wrote or removed config files: their folder's events that follow are ours."""
         self.watcher.expect(LoopEvent.CONFIG)
 
-    def check_state_folder(self) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
-        """The state folder's retry (``RecordKeeper.retry``) of the record as it stands."""
-        self.timers.state_retry_at = None
-        return self.record.retry(self.current().record)
-
     # -- the restart ------------------------------------------------------------------------------------------
 
     def watch(self) -> lifecycle.Observed | None:
-        """A fresh restart baseline and local tracker for the write waited on, and a first look."""
+        """A fresh restart baseline and local tracker for the write waited on, and a first look. The baseline is
+        the mirror pod seen before our write; an adopted write (a restarted agent, a manifest found patched) takes
+        the pod as it is now: restarts that happened before we looked are not ours to judge (a lost election, say)."""
         w = self.current().wait
         assert w is not None
-        pod_now = self.pods.latest() if w.adopted else None
-        self.restarts.start(w, self.current().record.config_file, pod_now=pod_now, pod_before=self._pod_before)
+        pod = self.pods.latest() if w.adopted else self._pod_before
+        self.restarts.start(w, self.current().record.config_file, pod=pod)
         return self.observe()
 
     def observe(self) -> lifecycle.Observed | None:
@@ -324,7 +318,7 @@ class Observations:
             config = nodefiles.saved_config(self.files, LastGood(config_hash=r.config_hash, config_file=r.config_file,
                                                                  files=r.files, api_version=r.api_version))
         if config is None or config.config_hash != config_hash:
-            self.probe_done(lifecycle.Probed(time.monotonic(), config_hash, blocking=(
+            self.probe_done(lifecycle.Probed(config_hash, blocking=(
                 f"the files of config {config_hash[:12]} cannot be read back to probe its extenders")))
             return
         start_probe(self.files, config, cancel=self.probe_cancel, done=self.probe_done,

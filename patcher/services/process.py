@@ -7,6 +7,7 @@ first (before anything slow), then the watch, then ``run``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import posixpath
 from collections.abc import Callable
@@ -48,18 +49,17 @@ def start_watching(agent: Agent) -> None:
     A folder that cannot be watched is logged and counted: the periodic resync still covers it."""
     files = agent.files
     fs = nodefiles.host_fs(files)
-    manifest_local = fs.local(files.manifest_path)
     watcher = FolderWatcher(lambda name: agent.events.put(LoopEvent(name)), debounce=agent.opts.debounce)
     # Bounded as the reads they announce: a FIFO or a huge file is a fingerprint, never a read that hangs.
+    manifest: Callable[[], str] = functools.partial(fileread.fingerprint, fs.local(files.manifest_path),
+                                                    limit=nodefiles.MAX_MANIFEST_BYTES)
     targets = [(LoopEvent.SOURCE, files.source,
                 lambda: fileread.folder_fingerprint(files.source, limit=MAX_SOURCE_BYTES)),
-               (LoopEvent.MANIFEST, fs.local(files.manifest_dir),
-                lambda: fileread.fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES))]
+               (LoopEvent.MANIFEST, fs.local(files.manifest_dir), manifest)]
     target_dir = posixpath.dirname(fs.resolve(files.manifest_path))
     if posixpath.normpath(target_dir) != posixpath.normpath(files.manifest_dir):
         # A symlinked manifest is edited at its target: a change there raises no event in the kubelet's folder.
-        targets.append((LoopEvent.MANIFEST, fs.local(target_dir),
-                        lambda: fileread.fingerprint(manifest_local, limit=nodefiles.MAX_MANIFEST_BYTES)))
+        targets.append((LoopEvent.MANIFEST, fs.local(target_dir), manifest))
     targets.append((LoopEvent.CONFIG, fs.local(files.host_config_dir),
                     lambda: nodefiles.named_missing_fingerprint(files)))
     for name, folder, fingerprint in targets:

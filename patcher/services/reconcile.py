@@ -71,7 +71,7 @@ def apply(files: Files, plan: nodefiles.Plan, record: State, *, why: str, expect
     except fsio.ChangedUnderneath as exc:
         return lifecycle.WriteFailed(str(exc), changed_underneath=True)
     except StateFolderError as exc:  # nothing was written: the write waits for the folder
-        return lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc))
+        return lifecycle.StateFolderFailed(state_folder_message(exc))
     except PatcherError as exc:
         return lifecycle.WriteFailed(str(exc), changed_underneath=False)
     expect()

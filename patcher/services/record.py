@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import posixpath
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -42,9 +41,6 @@ class StateStore:
         self.shown = shown
         self.ops = ops  # every write here, and every writer handed this store, writes through them
 
-    def _path(self, name: str) -> Path:
-        return self.folder / name
-
     @contextlib.contextmanager
     def _faults(self) -> Iterator[None]:
         """Any refusal of the folder's file system, as a ``StateFolderError`` (already one: unchanged)."""
@@ -64,7 +60,7 @@ class StateStore:
     def load(self) -> State:
         shown = f"{self.shown}/{STATE_FILE}"
         try:
-            data = fileread.read_if_exists(self._path(STATE_FILE), "state record", shown, limit=MAX_STATE_BYTES)
+            data = fileread.read_if_exists(self.folder / STATE_FILE, "state record", shown, limit=MAX_STATE_BYTES)
             return State() if data is None else decode(data)
         except PatcherError as exc:
             raise PatcherError(shown, f"unreadable state record: {exc.problem}") from None
@@ -74,17 +70,17 @@ class StateStore:
     def save(self, state: State) -> None:
         self._ensure()
         with self._faults():
-            fsio.atomic_write(self._path(STATE_FILE), encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
+            fsio.atomic_write(self.folder / STATE_FILE, encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
                               ops=self.ops)
 
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
         failures are ``StateFolderError``s."""
         self._ensure()
-        out = [] if original is None else [fsio.Write(self._path(ORIGINAL_FILE), original,
+        out = [] if original is None else [fsio.Write(self.folder / ORIGINAL_FILE, original,
                                                       f"{self.shown}/{ORIGINAL_FILE}", mode=0o600,
                                                       error=StateFolderError)]
-        return [*out, fsio.Write(self._path(STATE_FILE), encode(state), f"{self.shown}/{STATE_FILE}", mode=0o600,
+        return [*out, fsio.Write(self.folder / STATE_FILE, encode(state), f"{self.shown}/{STATE_FILE}", mode=0o600,
                                  error=StateFolderError)]
 
     def load_original(self) -> bytes | None:
@@ -95,30 +91,29 @@ class StateStore:
         return {name: self._read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
 
     def _read(self, name: str) -> bytes | None:
-        return fileread.read_if_exists(self._path(name), name, f"{self.shown}/{name}", limit=LIMITS[name])
+        return fileread.read_if_exists(self.folder / name, name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
         with self._faults():
             for name, data in checkpoint.items():
                 if data is None:
-                    fsio.remove(self._path(name))
-                elif not fileread.holds(self._path(name), data):
-                    fsio.atomic_write(self._path(name), data, mode=0o600, ops=self.ops)
+                    fsio.remove(self.folder / name)
+                elif not fileread.holds(self.folder / name, data):
+                    fsio.atomic_write(self.folder / name, data, mode=0o600, ops=self.ops)
 
     def present(self) -> bool:
         """Whether the record or the saved original is there (what ``clear`` would remove); reads neither."""
-        return any(os.path.lexists(self._path(name)) for name in (STATE_FILE, ORIGINAL_FILE))
+        return any(os.path.lexists(self.folder / name) for name in (STATE_FILE, ORIGINAL_FILE))
 
     def clear(self) -> None:
         with self._faults():
             for name in (STATE_FILE, ORIGINAL_FILE):
                 # Only what is there: on a read-only mount unlink fails with EROFS even for a missing file.
-                if os.path.lexists(self._path(name)):
-                    fsio.remove(self._path(name))
+                if os.path.lexists(self.folder / name):
+                    fsio.remove(self.folder / name)
 
 
 def state_store(files: Files, ops: fsio.FileOps = fsio.REAL) -> StateStore:
-    """The state record in the node's state folder, written through ``ops``."""
     return StateStore(fsio.HostFS(files.host_root).local(files.state_dir), files.state_dir, ops)
 
 
@@ -263,6 +258,6 @@ class RecordKeeper:
             self._hold_lock()
             self.store.save(record)
         except PatcherError as exc:
-            return lifecycle.StateFolderFailed(time.monotonic(), state_folder_message(exc))
+            return lifecycle.StateFolderFailed(state_folder_message(exc))
         self.saved = record
-        return lifecycle.StateFolderOk(time.monotonic())
+        return lifecycle.StateFolderOk()

@@ -45,17 +45,13 @@ class RestartWatch:
         """The local tracker runs: the loop must wake to poll it."""
         return self.tracker is not None
 
-    def start(self, wait: lifecycle.Wait, config_file: str, *, pod_now: dict[str, Any] | None,
-              pod_before: dict[str, Any] | None) -> None:
-        """A fresh baseline and local tracker for the write the lifecycle now waits on. An adopted write
-        (a restarted agent, a manifest found patched) takes the pod as it is now: restarts that happened before
-        we looked are not ours to judge (a lost election, say)."""
-        self.baseline = restart.Baseline.of(pod_now if wait.adopted else pod_before, self.container)
+    def start(self, wait: lifecycle.Wait, config_file: str, *, pod: dict[str, Any] | None) -> None:
+        """A fresh baseline (the mirror pod ``pod``) and local tracker for the write the lifecycle now waits on."""
+        self.baseline = restart.Baseline.of(pod, self.container)
         config_path = f"{self.files.host_config_dir}/{config_file}"
         self.tracker = LocalRestartTracker(config_path, wait.written_ns) if self.local_check else None
 
     def forget(self) -> None:
-        """Nothing is waited on any more."""
         self.tracker = None
         self.recheck_at = None
 

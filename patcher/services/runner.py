@@ -20,7 +20,6 @@ from patcher.core import manifestedit, settings, yamltext
 from patcher.core.errors import PatcherError
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
-from patcher.core.status import NodeState
 from patcher.services import nodefiles, process
 from patcher.services.agent import Agent
 from patcher.services.ports import NO_COORDINATOR, NO_LEADER, Coordinator, NoOwner
@@ -59,10 +58,9 @@ class _VersionCache:
         self.api = api
         self.value: str | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="api-version", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        threading.Thread(target=self._run, name="api-version", daemon=True).start()
 
     def _run(self) -> None:
         from patcher.adapters.kube.client import server_version
@@ -142,14 +140,11 @@ class ApiParts:
         self.reporter.close()
         self.api.close()
 
-    def on_phase(self, phase: NodeState) -> None:
-        """The phase or its message changed here: the cluster verdict may have changed too."""
-        self.publisher.kick()
-
     def attach_to(self, agent: Agent, *, announce: bool = True) -> None:
-        agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator,
-                           fallback_version=self.versions, on_phase=self.on_phase, owner=self.owner,
-                           holds=self.holds, leaders=self.leaders or NO_LEADER, announce=announce)
+        """``on_phase``: the phase or its message changed here, so the cluster verdict may have changed too."""
+        agent.world.attach(reporter=self.reporter, pods=self.pods, coordinator=self.coordinator, owner=self.owner,
+                           fallback_version=self.versions, holds=self.holds, leaders=self.leaders or NO_LEADER,
+                           on_phase=lambda _: self.publisher.kick(), announce=announce)
 
 
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
@@ -295,13 +290,8 @@ def run(config: Settings) -> int:
                                      "manifest": config.files.manifest_path,
                                      "api": "on" if api is not None else "off"})
 
-    def settled() -> None:
-        """The start's work is done (``Agent.loop``): serve the probes."""
-        if server:
-            server.wake()
-
     try:
-        return process.run(agent, settled=settled)
+        return process.run(agent, settled=server.wake if server else None)
     finally:
         # The stop's release and final report are done or given up already: the exit does not wait for the
         # adapters' threads (the sockets close with the process).

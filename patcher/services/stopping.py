@@ -103,18 +103,17 @@ class Stopping:
                 c.release()  # taken before the peers that go first: theirs again
                 self._wait_order(action, leaders)
                 continue
-            if not c.unanswered and c.api_answered:
-                wait = max(action.confirm_wait, action.answered_wait)
-            if why and not c.unanswered and c.api_answered:
-                c.release()  # the ask is withdrawn: the actor must not take the turn from a peer meanwhile
-                self._wait_order(action, leaders)
-                continue
             if c.unanswered:
                 why = f"the API server did not answer within {wait:g} s"
                 break
             if not c.api_answered:
                 why = f"the API server refused it: {c.denied}" if c.denied else "the API server does not answer"
                 break
+            wait = max(action.confirm_wait, action.answered_wait)
+            if why:
+                c.release()  # the ask is withdrawn: the actor must not take the turn from a peer meanwhile
+                self._wait_order(action, leaders)
+                continue
             left = action.turn_until - time.monotonic()
             if left <= 0:
                 why, silent = f"held by {c.current_holder or '?'} for the whole share of the grace period", False

@@ -157,7 +157,7 @@ def test_the_verdict_is_republished_when_a_ready_node_gains_or_loses_its_message
     def periodic_probe(blocking: str = "") -> None:
         """The periodic probe of the running config (its timer set `probing`), answered."""
         agent.node = replace(agent.node, probing=config, periodic=True)
-        agent.world.probe_done(lifecycle.Probed(now=0.0, config_hash=config, blocking=blocking))
+        agent.world.probe_done(lifecycle.Probed(config_hash=config, blocking=blocking))
         assert agent.turn() is LoopEvent.PROBE
 
     periodic_probe("extender http://x/filter: refused")

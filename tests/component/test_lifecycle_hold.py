@@ -75,7 +75,7 @@ def writes(actions: list[lifecycle.Action]) -> list[lifecycle.Action]:
 def test_a_hold_forgets_the_wait_gives_the_turn_back_and_lets_go() -> None:
     waiting = replace(Node(record=PATCHED), turn="held",
                       wait=lifecycle.Wait(H, 1, deadline=100.0, source_hash="s" * 64))
-    node, acts = lifecycle.step(waiting, HoldChanged(1.0, "alice: debugging"), OPTS)
+    node, acts = lifecycle.step(waiting, HoldChanged("alice: debugging"), OPTS)
     assert node.hold == "alice: debugging" and node.wait is None and node.turn == "none"
     assert node.record == PATCHED  # nothing of the record changes: the files stay what they are
     assert [type(a) for a in acts] == [lifecycle.Log, ReleaseTurn, LetGo, Publish]
@@ -84,7 +84,7 @@ def test_a_hold_forgets_the_wait_gives_the_turn_back_and_lets_go() -> None:
     after, acts = lifecycle.step(node, lifecycle.Observed(700.0, 0, Verdict.CRASH_LOOPING, "crash"), OPTS)
     assert after == node and acts == []
     # a new value of the hold (who, why) is said again, without letting go twice
-    node2, acts = lifecycle.step(node, HoldChanged(2.0, "bob"), OPTS)
+    node2, acts = lifecycle.step(node, HoldChanged("bob"), OPTS)
     assert node2.hold == "bob" and LetGo() not in acts and Publish("NodeHeld") in acts
 
 
@@ -104,7 +104,7 @@ def test_a_stop_while_held_keeps_the_node_as_it_is(mode: Literal["auto", "always
 
 def test_the_hold_removed_takes_the_node_back_from_the_record_on_disk() -> None:
     held = replace(Node(record=PATCHED), hold="x")
-    node, acts = lifecycle.step(held, HoldChanged(5.0, None), OPTS)
+    node, acts = lifecycle.step(held, HoldChanged(None), OPTS)
     assert node.hold is None and acts[-1] == Reclaim()
     # a hand restore cleared the record: the agent plans as a fresh one would (and re-patches through its turn)
     node2, acts = lifecycle.step(node, Reclaimed(6.0, State()), OPTS)
@@ -136,17 +136,17 @@ EVENTS = st.one_of(
               reason=st.just("r")),
     st.builds(lifecycle.TurnChanged, held=st.booleans(), refused_bad=st.booleans(), config_hash=HASHES),
     st.builds(lifecycle.Pruned, record=st.just(PATCHED)),
-    st.builds(lifecycle.Probed, now=st.floats(0, 1000), config_hash=HASHES,
+    st.builds(lifecycle.Probed, config_hash=HASHES,
               blocking=st.sampled_from(["", "extender x does not answer"])),
-    st.builds(lifecycle.ProbeDue, now=st.floats(0, 1000)),
+    st.builds(lifecycle.ProbeDue),
     st.builds(lifecycle.LastGoodChecked, fits=st.booleans(), check=st.just(
-        lifecycle.CheckLastGood(H, "r", "s", LastGood(H, "/c/config-aaaaaaaaaaaa.yaml")))),
+        lifecycle.CheckLastGood("r", "s", LastGood(H, "/c/config-aaaaaaaaaaaa.yaml")))),
     st.builds(lifecycle.RollbackDone, record=st.just(PATCHED), target=st.just("the original manifest"),
               reason=st.just("r"), bad_source=st.just("s")),
     st.builds(lifecycle.RollbackDone, error=st.just("m"), reason=st.just("r"), bad_source=st.just("s")),
-    st.builds(lifecycle.StateFolderFailed, now=st.floats(0, 1000), message=st.just("read-only")),
-    st.builds(lifecycle.StateFolderOk, now=st.floats(0, 1000)),
-    st.builds(HoldChanged, now=st.floats(0, 1000), hold=st.one_of(st.none(), st.sampled_from(["", "alice"]))),
+    st.builds(lifecycle.StateFolderFailed, message=st.just("read-only")),
+    st.builds(lifecycle.StateFolderOk),
+    st.builds(HoldChanged, hold=st.one_of(st.none(), st.sampled_from(["", "alice"]))),
     st.builds(Reclaimed, now=st.floats(0, 1000), record=st.sampled_from([State(), PATCHED])),
     st.builds(Stop, now=st.floats(0, 1000),
               daemonset=st.sampled_from([DaemonSetView(), DaemonSetView(True, False, name="ds")])),
@@ -351,7 +351,7 @@ def test_before_the_hold_is_known_a_plan_writes_nothing_and_says_nothing() -> No
     start = Node(hold_known=False)
     node, acts = lifecycle.step(start, PENDING, OPTS)
     assert (node, acts) == (start, [])  # no turn asked, no Pending said, no Apply
-    node, acts = lifecycle.step(node, HoldChanged(2.0, None), OPTS)  # the watch's first list: not held
+    node, acts = lifecycle.step(node, HoldChanged(None), OPTS)  # the watch's first list: not held
     assert node.hold_known and node.hold is None
     assert [type(a) for a in acts] == [lifecycle.Log, lifecycle.Replan]  # what was held back is planned now
     _, acts = lifecycle.step(node, PENDING, OPTS)
@@ -359,20 +359,20 @@ def test_before_the_hold_is_known_a_plan_writes_nothing_and_says_nothing() -> No
 
 
 def test_a_start_on_a_held_node_lets_go_and_says_held() -> None:
-    node, acts = lifecycle.step(Node(record=PATCHED, hold_known=False), HoldChanged(2.0, "alice"), OPTS)
+    node, acts = lifecycle.step(Node(record=PATCHED, hold_known=False), HoldChanged("alice"), OPTS)
     assert node.hold_known and node.hold == "alice"
     assert [type(a) for a in acts] == [lifecycle.Log, LetGo, Publish]
     assert node_status(node).state == NodeState.HELD
 
 
 def test_a_start_that_cannot_learn_the_hold_goes_on_after_the_wait_and_says_so_once() -> None:
-    node, acts = lifecycle.step(Node(hold_known=False), lifecycle.HoldUnknown(30.0, 30.0), OPTS)
+    node, acts = lifecycle.step(Node(hold_known=False), lifecycle.HoldUnknown(30.0), OPTS)
     assert node.hold_known and [type(a) for a in acts] == [lifecycle.Log, lifecycle.Replan]
     assert isinstance(acts[0], lifecycle.Log) and acts[0].level == "warning" and "30s" in acts[0].message
-    assert lifecycle.step(node, lifecycle.HoldUnknown(31.0, 30.0), OPTS) == (node, [])  # said once
-    _, acts = lifecycle.step(node, HoldChanged(40.0, None), OPTS)  # the watch answers later: nothing to do
+    assert lifecycle.step(node, lifecycle.HoldUnknown(30.0), OPTS) == (node, [])  # said once
+    _, acts = lifecycle.step(node, HoldChanged(None), OPTS)  # the watch answers later: nothing to do
     assert acts == []
-    node, acts = lifecycle.step(node, HoldChanged(41.0, "bob"), OPTS)  # a hold seen later takes effect then
+    node, acts = lifecycle.step(node, HoldChanged("bob"), OPTS)  # a hold seen later takes effect then
     assert node.hold == "bob" and any(isinstance(a, LetGo) for a in acts)
 
 
@@ -381,7 +381,7 @@ def test_a_restarted_agent_adopts_its_wait_but_judges_no_restart_before_the_hold
     assert node.wait is not None  # adopted, as always: no write in that
     crash = lifecycle.Observed(700.0, 0, Verdict.CRASH_LOOPING, "crash")
     assert lifecycle.step(node, crash, OPTS) == (node, [])  # a rollback would write: not before the hold is known
-    node, _ = lifecycle.step(node, HoldChanged(701.0, "alice"), OPTS)
+    node, _ = lifecycle.step(node, HoldChanged("alice"), OPTS)
     assert node.wait is None and node.hold == "alice"
 
 

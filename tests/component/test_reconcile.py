@@ -27,7 +27,7 @@ def patched(tmp_path: Path) -> tuple[Files, LastGood]:
 
 
 def check(files: Files, good: LastGood) -> tuple[lifecycle.LastGoodChecked, nodefiles.Plan | None]:
-    return reconcile.check_last_good(files, lifecycle.CheckLastGood("f" * 64, "why", "s" * 64, good))
+    return reconcile.check_last_good(files, lifecycle.CheckLastGood("why", "s" * 64, good))
 
 
 def test_a_last_ready_config_that_fits_is_reported_with_its_plan(tmp_path: Path) -> None:

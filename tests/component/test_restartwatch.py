@@ -68,7 +68,7 @@ def watch(clock: Clock, *, local: bool, procs: list[SchedulerProcess] | None = N
           settle: float = 10.0) -> RestartWatch:
     rw = RestartWatch(Files(), local_check=local, crash_restarts=2, settle=settle,
                       wall_ns=lambda: clock.wall, monotonic=lambda: clock.mono, scan=lambda: list(procs or []))
-    rw.start(WAIT, "scheduler-config-0123456789ab.yaml", pod_now=None, pod_before=None)
+    rw.start(WAIT, "scheduler-config-0123456789ab.yaml", pod=None)
     return rw
 
 
@@ -204,7 +204,7 @@ def test_the_kubelet_is_looked_at_only_past_the_deadline_while_the_restart_is_no
     rw = RestartWatch(Files(), local_check=False, crash_restarts=2, settle=0.0, wall_ns=lambda: clock.wall,
                       monotonic=lambda: clock.mono, scan=list, kubelet_down=kubelet_down)
     wait = replace(WAIT, deadline=clock.mono + 5)
-    rw.start(wait, "scheduler-config-0123456789ab.yaml", pod_now=None, pod_before=None)
+    rw.start(wait, "scheduler-config-0123456789ab.yaml", pod=None)
     assert rw.observe(wait, Pods(None)).kubelet_down == "" and looks == []  # before the deadline
     clock.advance(5)
     assert rw.observe(wait, Pods(None)).kubelet_down == "refused" and looks == [clock.mono]

@@ -146,7 +146,7 @@ def test_the_stop_order_holds_back_only_a_leader_with_peers_still_to_restore(
 def test_after_a_stop_nothing_but_the_restore_report_moves_the_node() -> None:
     stopped, _ = stop(WAITING, "always", KEEPS)
     events: list[lc.Event] = [lc.Planned(NOW, "pending", config_hash="d" * 64, manifest_change=True),
-                              lc.TurnChanged(held=True, refused_bad=False), lc.ProbeDue(NOW),
+                              lc.TurnChanged(held=True, refused_bad=False), lc.ProbeDue(),
                               lc.Stop(NOW, "signal", KEEPS)]
     for event in events:
         assert lc.step(stopped, event, OPTS) == (stopped, [])

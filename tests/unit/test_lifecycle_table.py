@@ -62,7 +62,7 @@ def up_to_date(config_hash: str = H1) -> lc.Planned:
 
 
 @pytest.mark.parametrize("event", [lc.Resumed(1.0), pending(), lc.Observed(1.0, 0, Verdict.READY, "r"),
-                                   lc.ProbeDue(1.0), lc.StateFolderFailed(1.0, "x"), lc.StateFolderOk(1.0)])
+                                   lc.ProbeDue(), lc.StateFolderFailed("x"), lc.StateFolderOk()])
 def test_after_a_stop_every_event_but_stop_is_ignored(event: lc.Event) -> None:
     n = replace(waiting(), stopping=True)
     assert lc.step(n, event, OPTS) == (n, [])
@@ -70,8 +70,8 @@ def test_after_a_stop_every_event_but_stop_is_ignored(event: lc.Event) -> None:
 
 @pytest.mark.parametrize("event", [lc.Resumed(1.0), pending(), up_to_date(), lc.Wrote(1.0, State(), True),
                                    lc.WriteFailed("x", False), lc.Observed(1.0, 0, Verdict.READY, "r"),
-                                   lc.TurnChanged(held=True, refused_bad=False), lc.Probed(1.0, H1),
-                                   lc.ProbeDue(1.0), lc.RollbackDone("r", SRC, State(), "t"),
+                                   lc.TurnChanged(held=True, refused_bad=False), lc.Probed(H1),
+                                   lc.ProbeDue(), lc.RollbackDone("r", SRC, State(), "t"),
                                    lc.RollbackDone("r", SRC, error="m")])
 def test_while_the_state_folder_refuses_the_record_only_its_own_events_pass(event: lc.Event) -> None:
     n = replace(waiting(), fault=lc.Fault("state folder unusable: x", 1, "WaitingForRestart", None))
@@ -311,32 +311,32 @@ def test_observed_crash_loop_checks_the_last_ready_config_to_roll_back_to() -> N
     n = waiting(turn="held", last_good=earlier)
     after, acts = lc.step(n, lc.Observed(1.0, 0, Verdict.CRASH_LOOPING, "exit 1"), COORD)
     assert after.wait is None and after.record.bad_hashes == (H1,) and after.turn == "held"
-    assert acts == [lc.Count("rolled_back"), lc.CheckLastGood(H1, f"kube-scheduler crash-loops with config "
-                                                                  f"{H1[:12]} (exit 1)", SRC, earlier)]
+    assert acts == [lc.Count("rolled_back"), lc.CheckLastGood(f"kube-scheduler crash-loops with config "
+                                                              f"{H1[:12]} (exit 1)", SRC, earlier)]
 
 
 def test_observed_crash_loop_of_the_last_ready_config_itself_rolls_back_to_the_original() -> None:
     _, acts = lc.step(waiting(last_good=LAST_GOOD), lc.Observed(1.0, 0, Verdict.CRASH_LOOPING, "exit 1"), OPTS)
-    assert acts == [lc.Count("rolled_back"), lc.RollBack(H1, f"kube-scheduler crash-loops with config {H1[:12]} "
-                                                             "(exit 1)", SRC, LAST_GOOD, target="original")]
+    assert acts == [lc.Count("rolled_back"), lc.RollBack(f"kube-scheduler crash-loops with config {H1[:12]} "
+                                                         "(exit 1)", SRC, LAST_GOOD, target="original")]
 
 
 # -- LastGoodChecked: the step chooses the rollback's target ---------------------------------------------------
 
 
 def test_last_good_that_fits_is_the_rollback_target() -> None:
-    check = lc.CheckLastGood(H1, "why", SRC, LAST_GOOD)
+    check = lc.CheckLastGood("why", SRC, LAST_GOOD)
     n = node(turn="held")
     assert lc.step(n, lc.LastGoodChecked(check, True), COORD) == (
-        n, [lc.RollBack(H1, "why", SRC, LAST_GOOD, target="last-good")])
+        n, [lc.RollBack("why", SRC, LAST_GOOD, target="last-good")])
 
 
 def test_last_good_that_does_not_fit_makes_the_original_the_target_and_says_why() -> None:
-    check = lc.CheckLastGood(H1, "why", SRC, LAST_GOOD)
+    check = lc.CheckLastGood("why", SRC, LAST_GOOD)
     n = node(turn="held")
     assert lc.step(n, lc.LastGoodChecked(check, False, "the manifest changed since config x was Ready"), COORD) == (
         n, [lc.Log("warning", "the manifest changed since config x was Ready; rolling back to the original"),
-            lc.RollBack(H1, "why", SRC, LAST_GOOD, target="original")])
+            lc.RollBack("why", SRC, LAST_GOOD, target="original")])
 
 
 def test_observed_crash_loop_with_rollback_disabled_fails_and_passes_the_turn_with_the_source() -> None:
@@ -350,8 +350,8 @@ def test_observed_crash_loop_with_rollback_disabled_fails_and_passes_the_turn_wi
 
 def test_observed_past_the_deadline_rolls_back() -> None:
     _, acts = lc.step(waiting(), lc.Observed(100.0, 0, Verdict.WAITING, "not yet"), OPTS)
-    assert acts == [lc.Count("rolled_back"), lc.RollBack(H1, f"kube-scheduler did not come back Ready with config "
-                                                             f"{H1[:12]} within 60s (not yet)", SRC, None)]
+    assert acts == [lc.Count("rolled_back"), lc.RollBack(f"kube-scheduler did not come back Ready with config "
+                                                         f"{H1[:12]} within 60s (not yet)", SRC, None)]
 
 
 @pytest.mark.parametrize("now,blind", [(50.0, False), (50.0, True), (100.0, True), (159.9, True)])
@@ -384,18 +384,18 @@ DOWN = "extender http://x/filter does not answer: connection refused"
 
 
 def test_probed_after_the_restart_failing_rolls_back_like_a_crash_loop() -> None:
-    _, acts = lc.step(waiting(probing=True), lc.Probed(1.0, H1, blocking=DOWN), CHECKS)
-    assert acts == [lc.Count("rolled_back"), lc.RollBack(H1, f"{DOWN} after kube-scheduler restarted with config "
-                                                             f"{H1[:12]}", SRC, None)]
+    _, acts = lc.step(waiting(probing=True), lc.Probed(H1, blocking=DOWN), CHECKS)
+    assert acts == [lc.Count("rolled_back"), lc.RollBack(f"{DOWN} after kube-scheduler restarted with config "
+                                                         f"{H1[:12]}", SRC, None)]
 
 
 def test_probed_after_the_restart_answering_lets_the_next_check_make_it_ready() -> None:
-    after, acts = lc.step(waiting(probing=True), lc.Probed(1.0, H1), CHECKS)
+    after, acts = lc.step(waiting(probing=True), lc.Probed(H1), CHECKS)
     assert after.wait == lc.Wait(H1, 1_000, 100.0, SRC, extenders_checked=True) and acts == []
 
 
 def test_probed_after_the_restart_with_an_ignorable_one_down_warns_and_keeps() -> None:
-    after, acts = lc.step(waiting(probing=True), lc.Probed(1.0, H1, ignored=DOWN), CHECKS)
+    after, acts = lc.step(waiting(probing=True), lc.Probed(H1, ignored=DOWN), CHECKS)
     warning = f"{DOWN} after kube-scheduler restarted with config {H1[:12]}; ignorable, kept"
     assert after.wait is not None and after.wait.extenders_checked
     assert acts == [lc.Log("warning", warning), lc.Note("ExtenderUnreachable", warning, warning=True)]
@@ -403,29 +403,29 @@ def test_probed_after_the_restart_with_an_ignorable_one_down_warns_and_keeps() -
 
 def test_probed_for_a_config_no_longer_wanted_is_ignored() -> None:
     n = node(NodeState.PENDING, probing=H2)
-    assert lc.step(n, lc.Probed(1.0, H1), CHECKS) == (n, [])
+    assert lc.step(n, lc.Probed(H1), CHECKS) == (n, [])
 
 
 def test_probed_while_ready_an_extender_that_stopped_answering_keeps_ready_with_a_message() -> None:
-    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(1.0, H1, blocking=DOWN), CHECKS)
+    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(H1, blocking=DOWN), CHECKS)
     message = f"{lc.STOPPED_ANSWERING}: {DOWN}"
     assert after.phase == NodeState.READY and after.record.message == message and after.probing == ""
     assert acts == [lc.Error("extender"), lc.Log("warning", message),
                     lc.Note("ExtenderUnreachable", message, warning=True), lc.Publish(None)]
-    again, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(2.0, H1, blocking=DOWN),
+    again, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(H1, blocking=DOWN),
                          CHECKS)
     assert again.record == after.record and acts == [lc.Error("extender")]  # the same: no Event spam
-    back, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(3.0, H1), CHECKS)
+    back, acts = lc.step(replace(after, probing=H1, periodic=True), lc.Probed(H1), CHECKS)
     assert back.record.message is None and acts == [lc.Log("info", "the extenders answer again"), lc.Publish(None)]
 
 
 def test_probed_while_ready_answering_as_before_says_nothing() -> None:
-    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(1.0, H1), CHECKS)
+    after, acts = lc.step(ready(probing=H1, periodic=True), lc.Probed(H1), CHECKS)
     assert after == ready() and acts == []
 
 
 def test_probed_pre_flight_blocked_stays_pending_and_retries_later() -> None:
-    after, acts = lc.step(node(probing=H2), lc.Probed(1.0, H2, blocking=DOWN), CHECKS)
+    after, acts = lc.step(node(probing=H2), lc.Probed(H2, blocking=DOWN), CHECKS)
     message = f"{DOWN}; config {H2[:12]} not written"
     assert after.phase == NodeState.PENDING and after.record.message == message
     assert (after.probe_failures, after.failed_probe, after.probing) == (1, H2, "")
@@ -435,14 +435,14 @@ def test_probed_pre_flight_blocked_stays_pending_and_retries_later() -> None:
 
 def test_probed_pre_flight_answering_plans_again_and_clears_the_sentence() -> None:
     n = node(NodeState.PENDING, "old sentence", probing=H2, probe_failures=2, failed_probe=H2)
-    after, acts = lc.step(n, lc.Probed(1.0, H2), CHECKS)
+    after, acts = lc.step(n, lc.Probed(H2), CHECKS)
     assert after.probed == H2 and after.probe_failures == 0 and after.record.message is None
     assert acts == [lc.Log("info", f"the extenders of config {H2[:12]} answer now; patching"), lc.Publish(None),
                     lc.Replan()]
 
 
 def test_probed_pre_flight_with_an_ignorable_one_down_writes_with_a_warning() -> None:
-    after, acts = lc.step(node(probing=H2), lc.Probed(1.0, H2, ignored=DOWN), CHECKS)
+    after, acts = lc.step(node(probing=H2), lc.Probed(H2, ignored=DOWN), CHECKS)
     warning = f"{DOWN}; ignorable, so config {H2[:12]} is written anyway"
     assert after.record.extender_warning == warning and after.probed == H2
     assert acts == [lc.Log("warning", warning), lc.Note("ExtenderUnreachable", warning, warning=True), lc.Replan()]
@@ -452,7 +452,7 @@ def test_probed_pre_flight_with_an_ignorable_one_down_writes_with_a_warning() ->
 
 
 def test_probe_due_while_ready_probes_the_running_config() -> None:
-    after, acts = lc.step(ready(), lc.ProbeDue(1.0), CHECKS)
+    after, acts = lc.step(ready(), lc.ProbeDue(), CHECKS)
     assert after.probing == H1 and acts == [lc.Probe(H1)]
 
 
@@ -460,7 +460,7 @@ def test_probe_due_while_ready_probes_the_running_config() -> None:
                                     (node(NodeState.FAILED, "x", **READY_CONFIG), CHECKS),
                                     (node(NodeState.READY), CHECKS)])
 def test_probe_due_otherwise_does_nothing(n: lc.Node, opts: Lifecycle) -> None:
-    assert lc.step(n, lc.ProbeDue(1.0), opts) == (n, [])
+    assert lc.step(n, lc.ProbeDue(), opts) == (n, [])
 
 
 # -- StateFolderFailed / StateFolderOk -------------------------------------------------------------------------
@@ -471,7 +471,7 @@ FULL = "state folder unusable: /var/lib/scheduler-patcher/state.json: write fail
 
 def test_state_folder_failed_fails_names_the_folder_passes_an_unused_turn_and_retries() -> None:
     n = node(NodeState.PENDING, turn="held", probing=H2)
-    after, acts = lc.step(n, lc.StateFolderFailed(1.0, ROFS), COORD)
+    after, acts = lc.step(n, lc.StateFolderFailed(ROFS), COORD)
     message = f"{ROFS}; {lc.STATE_FOLDER_WAIT}"
     assert after.phase == NodeState.FAILED and after.record.message == message
     assert after.fault == lc.Fault(ROFS, 1, "Pending", None) and after.turn == "none" and after.probing == ""
@@ -481,7 +481,7 @@ def test_state_folder_failed_fails_names_the_folder_passes_an_unused_turn_and_re
 
 
 def test_state_folder_failed_while_waiting_keeps_the_wait_and_the_turn() -> None:
-    after, acts = lc.step(waiting(turn="held"), lc.StateFolderFailed(1.0, FULL), COORD)
+    after, acts = lc.step(waiting(turn="held"), lc.StateFolderFailed(FULL), COORD)
     assert after.wait == waiting().wait and after.turn == "held" and after.phase == NodeState.FAILED
     assert after.fault == lc.Fault(FULL, 1, "WaitingForRestart", None)
     assert lc.ReleaseTurn(None) not in acts and acts[-1] == lc.RetryLater(2.0, "state-folder")
@@ -489,10 +489,10 @@ def test_state_folder_failed_while_waiting_keeps_the_wait_and_the_turn() -> None
 
 def test_state_folder_failed_again_doubles_the_delay_up_to_the_cap_without_saying_it_again() -> None:
     opts = replace(OPTS, state_retry=2.0, state_retry_max=60.0)
-    n, _ = lc.step(ready(), lc.StateFolderFailed(1.0, ROFS), opts)
+    n, _ = lc.step(ready(), lc.StateFolderFailed(ROFS), opts)
     delays = []
     for _ in range(6):
-        n, acts = lc.step(n, lc.StateFolderFailed(2.0, ROFS), opts)
+        n, acts = lc.step(n, lc.StateFolderFailed(ROFS), opts)
         assert [type(a).__name__ for a in acts] == ["Error", "Log", "RetryLater"]  # no Note, no Publish
         delays.append(acts[-1])
     assert delays == [lc.RetryLater(d, "state-folder") for d in (4.0, 8.0, 16.0, 32.0, 60.0, 60.0)]
@@ -500,8 +500,8 @@ def test_state_folder_failed_again_doubles_the_delay_up_to_the_cap_without_sayin
 
 
 def test_state_folder_failed_with_another_error_says_so() -> None:
-    n, _ = lc.step(ready(), lc.StateFolderFailed(1.0, ROFS), OPTS)
-    after, acts = lc.step(n, lc.StateFolderFailed(2.0, FULL), OPTS)
+    n, _ = lc.step(ready(), lc.StateFolderFailed(ROFS), OPTS)
+    after, acts = lc.step(n, lc.StateFolderFailed(FULL), OPTS)
     message = f"{FULL}; {lc.STATE_FOLDER_WAIT}"
     assert after.record.message == message and after.fault == lc.Fault(FULL, 2, "Ready", None)
     assert acts == [lc.Error("state"), lc.Log("error", f"{FULL}; trying again in 4s"),
@@ -510,21 +510,21 @@ def test_state_folder_failed_with_another_error_says_so() -> None:
 
 
 def test_state_folder_ok_says_again_what_the_node_said_and_plans_again() -> None:
-    n, _ = lc.step(ready(), lc.StateFolderFailed(1.0, ROFS), OPTS)
-    n, _ = lc.step(n, lc.StateFolderFailed(2.0, ROFS), OPTS)
-    after, acts = lc.step(n, lc.StateFolderOk(3.0), OPTS)
+    n, _ = lc.step(ready(), lc.StateFolderFailed(ROFS), OPTS)
+    n, _ = lc.step(n, lc.StateFolderFailed(ROFS), OPTS)
+    after, acts = lc.step(n, lc.StateFolderOk(), OPTS)
     assert after == ready()
     assert acts == [lc.Log("info", "the state folder takes the record again after 2 failed attempts; the node is "
                                    "Ready"), lc.Publish(None), lc.Replan()]
 
 
 def test_state_folder_ok_for_a_node_that_had_said_nothing_yet_is_pending() -> None:
-    n, _ = lc.step(node(), lc.StateFolderFailed(1.0, ROFS), OPTS)
-    after, acts = lc.step(n, lc.StateFolderOk(3.0), OPTS)
+    n, _ = lc.step(node(), lc.StateFolderFailed(ROFS), OPTS)
+    after, acts = lc.step(n, lc.StateFolderOk(), OPTS)
     assert after.phase == NodeState.PENDING and after.record.message is None and after.fault is None
     assert acts == [lc.Log("info", "the state folder takes the record again after 1 failed attempt; the node is "
                                    "Pending"), lc.Publish(None), lc.Replan()]
 
 
 def test_state_folder_ok_without_a_fault_changes_nothing() -> None:
-    assert lc.step(ready(), lc.StateFolderOk(3.0), OPTS) == (ready(), [])
+    assert lc.step(ready(), lc.StateFolderOk(), OPTS) == (ready(), [])
