@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from patcher.adapters.kube import foreground
-from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
-from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration, say_to, with_api
 from patcher.core.kubeobj import Obj, dig
 
 
@@ -88,25 +86,12 @@ def describe(namespace: str, name: str, result: Result, timeout: float) -> str:
 
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once the DaemonSet and its pods are gone (or there was none); 1 when they are not by ``--timeout``."""
-    out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
-    except ApiConfigError as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
+    say = say_to(out or sys.stdout)
+    result = with_api(args.kubeconfig, err, lambda api: stop_agents(
+        api, namespace=args.namespace, name=args.daemonset, timeout=args.timeout, say=say))
+    if result is None:
         return EXIT_ERROR
-
-    def say(line: str) -> None:
-        out.write(line + "\n")
-        out.flush()
-
-    try:
-        result = stop_agents(api, namespace=args.namespace, name=args.daemonset, timeout=args.timeout, say=say)
-    except ApiError as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_ERROR
-    finally:
-        api.close()
     if result.gone:
         return EXIT_OK
     err.write(f"scheduler-patcher: error: {describe(args.namespace, args.daemonset, result, args.timeout)}\n")
