@@ -313,9 +313,7 @@ class FolderWatcher:
 
     def start(self) -> None:
         with self._lock:
-            if self._thread is not None or self._stopping:
-                return
-            if self._observer is None:  # nothing added (every add failed): nothing to watch
+            if self._thread is not None or self._stopping or self._observer is None:  # None: nothing added
                 return
             self._thread = threading.Thread(target=self._run, name="folder-watch", daemon=True)
             self._thread.start()
