@@ -46,7 +46,7 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
                 clock: Callable[[], float] = time.monotonic) -> Result:
     """Delete the DaemonSet in the foreground and wait (a watch, until ``timeout``) until the server removed it."""
     deadline = clock() + timeout
-    follower = foreground.DaemonSetFollower(api, namespace, name)
+    follower = foreground.follow(api, namespace, name)
     follower.start()
     try:
         answer = foreground.delete_foreground(api, namespace, name)
@@ -57,14 +57,14 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
             "kube-scheduler restart at a time, and ends; waiting until its pods are gone")
         while True:
             follower.changed.clear()
-            if follower.listed and follower.current is None:
+            listed, seen = follower.state()
+            if listed and seen is None:
                 say(f"DaemonSet {namespace}/{name} and its pods are gone")
                 return Result(gone=True, existed=True)
             remaining = deadline - clock()
             if remaining <= 0:  # what is left: the watch's view once it shows the deletion, else the answer's
-                seen = follower.current
                 left = seen if seen is not None and dig(seen, "metadata", "deletionTimestamp") else answer
-                return Result(gone=False, existed=True, left=left, watched=follower.listed)
+                return Result(gone=False, existed=True, left=left, watched=listed)
             follower.changed.wait(remaining)
     finally:
         follower.stop()

@@ -320,6 +320,29 @@ class Following:
         return self._watcher.fresh
 
 
+class NamedListWatcher(Following):
+    """One object followed by name (``named``): ``state()`` is ``(listed, keep(object))``, ``None`` while it does
+    not exist; ``changed`` is set on every delivery."""
+
+    def __init__(self, api: Api, resource: Resource, namespace: str, name: str, *, what: str,
+                 keep: Callable[[Obj], Any] = lambda obj: obj, **options: Any) -> None:
+        self.changed = threading.Event()
+        self._lock = threading.Lock()
+        self._state: tuple[bool, Any] = (False, None)
+        self._keep = keep
+        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver),
+                                    name=f"watch {what} {namespace}/{name}", **options)
+
+    def _deliver(self, obj: Obj | None) -> None:
+        with self._lock:
+            self._state = (True, None if obj is None else self._keep(obj))
+        self.changed.set()
+
+    def state(self) -> tuple[bool, Any]:
+        with self._lock:
+            return self._state
+
+
 def pages(what: str, verb: Callable[..., Any], resource: Resource, limit: int | None,
           **kwargs: Any) -> Iterator[Obj]:
     """Each page of a list (``verb``: an ``Api.list``; ``limit`` None: one whole list), failures translated."""
