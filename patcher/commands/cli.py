@@ -152,14 +152,13 @@ def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
         shown = host_root if host_root == args.host_root else f"{host_root} (resolved to {args.host_root})"
         problems.append(f"--host-root {shown}: no such folder")
     for name in NODE_PATH_FLAGS:
-        value = getattr(args, name)
+        value, flag = getattr(args, name), "--" + name.replace("_", "-")
         if value.startswith("/"):
             continue
         if args.host_root == "/":
             setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
-            typed["--" + name.replace("_", "-")] = (value, getattr(args, name))
+            typed[flag] = (value, getattr(args, name))
         else:
-            flag = "--" + name.replace("_", "-")
             problems.append(f"{flag} {value}: a node path must be absolute when --host-root is given "
                             f"(it is read below {args.host_root})")
     return problems

@@ -57,13 +57,11 @@ class LeaderElector:
         self.namespace = namespace
         self.name = name
         self.identity = identity
-        self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.renew_period = renew_period
         self._on_change = on_change
         self._clock = clock
-        self._wall = wall
         self._lock = threading.Lock()
         self._leader = False
         self._renewed = -math.inf
