@@ -34,8 +34,6 @@ ProcessKey = tuple[int, float]
 
 @dataclass(frozen=True)
 class SchedulerProcess:
-    """One process that runs kube-scheduler."""
-
     pid: int
     started_since_boot: float
     started_at: float

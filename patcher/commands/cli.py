@@ -124,7 +124,6 @@ def _group(kind: type[T], args: argparse.Namespace, **given: Any) -> T:
 
 
 def _files(args: argparse.Namespace) -> Files:
-    """The ``files`` group from the flags every node command shares."""
     return _group(Files, args, source=Path(args.source), host_root=Path(args.host_root),
                   host_config_dir=args.host_config_dir.rstrip("/") or "/", prefix=args.annotation_prefix.rstrip("/"))
 

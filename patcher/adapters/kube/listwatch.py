@@ -160,7 +160,6 @@ class ListWatcher:
             thread.join(timeout)
 
     def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first successful list."""
         return self._synced.wait(timeout)
 
     @property

@@ -204,5 +204,4 @@ class Api:
         return self.call("GET", "/version/", timeout=timeout)
 
     def close(self) -> None:
-        """Close the kept-alive connections."""
         self.rest_client.close()
