@@ -36,6 +36,7 @@ from patcher.commands.conventions import (
     exit_codes,
 )
 from patcher.core.errors import PatcherError
+from patcher.core.extprobe import as_data, blocking, summary
 from patcher.core.schedconfig.version import SUPPORTED_TEXT
 from patcher.core.settings import FLAG, Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status, groups
 from patcher.services import nodefiles
@@ -199,8 +200,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     notes = [n for n in plan.notes if not n.startswith("source form")]
     probes = _check_extenders(args, opts, config)
     if args.output != "text":
-        from patcher.core.extprobe import as_data
-
         info = None if config is None else {"form": config.form, "api_version": config.api_version,
                                             "hash": config.config_hash, "file": config.main,
                                             "kube_version": config.kube_version or None}
@@ -250,8 +249,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     plan = nodefiles.plan_apply(opts)
     probes = _check_extenders(args, opts, plan.config) if plan.pending else None
     if probes is not None:
-        from patcher.core.extprobe import blocking, summary
-
         if args.output == "text":
             for result in probes:
                 print(f"extender {result.line()}", file=sys.stderr)
@@ -260,8 +257,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_ERROR
     lines = nodefiles.apply(opts, plan)[0] if plan.pending else []
-    from patcher.core.extprobe import as_data
-
     _report(args, plan.manifest_path, lines, plan.notes, as_data(probes) if probes is not None else None)
     return EXIT_OK
 
