@@ -192,16 +192,13 @@ class ListWatcher:
                 delay = self._backoff.next_delay()
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                         "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
-            except _Gone:
-                log.debug("%s: resourceVersion expired; listing again", self.name)
+            except (_Gone, _Undecodable) as exc:
                 self._set_fresh(False)
-                self._resume_rv = None
+                self._resume_rv = None  # compacted, or events lost in what could not be read
                 delay = self._backoff.next_delay()
-            except _Undecodable as exc:
-                self._set_fresh(False)
-                self._resume_rv = None  # events may have been lost in what could not be read
-                delay = self._backoff.next_delay()
-                if not self._undecodable_logged:
+                if isinstance(exc, _Gone):
+                    log.debug("%s: resourceVersion expired; listing again", self.name)
+                elif not self._undecodable_logged:
                     self._undecodable_logged = True
                     log.warning("%s: undecodable watch data (%s); listing again (logged once until the "
                                 "watch is healthy again)", self.name, exc)
