@@ -23,15 +23,11 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
-#: klog's verbosity for each level: errors, warnings and info are 0 (always shown), debug is 4.
-_VERBOSITY = {logging.DEBUG: 4}
-
-
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": round(record.created, 6),
-            "v": _VERBOSITY.get(record.levelno, 0),
+            "v": 4 if record.levelno == logging.DEBUG else 0,  # klog's verbosity: debug 4, the rest 0 (always shown)
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": str(record.msg),

@@ -34,8 +34,6 @@ ProcessKey = tuple[int, float]
 
 @dataclass(frozen=True)
 class SchedulerProcess:
-    """One process that runs kube-scheduler."""
-
     pid: int
     started_since_boot: float
     started_at: float
@@ -97,11 +95,6 @@ def _since_boot(proc: psutil.Process) -> float:
         return float(proc.create_time() - psutil.boot_time())
 
 
-def _boot_offset() -> float:
-    """Wall-clock seconds at boot, as precise as the clocks (not rounded like /proc/stat's btime)."""
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
 def find_schedulers() -> list[SchedulerProcess]:
     """Every live process that runs kube-scheduler. Zombies and processes we may not read are skipped.
 
@@ -110,7 +103,7 @@ def find_schedulers() -> list[SchedulerProcess]:
     import psutil
 
     found: list[SchedulerProcess] = []
-    offset = _boot_offset()
+    offset = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)  # the boot's wall time, unrounded (not btime)
     for proc in psutil.process_iter(["name", "cmdline", "status"]):
         try:
             info = proc.info
@@ -139,10 +132,6 @@ def find_schedulers() -> list[SchedulerProcess]:
     return found
 
 
-def _same_path(a: str | None, b: str) -> bool:
-    return a is not None and os.path.normpath(a) == os.path.normpath(b)
-
-
 def check_local(expected_config: str, written_at_ns: int, processes: Iterable[SchedulerProcess]) -> LocalCheck:
     """Ready when a kube-scheduler with ``--config=expected_config`` started after ``written_at_ns``.
 
@@ -154,8 +143,8 @@ def check_local(expected_config: str, written_at_ns: int, processes: Iterable[Sc
         return LocalCheck(False, "no kube-scheduler process is running")
     direct = [p for p in procs if p.wrapper is None]
     candidates = direct or procs
-    written_at = written_at_ns / 1e9
-    ours = [p for p in candidates if _same_path(p.config, expected_config)]
+    written_at, want = written_at_ns / 1e9, os.path.normpath(expected_config)
+    ours = [p for p in candidates if p.config is not None and os.path.normpath(p.config) == want]
     fresh = [p for p in ours if p.started_at >= written_at - CLOCK_TOLERANCE_S]
     if fresh:
         newest = max(fresh, key=lambda p: p.started_at)

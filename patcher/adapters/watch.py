@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -148,15 +148,15 @@ class Settler:
     def __init__(self, quiet: float, max_wait: float) -> None:
         self.quiet = quiet
         self.max_wait = max(quiet, max_wait)
-        self._folders: dict[str, set[str]] = {}  # target -> its folders
+        self.folders: dict[str, set[str]] = {}  # target -> its folders (the watcher arms these)
         self._pending: dict[str, _Pending] = {}
         self._writers: dict[str, set[str]] = {}  # folder -> names with a writer at work
 
     def track(self, target: str, folder: str) -> None:
-        self._folders.setdefault(target, set()).add(folder)
+        self.folders.setdefault(target, set()).add(folder)
 
     def targets_of(self, folder: str) -> list[str]:
-        return [t for t, folders in self._folders.items() if folder in folders]
+        return [t for t, folders in self.folders.items() if folder in folders]
 
     def event(self, folder: str, action: Action, name: str, now: float) -> None:
         """Record one classified event in ``folder`` (REARM: pass every folder, or call ``touch_all``)."""
@@ -174,7 +174,7 @@ class Settler:
 
     def touch_all(self, now: float) -> None:
         self._writers.clear()
-        for target in self._folders:
+        for target in self.folders:
             self._touch(target, now)
 
     def _touch(self, target: str, now: float) -> None:
@@ -186,7 +186,7 @@ class Settler:
 
     def _due_at(self, target: str, pending: _Pending) -> float:
         cap = pending.first + self.max_wait
-        if any(self._writers.get(f) for f in self._folders.get(target, ())):
+        if any(self._writers.get(f) for f in self.folders.get(target, ())):
             return cap
         if pending.commit is not None:
             return min(cap, pending.commit)
@@ -230,10 +230,8 @@ def ancestors(folder: str) -> list[tuple[str, str]]:
 
 @dataclass
 class Target:
-    name: str  # "source" or "manifest": what the callback receives
     fingerprint: Callable[[], str]
     last: str = ""
-    folders: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -301,21 +299,16 @@ class FolderWatcher:
                     self._observer = self._make_observer()
                 except OSError as exc:  # e.g. fs.inotify.max_user_instances reached
                     raise PatcherError(str(folder), f"cannot watch: {exc.strerror or exc}") from exc
-            target = self.targets.get(name)
-            if target is None:
-                target = self.targets[name] = Target(name, fingerprint, last=fingerprint())
-            path = os.path.abspath(folder)
-            target.folders.append(path)
-            self._settler.track(name, path)
+            if name not in self.targets:
+                self.targets[name] = Target(fingerprint, last=fingerprint())
+            self._settler.track(name, os.path.abspath(folder))
             missing = self._arm_locked()
         if missing:
             raise PatcherError(str(folder), f"cannot watch: {missing}")
 
     def start(self) -> None:
         with self._lock:
-            if self._thread is not None or self._stopping:
-                return
-            if self._observer is None:  # nothing added (every add failed): nothing to watch
+            if self._thread is not None or self._stopping or self._observer is None:  # None: nothing added
                 return
             self._thread = threading.Thread(target=self._run, name="folder-watch", daemon=True)
             self._thread.start()
@@ -348,7 +341,7 @@ class FolderWatcher:
         self._generation += 1  # before the new watches exist: none of their events is taken for an old one
         self._observer.unschedule_all()
         first_error = ""
-        folders = sorted({f for t in self.targets.values() for f in t.folders})
+        folders = sorted({f for fs in self._settler.folders.values() for f in fs})
         for folder in folders:
             if not self._arm_chain_locked(folder) and os.path.isdir(folder):
                 first_error = first_error or f"cannot set up a watch on {folder}"

@@ -36,6 +36,7 @@ from patcher.commands.conventions import (
     exit_codes,
 )
 from patcher.core.errors import PatcherError
+from patcher.core.extprobe import as_data, blocking, summary
 from patcher.core.schedconfig.version import SUPPORTED_TEXT
 from patcher.core.settings import FLAG, Api, Files, Lifecycle, Loop, Pod, Rollout, Serve, Settings, Status, groups
 from patcher.services import nodefiles
@@ -116,10 +117,6 @@ def _add_flags(p: argparse.ArgumentParser, group: str, hidden: frozenset[str] = 
         f.add(no_api.metadata[FLAG], "false", no_api.metadata["help"], type=boolean, nargs="?", const=True)
 
 
-def _output_flag(p: argparse.ArgumentParser) -> None:
-    Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
-
-
 def _group(kind: type[T], args: argparse.Namespace, **given: Any) -> T:
     """A settings group from the parsed flags that name its fields, ``given`` taking precedence."""
     flagged = {f.name: getattr(args, str(f.metadata[FLAG]).lstrip("-").replace("-", "_"))
@@ -128,7 +125,6 @@ def _group(kind: type[T], args: argparse.Namespace, **given: Any) -> T:
 
 
 def _files(args: argparse.Namespace) -> Files:
-    """The ``files`` group from the flags every node command shares."""
     return _group(Files, args, source=Path(args.source), host_root=Path(args.host_root),
                   host_config_dir=args.host_config_dir.rstrip("/") or "/", prefix=args.annotation_prefix.rstrip("/"))
 
@@ -156,14 +152,13 @@ def resolve_paths(args: argparse.Namespace, cwd: str) -> list[str]:
         shown = host_root if host_root == args.host_root else f"{host_root} (resolved to {args.host_root})"
         problems.append(f"--host-root {shown}: no such folder")
     for name in NODE_PATH_FLAGS:
-        value = getattr(args, name)
+        value, flag = getattr(args, name), "--" + name.replace("_", "-")
         if value.startswith("/"):
             continue
         if args.host_root == "/":
             setattr(args, name, os.path.normpath(os.path.join(cwd, value)))
-            typed["--" + name.replace("_", "-")] = (value, getattr(args, name))
+            typed[flag] = (value, getattr(args, name))
         else:
-            flag = "--" + name.replace("_", "-")
             problems.append(f"{flag} {value}: a node path must be absolute when --host-root is given "
                             f"(it is read below {args.host_root})")
     return problems
@@ -189,13 +184,6 @@ def explain(exc: PatcherError, args: argparse.Namespace) -> str:
     return text
 
 
-def _config_info(config: Any) -> dict[str, Any] | None:
-    if config is None:
-        return None
-    return {"form": config.form, "api_version": config.api_version, "hash": config.config_hash,
-            "file": config.main, "kube_version": config.kube_version or None}
-
-
 def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list[Any] | None:
     """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
     if not getattr(args, "check_extenders", False) or config is None:
@@ -212,9 +200,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     notes = [n for n in plan.notes if not n.startswith("source form")]
     probes = _check_extenders(args, opts, config)
     if args.output != "text":
-        from patcher.core.extprobe import as_data
-
-        doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": _config_info(config),
+        info = None if config is None else {"form": config.form, "api_version": config.api_version,
+                                            "hash": config.config_hash, "file": config.main,
+                                            "kube_version": config.kube_version or None}
+        doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": info,
                "source_hash": plan.source_hash or None, "notes": notes, "changes": _changes_doc(plan.changes)}
         if probes is not None:
             doc["extenders"] = as_data(probes)
@@ -251,6 +240,8 @@ def _report(args: argparse.Namespace, manifest: str, lines: list[str], notes: li
         print(f"note: {note}", file=sys.stderr)
     for line in lines:
         print(line)
+    if not lines:
+        print(f"{manifest}: unchanged")
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
@@ -258,8 +249,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
     plan = nodefiles.plan_apply(opts)
     probes = _check_extenders(args, opts, plan.config) if plan.pending else None
     if probes is not None:
-        from patcher.core.extprobe import blocking, summary
-
         if args.output == "text":
             for result in probes:
                 print(f"extender {result.line()}", file=sys.stderr)
@@ -268,11 +257,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_ERROR
     lines = nodefiles.apply(opts, plan)[0] if plan.pending else []
-    from patcher.core.extprobe import as_data
-
     _report(args, plan.manifest_path, lines, plan.notes, as_data(probes) if probes is not None else None)
-    if not lines and args.output == "text":
-        print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK
 
 
@@ -289,8 +274,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return _restore_dry_run(args, opts, plan)
     lines = nodefiles.restore(opts, plan)
     _report(args, plan.manifest_path, lines, plan.notes)
-    if not lines and args.output == "text":
-        print(f"{plan.manifest_path}: unchanged")
     return EXIT_OK
 
 
@@ -415,7 +398,7 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> Parser:
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=exit_codes(name))
         _add_flags(p, "files", RESTORE_IGNORES if name == "restore" else frozenset())
         if name != "run":
-            _output_flag(p)
+            Flags(p).add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
         if name in ("plan", "apply"):
             Flags(p).add("--check-extenders", "false", "call each extender of the config once (a filter request "
                          "with no nodes) and print URL, answer or error, time; apply writes nothing when one that "
@@ -439,12 +422,6 @@ def build_parser(load: Sequence[str] = tuple(CLUSTER_COMMANDS)) -> Parser:
     p.add_argument("shell", choices=["bash", "zsh"])
     p.set_defaults(func=cmd_completion)
     return parser
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot raise BrokenPipeError again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -473,6 +450,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatcherError as exc:
         print(f"scheduler-patcher: error: {explain(exc, args)}", file=sys.stderr)
         return EXIT_ERROR
-    except BrokenPipeError:
-        _quiet_stdout()
+    except BrokenPipeError:  # stdout to /dev/null: the interpreter's final flush cannot raise it again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE

@@ -8,7 +8,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, NoReturn, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    from patcher.adapters.kube.transport import Api
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_ERROR, EXIT_PENDING = 0, 1, 2
 #: sysexits.h EX_USAGE: a mistyped flag must not look like a result (plan's 2 is "changes pending").
@@ -149,6 +155,34 @@ def _block_text(representer: Any, text: str) -> Any:
     back to a quoted scalar by itself for text a block cannot hold (trailing spaces on a line, control bytes)."""
     style = "|" if "\n" in text.rstrip("\n") else None
     return representer.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+def say_to(out: TextIO) -> Callable[[str], None]:
+    """Writes a line to ``out`` and flushes it: a hook Job's log shows each step as it happens."""
+
+    def say(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    return say
+
+
+def with_api(kubeconfig: str | None, err: TextIO, work: Callable[[Api], T]) -> T | None:
+    """``work(api)`` with a client from ``--kubeconfig`` (else kubectl's order), closed after; ``None`` once the
+    one error line is on ``err`` (no usable credentials, or the API failed): the cluster commands' exit 1."""
+    from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
+    from patcher.adapters.kube.errors import ApiError
+
+    api = None
+    try:
+        api = build_api_client(ClientSettings(kubeconfig=kubeconfig))
+        return work(api)
+    except (ApiConfigError, ApiError, ValueError) as exc:
+        err.write(f"scheduler-patcher: error: {exc}\n")
+        return None
+    finally:
+        if api is not None:
+            api.close()
 
 
 def duration(value: str) -> float:

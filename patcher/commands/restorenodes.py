@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from patcher.adapters.kube import restorepods as api_side
-from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, say_to, with_api
 from patcher.core import restorepods
 from patcher.core.kubeobj import dig, ready
 from patcher.core.readiness import DEFAULT_NODE_SELECTOR, LEGACY_MASTER_SELECTOR, node_selectors
@@ -102,28 +101,15 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
 
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once every control-plane node is restored; 1 when one is not by ``--timeout`` (each named)."""
-    out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
-    except ApiConfigError as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_ERROR
+    say = say_to(out or sys.stdout)
     selectors = node_selectors(args.node_selector, args.legacy_master_label)
-
-    def say(line: str) -> None:
-        out.write(line + "\n")
-        out.flush()
-
-    try:
-        result = restore_nodes(api, namespace=args.namespace, template_name=args.pod_template,
-                               run=secrets.token_hex(6), selectors=selectors, prefix=args.annotation_prefix,
-                               timeout=args.timeout, pod_name=os.environ.get("POD_NAME"), say=say)
-    except (ApiError, ValueError) as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
+    result = with_api(args.kubeconfig, err, lambda api: restore_nodes(
+        api, namespace=args.namespace, template_name=args.pod_template, run=secrets.token_hex(6),
+        selectors=selectors, prefix=args.annotation_prefix, timeout=args.timeout, pod_name=os.environ.get("POD_NAME"),
+        say=say))
+    if result is None:
         return EXIT_ERROR
-    finally:
-        api.close()
     if not result.outcomes:
         err.write(f"scheduler-patcher: error: no control-plane node found ({' or '.join(selectors)}): nothing "
                   "restored\n")

@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from patcher.adapters.kube import foreground
-from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
-from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration, say_to, with_api
 from patcher.core.kubeobj import Obj, dig
 
 
@@ -48,7 +46,7 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
                 clock: Callable[[], float] = time.monotonic) -> Result:
     """Delete the DaemonSet in the foreground and wait (a watch, until ``timeout``) until the server removed it."""
     deadline = clock() + timeout
-    follower = foreground.DaemonSetFollower(api, namespace, name)
+    follower = foreground.follow(api, namespace, name)
     follower.start()
     try:
         answer = foreground.delete_foreground(api, namespace, name)
@@ -59,14 +57,14 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
             "kube-scheduler restart at a time, and ends; waiting until its pods are gone")
         while True:
             follower.changed.clear()
-            if follower.listed and follower.current is None:
+            listed, seen = follower.state()
+            if listed and seen is None:
                 say(f"DaemonSet {namespace}/{name} and its pods are gone")
                 return Result(gone=True, existed=True)
             remaining = deadline - clock()
             if remaining <= 0:  # what is left: the watch's view once it shows the deletion, else the answer's
-                seen = follower.current
                 left = seen if seen is not None and dig(seen, "metadata", "deletionTimestamp") else answer
-                return Result(gone=False, existed=True, left=left, watched=follower.listed)
+                return Result(gone=False, existed=True, left=left, watched=listed)
             follower.changed.wait(remaining)
     finally:
         follower.stop()
@@ -88,25 +86,12 @@ def describe(namespace: str, name: str, result: Result, timeout: float) -> str:
 
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once the DaemonSet and its pods are gone (or there was none); 1 when they are not by ``--timeout``."""
-    out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig))
-    except ApiConfigError as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
+    say = say_to(out or sys.stdout)
+    result = with_api(args.kubeconfig, err, lambda api: stop_agents(
+        api, namespace=args.namespace, name=args.daemonset, timeout=args.timeout, say=say))
+    if result is None:
         return EXIT_ERROR
-
-    def say(line: str) -> None:
-        out.write(line + "\n")
-        out.flush()
-
-    try:
-        result = stop_agents(api, namespace=args.namespace, name=args.daemonset, timeout=args.timeout, say=say)
-    except ApiError as exc:
-        err.write(f"scheduler-patcher: error: {exc}\n")
-        return EXIT_ERROR
-    finally:
-        api.close()
     if result.gone:
         return EXIT_OK
     err.write(f"scheduler-patcher: error: {describe(args.namespace, args.daemonset, result, args.timeout)}\n")

@@ -10,34 +10,21 @@ the last state seen: the verdict changes rarely, and the listwatch logs the fail
 from __future__ import annotations
 
 import logging
-import threading
 
-from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import Following, ListWatcher, named
+from patcher.adapters.kube.listwatch import NamedListWatcher
 from patcher.adapters.kube.transport import CONFIGMAPS, Api
 from patcher.core.kubeobj import Obj, dig
 
 
-class ConfigMapView(Following):
+def _params(obj: Obj) -> Obj:
+    """What the rules read: the rest of the object (managedFields, ...) is not kept."""
+    data = dig(obj, "data")
+    return {"data": dict(data)} if isinstance(data, dict) else {}
+
+
+class ConfigMapView(NamedListWatcher):
     """Follows ConfigMap ``namespace/name``; ``state()`` is ``(known, params)`` with params ``None`` if absent."""
 
-    def __init__(self, api: Api, namespace: str, name: str, *, backoff: Backoff | None = None,
-                 failure_level: int = logging.WARNING) -> None:
-        self.namespace, self.name = namespace, name
-        self._lock = threading.Lock()
-        self._known = False
-        self._params: Obj | None = None
-        self._watcher = ListWatcher(api, CONFIGMAPS, namespace, **named(name, self._set),
-                                    name=f"watch ConfigMap {namespace}/{name}", backoff=backoff,
-                                    failure_level=failure_level)
-
-    def _set(self, obj: Obj | None) -> None:
-        data = dig(obj, "data")  # what the rules read: the rest of the object (managedFields, ...) is not kept
-        with self._lock:
-            self._params = None if obj is None else {"data": dict(data)} if isinstance(data, dict) else {}
-            self._known = True
-
-    def state(self) -> tuple[bool, Obj | None]:
-        with self._lock:
-            return self._known, self._params
-
+    def __init__(self, api: Api, namespace: str, name: str) -> None:
+        super().__init__(api, CONFIGMAPS, namespace, name, what="ConfigMap", keep=_params,
+                         failure_level=logging.WARNING)

@@ -98,8 +98,6 @@ def describe_error(exc: BaseException) -> str:
     """One short line for an API failure (the client's own messages span lines and dump headers): for no
     answer, ``cannot reach https://10.0.0.1:6443: connection refused`` instead of urllib3's ``MaxRetryError``
     with its pool, URL and nested cause."""
-    if isinstance(exc, ApiError):
-        return str(exc)
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
     why = _no_answer(exc)

@@ -9,11 +9,10 @@ the one DaemonSet (``resourceNames``: delete, and list/watch with a ``metadata.n
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Final
+from typing import Final
 
 from patcher.adapters.kube.errors import NotFound, api_json
-from patcher.adapters.kube.listwatch import Following, ListWatcher, named
+from patcher.adapters.kube.listwatch import NamedListWatcher
 from patcher.adapters.kube.transport import DAEMONSETS, Api
 from patcher.core.kubeobj import Obj
 
@@ -30,29 +29,6 @@ def delete_foreground(api: Api, namespace: str, name: str) -> Obj | None:
     return body if isinstance(body, dict) else {}
 
 
-class DaemonSetFollower(Following):
-    """One DaemonSet as its watch last saw it: ``current`` (None: gone), ``listed`` once the first list answered;
-    ``changed`` is set on every change."""
-
-    def __init__(self, api: Api, namespace: str, name: str) -> None:
-        self.changed = threading.Event()
-        self._lock = threading.Lock()
-        self._current: Obj | None = None
-        self._listed = False
-        self._watcher = ListWatcher(api, DAEMONSETS, namespace, **named(name, self._deliver),
-                                    name=f"watch daemonset {namespace}/{name}")
-
-    def _deliver(self, obj: Any) -> None:
-        with self._lock:
-            self._current, self._listed = (obj if isinstance(obj, dict) else None), True
-        self.changed.set()
-
-    @property
-    def listed(self) -> bool:
-        with self._lock:
-            return self._listed
-
-    @property
-    def current(self) -> Obj | None:
-        with self._lock:
-            return self._current
+def follow(api: Api, namespace: str, name: str) -> NamedListWatcher:
+    """The DaemonSet as its watch last saw it (``NamedListWatcher.state``: ``None`` once it is gone)."""
+    return NamedListWatcher(api, DAEMONSETS, namespace, name, what="daemonset")

@@ -57,13 +57,11 @@ class LeaderElector:
         self.namespace = namespace
         self.name = name
         self.identity = identity
-        self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.renew_period = renew_period
         self._on_change = on_change
         self._clock = clock
-        self._wall = wall
         self._lock = threading.Lock()
         self._leader = False
         self._renewed = -math.inf
@@ -98,8 +96,8 @@ class LeaderElector:
             self._thread.join(timeout)
         was_leader = self.is_leader()
         self._set_leader(False)
-        if release and was_leader:
-            self._release()
+        if release and was_leader and self._lease.release(deadline=self._clock() + self.renew_deadline):
+            log.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -110,7 +108,9 @@ class LeaderElector:
                 continue
             # The renew deadline runs from before the request: an answer that arrives late must not extend it.
             attempted = self._clock()
-            outcome = self._try_acquire_or_renew()
+            with self._seen_lock:
+                outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
+                self.holder = self._lease.holder
             now = self._clock()
             if outcome == Outcome.HELD:
                 with self._lock:
@@ -154,13 +154,3 @@ class LeaderElector:
                      "acquired" if value else "lost", self.identity)
             if self._on_change is not None:
                 self._on_change(value)
-
-    def _try_acquire_or_renew(self) -> Outcome:
-        with self._seen_lock:
-            outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
-            self.holder = self._lease.holder
-        return outcome
-
-    def _release(self) -> None:
-        if self._lease.release(deadline=self._clock() + self.renew_deadline):
-            log.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)

@@ -35,11 +35,6 @@ class Outcome(enum.StrEnum):
     ERROR = "error"  # no answer in time or a failure other than a conflict: try again later
 
 
-def micro_time(wall: float) -> str:
-    """``metav1.MicroTime`` text for a wall-clock time (informational only: expiry never reads it)."""
-    return rfc3339(int(wall * 1e9), 6)
-
-
 def annotations_of(lease: Obj) -> dict[str, str]:
     return dict((lease.get("metadata") or {}).get("annotations") or {})
 
@@ -124,7 +119,7 @@ class Lease:
         return max(0.0, self._observed_at + duration - self.clock())
 
     def _spec(self, previous: Obj) -> Obj:
-        now = micro_time(self.wall())
+        now = rfc3339(int(self.wall() * 1e9), 6)  # metav1.MicroTime: informational only, expiry never reads it
         mine = previous.get("holderIdentity") == self.identity
         return {**previous,
                 "holderIdentity": self.identity,

@@ -160,7 +160,6 @@ class ListWatcher:
             thread.join(timeout)
 
     def wait_synced(self, timeout: float) -> bool:
-        """Wait for the first successful list."""
         return self._synced.wait(timeout)
 
     @property
@@ -193,16 +192,13 @@ class ListWatcher:
                 delay = self._backoff.next_delay()
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                         "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
-            except _Gone:
-                log.debug("%s: resourceVersion expired; listing again", self.name)
+            except (_Gone, _Undecodable) as exc:
                 self._set_fresh(False)
-                self._resume_rv = None
+                self._resume_rv = None  # compacted, or events lost in what could not be read
                 delay = self._backoff.next_delay()
-            except _Undecodable as exc:
-                self._set_fresh(False)
-                self._resume_rv = None  # events may have been lost in what could not be read
-                delay = self._backoff.next_delay()
-                if not self._undecodable_logged:
+                if isinstance(exc, _Gone):
+                    log.debug("%s: resourceVersion expired; listing again", self.name)
+                elif not self._undecodable_logged:
                     self._undecodable_logged = True
                     log.warning("%s: undecodable watch data (%s); listing again (logged once until the "
                                 "watch is healthy again)", self.name, exc)
@@ -318,6 +314,29 @@ class Following:
     def fresh(self) -> bool:
         """Whether the view follows the server right now (``ListWatcher.fresh``)."""
         return self._watcher.fresh
+
+
+class NamedListWatcher(Following):
+    """One object followed by name (``named``): ``state()`` is ``(listed, keep(object))``, ``None`` while it does
+    not exist; ``changed`` is set on every delivery."""
+
+    def __init__(self, api: Api, resource: Resource, namespace: str, name: str, *, what: str,
+                 keep: Callable[[Obj], Any] = lambda obj: obj, **options: Any) -> None:
+        self.changed = threading.Event()
+        self._lock = threading.Lock()
+        self._state: tuple[bool, Any] = (False, None)
+        self._keep = keep
+        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver),
+                                    name=f"watch {what} {namespace}/{name}", **options)
+
+    def _deliver(self, obj: Obj | None) -> None:
+        with self._lock:
+            self._state = (True, None if obj is None else self._keep(obj))
+        self.changed.set()
+
+    def state(self) -> tuple[bool, Any]:
+        with self._lock:
+            return self._state
 
 
 def pages(what: str, verb: Callable[..., Any], resource: Resource, limit: int | None,

@@ -15,6 +15,7 @@ from typing import Any
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import Following, ListWatcher, named
 from patcher.adapters.kube.transport import PODS, Api
+from patcher.core.kubeobj import dig
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
 from patcher.core.kubeobj import mirror_pod_name as mirror_pod_name
@@ -23,11 +24,6 @@ log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 UpdateHook = Callable[[Pod | None], None]
-
-
-def _resource_version(obj: Any) -> str | None:
-    rv = obj.get("metadata", {}).get("resourceVersion") if isinstance(obj, dict) else None
-    return rv if isinstance(rv, str) and rv else None
 
 
 class MirrorPodWatcher(Following):
@@ -44,7 +40,6 @@ class MirrorPodWatcher(Following):
         on_update: UpdateHook | None = None,
         backoff: Backoff | None = None,
         watch_timeout_s: int = 240,
-        connect_timeout_s: float = 5.0,
         min_healthy_s: float = 1.0,
     ) -> None:
         self.namespace = namespace
@@ -55,8 +50,8 @@ class MirrorPodWatcher(Following):
         self._on_update = on_update
         self._watcher = ListWatcher(
             api, PODS, namespace, **named(pod_name, self._deliver), name=f"mirror-pod-{pod_name}",
-            backoff=backoff, watch_timeout_s=watch_timeout_s, connect_timeout_s=connect_timeout_s,
-            failure_level=logging.WARNING, min_healthy_s=min_healthy_s,
+            backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=logging.WARNING,
+            min_healthy_s=min_healthy_s,
         )
 
     def __enter__(self) -> MirrorPodWatcher:
@@ -75,7 +70,8 @@ class MirrorPodWatcher(Following):
     def _deliver(self, pod: Pod | None) -> None:
         with self._lock:
             current, seen = self._pod, self._seen
-            if pod is not None and current is not None and _resource_version(pod) == _resource_version(current):
+            rv = dig(pod, "metadata", "resourceVersion")
+            if pod is not None and current is not None and rv == dig(current, "metadata", "resourceVersion"):
                 return
             if pod is None and current is None and seen:
                 return

@@ -20,12 +20,6 @@ from patcher.core.kubeobj import dig
 from patcher.core.status import HOLD_KEY, normalize_prefix
 
 
-def hold_of(node: Any, key: str) -> str | None:
-    """The hold annotation's value on ``node`` (may be empty), None when it has none (or no node)."""
-    value = dig(node, "metadata", "annotations", key) if isinstance(node, dict) else None
-    return value if isinstance(value, str) else None
-
-
 class NodeHoldWatcher(Following):
     def __init__(self, api: Api, node_name: str, prefix: str, *, on_update: Callable[[], None],
                  backoff: Backoff | None = None) -> None:
@@ -35,7 +29,7 @@ class NodeHoldWatcher(Following):
         self._hold: str | None = None
         self._known = False
         self._watcher = ListWatcher(
-            api, NODES, **named(node_name, lambda node: self._set(hold_of(node, self.key))),
+            api, NODES, **named(node_name, self._set),
             name=f"node-hold-{node_name}", backoff=backoff, failure_level=logging.WARNING)
 
     def hold(self) -> str | None:
@@ -46,7 +40,10 @@ class NodeHoldWatcher(Following):
         with self._lock:
             return self._known
 
-    def _set(self, hold: str | None) -> None:
+    def _set(self, node: Any) -> None:
+        """The hold annotation's value (may be empty), None when the Node has none (or there is no Node)."""
+        value = dig(node, "metadata", "annotations", self.key)
+        hold = value if isinstance(value, str) else None
         with self._lock:
             changed, self._hold = hold != self._hold or not self._known, hold
             self._known = True

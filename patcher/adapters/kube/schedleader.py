@@ -19,7 +19,7 @@ from typing import Any
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import ListWatcher, named
 from patcher.adapters.kube.transport import LEASES, NODES, PODS, Api
-from patcher.core.kubeobj import dig
+from patcher.core.kubeobj import dig, ready
 from patcher.core.lifecycle import Peer, Schedulers
 from patcher.core.readiness import DEFAULT_MIRROR_SELECTOR, DEFAULT_NODE_SELECTOR
 from patcher.core.status import normalize_prefix
@@ -51,9 +51,7 @@ class SchedulerLeader:
                     str(ann.get(key + "state") or ""), str(ann.get(key + "source-hash") or ""))
 
         def pod(obj: Any) -> tuple[str, bool]:
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in dig(obj, "status", "conditions") or [] if isinstance(c, dict))
-            return str(dig(obj, "spec", "nodeName") or ""), ready
+            return str(dig(obj, "spec", "nodeName") or ""), ready(obj)
 
         def opts() -> dict[str, Any]:
             return {"backoff": Backoff(*retry) if retry else None, "failure_level": logging.WARNING}

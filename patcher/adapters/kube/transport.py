@@ -71,10 +71,6 @@ DAEMONSETS: Final = Resource("apps", "v1", "daemonsets")
 LEASES: Final = Resource("coordination.k8s.io", "v1", "leases")
 
 
-def _query_value(value: object) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
 class Api:
     """Requests to one API server with one ``Configuration`` (see the module docstring). Thread-safe.
 
@@ -123,7 +119,8 @@ class Api:
                 body: bytes | None = None, content_type: str | None = None, timeout: Timeout | None = None,
                 stream: bool = False, accept: str | None = None) -> Any:
         """The urllib3 response to one request (body read unless ``stream``); ``ApiException`` for non-2xx."""
-        params = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
+        params = {k: ("true" if v else "false") if isinstance(v, bool) else str(v)
+                  for k, v in (query or {}).items() if v is not None}
         target = path + ("?" + urlencode(params) if params else "")
         headers = self.headers(content_type if body is not None else None, accept)
         # The API server does not redirect; following one would carry the credentials elsewhere.
@@ -207,5 +204,4 @@ class Api:
         return self.call("GET", "/version/", timeout=timeout)
 
     def close(self) -> None:
-        """Close the kept-alive connections."""
         self.rest_client.close()
