@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.binary import gates_set_to
+from patcher.core.schedconfig.binary import gate_settings, gates_set_to
 from patcher.core.schedconfig.flags import carried_settings, parse_flags
 from patcher.core.schedconfig.schema import Schema, find_schema
 
@@ -147,3 +147,19 @@ def test_enabled_feature_gates() -> None:
     flags = parse_flags(["kube-scheduler", "--feature-gates=A=true, B=false,C=TRUE,AllAlpha=false,D", "--v=2"])
     assert gates_set_to(flags, True) == frozenset({"A", "C"})
     assert gates_set_to(parse_flags(["kube-scheduler"]), True) == frozenset()
+
+
+def test_feature_gate_values_are_what_go_strconv_parsebool_takes() -> None:
+    """component-base reads each value with strconv.ParseBool (probed on kube-scheduler 1.37: 1, t, T, TRUE,
+    True start it with the gate on; tRuE, yes, an empty value and no '=' make it exit)."""
+    on = ["1", "t", "T", "TRUE", "true", "True"]
+    off = ["0", "f", "F", "FALSE", "false", "False"]
+    neither = ["tRuE", "yes", "on", "", "2"]
+    items = [f"On{i}={v}" for i, v in enumerate(on)] + [f" Off{i} = {v} " for i, v in enumerate(off)]
+    items += [f"Bad{i}={v}" for i, v in enumerate(neither)] + ["Bare", ""]
+    assert gate_settings(",".join(items)) == {
+        **{f"On{i}": True for i in range(len(on))},
+        **{f"Off{i}": False for i in range(len(off))},
+        **{f"Bad{i}": None for i in range(len(neither))},
+        "Bare": None,
+    }

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig import ConfigRequest, build_config
+from patcher.core.schedconfig import ConfigRequest, ForeignConfig, build_config
 from patcher.core.schedconfig.gourl import url_problem
 from patcher.core.schedconfig.schema import all_schemas, for_version
 from patcher.core.schedconfig.source import MAX_SOURCE_BYTES
@@ -118,6 +118,65 @@ def test_a_64bit_number_in_any_spelling_is_not_a_long_number(tmp_path: Path) -> 
     source = make_configmap(tmp_path / "cm", {"config.yaml": text})
     rendered = build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version="1.29"))
     assert b"burst: 0x7fffffff" in rendered.files[rendered.main]
+
+
+# ---- an entry that is not an extender: null is Go's zero Extender (no urlPrefix), a scalar a decode error ----
+
+NOT_AN_EXTENDER = {
+    "null": "extenders[0].urlPrefix: required field is missing or empty",
+    "3": "extenders[0]: must be a mapping (Extender), got int 3",
+    '"x"': "extenders[0]: must be a mapping (Extender), got string 'x'",
+    "[]": "extenders[0]: must be a mapping (Extender), got a list",
+}
+
+
+@pytest.mark.parametrize("form", ["extenders.yaml", "config.yaml", "merged config.yaml", "foreign config"])
+@pytest.mark.parametrize("entry", list(NOT_AN_EXTENDER))
+def test_an_entry_that_is_not_an_extender_is_refused_by_name(tmp_path: Path, entry: str, form: str) -> None:
+    bad = f"extenders: [{entry}]\n"
+    files, foreign = {
+        "extenders.yaml": ({"extenders.yaml": bad}, None),
+        "config.yaml": ({"config.yaml": V1 + bad}, None),
+        "merged config.yaml": ({"config.yaml": V1 + bad}, V1 + EXT),
+        "foreign config": ({"extenders.yaml": EXT}, V1 + bad),
+    }[form]
+    source = make_configmap(tmp_path / "cm", files)
+    with pytest.raises(ConfigError) as err:
+        build_config(
+            ConfigRequest(
+                source_dir=source,
+                host_config_dir="/etc/x",
+                kube_version="1.34",
+                foreign=ForeignConfig("/etc/f.yaml", text=foreign) if foreign else None,
+            )
+        )
+    assert err.value.problem == NOT_AN_EXTENDER[entry]
+    assert err.value.path == ("/etc/f.yaml" if form == "foreign config" else str(source / next(iter(files))))
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [  # kube-scheduler 1.34-1.37 exit on these two ("name part must be non-empty", "ScorePlugin \"\" does not exist")
+        (
+            "extenders:\n- urlPrefix: http://a/\n  managedResources: [null]\n",
+            "extenders[0].managedResources[0].name: required field is missing or empty",
+        ),
+        (
+            "profiles:\n- plugins: {score: {enabled: [null]}}\n",
+            "profiles[0].plugins.score.enabled[0].name: required field is missing or empty",
+        ),
+    ],
+)
+def test_a_null_list_entry_is_the_zero_struct(tmp_path: Path, body: str, problem: str) -> None:
+    assert refusal(tmp_path, {"config.yaml": V1 + body}).problem == problem
+
+
+@pytest.mark.parametrize("body", ["profiles: [null]\n", "profiles: [{pluginConfig: [null]}]\n"])
+def test_null_entries_the_scheduler_starts_with_are_accepted(tmp_path: Path, body: str) -> None:
+    """A zero profile (its name defaulted when it is the only one) and a nameless pluginConfig entry start
+    kube-scheduler 1.34-1.37."""
+    source = make_configmap(tmp_path / "cm", {"config.yaml": V1 + EXT + body})
+    build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version="1.34"))
 
 
 # ---- every problem is reported, not the first --------------------------------------------------------------
@@ -247,15 +306,26 @@ def test_validation_never_raises_on_any_shape(body: Any) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(body=_shaped)
-def test_build_config_refuses_in_one_line_or_renders(tmp_path_factory: pytest.TempPathFactory, body: Any) -> None:
+@example(body={"extenders": [None]})
+@example(body={"extenders": [3]})
+@example(body={"extenders": ["x"]})
+@pytest.mark.parametrize("form", ["config.yaml", "extenders.yaml"])
+def test_build_config_refuses_in_one_line_or_renders(
+    tmp_path_factory: pytest.TempPathFactory, form: str, body: Any
+) -> None:
+    """Either form, any shape: a specific one-line refusal, never the catch-all of an input we did not foresee."""
     folder = tmp_path_factory.mktemp("cm")
     doc = dict(body) if isinstance(body, dict) else {"profiles": body}
-    doc.update({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
-    (folder / "config.yaml").write_text(json.dumps(doc))
+    if form == "extenders.yaml":
+        doc = {"extenders": doc.get("extenders", body)}
+    else:
+        doc.update({"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration"})
+    (folder / form).write_text(json.dumps(doc))
     try:
         build_config(ConfigRequest(source_dir=folder, host_config_dir="/etc/x", kube_version="1.30"))
     except ConfigError as err:
         assert "\n" not in str(err) and err.path is not None
+        assert "cannot use this source" not in err.problem
 
 
 def test_an_unforeseen_error_still_becomes_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

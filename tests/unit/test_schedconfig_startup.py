@@ -205,6 +205,13 @@ FLAG_CASES: list[tuple[str, int, tuple[str, ...], bool]] = [
     ("flags.unknown", 34, ("--address=127.0.0.1",), True),
     ("flags.unknown", 36, ("--lock-object-name=x",), True),
     ("flags.unknown", 36, ("--leader-elect-resource-name=x", "--bind-address=127.0.0.1"), False),
+    ("featureGates.value", 33, ("--feature-gates=APIServingWithRoutine=yes",), False),  # 1.33: not checked
+    ("featureGates.value", 34, ("--feature-gates=APIServingWithRoutine=yes",), True),
+    ("featureGates.value", 37, ("--feature-gates=APIServingWithRoutine",), True),  # 'missing bool value'
+    ("featureGates.value", 37, ("--feature-gates=APIServingWithRoutine=tRuE",), True),  # ParseBool is not lower()
+    ("featureGates.value", 37, ("--feature-gates=APIServingWithRoutine=",), True),
+    ("featureGates.value", 37, ("--feature-gates= APIServingWithRoutine = 1 ,DRAAdminAccess=T,",), False),
+    ("featureGates.locked", 37, ("--feature-gates=DRAAdminAccess=0",), True),  # probed: 'locked to true'
     ("featureGates.unknown", 34, ("--feature-gates=NoSuchGate=true",), True),
     ("featureGates.unknown", 34, ("--feature-gates=DRASchedulerFilterTimeout=false",), False),
     ("featureGates.locked", 35, ("--feature-gates=DynamicResourceAllocation=false",), True),

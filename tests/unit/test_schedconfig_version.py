@@ -6,7 +6,13 @@ import pytest
 
 from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.schema import served_config_schemas, target_schema
-from patcher.core.schedconfig.version import KubeVersion, image_tag, resolve_version, version_from_image
+from patcher.core.schedconfig.version import (
+    KubeVersion,
+    image_tag,
+    resolve_version,
+    supported_version,
+    version_from_image,
+)
 
 G = "kubescheduler.config.k8s.io"
 
@@ -72,9 +78,13 @@ def test_unknown_version_says_how_to_fix() -> None:
     assert "--kube-version" in err.value.problem and "has no Kubernetes version tag" in err.value.problem
 
 
-def test_bad_override_is_refused() -> None:
-    with pytest.raises(ConfigError, match="--kube-version 'latest': not a Kubernetes version"):
+def test_bad_override_is_refused_in_the_words_of_the_cli_check() -> None:
+    with pytest.raises(ConfigError) as err:
         resolve_version(None, "latest", None)
+    assert err.value.problem == "--kube-version: not a Kubernetes version: 'latest' (expected e.g. 1.34 or v1.34.2)"
+    with pytest.raises(ValueError) as cli:
+        supported_version("latest")
+    assert err.value.problem == f"--kube-version: {cli.value}"
 
 
 def test_too_old_scheduler_is_refused() -> None:

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from patcher.core import fileread
+from patcher.core.schedconfig.flags import parse_bool
 
 FACTS = Path(__file__).with_name("schemas") / "binary-facts.json"  # beside the schemas: the same package data
 
@@ -52,13 +53,14 @@ def facts_for(minor: int | None) -> BinaryFacts | None:
 
 
 def gate_settings(raw: str | None) -> dict[str, bool | None]:
-    """``--feature-gates=A=true,kube:B=false`` as gate -> value (None when the value is not a boolean)."""
+    """``--feature-gates=A=true,kube:B=0`` as gate -> value, spelled as component-base takes it (trimmed,
+    strconv.ParseBool); None when the value is missing or not a boolean."""
     found: dict[str, bool | None] = {}
     for item in (raw or "").split(","):
-        name, _, value = item.strip().partition("=")
+        name, sep, value = item.partition("=")
         name = name.strip().removeprefix("kube:")
         if name:
-            found[name] = {"true": True, "false": False}.get(value.strip().lower())
+            found[name] = parse_bool(value.strip()) if sep else None
     return found
 
 
@@ -87,7 +89,13 @@ def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[st
                 for name in flags if name not in facts.flags and name != "config"]
     settings = gate_settings(flags.get("feature-gates"))
     for gate, value in settings.items():
-        if gate in facts.locked and value is not None and value != facts.locked[gate]:
+        if value is None:
+            problems.append(
+                f"--feature-gates: {gate} needs the value true or false (or another spelling of Go's "
+                f"strconv.ParseBool: 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
+                f"{tag('featureGates.value', (1, minor))}"
+            )
+        elif gate in facts.locked and value != facts.locked[gate]:
             problems.append(f"--feature-gates: {gate} is locked to {str(facts.locked[gate]).lower()}"
                             f"{tag('featureGates.locked', (1, minor))}")
         elif gate not in facts.gates:

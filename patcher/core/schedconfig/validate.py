@@ -77,6 +77,8 @@ class _Walker:
                 self.errors.append(f"{path}: must be a list, got {_describe(value)}")
                 return
             for index, item in enumerate(value):
+                if item is None and type_expr[2:] in self.schema.types:
+                    item = {}  # Go decodes a null entry as the zero struct, whose required fields are then empty
                 self.check(item, type_expr[2:], f"{path}[{index}]")
             return
         checker = _SCALARS.get(type_expr)

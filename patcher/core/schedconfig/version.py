@@ -88,12 +88,17 @@ def version_from_image(image: str) -> KubeVersion | None:
     return None if tag is None else parse_version(tag, source=f"image tag {tag}")
 
 
+def _not_a_version(text: str) -> str:
+    """The one wording for a ``--kube-version`` that is no version, from the CLI's check or ``resolve_version``."""
+    return f"not a Kubernetes version: {text!r} (expected e.g. 1.34 or v1.34.2)"
+
+
 def supported_version(text: str) -> str:
     """``text`` when it is a Kubernetes version inside ``SUPPORTED_MINORS``; else ``ValueError`` saying why
     (the ``--kube-version`` check: an operator's claim outside the tested range is refused, not rendered)."""
     version = parse_version(text, source="--kube-version")
     if version is None:
-        raise ValueError(f"not a Kubernetes version: {text!r} (expected e.g. 1.34 or v1.34.2)")
+        raise ValueError(_not_a_version(text))
     first, last = SUPPORTED_MINORS
     if not first <= version.key <= last:
         raise ValueError(f"kube-scheduler {version} is outside the supported range ({SUPPORTED_TEXT})")
@@ -108,9 +113,7 @@ def resolve_version(
     if override:
         version = parse_version(override, source="--kube-version")
         if version is None:
-            raise ConfigError(
-                None, f"--kube-version {override!r}: not a Kubernetes version (expected e.g. 1.29 or v1.29.3)"
-            )
+            raise ConfigError(None, f"--kube-version: {_not_a_version(override)}")
         return _supported(version, where)
     version = version_from_image(image) if image else None
     if version is None and fallback:
