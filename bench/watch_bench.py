@@ -41,6 +41,7 @@ from patcher.adapters.kube.mirrorpod import MirrorPodWatcher  # noqa: E402
 from patcher.adapters.watch import FolderWatcher  # noqa: E402
 from patcher.core.fileread import fingerprint as file_fingerprint  # noqa: E402
 from patcher.core.fileread import folder_fingerprint  # noqa: E402
+from patcher.core.lifecycle import Counter  # noqa: E402
 from patcher.core.settings import Files  # noqa: E402
 from patcher.services import process  # noqa: E402
 from patcher.services.agent import Agent  # noqa: E402
@@ -142,9 +143,10 @@ class CountingMetrics(Metrics):
         super().__init__()
         self.reconciles = 0
 
-    def reconciled(self) -> None:
-        self.reconciles += 1
-        super().reconciled()
+    def count(self, name: Counter) -> None:
+        if name == "reconciled":
+            self.reconciles += 1
+        super().count(name)
 
 
 # -- idle cost --------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
+    from patcher.core.lifecycle import Counter
+
 DEFAULT_LISTEN: Final = ":9808"
 #: Seconds from the manifest write to the restarted scheduler seen Ready: a static pod restart takes seconds,
 #: a slow image pull minutes, and the default restart timeout is 10 minutes.
@@ -55,12 +57,12 @@ def add_process_info(registry: CollectorRegistry) -> None:
     info.labels(version=__version__, python_version=platform.python_version()).set(1)
 
 
-#: The agent's counters: attribute -> (name without the namespace, help).
+#: The agent's counters: ``lifecycle.Counter`` -> (name without the namespace, help).
 _COUNTERS: Final = {
-    "reconciles": ("reconciles", "Reconcile passes run."),
-    "writes": ("writes", "Manifest writes (patches applied)."),
-    "restores": ("restores", "Manifest restores."),
-    "rollbacks": ("rollbacks", "Rollbacks after a failed restart."),
+    "reconciled": ("reconciles", "Reconcile passes run."),
+    "wrote": ("writes", "Manifest writes (patches applied)."),
+    "restored": ("restores", "Manifest restores."),
+    "rolled_back": ("rollbacks", "Rollbacks after a failed restart."),
 }
 _NAMESPACE: Final = "scheduler_patcher"
 _ERRORS_HELP: Final = "Errors by kind."
@@ -137,21 +139,9 @@ class Metrics:
                 self._registry = registry
             return self._registry
 
-    def _count(self, name: str) -> None:
+    def count(self, name: Counter) -> None:
         with self._lock:
             self._counts[name] += 1.0
-
-    def reconciled(self) -> None:
-        self._count("reconciles")
-
-    def wrote(self) -> None:
-        self._count("writes")
-
-    def restored(self) -> None:
-        self._count("restores")
-
-    def rolled_back(self) -> None:
-        self._count("rollbacks")
 
     def error(self, kind: str) -> None:
         """Count one error of ``kind`` (e.g. ``manifest``, ``api``, ``annotations``, ``event``, ``watch``)."""

@@ -167,15 +167,16 @@ def say_to(out: TextIO) -> Callable[[str], None]:
     return say
 
 
-def with_api(kubeconfig: str | None, err: TextIO, work: Callable[[Api], T]) -> T | None:
-    """``work(api)`` with a client from ``--kubeconfig`` (else kubectl's order), closed after; ``None`` once the
-    one error line is on ``err`` (no usable credentials, or the API failed): the cluster commands' exit 1."""
+def with_api(kubeconfig: str | None, err: TextIO, work: Callable[[Api], T], context: str | None = None) -> T | None:
+    """``work(api)`` with a client from ``--kubeconfig`` (else kubectl's order) and ``--context``, closed after;
+    ``None`` once the one error line is on ``err`` (no usable credentials, or the API failed): the cluster
+    commands' exit 1."""
     from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
     from patcher.adapters.kube.errors import ApiError
 
     api = None
     try:
-        api = build_api_client(ClientSettings(kubeconfig=kubeconfig))
+        api = build_api_client(ClientSettings(kubeconfig=kubeconfig, context=context))
         return work(api)
     except (ApiConfigError, ApiError, ValueError) as exc:
         err.write(f"scheduler-patcher: error: {exc}\n")

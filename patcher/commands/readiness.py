@@ -6,14 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from patcher.adapters.kube.client import ApiConfigError, ClientSettings, build_api_client
 from patcher.adapters.kube.cluster import collect, collect_retrying, node_watchers, wait_ready
-from patcher.adapters.kube.errors import ApiError
-from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.schedindex import SchedulerIndex
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, emit
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, emit, with_api
 from patcher.core import restart
 from patcher.core.readiness import (
     DEFAULT_NODE_SELECTOR,
@@ -23,6 +20,10 @@ from patcher.core.readiness import (
     node_selectors,
     render_table,
 )
+
+if TYPE_CHECKING:
+    from patcher.adapters.kube.errors import ApiError
+    from patcher.adapters.kube.transport import Api
 
 
 def add_verdict_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,56 +72,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
           type=duration)
 
 
-def _fail(message: str, err: TextIO) -> int:
-    err.write(f"scheduler-patcher: error: {message}\n")
-    return EXIT_ERROR
-
-
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """``scheduler-patcher readiness``: exit 0 when the cluster is Ready, 1 when not (or the API fails)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    try:
-        api = build_api_client(ClientSettings(kubeconfig=args.kubeconfig, context=args.context))
-    except ApiConfigError as exc:
-        return _fail(str(exc), err)
-    kwargs = verdict_kwargs(args)
-    index: SchedulerIndex | None = None
-
-    def verdict_fn() -> ClusterVerdict:
-        return collect(api, index=index, **kwargs)
-
-    watchers: list[ListWatcher] = []
-    error: ApiError | None = None
-    try:
-        if args.wait:
-            changed = threading.Event()
-            watchers = node_watchers(api, node_selectors(args.node_selector, args.legacy_master_label),
-                                     on_sync=lambda _nodes: changed.set(), on_event=lambda _kind, _node: changed.set())
-            for w in watchers:
-                w.start()
-            # Waiting re-reads the verdict: the unlabelled schedulers from a watch of kube-system's metadata (a
-            # scheduler pod's change wakes the wait too), not a list of it each time; one read lists it once.
-            index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
-                                   on_change=changed.set)
-            index.start()
-
-            def progress(v: ClusterVerdict) -> None:
-                if not v.ready and args.output == "text":
-                    err.write(f"waiting: {v.summary()}" + "".join(f"; {r}" for r in v.explain()) + "\n")
-
-            verdict, error = wait_ready(verdict_fn, timeout=args.timeout, changed=changed,
-                                        poll_interval=args.poll_interval, on_progress=progress)
-        else:
-            verdict, error = collect_retrying(verdict_fn)
-    finally:
-        for w in watchers:
-            w.stop()
-        if index is not None:
-            index.stop()
-        api.close()
+    got = with_api(args.kubeconfig, err, lambda api: _verdict(api, args, err), context=args.context)
+    if got is None:
+        return EXIT_ERROR
+    verdict, error = got
     if verdict is None:
-        return _fail(str(error) if error is not None else "no verdict", err)
+        err.write(f"scheduler-patcher: error: {error if error is not None else 'no verdict'}\n")
+        return EXIT_ERROR
     if args.output == "text":
         out.write(render_table(verdict))
     else:
@@ -132,3 +94,38 @@ def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | N
         err.write(f"scheduler-patcher: not ready after {args.timeout:g}s{last}: " + "; ".join(verdict.explain())
                   + "\n")
     return EXIT_ERROR
+
+
+def _verdict(api: Api, args: argparse.Namespace, err: TextIO) -> tuple[ClusterVerdict | None, ApiError | None]:
+    """One verdict read (retried), or with ``--wait`` the verdict once Ready or at ``--timeout``; with the last
+    read's error."""
+    kwargs = verdict_kwargs(args)
+    index: SchedulerIndex | None = None
+
+    def verdict_fn() -> ClusterVerdict:
+        return collect(api, index=index, **kwargs)
+
+    if not args.wait:
+        return collect_retrying(verdict_fn)
+    changed = threading.Event()
+    watchers = node_watchers(api, node_selectors(args.node_selector, args.legacy_master_label),
+                             on_sync=lambda _nodes: changed.set(), on_event=lambda _kind, _node: changed.set())
+    try:
+        for w in watchers:
+            w.start()
+        # Waiting re-reads the verdict: the unlabelled schedulers from a watch of kube-system's metadata (a
+        # scheduler pod's change wakes the wait too), not a list of it each time; one read lists it once.
+        index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"], on_change=changed.set)
+        index.start()
+
+        def progress(v: ClusterVerdict) -> None:
+            if not v.ready and args.output == "text":
+                err.write(f"waiting: {v.summary()}" + "".join(f"; {r}" for r in v.explain()) + "\n")
+
+        return wait_ready(verdict_fn, timeout=args.timeout, changed=changed, poll_interval=args.poll_interval,
+                          on_progress=progress)
+    finally:
+        for w in watchers:
+            w.stop()
+        if index is not None:
+            index.stop()

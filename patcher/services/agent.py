@@ -205,7 +205,7 @@ class Agent:
             case lifecycle.Log(level=level, message=message):
                 getattr(log, level)("%s", message, extra=self.log_extra)
             case lifecycle.Count(name=name):
-                getattr(self.metrics, name)()
+                self.metrics.count(name)
             case lifecycle.Error(kind=kind):
                 self.metrics.error(kind)
             case lifecycle.RestartSeen(seconds=seconds):

@@ -94,11 +94,11 @@ def samples(server: HealthServer) -> dict[tuple[str, tuple[tuple[str, str], ...]
 
 def test_metrics_text(server: HealthServer, health: Health, metrics: Metrics) -> None:
     health.set_state(NodeState.WAITING_FOR_RESTART)
-    metrics.reconciled()
-    metrics.reconciled()
-    metrics.wrote()
-    metrics.restored()
-    metrics.rolled_back()
+    metrics.count("reconciled")
+    metrics.count("reconciled")
+    metrics.count("wrote")
+    metrics.count("restored")
+    metrics.count("rolled_back")
     metrics.error("api")
     metrics.error("api")
     metrics.error("manifest")
@@ -157,7 +157,7 @@ def test_probe_refusal_and_config_series(server: HealthServer, metrics: Metrics)
 
 def test_registries_are_independent() -> None:
     a, b = Metrics(), Metrics()
-    a.wrote()
+    a.count("wrote")
     assert b"scheduler_patcher_writes_total 1.0" in a.render()
     assert b"scheduler_patcher_writes_total 0.0" in b.render()
 

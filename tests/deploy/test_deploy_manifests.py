@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -360,27 +360,86 @@ def api_calls_in_agent() -> set[tuple[str, str, str]]:
     return api_calls_in(agent_modules())
 
 
+#: ``kube.transport.Api``'s verbs, and the HTTP methods ``Api.send`` takes for them.
+VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+METHODS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
 def api_calls_in(modules: list[Path]) -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every Kubernetes API call in ``modules``: a verb of
-    ``kube.transport.Api`` on one of its ``Resource`` constants (``api.get(NODES, ...``, or passed on:
-    ``api_json(..., self._api.patch, NODES, ...)``), and the list and watch of each ``ListWatcher(api, PODS, ...``.
-    The agent uses no generated API class (its client is ``kube.transport.Api``): one would escape this scan."""
+    """(group, resource, verb) of every Kubernetes API call in ``modules``, whatever class or function it goes
+    through. A call names its resource with a ``Resource`` constant of ``kube.transport`` (or a module's path
+    template, ``"/api/v1/namespaces/{namespace}/pods/{name}"``) and its verb in the same call: a verb of ``Api``
+    (``api.get(NODES, ...``, or passed on: ``api_json(..., self._api.patch, NODES, ...``) or the HTTP method given
+    to ``Api.send``. A resource passed to a call without a verb goes to code taking a ``Resource`` parameter (a
+    watcher class, a subclass's ``super().__init__``, a helper, through ``functools.partial`` too): the verbs are
+    what that code does with its parameter, found the same way. The agent uses no generated API class (its
+    client is ``kube.transport.Api``): one would escape this scan."""
     resources = {name: r for name, r in vars(transport).items() if isinstance(r, transport.Resource)}
-    call = re.compile(r"\.(get|list|create|patch|update|delete)[(,]\s*([A-Z][A-Z_]*)\b")
-    watcher = re.compile(r"ListWatcher\(\s*[\w.]+,\s*([A-Z][A-Z_]*)\b")
-    calls: set[tuple[str, str, str]] = set()
+    trees = []
     for path in modules:
         if path.name == "transport.py":  # the verbs' definitions and their docstring's examples, no call
             continue
         text = path.read_text("utf-8")
         generated = re.findall(r"\b([A-Z][A-Za-z0-9]*Api)\(|\.(generated)\(\)", text)
-        assert not generated, \
-            f"{path.name} uses the generated client {generated}: the RBAC scan cannot see it"
-        found = [(verb, name) for verb, name in call.findall(text)]
-        found += [(verb, name) for name in watcher.findall(text) for verb in ("list", "watch")]
-        calls.update((resources[name].group, resources[name].plural, verb) for verb, name in found
-                     if name in resources)  # other constants: not an API call (``options.get(FLAG, ...``)
-    return calls
+        assert not generated, f"{path.name} uses the generated client {generated}: the RBAC scan cannot see it"
+        trees.append(ast.parse(text))
+    takers: dict[str, tuple[ast.AST, str]] = {}  # function or class -> (its code, its Resource parameter)
+    bases: dict[str, str] = {}  # class -> its first base class
+    for node in (n for tree in trees for n in tree.body):
+        if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Constant):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            resources.update({t.id: r for t in targets if isinstance(t, ast.Name)
+                              for r in resources.values() if _is_path(node.value.value, r)})
+        init = node
+        if isinstance(node, ast.ClassDef):
+            if node.bases and isinstance(node.bases[0], ast.Name):
+                bases[node.name] = node.bases[0].id
+            init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), node)
+        if isinstance(init, ast.FunctionDef) and isinstance(node, ast.ClassDef | ast.FunctionDef):
+            for a in init.args.args:
+                if isinstance(a.annotation, ast.Name) and a.annotation.id == "Resource":
+                    takers[node.name] = (node, a.arg)
+
+    def found(scope: ast.AST, ref: Callable[[ast.AST], str | None]) -> set[tuple[str, str]]:
+        """(resource, verb) of each call in ``scope`` passing a resource that ``ref`` names."""
+        classes = {id(n): c.name for c in ast.walk(scope) if isinstance(c, ast.ClassDef) for n in ast.walk(c)}
+        out = set()
+        for call in (n for n in ast.walk(scope) if isinstance(n, ast.Call)):
+            parts = [call.func, *call.args, *(k.value for k in call.keywords)]
+            names = {r for part in parts[1:] for n in ast.walk(part) if (r := ref(n)) is not None}
+            verbs = {p.attr for p in parts if isinstance(p, ast.Attribute) and p.attr in VERBS}
+            verbs |= {METHODS[p.value] for p in parts if isinstance(p, ast.Constant) and p.value in METHODS}
+            if names and not verbs:
+                callees = [p.id for p in parts if isinstance(p, ast.Name)]
+                if isinstance(call.func, ast.Attribute) and call.func.attr == "__init__":  # super().__init__(...)
+                    callees.append(bases.get(classes.get(id(call), ""), ""))
+                verbs = {v for c in callees if c in takers for v in verbs_of(c)}
+            out |= {(r, v) for r in names for v in verbs}
+        return out
+
+    @functools.cache
+    def verbs_of(taker: str) -> frozenset[str]:
+        code, param = takers[taker]
+        kept = {t.attr for n in ast.walk(code) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+                and n.value.id == param for t in n.targets if isinstance(t, ast.Attribute)}  # self._resource = ...
+
+        def held(n: ast.AST) -> str | None:
+            named = isinstance(n, ast.Name) and n.id == param
+            return param if named or (isinstance(n, ast.Attribute) and n.attr in kept) else None
+
+        return frozenset(verb for _, verb in found(code, held))
+
+    def constant(n: ast.AST) -> str | None:
+        return n.id if isinstance(n, ast.Name) and n.id in resources else None
+
+    calls = {call for tree in trees for call in found(tree, constant)}
+    return {(resources[name].group, resources[name].plural, verb) for name, verb in calls}
+
+
+def _is_path(value: object, resource: transport.Resource) -> bool:
+    """``value`` is a path template of ``resource`` (``/api/v1/namespaces/{namespace}/pods/{name}``)."""
+    prefix = resource.path()[: -len(resource.plural)]
+    return isinstance(value, str) and value.startswith(prefix) and bool(re.search(f"/{resource.plural}(/|$)", value))
 
 
 def test_rbac_matches_the_api_calls_the_agent_makes() -> None:

@@ -30,7 +30,7 @@ import yaml
 
 import patcher
 from patcher.adapters.httpserver import CertReloader, HttpServer
-from patcher.commands.cli import build_parser
+from patcher.commands.cli import CLUSTER_COMMANDS, build_parser
 from patcher.core.admission import Selection
 from patcher.core.schedconfig import ConfigRequest, build_config
 from patcher.services.webhook import AdmissionWebhook
@@ -603,9 +603,35 @@ def test_the_agents_are_stopped_by_a_pre_delete_hook_while_their_rbac_is_there(r
     assert "Job" not in {o["kind"] for o in render(NO_STOP_HOOK) if o["metadata"]["name"].endswith("stop-agents")}
 
 
-def test_the_stop_hooks_rbac_is_exactly_what_stop_agents_calls() -> None:
-    used = api_calls_in(modules_of("patcher.commands.stopagents"))
-    assert used == {("apps", "daemonsets", verb) for verb in ("delete", "list", "watch")}
+#: In a module the command imports, but never called by it: the verdict's ConfigMap is the agents' to publish
+#: (``cluster._upsert_configmap``); the gatekeeper imports ``cluster`` to read the verdict.
+NOT_CALLED_BY = {"gatekeeper": {("", "configmaps", "create"), ("", "configmaps", "update")}}
+
+
+def test_every_commands_rbac_is_exactly_what_its_code_calls(render: Render) -> None:
+    """Each workload's ServiceAccount may do what the code of its command calls (``api_calls_in``), and
+    nothing more: the agents, the gatekeeper with its webhook, and the uninstall's two hooks."""
+    objs = render({"gatekeeper": {"enabled": True, "webhook": {"enabled": True}}})
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o["rules"]
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    commands = {}
+    for workload in (o for o in objs if o["kind"] in ("DaemonSet", "Deployment", "Job")):
+        spec = pod_spec(workload)
+        commands[spec["serviceAccountName"]] = spec["containers"][0]["args"][0]
+    assert sorted(commands.values()) == ["gatekeeper", "restore-nodes", "run", "stop-agents"]
+    for account, command in commands.items():
+        granted = set()
+        for b in (o for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+            if any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"]):
+                ref = b["roleRef"]
+                rules = roles[(ref["kind"], b["metadata"].get("namespace") if ref["kind"] == "Role" else None,
+                               ref["name"])]
+                granted |= {(g, res, verb) for r in rules for g in r["apiGroups"] for res in r["resources"]
+                            for verb in r["verbs"]}
+        module = "patcher.services.runner" if command == "run" else CLUSTER_COMMANDS[command][0]
+        used = api_calls_in(modules_of(module)) - NOT_CALLED_BY.get(command, set())
+        assert used - granted == set(), f"{command} calls the API without permission"
+        assert granted - used == set(), f"{command} is granted what it never calls"
 
 
 # -- the admission webhook's certificate ----------------------------------------------------------------------

@@ -91,7 +91,7 @@ def crds() -> None:
 def exercised_agent() -> Metrics:
     """The agent's metrics with every series present (an error counted, a config, a restart, a probe)."""
     m = Metrics()
-    m.reconciled()
+    m.count("reconciled")
     m.error("extender")
     m.restart_seen(4.0)
     m.extenders_probed([0.01], unreachable=1, unreachable_ignorable=0)

@@ -19,15 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import (
-    API_ERRORS,
-    Conflict,
-    Invalid,
-    NotFound,
-    TooManyRequests,
-    Unreachable,
-    translate,
-)
+from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Unreachable, api_call
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api
@@ -117,10 +109,8 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
         while True:
             limiter.acquire()
             try:
-                try:
+                with api_call(what):
                     return fn(*args, **kwargs)
-                except API_ERRORS as exc:  # api_call's translation, without a context manager per request
-                    raise translate(exc, what) from exc
             except TooManyRequests as exc:
                 throttled += 1
                 if on_throttled is not None:
