@@ -8,7 +8,7 @@ from its loaders (``kube.client``, TLS verification forced on), its ``rest.RESTC
 off), ``configuration.auth_settings()`` on every request (so a token refresh hook runs), a timeout on every
 request, and its ``ApiException`` for a non-2xx answer, translated by ``errors.api_call``.
 
-``Resource`` names what is requested: the RBAC scan of the agent's modules reads the verbs (``api.get(NODES,
+``Resource`` names what is requested: the RBAC scan of every command's modules reads the verbs (``api.get(NODES,
 ...``) and the resources from here.
 """
 
