@@ -19,6 +19,7 @@ import hashlib
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from patcher.core import manifestedit
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files
 from patcher.core.status import NodeState
+from patcher.core.timefmt import rfc3339
 from patcher.services.agent import Agent
 from tests.conftest import write_configmap
 from tests.harness.emu.kubeemu import make_mirror_pod
@@ -49,8 +51,9 @@ SOURCES = {
 class FakeKubelet:
     """Starts a mirror pod for every new content of the manifest; a config with ``reject-me`` crash-loops."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, wall_ns: Callable[[], int] = time.time_ns) -> None:
+        """``wall_ns``: the node's clock, read for a container's ``startedAt``."""
+        self.root, self.wall_ns = root, wall_ns
         self.pod: dict[str, Any] | None = None
         self.digest = ""
         self.crashing = False
@@ -66,8 +69,11 @@ class FakeKubelet:
         container = next(c for c in doc["spec"]["containers"] if c.get("name") == "kube-scheduler")
         self.crashing = self._rejects(container)
         annotations = {**(doc["metadata"].get("annotations") or {}), "kubernetes.io/config.hash": digest[:32]}
-        self.pod = make_mirror_pod(node_name="cp-1", annotations=annotations,
-                                   started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # A container starts after its kubelet read the manifest, so never before that file's mtime (the agent's
+        # write stamp). Not time.gmtime(): it reads time(2), the kernel's coarse clock, which still names the
+        # second before for up to a tick after a boundary that the write's time_ns had passed.
+        started_ns = max(self.wall_ns(), (self.root / MANIFEST).stat().st_mtime_ns)
+        self.pod = make_mirror_pod(node_name="cp-1", annotations=annotations, started_at=rfc3339(started_ns, 0),
                                    waiting_reason="CrashLoopBackOff" if self.crashing else None,
                                    restart_count=1 if self.crashing else 0, ready=not self.crashing)
         self.pod["metadata"]["uid"] = digest
@@ -225,3 +231,19 @@ class Lifecycle(RuleBasedStateMachine):
 TestLifecycle = Lifecycle.TestCase
 TestLifecycle.settings = settings(max_examples=25, stateful_step_count=20, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_fake_kubelet_starts_no_container_before_the_manifest_it_runs(tmp_path: Path) -> None:
+    """The agent's tests prove Ready with this kubelet after one pod turn. Its clock a second behind the write (as
+    time(2) is for a tick past a second boundary): the container it starts still proves the restart."""
+    root, src = node_folders(tmp_path, source=SOURCES["good-1"])
+    kubelet = FakeKubelet(root, wall_ns=lambda: time.time_ns() - 1_000_000_000)
+    kubelet.sync()
+    agent = Agent(build_settings(check_extenders=False, files=Files(source=src, host_root=root), node_name="cp-1",
+                                 restart_timeout=3600.0, restart_settle=0.0), pods=kubelet)
+    agent.start()
+    assert agent.node.wait is not None
+    kubelet.sync()
+    agent.notify(LoopEvent.POD)  # what a mirror pod update does
+    assert agent.turn() is LoopEvent.POD
+    assert agent.node.phase == NodeState.READY
