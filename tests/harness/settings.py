@@ -15,8 +15,12 @@ from patcher.core.settings import Settings, groups
 
 def build_settings(*, no_api: bool = False, **values: Any) -> Settings:
     """Settings from flat ``name=value`` pairs, a group (``files=Files(...)``) or a field of one
-    (``restart_timeout=30.0``). ``no_api``: a run without a cluster (no API field then)."""
+    (``restart_timeout=30.0``). ``no_api``: a run without a cluster (no API field then). The kubelet check is off
+    unless named (``kubelet_healthz=url``): the product's default is this machine's own port 10248, where
+    whatever answers must not decide a test."""
     kinds = groups()
+    if "kubelet_healthz" not in values and owner_of("kubelet_healthz") not in values:
+        values = {**values, "kubelet_healthz": ""}
     made: dict[str, dict[str, Any]] = {}
     whole: dict[str, Any] = {}
     for name, value in values.items():

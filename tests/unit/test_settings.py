@@ -136,7 +136,8 @@ def test_a_flag_changes_exactly_the_setting_that_names_it(clean_env: None, flag:
 
 def test_the_flags_defaults_are_the_settings_defaults(clean_env: None) -> None:
     from_flags = run_settings(run_parser().parse_args(["--node-name", "cp-1"]))
-    assert from_flags == build_settings(node_name="cp-1")
+    assert from_flags == build_settings(node_name="cp-1", kubelet_healthz="http://127.0.0.1:10248/healthz")
+    assert build_settings().loop.kubelet_healthz == ""  # a test's agent does not ask this machine's port 10248
     assert from_flags.lifecycle.check_extenders  # once `false` in the dataclasses and `true` on the command line
     for name in ("plan", "apply", "restore", "status"):  # the shared flags mean the same Files everywhere
         args = build_parser(load=[]).parse_args([name])
