@@ -10,7 +10,8 @@ Deterministic: the same repository gives the same list, in the same order, every
   the lock types, the manifest's ``--leader-elect*`` flags over the config, removed flags beside ``--config``,
   every in-tree plugin at every extension point of any minor's generated types (``POINTS``), an unknown plugin and
   everything disabled at each of them, profiles without queueSort or bind, plugin
-  args at and past their limits, extenders, dropped fields and wrong types.
+  args at and past their limits, extenders, null and scalar entries in each list of structs, the spellings of a
+  ``--feature-gates`` value, dropped fields and wrong types.
 """
 
 from __future__ import annotations
