@@ -10,7 +10,8 @@ Deterministic: the same repository gives the same list, in the same order, every
   the lock types, the manifest's ``--leader-elect*`` flags over the config, removed flags beside ``--config``,
   every in-tree plugin at every extension point of any minor's generated types (``POINTS``), an unknown plugin and
   everything disabled at each of them, profiles without queueSort or bind, plugin
-  args at and past their limits, extenders, dropped fields and wrong types.
+  args at and past their limits, extenders, null and scalar entries in each list of structs, the spellings of a
+  ``--feature-gates`` value, dropped fields and wrong types.
 """
 
 from __future__ import annotations
@@ -353,6 +354,55 @@ def extenders() -> Iterator[Case]:
     yield Case(doc(ext + "  nodeCacheCapable: 'yes'\n"), origin="extender wrong type")
 
 
+#: a gate of every built minor that no other gate depends on and none locks, and that kube-scheduler does not read
+SPELLED_GATE = "ContainerCheckpoint"
+
+
+def feature_gate_values() -> Iterator[Case]:
+    """--feature-gates values as component-base reads them: each spelling Go's strconv.ParseBool takes, some it
+    refuses, no value, no '=', no gate name, and a blank entry."""
+    for value in ("1", "t", "T", "TRUE", "True", "true", "0", "f", "F", "FALSE", "False", "false", "tRuE", "yes", ""):
+        yield Case(doc(), with_flags(f"--feature-gates={SPELLED_GATE}={value}"), origin=f"gate value {value!r}")
+    yield Case(doc(), with_flags(f"--feature-gates={SPELLED_GATE}"), origin="gate without '='")
+    yield Case(doc(), with_flags("--feature-gates==true"), origin="gate without a name")
+    yield Case(doc(), with_flags(f"--feature-gates={SPELLED_GATE}=true, ,"), origin="gate list with a blank entry")
+
+
+def null_entries() -> Iterator[Case]:
+    """A null entry (Go decodes it as the element's zero value) and a scalar entry in each list of structs."""
+    ext = "extenders:\n- urlPrefix: http://127.0.0.1:8888\n  filterVerb: filter\n"
+    for label, body in (("extenders", "extenders:\n- null\n"),
+                        ("profiles", "profiles:\n- null\n"),
+                        ("managedResources", ext + "  managedResources:\n  - null\n")):
+        yield Case(doc(body), origin=f"null entry in {label}")
+        for scalar in ("3", "x"):
+            yield Case(doc(body.replace("- null", f"- {scalar}")), origin=f"{scalar} entry in {label}")
+    yield Case(profile(config="- null"), origin="null entry in pluginConfig")
+    yield Case(profile(config="- x"), origin="x entry in pluginConfig")
+    for point, kind in (("filter", "enabled"), ("score", "enabled"), ("multiPoint", "enabled"),
+                        ("filter", "disabled"), ("multiPoint", "disabled")):
+        yield Case(profile(f"{point}:\n  {kind}:\n  - null"), origin=f"null entry in {point}.{kind}")
+    yield Case(profile("filter:\n  enabled:\n  - 3"), origin="3 entry in filter.enabled")
+    fit = "NodeResourcesFit"
+    for label, plugin, body in (
+        ("BalancedAllocation resources", "NodeResourcesBalancedAllocation", "resources:\n- null"),
+        ("Fit resources", fit, "scoringStrategy:\n  type: LeastAllocated\n  resources:\n  - null"),
+        ("Fit shape", fit, "scoringStrategy:\n  type: RequestedToCapacityRatio\n  requestedToCapacityRatio:\n"
+                           "    shape:\n    - null"),
+        ("Fit ignoredResources", fit, "ignoredResources:\n- null"),
+        ("PodTopologySpread defaultConstraints", "PodTopologySpread",
+         "defaultingType: List\ndefaultConstraints:\n- null"),
+        ("NodeAffinity nodeSelectorTerms", "NodeAffinity",
+         "addedAffinity:\n  requiredDuringSchedulingIgnoredDuringExecution:\n    nodeSelectorTerms:\n    - null"),
+        ("NodeAffinity matchExpressions", "NodeAffinity",
+         "addedAffinity:\n  requiredDuringSchedulingIgnoredDuringExecution:\n    nodeSelectorTerms:\n"
+         "    - matchExpressions:\n      - null"),
+        ("NodeAffinity preferred", "NodeAffinity",
+         "addedAffinity:\n  preferredDuringSchedulingIgnoredDuringExecution:\n  - null"),
+    ):
+        yield Case(args(plugin, body), origin=f"null entry in args {label}")
+
+
 def mutations() -> Iterator[Case]:
     """A valid config with one thing wrong: a field dropped, a wrong type, an unknown field, another version."""
     yield Case(doc(), origin="minimal v1")
@@ -390,7 +440,7 @@ def generate() -> list[Case]:
     """Every case, deduplicated by content hash, in a stable order (the first origin wins)."""
     seen: dict[str, Case] = {}
     for source in (from_tests, top_level, leader_election, leader_flags, plugins, profiles, plugin_args, extenders,
-                   mutations):
+                   feature_gate_values, null_entries, mutations):
         for case in source():
             seen.setdefault(case.key, case)
     return list(seen.values())

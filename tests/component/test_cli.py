@@ -345,9 +345,9 @@ def test_a_stop_grace_as_long_as_the_pods_is_a_usage_error(capsys: pytest.Captur
      "scheduler-patcher plan: error: argument --kube-version: not a Kubernetes version: 'banana' "
      "(expected e.g. 1.34 or v1.34.2)"),
     (["apply", "--kube-version=1.18"], {},
-     "scheduler-patcher apply: error: argument --kube-version: kube-scheduler 1.18 is outside the supported range "
-     "(supported: 1.19 to 1.37)"),
-    (["plan", "--kube-version", "v1.38.0"], {}, "kube-scheduler 1.38.0 is outside the supported range"),
+     "scheduler-patcher apply: error: argument --kube-version: kube-scheduler 1.18 is too old: outside the supported "
+     "range (supported: 1.19 to 1.37)"),
+    (["plan", "--kube-version", "v1.38.0"], {}, "kube-scheduler 1.38.0 is too new: outside the supported range"),
     (["plan"], {"PATCHER_KUBE_VERSION": "banana"}, "not a Kubernetes version: 'banana'"),
     (["plan"], {"PATCHER_OUTPUT": "xml"},
      "scheduler-patcher plan: error: argument -o/--output: 'xml' is not one of text, json, yaml (from PATCHER_OUTPUT)"),

@@ -163,3 +163,10 @@ def test_feature_gate_values_are_what_go_strconv_parsebool_takes() -> None:
         **{f"Bad{i}": None for i in range(len(neither))},
         "Bare": None,
     }
+
+
+def test_a_feature_gate_entry_without_a_name_is_the_gate_named_empty() -> None:
+    """kube-scheduler 1.34-1.37 skip a blank entry and exit on ``=true`` ('unrecognized feature gate: ')."""
+    assert gate_settings("A=1, ,") == {"A": True}
+    assert gate_settings("A=1, =true") == {"A": True, "": True}
+    assert gate_settings("kube:=false") == {"": False}

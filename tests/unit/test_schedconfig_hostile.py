@@ -171,10 +171,14 @@ def test_a_null_list_entry_is_the_zero_struct(tmp_path: Path, body: str, problem
     assert refusal(tmp_path, {"config.yaml": V1 + body}).problem == problem
 
 
-@pytest.mark.parametrize("body", ["profiles: [null]\n", "profiles: [{pluginConfig: [null]}]\n"])
+@pytest.mark.parametrize("body", [
+    "profiles: [null]\n",
+    "profiles: [{pluginConfig: [null]}]\n",
+    "profiles: [{plugins: {filter: {disabled: [null, {}]}, multiPoint: {disabled: [null]}}}]\n",
+])
 def test_null_entries_the_scheduler_starts_with_are_accepted(tmp_path: Path, body: str) -> None:
-    """A zero profile (its name defaulted when it is the only one) and a nameless pluginConfig entry start
-    kube-scheduler 1.34-1.37."""
+    """A zero profile (its name defaulted when it is the only one), a nameless pluginConfig entry and a nameless
+    disabled plugin (it disables nothing) start kube-scheduler 1.34-1.37."""
     source = make_configmap(tmp_path / "cm", {"config.yaml": V1 + EXT + body})
     build_config(ConfigRequest(source_dir=source, host_config_dir="/etc/x", kube_version="1.34"))
 

@@ -214,6 +214,9 @@ FLAG_CASES: list[tuple[str, int, tuple[str, ...], bool]] = [
     ("featureGates.locked", 37, ("--feature-gates=DRAAdminAccess=0",), True),  # probed: 'locked to true'
     ("featureGates.unknown", 34, ("--feature-gates=NoSuchGate=true",), True),
     ("featureGates.unknown", 34, ("--feature-gates=DRASchedulerFilterTimeout=false",), False),
+    ("featureGates.unknown", 37, ("--feature-gates==true",), True),  # probed: 'unrecognized feature gate: '
+    ("featureGates.unknown", 37, ("--feature-gates= =false",), True),
+    ("featureGates.unknown", 37, ("--feature-gates=DRAAdminAccess=true, ,",), False),  # a blank entry is skipped
     ("featureGates.locked", 35, ("--feature-gates=DynamicResourceAllocation=false",), True),
     ("featureGates.locked", 37, ("--feature-gates=DRAResourceClaimDeviceStatus=false",), True),
     ("featureGates.locked", 37, ("--feature-gates=DRAResourceClaimDeviceStatus=true",), False),
@@ -235,6 +238,15 @@ def test_flag_rule_at_its_boundary(rule: str, minor: int, items: tuple[str, ...]
     assert bool(found) == refused, found
     if refused:
         assert all(f"rule {rule}" in p and f"kube-scheduler 1.{minor} " in p for p in found), found
+
+
+def test_a_feature_gate_without_a_name_is_refused_in_plain_words() -> None:
+    from patcher.core.schedconfig.binary import flag_problems
+    from patcher.core.schedconfig.flags import parse_flags
+
+    assert flag_problems(parse_flags(["--feature-gates==true"]), 37) == [
+        "--feature-gates: an entry gives a value but no gate name, as in =true (write Name=true) "
+        "(kube-scheduler 1.37 exits at start-up; rule featureGates.unknown)"]
 
 
 @pytest.mark.parametrize(("rule", "minor", "text", "launch", "refused"), CASES)

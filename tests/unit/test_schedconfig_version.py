@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from patcher.core.errors import ConfigError
@@ -94,6 +96,20 @@ def test_too_old_scheduler_is_refused() -> None:
         resolve_version("registry.k8s.io/kube-scheduler:v1.18.20", None, None)
     assert err.value.problem == (
         "kube-scheduler 1.18.20 (image tag v1.18.20) is too old: outside the supported range (supported: 1.19 to 1.37)")
+
+
+def test_out_of_range_is_refused_in_the_words_of_the_cli_check() -> None:
+    """One wording, from version._outside: resolve_version adds where the version came from, the CLI's check
+    leaves that to argparse ("argument --kube-version: ...")."""
+    with pytest.raises(ConfigError) as err:
+        resolve_version(None, "1.18", None)
+    with pytest.raises(ValueError) as cli:
+        supported_version("1.18")
+    range_ = "outside the supported range (supported: 1.19 to 1.37)"
+    assert err.value.problem == f"kube-scheduler 1.18 (--kube-version) is too old: {range_}"
+    assert str(cli.value) == f"kube-scheduler 1.18 is too old: {range_}"
+    with pytest.raises(ValueError, match=re.escape(f"kube-scheduler 1.38.0 is too new: {range_}")):
+        supported_version("v1.38.0")
 
 
 # The table from the issue, in the supported range.

@@ -54,13 +54,13 @@ def facts_for(minor: int | None) -> BinaryFacts | None:
 
 def gate_settings(raw: str | None) -> dict[str, bool | None]:
     """``--feature-gates=A=true,kube:B=0`` as gate -> value, spelled as component-base takes it (trimmed,
-    strconv.ParseBool); None when the value is missing or not a boolean."""
+    strconv.ParseBool); None when the value is missing or not a boolean. Only a blank item is skipped, as
+    kube-scheduler skips it (probed on 1.34-1.37): ``=true`` is the gate ``""``, which it refuses."""
     found: dict[str, bool | None] = {}
     for item in (raw or "").split(","):
         name, sep, value = item.partition("=")
-        name = name.strip().removeprefix("kube:")
-        if name:
-            found[name] = parse_bool(value.strip()) if sep else None
+        if item.strip():
+            found[name.strip().removeprefix("kube:")] = parse_bool(value.strip()) if sep else None
     return found
 
 
@@ -91,10 +91,13 @@ def flag_problems(flags: Mapping[str, str | None], minor: int | None) -> list[st
     for gate, value in settings.items():
         if value is None:
             problems.append(
-                f"--feature-gates: {gate} needs the value true or false (or another spelling of Go's "
-                f"strconv.ParseBool: 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
+                f"--feature-gates: {gate or 'an entry without a gate name'} needs the value true or false (or "
+                f"another spelling of Go's strconv.ParseBool: 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
                 f"{tag('featureGates.value', (1, minor))}"
             )
+        elif not gate:
+            problems.append(f"--feature-gates: an entry gives a value but no gate name, as in =true (write "
+                            f"Name=true){tag('featureGates.unknown', (1, minor))}")
         elif gate in facts.locked and value != facts.locked[gate]:
             problems.append(f"--feature-gates: {gate} is locked to {str(facts.locked[gate]).lower()}"
                             f"{tag('featureGates.locked', (1, minor))}")

@@ -101,9 +101,10 @@ class _Walker:
             if spec.name == "PluginConfig" and key == "args" and not self._in_tree(value):
                 continue  # runtime.Unknown: kube-scheduler keeps another plugin's args as raw bytes
             self.check(item, spec.fields[key], join(path, key_text))
+        disabled = spec.name == "Plugin" and path.rsplit(".", 1)[-1].startswith("disabled[")
         for required in spec.required:
-            if spec.name == "PluginConfig" and required == "name":
-                continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig entry
+            if required == "name" and (spec.name == "PluginConfig" or disabled):
+                continue  # kube-scheduler 1.34-1.37 start with a nameless pluginConfig or disabled entry
             if value.get(required) in (None, ""):
                 self.errors.append(f"{join(path, required)}: required field is missing or empty")
         if spec.name == "PluginConfig" and self.schema.plugin_args:

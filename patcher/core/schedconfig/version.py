@@ -93,15 +93,23 @@ def _not_a_version(text: str) -> str:
     return f"not a Kubernetes version: {text!r} (expected e.g. 1.34 or v1.34.2)"
 
 
+def _outside(version: KubeVersion) -> str:
+    """The one wording for a version outside ``SUPPORTED_MINORS``, from the CLI's check or ``resolve_version``
+    (which names where the version came from)."""
+    shown = f"kube-scheduler {version}" + (f" ({version.source})" if version.source else "")
+    age = "too old" if version.key < SUPPORTED_MINORS[0] else "too new"
+    return f"{shown} is {age}: outside the supported range ({SUPPORTED_TEXT})"
+
+
 def supported_version(text: str) -> str:
     """``text`` when it is a Kubernetes version inside ``SUPPORTED_MINORS``; else ``ValueError`` saying why
     (the ``--kube-version`` check: an operator's claim outside the tested range is refused, not rendered)."""
-    version = parse_version(text, source="--kube-version")
+    version = parse_version(text)  # no source: argparse already names --kube-version
     if version is None:
         raise ValueError(_not_a_version(text))
     first, last = SUPPORTED_MINORS
     if not first <= version.key <= last:
-        raise ValueError(f"kube-scheduler {version} is outside the supported range ({SUPPORTED_TEXT})")
+        raise ValueError(_outside(version))
     return text
 
 
@@ -129,6 +137,5 @@ def resolve_version(
 def _supported(version: KubeVersion, where: str | None) -> KubeVersion:
     """Older than the supported range: refused, whatever says so (a newer one is judged with the newest types)."""
     if version.key < SUPPORTED_MINORS[0]:
-        shown = f"kube-scheduler {version} ({version.source})"
-        raise ConfigError(where, f"{shown} is too old: outside the supported range ({SUPPORTED_TEXT})")
+        raise ConfigError(where, _outside(version))
     return version
