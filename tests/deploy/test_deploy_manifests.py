@@ -365,7 +365,7 @@ VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 METHODS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
-def api_calls_in(modules: list[Path]) -> set[tuple[str, str, str]]:
+def api_calls_in(modules: list[Path], entry: str | None = None) -> set[tuple[str, str, str]]:
     """(group, resource, verb) of every Kubernetes API call in ``modules``, whatever class or function it goes
     through. A call names its resource with a ``Resource`` constant of ``kube.transport`` (or a module's path
     template, ``"/api/v1/namespaces/{namespace}/pods/{name}"``) and its verb in the same call: a verb of ``Api``
@@ -373,19 +373,20 @@ def api_calls_in(modules: list[Path]) -> set[tuple[str, str, str]]:
     to ``Api.send``. A resource passed to a call without a verb goes to code taking a ``Resource`` parameter (a
     watcher class, a subclass's ``super().__init__``, a helper, through ``functools.partial`` too): the verbs are
     what that code does with its parameter, found the same way. The agent uses no generated API class (its
-    client is ``kube.transport.Api``): one would escape this scan."""
+    client is ``kube.transport.Api``): one would escape this scan. With ``entry`` (a command's module, one of
+    ``modules``), only the code that command can run counts (``reached``)."""
     resources = {name: r for name, r in vars(transport).items() if isinstance(r, transport.Resource)}
-    trees = []
+    trees = {}
     for path in modules:
         if path.name == "transport.py":  # the verbs' definitions and their docstring's examples, no call
             continue
         text = path.read_text("utf-8")
         generated = re.findall(r"\b([A-Z][A-Za-z0-9]*Api)\(|\.(generated)\(\)", text)
         assert not generated, f"{path.name} uses the generated client {generated}: the RBAC scan cannot see it"
-        trees.append(ast.parse(text))
+        trees[path] = ast.parse(text)
     takers: dict[str, tuple[ast.AST, str]] = {}  # function or class -> (its code, its Resource parameter)
     bases: dict[str, str] = {}  # class -> its first base class
-    for node in (n for tree in trees for n in tree.body):
+    for node in (n for tree in trees.values() for n in tree.body):
         if isinstance(node, ast.AnnAssign | ast.Assign) and isinstance(node.value, ast.Constant):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
             resources.update({t.id: r for t in targets if isinstance(t, ast.Name)
@@ -432,8 +433,30 @@ def api_calls_in(modules: list[Path]) -> set[tuple[str, str, str]]:
     def constant(n: ast.AST) -> str | None:
         return n.id if isinstance(n, ast.Name) and n.id in resources else None
 
-    calls = {call for tree in trees for call in found(tree, constant)}
+    scopes = trees.values() if entry is None else reached(trees, ROOT / (entry.replace(".", "/") + ".py"))
+    calls = {call for scope in scopes for call in found(scope, constant)}
     return {(resources[name].group, resources[name].plural, verb) for name, verb in calls}
+
+
+def reached(trees: dict[Path, ast.Module], entry: Path) -> list[ast.AST]:
+    """The code a command can run: all of module ``entry``, every module's top-level statements, and each function
+    or class (all of it) that reached code names, by name alone (a method counts once any reached code names it:
+    more than is run, never less; the code registers nothing by decorator and looks nothing up by string)."""
+    defs: dict[str, list[ast.AST]] = {}
+    for node in (n for tree in trees.values() for n in ast.walk(tree)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defs.setdefault(node.name, []).append(node)
+    todo: list[ast.AST] = [s for path, tree in trees.items() for s in tree.body if path == entry
+                           or not isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    seen: dict[int, ast.AST] = {}
+    while todo:
+        node = todo.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            names = {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+                     if isinstance(n, ast.Name | ast.Attribute)}
+            todo.extend(d for name in names for d in defs.get(name, []))
+    return list(seen.values())
 
 
 def _is_path(value: object, resource: transport.Resource) -> bool:

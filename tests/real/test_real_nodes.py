@@ -61,17 +61,18 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 
 def gatekeeper(cp: ControlPlane, tmp: Path, namespace: str = NS, gate: str = GATE,
-               name: str = "gatekeeper") -> tuple[subprocess.Popen[bytes], Path]:
+               name: str = "gatekeeper", *flags: str) -> tuple[subprocess.Popen[bytes], Path]:
     """`scheduler-patcher gatekeeper` with a token of the gatekeeper's own ServiceAccount in `namespace` (its
-    leader Lease there too), releasing `gate`. It binds a port of its own choosing (`listening_port` reads it):
-    a port picked here would be free for anyone until the child binds it (see `free_port`)."""
+    leader Lease there too), releasing `gate`, with `flags` added. It binds a port of its own choosing
+    (`listening_port` reads it): a port picked here would be free for anyone until the child binds it (see
+    `free_port`)."""
     kubeconfig = cp.token_kubeconfig(namespace, "scheduler-patcher-gatekeeper", tmp / f"{name}.kubeconfig")
     log = tmp / f"{name}.log"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "KUBECONFIG": str(kubeconfig),
            "POD_NAMESPACE": namespace, "POD_NAME": f"{name}-0"}
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "patcher", "gatekeeper", "--listen", "127.0.0.1:0",
-                                 "--log-format", "json", "--resync-interval", "5s", "--gate-name", gate],
+                                 "--log-format", "json", "--resync-interval", "5s", "--gate-name", gate, *flags],
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     return proc, log
 

@@ -20,6 +20,7 @@ import copy
 import json
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,19 @@ from typing import Any
 
 import pytest
 
+from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
+from tests.component.test_webhook_server import admit
 from tests.deploy.test_deploy_manifests import objects
-from tests.harness.real.controlplane import ControlPlane, built_releases, control_plane, missing_reason, wait_until
+from tests.harness import admission_samples as samples
+from tests.harness.real.controlplane import (
+    ControlPlane,
+    built_releases,
+    control_plane,
+    issue,
+    listening_port,
+    missing_reason,
+    wait_until,
+)
 from tests.harness.real.simnodes import Agents, Grant, audit_events, audit_flags, describe, grants
 from tests.real.test_real_install import apply_k
 from tests.real.test_real_nodes import APPS, gated_pod, gatekeeper, gates, hold_policy, release_hold
@@ -239,7 +251,8 @@ def describe_grant(grant: Grant, rule: dict[str, Any], number: int, prefix: str 
 
 # -- the gatekeeper ---------------------------------------------------------------------------------------------
 
-GATEKEEPER = [o for o in objects("gatekeeper") if o["kind"] != "Deployment"]
+#: The gatekeeper with its admission webhook (the overlay's RBAC: the webhook's Role too), every case serving it.
+GATEKEEPER = [o for o in objects("overlays/gatekeeper-webhook") if o["kind"] in ("ServiceAccount", *RBAC_KINDS)]
 GK_GRANTS: list[Grant] = sorted(grants(GATEKEEPER))
 GK_STEPS: dict[tuple[str, str], str] = {
     ("pods", "get"): "read a pod again after its release was refused (422: it changed meanwhile)",
@@ -253,6 +266,8 @@ GK_STEPS: dict[tuple[str, str], str] = {
     ("leases", "update"): "take, renew and give back the leadership",
     ("leases", "list"): "list the leader Lease by name before watching it",
     ("leases", "watch"): "watch the leader Lease (a standby reads it only when it is free or due)",
+    ("configmaps", "list"): "the webhook lists its verdict, the status ConfigMap, by name",
+    ("configmaps", "watch"): "the webhook watches the status ConfigMap (a changed verdict)",
 }
 
 
@@ -262,6 +277,7 @@ class GateCase:
     proc: subprocess.Popen[bytes]
     log: Path
     refusals: list[str] = field(default_factory=list)
+    webhook: list[list[str] | None] = field(default_factory=list)  # its gates for a new pod: Ready, then not
 
     @property
     def user(self) -> str:
@@ -276,6 +292,25 @@ def pod_reads(cp: ControlPlane) -> set[tuple[str, str]]:
     """(user, pod) of every GET of a pod in `apps` (a gatekeeper reading a pod again after a refused release)."""
     return {(e["user"]["username"], e["objectRef"]["name"]) for e in audit_events(cp)
             if e["verb"] == "get" and (e.get("objectRef") or {}).get("namespace") == APPS}
+
+
+def webhook_answers(cp: ControlPlane, case: GateCase, gate: str) -> list[list[str] | None]:
+    """The gates the case's webhook gives a new pod while its status ConfigMap says Ready (none, once listed),
+    then after it turned not Ready (the gate, once the watch brought the change); the answer at each timeout."""
+    port = listening_port(case.proc, case.log, server="webhook server")
+
+    def answer_until(want: list[str] | None) -> list[str] | None:
+        deadline = time.monotonic() + 60
+        while (got := samples.gates(admit(port, cp.pki / "ca.crt", samples.new_pod())[1])) != want:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return got
+
+    ready = answer_until(None)
+    cp.ok("PATCH", f"/api/v1/namespaces/gk-{case.number}/configmaps/{DEFAULT_STATUS_NAME}",
+          {"data": {"ready": "false"}}, "application/merge-patch+json")
+    return [ready, answer_until([gate])]
 
 
 def settled(cases: Iterable[GateCase], done: Callable[[], Callable[[GateCase], bool]]) -> bool:
@@ -295,7 +330,8 @@ def settled(cases: Iterable[GateCase], done: Callable[[], Callable[[GateCase], b
 def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant | None, GateCase]]:
     """A cluster whose verdict is Ready (one node, its agent), and a gatekeeper per case, each with its own gate
     on its own pod, which the admission policy first holds (so every gatekeeper meets a refused release and reads
-    the pod again), then lets go."""
+    the pod again), then lets go. Each also serves the webhook, reading a Ready status ConfigMap in its namespace;
+    with every rule, the webhook answers from it, and follows it when it turns not Ready."""
     if (why := missing_reason()) is not None:
         pytest.skip(why)
     tmp = tmp_path_factory.mktemp("rbac-gatekeeper")
@@ -311,8 +347,13 @@ def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant 
             cp.ensure_namespace(APPS)
             hold_policy(cp)
             drops: list[Grant | None] = [None, *GK_GRANTS]
+            cert, key = issue(cp.pki, "webhook", "/CN=gatekeeper-webhook", server_names=("127.0.0.1",))
             for n in range(len(drops)):
                 cp.ensure_namespace(f"gk-{n}")
+                verdict = samples.configmap(samples.READY)
+                assert verdict is not None
+                verdict["metadata"]["namespace"] = f"gk-{n}"
+                cp.ok("POST", f"/api/v1/namespaces/gk-{n}/configmaps", verdict)
             listing = {"apiVersion": "v1", "kind": "List", "items": [
                 o for n, drop in enumerate(drops) for o in case_objects(n, drop, GATEKEEPER, "gk")]}
             (tmp / "gk.json").write_text(json.dumps(listing))
@@ -321,7 +362,8 @@ def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant 
             for n, drop in enumerate(drops):
                 gate = f"example.com/case-{n}"
                 gated_pod(cp, f"pod-{n}", gate, held=True)
-                keeper, log = gatekeeper(cp, tmp, f"gk-{n}", gate, f"gk-{n}")
+                keeper, log = gatekeeper(cp, tmp, f"gk-{n}", gate, f"gk-{n}", "--webhook-listen", "127.0.0.1:0",
+                                         "--webhook-cert", str(cert), "--webhook-key", str(key))
                 run[drop] = GateCase(n, keeper, log)
 
             def met_hold() -> Callable[[GateCase], bool]:
@@ -336,6 +378,7 @@ def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant 
             for case in run.values():
                 release_hold(cp, case.pod)
             wait_until(lambda: settled(run.values(), released), 180, "every gatekeeper refused or its pod released")
+            run[None].webhook = webhook_answers(cp, run[None], "example.com/case-0")
             for case in run.values():
                 case.proc.send_signal(signal.SIGTERM)
             for case in run.values():
@@ -364,6 +407,7 @@ def test_with_every_rule_the_gatekeeper_releases_and_is_never_refused(
     control = gate_cases[None]
     assert control.refusals == []
     assert control.proc.returncode == 0, control.log.read_text()
+    assert control.webhook == [None, ["example.com/case-0"]], "the webhook did not answer from its verdict"
 
 
 @pytest.mark.parametrize("grant", GK_GRANTS, ids=case_id)

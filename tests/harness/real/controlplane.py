@@ -115,9 +115,11 @@ def free_port() -> int:
         return port
 
 
-def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120.0) -> int:
+def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 120.0,
+                   server: str = "health server") -> int:
     """The port that `scheduler-patcher` (agent or gatekeeper, `--listen 127.0.0.1:0 --log-format json`)
-    bound, from its "health server listening" line; fails at once, with its log, if the process exited."""
+    bound, from its "health server listening" line (or `server`'s: the gatekeeper's "webhook server"); fails at
+    once, with its log, if the process exited."""
     def bound() -> int | None:
         for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
             try:
@@ -127,14 +129,14 @@ def listening_port(proc: subprocess.Popen[bytes], log: Path, timeout: float = 12
             # the JSON log keeps the constant message and its arguments apart ("%s listening", ["health server"]);
             # an older release (the benches' "old" side) wrote the line whole
             args = record.get("args") or []
-            if record.get("msg") == "health server listening" or (
-                    record.get("msg") == "%s listening" and args[:1] == ["health server"]):
+            if record.get("msg") == f"{server} listening" or (
+                    record.get("msg") == "%s listening" and args[:1] == [server]):
                 return int(str(record["url"]).rpartition(":")[2])
         if proc.poll() is not None:
             raise AssertionError(f"exited with {proc.returncode} before listening:\n{log.read_text()[-2000:]}")
         return None
 
-    port: int = wait_until(bound, timeout, f"{log.name}: its health server")
+    port: int = wait_until(bound, timeout, f"{log.name}: its {server}")
     return port
 
 
