@@ -311,15 +311,17 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     mount_ok = any(x.get("name") == m.volume and x.get("mountPath") == spec.host_config_dir for x in sched.mounts)
     vol_ok = any(v.get("name") == m.volume and (v.get("hostPath") or {}).get("path") == spec.host_config_dir
                  for v in sched.volumes)
-    uid_ok = sched.uid is None or (m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash))
+    uid_ok = sched.uid is None or _our_uid(sched, m) is not None
     return flag_ok and mount_ok and vol_ok and uid_ok
 
 
-def _original_uid(m: Marker) -> str:
-    """The value of the UID the marker keeps (its source text read as YAML)."""
-    assert m.uid is not None
+def _our_uid(sched: Scheduler, m: Marker) -> str | None:
+    """The source text of the UID the marker keeps, while the manifest still carries the UID the patch wrote in
+    its place (one someone set since is not ours); else None."""
+    if m.uid is None:
+        return None
     value = _written(m.uid)
-    return "" if value is None else str(value)
+    return m.uid if sched.uid == patched_uid("" if value is None else str(value), m.hash) else None
 
 
 Inspected = tuple[yt.Document, Scheduler]
@@ -461,9 +463,9 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
     _remove_item(ops, container, cpath, "volumeMounts",
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
-    if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
+    if (ours := _our_uid(sched, m)) is not None:
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        ops.append(yt.Replace(("metadata", "uid"), _written(m.uid, "uid", where), m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _written(ours, "uid", where), ours))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))
