@@ -276,8 +276,6 @@ class PatchSpec:
 class PatchResult:
     text: str
     changed: bool
-    marker: Marker
-    scheduler: Scheduler
 
 
 def check_foreign(sched: Scheduler, mode: ForeignMode, where: str) -> None:
@@ -337,7 +335,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     doc, sched = inspected or inspect_text(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
-            return PatchResult(text, False, sched.marker, sched)
+            return PatchResult(text, False)
         doc, sched = unpatched or inspect_text(restore(text, where, prefix=spec.prefix,
                                                        container_name=spec.container_name, inspected=(doc, sched)),
                                                where, spec.prefix, spec.container_name)
@@ -395,7 +393,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
         new_text, _ = yt.edit(doc, ops)
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot patch: {exc}") from None
-    return PatchResult(new_text, True, marker, sched)
+    return PatchResult(new_text, True)
 
 
 
