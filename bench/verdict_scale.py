@@ -16,7 +16,7 @@ and measures, for the new read path and for the old one (the release ``--old-ref
 ``cluster.collect`` loaded from ``git show`` for the in-process reads, its whole ``patcher`` package from
 ``git archive`` for the processes), in the same run:
 
-* ``verdict_bytes``, ``verdict_requests``: one warm verdict (``Api.received``/``Api.requests`` of the client);
+* ``verdict_bytes``, ``verdict_requests``: one warm verdict (what the client received, ``tests.harness.traffic``);
 * ``apiserver_cpu_s_per_verdict``: kube-apiserver's CPU time around warm verdicts, per verdict;
 * ``growth``: the same three figures with 1 000, 5 000 and all the kube-system pods (read while building);
 * ``idle_requests_per_min``: the three agents' and the gatekeeper's requests a minute over ``--idle-minutes``
@@ -83,6 +83,7 @@ from tests.harness.real.controlplane import (  # noqa: E402
 )
 from tests.harness.real.node_client import NodeClient  # noqa: E402
 from tests.harness.real.simnodes import Agents, audit_events, audit_flags  # noqa: E402
+from tests.harness.traffic import Traffic  # noqa: E402
 from tests.real.test_real_install import apply_k  # noqa: E402
 
 NS = "scheduler-patcher"
@@ -185,13 +186,13 @@ def verdict_cost(cp: ControlPlane, api: Api, read: Callable[[], ClusterVerdict],
     """One read to warm up, then ``repeat`` reads: requests, bytes (each) and kube-apiserver CPU s (per read)."""
     first = read()
     apiserver = psutil.Process(cp.procs[1].pid)
-    requests, received = api.requests, api.received
+    traffic = Traffic(api)
     cpu = cpu_s(apiserver)
     t0 = time.perf_counter()
     for _ in range(repeat):
         assert read() == first
     wall = time.perf_counter() - t0
-    return {"verdict_requests": (api.requests - requests) / repeat, "verdict_bytes": (api.received - received) / repeat,
+    return {"verdict_requests": traffic.requests / repeat, "verdict_bytes": traffic.received / repeat,
             "apiserver_cpu_s_per_verdict": round((cpu_s(apiserver) - cpu) / repeat, 4),
             "verdict_wall_s": round(wall / repeat, 4), "summary": first.summary()}
 

@@ -326,10 +326,10 @@ class LockBusy(PatcherError):
     """Another writer (the agent, or another CLI run) holds the node's writer lock."""
 
 
-# Locks this process holds: folder -> [fd, holding thread, depth]. Reentrant for the holding thread, so an
-# agent that holds the lock for its whole life still calls apply/restore; other threads wait like other
-# processes do (each acquisition opens its own file description, and flock locks are per description).
-_held: dict[str, list[int]] = {}
+# Locks this process holds: folder -> holding thread. Reentrant for the holding thread, so an agent that holds
+# the lock for its whole life still calls apply/restore; other threads wait like other processes do (each
+# acquisition opens its own file description, and flock locks are per description).
+_held: dict[str, int] = {}
 _held_guard = threading.Lock()
 
 
@@ -343,15 +343,9 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
     key = os.path.abspath(folder)
     me = threading.get_ident()
     with _held_guard:
-        entry = _held.get(key)
-        if reentered := entry is not None and entry[1] == me:
-            entry[2] += 1
-    if reentered:
-        try:
-            yield
-        finally:
-            with _held_guard:
-                _held[key][2] -= 1
+        reentered = _held.get(key) == me
+    if reentered:  # the outer hold releases it
+        yield
         return
     fd = _open_lock(folder, shown)
     try:
@@ -363,7 +357,7 @@ def writer_lock(folder: Path, shown: str, *, wait: float = 10.0,
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
     with _held_guard:
-        _held[key] = [fd, me, 1]
+        _held[key] = me
     try:
         yield
     finally:

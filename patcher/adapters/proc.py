@@ -37,7 +37,6 @@ class SchedulerProcess:
     pid: int
     started_since_boot: float
     started_at: float
-    cmdline: tuple[str, ...]
     config: str | None
     wrapper: str | None = None
 
@@ -124,7 +123,6 @@ def find_schedulers() -> list[SchedulerProcess]:
                 pid=proc.pid,
                 started_since_boot=since_boot,
                 started_at=since_boot + offset,
-                cmdline=tuple(cmdline),
                 config=config_flag(args),
                 wrapper=wrapper,
             )

@@ -37,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Result:
     gone: bool
-    existed: bool
     left: Obj | None = None  # the DaemonSet as last seen, when it is not gone
     watched: bool = True  # the watch of it answered at least once
 
@@ -52,7 +51,7 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
         answer = foreground.delete_foreground(api, namespace, name)
         if answer is None:
             say(f"DaemonSet {namespace}/{name} does not exist: no agent to stop")
-            return Result(gone=True, existed=False)
+            return Result(gone=True)
         say(f"deleting DaemonSet {namespace}/{name} in the foreground: each agent restores its node, one "
             "kube-scheduler restart at a time, and ends; waiting until its pods are gone")
         while True:
@@ -60,11 +59,11 @@ def stop_agents(api: Api, *, namespace: str, name: str, timeout: float, say: Cal
             listed, seen = follower.state()
             if listed and seen is None:
                 say(f"DaemonSet {namespace}/{name} and its pods are gone")
-                return Result(gone=True, existed=True)
+                return Result(gone=True)
             remaining = deadline - clock()
             if remaining <= 0:  # what is left: the watch's view once it shows the deletion, else the answer's
                 left = seen if seen is not None and dig(seen, "metadata", "deletionTimestamp") else answer
-                return Result(gone=False, existed=True, left=left, watched=listed)
+                return Result(gone=False, left=left, watched=listed)
             follower.changed.wait(remaining)
     finally:
         follower.stop()

@@ -496,7 +496,6 @@ class Restore:
     once; another holder: ask again until ``turn_until``. Holding it, wait until ``restored_until`` for the
     restored scheduler (monotonic bounds)."""
 
-    reason: str
     confirm_wait: float
     turn_until: float
     restored_until: float
@@ -1080,7 +1079,7 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     ds = ev.daemonset
     everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
-                  Restore(reason, confirm, turn_until, restored_until, leader_last=everyone_leaves,
+                  Restore(confirm, turn_until, restored_until, leader_last=everyone_leaves,
                           answered_wait=max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period)))]
 
 

@@ -276,8 +276,6 @@ class PatchSpec:
 class PatchResult:
     text: str
     changed: bool
-    marker: Marker
-    scheduler: Scheduler
 
 
 def check_foreign(sched: Scheduler, mode: ForeignMode, where: str) -> None:
@@ -311,15 +309,17 @@ def _is_current(sched: Scheduler, spec: PatchSpec) -> bool:
     mount_ok = any(x.get("name") == m.volume and x.get("mountPath") == spec.host_config_dir for x in sched.mounts)
     vol_ok = any(v.get("name") == m.volume and (v.get("hostPath") or {}).get("path") == spec.host_config_dir
                  for v in sched.volumes)
-    uid_ok = sched.uid is None or (m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash))
+    uid_ok = sched.uid is None or _our_uid(sched, m) is not None
     return flag_ok and mount_ok and vol_ok and uid_ok
 
 
-def _original_uid(m: Marker) -> str:
-    """The value of the UID the marker keeps (its source text read as YAML)."""
-    assert m.uid is not None
+def _our_uid(sched: Scheduler, m: Marker) -> str | None:
+    """The source text of the UID the marker keeps, while the manifest still carries the UID the patch wrote in
+    its place (one someone set since is not ours); else None."""
+    if m.uid is None:
+        return None
     value = _written(m.uid)
-    return "" if value is None else str(value)
+    return m.uid if sched.uid == patched_uid("" if value is None else str(value), m.hash) else None
 
 
 Inspected = tuple[yt.Document, Scheduler]
@@ -335,7 +335,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     doc, sched = inspected or inspect_text(text, where, spec.prefix, spec.container_name)
     if sched.marker is not None:
         if _is_current(sched, spec):
-            return PatchResult(text, False, sched.marker, sched)
+            return PatchResult(text, False)
         doc, sched = unpatched or inspect_text(restore(text, where, prefix=spec.prefix,
                                                        container_name=spec.container_name, inspected=(doc, sched)),
                                                where, spec.prefix, spec.container_name)
@@ -393,7 +393,7 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
         new_text, _ = yt.edit(doc, ops)
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot patch: {exc}") from None
-    return PatchResult(new_text, True, marker, sched)
+    return PatchResult(new_text, True)
 
 
 
@@ -461,9 +461,9 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
     _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
     _remove_item(ops, container, cpath, "volumeMounts",
                  lambda v: v.get("name") == m.volume and v.get("mountPath") == m.mount, "volumeMounts" in m.created)
-    if m.uid is not None and sched.uid == patched_uid(_original_uid(m), m.hash):
+    if (ours := _our_uid(sched, m)) is not None:
         # Ours is still there: the original back, as it was written. A UID someone set since stays.
-        ops.append(yt.Replace(("metadata", "uid"), _written(m.uid, "uid", where), m.uid))
+        ops.append(yt.Replace(("metadata", "uid"), _written(ours, "uid", where), ours))
     annotations = data["metadata"]["annotations"]
     if "annotations" in m.created and list(annotations) == [marker_key(prefix)]:
         ops.append(yt.Remove(("metadata", "annotations")))

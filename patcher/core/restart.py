@@ -75,7 +75,6 @@ class RestartDecision:
 
     verdict: Verdict
     reason: str
-    restart_count: int | None = None
     started_at: str | None = None
     #: Waiting only for the settle time: the wall time (ns) at which this container will have run it.
     settle_until_ns: int | None = None
@@ -181,7 +180,7 @@ def decide(
     c = f"container {container_name}"
 
     def seen(verdict: Verdict, reason: str, started: str | None = None, settle: int | None = None) -> RestartDecision:
-        return RestartDecision(verdict, reason, restart_count=count, started_at=started, settle_until_ns=settle)
+        return RestartDecision(verdict, reason, started_at=started, settle_until_ns=settle)
 
     if count is not None and count - base >= max(1, min_restarts):
         return seen(Verdict.CRASH_LOOPING, f"{c} restarted {count - base} time(s) after our write")

@@ -48,10 +48,6 @@ MAX_CONFIG_BYTES = 2 * MAX_SOURCE_BYTES
 class PartialWrite(PatcherError):
     """A step failed after others were already on disk: the message says exactly which were and which not."""
 
-    def __init__(self, path: str | None, problem: str, done: list[str]) -> None:
-        super().__init__(path, problem)
-        self.done = done  # the lines of what was written (``wrote x``, ``removed y``)
-
 
 OUR_FILES = re.compile(r"^(config-[0-9a-f]{12}\.yaml|policy-[0-9a-f]{12}\.json)$")
 
@@ -398,7 +394,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOp
             # files it names and the record of it stay.
             done = [*lines, f"wrote {mchange.node_path}"]
             raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(done)}; not done: making it "
-                               "durable (run apply again once this is fixed)", done) from None
+                               "durable (run apply again once this is fixed)") from None
         named = named_files(opts, planned=plan.current) if created else NamedFiles(())
         for change in created:
             with contextlib.suppress(PatcherError):
@@ -415,8 +411,7 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOp
         pruned, new_state = _prune_locked(opts, new_state, keep_previous=True)
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
-                           "removing config files no longer needed (run apply again once this is fixed)",
-                           lines) from None
+                           "removing config files no longer needed (run apply again once this is fixed)") from None
     lines.extend(pruned)
     return lines, new_state
 
@@ -573,7 +568,7 @@ def _clean_up_locked(opts: Files, plan: RestorePlan, lines: list[str], ops: fsio
             state_store(opts, ops).save(State(written=tuple(kept)))
     except PatcherError as exc:
         raise PartialWrite(exc.path, f"{exc.problem}; already done: {', '.join(lines) or 'nothing'}; not done: "
-                           f"{step} (run restore again once this is fixed)", lines) from None
+                           f"{step} (run restore again once this is fixed)") from None
     return lines
 
 

@@ -66,7 +66,7 @@ def test_config_flag(args: list[str], value: str | None) -> None:
 
 
 def fake(pid: int, started_at: float, config: str | None = CONFIG, wrapper: str | None = None) -> SchedulerProcess:
-    return SchedulerProcess(pid, started_at - 1000.0, started_at, ("kube-scheduler",), config, wrapper)
+    return SchedulerProcess(pid, started_at - 1000.0, started_at, config, wrapper)
 
 
 def test_clock_tolerance_is_one_tick() -> None:

@@ -60,8 +60,7 @@ class Clock:
 
 
 def process(pid: int, started_at: float) -> SchedulerProcess:
-    return SchedulerProcess(pid=pid, started_since_boot=started_at - 1e9, started_at=started_at,
-                            cmdline=("kube-scheduler", f"--config={CONFIG}"), config=CONFIG)
+    return SchedulerProcess(pid=pid, started_since_boot=started_at - 1e9, started_at=started_at, config=CONFIG)
 
 
 def watch(clock: Clock, *, local: bool, procs: list[SchedulerProcess] | None = None,

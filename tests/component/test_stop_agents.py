@@ -82,7 +82,7 @@ def test_it_waits_until_every_agent_pod_ended_and_the_daemonset_is_gone(emu: Kub
         assert not results, f"done while agent pods are left ({node} and after)"
         emu.delete("pods", f"agent-{node}", NS)
     t.join(10)
-    assert results == [Result(gone=True, existed=True)]
+    assert results == [Result(gone=True)]
     assert emu.get("daemonsets", DS, NS, group="apps") is None
     assert emu.get("pods", "other", NS) is not None  # only what the DaemonSet owns
     assert lines[-1] == f"DaemonSet {NS}/{DS} and its pods are gone"
@@ -96,20 +96,21 @@ def test_no_daemonset_is_nothing_to_wait_for(emu: KubeEmulatorExt, api: Api) -> 
     results: list[Result] = []
     lines: list[str] = []
     start(api, results, lines).join(10)
-    assert results == [Result(gone=True, existed=False)] and "does not exist" in lines[0]
+    assert results == [Result(gone=True)] and "does not exist" in lines[0]
 
 
 def test_the_deadline_names_what_is_left(emu: KubeEmulatorExt, api: Api) -> None:
     clock = Clock()
     results: list[Result] = []
-    t = start(api, results, [], clock, timeout=240.0)
+    lines: list[str] = []
+    t = start(api, results, lines, clock, timeout=240.0)
     assert wait_until(lambda: all(marked(emu, f"agent-{n}") for n in NODES), 10)
     emu.delete("pods", "agent-cp-1", NS)
     clock.now = 241.0
     emu.mutate("daemonsets", DS, lambda d: None, NS, group="apps")  # any change wakes the wait up
     t.join(10)
     [result] = results
-    assert not result.gone and result.existed and result.left is not None
+    assert not result.gone and result.left is not None and lines[0].startswith(f"deleting DaemonSet {NS}/{DS} ")
     line = describe(NS, DS, result, 240.0)
     assert line.startswith(f"DaemonSet {NS}/{DS} is still there after 240s: being deleted since ")
     assert "(finalizers: foregroundDeletion)" in line

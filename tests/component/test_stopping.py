@@ -89,7 +89,7 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
     (it must follow SIGTERM within a second), but the API did answer: not silent, so a restore that ends
     past the stop's answers deadline still gives the final report ``FINAL_REPORT``."""
     files, stopper = patched(tmp_path)
-    action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
+    action = lifecycle.Restore(confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     with caplog.at_level(logging.WARNING):
         done = stopper.restore(action, state_store(files).load(), SlowLease(late=True), NoPods())
     assert done.ok and not done.api_silent
@@ -99,7 +99,7 @@ def test_a_lease_answer_that_comes_late_is_a_slow_api_not_a_silent_one(tmp_path:
 
 def test_a_lease_request_never_answered_is_a_silent_api(tmp_path: Path) -> None:
     files, stopper = patched(tmp_path)
-    action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
+    action = lifecycle.Restore(confirm_wait=0.0, turn_until=0.0, restored_until=0.0)
     done = stopper.restore(action, state_store(files).load(), SlowLease(late=False), NoPods())
     assert done.ok and done.api_silent
 
@@ -121,7 +121,7 @@ def test_holding_the_turn_with_a_stale_pod_view_is_a_silent_api(tmp_path: Path) 
     files, stopper = patched(tmp_path)
     lease = SlowLease(late=False)
     lease.held, lease.api_answered = True, True
-    action = lifecycle.Restore("test", confirm_wait=0.0, turn_until=0.0, restored_until=1e12)
+    action = lifecycle.Restore(confirm_wait=0.0, turn_until=0.0, restored_until=1e12)
     done = stopper.restore(action, state_store(files).load(), lease, StalePods())
     assert done.ok and done.api_silent
 
@@ -310,7 +310,7 @@ def test_a_lease_request_refused_by_rbac_says_so(tmp_path: Path, caplog: pytest.
         path = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases/scheduler-patcher-rollout"
         emu.fail("GET", path, 403, times=100)
         rollout = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
-        action = lifecycle.Restore("test", confirm_wait=5.0, turn_until=time.monotonic() + 5, restored_until=0.0)
+        action = lifecycle.Restore(confirm_wait=5.0, turn_until=time.monotonic() + 5, restored_until=0.0)
         with caplog.at_level(logging.WARNING):
             done = stopper.restore(action, state_store(files).load(), rollout, NoPods())
         rollout.close(1)
@@ -346,7 +346,7 @@ def test_the_leading_node_lets_its_peer_restore_first_when_every_agent_leaves(tm
         api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
         ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
         peer = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-2")
-        action = lifecycle.Restore("test", confirm_wait=5.0, turn_until=time.monotonic() + 120,
+        action = lifecycle.Restore(confirm_wait=5.0, turn_until=time.monotonic() + 120,
                                    restored_until=0.0, leader_last=True)
         done: list[lifecycle.RestoreDone] = []
         stop = threading.Thread(target=lambda: done.append(
@@ -377,7 +377,7 @@ def test_a_leading_node_waiting_for_its_peers_restores_at_once_when_the_api_goes
         api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
         ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
         emu.go_down("refuse")
-        action = lifecycle.Restore("test", confirm_wait=0.5, turn_until=time.monotonic() + 600,
+        action = lifecycle.Restore(confirm_wait=0.5, turn_until=time.monotonic() + 600,
                                    restored_until=0.0, leader_last=True)
         done = stopper.restore(action, state_store(files).load(), ours, NoPods(), Views(LEADS))
         ours.close(0.5)
@@ -400,7 +400,7 @@ def test_a_slow_answer_after_an_answered_ask_is_waited_for_not_taken_for_silence
         peer = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-2")
         peer.acquire()
         assert peer.settle(5) and peer.held
-        action = lifecycle.Restore("test", confirm_wait=0.3, turn_until=time.monotonic() + 60, restored_until=0.0,
+        action = lifecycle.Restore(confirm_wait=0.3, turn_until=time.monotonic() + 60, restored_until=0.0,
                                    answered_wait=5.0)
         done: list[lifecycle.RestoreDone] = []
         stop = threading.Thread(target=lambda: done.append(

@@ -33,6 +33,7 @@ from tests.harness.emu.kubeemu_ext import (
     marker,
     node_annotations_for,
 )
+from tests.harness.traffic import Traffic
 
 CP = "node-role.kubernetes.io/control-plane"
 NODES = ("cp-1", "cp-2", "cp-3")
@@ -79,11 +80,11 @@ def cluster(emu: KubeEmulatorExt) -> None:
 def warm_verdict(emu: KubeEmulatorExt, api: Api, index: SchedulerIndex) -> tuple[list[tuple[str, str]], int]:
     """The requests (path, selector) and the bytes of one verdict read through ``index``."""
     emu.clear_requests()
-    before = api.received
+    traffic = Traffic(api)
     collect(api, index=index)
     reads = [(r.path, r.query.get("labelSelector") or r.query.get("fieldSelector") or "")
              for r in emu.requests("GET")]
-    return reads, api.received - before
+    return reads, traffic.received
 
 
 def test_a_warm_verdict_reads_the_same_whatever_kube_systems_size(emu: KubeEmulatorExt, api: Api) -> None:

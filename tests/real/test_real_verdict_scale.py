@@ -28,6 +28,7 @@ from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod
 from tests.harness.emu.kubeletsim import static_pod_annotations
 from tests.harness.real.controlplane import ControlPlane, built_releases, control_plane, missing_reason
 from tests.harness.real.node_client import NodeClient
+from tests.harness.traffic import Traffic
 
 pytestmark = pytest.mark.real_cluster
 
@@ -81,15 +82,15 @@ def test_a_warm_verdict_costs_the_control_plane_not_kube_system(plane: ControlPl
         rows = {r.node: (r.selected, r.ready, r.reason) for r in verdict.rows}
         assert rows[BARE] == (False, False, "kube-scheduler runs here, no agent reports")
         assert not verdict.ready
-        requests, received = api.requests, api.received
+        traffic = Traffic(api)
         assert collect(api, index=index) == verdict
-        cost = (api.requests - requests, api.received - received)
+        cost = (traffic.requests, traffic.received)
         # two Node lists, the labelled schedulers, the unlabelled one by name, its Node by name
         assert cost[0] == 5 and cost[1] <= 100_000, cost
         # the one-shot read lists the namespace's metadata, page by page: more, but no spec or status of any pod
-        requests, received = api.requests, api.received
+        traffic = Traffic(api)
         collect(api)
-        assert api.requests - requests == 5 + (KUBE_SYSTEM_PODS + 4) // 500 + 1
+        assert traffic.requests == 5 + (KUBE_SYSTEM_PODS + 4) // 500 + 1
         # the emulator answers a metadata-only list in the real server's shape
         real = api.list(PODS, namespace="kube-system", limit=2, accept=METADATA_LIST)
         with KubeEmulator() as emu:

@@ -21,6 +21,13 @@ FIXTURES = fixture_manifests()
 PATCHABLE = {k: v for k, v in FIXTURES.items() if "foreign" not in k}
 
 
+def written(text: str) -> m.Marker:
+    """The marker a patch wrote into the manifest."""
+    marker = m.inspect(m.parse_manifest(text, "x"), "x", prefix=PREFIX).marker
+    assert marker is not None
+    return marker
+
+
 def added_only(old: str, new: str) -> list[str]:
     """The lines a diff adds, asserting that it removes none but a ``uid:`` line, which it then changes."""
     diff = list(difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)))
@@ -56,7 +63,7 @@ def test_a_manifest_uid_is_ours_while_patched_and_the_original_on_restore() -> N
     uid1, uid2 = m.patched_uid(original, SPEC.short_hash), m.patched_uid(original, SPEC2.short_hash)
     assert uid1 != uid2 and uid1 != original and len(uid1) == 36
     assert f"  uid: {uid1}\n" in first.text and f"  uid: {uid2}\n" in second.text
-    assert first.marker.uid == original
+    assert written(first.text).uid == original
     assert m.patch(first.text, SPEC2, "rke2").text == second.text  # re-patched from the original's UID
     assert not m.patch(first.text, SPEC, "rke2").changed
     assert m.restore(first.text, "rke2", prefix=PREFIX) == text
@@ -78,7 +85,7 @@ def test_a_manifest_without_a_uid_gets_none() -> None:
         if "\n  uid:" in text.replace("\r\n", "\n"):
             continue
         result = m.patch(text, SPEC, name)
-        assert result.marker.uid is None and "uid" not in m.parse_manifest(result.text, name).data["metadata"]
+        assert written(result.text).uid is None and "uid" not in m.parse_manifest(result.text, name).data["metadata"]
 
 
 @pytest.mark.parametrize("name", sorted(PATCHABLE))
@@ -169,7 +176,7 @@ def test_foreign_config_replace_and_restore_puts_it_back() -> None:
     text = FIXTURES["foreign-config.yaml"]
     result = m.patch(text, REPLACE, "f.yaml")
     assert "    - --config=/etc/kubernetes/custom/scheduler-config.yaml" not in result.text
-    assert result.marker.replaced == "--config=/etc/kubernetes/custom/scheduler-config.yaml"
+    assert written(result.text).replaced == "--config=/etc/kubernetes/custom/scheduler-config.yaml"
     sched = m.inspect(m.parse_manifest(result.text, "f"), "f", prefix=PREFIX)
     assert sched.foreign_config == "/etc/kubernetes/custom/scheduler-config.yaml"
     assert m.patch(result.text, REPLACE, "f").changed is False
@@ -249,7 +256,8 @@ def test_bad_input_is_refused_with_the_file_name(case: str) -> None:
 def test_container_name_override_and_ambiguity() -> None:
     text = FIXTURES["sidecar-first.yaml"].replace("name: kube-scheduler\n    volumeMounts",
                                                   "name: scheduler\n    volumeMounts")
-    assert m.patch(text, SPEC, "x").scheduler.container_name == "scheduler"
+    patched = m.parse_manifest(m.patch(text, SPEC, "x").text, "x").data["spec"]["containers"]
+    assert [c["name"] for c in patched if SPEC.config_path in str(c)] == ["scheduler"]
     with pytest.raises(ManifestError, match="no container named 'nope'"):
         m.patch(text, m.PatchSpec(SPEC.host_config_dir, SPEC.config_file, SPEC.config_hash,
                                   container_name="nope"), "x")

@@ -40,7 +40,8 @@ def run(p: dict[str, Any] | None, baseline: Baseline | None = None, mtime: int =
 def test_ready_when_marker_hash_start_and_condition_agree() -> None:
     d = decide(pod(), marker_key=KEY, expected_hash=HASH, manifest_mtime_ns=MTIME)
     assert d.verdict is Verdict.READY and d.ready
-    assert d.started_at == "2026-11-21T23:40:02Z" and d.restart_count == 0
+    assert d.started_at == "2026-11-21T23:40:02Z"
+    assert run(pod(restart_count=1))[0] is Verdict.CRASH_LOOPING  # it read the pod's restart count, 0
 
 
 @pytest.mark.parametrize(

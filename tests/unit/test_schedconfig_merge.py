@@ -30,6 +30,11 @@ def main_data(rendered: RenderedConfig) -> dict[str, object]:
     return data
 
 
+def first_line(rendered: RenderedConfig) -> str:
+    """The header of the main file: which source it came from, and the config it was merged into."""
+    return rendered.files[rendered.main].decode().splitlines()[0]
+
+
 def urls(rendered: RenderedConfig) -> list[str]:
     extenders = main_data(rendered)["extenders"]
     assert isinstance(extenders, list)
@@ -47,7 +52,7 @@ def ours(tmp_path: Path) -> Path:
 
 def test_no_foreign_text_means_no_merge(ours: Path) -> None:
     rendered = merge(ours, None)
-    assert rendered.merged_from is None
+    assert " merged into " not in first_line(rendered)
     assert main_data(rendered)["enableProfiling"] is False  # flags are carried when we own the whole config
 
 
@@ -64,7 +69,8 @@ def test_foreign_extenders_kept_in_order_and_stale_copy_replaced(ours: Path) -> 
     text = rendered.files[rendered.main].decode()
     assert "# Storage extender, installed by the storage team." in text
     assert "# Telemetry extender." in text
-    assert rendered.merged_from == FOREIGN_NODE
+    assert first_line(rendered).startswith(
+        f"# Rendered by scheduler-patcher from extenders.yaml merged into {FOREIGN_NODE} ")
     assert any("replaced stale copies of our extenders: http://127.0.0.1:8889" in n for n in rendered.notes)
     assert "enableProfiling" not in main_data(rendered)  # flags were already ignored under the foreign --config
 
@@ -145,7 +151,7 @@ def test_csi_layout_merges_the_picked_files_extenders(tmp_path: Path) -> None:
     rendered = merge(source, fixture_text("foreign-extenders.yaml"), "1.30.1")
     assert rendered.form == "csi-baremetal-operator"
     assert urls(rendered) == ["http://127.0.0.1:9251", "http://127.0.0.1:8889", "https://tas.telemetry.svc:9001"]
-    assert rendered.sources == ("config-29.yaml",)
+    assert first_line(rendered).startswith("# Rendered by scheduler-patcher from config-29.yaml merged into ")
     assert "merge takes only the extenders of config-29.yaml; not merged: leaderElection, clientConnection" in (
         rendered.notes)
 

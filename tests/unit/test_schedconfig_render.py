@@ -69,8 +69,7 @@ def test_version_table_rows_against_golden(extenders_source: Path, version: str,
     assert rendered.api_version == api_version
     assert rendered.form == "extenders.yaml"
     assert rendered.kube_version == version
-    assert rendered.sources == ("extenders.yaml",)
-    first_line = rendered.files[rendered.main].decode().splitlines()[0]
+    first_line = rendered.files[rendered.main].decode().splitlines()[0]  # names the source file it came from
     minor = ".".join(version.split(".")[:2])
     assert first_line == (f"# Rendered by scheduler-patcher from extenders.yaml for kube-scheduler {minor} "
                           f"({api_version}); do not edit.")
@@ -211,7 +210,7 @@ def test_csi_layout_picks_the_file_for_the_version(
 ) -> None:
     rendered = build(csi_source, version)
     assert rendered.form == "csi-baremetal-operator"
-    assert rendered.sources == (picked,)
+    assert rendered.files[rendered.main].decode().startswith(f"# Rendered by scheduler-patcher from {picked} for ")
     assert rendered.api_version == api_version
     text = rendered.files[rendered.main].decode()
     assert text.endswith(fixture_text(f"csi-baremetal/{picked}"))  # unchanged, comments included

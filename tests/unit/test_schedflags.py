@@ -15,20 +15,20 @@ from patcher.core.schedconfig.flags import ConfigFlag, config_flag, config_flags
 
 
 @pytest.mark.parametrize(("items", "expected"), [
-    (["--config=/a"], ConfigFlag("/a", 0, split=False)),
-    (["--v=2", "--config", "/b"], ConfigFlag("/b", 1, split=True)),
-    (["--config=/a", "--config", "/b", "--v=2"], ConfigFlag("/b", 1, split=True)),  # the last one wins
-    (["--config", "/a", "--config=/b"], ConfigFlag("/b", 2, split=False)),
-    (["--config", "--v=2"], ConfigFlag("--v=2", 0, split=True)),  # pflag takes the next item, dash or not
-    (["--config", "--config=/a"], ConfigFlag("--config=/a", 0, split=True)),  # ... even this one
-    (["--config="], ConfigFlag("", 0, split=False)),  # an empty value is a value (kube-scheduler refuses it)
+    (["--config=/a"], ConfigFlag("/a", 0)),
+    (["--v=2", "--config", "/b"], ConfigFlag("/b", 1)),
+    (["--config=/a", "--config", "/b", "--v=2"], ConfigFlag("/b", 1)),  # the last one wins
+    (["--config", "/a", "--config=/b"], ConfigFlag("/b", 2)),
+    (["--config", "--v=2"], ConfigFlag("--v=2", 0)),  # pflag takes the next item, dash or not
+    (["--config", "--config=/a"], ConfigFlag("--config=/a", 0)),  # ... even this one
+    (["--config="], ConfigFlag("", 0)),  # an empty value is a value (kube-scheduler refuses it)
     (["--config"], None),  # no value: pflag refuses the command line
     (["--", "--config=/a"], None),  # after -- nothing is a flag
-    (["--config", "--", "--config=/b"], ConfigFlag("/b", 2, split=False)),  # a -- taken as a value ends nothing
+    (["--config", "--", "--config=/b"], ConfigFlag("/b", 2)),  # a -- taken as a value ends nothing
     (["-config=/a"], None),  # pflag reads -config as the shorthands -c -o -n ...
     (["---config=/a"], None),
     (["--configuration=/a", "--kubeconfig=/k", "--config-x", "/a"], None),
-    (["--config", 7, "--config=/a"], ConfigFlag("/a", 2, split=False)),  # a YAML number is no value or flag
+    (["--config", 7, "--config=/a"], ConfigFlag("/a", 2)),  # a YAML number is no value or flag
     (["--config", 7], None),
 ])
 def test_the_config_flag_rule(items: list[object], expected: ConfigFlag | None) -> None:

@@ -290,7 +290,7 @@ def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[
             return True
         except Conflict:  # changed since we read it, or created by another agent meanwhile
             log.debug("ConfigMap %s changed concurrently; reading it again", where)
-    raise Conflict(f"update ConfigMap {where}", f"still conflicting after {attempts} attempts", 409, "Conflict")
+    raise Conflict(f"update ConfigMap {where}", f"still conflicting after {attempts} attempts", 409)
 
 
 def publish_status(

@@ -29,12 +29,10 @@ class ApiError(Exception):
     ``detail`` alone (``HTTP 503 Service Unavailable``) is for a log line that already names the deed.
     """
 
-    def __init__(self, what: str, detail: str, status: int | None = None, reason: str = "") -> None:
+    def __init__(self, what: str, detail: str, status: int | None = None) -> None:
         super().__init__(f"cannot {what}: {detail}")
-        self.what = what
         self.detail = detail
         self.status = status
-        self.reason = reason
 
 
 class Unreachable(ApiError):
@@ -71,9 +69,8 @@ class TooManyRequests(ApiError):
     the ``max-requests-inflight`` limits answer the same way). ``retry_after`` is the server's
     ``Retry-After`` in seconds (``None`` when absent): a client must wait that long before its next request."""
 
-    def __init__(self, what: str, detail: str, status: int | None = 429, reason: str = "",
-                 retry_after: float | None = None) -> None:
-        super().__init__(what, detail, status, reason)
+    def __init__(self, what: str, detail: str, status: int | None = 429, retry_after: float | None = None) -> None:
+        super().__init__(what, detail, status)
         self.retry_after = retry_after
 
 
@@ -169,12 +166,11 @@ def translate(exc: BaseException, what: str) -> ApiError:
         return exc
     # the HTTP status; None for a transport failure (refused, reset, timeout)
     status = exc.status if isinstance(exc, ApiException) and isinstance(exc.status, int) else None
-    reason = str(exc.reason or "") if isinstance(exc, ApiException) else type(exc).__name__
     if status == 429:
         headers = getattr(exc, "headers", None)
-        return TooManyRequests(what, describe_error(exc), status, reason,
+        return TooManyRequests(what, describe_error(exc), status,
                                retry_after_seconds(headers.get("Retry-After") if headers is not None else None))
-    return error_class(status)(what, describe_error(exc), status, reason)
+    return error_class(status)(what, describe_error(exc), status)
 
 
 def retry_after_seconds(value: object) -> float | None:

@@ -278,8 +278,7 @@ class ListWatcher:
                         raise _Gone()
                     status = code if isinstance(code, int) else None
                     kind_of = ApiError if status is None else error_class(status)
-                    raise kind_of(what, f"watch error event: {dig(obj, 'message') or obj}", status,
-                                  str(dig(obj, "reason") or ""))
+                    raise kind_of(what, f"watch error event: {dig(obj, 'message') or obj}", status)
                 new_rv = dig(obj, "metadata", "resourceVersion")
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._on_event(kind, obj if self._transform is None else self._transform(obj))

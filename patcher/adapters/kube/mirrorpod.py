@@ -42,7 +42,6 @@ class MirrorPodWatcher(Following):
         watch_timeout_s: int = 240,
         min_healthy_s: float = 1.0,
     ) -> None:
-        self.namespace = namespace
         self.pod_name = pod_name
         self._lock = threading.Lock()
         self._pod: Pod | None = None

@@ -15,7 +15,6 @@ request, and its ``ApiException`` for a non-2xx answer, translated by ``errors.a
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -86,11 +85,6 @@ class Api:
         self.host = str(configuration.host).rstrip("/")
         self._safe = str(configuration.safe_chars_for_path_param or "")
         self.default_headers: dict[str, str] = {"Accept": JSON, "User-Agent": USER_AGENT}
-        self._lock = threading.Lock()
-        #: Answers received and their body bytes (a watch: one answer, its bytes not counted): what one
-        #: verdict costs the API server (tests, benches).
-        self.requests = 0
-        self.received = 0
 
     # -- the request path ---------------------------------------------------------------------------------
 
@@ -127,9 +121,6 @@ class Api:
         resp = self.rest_client.pool_manager.urlopen(
             method, self.host + target, body=body, headers=headers, timeout=self._timeout(timeout, stream),
             preload_content=not stream, redirect=False)
-        with self._lock:
-            self.requests += 1
-            self.received += 0 if stream else len(resp.data or b"")
         if not 200 <= resp.status <= 299:
             if stream:
                 resp.read()  # the error's body, for the exception; then the connection goes back

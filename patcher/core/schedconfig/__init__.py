@@ -74,8 +74,6 @@ class RenderedConfig:
     api_version: str
     notes: tuple[str, ...] = field(default=())
     kube_version: str = ""  # the scheduler version rendered for, e.g. "1.29.4"
-    sources: tuple[str, ...] = ()  # the source files used (names in the source folder)
-    merged_from: str | None = None  # the foreign config merged into, if any
 
     @property
     def short_hash(self) -> str:
@@ -225,6 +223,4 @@ def _build(req: ConfigRequest) -> RenderedConfig:
         api_version=out.api_version,
         notes=tuple(notes),
         kube_version=str(version),
-        sources=(source.file.name,),
-        merged_from=foreign.node_path or foreign.container_path if foreign is not None else None,
     )

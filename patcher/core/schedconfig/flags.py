@@ -31,8 +31,7 @@ CONFIG_FLAG = "--config"
 @dataclass(frozen=True)
 class ConfigFlag:
     value: str
-    index: int  # the item that names the flag: ``--config=X``, or a bare ``--config``
-    split: bool  # the value is the item after ``index``
+    index: int  # the item that names the flag: ``--config=X``, or a bare ``--config`` (its value the next item)
 
 
 def config_flags(items: Sequence[object]) -> list[ConfigFlag]:
@@ -44,11 +43,11 @@ def config_flags(items: Sequence[object]) -> list[ConfigFlag]:
         if item == "--":
             break
         if isinstance(item, str) and item.startswith(CONFIG_FLAG + "="):
-            found.append(ConfigFlag(item[len(CONFIG_FLAG) + 1:], index, split=False))
+            found.append(ConfigFlag(item[len(CONFIG_FLAG) + 1:], index))
         elif item == CONFIG_FLAG and index + 1 < len(items):
             value = items[index + 1]
             if isinstance(value, str):
-                found.append(ConfigFlag(value, index, split=True))
+                found.append(ConfigFlag(value, index))
             index += 1  # the value is consumed, whatever it is: it cannot be a flag of its own
         index += 1
     return found
