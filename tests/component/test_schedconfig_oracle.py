@@ -11,7 +11,9 @@ the binaries and fails on any change from the recorded data.
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,15 +36,21 @@ KNOWN: dict[str, str] = json.loads((DATA / "known.json").read_text())  # case ha
 SAMPLE_SIZE = 32
 
 
-def _disagreements(minor: int, scratch: Path) -> dict[str, str]:
+#: The tests that read every minor's disagreements run on one worker, which works them out once per minor.
+ORACLE_GROUP = pytest.mark.xdist_group("schedconfig-oracle")
+
+
+@functools.cache
+def _disagreements(minor: int) -> dict[str, str]:
     """"1.N/<hash>" -> what each side said, for every recorded case where plan and the binary differ."""
     cases, data = read_cases(), read_results(minor)
     found = {}
-    for key, verdict in data["verdicts"].items():
-        problem = plan_verdict(cases[key], data["version"], scratch)
-        if (problem is None) != (verdict["outcome"] == "started"):
-            found[f"1.{minor}/{key}"] = (f"{cases[key].origin}: binary {verdict['outcome']} {verdict['message']!r};"
-                                         f" plan {problem or 'accepted'!r}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for key, verdict in data["verdicts"].items():
+            problem = plan_verdict(cases[key], data["version"], Path(scratch))
+            if (problem is None) != (verdict["outcome"] == "started"):
+                found[f"1.{minor}/{key}"] = (f"{cases[key].origin}: binary {verdict['outcome']} "
+                                             f"{verdict['message']!r}; plan {problem or 'accepted'!r}")
     return found
 
 
@@ -63,9 +71,10 @@ def test_the_recorded_cases_are_the_generated_ones() -> None:
     assert {case.key for case in generate()} == set(read_cases())
 
 
+@ORACLE_GROUP
 @pytest.mark.parametrize("minor", MINORS, ids=[f"1.{m}" for m in MINORS])
-def test_plan_agrees_with_the_binary(minor: int, tmp_path: Path) -> None:
-    found = _disagreements(minor, tmp_path)
+def test_plan_agrees_with_the_binary(minor: int) -> None:
+    found = _disagreements(minor)
     unexpected = {key: what for key, what in found.items() if key.split("/")[1] not in KNOWN}
     assert not unexpected, f"{len(unexpected)} verdicts differ from kube-scheduler 1.{minor}:\n" + "\n".join(
         f"{key} {what}" for key, what in sorted(unexpected.items()))
@@ -73,10 +82,11 @@ def test_plan_agrees_with_the_binary(minor: int, tmp_path: Path) -> None:
         print(f"known disagreement {key} {what}: {KNOWN[key.split('/')[1]]}")
 
 
-def test_the_known_disagreements_still_disagree_and_say_why(tmp_path: Path) -> None:
+@ORACLE_GROUP
+def test_the_known_disagreements_still_disagree_and_say_why() -> None:
     """A known disagreement is plan refusing on purpose what the binary starts with (docs/scheduler-config.md
     "Stricter than upstream"): each says why, and each still disagrees on some minor, so the list cannot rot."""
-    found = {key.split("/")[1] for minor in MINORS for key in _disagreements(minor, tmp_path)}
+    found = {key.split("/")[1] for minor in MINORS for key in _disagreements(minor)}
     for key, why in sorted(KNOWN.items()):
         assert why.strip().startswith("stricter on purpose"), key
     assert not set(KNOWN) - found, f"in known.json but plan agrees now (remove them): {sorted(set(KNOWN) - found)}"
