@@ -312,9 +312,9 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
 
     ``pending``: before the black hole, another node holds the rollout Lease and a new config waits for its
     turn. ``uninstall``: the
-    agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), the DaemonSet is deleted, then
-    the black hole: the stop's read of the DaemonSet (0.25 s) and its Lease request (0.5 s) both go unanswered,
-    the slowest way to a restore."""
+    agent runs as a pod of a DaemonSet (``--restore-on-exit=auto`` watches it), its node Ready (the Lease free),
+    the DaemonSet is deleted, then the black hole: the stop's read of the DaemonSet (0.15 s) and its first Lease
+    request (2 s when every agent leaves) both go unanswered, the slowest way to a restore."""
     from tests.harness.emu.blackhole import BlackHole
 
     if n <= 0:
@@ -339,7 +339,8 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             manifest = root / MANIFEST
             wait(lambda m=manifest: b"--config=" in m.read_bytes(), 30)  # type: ignore[misc]
-            if pending:  # the scheduler restarts (its mirror pod), the node is Ready, the Lease free again
+            if pending or uninstall:
+                # The scheduler restarts (its mirror pod), the node is Ready, the Lease free again: the stop asks.
                 from ruamel.yaml import YAML
 
                 static = YAML(typ="safe").load(manifest.read_text())
@@ -348,6 +349,7 @@ def bench_black_hole(n: int, *, pending: bool = False, uninstall: bool = False, 
                                             started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
                 wait(lambda: any(not (lease.get("spec") or {}).get("holderIdentity")
                                  for lease in emu.list_objects("leases", group="coordination.k8s.io")), 30)
+            if pending:
                 for lease in emu.list_objects("leases", group="coordination.k8s.io"):
                     meta = lease["metadata"]
                     emu.mutate("leases", meta["name"], lambda obj: {**obj, "spec": {
@@ -441,7 +443,9 @@ BOUNDS: dict[str, tuple[str, float, str]] = {
     "SIGTERM -> exit, API black-holed (grace 25 s, independent)": ("p99", 1000.0, "ms"),
     "SIGTERM -> exit, API black-holed (grace 25 s)": ("p99", 1000.0, "ms"),
     "SIGTERM -> exit, API black-holed (grace 25 s, a change waiting for its turn)": ("p99", 1000.0, "ms"),
-    "SIGTERM -> exit, API black-holed (grace 25 s, DaemonSet deleted, auto)": ("p99", 1000.0, "ms"),
+    # Every agent leaves: the first Lease request gets LEASE_ANSWERED_WAIT (2 s) where a lone stop's gets 0.3 s
+    # (docs/benchmarks.md, "An uninstall's first ask"): 2.15 s of waits where the bounds above have 0.45 s.
+    "SIGTERM -> exit, API black-holed (grace 25 s, DaemonSet deleted, auto)": ("p99", 3000.0, "ms"),
     "exec -> manifest patched (run --no-api)": ("p99", 500.0, "ms"),
     "exec -> manifest patched (run --rollout=independent (API emulator))": ("p99", 500.0, "ms"),
     "idle agent RSS MiB (run --no-api)": ("p99", 64.0, "MiB"),

@@ -36,18 +36,22 @@ Counter = Literal["reconciled", "wrote", "rolled_back", "restored"]
 ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "state", "restore"]
 
 #: Seconds a stop waits for the API to answer one request for the rollout Lease before restoring without it:
-#: at most 40 % of the grace period, the share the whole wait for the turn may take.
+#: at most 40 % of the grace period, the share the whole wait for the turn may take. A lone stop: no other node
+#: restores at the same time, so a silent API costs this much and no more.
 LEASE_CONFIRM_WAIT = 0.3
-#: Seconds a later request of the same stop may take once the API answered one of it (another node held the turn):
-#: an answer that slow is a loaded control plane, not a silent one (the API's own objective for a single-object call
-#: is 1 s, and a request for the turn is a read and a write). Taken for silence, it restarted two schedulers at once
-#: when the turn moved during three real nodes' uninstall. At most 40 % of the grace period, as the turn's wait.
+#: Seconds a request of the stop may take when it is not a lone stop's first: a later one, once the API answered
+#: the stop (another node held the turn), and every one when every agent leaves (an uninstall: all of them ask at
+#: the same moment). An answer that slow is a loaded control plane, not a silent one (the API's own objective for a
+#: single-object call is 1 s, and a request for the turn is a read and a write). Taken for silence, it restarted
+#: two schedulers at once when the turn moved, and all three at once when the first asks of three real nodes'
+#: uninstall took longer than ``LEASE_CONFIRM_WAIT``. At most 40 % of the grace period, as the turn's wait.
 LEASE_ANSWERED_WAIT = 2.0
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
 OWNER_LOOKUP = 0.15
 #: Seconds from the stop to the end of its last wait for an answer: SIGTERM -> exit within a second whatever the
-#: API does. Only waits on an API that answers (another node holds the turn) may take the grace period's share.
+#: API does. Only waits on an API that answers (another node holds the turn) may take the grace period's share, and
+#: an uninstall's first ask for the turn its ``LEASE_ANSWERED_WAIT``.
 STOP_ANSWERS = 0.45
 #: Seconds the release and the final report get after such a wait on an answering API.
 FINAL_REPORT = 0.5
@@ -492,9 +496,9 @@ class RetryLater:
 class Restore:
     """Restore the manifest and remove our files; report with ``RestoreDone``. When the restore writes the
     manifest, first ask for the rollout Lease (one scheduler restart at a time): a request unanswered within
-    ``confirm_wait`` (``answered_wait`` once one was answered) means no scheduler schedules anyway, restore at
-    once; another holder: ask again until ``turn_until``. Holding it, wait until ``restored_until`` for the
-    restored scheduler (monotonic bounds)."""
+    ``confirm_wait`` (``answered_wait`` once one was answered; the step gives the first one that too when every
+    agent leaves) means no scheduler schedules anyway, restore at once; another holder: ask again until
+    ``turn_until``. Holding it, wait until ``restored_until`` for the restored scheduler (monotonic bounds)."""
 
     confirm_wait: float
     turn_until: float
@@ -1078,9 +1082,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
     ds = ev.daemonset
     everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
+    answered = max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
-                  Restore(confirm, turn_until, restored_until, leader_last=everyone_leaves,
-                          answered_wait=max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period)))]
+                  Restore(answered if everyone_leaves else confirm, turn_until, restored_until,
+                          leader_last=everyone_leaves, answered_wait=answered)]
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:

@@ -421,3 +421,32 @@ def test_a_slow_answer_after_an_answered_ask_is_waited_for_not_taken_for_silence
             ours.close(1)
     assert done and done[0].ok and done[0].held and not done[0].api_silent, done
     assert (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
+
+
+@pytest.mark.parametrize("everyone_leaves", [True, False], ids=["uninstall", "lone-stop"])
+def test_an_uninstalls_first_ask_answered_slowly_takes_the_turn(tmp_path: Path, everyone_leaves: bool) -> None:
+    """Three real nodes' uninstall under load: every agent asked for the turn at the same moment, the answers took
+    longer than ``LEASE_CONFIRM_WAIT``, and each took the silence for a dead API: all three schedulers restarted at
+    once. The step's ``Restore`` when every agent leaves gives the first ask ``LEASE_ANSWERED_WAIT``: answered in
+    1 s, the stop holds the turn. A lone stop keeps the short first ask (nothing restores beside it)."""
+    from patcher.core.settings import Lifecycle
+    from patcher.core.state import State
+
+    files, stopper = patched(tmp_path)
+    path = "/apis/coordination.k8s.io/v1/namespaces/scheduler-patcher/leases/scheduler-patcher-rollout"
+    view = lifecycle.DaemonSetView(known=True, name="scheduler-patcher",  # gone: every agent leaves
+                                   exists=not everyone_leaves, selects=not everyone_leaves)
+    node = lifecycle.Node(record=State(phase="Ready", config_hash="c" * 64, patched_sha256="p" * 64))
+    opts = Lifecycle(coordinated=True, grace_period=25.0, check_extenders=False, restore_on_exit="always")
+    _, acts = lifecycle.step(node, lifecycle.Stop(time.monotonic(), "signal", view), opts)
+    action = next(a for a in acts if isinstance(a, lifecycle.Restore))
+    with KubeEmulatorExt() as emu:
+        api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        ours = RolloutLease(api, "scheduler-patcher", "scheduler-patcher-rollout", "cp-1")
+        emu.before("GET", path, lambda _: time.sleep(1.0), times=1000)  # a loaded control plane: 1 s an answer
+        try:
+            done = stopper.restore(action, state_store(files).load(), ours, NoPods())
+        finally:
+            ours.close(3)
+    assert done.ok and (tmp_path / "node" / helpers.MANIFEST).read_bytes() == helpers.KUBEADM
+    assert (done.held, done.api_silent) == ((True, False) if everyone_leaves else (False, True)), done
