@@ -17,11 +17,9 @@ upgrade: kubeadm's writes, the agents' writes, each scheduler's restart, in seco
 
 from __future__ import annotations
 
-import calendar
 import json
 import re
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -33,7 +31,9 @@ from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
 from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE
 from tests.harness.real.kubeadm_chart import (
     SCHEDULER_CONFIG,
+    AgentLogs,
     agent_image_on,
+    agent_log,
     agents,
     chart_values,
     helm_in,
@@ -92,54 +92,6 @@ def cluster(tmp_path: Path) -> Iterator[KubeadmCluster]:
 
 def helm(node: KubeadmNode, *args: str) -> subprocess.CompletedProcess[str]:
     return helm_in(node, helm_path(), *args)
-
-
-def cri_time(stamp: str) -> float:
-    """time.time() of a CRI log line's stamp (RFC 3339 in UTC, up to nine digits of fraction, trailing zeros cut)."""
-    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z", stamp)
-    assert match, stamp
-    return calendar.timegm(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S")) + float(f"0.{match.group(2) or 0}")
-
-
-def agent_log(node: KubeadmNode) -> list[tuple[float, str]]:
-    """(time, text) of every line the node's agent containers wrote, in time order: the kubelet's files of the
-    agents' pods on that node (`/var/log/pods`, a node path; each line `<stamp> <stream> <F|P> <text>`), every
-    container that ran (a restarted one's file stays)."""
-    rows = []
-    for file in node.host("/var/log/pods").glob(f"{NAMESPACE}_*/agent/*.log"):
-        for line in file.read_text(errors="replace").splitlines():
-            parts = line.split(" ", 3)
-            if len(parts) == 4:
-                rows.append((cri_time(parts[0]), parts[3]))
-    return sorted(rows)
-
-
-class AgentLogs:
-    """The agents' lines (`agent_log`), read every half second until `stop`: a pod's files go with the pod, and what
-    the agents said on their way out is what a failed uninstall needs."""
-
-    def __init__(self, nodes: list[KubeadmNode]) -> None:
-        self.nodes = nodes
-        self.rows: dict[str, set[tuple[float, str]]] = {n.name: set() for n in nodes}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="agent-logs", daemon=True)
-
-    def start(self) -> AgentLogs:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._done.wait(0.5):
-            for node in self.nodes:
-                try:
-                    self.rows[node.name].update(agent_log(node))
-                except OSError:  # a file removed with its pod while it was read
-                    continue
-
-    def stop(self) -> dict[str, set[tuple[float, str]]]:
-        self._done.set()
-        self._thread.join(10)
-        return self.rows
 
 
 def writes(log: list[tuple[float, str]], since: float = 0.0, until: float = float("inf")) -> list[float]:

@@ -56,3 +56,13 @@ def test_events_before_the_window_set_the_state_it_starts_from() -> None:
     assert [(stamp, sorted(down)) for stamp, _, down in window] == [(8, ["a", "b"]), (9, ["b"])]
     assert t.down_for(5, 30, 2) == 1.0  # 8-9
     assert t.down_for(5, 30, 1) == 25.0  # a from 3 (clipped to 5) on, then b to the end
+
+
+
+def test_an_error_event_is_no_pods_state() -> None:
+    """kubectl's watch passes the API server's ERROR event on (a Status, whose `status` is a string) before it
+    ends; reading it as a pod ended the reading thread."""
+    t = timeline((0, "ADDED", "a", "h1", True))
+    t.record(5, {"type": "ERROR", "object": {"kind": "Status", "status": "Failure", "code": 410,
+                                             "message": "too old resource version: 1 (2)"}})
+    assert t.replacements(0, 10) == [(0, "a", frozenset())]

@@ -6,12 +6,15 @@ Shared by tests/real/test_real_kubeadm_cluster.py and bench/rollout_gap.py.
 
 from __future__ import annotations
 
+import calendar
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -144,6 +147,21 @@ def scheduler_config(node: KubeadmNode) -> tuple[str, list[str]] | None:
         return None
     container = next(c for c in running[1]["spec"]["containers"] if c["name"] == "kube-scheduler")
     return running[0], [w for w in container.get("command", []) if w.startswith("--config=")]
+
+
+def scheduler_run(node: KubeadmNode) -> tuple[str, int, str, list[str]] | None:
+    """(the static pod's config hash, its container's restart count, container ID, its --config flags) of the node's
+    running, ready kube-scheduler; None while there is none. The same hash with a higher count: the kubelet restarted
+    the same pod's container after the scheduler exited by itself (a leader election lost on a loaded machine), not
+    for a new manifest."""
+    running = node.running()
+    if running is None:
+        return None
+    pod = running[1]
+    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "kube-scheduler")
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "kube-scheduler")
+    return (pod["metadata"]["annotations"]["kubernetes.io/config.hash"], int(status.get("restartCount") or 0),
+            running[0], [w for w in container.get("command", []) if w.startswith("--config=")])
 
 
 def stop_agents_in(node: KubeadmNode) -> subprocess.CompletedProcess[str]:
@@ -334,3 +352,51 @@ def unpatched(node: KubeadmNode) -> bool:
     """The node's kube-scheduler runs, ready, without `--config`: kubeadm's manifest."""
     running = scheduler_config(node)
     return running is not None and running[1] == []
+
+
+def cri_time(stamp: str) -> float:
+    """time.time() of a CRI log line's stamp (RFC 3339 in UTC, up to nine digits of fraction, trailing zeros cut)."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z", stamp)
+    assert match, stamp
+    return calendar.timegm(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S")) + float(f"0.{match.group(2) or 0}")
+
+
+def agent_log(node: KubeadmNode) -> list[tuple[float, str]]:
+    """(time, text) of every line the node's agent containers wrote, in time order: the kubelet's files of the
+    agents' pods on that node (`/var/log/pods`, a node path; each line `<stamp> <stream> <F|P> <text>`), every
+    container that ran (a restarted one's file stays)."""
+    rows = []
+    for file in node.host("/var/log/pods").glob(f"{NAMESPACE}_*/agent/*.log"):
+        for line in file.read_text(errors="replace").splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4:
+                rows.append((cri_time(parts[0]), parts[3]))
+    return sorted(rows)
+
+
+class AgentLogs:
+    """The agents' lines (`agent_log`), read every half second until `stop`: a pod's files go with the pod, and what
+    the agents said on their way out is what a failed uninstall needs."""
+
+    def __init__(self, nodes: list[KubeadmNode]) -> None:
+        self.nodes = nodes
+        self.rows: dict[str, set[tuple[float, str]]] = {n.name: set() for n in nodes}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agent-logs", daemon=True)
+
+    def start(self) -> AgentLogs:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(0.5):
+            for node in self.nodes:
+                try:
+                    self.rows[node.name].update(agent_log(node))
+                except OSError:  # a file removed with its pod while it was read
+                    continue
+
+    def stop(self) -> dict[str, set[tuple[float, str]]]:
+        self._done.set()
+        self._thread.join(10)
+        return self.rows

@@ -264,7 +264,10 @@ class SchedulerTimeline:
                 self.record(time.monotonic(), event)
 
     def record(self, stamp: float, event: dict[str, Any]) -> None:
-        """One watch event (`{"type": ..., "object": pod}`) at `stamp`."""
+        """One watch event (`{"type": ..., "object": pod}`) at `stamp`. An ERROR event (its object a Status: the
+        watch ends after it) is no pod's state."""
+        if event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+            return
         pod = event["object"]
         gone = event["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
         is_ready = not gone and any(c["type"] == "Ready" and c["status"] == "True"

@@ -220,7 +220,8 @@ class ManifestWatch(FileSystemEventHandler):
 @dataclass
 class SchedulerWatch(SchedulerTimeline):
     """A `SchedulerTimeline` that lasts through an upgrade: kubectl's watch goes through the cluster's endpoint to
-    one API server, and kubeadm restarts each (the watch then ends); it is started again at once, and its first list
+    one API server, and kubeadm restarts each (the watch then ends; a loaded server ends one with an ERROR event
+    too); it is started again at once, and its first list
     gives every scheduler's state as it is then. `gaps` holds (ended, listed again) of each restart (monotonic): an
     event inside one is not seen, only the state it left."""
 
