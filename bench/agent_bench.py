@@ -91,6 +91,8 @@ def keep(row: rows.Row) -> None:
 
 
 def summary(name: str, ms: list[float]) -> None:
+    if not ms:  # its count set to 0: nothing to say, nothing to bound
+        return
     row = rows.of(name, ms)
     keep(row)
     print(f"{name:<52} n={row.n:<4} median {row.median:8.1f} ms   p99 {row.p99:8.1f} ms")
