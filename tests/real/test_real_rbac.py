@@ -166,15 +166,25 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant | Non
                 case.agents.start_agent(case.agents.sims[case.node])
 
             def settled(before: dict[str, str]) -> bool:
-                refused = refusals_by_user(cp)
-                return all(c.user in refused or c.ready(before.get(c.node)) for c in run.values())
+                return not unsettled(before)
 
-            wait_until(lambda: settled({}), 180, "every agent refused something or Ready")
+            def unsettled(before: dict[str, str]) -> list[Case]:
+                refused = refusals_by_user(cp)
+                return [c for c in run.values() if not (c.user in refused or c.ready(before.get(c.node)))]
+
+            def which(before: dict[str, str]) -> Callable[[], str]:
+                """At a timeout: each case not settled, what its Node says and its agent's last lines."""
+                return lambda: "\n".join(
+                    f"case {c.number} (without {c.drop}): {c.agents.annotations(c.node)}\n"
+                    f"{c.agents.sims[c.node].log[-3000:]}" for c in unsettled(before))
+
+            wait_until(lambda: settled({}), 180, lambda: f"every agent refused something or Ready\n{which({})()}")
             # A config change: the node is patched again, and the published verdict replaced (not created).
             first = {c.node: c.agents.annotations(c.node).get("config-hash", "") for c in run.values()}
             for case in run.values():
                 case.agents.sims[case.node].configmap(5)
-            wait_until(lambda: settled(first), 180, "every agent refused something or Ready on the new config")
+            wait_until(lambda: settled(first), 180,
+                       lambda: f"every agent refused something or Ready on the new config\n{which(first)()}")
             for case in run.values():
                 sim = case.agents.sims[case.node]
                 assert sim.proc is not None
