@@ -76,16 +76,16 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
             created = api_side.create_pod(api, namespace,
                                           restorepods.restore_pod(template, name, run, namespace, owner))
             log.debug("created pod %s for node %s", dig(created, "metadata", "name"), name)
-        reported: set[str] = set()
+        said: dict[str, str] = {}  # node -> the last line said for it: a pod's progress shows as it happens
         while True:
             pods.changed.clear()
             by_node = restorepods.pods_by_node(pods.snapshot())
             outcomes = [restorepods.node_outcome(name, by_node.get(name)) for name in names]
             for o in outcomes:
-                if o.node in reported or o.outcome not in (Outcome.RESTORED, Outcome.FAILED):
+                if o.node not in by_node or said.get(o.node) == (line := o.line()):
                     continue
-                reported.add(o.node)
-                say(o.line())
+                said[o.node] = line
+                say(line)
                 if o.outcome is Outcome.RESTORED:
                     try:
                         api_side.mark_restored(api, o.node, prefix)

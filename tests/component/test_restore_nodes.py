@@ -150,9 +150,13 @@ def test_the_deadline_names_each_node_not_restored_and_what_its_pod_shows(emu: K
     assert wait_until(lambda: len(run_pods(emu)) == 2, 10)
     kubelet_finishes(emu, "cp-1")
     assert wait_until(lambda: any("cp-1: restored" in line for line in lines), 10), lines
-    clock.now = 1000.0  # past the deadline; the next change wakes the loop
     kubelet_finishes(emu, "cp-2", "Pending", containerStatuses=[
         {"name": "restore", "state": {"waiting": {"reason": "ImagePullBackOff"}}}])
+    # said as it happens, not only at the deadline; and only once seen can the deadline describe it
+    assert wait_until(lambda: any("restore: ImagePullBackOff" in line for line in lines), 10), lines
+    clock.now = 1000.0  # past the deadline; the next change wakes the loop
+    kubelet_finishes(emu, "cp-2", "Pending", containerStatuses=[
+        {"name": "restore", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "back-off"}}}])
     t.join(10)
     assert not t.is_alive()
     result = results[0]
