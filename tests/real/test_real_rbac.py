@@ -32,6 +32,7 @@ from patcher.adapters.kube.cluster import DEFAULT_STATUS_NAME
 from tests.component.test_webhook_server import admit
 from tests.deploy.test_deploy_manifests import objects
 from tests.harness import admission_samples as samples
+from tests.harness.helpers import P
 from tests.harness.real.controlplane import (
     ControlPlane,
     built_releases,
@@ -43,7 +44,7 @@ from tests.harness.real.controlplane import (
 )
 from tests.harness.real.simnodes import Agents, Grant, audit_events, audit_flags, describe, grants
 from tests.real.test_real_install import apply_k
-from tests.real.test_real_nodes import APPS, gated_pod, gatekeeper, gates, hold_policy, release_hold
+from tests.real.test_real_nodes import APPS, gated_pod, gatekeeper, hold_policy, release_hold
 
 pytestmark = pytest.mark.real_cluster
 
@@ -122,18 +123,34 @@ class Case:
     def node(self) -> str:
         return f"n-{self.number}"
 
-    def ready(self, before: str | None = None) -> bool:
+    def ready(self, cluster: Cluster, before: str | None = None) -> bool:
         """Ready on a config other than `before`, and that config in the published verdict (the publisher
         follows the state a moment later)."""
-        ann = self.agents.annotations(self.node)
+        ann = cluster.annotations.get(self.node, {})
         config = ann.get("config-hash", "")
         return (ann.get("state") == "Ready" and config != before
-                and config[:12] in json.dumps(self.agents.configmap_data("scheduler-patcher-status")))
+                and config[:12] in json.dumps(cluster.verdicts.get(self.agents.namespace, {})))
+
+
+@dataclass
+class Cluster:
+    """Every case's Node annotations and published verdict, read in two requests (a settle check polls them)."""
+
+    annotations: dict[str, dict[str, str]]
+    verdicts: dict[str, dict[str, str]]  # namespace -> the status ConfigMap's data
+
+    @classmethod
+    def read(cls, cp: ControlPlane) -> Cluster:
+        nodes = cp.ok("GET", "/api/v1/nodes")["items"]
+        maps = cp.ok("GET", f"/api/v1/configmaps?fieldSelector=metadata.name={DEFAULT_STATUS_NAME}")["items"]
+        return cls({n["metadata"]["name"]: {k[len(P):]: v for k, v in (n["metadata"].get("annotations") or {}).items()
+                                            if k.startswith(P)} for n in nodes},
+                   {m["metadata"]["namespace"]: dict(m.get("data") or {}) for m in maps})
 
 
 def refusals_by_user(cp: ControlPlane) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for event in audit_events(cp):
+    for event in audit_events(cp, contains='"code":403'):
         if event.get("responseStatus", {}).get("code") == 403:
             out.setdefault(event["user"]["username"], []).append(describe(event))
     return out
@@ -169,8 +186,8 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant | Non
                 return not unsettled(before)
 
             def unsettled(before: dict[str, str]) -> list[Case]:
-                refused = refusals_by_user(cp)
-                return [c for c in run.values() if not (c.user in refused or c.ready(before.get(c.node)))]
+                refused, cluster = refusals_by_user(cp), Cluster.read(cp)
+                return [c for c in run.values() if not (c.user in refused or c.ready(cluster, before.get(c.node)))]
 
             def which(before: dict[str, str]) -> Callable[[], str]:
                 """At a timeout: each case not settled, what its Node says and its agent's last lines."""
@@ -300,7 +317,7 @@ class GateCase:
 
 def pod_reads(cp: ControlPlane) -> set[tuple[str, str]]:
     """(user, pod) of every GET of a pod in `apps` (a gatekeeper reading a pod again after a refused release)."""
-    return {(e["user"]["username"], e["objectRef"]["name"]) for e in audit_events(cp)
+    return {(e["user"]["username"], e["objectRef"]["name"]) for e in audit_events(cp, contains='"verb":"get"')
             if e["verb"] == "get" and (e.get("objectRef") or {}).get("namespace") == APPS}
 
 
@@ -382,7 +399,9 @@ def gate_cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Grant 
 
             def released() -> Callable[[GateCase], bool]:
                 refused = refusals_by_user(cp)
-                return lambda c: c.user in refused or gates(cp, c.pod) == []
+                gated = {p["metadata"]["name"] for p in cp.ok("GET", f"/api/v1/namespaces/{APPS}/pods")["items"]
+                         if p["spec"].get("schedulingGates")}
+                return lambda c: c.user in refused or c.pod not in gated
 
             wait_until(lambda: settled(run.values(), met_hold), 180, "every gatekeeper refused or meeting the hold")
             for case in run.values():
