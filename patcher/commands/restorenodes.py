@@ -85,12 +85,12 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
                 if o.node not in by_node or said.get(o.node) == (line := o.line()):
                     continue
                 said[o.node] = line
-                say(line)
-                if o.outcome is Outcome.RESTORED:
+                if o.outcome is Outcome.RESTORED:  # the Node marked first: its line says the node is done
                     try:
                         api_side.mark_restored(api, o.node, prefix)
                     except ApiError as exc:  # the files are restored; a stale annotation is only cosmetic
-                        say(f"node {o.node}: restored, but its annotations were not updated: {exc.detail}")
+                        line += f"; its annotations were not updated: {exc.detail}"
+                say(line)
             remaining = deadline - clock()
             if restorepods.finished(outcomes) or remaining <= 0:
                 return Result(outcomes, not_ready)

@@ -142,6 +142,23 @@ def test_one_pod_per_control_plane_node_and_done_when_each_succeeded(emu: KubeEm
     assert watches and all(q.get("labelSelector") == f"{RUN_LABEL}=r1" for q in watches)  # this run's pods only
 
 
+def test_a_node_whose_annotations_cannot_be_updated_is_restored_and_says_so(emu: KubeEmulatorExt,
+                                                                           api: Api) -> None:
+    emu.fail("PATCH", "/api/v1/nodes/cp-1", 403, times=5)
+    lines: list[str] = []
+    results: list[Result] = []
+    t = start(api, Clock(), lines, results)
+    assert wait_until(lambda: len(run_pods(emu)) == 2, 10)
+    kubelet_finishes(emu, "cp-1")
+    kubelet_finishes(emu, "cp-2")
+    t.join(10)
+    assert not t.is_alive() and results[0].ok  # the files are restored: a stale annotation does not fail the run
+    said = [line for line in lines if line.startswith("node cp-1: restored (pod ")]
+    assert len(said) == 1 and "; its annotations were not updated: " in said[0], lines
+    assert emu.node_annotations("cp-1")[f"{PREFIX}/state"] == "Ready"
+    assert emu.node_annotations("cp-2") == {f"{PREFIX}/state": "Restored"}
+
+
 def test_the_deadline_names_each_node_not_restored_and_what_its_pod_shows(emu: KubeEmulatorExt, api: Api) -> None:
     lines: list[str] = []
     results: list[Result] = []
