@@ -445,19 +445,13 @@ def control_plane(binaries: Binaries, workdir: Path | None = None,
 
 def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str | Callable[[], str] = "condition") -> Any:
     """Polls `check` until it returns something truthy: for real processes, which tell nothing by themselves.
-    `what` as a callable is asked at the timeout: the logs it shows are those of the failure, not of the start.
-
-    Between two polls it sleeps twice what the last one took, from 50 ms to 0.5 s: a check that makes many
-    requests then leaves two thirds of its core to the processes it waits for (a 2-core machine has little else),
-    and a change is still seen within half a second."""
+    `what` as a callable is asked at the timeout: the logs it shows are those of the failure, not of the start."""
     deadline = time.monotonic() + timeout
     while True:
-        began = time.monotonic()
         value = check()
         if value:
             return value
-        now = time.monotonic()
-        if now > deadline:
+        if time.monotonic() > deadline:
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {said}")
-        time.sleep(min(0.5, max(0.05, 2 * (now - began))))
+        time.sleep(0.05)
