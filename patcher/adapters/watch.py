@@ -361,9 +361,10 @@ class FolderWatcher:
             if i == 0 or added is None:
                 return False
             parent, name = chain[i - 1]
-            self._add_locked(parent, CREATION_EVENTS, _Role(folder, name))
-            if os.path.isdir(path) and retries < 3:
-                retries += 1  # created between the failed add and the creation watch: try again
+            parent_gone = self._add_locked(parent, CREATION_EVENTS, _Role(folder, name)) is False
+            if retries < len(chain) and (parent_gone or os.path.isdir(path)):
+                retries += 1  # its parent deleted meanwhile (an rmtree): watch from further up; or it was created
+                i -= 1 if parent_gone else 0
                 continue
             return False
         return True

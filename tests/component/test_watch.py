@@ -235,6 +235,49 @@ def test_nearest_ancestor_deleted_while_the_folder_is_gone(tree: tuple[Path, Loo
     assert wait_until(lambda: watched_for_content(folder), timeout=30)
 
 
+class _RacingObserver(InotifyObserver):
+    """The real inotify observer, with a concurrent ``rmtree`` that removes a folder just before it is watched
+    for a missing entry (a busy machine interleaves the two this way)."""
+
+    def __init__(self, removed_first: Path) -> None:
+        super().__init__(timeout=OBSERVER_TIMEOUT, generate_full_events=FULL_EVENTS)
+        self.removed_first: Path | None = removed_first
+
+    def schedule(self, event_handler: FileSystemEventHandler, path: str | Path, **options: Any) -> ObservedWatch:
+        if self.removed_first is not None and str(path) == str(self.removed_first) and \
+                DirCreatedEvent in options.get("event_filter", ()):
+            self.removed_first.rmdir()
+            self.removed_first = None
+        return super().schedule(event_handler, path, **options)
+
+
+def test_a_parent_deleted_just_before_it_is_watched_for_the_folder_is_watched_from_further_up(
+        tmp_path: Path) -> None:
+    """``manifests`` is missing, so ``kubernetes`` is to be watched for it to appear, but is itself deleted just
+    before: the watch goes one level up, or the tree created again would never be seen (a CI run split an
+    ``rmtree`` this way)."""
+    folder = tmp_path / "etc/kubernetes/manifests"
+    folder.parent.mkdir(parents=True)
+    manifest = folder / "kube-scheduler.yaml"
+    looks = Looks(lambda: read_or_missing(manifest))
+
+    def observer() -> BaseObserver:
+        made = _RacingObserver(folder.parent)
+        made.start()
+        return made
+    w = FolderWatcher(looks, observer=observer)
+    try:
+        w.add("manifest", folder, lambda: file_fingerprint(manifest, limit=LIMIT), missing_ok=True)
+        w.start()
+        assert not folder.parent.exists() and watched_for_return(folder)
+        folder.mkdir(parents=True)
+        fsio.atomic_write(manifest, b"back")
+        assert looks.wait_for("back")
+        assert wait_until(lambda: watched_for_content(folder), timeout=30)
+    finally:
+        w.stop()
+
+
 def test_replaced_configmap_mount_is_watched_again(tmp_path: Path) -> None:
     source = tmp_path / "source"
     source.mkdir()
