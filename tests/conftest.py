@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,46 +159,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("real_release", versions, indirect=True, scope="session")
 
 
-class _ControlPlanes:
-    """One control plane per release, started on first use and stopped at the end of the session."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, Any] = {}
-
-    def get(self, version: str) -> Any:
-        from tests.harness.real.controlplane import ControlPlane, built_releases
-
-        if version not in self.started:
-            binaries = next(b for b in built_releases() if b.version == version)
-            folder = Path(tempfile.mkdtemp(prefix=f"realk8s-{version}-"))
-            self.started[version] = ControlPlane(binaries, folder).start()
-        return self.started[version]
-
-    def stop(self) -> None:
-        for cp in self.started.values():
-            cp.stop()
-            shutil.rmtree(cp.workdir, ignore_errors=True)
+# An idle kube-apiserver and etcd take a fifth of a core (the watch cache's bookmarks, every second), which the
+# other tests of a 2-core machine wait for: a control plane lives only as long as the tests that use it.
 
 
 @pytest.fixture(scope="session")
-def _control_planes() -> Iterator[_ControlPlanes]:
-    planes = _ControlPlanes()
-    yield planes
-    planes.stop()
-
-
-@pytest.fixture(scope="session")
-def real_release(request: pytest.FixtureRequest, _control_planes: _ControlPlanes) -> Any:
+def real_release(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The control plane of one built release (tests/harness/real/controlplane.ControlPlane), shared by the session's
+    tests of that release: pytest runs them together, and ends this fixture (the control plane stops) before the
+    next release's starts."""
+    from tests.harness.real.controlplane import built_releases, control_plane
+
+    _require_real_binaries()
+    with control_plane(next(b for b in built_releases() if b.version == request.param)) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def real_cluster() -> Iterator[Any]:
+    """The newest built release's control plane (tests/harness/real/controlplane.ControlPlane), shared by a module's
     tests."""
-    _require_real_binaries()
-    return _control_planes.get(request.param)
-
-
-@pytest.fixture
-def real_cluster(_control_planes: _ControlPlanes) -> Any:
-    """The newest built release's control plane (tests/harness/real/controlplane.ControlPlane)."""
-    from tests.harness.real.controlplane import built_releases
+    from tests.harness.real.controlplane import built_releases, control_plane
 
     _require_real_binaries()
-    return _control_planes.get(built_releases()[0].version)
+    with control_plane(built_releases()[0]) as cp:
+        yield cp

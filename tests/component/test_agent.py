@@ -169,9 +169,11 @@ def test_timeout_without_restart_rolls_back(node: Node) -> None:
 
 def _spawn(node: Node, *extra: str) -> Child:
     # --check-extenders=false: the extender of these tests is a name only (tests/component/test_agent_preflight.py
-    # probes)
+    # probes); --restart-settle 1s: these tests need a Ready agent, not the default's 10 s of proof (the settle
+    # itself: tests/component/test_restartwatch.py)
     return Child("run", "--host-root", str(node.root), "--source", str(node.src), "--listen", "127.0.0.1:0",
-                 "--check-extenders=false", *extra, env={"NODE_NAME": NODE, "KUBECONFIG": str(node.kubeconfig)})
+                 "--check-extenders=false", "--restart-settle", "1s", *extra,
+                 env={"NODE_NAME": NODE, "KUBECONFIG": str(node.kubeconfig)})
 
 
 def test_sigterm_restores_byte_exactly_and_kill_9_restart_adopts(node: Node) -> None:

@@ -72,7 +72,7 @@ def test_409_on_every_lease_write_keeps_the_manifest_untouched_and_the_loop_idle
 def test_api_down_at_start_patches_the_file_and_reports_once_it_is_back(xnode: Node) -> None:
     xnode.emu.go_down("refuse")
     child = Child("run", "--host-root", str(xnode.root), "--source", str(xnode.src), "--listen", "127.0.0.1:0",
-                  "--rollout", "independent", "--check-extenders=false", "--hold-wait", "2s",
+                  "--rollout", "independent", "--check-extenders=false", "--hold-wait", "2s", "--restart-settle", "1s",
                   env={"NODE_NAME": NODE, "KUBECONFIG": str(xnode.kubeconfig)})
     try:
         assert wait_until(lambda: b"--config=" in xnode.manifest.read_bytes(), 60), child.output
