@@ -558,11 +558,10 @@ def _release(node: Node, bad_source: str | None = None, after: Sequence[Action] 
     return replace(node, turn="none"), [*after, ReleaseTurn(bad_source or None)]
 
 
-def _start_wait(node: Node, opts: Lifecycle, record: State, written_ns: int, now: float, *, adopted: bool) -> Step:
-    wait = Wait(record.config_hash, written_ns, now + opts.restart_timeout, record.source_hash, adopted)
-    base = replace(record, manifest_mtime_ns=written_ns)
+def _start_wait(node: Node, opts: Lifecycle, record: State, now: float, *, adopted: bool) -> Step:
+    wait = Wait(record.config_hash, record.manifest_mtime_ns, now + opts.restart_timeout, record.source_hash, adopted)
     node2, acts = _phase(replace(node, wait=wait, order=None), NodeState.WAITING_FOR_RESTART,
-                         reason="SchedulerAdopted" if adopted else None, record=base)
+                         reason="SchedulerAdopted" if adopted else None, record=record)
     return node2, [*acts, Watch()]
 
 
@@ -574,7 +573,7 @@ def resumed(node: Node, ev: Resumed, opts: Lifecycle) -> Step:
         acts: list[Action] = []
         if opts.coordinated:
             node, acts = replace(node, turn="asked"), [TakeTurn("")]  # still ours after a crash: keep it
-        node, more = _start_wait(node, opts, r, r.manifest_mtime_ns, ev.now, adopted=True)
+        node, more = _start_wait(node, opts, r, ev.now, adopted=True)
         return node, [*acts, *more]
     if r.phase in (NodeState.READY, NodeState.ROLLED_BACK, NodeState.FAILED):
         return node, []
@@ -606,7 +605,8 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
             node, more = _phase(node, NodeState.READY, record=adopted)
             return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
                                              "before; back to Ready"), *more]
-        node, more = _start_wait(node, opts, adopted, ev.mtime_ns or r.manifest_mtime_ns, ev.now, adopted=True)
+        written = replace(adopted, manifest_mtime_ns=ev.mtime_ns or r.manifest_mtime_ns)
+        node, more = _start_wait(node, opts, written, ev.now, adopted=True)
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
                                          "it without a write"), *more]
     # pending
@@ -709,12 +709,10 @@ def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         node, more = config_missing(node, ev.missing, said=said[0])
         acts += more
     acts = [*back, *acts]
-    if (node.record.phase, node.record.message) == said and node.phase != NodeState.READY:
-        acts = [a for a in acts if not isinstance(a, Publish)]  # nothing changed in the end: nothing to say
-    elif sum(isinstance(a, Publish) for a in acts) > 1:  # one report of where the node ended up
-        last = max(i for i, a in enumerate(acts) if isinstance(a, Publish))
-        acts = [a for i, a in enumerate(acts) if not isinstance(a, Publish) or i == last]
-    return node, acts
+    # One report of where the node ended up (the last), none when it says what it said before.
+    changed = (node.record.phase, node.record.message) != said or node.phase == NodeState.READY
+    last = max((i for i, a in enumerate(acts) if isinstance(a, Publish)), default=-1) if changed else -1
+    return node, [a for i, a in enumerate(acts) if not isinstance(a, Publish) or i == last]
 
 
 def config_missing(node: Node, message: str, *, said: str = "") -> Step:
@@ -777,7 +775,7 @@ def wrote(node: Node, ev: Wrote, opts: Lifecycle) -> Step:
     if not ev.manifest_change:  # only config files were rewritten (same content hash): nothing restarts
         return replace(node, record=ev.record), [Count("wrote")]
     record = replace(ev.record, restarted_at_ns=None)
-    node, acts = _start_wait(node, opts, record, record.manifest_mtime_ns, ev.now, adopted=False)
+    node, acts = _start_wait(node, opts, record, ev.now, adopted=False)
     return node, [Count("wrote"), *acts]
 
 
@@ -821,9 +819,8 @@ def probed(node: Node, ev: Probed, opts: Lifecycle) -> Step:
 def _canary_probed(node: Node, w: Wait, ev: Probed, opts: Lifecycle) -> Step:
     """The probe after the restart: a failure rolls back like a crash loop; an answer lets the node be Ready."""
     short = ev.config_hash[:12]
-    node = replace(node, wait=w)
     if ev.blocking:
-        return _fail_wait(node, opts, f"{ev.blocking} after kube-scheduler restarted with config {short}")
+        return _fail_wait(node, w, opts, f"{ev.blocking} after kube-scheduler restarted with config {short}")
     acts: list[Action] = []
     if ev.ignored:
         warning = f"{ev.ignored} after kube-scheduler restarted with config {short}; ignorable, kept"
@@ -895,12 +892,10 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
         return node, [*timed, Prune(),
                       Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}"), *acts, *rel]
     if ev.verdict == Verdict.CRASH_LOOPING:
-        return _fail_wait(node, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
-    if ev.now >= w.deadline and ev.settle_until is not None and ev.now < ev.settle_until:
-        return node, []  # bounded: the settle time past the deadline at most, and the loop wakes at its end
-    if ev.now >= w.deadline:
-        return _timed_out(node, w, ev, opts)
-    return node, []
+        return _fail_wait(node, w, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
+    if ev.now < w.deadline or (ev.settle_until is not None and ev.now < ev.settle_until):
+        return node, []  # the settle time: bounded past the deadline, and the loop wakes at its end
+    return _timed_out(node, w, ev, opts)
 
 
 def _timed_out(node: Node, w: Wait, ev: Observed, opts: Lifecycle) -> Step:
@@ -921,8 +916,8 @@ def _timed_out(node: Node, w: Wait, ev: Observed, opts: Lifecycle) -> Step:
         # the scheduler. One more timeout, bounded, for the view to come back before the verdict.
         return node, []
     if not down:
-        return _fail_wait(node, opts, f"kube-scheduler did not come back Ready with config {short} within "
-                                      f"{opts.restart_timeout:.0f}s ({ev.reason})")
+        return _fail_wait(node, w, opts, f"kube-scheduler did not come back Ready with config {short} within "
+                                         f"{opts.restart_timeout:.0f}s ({ev.reason})")
     if ev.now < w.deadline + opts.restart_timeout:
         if w.kubelet_down:
             return node, []  # said once
@@ -932,17 +927,15 @@ def _timed_out(node: Node, w: Wait, ev: Observed, opts: Lifecycle) -> Step:
         node, acts = _phase(replace(node, wait=replace(w, kubelet_down=down)), NodeState.WAITING_FOR_RESTART,
                             message)
         return node, [Log("warning", message), Note("KubeletNotHealthy", message, warning=True), *acts]
-    return _fail_wait(node, opts, f"kube-scheduler did not come back with config {short} within "
-                                  f"{2 * opts.restart_timeout:.0f}s while the kubelet on this node was not healthy "
-                                  f"({down}): no verdict on the config, not marked bad; tried again once the "
-                                  "kubelet is healthy", judged=False)
+    return _fail_wait(node, w, opts, f"kube-scheduler did not come back with config {short} within "
+                                     f"{2 * opts.restart_timeout:.0f}s while the kubelet on this node was not "
+                                     f"healthy ({down}): no verdict on the config, not marked bad; tried again once "
+                                     "the kubelet is healthy", judged=False)
 
 
-def _fail_wait(node: Node, opts: Lifecycle, reason: str, *, judged: bool = True) -> Step:
+def _fail_wait(node: Node, w: Wait, opts: Lifecycle, reason: str, *, judged: bool = True) -> Step:
     """Roll back (or Failed without rollback) and give the turn back. ``judged``: a scheduler ran the config
     (or had its chance to): it is marked bad here and, through the Lease, on every node; not judged: neither."""
-    w = node.wait
-    assert w is not None
     node = replace(node, wait=None, record=node.record.with_bad(w.config_hash) if judged else node.record)
     bad = w.source_hash if judged else ""
     acts: list[Action] = [Count("rolled_back")]
