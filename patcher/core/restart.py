@@ -178,42 +178,40 @@ def decide(
     running, wait, term = (dig(state, k) for k in ("running", "waiting", "terminated"))
     base = (baseline or Baseline()).restarts_for(_str(dig(pod, "metadata", "uid")))
     c = f"container {container_name}"
-
-    def seen(verdict: Verdict, reason: str, started: str | None = None, settle: int | None = None) -> RestartDecision:
-        return RestartDecision(verdict, reason, started_at=started, settle_until_ns=settle)
-
     if count is not None and count - base >= max(1, min_restarts):
-        return seen(Verdict.CRASH_LOOPING, f"{c} restarted {count - base} time(s) after our write")
+        return RestartDecision(Verdict.CRASH_LOOPING, f"{c} restarted {count - base} time(s) after our write")
     if isinstance(wait, Mapping) and wait.get("reason") == "CrashLoopBackOff":
         detail = _str(wait.get("message"))
-        return seen(Verdict.CRASH_LOOPING, f"{c} is in CrashLoopBackOff" + (f": {detail}" if detail else ""))
+        return RestartDecision(Verdict.CRASH_LOOPING, f"{c} is in CrashLoopBackOff" + (f": {detail}" if detail else ""))
     if isinstance(term, Mapping):
         finished = _seconds(term.get("finishedAt"))
         code = term.get("exitCode")
         if term.get("reason") == UNKNOWN_TO_THE_KUBELET:
-            return seen(waiting, f"{c}: the kubelet lost track of a container it ran ({UNKNOWN_TO_THE_KUBELET}), "
-                                 "which says nothing of our config")
+            return RestartDecision(waiting, f"{c}: the kubelet lost track of a container it ran "
+                                            f"({UNKNOWN_TO_THE_KUBELET}), which says nothing of our config")
         if code != 0 and (finished is None or finished >= write_s):
-            return seen(Verdict.CRASH_LOOPING, f"{c} exited with code {code} ({term.get('reason', 'Error')})")
-        return seen(waiting, f"{c} has terminated")
+            return RestartDecision(Verdict.CRASH_LOOPING,
+                                   f"{c} exited with code {code} ({term.get('reason', 'Error')})")
+        return RestartDecision(waiting, f"{c} has terminated")
     if isinstance(wait, Mapping):
-        return seen(waiting, f"{c} is waiting: {wait.get('reason', 'unknown reason')}")
+        return RestartDecision(waiting, f"{c} is waiting: {wait.get('reason', 'unknown reason')}")
     if not isinstance(running, Mapping):
-        return seen(waiting, f"{c} is not running yet")
+        return RestartDecision(waiting, f"{c} is not running yet")
     started_text = _str(running.get("startedAt"))
     started = _seconds(started_text)
     if started is None:
-        return seen(waiting, f"{c} has no valid startedAt")
+        return RestartDecision(waiting, f"{c} has no valid startedAt")
     if started < write_s:
-        return seen(waiting, f"{c} started at {started_text}, before the write at {written}", started_text)
+        return RestartDecision(waiting, f"{c} started at {started_text}, before the write at {written}", started_text)
     if not ready(pod):
-        return seen(waiting, "the mirror pod is not Ready yet", started_text)
+        return RestartDecision(waiting, "the mirror pod is not Ready yet", started_text)
     if now_ns is not None and settle_s > 0:
         left = settle_left_ns((started + 1) * _NS_PER_S, now_ns, settle_s)
         if left:
-            return seen(waiting, f"{c} runs config {found} since {started_text}; Ready once it has run {settle_s:g}s "
-                                 f"without a restart ({left / _NS_PER_S:.1f}s more)", started_text, now_ns + left)
-    return seen(Verdict.READY, f"{c} runs config {found} since {started_text}", started_text)
+            return RestartDecision(waiting, f"{c} runs config {found} since {started_text}; Ready once it has run "
+                                            f"{settle_s:g}s without a restart ({left / _NS_PER_S:.1f}s more)",
+                                   started_text, now_ns + left)
+    return RestartDecision(Verdict.READY, f"{c} runs config {found} since {started_text}", started_text)
 
 
 def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_mtime_ns: int,
