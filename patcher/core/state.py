@@ -31,10 +31,8 @@ class LastGood:
     def from_json(cls, raw: Any) -> LastGood | None:
         if not isinstance(raw, dict) or not raw.get("config_hash"):
             return None
-        return cls(config_hash=str(raw["config_hash"]), config_file=str(raw.get("config_file") or ""),
-                   files=tuple(str(f) for f in raw.get("files") or ()), source_hash=str(raw.get("source_hash") or ""),
-                   original_sha256=str(raw.get("original_sha256") or ""),
-                   api_version=str(raw.get("api_version") or ""))
+        texts = {f.name: str(raw.get(f.name) or "") for f in fields(cls) if f.name != "files"}
+        return cls(**texts, files=tuple(str(f) for f in raw.get("files") or ()))
 
 
 @dataclass(frozen=True)
