@@ -602,9 +602,8 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         if r.last_good is not None and r.last_good.config_hash == ev.config_hash:
             # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
             # was refused without touching anything): the scheduler still runs it, nothing to wait for.
-            node, more = _phase(node, NodeState.READY, record=adopted)
-            return node, [*acts, Log("info", f"manifest carries config {ev.config_hash[:12]}, which was Ready "
-                                             "before; back to Ready"), *more]
+            return _phase(node, NodeState.READY, record=adopted, after=[*acts, Log(
+                "info", f"manifest carries config {ev.config_hash[:12]}, which was Ready before; back to Ready")])
         written = replace(adopted, manifest_mtime_ns=ev.mtime_ns or r.manifest_mtime_ns)
         node, more = _start_wait(node, opts, written, ev.now, adopted=True)
         return node, [*acts, Log("info", f"manifest already patched with config {ev.config_hash[:12]}; adopting "
@@ -702,9 +701,8 @@ def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         node, back = _missing_cleared(node)
     node, acts = planned(node, ev, opts)
     if cleared and node.phase is None:  # the agent restarted while the file was missing: what it said is lost
-        node, more = _phase(node, NodeState.FAILED if ev.kind in ("known-bad", "refused") else NodeState.PENDING,
-                            ev.message or None if ev.kind in ("known-bad", "refused") else None)
-        acts += more
+        node, acts = _phase(node, NodeState.FAILED if ev.kind in ("known-bad", "refused") else NodeState.PENDING,
+                            ev.message or None if ev.kind in ("known-bad", "refused") else None, after=acts)
     if ev.missing:
         node, more = config_missing(node, ev.missing, said=said[0])
         acts += more
@@ -734,8 +732,7 @@ def config_missing(node: Node, message: str, *, said: str = "") -> Step:
     missing = Missing(message, *before)
     node = replace(node, missing=missing)
     if said == NodeState.FAILED.value:  # no change of phase: the annotations change, and the Note says why
-        node, more = _phase(node, NodeState.FAILED, missing.said)
-        return node, [*acts, *note, *more]
+        return _phase(node, NodeState.FAILED, missing.said, after=[*acts, *note])
     return _phase(node, NodeState.FAILED, missing.said, reason="ConfigMissing", after=acts)
 
 
@@ -885,12 +882,11 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
                         source_hash=w.source_hash, original_sha256=r.original_sha256, api_version=r.api_version)
         seconds = max(0.0, (ev.wall_ns - w.written_ns) / 1e9)
         node = replace(node, wait=None, record=replace(r, last_good=good, restarted_at_ns=ev.wall_ns))
-        node, acts = _phase(node, NodeState.READY)
-        node, rel = _release(node)
         # A restart nothing could observe has no duration: it must not skew the histogram.
         timed = [] if ev.reason == UNVERIFIED else [RestartSeen(seconds)]
-        return node, [*timed, Prune(),
-                      Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}"), *acts, *rel]
+        node, acts = _phase(node, NodeState.READY, after=[
+            *timed, Prune(), Log("info", f"kube-scheduler runs config {w.config_hash[:12]}: {ev.reason}")])
+        return _release(node, after=acts)
     if ev.verdict == Verdict.CRASH_LOOPING:
         return _fail_wait(node, w, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
     if ev.now < w.deadline or (ev.settle_until is not None and ev.now < ev.settle_until):
@@ -924,9 +920,8 @@ def _timed_out(node: Node, w: Wait, ev: Observed, opts: Lifecycle) -> Step:
         message = (f"kubelet on this node not healthy ({down}): no restart of kube-scheduler onto config {short} "
                    f"within {opts.restart_timeout:.0f}s; waiting {opts.restart_timeout:.0f}s more, then rolling back "
                    "without marking the config bad")
-        node, acts = _phase(replace(node, wait=replace(w, kubelet_down=down)), NodeState.WAITING_FOR_RESTART,
-                            message)
-        return node, [Log("warning", message), Note("KubeletNotHealthy", message, warning=True), *acts]
+        return _phase(replace(node, wait=replace(w, kubelet_down=down)), NodeState.WAITING_FOR_RESTART, message,
+                      after=[Log("warning", message), Note("KubeletNotHealthy", message, warning=True)])
     return _fail_wait(node, w, opts, f"kube-scheduler did not come back with config {short} within "
                                      f"{2 * opts.restart_timeout:.0f}s while the kubelet on this node was not "
                                      f"healthy ({down}): no verdict on the config, not marked bad; tried again once "
@@ -940,9 +935,8 @@ def _fail_wait(node: Node, w: Wait, opts: Lifecycle, reason: str, *, judged: boo
     bad = w.source_hash if judged else ""
     acts: list[Action] = [Count("rolled_back")]
     if not opts.rollback_on_failure:
-        node, more = _phase(node, NodeState.FAILED, reason)
-        node, rel = _release(node, bad)
-        return node, [*acts, Log("error", f"{reason}; rollback disabled"), *more, *rel]
+        node, acts = _phase(node, NodeState.FAILED, reason, after=[*acts, Log("error", f"{reason}; rollback disabled")])
+        return _release(node, bad, after=acts)
     good = node.record.last_good
     if good is None or good.config_hash == w.config_hash:  # nothing else ran here: the original is the target
         return node, [*acts, RollBack(reason, bad, good)]
@@ -966,13 +960,12 @@ def pruned(node: Node, ev: Pruned, opts: Lifecycle) -> Step:
 
 def rollback_done(node: Node, ev: RollbackDone, opts: Lifecycle) -> Step:
     if ev.record is None:
-        node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.error}")
-        said: list[Action] = [Error("rollback"), Log("error", f"rollback failed: {ev.error}")]
+        node, acts = _phase(node, NodeState.FAILED, f"{ev.reason}; rollback failed: {ev.error}",
+                            after=[Error("rollback"), Log("error", f"rollback failed: {ev.error}")])
     else:
         message = f"{ev.reason}; rolled back to {ev.target}"
-        node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record)
-        said = [Log("error", message)]
-    return _release(node, ev.bad_source, after=[*said, *acts])
+        node, acts = _phase(node, NodeState.ROLLED_BACK, message, record=ev.record, after=[Log("error", message)])
+    return _release(node, ev.bad_source, after=acts)
 
 
 #: The Node's message while the state folder cannot take the record (after the folder's error).
@@ -1087,14 +1080,13 @@ def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:
     node = replace(node, turn="held" if ev.held else "none")
     if not ev.api_silent and ev.now >= node.stop_until:
         node = replace(node, stop_until=ev.now + FINAL_REPORT)
-    if not ev.ok:
-        node, rel = _release(node)
-        return node, [Error("restore"), Log("error", f"restore on exit failed: {ev.message}"), *rel,
-                      Finish(node.stop_until, code=1, build_until=node.grace_until)]
-    record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
-    node, acts = _phase(node, NodeState.RESTORED, record=record)
-    node, rel = _release(node)
-    return node, [Count("restored"), *acts, *rel, Finish(node.stop_until, build_until=node.grace_until)]
+    if ev.ok:
+        record = State(bad_hashes=node.record.bad_hashes)  # a config that failed stays failed
+        node, said = _phase(node, NodeState.RESTORED, record=record, after=[Count("restored")])
+    else:
+        said = [Error("restore"), Log("error", f"restore on exit failed: {ev.message}")]
+    node, acts = _release(node, after=said)
+    return node, [*acts, Finish(node.stop_until, code=0 if ev.ok else 1, build_until=node.grace_until)]
 
 
 # -- the operator's hold ------------------------------------------------------------------------------------
