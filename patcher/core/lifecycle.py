@@ -585,6 +585,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if node.kubelet_held and not (ev.kind == "pending" and ev.manifest_change):
         node = replace(node, kubelet_held="")  # nothing to hold back any more: a later outage is said again
     r = node.record
+    was_ready = r.last_good is not None and r.last_good.config_hash == ev.config_hash  # this config, here before
     if ev.kind == "known-bad":
         return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
     if ev.kind == "refused":
@@ -599,7 +600,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
         adopted = replace(r, config_hash=ev.config_hash, config_file=ev.config_file, api_version=ev.api_version,
                           files=ev.files, patched_sha256=ev.current_sha256, original_sha256=ev.unpatched_sha256,
                           source_hash=ev.source_hash)
-        if r.last_good is not None and r.last_good.config_hash == ev.config_hash:
+        if was_ready:
             # This very config was confirmed Ready here before (e.g. the source had a typo meanwhile, which
             # was refused without touching anything): the scheduler still runs it, nothing to wait for.
             return _phase(node, NodeState.READY, record=adopted, after=[*acts, Log(
@@ -622,8 +623,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if node.kubelet_held:
         node = replace(node, kubelet_held="")
         acts.append(Log("info", "the kubelet on this node is healthy again: the write goes on"))
-    turn = ev.manifest_change and opts.coordinated and not (
-        r.last_good is not None and r.last_good.config_hash == ev.config_hash)
+    turn = ev.manifest_change and opts.coordinated and not was_ready
     if turn and node.wait is None:  # (a write waiting for its restart uses its turn: never given back here)
         node, said, held_back = _in_order(node, ev, opts)
         acts += said
