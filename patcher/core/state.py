@@ -66,14 +66,9 @@ class State:
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> State:
         """Any version this code wrote: unknown keys are ignored, missing ones take their defaults."""
-        extra_raw = raw.get("extra")
-        extra: dict[str, Any] = extra_raw if isinstance(extra_raw, dict) else {}  # version 1
-        known: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in raw:
-                known[f.name] = raw[f.name]
-            elif f.name in extra:
-                known[f.name] = extra[f.name]
+        extra = raw.get("extra")
+        merged = {**(extra if isinstance(extra, dict) else {}), **raw}  # version 1: some fields in ``extra``
+        known = {f.name: merged[f.name] for f in fields(cls) if f.name in merged}
         for name in ("files", "previous_files", "written", "bad_hashes"):
             if name in known:
                 known[name] = tuple(str(x) for x in known[name] or ())
