@@ -132,14 +132,7 @@ def transition_event(
     )
 
 
-def event_body(
-    spec: EventSpec,
-    *,
-    node_name: str,
-    node_uid: str | None,
-    namespace: str = NODE_EVENT_NAMESPACE,
-    component: str = COMPONENT,
-) -> dict[str, Any]:
+def event_body(spec: EventSpec, *, node_name: str, node_uid: str | None) -> dict[str, Any]:
     """A core/v1 Event about the Node, as the kubelet writes its own node events.
 
     The name is derived from the transition time (``<node>.<ns in hex>``, the kubelet's scheme), so a retry
@@ -150,16 +143,16 @@ def event_body(
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{node_name}.{spec.at_ns:x}", "namespace": namespace},
+        "metadata": {"name": f"{node_name}.{spec.at_ns:x}", "namespace": NODE_EVENT_NAMESPACE},
         "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid or node_name},
         "reason": spec.reason,
         "message": spec.message,
         "type": spec.type,
-        "source": {"component": component, "host": node_name},
+        "source": {"component": COMPONENT, "host": node_name},
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,
-        "reportingComponent": component,
+        "reportingComponent": COMPONENT,
         "reportingInstance": node_name,
     }
 

@@ -29,7 +29,6 @@ from patcher.adapters.kube.errors import ApiError, Conflict, Denied, api_json
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
-    COMPONENT,
     DEFAULT_PREFIX,
     MAX_EVENT_MESSAGE,
     NODE_EVENT_NAMESPACE,
@@ -234,10 +233,7 @@ class NodeReporter:
                     return
                 spec = self._events[0]
                 uid = self._node_uid
-            body = event_body(
-                spec, node_name=self._node, node_uid=uid, namespace=NODE_EVENT_NAMESPACE,
-                component=COMPONENT,
-            )
+            body = event_body(spec, node_name=self._node, node_uid=uid)
             try:
                 api_json(f"create event {spec.reason} about node {self._node}",
                          self._api.create, EVENTS, body, namespace=NODE_EVENT_NAMESPACE)
