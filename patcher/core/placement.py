@@ -27,11 +27,6 @@ HOST_NETWORK_TOLERATION: Obj = {"key": "node.kubernetes.io/network-unavailable",
                                 "effect": "NoSchedule"}
 
 
-def _labels(node: Obj) -> dict[str, str]:
-    labels = dig(node, "metadata", "labels")
-    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-
-
 def _requirement(value: str | None, operator: str, values: list[Any]) -> bool:
     wanted = [str(v) for v in values]
     if operator == "In":
@@ -84,7 +79,9 @@ def selects(daemonset: Obj, node: Obj) -> tuple[bool, str]:
     """Whether the DaemonSet's pod template still fits ``node``, and when not, why (one phrase)."""
     spec = dig(daemonset, "spec", "template", "spec")
     spec = spec if isinstance(spec, dict) else {}
-    labels, name = _labels(node), str(dig(node, "metadata", "name") or "")
+    raw = dig(node, "metadata", "labels")
+    labels = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    name = str(dig(node, "metadata", "name") or "")
     selector = spec.get("nodeSelector")
     for key, value in (selector.items() if isinstance(selector, dict) else []):
         if labels.get(str(key)) != str(value):
