@@ -1142,10 +1142,8 @@ def _gate(node: Node, event: Event, opts: Lifecycle) -> Step | None:
     """What the stop, the hold and the state folder's fault let through (None: the event's own transition)."""
     if node.stopping and not isinstance(event, RestoreDone):
         return node, []  # after SIGTERM nothing but the restore (or the keep) happens
-    if isinstance(event, HoldChanged):
-        return hold_changed(node, event, opts)
-    if isinstance(event, HoldUnknown):
-        return hold_unknown(node, event, opts)
+    if isinstance(event, (HoldChanged, HoldUnknown)):
+        return None  # the hold's own news passes the hold's and the fault's edges
     if not node.hold_known and not isinstance(event, _BEFORE_HOLD_KNOWN):
         return node, []  # planned again once the hold is known (``hold_changed``/``hold_unknown``)
     if node.hold is not None and not isinstance(event, Stop):  # nothing is written or judged; a stop keeps
@@ -1168,7 +1166,8 @@ _TRANSITIONS: dict[type[Any], Callable[[Node, Any, Lifecycle], Step]] = {
     Resumed: resumed, Planned: with_missing, TurnChanged: turn_changed, Pruned: pruned, Wrote: wrote,
     WriteFailed: write_failed, Observed: observed, LastGoodChecked: last_good_checked, RollbackDone: rollback_done,
     Probed: probed, ProbeDue: probe_due, StateFolderFailed: state_folder_failed,
-    StateFolderOk: state_folder_ok, Stop: stop, RestoreDone: restore_done, Reclaimed: reclaimed}
+    StateFolderOk: state_folder_ok, Stop: stop, RestoreDone: restore_done, Reclaimed: reclaimed,
+    HoldChanged: hold_changed, HoldUnknown: hold_unknown}
 
 
 UNVERIFIED = "restart not verified (no API and no local process check)"
