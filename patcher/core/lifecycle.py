@@ -696,17 +696,15 @@ def with_missing(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     """``planned``, and on top of it a ``--config`` naming a missing file the plan does not write back."""
     said = (node.record.phase, node.record.message)
     cleared = not ev.missing and (node.missing is not None or _says_missing(node))
-    back: list[Action] = []
-    if cleared:
-        node, back = _missing_cleared(node)
-    node, acts = planned(node, ev, opts)
+    node, acts = _missing_cleared(node) if cleared else (node, [])
+    node, more = planned(node, ev, opts)
+    acts += more
     if cleared and node.phase is None:  # the agent restarted while the file was missing: what it said is lost
         node, acts = _phase(node, NodeState.FAILED if ev.kind in ("known-bad", "refused") else NodeState.PENDING,
                             ev.message or None if ev.kind in ("known-bad", "refused") else None, after=acts)
     if ev.missing:
         node, more = config_missing(node, ev.missing, said=said[0])
         acts += more
-    acts = [*back, *acts]
     # One report of where the node ended up (the last), none when it says what it said before.
     changed = (node.record.phase, node.record.message) != said or node.phase == NodeState.READY
     last = max((i for i, a in enumerate(acts) if isinstance(a, Publish)), default=-1) if changed else -1
