@@ -641,13 +641,12 @@ def _hold_for_kubelet(node: Node, why: str, acts: list[Action]) -> Step:
     rollout turn would be held for a restart nobody makes (the turn, asked or held, is given back: another node
     may go). The state stays what it is (a new node says Pending); one line and one Warning per distinct reason;
     planned again every ``KUBELET_RETRY`` seconds. A write that waits for its restart keeps its wait and turn."""
-    told: list[Action] = []
     if why != node.kubelet_held:
         line = f"kubelet on this node not healthy ({why}): holding the write"
-        told = [Log("warning", line), Note("KubeletNotHealthy", line, warning=True)]
+        acts = [*acts, Log("warning", line), Note("KubeletNotHealthy", line, warning=True)]
     node = replace(node, kubelet_held=why)
-    node, rel = _release(node) if node.wait is None else (node, [])
-    return _pending_if_new(node, [*acts, *told, *rel, RetryLater(KUBELET_RETRY)])
+    node, acts = _release(node, after=acts) if node.wait is None else (node, acts)
+    return _pending_if_new(node, [*acts, RetryLater(KUBELET_RETRY)])
 
 
 #: A peer in one of these states is still on its way (or its agent has said nothing yet: a fresh install).
