@@ -585,7 +585,7 @@ def planned(node: Node, ev: Planned, opts: Lifecycle) -> Step:
     if node.kubelet_held and not (ev.kind == "pending" and ev.manifest_change):
         node = replace(node, kubelet_held="")  # nothing to hold back any more: a later outage is said again
     r = node.record
-    was_ready = r.last_good is not None and r.last_good.config_hash == ev.config_hash  # this config, here before
+    was_ready = r.last_good is not None and r.last_good.config_hash == ev.config_hash  # it ran Ready here before
     if ev.kind == "known-bad":
         return node, [*acts, Log("info", f"not retrying a config that was rolled back: {ev.message}")]
     if ev.kind == "refused":
@@ -887,7 +887,7 @@ def observed(node: Node, ev: Observed, opts: Lifecycle) -> Step:
     if ev.verdict == Verdict.CRASH_LOOPING:
         return _fail_wait(node, w, opts, f"kube-scheduler crash-loops with config {w.config_hash[:12]} ({ev.reason})")
     if ev.now < w.deadline or (ev.settle_until is not None and ev.now < ev.settle_until):
-        return node, []  # the settle time: bounded past the deadline, and the loop wakes at its end
+        return node, []  # not yet, or only the settle time past it (bounded; the loop wakes at its end)
     return _timed_out(node, w, ev, opts)
 
 
