@@ -8,7 +8,6 @@ apiVersion in the node's minor (``schema``) and upstream's rules (``rules``), al
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Callable
 from difflib import get_close_matches
 from typing import Any
@@ -144,12 +143,10 @@ class _Walker:
                     f"(added in {added[0]}.{added[1]})"
                 )
             where = f"{where} of kube-scheduler {self.schema.minor[0]}.{self.schema.minor[1]}"
-        hint = ""
-        close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6)
-        if not close:
-            close = [name for name in spec.fields if name.casefold() == key.casefold()]
-        if close:
-            hint = f"; did you mean {close[0]!r}?"
+        close = get_close_matches(key, list(spec.fields), n=1, cutoff=0.6) or [
+            name for name in spec.fields if name.casefold() == key.casefold()
+        ]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"{join(path, key)}: unknown field (strict decoding: {where} has no such field{hint})"
 
 
@@ -200,7 +197,7 @@ def _check_bytes(value: Any) -> str | None:
         return f"must be base64 text, got {_describe(value)}"
     try:
         base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error included
         return "must be base64 text (PEM data base64-encoded once more)"
     return None
 
