@@ -55,9 +55,7 @@ class Schema:
     node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (rules.py)
 
     def serves(self, version: KubeVersion) -> bool:
-        if version.key < self.served_from:
-            return False
-        return self.removed_in is None or version.key < self.removed_in
+        return self.served_from <= version.key and (self.removed_in is None or version.key < self.removed_in)
 
     @property
     def served_text(self) -> str:
