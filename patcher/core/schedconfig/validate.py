@@ -230,7 +230,7 @@ def problems_for(data: dict[Any, Any], schema: Schema) -> list[str]:
     walker.check_struct(data, schema.types[schema.root], "")
     # what the scheduler validates: the config with the manifest's flags over it
     found = rule_problems(effective(data, schema), schema)
-    return walker.errors + [p for p in found if p not in walker.errors]
+    return walker.errors + found  # disjoint: no rule's message has a type error's wording
 
 
 def raise_problems(path: str, problems: list[str]) -> None:
@@ -287,6 +287,6 @@ def validate_extenders_file(data: Any, path: str) -> Schema:
     if isinstance(extenders, list) and not extenders:
         problems.append("extenders: must list at least one extender")
     if isinstance(extenders, list):
-        problems += [p for p in extender_problems(extenders) if p not in problems]
+        problems += extender_problems(extenders)
     raise_problems(path, problems)
     return schema
