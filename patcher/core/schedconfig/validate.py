@@ -213,7 +213,6 @@ _SCALARS: dict[str, Callable[[Any], str | None]] = {
     "object": _is(dict, "a mapping"),
     "duration": _check_duration,
     "bytes": _check_bytes,
-    "any": lambda value: None,
 }
 
 
