@@ -10,7 +10,7 @@ from patcher.core.schedconfig.schema import CONFIG_KIND, Schema, all_schemas, ca
 from patcher.core.schedconfig.validate import _SCALARS
 
 SCALARS = {
-    "string", "bool", "int32", "int64", "float", "float32", "float64", "duration", "bytes", "any", "object",
+    "string", "bool", "int32", "int64", "float", "float32", "float64", "duration", "bytes", "object",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patcher.core.errors import ConfigError
-from patcher.core.schedconfig.rules import is_qualified_name
+from patcher.core.schedconfig.rules import qualified_name_problem
 from patcher.core.schedconfig.validate import check_served, validate_document, validate_extenders_file
 from patcher.core.schedconfig.version import KubeVersion
 from patcher.core.schedconfig.yamlio import load_single
@@ -98,7 +98,8 @@ def test_http_timeout_must_be_a_duration() -> None:
 def test_managed_resource_names_are_qualified() -> None:
     text = V1 + "extenders:\n- urlPrefix: http://a\n  managedResources:\n  - name: gpu\n"
     assert "extenders[0].managedResources[0].name: 'gpu' must be a qualified extended resource name" in problem(text)
-    assert not is_qualified_name("Example.com/gpu") and is_qualified_name("example.com/gpu-mem_2")
+    assert qualified_name_problem("Example.com/gpu") is not None
+    assert qualified_name_problem("example.com/gpu-mem_2") is None
 
 
 def test_managed_resources_are_unique_across_extenders() -> None:

@@ -12,12 +12,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
-from patcher.core import fileread
 from patcher.core.schedconfig.flags import parse_bool
-
-FACTS = Path(__file__).with_name("schemas") / "binary-facts.json"  # beside the schemas: the same package data
+from patcher.core.schedconfig.schema import read_data
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ class BinaryFacts:
 
 @cache
 def _all() -> dict[int, BinaryFacts]:
-    raw = json.loads(fileread.read_file(FACTS, "packaged binary facts", limit=1 << 20).decode("utf-8"))
+    raw = json.loads(read_data("binary-facts.json"))
     return {int(minor): BinaryFacts(item["version"], frozenset(item["flags"]),
                                     {**item["gates"], **item.get("locked", {})}, dict(item.get("locked", {})),
                                     {gate: tuple(deps) for gate, deps in item["depends"].items()},

@@ -16,7 +16,6 @@ config the scheduler accepts, which is as wrong as a missing rule.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import posixpath
 import re
@@ -242,9 +241,6 @@ def _exists(name: str, minor: Minor, launch: Launch | None) -> bool:
     return not upstream
 
 
-_WEIGHT = "framework.scoreWeight"
-
-
 def _does_not_exist(name: str, minor: Minor) -> str:
     """The refusal of an unknown plugin, at a point or in multiPoint, with ``; did you mean 'NodeResourcesFit'?``
     for a typo of a plugin this minor registers."""
@@ -300,10 +296,10 @@ def _framework_problems(
             seen.add(name)
     for index, plugin in enumerate(as_list(as_map(plugins.get("score")).get("enabled"))):
         weight = as_map(plugin).get("weight")
-        if is_int(weight) and weight < 0 and holds(_WEIGHT, minor):
+        if is_int(weight) and weight < 0 and holds("framework.scoreWeight", minor):
             problems.append(
                 f"{where}.plugins.score.enabled[{index}].weight: {weight} is negative: total score of Score plugins "
-                f"could overflow{tag(_WEIGHT, minor)}"
+                f"could overflow{tag('framework.scoreWeight', minor)}"
             )
     custom_multi = enabled.get("multiPoint", []) if multipoint else []
     for index, name in enumerate(custom_multi):
@@ -867,8 +863,8 @@ def _node_resources_fit(args: Mapping[Any, Any], path: str, schema: Schema) -> l
             '"RequestedToCapacityRatio"'
         )
     for index, resource in enumerate(as_list(strategy.get("resources"))):
-        weight = _int(as_map(resource).get("weight"))
-        weight = 1 if weight in (None, 0) and as_map(resource).get("weight") in (None, 0) else weight
+        given = as_map(resource).get("weight")
+        weight = 1 if given in (None, 0) else _int(given)  # 0/absent is defaulted to 1
         if weight is not None and not 0 < weight <= 100:
             name = as_map(resource).get("name")
             problems.append(f"{where}.resources[{index}].weight: resource weight of {name} not in valid range (0, 100]")
@@ -937,20 +933,15 @@ PLUGIN_ARGS: dict[str, Callable[[Mapping[Any, Any], str, Schema], list[str]]] = 
 }
 
 
-def is_qualified_name(name: str) -> bool:
-    """Kubernetes ``IsQualifiedName``: an optional DNS subdomain prefix, ``/``, and a 63-character name."""
-    return qualified_name_problem(name) is None
-
-
 def is_extended_resource_name(name: str) -> bool:
     """Upstream ``validateExtendedResourceName``: ``IsQualifiedName``, then v1helper ``IsExtendedResourceName`` (a
     domain prefix that is not a native ``kubernetes.io/`` one, not ``requests.``-prefixed, and still a
     qualified name as the quota resource ``requests.<name>``)."""
-    if not is_qualified_name(name) or "/" not in name:
+    if qualified_name_problem(name) or "/" not in name:
         return False
     if "kubernetes.io/" in name or name.startswith("requests."):
         return False
-    return is_qualified_name("requests." + name)
+    return qualified_name_problem("requests." + name) is None
 
 
 def extender_problems(extenders: list[Any]) -> list[str]:
@@ -1023,7 +1014,7 @@ def _base64(value: str) -> bytes:
     """A []byte field as Go's JSON decoder reads it: standard base64 (invalid input is refused elsewhere)."""
     try:
         return base64.b64decode(value, validate=False)
-    except (ValueError, binascii.Error):
+    except ValueError:  # binascii.Error included
         return b""
 
 

@@ -55,9 +55,7 @@ class Schema:
     node_launch: Launch | None = None  # the manifest's flags and image, for the start-up checks (rules.py)
 
     def serves(self, version: KubeVersion) -> bool:
-        if version.key < self.served_from:
-            return False
-        return self.removed_in is None or version.key < self.removed_in
+        return self.served_from <= version.key and (self.removed_in is None or version.key < self.removed_in)
 
     @property
     def served_text(self) -> str:
@@ -65,8 +63,7 @@ class Schema:
         start = f"{self.served_from[0]}.{self.served_from[1]}"
         if self.removed_in is None:
             return f"{start} and later"
-        last = (self.removed_in[0], self.removed_in[1] - 1)
-        end = f"{last[0]}.{last[1]}"
+        end = f"{self.removed_in[0]}.{self.removed_in[1] - 1}"
         return start if end == start else f"{start}–{end}"
 
 
@@ -104,7 +101,7 @@ def _parse(name: str, raw: dict[str, Any]) -> Schema:
     )
 
 
-#: The largest shipped schema is ~20 KiB; the bound is the one reader's rule, not a worry about these files.
+#: The largest shipped data file is ~70 KiB; the bound is the one reader's rule, not a worry about these files.
 MAX_SCHEMA_BYTES = 1024 * 1024
 
 
@@ -124,8 +121,6 @@ def all_schemas() -> tuple[Schema, ...]:
 class MinorTypes:
     """The generated types of one apiVersion in one kube-scheduler minor."""
 
-    minor: tuple[int, int]
-    file: str
     types: dict[str, TypeSpec]
     plugin_args: dict[str, str]
 
@@ -139,7 +134,7 @@ def _generated() -> dict[tuple[int, int], tuple[dict[str, MinorTypes], frozenset
         raw = json.loads(read_data(entry.name))
         minor = minor_of(raw["kubeScheduler"])
         assert minor is not None
-        types = {api_version: MinorTypes(minor, entry.name, _types(content["types"]), dict(content["pluginArgs"]))
+        types = {api_version: MinorTypes(_types(content["types"]), dict(content["pluginArgs"]))
                  for api_version, content in raw["apiVersions"].items()}
         found[minor] = (types, frozenset(raw["registry"]) if raw.get("registry") is not None else None)
     return dict(sorted(found.items()))
@@ -169,7 +164,7 @@ def for_version(schema: Schema, version: KubeVersion) -> Schema:
     entry = generated()[minor].get(schema.api_version) if minor is not None else None
     if entry is None:
         return node
-    return replace(node, types=entry.types, plugin_args=entry.plugin_args, minor=entry.minor, file=entry.file)
+    return replace(node, types=entry.types, plugin_args=entry.plugin_args, minor=minor)
 
 
 def added_in(api_version: str, type_name: str, field_name: str, after: tuple[int, int]) -> tuple[int, int] | None:
