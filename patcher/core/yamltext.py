@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import functools
 import json
 import re
@@ -139,7 +138,7 @@ def check_limits(text: str, *, json_only: bool = False, y: YAML | None = None) -
     depth = nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
     sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
-    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
+    y = y or _data_loader()
     with contextlib.closing(y.parse(text)) as events:
         for event in events:
             line = event.start_mark.line + 1 if event.start_mark is not None else 0
@@ -309,9 +308,7 @@ def content_end(text: str, node: Node) -> int:
             while end > start and text[end - 1] in " \t\r\n":
                 end -= 1
         return end
-    if getattr(node, "flow_style", False):
-        return int(node.end_mark.index)
-    if isinstance(node, (MappingNode, SequenceNode)) and not node.value:
+    if getattr(node, "flow_style", False) or (isinstance(node, (MappingNode, SequenceNode)) and not node.value):
         return int(node.end_mark.index)
     if isinstance(node, MappingNode):
         key, value = node.value[-1]
@@ -331,9 +328,7 @@ def dash_pos(text: str, item: Node) -> int:
     start = int(item.start_mark.index)
     ls = line_start(text, start)
     prefix = text[ls:start]
-    if _DASH_PREFIX.match(prefix):
-        return ls + prefix.rindex("-")
-    if prefix.strip() == "-" and _is_empty_scalar(item):
+    if _DASH_PREFIX.match(prefix) or (prefix.strip() == "-" and _is_empty_scalar(item)):
         return ls + prefix.rindex("-")
     if prefix.strip():
         raise YamlTextError(f"line {item.start_mark.line + 1}: unsupported sequence item layout")
@@ -394,9 +389,7 @@ class Hints:
     flow: bool = False
 
 
-def learn_hints(text: str, node: Node | None) -> Hints:
-    if node is None:
-        return Hints()
+def learn_hints(node: Node) -> Hints:
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
 
@@ -603,13 +596,10 @@ def _item_layout(text: str, item: Node) -> tuple[int, SeqStyle]:
 
 
 def _seq_append(text: str, seq: SequenceNode, op: Append, depth: int) -> _Edit:
-    hints = op.hints or learn_hints(text, seq.value[-1] if seq.value else None)
+    hints = learn_hints(seq.value[-1]) if seq.value else op.hints or Hints()
     if seq.flow_style:
         return _flow_insert(text, seq, render_flow(op.value, hints), depth)
-    ref = seq.value[-1]
-    dash_col, style = _item_layout(text, ref)
-    if isinstance(ref, MappingNode) and ref.flow_style:
-        hints = dataclasses.replace(hints, flow=True)
+    dash_col, style = _item_layout(text, seq.value[-1])
     lines = render_block_item(op.value, dash_col, style, hints)
     return _insert_block_lines(text, content_end(text, seq), lines, depth)
 
