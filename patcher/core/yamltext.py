@@ -10,7 +10,6 @@ exactly the data edit, or nothing is written.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import json
 import re
@@ -538,14 +537,14 @@ def apply_data(data: Any, ops: Sequence[Op]) -> Any:
             parent = at(op.path[:-1])
             if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = []
-            parent[op.path[-1]].append(copy.deepcopy(op.value))
+            parent[op.path[-1]].append(_unshared(op.value))
         elif isinstance(op, SetKey):
             parent = at(op.path[:-1])
             if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = {}
-            parent[op.path[-1]][op.key] = copy.deepcopy(op.value)
+            parent[op.path[-1]][op.key] = _unshared(op.value)
         elif isinstance(op, Replace):
-            at(op.path[:-1])[op.path[-1]] = copy.deepcopy(op.value)
+            at(op.path[:-1])[op.path[-1]] = _unshared(op.value)
     # Remove from the end so that earlier indices stay valid.
     def order(op: Remove) -> tuple[tuple[int, int, str], ...]:
         return tuple((1, s, "") if isinstance(s, int) else (0, 0, s) for s in op.path)

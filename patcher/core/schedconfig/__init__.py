@@ -95,8 +95,7 @@ class _Source:
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
-    items = data.get("extenders") if isinstance(data, dict) else None
-    return [to_canonical(item, schema) for item in items or []]
+    return [to_canonical(item, schema) for item in data.get("extenders") or []]
 
 
 def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:

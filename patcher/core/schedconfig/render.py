@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -39,7 +39,7 @@ class Output:
     files: dict[str, bytes]
     main: str
     api_version: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
 
 def header(source: str, version: KubeVersion, api_version: str) -> str:
@@ -132,7 +132,6 @@ def render_complete(
     data = load_single(text, source.path)
     schema = validate_document(data, source.path, version=version)
     carried, notes = carry(schema)
-    notes = list(notes)
     changed = False
     for item in carried:
         wins = item.flag[2:] in LEADER_ELECTION_FLAGS and flags_apply(version.key)
