@@ -67,13 +67,11 @@ def set_path(
                 notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
                 return False
             node[part] = CommentedSeq([CommentedMap()])
-        elif current is None:
+        elif current is None:  # a config's mapping here is already validated as one
             node[part] = CommentedMap()
-        elif not isinstance(current, dict):
-            return False  # a type error that validation reports
         node = node[part]
     leaf = parts[-1]
-    existing = node.get(leaf) if isinstance(leaf, str) else None
+    existing = node.get(leaf)
     if existing is not None and fill_only:
         if to_plain(existing) != carried.value and not flag_wins:
             notes.append(
