@@ -76,16 +76,12 @@ def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
     )
 
 
-def image_tag(image: str) -> str | None:
-    """The tag of an image reference (``…/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``), if it has one."""
-    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
-    return last.partition(":")[2] or None
-
-
 def version_from_image(image: str) -> KubeVersion | None:
-    """The Kubernetes version that an image tag names, or None when the tag is not a Kubernetes 1.x version."""
-    tag = image_tag(image)
-    return None if tag is None else parse_version(tag, source=f"image tag {tag}")
+    """The Kubernetes version that an image's tag names (``…/kube-scheduler:v1.28.0@sha256:…`` → 1.28.0), or None
+    when it has no tag or the tag is not a Kubernetes 1.x version."""
+    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
+    tag = last.partition(":")[2]  # no tag: "", which is no version
+    return parse_version(tag, source=f"image tag {tag}")
 
 
 def _not_a_version(text: str) -> str:
