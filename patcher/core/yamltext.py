@@ -676,30 +676,29 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
     parent = node_at(root, op.path[:-1])
     if not isinstance(parent, MappingNode):
         raise YamlTextError(f"{format_path(op.path[:-1])} is not a mapping")
-    found = map_lookup(parent, str(op.path[-1]))
+    key = str(op.path[-1])
+    found = map_lookup(parent, key)
     hints = op.hints or Hints()
     if isinstance(op, Append):
         if found and isinstance(found[1], SequenceNode) and (found[1].value or found[1].flow_style):
             return _seq_append(text, found[1], op, depth)
         if found:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
-        style = op.seq_style or SeqStyle()
-        if parent.flow_style:
-            return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
-        col = (int(parent.value[0][0].start_mark.column) if parent.value else 0) + style.offset
-        item_lines = render_block_item(op.value, col, style, hints)
-        return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
-    # SetKey
-    if found:
-        mapping = found[1]
-        if not isinstance(mapping, MappingNode):
+    elif found:
+        if not isinstance(found[1], MappingNode):
             raise YamlTextError(f"{format_path(op.path)} is not a mapping")
-        return _map_add(text, mapping, op.key, op.value, None, hints, depth)
+        return _map_add(text, found[1], op.key, op.value, None, hints, depth)
+    # the sequence or mapping is new: ``key`` of ``parent``
     if parent.flow_style:
-        return _map_add(text, parent, str(op.path[-1]), {op.key: op.value}, None, hints, depth - 1)
-    col = int(parent.value[0][0].start_mark.column) + nested_indent(parent)
-    value_lines = [" " * col + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
-    return _map_add(text, parent, str(op.path[-1]), None, value_lines, hints, depth - 1)
+        new = [op.value] if isinstance(op, Append) else {op.key: op.value}
+        return _map_add(text, parent, key, new, None, hints, depth - 1)
+    col = int(parent.value[0][0].start_mark.column) if parent.value else 0
+    if isinstance(op, Append):
+        style = op.seq_style or SeqStyle()
+        lines = render_block_item(op.value, col + style.offset, style, hints)
+    else:
+        lines = [" " * (col + nested_indent(parent)) + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
+    return _map_add(text, parent, key, None, lines, hints, depth - 1)
 
 
 def edit(doc: Document, ops: Sequence[Op]) -> tuple[str, Any]:
