@@ -10,8 +10,6 @@ exactly the data edit, or nothing is written.
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import functools
 import json
 import re
@@ -139,7 +137,7 @@ def check_limits(text: str, *, json_only: bool = False, y: YAML | None = None) -
     depth = nodes = 0
     stack: list[tuple[str | None, int]] = []  # open collections: (anchor, node count when opened)
     sizes: dict[str, int] = {}  # anchor -> how many nodes it stands for
-    y = y or (YAML(typ="rt", pure=True) if json_only else _data_loader())
+    y = y or _data_loader()
     with contextlib.closing(y.parse(text)) as events:
         for event in events:
             line = event.start_mark.line + 1 if event.start_mark is not None else 0
@@ -309,9 +307,7 @@ def content_end(text: str, node: Node) -> int:
             while end > start and text[end - 1] in " \t\r\n":
                 end -= 1
         return end
-    if getattr(node, "flow_style", False):
-        return int(node.end_mark.index)
-    if isinstance(node, (MappingNode, SequenceNode)) and not node.value:
+    if getattr(node, "flow_style", False) or (isinstance(node, (MappingNode, SequenceNode)) and not node.value):
         return int(node.end_mark.index)
     if isinstance(node, MappingNode):
         key, value = node.value[-1]
@@ -331,9 +327,7 @@ def dash_pos(text: str, item: Node) -> int:
     start = int(item.start_mark.index)
     ls = line_start(text, start)
     prefix = text[ls:start]
-    if _DASH_PREFIX.match(prefix):
-        return ls + prefix.rindex("-")
-    if prefix.strip() == "-" and _is_empty_scalar(item):
+    if _DASH_PREFIX.match(prefix) or (prefix.strip() == "-" and _is_empty_scalar(item)):
         return ls + prefix.rindex("-")
     if prefix.strip():
         raise YamlTextError(f"line {item.start_mark.line + 1}: unsupported sequence item layout")
@@ -394,9 +388,7 @@ class Hints:
     flow: bool = False
 
 
-def learn_hints(text: str, node: Node | None) -> Hints:
-    if node is None:
-        return Hints()
+def learn_hints(node: Node) -> Hints:
     order: dict[Path, list[str]] = {}
     quotes: dict[Path, str | None] = {}
 
@@ -545,14 +537,14 @@ def apply_data(data: Any, ops: Sequence[Op]) -> Any:
             parent = at(op.path[:-1])
             if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = []
-            parent[op.path[-1]].append(copy.deepcopy(op.value))
+            parent[op.path[-1]].append(_unshared(op.value))
         elif isinstance(op, SetKey):
             parent = at(op.path[:-1])
             if parent.get(op.path[-1]) is None:
                 parent[op.path[-1]] = {}
-            parent[op.path[-1]][op.key] = copy.deepcopy(op.value)
+            parent[op.path[-1]][op.key] = _unshared(op.value)
         elif isinstance(op, Replace):
-            at(op.path[:-1])[op.path[-1]] = copy.deepcopy(op.value)
+            at(op.path[:-1])[op.path[-1]] = _unshared(op.value)
     # Remove from the end so that earlier indices stay valid.
     def order(op: Remove) -> tuple[tuple[int, int, str], ...]:
         return tuple((1, s, "") if isinstance(s, int) else (0, 0, s) for s in op.path)
@@ -603,13 +595,10 @@ def _item_layout(text: str, item: Node) -> tuple[int, SeqStyle]:
 
 
 def _seq_append(text: str, seq: SequenceNode, op: Append, depth: int) -> _Edit:
-    hints = op.hints or learn_hints(text, seq.value[-1] if seq.value else None)
+    hints = learn_hints(seq.value[-1]) if seq.value else op.hints or Hints()
     if seq.flow_style:
         return _flow_insert(text, seq, render_flow(op.value, hints), depth)
-    ref = seq.value[-1]
-    dash_col, style = _item_layout(text, ref)
-    if isinstance(ref, MappingNode) and ref.flow_style:
-        hints = dataclasses.replace(hints, flow=True)
+    dash_col, style = _item_layout(text, seq.value[-1])
     lines = render_block_item(op.value, dash_col, style, hints)
     return _insert_block_lines(text, content_end(text, seq), lines, depth)
 
@@ -687,30 +676,29 @@ def _text_edit(doc: Document, op: Op) -> _Edit:
     parent = node_at(root, op.path[:-1])
     if not isinstance(parent, MappingNode):
         raise YamlTextError(f"{format_path(op.path[:-1])} is not a mapping")
-    found = map_lookup(parent, str(op.path[-1]))
+    key = str(op.path[-1])
+    found = map_lookup(parent, key)
     hints = op.hints or Hints()
     if isinstance(op, Append):
         if found and isinstance(found[1], SequenceNode) and (found[1].value or found[1].flow_style):
             return _seq_append(text, found[1], op, depth)
         if found:
             raise YamlTextError(f"{format_path(op.path)} is not a non-empty sequence")
-        style = op.seq_style or SeqStyle()
-        if parent.flow_style:
-            return _map_add(text, parent, str(op.path[-1]), [op.value], None, hints, depth - 1)
-        col = (int(parent.value[0][0].start_mark.column) if parent.value else 0) + style.offset
-        item_lines = render_block_item(op.value, col, style, hints)
-        return _map_add(text, parent, str(op.path[-1]), None, item_lines, hints, depth - 1)
-    # SetKey
-    if found:
-        mapping = found[1]
-        if not isinstance(mapping, MappingNode):
+    elif found:
+        if not isinstance(found[1], MappingNode):
             raise YamlTextError(f"{format_path(op.path)} is not a mapping")
-        return _map_add(text, mapping, op.key, op.value, None, hints, depth)
+        return _map_add(text, found[1], op.key, op.value, None, hints, depth)
+    # the sequence or mapping is new: ``key`` of ``parent``
     if parent.flow_style:
-        return _map_add(text, parent, str(op.path[-1]), {op.key: op.value}, None, hints, depth - 1)
-    col = int(parent.value[0][0].start_mark.column) + nested_indent(parent)
-    value_lines = [" " * col + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
-    return _map_add(text, parent, str(op.path[-1]), None, value_lines, hints, depth - 1)
+        new = [op.value] if isinstance(op, Append) else {op.key: op.value}
+        return _map_add(text, parent, key, new, None, hints, depth - 1)
+    col = int(parent.value[0][0].start_mark.column) if parent.value else 0
+    if isinstance(op, Append):
+        style = op.seq_style or SeqStyle()
+        lines = render_block_item(op.value, col + style.offset, style, hints)
+    else:
+        lines = [" " * (col + nested_indent(parent)) + f"{render_scalar(op.key)}: {render_flow(op.value, hints)}"]
+    return _map_add(text, parent, key, None, lines, hints, depth - 1)
 
 
 def edit(doc: Document, ops: Sequence[Op]) -> tuple[str, Any]:

@@ -10,7 +10,6 @@ from patcher.core.errors import ConfigError
 from patcher.core.schedconfig.schema import served_config_schemas, target_schema
 from patcher.core.schedconfig.version import (
     KubeVersion,
-    image_tag,
     resolve_version,
     supported_version,
     version_from_image,
@@ -53,8 +52,9 @@ def test_images_without_a_kubernetes_version(image: str) -> None:
 
 
 def test_image_tag_ignores_registry_port_and_digest() -> None:
-    assert image_tag("localhost:5000/a/b:v1@sha256:00") == "v1"
-    assert image_tag("localhost:5000/a/b") is None
+    version = version_from_image("localhost:5000/a/b:v1.28@sha256:00")
+    assert version is not None and str(version) == "1.28" and version.source == "image tag v1.28"
+    assert version_from_image("localhost:5000/a/b") is None
 
 
 def test_override_wins_over_image_and_fallback() -> None:

@@ -86,18 +86,16 @@ def sha256_hex(data: bytes) -> str:
 
 @dataclass
 class _Source:
-    """What the source folder contributes: either extenders (canonical) or a complete config to use as is."""
+    """What the source folder contributes: extenders (canonical), or without them a complete config to use as is."""
 
     file: SourceFile
     extenders: list[Extender] | None = None
-    complete: SourceFile | None = None
     api_version: str | None = None  # of the complete config (for the merge's mismatch check)
     notes: list[str] = field(default_factory=list)
 
 
 def _extenders_of(data: Any, schema: Schema) -> list[Extender]:
-    items = data.get("extenders") if isinstance(data, dict) else None
-    return [to_canonical(item, schema) for item in items or []]
+    return [to_canonical(item, schema) for item in data.get("extenders") or []]
 
 
 def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge: bool) -> _Source:
@@ -114,7 +112,7 @@ def _read_source(source_dir: Path, form: SourceForm, version: KubeVersion, merge
             f"({version.source}); the folder has {has}",
         )
     complete = read_source_file(source_dir, name)
-    found = _Source(complete, complete=complete)
+    found = _Source(complete)
     if merge:  # only the extenders are merged; they must come from a config this scheduler can read
         data = load_single(strip_header(complete.text), complete.path)
         schema = validate_document(data, complete.path, version=version)
@@ -207,9 +205,8 @@ def _build(req: ConfigRequest) -> RenderedConfig:
             source=source.file.name,
         )
     else:
-        assert source.complete is not None
         out = render_complete(
-            source.complete,
+            source.file,
             version=version,
             carry=lambda schema: carried_settings(flags, schema, where=req.manifest),
         )

@@ -22,13 +22,6 @@ _HOST_OK = frozenset(string.ascii_letters + string.digits + "-._~!$&'()*+,;=:[]<
 _USERINFO_OK = frozenset(string.ascii_letters + string.digits + "-._:~!$&'()*+,;=%@")
 
 
-def _control_char(text: str) -> str | None:
-    for char in text:
-        if ord(char) < 0x20 or ord(char) == 0x7F:
-            return char
-    return None
-
-
 def _bad_escape(text: str) -> str | None:
     """The first malformed ``%`` escape, as net/url's unescape reports it."""
     index = 0
@@ -75,19 +68,15 @@ def _host_problem(host: str) -> str | None:
         rest = host[end + 1 :]
         if rest and not rest.startswith(":"):
             return f"invalid port {rest!r} after host"
-        problem = _port_problem(rest[1:])
-        if problem:
-            return problem
         name = host[1:end]
+        port = rest[1:]
     else:
         name, colon, port = host.rpartition(":")
         if not colon:
             name, port = host, ""
-        problem = _port_problem(port) if colon else None
-        if colon and not port:
-            problem = None  # "host:" is accepted by Go (an empty port)
-        if problem:
-            return problem
+    problem = _port_problem(port)  # none for an empty port: Go accepts "host:"
+    if problem:
+        return problem
     escape = _bad_escape(host)
     if escape is None and not host.startswith("["):
         escape = _ascii_escape_in_host(name)  # unescape(host, encodeHost): %XX of an ASCII byte, except %25
@@ -101,7 +90,7 @@ def _host_problem(host: str) -> str | None:
 
 def url_problem(url: str) -> str | None:
     """Why Go's HTTP client cannot call ``url`` + ``/verb``, or None when it can."""
-    char = _control_char(url)
+    char = next((c for c in url if ord(c) < 0x20 or ord(c) == 0x7F), None)
     if char is not None:
         return f"invalid control character {char!r} in URL (Go's url.Parse refuses it)"
     scheme, colon, rest = url.partition(":")
@@ -120,8 +109,6 @@ def url_problem(url: str) -> str | None:
     userinfo, at, host = authority.rpartition("@")
     if at and any(c not in _USERINFO_OK for c in userinfo):
         return "invalid userinfo"
-    if not at:
-        host = authority
     if not host or host.startswith(":"):
         return f"{_ABSOLUTE} (no host)"
     problem = _host_problem(host)

@@ -60,22 +60,20 @@ def _merged_extenders(existing: Any, ours: list[dict[str, Any]]) -> tuple[Commen
     merged = CommentedSeq()
     origins: list[str] = []
     replaced: list[str] = []
-    inserted = False
     for index, item in enumerate(old):
         url = url_of(item) if isinstance(item, dict) else ""
         if url and url in our_urls:
-            replaced.append(url)
-            if not inserted:
+            if not replaced:  # ours go where the first stale copy stood
                 merged.extend(our_nodes)
                 origins.extend("ours" for _ in our_nodes)
-                inserted = True
+            replaced.append(url)
             _move_trailing_comment(item, merged[-1])
             continue
         if isinstance(existing, CommentedSeq) and index in existing.ca.items:
             merged.ca.items[len(merged)] = existing.ca.items[index]
         merged.append(item)
         origins.append("this file")
-    if not inserted:
+    if not replaced:
         merged.extend(our_nodes)
         origins.extend("ours" for _ in our_nodes)
     if isinstance(existing, CommentedSeq):

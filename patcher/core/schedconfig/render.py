@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -39,7 +39,7 @@ class Output:
     files: dict[str, bytes]
     main: str
     api_version: str
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
 
 def header(source: str, version: KubeVersion, api_version: str) -> str:
@@ -67,13 +67,11 @@ def set_path(
                 notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
                 return False
             node[part] = CommentedSeq([CommentedMap()])
-        elif current is None:
+        elif current is None:  # a config's mapping here is already validated as one
             node[part] = CommentedMap()
-        elif not isinstance(current, dict):
-            return False  # a type error that validation reports
         node = node[part]
     leaf = parts[-1]
-    existing = node.get(leaf) if isinstance(leaf, str) else None
+    existing = node.get(leaf)
     if existing is not None and fill_only:
         if to_plain(existing) != carried.value and not flag_wins:
             notes.append(
@@ -132,7 +130,6 @@ def render_complete(
     data = load_single(text, source.path)
     schema = validate_document(data, source.path, version=version)
     carried, notes = carry(schema)
-    notes = list(notes)
     changed = False
     for item in carried:
         wins = item.flag[2:] in LEADER_ELECTION_FLAGS and flags_apply(version.key)

@@ -102,7 +102,6 @@ def detect_form(source_dir: Path) -> SourceForm:
     visible = [name for name in entries if not name.startswith(".")]  # ..data, ..2024_… are the mount's own
     present = frozenset(name for name in visible if name in KNOWN_FILES)
     ignored = tuple(name for name in visible if name not in KNOWN_FILES)
-    csi = sorted(present & {POLICY_FILE, *CSI_CONFIGS})
     if EXTENDERS_FILE in present:
         others = sorted(present - {EXTENDERS_FILE})
         if others:
@@ -112,7 +111,7 @@ def detect_form(source_dir: Path) -> SourceForm:
                 "(recommended), a single config.yaml, or the csi-baremetal-operator layout",
             )
         return SourceForm(FORM_EXTENDERS, present, ignored)
-    if csi:
+    if present & {POLICY_FILE, *CSI_CONFIGS}:
         return SourceForm(FORM_CSI, present, ignored)
     if CONFIG_FILE in present:
         return SourceForm(FORM_CONFIG, present, ignored)

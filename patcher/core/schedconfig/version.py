@@ -76,16 +76,12 @@ def parse_version(text: str, *, source: str = "") -> KubeVersion | None:
     )
 
 
-def image_tag(image: str) -> str | None:
-    """The tag of an image reference (``…/kube-scheduler:v1.28.0@sha256:…`` → ``v1.28.0``), if it has one."""
-    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
-    return last.partition(":")[2] or None
-
-
 def version_from_image(image: str) -> KubeVersion | None:
-    """The Kubernetes version that an image tag names, or None when the tag is not a Kubernetes 1.x version."""
-    tag = image_tag(image)
-    return None if tag is None else parse_version(tag, source=f"image tag {tag}")
+    """The Kubernetes version that an image's tag names (``…/kube-scheduler:v1.28.0@sha256:…`` → 1.28.0), or None
+    when it has no tag or the tag is not a Kubernetes 1.x version."""
+    last = image.strip().split("@", 1)[0].rsplit("/", 1)[-1]  # a ':' before the last '/' is a registry port
+    tag = last.partition(":")[2]  # no tag: "", which is no version
+    return parse_version(tag, source=f"image tag {tag}")
 
 
 def _not_a_version(text: str) -> str:
@@ -117,25 +113,21 @@ def resolve_version(
     image: str | None, override: str | None, fallback: str | None, *, where: str | None = None
 ) -> KubeVersion:
     """The scheduler version: ``--kube-version``, else the image tag, else the API server's; ``where`` (the manifest)
-    is named in errors about the image."""
+    is named in errors about the image. Older than the supported range is refused, whatever says so (a newer one
+    is judged with the newest types)."""
     if override:
         version = parse_version(override, source="--kube-version")
         if version is None:
             raise ConfigError(None, f"--kube-version: {_not_a_version(override)}")
-        return _supported(version, where)
-    version = version_from_image(image) if image else None
-    if version is None and fallback:
-        version = parse_version(fallback, source="API server /version")
-    if version is not None:
-        return _supported(version, where)
-    seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
-    if fallback:
-        seen += f", API server version {fallback!r} is not a Kubernetes version"
-    raise ConfigError(where, f"cannot tell the kube-scheduler version: {seen}; {_FIX_HINT}")
-
-
-def _supported(version: KubeVersion, where: str | None) -> KubeVersion:
-    """Older than the supported range: refused, whatever says so (a newer one is judged with the newest types)."""
+    else:
+        version = version_from_image(image) if image else None
+        if version is None and fallback:
+            version = parse_version(fallback, source="API server /version")
+    if version is None:
+        seen = f"image {image!r} has no Kubernetes version tag" if image else "no scheduler image is known"
+        if fallback:
+            seen += f", API server version {fallback!r} is not a Kubernetes version"
+        raise ConfigError(where, f"cannot tell the kube-scheduler version: {seen}; {_FIX_HINT}")
     if version.key < SUPPORTED_MINORS[0]:
         raise ConfigError(where, _outside(version))
     return version

@@ -32,7 +32,6 @@ def _yaml() -> YAML:
     yaml = YAML(typ="rt", pure=True)
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold long strings: a folded URL is still valid but no longer greppable
-    yaml.indent(mapping=2, sequence=2, offset=0)
     return yaml
 
 
