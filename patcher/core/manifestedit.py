@@ -225,13 +225,10 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     container = containers[idx]
     if _runs_in_shell(container):
         raise ManifestError(where, _IN_SHELL)
-    args, command = container.get("args"), container.get("command")
-    if isinstance(args, list) and args:
-        flags_key, flags = "args", args
-    elif isinstance(command, list) and command:
-        flags_key, flags = "command", command
-    else:
+    flags_key = next((k for k in ("args", "command") if isinstance(container.get(k), list) and container[k]), "")
+    if not flags_key:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
+    flags = container[flags_key]
     marker = _marker(metadata, prefix, where)
     foreign, foreign_index = _foreign_config(flags, own_start(flags, flags_key), marker)
     for key, holder in (("volumes", spec), ("volumeMounts", container)):
@@ -340,7 +337,11 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
                                                        container_name=spec.container_name, inspected=(doc, sched)),
                                                where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
-    _check_room(sched, spec, where)
+    # Our volume name and our mount path must be free in the unpatched manifest.
+    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
+        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
+    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
+        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
 
     try:
         root = doc.root  # the composer is stricter than the C parser (a tab inside a key): refuse, one line
@@ -396,15 +397,6 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     return PatchResult(new_text, True)
 
 
-
-def _check_room(sched: Scheduler, spec: PatchSpec, where: str) -> None:
-    """Our volume name and our mount path must be free in the unpatched manifest."""
-    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
-        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
-    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
-        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
-
-
 def _config_flag(doc: yt.Document, sched: Scheduler, spec: PatchSpec) -> tuple[yt.Op, str, str | None]:
     """How our ``--config`` goes into the flags: appended, or in place of a foreign one (in its quoting, and
     as a bare path after a split ``--config``). Returns the edit, the item written, the source text replaced."""
@@ -447,15 +439,12 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
         return text
     data = doc.data
     ops: list[yt.Op] = []
-    flags = sched.flags
-    for i, item in enumerate(flags):
-        if item == m.flag:
-            if m.replaced is not None:
-                value = _written(m.replaced, "replaced flag", where)
-                ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
-            else:
-                ops.append(yt.Remove((*sched.flags_path, i)))
-            break
+    if m.flag in sched.flags:
+        flag_path = (*sched.flags_path, sched.flags.index(m.flag))
+        if m.replaced is None:
+            ops.append(yt.Remove(flag_path))
+        else:
+            ops.append(yt.Replace(flag_path, _written(m.replaced, "replaced flag", where), m.replaced))
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     container = data["spec"]["containers"][sched.container_index]
     _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
