@@ -252,10 +252,10 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
     current = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
+    unpatched_text, unpatched = text, current
     if current[1].marker is None:
         manifestedit.check_prefix(current[0], opts.prefix, node_path)
-    unpatched_text, unpatched = text, current
-    if current[1].marker is not None:
+    else:
         unpatched_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
                                               inspected=current)
         unpatched = manifestedit.inspect_text(unpatched_text, node_path, opts.prefix, opts.container_name)
@@ -445,14 +445,11 @@ def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
         return None
     contents: dict[str, bytes] = {}
     for name in files:
-        try:
-            data = fileread.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
-                                           "config file", limit=MAX_CONFIG_BYTES)
+        try:  # missing or refused: not the config that was Ready either
+            contents[name] = fileread.read_file(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
+                                                "config file", limit=MAX_CONFIG_BYTES)
         except PatcherError:
             return None
-        if data is None:
-            return None
-        contents[name] = data
     digest = sha256(contents[main])
     if digest != record.config_hash:
         return None  # changed on disk since: not the config that was Ready
