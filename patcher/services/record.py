@@ -77,11 +77,9 @@ class StateStore:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
         failures are ``StateFolderError``s."""
         self._ensure()
-        out = [] if original is None else [fsio.Write(self.folder / ORIGINAL_FILE, original,
-                                                      f"{self.shown}/{ORIGINAL_FILE}", mode=0o600,
-                                                      error=StateFolderError)]
-        return [*out, fsio.Write(self.folder / STATE_FILE, encode(state), f"{self.shown}/{STATE_FILE}", mode=0o600,
-                                 error=StateFolderError)]
+        files = {ORIGINAL_FILE: original, STATE_FILE: encode(state)}
+        return [fsio.Write(self.folder / name, data, f"{self.shown}/{name}", mode=0o600, error=StateFolderError)
+                for name, data in files.items() if data is not None]
 
     def load_original(self) -> bytes | None:
         return self._read(ORIGINAL_FILE)
