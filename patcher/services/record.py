@@ -35,21 +35,22 @@ FileOps = fsio.FileOps
 REAL_FILE_OPS = fsio.REAL
 
 
+@contextlib.contextmanager
+def _folder_faults(kept: tuple[type[PatcherError], ...] = (StateFolderError,)) -> Iterator[None]:
+    """Any refusal of the state folder's file system, as a ``StateFolderError`` (``kept``: raised as they are)."""
+    try:
+        yield
+    except kept:
+        raise
+    except PatcherError as exc:
+        raise StateFolderError(exc.path, exc.problem) from None
+
+
 class StateStore:
     def __init__(self, folder: Path, shown: str, ops: fsio.FileOps = fsio.REAL) -> None:
         self.folder = folder
         self.shown = shown
         self.ops = ops  # every write here, and every writer handed this store, writes through them
-
-    @contextlib.contextmanager
-    def _faults(self) -> Iterator[None]:
-        """Any refusal of the folder's file system, as a ``StateFolderError`` (already one: unchanged)."""
-        try:
-            yield
-        except StateFolderError:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
 
     def _ensure(self) -> None:
         try:
@@ -69,7 +70,7 @@ class StateStore:
 
     def save(self, state: State) -> None:
         self._ensure()
-        with self._faults():
+        with _folder_faults():
             fsio.atomic_write(self.folder / STATE_FILE, encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
                               ops=self.ops)
 
@@ -92,7 +93,7 @@ class StateStore:
         return fileread.read_if_exists(self.folder / name, name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
-        with self._faults():
+        with _folder_faults():
             for name, data in checkpoint.items():
                 if data is None:
                     fsio.remove(self.folder / name)
@@ -104,7 +105,7 @@ class StateStore:
         return any(os.path.lexists(self.folder / name) for name in (STATE_FILE, ORIGINAL_FILE))
 
     def clear(self) -> None:
-        with self._faults():
+        with _folder_faults():
             for name in (STATE_FILE, ORIGINAL_FILE):
                 # Only what is there: on a read-only mount unlink fails with EROFS even for a missing file.
                 if os.path.lexists(self.folder / name):
@@ -126,13 +127,9 @@ def writer_lock(files: Files, ops: fsio.FileOps = fsio.REAL) -> Iterator[None]:
     in the state folder: when the folder cannot hold it, a ``StateFolderError``. While another writer holds it,
     ``ops.sleep`` waits."""
     with contextlib.ExitStack() as stack:
-        try:
+        with _folder_faults((StateFolderError, fsio.LockBusy)):  # the taking only: the body raises its own
             folder = fsio.HostFS(files.host_root).local(files.state_dir)
             stack.enter_context(fsio.writer_lock(folder, files.state_dir, wait=files.lock_wait, sleep=ops.sleep))
-        except fsio.LockBusy:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
         yield
 
 
