@@ -86,7 +86,7 @@ class Plan:
     manifest_local: Path
     current: bytes
     unpatched: bytes  # the manifest without our items: what restore would give
-    config: RenderedConfig | None = None
+    config: RenderedConfig
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     source_hash: str = ""  # fingerprint of the source folder: the same on every node for one ConfigMap
@@ -343,24 +343,19 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOp
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
-    created: list[FileChange] = []
     config = plan.config
-    assert config is not None
     checkpoint = store.checkpoint()
     mchange = plan.manifest_change()
+    config_changes = [c for c in plan.changes if c.kind == "config" and c.new is not None]
+    created = [c for c in config_changes if c.old is None]
     config_dir = host_fs(opts).local(opts.host_config_dir)
     made_config_dir = False
     try:
-        if any(c.kind == "config" for c in plan.changes) and not config_dir.is_dir():
+        if config_changes and not config_dir.is_dir():
             fsio.ensure_dir(config_dir)
             made_config_dir = True
-        configs = []
-        for change in plan.changes:
-            if change.kind == "config" and change.new is not None:
-                configs.append(fsio.Write(change.local, change.new, change.node_path, mode=0o644))
-                if change.old is None:
-                    created.append(change)
-                lines.append(f"wrote {change.node_path}")
+        configs = [fsio.Write(c.local, c.new, c.node_path, mode=0o644) for c in config_changes if c.new is not None]
+        lines.extend(f"wrote {c.node_path}" for c in config_changes)
         new_state = replace(
             state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
             api_version=config.api_version, files=tuple(sorted(config.files)),
@@ -594,8 +589,8 @@ def status(opts: Files) -> dict[str, Any]:
     try:
         plan = plan_apply(opts)
         out["up_to_date"] = not plan.pending
-        out["form"] = plan.config.form if plan.config else None
-        out["api_version"] = plan.config.api_version if plan.config else None
+        out["form"] = plan.config.form
+        out["api_version"] = plan.config.api_version
     except PatcherError as exc:
         out["up_to_date"] = None
         out["error"] = str(exc)
