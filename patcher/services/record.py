@@ -146,14 +146,11 @@ def remove_stale_temp_files(files: Files) -> list[str]:
 def remove_stale_temp_files_locked(files: Files) -> list[str]:
     """``remove_stale_temp_files`` for a caller that holds the writer lock already."""
     fs = fsio.HostFS(files.host_root)
-    removed = []
     manifest_path = fs.resolve(files.manifest_path)
     targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
                (files.host_config_dir, "*"), (files.state_dir, "*")]
-    for folder, name in targets:
-        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
-            removed.append(posixpath.join(folder, path.name))
-    return removed
+    return [posixpath.join(folder, path.name) for folder, name in targets
+            for path in fsio.remove_stale_temp_files(fs.local(folder), name)]
 
 
 class RecordKeeper:
