@@ -364,14 +364,12 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
         key_order={(): ["name", "hostPath", "mountPath", "readOnly"] if name_first else
                    ["hostPath", "mountPath", "name", "readOnly"], ("hostPath",): ["path", "type"]},
         quotes={}, nested_indent=nested)
-    spec_node = yt.node_at(root, ("spec",))
-    container_node = yt.node_at(root, cpath)
     if not sched.volumes and yt.node_at(root, ("spec", "volumes")) is None:
         created.append("volumes")
     if not sched.mounts and yt.node_at(root, (*cpath, "volumeMounts")) is None:
         created.append("volumeMounts")
-    containers_style = _style_of(doc, spec_node, "containers")
-    flags_style = _style_of(doc, container_node, sched.flags_key) or containers_style
+    containers_style = _style_of(doc, yt.node_at(root, ("spec",)), "containers")
+    flags_style = _style_of(doc, yt.node_at(root, cpath), sched.flags_key) or containers_style
     ops.append(yt.Append(("spec", "volumes"), volume, order if "volumes" in created else None, containers_style))
     ops.append(yt.Append((*cpath, "volumeMounts"), mount, order if "volumeMounts" in created else None,
                          flags_style))
