@@ -483,14 +483,11 @@ def plan_restore(opts: Files) -> RestorePlan:
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
         new = saved
-    changes = []
-    if new != data:
-        changes.append(FileChange(node_path, local, data, new, "manifest"))
-    for name in sorted(state.written):
+    changes = [FileChange(node_path, local, data, new, "manifest")] if new != data else []
+    for name in sorted(n for n in state.written if OUR_FILES.match(n)):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES) \
-            if OUR_FILES.match(name) else None
+        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES)
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
@@ -524,10 +521,10 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
     # (a SIGTERM during that fault must not leave the node patched): only the record's clearing needs it, and
     # a failure there is a PartialWrite after the manifest is restored. Without a manifest write the state
     # folder is checked up front when there is a record to clear (nothing would be gained by going ahead).
-    writes_manifest = any(c.kind == "manifest" for c in plan.changes)
+    mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
     record_left = not keep_files and state_store(opts).present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
-                    state=record_left and not writes_manifest)
+                    state=record_left and mchange is None)
     with writer_lock(opts, ops):
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         if state_store(opts).load() != plan.state:
@@ -535,10 +532,9 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
                                          "since the restore was planned; nothing written")
         lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
                  remove_stale_temp_files_locked(opts)]
-        for change in plan.changes:
-            if change.kind == "manifest" and change.new is not None:
-                fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
-                lines.append(f"wrote {change.node_path}")
+        if mchange is not None and mchange.new is not None:
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=mchange.old, ops=ops)
+            lines.append(f"wrote {mchange.node_path}")
         return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
