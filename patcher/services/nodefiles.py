@@ -154,12 +154,10 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
     resolved = []
     for where, named in names:
         for path in named.paths:
-            try:
+            with contextlib.suppress(PatcherError, OSError):  # unresolvable: kept by its own path only
                 target = fs.resolve(path) if path.startswith("/") else path
-            except (PatcherError, OSError):
-                continue
-            if target != path:
-                resolved.append((where, target))
+                if target != path:
+                    resolved.append((where, target))
     return NamedFiles(names, tuple(resolved))
 
 
@@ -212,11 +210,9 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
     for other, target, data in _static_pods(opts):
         if target == node_path or b"kube-scheduler" not in data:
             continue
-        try:
+        with contextlib.suppress(PatcherError):  # refused by inspect: not taken for a kube-scheduler pod
             manifestedit.inspect_text(fsio.decode_utf8(data, other), other, opts.prefix, opts.container_name)
-        except PatcherError:
-            continue
-        found.append(other)
+            found.append(other)
     return found
 
 
