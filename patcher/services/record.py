@@ -209,24 +209,23 @@ class RecordKeeper:
         if self._lock is not None and not self._lock_held:
             try:
                 self._lock.enter_context(writer_lock(self.files, self.store.ops))
+                self._lock_held = True
             except (fsio.LockBusy, StateFolderError) as exc:
                 log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
                             extra=self._log_extra)
                 return self.load(clean=False)  # the left-overs check would wait for the same busy lock again
-            else:
-                self._lock_held = True
         return self.load()
 
-    def _hold_lock(self) -> None:
-        """Take the writer lock for good if the start could not (the state folder was unusable), without waiting:
-        another writer holding it is a refusal, tried again later."""
-        if self._lock is None or self._lock_held:
-            return
-        try:
-            self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0), self.store.ops))
-        except fsio.LockBusy as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-        self._lock_held = True
+    def _write(self, record: State) -> None:
+        """Save ``record``, after taking the writer lock for good if the start could not (the state folder was
+        unusable), without waiting: another writer holding it is a refusal (``StateFolderError``), tried again
+        later."""
+        if self._lock is not None and not self._lock_held:
+            with _folder_faults():  # LockBusy included
+                self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0), self.store.ops))
+            self._lock_held = True
+        self.store.save(record)
+        self.saved = record
 
     def save(self, node: lifecycle.Node) -> PatcherError | None:
         """Save a transition's record; returns the state folder's refusal (a transition of its own,
@@ -234,22 +233,17 @@ class RecordKeeper:
         if node.record == self.saved or node.fault is not None:
             return None
         try:
-            self._hold_lock()
-            self.store.save(node.record)
+            self._write(node.record)
         except StateFolderError as exc:
             return exc
         except PatcherError as exc:
             log.error("cannot save the state record: %s", exc, extra=self._log_extra)
-            return None
-        self.saved = node.record
         return None
 
     def retry(self, record: State) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
         """The state folder's retry: the writer lock when it could not be taken, and the record."""
         try:
-            self._hold_lock()
-            self.store.save(record)
+            self._write(record)
         except PatcherError as exc:
             return lifecycle.StateFolderFailed(state_folder_message(exc))
-        self.saved = record
         return lifecycle.StateFolderOk()
