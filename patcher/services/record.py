@@ -183,14 +183,13 @@ class RecordKeeper:
         own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
             own.enter_context(writer_lock(self.files, self.store.ops))
+            self._lock_held = True
         except fsio.LockBusy as exc:
             metrics.error("lock")
             log.error("%s", exc, extra=self._log_extra)
             return False
         except StateFolderError:
             pass  # the state folder cannot hold it: the first save says so on the Node, and retries
-        else:
-            self._lock_held = True
         stack.callback(own.close)
         self._lock = own
         return True
