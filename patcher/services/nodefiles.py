@@ -257,7 +257,9 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
         unpatched = manifestedit.inspect_text(unpatched_text, node_path, opts.prefix, opts.container_name)
     sched = unpatched[1]
     manifestedit.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
-    source_hash = ""
+    # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
+    last_good = config is not None and config.form == "last-good"
+    source_hash = "" if last_good else fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     if config is None:
         req = ConfigRequest(
             source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
@@ -265,8 +267,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
             manifest=node_path,
         )
-        # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
-        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
         config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
@@ -275,8 +275,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
                                   config_hash=config.config_hash, prefix=opts.prefix,
                                   container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifestedit.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
-    if config.form != "last-good" and not source_hash:
-        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=source_hash)
     for name, content in sorted(config.files.items()):
