@@ -543,10 +543,9 @@ def config_names(text: str) -> ConfigNames:
         data = yt.load_data(text)
     except yt.YamlTextError:
         return ConfigNames(frozenset(), text, parsed=False)
-    if not isinstance(data, dict):
-        return ConfigNames(frozenset(), text)  # not a pod: the kubelet runs nothing from it
-    spec: dict[str, Any] = data["spec"] if isinstance(data.get("spec"), dict) else {}
-    metadata: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    pod: dict[str, Any] = data if isinstance(data, dict) else {}  # not a pod: the kubelet runs nothing from it
+    spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    metadata: dict[str, Any] = pod["metadata"] if isinstance(pod.get("metadata"), dict) else {}
     volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict)] \
         if isinstance(spec.get("volumes"), list) else []
     containers = [c for key in ("containers", "initContainers") if isinstance(spec.get(key), list)
