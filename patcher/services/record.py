@@ -69,10 +69,7 @@ class StateStore:
             raise PatcherError(shown, f"unreadable state record: {exc}") from None
 
     def save(self, state: State) -> None:
-        self._ensure()
-        with _folder_faults():
-            fsio.atomic_write(self.folder / STATE_FILE, encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
-                              ops=self.ops)
+        fsio.write_in_order(self.writes(state), ops=self.ops)
 
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
