@@ -52,12 +52,6 @@ class StateStore:
         self.shown = shown
         self.ops = ops  # every write here, and every writer handed this store, writes through them
 
-    def _ensure(self) -> None:
-        try:
-            fsio.ensure_dir(self.folder, 0o700)
-        except PatcherError as exc:
-            raise StateFolderError(self.shown, exc.problem) from None
-
     def load(self) -> State:
         shown = f"{self.shown}/{STATE_FILE}"
         try:
@@ -74,7 +68,10 @@ class StateStore:
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
         failures are ``StateFolderError``s."""
-        self._ensure()
+        try:
+            fsio.ensure_dir(self.folder, 0o700)
+        except PatcherError as exc:
+            raise StateFolderError(self.shown, exc.problem) from None
         files = {ORIGINAL_FILE: original, STATE_FILE: encode(state)}
         return [fsio.Write(self.folder / name, data, f"{self.shown}/{name}", mode=0o600, error=StateFolderError)
                 for name, data in files.items() if data is not None]
