@@ -102,11 +102,9 @@ def own_start(flags: list[Any], flags_key: str) -> int:
         if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-") \
                 and not value_of_flag:  # `--config /etc/kube-scheduler` names a file, not the binary
             return i + 1
-    start = 0
-    if flags_key == "command":
-        while start < len(items) and not items[start].startswith("-"):
-            start += 1
-    return start
+    if flags_key != "command":
+        return 0
+    return next((i for i, item in enumerate(items) if item.startswith("-")), len(items))
 
 
 def marker_key(prefix: str) -> str:
