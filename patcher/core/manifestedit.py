@@ -348,12 +348,11 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     nested = yt.nested_indent(root)
     name_first = _name_first(sched, doc)
-    ops: list[yt.Op] = []
     created: list[str] = []
 
     # 1. --config in the flag list (replacing a foreign one in replace/merge mode).
     flag_op, flag, replaced = _config_flag(doc, sched, spec)
-    ops.append(flag_op)
+    ops: list[yt.Op] = [flag_op]
 
     # 2. the volume for the whole config folder (never a single file: a file bind mount pins the old inode).
     volume = {"hostPath": {"path": spec.host_config_dir, "type": "DirectoryOrCreate"}, "name": VOLUME_NAME}
