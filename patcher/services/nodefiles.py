@@ -434,7 +434,7 @@ def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
         return None
     contents: dict[str, bytes] = {}
     for name in files:
-        try:  # missing or refused: not the config that was Ready either
+        try:  # missing or refused alike: nothing to roll back to
             contents[name] = fileread.read_file(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
                                                 "config file", limit=MAX_CONFIG_BYTES)
         except PatcherError:
