@@ -468,7 +468,7 @@ def plan_restore(opts: Files) -> RestorePlan:
         new_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
     except ManifestError as exc:
-        saved = store.load_original()
+        saved = store.read(ORIGINAL_FILE)
         # The saved original is the last resort, for a file that no longer parses *and* still is the one we
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.

@@ -76,14 +76,12 @@ class StateStore:
         return [fsio.Write(self.folder / name, data, f"{self.shown}/{name}", mode=0o600, error=StateFolderError)
                 for name, data in files.items() if data is not None]
 
-    def load_original(self) -> bytes | None:
-        return self._read(ORIGINAL_FILE)
-
     def checkpoint(self) -> dict[str, bytes | None]:
         """The record's files as they are now, to rewind to when a write fails half-way."""
-        return {name: self._read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
+        return {name: self.read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
 
-    def _read(self, name: str) -> bytes | None:
+    def read(self, name: str) -> bytes | None:
+        """The bytes of ``STATE_FILE`` or ``ORIGINAL_FILE``, None when it is not there."""
         return fileread.read_if_exists(self.folder / name, name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
