@@ -494,15 +494,9 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
     mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
     configs = [c for c in plan.changes if c.kind == "config"]
     named = named_files(opts, after=mchange.new if mchange is not None else None) if configs else NamedFiles(())
-    changes: list[FileChange] = [mchange] if mchange is not None else []
-    kept = []
-    for change in configs:
-        why = named.keeps(change.node_path)
-        if why is None:
-            changes.append(change)
-        else:
-            kept.append(f"kept {change.node_path}: {why}")
-    return changes, kept
+    why = {c.node_path: named.keeps(c.node_path) for c in configs}
+    changes = ([mchange] if mchange is not None else []) + [c for c in configs if why[c.node_path] is None]
+    return changes, [f"kept {path}: {reason}" for path, reason in why.items() if reason is not None]
 
 
 def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
