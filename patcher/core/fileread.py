@@ -99,10 +99,8 @@ def holds(path: Path | str, data: bytes | None, shown: str | None = None, *, ref
     (a re-check must not take a FIFO for a changed file and go on)."""
     try:
         return read_if_exists(path, "file", shown, limit=len(data) if data is not None else 0) == data
-    except TooLarge:
-        return False
-    except PatcherError:
-        if refuse:
+    except PatcherError as exc:
+        if refuse and not isinstance(exc, TooLarge):
             raise
         return False
 

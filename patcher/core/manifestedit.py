@@ -102,11 +102,9 @@ def own_start(flags: list[Any], flags_key: str) -> int:
         if posixpath.basename(item) in ("kube-scheduler", "scheduler") and not item.startswith("-") \
                 and not value_of_flag:  # `--config /etc/kube-scheduler` names a file, not the binary
             return i + 1
-    start = 0
-    if flags_key == "command":
-        while start < len(items) and not items[start].startswith("-"):
-            start += 1
-    return start
+    if flags_key != "command":
+        return 0
+    return next((i for i, item in enumerate(items) if item.startswith("-")), len(items))
 
 
 def marker_key(prefix: str) -> str:
@@ -225,13 +223,10 @@ def inspect(doc: yt.Document, where: str, *, prefix: str, container_name: str | 
     container = containers[idx]
     if _runs_in_shell(container):
         raise ManifestError(where, _IN_SHELL)
-    args, command = container.get("args"), container.get("command")
-    if isinstance(args, list) and args:
-        flags_key, flags = "args", args
-    elif isinstance(command, list) and command:
-        flags_key, flags = "command", command
-    else:
+    flags_key = next((k for k in ("args", "command") if isinstance(container.get(k), list) and container[k]), "")
+    if not flags_key:
         raise ManifestError(where, f"container {container.get('name')!r} has no command or args list")
+    flags = container[flags_key]
     marker = _marker(metadata, prefix, where)
     foreign, foreign_index = _foreign_config(flags, own_start(flags, flags_key), marker)
     for key, holder in (("volumes", spec), ("volumeMounts", container)):
@@ -340,7 +335,11 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
                                                        container_name=spec.container_name, inspected=(doc, sched)),
                                                where, spec.prefix, spec.container_name)
     check_foreign(sched, spec.on_foreign, where)
-    _check_room(sched, spec, where)
+    # Our volume name and our mount path must be free in the unpatched manifest.
+    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
+        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
+    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
+        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
 
     try:
         root = doc.root  # the composer is stricter than the C parser (a tab inside a key): refuse, one line
@@ -349,12 +348,11 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     nested = yt.nested_indent(root)
     name_first = _name_first(sched, doc)
-    ops: list[yt.Op] = []
     created: list[str] = []
 
     # 1. --config in the flag list (replacing a foreign one in replace/merge mode).
     flag_op, flag, replaced = _config_flag(doc, sched, spec)
-    ops.append(flag_op)
+    ops: list[yt.Op] = [flag_op]
 
     # 2. the volume for the whole config folder (never a single file: a file bind mount pins the old inode).
     volume = {"hostPath": {"path": spec.host_config_dir, "type": "DirectoryOrCreate"}, "name": VOLUME_NAME}
@@ -363,14 +361,12 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
         key_order={(): ["name", "hostPath", "mountPath", "readOnly"] if name_first else
                    ["hostPath", "mountPath", "name", "readOnly"], ("hostPath",): ["path", "type"]},
         quotes={}, nested_indent=nested)
-    spec_node = yt.node_at(root, ("spec",))
-    container_node = yt.node_at(root, cpath)
     if not sched.volumes and yt.node_at(root, ("spec", "volumes")) is None:
         created.append("volumes")
     if not sched.mounts and yt.node_at(root, (*cpath, "volumeMounts")) is None:
         created.append("volumeMounts")
-    containers_style = _style_of(doc, spec_node, "containers")
-    flags_style = _style_of(doc, container_node, sched.flags_key) or containers_style
+    containers_style = _style_of(doc, yt.node_at(root, ("spec",)), "containers")
+    flags_style = _style_of(doc, yt.node_at(root, cpath), sched.flags_key) or containers_style
     ops.append(yt.Append(("spec", "volumes"), volume, order if "volumes" in created else None, containers_style))
     ops.append(yt.Append((*cpath, "volumeMounts"), mount, order if "volumeMounts" in created else None,
                          flags_style))
@@ -394,15 +390,6 @@ def patch(text: str, spec: PatchSpec, where: str, *, inspected: Inspected | None
     except yt.YamlTextError as exc:
         raise ManifestError(where, f"cannot patch: {exc}") from None
     return PatchResult(new_text, True)
-
-
-
-def _check_room(sched: Scheduler, spec: PatchSpec, where: str) -> None:
-    """Our volume name and our mount path must be free in the unpatched manifest."""
-    if any(v.get("name") == VOLUME_NAME for v in sched.volumes):
-        raise ManifestError(where, f"a volume named {VOLUME_NAME} exists but carries no scheduler-patcher marker")
-    if any(str(m.get("mountPath", "")).rstrip("/") == spec.host_config_dir.rstrip("/") for m in sched.mounts):
-        raise ManifestError(where, f"something is already mounted at {spec.host_config_dir}")
 
 
 def _config_flag(doc: yt.Document, sched: Scheduler, spec: PatchSpec) -> tuple[yt.Op, str, str | None]:
@@ -447,15 +434,12 @@ def restore(text: str, where: str, *, prefix: str, container_name: str | None = 
         return text
     data = doc.data
     ops: list[yt.Op] = []
-    flags = sched.flags
-    for i, item in enumerate(flags):
-        if item == m.flag:
-            if m.replaced is not None:
-                value = _written(m.replaced, "replaced flag", where)
-                ops.append(yt.Replace((*sched.flags_path, i), value, m.replaced))
-            else:
-                ops.append(yt.Remove((*sched.flags_path, i)))
-            break
+    if m.flag in sched.flags:
+        flag_path = (*sched.flags_path, sched.flags.index(m.flag))
+        if m.replaced is None:
+            ops.append(yt.Remove(flag_path))
+        else:
+            ops.append(yt.Replace(flag_path, _written(m.replaced, "replaced flag", where), m.replaced))
     cpath: yt.Path = ("spec", "containers", sched.container_index)
     container = data["spec"]["containers"][sched.container_index]
     _remove_item(ops, data["spec"], ("spec",), "volumes", lambda v: v.get("name") == m.volume, "volumes" in m.created)
@@ -556,10 +540,9 @@ def config_names(text: str) -> ConfigNames:
         data = yt.load_data(text)
     except yt.YamlTextError:
         return ConfigNames(frozenset(), text, parsed=False)
-    if not isinstance(data, dict):
-        return ConfigNames(frozenset(), text)  # not a pod: the kubelet runs nothing from it
-    spec: dict[str, Any] = data["spec"] if isinstance(data.get("spec"), dict) else {}
-    metadata: dict[str, Any] = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    pod: dict[str, Any] = data if isinstance(data, dict) else {}  # not a pod: the kubelet runs nothing from it
+    spec: dict[str, Any] = pod["spec"] if isinstance(pod.get("spec"), dict) else {}
+    metadata: dict[str, Any] = pod["metadata"] if isinstance(pod.get("metadata"), dict) else {}
     volumes = [v for v in spec.get("volumes") or [] if isinstance(v, dict)] \
         if isinstance(spec.get("volumes"), list) else []
     containers = [c for key in ("containers", "initContainers") if isinstance(spec.get(key), list)

@@ -86,7 +86,7 @@ class Plan:
     manifest_local: Path
     current: bytes
     unpatched: bytes  # the manifest without our items: what restore would give
-    config: RenderedConfig | None = None
+    config: RenderedConfig
     changes: list[FileChange] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     source_hash: str = ""  # fingerprint of the source folder: the same on every node for one ConfigMap
@@ -154,12 +154,10 @@ def named_files(opts: Files, *, planned: bytes | None = None, after: bytes | Non
     resolved = []
     for where, named in names:
         for path in named.paths:
-            try:
+            with contextlib.suppress(PatcherError, OSError):  # unresolvable: kept by its own path only
                 target = fs.resolve(path) if path.startswith("/") else path
-            except (PatcherError, OSError):
-                continue
-            if target != path:
-                resolved.append((where, target))
+                if target != path:
+                    resolved.append((where, target))
     return NamedFiles(names, tuple(resolved))
 
 
@@ -212,11 +210,9 @@ def other_schedulers(opts: Files, node_path: str) -> list[str]:
     for other, target, data in _static_pods(opts):
         if target == node_path or b"kube-scheduler" not in data:
             continue
-        try:
+        with contextlib.suppress(PatcherError):  # refused by inspect: not taken for a kube-scheduler pod
             manifestedit.inspect_text(fsio.decode_utf8(data, other), other, opts.prefix, opts.container_name)
-        except PatcherError:
-            continue
-        found.append(other)
+            found.append(other)
     return found
 
 
@@ -252,16 +248,18 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
     node_path, local, data, text = read_manifest(opts)
     # Inspected once as it is and, when patched, once as restore would leave it; both are handed on to patch.
     current = manifestedit.inspect_text(text, node_path, opts.prefix, opts.container_name)
+    unpatched_text, unpatched = text, current
     if current[1].marker is None:
         manifestedit.check_prefix(current[0], opts.prefix, node_path)
-    unpatched_text, unpatched = text, current
-    if current[1].marker is not None:
+    else:
         unpatched_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name,
                                               inspected=current)
         unpatched = manifestedit.inspect_text(unpatched_text, node_path, opts.prefix, opts.container_name)
     sched = unpatched[1]
     manifestedit.check_foreign(sched, opts.on_foreign, node_path)  # before rendering: the refusal is the news
-    source_hash = ""
+    # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
+    last_good = config is not None and config.form == "last-good"
+    source_hash = "" if last_good else fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     if config is None:
         req = ConfigRequest(
             source_dir=opts.source, host_config_dir=opts.host_config_dir, image=sched.image,
@@ -269,8 +267,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
             scheduler_flags=tuple(sched.scheduler_flags()), foreign=_foreign(opts, sched, node_path),
             manifest=node_path,
         )
-        # Before the render: a change while it reads the folder differs from what is recorded, and is planned.
-        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
         config = schedconfig.build_config(req)
     if config.config_hash in bad_hashes:
         raise KnownBadConfig(str(opts.source), f"config {config.short_hash} failed before on this node and is not "
@@ -279,8 +275,6 @@ def plan_apply(opts: Files, *, fallback_version: str | None = None, bad_hashes: 
                                   config_hash=config.config_hash, prefix=opts.prefix,
                                   container_name=opts.container_name, on_foreign=opts.on_foreign)
     result = manifestedit.patch(text, spec, node_path, inspected=current, unpatched=unpatched)
-    if config.form != "last-good" and not source_hash:
-        source_hash = fileread.folder_fingerprint(opts.source, limit=MAX_SOURCE_BYTES)
     plan = Plan(node_path, local, data, unpatched_text.encode("utf-8"), config, notes=list(config.notes),
                 source_hash=source_hash)
     for name, content in sorted(config.files.items()):
@@ -343,24 +337,19 @@ def _apply_locked(opts: Files, plan: Plan, state: State | None, ops: fsio.FileOp
     state = state if state is not None else store.load()
     lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
              remove_stale_temp_files_locked(opts)]
-    created: list[FileChange] = []
     config = plan.config
-    assert config is not None
     checkpoint = store.checkpoint()
     mchange = plan.manifest_change()
+    config_changes = [c for c in plan.changes if c.kind == "config" and c.new is not None]
+    created = [c for c in config_changes if c.old is None]
     config_dir = host_fs(opts).local(opts.host_config_dir)
     made_config_dir = False
     try:
-        if any(c.kind == "config" for c in plan.changes) and not config_dir.is_dir():
+        if config_changes and not config_dir.is_dir():
             fsio.ensure_dir(config_dir)
             made_config_dir = True
-        configs = []
-        for change in plan.changes:
-            if change.kind == "config" and change.new is not None:
-                configs.append(fsio.Write(change.local, change.new, change.node_path, mode=0o644))
-                if change.old is None:
-                    created.append(change)
-                lines.append(f"wrote {change.node_path}")
+        configs = [fsio.Write(c.local, c.new, c.node_path, mode=0o644) for c in config_changes if c.new is not None]
+        lines.extend(f"wrote {c.node_path}" for c in config_changes)
         new_state = replace(
             state, manifest=plan.manifest_path, config_hash=config.config_hash, config_file=config.main,
             api_version=config.api_version, files=tuple(sorted(config.files)),
@@ -445,14 +434,11 @@ def saved_config(opts: Files, record: LastGood) -> RenderedConfig | None:
         return None
     contents: dict[str, bytes] = {}
     for name in files:
-        try:
-            data = fileread.read_if_exists(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
-                                           "config file", limit=MAX_CONFIG_BYTES)
+        try:  # missing or refused alike: nothing to roll back to
+            contents[name] = fileread.read_file(host_fs(opts).local(posixpath.join(opts.host_config_dir, name)),
+                                                "config file", limit=MAX_CONFIG_BYTES)
         except PatcherError:
             return None
-        if data is None:
-            return None
-        contents[name] = data
     digest = sha256(contents[main])
     if digest != record.config_hash:
         return None  # changed on disk since: not the config that was Ready
@@ -482,7 +468,7 @@ def plan_restore(opts: Files) -> RestorePlan:
         new_text = manifestedit.restore(text, node_path, prefix=opts.prefix, container_name=opts.container_name)
         new: bytes = new_text.encode("utf-8")
     except ManifestError as exc:
-        saved = store.load_original()
+        saved = store.read(ORIGINAL_FILE)
         # The saved original is the last resort, for a file that no longer parses *and* still is the one we
         # wrote (our marker is in it, or it is byte for byte our last write). A valid manifest that is not
         # ours any more, or a broken one someone else wrote, is never overwritten with an old copy.
@@ -491,14 +477,11 @@ def plan_restore(opts: Files) -> RestorePlan:
             raise exc from None
         notes.append(f"{node_path} cannot be parsed; restoring the saved original from {opts.state_dir}")
         new = saved
-    changes = []
-    if new != data:
-        changes.append(FileChange(node_path, local, data, new, "manifest"))
-    for name in sorted(state.written):
+    changes = [FileChange(node_path, local, data, new, "manifest")] if new != data else []
+    for name in sorted(n for n in state.written if OUR_FILES.match(n)):
         cfg_node = posixpath.join(opts.host_config_dir, name)
         cfg_local = host_fs(opts).local(cfg_node)
-        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES) \
-            if OUR_FILES.match(name) else None
+        old = fileread.read_if_exists(cfg_local, "config file", cfg_node, limit=MAX_CONFIG_BYTES)
         if old is not None:
             changes.append(FileChange(cfg_node, cfg_local, old, None, "config"))
     return RestorePlan(node_path, local, changes, notes, current=data, state=state)
@@ -511,15 +494,9 @@ def restore_preview(opts: Files, plan: RestorePlan) -> tuple[list[FileChange], l
     mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
     configs = [c for c in plan.changes if c.kind == "config"]
     named = named_files(opts, after=mchange.new if mchange is not None else None) if configs else NamedFiles(())
-    changes: list[FileChange] = [mchange] if mchange is not None else []
-    kept = []
-    for change in configs:
-        why = named.keeps(change.node_path)
-        if why is None:
-            changes.append(change)
-        else:
-            kept.append(f"kept {change.node_path}: {why}")
-    return changes, kept
+    why = {c.node_path: named.keeps(c.node_path) for c in configs}
+    changes = ([mchange] if mchange is not None else []) + [c for c in configs if why[c.node_path] is None]
+    return changes, [f"kept {path}: {reason}" for path, reason in why.items() if reason is not None]
 
 
 def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fsio.FileOps = fsio.REAL) -> list[str]:
@@ -532,10 +509,10 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
     # (a SIGTERM during that fault must not leave the node patched): only the record's clearing needs it, and
     # a failure there is a PartialWrite after the manifest is restored. Without a manifest write the state
     # folder is checked up front when there is a record to clear (nothing would be gained by going ahead).
-    writes_manifest = any(c.kind == "manifest" for c in plan.changes)
+    mchange = next((c for c in plan.changes if c.kind == "manifest"), None)
     record_left = not keep_files and state_store(opts).present()
     _check_writable(opts, [c for c in plan.changes if c.kind == "manifest" or not keep_files],
-                    state=record_left and not writes_manifest)
+                    state=record_left and mchange is None)
     with writer_lock(opts, ops):
         _verify_unchanged(plan.manifest_local, plan.current, plan.manifest_path)
         if state_store(opts).load() != plan.state:
@@ -543,10 +520,9 @@ def restore(opts: Files, plan: RestorePlan, *, keep_files: bool = False, ops: fs
                                          "since the restore was planned; nothing written")
         lines = [f"removed {path} (left by a writer that was killed mid-write)" for path in
                  remove_stale_temp_files_locked(opts)]
-        for change in plan.changes:
-            if change.kind == "manifest" and change.new is not None:
-                fsio.atomic_write(change.local, change.new, shown=change.node_path, expect=change.old, ops=ops)
-                lines.append(f"wrote {change.node_path}")
+        if mchange is not None and mchange.new is not None:
+            fsio.atomic_write(mchange.local, mchange.new, shown=mchange.node_path, expect=mchange.old, ops=ops)
+            lines.append(f"wrote {mchange.node_path}")
         return lines if keep_files else _clean_up_locked(opts, plan, lines, ops)
 
 
@@ -597,8 +573,8 @@ def status(opts: Files) -> dict[str, Any]:
     try:
         plan = plan_apply(opts)
         out["up_to_date"] = not plan.pending
-        out["form"] = plan.config.form if plan.config else None
-        out["api_version"] = plan.config.api_version if plan.config else None
+        out["form"] = plan.config.form
+        out["api_version"] = plan.config.api_version
     except PatcherError as exc:
         out["up_to_date"] = None
         out["error"] = str(exc)

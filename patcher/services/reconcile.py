@@ -38,7 +38,6 @@ def plan(files: Files, *, fallback_version: str | None,
         return lifecycle.Planned(now, "refused", message=f"{files.source}: {type(exc).__name__}: {exc}",
                                  error_kind="config", missing=missing), None
     config = p.config
-    assert config is not None
     if not p.pending:
         return lifecycle.Planned(
             now, "up-to-date", config_hash=config.config_hash, config_file=config.main,
@@ -65,7 +64,6 @@ def apply(files: Files, plan: nodefiles.Plan, record: State, *, why: str, expect
           log_extra: dict[str, str], ops: fsio.FileOps = fsio.REAL) -> lifecycle.Event:
     """Write ``plan`` through ``ops`` (``expect``: the folder watch is told the manifest event that follows is
     ours)."""
-    assert plan.config is not None
     try:
         lines, record = nodefiles.apply(files, plan, record, ops=ops)
     except fsio.ChangedUnderneath as exc:
@@ -109,7 +107,7 @@ def roll_back(files: Files, action: lifecycle.RollBack, plan: nodefiles.Plan | N
     try:
         if action.target == "last-good":
             good = action.last_good
-            if plan is None or good is None or plan.config is None:
+            if plan is None or good is None:
                 raise PatcherError(None, "the rollback to the last Ready config has no plan")
             if plan.pending:
                 _, record = nodefiles.apply(files, plan, record, ops=ops)

@@ -35,27 +35,22 @@ FileOps = fsio.FileOps
 REAL_FILE_OPS = fsio.REAL
 
 
+@contextlib.contextmanager
+def _folder_faults(kept: tuple[type[PatcherError], ...] = (StateFolderError,)) -> Iterator[None]:
+    """Any refusal of the state folder's file system, as a ``StateFolderError`` (``kept``: raised as they are)."""
+    try:
+        yield
+    except kept:
+        raise
+    except PatcherError as exc:
+        raise StateFolderError(exc.path, exc.problem) from None
+
+
 class StateStore:
     def __init__(self, folder: Path, shown: str, ops: fsio.FileOps = fsio.REAL) -> None:
         self.folder = folder
         self.shown = shown
         self.ops = ops  # every write here, and every writer handed this store, writes through them
-
-    @contextlib.contextmanager
-    def _faults(self) -> Iterator[None]:
-        """Any refusal of the folder's file system, as a ``StateFolderError`` (already one: unchanged)."""
-        try:
-            yield
-        except StateFolderError:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-
-    def _ensure(self) -> None:
-        try:
-            fsio.ensure_dir(self.folder, 0o700)
-        except PatcherError as exc:
-            raise StateFolderError(self.shown, exc.problem) from None
 
     def load(self) -> State:
         shown = f"{self.shown}/{STATE_FILE}"
@@ -68,33 +63,29 @@ class StateStore:
             raise PatcherError(shown, f"unreadable state record: {exc}") from None
 
     def save(self, state: State) -> None:
-        self._ensure()
-        with self._faults():
-            fsio.atomic_write(self.folder / STATE_FILE, encode(state), mode=0o600, shown=f"{self.shown}/{STATE_FILE}",
-                              ops=self.ops)
+        fsio.write_in_order(self.writes(state), ops=self.ops)
 
     def writes(self, state: State, original: bytes | None = None) -> list[fsio.Write]:
         """``save(state)`` (and the original manifest, when given) as writes for ``fsio.write_in_order``; their
         failures are ``StateFolderError``s."""
-        self._ensure()
-        out = [] if original is None else [fsio.Write(self.folder / ORIGINAL_FILE, original,
-                                                      f"{self.shown}/{ORIGINAL_FILE}", mode=0o600,
-                                                      error=StateFolderError)]
-        return [*out, fsio.Write(self.folder / STATE_FILE, encode(state), f"{self.shown}/{STATE_FILE}", mode=0o600,
-                                 error=StateFolderError)]
-
-    def load_original(self) -> bytes | None:
-        return self._read(ORIGINAL_FILE)
+        try:
+            fsio.ensure_dir(self.folder, 0o700)
+        except PatcherError as exc:
+            raise StateFolderError(self.shown, exc.problem) from None
+        files = {ORIGINAL_FILE: original, STATE_FILE: encode(state)}
+        return [fsio.Write(self.folder / name, data, f"{self.shown}/{name}", mode=0o600, error=StateFolderError)
+                for name, data in files.items() if data is not None]
 
     def checkpoint(self) -> dict[str, bytes | None]:
         """The record's files as they are now, to rewind to when a write fails half-way."""
-        return {name: self._read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
+        return {name: self.read(name) for name in (STATE_FILE, ORIGINAL_FILE)}
 
-    def _read(self, name: str) -> bytes | None:
+    def read(self, name: str) -> bytes | None:
+        """The bytes of ``STATE_FILE`` or ``ORIGINAL_FILE``, None when it is not there."""
         return fileread.read_if_exists(self.folder / name, name, f"{self.shown}/{name}", limit=LIMITS[name])
 
     def rewind(self, checkpoint: dict[str, bytes | None]) -> None:
-        with self._faults():
+        with _folder_faults():
             for name, data in checkpoint.items():
                 if data is None:
                     fsio.remove(self.folder / name)
@@ -106,7 +97,7 @@ class StateStore:
         return any(os.path.lexists(self.folder / name) for name in (STATE_FILE, ORIGINAL_FILE))
 
     def clear(self) -> None:
-        with self._faults():
+        with _folder_faults():
             for name in (STATE_FILE, ORIGINAL_FILE):
                 # Only what is there: on a read-only mount unlink fails with EROFS even for a missing file.
                 if os.path.lexists(self.folder / name):
@@ -128,13 +119,9 @@ def writer_lock(files: Files, ops: fsio.FileOps = fsio.REAL) -> Iterator[None]:
     in the state folder: when the folder cannot hold it, a ``StateFolderError``. While another writer holds it,
     ``ops.sleep`` waits."""
     with contextlib.ExitStack() as stack:
-        try:
+        with _folder_faults((StateFolderError, fsio.LockBusy)):  # the taking only: the body raises its own
             folder = fsio.HostFS(files.host_root).local(files.state_dir)
             stack.enter_context(fsio.writer_lock(folder, files.state_dir, wait=files.lock_wait, sleep=ops.sleep))
-        except fsio.LockBusy:
-            raise
-        except PatcherError as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
         yield
 
 
@@ -151,14 +138,11 @@ def remove_stale_temp_files(files: Files) -> list[str]:
 def remove_stale_temp_files_locked(files: Files) -> list[str]:
     """``remove_stale_temp_files`` for a caller that holds the writer lock already."""
     fs = fsio.HostFS(files.host_root)
-    removed = []
     manifest_path = fs.resolve(files.manifest_path)
     targets = [(posixpath.dirname(manifest_path), posixpath.basename(manifest_path)),
                (files.host_config_dir, "*"), (files.state_dir, "*")]
-    for folder, name in targets:
-        for path in fsio.remove_stale_temp_files(fs.local(folder), name):
-            removed.append(posixpath.join(folder, path.name))
-    return removed
+    return [posixpath.join(folder, path.name) for folder, name in targets
+            for path in fsio.remove_stale_temp_files(fs.local(folder), name)]
 
 
 class RecordKeeper:
@@ -191,14 +175,13 @@ class RecordKeeper:
         own = contextlib.ExitStack()  # its own stack, so a hold can let go of the lock alone (``let_go``)
         try:
             own.enter_context(writer_lock(self.files, self.store.ops))
+            self._lock_held = True
         except fsio.LockBusy as exc:
             metrics.error("lock")
             log.error("%s", exc, extra=self._log_extra)
             return False
         except StateFolderError:
             pass  # the state folder cannot hold it: the first save says so on the Node, and retries
-        else:
-            self._lock_held = True
         stack.callback(own.close)
         self._lock = own
         return True
@@ -217,24 +200,23 @@ class RecordKeeper:
         if self._lock is not None and not self._lock_held:
             try:
                 self._lock.enter_context(writer_lock(self.files, self.store.ops))
+                self._lock_held = True
             except (fsio.LockBusy, StateFolderError) as exc:
                 log.warning("cannot take the node's writer lock back yet (%s); each write takes it meanwhile", exc,
                             extra=self._log_extra)
                 return self.load(clean=False)  # the left-overs check would wait for the same busy lock again
-            else:
-                self._lock_held = True
         return self.load()
 
-    def _hold_lock(self) -> None:
-        """Take the writer lock for good if the start could not (the state folder was unusable), without waiting:
-        another writer holding it is a refusal, tried again later."""
-        if self._lock is None or self._lock_held:
-            return
-        try:
-            self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0), self.store.ops))
-        except fsio.LockBusy as exc:
-            raise StateFolderError(exc.path, exc.problem) from None
-        self._lock_held = True
+    def _write(self, record: State) -> None:
+        """Save ``record``, after taking the writer lock for good if the start could not (the state folder was
+        unusable), without waiting: another writer holding it is a refusal (``StateFolderError``), tried again
+        later."""
+        if self._lock is not None and not self._lock_held:
+            with _folder_faults():  # LockBusy included
+                self._lock.enter_context(writer_lock(replace(self.files, lock_wait=0.0), self.store.ops))
+            self._lock_held = True
+        self.store.save(record)
+        self.saved = record
 
     def save(self, node: lifecycle.Node) -> PatcherError | None:
         """Save a transition's record; returns the state folder's refusal (a transition of its own,
@@ -242,22 +224,17 @@ class RecordKeeper:
         if node.record == self.saved or node.fault is not None:
             return None
         try:
-            self._hold_lock()
-            self.store.save(node.record)
+            self._write(node.record)
         except StateFolderError as exc:
             return exc
         except PatcherError as exc:
             log.error("cannot save the state record: %s", exc, extra=self._log_extra)
-            return None
-        self.saved = node.record
         return None
 
     def retry(self, record: State) -> lifecycle.StateFolderOk | lifecycle.StateFolderFailed:
         """The state folder's retry: the writer lock when it could not be taken, and the record."""
         try:
-            self._hold_lock()
-            self.store.save(record)
+            self._write(record)
         except PatcherError as exc:
             return lifecycle.StateFolderFailed(state_folder_message(exc))
-        self.saved = record
         return lifecycle.StateFolderOk()
