@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
@@ -92,7 +94,7 @@ class _Histogram:
 
     def observe(self, value: float) -> None:
         value = max(0.0, value)
-        self.counts[next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))] += 1
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value, else +Inf
         self.total += value
 
     def family(self, name: str, help_text: str) -> Metric:
@@ -100,11 +102,8 @@ class _Histogram:
         formats floats."""
         prom = prometheus()
         go = prom.utils.floatToGoString
-        running = 0
-        cumulative: list[tuple[str, float]] = []
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            running += count
-            cumulative.append((go(bound), float(running)))
+        cumulative = [(go(bound), float(running))
+                      for bound, running in zip((*self.bounds, float("inf")), accumulate(self.counts), strict=True)]
         family: Metric = prom.metrics_core.HistogramMetricFamily(name, help_text, buckets=cumulative,
                                                                  sum_value=self.total)
         return family
