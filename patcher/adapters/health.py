@@ -292,8 +292,7 @@ class HealthServer(HttpServer):
             return 405, b"only GET and HEAD\n", TEXT
         path = path.split("?", 1)[0]
         if path in ("/healthz", "/livez"):
-            alive = self.health.alive()
-            return (200, b"ok\n", TEXT) if alive else (503, b"agent loop stalled\n", TEXT)
+            return (200, b"ok\n", TEXT) if self.health.alive() else (503, b"agent loop stalled\n", TEXT)
         if path == "/readyz":
             if self.ready():
                 return 200, b"ok\n", TEXT
