@@ -95,13 +95,12 @@ def _error(exc: BaseException, host: str, timeout: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def probe(target: Target, *, local: Callable[[str], str] = lambda p: p,
-          clock: Callable[[], float] = time.monotonic) -> Result:
+def probe(target: Target, *, local: Callable[[str], str] = lambda p: p) -> Result:
     """One request to ``target``, bounded by its timeout on the socket; ``probe_all`` adds the hard deadline."""
-    start = clock()
+    start = time.monotonic()
 
     def done(error: str = "") -> Result:
-        return Result(url=target.url, ignorable=target.ignorable, seconds=clock() - start, error=error)
+        return Result(url=target.url, ignorable=target.ignorable, seconds=time.monotonic() - start, error=error)
 
     if target.problem:
         return done(target.problem)
@@ -138,16 +137,16 @@ def probe(target: Target, *, local: Callable[[str], str] = lambda p: p,
 
 
 def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda p: p,
-              clock: Callable[[], float] = time.monotonic, cancel: threading.Event | None = None) -> list[Result]:
+              cancel: threading.Event | None = None) -> list[Result]:
     """Probe every target at once; a probe still running at its own timeout (plus a little for the thread to
     report) or when ``cancel`` is set counts as no answer and is abandoned (a daemon thread: it ends with its
     socket timeout, or the name lookup)."""
-    start = clock()
+    start = time.monotonic()
     results: list[Result | None] = [None] * len(targets)
     threads = []
     for i, target in enumerate(targets):
         def run(i: int = i, target: Target = target) -> None:
-            results[i] = probe(target, local=local, clock=clock)
+            results[i] = probe(target, local=local)
 
         t = threading.Thread(target=run, name=f"extprobe-{i}", daemon=True)
         t.start()
@@ -155,13 +154,13 @@ def probe_all(targets: Sequence[Target], *, local: Callable[[str], str] = lambda
     for i, (target, t) in enumerate(zip(targets, threads, strict=True)):
         end = start + target.timeout + 0.25
         while t.is_alive() and not (cancel is not None and cancel.is_set()):
-            left = end - clock()
+            left = end - time.monotonic()
             if left <= 0:
                 break
             t.join(min(left, 0.05) if cancel is not None else left)
         if results[i] is None:
             why = "cancelled" if cancel is not None and cancel.is_set() else f"no answer within {target.timeout:g}s"
-            results[i] = Result(url=target.url, ignorable=target.ignorable, seconds=clock() - start, error=why)
+            results[i] = Result(url=target.url, ignorable=target.ignorable, seconds=time.monotonic() - start, error=why)
     return [r for r in results if r is not None]
 
 

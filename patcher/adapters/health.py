@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from patcher import __version__
@@ -71,12 +73,15 @@ _RESTART_HELP: Final = "Seconds from the manifest write to the restart seen."
 _CONFIG_HELP: Final = "Always 1; the labels name the config the node should run (the Node's hash annotations)."
 _PROBE_HELP: Final = "Seconds one extender took to answer the probe, or to fail it."
 _UNREACHABLE_HELP: Final = "Extenders that did not answer the last probe, by whether the config marks them ignorable."
-_REFUSED_HELP: Final = "1 while the last plan refused the source config (invalid), else 0."
-_MISSING_HELP: Final = ("1 while kube-scheduler's --config names a file that is not on the node and the agent does "
-                        "not write it back (its next start fails), else 0.")
+#: The 0/1 gauges: name without the namespace -> help.
+_FLAGS: Final = {
+    "source_refused": "1 while the last plan refused the source config (invalid), else 0.",
+    "config_missing": ("1 while kube-scheduler's --config names a file that is not on the node and the agent does "
+                       "not write it back (its next start fails), else 0."),
+    "held": "1 while an operator holds the node (its hold annotation): the agent writes nothing there, else 0.",
+}
 #: The states of the record (the one-hot gauge's fixed labels); ``Held`` is said on the Node, and by its own gauge.
 PHASES: Final = tuple(s.value for s in NodeState if s is not NodeState.HELD)
-_HELD_HELP: Final = "1 while an operator holds the node (its hold annotation): the agent writes nothing there, else 0."
 
 
 class _Histogram:
@@ -89,7 +94,7 @@ class _Histogram:
 
     def observe(self, value: float) -> None:
         value = max(0.0, value)
-        self.counts[next((i for i, bound in enumerate(self.bounds) if value <= bound), len(self.bounds))] += 1
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bound >= value, else +Inf
         self.total += value
 
     def family(self, name: str, help_text: str) -> Metric:
@@ -97,11 +102,8 @@ class _Histogram:
         formats floats."""
         prom = prometheus()
         go = prom.utils.floatToGoString
-        running = 0
-        cumulative: list[tuple[str, float]] = []
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            running += count
-            cumulative.append((go(bound), float(running)))
+        cumulative = [(go(bound), float(running))
+                      for bound, running in zip((*self.bounds, float("inf")), accumulate(self.counts), strict=True)]
         family: Metric = prom.metrics_core.HistogramMetricFamily(name, help_text, buckets=cumulative,
                                                                  sum_value=self.total)
         return family
@@ -122,9 +124,7 @@ class Metrics:
         self._restart = _Histogram(RESTART_BUCKETS)
         self._probe = _Histogram(PROBE_BUCKETS)
         self._unreachable = {"false": 0.0, "true": 0.0}  # by ``ignorable``: both series always exist
-        self._refused = 0.0
-        self._missing = 0.0
-        self._held = 0.0
+        self._flags = dict.fromkeys(_FLAGS, 0.0)
         self._config: tuple[str, str] = ("", "")  # (config_hash, source_hash); empty: no series
 
     @property
@@ -168,18 +168,18 @@ class Metrics:
         """Whether the last plan refused the source config: a bad ConfigMap edit, which nothing retries until
         the ConfigMap changes again."""
         with self._lock:
-            self._refused = 1.0 if refused else 0.0
+            self._flags["source_refused"] = 1.0 if refused else 0.0
 
     def config_missing(self, missing: bool) -> None:
         """Whether the last plan found kube-scheduler's ``--config`` naming a missing file that it does not write
         back: the next start fails."""
         with self._lock:
-            self._missing = 1.0 if missing else 0.0
+            self._flags["config_missing"] = 1.0 if missing else 0.0
 
     def set_held(self, held: bool) -> None:
         """Whether an operator holds the node: an alert can say how long a hold has lasted."""
         with self._lock:
-            self._held = 1.0 if held else 0.0
+            self._flags["held"] = 1.0 if held else 0.0
 
     def set_config(self, config_hash: str, source_hash: str) -> None:
         """The config the node should run, as its ``config-hash``/``source-hash`` annotations say (empty: none):
@@ -202,9 +202,7 @@ class Metrics:
             counts, errors, state = dict(self._counts), dict(self._errors), dict(self._state)
             restart = self._restart.family(f"{_NAMESPACE}_restart_seconds", _RESTART_HELP)
             probe = self._probe.family(f"{_NAMESPACE}_extender_probe_seconds", _PROBE_HELP)
-            unreachable, refused, (config_hash, source_hash) = dict(self._unreachable), self._refused, self._config
-            missing = self._missing
-            held = self._held
+            unreachable, flags, (config_hash, source_hash) = dict(self._unreachable), dict(self._flags), self._config
         out: list[Metric] = [core.CounterMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=counts[attr])
                              for attr, (name, help_text) in _COUNTERS.items()]
         out += [_labelled(core.CounterMetricFamily, "errors", _ERRORS_HELP, ["kind"], errors),
@@ -213,9 +211,8 @@ class Metrics:
                           {(config_hash, source_hash): 1.0} if config_hash else {}), probe,
                 _labelled(core.GaugeMetricFamily, "extenders_unreachable", _UNREACHABLE_HELP, ["ignorable"],
                           unreachable)]
-        out += [core.GaugeMetricFamily(f"{_NAMESPACE}_{name}", help_text, value=value) for name, help_text, value in
-                (("source_refused", _REFUSED_HELP, refused), ("config_missing", _MISSING_HELP, missing),
-                 ("held", _HELD_HELP, held))]
+        out += [core.GaugeMetricFamily(f"{_NAMESPACE}_{name}", _FLAGS[name], value=value)
+                for name, value in flags.items()]
         return out
 
     def render(self) -> bytes:
@@ -295,8 +292,7 @@ class HealthServer(HttpServer):
             return 405, b"only GET and HEAD\n", TEXT
         path = path.split("?", 1)[0]
         if path in ("/healthz", "/livez"):
-            alive = self.health.alive()
-            return (200, b"ok\n", TEXT) if alive else (503, b"agent loop stalled\n", TEXT)
+            return (200, b"ok\n", TEXT) if self.health.alive() else (503, b"agent loop stalled\n", TEXT)
         if path == "/readyz":
             if self.ready():
                 return 200, b"ok\n", TEXT

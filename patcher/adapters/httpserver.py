@@ -28,7 +28,6 @@ import select
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Final, Self
@@ -277,15 +276,14 @@ class HttpServer:
         start = await reader.read(MAX_REQUEST_HEAD)  # buffered already: returns at once
         code = 431 if b"\r\n" in start else 414
         writer.write(response(code, f"{_phrase(code).lower()}\n".encode(), TEXT))
-        end = time.monotonic() + self.timeout
         with contextlib.suppress(TimeoutError, OSError):
-            await asyncio.wait_for(writer.drain(), self.timeout)
-            if writer.can_write_eof():  # not over TLS: its close_notify comes with the close
-                writer.write_eof()
-            dropped = 0
-            while dropped < MAX_DISCARD and (chunk := await asyncio.wait_for(reader.read(65536),
-                                                                             end - time.monotonic())):
-                dropped += len(chunk)
+            async with asyncio.timeout(self.timeout):
+                await writer.drain()
+                if writer.can_write_eof():  # not over TLS: its close_notify comes with the close
+                    writer.write_eof()
+                dropped = 0
+                while dropped < MAX_DISCARD and (chunk := await reader.read(65536)):
+                    dropped += len(chunk)
 
     def _evict_oldest_idle(self) -> bool:
         """Close the oldest idle connection (its head not complete) and hand its slot over; False when none is."""
@@ -304,11 +302,16 @@ class HttpServer:
 
         from patcher.adapters.streams import HeadReader
 
-        assert self._room is not None
+        room = self._room
+        assert room is not None
         task = asyncio.current_task()
         assert task is not None
-        self._idle[serial] = (conn, task)
-        self._room.set()  # an accepted connection may be waiting for one to evict
+
+        def idle() -> None:  # evictable: new, or kept alive and waiting for its next request
+            self._idle[serial] = (conn, task)
+            room.set()  # an accepted connection may be waiting for one to evict
+
+        idle()
         writer: asyncio.StreamWriter | None = None
         try:
             # The answer at once, not held back by Nagle until the client's delayed ACK of what was sent before
@@ -316,13 +319,13 @@ class HttpServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             loop = asyncio.get_running_loop()
             # A slot waiter skipped this connection while its bytes waited unread: now it may evict it.
-            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None), on_partial=self._room.set)
+            reader = HeadReader(MAX_REQUEST_HEAD, lambda: self._idle.pop(serial, None), on_partial=room.set)
             protocol = asyncio.StreamReaderProtocol(reader)
             tls = self.certs.context() if self.certs is not None else None
             transport, _ = await loop.connect_accepted_socket(
                 lambda: protocol, sock=conn, ssl=tls, ssl_handshake_timeout=self.timeout if tls else None)
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            await self._handle(reader, writer, lambda: self._idle_again(serial, conn, task))
+            await self._handle(reader, writer, idle)
         except (OSError, asyncio.CancelledError):  # a client gone, a handshake failed, evicted, or the stop
             pass
         finally:
@@ -335,13 +338,7 @@ class HttpServer:
                 self._evicted.discard(serial)
             else:
                 self._open -= 1
-                self._room.set()
-
-    def _idle_again(self, serial: int, conn: socket.socket, task: asyncio.Task[None]) -> None:
-        """A kept-alive connection waits for its next request: evictable again, as a new one is."""
-        assert self._room is not None
-        self._idle[serial] = (conn, task)
-        self._room.set()
+                room.set()
 
     async def _slot(self) -> None:
         """Wait until a connection may be opened: a free slot, or the slot of the oldest idle connection."""
@@ -387,8 +384,7 @@ class HttpServer:
         self._room = asyncio.Event()
         self._stopping = asyncio.Event()
         if self._stop_requested:  # stop() came before the loop ran: it could not reach this event (see stop)
-            self._started.set()
-            return
+            return  # ``_run`` sets ``_started``
         accepting = asyncio.create_task(self._accept())
         self._started.set()
         await self._stopping.wait()

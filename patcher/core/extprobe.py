@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from patcher.core import yamltext
@@ -147,7 +147,7 @@ def _tls(extender: Mapping[str, Any]) -> tuple[Tls, str]:
     elif bool(tls.cert_file or tls.cert_data) != bool(tls.key_file or tls.key_data):
         problem = "tlsConfig has a client certificate without its key (or a key without its certificate)"
     if _field(extender, "enableHTTPS") is True and not tls.has_ca:
-        tls = Tls(**{**tls.__dict__, "insecure": True})  # kube-scheduler: HTTPS without a CA is not verified
+        tls = replace(tls, insecure=True)  # kube-scheduler: HTTPS without a CA is not verified
     return tls, problem
 
 

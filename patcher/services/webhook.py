@@ -17,7 +17,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter
 
 from patcher.core.admission import BadReview, Selection, review_patch, review_request, review_response
-from patcher.core.kubeobj import Obj
+from patcher.core.kubeobj import Obj, dig
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,9 @@ class AdmissionWebhook:
             log.error("admission webhook: cannot read the AdmissionReview (%s); the pod is allowed unchanged", exc)
         else:
             self._reviews.labels("gated" if patch else "unchanged").inc()
-            if patch:
-                obj = request.get("object") or {}
-                meta = obj.get("metadata") or {} if isinstance(obj, dict) else {}
+            if patch:  # a ``metadata`` that is not an object is not ours to refuse: the pod is gated all the same
+                meta = dig(request, "object", "metadata")
                 log.debug("gate %s added to a new pod %s/%s", self.selection.gate, request.get("namespace"),
-                          meta.get("name") or meta.get("generateName"))
+                          dig(meta, "name") or dig(meta, "generateName"))
         answer = review_response(review, patch)
         return 200, json.dumps(answer, separators=(",", ":")).encode(), "application/json"
