@@ -88,11 +88,8 @@ def node_outcome(node: str, pod: Obj | None) -> NodeRestore:
     detail = ", ".join(x for x in (f"pod {name}", _container_detail(pod),
                                    str(dig(pod, "status", "reason") or ""),
                                    str(dig(pod, "status", "message") or "")) if x)
-    if phase == "Failed":
-        return NodeRestore(node, Outcome.FAILED, detail)
-    if phase == "Running":
-        return NodeRestore(node, Outcome.RUNNING, detail)
-    return NodeRestore(node, Outcome.WAITING, detail)
+    outcome = {"Failed": Outcome.FAILED, "Running": Outcome.RUNNING}.get(phase, Outcome.WAITING)  # Pending, Unknown
+    return NodeRestore(node, outcome, detail)
 
 
 def pods_by_node(pods: Iterable[Obj]) -> dict[str, Obj]:
