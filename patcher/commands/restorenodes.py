@@ -54,7 +54,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return bool(self.outcomes) and restorepods.restored(self.outcomes)
+        return bool(self.outcomes) and all(o.outcome is Outcome.RESTORED for o in self.outcomes)
 
 
 def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, selectors: Sequence[str],
@@ -68,7 +68,7 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
     names = [str(dig(n, "metadata", "name")) for n in nodes]
     not_ready = [str(dig(n, "metadata", "name")) for n in nodes if not ready(n)]
     if not names:
-        return Result([], [])
+        return Result([])
     say(f"restoring {len(names)} control-plane node(s): {', '.join(names)}")
     pods = api_side.RunPods(api, namespace, run)
     pods.start()

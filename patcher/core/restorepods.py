@@ -111,10 +111,6 @@ def finished(outcomes: Sequence[NodeRestore]) -> bool:
     return all(o.outcome in (Outcome.RESTORED, Outcome.FAILED) for o in outcomes)
 
 
-def restored(outcomes: Sequence[NodeRestore]) -> bool:
-    return all(o.outcome is Outcome.RESTORED for o in outcomes)
-
-
 def job_owner(pod: Obj) -> Obj | None:
     """The ownerReference (not a controller one) to the Job that owns ``pod``, for the pods it creates."""
     for ref in dig(pod, "metadata", "ownerReferences") or []:
