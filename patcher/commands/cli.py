@@ -425,8 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(words)
     if extra:  # refused by the subcommand's parser: its usage, and the closest flag it has
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub = commands.choices[args.command]
-        (sub if isinstance(sub, Parser) else parser).unknown(extra)
+        typing.cast(Parser, commands.choices[args.command]).unknown(extra)  # add_parser: the parent's class
     problems = resolve_paths(args, os.getcwd())
     if problems:
         for problem in problems:
