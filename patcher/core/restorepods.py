@@ -47,14 +47,11 @@ def restore_pod(template: Obj, node: str, run: str, namespace: str, owner: Obj |
     pod_template = template.get("template")
     if not isinstance(pod_template, dict) or not isinstance(pod_template.get("spec"), dict):
         raise ValueError("the PodTemplate has no template.spec")
-    meta = copy.deepcopy(pod_template.get("metadata") or {})
+    meta = pod_template.get("metadata") or {}
     spec = copy.deepcopy(pod_template["spec"])
-    labels = dict(meta.get("labels") or {})
-    labels[RUN_LABEL] = run
-    annotations = dict(meta.get("annotations") or {})
-    annotations[NODE_ANNOTATION] = node
-    metadata: Obj = {"generateName": GENERATE_NAME, "namespace": namespace, "labels": labels,
-                     "annotations": annotations}
+    metadata: Obj = {"generateName": GENERATE_NAME, "namespace": namespace,
+                     "labels": {**(meta.get("labels") or {}), RUN_LABEL: run},
+                     "annotations": {**(meta.get("annotations") or {}), NODE_ANNOTATION: node}}
     if owner is not None:
         metadata["ownerReferences"] = [owner]
     spec["nodeName"] = node
