@@ -186,7 +186,7 @@ def explain(exc: PatcherError, args: argparse.Namespace) -> str:
 
 def _check_extenders(args: argparse.Namespace, opts: Files, config: Any) -> list[Any] | None:
     """With ``--check-extenders``: probe every extender of the rendered config (``None`` without the flag)."""
-    if not getattr(args, "check_extenders", False) or config is None:
+    if not args.check_extenders or config is None:
         return None
     from patcher.adapters import extprobe
 
@@ -199,30 +199,33 @@ def cmd_plan(args: argparse.Namespace) -> int:
     config = plan.config
     notes = [n for n in plan.notes if not n.startswith("source form")]
     probes = _check_extenders(args, opts, config)
-    if args.output != "text":
-        info = None if config is None else {"form": config.form, "api_version": config.api_version,
-                                            "hash": config.config_hash, "file": config.main,
-                                            "kube_version": config.kube_version or None}
-        doc = {"manifest": plan.manifest_path, "pending": plan.pending, "config": info,
-               "source_hash": plan.source_hash or None, "notes": notes, "changes": _changes_doc(plan.changes)}
-        if probes is not None:
-            doc["extenders"] = as_data(probes)
-        emit(doc, args.output)
-        return EXIT_PENDING if plan.pending else EXIT_OK
-    out = sys.stdout
-    if config is not None:
-        out.write(f"# source form: {config.form}, apiVersion {config.api_version}, config {config.short_hash}\n")
-    for note in notes:
-        out.write(f"# note: {note}\n")
-    for result in probes or []:
-        out.write(f"# extender {result.line()}\n")
+    info = None if config is None else {"form": config.form, "api_version": config.api_version,
+                                        "hash": config.config_hash, "file": config.main,
+                                        "kube_version": config.kube_version or None}
+    doc: dict[str, object] = {"config": info, "source_hash": plan.source_hash or None, "notes": notes}
+    if probes is not None:
+        doc["extenders"] = as_data(probes)
+    comments = [] if config is None else [
+        f"source form: {config.form}, apiVersion {config.api_version}, config {config.short_hash}"]
+    comments += [f"note: {note}" for note in notes] + [f"extender {result.line()}" for result in probes or []]
     if probes == []:
-        out.write("# extender: none in the config\n")
-    if not plan.pending:
-        out.write(f"# {plan.manifest_path}: up to date, nothing to do\n")
+        comments.append("extender: none in the config")
+    return _show_changes(args, plan.manifest_path, plan.changes, doc, comments, "up to date, nothing to do")
+
+
+def _show_changes(args: argparse.Namespace, manifest: str, changes: Sequence[nodefiles.FileChange],
+                  doc: dict[str, object], comments: list[str], nothing: str) -> int:
+    """plan's and restore --dry-run's output: the diffs and exit 2, or one ``nothing`` line and exit 0."""
+    if args.output != "text":
+        emit({"manifest": manifest, "pending": bool(changes), "changes": _changes_doc(changes), **doc}, args.output)
+        return EXIT_PENDING if changes else EXIT_OK
+    for line in comments:
+        sys.stdout.write(f"# {line}\n")
+    if not changes:
+        sys.stdout.write(f"# {manifest}: {nothing}\n")
         return EXIT_OK
-    for change in plan.changes:
-        out.write(change.diff())
+    for change in changes:
+        sys.stdout.write(change.diff())
     return EXIT_PENDING
 
 
@@ -270,28 +273,14 @@ def _changes_doc(changes: Sequence[nodefiles.FileChange]) -> list[dict[str, obje
 def cmd_restore(args: argparse.Namespace) -> int:
     opts = _files(args)
     plan = nodefiles.plan_restore(opts)
-    if getattr(args, "dry_run", False):
-        return _restore_dry_run(args, opts, plan)
+    if args.dry_run:  # the diff a restore would make, as plan prints apply's
+        changes, kept = nodefiles.restore_preview(opts, plan)
+        notes = plan.notes + kept
+        return _show_changes(args, plan.manifest_path, changes, {"notes": notes}, [f"note: {n}" for n in notes],
+                             "unchanged, nothing to restore")
     lines = nodefiles.restore(opts, plan)
     _report(args, plan.manifest_path, lines, plan.notes)
     return EXIT_OK
-
-
-def _restore_dry_run(args: argparse.Namespace, opts: Files, plan: nodefiles.RestorePlan) -> int:
-    """The diff a restore would make, as ``plan`` prints apply's (exit 2 when it would change something)."""
-    changes, kept = nodefiles.restore_preview(opts, plan)
-    if args.output != "text":
-        emit({"manifest": plan.manifest_path, "pending": bool(changes), "notes": plan.notes + kept,
-              "changes": _changes_doc(changes)}, args.output)
-        return EXIT_PENDING if changes else EXIT_OK
-    for note in plan.notes + kept:
-        sys.stdout.write(f"# note: {note}\n")
-    if not changes:
-        sys.stdout.write(f"# {plan.manifest_path}: unchanged, nothing to restore\n")
-        return EXIT_OK
-    for change in changes:
-        sys.stdout.write(change.diff())
-    return EXIT_PENDING
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -436,8 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(words)
     if extra:  # refused by the subcommand's parser: its usage, and the closest flag it has
         commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        sub = commands.choices[args.command]
-        (sub if isinstance(sub, Parser) else parser).unknown(extra)
+        typing.cast(Parser, commands.choices[args.command]).unknown(extra)  # add_parser: the parent's class
     problems = resolve_paths(args, os.getcwd())
     if problems:
         for problem in problems:

@@ -64,10 +64,6 @@ def exit_codes(command: str | None = None) -> str:
 OUTPUTS = ("text", "json", "yaml")
 
 
-def env_name(flag: str) -> str:
-    return "PATCHER_" + flag.lstrip("-").upper().replace("-", "_")
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with the project's conventions: no prefix matching, usage errors exit 64, exit codes in help."""
 
@@ -105,7 +101,7 @@ class Flags:
         self.parser = parser  # a parser, or one of its --help sections
 
     def add(self, flag: str, default: Any = None, help: str = "", *names: str, **kw: Any) -> None:
-        env = env_name(flag)
+        env = "PATCHER_" + flag.lstrip("-").upper().replace("-", "_")
         value = os.environ.get(env, default)
         choices = kw.get("choices")
         if choices and "type" not in kw:
@@ -157,16 +153,6 @@ def _block_text(representer: Any, text: str) -> Any:
     return representer.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
-def say_to(out: TextIO) -> Callable[[str], None]:
-    """Writes a line to ``out`` and flushes it: a hook Job's log shows each step as it happens."""
-
-    def say(line: str) -> None:
-        out.write(line + "\n")
-        out.flush()
-
-    return say
-
-
 def with_api(kubeconfig: str | None, err: TextIO, work: Callable[[Api], T], context: str | None = None) -> T | None:
     """``work(api)`` with a client from ``--kubeconfig`` (else kubectl's order) and ``--context``, closed after;
     ``None`` once the one error line is on ``err`` (no usable credentials, or the API failed): the cluster
@@ -188,11 +174,10 @@ def with_api(kubeconfig: str | None, err: TextIO, work: Callable[[Api], T], cont
 
 def duration(value: str) -> float:
     """``300``, ``300s``, ``5m``, ``1h``: the DaemonSet's env vars read better with units."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     number, factor = value, 1.0
-    for suffix in ("ms", "s", "m", "h"):
+    for suffix, size in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):  # "ms" before "s"
         if value.endswith(suffix):
-            number, factor = value[: -len(suffix)], units[suffix]
+            number, factor = value[: -len(suffix)], size
             break
     try:
         seconds = float(number) * factor

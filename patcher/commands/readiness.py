@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from patcher.adapters.kube.cluster import collect, collect_retrying, node_watchers, wait_ready
 from patcher.adapters.kube.schedindex import SchedulerIndex
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, emit, with_api
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, OUTPUTS, Flags, boolean, duration, emit, with_api
 from patcher.core import restart
 from patcher.core.readiness import (
     DEFAULT_NODE_SELECTOR,
@@ -64,7 +64,7 @@ def verdict_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_verdict_arguments(p)
     f = Flags(p)
-    f.add("--output", "text", "output format", "-o", choices=["text", "json", "yaml"])
+    f.add("--output", "text", "output format", "-o", choices=list(OUTPUTS))
     f.add("--wait", "false", "block until the cluster is Ready or --timeout passes", type=boolean, nargs="?",
           const=True)
     f.add("--timeout", "10m", "how long --wait waits", type=duration)

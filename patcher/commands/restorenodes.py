@@ -12,6 +12,7 @@ one named), ``pods`` create/get/list/watch in its namespace, ``nodes`` list and 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import secrets
@@ -24,7 +25,7 @@ from typing import TextIO
 from patcher.adapters.kube import restorepods as api_side
 from patcher.adapters.kube.errors import ApiError
 from patcher.adapters.kube.transport import Api
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, say_to, with_api
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, boolean, duration, with_api
 from patcher.core import restorepods
 from patcher.core.kubeobj import dig, ready
 from patcher.core.readiness import DEFAULT_NODE_SELECTOR, LEGACY_MASTER_SELECTOR, node_selectors
@@ -53,7 +54,7 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return bool(self.outcomes) and restorepods.restored(self.outcomes)
+        return bool(self.outcomes) and all(o.outcome is Outcome.RESTORED for o in self.outcomes)
 
 
 def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, selectors: Sequence[str],
@@ -67,7 +68,7 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
     names = [str(dig(n, "metadata", "name")) for n in nodes]
     not_ready = [str(dig(n, "metadata", "name")) for n in nodes if not ready(n)]
     if not names:
-        return Result([], [])
+        return Result([])
     say(f"restoring {len(names)} control-plane node(s): {', '.join(names)}")
     pods = api_side.RunPods(api, namespace, run)
     pods.start()
@@ -102,7 +103,7 @@ def restore_nodes(api: Api, *, namespace: str, template_name: str, run: str, sel
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once every control-plane node is restored; 1 when one is not by ``--timeout`` (each named)."""
     err = err or sys.stderr
-    say = say_to(out or sys.stdout)
+    say = functools.partial(print, file=out or sys.stdout, flush=True)  # a hook Job's log shows each step now
     selectors = node_selectors(args.node_selector, args.legacy_master_label)
     result = with_api(args.kubeconfig, err, lambda api: restore_nodes(
         api, namespace=args.namespace, template_name=args.pod_template, run=secrets.token_hex(6),

@@ -13,6 +13,7 @@ that one name.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import TextIO
 
 from patcher.adapters.kube import foreground
 from patcher.adapters.kube.transport import Api
-from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration, say_to, with_api
+from patcher.commands.conventions import EXIT_ERROR, EXIT_OK, Flags, duration, with_api
 from patcher.core.kubeobj import Obj, dig
 
 
@@ -86,7 +87,7 @@ def describe(namespace: str, name: str, result: Result, timeout: float) -> str:
 def main(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Exit 0 once the DaemonSet and its pods are gone (or there was none); 1 when they are not by ``--timeout``."""
     err = err or sys.stderr
-    say = say_to(out or sys.stdout)
+    say = functools.partial(print, file=out or sys.stdout, flush=True)  # a hook Job's log shows each step now
     result = with_api(args.kubeconfig, err, lambda api: stop_agents(
         api, namespace=args.namespace, name=args.daemonset, timeout=args.timeout, say=say))
     if result is None:

@@ -47,14 +47,11 @@ def restore_pod(template: Obj, node: str, run: str, namespace: str, owner: Obj |
     pod_template = template.get("template")
     if not isinstance(pod_template, dict) or not isinstance(pod_template.get("spec"), dict):
         raise ValueError("the PodTemplate has no template.spec")
-    meta = copy.deepcopy(pod_template.get("metadata") or {})
+    meta = pod_template.get("metadata") or {}
     spec = copy.deepcopy(pod_template["spec"])
-    labels = dict(meta.get("labels") or {})
-    labels[RUN_LABEL] = run
-    annotations = dict(meta.get("annotations") or {})
-    annotations[NODE_ANNOTATION] = node
-    metadata: Obj = {"generateName": GENERATE_NAME, "namespace": namespace, "labels": labels,
-                     "annotations": annotations}
+    metadata: Obj = {"generateName": GENERATE_NAME, "namespace": namespace,
+                     "labels": {**(meta.get("labels") or {}), RUN_LABEL: run},
+                     "annotations": {**(meta.get("annotations") or {}), NODE_ANNOTATION: node}}
     if owner is not None:
         metadata["ownerReferences"] = [owner]
     spec["nodeName"] = node
@@ -88,11 +85,8 @@ def node_outcome(node: str, pod: Obj | None) -> NodeRestore:
     detail = ", ".join(x for x in (f"pod {name}", _container_detail(pod),
                                    str(dig(pod, "status", "reason") or ""),
                                    str(dig(pod, "status", "message") or "")) if x)
-    if phase == "Failed":
-        return NodeRestore(node, Outcome.FAILED, detail)
-    if phase == "Running":
-        return NodeRestore(node, Outcome.RUNNING, detail)
-    return NodeRestore(node, Outcome.WAITING, detail)
+    outcome = {"Failed": Outcome.FAILED, "Running": Outcome.RUNNING}.get(phase, Outcome.WAITING)  # Pending, Unknown
+    return NodeRestore(node, outcome, detail)
 
 
 def pods_by_node(pods: Iterable[Obj]) -> dict[str, Obj]:
@@ -112,10 +106,6 @@ def pods_by_node(pods: Iterable[Obj]) -> dict[str, Obj]:
 def finished(outcomes: Sequence[NodeRestore]) -> bool:
     """True once nothing can change any more: every node restored or failed for good."""
     return all(o.outcome in (Outcome.RESTORED, Outcome.FAILED) for o in outcomes)
-
-
-def restored(outcomes: Sequence[NodeRestore]) -> bool:
-    return all(o.outcome is Outcome.RESTORED for o in outcomes)
 
 
 def job_owner(pod: Obj) -> Obj | None:

@@ -78,7 +78,7 @@ def test_done_means_every_node_restored_or_failed_for_good() -> None:
     ok = restorepods.NodeRestore("a", Outcome.RESTORED)
     assert restorepods.finished([ok, restorepods.NodeRestore("b", Outcome.FAILED)])
     assert not restorepods.finished([ok, restorepods.NodeRestore("b", Outcome.RUNNING)])
-    assert restorepods.restored([ok]) and not restorepods.restored([ok, restorepods.NodeRestore("b", Outcome.FAILED)])
+    assert Result([ok]).ok and not Result([ok, restorepods.NodeRestore("b", Outcome.FAILED)]).ok
     lines = restorepods.describe([ok, restorepods.NodeRestore("b", Outcome.WAITING, "no pod yet")], ["b"])
     assert lines == ["node b: waiting (no pod yet); the node is not Ready: its kubelet runs the pod when it is back"]
 
