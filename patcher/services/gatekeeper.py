@@ -410,7 +410,6 @@ class Gatekeeper:
             log.info("drain stopped (verdict %s%s): %d gated pods wait for the next pass",
                      self.verdict.summary() if self.verdict is not None else "unknown",
                      "" if self._leading() else ", leadership lost", feed.left)
-        self.metrics.gated.set(len(self.waiting()))
         return not all(results)
 
     def _may_send(self, boundary: bool) -> bool:

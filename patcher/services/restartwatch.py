@@ -40,11 +40,6 @@ class RestartWatch:
     def container(self) -> str:
         return self.files.container_name or "kube-scheduler"
 
-    @property
-    def polling(self) -> bool:
-        """The local tracker runs: the loop must wake to poll it."""
-        return self.tracker is not None
-
     def start(self, wait: lifecycle.Wait, config_file: str, *, pod: dict[str, Any] | None) -> None:
         """A fresh baseline (the mirror pod ``pod``) and local tracker for the write the lifecycle now waits on."""
         self.baseline = restart.Baseline.of(pod, self.container)
