@@ -81,9 +81,8 @@ class Agent:
         """The only place the lifecycle value changes: health (``/readyz``) and the state gauge follow it."""
         self._node = value
         if value.phase is not None:
-            self.health.set_state(value.phase.value)  # also the metrics' one-hot gauge when attached
-            if self.health.metrics is not self.metrics:
-                self.metrics.set_state(value.phase.value)
+            self.health.set_state(value.phase.value)
+            self.metrics.set_state(value.phase.value)  # one-hot: a second set of health's own metrics changes nothing
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
         self.metrics.set_held(value.hold is not None)
 

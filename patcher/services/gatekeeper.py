@@ -309,8 +309,6 @@ class Gatekeeper:
         now = self._clock()
         with self._lock:
             due = (self._verdict_stale or now >= self._next_resync) and now >= self._verdict_retry_at
-            if due:
-                self._verdict_stale = False
         if due:
             self._refresh_verdict(now)
         pods = self.waiting()
@@ -332,6 +330,8 @@ class Gatekeeper:
 
     def _refresh_verdict(self, now: float) -> None:
         before = self.verdict
+        with self._lock:  # a change a watch delivers from here on makes it stale again: a read more, never less
+            self._verdict_stale = False
         _, drops = self.verdict_watches()  # before the read: a drop during it is seen at the next check
         try:
             verdict = self._verdict_fn()
@@ -421,8 +421,6 @@ class Gatekeeper:
         if not self._leading():
             return False
         if self._verdict_may_have_changed() if boundary else self._verdict_stale:
-            with self._lock:
-                self._verdict_stale = False
             self._refresh_verdict(self._clock())
         return self.verdict is not None and self.verdict.ready
 
