@@ -30,8 +30,6 @@ ORDER_ASK_INTERVAL: Final = 1.0
 
 
 class Stopping:
-    """Executes ``Restore``."""
-
     def __init__(self, files: Files, store: StateStore, *, log_extra: dict[str, str]) -> None:
         self.files = files
         self.store = store
