@@ -402,7 +402,7 @@ class Gatekeeper:
                     return ok
                 ok = self._release(pod) and ok
 
-        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(feed)))]
+        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(pods)))]
         concurrent.futures.wait(workers)
         results = [worker.result() for worker in workers]  # a bug in a release is raised here, all workers done
         self.metrics.batches.inc(feed.batches)
