@@ -316,8 +316,7 @@ class Gatekeeper:
         leader = self._leading()
         self.metrics.leader.set(leader)
         if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
-            failed = self._drain(pods)
-            if failed:
+            if self._drain(pods):  # some failed
                 self._release_retry_at = self._clock() + self._release_backoff.next_delay()
             else:
                 self._release_backoff.reset()
