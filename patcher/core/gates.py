@@ -95,9 +95,6 @@ class ReleaseFeed:
         self.taken = 0  #: pods handed out so far
         self.stopped = False  #: ``may_send`` answered False
 
-    def __len__(self) -> int:
-        return len(self._pods)
-
     @property
     def left(self) -> int:
         """Pods not handed out."""

@@ -23,7 +23,7 @@ from patcher.core.settings import Settings
 from patcher.core.status import NodeState
 from patcher.services import ports, reconcile
 from patcher.services.observations import Observations
-from patcher.services.ports import Coordinator, OwnerSource, PodSource, Reporter
+from patcher.services.ports import Coordinator, PodSource, Reporter
 from patcher.services.record import REAL_FILE_OPS, FileOps, RecordKeeper, state_folder_message
 from patcher.services.stopping import Stopping
 from patcher.services.timers import Timers
@@ -44,8 +44,7 @@ class _Unsaved:
 class Agent:
     def __init__(self, settings: Settings, *, reporter: Reporter = ports.NO_REPORTER, pods: PodSource = ports.NO_PODS,
                  health: Health | None = None, metrics: Metrics | None = None,
-                 fallback_version: Callable[[], str | None] = lambda: None,
-                 coordinator: Coordinator = ports.NO_COORDINATOR, owner: OwnerSource = ports.NOT_ATTACHED,
+                 coordinator: Coordinator = ports.NO_COORDINATOR,
                  on_phase: Callable[[NodeState], None] = lambda _: None,
                  coordinated: bool = False, api_pending: bool = False, learns_hold: bool = False,
                  events: queue.SimpleQueue[LoopEvent] | None = None, file_ops: FileOps = REAL_FILE_OPS) -> None:
@@ -71,8 +70,7 @@ class Agent:
         self.stopper = Stopping(self.files, self.record.store, log_extra=log_extra)
         self.world = Observations(settings, self.timers, self.record, node=lambda: self._node, notify=self.notify,
                                   metrics=self.metrics, log_extra=log_extra, api_pending=api_pending,
-                                  reporter=reporter, pods=pods, coordinator=coordinator,
-                                  owner=owner, fallback_version=fallback_version, on_phase=on_phase)
+                                  reporter=reporter, pods=pods, coordinator=coordinator, on_phase=on_phase)
 
     @property
     def node(self) -> Node:
@@ -83,9 +81,8 @@ class Agent:
         """The only place the lifecycle value changes: health (``/readyz``) and the state gauge follow it."""
         self._node = value
         if value.phase is not None:
-            self.health.set_state(value.phase.value)  # also the metrics' one-hot gauge when attached
-            if self.health.metrics is not self.metrics:
-                self.metrics.set_state(value.phase.value)
+            self.health.set_state(value.phase.value)
+            self.metrics.set_state(value.phase.value)  # one-hot: a second set of health's own metrics changes nothing
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
         self.metrics.set_held(value.hold is not None)
 

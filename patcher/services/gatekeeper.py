@@ -309,8 +309,6 @@ class Gatekeeper:
         now = self._clock()
         with self._lock:
             due = (self._verdict_stale or now >= self._next_resync) and now >= self._verdict_retry_at
-            if due:
-                self._verdict_stale = False
         if due:
             self._refresh_verdict(now)
         pods = self.waiting()
@@ -318,8 +316,7 @@ class Gatekeeper:
         leader = self._leading()
         self.metrics.leader.set(leader)
         if leader and self.verdict is not None and self.verdict.ready and pods and now >= self._release_retry_at:
-            failed = self._drain(pods)
-            if failed:
+            if self._drain(pods):  # some failed
                 self._release_retry_at = self._clock() + self._release_backoff.next_delay()
             else:
                 self._release_backoff.reset()
@@ -332,6 +329,8 @@ class Gatekeeper:
 
     def _refresh_verdict(self, now: float) -> None:
         before = self.verdict
+        with self._lock:  # a change a watch delivers from here on makes it stale again: a read more, never less
+            self._verdict_stale = False
         _, drops = self.verdict_watches()  # before the read: a drop during it is seen at the next check
         try:
             verdict = self._verdict_fn()
@@ -402,7 +401,7 @@ class Gatekeeper:
                     return ok
                 ok = self._release(pod) and ok
 
-        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(feed)))]
+        workers = [self._pool.submit(work) for _ in range(min(self.concurrency, len(pods)))]
         concurrent.futures.wait(workers)
         results = [worker.result() for worker in workers]  # a bug in a release is raised here, all workers done
         self.metrics.batches.inc(feed.batches)
@@ -410,7 +409,6 @@ class Gatekeeper:
             log.info("drain stopped (verdict %s%s): %d gated pods wait for the next pass",
                      self.verdict.summary() if self.verdict is not None else "unknown",
                      "" if self._leading() else ", leadership lost", feed.left)
-        self.metrics.gated.set(len(self.waiting()))
         return not all(results)
 
     def _may_send(self, boundary: bool) -> bool:
@@ -422,8 +420,6 @@ class Gatekeeper:
         if not self._leading():
             return False
         if self._verdict_may_have_changed() if boundary else self._verdict_stale:
-            with self._lock:
-                self._verdict_stale = False
             self._refresh_verdict(self._clock())
         return self.verdict is not None and self.verdict.ready
 

@@ -27,6 +27,7 @@ from patcher.core.status import NodeState, NodeStatus
 from patcher.services import nodefiles, reconcile
 from patcher.services.ports import (
     NO_LEADER,
+    NOT_ATTACHED,
     Coordinator,
     HoldSource,
     LeaderSource,
@@ -60,17 +61,17 @@ class Observations:
     def __init__(self, settings: Settings, timers: Timers, record: RecordKeeper, *, node: Callable[[], Node],
                  notify: Callable[[LoopEvent], None], metrics: Metrics, log_extra: dict[str, str], api_pending: bool,
                  reporter: Reporter, pods: PodSource, coordinator: Coordinator,
-                 owner: OwnerSource, fallback_version: Callable[[], str | None],
                  on_phase: Callable[[NodeState], None]) -> None:
         """``node``: the executor's value as it is now; ``notify``: the loop queue's put; ``api_pending``: the
         API adapters are being built and come with ``attach`` (no restart verdict before that)."""
         self.files, self.opts, self.timers, self.record = settings.files, settings.loop, timers, record
         self.current, self.notify, self.metrics, self._log_extra = node, notify, metrics, log_extra
-        self.reporter, self.pods, self.coordinator, self.owner = reporter, pods, coordinator, owner
+        self.reporter, self.pods, self.coordinator, self.on_phase = reporter, pods, coordinator, on_phase
+        self.owner: OwnerSource = NOT_ATTACHED
         self.holds: HoldSource = NoHold()
         self.leaders: LeaderSource = NO_LEADER
         self.attached = False  # the API adapters are there (``attach``)
-        self.fallback_version, self.on_phase = fallback_version, on_phase
+        self.fallback_version: Callable[[], str | None] = lambda: None  # the API server's version, once attached
         self.api_pending = api_pending
         self.attached_event = threading.Event()
         self._owner_said = ""
@@ -158,12 +159,11 @@ class Observations:
         poll and the settle end."""
         now, n = time.monotonic(), self.current()
         w = n.wait
-        also: tuple[float, ...] = ()
+        also: tuple[float | None, ...] = ()
         if w is not None:
-            recheck = self.restarts.recheck_at
             also = (w.deadline if now < w.deadline else w.deadline + rules.restart_timeout,
-                    *((now + self.opts.local_poll,) if self.restarts.polling else ()),
-                    *((recheck,) if recheck is not None else ()))
+                    now + self.opts.local_poll if self.restarts.tracker is not None else None,
+                    self.restarts.recheck_at)
         return self.timers.timeout(now, fault=n.fault is not None, heartbeat=self.opts.heartbeat, also=also)
 
     def _schedule_periodic_probe(self, rules: Lifecycle) -> None:

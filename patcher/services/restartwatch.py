@@ -27,6 +27,7 @@ class RestartWatch:
         """``wall_ns``, ``monotonic``, ``scan``: the clocks and the process table, replaced in tests;
         ``kubelet_down``: why the node's kubelet is not healthy ("" healthy or unknown; ``adapters/kubelet``)."""
         self.files = files
+        self.container = files.container_name or "kube-scheduler"
         self.local_check = local_check
         self.crash_restarts = crash_restarts
         self.settle = settle
@@ -35,15 +36,6 @@ class RestartWatch:
         self.tracker: LocalRestartTracker | None = None
         #: Monotonic time of the next look while a check waits only for the settle time.
         self.recheck_at: float | None = None
-
-    @property
-    def container(self) -> str:
-        return self.files.container_name or "kube-scheduler"
-
-    @property
-    def polling(self) -> bool:
-        """The local tracker runs: the loop must wake to poll it."""
-        return self.tracker is not None
 
     def start(self, wait: lifecycle.Wait, config_file: str, *, pod: dict[str, Any] | None) -> None:
         """A fresh baseline (the mirror pod ``pod``) and local tracker for the write the lifecycle now waits on."""

@@ -30,8 +30,6 @@ ORDER_ASK_INTERVAL: Final = 1.0
 
 
 class Stopping:
-    """Executes ``Restore``."""
-
     def __init__(self, files: Files, store: StateStore, *, log_extra: dict[str, str]) -> None:
         self.files = files
         self.store = store
@@ -45,16 +43,14 @@ class Stopping:
         try:
             plan = nodefiles.plan_restore(self.files)
             writes = any(c.kind == "manifest" for c in plan.changes)
-            turn_silent = self._take_turn(action, coordinator, leaders) if writes else False
-            pods_silent = False
+            turn_silent = writes and self._take_turn(action, coordinator, leaders)
             try:
                 lines = nodefiles.restore(self.files, plan, ops=self.store.ops)
             except fsio.ChangedUnderneath:  # rewritten since it was planned (the turn's wait): plan again
                 lines = nodefiles.restore(self.files, nodefiles.plan_restore(self.files), ops=self.store.ops)
             for line in lines:
                 log.info("%s (stopping)", line, extra=self._log_extra)
-            if writes and coordinator.held:
-                pods_silent = not self._wait_restored(action.restored_until, pods)
+            pods_silent = writes and coordinator.held and not self._wait_restored(action.restored_until, pods)
             if record.bad_hashes:  # a failed config stays failed for the next agent here
                 try:
                     # What the restore left (config files a static pod still names) stays recorded too.

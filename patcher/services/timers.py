@@ -53,9 +53,9 @@ class Timers:
             return "lease-retry"
         return None
 
-    def timeout(self, now: float, *, fault: bool, heartbeat: float, also: tuple[float, ...] = ()) -> float:
-        """Seconds until the next timer, the heartbeat or one of ``also`` (absolute). During a fault only the
-        timers that can fire count: the others would wake the loop again and again for the whole fault."""
+    def timeout(self, now: float, *, fault: bool, heartbeat: float, also: tuple[float | None, ...] = ()) -> float:
+        """Seconds until the next timer, the heartbeat or one of ``also`` (absolute, or None). During a fault only
+        the timers that can fire count: the others would wake the loop again and again for the whole fault."""
         timers = (self.state_retry_at, self.hold_wait_at) if fault else (
             self.resync, self.lease_retry_at, self.probe_retry_at, self.periodic_probe_at, self.state_retry_at,
             self.hold_wait_at, *also)
