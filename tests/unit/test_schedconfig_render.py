@@ -112,6 +112,37 @@ def test_go_runner_flags_and_scheduler_name(extenders_source: Path) -> None:
     assert "leaderElection" not in data
 
 
+BOTH_PROFILE_FLAGS = ("--kubeconfig=/etc/kubernetes/scheduler.conf", "--scheduler-name=second",
+                      "--hard-pod-affinity-symmetric-weight=5")
+IN_PROFILE_0 = {"schedulerName": "second",
+                "pluginConfig": [{"name": "InterPodAffinity", "args": {"hardPodAffinityWeight": 5}}]}
+
+
+def test_two_flags_into_the_first_profile_both_land_there(extenders_source: Path) -> None:
+    rendered = build(extenders_source, "1.21.0", BOTH_PROFILE_FLAGS)
+    data = load_single(rendered.files[rendered.main].decode(), rendered.main)
+    assert data["profiles"] == [IN_PROFILE_0]
+    assert "carried --scheduler-name into profiles[0].schedulerName" in rendered.notes
+
+
+def test_two_flags_fill_the_first_profile_of_a_config_without_profiles(tmp_path: Path) -> None:
+    config = COMPLETE.replace("/v1\n", "/v1beta1\n")
+    rendered = build(make_configmap(tmp_path / "cm", {"config.yaml": config}), "1.21.0", BOTH_PROFILE_FLAGS)
+    data = load_single(rendered.files[rendered.main].decode(), rendered.main)
+    assert data["profiles"] == [IN_PROFILE_0]
+    assert not any("has its own profiles" in n for n in rendered.notes)
+
+
+def test_a_config_with_its_own_profiles_gets_neither_flag(tmp_path: Path) -> None:
+    config = COMPLETE.replace("/v1\n", "/v1beta1\n") + "profiles:\n- schedulerName: mine\n"
+    rendered = build(make_configmap(tmp_path / "cm", {"config.yaml": config}), "1.21.0", BOTH_PROFILE_FLAGS)
+    data = load_single(rendered.files[rendered.main].decode(), rendered.main)
+    assert data["profiles"] == [{"schedulerName": "mine"}]
+    assert [n for n in rendered.notes if "has its own profiles" in n] == [
+        "config.yaml has its own profiles; --scheduler-name is not carried into them",
+        "config.yaml has its own profiles; --hard-pod-affinity-symmetric-weight is not carried into them"]
+
+
 def test_unknown_version_is_refused(extenders_source: Path) -> None:
     with pytest.raises(ConfigError, match="--kube-version"):
         build_config(ConfigRequest(source_dir=extenders_source, host_config_dir=HOST_DIR,

@@ -48,12 +48,15 @@ def header(source: str, version: KubeVersion, api_version: str) -> str:
 
 
 def set_path(
-    doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: list[str], source: str, flag_wins: bool = False
+    doc: CommentedMap, carried: Carried, *, fill_only: bool, notes: list[str], source: str, added: list[Any],
+    flag_wins: bool = False,
 ) -> bool:
     """Write one carried flag value into ``doc``; with ``fill_only`` only where the config leaves it unset.
 
-    ``flag_wins``: the scheduler applies this flag over the config itself (``--leader-elect*`` from 1.23), so a
-    differing config value is reported by the output check as overridden, not as the flag being unused."""
+    ``added``: the lists (``profiles``) that this render's earlier flags put in ``doc``; a later flag goes into
+    them, never into a new one in their place. ``flag_wins``: the scheduler applies this flag over the config
+    itself (``--leader-elect*`` from 1.23), so a differing config value is reported by the output check as
+    overridden, not as the flag being unused."""
     node: Any = doc
     parts = carried.path
     for depth, part in enumerate(parts[:-1]):
@@ -62,11 +65,12 @@ def set_path(
             node = node[part]
             continue
         current = node.get(part)
-        if isinstance(following, int):
+        if isinstance(following, int) and not any(current is seq for seq in added):
             if current and fill_only:  # an existing list (profiles) is the user's: never reshape it
                 notes.append(f"{source} has its own {part}; {carried.flag} is not carried into them")
                 return False
             node[part] = CommentedSeq([CommentedMap()])
+            added.append(node[part])
         elif current is None:  # a config's mapping here is already validated as one
             node[part] = CommentedMap()
         node = node[part]
@@ -108,8 +112,9 @@ def render_extenders(
     doc["apiVersion"] = schema.api_version
     doc["kind"] = CONFIG_KIND
     notes: list[str] = []
+    added: list[Any] = []
     for item in carried:
-        set_path(doc, item, fill_only=False, notes=notes, source=source)
+        set_path(doc, item, fill_only=False, notes=notes, source=source, added=added)
     doc["extenders"] = to_commented([from_canonical(e, schema) for e in extenders])
     text = header(source, version, schema.api_version) + dump(doc)
     return finish(text, version, notes)
@@ -131,9 +136,10 @@ def render_complete(
     schema = validate_document(data, source.path, version=version)
     carried, notes = carry(schema)
     changed = False
+    added: list[Any] = []
     for item in carried:
         wins = item.flag[2:] in LEADER_ELECTION_FLAGS and flags_apply(version.key)
-        changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, flag_wins=wins)
+        changed |= set_path(data, item, fill_only=True, notes=notes, source=source.name, added=added, flag_wins=wins)
     body = text  # nothing to add: the user's bytes, untouched
     if changed:
         body = redump(data, text)
