@@ -190,6 +190,15 @@ def test_a_malformed_review_is_allowed_unchanged_and_logged(server: HttpServer, 
     assert any("cannot read the AdmissionReview" in r.getMessage() for r in caplog.records)
 
 
+def test_a_pod_whose_metadata_is_not_an_object_is_gated_all_the_same(webhook: AdmissionWebhook) -> None:
+    """Every answer allows the pod: a ``metadata`` the API server would refuse later is not a reason for a 500."""
+    body = review(samples.new_pod())
+    body["request"]["object"]["metadata"] = "x"
+    status, answer, _ = webhook.handle("POST", MUTATE_PATH, json.dumps(body).encode())
+    response = json.loads(answer)["response"]
+    assert status == 200 and response["allowed"] is True and "patch" in response
+
+
 def test_other_paths_methods_and_oversized_bodies(mount: SecretMount, webhook: AdmissionWebhook,
                                                   pkis: tuple[Pki, Pki]) -> None:
     s = tls_server(mount, webhook.handle, max_body=1000)
