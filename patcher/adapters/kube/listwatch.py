@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
-class _Gone(Exception):
-    """The resourceVersion we hold was compacted away: list again."""
-
-
 class _Undecodable(Exception):
     """The watch sent data that is not a watch event: the stream cannot be trusted, list again."""
 
@@ -103,10 +99,8 @@ class ListWatcher:
         name: str = "list-watch",
         backoff: Backoff | None = None,
         watch_timeout_s: int = 240,
-        connect_timeout_s: float = 5.0,
         failure_level: int = logging.INFO,
         min_healthy_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
         page_size: int | None = None,
         transform: Callable[[Obj], Any] | None = None,
         metadata_only: bool = False,
@@ -128,10 +122,8 @@ class ListWatcher:
         self.name = name
         self._backoff = backoff if backoff is not None else Backoff()
         self._watch_timeout = watch_timeout_s
-        self._connect_timeout = connect_timeout_s
         self._failure_level = failure_level
         self._min_healthy = min_healthy_s
-        self._clock = clock
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._lock = threading.Lock()
@@ -179,11 +171,11 @@ class ListWatcher:
             try:
                 if self._resume_rv is None:
                     self._resume_rv = self._list()
-                started = self._clock()
+                started = time.monotonic()
                 self._stream(self._resume_rv)
                 if self._stop.is_set():
                     break
-                if self._clock() - started >= self._min_healthy:
+                if time.monotonic() - started >= self._min_healthy:
                     self._backoff.reset()  # a stream that lived: the server's own timeout, resume at once
                     self._undecodable_logged = False
                     continue
@@ -192,13 +184,11 @@ class ListWatcher:
                 delay = self._backoff.next_delay()
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                         "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
-            except (_Gone, _Undecodable) as exc:
+            except _Undecodable as exc:
                 self._set_fresh(False)
-                self._resume_rv = None  # compacted, or events lost in what could not be read
+                self._resume_rv = None  # events lost in what could not be read
                 delay = self._backoff.next_delay()
-                if isinstance(exc, _Gone):
-                    log.debug("%s: resourceVersion expired; listing again", self.name)
-                elif not self._undecodable_logged:
+                if not self._undecodable_logged:
                     self._undecodable_logged = True
                     log.warning("%s: undecodable watch data (%s); listing again (logged once until the "
                                 "watch is healthy again)", self.name, exc)
@@ -209,12 +199,17 @@ class ListWatcher:
                 if self._stop.is_set():
                     break
                 delay = self._backoff.next_delay(denied=isinstance(exc, Denied))
-                if self._backoff.failures >= _RELIST_AFTER_FAILURES:
+                # 410 Gone (an answer or an ERROR event): the version we hold, or a list's continue token, was
+                # compacted away
+                if exc.status == 410 or self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
-                # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
-                # normal during a control-plane restart, and the readiness command reports errors itself).
-                log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
-                        "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
+                if exc.status == 410:
+                    log.debug("%s: resourceVersion expired; listing again", self.name)
+                else:
+                    # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
+                    # normal during a control-plane restart, and the readiness command reports errors itself).
+                    log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
+                            "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
             except Exception:  # a bug in a callback must not end the watch for the process's lifetime
                 self._set_fresh(False)
                 if self._stop.is_set():
@@ -228,20 +223,15 @@ class ListWatcher:
         what = f"list for {self.name}"
         items: list[Any] = []
         first_rv: str | None = None
-        try:
-            for body in pages(what, self._api.list, self._resource, self._page_size, namespace=self._namespace,
-                              accept=self._accept.get("list"), **self._selectors):
-                rv = dig(body, "metadata", "resourceVersion")
-                if not isinstance(rv, str) or not rv:
-                    raise ApiError(what, "the answer has no metadata.resourceVersion")
-                first_rv = first_rv or rv  # every page is served from the first page's snapshot
-                page = [i for i in body.get("items") or [] if isinstance(i, dict)]
-                items.extend(page if self._transform is None else (self._transform(i) for i in page))
-                del body, page  # a page is the most held at once
-        except ApiError as exc:
-            if exc.status == 410:  # the continue token outlived the snapshot it pointed into
-                raise _Gone() from exc
-            raise
+        for body in pages(what, self._api.list, self._resource, self._page_size, namespace=self._namespace,
+                          accept=self._accept.get("list"), **self._selectors):
+            rv = dig(body, "metadata", "resourceVersion")
+            if not isinstance(rv, str) or not rv:
+                raise ApiError(what, "the answer has no metadata.resourceVersion")
+            first_rv = first_rv or rv  # every page is served from the first page's snapshot
+            page = [i for i in body.get("items") or [] if isinstance(i, dict)]
+            items.extend(page if self._transform is None else (self._transform(i) for i in page))
+            del body, page  # a page is the most held at once
         assert first_rv is not None
         self._on_sync(items)
         self._synced.set()
@@ -250,17 +240,12 @@ class ListWatcher:
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
         what = f"watch for {self.name}"
-        try:
-            with api_call(what):
-                resp: Any = self._api.watch(
-                    self._resource, namespace=self._namespace, resource_version=rv,
-                    timeout_seconds=self._watch_timeout, connect_timeout=self._connect_timeout,
-                    accept=self._accept.get("watch"), **self._selectors,
-                )
-        except ApiError as exc:
-            if exc.status == 410:
-                raise _Gone() from exc
-            raise
+        with api_call(what):
+            resp: Any = self._api.watch(
+                self._resource, namespace=self._namespace, resource_version=rv,
+                timeout_seconds=self._watch_timeout, connect_timeout=5.0,
+                accept=self._accept.get("watch"), **self._selectors,
+            )
         with self._lock:
             self._resp = resp
         if self._stop.is_set():
@@ -274,8 +259,6 @@ class ListWatcher:
                 kind, obj = decoded
                 if kind == "ERROR":
                     code = dig(obj, "code")
-                    if code == 410:
-                        raise _Gone()
                     status = code if isinstance(code, int) else None
                     kind_of = ApiError if status is None else error_class(status)
                     raise kind_of(what, f"watch error event: {dig(obj, 'message') or obj}", status)
