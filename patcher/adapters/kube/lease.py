@@ -58,7 +58,6 @@ class Lease:
     identity: str
     duration: float = 60.0
     clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         self._observed: tuple[Any, ...] | None = None
@@ -119,7 +118,7 @@ class Lease:
         return max(0.0, self._observed_at + duration - self.clock())
 
     def _spec(self, previous: Obj) -> Obj:
-        now = rfc3339(int(self.wall() * 1e9), 6)  # metav1.MicroTime: informational only, expiry never reads it
+        now = rfc3339(time.time_ns(), 6)  # metav1.MicroTime: informational only, expiry never reads it
         mine = previous.get("holderIdentity") == self.identity
         return {**previous,
                 "holderIdentity": self.identity,
