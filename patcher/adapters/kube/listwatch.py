@@ -18,14 +18,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Denied, api_call, api_json, error_class
+from patcher.adapters.kube.transport import METADATA_LIST, METADATA_WATCH, Api, Resource
 from patcher.core.kubeobj import dig
-
-if TYPE_CHECKING:
-    from patcher.adapters.kube.transport import Api, Resource
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +104,7 @@ class ListWatcher:
         metadata_only: bool = False,
     ) -> None:
         self._api = api
-        self._accept: dict[str, str] = {}
-        if metadata_only:
-            from patcher.adapters.kube.transport import METADATA_LIST, METADATA_WATCH
-
-            self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH}
+        self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH} if metadata_only else {}
         self._resource = resource
         self._namespace = namespace
         self._page_size = page_size
@@ -180,12 +174,10 @@ class ListWatcher:
                     self._undecodable_logged = False
                     continue
                 # Ended as soon as it began, events or not: a proxy or a sick server. Back off like a failure.
-                self._set_fresh(False)
                 delay = self._backoff.next_delay()
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                         "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
             except _Undecodable as exc:
-                self._set_fresh(False)
                 self._resume_rv = None  # events lost in what could not be read
                 delay = self._backoff.next_delay()
                 if not self._undecodable_logged:
@@ -195,7 +187,6 @@ class ListWatcher:
                 else:
                     log.debug("%s: undecodable watch data again (%s)", self.name, exc)
             except ApiError as exc:
-                self._set_fresh(False)
                 if self._stop.is_set():
                     break
                 delay = self._backoff.next_delay(denied=isinstance(exc, Denied))
@@ -211,11 +202,11 @@ class ListWatcher:
                     log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                             "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
             except Exception:  # a bug in a callback must not end the watch for the process's lifetime
-                self._set_fresh(False)
                 if self._stop.is_set():
                     break
                 log.exception("%s: unexpected error", self.name)
                 delay = self._backoff.next_delay()
+            self._set_fresh(False)  # every way here is a failure: a stream that lived went on at once
             self._stop.wait(delay)
         self._set_fresh(False)
 
