@@ -174,11 +174,10 @@ class Lease:
             self.denied = exc.detail if isinstance(exc, Denied) else None
             return Outcome.ERROR
 
-    def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None,
-                attempts: int = 5) -> bool:
+    def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None) -> bool:
         """Hand the Lease back (when ours) and/or change its annotations, retrying a 409 with a fresh read."""
         self._ours = None
-        for _ in range(attempts):
+        for _ in range(5):
             try:
                 lease = self.read(deadline=deadline)
                 if lease is None:
