@@ -290,22 +290,27 @@ class Following:
 
 
 class NamedListWatcher(Following):
-    """One object followed by name (``named``): ``state()`` is ``(listed, keep(object))``, ``None`` while it does
-    not exist; ``changed`` is set on every delivery."""
+    """One object followed by name (``named``) on a watch called ``label``: ``state()`` is ``(listed,
+    keep(object))``, ``None`` while it does not exist; ``changed`` is set on every delivery, ``on_change()`` is
+    called when the state changed (the first list's included)."""
 
-    def __init__(self, api: Api, resource: Resource, namespace: str, name: str, *, what: str,
-                 keep: Callable[[Obj], Any] = lambda obj: obj, **options: Any) -> None:
+    def __init__(self, api: Api, resource: Resource, namespace: str | None, name: str, *, label: str,
+                 keep: Callable[[Obj], Any] = lambda obj: obj, on_change: Callable[[], None] | None = None,
+                 **options: Any) -> None:
         self.changed = threading.Event()
         self._lock = threading.Lock()
         self._state: tuple[bool, Any] = (False, None)
         self._keep = keep
-        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver),
-                                    name=f"watch {what} {namespace}/{name}", **options)
+        self._on_change = on_change
+        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver), name=label, **options)
 
     def _deliver(self, obj: Obj | None) -> None:
+        state = (True, None if obj is None else self._keep(obj))
         with self._lock:
-            self._state = (True, None if obj is None else self._keep(obj))
+            changed, self._state = state != self._state, state
         self.changed.set()
+        if changed and self._on_change is not None:
+            self._on_change()
 
     def state(self) -> tuple[bool, Any]:
         with self._lock:
