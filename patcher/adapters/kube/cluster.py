@@ -266,7 +266,7 @@ def collect_retrying(verdict_fn: Callable[[], ClusterVerdict]) -> tuple[ClusterV
 
 
 def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
-                      attempts: int) -> bool:
+                      attempts: int = 5) -> bool:
     """Create or update ``name`` so that its data includes ``make_data()``, called after each read (409 → read
     again), so what lands is never older than the version it replaces; True when something was written."""
     where = f"{namespace}/{name}"
@@ -298,12 +298,10 @@ def publish_status(
     verdict: ClusterVerdict | Callable[[], ClusterVerdict],
     *,
     namespace: str,
-    name: str = DEFAULT_STATUS_NAME,
     compat_csi_baremetal: bool = False,
     compat_namespace: str | None = None,
-    attempts: int = 5,
 ) -> ClusterVerdict:
-    """Write the verdict to ConfigMap ``name`` (and ``extender-readiness`` with compat); return what was written.
+    """Write the verdict to the status ConfigMap (and ``extender-readiness`` with compat); return what was written.
 
     Several writers pass a callable (``lambda: collect(api, ...)``): it is evaluated after each read, so no
     agent overwrites a newer verdict with an older one. ``compat_namespace``: where the csi-baremetal extender
@@ -316,10 +314,10 @@ def publish_status(
         latest.append(v)
         return v
 
-    _upsert_configmap(api, namespace, name, lambda: status_data(current()), attempts)
+    _upsert_configmap(api, namespace, DEFAULT_STATUS_NAME, lambda: status_data(current()))
     if compat_csi_baremetal:
         _upsert_configmap(api, compat_namespace or namespace, COMPAT_NAME,
-                          lambda: {COMPAT_KEY: compat_nodes_yaml(current())}, attempts)
+                          lambda: {COMPAT_KEY: compat_nodes_yaml(current())})
     return latest[-1]
 
 
