@@ -346,6 +346,16 @@ def named(name: str, deliver: Callable[[Obj | None], None]) -> dict[str, Any]:
             "on_sync": lambda items: deliver(next((i for i in items if ours(i)), None))}
 
 
+def run_hook(logger: logging.Logger, hook: Callable[..., None] | None, what: str, *args: Any) -> None:
+    """``hook(*args)`` (none: nothing); its failure is logged on ``logger`` as ``<what> hook failed``, never
+    raised: a consumer's bug must not stop the watch that feeds it."""
+    if hook is not None:
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("%s hook failed", what)
+
+
 def _chunks(resp: Any, what: str) -> Iterator[bytes]:
     """The body of a watch response as it arrives; a broken stream leaves as ``ApiError`` (``Unreachable``)."""
     chunks = resp.stream(amt=None, decode_content=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import NamedListWatcher
+from patcher.adapters.kube.listwatch import NamedListWatcher, run_hook
 from patcher.adapters.kube.transport import PODS, Api
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
@@ -41,9 +41,9 @@ class MirrorPodWatcher(NamedListWatcher):
         min_healthy_s: float = 1.0,
     ) -> None:
         self.pod_name = pod_name
-        self._on_update = on_update
         super().__init__(
-            api, PODS, namespace, pod_name, label=f"mirror-pod-{pod_name}", on_change=self._changed,
+            api, PODS, namespace, pod_name, label=f"mirror-pod-{pod_name}",
+            on_change=lambda: run_hook(log, on_update, "mirror pod update", self.latest()),
             backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=logging.WARNING,
             min_healthy_s=min_healthy_s,
         )
@@ -60,10 +60,3 @@ class MirrorPodWatcher(NamedListWatcher):
         been read yet."""
         pod: Pod | None = self.state()[1]
         return pod
-
-    def _changed(self) -> None:
-        if self._on_update is not None:
-            try:
-                self._on_update(self.latest())
-            except Exception:
-                log.exception("mirror pod update hook failed")

@@ -20,7 +20,7 @@ from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Denied, NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher, named
+from patcher.adapters.kube.listwatch import ListWatcher, named, run_hook
 from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
@@ -178,7 +178,7 @@ class OwnerWatcher:
         if isinstance(node, dict):
             with self._lock:
                 self._node = node
-            self._changed()
+            run_hook(log, self._on_update, "DaemonSet update")
 
     def _set_daemonset(self, ds: Obj | None) -> None:
         with self._lock:
@@ -186,11 +186,4 @@ class OwnerWatcher:
             node_unknown = self._node is None
         if node_unknown and ds is not None:  # the read at start failed: the DaemonSet answers, so may the Node
             self._read_node(READ_TIMEOUT)
-        self._changed()
-
-    def _changed(self) -> None:
-        if self._on_update is not None:
-            try:
-                self._on_update()
-            except Exception:
-                log.exception("DaemonSet update hook failed")
+        run_hook(log, self._on_update, "DaemonSet update")

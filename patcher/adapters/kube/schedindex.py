@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import Following, ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher, run_hook
 from patcher.adapters.kube.transport import PODS, Api
 from patcher.core.kubeobj import Obj
 from patcher.core.readiness import may_be_unlabelled_scheduler
@@ -89,7 +89,7 @@ class SchedulerIndex(Following):
             changed = names != self._names or schedulers != self._schedulers
             self._names, self._schedulers = names, schedulers
         if changed:
-            self._changed()
+            run_hook(log, self._on_change, "scheduler index change")
 
     def _event(self, kind: str, item: Reduced) -> None:
         name, candidate, scheduler = item
@@ -104,12 +104,5 @@ class SchedulerIndex(Following):
             else:
                 self._schedulers.discard(name)
         if known or scheduler:  # a scheduler came, went, or changed (its status, its owner, its labels)
-            self._changed()
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change()
-            except Exception:
-                log.exception("scheduler index change hook failed")
+            run_hook(log, self._on_change, "scheduler index change")
 
