@@ -348,7 +348,7 @@ def named(name: str, deliver: Callable[[Obj | None], None]) -> dict[str, Any]:
 
 def run_hook(logger: logging.Logger, hook: Callable[..., None] | None, what: str, *args: Any) -> None:
     """``hook(*args)`` (none: nothing); its failure is logged on ``logger`` as ``<what> hook failed``, never
-    raised: a consumer's bug must not stop the watch that feeds it."""
+    raised: a consumer's bug must not stop the thread that calls it (a watch, the Node reporter)."""
     if hook is not None:
         try:
             hook(*args)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError, Conflict, Denied, api_json
+from patcher.adapters.kube.listwatch import run_hook
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
@@ -258,11 +259,7 @@ class NodeReporter:
                     self._node, kind, exc.detail)
         else:
             log.log(level, "node %s: cannot publish %s (%s); retrying with backoff", self._node, kind, exc.detail)
-        if self._on_error is not None:
-            try:
-                self._on_error(kind, exc)
-            except Exception:  # a metrics hook must never kill the publisher
-                log.exception("error hook failed")
+        run_hook(log, self._on_error, "error", kind, exc)  # a metrics hook must never kill the publisher
 
 
 def _carries(node: object, annotations: dict[str, str | None]) -> bool:
