@@ -22,7 +22,7 @@ from typing import Final, TypeVar
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, pages
-from patcher.adapters.kube.schedindex import SchedulerIndex
+from patcher.adapters.kube.schedindex import PAGE, SchedulerIndex
 from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
@@ -85,22 +85,17 @@ def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
     return pod
 
 
-#: Page size of the namespace's pod lists: kube-system holds a pod per node for every node agent (CNI,
-#: kube-proxy), thousands on a large cluster; pages keep each response bounded.
-POD_PAGE: Final = 500
-
-
 def list_pods(api: Api, namespace: str, label_selector: str) -> list[Obj]:
     """Every pod of ``namespace`` matching ``label_selector``, page by page."""
     what = f"list pods in {namespace} ({label_selector})"
-    return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
+    return [i for body in pages(what, api.list, PODS, PAGE, namespace=namespace, label_selector=label_selector)
             for i in body.get("items") or [] if isinstance(i, dict)]
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
     """The candidates a ``SchedulerIndex`` keeps, from one metadata-only list of ``namespace``, page by page: the
     one-shot read (``readiness``), and the fallback of an index that does not follow the server right now."""
-    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE, namespace=namespace,
+    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, PAGE, namespace=namespace,
                    accept=METADATA_LIST)
     return sorted(str(dig(i, "metadata", "name")) for body in bodies for i in body.get("items") or []
                   if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))

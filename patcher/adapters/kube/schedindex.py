@@ -25,7 +25,9 @@ from patcher.core.readiness import may_be_unlabelled_scheduler
 
 log = logging.getLogger(__name__)
 
-#: Pods a page when the namespace is listed: metadata only, ~1-4 KB a pod (its managed fields are most of it).
+#: Pods a page of a kube-system list (here and ``cluster``'s): it holds a pod per node for every node agent (CNI,
+#: kube-proxy), thousands on a large cluster; pages keep each answer bounded (here metadata only: ~1-4 KB a pod,
+#: its managed fields most of it).
 PAGE: Final = 500
 
 #: What a pod is reduced to: its name, whether it may be an unlabelled scheduler, and whether it may be any
