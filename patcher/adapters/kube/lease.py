@@ -86,12 +86,12 @@ class Lease:
         except NotFound:
             return None
 
-    def _write(self, lease: Obj | None, *, deadline: float) -> Obj:
-        if lease is None or not (lease.get("metadata") or {}).get("resourceVersion"):
+    def _write(self, lease: Obj, *, deadline: float) -> Obj:
+        meta = lease.get("metadata") or {}
+        if not meta.get("resourceVersion"):
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace, **((lease or {}).get("metadata")
-                                                                                   or {})},
-                    "spec": (lease or {}).get("spec") or {}}
+                    "metadata": {"name": self.name, "namespace": self.namespace, **meta},
+                    "spec": lease.get("spec") or {}}
             return self._call("create", self.api.create, LEASES, _without_nulls(body), deadline=deadline)
         return self._call("update", self.api.update, LEASES, self.name, _without_nulls(lease), deadline=deadline)
 
@@ -161,8 +161,7 @@ class Lease:
             if self.holder and self.holder != self.identity:
                 log.warning("taking over Lease %s/%s from %s (unchanged for %.0fs on our clock)", self.namespace,
                             self.name, self.holder, float(spec.get("leaseDurationSeconds") or self.duration))
-            body = lease or {}
-            written = self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
+            written = self._write({**(lease or {}), "spec": self._spec(spec)}, deadline=deadline)
             self._ours = written if refuse is None else None
             self.holder = self.identity
             return Outcome.HELD
