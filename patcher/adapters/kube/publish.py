@@ -167,12 +167,11 @@ class NodeReporter:
                     if delay <= 0:
                         break
                     self._cond.wait(delay)
-                desired = self._desired
-                need_patch = desired is not None and desired != self._published
+                desired = self._desired if self._desired != self._published else None  # None: nothing to patch
                 self._busy = True
             ok = denied = False
             try:
-                if need_patch and desired is not None:
+                if desired is not None:
                     self._send_annotations(desired)
                 self._send_events()
                 ok = True
