@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Unreachable, api_call
+from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, api_call
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api
@@ -104,7 +104,7 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
 
     limiter = throttle if throttle is not None else Throttle(1e6, 1_000_000)  # no limit, but 429s are obeyed
 
-    def send(what: str, fn: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes:
+    def send(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         throttled = 0
         while True:
             limiter.acquire()
@@ -134,11 +134,7 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
                 if on_conflict is not None:
                     on_conflict()
                 log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
-                body = send(f"read pod {where}", api.send, "GET", PODS.path(view.namespace, view.name))
-                try:
-                    view = slim(json.loads(body))
-                except (ValueError, AttributeError) as exc2:
-                    raise Unreachable(f"read pod {where}", f"undecodable answer ({exc2})") from exc2
+                view = slim(send(f"read pod {where}", api.get, PODS, view.name, namespace=view.namespace))
                 continue
             return GateRelease(GateOutcome.RELEASED, view)
     except NotFound:  # the patch's or the read's: the pod is gone
