@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import NamedListWatcher, run_hook
@@ -58,5 +58,4 @@ class MirrorPodWatcher(NamedListWatcher):
     def latest(self) -> Pod | None:
         """The latest pod seen (the dict the watch stored: read-only), ``None`` when it does not exist or has not
         been read yet."""
-        pod: Pod | None = self.state()[1]
-        return pod
+        return cast("Pod | None", self.state()[1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import NamedListWatcher
@@ -28,8 +28,7 @@ class NodeHoldWatcher(NamedListWatcher):
 
     def hold(self) -> str | None:
         """The hold annotation's value (may be empty), None when the Node has none (or there is no Node)."""
-        held: str | None = self.state()[1]
-        return held
+        return cast("str | None", self.state()[1])
 
     def known(self) -> bool:
         return self.state()[0]
