@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
@@ -79,10 +79,9 @@ def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
 
 def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
     try:
-        pod: Obj = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
+        return cast(Obj, api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace))
     except NotFound:
         return None
-    return pod
 
 
 def list_pods(api: Api, namespace: str, label_selector: str) -> list[Obj]:

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.errors import ApiError, Conflict, Denied, NotFound, Unreachable, api_json
 from patcher.adapters.kube.transport import LEASES, Api
@@ -77,8 +77,7 @@ class Lease:
         if left <= 0.01:
             raise Unreachable(where, "no time left")
         timeout = min(left, MAX_CALL)
-        body: Obj = api_json(where, fn, *args, namespace=self.namespace, timeout=(timeout, timeout))
-        return body
+        return cast(Obj, api_json(where, fn, *args, namespace=self.namespace, timeout=(timeout, timeout)))
 
     def read(self, *, deadline: float) -> Obj | None:
         try:
