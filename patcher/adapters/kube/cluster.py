@@ -17,12 +17,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Conflict, Forbidden, NotFound, api_json
 from patcher.adapters.kube.listwatch import ListWatcher, pages
-from patcher.adapters.kube.schedindex import SchedulerIndex
+from patcher.adapters.kube.schedindex import PAGE, SchedulerIndex
 from patcher.adapters.kube.transport import CONFIGMAPS, METADATA_LIST, NODES, PODS, Api, Resource
 from patcher.core import restart
 from patcher.core.kubeobj import Obj, dig, mirror_pod_name
@@ -79,28 +79,22 @@ def _merge_nodes(lists: Iterable[list[Obj]]) -> list[Obj]:
 
 def _get_pod(api: Api, namespace: str, name: str) -> Obj | None:
     try:
-        pod: Obj = api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace)
+        return cast(Obj, api_json(f"read pod {namespace}/{name}", api.get, PODS, name, namespace=namespace))
     except NotFound:
         return None
-    return pod
-
-
-#: Page size of the namespace's pod lists: kube-system holds a pod per node for every node agent (CNI,
-#: kube-proxy), thousands on a large cluster; pages keep each response bounded.
-POD_PAGE: Final = 500
 
 
 def list_pods(api: Api, namespace: str, label_selector: str) -> list[Obj]:
     """Every pod of ``namespace`` matching ``label_selector``, page by page."""
     what = f"list pods in {namespace} ({label_selector})"
-    return [i for body in pages(what, api.list, PODS, POD_PAGE, namespace=namespace, label_selector=label_selector)
+    return [i for body in pages(what, api.list, PODS, PAGE, namespace=namespace, label_selector=label_selector)
             for i in body.get("items") or [] if isinstance(i, dict)]
 
 
 def listed_candidates(api: Api, namespace: str, static_pod_name: str) -> list[str]:
     """The candidates a ``SchedulerIndex`` keeps, from one metadata-only list of ``namespace``, page by page: the
     one-shot read (``readiness``), and the fallback of an index that does not follow the server right now."""
-    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, POD_PAGE, namespace=namespace,
+    bodies = pages(f"list pods in {namespace} (metadata)", api.list, PODS, PAGE, namespace=namespace,
                    accept=METADATA_LIST)
     return sorted(str(dig(i, "metadata", "name")) for body in bodies for i in body.get("items") or []
                   if isinstance(i, dict) and may_be_unlabelled_scheduler(i.get("metadata") or {}, static_pod_name))
@@ -266,7 +260,7 @@ def collect_retrying(verdict_fn: Callable[[], ClusterVerdict]) -> tuple[ClusterV
 
 
 def _upsert_configmap(api: Api, namespace: str, name: str, make_data: Callable[[], dict[str, str]],
-                      attempts: int) -> bool:
+                      attempts: int = 5) -> bool:
     """Create or update ``name`` so that its data includes ``make_data()``, called after each read (409 → read
     again), so what lands is never older than the version it replaces; True when something was written."""
     where = f"{namespace}/{name}"
@@ -298,12 +292,10 @@ def publish_status(
     verdict: ClusterVerdict | Callable[[], ClusterVerdict],
     *,
     namespace: str,
-    name: str = DEFAULT_STATUS_NAME,
     compat_csi_baremetal: bool = False,
     compat_namespace: str | None = None,
-    attempts: int = 5,
 ) -> ClusterVerdict:
-    """Write the verdict to ConfigMap ``name`` (and ``extender-readiness`` with compat); return what was written.
+    """Write the verdict to the status ConfigMap (and ``extender-readiness`` with compat); return what was written.
 
     Several writers pass a callable (``lambda: collect(api, ...)``): it is evaluated after each read, so no
     agent overwrites a newer verdict with an older one. ``compat_namespace``: where the csi-baremetal extender
@@ -316,10 +308,10 @@ def publish_status(
         latest.append(v)
         return v
 
-    _upsert_configmap(api, namespace, name, lambda: status_data(current()), attempts)
+    _upsert_configmap(api, namespace, DEFAULT_STATUS_NAME, lambda: status_data(current()))
     if compat_csi_baremetal:
         _upsert_configmap(api, compat_namespace or namespace, COMPAT_NAME,
-                          lambda: {COMPAT_KEY: compat_nodes_yaml(current())}, attempts)
+                          lambda: {COMPAT_KEY: compat_nodes_yaml(current())})
     return latest[-1]
 
 

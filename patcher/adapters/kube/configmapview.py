@@ -26,5 +26,5 @@ class ConfigMapView(NamedListWatcher):
     """Follows ConfigMap ``namespace/name``; ``state()`` is ``(known, params)`` with params ``None`` if absent."""
 
     def __init__(self, api: Api, namespace: str, name: str) -> None:
-        super().__init__(api, CONFIGMAPS, namespace, name, what="ConfigMap", keep=_params,
-                         failure_level=logging.WARNING)
+        super().__init__(api, CONFIGMAPS, namespace, name, label=f"watch ConfigMap {namespace}/{name}",
+                         keep=_params, failure_level=logging.WARNING)

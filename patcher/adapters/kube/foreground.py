@@ -31,4 +31,4 @@ def delete_foreground(api: Api, namespace: str, name: str) -> Obj | None:
 
 def follow(api: Api, namespace: str, name: str) -> NamedListWatcher:
     """The DaemonSet as its watch last saw it (``NamedListWatcher.state``: ``None`` once it is gone)."""
-    return NamedListWatcher(api, DAEMONSETS, namespace, name, what="daemonset")
+    return NamedListWatcher(api, DAEMONSETS, namespace, name, label=f"watch daemonset {namespace}/{name}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, Unreachable, api_call
+from patcher.adapters.kube.errors import Conflict, Invalid, NotFound, TooManyRequests, api_call
 from patcher.adapters.kube.listwatch import ListWatcher
 from patcher.adapters.kube.throttle import Throttle
 from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api
@@ -104,7 +104,7 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
 
     limiter = throttle if throttle is not None else Throttle(1e6, 1_000_000)  # no limit, but 429s are obeyed
 
-    def send(what: str, fn: Callable[..., bytes], *args: Any, **kwargs: Any) -> bytes:
+    def send(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         throttled = 0
         while True:
             limiter.acquire()
@@ -121,28 +121,22 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
                 log.debug("%s: the API server asks to wait %.1fs", what, wait)
                 limiter.hold(wait)
 
-    for _ in range(attempts):
-        if not view.waits_on(gate):
-            return GateRelease(GateOutcome.NOT_WAITING, view)
-        try:
-            # The answer (the whole pod) is not decoded: the watch brings the change anyway.
-            send(f"release pod {where}", api.send, "PATCH",
-                 api.path(POD_PATH, namespace=view.namespace, name=view.name),
-                 json.dumps(release_patch(view, gate)).encode(), JSON_PATCH)
-        except NotFound:
-            return GateRelease(GateOutcome.NOT_WAITING, view)
-        except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
-            if on_conflict is not None:
-                on_conflict()
-            log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
-            try:
-                body = send(f"read pod {where}", api.send, "GET", PODS.path(view.namespace, view.name))
-            except NotFound:
+    try:
+        for _ in range(attempts):
+            if not view.waits_on(gate):
                 return GateRelease(GateOutcome.NOT_WAITING, view)
             try:
-                view = slim(json.loads(body))
-            except (ValueError, AttributeError) as exc2:
-                raise Unreachable(f"read pod {where}", f"undecodable answer ({exc2})") from exc2
-            continue
-        return GateRelease(GateOutcome.RELEASED, view)
+                # The answer (the whole pod) is not decoded: the watch brings the change anyway.
+                send(f"release pod {where}", api.send, "PATCH",
+                     api.path(POD_PATH, namespace=view.namespace, name=view.name),
+                     json.dumps(release_patch(view, gate)).encode(), JSON_PATCH)
+            except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
+                if on_conflict is not None:
+                    on_conflict()
+                log.debug("pod %s changed while we released it (%s); reading it again", where, exc.detail)
+                view = slim(send(f"read pod {where}", api.get, PODS, view.name, namespace=view.namespace))
+                continue
+            return GateRelease(GateOutcome.RELEASED, view)
+    except NotFound:  # the patch's or the read's: the pod is gone
+        return GateRelease(GateOutcome.NOT_WAITING, view)
     return GateRelease(GateOutcome.KEPT_CHANGING, view)

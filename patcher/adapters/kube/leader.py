@@ -46,14 +46,12 @@ class LeaderElector:
         renew_period: float | None = None,
         on_change: Callable[[bool], None] | None = None,
         watch: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         renew_period = retry_period if renew_period is None else renew_period
         if not 0 < retry_period <= renew_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs 0 < retry period <= renew period < renew deadline < lease "
                              "duration")
-        self._lease = Lease(api, namespace, name, identity, lease_duration, clock=clock, wall=wall)
+        self._lease = Lease(api, namespace, name, identity, lease_duration)
         self.namespace = namespace
         self.name = name
         self.identity = identity
@@ -61,7 +59,6 @@ class LeaderElector:
         self.retry_period = retry_period
         self.renew_period = renew_period
         self._on_change = on_change
-        self._clock = clock
         self._lock = threading.Lock()
         self._leader = False
         self._renewed = -math.inf
@@ -77,7 +74,7 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         with self._lock:
-            return self._leader and self._clock() - self._renewed < self.renew_deadline
+            return self._leader and time.monotonic() - self._renewed < self.renew_deadline
 
     def start(self) -> None:
         if self._watcher is not None:
@@ -96,7 +93,7 @@ class LeaderElector:
             self._thread.join(timeout)
         was_leader = self.is_leader()
         self._set_leader(False)
-        if release and was_leader and self._lease.release(deadline=self._clock() + self.renew_deadline):
+        if release and was_leader and self._lease.release(deadline=time.monotonic() + self.renew_deadline):
             log.info("lease %s/%s released by %s", self.namespace, self.name, self.identity)
 
     def _run(self) -> None:
@@ -107,11 +104,11 @@ class LeaderElector:
                 self._woken.wait(standby)
                 continue
             # The renew deadline runs from before the request: an answer that arrives late must not extend it.
-            attempted = self._clock()
+            attempted = time.monotonic()
             with self._seen_lock:
-                outcome = self._lease.acquire_or_renew(deadline=self._clock() + self.renew_deadline)
+                outcome = self._lease.acquire_or_renew(deadline=time.monotonic() + self.renew_deadline)
                 self.holder = self._lease.holder
-            now = self._clock()
+            now = time.monotonic()
             if outcome == Outcome.HELD:
                 with self._lock:
                     self._renewed = attempted

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.errors import ApiError, Conflict, Denied, NotFound, Unreachable, api_json
 from patcher.adapters.kube.transport import LEASES, Api
@@ -58,7 +58,6 @@ class Lease:
     identity: str
     duration: float = 60.0
     clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         self._observed: tuple[Any, ...] | None = None
@@ -78,8 +77,7 @@ class Lease:
         if left <= 0.01:
             raise Unreachable(where, "no time left")
         timeout = min(left, MAX_CALL)
-        body: Obj = api_json(where, fn, *args, namespace=self.namespace, timeout=(timeout, timeout))
-        return body
+        return cast(Obj, api_json(where, fn, *args, namespace=self.namespace, timeout=(timeout, timeout)))
 
     def read(self, *, deadline: float) -> Obj | None:
         try:
@@ -87,12 +85,12 @@ class Lease:
         except NotFound:
             return None
 
-    def _write(self, lease: Obj | None, *, deadline: float) -> Obj:
-        if lease is None or not (lease.get("metadata") or {}).get("resourceVersion"):
+    def _write(self, lease: Obj, *, deadline: float) -> Obj:
+        meta = lease.get("metadata") or {}
+        if not meta.get("resourceVersion"):
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace, **((lease or {}).get("metadata")
-                                                                                   or {})},
-                    "spec": (lease or {}).get("spec") or {}}
+                    "metadata": {"name": self.name, "namespace": self.namespace, **meta},
+                    "spec": lease.get("spec") or {}}
             return self._call("create", self.api.create, LEASES, _without_nulls(body), deadline=deadline)
         return self._call("update", self.api.update, LEASES, self.name, _without_nulls(lease), deadline=deadline)
 
@@ -119,7 +117,7 @@ class Lease:
         return max(0.0, self._observed_at + duration - self.clock())
 
     def _spec(self, previous: Obj) -> Obj:
-        now = rfc3339(int(self.wall() * 1e9), 6)  # metav1.MicroTime: informational only, expiry never reads it
+        now = rfc3339(time.time_ns(), 6)  # metav1.MicroTime: informational only, expiry never reads it
         mine = previous.get("holderIdentity") == self.identity
         return {**previous,
                 "holderIdentity": self.identity,
@@ -162,8 +160,7 @@ class Lease:
             if self.holder and self.holder != self.identity:
                 log.warning("taking over Lease %s/%s from %s (unchanged for %.0fs on our clock)", self.namespace,
                             self.name, self.holder, float(spec.get("leaseDurationSeconds") or self.duration))
-            body = lease or {}
-            written = self._write({**body, "spec": self._spec(spec)}, deadline=deadline)
+            written = self._write({**(lease or {}), "spec": self._spec(spec)}, deadline=deadline)
             self._ours = written if refuse is None else None
             self.holder = self.identity
             return Outcome.HELD
@@ -175,11 +172,10 @@ class Lease:
             self.denied = exc.detail if isinstance(exc, Denied) else None
             return Outcome.ERROR
 
-    def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None,
-                attempts: int = 5) -> bool:
+    def release(self, *, deadline: float, annotate: Callable[[dict[str, str]], dict[str, str]] | None = None) -> bool:
         """Hand the Lease back (when ours) and/or change its annotations, retrying a 409 with a fresh read."""
         self._ours = None
-        for _ in range(attempts):
+        for _ in range(5):
             try:
                 lease = self.read(deadline=deadline)
                 if lease is None:

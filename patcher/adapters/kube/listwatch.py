@@ -18,22 +18,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Denied, api_call, api_json, error_class
+from patcher.adapters.kube.transport import METADATA_LIST, METADATA_WATCH, Api, Resource
 from patcher.core.kubeobj import dig
-
-if TYPE_CHECKING:
-    from patcher.adapters.kube.transport import Api, Resource
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-class _Gone(Exception):
-    """The resourceVersion we hold was compacted away: list again."""
 
 
 class _Undecodable(Exception):
@@ -103,20 +97,14 @@ class ListWatcher:
         name: str = "list-watch",
         backoff: Backoff | None = None,
         watch_timeout_s: int = 240,
-        connect_timeout_s: float = 5.0,
         failure_level: int = logging.INFO,
         min_healthy_s: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
         page_size: int | None = None,
         transform: Callable[[Obj], Any] | None = None,
         metadata_only: bool = False,
     ) -> None:
         self._api = api
-        self._accept: dict[str, str] = {}
-        if metadata_only:
-            from patcher.adapters.kube.transport import METADATA_LIST, METADATA_WATCH
-
-            self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH}
+        self._accept = {"list": METADATA_LIST, "watch": METADATA_WATCH} if metadata_only else {}
         self._resource = resource
         self._namespace = namespace
         self._page_size = page_size
@@ -128,10 +116,8 @@ class ListWatcher:
         self.name = name
         self._backoff = backoff if backoff is not None else Backoff()
         self._watch_timeout = watch_timeout_s
-        self._connect_timeout = connect_timeout_s
         self._failure_level = failure_level
         self._min_healthy = min_healthy_s
-        self._clock = clock
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._lock = threading.Lock()
@@ -179,48 +165,48 @@ class ListWatcher:
             try:
                 if self._resume_rv is None:
                     self._resume_rv = self._list()
-                started = self._clock()
+                started = time.monotonic()
                 self._stream(self._resume_rv)
                 if self._stop.is_set():
                     break
-                if self._clock() - started >= self._min_healthy:
+                if time.monotonic() - started >= self._min_healthy:
                     self._backoff.reset()  # a stream that lived: the server's own timeout, resume at once
                     self._undecodable_logged = False
                     continue
                 # Ended as soon as it began, events or not: a proxy or a sick server. Back off like a failure.
-                self._set_fresh(False)
                 delay = self._backoff.next_delay()
                 log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
                         "%s: the watch ended at once; resuming in %.2fs", self.name, delay)
-            except (_Gone, _Undecodable) as exc:
-                self._set_fresh(False)
-                self._resume_rv = None  # compacted, or events lost in what could not be read
+            except _Undecodable as exc:
+                self._resume_rv = None  # events lost in what could not be read
                 delay = self._backoff.next_delay()
-                if isinstance(exc, _Gone):
-                    log.debug("%s: resourceVersion expired; listing again", self.name)
-                elif not self._undecodable_logged:
+                if not self._undecodable_logged:
                     self._undecodable_logged = True
                     log.warning("%s: undecodable watch data (%s); listing again (logged once until the "
                                 "watch is healthy again)", self.name, exc)
                 else:
                     log.debug("%s: undecodable watch data again (%s)", self.name, exc)
             except ApiError as exc:
-                self._set_fresh(False)
                 if self._stop.is_set():
                     break
                 delay = self._backoff.next_delay(denied=isinstance(exc, Denied))
-                if self._backoff.failures >= _RELIST_AFTER_FAILURES:
+                # 410 Gone (an answer or an ERROR event): the version we hold, or a list's continue token, was
+                # compacted away
+                if exc.status == 410 or self._backoff.failures >= _RELIST_AFTER_FAILURES:
                     self._resume_rv = None
-                # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
-                # normal during a control-plane restart, and the readiness command reports errors itself).
-                log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
-                        "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
+                if exc.status == 410:
+                    log.debug("%s: resourceVersion expired; listing again", self.name)
+                else:
+                    # The first failure of a series at ``failure_level`` (INFO by default: an unreachable API is
+                    # normal during a control-plane restart, and the readiness command reports errors itself).
+                    log.log(self._failure_level if self._backoff.failures == 1 else logging.DEBUG,
+                            "%s failed (%s); retrying in %.2fs", self.name, exc.detail, delay)
             except Exception:  # a bug in a callback must not end the watch for the process's lifetime
-                self._set_fresh(False)
                 if self._stop.is_set():
                     break
                 log.exception("%s: unexpected error", self.name)
                 delay = self._backoff.next_delay()
+            self._set_fresh(False)  # every way here is a failure: a stream that lived went on at once
             self._stop.wait(delay)
         self._set_fresh(False)
 
@@ -228,20 +214,15 @@ class ListWatcher:
         what = f"list for {self.name}"
         items: list[Any] = []
         first_rv: str | None = None
-        try:
-            for body in pages(what, self._api.list, self._resource, self._page_size, namespace=self._namespace,
-                              accept=self._accept.get("list"), **self._selectors):
-                rv = dig(body, "metadata", "resourceVersion")
-                if not isinstance(rv, str) or not rv:
-                    raise ApiError(what, "the answer has no metadata.resourceVersion")
-                first_rv = first_rv or rv  # every page is served from the first page's snapshot
-                page = [i for i in body.get("items") or [] if isinstance(i, dict)]
-                items.extend(page if self._transform is None else (self._transform(i) for i in page))
-                del body, page  # a page is the most held at once
-        except ApiError as exc:
-            if exc.status == 410:  # the continue token outlived the snapshot it pointed into
-                raise _Gone() from exc
-            raise
+        for body in pages(what, self._api.list, self._resource, self._page_size, namespace=self._namespace,
+                          accept=self._accept.get("list"), **self._selectors):
+            rv = dig(body, "metadata", "resourceVersion")
+            if not isinstance(rv, str) or not rv:
+                raise ApiError(what, "the answer has no metadata.resourceVersion")
+            first_rv = first_rv or rv  # every page is served from the first page's snapshot
+            page = [i for i in body.get("items") or [] if isinstance(i, dict)]
+            items.extend(page if self._transform is None else (self._transform(i) for i in page))
+            del body, page  # a page is the most held at once
         assert first_rv is not None
         self._on_sync(items)
         self._synced.set()
@@ -250,17 +231,12 @@ class ListWatcher:
     def _stream(self, rv: str) -> None:
         """Follow one watch request from ``rv`` until it ends; raises on errors."""
         what = f"watch for {self.name}"
-        try:
-            with api_call(what):
-                resp: Any = self._api.watch(
-                    self._resource, namespace=self._namespace, resource_version=rv,
-                    timeout_seconds=self._watch_timeout, connect_timeout=self._connect_timeout,
-                    accept=self._accept.get("watch"), **self._selectors,
-                )
-        except ApiError as exc:
-            if exc.status == 410:
-                raise _Gone() from exc
-            raise
+        with api_call(what):
+            resp: Any = self._api.watch(
+                self._resource, namespace=self._namespace, resource_version=rv,
+                timeout_seconds=self._watch_timeout, connect_timeout=5.0,
+                accept=self._accept.get("watch"), **self._selectors,
+            )
         with self._lock:
             self._resp = resp
         if self._stop.is_set():
@@ -274,8 +250,6 @@ class ListWatcher:
                 kind, obj = decoded
                 if kind == "ERROR":
                     code = dig(obj, "code")
-                    if code == 410:
-                        raise _Gone()
                     status = code if isinstance(code, int) else None
                     kind_of = ApiError if status is None else error_class(status)
                     raise kind_of(what, f"watch error event: {dig(obj, 'message') or obj}", status)
@@ -316,22 +290,27 @@ class Following:
 
 
 class NamedListWatcher(Following):
-    """One object followed by name (``named``): ``state()`` is ``(listed, keep(object))``, ``None`` while it does
-    not exist; ``changed`` is set on every delivery."""
+    """One object followed by name (``named``) on a watch called ``label``: ``state()`` is ``(listed,
+    keep(object))``, ``None`` while it does not exist; ``changed`` is set on every delivery, ``on_change()`` is
+    called when the state changed (the first list's included)."""
 
-    def __init__(self, api: Api, resource: Resource, namespace: str, name: str, *, what: str,
-                 keep: Callable[[Obj], Any] = lambda obj: obj, **options: Any) -> None:
+    def __init__(self, api: Api, resource: Resource, namespace: str | None, name: str, *, label: str,
+                 keep: Callable[[Obj], Any] = lambda obj: obj, on_change: Callable[[], None] | None = None,
+                 **options: Any) -> None:
         self.changed = threading.Event()
         self._lock = threading.Lock()
         self._state: tuple[bool, Any] = (False, None)
         self._keep = keep
-        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver),
-                                    name=f"watch {what} {namespace}/{name}", **options)
+        self._on_change = on_change
+        self._watcher = ListWatcher(api, resource, namespace, **named(name, self._deliver), name=label, **options)
 
     def _deliver(self, obj: Obj | None) -> None:
+        state = (True, None if obj is None else self._keep(obj))
         with self._lock:
-            self._state = (True, None if obj is None else self._keep(obj))
+            changed, self._state = state != self._state, state
         self.changed.set()
+        if changed and self._on_change is not None:
+            self._on_change()
 
     def state(self) -> tuple[bool, Any]:
         with self._lock:
@@ -365,6 +344,16 @@ def named(name: str, deliver: Callable[[Obj | None], None]) -> dict[str, Any]:
 
     return {"field_selector": f"metadata.name={name}", "on_event": on_event,
             "on_sync": lambda items: deliver(next((i for i in items if ours(i)), None))}
+
+
+def run_hook(logger: logging.Logger, hook: Callable[..., None] | None, what: str, *args: Any) -> None:
+    """``hook(*args)`` (none: nothing); its failure is logged on ``logger`` as ``<what> hook failed``, never
+    raised: a consumer's bug must not stop the thread that calls it (a watch, the Node reporter)."""
+    if hook is not None:
+        try:
+            hook(*args)
+        except Exception:
+            logger.exception("%s hook failed", what)
 
 
 def _chunks(resp: Any, what: str) -> Iterator[bytes]:

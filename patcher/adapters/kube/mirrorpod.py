@@ -8,14 +8,12 @@ pods and the API server sends it nothing else.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import Following, ListWatcher, named
+from patcher.adapters.kube.listwatch import NamedListWatcher, run_hook
 from patcher.adapters.kube.transport import PODS, Api
-from patcher.core.kubeobj import dig
 
 # Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
 from patcher.core.kubeobj import mirror_pod_name as mirror_pod_name
@@ -26,7 +24,7 @@ Pod = dict[str, Any]
 UpdateHook = Callable[[Pod | None], None]
 
 
-class MirrorPodWatcher(Following):
+class MirrorPodWatcher(NamedListWatcher):
     """A ``ListWatcher`` of one pod by name that keeps ``latest`` (and ``on_update``) fed with its latest state
     (``None`` once it is deleted). A restart verdict of "not yet" from a view that is not ``fresh`` says nothing
     about the scheduler: it must not decide a rollback on its own."""
@@ -43,12 +41,9 @@ class MirrorPodWatcher(Following):
         min_healthy_s: float = 1.0,
     ) -> None:
         self.pod_name = pod_name
-        self._lock = threading.Lock()
-        self._pod: Pod | None = None
-        self._seen = False  # a list answered: ``None`` means absent, not unknown
-        self._on_update = on_update
-        self._watcher = ListWatcher(
-            api, PODS, namespace, **named(pod_name, self._deliver), name=f"mirror-pod-{pod_name}",
+        super().__init__(
+            api, PODS, namespace, pod_name, label=f"mirror-pod-{pod_name}",
+            on_change=lambda: run_hook(log, on_update, "mirror pod update", self.latest()),
             backoff=backoff, watch_timeout_s=watch_timeout_s, failure_level=logging.WARNING,
             min_healthy_s=min_healthy_s,
         )
@@ -63,20 +58,4 @@ class MirrorPodWatcher(Following):
     def latest(self) -> Pod | None:
         """The latest pod seen (the dict the watch stored: read-only), ``None`` when it does not exist or has not
         been read yet."""
-        with self._lock:
-            return self._pod
-
-    def _deliver(self, pod: Pod | None) -> None:
-        with self._lock:
-            current, seen = self._pod, self._seen
-            rv = dig(pod, "metadata", "resourceVersion")
-            if pod is not None and current is not None and rv == dig(current, "metadata", "resourceVersion"):
-                return
-            if pod is None and current is None and seen:
-                return
-            self._pod, self._seen = pod, True
-        if self._on_update is not None:
-            try:
-                self._on_update(pod)
-            except Exception:
-                log.exception("mirror pod update hook failed")
+        return cast("Pod | None", self.state()[1])

@@ -9,43 +9,30 @@ the agent writes nothing before).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import Following, ListWatcher, named
+from patcher.adapters.kube.listwatch import NamedListWatcher
 from patcher.adapters.kube.transport import NODES, Api
 from patcher.core.kubeobj import dig
 from patcher.core.status import HOLD_KEY, normalize_prefix
 
 
-class NodeHoldWatcher(Following):
+class NodeHoldWatcher(NamedListWatcher):
     def __init__(self, api: Api, node_name: str, prefix: str, *, on_update: Callable[[], None],
                  backoff: Backoff | None = None) -> None:
         self.key = normalize_prefix(prefix) + HOLD_KEY
-        self._on_update = on_update
-        self._lock = threading.Lock()
-        self._hold: str | None = None
-        self._known = False
-        self._watcher = ListWatcher(
-            api, NODES, **named(node_name, self._set),
-            name=f"node-hold-{node_name}", backoff=backoff, failure_level=logging.WARNING)
+        super().__init__(api, NODES, None, node_name, label=f"node-hold-{node_name}", keep=self._hold_of,
+                         on_change=on_update, backoff=backoff, failure_level=logging.WARNING)
 
     def hold(self) -> str | None:
-        with self._lock:
-            return self._hold
+        """The hold annotation's value (may be empty), None when the Node has none (or there is no Node)."""
+        return cast("str | None", self.state()[1])
 
     def known(self) -> bool:
-        with self._lock:
-            return self._known
+        return self.state()[0]
 
-    def _set(self, node: Any) -> None:
-        """The hold annotation's value (may be empty), None when the Node has none (or there is no Node)."""
+    def _hold_of(self, node: Any) -> str | None:
         value = dig(node, "metadata", "annotations", self.key)
-        hold = value if isinstance(value, str) else None
-        with self._lock:
-            changed, self._hold = hold != self._hold or not self._known, hold
-            self._known = True
-        if changed:
-            self._on_update()
+        return value if isinstance(value, str) else None

@@ -20,13 +20,16 @@ from typing import Any
 
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.errors import ApiError, Denied, NotFound, api_json
-from patcher.adapters.kube.listwatch import ListWatcher, named
+from patcher.adapters.kube.listwatch import ListWatcher, named, run_hook
 from patcher.adapters.kube.transport import DAEMONSETS, NODES, PODS, Api
 from patcher.core import placement
 from patcher.core.kubeobj import Obj, dig
 from patcher.core.lifecycle import DaemonSetView
 
 log = logging.getLogger(__name__)
+
+#: Seconds for a read of the agent's pod or its Node while the watch starts.
+READ_TIMEOUT = 5.0
 
 
 def owner_daemonset(pod: Any) -> str | None:
@@ -50,12 +53,12 @@ class OwnerWatcher:
 
     def __init__(self, api: Api, namespace: str, pod_name: str, node_name: str, *,
                  on_update: Callable[[], None] | None = None, backoff: Backoff | None = None,
-                 watch_timeout_s: int = 240, connect_timeout_s: float = 5.0) -> None:
+                 watch_timeout_s: int = 240) -> None:
         self.namespace, self.pod_name, self.node_name = namespace, pod_name, node_name
         self._api = api
         self._on_update = on_update
         self._backoff = backoff if backoff is not None else Backoff(1.0, 30.0)
-        self._watch_timeout, self._connect_timeout = watch_timeout_s, connect_timeout_s
+        self._watch_timeout = watch_timeout_s
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._name: str | None = None  # the DaemonSet, once the pod was read
@@ -124,11 +127,10 @@ class OwnerWatcher:
         name = self._find_owner()
         if name is None:
             return
-        self._read_node(self._connect_timeout)
+        self._read_node(READ_TIMEOUT)
         watcher = ListWatcher(
             self._api, DAEMONSETS, self.namespace, **named(name, self._set_daemonset), name=f"daemonset-{name}",
-            backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout,
-            connect_timeout_s=self._connect_timeout, failure_level=logging.WARNING)
+            backoff=self._backoff.fresh(), watch_timeout_s=self._watch_timeout, failure_level=logging.WARNING)
         with self._lock:
             if self._stop.is_set():
                 return
@@ -141,7 +143,7 @@ class OwnerWatcher:
         while not self._stop.is_set():
             try:
                 pod = api_json(what, self._api.get, PODS, self.pod_name, namespace=self.namespace,
-                               timeout=(self._connect_timeout, self._connect_timeout))
+                               timeout=(READ_TIMEOUT, READ_TIMEOUT))
             except ApiError as exc:
                 with self._lock:
                     self._detail = f"cannot {what}: {exc.detail}"
@@ -176,19 +178,12 @@ class OwnerWatcher:
         if isinstance(node, dict):
             with self._lock:
                 self._node = node
-            self._changed()
+            run_hook(log, self._on_update, "DaemonSet update")
 
     def _set_daemonset(self, ds: Obj | None) -> None:
         with self._lock:
             self._daemonset, self._known = ds, True
             node_unknown = self._node is None
         if node_unknown and ds is not None:  # the read at start failed: the DaemonSet answers, so may the Node
-            self._read_node(self._connect_timeout)
-        self._changed()
-
-    def _changed(self) -> None:
-        if self._on_update is not None:
-            try:
-                self._on_update()
-            except Exception:
-                log.exception("DaemonSet update hook failed")
+            self._read_node(READ_TIMEOUT)
+        run_hook(log, self._on_update, "DaemonSet update")

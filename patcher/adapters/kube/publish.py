@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.cluster import collect, publish_status
 from patcher.adapters.kube.errors import ApiError, Conflict, Denied, api_json
+from patcher.adapters.kube.listwatch import run_hook
 from patcher.adapters.kube.schedindex import SchedulerIndex
 from patcher.adapters.kube.transport import EVENTS, MERGE_PATCH, NODES, Api
 from patcher.core.status import (
@@ -51,8 +52,6 @@ MAX_PENDING_EVENTS = 64
 #: Patches of the Node refused with 409 in a row before the reporter backs off like for any failure.
 MAX_CONFLICTS = 3
 
-ErrorHook = Callable[[str, BaseException], None]
-
 
 class NodeReporter:
     """Keeps the Node's annotations and events in line with the agent's state, without ever blocking it.
@@ -68,7 +67,7 @@ class NodeReporter:
         *,
         prefix: str = DEFAULT_PREFIX,
         backoff: Backoff | None = None,
-        on_error: ErrorHook | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self._api = api
@@ -167,12 +166,11 @@ class NodeReporter:
                     if delay <= 0:
                         break
                     self._cond.wait(delay)
-                desired = self._desired
-                need_patch = desired is not None and desired != self._published
+                desired = self._desired if self._desired != self._published else None  # None: nothing to patch
                 self._busy = True
             ok = denied = False
             try:
-                if need_patch and desired is not None:
+                if desired is not None:
                     self._send_annotations(desired)
                 self._send_events()
                 ok = True
@@ -196,34 +194,29 @@ class NodeReporter:
     def _send_annotations(self, annotations: dict[str, str | None]) -> None:
         """Patch the Node until it carries ``annotations``; raises ``ApiError`` (logged) when it cannot."""
         what = f"patch the annotations of node {self._node}"
-        for _ in range(MAX_CONFLICTS):
-            try:
-                node = api_json(what, self._api.patch, NODES, self._node, merge_patch(annotations),
-                                content_type=MERGE_PATCH)
-            except Conflict as exc:
-                # The Node changed under the server's own retries (busy Nodes do): not an outage. Read it; the
-                # patch may have landed before its answer was lost, else send it again at once.
-                log.debug("node %s: %s; reading the Node again", self._node, exc.detail)
+        try:
+            for _ in range(MAX_CONFLICTS):
                 try:
+                    node = api_json(what, self._api.patch, NODES, self._node, merge_patch(annotations),
+                                    content_type=MERGE_PATCH)
+                except Conflict as exc:
+                    # The Node changed under the server's own retries (busy Nodes do): not an outage. Read it;
+                    # the patch may have landed before its answer was lost, else send it again at once.
+                    log.debug("node %s: %s; reading the Node again", self._node, exc.detail)
                     node = api_json(f"read node {self._node}", self._api.get, NODES, self._node)
-                except ApiError as read_exc:
-                    self._failed("annotations", read_exc)
-                    raise
-                if not _carries(node, annotations):
-                    continue
-            except ApiError as exc:
-                self._failed("annotations", exc)
-                raise
-            uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
-            with self._cond:
-                self._published = annotations
-                if isinstance(uid, str) and uid:
-                    self._node_uid = uid
-            log.debug("node %s: annotations published: %s", self._node, annotations)
-            return
-        conflict = Conflict(what, f"the Node kept changing ({MAX_CONFLICTS} conflicts in a row)", 409)
-        self._failed("annotations", conflict)
-        raise conflict
+                    if not _carries(node, annotations):
+                        continue
+                uid = node.get("metadata", {}).get("uid") if isinstance(node, dict) else None
+                with self._cond:
+                    self._published = annotations
+                    if isinstance(uid, str) and uid:
+                        self._node_uid = uid
+                log.debug("node %s: annotations published: %s", self._node, annotations)
+                return
+            raise Conflict(what, f"the Node kept changing ({MAX_CONFLICTS} conflicts in a row)", 409)
+        except ApiError as exc:
+            self._failed("annotations", exc)
+            raise
 
     def _send_events(self) -> None:
         """Send the queued events in order; raises ``ApiError`` (logged) on one worth retrying."""
@@ -261,11 +254,7 @@ class NodeReporter:
                     self._node, kind, exc.detail)
         else:
             log.log(level, "node %s: cannot publish %s (%s); retrying with backoff", self._node, kind, exc.detail)
-        if self._on_error is not None:
-            try:
-                self._on_error(kind, exc)
-            except Exception:  # a metrics hook must never kill the publisher
-                log.exception("error hook failed")
+        run_hook(log, self._on_error, "error", kind, exc)  # a metrics hook must never kill the publisher
 
 
 def _carries(node: object, annotations: dict[str, str | None]) -> bool:

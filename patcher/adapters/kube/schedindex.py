@@ -18,14 +18,16 @@ from collections.abc import Callable
 from typing import Final
 
 from patcher.adapters.kube.backoff import Backoff
-from patcher.adapters.kube.listwatch import Following, ListWatcher
+from patcher.adapters.kube.listwatch import Following, ListWatcher, run_hook
 from patcher.adapters.kube.transport import PODS, Api
 from patcher.core.kubeobj import Obj
 from patcher.core.readiness import may_be_unlabelled_scheduler
 
 log = logging.getLogger(__name__)
 
-#: Pods a page when the namespace is listed: metadata only, ~1-4 KB a pod (its managed fields are most of it).
+#: Pods a page of a kube-system list (here and ``cluster``'s): it holds a pod per node for every node agent (CNI,
+#: kube-proxy), thousands on a large cluster; pages keep each answer bounded (here metadata only: ~1-4 KB a pod,
+#: its managed fields most of it).
 PAGE: Final = 500
 
 #: What a pod is reduced to: its name, whether it may be an unlabelled scheduler, and whether it may be any
@@ -89,7 +91,7 @@ class SchedulerIndex(Following):
             changed = names != self._names or schedulers != self._schedulers
             self._names, self._schedulers = names, schedulers
         if changed:
-            self._changed()
+            run_hook(log, self._on_change, "scheduler index change")
 
     def _event(self, kind: str, item: Reduced) -> None:
         name, candidate, scheduler = item
@@ -104,12 +106,5 @@ class SchedulerIndex(Following):
             else:
                 self._schedulers.discard(name)
         if known or scheduler:  # a scheduler came, went, or changed (its status, its owner, its labels)
-            self._changed()
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            try:
-                self._on_change()
-            except Exception:
-                log.exception("scheduler index change hook failed")
+            run_hook(log, self._on_change, "scheduler index change")
 

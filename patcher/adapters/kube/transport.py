@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -131,8 +131,7 @@ class Api:
     def send(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None, *,
              timeout: Timeout | None = None) -> bytes:
         """A prepared body (serialised by a caller that sends thousands); the answer's body, undecoded."""
-        data: bytes = self.request(method, path, body=body, content_type=content_type, timeout=timeout).data
-        return data
+        return cast(bytes, self.request(method, path, body=body, content_type=content_type, timeout=timeout).data)
 
     def call(self, method: str, path: str, *, query: Mapping[str, object] | None = None, body: object = None,
              content_type: str = JSON, timeout: Timeout | None = None, accept: str | None = None) -> Any:
