@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from patcher.core.kubeobj import dig, ready
-from patcher.core.timefmt import parse_rfc3339_ns, rfc3339
+from patcher.core.timefmt import api_seconds, rfc3339
 
 _NS_PER_S = 1_000_000_000
 #: The marker's hash is the first 12 hex digits of the config's sha256; never compare on fewer.
@@ -121,15 +121,6 @@ def hashes_match(found: str, expected: str) -> bool:
     return common >= MIN_HASH_DIGITS and found[:common].lower() == expected[:common].lower()
 
 
-def _seconds(stamp: Any) -> int | None:
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return parse_rfc3339_ns(stamp) // _NS_PER_S
-    except ValueError:
-        return None
-
-
 def settle_left_ns(started_ns: int, now_ns: int, settle_s: float) -> int:
     """How much longer (ns, 0 when done) something started at ``started_ns`` must run to have run ``settle_s``."""
     return max(0, started_ns + round(settle_s * _NS_PER_S) - now_ns)
@@ -184,7 +175,7 @@ def decide(
         detail = _str(wait.get("message"))
         return RestartDecision(Verdict.CRASH_LOOPING, f"{c} is in CrashLoopBackOff" + (f": {detail}" if detail else ""))
     if isinstance(term, Mapping):
-        finished = _seconds(term.get("finishedAt"))
+        finished = api_seconds(term.get("finishedAt"))
         code = term.get("exitCode")
         if term.get("reason") == UNKNOWN_TO_THE_KUBELET:
             return RestartDecision(waiting, f"{c}: the kubelet lost track of a container it ran "
@@ -198,7 +189,7 @@ def decide(
     if not isinstance(running, Mapping):
         return RestartDecision(waiting, f"{c} is not running yet")
     started_text = _str(running.get("startedAt"))
-    started = _seconds(started_text)
+    started = api_seconds(started_text)
     if started is None:
         return RestartDecision(waiting, f"{c} has no valid startedAt")
     if started < write_s:
@@ -219,5 +210,5 @@ def runs_unpatched(pod: Mapping[str, Any] | None, *, marker_key: str, manifest_m
     """After a restore: the mirror pod carries no marker and its scheduler runs, started since the write."""
     if pod is None or marker_hash(pod, marker_key) is not None or not ready(pod):
         return False
-    started = _seconds(started_at(pod, container_name))
+    started = api_seconds(started_at(pod, container_name))
     return started is not None and started >= manifest_mtime_ns // _NS_PER_S

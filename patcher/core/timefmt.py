@@ -31,3 +31,14 @@ def parse_rfc3339_ns(value: str) -> int:
     dt = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone))
     secs = int(dt.astimezone(UTC).timestamp())
     return secs * 1_000_000_000 + int((frac or "").ljust(9, "0"))
+
+
+def api_seconds(stamp: object) -> int | None:
+    """Whole seconds since the epoch of an API timestamp (``startedAt``, ``finishedAt``); ``None`` when absent
+    or not a timestamp."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return parse_rfc3339_ns(stamp) // 1_000_000_000
+    except ValueError:
+        return None

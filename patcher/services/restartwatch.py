@@ -15,7 +15,7 @@ from typing import Any
 from patcher.adapters.proc import LocalCheck, LocalRestartTracker, SchedulerProcess, find_schedulers
 from patcher.core import lifecycle, manifestedit, restart
 from patcher.core.settings import Files
-from patcher.core.timefmt import parse_rfc3339_ns
+from patcher.core.timefmt import api_seconds
 from patcher.services.ports import PodSource
 
 
@@ -100,11 +100,8 @@ def _newer_process(check: LocalCheck | None, started_at: str | None) -> str | No
     """What the process table says against a container the API shows running since ``started_at``: a
     scheduler process that started after that container (its start is whole seconds; the process starts
     just after its container) is a restart the pod view has not shown yet."""
-    if check is None or check.process is None or started_at is None:
-        return None
-    try:
-        container_s = parse_rfc3339_ns(started_at) // 1_000_000_000
-    except ValueError:
+    container_s = api_seconds(started_at)
+    if check is None or check.process is None or container_s is None:
         return None
     if check.process.started_at <= container_s + 2:
         return None
