@@ -14,7 +14,6 @@ nothing but this thread. Expiry follows ``patcher.adapters.kube.lease`` (the obs
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +23,6 @@ from patcher.adapters.kube.lease import MAX_CALL, Lease, Obj, Outcome, annotatio
 
 if TYPE_CHECKING:  # the API is reached through patcher.adapters.kube; the client here is a type only
     from patcher.adapters.kube.transport import Api
-
-log = logging.getLogger("patcher.services.rollout")
 
 BAD_HASHES_SUFFIX = "bad-source-hashes"  # source fingerprints: comparable across scheduler versions
 MAX_BAD = 20  # the annotation keeps the most recent ones: enough for any real history, bounded in size
@@ -175,8 +172,6 @@ class RolloutLease:
         with self._cond:
             self.api_answered = outcome != Outcome.ERROR
             if outcome == Outcome.HELD:
-                if not self.held:
-                    log.info("rollout lease acquired")
                 self.held, self._want, self._last_renew = True, None, self.clock()
                 self.current_holder = self.holder
             elif outcome == Outcome.REFUSED:
