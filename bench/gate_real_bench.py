@@ -64,8 +64,7 @@ from bench import rows  # noqa: E402
 from bench.gate_bench import cpu_s, free_port, metric, real_pod, wait  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.cluster import collect  # noqa: E402
-from patcher.adapters.kube.gaterelease import POD_PATH  # noqa: E402
-from patcher.adapters.kube.transport import JSON, JSON_PATCH, USER_AGENT  # noqa: E402
+from patcher.adapters.kube.transport import JSON, JSON_PATCH, PODS, USER_AGENT  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim  # noqa: E402
 from patcher.core.readiness import render_table  # noqa: E402
 from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
@@ -401,7 +400,7 @@ def ceiling_drain(cp: ControlPlane, conn: Conn, args: argparse.Namespace, batch:
 
     def release(i: int) -> None:
         pod = todo[i]
-        status, body = conn.send("PATCH", POD_PATH.format(namespace=pod.namespace, name=pod.name),
+        status, body = conn.send("PATCH", PODS.path(pod.namespace, pod.name),
                                  json.dumps(release_patch(pod, DEFAULT_GATE)).encode(), JSON_PATCH)
         assert status == 200, (status, body[:300])
 

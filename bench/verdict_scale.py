@@ -65,9 +65,8 @@ from bench.gate_bench import cpu_s, metric, real_pod, wait  # noqa: E402
 from bench.gate_real_bench import Conn, creatable, each, wait_released  # noqa: E402
 from patcher.adapters.kube.client import ClientSettings, build_api_client  # noqa: E402
 from patcher.adapters.kube.cluster import collect  # noqa: E402
-from patcher.adapters.kube.gaterelease import POD_PATH  # noqa: E402
 from patcher.adapters.kube.schedindex import SchedulerIndex  # noqa: E402
-from patcher.adapters.kube.transport import JSON_PATCH, Api  # noqa: E402
+from patcher.adapters.kube.transport import JSON_PATCH, PODS, Api  # noqa: E402
 from patcher.core.gates import DEFAULT_GATE, GatedPod, release_patch, slim  # noqa: E402
 from patcher.core.readiness import ClusterVerdict  # noqa: E402
 from patcher.services.gatekeeper import DEFAULT_BURST  # noqa: E402
@@ -324,7 +323,7 @@ def ceiling(cp: ControlPlane, conn: Conn, count: int, workers: int) -> float:
 
     def release(i: int) -> None:
         pod = todo[i]
-        status, body = conn.send("PATCH", POD_PATH.format(namespace=pod.namespace, name=pod.name),
+        status, body = conn.send("PATCH", PODS.path(pod.namespace, pod.name),
                                  json.dumps(release_patch(pod, DEFAULT_GATE)).encode(), JSON_PATCH)
         assert status == 200, (status, body[:300])
 

@@ -20,7 +20,6 @@ from tests.harness.emu.kubeemu import tls_available
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt, make_pod
 
 JSON_PATCH = "application/json-patch+json"
-POD = "/api/v1/namespaces/{namespace}/pods/{name}"
 
 
 @pytest.fixture
@@ -48,8 +47,8 @@ def test_a_prepared_patch_goes_over_the_clients_tls_with_its_token_and_headers(e
                                                                                 api: Api) -> None:
     emu.create(make_pod("p", "team-a"))
     raw = api
-    assert raw.path(POD, namespace="a/b", name="c d") == "/api/v1/namespaces/a%2Fb/pods/c%20d"  # as generated
-    answer = json.loads(raw.send("PATCH", raw.path(POD, namespace="team-a", name="p"), label("1"), JSON_PATCH))
+    assert PODS.path("a/b", "c d") == "/api/v1/namespaces/a%2Fb/pods/c%20d"  # as the generated client quotes
+    answer = json.loads(raw.send("PATCH", PODS.path("team-a", "p"), label("1"), JSON_PATCH))
     assert answer["metadata"]["labels"] == {"v": "1"}
     stored = emu.get("pods", "p", "team-a")
     assert stored is not None and stored["metadata"]["labels"] == {"v": "1"}
@@ -71,10 +70,10 @@ def test_the_clients_token_refresh_hook_runs_for_every_request(emu: KubeEmulator
         cfg.api_key["BearerToken"] = f"Bearer {token[0]}"
 
     api.configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]  # typed None in the client
-    raw.send("PATCH", raw.path(POD, namespace="default", name="p"), label("1"), JSON_PATCH)
+    raw.send("PATCH", PODS.path("default", "p"), label("1"), JSON_PATCH)
     token[0] = "revoked"
     with pytest.raises(Unauthorized), api_call("release pod default/p"):
-        raw.send("PATCH", raw.path(POD, namespace="default", name="p"), label("2"), JSON_PATCH)
+        raw.send("PATCH", PODS.path("default", "p"), label("2"), JSON_PATCH)
     assert calls == ["t0ken", "revoked"]
     assert [r.headers["authorization"] for r in emu.requests("PATCH")] == ["Bearer t0ken", "Bearer revoked"]
 
@@ -83,20 +82,20 @@ def test_error_answers_are_the_clients_exception_and_translate_like_a_generated_
         emu: KubeEmulatorExt, api: Api) -> None:
     emu.create(make_pod("p"))
     raw = api
-    path = raw.path(POD, namespace="default", name="p")
+    path = PODS.path("default", "p")
     emu.fail("PATCH", path, 429, retry_after=3)
     with pytest.raises(TooManyRequests, match=r"^cannot release pod default/p: HTTP 429") as info, \
             api_call("release pod default/p"):
         raw.send("PATCH", path, label("1"), JSON_PATCH)
     assert info.value.retry_after == 3.0
     with pytest.raises(NotFound), api_call("release pod default/gone"):
-        raw.send("PATCH", raw.path(POD, namespace="default", name="gone"), label("1"), JSON_PATCH)
+        raw.send("PATCH", PODS.path("default", "gone"), label("1"), JSON_PATCH)
 
 
 def test_a_pool_the_client_closed_is_looked_up_again(emu: KubeEmulatorExt, api: Api) -> None:
     emu.create(make_pod("p"))
     raw = api
-    path = raw.path(POD, namespace="default", name="p")
+    path = PODS.path("default", "p")
     raw.send("PATCH", path, label("1"), JSON_PATCH)
     api.rest_client.pool_manager.clear()  # what ApiClient.close() does to its connections
     raw.send("PATCH", path, label("2"), JSON_PATCH)
@@ -117,7 +116,7 @@ def test_a_hung_server_costs_the_clients_retries_and_no_more(tmp_path: Path) -> 
         api = build_api_client(ClientSettings(kubeconfig=str(kc), timeout=(0.5, 0.2)))
         raw = api
         with pytest.raises(Unreachable), api_call("release pod default/p"):
-            raw.send("PATCH", raw.path(POD, namespace="default", name="p"), label("1"), JSON_PATCH)
+            raw.send("PATCH", PODS.path("default", "p"), label("1"), JSON_PATCH)
         api.close()
         retries = api.configuration.retries
         assert isinstance(retries, int) and 1 <= len(hole.conns) <= 1 + retries
@@ -134,7 +133,7 @@ def test_through_a_proxy_the_request_goes_via_the_clients_proxy_manager(tmp_path
         cfg.host, cfg.proxy = "http://kube-apiserver.invalid:6443", emu.url
         api = Api(cfg, (0.5, 2.0))
         raw = api
-        raw.send("PATCH", raw.path(POD, namespace="default", name="p"), label("1"), JSON_PATCH)
+        raw.send("PATCH", PODS.path("default", "p"), label("1"), JSON_PATCH)
         api.close()
         stored = emu.get("pods", "p", "default")
         assert stored is not None and stored["metadata"]["labels"] == {"v": "1"}

@@ -28,9 +28,6 @@ from patcher.core.kubeobj import Obj
 
 log = logging.getLogger(__name__)
 
-POD_PATH: Final = "/api/v1/namespaces/{namespace}/pods/{name}"
-
-
 class GateOutcome(enum.Enum):
     """How a release ended (an API failure is raised instead: the caller retries later)."""
 
@@ -128,7 +125,7 @@ def release_gate(api: Api, pod: GatedPod | Obj, gate: str, *, attempts: int,
             try:
                 # The answer (the whole pod) is not decoded: the watch brings the change anyway.
                 send(f"release pod {where}", api.send, "PATCH",
-                     api.path(POD_PATH, namespace=view.namespace, name=view.name),
+                     PODS.path(view.namespace, view.name),
                      json.dumps(release_patch(view, gate)).encode(), JSON_PATCH)
             except (Conflict, Invalid) as exc:  # the pod changed since we read it: read it again
                 if on_conflict is not None:

@@ -83,7 +83,6 @@ class Api:
         self.default_timeout = timeout
         self.rest_client = RESTClientObject(configuration)
         self.host = str(configuration.host).rstrip("/")
-        self._safe = str(configuration.safe_chars_for_path_param or "")
         self.default_headers: dict[str, str] = {"Accept": JSON, "User-Agent": USER_AGENT}
 
     # -- the request path ---------------------------------------------------------------------------------
@@ -139,10 +138,6 @@ class Api:
         raw = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         return json.loads(self.request(method, path, query=query, body=raw, content_type=content_type,
                                        timeout=timeout, accept=accept).data)
-
-    def path(self, template: str, **params: str) -> str:
-        """``template`` with its ``{name}`` parameters quoted as the generated methods quote them."""
-        return template.format(**{k: quote(v, safe=self._safe) for k, v in params.items()})
 
     # -- the verbs ------------------------------------------------------------------------------------------
 
