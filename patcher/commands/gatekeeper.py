@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
             elector = LeaderElector(api, namespace=args.namespace, name=args.lease_name, identity=args.identity,
                                     lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
                                     retry_period=args.retry_period, renew_period=args.renew_period,
-                                    on_change=leadership_changed, watch=True)
+                                    on_change=leadership_changed)
         index = SchedulerIndex(api, kwargs["mirror_namespace"], kwargs["static_pod_name"],
                                on_change=lambda: gatekeeper.schedulers_changed() if gatekeeper else None,
                                failure_level=logging.WARNING)

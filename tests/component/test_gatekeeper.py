@@ -363,10 +363,9 @@ def test_the_command_watches_only_its_namespaces_holds_the_lease_and_serves_metr
 
 
 def elector(api: Api, identity: str, on_change: Callable[[bool], None] | None = None, *,
-            watch: bool = False, renew_period: float | None = None) -> LeaderElector:
+            renew_period: float | None = None) -> LeaderElector:
     return LeaderElector(api, namespace=NS, name=DEFAULT_LEASE, identity=identity, lease_duration=1.5,
-                         renew_deadline=1.0, retry_period=0.1, renew_period=renew_period, on_change=on_change,
-                         watch=watch)
+                         renew_deadline=1.0, retry_period=0.1, renew_period=renew_period, on_change=on_change)
 
 
 def test_of_two_gatekeepers_only_the_leader_releases(emu: KubeEmulatorExt, kubeconfig: Path) -> None:
@@ -459,8 +458,8 @@ def test_a_standby_that_watches_the_lease_sends_nothing_while_the_leader_renews(
                                                                                kubeconfig: Path) -> None:
     apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
     lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{DEFAULT_LEASE}"
-    leader = elector(apis[0], "gk-a", watch=True)
-    standby = elector(apis[1], "gk-b", watch=True)
+    leader = elector(apis[0], "gk-a")
+    standby = elector(apis[1], "gk-b")
 
     def standby_requests() -> list[object]:
         return [r for r in emu.requests(None, lease_path) if r.headers.get("user-agent") == "gk-b"]
@@ -470,7 +469,7 @@ def test_a_standby_that_watches_the_lease_sends_nothing_while_the_leader_renews(
         assert wait_until(leader.is_leader, 5)
         standby.start()
         assert wait_until(lambda: standby.holder == "gk-a", 5)
-        assert wait_until(lambda: standby._watcher is not None and standby._watcher.fresh, 5)
+        assert wait_until(lambda: standby._watcher.fresh, 5)
         emu.clear_requests()
         # the leader renews five more times, each a change the standby's watch delivers, and each restarts its
         # count of the lease duration (1.5 s, longer than a renewal period): it never reads the Lease
@@ -491,8 +490,8 @@ def test_a_standby_that_watches_the_lease_sends_nothing_while_the_leader_renews(
 def test_a_watching_standby_takes_over_a_crashed_leaders_lease_after_its_duration(emu: KubeEmulatorExt,
                                                                                  kubeconfig: Path) -> None:
     apis = [client(kubeconfig, "gk-a"), client(kubeconfig, "gk-b")]
-    leader = elector(apis[0], "gk-a", watch=True)
-    standby = elector(apis[1], "gk-b", watch=True)
+    leader = elector(apis[0], "gk-a")
+    standby = elector(apis[1], "gk-b")
     try:
         leader.start()
         assert wait_until(leader.is_leader, 5)

@@ -1,11 +1,11 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease (``kube.lease``, client-go's rules): one gatekeeper
 replica acts at a time.
 
-The leader renews every ``renew_period``; a standby, or a leader whose renewal failed, tries every
-``retry_period``. With ``watch`` a standby follows the Lease by a watch of it instead of reading it every
-``retry_period``: each renewal it sees restarts its count of ``lease_duration`` on its own clock, and it sends
-a request only when the Lease is free or has gone unchanged for its duration. While the watch does not follow
-the server it reads every ``retry_period``. RBAC: ``list`` and ``watch`` on the Lease beside ``get``/``update``.
+The leader renews every ``renew_period``; a leader whose renewal failed tries every ``retry_period``. A standby
+follows the Lease by a watch of it instead of reading it every ``retry_period``: each renewal it sees restarts
+its count of ``lease_duration`` on its own clock, and it sends a request only when the Lease is free or has gone
+unchanged for its duration. While the watch does not follow the server it tries every ``retry_period``. RBAC:
+``list`` and ``watch`` on the Lease beside ``get``/``update``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ class LeaderElector:
         retry_period: float = 2.0,
         renew_period: float | None = None,
         on_change: Callable[[bool], None] | None = None,
-        watch: bool = False,
     ) -> None:
         renew_period = retry_period if renew_period is None else renew_period
         if not 0 < retry_period <= renew_period < renew_deadline < lease_duration:
@@ -70,15 +69,14 @@ class LeaderElector:
         self._seen_lock = threading.Lock()
         self._watcher = ListWatcher(
             api, LEASES, namespace, **named(name, self._lease_seen), name=f"watch lease {namespace}/{name}",
-        ) if watch else None
+        )
 
     def is_leader(self) -> bool:
         with self._lock:
             return self._leader and time.monotonic() - self._renewed < self.renew_deadline
 
     def start(self) -> None:
-        if self._watcher is not None:
-            self._watcher.start()
+        self._watcher.start()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"lease-{self.name}", daemon=True)
             self._thread.start()
@@ -87,8 +85,7 @@ class LeaderElector:
         """Stop renewing; with ``release`` hand the Lease back so a standby takes over at once."""
         self._stop.set()
         self._woken.set()
-        if self._watcher is not None:
-            self._watcher.stop(timeout)
+        self._watcher.stop(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
         was_leader = self.is_leader()
@@ -120,7 +117,7 @@ class LeaderElector:
     def _standing_by(self) -> float:
         """Seconds to wait without a request: while another holder's Lease, as the watch follows it, is valid
         on our clock; 0 to send an attempt now (we lead, the watch does not follow, the Lease is free or due)."""
-        if self._watcher is None or not self._watcher.fresh:
+        if not self._watcher.fresh:
             return 0.0
         with self._lock:
             if self._leader:
