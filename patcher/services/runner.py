@@ -18,6 +18,7 @@ from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.adapters.kube.backoff import Backoff
 from patcher.core import manifestedit, settings, yamltext
 from patcher.core.errors import PatcherError
+from patcher.core.kubeobj import mirror_pod_name
 from patcher.core.lifecycle import LoopEvent
 from patcher.core.settings import Files, Settings
 from patcher.services import nodefiles, process
@@ -150,7 +151,7 @@ class ApiParts:
 def _api_parts(config: Settings, api: KubeApi, notify: Callable[[LoopEvent], None],
                metrics: Metrics) -> ApiParts:
     """Build (not start) the API-side adapters; every callback into the agent is ``notify``, the queue's put."""
-    from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+    from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
     from patcher.adapters.kube.nodehold import NodeHoldWatcher
     from patcher.adapters.kube.owner import OwnerWatcher
     from patcher.adapters.kube.publish import NodeReporter, StatusPublisher, StatusTarget

@@ -19,8 +19,9 @@ from patcher.adapters.kube.listwatch import (
     decode_event,
     split_records,
 )
-from patcher.adapters.kube.mirrorpod import MirrorPodWatcher, mirror_pod_name
+from patcher.adapters.kube.mirrorpod import MirrorPodWatcher
 from patcher.adapters.kube.transport import Api
+from patcher.core.kubeobj import mirror_pod_name
 from tests.harness.emu.kubeemu import KubeEmulator, make_mirror_pod, tls_available, wait_until
 from tests.harness.emu.kubeemu_ext import KubeEmulatorExt
 from tests.harness.helpers import NODE

@@ -15,9 +15,6 @@ from patcher.adapters.kube.backoff import Backoff
 from patcher.adapters.kube.listwatch import NamedListWatcher, run_hook
 from patcher.adapters.kube.transport import PODS, Api
 
-# Defined in the core (the readiness verdict needs it too); named here as well for the agent's wiring.
-from patcher.core.kubeobj import mirror_pod_name as mirror_pod_name
-
 log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
