@@ -42,7 +42,7 @@ def static_pod_identity(files: Files) -> tuple[str, str]:
         node_path, _, _, text = nodefiles.read_manifest(files)  # bounded, and a FIFO does not block the start
         doc = yamltext.parse(text)
         sched = manifestedit.inspect(doc, node_path, prefix=files.prefix, container_name=files.container_name)
-        return sched.pod_name or "kube-scheduler", sched.namespace or "kube-system"
+        return sched.pod_name or "kube-scheduler", sched.namespace
     except (OSError, UnicodeDecodeError, yamltext.YamlTextError, PatcherError) as exc:
         log.warning("cannot read the static pod's name (%s); assuming kube-scheduler in kube-system", exc)
         return "kube-scheduler", "kube-system"
