@@ -156,7 +156,7 @@ def bench_pod_to_readyz(n: int) -> None:
         api = build_api_client(ClientSettings(kubeconfig=str(emu.write_kubeconfig(Path(t) / "kc"))))
         fast = Backoff(initial=0.05, maximum=0.5)
         metrics = Metrics()
-        health = Health(metrics=metrics)
+        health = Health()
         server = HealthServer(health, metrics, "127.0.0.1:0")
         server.start()
         reporter = NodeReporter(api, "cp-1", backoff=fast)

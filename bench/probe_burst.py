@@ -29,7 +29,7 @@ import sys, threading
 from patcher.adapters.health import Health, HealthServer, Metrics
 from patcher.core.status import NodeState
 metrics = Metrics()
-health = Health(metrics=metrics)
+health = Health()
 health.beat()
 health.set_state(NodeState.READY)
 with HealthServer(health, metrics, "127.0.0.1:0") as server:

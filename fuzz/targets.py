@@ -151,7 +151,7 @@ class _Writer:
 @functools.cache
 def _health() -> HealthServer:
     metrics = Metrics()
-    health = Health(metrics=metrics)
+    health = Health()
     health.beat()
     health.set_state(NodeState.READY)
     return HealthServer(health, metrics, "127.0.0.1:0", timeout=5.0)

@@ -233,11 +233,8 @@ def _labelled(kind: Callable[..., Any], name: str, help_text: str, labels: list[
 class Health:
     """Heartbeat and state shared between the agent loop and the probe handlers."""
 
-    def __init__(
-        self, max_age: float = 60.0, metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, max_age: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_age = max_age
-        self.metrics = metrics
         self._clock = clock
         self._lock = threading.Lock()
         self._beat: float | None = None
@@ -249,11 +246,9 @@ class Health:
             self._beat = self._clock()
 
     def set_state(self, state: str) -> None:
-        """Record the node state (also the metrics' one-hot gauge when metrics are attached)."""
+        """Record the node state (``/readyz``; the state gauge is ``Metrics.set_state``'s)."""
         with self._lock:
             self._state = str(state)
-        if self.metrics is not None:
-            self.metrics.set_state(str(state))
 
     @property
     def state(self) -> str:

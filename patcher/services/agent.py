@@ -82,7 +82,7 @@ class Agent:
         self._node = value
         if value.phase is not None:
             self.health.set_state(value.phase.value)
-            self.metrics.set_state(value.phase.value)  # one-hot: a second set of health's own metrics changes nothing
+            self.metrics.set_state(value.phase.value)
             self.metrics.set_config(value.record.config_hash, value.record.source_hash)
         self.metrics.set_held(value.hold is not None)
 

@@ -253,7 +253,7 @@ def build_agent(config: Settings, api: Api, *, file_ops: fsio.FileOps = fsio.REA
         raise ValueError("build_agent: the API client and config.api disagree about running with a cluster")
     events: queue.SimpleQueue[LoopEvent] = queue.SimpleQueue()  # see Agent.events: a signal handler puts on it
     metrics = Metrics()
-    health = Health(metrics=metrics)
+    health = Health()
     parts = None if api is None or isinstance(api, Deferred) else _api_parts(config, api, events.put, metrics)
     agent = Agent(config, events=events, health=health, metrics=metrics, coordinated=config.coordinated,
                   api_pending=isinstance(api, Deferred), learns_hold=api is not None, file_ops=file_ops)

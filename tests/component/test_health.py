@@ -32,8 +32,8 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-def health(metrics: Metrics, clock: Clock) -> Health:
-    return Health(max_age=30.0, metrics=metrics, clock=clock)
+def health(clock: Clock) -> Health:
+    return Health(max_age=30.0, clock=clock)
 
 
 @pytest.fixture
@@ -92,8 +92,8 @@ def samples(server: HealthServer) -> dict[tuple[str, tuple[tuple[str, str], ...]
     }
 
 
-def test_metrics_text(server: HealthServer, health: Health, metrics: Metrics) -> None:
-    health.set_state(NodeState.WAITING_FOR_RESTART)
+def test_metrics_text(server: HealthServer, metrics: Metrics) -> None:
+    metrics.set_state(NodeState.WAITING_FOR_RESTART)
     metrics.count("reconciled")
     metrics.count("reconciled")
     metrics.count("wrote")
@@ -121,7 +121,7 @@ def test_metrics_text(server: HealthServer, health: Health, metrics: Metrics) ->
     assert s[("scheduler_patcher_restart_seconds_sum", ())] == pytest.approx(49.2)
     assert s[("scheduler_patcher_restart_seconds_bucket", (("le", "5.0"),))] == 1
     assert s[("scheduler_patcher_restart_seconds_bucket", (("le", "60.0"),))] == 2
-    health.set_state(NodeState.READY)
+    metrics.set_state(NodeState.READY)
     states = {dict(labels)["state"]: v for (name, labels), v in samples(server).items()
               if name == "scheduler_patcher_state"}
     assert states["Ready"] == 1 and sum(states.values()) == 1
@@ -255,7 +255,7 @@ def test_a_head_just_within_the_limit_is_served(server: HealthServer, health: He
 
 def ready_server(**kw: float) -> HealthServer:
     metrics = Metrics()
-    health = Health(metrics=metrics)
+    health = Health()
     health.beat()
     health.set_state(NodeState.READY)
     return HealthServer(health, metrics, "127.0.0.1:0", **kw)  # type: ignore[arg-type]
@@ -371,8 +371,7 @@ def test_a_request_in_progress_is_never_evicted_a_half_sent_head_is() -> None:
     """Cap 3: one connection waits for its large answer to be read, one has sent half its head; idle
     connections arriving after them evict the oldest connection whose head is not complete (the
     half-sent one too: it would hold its slot until its timeout), never the one being answered."""
-    metrics = Metrics()
-    health = Health(metrics=metrics)
+    health = Health()
     health.beat()
     with HealthServer(health, BigBody(), "127.0.0.1:0", max_connections=3, timeout=600.0,
                       head_timeout=600.0) as server:

@@ -128,9 +128,10 @@ def test_the_loop_says_settled_once_and_after_the_first_write(tmp_path: Path) ->
 
 def test_a_deferred_server_is_woken_by_its_first_connection_and_serves_the_metrics_then() -> None:
     metrics = Metrics()
-    health = Health(metrics=metrics)
+    health = Health()
     health.beat()
-    health.set_state(NodeState.READY)
+    health.set_state(NodeState.READY)  # as the agent does: /readyz, and the state gauge
+    metrics.set_state(NodeState.READY)
     metrics.count("wrote")
     server = HealthServer(health, metrics, "127.0.0.1:0")
     server.start(deferred=True)  # nobody wakes it: the connection must
