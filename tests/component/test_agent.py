@@ -88,8 +88,10 @@ def test_api_down_for_30_seconds_does_not_stop_the_file_work(node: Node) -> None
     before = node.annotations()["config-hash"]
     node.emu.go_down("refuse")
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 7"))
+    # Liveness, not speed (that is bench/'s): a loop waiting on the API would never write it. The bound was 5 s,
+    # and a loaded 2-core machine (two pytest runs beside this one) once took longer.
     assert wait_until(lambda: b"weight: 7" in b"".join(
-        p.read_bytes() for p in (node.root / "etc/kubernetes/scheduler-patcher").iterdir()), 5)
+        p.read_bytes() for p in (node.root / "etc/kubernetes/scheduler-patcher").iterdir()), 30)
     assert b"--config=" in node.manifest.read_bytes()
     # The loop is not stuck behind the API: it keeps taking file events while the API stays down.
     node.set_source(EXTENDERS.replace("weight: 1", "weight: 8"))
