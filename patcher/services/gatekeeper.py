@@ -149,6 +149,10 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pods: dict[tuple[str, str], GatedPod] = {}
+        #: The pods (by key) whose gate this replica removed, by uid, until the watch shows that: the API server
+        #: refuses a gate added after creation, so an event that still shows ours on that uid is one from before
+        #: the release, late (a watch behind a drain), not a pod to release again (a PATCH refused, a read).
+        self._released: dict[tuple[str, str], str] = {}
         self._node_marks: dict[str, dict[str, str]] = {}
         self._verdict_stale = True
         #: The verdict watches' ``drops`` when the verdict in hand was read (-1: none read yet).
@@ -189,6 +193,8 @@ class Gatekeeper:
         with self._lock:
             for key in [k for k in self._pods if scope is None or k[0] == scope]:
                 del self._pods[key]
+            for key in [k for k in self._released if scope is None or k[0] == scope]:
+                del self._released[key]  # a list is read after the release: it shows the pod as it is now
             for pod in items:
                 if pod.waits_on(self.gate):
                     self._pods[pod.key] = pod
@@ -196,10 +202,16 @@ class Gatekeeper:
 
     def _pod_event(self, kind: str, pod: GatedPod) -> None:
         with self._lock:
+            released = self._released.get(pod.key) == pod.uid
             if kind != "DELETED" and pod.waits_on(self.gate):
+                if released:
+                    return  # from before our release, late
                 self._pods[pod.key] = pod
-            elif self._pods.pop(pod.key, None) is None:
-                return  # not one of ours, before or after: nothing to do
+            else:
+                if released:
+                    del self._released[pod.key]  # the watch has caught up with the release
+                if self._pods.pop(pod.key, None) is None:
+                    return  # not one of ours, before or after: nothing to do
         self.wake()
 
     def _selected_synced(self, items: list[Obj]) -> None:
@@ -440,6 +452,8 @@ class Gatekeeper:
             cached = self._pods.get(pod.key)
             if cached is not None and cached.uid == pod.uid:  # not a new pod of the same name
                 del self._pods[pod.key]
+            if result.outcome is GateOutcome.RELEASED:
+                self._released[pod.key] = pod.uid
         if result.outcome is GateOutcome.RELEASED:
             waited = waited_seconds(result.pod, time.time())
             self.metrics.released(waited)

@@ -90,9 +90,9 @@ def verdict_reads(emu: KubeEmulator) -> int:
 
 
 @contextmanager
-def running(api: Api, **kw: Any) -> Iterator[Observed]:
+def running(api: Api, keeper: Callable[..., Observed] = Observed, **kw: Any) -> Iterator[Observed]:
     """A gatekeeper loop in a thread, with quick backoffs; no resync in a test's time: only watches act."""
-    gk = Observed(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
+    gk = keeper(api, verdict_fn=lambda: collect(api), backoff=Backoff(0.05, 0.2), resync_interval=kw.pop(
         "resync_interval", 60.0), **kw)
     stop = threading.Event()
     thread = threading.Thread(target=gk.run, args=(stop,), daemon=True)
@@ -242,6 +242,57 @@ def test_a_concurrent_change_of_the_gates_makes_it_read_again_and_retry(emu: Kub
     second = emu.requests("PATCH", raced)[1].json()
     assert second[0]["value"] == [{"name": GATE}, {"name": "example.com/b"}]  # rebuilt from the pod read again
     assert len(emu.requests("GET", raced)) == 1 and len(emu.requests("GET", conflict)) == 1  # read again, once
+
+
+class LaggingPodWatch(Observed):
+    """A gatekeeper whose pod watch is behind its releases, as a drain's watch is on a busy server: the events
+    of pod ``held`` wait in ``late`` until the test delivers them, in order."""
+
+    def __init__(self, api: Api, held: str, **kw: Any) -> None:
+        self.held = held
+        self.late: list[tuple[str, GatedPod]] = []
+        self._late_lock = threading.Lock()
+        super().__init__(api, **kw)
+
+    def _pod_event(self, kind: str, pod: GatedPod) -> None:
+        if pod.name == self.held:
+            with self._late_lock:
+                self.late.append((kind, pod))
+            return
+        super()._pod_event(kind, pod)
+
+    def deliver(self, which: Callable[[GatedPod], bool]) -> int:
+        """Deliver the held events, from the first, while ``which`` holds for their pod; how many."""
+        with self._late_lock:
+            count = next((i for i, (_, pod) in enumerate(self.late) if not which(pod)), len(self.late))
+            due, self.late[:count] = self.late[:count], []
+        for kind, pod in due:
+            super()._pod_event(kind, pod)
+        return count
+
+
+def test_an_event_from_before_the_release_does_not_release_the_pod_again(emu: KubeEmulatorExt, api: Api) -> None:
+    """Another controller changes the pod between our read and our patch; the watch brings that change only after
+    the gate is gone. The API server refuses a gate added after creation, so the event showing ours is a late
+    one: no second release (its PATCH would be refused, the pod read again, a conflict counted that is none)."""
+    cluster(emu, *NODES)
+    emu.create(make_pod("raced", gates=["example.com/a", GATE, "example.com/b"]))
+    raced = "/api/v1/namespaces/default/pods/raced"
+    emu.before("PATCH", raced, lambda e: e.mutate("pods", "raced", lambda p: p["spec"].update(
+        schedulingGates=[g for g in p["spec"]["schedulingGates"] if g["name"] != "example.com/a"]),
+        namespace="default"))
+    with running(api, keeper=lambda api, **kw: LaggingPodWatch(api, "raced", **kw)) as gk:
+        assert isinstance(gk, LaggingPodWatch)
+        assert wait_until(lambda: gates(emu, "raced") == ["example.com/b"], 5)
+        assert wait_until(lambda: any(not pod.waits_on(GATE) for _, pod in gk.late), 5)  # the release's event
+        assert gk.deliver(lambda pod: pod.waits_on(GATE)) >= 1  # the other controller's change, late
+        assert next_pass(gk)
+        assert [r.status for r in emu.requests("PATCH", raced)] == [422, 200]
+        assert gk.waiting() == [] and metric(gk, "patch_conflicts_total") == 1
+        gk.deliver(lambda pod: True)  # the watch catches up
+        assert next_pass(gk)
+    assert [r.status for r in emu.requests("PATCH", raced)] == [422, 200]
+    assert len(emu.requests("GET", raced)) == 1
 
 
 def test_an_api_failure_on_release_is_retried_later(emu: KubeEmulatorExt, api: Api) -> None:
