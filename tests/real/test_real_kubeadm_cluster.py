@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bench.rollout_gap import Prober, figures, percentile
+from bench.rollout_gap import PROBE_LABEL, PROBE_NAMESPACE, Prober, figures, percentile
 from tests.harness.real.controlplane import Binaries, one_at_a_time, wait_until
 from tests.harness.real.helmtool import CHART, NAMESPACE, RELEASE
 from tests.harness.real.kubeadm_chart import (
@@ -43,6 +43,7 @@ from tests.harness.real.kubeadm_chart import (
     helm_path,
     lease_holder,
     next_agent_image_on,
+    ready,
     rolled_out,
     scheduler_config,
     scheduler_run,
@@ -82,6 +83,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeadmCluster
         with kubeadm_cluster(binaries, tmp_path_factory.mktemp("ha"), 3) as made:
             print(f"\nkubeadm cluster v{binaries.version}: {made.timings()}")
             yield made
+
+
+@pytest.fixture(autouse=True)
+def chart_gone_after(cluster: KubeadmCluster) -> Iterator[None]:
+    """Each journey ends with `helm uninstall`. One that failed midway left the chart installed: it is uninstalled
+    here the same way, and kubeadm's schedulers waited for, so the next test starts from kubeadm's manifests and
+    fails, if it does, on its own."""
+    yield
+    status = helm(cluster.first, "status", RELEASE, f"--namespace={NAMESPACE}")
+    if status.returncode != 0 and "not found" in status.stderr:
+        return  # not installed: the test uninstalled it or never installed it
+    if cluster.first.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/scheduler-patcher") is not None:
+        uninstall(cluster.first, helm_path())
+    else:
+        proc = helm(cluster.first, "uninstall", RELEASE, f"--namespace={NAMESPACE}")
+        assert proc.returncode == 0, proc.stderr
+    wait_until(lambda: not agents(cluster.first) and all(unpatched(n) for n in cluster.nodes), 300,
+               "kubeadm's schedulers back after a failed journey's uninstall")
 
 
 def etcd_members(node: KubeadmNode) -> list[dict[str, Any]] | None:
@@ -163,12 +182,50 @@ def idle_wait(prober: Prober) -> float:
     return percentile(waits, 0.99)
 
 
-def pods_waited(prober: Prober, since: float, idle_p99: float) -> dict[str, Any]:
+def pods_waited(cluster: KubeadmCluster, prober: Prober, since: float, idle_p99: float) -> dict[str, Any]:
     """bench/rollout_gap.py's figures of the probe pods created from `since` until now, once each is bound."""
     until = time.monotonic()
-    wait_until(lambda: all(n in prober.bound for n, t in list(prober.created.items()) if since <= t < until), 120,
-               "every probe pod of the window bound")
+
+    def unbound() -> list[str]:
+        return [n for n, t in list(prober.created.items()) if since <= t < until and n not in prober.bound]
+    wait_until(lambda: not unbound(), 120, lambda: f"every probe pod of the window bound:\n"
+               f"{unbound_report(cluster, prober, unbound(), since)}")
     return figures(prober, since, until, idle_p99)
+
+
+def unbound_report(cluster: KubeadmCluster, prober: Prober, names: list[str], since: float) -> str:
+    """Why probe pods are not bound, as far as this side can tell: whether the API has them bound (then the
+    prober's watch missed it) and, if not, what the scheduler said (PodScheduled) or that it never tried; the Nodes'
+    taints and readiness, the scheduler Lease, the prober's watch restarts, and each scheduler's last lines."""
+    lines = [f"{len(names)} unbound, created {', '.join(f'{prober.created[n] - since:.1f}' for n in names[:10])} s "
+             f"into the window"]
+    pods = {p["metadata"]["name"]: p for p in (cluster.first.get(
+        f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods?labelSelector=app%3D{PROBE_LABEL}") or {}).get("items") or []}
+    for name in names[:5]:
+        pod = pods.get(name)
+        if pod is None:
+            lines.append(f"  {name}: not in the API")
+            continue
+        said = [c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+        lines.append(f"  {name}: nodeName {pod['spec'].get('nodeName')!r}, deleting "
+                     f"{bool(pod['metadata'].get('deletionTimestamp'))}, PodScheduled {said or 'never set'}")
+    per_node: dict[str, int] = {}
+    for pod in pods.values():
+        node = pod["spec"].get("nodeName") or "(none)"
+        per_node[node] = per_node.get(node, 0) + 1
+    lines.append(f"probe pods in the API by node: {per_node}")
+    for node in (cluster.first.get("/api/v1/nodes") or {}).get("items") or []:
+        lines.append(f"Node {node['metadata']['name']}: Ready {ready(node)}, unschedulable "
+                     f"{bool(node['spec'].get('unschedulable'))}, taints "
+                     f"{[t['key'] for t in node['spec'].get('taints') or []]}")
+    lines.append(f"scheduler Lease: {lease_holder(cluster.first, 'kube-scheduler')}; the prober's watch restarts "
+                 f"since: {[(round(t - since, 1), e) for t, e in prober.restarts if t >= since]}")
+    for node in cluster.nodes:
+        logs = sorted(node.host("/var/log/pods").glob("kube-system_kube-scheduler-*/kube-scheduler/*.log"),
+                      key=lambda f: f.stat().st_mtime)
+        tail = logs[-1].read_text(errors="replace").splitlines()[-15:] if logs else ["(no log)"]
+        lines.append(f"{node.name}'s kube-scheduler, last lines:\n" + "\n".join(f"  {line}" for line in tail))
+    return "\n".join(lines)
 
 
 def upgrade_restarts_no_scheduler(cluster: KubeadmCluster, timeline: SchedulerTimeline, prober: Prober,
@@ -195,7 +252,7 @@ def upgrade_restarts_no_scheduler(cluster: KubeadmCluster, timeline: SchedulerTi
     pods = wait_until(partial(rolled_out, cluster.first, image), 600,
                       f"the agents' rolling update to {image}: {daemonset(cluster.first).get('status')}")
     rollout_in = time.monotonic() - upgraded_at
-    gap = pods_waited(prober, upgraded_at, idle_p99)
+    gap = pods_waited(cluster, prober, upgraded_at, idle_p99)
     assert daemonset(cluster.first)["metadata"]["generation"] > generation
     assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(files), pods
     assert each_waited_for_the_last(pods) == [], pods  # the controller waited for each new agent's readiness
@@ -254,7 +311,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
             return now if set(now.values()) == {"Ready"} else None
         wait_until(all_ready, 900, f"every node Ready: {states(cluster)}")
         install_in = time.monotonic() - installed_at
-        gap = pods_waited(prober, installed_at, idle_p99)
+        gap = pods_waited(cluster, prober, installed_at, idle_p99)
         pods = agents(cluster.first)
         assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(written), pods  # one agent per node
         assert all(p["metadata"]["ownerReferences"][0]["kind"] == "DaemonSet" for p in pods)
@@ -291,7 +348,7 @@ def test_helm_install_rolls_out_one_node_at_a_time_and_uninstall_gives_kubeadm_i
         wait_until(restored, 300, f"kubeadm's manifests back, agents gone: {len(agents(cluster.first))} left")
         uninstall_in = time.monotonic() - uninstalled_at
         now = time.monotonic()
-        gap = pods_waited(prober, uninstalled_at, idle_p99)
+        gap = pods_waited(cluster, prober, uninstalled_at, idle_p99)
         window = timeline.replacements(uninstalled_at, now)
         most_after = max((len(down) for _, _, down in window), default=0)
         print(f"helm uninstall -> agents gone, kubeadm's bytes on every node, schedulers back: {uninstall_in:.1f} s "

@@ -11,8 +11,9 @@ kube-scheduler), which the release's kubelet then runs on containerd. A `Kubeadm
   the node too (the kernel here has no `dummy` device: "Unknown device type"); in a cluster, a veth pair's end whose
   other end is on the cluster's bridge (tests/harness/real/kubeadm_cluster.py). Nothing in it is reachable from the
   machine, and nothing of the machine's network changes. The node paths kubeadm, the kubelet and etcd write
-  (`NODE_PATHS`) are bind mounts of folders below the test root, so a manifest kubeadm wrote reads at `host(path)`
-  on this machine, and the agent run with `--host-root` on that folder sees the node as its DaemonSet pod would;
+  (`NODE_PATHS`) are bind mounts of folders below the test root (etcd's, a tmpfs: `_network` says why), so a
+  manifest kubeadm wrote reads at `host(path)` on this machine, and the agent run with `--host-root` on that folder
+  sees the node as its DaemonSet pod would;
 * containerd (Debian's) with its root, state and socket below the test root, and the images `kubeadm config images
   list` names for the release built here from the release's binaries (`make real-k8s`): kube-apiserver,
   kube-controller-manager, kube-scheduler, etcd and pause, each one layer holding the static binary, imported with
@@ -239,6 +240,11 @@ class KubeadmNode(NamespacedNode):
             # would take its 10 s timeout to say no)
             f"mount --bind {self.run / 'hosts'} /etc/hosts",
             f"mount --bind {self.run / 'resolv.conf'} /etc/resolv.conf",
+            # etcd's data in memory, seen by this namespace only (bound to /var/lib/etcd with the node paths): on
+            # this machine's one disk, beside the images a journey imports (~1 GB at once), the members' fdatasync
+            # took up to 4.5 s (etcd expects under 1), their leader changed four times in a minute and the kubelets
+            # restarted every API server at once (/livez failing). A kubeadm user gives etcd a disk of its own.
+            f"mount -t tmpfs -o size=2g,mode=0700 etcd-data {self.host('/var/lib/etcd')}",
         ], 30)
         if self.attach is None:
             self.sh("ip link add eth0 type veth peer name eth0-peer && ip link set eth0-peer up")
