@@ -194,37 +194,42 @@ def pods_waited(cluster: KubeadmCluster, prober: Prober, since: float, idle_p99:
 
 
 def unbound_report(cluster: KubeadmCluster, prober: Prober, names: list[str], since: float) -> str:
-    """Why probe pods are not bound, as far as this side can tell: whether the API has them bound (then the
-    prober's watch missed it) and, if not, what the scheduler said (PodScheduled) or that it never tried; the Nodes'
-    taints and readiness, the scheduler Lease, the prober's watch restarts, and each scheduler's last lines."""
+    """Why probe pods are not bound, as far as this side can tell: from the nodes' files, the control plane's
+    container restarts and each scheduler's last lines; from the API if it answers, whether it has the pods bound
+    (then the prober's watch missed it) and, if not, what the scheduler said (PodScheduled) or that it never tried,
+    the Nodes' taints and readiness and the scheduler Lease; the prober's watch restarts."""
     lines = [f"{len(names)} unbound, created {', '.join(f'{prober.created[n] - since:.1f}' for n in names[:10])} s "
-             f"into the window"]
-    pods = {p["metadata"]["name"]: p for p in (cluster.first.get(
-        f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods?labelSelector=app%3D{PROBE_LABEL}") or {}).get("items") or []}
-    for name in names[:5]:
-        pod = pods.get(name)
-        if pod is None:
-            lines.append(f"  {name}: not in the API")
-            continue
-        said = [c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
-        lines.append(f"  {name}: nodeName {pod['spec'].get('nodeName')!r}, deleting "
-                     f"{bool(pod['metadata'].get('deletionTimestamp'))}, PodScheduled {said or 'never set'}")
-    per_node: dict[str, int] = {}
-    for pod in pods.values():
-        node = pod["spec"].get("nodeName") or "(none)"
-        per_node[node] = per_node.get(node, 0) + 1
-    lines.append(f"probe pods in the API by node: {per_node}")
-    for node in (cluster.first.get("/api/v1/nodes") or {}).get("items") or []:
-        lines.append(f"Node {node['metadata']['name']}: Ready {ready(node)}, unschedulable "
-                     f"{bool(node['spec'].get('unschedulable'))}, taints "
-                     f"{[t['key'] for t in node['spec'].get('taints') or []]}")
-    lines.append(f"scheduler Lease: {lease_holder(cluster.first, 'kube-scheduler')}; the prober's watch restarts "
-                 f"since: {[(round(t - since, 1), e) for t, e in prober.restarts if t >= since]}")
+             f"into the window; the prober's watch restarts since: "
+             f"{[(round(t - since, 1), e) for t, e in prober.restarts if t >= since]}"]
     for node in cluster.nodes:
-        logs = sorted(node.host("/var/log/pods").glob("kube-system_kube-scheduler-*/kube-scheduler/*.log"),
-                      key=lambda f: f.stat().st_mtime)
+        runs = sorted(node.host("/var/log/pods").glob("kube-system_*/*/*.log"))  # one file per container run
+        lines.append(f"{node.name}'s control-plane container runs: {[f'{f.parent.name}/{f.stem}' for f in runs]}")
+        logs = sorted((f for f in runs if f.parent.name == "kube-scheduler"), key=lambda f: f.stat().st_mtime)
         tail = logs[-1].read_text(errors="replace").splitlines()[-15:] if logs else ["(no log)"]
         lines.append(f"{node.name}'s kube-scheduler, last lines:\n" + "\n".join(f"  {line}" for line in tail))
+    try:
+        pods = {p["metadata"]["name"]: p for p in (cluster.first.get(
+            f"/api/v1/namespaces/{PROBE_NAMESPACE}/pods?labelSelector=app%3D{PROBE_LABEL}") or {}).get("items") or []}
+        for name in names[:5]:
+            pod = pods.get(name)
+            if pod is None:
+                lines.append(f"  {name}: not in the API")
+                continue
+            said = [c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+            lines.append(f"  {name}: nodeName {pod['spec'].get('nodeName')!r}, deleting "
+                         f"{bool(pod['metadata'].get('deletionTimestamp'))}, PodScheduled {said or 'never set'}")
+        per_node: dict[str, int] = {}
+        for pod in pods.values():
+            node_name = pod["spec"].get("nodeName") or "(none)"
+            per_node[node_name] = per_node.get(node_name, 0) + 1
+        lines.append(f"probe pods in the API by node: {per_node}")
+        for found in (cluster.first.get("/api/v1/nodes") or {}).get("items") or []:
+            lines.append(f"Node {found['metadata']['name']}: Ready {ready(found)}, unschedulable "
+                         f"{bool(found['spec'].get('unschedulable'))}, taints "
+                         f"{[t['key'] for t in found['spec'].get('taints') or []]}")
+        lines.append(f"scheduler Lease: {lease_holder(cluster.first, 'kube-scheduler')}")
+    except AssertionError as exc:  # the API did not answer: what the files said is all there is
+        lines.append(f"the API: {exc}")
     return "\n".join(lines)
 
 
