@@ -39,13 +39,18 @@ ErrorKind = Literal["config", "manifest", "write", "extender", "rollback", "stat
 #: at most 40 % of the grace period, the share the whole wait for the turn may take. A lone stop: no other node
 #: restores at the same time, so a silent API costs this much and no more.
 LEASE_CONFIRM_WAIT = 0.3
-#: Seconds a request of the stop may take when it is not a lone stop's first: a later one, once the API answered
-#: the stop (another node held the turn), and every one when every agent leaves (an uninstall: all of them ask at
-#: the same moment). An answer that slow is a loaded control plane, not a silent one (the API's own objective for a
+#: Seconds the first request of the stop may take when every agent leaves (an uninstall: all of them ask at the
+#: same moment). An answer that slow is a loaded control plane, not a silent one (the API's own objective for a
 #: single-object call is 1 s, and a request for the turn is a read and a write). Taken for silence, it restarted
-#: two schedulers at once when the turn moved, and all three at once when the first asks of three real nodes'
-#: uninstall took longer than ``LEASE_CONFIRM_WAIT``. At most 40 % of the grace period, as the turn's wait.
+#: all three schedulers at once when the first asks of three real nodes' uninstall took longer than
+#: ``LEASE_CONFIRM_WAIT``. At most 40 % of the grace period, as the turn's wait.
 LEASE_ANSWERED_WAIT = 2.0
+#: Seconds each later request of the stop may take once the API answered it: the per-request timeout the
+#: schedulers' own leader election gives a Lease request (client-go's ``?timeout=5s``). 2 s took a loaded control
+#: plane for a silent one: an uninstall's last agent, held back behind the leader's peers, restored without the
+#: turn while another node's scheduler was restarting (two at once, on three real kubeadm nodes under CI's load).
+#: At most 40 % of the grace period, as the turn's wait.
+LEASE_LATER_WAIT = 5.0
 #: Seconds a stop with ``auto`` gives a fresh read of the DaemonSet and the Node (what the watch saw stands
 #: when no answer comes).
 OWNER_LOOKUP = 0.15
@@ -506,7 +511,7 @@ class Restore:
     #: Every agent leaves (the DaemonSet is gone or being deleted): a node whose kube-scheduler leads lets the
     #: others restore first (``stop_order_wait`` on the live view), as the rollout does.
     leader_last: bool = False
-    #: The wait for each later request once one was answered (``LEASE_ANSWERED_WAIT``; never below ``confirm_wait``).
+    #: The wait for each later request once one was answered (``LEASE_LATER_WAIT``; never below ``confirm_wait``).
     answered_wait: float = 0.0
 
 
@@ -1065,10 +1070,10 @@ def stop(node: Node, ev: Stop, opts: Lifecycle) -> Step:
     reason = "--restore-on-exit=always" if mode == "always" else ev.daemonset.gone()
     ds = ev.daemonset
     everyone_leaves = opts.coordinated and (ds.deleting or (ds.known and not ds.exists))
-    answered = max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period))
+    first = max(confirm, min(LEASE_ANSWERED_WAIT, 0.4 * opts.grace_period)) if everyone_leaves else confirm
+    later = max(first, min(LEASE_LATER_WAIT, 0.4 * opts.grace_period))
     return node, [Log("info", f"stop ({ev.why}): restore on exit: {reason}"),
-                  Restore(answered if everyone_leaves else confirm, turn_until, restored_until,
-                          leader_last=everyone_leaves, answered_wait=answered)]
+                  Restore(first, turn_until, restored_until, leader_last=everyone_leaves, answered_wait=later)]
 
 
 def restore_done(node: Node, ev: RestoreDone, opts: Lifecycle) -> Step:

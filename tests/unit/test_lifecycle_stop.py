@@ -105,8 +105,8 @@ def test_the_restore_deadlines_come_from_the_grace_period(grace: float) -> None:
     r = next(a for a in acts if isinstance(a, lc.Restore))
     assert 0 < r.confirm_wait <= lc.LEASE_CONFIRM_WAIT and r.confirm_wait <= 0.4 * grace
     # a later ask, once the API answered: longer, never shorter than the first's, within the same share
-    assert r.confirm_wait <= r.answered_wait <= min(lc.LEASE_ANSWERED_WAIT, max(r.confirm_wait, 0.4 * grace))
-    assert r.answered_wait == lc.LEASE_ANSWERED_WAIT or grace < lc.LEASE_ANSWERED_WAIT / 0.4
+    assert r.confirm_wait <= r.answered_wait <= min(lc.LEASE_LATER_WAIT, max(r.confirm_wait, 0.4 * grace))
+    assert r.answered_wait == lc.LEASE_LATER_WAIT or grace < lc.LEASE_LATER_WAIT / 0.4
     assert r.turn_until == NOW + lc.TURN_SHARE * grace
     end = NOW + grace - min(5.0, 0.2 * grace)
     assert r.restored_until == min(NOW + lc.RESTORED_SHARE * grace, end - 2.0) and r.restored_until < end
@@ -131,6 +131,8 @@ def test_the_leader_restores_last_only_when_every_agent_leaves(view: lc.DaemonSe
     # Every agent asks for the turn at the same moment: a slow first answer is a loaded control plane (three real
     # nodes' uninstall restarted all three schedulers at once when it was taken for silence after 0.3 s).
     assert r.confirm_wait == (lc.LEASE_ANSWERED_WAIT if leader_last else lc.LEASE_CONFIRM_WAIT)
+    # a later ask, once the API answered: the schedulers' own timeout for a Lease request, whoever leaves
+    assert r.answered_wait == lc.LEASE_LATER_WAIT
 
 
 PEER_STATES = st.sampled_from(["", *[s.value for s in NodeState]])
